@@ -1,0 +1,231 @@
+"""The producer API: :class:`Timers` (sync) and :class:`AsyncTimers` (asyncio).
+
+Both are thin: they run the operations of :mod:`timers.operations` over a redis-py client.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from datetime import datetime, timedelta
+from typing import Any, TypeVar
+
+import redis
+import redis.asyncio
+
+from timers.encoding import DEFAULT_MAX_ARGS_BYTES, Args
+from timers.keys import DEFAULT_PREFIX, Keyspace
+from timers.operations import (
+    Call,
+    Failure,
+    Operation,
+    Operations,
+    PendingTimer,
+    Request,
+    Stats,
+    TimerSpec,
+)
+from timers.scripts import ScriptName, register_all
+
+T = TypeVar("T")
+DEFAULT_URL = "redis://localhost:6379/0"
+URL_ENV = "TIMERS_REDIS_URL"
+
+
+def configured_url(url: str | None = None) -> str:
+    """``url`` if given, else ``$TIMERS_REDIS_URL``, else ``redis://localhost:6379/0``."""
+    return url or os.environ.get(URL_ENV) or DEFAULT_URL
+
+
+def _run_sync(client: Any, scripts: Mapping[ScriptName, Any], request: Request) -> list[Any]:
+    if len(request) == 1 and request[0].script is not None:
+        call = request[0]
+        return [scripts[call.script](keys=list(call.keys), args=list(call.args))]
+    pipe = client.pipeline(transaction=all(c.script is None for c in request))
+    for call in request:
+        _queue(pipe, scripts, call)
+    return list(pipe.execute())
+
+
+async def _run_async(
+    client: Any, scripts: Mapping[ScriptName, Any], request: Request
+) -> list[Any]:
+    if len(request) == 1 and request[0].script is not None:
+        call = request[0]
+        return [await scripts[call.script](keys=list(call.keys), args=list(call.args))]
+    pipe = client.pipeline(transaction=all(c.script is None for c in request))
+    for call in request:
+        _queue(pipe, scripts, call)
+    return list(await pipe.execute())
+
+
+def _queue(pipe: Any, scripts: Mapping[ScriptName, Any], call: Call) -> None:
+    if call.script is None:
+        pipe.execute_command(*call.command)
+    else:
+        scripts[call.script](keys=list(call.keys), args=list(call.args), client=pipe)
+
+
+class Timers:
+    """Schedule, change and inspect timers over a sync redis-py client.
+
+    ``redis`` is a URL, a ``redis.Redis`` the app already manages, or None for
+    ``$TIMERS_REDIS_URL`` (default ``redis://localhost:6379/0``).
+    """
+
+    def __init__(
+        self,
+        redis_: str | redis.Redis | None = None,
+        *,
+        prefix: str = DEFAULT_PREFIX,
+        max_args_bytes: int = DEFAULT_MAX_ARGS_BYTES,
+    ) -> None:
+        if isinstance(redis_, redis.Redis):
+            self.redis = redis_
+            self._owns_client = False
+        else:
+            self.redis = redis.Redis.from_url(configured_url(redis_))
+            self._owns_client = True
+        self.keys = Keyspace(prefix)
+        self.ops = Operations(self.keys, max_args_bytes)
+        self._scripts = register_all(self.redis)
+
+    def run(self, operation: Operation[T]) -> T:
+        """Drive one operation of :class:`Operations` to its result."""
+        try:
+            request = next(operation)
+            while True:
+                request = operation.send(_run_sync(self.redis, self._scripts, request))
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+
+    def schedule(
+        self,
+        task: str,
+        args: Args | tuple[Any, ...] = None,
+        *,
+        in_: float | timedelta | None = None,
+        at: datetime | None = None,
+        id: str | None = None,
+    ) -> str:
+        """Run ``task`` (``"module.function"`` under the tasks package) later; returns the id.
+
+        ``args``: a list (positional), a dict (keyword) or None, as JSON. Give exactly one
+        of ``in_`` (seconds or timedelta, measured on the Redis clock) or ``at`` (aware
+        datetime). With ``id``, a pending timer with that id is replaced atomically.
+        """
+        spec = TimerSpec(task, args if not isinstance(args, tuple) else list(args), in_, at, id)
+        return self.run(self.ops.schedule(spec))
+
+    def schedule_many(self, specs: Iterable[TimerSpec | Mapping[str, Any]]) -> list[str]:
+        """Schedule many timers in pipelined batches; returns their ids in order."""
+        return self.run(self.ops.schedule_many(specs))
+
+    def reschedule(
+        self, id: str, *, in_: float | timedelta | None = None, at: datetime | None = None
+    ) -> bool:
+        """Move a pending timer to a new due time. False if it is not pending."""
+        return self.run(self.ops.reschedule(id, in_, at))
+
+    def cancel(self, id: str) -> bool:
+        """True if the timer was pending: it will now never fire."""
+        return self.run(self.ops.cancel(id))
+
+    def get(self, id: str) -> PendingTimer | None:
+        """The pending timer with this id, or None."""
+        return self.run(self.ops.get(id))
+
+    def list(self, limit: int = 100) -> list[PendingTimer]:
+        """Pending timers, soonest first."""
+        return self.run(self.ops.list_pending(limit))
+
+    def failed(self, limit: int = 100) -> list[Failure]:
+        """Failed and refused timers, most recent first."""
+        return self.run(self.ops.list_failed(limit))
+
+    def stats(self) -> Stats:
+        return self.run(self.ops.stats())
+
+    def close(self) -> None:
+        if self._owns_client:
+            self.redis.close()
+
+    def __enter__(self) -> Timers:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class AsyncTimers:
+    """The asyncio twin of :class:`Timers`: the same methods, awaited."""
+
+    def __init__(
+        self,
+        redis_: str | redis.asyncio.Redis | None = None,
+        *,
+        prefix: str = DEFAULT_PREFIX,
+        max_args_bytes: int = DEFAULT_MAX_ARGS_BYTES,
+    ) -> None:
+        if isinstance(redis_, redis.asyncio.Redis):
+            self.redis = redis_
+            self._owns_client = False
+        else:
+            self.redis = redis.asyncio.Redis.from_url(configured_url(redis_))
+            self._owns_client = True
+        self.keys = Keyspace(prefix)
+        self.ops = Operations(self.keys, max_args_bytes)
+        self._scripts = register_all(self.redis)
+
+    async def run(self, operation: Operation[T]) -> T:
+        try:
+            request = next(operation)
+            while True:
+                request = operation.send(await _run_async(self.redis, self._scripts, request))
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+
+    async def schedule(
+        self,
+        task: str,
+        args: Args | tuple[Any, ...] = None,
+        *,
+        in_: float | timedelta | None = None,
+        at: datetime | None = None,
+        id: str | None = None,
+    ) -> str:
+        spec = TimerSpec(task, args if not isinstance(args, tuple) else list(args), in_, at, id)
+        return await self.run(self.ops.schedule(spec))
+
+    async def schedule_many(self, specs: Iterable[TimerSpec | Mapping[str, Any]]) -> list[str]:
+        return await self.run(self.ops.schedule_many(specs))
+
+    async def reschedule(
+        self, id: str, *, in_: float | timedelta | None = None, at: datetime | None = None
+    ) -> bool:
+        return await self.run(self.ops.reschedule(id, in_, at))
+
+    async def cancel(self, id: str) -> bool:
+        return await self.run(self.ops.cancel(id))
+
+    async def get(self, id: str) -> PendingTimer | None:
+        return await self.run(self.ops.get(id))
+
+    async def list(self, limit: int = 100) -> list[PendingTimer]:
+        return await self.run(self.ops.list_pending(limit))
+
+    async def failed(self, limit: int = 100) -> list[Failure]:
+        return await self.run(self.ops.list_failed(limit))
+
+    async def stats(self) -> Stats:
+        return await self.run(self.ops.stats())
+
+    async def aclose(self) -> None:
+        if self._owns_client:
+            await self.redis.aclose()
+
+    async def __aenter__(self) -> AsyncTimers:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()

@@ -1,0 +1,87 @@
+"""Due times: ``in_``/``at`` arguments and human durations such as ``90s`` or ``1h30m``."""
+
+from __future__ import annotations
+
+import math
+import re
+from datetime import datetime, timedelta
+from typing import Literal
+
+from timers.exceptions import InvalidDueTime
+
+DueSpec = tuple[Literal["in", "at"], int]
+"""("in", ms from now on the Redis clock) or ("at", epoch ms)."""
+
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
+_PART_RE = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
+
+
+def seconds(value: float | timedelta, name: str = "in_") -> float:
+    """A finite number of seconds from an int, float or timedelta."""
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidDueTime(
+            f"{name} must be seconds (int or float) or a timedelta, got {type(value).__name__}"
+        )
+    if not math.isfinite(value):
+        raise InvalidDueTime(f"{name} must be a finite number of seconds, got {value!r}")
+    return float(value)
+
+
+def due_spec(in_: float | timedelta | None, at: datetime | None) -> DueSpec:
+    """Turn exactly one of ``in_`` / ``at`` into what the schedule script takes.
+
+    ``in_`` is relative to the Redis clock (the script adds it to ``TIME``), so producers
+    with skewed clocks still agree; ``at`` is an absolute instant. A time in the past is
+    allowed and means "as soon as possible".
+    """
+    if (in_ is None) == (at is None):
+        raise InvalidDueTime("give exactly one of in_ (seconds or timedelta) or at (datetime)")
+    if at is not None:
+        if not isinstance(at, datetime):
+            raise InvalidDueTime(f"at must be a datetime, got {type(at).__name__}")
+        if at.tzinfo is None or at.utcoffset() is None:
+            raise InvalidDueTime(
+                "at must be timezone-aware, e.g. datetime(..., tzinfo=timezone.utc)"
+            )
+        return ("at", round(at.timestamp() * 1000))
+    assert in_ is not None
+    return ("in", round(seconds(in_) * 1000))
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in ``30``, ``30s``, ``250ms``, ``5m``, ``2h``, ``1d``, ``1h30m``, ``1.5h``."""
+    cleaned = text.strip().lower().replace(" ", "")
+    try:
+        value = float(cleaned)
+    except ValueError:
+        pass
+    else:
+        if math.isfinite(value):
+            return value
+    if cleaned and _PART_RE.sub("", cleaned) == "":
+        return sum(float(n) * _UNITS[unit] for n, unit in _PART_RE.findall(cleaned))
+    raise InvalidDueTime(
+        f"cannot read duration {text!r}: use a number of seconds or e.g. 250ms, 30s, 5m, "
+        f"2h, 1d, 1h30m"
+    )
+
+
+def format_duration(seconds_: float) -> str:
+    """A short human reading of a duration, e.g. ``2h 5m`` or ``-3.2s`` (overdue)."""
+    sign = "-" if seconds_ < 0 else ""
+    s = abs(seconds_)
+    if s < 1:
+        return f"{sign}{s * 1000:.0f}ms"
+    if s < 60:
+        return f"{sign}{s:.1f}s"
+    parts = []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        if s >= size:
+            count = int(s // size)
+            s -= count * size
+            parts.append(f"{count}{unit}")
+        if len(parts) == 2:
+            break
+    return sign + " ".join(parts)

@@ -1,0 +1,53 @@
+"""Every error timers raises.
+
+Hierarchy::
+
+    TimersError                      root: catch this to catch anything from timers
+    ├── InvalidTimer (ValueError)    bad input to schedule/cancel/…: the message names it
+    │   ├── InvalidTask              task path is not a dotted Python name
+    │   ├── InvalidArgs              args not a list/dict/None, not JSON, or too large
+    │   ├── InvalidDueTime           in_/at missing, both given, naive, not finite
+    │   └── InvalidTimerId           id empty, not a string, or too long
+    ├── MalformedTimerKey (ValueError)  a key or record that does not decode
+    ├── TaskRefused                  the listener will not run this task (not allowed,
+    │                                not found, not a function)
+    └── ServerNotFound               no Redis/Valkey server binary for an embedded server
+"""
+
+from __future__ import annotations
+
+
+class TimersError(Exception):
+    """Root of every error raised by timers."""
+
+
+class InvalidTimer(TimersError, ValueError):
+    """A timer cannot be scheduled as asked; the message says what is wrong."""
+
+
+class InvalidTask(InvalidTimer):
+    """The task path is not a dotted Python name such as ``reminders.sms``."""
+
+
+class InvalidArgs(InvalidTimer):
+    """Args are not a list, dict or None, are not JSON-serialisable, or are too large."""
+
+
+class InvalidDueTime(InvalidTimer):
+    """The due time is missing, ambiguous, naive or not a finite number."""
+
+
+class InvalidTimerId(InvalidTimer):
+    """The timer id is empty, not a string, or too long."""
+
+
+class MalformedTimerKey(TimersError, ValueError):
+    """A key name or stored record does not decode as a timer."""
+
+
+class TaskRefused(TimersError):
+    """The listener refuses to run a task: outside the tasks package, missing, or not callable."""
+
+
+class ServerNotFound(TimersError):
+    """No redis-server or valkey-server binary could be found to start an embedded server."""

@@ -1,0 +1,101 @@
+"""Every Redis key and channel name timers uses: the one place they are built.
+
+Layout for a prefix ``P`` (default ``timers``). ``<id>`` is always the *escaped* timer id
+(see :mod:`timers.encoding`), so it never contains ``:``.
+
+==================  ======  ========================================================
+key                 type    holds
+==================  ======  ========================================================
+``P:<id>:<record>`` string  one per pending timer, value ``1``, expiring at the due
+                            time (``SET … PXAT``). Its name is the whole timer, so the
+                            ``expired`` event alone says what to run.
+``P|due``           zset    id → due time in ms (Redis clock). The source of truth for
+                            what is pending; the sweeper claims from its head.
+``P|rec``           hash    id → record (``task[;opts]:args``): what fires, kept after
+                            the expiring key is gone.
+``P|run``           zset    run token → lease deadline in ms: timers being run.
+``P|runrec``        hash    run token → ``reruns|due|<id>:<record>``.
+``P|seq``           string  counter that numbers run tokens.
+``P|fail``          zset    failure id → time of the last failure in ms.
+``P|failrec``       hash    failure id → JSON record (error, traceback, attempts …).
+``P|stats``         hash    counters: fired, failed, reruns, rejected, late_acks.
+==================  ======  ========================================================
+
+Channels: ``P|wake`` carries the due time of a newly scheduled timer that is earlier than
+the head of ``P|due``; ``__keyevent@<db>__:expired`` carries expired key names.
+
+System names use ``|`` after the prefix and timer keys use ``:``, so no timer id can ever
+name a system key, and the listener can tell timer keys from everything else by their
+``P:`` start alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from redis.keyspace_notifications import KeyeventChannel
+
+DEFAULT_PREFIX = "timers"
+
+
+@dataclass(frozen=True)
+class Keyspace:
+    """Names of every key and channel under one prefix."""
+
+    prefix: str = DEFAULT_PREFIX
+
+    def __post_init__(self) -> None:
+        if not self.prefix or any(c in self.prefix for c in ":|\r\n\x00"):
+            raise ValueError(
+                f"prefix must be non-empty and free of ':', '|' and control characters, "
+                f"got {self.prefix!r}"
+            )
+
+    @property
+    def timer_key_start(self) -> str:
+        """What every timer key name starts with."""
+        return self.prefix + ":"
+
+    def timer_key(self, entry: str) -> str:
+        """The expiring key of a timer; ``entry`` is ``<escaped id>:<record>``."""
+        return self.timer_key_start + entry
+
+    @property
+    def due(self) -> str:
+        return self.prefix + "|due"
+
+    @property
+    def records(self) -> str:
+        return self.prefix + "|rec"
+
+    @property
+    def running(self) -> str:
+        return self.prefix + "|run"
+
+    @property
+    def running_records(self) -> str:
+        return self.prefix + "|runrec"
+
+    @property
+    def sequence(self) -> str:
+        return self.prefix + "|seq"
+
+    @property
+    def failures(self) -> str:
+        return self.prefix + "|fail"
+
+    @property
+    def failure_records(self) -> str:
+        return self.prefix + "|failrec"
+
+    @property
+    def stats(self) -> str:
+        return self.prefix + "|stats"
+
+    @property
+    def wake_channel(self) -> str:
+        return self.prefix + "|wake"
+
+    @staticmethod
+    def expired_channel(db: int) -> str:
+        return str(KeyeventChannel("expired", db=db))

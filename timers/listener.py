@@ -1,0 +1,440 @@
+"""The listener: finds due timers, claims them, runs them, records how they ended.
+
+Four loops share one asyncio event loop:
+
+- **events**: subscribed to ``__keyevent@<db>__:expired`` and the wake channel. An expired
+  timer key names its timer id, which goes to the next claim; a wake message moves the
+  next due time earlier. Undecodable keys and refused tasks are recorded as rejected.
+- **sweep**: sleeps until the earliest due time or lease deadline (see
+  :mod:`timers.sweeper`), then claims what is due, up to the free task slots, in one
+  atomic script call. Every timer goes through this one claim, whichever path found it,
+  so each runs once however many listeners race for it. It sweeps at start and after
+  every reconnect, which covers events lost while the listener was away.
+- **renew**: extends the leases of runs in progress, so a live listener keeps its timers
+  and a dead one's timers run again once their lease lapses.
+- **finish**: writes the endings of runs in batches: counts, and failure records.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import redis
+import redis.asyncio
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from timers.check import ENABLE_EVENTS, expired_events_on
+from timers.client import configured_url
+from timers.clock import Clock, SystemClock
+from timers.encoding import Entry, MalformedTimerKey, as_text, escape_id
+from timers.exceptions import TaskRefused
+from timers.keys import DEFAULT_PREFIX, Keyspace
+from timers.loader import TaskLoader, configured_package
+from timers.runner import Runner
+from timers.runs import Fired, Outcome, Run, failure_entry, rejected_entry
+from timers.scripts import register_all
+from timers.sweeper import DueTracker
+
+log = logging.getLogger("timers.listener")
+
+TRANSIENT = (RedisConnectionError, RedisTimeoutError, ConnectionError, TimeoutError, OSError)
+DEFAULT_LEASE = 15.0
+DEFAULT_CONCURRENCY = 32
+DEFAULT_FAILURE_RETENTION = 7 * 86400.0
+MAX_CLAIM_BATCH = 500
+
+
+class _Backoff:
+    """Exponential delays for reconnecting: 0.1 s doubling to 5 s."""
+
+    def __init__(self, first: float = 0.1, cap: float = 5.0) -> None:
+        self.first, self.cap, self.current = first, cap, first
+
+    def next(self) -> float:
+        delay, self.current = self.current, min(self.current * 2, self.cap)
+        return delay
+
+    def reset(self) -> None:
+        self.current = self.first
+
+
+class _ConnectionState:
+    """Logs each change of a connection's health once, not once per attempt."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self.lost = False
+
+    def failed(self, exc: BaseException) -> None:
+        if not self.lost:
+            self.lost = True
+            log.warning("%s lost: %s; retrying", self.what, exc or type(exc).__name__)
+
+    def ok(self) -> None:
+        if self.lost:
+            self.lost = False
+            log.warning("%s back", self.what)
+
+
+class Listener:
+    """Runs timers as they come due. Start it with ``await listener.run()``.
+
+    ``redis_`` is a URL or a ``redis.asyncio.Redis`` that returns bytes (the listener reads
+    key names that may not be UTF-8). ``tasks`` is the package whose functions may run
+    (default ``$TIMERS_TASKS`` or ``tasks``, imported from ``search_path``, by default the
+    working directory); ``registry`` adds callables by explicit name.
+    """
+
+    def __init__(
+        self,
+        redis_: str | redis.asyncio.Redis | None = None,
+        *,
+        prefix: str = DEFAULT_PREFIX,
+        tasks: str | None = None,
+        registry: Mapping[str, Callable[..., Any]] | None = None,
+        concurrency: int = DEFAULT_CONCURRENCY,
+        lease: float = DEFAULT_LEASE,
+        failure_retention: float = DEFAULT_FAILURE_RETENTION,
+        max_sleep: float = 60.0,
+        shutdown_timeout: float = 30.0,
+        clock: Clock | None = None,
+        observer: Callable[[Fired], None] | None = None,
+        search_path: str | None = None,
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        if lease < 0.1:
+            raise ValueError("lease must be at least 0.1 seconds")
+        if isinstance(redis_, redis.asyncio.Redis):
+            if redis_.connection_pool.connection_kwargs.get("decode_responses"):
+                raise ValueError("the listener needs a client with decode_responses=False")
+            self.redis = redis_
+            self._owns_client = False
+        else:
+            self.redis = redis.asyncio.Redis.from_url(
+                configured_url(redis_), health_check_interval=30, socket_keepalive=True
+            )
+            self._owns_client = True
+        self.keys = Keyspace(prefix)
+        self.db = int(self.redis.connection_pool.connection_kwargs.get("db", 0) or 0)
+        self.loader = TaskLoader(
+            configured_package(tasks),
+            registry,
+            os.getcwd() if search_path is None else search_path,
+        )
+        self.concurrency = concurrency
+        self.lease = lease
+        self.failure_retention = failure_retention
+        self.shutdown_timeout = shutdown_timeout
+        self.clock = clock or SystemClock()
+        self.tracker = DueTracker(self.clock, max_sleep=max_sleep)
+        self.observer = observer
+        self._scripts = register_all(self.redis)
+        self._runner = Runner(concurrency)
+        self._timer_key_start = self.keys.timer_key_start.encode()
+        self._expired_channel = self.keys.expired_channel(self.db).encode()
+        self._wake_channel = self.keys.wake_channel.encode()
+        self._event_ids: dict[str, None] = {}
+        self._running: dict[str, Run] = {}
+        self._held: set[str] = set()  # tokens whose lease we keep: running or unflushed
+        self._finished: list[tuple[str, str, str]] = []
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._poke = asyncio.Event()
+        self._slot_freed = asyncio.Event()
+        self._finish_ready = asyncio.Event()
+        self._stopping = asyncio.Event()
+        self.subscribed = asyncio.Event()
+        self.fired_count = 0
+
+    # -- running ----------------------------------------------------------------------
+
+    async def run(self, stop: asyncio.Event | None = None, *, burst: bool = False) -> None:
+        """Listen until ``stop`` is set (or, with ``burst``, until nothing is due).
+
+        On the way out it stops claiming, lets running tasks finish for up to
+        ``shutdown_timeout`` seconds and writes their endings.
+        """
+        await self._check_notifications()
+        loops = [
+            asyncio.create_task(self._events_loop(), name="timers-events"),
+            asyncio.create_task(self._renew_loop(), name="timers-renew"),
+            asyncio.create_task(self._finish_loop(), name="timers-finish"),
+        ]
+        watcher = asyncio.create_task(self._watch(stop)) if stop is not None else None
+        try:
+            await self._sweep_loop(burst)
+        finally:
+            self._stopping.set()
+            if watcher is not None:
+                watcher.cancel()
+            await self._drain()
+            for loop_task in loops:
+                loop_task.cancel()
+            await asyncio.gather(*loops, return_exceptions=True)
+            self._runner.shutdown()
+            if self._owns_client:
+                await self.redis.aclose()
+
+    def stop(self) -> None:
+        """Ask the listener to stop claiming and shut down (safe from a signal handler)."""
+        self._stopping.set()
+        self._poke.set()
+        self._slot_freed.set()
+
+    async def _watch(self, stop: asyncio.Event) -> None:
+        await stop.wait()
+        self.stop()
+
+    async def _drain(self) -> None:
+        running = [t for t in self._tasks if not t.done()]
+        if running:
+            log.info("waiting up to %.0fs for %d running task(s)", self.shutdown_timeout,
+                     len(running))
+            _, pending = await asyncio.wait(running, timeout=self.shutdown_timeout)
+            for task in pending:
+                task.cancel()
+        deadline = self.clock.monotonic() + 5.0
+        while self._finished and self.clock.monotonic() < deadline:
+            self._finish_ready.set()
+            await asyncio.sleep(0.01)
+
+    async def _check_notifications(self) -> None:
+        try:
+            reply = await self.redis.config_get("notify-keyspace-events")
+        except redis.ResponseError as exc:
+            log.warning(
+                "cannot read notify-keyspace-events (%s): timers will fire through the "
+                "sweeper alone, which stays on time", exc)
+            return
+        except TRANSIENT as exc:
+            log.warning("cannot reach Redis yet (%s); will keep trying", exc)
+            return
+        flags = as_text(next(iter(reply.values()), b""))
+        if not expired_events_on(flags):
+            log.warning(
+                "KEYSPACE EVENTS ARE OFF (notify-keyspace-events=%r): timers fire through "
+                "the due-driven sweeper alone. Turn expired events on with %s",
+                flags, ENABLE_EVENTS)
+
+    # -- sweep and claim --------------------------------------------------------------
+
+    def _free_slots(self) -> int:
+        return self.concurrency - len(self._running)
+
+    async def _sweep_loop(self, burst: bool) -> None:
+        backoff = _Backoff()
+        state = _ConnectionState("connection to Redis")
+        while not self._stopping.is_set():
+            if self._free_slots() <= 0:
+                self._slot_freed.clear()
+                await self._slot_freed.wait()
+                continue
+            self._poke.clear()
+            limit = min(self._free_slots(), MAX_CLAIM_BATCH)
+            try:
+                claimed = await self._claim(limit)
+            except TRANSIENT as exc:
+                state.failed(exc)
+                await self._wait_poke(backoff.next())
+                continue
+            state.ok()
+            backoff.reset()
+            if claimed >= limit:
+                continue
+            if burst and self._idle():
+                break
+            delay = self.tracker.seconds_until_next()
+            if claimed == 0:
+                delay = max(delay, 0.0005)
+            await self._wait_poke(delay)
+
+    def _idle(self) -> bool:
+        if self._running or self._event_ids:
+            return False
+        head = self.tracker.next_wake_ms()
+        return head is None or head > self.tracker.redis_now_ms()
+
+    async def _wait_poke(self, timeout: float) -> None:
+        if self._poke.is_set() or timeout <= 0:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._poke.wait(), timeout)
+
+    async def _claim(self, limit: int) -> int:
+        ids = list(self._event_ids)[:limit]
+        for escaped in ids:
+            del self._event_ids[escaped]
+        k = self.keys
+        sent = self.clock.monotonic()
+        reply = await self._scripts["claim"](
+            keys=[k.due, k.records, k.running, k.running_records, k.sequence, k.stats],
+            args=[k.timer_key_start, limit, round(self.lease * 1000), *ids],
+        )
+        received = self.clock.monotonic()
+        now_us, next_due, next_lease = (int(x) for x in reply[:3])
+        self.tracker.observe_time(now_us, sent, received)
+        self.tracker.observe_heads(
+            None if next_due == -1 else next_due, None if next_lease == -1 else next_lease
+        )
+        items = reply[3:]
+        for i in range(0, len(items), 3):
+            self._start(Run.parse(items[i], items[i + 1], items[i + 2]))
+        return len(items) // 3
+
+    # -- running tasks ----------------------------------------------------------------
+
+    def _start(self, run: Run) -> None:
+        self._running[run.token] = run
+        self._held.add(run.token)
+        task = asyncio.create_task(self._execute(run))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _execute(self, run: Run) -> None:
+        started = self.tracker.redis_now_ms()
+        task: str | None = None
+        args = None
+        try:
+            record = run.record()
+            task, args = record.task, record.args
+            fn = self.loader.resolve(task)
+        except MalformedTimerKey as exc:
+            outcome = Outcome("malformed", "MalformedTimerKey", str(exc))
+        except TaskRefused as exc:
+            outcome = Outcome("refused", "TaskRefused", str(exc))
+        else:
+            outcome = await self._runner.call(fn, args)
+        finally:
+            self._running.pop(run.token, None)
+            self._slot_freed.set()
+        if outcome.ok:
+            self._finished.append((run.token, "", ""))
+            log.debug("fired %s (%s) %.1f ms late", run.timer_id, task, started - run.due_ms)
+        else:
+            failure_id, data = failure_entry(run, outcome, task, args)
+            self._finished.append((run.token, failure_id, data))
+            log.warning("timer %s (%s) failed, attempt %d: %s: %s", run.timer_id, task,
+                        run.attempt, outcome.error_type, outcome.message[:300])
+        self.fired_count += 1
+        self._finish_ready.set()
+        if self.observer is not None:
+            fired = Fired(run.timer_id, task, run.due_ms, started, self.tracker.redis_now_ms(),
+                          run.source, run.attempt, outcome)
+            try:
+                self.observer(fired)
+            except Exception:
+                log.exception("observer failed")
+
+    # -- events -----------------------------------------------------------------------
+
+    async def _events_loop(self) -> None:
+        backoff = _Backoff()
+        state = _ConnectionState("event subscription")
+        while not self._stopping.is_set():
+            pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
+            try:
+                await pubsub.subscribe(self._expired_channel, self._wake_channel)
+                state.ok()
+                backoff.reset()
+                self.subscribed.set()
+                self._poke.set()  # sweep: events may have been lost while unsubscribed
+                while True:
+                    message = await pubsub.get_message(timeout=None)
+                    if message is not None:
+                        self._on_message(message)
+            except TRANSIENT as exc:
+                self.subscribed.clear()
+                state.failed(exc)
+                await asyncio.sleep(backoff.next())
+            finally:
+                with contextlib.suppress(Exception):
+                    await pubsub.aclose()
+
+    def _on_message(self, message: Mapping[str, Any]) -> None:
+        if message.get("type") != "message":
+            return
+        channel, data = message["channel"], message["data"]
+        if isinstance(data, str):
+            data = data.encode("utf-8", "surrogateescape")
+        if channel == self._wake_channel:
+            with contextlib.suppress(ValueError):
+                self.tracker.note_due(float(data))
+            self._poke.set()
+        elif channel == self._expired_channel and data.startswith(self._timer_key_start):
+            self._on_expired(data)
+
+    def _on_expired(self, key: bytes) -> None:
+        """Pass the timer an expired key names to the next claim, or record a rejection.
+
+        What runs is always the record stored with the pending timer, never the key name,
+        so a forged key can at most make a due timer fire on time.
+        """
+        escaped: str | None = None
+        try:
+            entry = Entry.decode(as_text(key[len(self._timer_key_start):]))
+            escaped = escape_id(entry.id)
+            self.loader.resolve(entry.record.task)
+        except (MalformedTimerKey, TaskRefused) as exc:
+            log.warning("rejected expired key %r: %s", key[:120], exc)
+            failure_id, data = rejected_entry(key, str(exc), escaped)
+            self._finished.append(("", failure_id, data))
+            self._finish_ready.set()
+            return
+        self._event_ids[escaped] = None
+        self._poke.set()
+
+    # -- leases and endings -----------------------------------------------------------
+
+    async def _renew_loop(self) -> None:
+        interval = self.lease / 3
+        while True:
+            await asyncio.sleep(interval)
+            tokens = list(self._held)
+            if not tokens:
+                continue
+            try:
+                lost = await self._scripts["renew"](
+                    keys=[self.keys.running], args=[round(self.lease * 1000), *tokens]
+                )
+            except TRANSIENT as exc:
+                log.debug("lease renewal failed: %s", exc)
+                continue
+            for token in lost:
+                text = as_text(token)
+                run = self._running.get(text)
+                log.warning("lease of run %s (timer %s) lapsed: another listener may run it "
+                            "again", text, run.timer_id if run else "?")
+
+    async def _finish_loop(self) -> None:
+        backoff = _Backoff()
+        state = _ConnectionState("connection to Redis (finishing runs)")
+        k = self.keys
+        while True:
+            if not self._finished:
+                self._finish_ready.clear()
+                await self._finish_ready.wait()
+                continue
+            batch = self._finished[:MAX_CLAIM_BATCH]
+            args: list[Any] = [round(self.failure_retention * 1000)]
+            for item in batch:
+                args.extend(item)
+            try:
+                await self._scripts["finish"](
+                    keys=[k.running, k.running_records, k.stats, k.failures, k.failure_records],
+                    args=args,
+                )
+            except TRANSIENT as exc:
+                state.failed(exc)
+                await asyncio.sleep(backoff.next())
+                continue
+            state.ok()
+            backoff.reset()
+            del self._finished[: len(batch)]
+            for token, _, _ in batch:
+                self._held.discard(token)

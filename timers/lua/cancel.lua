@@ -1,0 +1,15 @@
+-- cancel.lua: remove a pending timer so that it never fires.
+--
+-- KEYS[1]  due index: zset, escaped id -> due ms
+-- KEYS[2]  records: hash, escaped id -> record
+-- ARGV[1]  timer key start "<prefix>:"
+-- ARGV[2]  escaped id
+--
+-- The timer's key is named by its stored record, so it is built here from ARGV[1].
+-- Returns 1 when the timer was pending (it will not fire), 0 otherwise.
+local record = redis.call('HGET', KEYS[2], ARGV[2])
+if not record then return 0 end
+redis.call('ZREM', KEYS[1], ARGV[2])
+redis.call('HDEL', KEYS[2], ARGV[2])
+redis.call('DEL', ARGV[1] .. ARGV[2] .. ':' .. record)
+return 1

@@ -1,0 +1,82 @@
+-- claim.lua: take due timers for one listener to run, each under a lease.
+--
+-- KEYS[1]  due index: zset, escaped id -> due ms
+-- KEYS[2]  records: hash, escaped id -> record
+-- KEYS[3]  running: zset, run token -> lease deadline ms
+-- KEYS[4]  running records: hash, run token -> "reruns|due|<id>:<record>"
+-- KEYS[5]  sequence: counter that numbers run tokens
+-- KEYS[6]  stats: hash of counters
+-- ARGV[1]  timer key start "<prefix>:"
+-- ARGV[2]  limit: the most timers to claim
+-- ARGV[3]  lease ms
+-- ARGV[4..] escaped ids named by expired events: claimed first, when still due
+--
+-- Claims, in this order and up to the limit: the named ids that are due; runs whose lease
+-- lapsed (their listener died: they run again with reruns + 1 under a new token, so the
+-- dead listener can no longer finish them); then the earliest due timers. Whoever calls
+-- this first wins a timer; everyone else no longer sees it. A claimed timer's key is
+-- deleted (it is named by the stored record, so built here from ARGV[1]): it will not
+-- expire later and send listeners an event for a timer already taken.
+-- Returns {now_us, next_due or -1, next_lease or -1, then per claim: token, run, source}
+-- where source is "e" (event), "r" (recovered lease) or "s" (sweep).
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local limit = tonumber(ARGV[2])
+local lease_until = string.format('%.0f', now + tonumber(ARGV[3]))
+local out = {tonumber(t[1]) * 1000000 + tonumber(t[2]), -1, -1}
+local claimed = 0
+
+local function start(run, source)
+  local token = string.format('%.0f', redis.call('INCR', KEYS[5]))
+  redis.call('ZADD', KEYS[3], lease_until, token)
+  redis.call('HSET', KEYS[4], token, run)
+  out[#out + 1] = token
+  out[#out + 1] = run
+  out[#out + 1] = source
+  claimed = claimed + 1
+end
+
+local function take(id, due_text, source)
+  local record = redis.call('HGET', KEYS[2], id)
+  redis.call('ZREM', KEYS[1], id)
+  if record then
+    redis.call('HDEL', KEYS[2], id)
+    redis.call('DEL', ARGV[1] .. id .. ':' .. record)
+    start('0|' .. due_text .. '|' .. id .. ':' .. record, source)
+  end
+end
+
+for i = 4, #ARGV do
+  if claimed >= limit then break end
+  local score = redis.call('ZSCORE', KEYS[1], ARGV[i])
+  if score and tonumber(score) <= now then
+    take(ARGV[i], string.format('%.0f', tonumber(score)), 'e')
+  end
+end
+
+if claimed < limit then
+  local lapsed = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'LIMIT', 0, limit - claimed)
+  for _, token in ipairs(lapsed) do
+    local run = redis.call('HGET', KEYS[4], token)
+    redis.call('ZREM', KEYS[3], token)
+    redis.call('HDEL', KEYS[4], token)
+    if run then
+      local reruns, rest = string.match(run, '^(%d+)|(.*)$')
+      redis.call('HINCRBY', KEYS[6], 'reruns', 1)
+      start((tonumber(reruns) + 1) .. '|' .. rest, 'r')
+    end
+  end
+end
+
+if claimed < limit then
+  local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, limit - claimed)
+  for i = 1, #due, 2 do
+    take(due[i], due[i + 1], 's')
+  end
+end
+
+local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+if head[2] then out[2] = tonumber(head[2]) end
+local lease_head = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
+if lease_head[2] then out[3] = tonumber(lease_head[2]) end
+return out

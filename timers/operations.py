@@ -1,0 +1,311 @@
+"""What every producer and admin operation sends to Redis and how it reads the reply.
+
+Each operation is a generator that yields a :class:`Request` (one round trip: a script call
+or a pipeline) and receives its reply, so the logic exists once and the sync and asyncio
+clients (:mod:`timers.client`) only carry the I/O. Nothing here touches the network, which
+is also what makes it testable without a server.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Generator, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any, TypeVar
+
+from timers.due import DueSpec, due_spec
+from timers.encoding import (
+    DEFAULT_MAX_ARGS_BYTES,
+    Args,
+    MalformedTimerKey,
+    Record,
+    as_text,
+    check_id,
+    check_task,
+    entry_text,
+    escape_id,
+    unescape_id,
+)
+from timers.exceptions import InvalidTimer
+from timers.keys import Keyspace
+from timers.scripts import ScriptName
+
+T = TypeVar("T")
+SCHEDULE_CHUNK = 500
+"""Timers per schedule script call in :meth:`Operations.schedule_many`."""
+
+
+@dataclass(frozen=True)
+class Call:
+    """One command in a round trip: a plain Redis command, or one of our Lua scripts."""
+
+    command: tuple[Any, ...] = ()
+    script: ScriptName | None = None
+    keys: tuple[str, ...] = ()
+    args: tuple[Any, ...] = ()
+
+
+Request = list[Call]
+Operation = Generator[Request, list[Any], T]
+
+
+@dataclass(frozen=True)
+class TimerSpec:
+    """One timer for :meth:`Timers.schedule_many`; the fields mean what they mean in schedule."""
+
+    task: str
+    args: Args = None
+    in_: float | timedelta | None = None
+    at: datetime | None = None
+    id: str | None = None
+
+
+@dataclass(frozen=True)
+class PendingTimer:
+    """A timer waiting for its due time."""
+
+    id: str
+    task: str
+    args: Args
+    due: datetime
+    attempts: int = 0
+
+    def seconds_left(self, now: datetime) -> float:
+        return (self.due - now).total_seconds()
+
+
+@dataclass(frozen=True)
+class Stats:
+    pending: int
+    running: int
+    failed: int
+    counters: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def fired(self) -> int:
+        return self.counters.get("fired", 0)
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A timer that failed or was refused, kept where ``timers failed`` lists it."""
+
+    failure_id: str
+    at: datetime
+    data: dict[str, Any]
+
+    @property
+    def timer_id(self) -> str | None:
+        value = self.data.get("id")
+        return value if isinstance(value, str) else None
+
+
+def _ms_to_datetime(ms: float) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, tz=UTC)
+
+
+def _coerce_spec(item: TimerSpec | Mapping[str, Any]) -> TimerSpec:
+    if isinstance(item, TimerSpec):
+        return item
+    if isinstance(item, Mapping):
+        try:
+            return TimerSpec(**item)
+        except TypeError as exc:
+            raise InvalidTimer(f"bad timer spec {dict(item)!r}: {exc}") from None
+    raise InvalidTimer(f"schedule_many takes TimerSpec or dict items, got {type(item).__name__}")
+
+
+def new_timer_id() -> str:
+    """A random id: 12 URL-safe characters, 72 bits."""
+    return secrets.token_urlsafe(9)
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    timer_id: str
+    escaped: str
+    record: str
+    due: DueSpec
+    replace: bool
+
+
+class Operations:
+    """Builds requests for one keyspace and reads their replies."""
+
+    def __init__(self, keyspace: Keyspace, max_args_bytes: int = DEFAULT_MAX_ARGS_BYTES) -> None:
+        self.keys = keyspace
+        self.max_args_bytes = max_args_bytes
+
+    # -- schedule ---------------------------------------------------------------------
+
+    def _prepare(self, spec: TimerSpec, options: Mapping[str, str] | None = None) -> _Prepared:
+        task = check_task(spec.task)
+        record = Record(task, spec.args, dict(options or {})).encode(self.max_args_bytes)
+        due = due_spec(spec.in_, spec.at)
+        if spec.id is None:
+            timer_id, replace = new_timer_id(), False
+        else:
+            timer_id, replace = check_id(spec.id), True
+        return _Prepared(timer_id, escape_id(timer_id), record, due, replace)
+
+    def _schedule_call(self, batch: Sequence[_Prepared]) -> Call:
+        keys: list[str] = [self.keys.due, self.keys.records]
+        args: list[Any] = [self.keys.timer_key_start, self.keys.wake_channel]
+        for p in batch:
+            keys.append(self.keys.timer_key(entry_text(p.escaped, p.record)))
+            args += [p.escaped, p.record, p.due[0], p.due[1], "r" if p.replace else "n"]
+        return Call(script="schedule", keys=tuple(keys), args=tuple(args))
+
+    def schedule_many(
+        self,
+        specs: Iterable[TimerSpec | Mapping[str, Any]],
+        options: Mapping[str, str] | None = None,
+    ) -> Operation[list[str]]:
+        """Schedule timers in pipelined batches; returns their ids in order.
+
+        Validation happens for every timer before anything is sent, so a bad one leaves
+        nothing half-scheduled. A generated id that happens to be pending already is
+        replaced by a fresh one and sent again, never overwritten.
+        """
+        prepared = [self._prepare(_coerce_spec(s), options) for s in specs]
+        todo = list(range(len(prepared)))
+        while todo:
+            chunks = [todo[i : i + SCHEDULE_CHUNK] for i in range(0, len(todo), SCHEDULE_CHUNK)]
+            replies = yield [self._schedule_call([prepared[i] for i in c]) for c in chunks]
+            retry: list[int] = []
+            for chunk, reply in zip(chunks, replies, strict=True):
+                for index, due in zip(chunk, reply[1:], strict=True):
+                    if int(due) == -1:
+                        old = prepared[index]
+                        fresh = new_timer_id()
+                        prepared[index] = _Prepared(
+                            fresh, escape_id(fresh), old.record, old.due, old.replace
+                        )
+                        retry.append(index)
+            todo = retry
+        return [p.timer_id for p in prepared]
+
+    def schedule(
+        self, spec: TimerSpec, options: Mapping[str, str] | None = None
+    ) -> Operation[str]:
+        ids = yield from self.schedule_many([spec], options)
+        return ids[0]
+
+    # -- change and read one timer ----------------------------------------------------
+
+    def reschedule(
+        self,
+        timer_id: str,
+        in_: float | timedelta | None = None,
+        at: datetime | None = None,
+    ) -> Operation[bool]:
+        escaped = escape_id(check_id(timer_id))
+        mode, ms = due_spec(in_, at)
+        call = Call(
+            script="reschedule",
+            keys=(self.keys.due, self.keys.records),
+            args=(self.keys.timer_key_start, self.keys.wake_channel, escaped, mode, ms),
+        )
+        (reply,) = yield [call]
+        return int(reply) != -1
+
+    def cancel(self, timer_id: str) -> Operation[bool]:
+        escaped = escape_id(check_id(timer_id))
+        call = Call(
+            script="cancel",
+            keys=(self.keys.due, self.keys.records),
+            args=(self.keys.timer_key_start, escaped),
+        )
+        (reply,) = yield [call]
+        return int(reply) == 1
+
+    def get(self, timer_id: str) -> Operation[PendingTimer | None]:
+        escaped = escape_id(check_id(timer_id))
+        record, score = yield [
+            Call(command=("HGET", self.keys.records, escaped)),
+            Call(command=("ZSCORE", self.keys.due, escaped)),
+        ]
+        if record is None or score is None:
+            return None
+        return _pending(timer_id, as_text(record), float(score))
+
+    # -- listings ---------------------------------------------------------------------
+
+    def list_pending(self, limit: int = 100) -> Operation[list[PendingTimer]]:
+        """Pending timers, soonest first."""
+        if limit <= 0:
+            return []
+        (head,) = yield [Call(command=("ZRANGE", self.keys.due, 0, limit - 1, "WITHSCORES"))]
+        pairs = _pairs(head)
+        if not pairs:
+            return []
+        (records,) = yield [Call(command=("HMGET", self.keys.records, *[i for i, _ in pairs]))]
+        out = []
+        for (escaped, score), record in zip(pairs, records, strict=True):
+            if record is None:
+                continue  # fired or cancelled between the two reads
+            try:
+                out.append(_pending(unescape_id(as_text(escaped)), as_text(record), float(score)))
+            except MalformedTimerKey:
+                continue
+        return out
+
+    def stats(self) -> Operation[Stats]:
+        pending, running, failed, counters = yield [
+            Call(command=("ZCARD", self.keys.due)),
+            Call(command=("ZCARD", self.keys.running)),
+            Call(command=("ZCARD", self.keys.failures)),
+            Call(command=("HGETALL", self.keys.stats)),
+        ]
+        items = counters.items() if isinstance(counters, dict) else _pairs(counters)
+        return Stats(
+            int(pending),
+            int(running),
+            int(failed),
+            {as_text(k): int(v) for k, v in items},
+        )
+
+    def list_failed(self, limit: int = 100) -> Operation[list[Failure]]:
+        """Failed and refused timers, most recent first."""
+        if limit <= 0:
+            return []
+        (head,) = yield [Call(command=("ZRANGE", self.keys.failures, 0, limit - 1, "REV",
+                                       "WITHSCORES"))]
+        pairs = _pairs(head)
+        if not pairs:
+            return []
+        (records,) = yield [
+            Call(command=("HMGET", self.keys.failure_records, *[i for i, _ in pairs]))
+        ]
+        out = []
+        for (failure_id, score), raw in zip(pairs, records, strict=True):
+            if raw is None:
+                continue
+            try:
+                data = json.loads(as_text(raw))
+            except ValueError:
+                data = {"error": "unreadable failure record"}
+            out.append(Failure(as_text(failure_id), _ms_to_datetime(float(score)), data))
+        return out
+
+
+def _pairs(flat: Any) -> list[tuple[Any, Any]]:
+    """ZRANGE … WITHSCORES replies: a flat list in RESP2, pairs in RESP3."""
+    if not flat:
+        return []
+    if isinstance(flat[0], list | tuple):
+        return [(a, b) for a, b in flat]
+    return list(zip(flat[0::2], flat[1::2], strict=True))
+
+
+def _pending(timer_id: str, record_text: str, due_ms: float) -> PendingTimer:
+    record = Record.decode(record_text)
+    return PendingTimer(
+        id=timer_id,
+        task=record.task,
+        args=record.args,
+        due=_ms_to_datetime(due_ms),
+        attempts=int(record.options.get("a", "0")),
+    )

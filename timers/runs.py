@@ -1,0 +1,147 @@
+"""A claimed run of a timer, how it ended, and the failure record kept for the CLI."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from timers.encoding import Args, Record, as_text, unescape_id
+from timers.exceptions import MalformedTimerKey
+
+SOURCES = {"e": "event", "s": "sweep", "r": "recovered"}
+MAX_MESSAGE = 2000
+MAX_TRACEBACK = 8000
+
+OutcomeKind = Literal["ok", "error", "refused", "bad_args", "rejected", "malformed"]
+
+
+@dataclass(frozen=True)
+class Run:
+    """One claimed run: which timer, when it was due, how it was found."""
+
+    token: str
+    escaped_id: str
+    record_text: str
+    due_ms: int
+    reruns: int
+    source: str
+
+    @classmethod
+    def parse(cls, token: Any, text: Any, source: Any) -> Run:
+        """Read a claim reply item ``token, "reruns|due|<id>:<record>", source``."""
+        raw = as_text(text)
+        reruns, due, entry = raw.split("|", 2)
+        escaped, _, record = entry.partition(":")
+        return cls(
+            token=as_text(token),
+            escaped_id=escaped,
+            record_text=record,
+            due_ms=int(due),
+            reruns=int(reruns),
+            source=SOURCES.get(as_text(source), "sweep"),
+        )
+
+    @property
+    def timer_id(self) -> str:
+        try:
+            return unescape_id(self.escaped_id)
+        except MalformedTimerKey:
+            return self.escaped_id
+
+    def record(self) -> Record:
+        """The decoded record; :class:`MalformedTimerKey` if it was stored broken."""
+        return Record.decode(self.record_text)
+
+    @property
+    def previous_attempts(self) -> int:
+        try:
+            return int(self.record().options.get("a", "0"))
+        except (MalformedTimerKey, ValueError):
+            return 0
+
+    @property
+    def attempt(self) -> int:
+        """1 for a first run; more after failed attempts or runs cut short by a crash."""
+        return self.previous_attempts + self.reruns + 1
+
+
+@dataclass(frozen=True)
+class Outcome:
+    kind: OutcomeKind
+    error_type: str = ""
+    message: str = ""
+    traceback: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.kind == "ok"
+
+
+OK = Outcome("ok")
+
+
+def failure_entry(
+    run: Run, outcome: Outcome, task: str | None, args: Args, now: float | None = None
+) -> tuple[str, str]:
+    """The failure id (the escaped timer id) and JSON record for a failed run."""
+    data: dict[str, Any] = {
+        "id": run.timer_id,
+        "task": task,
+        "args": args,
+        "record": None if task is not None else run.record_text[:1000],
+        "kind": outcome.kind,
+        "error_type": outcome.error_type,
+        "message": outcome.message[:MAX_MESSAGE],
+        "traceback": outcome.traceback[-MAX_TRACEBACK:],
+        "attempts": run.attempt,
+        "due_ms": run.due_ms,
+        "failed_at": round((time.time() if now is None else now) * 1000),
+    }
+    return run.escaped_id, json.dumps(data, ensure_ascii=False, default=repr)
+
+
+def rejected_entry(
+    key: bytes, reason: str, escaped_id: str | None = None, now: float | None = None
+) -> tuple[str, str]:
+    """A failure id and record for an event key that names no runnable timer.
+
+    The id is the timer's escaped id when the key decodes (the record of a run of that
+    timer then takes precedence), else ``:`` and a digest of the key: a timer id never
+    contains ``:``, so the two can't collide, and every listener that sees the event
+    writes the same one.
+    """
+    if escaped_id is None:
+        failure_id = ":" + hashlib.sha1(key, usedforsecurity=False).hexdigest()[:20]
+    else:
+        failure_id = escaped_id
+    data = {
+        "id": None if escaped_id is None else unescape_id(escaped_id),
+        "key": key[:300].decode("utf-8", "backslashreplace"),
+        "kind": "rejected",
+        "error_type": "RejectedKey",
+        "message": reason[:MAX_MESSAGE],
+        "failed_at": round((time.time() if now is None else now) * 1000),
+    }
+    return failure_id, json.dumps(data, ensure_ascii=False)
+
+
+@dataclass(frozen=True)
+class Fired:
+    """What a listener reports to its observer after each run (the demo and bench use it)."""
+
+    timer_id: str
+    task: str | None
+    due_ms: int
+    started_ms: float
+    finished_ms: float
+    source: str
+    attempt: int
+    outcome: Outcome
+
+    @property
+    def lateness_ms(self) -> float:
+        """Task start minus due time, on the Redis clock."""
+        return self.started_ms - self.due_ms

