@@ -1,1 +1,118 @@
-"""timers: delayed timers on Redis, fired once, on time, by whichever listener is alive."""
+"""timers: delayed timers on Redis, fired once, on time, by whichever listener is alive.
+
+>>> import timers
+>>> tid = timers.schedule("reminders.sms", {"user_id": 42}, in_=86400)
+>>> timers.cancel(tid)
+True
+
+The module-level functions use a default :class:`Timers` made on first use from
+``$TIMERS_REDIS_URL`` (see :func:`configure`); ``timers.aio`` has the asyncio twins.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+from timers.client import AsyncTimers, Timers
+from timers.encoding import Args
+from timers.exceptions import (
+    InvalidArgs,
+    InvalidDueTime,
+    InvalidTask,
+    InvalidTimer,
+    InvalidTimerId,
+    MalformedTimerKey,
+    ServerNotFound,
+    TaskRefused,
+    TimersError,
+)
+from timers.listener import Listener
+from timers.operations import Failure, PendingTimer, Stats, TimerSpec
+from timers.runs import Fired
+
+__all__ = [
+    "AsyncTimers",
+    "Failure",
+    "Fired",
+    "InvalidArgs",
+    "InvalidDueTime",
+    "InvalidTask",
+    "InvalidTimer",
+    "InvalidTimerId",
+    "Listener",
+    "MalformedTimerKey",
+    "PendingTimer",
+    "ServerNotFound",
+    "Stats",
+    "TaskRefused",
+    "TimerSpec",
+    "Timers",
+    "TimersError",
+    "cancel",
+    "configure",
+    "get",
+    "reschedule",
+    "schedule",
+    "schedule_many",
+]
+
+__version__ = "0.1.0"
+
+_default: Timers | None = None
+_default_lock = threading.Lock()
+
+
+def configure(url: str | None = None, **options: Any) -> Timers:
+    """Set the default instance the module-level functions use (e.g. a URL, a prefix)."""
+    global _default
+    with _default_lock:
+        if _default is not None:
+            _default.close()
+        _default = Timers(url, **options)
+        return _default
+
+
+def _instance() -> Timers:
+    global _default
+    if _default is None:
+        with _default_lock:
+            if _default is None:
+                _default = Timers()
+    return _default
+
+
+def schedule(
+    task: str,
+    args: Args | tuple[Any, ...] = None,
+    *,
+    in_: float | timedelta | None = None,
+    at: datetime | None = None,
+    id: str | None = None,
+) -> str:
+    """Run ``task`` later and return the timer id; see :meth:`Timers.schedule`."""
+    return _instance().schedule(task, args, in_=in_, at=at, id=id)
+
+
+def schedule_many(specs: Iterable[TimerSpec | Mapping[str, Any]]) -> list[str]:
+    """Schedule many timers in pipelined batches; see :meth:`Timers.schedule_many`."""
+    return _instance().schedule_many(specs)
+
+
+def reschedule(
+    id: str, *, in_: float | timedelta | None = None, at: datetime | None = None
+) -> bool:
+    """Move a pending timer to a new due time; False if it is not pending."""
+    return _instance().reschedule(id, in_=in_, at=at)
+
+
+def cancel(id: str) -> bool:
+    """True if the timer was pending: it will now never fire."""
+    return _instance().cancel(id)
+
+
+def get(id: str) -> PendingTimer | None:
+    """The pending timer with this id, or None."""
+    return _instance().get(id)

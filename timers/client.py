@@ -5,6 +5,7 @@ Both are thin: they run the operations of :mod:`timers.operations` over a redis-
 
 from __future__ import annotations
 
+import builtins
 import os
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
@@ -38,9 +39,10 @@ def configured_url(url: str | None = None) -> str:
 
 
 def _run_sync(client: Any, scripts: Mapping[ScriptName, Any], request: Request) -> list[Any]:
-    if len(request) == 1 and request[0].script is not None:
+    script = request[0].script if len(request) == 1 else None
+    if script is not None:
         call = request[0]
-        return [scripts[call.script](keys=list(call.keys), args=list(call.args))]
+        return [scripts[script](keys=list(call.keys), args=list(call.args))]
     pipe = client.pipeline(transaction=all(c.script is None for c in request))
     for call in request:
         _queue(pipe, scripts, call)
@@ -50,9 +52,10 @@ def _run_sync(client: Any, scripts: Mapping[ScriptName, Any], request: Request) 
 async def _run_async(
     client: Any, scripts: Mapping[ScriptName, Any], request: Request
 ) -> list[Any]:
-    if len(request) == 1 and request[0].script is not None:
+    script = request[0].script if len(request) == 1 else None
+    if script is not None:
         call = request[0]
-        return [await scripts[call.script](keys=list(call.keys), args=list(call.args))]
+        return [await scripts[script](keys=list(call.keys), args=list(call.args))]
     pipe = client.pipeline(transaction=all(c.script is None for c in request))
     for call in request:
         _queue(pipe, scripts, call)
@@ -117,7 +120,9 @@ class Timers:
         spec = TimerSpec(task, args if not isinstance(args, tuple) else list(args), in_, at, id)
         return self.run(self.ops.schedule(spec))
 
-    def schedule_many(self, specs: Iterable[TimerSpec | Mapping[str, Any]]) -> list[str]:
+    def schedule_many(
+        self, specs: Iterable[TimerSpec | Mapping[str, Any]]
+    ) -> builtins.list[str]:
         """Schedule many timers in pipelined batches; returns their ids in order."""
         return self.run(self.ops.schedule_many(specs))
 
@@ -135,11 +140,11 @@ class Timers:
         """The pending timer with this id, or None."""
         return self.run(self.ops.get(id))
 
-    def list(self, limit: int = 100) -> list[PendingTimer]:
+    def list(self, limit: int = 100) -> builtins.list[PendingTimer]:
         """Pending timers, soonest first."""
         return self.run(self.ops.list_pending(limit))
 
-    def failed(self, limit: int = 100) -> list[Failure]:
+    def failed(self, limit: int = 100) -> builtins.list[Failure]:
         """Failed and refused timers, most recent first."""
         return self.run(self.ops.list_failed(limit))
 
@@ -197,7 +202,9 @@ class AsyncTimers:
         spec = TimerSpec(task, args if not isinstance(args, tuple) else list(args), in_, at, id)
         return await self.run(self.ops.schedule(spec))
 
-    async def schedule_many(self, specs: Iterable[TimerSpec | Mapping[str, Any]]) -> list[str]:
+    async def schedule_many(
+        self, specs: Iterable[TimerSpec | Mapping[str, Any]]
+    ) -> builtins.list[str]:
         return await self.run(self.ops.schedule_many(specs))
 
     async def reschedule(
@@ -211,10 +218,10 @@ class AsyncTimers:
     async def get(self, id: str) -> PendingTimer | None:
         return await self.run(self.ops.get(id))
 
-    async def list(self, limit: int = 100) -> list[PendingTimer]:
+    async def list(self, limit: int = 100) -> builtins.list[PendingTimer]:
         return await self.run(self.ops.list_pending(limit))
 
-    async def failed(self, limit: int = 100) -> list[Failure]:
+    async def failed(self, limit: int = 100) -> builtins.list[Failure]:
         return await self.run(self.ops.list_failed(limit))
 
     async def stats(self) -> Stats:

@@ -32,8 +32,8 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from timers.check import ENABLE_EVENTS, expired_events_on
 from timers.client import configured_url
 from timers.clock import Clock, SystemClock
-from timers.encoding import Entry, MalformedTimerKey, as_text, escape_id
-from timers.exceptions import TaskRefused
+from timers.encoding import Entry, as_text, escape_id
+from timers.exceptions import MalformedTimerKey, TaskRefused
 from timers.keys import DEFAULT_PREFIX, Keyspace
 from timers.loader import TaskLoader, configured_package
 from timers.runner import Runner
@@ -215,7 +215,7 @@ class Listener:
         except TRANSIENT as exc:
             log.warning("cannot reach Redis yet (%s); will keep trying", exc)
             return
-        flags = as_text(next(iter(reply.values()), b""))
+        flags = as_text(next(iter(reply.values()), None) or b"")
         if not expired_events_on(flags):
             log.warning(
                 "KEYSPACE EVENTS ARE OFF (notify-keyspace-events=%r): timers fire through "
@@ -260,11 +260,12 @@ class Listener:
         head = self.tracker.next_wake_ms()
         return head is None or head > self.tracker.redis_now_ms()
 
-    async def _wait_poke(self, timeout: float) -> None:
-        if self._poke.is_set() or timeout <= 0:
+    async def _wait_poke(self, seconds: float) -> None:
+        if self._poke.is_set() or seconds <= 0:
             return
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._poke.wait(), timeout)
+            async with asyncio.timeout(seconds):
+                await self._poke.wait()
 
     async def _claim(self, limit: int) -> int:
         ids = list(self._event_ids)[:limit]
@@ -354,12 +355,14 @@ class Listener:
                 await asyncio.sleep(backoff.next())
             finally:
                 with contextlib.suppress(Exception):
-                    await pubsub.aclose()
+                    await pubsub.aclose()  # type: ignore[no-untyped-call]
 
     def _on_message(self, message: Mapping[str, Any]) -> None:
         if message.get("type") != "message":
             return
         channel, data = message["channel"], message["data"]
+        if data is None:
+            return
         if isinstance(data, str):
             data = data.encode("utf-8", "surrogateescape")
         if channel == self._wake_channel:

@@ -19,7 +19,6 @@ from timers.due import DueSpec, due_spec
 from timers.encoding import (
     DEFAULT_MAX_ARGS_BYTES,
     Args,
-    MalformedTimerKey,
     Record,
     as_text,
     check_id,
@@ -28,7 +27,7 @@ from timers.encoding import (
     escape_id,
     unescape_id,
 )
-from timers.exceptions import InvalidTimer
+from timers.exceptions import InvalidTimer, MalformedTimerKey
 from timers.keys import Keyspace
 from timers.scripts import ScriptName
 

@@ -56,7 +56,7 @@ class Runner:
                     await result
         except asyncio.CancelledError:
             raise
-        except BaseException as exc:  # noqa: BLE001 - a task's failure is data, not ours
+        except BaseException as exc:  # a task's failure is data
             return Outcome(
                 "error",
                 type(exc).__qualname__,
