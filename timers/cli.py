@@ -167,7 +167,10 @@ def _ping(listener: Listener) -> None:
     try:
         asyncio.run(ping())
     except redis.exceptions.ConnectionError as exc:
-        raise UserError(f"cannot connect to Redis: {exc}") from None
+        raise UserError(
+            f"cannot connect to Redis: {exc} (set --url or ${URL_ENV}; `timers demo` runs "
+            f"on an embedded server)"
+        ) from None
     finally:
         # the client's connections belong to the loop that made them
         asyncio.run(listener.redis.connection_pool.disconnect())

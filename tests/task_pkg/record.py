@@ -1,0 +1,17 @@
+"""A task that only records that it ran, and with which args."""
+
+from __future__ import annotations
+
+import json
+
+from tests.task_pkg import RUNS, client
+
+
+def hit(tag: str, *extra: object) -> None:
+    """Append ``[tag, *extra]`` to ``test:runs``."""
+    client().rpush(RUNS, json.dumps([tag, *extra]))
+
+
+async def ahit(tag: str, *extra: object) -> None:
+    """The same as :func:`hit`, as an ``async def`` task (runs on the listener's loop)."""
+    client().rpush(RUNS, json.dumps([tag, *extra]))
