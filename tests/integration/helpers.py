@@ -1,0 +1,186 @@
+"""Helpers for the integration tests: listeners in threads, listener subprocesses, run logs."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from tests.conftest import ROOT, wait_until
+from tests.task_pkg import RUNS, STARTED, URL_ENV
+from timers import Fired, Listener, Timers
+from timers.keys import Keyspace
+
+TASKS = "tests.task_pkg"
+KEYS = Keyspace()
+
+
+class ListenerThread:
+    """A :class:`Listener` running on its own event loop in a thread, its runs observed.
+
+    ``fired`` collects every :class:`Fired` report, in the order the runs ended.
+    """
+
+    def __init__(self, url: str, name: str = "listener", **options: Any) -> None:
+        options.setdefault("tasks", TASKS)
+        options.setdefault("shutdown_timeout", 5.0)
+        self.url = url
+        self.options = options
+        self.fired: list[Fired] = []
+        self.listener: Listener | None = None
+        self.error: BaseException | None = None
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._main, name=name, daemon=True)
+
+    def _observe(self, fired: Fired) -> None:
+        with self._lock:
+            self.fired.append(fired)
+
+    def reports(self) -> list[Fired]:
+        with self._lock:
+            return list(self.fired)
+
+    def _main(self) -> None:
+        try:
+            asyncio.run(self._run())
+        except BaseException as exc:  # reported by stop()
+            self.error = exc
+        finally:
+            self._ready.set()
+
+    async def _run(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        self.listener = Listener(self.url, observer=self._observe, **self.options)
+        self._ready.set()
+        await self.listener.run(self._stop)
+
+    @property
+    def subscribed(self) -> bool:
+        return self.listener is not None and self.listener.subscribed.is_set()
+
+    def start(self, wait_subscribed: bool = True) -> ListenerThread:
+        self._thread.start()
+        self._ready.wait(10)
+        if wait_subscribed:
+            wait_until(lambda: self.subscribed or self.error, 10,
+                       message="the listener to subscribe")
+        if self.error is not None:
+            raise self.error
+        return self
+
+    def stop(self) -> None:
+        if self._thread.is_alive() and self._loop is not None and self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(20)
+        assert not self._thread.is_alive(), "listener thread did not stop within 20 s"
+        if self.error is not None:
+            raise self.error
+
+
+# -- what the test tasks recorded ------------------------------------------------------
+
+
+def runs(r: redis.Redis) -> list[list[Any]]:
+    """Every ``[tag, *extra]`` the test tasks recorded, in the order they ran."""
+    return [json.loads(item) for item in r.lrange(RUNS, 0, -1)]
+
+
+def run_counts(r: redis.Redis) -> Counter[str]:
+    """How many times each tag ran."""
+    return Counter(item[0] for item in runs(r))
+
+
+def started(r: redis.Redis) -> list[str]:
+    return list(r.lrange(STARTED, 0, -1))
+
+
+def settled(t: Timers) -> bool:
+    """Nothing pending and nothing running: no further run can happen."""
+    stats = t.stats()
+    return stats.pending == 0 and stats.running == 0
+
+
+def redis_now_ms(r: redis.Redis) -> int:
+    seconds, micros = r.time()
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
+def percentile(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(p / 100 * (len(ordered) - 1))))
+    return ordered[index]
+
+
+def lateness_line(label: str, reports: list[Fired]) -> str:
+    late = [f.lateness_ms for f in reports]
+    sources = Counter(f.source for f in reports)
+    return (f"\n{label}: {len(late)} runs, lateness p50 {percentile(late, 50):.1f} ms, "
+            f"p99 {percentile(late, 99):.1f} ms, max {max(late):.1f} ms; "
+            f"sources {dict(sources)}")
+
+
+# -- subprocesses ----------------------------------------------------------------------
+
+
+class Processes:
+    """Subprocesses started by a test; every one is killed when the test ends."""
+
+    def __init__(self, log_dir: Path, url: str) -> None:
+        self.log_dir = log_dir
+        self.url = url
+        self.started: list[tuple[subprocess.Popen[bytes], Path]] = []
+
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env[URL_ENV] = self.url
+        env.pop("TIMERS_REDIS_URL", None)
+        env["PYTHONUNBUFFERED"] = "1"
+        return env
+
+    def spawn(self, *args: str) -> subprocess.Popen[bytes]:
+        """Start ``python -m timers ARGS`` in the repo root; output goes to a log file."""
+        log_path = self.log_dir / f"proc-{len(self.started)}.log"
+        with log_path.open("wb") as log_file:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "timers", *args], cwd=ROOT, env=self.env(),
+                stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
+            )
+        self.started.append((proc, log_path))
+        return proc
+
+    def output(self, proc: subprocess.Popen[bytes]) -> str:
+        for candidate, path in self.started:
+            if candidate is proc:
+                return path.read_text(errors="replace")
+        raise KeyError(proc)
+
+    def cleanup(self) -> None:
+        for proc, _ in self.started:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGKILL)
+            proc.wait(10)
+
+
+def run_cli(*args: str, url: str | None = None, timeout: float = 30) -> (
+        subprocess.CompletedProcess[str]):
+    """Run ``timers ARGS`` to completion (the installed console script)."""
+    env = dict(os.environ)
+    env.pop("TIMERS_REDIS_URL", None)
+    if url is not None:
+        env[URL_ENV] = url
+    command = [str(Path(sys.executable).parent / "timers"), *args]
+    return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=timeout, check=False)
