@@ -1,0 +1,179 @@
+"""Cancel, reschedule and replace racing a timer's due time, with a listener running.
+
+Each test schedules timers due 2 ms apart and changes each one within a few milliseconds
+of its due time (read from Redis ``TIME``), while the listener fires them: some changes
+land before the claim and some after. Whichever wins, the outcome the change reports must
+agree with what the user then sees run.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+from datetime import UTC, datetime
+
+import pytest
+import redis
+
+from tests.conftest import wait_until
+from tests.integration.helpers import KEYS, redis_now_ms, run_counts, runs, settled
+from timers import Fired, Timers, TimerSpec
+from timers.encoding import escape_id
+
+pytestmark = pytest.mark.integration
+
+COUNT = 200
+OFFSETS_MS = (-4, -2, -1, 0, 1, 2, 4)
+"""When each change is sent, relative to its timer's due time."""
+
+
+@pytest.fixture(autouse=True)
+def _quick_thread_switches() -> Iterator[None]:
+    """Let the racing test thread get the GIL back quickly from the listener's thread.
+
+    At the default 5 ms switch interval a busy in-process listener delays every change the
+    test sends by milliseconds, and the changes fall behind the due times they should race.
+    """
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(0.0002)
+    yield
+    sys.setswitchinterval(interval)
+
+
+def _schedule_racing(t: Timers, prefix: str, extra: list[object] | None = None) -> list[str]:
+    """COUNT timers due 2 ms apart from 0.1 s on, soonest first; returns their ids."""
+    ids = [f"{prefix}{i}" for i in range(COUNT)]
+    t.schedule_many(
+        TimerSpec("record.hit", [tid, *(extra or [])], in_=0.1 + 0.002 * i, id=tid)
+        for i, tid in enumerate(ids)
+    )
+    return ids
+
+
+def _at_due(r: redis.Redis, due_ms: int, i: int) -> int:
+    """Return once Redis time reaches ``due_ms`` plus the i-th offset; the Redis time then."""
+    target = due_ms + OFFSETS_MS[i % len(OFFSETS_MS)]
+    while (now := redis_now_ms(r)) < target:
+        pass
+    return now
+
+
+def _due_ms(r: redis.Redis, ids: list[str]) -> dict[str, int]:
+    scores = r.zmscore(KEYS.due, [escape_id(tid) for tid in ids])
+    return {tid: int(score) for tid, score in zip(ids, scores, strict=True)}
+
+
+def _at(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, tz=UTC)
+
+
+def _by_id(reports: list[Fired]) -> dict[str, list[Fired]]:
+    out: dict[str, list[Fired]] = defaultdict(list)
+    for fired in reports:
+        out[fired.timer_id].append(fired)
+    return out
+
+
+def test_cancel_true_means_the_timer_never_runs(
+        timers_client: Timers, r: redis.Redis, start_listener) -> None:
+    start_listener()
+    ids = _schedule_racing(timers_client, "c")
+    due = _due_ms(r, ids)
+    cancelled = {}
+    for i, tid in enumerate(ids[::2]):
+        _at_due(r, due[tid], i)
+        cancelled[tid] = timers_client.cancel(tid)
+    kept = [tid for tid in ids if not cancelled.get(tid)]
+
+    wait_until(lambda: set(run_counts(r)) >= set(kept) and settled(timers_client), 10,
+               message="every timer not cancelled to fire")
+
+    counts = run_counts(r)
+    ran_after_cancel = [tid for tid, won in cancelled.items() if won and counts[tid]]
+    assert ran_after_cancel == [], "cancel() returned True but the timer ran"
+    assert {tid: counts[tid] for tid in kept} == {tid: 1 for tid in kept}
+    assert set(counts) == set(kept)
+    assert not any(timers_client.cancel(tid) for tid in ids), "nothing is pending any more"
+    wins = sum(cancelled.values())
+    print(f"\ncancel race: {wins} cancels won, {len(cancelled) - wins} came too late "
+          f"(their timers ran once)")
+
+
+def test_reschedule_racing_due_time_fires_once_at_the_time_that_won(
+        timers_client: Timers, r: redis.Redis, start_listener) -> None:
+    listener = start_listener()
+    ids = _schedule_racing(timers_client, "s")
+    old_due = _due_ms(r, ids)
+    new_due: dict[str, int] = {}
+    for i, tid in enumerate(ids):
+        now = _at_due(r, old_due[tid], i // 2)
+        # even: 0.4 s later than now; odd: due at once (earlier than planned)
+        target = now + 400 if i % 2 == 0 else now - 1
+        if timers_client.reschedule(tid, at=_at(target)):
+            new_due[tid] = target
+
+    wait_until(lambda: len(run_counts(r)) == COUNT and settled(timers_client), 10,
+               message="every rescheduled timer to fire")
+
+    assert run_counts(r) == Counter({tid: 1 for tid in ids})
+    fired = _by_id(listener.reports())
+    for tid in ids:
+        (report,) = fired[tid]
+        expected = new_due.get(tid, old_due[tid])
+        assert report.due_ms == expected, (tid, report, tid in new_due)
+    later = [tid for i, tid in enumerate(ids) if i % 2 == 0 and tid in new_due]
+    assert all(fired[tid][0].started_ms >= old_due[tid] + 200 for tid in later), \
+        "a timer moved later fired near its old due time"
+    print(f"\nreschedule race: {len(new_due)} of {COUNT} reschedules landed before the claim")
+
+
+def test_reschedule_moves_the_fire_time_both_ways(
+        timers_client: Timers, r: redis.Redis, start_listener) -> None:
+    listener = start_listener()
+    timers_client.schedule("record.hit", ["sooner"], in_=30, id="sooner")
+    timers_client.schedule("record.hit", ["later"], in_=0.3, id="later")
+    old_sooner = _due_ms(r, ["sooner"])["sooner"]
+    assert timers_client.reschedule("sooner", in_=0.3)
+    assert timers_client.reschedule("later", in_=1.2)
+    new_due = _due_ms(r, ["sooner", "later"])
+
+    wait_until(lambda: run_counts(r) == Counter({"sooner": 1, "later": 1})
+               and settled(timers_client), 10, message="both timers to fire")
+
+    fired = _by_id(listener.reports())
+    (sooner,), (later,) = fired["sooner"], fired["later"]
+    assert sooner.due_ms == new_due["sooner"] and later.due_ms == new_due["later"]
+    assert sooner.started_ms < old_sooner - 20_000, "moved 29.7 s earlier, fired at old time"
+    assert later.started_ms >= new_due["later"] - 5, "fired before its new due time"
+    assert runs(r) == [["sooner"], ["later"]]
+    assert not timers_client.reschedule("later", in_=1), "a fired timer is not pending"
+
+
+def test_replace_racing_due_time_never_runs_one_arg_set_twice(
+        timers_client: Timers, r: redis.Redis, start_listener) -> None:
+    """Scheduling again under a pending id replaces that timer: only the new args run. A
+    replace that arrives after the old timer was claimed schedules the id afresh (there is
+    nothing pending to replace), so then the old args run first and the new ones after."""
+    listener = start_listener()
+    ids = _schedule_racing(timers_client, "p", ["a"])
+    old_due = _due_ms(r, ids)
+    for i, tid in enumerate(ids):
+        _at_due(r, old_due[tid], i)
+        timers_client.schedule("record.hit", [tid, "b"], in_=0.8, id=tid)
+
+    wait_until(lambda: Counter(tag for tag, arg in runs(r) if arg == "b") ==
+               Counter({tid: 1 for tid in ids}) and settled(timers_client), 10,
+               message="every replacement to fire")
+
+    sequences: dict[str, list[str]] = defaultdict(list)
+    for tag, arg in runs(r):
+        sequences[tag].append(arg)
+    bad = {tid: seq for tid, seq in sequences.items() if seq not in (["b"], ["a", "b"])}
+    assert bad == {}, "a timer ran the same args twice, or its old args after its new ones"
+    for tid, reports in _by_id(listener.reports()).items():
+        if len(reports) == 2:
+            assert reports[0].due_ms == old_due[tid] < reports[1].due_ms
+    replaced = sum(seq == ["b"] for seq in sequences.values())
+    print(f"\nreplace race: {replaced} replaced while pending (ran b only), "
+          f"{COUNT - replaced} came after the claim (ran a, then b)")
