@@ -110,14 +110,18 @@ class Timers:
         in_: float | timedelta | None = None,
         at: datetime | None = None,
         id: str | None = None,
+        max_lateness: float | timedelta | None = None,
     ) -> str:
         """Run ``task`` (``"module.function"`` under the tasks package) later; returns the id.
 
         ``args``: a list (positional), a dict (keyword) or None, as JSON. Give exactly one
         of ``in_`` (seconds or timedelta, measured on the Redis clock) or ``at`` (aware
         datetime). With ``id``, a pending timer with that id is replaced atomically.
+        With ``max_lateness`` (seconds), a run that would start later than that after the
+        due time is recorded as missed instead of run.
         """
-        spec = TimerSpec(task, args if not isinstance(args, tuple) else list(args), in_, at, id)
+        spec = TimerSpec(task, args if not isinstance(args, tuple) else list(args), in_, at, id,
+                         max_lateness)
         return self.run(self.ops.schedule(spec))
 
     def schedule_many(
@@ -198,8 +202,10 @@ class AsyncTimers:
         in_: float | timedelta | None = None,
         at: datetime | None = None,
         id: str | None = None,
+        max_lateness: float | timedelta | None = None,
     ) -> str:
-        spec = TimerSpec(task, args if not isinstance(args, tuple) else list(args), in_, at, id)
+        spec = TimerSpec(task, args if not isinstance(args, tuple) else list(args), in_, at, id,
+                         max_lateness)
         return await self.run(self.ops.schedule(spec))
 
     async def schedule_many(

@@ -18,7 +18,10 @@ key                 type    holds
 ``P|seq``           string  counter that numbers run tokens.
 ``P|fail``          zset    failure id → time of the last failure in ms.
 ``P|failrec``       hash    failure id → JSON record (error, traceback, attempts …).
-``P|stats``         hash    counters: fired, failed, reruns, rejected, late_acks.
+``P|stats``         hash    counters: fired, failed, reruns, rejected, retried,
+                            handed_back, late_finishes.
+``P|listeners``     zset    listener id → heartbeat deadline ms: the live listeners.
+``P|listener``      hash    listener id → JSON (host, pid, started, running, fired).
 ==================  ======  ========================================================
 
 Channels: ``P|wake`` carries the due time of a newly scheduled timer that is earlier than
@@ -91,6 +94,14 @@ class Keyspace:
     @property
     def stats(self) -> str:
         return self.prefix + "|stats"
+
+    @property
+    def listeners(self) -> str:
+        return self.prefix + "|listeners"
+
+    @property
+    def listener_info(self) -> str:
+        return self.prefix + "|listener"
 
     @property
     def wake_channel(self) -> str:

@@ -12,15 +12,23 @@ Four loops share one asyncio event loop:
   every reconnect, which covers events lost while the listener was away.
 - **renew**: extends the leases of runs in progress, so a live listener keeps its timers
   and a dead one's timers run again once their lease lapses.
-- **finish**: writes the endings of runs in batches: counts, and failure records.
+- **finish**: writes the endings of runs in batches: counts, failure records, retries.
+
+Plus a heartbeat, so ``timers listeners`` shows who is alive. On ``stop()`` the listener
+stops claiming, gives running tasks ``shutdown_timeout`` seconds, and hands the unfinished
+runs back to the due index so another listener runs them at once, not after a lease.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
+import secrets
+import socket
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -32,10 +40,11 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from timers.check import ENABLE_EVENTS, expired_events_on
 from timers.client import configured_url
 from timers.clock import Clock, SystemClock
-from timers.encoding import Entry, as_text, escape_id
+from timers.encoding import Entry, Record, as_text, entry_text, escape_id
 from timers.exceptions import MalformedTimerKey, TaskRefused
 from timers.keys import DEFAULT_PREFIX, Keyspace
 from timers.loader import TaskLoader, configured_package
+from timers.policy import DEFAULT_POLICY, TaskPolicy, policy_of
 from timers.runner import Runner
 from timers.runs import Fired, Outcome, Run, failure_entry, rejected_entry
 from timers.scripts import register_all
@@ -48,6 +57,9 @@ DEFAULT_LEASE = 15.0
 DEFAULT_CONCURRENCY = 32
 DEFAULT_FAILURE_RETENTION = 7 * 86400.0
 MAX_CLAIM_BATCH = 500
+HEARTBEAT_INTERVAL = 10.0
+PUBSUB_POLL = 1.0
+"""Seconds between reads of the subscription; each read also runs redis-py's health check."""
 
 
 class _Backoff:
@@ -143,14 +155,18 @@ class Listener:
         self._event_ids: dict[str, None] = {}
         self._running: dict[str, Run] = {}
         self._held: set[str] = set()  # tokens whose lease we keep: running or unflushed
-        self._finished: list[tuple[str, str, str]] = []
+        self._finished: list[tuple[str, str, str, str]] = []
         self._tasks: set[asyncio.Task[None]] = set()
         self._poke = asyncio.Event()
         self._slot_freed = asyncio.Event()
         self._finish_ready = asyncio.Event()
         self._stopping = asyncio.Event()
+        self._aborting = False
+        self._abort_event = asyncio.Event()
         self.subscribed = asyncio.Event()
         self.fired_count = 0
+        self.id = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+        self.started_at = time.time()
 
     # -- running ----------------------------------------------------------------------
 
@@ -165,6 +181,7 @@ class Listener:
             asyncio.create_task(self._events_loop(), name="timers-events"),
             asyncio.create_task(self._renew_loop(), name="timers-renew"),
             asyncio.create_task(self._finish_loop(), name="timers-finish"),
+            asyncio.create_task(self._heartbeat_loop(), name="timers-heartbeat"),
         ]
         watcher = asyncio.create_task(self._watch(stop)) if stop is not None else None
         try:
@@ -177,32 +194,69 @@ class Listener:
             for loop_task in loops:
                 loop_task.cancel()
             await asyncio.gather(*loops, return_exceptions=True)
+            await self._flush_remaining()
+            with contextlib.suppress(*TRANSIENT, redis.RedisError):
+                await self._heartbeat(alive=False)
             self._runner.shutdown()
             if self._owns_client:
                 await self.redis.aclose()
 
     def stop(self) -> None:
-        """Ask the listener to stop claiming and shut down (safe from a signal handler)."""
+        """Stop claiming, let running tasks finish (up to ``shutdown_timeout``), hand the
+        rest back, and return from :meth:`run`. Only sets flags: safe in a signal handler."""
         self._stopping.set()
         self._poke.set()
         self._slot_freed.set()
+
+    def abort(self) -> None:
+        """Like :meth:`stop`, without waiting for running tasks: they are handed back."""
+        self._aborting = True
+        self._abort_event.set()
+        self.stop()
+
+    @property
+    def aborted(self) -> bool:
+        return self._aborting
 
     async def _watch(self, stop: asyncio.Event) -> None:
         await stop.wait()
         self.stop()
 
     async def _drain(self) -> None:
+        """Wait for running tasks, then hand back the runs that did not finish."""
         running = [t for t in self._tasks if not t.done()]
-        if running:
-            log.info("waiting up to %.0fs for %d running task(s)", self.shutdown_timeout,
+        if running and not self._aborting:
+            log.info("waiting up to %gs for %d running task(s)", self.shutdown_timeout,
                      len(running))
-            _, pending = await asyncio.wait(running, timeout=self.shutdown_timeout)
-            for task in pending:
-                task.cancel()
+            waiter = asyncio.create_task(self._until_aborted())
+            everything: asyncio.Future[Any] = asyncio.gather(*running, return_exceptions=True)
+            either: list[asyncio.Future[Any]] = [everything, waiter]
+            await asyncio.wait(either, timeout=self.shutdown_timeout,
+                               return_when=asyncio.FIRST_COMPLETED)
+            waiter.cancel()
+        unfinished = list(self._running)
+        for token in unfinished:
+            self._running.pop(token, None)
+            self._finished.append((token, "release", "", ""))
+        for task in self._tasks:
+            task.cancel()
+        if unfinished:
+            log.warning("handing back %d unfinished run(s) to run elsewhere", len(unfinished))
+
+    async def _until_aborted(self) -> None:
+        await self._abort_event.wait()
+
+    async def _flush_remaining(self) -> None:
+        """Write what is left to finish, trying for a few seconds if Redis is away."""
         deadline = self.clock.monotonic() + 5.0
         while self._finished and self.clock.monotonic() < deadline:
-            self._finish_ready.set()
-            await asyncio.sleep(0.01)
+            try:
+                await self._flush()
+            except TRANSIENT:
+                await asyncio.sleep(0.2)
+        if self._finished:
+            log.error("could not write %d run ending(s) before exit; their leases will lapse "
+                      "and they will run again", len(self._finished))
 
     async def _check_notifications(self) -> None:
         try:
@@ -301,27 +355,28 @@ class Listener:
         started = self.tracker.redis_now_ms()
         task: str | None = None
         args = None
+        policy = DEFAULT_POLICY
+        record: Record | None = None
         try:
             record = run.record()
             task, args = record.task, record.args
             fn = self.loader.resolve(task)
+            policy = policy_of(fn)
+            missed = _missed(record, policy, started - run.due_ms)
+            if missed is not None:
+                outcome = Outcome("missed", "Missed", missed)
+            else:
+                outcome = await self._runner.call(fn, args, policy.timeout)
         except MalformedTimerKey as exc:
             outcome = Outcome("malformed", "MalformedTimerKey", str(exc))
         except TaskRefused as exc:
             outcome = Outcome("refused", "TaskRefused", str(exc))
-        else:
-            outcome = await self._runner.call(fn, args)
+        except asyncio.CancelledError:
+            return  # shutting down: _drain hands this run back
         finally:
             self._running.pop(run.token, None)
             self._slot_freed.set()
-        if outcome.ok:
-            self._finished.append((run.token, "", ""))
-            log.debug("fired %s (%s) %.1f ms late", run.timer_id, task, started - run.due_ms)
-        else:
-            failure_id, data = failure_entry(run, outcome, task, args)
-            self._finished.append((run.token, failure_id, data))
-            log.warning("timer %s (%s) failed, attempt %d: %s: %s", run.timer_id, task,
-                        run.attempt, outcome.error_type, outcome.message[:300])
+        self._finished.append(self._ending(run, record, outcome, policy))
         self.fired_count += 1
         self._finish_ready.set()
         if self.observer is not None:
@@ -331,6 +386,32 @@ class Listener:
                 self.observer(fired)
             except Exception:
                 log.exception("observer failed")
+
+    def _ending(
+        self, run: Run, record: Record | None, outcome: Outcome, policy: TaskPolicy
+    ) -> tuple[str, str, str, str]:
+        """The finish item for a run: ok, a retry after a backoff, or a failure record."""
+        if outcome.ok:
+            return (run.token, "ok", "", "")
+        now_ms = round(time.time() * 1000)
+        first_failure = record.options.get("f") if record else None
+        delay = policy.retry_delay(run.attempt) if outcome.kind == "error" else None
+        if record is not None and delay is not None:
+            options = dict(record.options, a=str(run.attempt), f=first_failure or str(now_ms))
+            retry = Record(record.task, record.args, options).encode(max_args_bytes=1 << 62)
+            log.warning("timer %s (%s) failed, attempt %d; retrying in %.1fs: %s: %s",
+                        run.timer_id, record.task, run.attempt, delay, outcome.error_type,
+                        outcome.message[:300])
+            return (run.token, "retry", entry_text(run.escaped_id, retry),
+                    str(round(delay * 1000)))
+        failure_id, data = failure_entry(
+            run, outcome, record.task if record else None, record.args if record else None,
+            first_failure_ms=int(first_failure) if first_failure else None,
+        )
+        log.warning("timer %s (%s) failed for good, attempt %d: %s: %s", run.timer_id,
+                    record.task if record else "?", run.attempt, outcome.error_type,
+                    outcome.message[:300])
+        return (run.token, "fail", failure_id, data)
 
     # -- events -----------------------------------------------------------------------
 
@@ -345,14 +426,16 @@ class Listener:
                 backoff.reset()
                 self.subscribed.set()
                 self._poke.set()  # sweep: events may have been lost while unsubscribed
-                while True:
-                    message = await pubsub.get_message(timeout=None)
+                # redis-py's get_message can swallow a cancellation, so the loop also ends
+                # on the stop flag, within PUBSUB_POLL seconds
+                while not self._stopping.is_set():
+                    message = await pubsub.get_message(timeout=PUBSUB_POLL)
                     if message is not None:
                         self._on_message(message)
             except TRANSIENT as exc:
                 self.subscribed.clear()
                 state.failed(exc)
-                await asyncio.sleep(backoff.next())
+                await self._pause(backoff.next())
             finally:
                 with contextlib.suppress(Exception):
                     await pubsub.aclose()  # type: ignore[no-untyped-call]
@@ -386,7 +469,7 @@ class Listener:
         except (MalformedTimerKey, TaskRefused) as exc:
             log.warning("rejected expired key %r: %s", key[:120], exc)
             failure_id, data = rejected_entry(key, str(exc), escaped)
-            self._finished.append(("", failure_id, data))
+            self._finished.append(("", "reject", failure_id, data))
             self._finish_ready.set()
             return
         self._event_ids[escaped] = None
@@ -394,10 +477,19 @@ class Listener:
 
     # -- leases and endings -----------------------------------------------------------
 
+    async def _pause(self, seconds: float) -> None:
+        """Sleep, but return at once when the listener stops.
+
+        Every loop checks the stop flag too: redis-py may swallow a task cancellation.
+        """
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                await self._stopping.wait()
+
     async def _renew_loop(self) -> None:
         interval = self.lease / 3
-        while True:
-            await asyncio.sleep(interval)
+        while not self._stopping.is_set():
+            await self._pause(interval)
             tokens = list(self._held)
             if not tokens:
                 continue
@@ -417,27 +509,64 @@ class Listener:
     async def _finish_loop(self) -> None:
         backoff = _Backoff()
         state = _ConnectionState("connection to Redis (finishing runs)")
-        k = self.keys
-        while True:
+        while not self._stopping.is_set():
             if not self._finished:
                 self._finish_ready.clear()
                 await self._finish_ready.wait()
                 continue
-            batch = self._finished[:MAX_CLAIM_BATCH]
-            args: list[Any] = [round(self.failure_retention * 1000)]
-            for item in batch:
-                args.extend(item)
             try:
-                await self._scripts["finish"](
-                    keys=[k.running, k.running_records, k.stats, k.failures, k.failure_records],
-                    args=args,
-                )
+                await self._flush()
             except TRANSIENT as exc:
                 state.failed(exc)
-                await asyncio.sleep(backoff.next())
+                await self._pause(backoff.next())
                 continue
             state.ok()
             backoff.reset()
-            del self._finished[: len(batch)]
-            for token, _, _ in batch:
-                self._held.discard(token)
+
+    async def _flush(self) -> None:
+        """Write the first batch of run endings in one script call."""
+        k = self.keys
+        batch = self._finished[:MAX_CLAIM_BATCH]
+        args: list[Any] = [k.timer_key_start, k.wake_channel, round(self.failure_retention * 1000)]
+        for item in batch:
+            args.extend(item)
+        await self._scripts["finish"](
+            keys=[k.running, k.running_records, k.stats, k.failures, k.failure_records, k.due,
+                  k.records],
+            args=args,
+        )
+        del self._finished[: len(batch)]
+        for item in batch:
+            self._held.discard(item[0])
+
+    async def _heartbeat_loop(self) -> None:
+        while not self._stopping.is_set():
+            with contextlib.suppress(*TRANSIENT):
+                await self._heartbeat(alive=True)
+            await self._pause(HEARTBEAT_INTERVAL)
+
+    async def _heartbeat(self, alive: bool) -> None:
+        info = json.dumps({
+            "id": self.id, "host": socket.gethostname(), "pid": os.getpid(),
+            "started": round(self.started_at), "running": len(self._running),
+            "fired": self.fired_count, "concurrency": self.concurrency,
+            "tasks": self.loader.package,
+        }) if alive else ""
+        await self._scripts["heartbeat"](
+            keys=[self.keys.listeners, self.keys.listener_info],
+            args=[self.id, round(HEARTBEAT_INTERVAL * 3000), info],
+        )
+
+
+def _missed(record: Record, policy: TaskPolicy, lateness_ms: float) -> str | None:
+    """Why a run is too late to start, or None. The timer's own limit beats the task's."""
+    limit_ms: float | None = None
+    if "ml" in record.options:
+        with contextlib.suppress(ValueError):
+            limit_ms = float(record.options["ml"])
+    elif policy.max_lateness is not None:
+        limit_ms = policy.max_lateness * 1000
+    if limit_ms is None or lateness_ms <= limit_ms:
+        return None
+    return (f"started {lateness_ms / 1000:.3f} s after its due time, over its max lateness "
+            f"of {limit_ms / 1000:g} s: not run")

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
-from timers.due import DueSpec, due_spec
+from timers.due import DueSpec, due_spec, seconds
 from timers.encoding import (
     DEFAULT_MAX_ARGS_BYTES,
     Args,
@@ -27,7 +27,7 @@ from timers.encoding import (
     escape_id,
     unescape_id,
 )
-from timers.exceptions import InvalidTimer, MalformedTimerKey
+from timers.exceptions import InvalidDueTime, InvalidTimer, MalformedTimerKey
 from timers.keys import Keyspace
 from timers.scripts import ScriptName
 
@@ -59,6 +59,7 @@ class TimerSpec:
     in_: float | timedelta | None = None
     at: datetime | None = None
     id: str | None = None
+    max_lateness: float | timedelta | None = None
 
 
 @dataclass(frozen=True)
@@ -141,7 +142,13 @@ class Operations:
 
     def _prepare(self, spec: TimerSpec, options: Mapping[str, str] | None = None) -> _Prepared:
         task = check_task(spec.task)
-        record = Record(task, spec.args, dict(options or {})).encode(self.max_args_bytes)
+        opts = dict(options or {})
+        if spec.max_lateness is not None:
+            limit = seconds(spec.max_lateness, "max_lateness")
+            if limit < 0:
+                raise InvalidDueTime("max_lateness must be 0 or more seconds")
+            opts["ml"] = str(round(limit * 1000))
+        record = Record(task, spec.args, opts).encode(self.max_args_bytes)
         due = due_spec(spec.in_, spec.at)
         if spec.id is None:
             timer_id, replace = new_timer_id(), False

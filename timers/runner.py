@@ -36,7 +36,14 @@ class Runner:
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="timers-task")
         self._is_async: dict[Callable[..., Any], bool] = {}
 
-    async def call(self, fn: Callable[..., Any], args: Args) -> Outcome:
+    async def call(
+        self, fn: Callable[..., Any], args: Args, limit: float | None = None
+    ) -> Outcome:
+        """Call ``fn`` with ``args``; with ``limit`` (seconds), stop waiting after that long.
+
+        A coroutine is cancelled at its timeout. A thread cannot be stopped: the run is
+        reported as timed out and the function goes on in its thread until it returns.
+        """
         problem = _bind_error(fn, args)
         if problem is not None:
             return Outcome("bad_args", "TypeError", problem)
@@ -44,19 +51,23 @@ class Runner:
         is_async = self._is_async.get(fn)
         if is_async is None:
             is_async = self._is_async[fn] = inspect.iscoroutinefunction(fn)
+        deadline = asyncio.timeout(limit)
         try:
-            if is_async:
-                await fn(*positional, **keywords)
-            else:
-                loop = asyncio.get_running_loop()
-                result = await loop.run_in_executor(
-                    self._pool, functools.partial(fn, *positional, **keywords)
-                )
-                if inspect.isawaitable(result):
-                    await result
+            async with deadline:
+                if is_async:
+                    await fn(*positional, **keywords)
+                else:
+                    loop = asyncio.get_running_loop()
+                    result = await loop.run_in_executor(
+                        self._pool, functools.partial(fn, *positional, **keywords)
+                    )
+                    if inspect.isawaitable(result):
+                        await result
         except asyncio.CancelledError:
             raise
         except BaseException as exc:  # a task's failure is data
+            if deadline.expired():
+                return Outcome("error", "TimeoutError", f"task did not finish within {limit} s")
             return Outcome(
                 "error",
                 type(exc).__qualname__,

@@ -15,7 +15,7 @@ SOURCES = {"e": "event", "s": "sweep", "r": "recovered"}
 MAX_MESSAGE = 2000
 MAX_TRACEBACK = 8000
 
-OutcomeKind = Literal["ok", "error", "refused", "bad_args", "rejected", "malformed"]
+OutcomeKind = Literal["ok", "error", "refused", "bad_args", "rejected", "malformed", "missed"]
 
 
 @dataclass(frozen=True)
@@ -84,9 +84,16 @@ OK = Outcome("ok")
 
 
 def failure_entry(
-    run: Run, outcome: Outcome, task: str | None, args: Args, now: float | None = None
+    run: Run,
+    outcome: Outcome,
+    task: str | None,
+    args: Args,
+    now: float | None = None,
+    first_failure_ms: int | None = None,
 ) -> tuple[str, str]:
-    """The failure id (the escaped timer id) and JSON record for a failed run."""
+    """The failure id (the escaped timer id) and JSON record for a timer that failed for
+    good: what it was, the error, and the attempts with the first and last failure times."""
+    now_ms = round((time.time() if now is None else now) * 1000)
     data: dict[str, Any] = {
         "id": run.timer_id,
         "task": task,
@@ -98,7 +105,8 @@ def failure_entry(
         "traceback": outcome.traceback[-MAX_TRACEBACK:],
         "attempts": run.attempt,
         "due_ms": run.due_ms,
-        "failed_at": round((time.time() if now is None else now) * 1000),
+        "first_failure": first_failure_ms or now_ms,
+        "failed_at": now_ms,
     }
     return run.escaped_id, json.dumps(data, ensure_ascii=False, default=repr)
 

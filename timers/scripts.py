@@ -6,7 +6,9 @@ from functools import cache
 from importlib import resources
 from typing import Any, Literal
 
-ScriptName = Literal["schedule", "reschedule", "cancel", "claim", "renew", "finish"]
+ScriptName = Literal[
+    "schedule", "reschedule", "cancel", "claim", "renew", "finish", "heartbeat"
+]
 SCRIPT_NAMES: tuple[ScriptName, ...] = (
     "schedule",
     "reschedule",
@@ -14,6 +16,7 @@ SCRIPT_NAMES: tuple[ScriptName, ...] = (
     "claim",
     "renew",
     "finish",
+    "heartbeat",
 )
 
 

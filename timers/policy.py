@@ -1,0 +1,109 @@
+"""Per-task policy: retries with backoff, a run timeout, a maximum lateness.
+
+>>> @timers.task(retries=5, backoff=timers.Backoff(first=10, cap=3600))
+... def sms(user_id: int) -> None: ...
+
+>>> @timers.task(retries=3, backoff=[30, 300, 3600], max_lateness=3600)
+... def morning_digest(user_id: int) -> None: ...
+
+The decorator only attaches the policy to the function (the function is still found by its
+path in the tasks package); with ``name=`` it is also registered under that name, for
+listeners built with ``registry=timers.registered()``.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+F = TypeVar("F", bound=Callable[..., Any])
+POLICY_ATTRIBUTE = "__timers_policy__"
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """Exponential backoff with full jitter: attempt n waits up to ``first * factor**(n-1)``,
+    capped at ``cap`` seconds; with ``jitter`` a random share of that, never under half."""
+
+    first: float = 1.0
+    factor: float = 2.0
+    cap: float = 3600.0
+    jitter: bool = True
+
+    def delay(self, failures: int, rng: random.Random | None = None) -> float:
+        base = min(self.cap, self.first * self.factor ** max(failures - 1, 0))
+        if not self.jitter:
+            return base
+        return base * (0.5 + 0.5 * (rng or random).random())
+
+
+@dataclass(frozen=True)
+class TaskPolicy:
+    """How a task's timers are retried and bounded. The default: no retries, no limits."""
+
+    retries: int = 0
+    backoff: Backoff | tuple[float, ...] = field(default_factory=Backoff)
+    timeout: float | None = None
+    max_lateness: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.retries < 0:
+            raise ValueError("retries must be 0 or more")
+        if isinstance(self.backoff, tuple) and not self.backoff and self.retries:
+            raise ValueError("an explicit backoff list needs at least one delay")
+        if self.timeout is not None and self.timeout <= 0:
+            raise ValueError("timeout must be positive")
+        if self.max_lateness is not None and self.max_lateness < 0:
+            raise ValueError("max_lateness must be 0 or more")
+
+    def retry_delay(self, failures: int, rng: random.Random | None = None) -> float | None:
+        """Seconds until the next attempt after ``failures`` failed ones; None: give up."""
+        if failures > self.retries:
+            return None
+        if isinstance(self.backoff, tuple):
+            return self.backoff[min(failures, len(self.backoff)) - 1]
+        return self.backoff.delay(failures, rng)
+
+
+DEFAULT_POLICY = TaskPolicy()
+_registry: dict[str, Callable[..., Any]] = {}
+
+
+def task(
+    fn: F | None = None,
+    *,
+    retries: int = 0,
+    backoff: Backoff | Sequence[float] | None = None,
+    timeout: float | None = None,
+    max_lateness: float | None = None,
+    name: str | None = None,
+) -> Any:
+    """Give a task a retry/timeout/lateness policy; usable bare or with arguments."""
+    policy = TaskPolicy(
+        retries=retries,
+        backoff=Backoff() if backoff is None else (
+            backoff if isinstance(backoff, Backoff) else tuple(float(d) for d in backoff)
+        ),
+        timeout=timeout,
+        max_lateness=max_lateness,
+    )
+
+    def decorate(func: F) -> F:
+        setattr(func, POLICY_ATTRIBUTE, policy)
+        if name is not None:
+            _registry[name] = func
+        return func
+
+    return decorate(fn) if fn is not None else decorate
+
+
+def policy_of(fn: Callable[..., Any]) -> TaskPolicy:
+    policy = getattr(fn, POLICY_ATTRIBUTE, None)
+    return policy if isinstance(policy, TaskPolicy) else DEFAULT_POLICY
+
+
+def registered() -> dict[str, Callable[..., Any]]:
+    """Tasks registered by name with ``@timers.task(name=...)``."""
+    return dict(_registry)
