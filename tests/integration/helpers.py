@@ -21,6 +21,8 @@ from timers import Fired, Listener, Timers
 from timers.keys import Keyspace
 
 TASKS = "tests.task_pkg"
+TIMERS_COMMAND = str(Path(sys.executable).parent / "timers")
+RUN_LISTENER = Path(__file__).with_name("run_listener.py")
 KEYS = Keyspace()
 
 
@@ -135,6 +137,15 @@ def lateness_line(label: str, reports: list[Fired]) -> str:
 # -- subprocesses ----------------------------------------------------------------------
 
 
+def subprocess_env() -> dict[str, str]:
+    """The environment of a subprocess: no default Redis URL, and ``timers`` imported from
+    this checkout (the one the tests import) whatever the venv's install points at."""
+    env = dict(os.environ)
+    env.pop("TIMERS_REDIS_URL", None)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    return env
+
+
 class Processes:
     """Subprocesses started by a test; every one is killed when the test ends."""
 
@@ -144,22 +155,31 @@ class Processes:
         self.started: list[tuple[subprocess.Popen[bytes], Path]] = []
 
     def env(self) -> dict[str, str]:
-        env = dict(os.environ)
+        env = subprocess_env()
         env[URL_ENV] = self.url
-        env.pop("TIMERS_REDIS_URL", None)
         env["PYTHONUNBUFFERED"] = "1"
         return env
 
-    def spawn(self, *args: str) -> subprocess.Popen[bytes]:
-        """Start ``python -m timers ARGS`` in the repo root; output goes to a log file."""
+    def spawn(self, *command: str) -> subprocess.Popen[bytes]:
+        """Start ``command`` in the repo root; its output goes to a log file."""
         log_path = self.log_dir / f"proc-{len(self.started)}.log"
         with log_path.open("wb") as log_file:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "timers", *args], cwd=ROOT, env=self.env(),
+                list(command), cwd=ROOT, env=self.env(),
                 stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
             )
         self.started.append((proc, log_path))
         return proc
+
+    def timers(self, *args: str) -> subprocess.Popen[bytes]:
+        """``timers ARGS``: the installed command."""
+        return self.spawn(TIMERS_COMMAND, *args)
+
+    def listener(self, url: str, concurrency: int = 4, lease: float = 1.0) -> (
+            subprocess.Popen[bytes]):
+        """A listener of the test tasks, built by ``run_listener.py`` (not the CLI)."""
+        return self.spawn(sys.executable, str(RUN_LISTENER), url, TASKS, str(concurrency),
+                          str(lease))
 
     def output(self, proc: subprocess.Popen[bytes]) -> str:
         for candidate, path in self.started:
@@ -177,10 +197,9 @@ class Processes:
 def run_cli(*args: str, url: str | None = None, timeout: float = 30) -> (
         subprocess.CompletedProcess[str]):
     """Run ``timers ARGS`` to completion (the installed console script)."""
-    env = dict(os.environ)
-    env.pop("TIMERS_REDIS_URL", None)
+    env = subprocess_env()
     if url is not None:
         env[URL_ENV] = url
-    command = [str(Path(sys.executable).parent / "timers"), *args]
+    command = [TIMERS_COMMAND, *args]
     return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=timeout, check=False)
