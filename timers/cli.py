@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import signal
+import sys
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Annotated, Any, TypeVar
@@ -26,6 +27,7 @@ from timers.exceptions import TimersError
 from timers.keys import DEFAULT_PREFIX
 from timers.listener import DEFAULT_CONCURRENCY, DEFAULT_LEASE, Listener
 from timers.loader import TASKS_ENV
+from timers.supervisor import Supervisor
 
 app = typer.Typer(
     help="Delayed timers on Redis: schedule a task call for later; listeners fire it once.",
@@ -143,37 +145,34 @@ def listen(
         float, typer.Option("--shutdown-timeout", help="Seconds running tasks get to finish "
                                                        "on SIGTERM/SIGINT.")
     ] = 30.0,
+    processes: Annotated[
+        int, typer.Option("--processes", "-p", min=1, help="Listener processes, restarted "
+                                                          "by a supervisor if one dies.")
+    ] = 1,
     prefix: PrefixOption = DEFAULT_PREFIX,
     log_level: Annotated[str, typer.Option("--log-level")] = "info",
 ) -> None:
     """Run timers as they come due (subscribes to expired events and sweeps the due index)."""
     _configure_logging(log_level)
+    if processes > 1:
+        command = [sys.executable, "-m", "timers", "listen", "--concurrency", str(concurrency),
+                   "--lease", str(lease), "--shutdown-timeout", str(shutdown_timeout),
+                   "--prefix", prefix, "--log-level", log_level]
+        command += ["--url", url] if url else []
+        command += ["--tasks", tasks] if tasks else []
+        command += ["--burst"] if burst else []
+        raise typer.Exit(Supervisor(command, processes, shutdown_timeout=shutdown_timeout).run())
     try:
         listener = Listener(url, prefix=prefix, tasks=tasks, concurrency=concurrency,
                             lease=lease, shutdown_timeout=shutdown_timeout)
     except ValueError as exc:
         raise UserError(str(exc)) from None
-    _ping(listener)
-    logging.getLogger("timers").info(
-        "listening on %s (tasks package %r, concurrency %d)",
-        _safe_url(configured_url(url)), listener.loader.package, concurrency)
-    asyncio.run(_listen(listener, burst))
-
-
-def _ping(listener: Listener) -> None:
-    async def ping() -> None:
-        await listener.redis.ping()
-
-    try:
-        asyncio.run(ping())
-    except redis.exceptions.ConnectionError as exc:
-        raise UserError(
-            f"cannot connect to Redis: {exc} (set --url or ${URL_ENV}; `timers demo` runs "
-            f"on an embedded server)"
-        ) from None
-    finally:
-        # the client's connections belong to the loop that made them
-        asyncio.run(listener.redis.connection_pool.disconnect())
+    asyncio.run(_listen(listener, burst, _safe_url(configured_url(url))))
+    # Threads of tasks that outlived the shutdown timeout were handed back; don't wait
+    # for them at interpreter exit.
+    logging.shutdown()
+    sys.stdout.flush()
+    os._exit(1 if listener.aborted else 0)
 
 
 def _safe_url(url: str) -> str:
@@ -184,7 +183,18 @@ def _safe_url(url: str) -> str:
     return url
 
 
-async def _listen(listener: Listener, burst: bool) -> None:
+async def _listen(listener: Listener, burst: bool, where: str) -> None:
+    try:
+        await listener.redis.ping()
+    except redis.exceptions.ConnectionError as exc:
+        await listener.redis.aclose()
+        raise UserError(
+            f"cannot connect to Redis at {where}: {exc} (set --url or ${URL_ENV}; "
+            f"`timers demo` runs on an embedded server)"
+        ) from None
+    logging.getLogger("timers").info(
+        "listening on %s (tasks package %r, concurrency %d)",
+        where, listener.loader.package, listener.concurrency)
     loop = asyncio.get_running_loop()
     signals_seen = 0
 
@@ -196,7 +206,7 @@ async def _listen(listener: Listener, burst: bool) -> None:
                                              "again to exit at once)")
             listener.stop()
         else:
-            os._exit(1)
+            listener.abort()
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_signal)
@@ -301,17 +311,29 @@ def list_(
         typer.echo(f"… {total - len(pending)} more (--limit)")
 
 
+LimitOption = Annotated[int, typer.Option("--limit", "-n", min=1, help="How many.")]
+
+
 @failed_app.callback(invoke_without_command=True)
-@friendly
 def failed(
     ctx: typer.Context,
-    limit: Annotated[int, typer.Option("--limit", "-n", min=1, help="How many.")] = 20,
+    limit: LimitOption = 20,
     url: UrlOption = None,
     prefix: PrefixOption = DEFAULT_PREFIX,
 ) -> None:
-    """List timers that failed or were refused, most recent first."""
-    if ctx.invoked_subcommand is not None:
-        return
+    """Timers that failed for good or were refused (alone: the same as `failed list`)."""
+    if ctx.invoked_subcommand is None:
+        failed_list(limit=limit, url=url, prefix=prefix)
+
+
+@failed_app.command("list")
+@friendly
+def failed_list(
+    limit: LimitOption = 20,
+    url: UrlOption = None,
+    prefix: PrefixOption = DEFAULT_PREFIX,
+) -> None:
+    """List failed and refused timers, most recent first."""
     with _timers(url, prefix) as t:
         failures = t.failed(limit)
     if not failures:
@@ -322,8 +344,102 @@ def failed(
         d = f.data
         error = f"{d.get('error_type', '')}: {d.get('message', '')}".replace("\n", " ")
         task = d.get("task") or d.get("key") or ""
-        typer.echo(f"{_when(f.at):<24} {d.get('kind', ''):<9} {d.get('id') or '-'!s:<20} "
+        shown_id = d.get("id") or f.failure_id
+        typer.echo(f"{_when(f.at):<24} {d.get('kind', ''):<9} {shown_id!s:<20} "
                    f"{str(task)[:24]:<24} {error[:100]}")
+
+
+@failed_app.command("show")
+@friendly
+def failed_show(
+    id: Annotated[str, typer.Argument(help="Timer id (or the :… id of a rejected key).")],
+    url: UrlOption = None,
+    prefix: PrefixOption = DEFAULT_PREFIX,
+) -> None:
+    """Show one failure in full, with its traceback."""
+    with _timers(url, prefix) as t:
+        failure = t.get_failure(id)
+    if failure is None:
+        raise UserError(f"no failure recorded for {id}")
+    d = failure.data
+    for name in ("id", "task", "args", "kind", "error_type", "message", "attempts", "key"):
+        if d.get(name) not in (None, ""):
+            value = d[name] if isinstance(d[name], str) else json.dumps(d[name])
+            typer.echo(f"{name + ':':<14}{value}")
+    for name in ("first_failure", "failed_at", "due_ms"):
+        if isinstance(d.get(name), int):
+            typer.echo(f"{name + ':':<14}{_when(datetime.fromtimestamp(d[name] / 1000, UTC))}")
+    if d.get("traceback"):
+        typer.echo("traceback:")
+        typer.echo(d["traceback"].rstrip())
+
+
+@failed_app.command("retry")
+@friendly
+def failed_retry(
+    id: Annotated[str | None, typer.Argument(help="Timer id to run again.")] = None,
+    all_: Annotated[bool, typer.Option("--all", help="Retry every failed timer.")] = False,
+    url: UrlOption = None,
+    prefix: PrefixOption = DEFAULT_PREFIX,
+) -> None:
+    """Schedule failed timers again, due now, with their attempts reset."""
+    if (id is None) == (not all_):
+        raise UserError("give a timer id or --all")
+    with _timers(url, prefix) as t:
+        if id is not None:
+            failure = t.get_failure(id)
+            if failure is None:
+                raise UserError(f"no failure recorded for {id}")
+            typer.echo(f"retrying {t.retry_failure(failure)}")
+            return
+        retried = skipped = 0
+        seen: set[str] = set()
+        while True:
+            batch = [f for f in t.failed(500) if f.failure_id not in seen]
+            if not batch:
+                break
+            for failure in batch:
+                seen.add(failure.failure_id)
+                if failure.timer_id is None or not failure.data.get("task"):
+                    skipped += 1
+                    continue
+                t.retry_failure(failure)
+                retried += 1
+    typer.echo(f"retrying {retried} timer(s)" + (f"; {skipped} rejected key(s) left as they "
+                                                 f"are" if skipped else ""))
+
+
+@failed_app.command("purge")
+@friendly
+def failed_purge(
+    older_than: Annotated[
+        str | None, typer.Option("--older-than", help="Only records older than this, e.g. 7d.")
+    ] = None,
+    url: UrlOption = None,
+    prefix: PrefixOption = DEFAULT_PREFIX,
+) -> None:
+    """Delete failure records (all of them, or those older than --older-than)."""
+    age = parse_duration(older_than) if older_than is not None else None
+    with _timers(url, prefix) as t:
+        typer.echo(f"purged {t.purge_failures(age)} failure record(s)")
+
+
+@app.command()
+@friendly
+def listeners(url: UrlOption = None, prefix: PrefixOption = DEFAULT_PREFIX) -> None:
+    """List live listeners (from their heartbeats)."""
+    with _timers(url, prefix) as t:
+        live = t.listeners()
+    if not live:
+        typer.echo("no live listeners")
+        return
+    now = datetime.now(UTC).timestamp()
+    typer.echo(f"{'ID':<36} {'HOST':<20} {'PID':>7} {'UP':>8} {'RUNNING':>7} {'FIRED':>9}")
+    for info in sorted(live, key=lambda i: str(i.get("id"))):
+        up = format_duration(now - float(info.get("started", now)))
+        typer.echo(f"{info.get('id')!s:<36} {info.get('host')!s:<20} "
+                   f"{info.get('pid', ''):>7} {up:>8} {info.get('running', 0):>7} "
+                   f"{info.get('fired', 0):>9}")
 
 
 @app.command()

@@ -155,6 +155,23 @@ class Timers:
     def stats(self) -> Stats:
         return self.run(self.ops.stats())
 
+    def get_failure(self, id: str) -> Failure | None:
+        """The failure record of a timer that failed for good (or a ``:…`` rejected key)."""
+        return self.run(self.ops.get_failure(id))
+
+    def retry_failure(self, failure: Failure) -> str:
+        """Schedule a failed timer again, due now; returns its id."""
+        return self.run(self.ops.retry_failure(failure))
+
+    def purge_failures(self, older_than: float | None = None) -> int:
+        """Delete failure records older than ``older_than`` seconds (all if None)."""
+        ms = None if older_than is None else round(older_than * 1000)
+        return self.run(self.ops.purge_failures(ms))
+
+    def listeners(self) -> builtins.list[dict[str, Any]]:
+        """The live listeners, from their heartbeats."""
+        return self.run(self.ops.listeners())
+
     def close(self) -> None:
         if self._owns_client:
             self.redis.close()
@@ -232,6 +249,19 @@ class AsyncTimers:
 
     async def stats(self) -> Stats:
         return await self.run(self.ops.stats())
+
+    async def get_failure(self, id: str) -> Failure | None:
+        return await self.run(self.ops.get_failure(id))
+
+    async def retry_failure(self, failure: Failure) -> str:
+        return await self.run(self.ops.retry_failure(failure))
+
+    async def purge_failures(self, older_than: float | None = None) -> int:
+        ms = None if older_than is None else round(older_than * 1000)
+        return await self.run(self.ops.purge_failures(ms))
+
+    async def listeners(self) -> builtins.list[dict[str, Any]]:
+        return await self.run(self.ops.listeners())
 
     async def aclose(self) -> None:
         if self._owns_client:

@@ -95,6 +95,7 @@ class Failure:
     failure_id: str
     at: datetime
     data: dict[str, Any]
+    raw: str = ""
 
     @property
     def timer_id(self) -> str | None:
@@ -293,7 +294,83 @@ class Operations:
                 data = json.loads(as_text(raw))
             except ValueError:
                 data = {"error": "unreadable failure record"}
-            out.append(Failure(as_text(failure_id), _ms_to_datetime(float(score)), data))
+            out.append(Failure(as_text(failure_id), _ms_to_datetime(float(score)), data,
+                               as_text(raw)))
+        return out
+
+    def get_failure(self, timer_id: str) -> Operation[Failure | None]:
+        """The failure record of a timer id (or of a rejected key's ``:…`` id)."""
+        failure_id = timer_id if timer_id.startswith(":") else escape_id(check_id(timer_id))
+        raw, score = yield [
+            Call(command=("HGET", self.keys.failure_records, failure_id)),
+            Call(command=("ZSCORE", self.keys.failures, failure_id)),
+        ]
+        if raw is None:
+            return None
+        try:
+            data = json.loads(as_text(raw))
+        except ValueError:
+            data = {"error": "unreadable failure record"}
+        at = _ms_to_datetime(float(score)) if score is not None else _ms_to_datetime(0)
+        return Failure(failure_id, at, data, as_text(raw))
+
+    def retry_failure(self, failure: Failure) -> Operation[str]:
+        """Schedule a failed timer again, due now, attempts reset; then forget the failure.
+
+        Scheduling comes first, so a crash between the two steps leaves a duplicate
+        record, never a lost timer; the record is kept if the timer failed anew meanwhile.
+        """
+        task, timer_id = failure.data.get("task"), failure.data.get("id")
+        if not isinstance(task, str) or not isinstance(timer_id, str):
+            raise InvalidTimer(
+                f"{failure.failure_id} was a rejected event key, not a timer: nothing to retry"
+            )
+        args = failure.data.get("args")
+        yield from self.schedule(TimerSpec(task, args, in_=0, id=timer_id))
+        yield [self._forget(failure.failure_id, failure.raw)]
+        return timer_id
+
+    def _forget(self, failure_id: str, raw: str) -> Call:
+        return Call(script="forget", keys=(self.keys.failures, self.keys.failure_records),
+                    args=(failure_id, raw))
+
+    def purge_failures(self, older_than_ms: int | None = None) -> Operation[int]:
+        """Delete failure records (older than ``older_than_ms`` if given); returns how many."""
+        removed = 0
+        while True:
+            (now,) = yield [Call(command=("TIME",))]
+            cutoff = "+inf" if older_than_ms is None else (
+                int(now[0]) * 1000 + int(now[1]) // 1000 - older_than_ms
+            )
+            (ids,) = yield [Call(command=("ZRANGEBYSCORE", self.keys.failures, "-inf", cutoff,
+                                          "LIMIT", 0, 1000))]
+            if not ids:
+                return removed
+            yield [
+                Call(command=("ZREM", self.keys.failures, *ids)),
+                Call(command=("HDEL", self.keys.failure_records, *ids)),
+            ]
+            removed += len(ids)
+
+    def listeners(self) -> Operation[list[dict[str, Any]]]:
+        """The live listeners, from their heartbeats."""
+        now, entries, infos = yield [
+            Call(command=("TIME",)),
+            Call(command=("ZRANGE", self.keys.listeners, 0, -1, "WITHSCORES")),
+            Call(command=("HGETALL", self.keys.listener_info)),
+        ]
+        now_ms = int(now[0]) * 1000 + int(now[1]) // 1000
+        info_items = infos.items() if isinstance(infos, dict) else _pairs(infos)
+        info = {as_text(k): as_text(v) for k, v in info_items}
+        out = []
+        for listener_id, deadline in _pairs(entries):
+            name = as_text(listener_id)
+            if float(deadline) <= now_ms or name not in info:
+                continue
+            try:
+                out.append(json.loads(info[name]))
+            except ValueError:
+                continue
         return out
 
 

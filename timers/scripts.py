@@ -7,7 +7,7 @@ from importlib import resources
 from typing import Any, Literal
 
 ScriptName = Literal[
-    "schedule", "reschedule", "cancel", "claim", "renew", "finish", "heartbeat"
+    "schedule", "reschedule", "cancel", "claim", "renew", "finish", "heartbeat", "forget"
 ]
 SCRIPT_NAMES: tuple[ScriptName, ...] = (
     "schedule",
@@ -17,6 +17,7 @@ SCRIPT_NAMES: tuple[ScriptName, ...] = (
     "renew",
     "finish",
     "heartbeat",
+    "forget",
 )
 
 

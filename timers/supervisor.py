@@ -1,0 +1,124 @@
+"""``timers listen --processes N``: N listener processes, restarted when one dies.
+
+Signal handlers only set flags; the loop does the work. SIGTERM or SIGINT is passed to
+every child (each then stops gracefully and hands back unfinished timers) and the
+supervisor waits for them; a second signal is passed on too, and the children exit at
+once. A child that keeps dying exhausts the restart budget: the supervisor logs the last
+exit reasons, stops the others and exits 1.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import subprocess
+import time
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from types import FrameType
+
+from timers.clock import Clock, SystemClock
+
+log = logging.getLogger("timers.supervisor")
+POLL = 0.2
+
+
+@dataclass
+class RestartBudget:
+    """At most ``max_restarts`` restarts in any ``window`` seconds."""
+
+    max_restarts: int = 10
+    window: float = 60.0
+    _times: deque[float] = field(default_factory=deque)
+
+    def allow(self, now: float) -> bool:
+        while self._times and now - self._times[0] > self.window:
+            self._times.popleft()
+        if len(self._times) >= self.max_restarts:
+            return False
+        self._times.append(now)
+        return True
+
+
+def exit_reason(returncode: int) -> str:
+    if returncode < 0:
+        try:
+            return f"killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"killed by signal {-returncode}"
+    return f"exited with code {returncode}"
+
+
+class Supervisor:
+    def __init__(
+        self,
+        command: Sequence[str],
+        processes: int,
+        *,
+        shutdown_timeout: float = 30.0,
+        budget: RestartBudget | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        self.command = list(command)
+        self.processes = processes
+        self.shutdown_timeout = shutdown_timeout
+        self.budget = budget or RestartBudget()
+        self.clock = clock or SystemClock()
+        self.children: dict[int, subprocess.Popen[bytes]] = {}
+        self.signals_received = 0
+        self.last_exits: deque[str] = deque(maxlen=10)
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self.signals_received += 1
+
+    def _spawn(self, slot: int) -> None:
+        child = subprocess.Popen(self.command)
+        self.children[slot] = child
+        log.info("listener %d started (pid %d)", slot, child.pid)
+
+    def run(self) -> int:
+        """Supervise until a signal (exit 0) or the restart budget runs out (exit 1)."""
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self._on_signal)
+        for slot in range(self.processes):
+            self._spawn(slot)
+        while not self.signals_received:
+            for slot, child in list(self.children.items()):
+                code = child.poll()
+                if code is None:
+                    continue
+                reason = f"pid {child.pid} {exit_reason(code)}"
+                self.last_exits.append(reason)
+                if not self.budget.allow(self.clock.monotonic()):
+                    log.critical(
+                        "giving up: more than %d restarts in %gs; last exits: %s",
+                        self.budget.max_restarts, self.budget.window,
+                        "; ".join(self.last_exits))
+                    del self.children[slot]
+                    self._shutdown()
+                    return 1
+                log.warning("listener %d %s; restarting", slot, reason)
+                self._spawn(slot)
+            time.sleep(POLL)
+        self._shutdown()
+        return 0
+
+    def _shutdown(self) -> None:
+        """Pass the signal on, wait for graceful exits, kill what is left after that."""
+        forwarded = 0
+        deadline = self.clock.monotonic() + self.shutdown_timeout + 10
+        while self.clock.monotonic() < deadline:
+            while forwarded < max(self.signals_received, 1):
+                forwarded += 1
+                for child in self.children.values():
+                    if child.poll() is None:
+                        child.send_signal(signal.SIGTERM)
+            if all(child.poll() is not None for child in self.children.values()):
+                break
+            time.sleep(POLL)
+        for child in self.children.values():
+            if child.poll() is None:
+                log.error("listener pid %d did not stop; killing it", child.pid)
+                child.kill()
+                child.wait()
