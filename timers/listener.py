@@ -40,6 +40,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from timers.check import ENABLE_EVENTS, expired_events_on
 from timers.client import configured_url
 from timers.clock import Clock, SystemClock
+from timers.cron import RECURRENCE_OPTION, RecurrenceHook
 from timers.encoding import Entry, Record, as_text, entry_text, escape_id
 from timers.exceptions import MalformedTimerKey, TaskRefused
 from timers.keys import DEFAULT_PREFIX, Keyspace
@@ -148,6 +149,7 @@ class Listener:
         self.tracker = DueTracker(self.clock, max_sleep=max_sleep)
         self.observer = observer
         self._scripts = register_all(self.redis)
+        self._recurrences = RecurrenceHook(self.redis, self.keys)
         self._runner = Runner(concurrency)
         self._timer_key_start = self.keys.timer_key_start.encode()
         self._expired_channel = self.keys.expired_channel(self.db).encode()
@@ -362,11 +364,18 @@ class Listener:
             task, args = record.task, record.args
             fn = self.loader.resolve(task)
             policy = policy_of(fn)
+            recurring = RECURRENCE_OPTION in record.options
+            skip = (await self._recurrences.before_run(run, record, started)
+                    if recurring else None)
             missed = _missed(record, policy, started - run.due_ms)
-            if missed is not None:
+            if skip is not None:
+                outcome = skip
+            elif missed is not None:
                 outcome = Outcome("missed", "Missed", missed)
             else:
                 outcome = await self._runner.call(fn, args, policy.timeout)
+            if recurring:
+                await self._recurrences.after_run(run, record, outcome)
         except MalformedTimerKey as exc:
             outcome = Outcome("malformed", "MalformedTimerKey", str(exc))
         except TaskRefused as exc:
