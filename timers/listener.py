@@ -382,6 +382,15 @@ class Listener:
             outcome = Outcome("refused", "TaskRefused", str(exc))
         except asyncio.CancelledError:
             return  # shutting down: _drain hands this run back
+        except TRANSIENT as exc:
+            # Redis went away around the run (a recurrence step): hand it back to run again
+            log.warning("timer %s handed back: %s", run.timer_id, exc)
+            self._finished.append((run.token, "release", "", ""))
+            self._finish_ready.set()
+            return
+        except Exception as exc:
+            log.exception("internal error around timer %s", run.timer_id)
+            outcome = Outcome("error", type(exc).__qualname__, f"internal error: {exc}")
         finally:
             self._running.pop(run.token, None)
             self._slot_freed.set()
@@ -402,6 +411,9 @@ class Listener:
         """The finish item for a run: ok, a retry after a backoff, or a failure record."""
         if outcome.ok:
             return (run.token, "ok", "", "")
+        if outcome.kind == "skipped":
+            log.info("timer %s skipped: %s", run.timer_id, outcome.message)
+            return (run.token, "skip", "", "")
         now_ms = round(time.time() * 1000)
         first_failure = record.options.get("f") if record else None
         delay = policy.retry_delay(run.attempt) if outcome.kind == "error" else None

@@ -15,7 +15,9 @@ SOURCES = {"e": "event", "s": "sweep", "r": "recovered"}
 MAX_MESSAGE = 2000
 MAX_TRACEBACK = 8000
 
-OutcomeKind = Literal["ok", "error", "refused", "bad_args", "rejected", "malformed", "missed"]
+OutcomeKind = Literal[
+    "ok", "error", "refused", "bad_args", "rejected", "malformed", "missed", "skipped"
+]
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@
 -- ARGV[3]  failure retention ms: older failure records are trimmed, a few per call
 -- ARGV[4..] four values per ending: token, kind, a, b:
 --   token "ok"      "" ""             the run succeeded
+--   token "skip"    "" ""             the run was skipped on purpose (counted only)
 --   token "fail"    failure-id JSON   the run failed for good: record it
 --   ""    "reject"  failure-id JSON   an event named no runnable timer: record it only
 --                                     where no record has that id (a run's record wins)
@@ -29,7 +30,7 @@
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local counts = {fired = 0, failed = 0, rejected = 0, retried = 0, handed_back = 0,
-                late_finishes = 0}
+                skipped = 0, late_finishes = 0}
 local earliest
 
 local function pend(id, record, due)
@@ -60,6 +61,8 @@ for i = 4, #ARGV, 4 do
       counts.late_finishes = counts.late_finishes + 1
     elseif kind == 'ok' then
       counts.fired = counts.fired + 1
+    elseif kind == 'skip' then
+      counts.skipped = counts.skipped + 1
     elseif kind == 'fail' then
       redis.call('ZADD', KEYS[4], now, a)
       redis.call('HSET', KEYS[5], a, b)
