@@ -46,10 +46,11 @@ from timers.exceptions import MalformedTimerKey, TaskRefused
 from timers.keys import DEFAULT_PREFIX, Keyspace
 from timers.loader import TaskLoader, configured_package
 from timers.policy import DEFAULT_POLICY, TaskPolicy, policy_of
+from timers.precise import PreciseSleeper
 from timers.runner import Runner
 from timers.runs import Fired, Outcome, Run, failure_entry, rejected_entry
 from timers.scripts import register_all
-from timers.sweeper import DueTracker
+from timers.sweeper import CLAIM_LEAD_MS, DueTracker
 
 log = logging.getLogger("timers.listener")
 
@@ -151,6 +152,7 @@ class Listener:
         self._scripts = register_all(self.redis)
         self._recurrences = RecurrenceHook(self.redis, self.keys)
         self._runner = Runner(concurrency)
+        self._precise = PreciseSleeper()
         self._timer_key_start = self.keys.timer_key_start.encode()
         self._expired_channel = self.keys.expired_channel(self.db).encode()
         self._wake_channel = self.keys.wake_channel.encode()
@@ -200,6 +202,7 @@ class Listener:
             with contextlib.suppress(*TRANSIENT, redis.RedisError):
                 await self._heartbeat(alive=False)
             self._runner.shutdown()
+            self._precise.close()
             if self._owns_client:
                 await self.redis.aclose()
 
@@ -331,7 +334,8 @@ class Listener:
         sent = self.clock.monotonic()
         reply = await self._scripts["claim"](
             keys=[k.due, k.records, k.running, k.running_records, k.sequence, k.stats],
-            args=[k.timer_key_start, limit, round(self.lease * 1000), *ids],
+            args=[k.timer_key_start, limit, round(self.lease * 1000), round(2 * CLAIM_LEAD_MS),
+                  *ids],
         )
         received = self.clock.monotonic()
         now_us, next_due, next_lease = (int(x) for x in reply[:3])
@@ -354,6 +358,9 @@ class Listener:
         task.add_done_callback(self._tasks.discard)
 
     async def _execute(self, run: Run) -> None:
+        if run.due_ms > self.tracker.redis_now_ms():
+            # claimed a few ms ahead: start exactly at the due time
+            await self._precise.sleep_until(self.tracker.monotonic_at(run.due_ms))
         started = self.tracker.redis_now_ms()
         task: str | None = None
         args = None

@@ -15,7 +15,9 @@ from dataclasses import dataclass
 
 from timers.clock import Clock
 
-WAKE_MARGIN_MS = 0.3
+CLAIM_LEAD_MS = 4.0
+"""How long before a due time the listener claims it: more than a claim's round trip plus
+asyncio's millisecond wake jitter, so the run is in hand when its due time comes."""
 OFFSET_MAX_AGE = 10.0
 """Seconds after which a clock-offset sample is replaced even by a slower round trip."""
 
@@ -64,6 +66,11 @@ class DueTracker:
     def knows_clock(self) -> bool:
         return self._offset is not None
 
+    def monotonic_at(self, redis_ms: float) -> float:
+        """The local monotonic time (seconds) at which the Redis clock reads ``redis_ms``."""
+        offset = self._offset.offset_ms if self._offset else 0.0
+        return (redis_ms - offset) / 1000
+
     def redis_now_ms(self) -> float:
         """The Redis clock now, as estimated; the local monotonic clock before any sample."""
         offset = self._offset.offset_ms if self._offset else 0.0
@@ -77,12 +84,11 @@ class DueTracker:
     def seconds_until_next(self) -> float:
         """How long to sleep: 0 when something is due, at most ``max_sleep``.
 
-        Timers are claimable once Redis time reaches their due millisecond; the wake is set
-        a fraction of a millisecond after that (:data:`WAKE_MARGIN_MS`) to absorb the error
-        of the clock estimate. Waking early only costs a claim that finds nothing.
+        The wake comes :data:`CLAIM_LEAD_MS` before the next due time: the claim takes
+        timers due within that horizon and the listener starts each at its due time.
         """
         wake = self.next_wake_ms()
         if wake is None or not self.knows_clock:
             return 0.0 if not self.knows_clock else self.max_sleep
-        delay = (wake + WAKE_MARGIN_MS - self.redis_now_ms()) / 1000
+        delay = (wake - CLAIM_LEAD_MS - self.redis_now_ms()) / 1000
         return min(max(delay, 0.0), self.max_sleep)

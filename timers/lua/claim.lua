@@ -9,7 +9,9 @@
 -- ARGV[1]  timer key start "<prefix>:"
 -- ARGV[2]  limit: the most timers to claim
 -- ARGV[3]  lease ms
--- ARGV[4..] escaped ids named by expired events: claimed first, when still due
+-- ARGV[4]  horizon ms: also claim timers due within this long from now (the listener
+--          holds them and starts each exactly at its due time)
+-- ARGV[5..] escaped ids named by expired events: claimed first, when due
 --
 -- Claims, in this order and up to the limit: the named ids that are due; runs whose lease
 -- lapsed (their listener died: they run again with reruns + 1 under a new token, so the
@@ -23,6 +25,7 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local limit = tonumber(ARGV[2])
 local lease_until = string.format('%.0f', now + tonumber(ARGV[3]))
+local horizon = now + tonumber(ARGV[4])
 local out = {tonumber(t[1]) * 1000000 + tonumber(t[2]), -1, -1}
 local claimed = 0
 
@@ -46,10 +49,10 @@ local function take(id, due_text, source)
   end
 end
 
-for i = 4, #ARGV do
+for i = 5, #ARGV do
   if claimed >= limit then break end
   local score = redis.call('ZSCORE', KEYS[1], ARGV[i])
-  if score and tonumber(score) <= now then
+  if score and tonumber(score) <= horizon then
     take(ARGV[i], string.format('%.0f', tonumber(score)), 'e')
   end
 end
@@ -69,7 +72,8 @@ if claimed < limit then
 end
 
 if claimed < limit then
-  local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, limit - claimed)
+  local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', string.format('%.0f', horizon),
+    'WITHSCORES', 'LIMIT', 0, limit - claimed)
   for i = 1, #due, 2 do
     take(due[i], due[i + 1], 's')
   end
