@@ -113,8 +113,8 @@ def decode_args(text: str) -> Args:
         return None
     try:
         value = json.loads(text)
-    except ValueError as exc:
-        raise MalformedTimerKey(f"args are not valid JSON: {exc}") from None
+    except (ValueError, RecursionError) as exc:
+        raise MalformedTimerKey(f"args are not valid JSON: {str(exc)[:200]}") from None
     if not isinstance(value, list | dict):
         raise MalformedTimerKey(f"args must be a JSON list or object, got {type(value).__name__}")
     return value

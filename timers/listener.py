@@ -132,7 +132,11 @@ class Listener:
             self._owns_client = False
         else:
             self.redis = redis.asyncio.Redis.from_url(
-                configured_url(redis_), health_check_interval=30, socket_keepalive=True
+                configured_url(redis_),
+                health_check_interval=30,
+                socket_keepalive=True,
+                socket_connect_timeout=5,
+                socket_timeout=15,
             )
             self._owns_client = True
         self.keys = Keyspace(prefix)
@@ -459,7 +463,12 @@ class Listener:
                 while not self._stopping.is_set():
                     message = await pubsub.get_message(timeout=PUBSUB_POLL)
                     if message is not None:
-                        self._on_message(message)
+                        try:
+                            self._on_message(message)
+                        except Exception:
+                            # an event is data from the network: nothing it holds may stop
+                            # the listener
+                            log.exception("could not handle event %r", message)
             except TRANSIENT as exc:
                 self.subscribed.clear()
                 state.failed(exc)
