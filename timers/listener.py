@@ -168,8 +168,10 @@ class Listener:
         self._poke = asyncio.Event()
         self._slot_freed = asyncio.Event()
         self._finish_ready = asyncio.Event()
-        self._stopping = asyncio.Event()
+        self._stopping = asyncio.Event()  # stop claiming
+        self._closed = asyncio.Event()  # running tasks are done: stop renewing leases too
         self._aborting = False
+        self._burst = False
         self._abort_event = asyncio.Event()
         self.subscribed = asyncio.Event()
         self.fired_count = 0
@@ -184,6 +186,7 @@ class Listener:
         On the way out it stops claiming, lets running tasks finish for up to
         ``shutdown_timeout`` seconds and writes their endings.
         """
+        self._burst = burst
         await self._check_notifications()
         loops = [
             asyncio.create_task(self._events_loop(), name="timers-events"),
@@ -199,6 +202,7 @@ class Listener:
             if watcher is not None:
                 watcher.cancel()
             await self._drain()
+            self._closed.set()
             for loop_task in loops:
                 loop_task.cancel()
             await asyncio.gather(*loops, return_exceptions=True)
@@ -405,6 +409,8 @@ class Listener:
         finally:
             self._running.pop(run.token, None)
             self._slot_freed.set()
+            if self._burst:
+                self._poke.set()  # the sweep loop decides whether the burst is over
         self._finished.append(self._ending(run, record, outcome, policy))
         self.fired_count += 1
         self._finish_ready.set()
@@ -514,19 +520,20 @@ class Listener:
 
     # -- leases and endings -----------------------------------------------------------
 
-    async def _pause(self, seconds: float) -> None:
-        """Sleep, but return at once when the listener stops.
+    async def _pause(self, seconds: float, until: asyncio.Event | None = None) -> None:
+        """Sleep, but return at once when ``until`` (default: the stop flag) is set.
 
-        Every loop checks the stop flag too: redis-py may swallow a task cancellation.
+        Every loop checks its flag too: redis-py may swallow a task cancellation.
         """
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(seconds):
-                await self._stopping.wait()
+                await (until or self._stopping).wait()
 
     async def _renew_loop(self) -> None:
+        """Renew leases until the last running task is done, shutdown included."""
         interval = self.lease / 3
-        while not self._stopping.is_set():
-            await self._pause(interval)
+        while not self._closed.is_set():
+            await self._pause(interval, self._closed)
             tokens = list(self._held)
             if not tokens:
                 continue
@@ -546,7 +553,7 @@ class Listener:
     async def _finish_loop(self) -> None:
         backoff = _Backoff()
         state = _ConnectionState("connection to Redis (finishing runs)")
-        while not self._stopping.is_set():
+        while not self._closed.is_set():
             if not self._finished:
                 self._finish_ready.clear()
                 await self._finish_ready.wait()
@@ -555,7 +562,7 @@ class Listener:
                 await self._flush()
             except TRANSIENT as exc:
                 state.failed(exc)
-                await self._pause(backoff.next())
+                await self._pause(backoff.next(), self._closed)
                 continue
             state.ok()
             backoff.reset()
