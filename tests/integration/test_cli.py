@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import signal
+import subprocess
 from collections import Counter
 
 import pytest
@@ -57,19 +58,35 @@ def test_schedule_get_list_cancel(redis_url: str, timers_client: Timers) -> None
 
 def test_listen_burst_fires_due_timers_then_exits(redis_url: str, r: redis.Redis,
                                                   timers_client: Timers) -> None:
-    due_now = [f"b{i}" for i in range(5)]
+    """``--burst`` exits once nothing is due and nothing runs. The lease (how long a crashed
+    listener's runs wait before they run elsewhere) has nothing to do with that, so with a
+    10-minute lease the command must still end well within the 20 s allowed here."""
+    due_now = [f"b{i}" for i in range(6)]
     timers_client.schedule_many([TimerSpec("record.hit", [tid], in_=0, id=tid)
                                  for tid in due_now])
     timers_client.schedule("record.hit", ["later"], in_=3600, id="later")
-    timers_client.schedule("fail.boom", ["cli"], in_=0, id="fails")
 
-    burst = run_cli("listen", "--burst", "--url", redis_url, "--tasks", TASKS,
-                    "--concurrency", "4", url=redis_url)
+    try:
+        burst = run_cli("listen", "--burst", "--url", redis_url, "--tasks", TASKS,
+                        "--concurrency", "4", "--lease", "600", url=redis_url, timeout=20)
+    except subprocess.TimeoutExpired:
+        pytest.fail("`timers listen --burst` was still running 20 s after its timers were "
+                    f"due (ran: {dict(run_counts(r))}); it should exit once idle, not wait "
+                    "for --lease")
 
     assert burst.returncode == 0, burst.stdout + burst.stderr
     assert "Traceback" not in burst.stderr
     assert run_counts(r) == Counter({tid: 1 for tid in due_now})
     assert timers_client.get("later") is not None, "a timer not yet due stays pending"
+
+
+def test_listen_burst_records_a_failing_timer_for_timers_failed(
+        redis_url: str, timers_client: Timers) -> None:
+    timers_client.schedule("fail.boom", ["cli"], in_=0, id="fails")
+
+    burst = run_cli("listen", "--burst", "--url", redis_url, "--tasks", TASKS, url=redis_url)
+
+    assert burst.returncode == 0, burst.stdout + burst.stderr
     failed = run_cli("failed", "--url", redis_url)
     assert failed.returncode == 0, failed.stderr
     assert "fails" in failed.stdout and "TaskBroke" in failed.stdout

@@ -145,7 +145,7 @@ def test_reschedule_moves_the_fire_time_both_ways(
     (sooner,), (later,) = fired["sooner"], fired["later"]
     assert sooner.due_ms == new_due["sooner"] and later.due_ms == new_due["later"]
     assert sooner.started_ms < old_sooner - 20_000, "moved 29.7 s earlier, fired at old time"
-    assert later.started_ms >= new_due["later"] - 5, "fired before its new due time"
+    assert later.started_ms >= new_due["later"] - 50, "fired before its new due time"
     assert runs(r) == [["sooner"], ["later"]]
     assert not timers_client.reschedule("later", in_=1), "a fired timer is not pending"
 
