@@ -546,6 +546,8 @@ class Listener:
                 continue
             for token in lost:
                 text = as_text(token)
+                if text not in self._held:
+                    continue  # finished while the renewal was on its way
                 run = self._running.get(text)
                 log.warning("lease of run %s (timer %s) lapsed: another listener may run it "
                             "again", text, run.timer_id if run else "?")

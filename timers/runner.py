@@ -14,10 +14,17 @@ from timers.encoding import Args
 from timers.runs import OK, Outcome
 
 
-def _bind_error(fn: Callable[..., Any], args: Args) -> str | None:
+@functools.cache
+def _signature(fn: Callable[..., Any]) -> inspect.Signature | None:
     try:
-        signature = inspect.signature(fn)
+        return inspect.signature(fn)
     except (TypeError, ValueError):
+        return None
+
+
+def _bind_error(fn: Callable[..., Any], args: Args) -> str | None:
+    signature = _signature(fn)
+    if signature is None:
         return None
     try:
         if isinstance(args, dict):
