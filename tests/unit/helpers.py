@@ -1,0 +1,71 @@
+"""Small helpers shared by the unit tests: drive the claim script, read the Redis clock."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from timers.encoding import as_text
+from timers.keys import Keyspace
+
+
+@dataclass(frozen=True)
+class Claimed:
+    token: str
+    run: str
+    source: str
+
+    @property
+    def reruns(self) -> int:
+        return int(self.run.split("|", 2)[0])
+
+    @property
+    def due_ms(self) -> int:
+        return int(self.run.split("|", 2)[1])
+
+    @property
+    def entry(self) -> str:
+        """``<escaped id>:<record>``"""
+        return self.run.split("|", 2)[2]
+
+
+@dataclass(frozen=True)
+class ClaimReply:
+    now_us: int
+    next_due: int
+    next_lease: int
+    claimed: list[Claimed]
+
+    @property
+    def entries(self) -> list[str]:
+        return [c.entry for c in self.claimed]
+
+
+def claim(
+    scripts: dict[str, Any],
+    keys: Keyspace,
+    limit: int = 100,
+    lease_ms: int = 15_000,
+    event_ids: tuple[str, ...] = (),
+    horizon_ms: int = 0,
+) -> ClaimReply:
+    """Call the claim script as a listener does and parse its reply.
+
+    ``horizon_ms`` 0 claims only timers already due on the Redis clock.
+    """
+    reply = scripts["claim"](
+        keys=[keys.due, keys.records, keys.running, keys.running_records, keys.sequence,
+              keys.stats],
+        args=[keys.timer_key_start, limit, lease_ms, horizon_ms, *event_ids],
+    )
+    items = reply[3:]
+    claimed = [
+        Claimed(as_text(items[i]), as_text(items[i + 1]), as_text(items[i + 2]))
+        for i in range(0, len(items), 3)
+    ]
+    return ClaimReply(int(reply[0]), int(reply[1]), int(reply[2]), claimed)
+
+
+def redis_now_ms(client: Any) -> int:
+    seconds, micros = client.time()
+    return int(seconds) * 1000 + int(micros) // 1000

@@ -1,0 +1,113 @@
+"""Which code a task path may run: functions defined in the tasks package, or registered."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from tests.unit.conftest import ROOT, SAMPLE_TASKS
+from tests.unit.sample_tasks import IMPORT_ATTEMPTS, mod, top_level
+from timers.exceptions import TaskRefused
+from timers.loader import TaskLoader
+
+
+@pytest.fixture
+def loader() -> TaskLoader:
+    return TaskLoader(SAMPLE_TASKS, search_path=str(ROOT))
+
+
+def test_resolves_functions_defined_in_the_package(loader: TaskLoader) -> None:
+    assert loader.resolve("mod.add") is mod.add
+    assert loader.resolve("mod.async_add") is mod.async_add
+    assert loader.resolve("top_level") is top_level
+    assert loader.resolve("mod.add") is loader.resolve("mod.add")
+
+
+@pytest.mark.parametrize(
+    ("task", "reason"),
+    [
+        ("mod.system", "outside the tasks package"),  # `from os import system`
+        ("mod.Thing", "not a function"),
+        ("mod.json", "not a function"),  # an imported module
+        ("mod.VALUE", "not a function"),
+        ("mod.missing", "no function 'missing'"),
+        ("nope.fn", "no module"),
+        ("os.system", "no module"),
+        ("builtins.eval", "no module"),
+        ("mod.json.dumps", "no module"),
+        ("mod.system.x", "no module"),
+        ("__import__", "not a dotted path"),
+        ("mod.__init__", "not a dotted path"),
+        ("mod.__class__", "not a dotted path"),
+        ("..", "not a dotted path"),
+        ("mod..add", "not a dotted path"),
+        (".mod.add", "not a dotted path"),
+        ("mod._private", "not a dotted path"),
+        ("_mod.add", "not a dotted path"),
+        ("1mod.add", "not a dotted path"),
+        ("mod/add", "not a dotted path"),
+        ("", "not a dotted path"),
+    ],
+)
+def test_refuses_everything_else_with_a_reason(
+    loader: TaskLoader, task: str, reason: str
+) -> None:
+    with pytest.raises(TaskRefused, match=reason):
+        loader.resolve(task)
+
+
+def test_refusing_a_path_outside_the_package_imports_nothing(loader: TaskLoader) -> None:
+    before = set(sys.modules)
+    for task in ("os.system", "builtins.eval", "subprocess.run", "mod.json.dumps"):
+        with pytest.raises(TaskRefused):
+            loader.resolve(task)
+    new = set(sys.modules) - before
+    assert not {m for m in new if not m.startswith(SAMPLE_TASKS + ".")}
+    assert "subprocess" not in new
+
+
+def test_a_module_that_fails_to_import_is_refused_with_the_error(loader: TaskLoader) -> None:
+    with pytest.raises(TaskRefused, match="RuntimeError: broken on purpose"):
+        loader.resolve("broken.anything")
+
+
+def test_refusals_are_cached_so_a_flood_costs_no_imports(loader: TaskLoader) -> None:
+    name = SAMPLE_TASKS + ".broken"
+    start = IMPORT_ATTEMPTS.get(name, 0)
+    reasons = set()
+    for _ in range(5):
+        with pytest.raises(TaskRefused) as info:
+            loader.resolve("broken.fn")
+        reasons.add(str(info.value))
+    assert IMPORT_ATTEMPTS[name] == start + 1
+    assert len(reasons) == 1
+
+    fresh = TaskLoader(SAMPLE_TASKS, search_path=str(ROOT))
+    with pytest.raises(TaskRefused):
+        fresh.resolve("broken.fn")
+    assert IMPORT_ATTEMPTS[name] == start + 2  # a cache per loader, not a global one
+
+
+def test_registry_names_resolve_even_outside_the_package() -> None:
+    def ping() -> str:
+        return "pong"
+
+    loader = TaskLoader(SAMPLE_TASKS, registry={"ops.ping": ping, "mod.add": ping},
+                        search_path=str(ROOT))
+    assert loader.resolve("ops.ping") is ping
+    assert loader.resolve("mod.add") is ping  # an explicit registration wins
+    with pytest.raises(TaskRefused):
+        loader.resolve("ops.other")
+
+
+def test_a_package_that_does_not_exist_refuses_every_task() -> None:
+    loader = TaskLoader("no_such_tasks_pkg", search_path=str(ROOT))
+    with pytest.raises(TaskRefused, match="no module"):
+        loader.resolve("reminders.sms")
+
+
+@pytest.mark.parametrize("package", ["", "..", "a..b", "_private", "pkg/mod"])
+def test_the_package_name_must_be_a_dotted_name(package: str) -> None:
+    with pytest.raises(ValueError, match="dotted module name"):
+        TaskLoader(package)
