@@ -22,7 +22,6 @@ from timers.keys import Keyspace
 
 TASKS = "tests.task_pkg"
 TIMERS_COMMAND = str(Path(sys.executable).parent / "timers")
-RUN_LISTENER = Path(__file__).with_name("run_listener.py")
 KEYS = Keyspace()
 
 
@@ -174,12 +173,6 @@ class Processes:
     def timers(self, *args: str) -> subprocess.Popen[bytes]:
         """``timers ARGS``: the installed command."""
         return self.spawn(TIMERS_COMMAND, *args)
-
-    def listener(self, url: str, concurrency: int = 4, lease: float = 1.0) -> (
-            subprocess.Popen[bytes]):
-        """A listener of the test tasks, built by ``run_listener.py`` (not the CLI)."""
-        return self.spawn(sys.executable, str(RUN_LISTENER), url, TASKS, str(concurrency),
-                          str(lease))
 
     def output(self, proc: subprocess.Popen[bytes]) -> str:
         for candidate, path in self.started:

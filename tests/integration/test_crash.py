@@ -9,7 +9,7 @@ import pytest
 import redis
 
 from tests.conftest import wait_until
-from tests.integration.helpers import Processes, runs, settled, started
+from tests.integration.helpers import TASKS, Processes, runs, settled, started
 from tests.task_pkg.slow import RELEASE
 from timers import Timers
 
@@ -20,7 +20,8 @@ def test_timer_runs_again_after_its_listener_is_killed_mid_task(
         timers_client: Timers, r: redis.Redis, redis_url: str, processes: Processes,
         start_listener) -> None:
     timers_client.schedule("slow.block", ["victim", 30], in_=0, id="victim")
-    victim = processes.listener(redis_url, concurrency=4, lease=1.0)
+    victim = processes.timers("listen", "--url", redis_url, "--tasks", TASKS,
+                              "--concurrency", "4", "--lease", "1")
     wait_until(lambda: started(r) == ["victim"] or victim.poll() is not None, 20,
                message="the subprocess listener to start the slow task")
     assert victim.poll() is None, processes.output(victim)
