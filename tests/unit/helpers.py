@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,7 +43,7 @@ class ClaimReply:
 
 
 def claim(
-    scripts: dict[str, Any],
+    scripts: Mapping[Any, Any],
     keys: Keyspace,
     limit: int = 100,
     lease_ms: int = 15_000,

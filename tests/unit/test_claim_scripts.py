@@ -98,7 +98,7 @@ def test_claim_reply_carries_redis_time_and_lease_head(
     assert before + 20_000 <= reply.next_lease <= after + 20_000
     (token,) = (c.token for c in reply.claimed)
     assert fake.zscore(ks.running, token) == reply.next_lease
-    assert as_text(fake.hget(ks.running_records, token)) == reply.claimed[0].run
+    assert fake.hget(ks.running_records, token) == reply.claimed[0].run.encode()
 
 
 def test_claim_horizon_takes_timers_due_within_it(
@@ -335,8 +335,8 @@ def test_failure_retention_trims_old_records(
 
     finish(scripts, ks, fail(run.token, "new", {}), retention_ms=60_000)
 
-    assert sorted(as_text(i) for i in fake.zrange(ks.failures, 0, -1)) == ["new", "recent"]
-    assert sorted(as_text(i) for i in fake.hkeys(ks.failure_records)) == ["new", "recent"]
+    assert sorted(fake.zrange(ks.failures, 0, -1)) == [b"new", b"recent"]
+    assert sorted(fake.hkeys(ks.failure_records)) == [b"new", b"recent"]
 
 
 # -- retries and hand-backs --------------------------------------------------------------

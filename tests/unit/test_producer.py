@@ -380,7 +380,7 @@ def test_reschedule_to_one_ms_before_the_epoch_reports_success(producer: Timers)
 def test_only_a_new_earliest_timer_publishes_a_wake(
     producer: Timers, fake: fakeredis.FakeRedis, ks: Keyspace
 ) -> None:
-    pubsub = fake.pubsub()
+    pubsub = fake.pubsub()  # type: ignore[no-untyped-call]
     pubsub.subscribe(ks.wake_channel)
 
     first = producer.schedule("a.b", in_=FAR)  # nothing pending: wake

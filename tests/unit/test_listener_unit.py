@@ -1,0 +1,380 @@
+"""The listener on fakeredis: runs due timers once, records every bad ending, and keeps going.
+
+fakeredis publishes no keyspace events, so timers reach the listener through its sweeper;
+events are fed to ``Listener._on_message`` directly, as the subscription would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import fakeredis
+import pytest
+
+from tests.unit.conftest import ROOT, SAMPLE_TASKS
+from tests.unit.sample_tasks import mod, slow
+from timers import Failure, Fired, Listener, Timers
+from timers.encoding import as_text
+
+PAST = datetime(2001, 1, 1, tzinfo=UTC)
+FAR = 3600.0
+EXPIRED = b"__keyevent@0__:expired"
+WAKE = b"timers|wake"
+DEADLINE = 15.0  # seconds a burst may take before the test fails instead of hanging
+
+
+@pytest.fixture(autouse=True)
+def clean_calls() -> Iterator[None]:
+    mod.CALLS.clear()
+    slow.DONE.clear()
+    yield
+    mod.CALLS.clear()
+    slow.DONE.clear()
+
+
+@pytest.fixture
+def server() -> fakeredis.FakeServer:
+    return fakeredis.FakeServer()
+
+
+@pytest.fixture
+def producer(server: fakeredis.FakeServer) -> Iterator[Timers]:
+    client = fakeredis.FakeRedis(server=server)
+    yield Timers(client)
+    client.close()
+
+
+def make_listener(server: fakeredis.FakeServer, **options: Any) -> Listener:
+    """A listener on the sample tasks package (call inside a running event loop)."""
+    options.setdefault("tasks", SAMPLE_TASKS)
+    options.setdefault("search_path", str(ROOT))
+    return Listener(fakeredis.FakeAsyncRedis(server=server), **options)
+
+
+async def burst(listener: Listener) -> None:
+    await asyncio.wait_for(listener.run(burst=True), DEADLINE)
+    await listener.redis.aclose()
+
+
+def run_burst(
+    server: fakeredis.FakeServer,
+    before: Callable[[Listener], None] | None = None,
+    **options: Any,
+) -> Listener:
+    """Run one listener until nothing is due; ``before`` may feed it events first."""
+
+    async def scenario() -> Listener:
+        listener = make_listener(server, **options)
+        if before is not None:
+            before(listener)
+        await burst(listener)
+        return listener
+
+    return asyncio.run(scenario())
+
+
+def expired(listener: Listener, key: bytes) -> None:
+    listener._on_message({"type": "message", "channel": EXPIRED, "data": key})
+
+
+def failures_by_id(producer: Timers) -> dict[str, Failure]:
+    return {f.failure_id: f for f in producer.failed()}
+
+
+def counters(producer: Timers) -> dict[str, int]:
+    return producer.stats().counters
+
+
+# -- running due timers ------------------------------------------------------------------
+
+
+def test_due_timers_run_once_with_their_args(
+    server: fakeredis.FakeServer, producer: Timers
+) -> None:
+    producer.schedule("mod.add", [1, 2], at=PAST)
+    producer.schedule("mod.add", {"a": 5}, at=PAST)
+    producer.schedule("mod.greet", {"name": "ann", "greeting": "hi"}, at=PAST)
+    producer.schedule("mod.greet", ["bob"], in_=-1)
+    producer.schedule("mod.async_add", [3, 4], at=PAST)
+    future = producer.schedule("mod.add", [99], in_=FAR)
+
+    run_burst(server)
+
+    assert sorted(mod.CALLS) == sorted([
+        ("add", (1, 2)), ("add", (5, 0)), ("greet", "hi ann"), ("greet", "hello bob"),
+        ("async_add", (3, 4)),
+    ])
+    stats = producer.stats()
+    assert (stats.pending, stats.running, stats.fired, stats.failed) == (1, 0, 5, 0)
+    assert producer.get(future) is not None
+
+    run_burst(server)  # a second listener finds nothing left to run
+    assert len(mod.CALLS) == 5
+
+
+def test_two_listeners_run_each_timer_exactly_once(
+    server: fakeredis.FakeServer, producer: Timers
+) -> None:
+    producer.schedule_many([{"task": "mod.add", "args": [i], "at": PAST} for i in range(60)])
+
+    async def scenario() -> None:
+        first = make_listener(server, concurrency=4)
+        second = make_listener(server, concurrency=4)
+        await asyncio.gather(burst(first), burst(second))
+
+    asyncio.run(scenario())
+
+    assert sorted(a for _, (a, _b) in mod.CALLS) == list(range(60))
+    assert counters(producer)["fired"] == 60
+
+
+def test_a_raising_task_is_recorded_and_the_listener_goes_on(
+    server: fakeredis.FakeServer, producer: Timers
+) -> None:
+    bad = producer.schedule("mod.boom", ["it broke: ü"], at=datetime(2000, 1, 1, tzinfo=UTC))
+    producer.schedule("mod.add", [1], at=PAST)
+    producer.schedule("mod.add", [2], at=PAST)
+
+    run_burst(server)
+
+    assert sorted(mod.CALLS) == [("add", (1, 0)), ("add", (2, 0))]
+    failure = failures_by_id(producer)[bad]
+    assert failure.timer_id == bad
+    data = failure.data
+    assert (data["kind"], data["error_type"], data["message"]) == (
+        "error", "ValueError", "it broke: ü")
+    assert data["task"] == "mod.boom" and data["args"] == ["it broke: ü"]
+    assert "raise ValueError(message)" in data["traceback"]
+    assert data["attempts"] == 1
+    stats = producer.stats()
+    assert (stats.fired, stats.failed, stats.pending, stats.running) == (2, 1, 0, 0)
+
+
+def test_args_that_do_not_fit_the_function_are_recorded_as_bad_args(
+    server: fakeredis.FakeServer, producer: Timers
+) -> None:
+    unknown_kw = producer.schedule("mod.add", {"a": 1, "zzz": 2}, at=PAST)
+    too_many = producer.schedule("mod.add", [1, 2, 3], at=PAST)
+    missing = producer.schedule("mod.greet", None, at=PAST)
+
+    run_burst(server)
+
+    assert mod.CALLS == []
+    failures = failures_by_id(producer)
+    for tid in (unknown_kw, too_many, missing):
+        assert (failures[tid].data["kind"], failures[tid].data["error_type"]) == (
+            "bad_args", "TypeError")
+    assert "zzz" in failures[unknown_kw].data["message"]
+
+
+def test_unknown_or_disallowed_tasks_are_refused_and_nothing_runs(
+    server: fakeredis.FakeServer, producer: Timers, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ran: list[Any] = []
+    monkeypatch.setattr(os, "system", lambda *a: ran.append(a))
+    ids = {
+        task: producer.schedule(task, ["echo owned"], at=PAST)
+        for task in ("mod.nope", "nope.fn", "os.system", "mod.system", "mod.Thing")
+    }
+    producer.schedule("mod.add", [1], at=PAST)
+
+    run_burst(server)
+
+    assert ran == []
+    assert mod.CALLS == [("add", (1, 0))]
+    failures = failures_by_id(producer)
+    for task, tid in ids.items():
+        data = failures[tid].data
+        assert (data["kind"], data["error_type"], data["task"]) == (
+            "refused", "TaskRefused", task)
+    assert f"{SAMPLE_TASKS}.os" not in sys.modules
+
+
+def test_the_observer_hears_of_every_run(
+    server: fakeredis.FakeServer, producer: Timers
+) -> None:
+    ok = producer.schedule("mod.add", [1], at=PAST)
+    failing = producer.schedule("mod.boom", ["x"], at=PAST)
+    reports: list[Fired] = []
+
+    run_burst(server, observer=reports.append)
+
+    by_id = {r.timer_id: r for r in reports}
+    assert set(by_id) == {ok, failing}
+    assert (by_id[ok].task, by_id[ok].source, by_id[ok].attempt, by_id[ok].outcome.ok) == (
+        "mod.add", "sweep", 1, True)
+    assert (by_id[failing].outcome.kind, by_id[failing].outcome.error_type) == (
+        "error", "ValueError")
+    past_ms = round(PAST.timestamp() * 1000)
+    assert all(r.due_ms == past_ms and r.lateness_ms > 0 for r in reports)
+
+
+def test_a_failing_observer_does_not_stop_the_listener(
+    server: fakeredis.FakeServer, producer: Timers
+) -> None:
+    def observer(_: Fired) -> None:
+        raise RuntimeError("observer bug")
+
+    for i in range(3):
+        producer.schedule("mod.add", [i], at=PAST)
+    run_burst(server, observer=observer)
+    assert len(mod.CALLS) == 3
+    assert counters(producer)["fired"] == 3
+
+
+def test_burst_ends_soon_after_its_last_run_not_a_lease_later(
+    server: fakeredis.FakeServer, producer: Timers
+) -> None:
+    producer.schedule("slow.work", [0.2], at=PAST)
+
+    async def scenario() -> None:
+        listener = make_listener(server, lease=30.0)
+        await asyncio.wait_for(listener.run(burst=True), 5.0)
+        await listener.redis.aclose()
+
+    asyncio.run(scenario())
+    assert slow.DONE == [0.2]
+    assert counters(producer)["fired"] == 1
+
+
+# -- events fed to the listener ----------------------------------------------------------
+
+
+REJECTED_KEYS = [
+    b"timers:no-colon-after-id",
+    b"timers:%zz:mod.add:[1]",  # bad escape
+    b"timers:id:mod.add:5",  # args not a list or dict
+    b"timers:id:mod.add:[1",  # not JSON
+    b"timers:\xff\xfe:mod.add:[1]",  # not UTF-8
+    b"timers:id1:builtins.eval:[\"__import__('os').system('x')\"]",
+    b"timers:id2:os.system:[\"touch /tmp/owned\"]",
+    b"timers:id3:..:[]",
+    b"timers:id4:__import__:[\"os\"]",
+    b"timers:id5:mod.system:[\"x\"]",
+]
+
+
+def test_bad_event_keys_are_recorded_as_rejected_and_run_nothing(
+    server: fakeredis.FakeServer, producer: Timers, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ran: list[Any] = []
+    monkeypatch.setattr(os, "system", lambda *a: ran.append(a))
+    before_modules = set(sys.modules)
+
+    def feed(listener: Listener) -> None:
+        for key in REJECTED_KEYS:
+            expired(listener, key)
+
+    run_burst(server, before=feed)
+
+    assert ran == [] and mod.CALLS == []
+    imported = {m for m in set(sys.modules) - before_modules if m.startswith(SAMPLE_TASKS)}
+    assert imported <= {f"{SAMPLE_TASKS}.mod"}
+    failures = producer.failed(limit=100)
+    assert len(failures) == len(REJECTED_KEYS)
+    assert {f.data["kind"] for f in failures} == {"rejected"}
+    assert counters(producer)["rejected"] == len(REJECTED_KEYS)
+    keys = {f.data["key"] for f in failures}
+    assert "timers:\\xff\\xfe:mod.add:[1]" in keys
+    named = {f.data["id"] for f in failures if f.data["id"] is not None}
+    assert named == {"id1", "id2", "id5"}  # the keys whose id decoded
+
+
+def test_the_same_bad_key_twice_is_one_record(
+    server: fakeredis.FakeServer, producer: Timers
+) -> None:
+    def feed(listener: Listener) -> None:
+        expired(listener, b"timers:%zz:mod.add:[1]")
+        expired(listener, b"timers:%zz:mod.add:[1]")
+
+    run_burst(server, before=feed)
+    run_burst(server, before=feed)  # another listener sees the same event
+    assert len(producer.failed()) == 1
+
+
+def test_keys_outside_the_prefix_are_ignored(
+    server: fakeredis.FakeServer, producer: Timers
+) -> None:
+    def feed(listener: Listener) -> None:
+        for key in (b"other:id:mod.add:[1]", b"timers|due", b"timersx:id:mod.add:[1]",
+                    b"\xff\xfe", b"", b"session:123"):
+            expired(listener, key)
+        listener._on_message({"type": "message", "channel": b"other-channel",
+                              "data": b"timers:%zz:mod.add:[1]"})
+        listener._on_message({"type": "subscribe", "channel": EXPIRED, "data": 1})
+
+    run_burst(server, before=feed)
+    assert producer.failed() == []
+    assert "rejected" not in counters(producer)
+
+
+def test_an_event_for_a_pending_timer_runs_its_stored_record_not_the_key(
+    server: fakeredis.FakeServer, producer: Timers
+) -> None:
+    producer.schedule("mod.add", [1, 2], at=PAST, id="victim")
+    forged = b'timers:victim:mod.boom:["forged"]'
+
+    run_burst(server, before=lambda listener: expired(listener, forged))
+
+    assert mod.CALLS == [("add", (1, 2))]
+    assert producer.failed() == []
+    assert counters(producer)["fired"] == 1
+
+
+def test_an_event_for_a_timer_not_yet_due_does_not_run_it(
+    server: fakeredis.FakeServer, producer: Timers
+) -> None:
+    tid = producer.schedule("mod.add", [1], in_=FAR)
+    key = as_text(producer.redis.keys("timers:*")[0]).encode()
+
+    run_burst(server, before=lambda listener: expired(listener, key))
+
+    assert mod.CALLS == []
+    assert producer.get(tid) is not None
+
+
+def test_a_wake_message_moves_the_next_due_time_earlier() -> None:
+    async def scenario() -> None:
+        listener = make_listener(fakeredis.FakeServer())
+        tracker = listener.tracker
+        tracker.observe_heads(10_000_000.0, None)
+
+        listener._on_message({"type": "message", "channel": WAKE, "data": b"5000000"})
+        assert tracker.next_due_ms == 5_000_000
+        listener._on_message({"type": "message", "channel": WAKE, "data": b"8000000"})
+        assert tracker.next_due_ms == 5_000_000
+        listener._on_message({"type": "message", "channel": WAKE, "data": "4000000"})
+        assert tracker.next_due_ms == 4_000_000
+        for garbage in (b"soon", b"", b"\xff"):
+            listener._on_message({"type": "message", "channel": WAKE, "data": garbage})
+        assert tracker.next_due_ms == 4_000_000
+        await listener.redis.aclose()
+
+    asyncio.run(scenario())
+
+
+def test_a_wake_message_reaches_a_running_listener(
+    server: fakeredis.FakeServer, producer: Timers
+) -> None:
+    """A timer scheduled while the listener sleeps runs through the wake, not a poll."""
+
+    async def scenario() -> None:
+        fired = asyncio.Event()
+        listener = make_listener(server, max_sleep=60.0, observer=lambda _: fired.set())
+        stop = asyncio.Event()
+        running = asyncio.create_task(listener.run(stop))
+        async with asyncio.timeout(DEADLINE):
+            await listener.subscribed.wait()
+            await asyncio.to_thread(producer.schedule, "mod.add", [7], in_=0.05)
+            await fired.wait()  # long before max_sleep: the wake woke the sweeper
+            stop.set()
+            await running
+        await listener.redis.aclose()
+
+    asyncio.run(scenario())
+    assert mod.CALLS == [("add", (7, 0))]
