@@ -12,6 +12,7 @@ decode exactly raises :class:`MalformedTimerKey`.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from dataclasses import dataclass, field
@@ -36,6 +37,7 @@ _OPT_VALUE_RE = re.compile(r"[A-Za-z0-9_.%+-]{0,200}")
 _ESCAPE_RE = re.compile(r"%(?!25|3A)")
 
 Args = list[Any] | dict[str, Any] | None
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
 def escape_id(timer_id: str) -> str:
@@ -64,6 +66,7 @@ def check_id(timer_id: object) -> str:
     return timer_id
 
 
+@functools.lru_cache(maxsize=4096)
 def is_task_path(task: str) -> bool:
     return len(task) <= MAX_TASK_LENGTH and _TASK_RE.fullmatch(task) is not None
 
@@ -96,7 +99,7 @@ def encode_args(args: object, max_bytes: int = DEFAULT_MAX_ARGS_BYTES) -> str:
         if bad:
             raise InvalidArgs(f"keyword args need string keys, got {bad[0]!r}")
     try:
-        text = json.dumps(args, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        text = _ENCODER.encode(args)
     except (TypeError, ValueError) as exc:
         raise InvalidArgs(f"args must be JSON-serialisable: {exc}") from None
     try:

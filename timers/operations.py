@@ -22,7 +22,6 @@ from timers.encoding import (
     Record,
     as_text,
     check_id,
-    check_task,
     entry_text,
     escape_id,
     unescape_id,
@@ -142,14 +141,13 @@ class Operations:
     # -- schedule ---------------------------------------------------------------------
 
     def _prepare(self, spec: TimerSpec, options: Mapping[str, str] | None = None) -> _Prepared:
-        task = check_task(spec.task)
         opts = dict(options or {})
         if spec.max_lateness is not None:
             limit = seconds(spec.max_lateness, "max_lateness")
             if limit < 0:
                 raise InvalidDueTime("max_lateness must be 0 or more seconds")
             opts["ml"] = str(round(limit * 1000))
-        record = Record(task, spec.args, opts).encode(self.max_args_bytes)
+        record = Record(spec.task, spec.args, opts).encode(self.max_args_bytes)
         due = due_spec(spec.in_, spec.at)
         if spec.id is None:
             timer_id, replace = new_timer_id(), False
