@@ -63,10 +63,14 @@ async def _run_async(
 
 
 def _queue(pipe: Any, scripts: Mapping[ScriptName, Any], call: Call) -> None:
+    """Queue a call on a pipeline, sync or asyncio (whose Script call is a coroutine, so
+    the script is queued by hand: the pipeline loads it before it runs)."""
     if call.script is None:
         pipe.execute_command(*call.command)
     else:
-        scripts[call.script](keys=list(call.keys), args=list(call.args), client=pipe)
+        script = scripts[call.script]
+        pipe.scripts.add(script)
+        pipe.evalsha(script.sha, len(call.keys), *call.keys, *call.args)
 
 
 class Timers:

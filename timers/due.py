@@ -9,6 +9,11 @@ from typing import Literal
 
 from timers.exceptions import InvalidDueTime
 
+MAX_DUE_MS = 253_402_300_799_999
+"""The last millisecond of the year 9999: later due times are refused."""
+MAX_DELAY_MS = 100 * 366 * 86_400_000
+"""A hundred years: longer delays are refused."""
+
 DueSpec = tuple[Literal["in", "at"], int]
 """("in", ms from now on the Redis clock) or ("at", epoch ms)."""
 
@@ -45,9 +50,15 @@ def due_spec(in_: float | timedelta | None, at: datetime | None) -> DueSpec:
             raise InvalidDueTime(
                 "at must be timezone-aware, e.g. datetime(..., tzinfo=timezone.utc)"
             )
-        return ("at", round(at.timestamp() * 1000))
+        ms = round(at.timestamp() * 1000)
+        if ms > MAX_DUE_MS:
+            raise InvalidDueTime(f"at {at.isoformat()} is after the year 9999")
+        return ("at", ms)
     assert in_ is not None
-    return ("in", round(seconds(in_) * 1000))
+    ms = round(seconds(in_) * 1000)
+    if ms > MAX_DELAY_MS:
+        raise InvalidDueTime(f"in_ of {ms / 1000:g} s is more than a hundred years")
+    return ("in", ms)
 
 
 def parse_duration(text: str) -> float:

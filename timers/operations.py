@@ -182,7 +182,7 @@ class Operations:
             retry: list[int] = []
             for chunk, reply in zip(chunks, replies, strict=True):
                 for index, due in zip(chunk, reply[1:], strict=True):
-                    if int(due) == -1:
+                    if due is None:
                         old = prepared[index]
                         fresh = new_timer_id()
                         prepared[index] = _Prepared(
@@ -214,7 +214,7 @@ class Operations:
             args=(self.keys.timer_key_start, self.keys.wake_channel, escaped, mode, ms),
         )
         (reply,) = yield [call]
-        return int(reply) != -1
+        return reply is not None
 
     def cancel(self, timer_id: str) -> Operation[bool]:
         escaped = escape_id(check_id(timer_id))

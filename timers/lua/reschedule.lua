@@ -9,9 +9,9 @@
 -- ARGV[5]  ms
 --
 -- The timer's key is named by its stored record, so it is built here from ARGV[1].
--- Returns the new due ms, or -1 when the id is not pending.
+-- Returns the new due ms, or nil when the id is not pending.
 local record = redis.call('HGET', KEYS[2], ARGV[3])
-if not record then return -1 end
+if not record then return false end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local due = tonumber(ARGV[5])

@@ -13,7 +13,9 @@
 -- cannot know without a read; it is built here from ARGV[1] (same prefix, so the same
 -- hash tag). The due time comes from Redis TIME, never from a client clock. A timer due
 -- now or earlier gets no expiring key: the wake below makes a sweeper fire it at once.
--- Returns {now_ms, due_1, ..., due_n}; due_i is -1 where "n" refused an id.
+-- Returns {now_ms, due_1, ..., due_n}; due_i is nil where "n" refused an id that is
+-- pending with another record (the same record means this very call was retried: its
+-- due time is returned).
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
@@ -28,7 +30,11 @@ for i = 1, #KEYS - 2 do
   local key = KEYS[2 + i]
   local old = redis.call('HGET', KEYS[2], id)
   if old and ARGV[base + 5] == 'n' then
-    out[#out + 1] = -1
+    if old == record then
+      out[#out + 1] = tonumber(redis.call('ZSCORE', KEYS[1], id))
+    else
+      out[#out + 1] = false
+    end
   else
     if old and old ~= record then
       redis.call('DEL', ARGV[1] .. id .. ':' .. old)
