@@ -304,6 +304,22 @@ def test_a_due_time_redis_cannot_store_is_refused_before_anything_is_written(
     assert victim is not None and victim.args == [1]
 
 
+@pytest.mark.parametrize("in_", [-1e20, -1e15])
+def test_an_accepted_past_due_time_never_breaks_reading_timers(
+    producer: Timers, in_: float
+) -> None:
+    """Refusing an absurd past is fine; accepting it and then failing every list() is not."""
+    other = producer.schedule("a.b", [0], in_=FAR)
+    try:
+        tid = producer.schedule("a.b", [1], in_=in_)
+    except InvalidDueTime:
+        assert [t.id for t in producer.list()] == [other]
+        return
+    timer = producer.get(tid)
+    assert timer is not None and timer.args == [1]
+    assert [t.id for t in producer.list()] == [tid, other]
+
+
 def test_args_over_the_configured_limit(fake: fakeredis.FakeRedis) -> None:
     small = Timers(fake, max_args_bytes=100)
     with pytest.raises(InvalidArgs, match=r"limit of 100"):
