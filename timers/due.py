@@ -56,8 +56,9 @@ def due_spec(in_: float | timedelta | None, at: datetime | None) -> DueSpec:
         return ("at", ms)
     assert in_ is not None
     ms = round(seconds(in_) * 1000)
-    if ms > MAX_DELAY_MS:
-        raise InvalidDueTime(f"in_ of {ms / 1000:g} s is more than a hundred years")
+    if abs(ms) > MAX_DELAY_MS:
+        raise InvalidDueTime(f"in_ of {ms / 1000:g} s is more than a hundred years "
+                             f"{'ago' if ms < 0 else 'away'}")
     return ("in", ms)
 
 

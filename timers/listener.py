@@ -25,6 +25,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import math
 import os
 import secrets
 import socket
@@ -493,7 +494,9 @@ class Listener:
             data = data.encode("utf-8", "surrogateescape")
         if channel == self._wake_channel:
             with contextlib.suppress(ValueError):
-                self.tracker.note_due(float(data))
+                due = float(data)
+                if math.isfinite(due):
+                    self.tracker.note_due(due)
             self._poke.set()
         elif channel == self._expired_channel and data.startswith(self._timer_key_start):
             self._on_expired(data)

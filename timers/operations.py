@@ -103,7 +103,10 @@ class Failure:
 
 
 def _ms_to_datetime(ms: float) -> datetime:
-    return datetime.fromtimestamp(ms / 1000, tz=UTC)
+    try:
+        return datetime.fromtimestamp(ms / 1000, tz=UTC)
+    except (OverflowError, OSError, ValueError):
+        return datetime.min.replace(tzinfo=UTC) if ms < 0 else datetime.max.replace(tzinfo=UTC)
 
 
 def _coerce_spec(item: TimerSpec | Mapping[str, Any]) -> TimerSpec:
