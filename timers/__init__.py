@@ -31,10 +31,12 @@ from timers.exceptions import (
 )
 from timers.listener import Listener
 from timers.operations import Failure, PendingTimer, Stats, TimerSpec
+from timers.policy import Backoff, TaskPolicy, registered, task
 from timers.runs import Fired
 
 __all__ = [
     "AsyncTimers",
+    "Backoff",
     "Failure",
     "Fired",
     "InvalidArgs",
@@ -47,6 +49,7 @@ __all__ = [
     "PendingTimer",
     "ServerNotFound",
     "Stats",
+    "TaskPolicy",
     "TaskRefused",
     "TimerSpec",
     "Timers",
@@ -54,9 +57,11 @@ __all__ = [
     "cancel",
     "configure",
     "get",
+    "registered",
     "reschedule",
     "schedule",
     "schedule_many",
+    "task",
 ]
 
 __version__ = "0.1.0"
