@@ -128,9 +128,11 @@ def percentile(values: list[float], p: float) -> float:
 def lateness_line(label: str, reports: list[Fired]) -> str:
     late = [f.lateness_ms for f in reports]
     sources = Counter(f.source for f in reports)
+    worst = sorted(reports, key=lambda f: f.lateness_ms)[-3:]
     return (f"\n{label}: {len(late)} runs, lateness p50 {percentile(late, 50):.1f} ms, "
             f"p99 {percentile(late, 99):.1f} ms, max {max(late):.1f} ms; "
-            f"sources {dict(sources)}")
+            f"sources {dict(sources)}; latest "
+            + ", ".join(f"{f.timer_id} {f.lateness_ms:.1f} ms ({f.source})" for f in worst))
 
 
 # -- subprocesses ----------------------------------------------------------------------

@@ -1,9 +1,10 @@
 """Cancel, reschedule and replace racing a timer's due time, with a listener running.
 
-Each test schedules timers due 2 ms apart and changes each one within a few milliseconds
+Each test schedules timers due 3 ms apart and changes each one within a few milliseconds
 of its due time (read from Redis ``TIME``), while the listener fires them: some changes
-land before the claim and some after. Whichever wins, the outcome the change reports must
-agree with what the user then sees run.
+land before the claim and some after (the listener claims timers a few ms ahead of their
+due time and starts each on time, so the changes start well before it). Whichever wins,
+the outcome the change reports must agree with what the user then sees run.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from timers.encoding import escape_id
 pytestmark = pytest.mark.integration
 
 COUNT = 200
-OFFSETS_MS = (-4, -2, -1, 0, 1, 2, 4)
+OFFSETS_MS = (-14, -11, -9, -7, -5, -3, -1, 1)
 """When each change is sent, relative to its timer's due time."""
 
 
@@ -42,10 +43,10 @@ def _quick_thread_switches() -> Iterator[None]:
 
 
 def _schedule_racing(t: Timers, prefix: str, extra: list[object] | None = None) -> list[str]:
-    """COUNT timers due 2 ms apart from 0.1 s on, soonest first; returns their ids."""
+    """COUNT timers due 3 ms apart from 0.1 s on, soonest first; returns their ids."""
     ids = [f"{prefix}{i}" for i in range(COUNT)]
     t.schedule_many(
-        TimerSpec("record.hit", [tid, *(extra or [])], in_=0.1 + 0.002 * i, id=tid)
+        TimerSpec("record.hit", [tid, *(extra or [])], in_=0.1 + 0.003 * i, id=tid)
         for i, tid in enumerate(ids)
     )
     return ids
