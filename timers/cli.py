@@ -172,7 +172,7 @@ def listen(
     # for them at interpreter exit.
     logging.shutdown()
     sys.stdout.flush()
-    os._exit(1 if listener.aborted else 0)
+    os._exit(1 if listener.aborted or listener.failed else 0)
 
 
 def _safe_url(url: str) -> str:

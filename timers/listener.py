@@ -56,6 +56,9 @@ from timers.sweeper import CLAIM_LEAD_MS, DueTracker
 log = logging.getLogger("timers.listener")
 
 TRANSIENT = (RedisConnectionError, RedisTimeoutError, ConnectionError, TimeoutError, OSError)
+RETRYABLE = (*TRANSIENT, redis.RedisError)
+"""Errors a loop outlives by retrying with backoff: a lost connection, and also a server
+that refuses for a while (OOM under noeviction, READONLY after a failover, LOADING)."""
 DEFAULT_LEASE = 15.0
 DEFAULT_CONCURRENCY = 32
 DEFAULT_FAILURE_RETENTION = 7 * 86400.0
@@ -173,6 +176,7 @@ class Listener:
         self._closed = asyncio.Event()  # running tasks are done: stop renewing leases too
         self._aborting = False
         self._burst = False
+        self.failed = False
         self._abort_event = asyncio.Event()
         self.subscribed = asyncio.Event()
         self.fired_count = 0
@@ -195,6 +199,8 @@ class Listener:
             asyncio.create_task(self._finish_loop(), name="timers-finish"),
             asyncio.create_task(self._heartbeat_loop(), name="timers-heartbeat"),
         ]
+        for loop_task in loops:
+            loop_task.add_done_callback(self._loop_ended)
         watcher = asyncio.create_task(self._watch(stop)) if stop is not None else None
         try:
             await self._sweep_loop(burst)
@@ -214,6 +220,18 @@ class Listener:
             self._precise.close()
             if self._owns_client:
                 await self.redis.aclose()
+
+    def _loop_ended(self, task: asyncio.Task[None]) -> None:
+        """A loop must only end on stop: if one dies of a bug, stop rather than limp on
+        (``--processes`` restarts the listener; alone, it exits nonzero)."""
+        if task.cancelled() or self._closed.is_set():
+            return
+        exc = task.exception()
+        if exc is not None:
+            log.critical("%s loop died: %r; stopping the listener", task.get_name(), exc,
+                         exc_info=exc)
+            self.failed = True
+            self.abort()
 
     def stop(self) -> None:
         """Stop claiming, let running tasks finish (up to ``shutdown_timeout``), hand the
@@ -266,7 +284,7 @@ class Listener:
         while self._finished and self.clock.monotonic() < deadline:
             try:
                 await self._flush()
-            except TRANSIENT:
+            except RETRYABLE:
                 await asyncio.sleep(0.2)
         if self._finished:
             log.error("could not write %d run ending(s) before exit; their leases will lapse "
@@ -280,7 +298,7 @@ class Listener:
                 "cannot read notify-keyspace-events (%s): timers will fire through the "
                 "sweeper alone, which stays on time", exc)
             return
-        except TRANSIENT as exc:
+        except RETRYABLE as exc:
             log.warning("cannot reach Redis yet (%s); will keep trying", exc)
             return
         flags = as_text(next(iter(reply.values()), None) or b"")
@@ -307,7 +325,7 @@ class Listener:
             limit = min(self._free_slots(), MAX_CLAIM_BATCH)
             try:
                 claimed = await self._claim(limit)
-            except TRANSIENT as exc:
+            except RETRYABLE as exc:
                 state.failed(exc)
                 await self._wait_poke(backoff.next())
                 continue
@@ -398,7 +416,7 @@ class Listener:
             outcome = Outcome("refused", "TaskRefused", str(exc))
         except asyncio.CancelledError:
             return  # shutting down: _drain hands this run back
-        except TRANSIENT as exc:
+        except RETRYABLE as exc:
             # Redis went away around the run (a recurrence step): hand it back to run again
             log.warning("timer %s handed back: %s", run.timer_id, exc)
             self._finished.append((run.token, "release", "", ""))
@@ -476,7 +494,7 @@ class Listener:
                             # an event is data from the network: nothing it holds may stop
                             # the listener
                             log.exception("could not handle event %r", message)
-            except TRANSIENT as exc:
+            except RETRYABLE as exc:
                 self.subscribed.clear()
                 state.failed(exc)
                 await self._pause(backoff.next())
@@ -544,7 +562,7 @@ class Listener:
                 lost = await self._scripts["renew"](
                     keys=[self.keys.running], args=[round(self.lease * 1000), *tokens]
                 )
-            except TRANSIENT as exc:
+            except RETRYABLE as exc:
                 log.debug("lease renewal failed: %s", exc)
                 continue
             for token in lost:
@@ -565,7 +583,7 @@ class Listener:
                 continue
             try:
                 await self._flush()
-            except TRANSIENT as exc:
+            except RETRYABLE as exc:
                 state.failed(exc)
                 await self._pause(backoff.next(), self._closed)
                 continue
@@ -590,7 +608,7 @@ class Listener:
 
     async def _heartbeat_loop(self) -> None:
         while not self._stopping.is_set():
-            with contextlib.suppress(*TRANSIENT):
+            with contextlib.suppress(*RETRYABLE):
                 await self._heartbeat(alive=True)
             await self._pause(HEARTBEAT_INTERVAL)
 

@@ -64,6 +64,19 @@ def server_version(binary: str) -> str:
     return f"{match.group(1)} {match.group(2)}" if match else out.stdout.strip()
 
 
+def _die_with_parent() -> None:
+    """In the child before exec: on Linux, get SIGTERM when the parent dies, so a killed
+    demo or test run leaves no server behind."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        pr_set_pdeathsig = 1
+        libc.prctl(pr_set_pdeathsig, signal.SIGTERM)
+    except (OSError, AttributeError):
+        pass
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
@@ -127,7 +140,7 @@ class EmbeddedServer:
         ]
         self._process = subprocess.Popen(
             command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL, preexec_fn=_die_with_parent,
         )
         deadline = time.monotonic() + START_TIMEOUT
         while time.monotonic() < deadline:
