@@ -1,0 +1,118 @@
+"""A listener child process: ``python -m bench.listener --url URL --out FILE …``.
+
+It runs one :class:`timers.Listener` with the trivial task ``noop`` registered, keeps one
+tuple per run from the observer (due ms, start ms, path, ok), touches ``--ready`` once it is
+subscribed, and on exit (``--expect`` runs seen, SIGTERM, ``--max-seconds``, or its parent
+gone) writes them to ``--out`` as JSON with its CPU time. Nothing is written to Redis, so
+the listener's own traffic is all the server sees from this process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+from timers.listener import Listener
+from timers.runs import Fired
+
+TASK_LATENESS: list[float] = []
+"""Per run whose args end in its due time (epoch ms): the task's own start minus due."""
+
+
+def noop(*args: Any, **kwargs: Any) -> None:
+    """The trivial task. Given ``[i, due_ms]`` it notes how late it started by the system
+    clock (the server's clock too: same machine), independently of the listener's estimate.
+    """
+    if len(args) == 2 and isinstance(args[1], int):
+        TASK_LATENESS.append(time.time() * 1000 - args[1])
+
+
+def _write(path: Path, text: str) -> None:
+    path.write_text(text)
+
+
+def _cpu() -> float:
+    times = os.times()
+    return times.user + times.system
+
+
+async def listen(
+    url: str, prefix: str, concurrency: int, expect: int, ready: Path, max_seconds: float
+) -> dict[str, Any]:
+    fired: list[tuple[int, float, str, bool]] = []
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+
+    def observe(f: Fired) -> None:
+        fired.append((f.due_ms, f.started_ms, f.source, f.outcome.ok))
+        if expect and len(fired) >= expect:
+            stop.set()
+
+    listener = Listener(
+        url, prefix=prefix, registry={"noop": noop}, concurrency=concurrency,
+        observer=observe, shutdown_timeout=5.0,
+    )
+    cpu_ready = _cpu()
+
+    async def mark_ready() -> None:
+        nonlocal cpu_ready
+        await listener.subscribed.wait()
+        cpu_ready = _cpu()
+        _write(ready, str(os.getpid()))
+
+    async def watchdog() -> None:
+        parent = os.getppid()
+        end = time.monotonic() + max_seconds
+        while True:
+            await asyncio.sleep(0.5)
+            if os.getppid() != parent or time.monotonic() >= end:
+                stop.set()
+                return
+
+    helpers = [asyncio.create_task(mark_ready()), asyncio.create_task(watchdog())]
+    try:
+        await listener.run(stop)
+    finally:
+        for task in helpers:
+            task.cancel()
+        await asyncio.gather(*helpers, return_exceptions=True)
+    return {
+        "fired": fired,
+        "cpu_s": _cpu() - cpu_ready,
+        "finished": bool(expect) and len(fired) >= expect,
+        "task_lateness": TASK_LATENESS,
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.listener")
+    parser.add_argument("--url", required=True)
+    parser.add_argument("--prefix", required=True)
+    parser.add_argument("--concurrency", type=int, required=True)
+    parser.add_argument("--expect", type=int, default=0, help="exit after this many runs")
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--ready", type=Path, required=True)
+    parser.add_argument("--max-seconds", type=float, default=600.0)
+    opts = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
+    report = asyncio.run(listen(opts.url, opts.prefix, opts.concurrency, opts.expect,
+                                opts.ready, opts.max_seconds))
+    tmp = opts.out.with_suffix(".tmp")
+    with contextlib.suppress(FileNotFoundError):
+        tmp.unlink()
+    tmp.write_text(json.dumps(report))
+    tmp.replace(opts.out)
+
+
+if __name__ == "__main__":
+    main()

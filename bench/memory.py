@@ -1,0 +1,52 @@
+"""Memory: Redis bytes per pending timer (INFO used_memory delta / N), 100-byte args.
+
+Timers are scheduled with ``schedule_many`` (task ``reminders.sms``, args of exactly 100
+bytes as JSON, an hour out) on an empty database with AOF off, so the AOF buffers are not
+counted. The notes split one timer's cost over the structures that hold it.
+"""
+
+from __future__ import annotations
+
+from bench.common import PREFIX, Context, Deadline, Row, count
+from timers.keys import Keyspace
+
+TASK = "reminders.sms"
+
+
+def budget(ctx: Context) -> float:
+    return sum(n / 10_000 for n in ctx.sizes.memory_ns) + 60
+
+
+def run(ctx: Context) -> None:
+    for n in ctx.sizes.memory_ns:
+        name = f"Memory: {count(n)} pending, 100 B args"
+        print(f"- {name}", flush=True)
+        ctx.fresh_db(aof=False)
+        before = ctx.used_memory()
+        loaded, seconds = ctx.bulk_load(n, task=TASK, deadline=Deadline(n / 5_000 + 30))
+        after = ctx.used_memory()
+        per = (after - before) / loaded
+        result = f"{per:,.0f} B/timer ({(after - before) / 2**20:,.0f} MiB for {count(loaded)})"
+        if loaded < n:
+            result += f" - only {count(loaded)} of {count(n)} loaded by the deadline"
+        ctx.results.add(Row(name, "Redis bytes per pending timer", result, "<= 450",
+                            per <= 450 and loaded == n, "Huey 433, arq 506"))
+        ctx.results.note(f"{name}: {_breakdown(ctx, loaded, per)}; loaded at "
+                         f"{count(loaded / seconds)}/s")
+
+
+def _breakdown(ctx: Context, n: int, per: float) -> str:
+    """MEMORY USAGE of one timer key, and of the due index and records hash per timer."""
+    k = Keyspace(PREFIX)
+    head = ctx.r.zrange(k.due, 0, 0)
+    if not head:
+        return "no timers to sample"
+    record = ctx.r.hget(k.records, head[0])
+    key = k.timer_key(f"{head[0]}:{record}")
+    key_bytes = ctx.r.memory_usage(key) or 0
+    due = (ctx.r.memory_usage(k.due, samples=1000) or 0) / n
+    records = (ctx.r.memory_usage(k.records, samples=1000) or 0) / n
+    rest = per - key_bytes - due - records
+    return (f"expiring key {key_bytes} B (name {len(key)} chars), due index {due:.0f} B, "
+            f"records hash {records:.0f} B (value {len(record or '')} chars), "
+            f"expires table and the rest ~{rest:.0f} B")
