@@ -28,6 +28,7 @@ from bench import fire, idle, lateness, memory, schedule
 from bench.common import (
     REPO,
     Context,
+    MachineSample,
     Results,
     Row,
     ScenarioTimeout,
@@ -96,7 +97,8 @@ def _settings(ctx: Context, binary: str, sizes: Sizes, args: argparse.Namespace,
         ("N", n_text),
         ("machine", f"{cores} cores, {platform.machine()}, Linux {platform.release()}"),
         ("Python", f"{platform.python_version()}, redis-py {redis.__version__}"),
-        ("date", datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")),
+        ("date", datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+                 + ", load average at start {:.2f} {:.2f} {:.2f}".format(*os.getloadavg())),
     ]
 
 
@@ -174,6 +176,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run_one(name: str, run: Callable[[Context], None], ctx: Context, limit: float) -> None:
+    before = MachineSample.take(ctx.r)
     try:
         with hard_limit(limit, name):
             run(ctx)
@@ -185,6 +188,11 @@ def _run_one(name: str, run: Callable[[Context], None], ctx: Context, limit: flo
     finally:
         with contextlib.suppress(Exception):
             ctx.stop_listeners()
+    with contextlib.suppress(Exception):
+        others, busy = MachineSample.take(ctx.r).others_since(before)
+        flag = " - figures may be disturbed" if others > 10 else ""
+        ctx.results.note(f"{name}: other processes on the machine used {others:.0f}% of a core "
+                         f"on average (the machine was {busy:.0f}% busy){flag}")
 
 
 if __name__ == "__main__":

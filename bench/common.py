@@ -227,6 +227,8 @@ class ServerSample:
     cpu_s: float
     calls: dict[str, int]
     usec: dict[str, int]
+    children_cpu_s: float = 0.0
+    """CPU of the server's forks (AOF rewrites)."""
 
     @classmethod
     def take(cls, r: redis.Redis) -> ServerSample:
@@ -238,7 +240,9 @@ class ServerSample:
                 calls[name] = int(value["calls"])
                 usec[name] = int(value["usec"])
         cpu = float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
-        return cls(time.monotonic(), cpu, calls, usec)
+        children = float(info.get("used_cpu_user_children", 0)) + float(
+            info.get("used_cpu_sys_children", 0))
+        return cls(time.monotonic(), cpu, calls, usec, children)
 
     def calls_since(
         self, earlier: ServerSample, exclude: Sequence[str] = ("info",)
@@ -308,6 +312,35 @@ class CommandMonitor:
         self._sock.close()
         self._thread.join(timeout=5)
         return self.counts
+
+
+@dataclass(frozen=True)
+class MachineSample:
+    """CPU seconds the whole machine, this process (and its reaped children) and the
+    server have used: what is left over is other processes sharing the machine."""
+
+    at: float
+    busy_s: float
+    own_s: float
+    server_s: float
+
+    @classmethod
+    def take(cls, r: redis.Redis) -> MachineSample:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+        busy = (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+        t = os.times()
+        server = ServerSample.take(r)
+        return cls(time.monotonic(), busy, t.user + t.system + t.children_user
+                   + t.children_system, server.cpu_s + server.children_cpu_s)
+
+    def others_since(self, earlier: MachineSample) -> tuple[float, float]:
+        """(share of one core used by other processes, share of all cores busy), in %."""
+        wall = max(self.at - earlier.at, 1e-9)
+        busy = self.busy_s - earlier.busy_s
+        others = busy - (self.own_s - earlier.own_s) - (self.server_s - earlier.server_s)
+        return max(0.0, 100 * others / wall), 100 * busy / wall / (os.cpu_count() or 1)
 
 
 def server_label(r: redis.Redis) -> str:

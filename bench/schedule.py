@@ -37,10 +37,14 @@ def _redis_note(ctx: Context, what: str, before: ServerSample, n: int, wall: flo
     calls = after.calls_since(before)
     scripts = calls.get("evalsha", 0) + calls.get("eval", 0)
     script_us = (after.usec_since(before, "evalsha") + after.usec_since(before, "eval")) / n
+    nested = sorted(((after.usec_since(before, c) / n, c) for c in calls
+                     if c not in ("evalsha", "eval")), reverse=True)
+    inside = ", ".join(f"{c.upper()} {us:.1f}" for us, c in nested if us >= 0.1)
     ctx.results.note(
         f"schedule, {what}: {wall / n * 1e6:.1f} us wall per timer; Redis CPU {cpu_us:.1f} us "
         f"per timer ({100 * cpu_us * n / 1e6 / wall:.0f}% of one core), of which script "
-        f"execution {script_us:.1f} us; {count(scripts)} script calls")
+        f"execution {script_us:.1f} us (commands inside, us per timer: {inside}); "
+        f"{count(scripts)} script calls")
 
 
 def run(ctx: Context) -> None:
