@@ -17,6 +17,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from timers.client import AsyncTimers, Timers
+from timers.cron import CatchUp, Recurrence
 from timers.encoding import Args
 from timers.exceptions import (
     InvalidArgs,
@@ -47,6 +48,7 @@ __all__ = [
     "Listener",
     "MalformedTimerKey",
     "PendingTimer",
+    "Recurrence",
     "ServerNotFound",
     "Stats",
     "TaskPolicy",
@@ -56,12 +58,16 @@ __all__ = [
     "TimersError",
     "cancel",
     "configure",
+    "every",
     "get",
+    "pause",
     "registered",
     "reschedule",
+    "resume",
     "schedule",
     "schedule_many",
     "task",
+    "unschedule_recurring",
 ]
 
 __version__ = "0.1.0"
@@ -121,3 +127,35 @@ def cancel(id: str) -> bool:
 def get(id: str) -> PendingTimer | None:
     """The pending timer with this id, or None."""
     return _instance().get(id)
+
+
+def every(
+    name: str,
+    task: str,
+    args: Args | tuple[Any, ...] = None,
+    *,
+    cron: str | None = None,
+    interval: float | timedelta | None = None,
+    tz: str = "UTC",
+    catch_up: CatchUp = "latest",
+    max_lateness: float | timedelta | None = None,
+    overlap: bool = True,
+) -> Recurrence:
+    """Run ``task`` on a cron schedule or at an interval; see :meth:`Timers.every`."""
+    return _instance().every(name, task, args, cron=cron, interval=interval, tz=tz,
+                             catch_up=catch_up, max_lateness=max_lateness, overlap=overlap)
+
+
+def unschedule_recurring(name: str) -> bool:
+    """Delete a recurrence and its pending occurrence; False if there was none."""
+    return _instance().unschedule_recurring(name)
+
+
+def pause(name: str) -> bool:
+    """Stop a recurrence until :func:`resume`; False if there is none by that name."""
+    return _instance().pause(name)
+
+
+def resume(name: str) -> bool:
+    """Schedule a paused recurrence again, from now; False if there is none."""
+    return _instance().resume(name)

@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 import redis
 import redis.asyncio
 
+from timers.cron import CatchUp, Recurrence, recurrence
 from timers.encoding import DEFAULT_MAX_ARGS_BYTES, Args
 from timers.keys import DEFAULT_PREFIX, Keyspace
 from timers.operations import (
@@ -176,6 +177,52 @@ class Timers:
         """The live listeners, from their heartbeats."""
         return self.run(self.ops.listeners())
 
+    # -- recurring timers (see timers.cron) -------------------------------------------
+
+    def every(
+        self,
+        name: str,
+        task: str,
+        args: Args | tuple[Any, ...] = None,
+        *,
+        cron: str | None = None,
+        interval: float | timedelta | None = None,
+        tz: str = "UTC",
+        catch_up: CatchUp = "latest",
+        max_lateness: float | timedelta | None = None,
+        overlap: bool = True,
+    ) -> Recurrence:
+        """Run ``task`` on a schedule under ``name``: ``cron`` (an expression read in the
+        wall time of ``tz``, e.g. ``"0 9 * * mon-fri"``) or ``interval`` (seconds or a
+        timedelta). Declaring it again unchanged does nothing; changed, it is replaced at
+        once. ``catch_up`` ("latest", "all", "none") says what runs after every listener
+        was down; ``max_lateness`` bounds how late an occurrence may start;
+        ``overlap=False`` skips an occurrence while the previous run is still running.
+        """
+        spec = recurrence(name, task, args, cron=cron, interval=interval, tz=tz,
+                          catch_up=catch_up, max_lateness=max_lateness, overlap=overlap,
+                          max_args_bytes=self.ops.max_args_bytes)
+        return self.run(self.ops.every(spec))
+
+    def unschedule_recurring(self, name: str) -> bool:
+        """Delete a recurrence and its pending occurrence; False if there was none."""
+        return self.run(self.ops.unschedule_recurring(name))
+
+    def pause(self, name: str) -> bool:
+        """Stop a recurrence until :meth:`resume`; False if there is none by that name."""
+        return self.run(self.ops.pause(name))
+
+    def resume(self, name: str) -> bool:
+        """Schedule a paused recurrence again, from now; False if there is none."""
+        return self.run(self.ops.resume(name))
+
+    def get_recurrence(self, name: str) -> Recurrence | None:
+        return self.run(self.ops.get_recurrence(name))
+
+    def recurrences(self) -> builtins.list[Recurrence]:
+        """Every recurrence, by name."""
+        return self.run(self.ops.recurrences())
+
     def close(self) -> None:
         if self._owns_client:
             self.redis.close()
@@ -266,6 +313,39 @@ class AsyncTimers:
 
     async def listeners(self) -> builtins.list[dict[str, Any]]:
         return await self.run(self.ops.listeners())
+
+    async def every(
+        self,
+        name: str,
+        task: str,
+        args: Args | tuple[Any, ...] = None,
+        *,
+        cron: str | None = None,
+        interval: float | timedelta | None = None,
+        tz: str = "UTC",
+        catch_up: CatchUp = "latest",
+        max_lateness: float | timedelta | None = None,
+        overlap: bool = True,
+    ) -> Recurrence:
+        spec = recurrence(name, task, args, cron=cron, interval=interval, tz=tz,
+                          catch_up=catch_up, max_lateness=max_lateness, overlap=overlap,
+                          max_args_bytes=self.ops.max_args_bytes)
+        return await self.run(self.ops.every(spec))
+
+    async def unschedule_recurring(self, name: str) -> bool:
+        return await self.run(self.ops.unschedule_recurring(name))
+
+    async def pause(self, name: str) -> bool:
+        return await self.run(self.ops.pause(name))
+
+    async def resume(self, name: str) -> bool:
+        return await self.run(self.ops.resume(name))
+
+    async def get_recurrence(self, name: str) -> Recurrence | None:
+        return await self.run(self.ops.get_recurrence(name))
+
+    async def recurrences(self) -> builtins.list[Recurrence]:
+        return await self.run(self.ops.recurrences())
 
     async def aclose(self) -> None:
         if self._owns_client:

@@ -22,6 +22,11 @@ key                 type    holds
                             handed_back, late_finishes.
 ``P|listeners``     zset    listener id → heartbeat deadline ms: the live listeners.
 ``P|listener``      hash    listener id → JSON (host, pid, started, running, fired).
+``P|cron``          hash    escaped recurrence name → definition JSON (task, args,
+                            cron or interval, tz, policies): written by producers only.
+``P|cronstate``     hash    escaped recurrence name → ``v|last|prev|paused|run|anchor``
+                            (see :mod:`timers.cron`): kept by the ``cron_*`` scripts.
+                            Its pending occurrence is the timer ``<name>@<last>``.
 ==================  ======  ========================================================
 
 Channels: ``P|wake`` carries the due time of a newly scheduled timer that is earlier than
@@ -102,6 +107,14 @@ class Keyspace:
     @property
     def listener_info(self) -> str:
         return self.prefix + "|listener"
+
+    @property
+    def recurrences(self) -> str:
+        return self.prefix + "|cron"
+
+    @property
+    def recurrence_states(self) -> str:
+        return self.prefix + "|cronstate"
 
     @property
     def wake_channel(self) -> str:

@@ -7,7 +7,8 @@ from importlib import resources
 from typing import Any, Literal
 
 ScriptName = Literal[
-    "schedule", "reschedule", "cancel", "claim", "renew", "finish", "heartbeat", "forget"
+    "schedule", "reschedule", "cancel", "claim", "renew", "finish", "heartbeat", "forget",
+    "cron_declare", "cron_next", "cron_pause", "cron_remove",
 ]
 SCRIPT_NAMES: tuple[ScriptName, ...] = (
     "schedule",
@@ -18,6 +19,10 @@ SCRIPT_NAMES: tuple[ScriptName, ...] = (
     "finish",
     "heartbeat",
     "forget",
+    "cron_declare",
+    "cron_next",
+    "cron_pause",
+    "cron_remove",
 )
 
 

@@ -1,0 +1,347 @@
+"""What a listener does around an occurrence (:class:`RecurrenceHook`), on fakeredis.
+
+Occurrences are claimed with the claim script as a listener claims them (with a horizon,
+so occurrences due tomorrow can be taken today), and the hook is called with an injected
+start time: catch-up after days of downtime is tested without waiting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import fakeredis
+import pytest
+
+from tests.unit.helpers import claim
+from tests.unit.test_cron_producer import pending
+from timers import Timers
+from timers.cron import RecurrenceHook, State
+from timers.encoding import Record, escape_id
+from timers.exceptions import MalformedTimerKey
+from timers.keys import Keyspace
+from timers.runs import OK, Outcome, Run
+from timers.scripts import register_all
+
+KS = Keyspace()
+DAY = 86_400_000
+HORIZON = 10 * DAY
+
+
+class Listener:
+    """One listener's hook on its own event loop, driven step by step."""
+
+    def __init__(self, server: fakeredis.FakeServer) -> None:
+        self.runner = asyncio.Runner()
+        self.client = fakeredis.FakeAsyncRedis(server=server)
+        self.hook = RecurrenceHook(self.client, KS)
+
+    def before(self, run: Run, started_ms: float | None = None) -> Outcome | None:
+        started = run.due_ms + 1 if started_ms is None else started_ms
+        return self.runner.run(self.hook.before_run(run, run.record(), started))
+
+    def after(self, run: Run, outcome: Outcome = OK) -> None:
+        self.runner.run(self.hook.after_run(run, run.record(), outcome))
+
+    def close(self) -> None:
+        self.runner.run(self.client.aclose())
+        self.runner.close()
+
+
+@pytest.fixture
+def server(fake: fakeredis.FakeRedis) -> fakeredis.FakeServer:
+    server: fakeredis.FakeServer = fake.connection_pool.connection_kwargs["server"]
+    return server
+
+
+@pytest.fixture
+def t(fake: fakeredis.FakeRedis) -> Iterator[Timers]:
+    with Timers(fake) as client:
+        yield client
+
+
+@pytest.fixture
+def listeners(server: fakeredis.FakeServer) -> Iterator[list[Listener]]:
+    made = [Listener(server), Listener(server)]
+    yield made
+    for listener in made:
+        listener.close()
+
+
+def take(fake: fakeredis.FakeRedis, horizon_ms: int = HORIZON) -> Run:
+    """Claim the next pending timer as a listener would."""
+    [c] = claim(register_all(fake), KS, limit=1, horizon_ms=horizon_ms).claimed
+    return Run.parse(c.token, c.run, c.source)
+
+
+def pending_dues(fake: fakeredis.FakeRedis, name: str) -> list[int]:
+    return sorted(due for timer_id, (due, _) in pending(fake).items()
+                  if timer_id.rpartition("@")[0] == name)
+
+
+def state(fake: fakeredis.FakeRedis, name: str) -> State:
+    return State.decode(fake.hget(KS.recurrence_states, escape_id(name)))
+
+
+# -- the next occurrence, scheduled once -------------------------------------------------
+
+
+def test_the_claim_of_an_occurrence_schedules_the_next_one(
+    t: Timers, fake: fakeredis.FakeRedis, listeners: list[Listener]
+) -> None:
+    t.every("daily", "mod.add", [1], cron="0 9 * * *", tz="Europe/Berlin")
+    run = take(fake)
+    assert pending(fake) == {}
+    assert listeners[0].before(run) is None  # runs
+    assert pending_dues(fake, "daily") == [run.due_ms + DAY]
+    assert (state(fake, "daily").last, state(fake, "daily").prev) == (run.due_ms + DAY,
+                                                                       run.due_ms)
+
+
+def test_a_rerun_or_a_second_listener_schedules_nothing_more(
+    t: Timers, fake: fakeredis.FakeRedis, listeners: list[Listener]
+) -> None:
+    t.every("daily", "mod.add", cron="0 9 * * *")
+    run = take(fake)
+    assert listeners[0].before(run) is None
+    assert listeners[1].before(run) is None  # the same occurrence again (after a crash)
+    crashed = Run(run.token + "0", run.escaped_id, run.record_text, run.due_ms, 1, "recovered")
+    assert listeners[1].before(crashed) is None
+    assert pending_dues(fake, "daily") == [run.due_ms + DAY]
+
+
+def test_racing_listeners_schedule_the_next_occurrence_once(
+    t: Timers, fake: fakeredis.FakeRedis, server: fakeredis.FakeServer
+) -> None:
+    t.every("tick", "mod.add", interval=60)
+    run = take(fake)
+
+    async def race() -> list[Outcome | None]:
+        clients = [fakeredis.FakeAsyncRedis(server=server) for _ in range(8)]
+        hooks = [RecurrenceHook(c, KS) for c in clients]
+        try:
+            return list(await asyncio.gather(*(h.before_run(run, run.record(), run.due_ms)
+                                               for h in hooks)))
+        finally:
+            for c in clients:
+                await c.aclose()
+
+    assert asyncio.run(race()) == [None] * 8
+    assert pending_dues(fake, "tick") == [run.due_ms + 60_000]
+
+
+def test_the_chain_goes_on_occurrence_after_occurrence(
+    t: Timers, fake: fakeredis.FakeRedis, listeners: list[Listener]
+) -> None:
+    rec = t.every("tick", "mod.add", interval=timedelta(seconds=1))
+    assert rec.next_due is not None
+    dues = []
+    for i in range(20):
+        run = take(fake)
+        dues.append(run.due_ms)
+        assert listeners[i % 2].before(run) is None
+    first = int(rec.next_due.timestamp() * 1000)
+    assert dues == [first + 1000 * k for k in range(20)]
+
+
+# -- changes while an occurrence is in flight --------------------------------------------
+
+
+def test_an_occurrence_claimed_before_a_change_runs_but_schedules_nothing(
+    t: Timers, fake: fakeredis.FakeRedis, listeners: list[Listener]
+) -> None:
+    t.every("daily", "mod.add", [1], cron="0 9 * * *")
+    run = take(fake)
+    changed = t.every("daily", "mod.add", [2], cron="0 10 * * *")
+    assert changed.next_due is not None
+    assert listeners[0].before(run) is None  # due under the definition it was made for
+    assert pending_dues(fake, "daily") == [int(changed.next_due.timestamp() * 1000)]
+
+
+def test_an_occurrence_claimed_before_a_pause_or_removal_is_skipped(
+    t: Timers, fake: fakeredis.FakeRedis, listeners: list[Listener]
+) -> None:
+    t.every("a", "mod.add", cron="0 9 * * *")
+    run = take(fake)
+    t.pause("a")
+    outcome = listeners[0].before(run)
+    assert outcome is not None and outcome.kind == "skipped" and "paused" in outcome.message
+    assert pending(fake) == {}
+    t.resume("a")
+    assert len(pending_dues(fake, "a")) == 1
+    t.unschedule_recurring("a")
+    outcome = listeners[0].before(run)
+    assert outcome is not None and outcome.kind == "skipped" and "removed" in outcome.message
+    assert pending(fake) == {}
+
+
+def test_a_broken_recurrence_option_is_malformed(
+    fake: fakeredis.FakeRedis, listeners: list[Listener]
+) -> None:
+    record = Record("mod.add", None, {"r": "%FF", "v": "1"}).encode()
+    run = Run("1", "x@1", record, 1, 0, "sweep")
+    with pytest.raises(MalformedTimerKey):
+        listeners[0].before(run)
+
+
+# -- catch-up after downtime (injected start times) --------------------------------------
+
+
+def down_for_three_days(t: Timers, fake: fakeredis.FakeRedis, catch_up: str,
+                        max_lateness: float | None = None) -> tuple[Run, int]:
+    t.every("daily", "mod.add", cron="0 9 * * *", tz="Europe/Berlin",
+            catch_up=catch_up,  # type: ignore[arg-type]
+            max_lateness=max_lateness)
+    run = take(fake)
+    return run, run.due_ms + 3 * DAY + 3_600_000  # every listener came back at 10:00
+
+
+def test_catch_up_latest_runs_once_for_the_latest_missed(
+    t: Timers, fake: fakeredis.FakeRedis, listeners: list[Listener]
+) -> None:
+    run, now = down_for_three_days(t, fake, "latest")
+    outcome = listeners[0].before(run, now)
+    assert outcome is not None and outcome.kind == "skipped"
+    latest = run.due_ms + 3 * DAY
+    assert pending_dues(fake, "daily") == [latest]
+    caught_up = take(fake)
+    assert caught_up.due_ms == latest
+    assert listeners[1].before(caught_up, now + 5) is None  # runs
+    assert pending_dues(fake, "daily") == [latest + DAY]
+
+
+def test_catch_up_all_runs_each_missed_occurrence_in_order(
+    t: Timers, fake: fakeredis.FakeRedis, listeners: list[Listener]
+) -> None:
+    run, now = down_for_three_days(t, fake, "all")
+    ran = []
+    while True:
+        assert listeners[0].before(run, now) is None
+        ran.append(run.due_ms)
+        # the next missed one is scheduled only when this run has ended
+        if run.due_ms + DAY <= now:
+            assert pending(fake) == {}
+        listeners[0].after(run)
+        run = take(fake)
+        if run.due_ms > now:
+            break
+        now += 1000
+    assert ran == [ran[0] + k * DAY for k in range(4)]
+
+
+def test_catch_up_none_skips_what_was_missed(
+    t: Timers, fake: fakeredis.FakeRedis, listeners: list[Listener]
+) -> None:
+    run, now = down_for_three_days(t, fake, "none")
+    outcome = listeners[0].before(run, now)
+    assert outcome is not None and outcome.kind == "skipped" and "none" in outcome.message
+    assert pending_dues(fake, "daily") == [run.due_ms + 4 * DAY]
+
+
+def test_max_lateness_skips_but_keeps_the_chain(
+    t: Timers, fake: fakeredis.FakeRedis, listeners: list[Listener]
+) -> None:
+    t.every("tick", "mod.add", interval=60, max_lateness=5)
+    run = take(fake)
+    outcome = listeners[0].before(run, run.due_ms + 5_001)
+    assert outcome is not None and "max lateness" in outcome.message
+    assert pending_dues(fake, "tick") == [run.due_ms + 60_000]
+
+
+# -- overlap -----------------------------------------------------------------------------
+
+
+def test_without_overlap_an_occurrence_is_skipped_while_the_previous_run_holds_on(
+    t: Timers, fake: fakeredis.FakeRedis, listeners: list[Listener]
+) -> None:
+    t.every("slow", "mod.add", interval=60, overlap=False)
+    first = take(fake)
+    assert listeners[0].before(first) is None
+    assert state(fake, "slow").run == first.token
+    second = take(fake)
+    outcome = listeners[1].before(second)
+    assert outcome is not None and outcome.kind == "skipped"
+    assert first.token in outcome.message and "overlap" in outcome.message
+    assert pending_dues(fake, "slow") == [second.due_ms + 60_000]  # the chain goes on
+    listeners[0].after(first)
+    assert state(fake, "slow").run == ""
+    third = take(fake)
+    assert listeners[1].before(third) is None
+    assert state(fake, "slow").run == third.token
+
+
+def test_a_lapsed_lease_does_not_block_the_next_run(
+    t: Timers, fake: fakeredis.FakeRedis, listeners: list[Listener]
+) -> None:
+    t.every("slow", "mod.add", interval=60, overlap=False)
+    first = take(fake)
+    assert listeners[0].before(first) is None
+    fake.zadd(KS.running, {first.token: 0}, xx=True)  # its listener died
+    second = take(fake, horizon_ms=HORIZON)
+    # the claim recovered the lapsed run first; take the occurrence itself
+    if second.timer_id == first.timer_id:
+        second = take(fake)
+    assert listeners[1].before(second) is None
+    assert state(fake, "slow").run == second.token
+
+
+def test_overlap_allowed_by_default_keeps_no_slot(
+    t: Timers, fake: fakeredis.FakeRedis, listeners: list[Listener]
+) -> None:
+    t.every("fast", "mod.add", interval=60)
+    first = take(fake)
+    assert listeners[0].before(first) is None
+    assert listeners[1].before(take(fake)) is None
+    assert state(fake, "fast").run == ""
+
+
+def test_a_skipped_occurrence_does_not_release_the_slot_it_never_held(
+    t: Timers, fake: fakeredis.FakeRedis, listeners: list[Listener]
+) -> None:
+    t.every("slow", "mod.add", interval=60, overlap=False)
+    first = take(fake)
+    listeners[0].before(first)
+    second = take(fake)
+    skipped = listeners[1].before(second)
+    assert skipped is not None
+    listeners[1].after(second, skipped)
+    assert state(fake, "slow").run == first.token
+
+
+def test_after_run_outlives_a_failing_release(
+    t: Timers, fake: fakeredis.FakeRedis, listeners: list[Listener],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    t.every("slow", "mod.add", interval=60, overlap=False)
+    first = take(fake)
+    listener = listeners[0]
+    listener.before(first)
+    calls = 0
+
+    async def broken(*args: Any, **kwargs: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        raise ConnectionError("gone")
+
+    monkeypatch.setattr(listener.hook, "_step", broken)
+    monkeypatch.setattr(asyncio, "sleep", _no_sleep)
+    listener.after(first)  # logged, not raised: the slot frees itself with the lease
+    assert calls == RecurrenceHook.AFTER_ATTEMPTS
+
+
+async def _no_sleep(_: float) -> None:
+    return None
+
+
+def test_now_is_the_injected_start_time_not_the_wall_clock(
+    t: Timers, fake: fakeredis.FakeRedis, listeners: list[Listener]
+) -> None:
+    t.every("tick", "mod.add", interval=60, catch_up="none")
+    run = take(fake)
+    far = int(datetime(2100, 1, 1, tzinfo=UTC).timestamp() * 1000)
+    outcome = listeners[0].before(run, far)
+    assert outcome is not None and outcome.kind == "skipped"
+    [due] = pending_dues(fake, "tick")
+    assert far < due <= far + 60_000

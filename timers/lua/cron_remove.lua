@@ -1,0 +1,30 @@
+-- cron_remove.lua: delete a recurrence and withdraw its pending occurrence.
+--
+-- KEYS[1]  recurrence definitions: hash, escaped name -> definition JSON
+-- KEYS[2]  recurrence states: hash, escaped name -> "v|last|prev|paused|run|anchor"
+-- KEYS[3]  due index: zset, escaped id -> due ms
+-- KEYS[4]  records: hash, escaped id -> record
+-- ARGV[1]  timer key start "<prefix>:"
+-- ARGV[2]  escaped name
+--
+-- The pending occurrence "<name>@<last>" is named by the state and its key by the stored
+-- record, so both are built here (as in cancel.lua). An occurrence already claimed finds
+-- no recurrence when it comes to run and is skipped.
+-- Returns 1 when the recurrence existed, 0 otherwise.
+local raw = redis.call('HGET', KEYS[2], ARGV[2])
+local existed = redis.call('HDEL', KEYS[1], ARGV[2])
+redis.call('HDEL', KEYS[2], ARGV[2])
+if raw then
+  local last = string.match(raw, '^%d+|(%-?%d+)|')
+  if last then
+    local id = ARGV[2] .. '@' .. last
+    local record = redis.call('HGET', KEYS[4], id)
+    if record then
+      redis.call('ZREM', KEYS[3], id)
+      redis.call('HDEL', KEYS[4], id)
+      redis.call('DEL', ARGV[1] .. id .. ':' .. record)
+    end
+  end
+end
+if existed == 1 or raw then return 1 end
+return 0
