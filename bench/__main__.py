@@ -38,6 +38,7 @@ from bench.common import (
     hard_limit,
     render,
     server_label,
+    wait_for_quiet,
 )
 from timers.listener import DEFAULT_CONCURRENCY
 from timers.server import EmbeddedServer
@@ -123,6 +124,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
                         help=f"listener concurrency (default {DEFAULT_CONCURRENCY})")
     parser.add_argument("--config", type=Path, default=REPO / "redis.conf")
     parser.add_argument("--output", type=Path, help="where to write the Markdown table")
+    parser.add_argument("--wait-idle", type=float, default=0.0, metavar="SECONDS",
+                        help="before each scenario, wait up to this long for the machine to "
+                             "be under 15%% busy (other processes skew the figures)")
     args = parser.parse_args(argv)
     if args.only:
         unknown = [n for n in args.only.split(",") if n not in SCENARIOS]
@@ -155,6 +159,10 @@ def main(argv: list[str] | None = None) -> int:
                 module = SCENARIOS[name]
                 limit = float(module.budget(ctx))
                 print(f"\n== {name} (hard limit {limit:.0f} s)", flush=True)
+                if args.wait_idle > 0:
+                    quiet, waited, busy = wait_for_quiet(args.wait_idle)
+                    print(f"   machine {'quiet' if quiet else 'still busy'} ({busy:.0f}% busy)"
+                          f" after waiting {waited:.0f} s", flush=True)
                 t0 = time.monotonic()
                 _run_one(name, module.run, ctx, limit)
                 print(f"== {name} took {time.monotonic() - t0:.0f} s", flush=True)

@@ -343,6 +343,34 @@ class MachineSample:
         return max(0.0, 100 * others / wall), 100 * busy / wall / (os.cpu_count() or 1)
 
 
+def machine_busy(seconds: float = 1.0) -> float:
+    """How busy all cores were over the next ``seconds``, in %."""
+
+    def read() -> tuple[int, int]:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+        return sum(fields[:8]), idle
+
+    total0, idle0 = read()
+    time.sleep(seconds)
+    total1, idle1 = read()
+    return 100 * (1 - (idle1 - idle0) / max(total1 - total0, 1))
+
+
+def wait_for_quiet(limit_s: float, busy_pct: float = 15.0) -> tuple[bool, float, float]:
+    """Wait up to ``limit_s`` for the machine to be under ``busy_pct`` busy for a second.
+
+    Returns (quiet, seconds waited, last busy %): on a shared machine other processes
+    compete with the server and the listeners for the cores.
+    """
+    started = time.monotonic()
+    busy = machine_busy()
+    while busy >= busy_pct and time.monotonic() - started < limit_s:
+        busy = machine_busy()
+    return busy < busy_pct, time.monotonic() - started, busy
+
+
 def server_label(r: redis.Redis) -> str:
     info = r.info("server")
     if "valkey_version" in info:
