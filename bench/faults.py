@@ -15,8 +15,9 @@ pause           ``CLIENT PAUSE 3000`` (all clients); these listeners get ``--lea
                 lease must outlast any stall of Redis, or runs are taken over
 pause-over-     (only with ``--only``) the same pause with ``--lease 2``: measures what
 lease           happens when a stall outlasts the lease (second runs: the check fails)
-tiny-buffer     ``client-output-buffer-limit pubsub 1kb 512 1`` and a burst of 1,000 timers
-                due at once: the server drops the subscriptions; then the limit is restored
+tiny-buffer     ``client-output-buffer-limit pubsub 1kb 512 1``, then a burst of 1,000 timers
+                and 2,000 other keys expiring at once: the server drops the subscriptions;
+                then the limit is restored
 sigterm         SIGTERM to one listener during a burst with slow tasks running
                 (``--shutdown-timeout 1``): unfinished runs are handed back; a new listener
                 takes its place
@@ -32,9 +33,10 @@ returns to a ledger file (``O_APPEND``; Redis faults cannot touch it). From the 
   the time a listener takes to write a finished run; for SIGTERM: did not end within the
   shutdown timeout, so it was handed back). Any other duplicate is a failure.
 - **lateness**: first start minus due time (both on this machine's clock).
-- **back to normal**: after the fault the listeners are subscribed again by themselves and
-  a final batch of timers, scheduled after the fault, fires on time (every one within
-  ``ON_TIME_MS``).
+- **back to normal**: after the fault the listeners are subscribed again by themselves,
+  expired events reach them again (a probe key in the timers namespace that names no task
+  expires and is recorded as rejected), and a final batch of timers, scheduled after the
+  fault, fires on time (every one within ``ON_TIME_MS``).
 
 It exits 1 if any fault lost a timer, ran one twice unexpectedly, or did not come back to
 normal. Helpers here (:class:`ListenerProcess`, :func:`read_ledger`, :func:`analyse` …) are
@@ -65,13 +67,15 @@ from typing import Any
 import redis
 
 from bench.fault_tasks.ledger import LEDGER_ENV
-from timers import Timers, TimerSpec
+from timers import Failure, Timers, TimerSpec
 from timers.keys import Keyspace
 from timers.server import EmbeddedServer, server_version
 
 REPO = Path(__file__).resolve().parent.parent
 TASKS = "bench.fault_tasks"
 TASK = "ledger.mark"
+PROBE_TASK = "probe.none"
+"""A task path that resolves to nothing: a key naming it is recorded as rejected."""
 EXPIRED_CHANNEL = Keyspace.expired_channel(0)
 ON_TIME_MS = 250.0
 """A final-batch timer that starts later than this after its due time is not on time."""
@@ -393,6 +397,7 @@ class Scenario:
         self.signals: list[Signal] = []
         self.due_ms: dict[str, int] = {}
         self.evidence: list[str] = []
+        self.probes = 0
 
     def close(self) -> None:
         for listener in self.listeners:
@@ -421,7 +426,11 @@ class Scenario:
                 if listener.process.poll() not in (None, 0, -signal.SIGKILL):
                     raise FaultError(f"listener {listener.pid} exited "
                                      f"{listener.process.returncode}:\n{listener.log()[-2000:]}")
-            return subscribers(self.r) == len(self.live_listeners())
+            live = self.live_listeners()
+            # a listener that logged a lost subscription must also have logged it back
+            return subscribers(self.r) == len(live) and all(
+                listener.count_in_log("event subscription lost")
+                == listener.count_in_log("event subscription back") for listener in live)
         wait_for(check, timeout, f"{len(self.live_listeners())} listener(s) to subscribe")
 
     def busiest_listener(self) -> ListenerProcess:
@@ -445,6 +454,32 @@ class Scenario:
             at = datetime.fromtimestamp(due_ms / 1000, UTC)
             specs.append(TimerSpec(TASK, [tid, seconds], at=at, id=tid))
         self.timers.schedule_many(specs)
+
+    def probe_events(self, timeout: float = 10.0) -> float:
+        """Prove expired events reach the listeners: a key in the timers namespace that
+        names no task expires by itself (``SET … PX``), and a listener must record it as a
+        rejected timer. An event published while a subscription is being replaced is lost
+        for good (pub/sub keeps nothing), so a probe is tried again, under a new id, every
+        second until one gets through. Returns the seconds until one did."""
+        begun = time.monotonic()
+        deadline = begun + timeout
+        while True:
+            self.probes += 1
+            tag = f"probe{self.probes}"
+            self.r.set(f"{Keyspace().timer_key_start}{tag}:{PROBE_TASK}:[]", 1, px=20)
+            until = min(time.monotonic() + 1.0, deadline)
+            while time.monotonic() < until:
+                if self.timers.get_failure(tag) is not None:
+                    return time.monotonic() - begun
+                time.sleep(0.02)
+            if time.monotonic() >= deadline:
+                raise FaultError(f"no expired event reached a listener in {timeout:g} s "
+                                 f"(probe keys were not recorded as rejected)")
+
+    def failures(self) -> list[Failure]:
+        """Failure records other than the probes'."""
+        return [f for f in self.timers.failed(1000)
+                if not (f.timer_id or "").startswith("probe")]
 
     def settled(self) -> bool:
         stats = self.timers.stats()
@@ -546,10 +581,20 @@ def inject_pause(s: Scenario) -> None:
     s.evidence.append("all clients paused 3 s")
 
 
+def expire_together(r: redis.Redis, n: int, px: int, prefix: str = "filler") -> None:
+    """``n`` keys outside the timers namespace that expire together in ``px`` ms, as an
+    app's other keys may: each is an expired event for every listener all the same."""
+    pipe = r.pipeline(transaction=False)
+    for i in range(n):
+        pipe.set(f"{prefix}:{i}", 1, px=px)
+    pipe.execute()
+
+
 def inject_tiny_buffer(s: Scenario) -> None:
     (old,) = s.r.config_get("client-output-buffer-limit").values()
     before = subscription_losses(s)
     s.r.config_set("client-output-buffer-limit", "pubsub 1kb 512 1")
+    expire_together(s.r, 2000, 500)  # with the timers' burst
     try:
         # the burst is due 0.5 s after this point: the server must drop the subscriptions
         wait_for(lambda: subscription_losses(s) > before, 10,
@@ -614,6 +659,7 @@ def run_fault(fault: Fault, plan: Plan, binary: str | None = None,
         for _ in range(2):
             scenario.start_listener()
         scenario.wait_subscribed()
+        scenario.probe_events()
         start = time.time() + plan.lead_s
         fault_at = start + plan.spread_s * 0.4
         burst_at = fault_at + (0.5 if fault.name == "tiny-buffer" else 0.0)
@@ -623,6 +669,7 @@ def run_fault(fault: Fault, plan: Plan, binary: str | None = None,
         sleep_until(fault_at)
         fault.inject(scenario)
         scenario.wait_subscribed(15)  # back to normal by itself
+        scenario.probe_events()
         final = final_batch(plan.final_timers, time.time() + 1.0)
         scenario.schedule(final)
         main_ids = [tid for tid, _, _ in batch]
@@ -634,7 +681,7 @@ def run_fault(fault: Fault, plan: Plan, binary: str | None = None,
         if late:
             result.problems.append(f"{len(late)} final-batch timers later than "
                                    f"{ON_TIME_MS:g} ms (max {max(late):.0f} ms)")
-        failures = scenario.timers.failed()
+        failures = scenario.failures()
         if failures:
             result.problems.append(f"{len(failures)} failure records, e.g. "
                                    f"{failures[0].data}")
