@@ -419,19 +419,26 @@ class Scenario:
     def live_listeners(self) -> list[ListenerProcess]:
         return [listener for listener in self.listeners if listener.alive()]
 
+    def all_subscribed(self) -> bool:
+        """Whether every live listener is subscribed to expired events (and no dead one).
+
+        :class:`FaultError` if a listener exited other than by this script's signals.
+        """
+        for listener in self.listeners:
+            if listener.process.poll() not in (None, 0, -signal.SIGKILL):
+                raise FaultError(f"listener {listener.pid} exited "
+                                 f"{listener.process.returncode}:\n{listener.log()[-2000:]}")
+        live = self.live_listeners()
+        # NUMSUB alone can count a subscription that is being torn down (redis-py
+        # resubscribes a dropped connection before the listener replaces it), so a
+        # listener that logged a lost subscription must also have logged it back
+        return subscribers(self.r) == len(live) and all(
+            listener.count_in_log("event subscription lost")
+            == listener.count_in_log("event subscription back") for listener in live)
+
     def wait_subscribed(self, timeout: float = LISTENER_START_TIMEOUT) -> None:
-        """Until every live listener is subscribed to expired events (and no dead one)."""
-        def check() -> bool:
-            for listener in self.listeners:
-                if listener.process.poll() not in (None, 0, -signal.SIGKILL):
-                    raise FaultError(f"listener {listener.pid} exited "
-                                     f"{listener.process.returncode}:\n{listener.log()[-2000:]}")
-            live = self.live_listeners()
-            # a listener that logged a lost subscription must also have logged it back
-            return subscribers(self.r) == len(live) and all(
-                listener.count_in_log("event subscription lost")
-                == listener.count_in_log("event subscription back") for listener in live)
-        wait_for(check, timeout, f"{len(self.live_listeners())} listener(s) to subscribe")
+        wait_for(self.all_subscribed, timeout,
+                 f"{len(self.live_listeners())} listener(s) to subscribe")
 
     def busiest_listener(self) -> ListenerProcess:
         """The live listener with the most tasks running now (by the ledger)."""
