@@ -72,12 +72,12 @@ async def _listen(url: str, prefix: str, count: int) -> list[float]:
 
     def show(fired: Fired) -> None:
         lateness.append(fired.lateness_ms)
+        if len(lateness) >= count:
+            done.set()
         status = "ok" if fired.outcome.ok else f"FAILED {fired.outcome.message}"
         typer.echo(f"{_clock(fired.started_ms)}  fired {fired.task:<24} due "
                    f"{_clock(fired.due_ms)}  {fired.lateness_ms:6.1f} ms late  via "
                    f"{fired.source:<6} {status}")
-        if len(lateness) >= count:
-            done.set()
 
     listener = Listener(url, prefix=prefix, observer=show, search_path=os.getcwd())
     await listener.run(done)
