@@ -21,6 +21,7 @@ import redis
 import typer
 
 from timers.check import assess, verdict
+from timers.cli_cron import cron_app
 from timers.client import URL_ENV, Timers, configured_url
 from timers.due import format_duration, parse_duration
 from timers.exceptions import TimersError
@@ -37,6 +38,7 @@ app = typer.Typer(
 )
 failed_app = typer.Typer(help="Timers that failed or were refused.", no_args_is_help=False)
 app.add_typer(failed_app, name="failed")
+app.add_typer(cron_app, name="cron")
 
 F = TypeVar("F", bound=Callable[..., Any])
 

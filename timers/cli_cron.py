@@ -1,0 +1,188 @@
+"""``timers cron …``: declare, list, pause, resume and remove recurring timers.
+
+Registered on the main command line by :mod:`timers.cli`. Like the rest of the command line,
+a user error prints one line and exits 1.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+import redis
+import typer
+
+from timers.client import URL_ENV, Timers, configured_url
+from timers.cron import CATCH_UP_VALUES, Recurrence
+from timers.due import format_duration, parse_duration
+from timers.exceptions import TimersError
+from timers.keys import DEFAULT_PREFIX
+
+cron_app = typer.Typer(
+    help="Recurring timers: cron expressions in a time zone, or fixed intervals.",
+    no_args_is_help=True,
+)
+
+UrlOption = Annotated[
+    str | None,
+    typer.Option("--url", help=f"Redis URL [default: ${URL_ENV} or redis://localhost:6379/0]"),
+]
+PrefixOption = Annotated[str, typer.Option("--prefix", help="Key prefix of the timers.")]
+NameArgument = Annotated[str, typer.Argument(help="Name of the recurrence.")]
+
+
+def _fail(message: str) -> typer.Exit:
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(1)
+
+
+@contextlib.contextmanager
+def _timers(url: str | None, prefix: str) -> Iterator[Timers]:
+    """A client; the errors a user can cause become one line and exit code 1."""
+    try:
+        with Timers(url, prefix=prefix) as t:
+            yield t
+    except TimersError as exc:
+        raise _fail(str(exc)) from None
+    except redis.exceptions.ConnectionError as exc:
+        raise _fail(f"cannot connect to Redis at {configured_url(url)}: {exc}") from None
+    except redis.exceptions.RedisError as exc:
+        raise _fail(f"Redis answered with an error: {exc}") from None
+    except ValueError as exc:
+        if "Redis URL" in str(exc) or "redis://" in str(exc):
+            raise _fail(f"bad Redis URL: {exc}") from None
+        raise
+
+
+def _local(when: datetime) -> str:
+    return when.strftime("%Y-%m-%d %H:%M:%S %Z")
+
+
+def next_runs(rec: Recurrence, now: datetime, count: int = 3) -> str:
+    """The next ``count`` run times in the recurrence's own zone, or why there are none."""
+    if rec.paused:
+        return "paused"
+    try:
+        return ", ".join(_local(t) for t in rec.upcoming(count, after=now))
+    except (ValueError, TimersError) as exc:
+        return f"unknown ({exc})"
+
+
+@cron_app.command("add")
+def add(
+    name: NameArgument,
+    task: Annotated[str, typer.Argument(help="Dotted path under the tasks package.")],
+    args_json: Annotated[
+        str | None,
+        typer.Argument(metavar="[ARGS_JSON]", help="JSON list (positional) or object "
+                                                   "(keyword)."),
+    ] = None,
+    cron: Annotated[
+        str | None, typer.Option("--cron", help="Cron expression, e.g. '0 9 * * mon-fri' "
+                                                "(a 6th field: seconds).")
+    ] = None,
+    every: Annotated[
+        str | None, typer.Option("--every", help="Interval: 30s, 5m, 2h, 1d, or seconds.")
+    ] = None,
+    tz: Annotated[str, typer.Option("--tz", help="Time zone the cron fields are read in.")]
+    = "UTC",
+    catch_up: Annotated[
+        str, typer.Option("--catch-up", help="After downtime: latest (run the latest missed "
+                                             "once), all (each, in order) or none.")
+    ] = "latest",
+    max_lateness: Annotated[
+        str | None, typer.Option("--max-lateness", help="Never start an occurrence later "
+                                                        "than this after its time.")
+    ] = None,
+    no_overlap: Annotated[
+        bool, typer.Option("--no-overlap", help="Skip an occurrence while the previous run "
+                                                "is still running.")
+    ] = False,
+    url: UrlOption = None,
+    prefix: PrefixOption = DEFAULT_PREFIX,
+) -> None:
+    """Declare a recurrence, or change it in place (declaring it unchanged does nothing)."""
+    if (cron is None) == (every is None):
+        raise _fail("give exactly one of --cron or --every")
+    if catch_up not in CATCH_UP_VALUES:
+        raise _fail(f"--catch-up must be one of {', '.join(CATCH_UP_VALUES)}")
+    try:
+        args: Any = None if args_json is None else json.loads(args_json)
+    except ValueError as exc:
+        raise _fail(f"ARGS_JSON is not valid JSON ({exc}): {(args_json or '')[:80]!r}") from None
+    with _timers(url, prefix) as t:
+        interval = parse_duration(every) if every is not None else None
+        late = parse_duration(max_lateness) if max_lateness is not None else None
+        rec = t.every(name, task, args, cron=cron, interval=interval, tz=tz,
+                      catch_up=catch_up,
+                      max_lateness=late, overlap=not no_overlap)
+    typer.echo(f"{rec.name} (version {rec.version}): {rec.when} {rec.tz}; next "
+               f"{next_runs(rec, datetime.now(UTC), 1)}")
+
+
+@cron_app.command("list")
+def list_(url: UrlOption = None, prefix: PrefixOption = DEFAULT_PREFIX) -> None:
+    """List recurrences with their next three run times, in their own time zones."""
+    with _timers(url, prefix) as t:
+        recurrences = t.recurrences()
+    if not recurrences:
+        typer.echo("no recurrences")
+        return
+    now = datetime.now(UTC)
+    rows = [("NAME", "SCHEDULE", "TZ", "TASK", "NEXT RUNS")]
+    rows += [(rec.name, _schedule(rec), rec.tz, rec.task, next_runs(rec, now))
+             for rec in recurrences]
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    for row in rows:
+        typer.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths,
+                                                                       strict=False))
+                   + "  " + row[4])
+
+
+def _schedule(rec: Recurrence) -> str:
+    """The schedule and any policy that is not the default."""
+    parts = [rec.when]
+    if rec.catch_up != "latest":
+        parts.append(f"catch-up={rec.catch_up}")
+    if rec.max_lateness is not None:
+        parts.append(f"max-lateness={format_duration(rec.max_lateness.total_seconds())}")
+    if not rec.overlap:
+        parts.append("no-overlap")
+    return " ".join(parts)
+
+
+@cron_app.command("remove")
+def remove(name: NameArgument, url: UrlOption = None,
+           prefix: PrefixOption = DEFAULT_PREFIX) -> None:
+    """Delete a recurrence and its pending occurrence."""
+    with _timers(url, prefix) as t:
+        found = t.unschedule_recurring(name)
+    if not found:
+        raise _fail(f"no recurrence named {name!r}")
+    typer.echo(f"removed {name}")
+
+
+@cron_app.command("pause")
+def pause(name: NameArgument, url: UrlOption = None,
+          prefix: PrefixOption = DEFAULT_PREFIX) -> None:
+    """Stop a recurrence from running until it is resumed."""
+    with _timers(url, prefix) as t:
+        found = t.pause(name)
+    if not found:
+        raise _fail(f"no recurrence named {name!r}")
+    typer.echo(f"paused {name}")
+
+
+@cron_app.command("resume")
+def resume(name: NameArgument, url: UrlOption = None,
+           prefix: PrefixOption = DEFAULT_PREFIX) -> None:
+    """Run a paused recurrence again from its next time (missed times are not caught up)."""
+    with _timers(url, prefix) as t:
+        found = t.resume(name)
+        rec = t.get_recurrence(name) if found else None
+    if rec is None:
+        raise _fail(f"no recurrence named {name!r}")
+    typer.echo(f"resumed {name}; next {next_runs(rec, datetime.now(UTC), 1)}")
