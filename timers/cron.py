@@ -553,7 +553,8 @@ def plan(
         step = Step(False, next_ms(now_ms), reason="missed: catch_up=none")
     if rerun:
         run = limit_ms is None or late <= limit_ms
-        return replace(step, run=run, reason="" if run else _too_late(late, limit_ms or 0))
+        return replace(step, run=run, defer=step.defer and run,
+                       reason="" if run else _too_late(late, limit_ms or 0))
     return step
 
 
@@ -566,15 +567,23 @@ def _too_late(late_ms: int, limit_ms: int) -> str:
 
 
 @dataclass(frozen=True)
-class _After:
-    """What :meth:`RecurrenceHook.after_run` still has to do for a run."""
+class _Step:
+    """One call of ``cron_next.lua`` for an occurrence of ``name`` due at ``due``.
+
+    ``successor``/``record``: the next occurrence to schedule (if ``last == due``); with
+    ``defer`` only if this run does not go ahead (another run holds the slot): else
+    :meth:`RecurrenceHook.after_run` schedules it. ``take``/``release``: a run token that
+    takes or releases the overlap slot.
+    """
 
     name: str
     version: int
     due: int
-    release: bool
-    successor: int | None
-    record: str
+    successor: int | None = None
+    record: str = ""
+    defer: bool = False
+    take: str = ""
+    release: str = ""
 
 
 def _skipped(reason: str) -> Outcome:
@@ -594,8 +603,8 @@ class RecurrenceHook:
     def __init__(self, redis: Any, keys: Keyspace) -> None:
         self.redis = redis
         self.keys = keys
-        self._step = redis.register_script(source("cron_next"))
-        self._after: dict[str, _After] = {}
+        self._script = redis.register_script(source("cron_next"))
+        self._after: dict[str, _Step] = {}  # run token -> what after_run still has to do
 
     async def before_run(self, run: Run, record: Record, started_ms: float) -> Outcome | None:
         name = name_from_option(record.options[RECURRENCE_OPTION])
@@ -617,66 +626,56 @@ class RecurrenceHook:
             return None
         due = occurrence_due(run.timer_id) or run.due_ms
         now = int(started_ms)
-        rerun = run.reruns > 0 or "a" in record.options
-        step = plan(current.schedule(from_ms(state.anchor)), current.catch_up,
-                    current.max_lateness, due, now, rerun=rerun,
-                    lateness_ms=now - run.due_ms)
-        take = step.run and not current.overlap
-        successor = None if step.defer else step.successor
-        status, holder = await self._call(name, version, due, successor, current,
-                                          take=run.token if take else "")
+        plan_ = plan(current.schedule(from_ms(state.anchor)), current.catch_up,
+                     current.max_lateness, due, now,
+                     rerun=run.reruns > 0 or "a" in record.options,
+                     lateness_ms=now - run.due_ms)
+        _, successor_record = current.occurrence(version, plan_.successor, 1 << 62)
+        step = _Step(name, version, due, plan_.successor, successor_record, plan_.defer,
+                     take=run.token if plan_.run and not current.overlap else "")
+        status, holder = await self._call(step)
         if status != "ok":
-            return _skipped(f"recurrence {name!r} was {status}") if status != "stale" else None
-        if not step.run:
-            return _skipped(step.reason)
+            return None if status == "stale" else _skipped(f"recurrence {name!r} was {status}")
+        if not plan_.run:
+            return _skipped(plan_.reason)
         if holder:
             return _skipped(f"the previous run of {name!r} (run {holder}) is still running "
                             f"and overlap is off")
-        if take or step.defer:
-            _, record_text = current.occurrence(version, step.successor, 1 << 62)
-            self._after[run.token] = _After(name, version, due, take,
-                                            step.successor if step.defer else None, record_text)
+        if step.take or step.defer:
+            self._after[run.token] = replace(
+                step, successor=step.successor if step.defer else None, defer=False,
+                take="", release=step.take)
         return None
 
     async def after_run(self, run: Run, record: Record, outcome: Outcome) -> None:
-        todo = self._after.pop(run.token, None)
-        if todo is None:
+        step = self._after.pop(run.token, None)
+        if step is None:
             return
         for attempt in range(self.AFTER_ATTEMPTS):
             try:
-                await self._call_raw(todo.name, todo.version, todo.due, todo.successor,
-                                     todo.record, take="",
-                                     release=run.token if todo.release else "")
+                await self._call(step)
                 return
             except _TRANSIENT as exc:
                 if attempt + 1 == self.AFTER_ATTEMPTS:
-                    if todo.successor is None:
+                    if step.successor is None:
                         # the overlap slot frees itself once the run's lease is gone
                         log.warning("could not release the overlap slot of %s: %s",
-                                    todo.name, exc)
+                                    step.name, exc)
                         return
                     raise  # the listener hands the run back: its rerun schedules the next
                 await asyncio.sleep(0.1 * 2 ** attempt)
 
-    async def _call(self, name: str, version: int, due: int, successor: int | None,
-                    current: Recurrence, take: str) -> tuple[str, str]:
-        record = ""
-        if successor is not None:
-            _, record = current.occurrence(version, successor, 1 << 62)
-        return await self._call_raw(name, version, due, successor, record, take, "")
-
-    async def _call_raw(self, name: str, version: int, due: int, successor: int | None,
-                        record: str, take: str, release: str) -> tuple[str, str]:
-        escaped_name = escape_id(name)
+    async def _call(self, step: _Step) -> tuple[str, str]:
         k = self.keys
         keys = [k.recurrence_states, k.due, k.records, k.running]
-        if successor is not None:
-            keys.append(k.timer_key(entry_text(escape_id(occurrence_id(name, successor)),
-                                               record)))
-        reply = await self._step(
+        if step.successor is not None:
+            keys.append(k.timer_key(entry_text(
+                escape_id(occurrence_id(step.name, step.successor)), step.record)))
+        reply = await self._script(
             keys=keys,
-            args=[k.timer_key_start, k.wake_channel, escaped_name, version, due,
-                  -1 if successor is None else successor, record, take, release],
+            args=[k.timer_key_start, k.wake_channel, escape_id(step.name), step.version,
+                  step.due, -1 if step.successor is None else step.successor, step.record,
+                  int(step.defer), step.take, step.release],
         )
         return as_text(reply[0]), as_text(reply[1])
 

@@ -325,7 +325,7 @@ def test_after_run_outlives_a_failing_release(
         calls += 1
         raise ConnectionError("gone")
 
-    monkeypatch.setattr(listener.hook, "_step", broken)
+    monkeypatch.setattr(listener.hook, "_script", broken)
     monkeypatch.setattr(asyncio, "sleep", _no_sleep)
     listener.after(first)  # logged, not raised: the slot frees itself with the lease
     assert calls == RecurrenceHook.AFTER_ATTEMPTS
@@ -345,3 +345,24 @@ def test_now_is_the_injected_start_time_not_the_wall_clock(
     assert outcome is not None and outcome.kind == "skipped"
     [due] = pending_dues(fake, "tick")
     assert far < due <= far + 60_000
+
+
+def test_a_missed_occurrence_skipped_for_overlap_still_schedules_the_next_one(
+    t: Timers, fake: fakeredis.FakeRedis, listeners: list[Listener]
+) -> None:
+    """catch_up="all" would schedule the next one when this run ends; a run that does not
+    go ahead because the previous one still runs must schedule it at once instead."""
+    t.every("daily", "mod.add", cron="0 9 * * *", catch_up="all", overlap=False)
+    first = take(fake)
+    now = first.due_ms + 3 * DAY + 60_000
+    assert listeners[0].before(first, now) is None  # runs; the next waits for its end
+    assert pending(fake) == {}
+    # the same occurrence again (a second claim after a hand-back) while the first holds on
+    again = Run(first.token + "9", first.escaped_id, first.record_text, first.due_ms, 0,
+                "sweep")
+    fake.zadd(KS.running, {again.token: now + 60_000})
+    outcome = listeners[1].before(again, now)
+    assert outcome is not None and "overlap" in outcome.message
+    assert pending_dues(fake, "daily") == [first.due_ms + DAY]
+    listeners[0].after(first)  # its deferred scheduling finds the next one scheduled
+    assert pending_dues(fake, "daily") == [first.due_ms + DAY]

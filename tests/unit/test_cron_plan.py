@@ -127,3 +127,10 @@ def test_cron_catch_up_latest_over_a_dst_change() -> None:
     assert step.defer and step.successor == to_ms(datetime(2025, 3, 29, 1, 30, tzinfo=UTC))
     assert plan(schedule, "all", None, step.successor, now).successor == to_ms(
         datetime(2025, 3, 30, 1, tzinfo=UTC))  # 03:00 CEST: the end of the gap
+
+
+def test_a_rerun_too_late_to_run_does_not_defer_its_successor() -> None:
+    step = plan(EVERY_MINUTE, "all", timedelta(seconds=30), at(1), at(3.5), rerun=True,
+                lateness_ms=40_000)
+    assert not step.run and not step.defer
+    assert step.successor == at(3)  # the first occurrence still within its max lateness

@@ -13,8 +13,10 @@
 -- ARGV[5]  due ms of the running occurrence
 -- ARGV[6]  due ms of the next occurrence, or -1 to schedule none in this call
 -- ARGV[7]  record of the next occurrence
--- ARGV[8]  run token that takes the overlap slot, or ""
--- ARGV[9]  run token that releases the overlap slot, or ""
+-- ARGV[8]  "1": schedule it only if the slot take below fails (the caller schedules it
+--          when its run has ended); "0": schedule it now
+-- ARGV[9]  run token that takes the overlap slot, or ""
+-- ARGV[10] run token that releases the overlap slot, or ""
 --
 -- The next occurrence (id "<name>@<due>") is scheduled only when the state still names
 -- the running occurrence as the latest one (last == ARGV[5]) under the same version, and
@@ -37,8 +39,24 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local changed = false
 local holder = ''
 
+if ARGV[9] ~= '' then
+  local lease = run ~= '' and run ~= ARGV[9] and redis.call('ZSCORE', KEYS[4], run)
+  if lease and tonumber(lease) > now then
+    holder = run
+  elseif run ~= ARGV[9] then
+    run = ARGV[9]
+    changed = true
+  end
+end
+if ARGV[10] ~= '' and run == ARGV[10] then
+  run = ''
+  changed = true
+end
+
 local due = tonumber(ARGV[6])
-if due ~= -1 and tonumber(last) == tonumber(ARGV[5]) and due > tonumber(last) then
+local now_or_never = ARGV[8] ~= '1' or holder ~= ''
+if due ~= -1 and now_or_never and tonumber(last) == tonumber(ARGV[5])
+    and due > tonumber(last) then
   local id = ARGV[3] .. '@' .. ARGV[6]
   local record = ARGV[7]
   local old = redis.call('HGET', KEYS[3], id)
@@ -53,20 +71,6 @@ if due ~= -1 and tonumber(last) == tonumber(ARGV[5]) and due > tonumber(last) th
     redis.call('PUBLISH', ARGV[2], ARGV[6])
   end
   prev, last = last, ARGV[6]
-  changed = true
-end
-
-if ARGV[8] ~= '' then
-  local lease = run ~= '' and run ~= ARGV[8] and redis.call('ZSCORE', KEYS[4], run)
-  if lease and tonumber(lease) > now then
-    holder = run
-  elseif run ~= ARGV[8] then
-    run = ARGV[8]
-    changed = true
-  end
-end
-if ARGV[9] ~= '' and run == ARGV[9] then
-  run = ''
   changed = true
 end
 
