@@ -1,0 +1,168 @@
+"""Running listeners in production: ``timers listen --processes N`` under its supervisor,
+``timers listeners``, and a graceful SIGTERM that hands a running timer back.
+
+Everything here runs the real ``timers`` command as a subprocess.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import pytest
+import redis
+
+from tests.conftest import wait_until
+from tests.integration.helpers import Processes, run_cli, settled
+from tests.retry_tasks import RELEASE, calls, done
+from timers import Timers, TimerSpec
+
+pytestmark = pytest.mark.integration
+
+TASKS = "tests.retry_tasks"
+
+
+def children_of(pid: int, zombies: bool = False) -> set[int]:
+    """Pids whose parent is ``pid`` (from /proc); zombies only if asked for."""
+    found = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        state, ppid = stat.rpartition(")")[2].split()[:2]
+        if int(ppid) == pid and (zombies or state != "Z"):
+            found.add(int(entry))
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
+def listener_pids(t: Timers) -> set[int]:
+    """Pids of the listeners whose heartbeat is live."""
+    return {int(info["pid"]) for info in t.listeners()}
+
+
+def cli_listener_pids(url: str) -> list[int]:
+    """The PID column of ``timers listeners``."""
+    shown = run_cli("listeners", "--url", url)
+    assert shown.returncode == 0, shown.stderr
+    header, *rows = shown.stdout.splitlines()
+    assert header.split()[:3] == ["ID", "HOST", "PID"], shown.stdout
+    return [int(row.split()[2]) for row in rows]
+
+
+def test_supervised_listeners_are_restarted_and_stop_on_sigterm(
+        timers_client: Timers, r: redis.Redis, redis_url: str, processes: Processes) -> None:
+    supervisor = processes.timers("listen", "--processes", "2", "--url", redis_url,
+                                  "--tasks", TASKS, "--shutdown-timeout", "2")
+
+    def two_live_children() -> set[int] | bool:
+        kids = children_of(supervisor.pid)
+        if len(kids) == 2 and listener_pids(timers_client) == kids:
+            return kids
+        return supervisor.poll() is not None
+
+    first = wait_until(two_live_children, 15, message="2 supervised listeners to heartbeat")
+    assert supervisor.poll() is None, processes.output(supervisor)
+    assert isinstance(first, set)
+    assert sorted(cli_listener_pids(redis_url)) == sorted(first)
+
+    victim = min(first)
+    os.kill(victim, signal.SIGKILL)
+
+    def replaced() -> set[int] | bool:
+        kids = children_of(supervisor.pid, zombies=True)
+        if len(kids) == 2 and victim not in kids and kids <= listener_pids(timers_client):
+            return kids
+        return supervisor.poll() is not None
+
+    second = wait_until(replaced, 15, message="the killed listener to be replaced")
+    assert supervisor.poll() is None, processes.output(supervisor)
+    assert isinstance(second, set)
+    (newcomer,) = second - first
+    assert second - {newcomer} == first - {victim}
+    assert not alive(victim)
+    assert newcomer in cli_listener_pids(redis_url)
+    # the killed listener's heartbeat lingers until it lapses; the others are all live
+    assert second <= listener_pids(timers_client) <= second | {victim}
+
+    tags = [f"after-{i}" for i in range(6)]
+    timers_client.schedule_many(TimerSpec("ok.hit", [tag], in_=0.1) for tag in tags)
+    wait_until(lambda: len(done(r)) == len(tags) and settled(timers_client), 10,
+               message="the timers scheduled after the restart to fire")
+    assert sorted(tag for tag, _ in calls(r)) == sorted(tags), "each fired once"
+
+    supervisor.send_signal(signal.SIGTERM)
+    assert supervisor.wait(20) == 0, processes.output(supervisor)
+    assert not children_of(supervisor.pid, zombies=True)
+    assert not any(alive(pid) for pid in second)
+    assert listener_pids(timers_client) <= {victim}, "stopped listeners say goodbye"
+    output = processes.output(supervisor)
+    assert f"pid {victim} killed by SIGKILL; restarting" in output
+
+
+def test_sigterm_hands_a_running_timer_back(timers_client: Timers, r: redis.Redis,
+                                            redis_url: str, processes: Processes,
+                                            start_listener) -> None:
+    tid = timers_client.schedule("slow.hold", ["slow", 30], in_=0, id="slow")
+    listener = processes.timers("listen", "--url", redis_url, "--tasks", TASKS,
+                                "--shutdown-timeout", "0.5")
+    wait_until(lambda: calls(r) == [["slow", 1]] or listener.poll() is not None, 15,
+               message="the listener to start the slow task")
+    assert listener.poll() is None, processes.output(listener)
+    assert timers_client.stats().running == 1
+
+    listener.send_signal(signal.SIGTERM)
+    assert listener.wait(15) == 0, processes.output(listener)
+    output = processes.output(listener)
+    assert "handing back 1 unfinished run(s)" in output
+
+    pending = timers_client.get(tid)
+    assert pending is not None, "the unfinished timer is pending again"
+    assert (pending.task, pending.args, pending.attempts) == ("slow.hold", ["slow", 30], 0)
+    stats = timers_client.stats()
+    assert (stats.pending, stats.running) == (1, 0)
+    assert stats.counters.get("handed_back") == 1
+    assert stats.counters.get("fired", 0) == 0
+    assert done(r) == [], "the task never finished there"
+
+    r.set(RELEASE, 1)
+    rescuer = start_listener(tasks=TASKS)
+    wait_until(lambda: done(r) == [["slow", "released"]] and settled(timers_client), 10,
+               message="another listener to run the handed-back timer")
+    assert calls(r) == [["slow", 1], ["slow", 2]]
+    (report,) = rescuer.reports()
+    assert (report.timer_id, report.attempt, report.outcome.kind) == ("slow", 1, "ok")
+    counters = timers_client.stats().counters
+    assert counters.get("fired") == 1
+    assert counters.get("reruns", 0) == 0, "handed back, not lost: no lease had to lapse"
+
+
+def test_supervised_burst_listeners_exit_once_idle(timers_client: Timers, r: redis.Redis,
+                                                   redis_url: str,
+                                                   processes: Processes) -> None:
+    """``--burst`` means "exit once nothing is due and nothing runs"; under a supervisor a
+    child that did just that has not died and must not be restarted."""
+    timers_client.schedule_many(TimerSpec("ok.hit", [f"burst-{i}"], in_=0) for i in range(4))
+    supervisor = processes.timers("listen", "--processes", "2", "--burst", "--url", redis_url,
+                                  "--tasks", TASKS)
+    try:
+        code = supervisor.wait(30)
+    except Exception:
+        pytest.fail("the supervisor did not exit:\n" + processes.output(supervisor))
+    output = processes.output(supervisor)
+    tail = "\n".join(output.splitlines()[-3:])
+    assert sorted(tag for tag, _ in done(r)) == [f"burst-{i}" for i in range(4)]
+    restarts = [line for line in output.splitlines() if line.endswith("; restarting")]
+    assert restarts == [], f"{len(restarts)} restarts of idle burst listeners:\n{tail}"
+    assert code == 0, tail
