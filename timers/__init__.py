@@ -102,9 +102,10 @@ def schedule(
     in_: float | timedelta | None = None,
     at: datetime | None = None,
     id: str | None = None,
+    max_lateness: float | timedelta | None = None,
 ) -> str:
     """Run ``task`` later and return the timer id; see :meth:`Timers.schedule`."""
-    return _instance().schedule(task, args, in_=in_, at=at, id=id)
+    return _instance().schedule(task, args, in_=in_, at=at, id=id, max_lateness=max_lateness)
 
 
 def schedule_many(specs: Iterable[TimerSpec | Mapping[str, Any]]) -> list[str]:

@@ -43,8 +43,10 @@ async def schedule(
     in_: float | timedelta | None = None,
     at: datetime | None = None,
     id: str | None = None,
+    max_lateness: float | timedelta | None = None,
 ) -> str:
-    return await _instance().schedule(task, args, in_=in_, at=at, id=id)
+    return await _instance().schedule(task, args, in_=in_, at=at, id=id,
+                                      max_lateness=max_lateness)
 
 
 async def schedule_many(specs: Iterable[TimerSpec | Mapping[str, Any]]) -> list[str]:

@@ -163,7 +163,9 @@ def listen(
         command += ["--url", url] if url else []
         command += ["--tasks", tasks] if tasks else []
         command += ["--burst"] if burst else []
-        raise typer.Exit(Supervisor(command, processes, shutdown_timeout=shutdown_timeout).run())
+        supervisor = Supervisor(command, processes, shutdown_timeout=shutdown_timeout,
+                                restart_clean_exits=not burst)
+        raise typer.Exit(supervisor.run())
     try:
         listener = Listener(url, prefix=prefix, tasks=tasks, concurrency=concurrency,
                             lease=lease, shutdown_timeout=shutdown_timeout)

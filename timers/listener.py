@@ -430,7 +430,15 @@ class Listener:
             self._slot_freed.set()
             if self._burst:
                 self._poke.set()  # the sweep loop decides whether the burst is over
-        self._finished.append(self._ending(run, record, outcome, policy))
+        try:
+            ending = self._ending(run, record, outcome, policy)
+        except Exception as exc:
+            log.exception("could not decide how timer %s ended", run.timer_id)
+            failure_id, data = failure_entry(
+                run, Outcome("error", type(exc).__qualname__, f"internal error: {exc}"),
+                task, args)
+            ending = (run.token, "fail", failure_id, data)
+        self._finished.append(ending)
         self.fired_count += 1
         self._finish_ready.set()
         if self.observer is not None:

@@ -159,7 +159,7 @@ class Operations:
         opts = dict(options or {})
         if spec.max_lateness is not None:
             limit = seconds(spec.max_lateness, "max_lateness")
-            if limit < 0:
+            if limit < 0 or limit > 1e12:
                 raise InvalidDueTime("max_lateness must be 0 or more seconds")
             opts["ml"] = str(round(limit * 1000))
         record = Record(spec.task, spec.args, opts).encode(self.max_args_bytes)

@@ -13,6 +13,7 @@ listeners built with ``registry=timers.registered()``.
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -32,8 +33,17 @@ class Backoff:
     cap: float = 3600.0
     jitter: bool = True
 
+    def __post_init__(self) -> None:
+        for name in ("first", "factor", "cap"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"Backoff {name} must be a finite number >= 0, got {value!r}")
+
     def delay(self, failures: int, rng: random.Random | None = None) -> float:
-        base = min(self.cap, self.first * self.factor ** max(failures - 1, 0))
+        try:
+            base = min(self.cap, self.first * self.factor ** max(failures - 1, 0))
+        except OverflowError:
+            base = self.cap
         if not self.jitter:
             return base
         return base * (0.5 + 0.5 * (rng or random).random())
@@ -51,12 +61,17 @@ class TaskPolicy:
     def __post_init__(self) -> None:
         if self.retries < 0:
             raise ValueError("retries must be 0 or more")
-        if isinstance(self.backoff, tuple) and not self.backoff and self.retries:
-            raise ValueError("an explicit backoff list needs at least one delay")
-        if self.timeout is not None and self.timeout <= 0:
-            raise ValueError("timeout must be positive")
-        if self.max_lateness is not None and self.max_lateness < 0:
-            raise ValueError("max_lateness must be 0 or more")
+        if isinstance(self.backoff, tuple):
+            if not self.backoff and self.retries:
+                raise ValueError("an explicit backoff list needs at least one delay")
+            if not all(math.isfinite(d) and d >= 0 for d in self.backoff):
+                raise ValueError(f"backoff delays must be finite and >= 0, got {self.backoff}")
+        if self.timeout is not None and not (math.isfinite(self.timeout) and self.timeout > 0):
+            raise ValueError(f"timeout must be a positive number of seconds, got {self.timeout}")
+        if self.max_lateness is not None and not (
+            math.isfinite(self.max_lateness) and self.max_lateness >= 0
+        ):
+            raise ValueError(f"max_lateness must be 0 or more seconds, got {self.max_lateness}")
 
     def retry_delay(self, failures: int, rng: random.Random | None = None) -> float | None:
         """Seconds until the next attempt after ``failures`` failed ones; None: give up."""

@@ -59,7 +59,10 @@ class Supervisor:
         shutdown_timeout: float = 30.0,
         budget: RestartBudget | None = None,
         clock: Clock | None = None,
+        restart_clean_exits: bool = True,
     ) -> None:
+        """``restart_clean_exits=False`` (for ``--burst``): a child that exits 0 is done,
+        and the supervisor returns 0 once every child is."""
         self.command = list(command)
         self.processes = processes
         self.shutdown_timeout = shutdown_timeout
@@ -67,6 +70,7 @@ class Supervisor:
         self.clock = clock or SystemClock()
         self.children: dict[int, subprocess.Popen[bytes]] = {}
         self.signals_received = 0
+        self.restart_clean_exits = restart_clean_exits
         self.last_exits: deque[str] = deque(maxlen=10)
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
@@ -84,9 +88,14 @@ class Supervisor:
         for slot in range(self.processes):
             self._spawn(slot)
         while not self.signals_received:
+            if not self.children:
+                return 0
             for slot, child in list(self.children.items()):
                 code = child.poll()
                 if code is None:
+                    continue
+                if code == 0 and not self.restart_clean_exits:
+                    del self.children[slot]
                     continue
                 reason = f"pid {child.pid} {exit_reason(code)}"
                 self.last_exits.append(reason)
