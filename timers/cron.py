@@ -459,12 +459,9 @@ class State:
     run: str = ""
     anchor: int = 0
 
-    def encode(self) -> str:
-        return (f"{self.version}|{self.last}|{self.prev}|{int(self.paused)}|{self.run}|"
-                f"{self.anchor}")
-
     @classmethod
     def decode(cls, raw: bytes | str) -> State:
+        """Only the scripts write a state; Python reads it."""
         parts = as_text(raw).split("|")
         try:
             version, last, prev, paused, run, anchor = parts
