@@ -7,24 +7,22 @@ prints one line saying what is wrong and exits 1; no tracebacks.
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import logging
 import os
 import signal
 import sys
-from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any
 
 import redis
 import typer
 
 from timers.check import assess, verdict
+from timers.cli_common import PrefixOption, UrlOption, UserError, friendly, open_timers
 from timers.cli_cron import cron_app
-from timers.client import URL_ENV, Timers, configured_url
+from timers.client import URL_ENV, configured_url
 from timers.due import format_duration, parse_duration
-from timers.exceptions import TimersError
 from timers.keys import DEFAULT_PREFIX
 from timers.listener import DEFAULT_CONCURRENCY, DEFAULT_LEASE, Listener
 from timers.loader import TASKS_ENV
@@ -39,54 +37,6 @@ app = typer.Typer(
 failed_app = typer.Typer(help="Timers that failed or were refused.", no_args_is_help=False)
 app.add_typer(failed_app, name="failed")
 app.add_typer(cron_app, name="cron")
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-UrlOption = Annotated[
-    str | None,
-    typer.Option("--url", help=f"Redis URL [default: ${URL_ENV} or redis://localhost:6379/0]"),
-]
-PrefixOption = Annotated[str, typer.Option("--prefix", help="Key prefix of the timers.")]
-
-
-class UserError(Exception):
-    """A problem to report in one line."""
-
-
-def _fail(message: str) -> typer.Exit:
-    typer.echo(f"error: {message}", err=True)
-    return typer.Exit(1)
-
-
-def friendly(fn: F) -> F:
-    """Turn the errors a user can cause into one line on stderr and exit code 1."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except (TimersError, UserError) as exc:
-            raise _fail(str(exc)) from None
-        except redis.exceptions.ConnectionError as exc:
-            url = kwargs.get("url") or configured_url()
-            raise _fail(f"cannot connect to Redis at {url}: {exc}") from None
-        except redis.exceptions.AuthenticationError as exc:
-            raise _fail(f"Redis refused the credentials: {exc}") from None
-        except redis.exceptions.ResponseError as exc:
-            raise _fail(f"Redis answered with an error: {exc}") from None
-        except ValueError as exc:
-            if "Redis URL" in str(exc) or "redis://" in str(exc):
-                raise _fail(f"bad Redis URL: {exc}") from None
-            raise
-
-    return wrapper  # type: ignore[return-value]
-
-
-def _timers(url: str | None, prefix: str) -> Timers:
-    try:
-        return Timers(url, prefix=prefix)
-    except ValueError as exc:
-        raise UserError(f"bad Redis URL {configured_url(url)!r}: {exc}") from None
 
 
 def _parse_args(text: str | None) -> Any:
@@ -249,7 +199,7 @@ def schedule(
     args = _parse_args(args_json)
     delay = parse_duration(in_) if in_ is not None else None
     when = _parse_at(at) if at is not None else None
-    with _timers(url, prefix) as t:
+    with open_timers(url, prefix) as t:
         typer.echo(t.schedule(task, args, in_=delay, at=when, id=id))
 
 
@@ -261,7 +211,7 @@ def cancel(
     prefix: PrefixOption = DEFAULT_PREFIX,
 ) -> None:
     """Cancel a pending timer; exits 1 if it was not pending."""
-    with _timers(url, prefix) as t:
+    with open_timers(url, prefix) as t:
         if t.cancel(id):
             typer.echo(f"cancelled {id}")
             return
@@ -277,7 +227,7 @@ def get(
     prefix: PrefixOption = DEFAULT_PREFIX,
 ) -> None:
     """Show a pending timer; exits 1 if it is not pending."""
-    with _timers(url, prefix) as t:
+    with open_timers(url, prefix) as t:
         timer = t.get(id)
     if timer is None:
         typer.echo(f"{id} is not pending", err=True)
@@ -299,7 +249,7 @@ def list_(
     prefix: PrefixOption = DEFAULT_PREFIX,
 ) -> None:
     """List pending timers, soonest first."""
-    with _timers(url, prefix) as t:
+    with open_timers(url, prefix) as t:
         pending = t.list(limit)
         total = t.stats().pending
     if not pending:
@@ -338,7 +288,7 @@ def failed_list(
     prefix: PrefixOption = DEFAULT_PREFIX,
 ) -> None:
     """List failed and refused timers, most recent first."""
-    with _timers(url, prefix) as t:
+    with open_timers(url, prefix) as t:
         failures = t.failed(limit)
     if not failures:
         typer.echo("no failed timers")
@@ -361,7 +311,7 @@ def failed_show(
     prefix: PrefixOption = DEFAULT_PREFIX,
 ) -> None:
     """Show one failure in full, with its traceback."""
-    with _timers(url, prefix) as t:
+    with open_timers(url, prefix) as t:
         failure = t.get_failure(id)
     if failure is None:
         raise UserError(f"no failure recorded for {id}")
@@ -389,7 +339,7 @@ def failed_retry(
     """Schedule failed timers again, due now, with their attempts reset."""
     if (id is None) == (not all_):
         raise UserError("give a timer id or --all")
-    with _timers(url, prefix) as t:
+    with open_timers(url, prefix) as t:
         if id is not None:
             failure = t.get_failure(id)
             if failure is None:
@@ -424,7 +374,7 @@ def failed_purge(
 ) -> None:
     """Delete failure records (all of them, or those older than --older-than)."""
     age = parse_duration(older_than) if older_than is not None else None
-    with _timers(url, prefix) as t:
+    with open_timers(url, prefix) as t:
         typer.echo(f"purged {t.purge_failures(age)} failure record(s)")
 
 
@@ -432,7 +382,7 @@ def failed_purge(
 @friendly
 def listeners(url: UrlOption = None, prefix: PrefixOption = DEFAULT_PREFIX) -> None:
     """List live listeners (from their heartbeats)."""
-    with _timers(url, prefix) as t:
+    with open_timers(url, prefix) as t:
         live = t.listeners()
     if not live:
         typer.echo("no live listeners")
@@ -450,7 +400,7 @@ def listeners(url: UrlOption = None, prefix: PrefixOption = DEFAULT_PREFIX) -> N
 @friendly
 def stats(url: UrlOption = None, prefix: PrefixOption = DEFAULT_PREFIX) -> None:
     """Counts: pending, running, failed, fired (and reruns after crashes)."""
-    with _timers(url, prefix) as t:
+    with open_timers(url, prefix) as t:
         s = t.stats()
     typer.echo(f"pending:  {s.pending}")
     typer.echo(f"running:  {s.running}")

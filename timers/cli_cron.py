@@ -12,10 +12,10 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-import redis
 import typer
 
-from timers.client import URL_ENV, Timers, configured_url
+from timers.cli_common import PrefixOption, UrlOption, fail, open_timers, user_errors
+from timers.client import Timers
 from timers.cron import CATCH_UP_VALUES, Recurrence
 from timers.due import format_duration, parse_duration
 from timers.exceptions import TimersError
@@ -26,35 +26,14 @@ cron_app = typer.Typer(
     no_args_is_help=True,
 )
 
-UrlOption = Annotated[
-    str | None,
-    typer.Option("--url", help=f"Redis URL [default: ${URL_ENV} or redis://localhost:6379/0]"),
-]
-PrefixOption = Annotated[str, typer.Option("--prefix", help="Key prefix of the timers.")]
 NameArgument = Annotated[str, typer.Argument(help="Name of the recurrence.")]
-
-
-def _fail(message: str) -> typer.Exit:
-    typer.echo(f"error: {message}", err=True)
-    return typer.Exit(1)
 
 
 @contextlib.contextmanager
 def _timers(url: str | None, prefix: str) -> Iterator[Timers]:
     """A client; the errors a user can cause become one line and exit code 1."""
-    try:
-        with Timers(url, prefix=prefix) as t:
-            yield t
-    except TimersError as exc:
-        raise _fail(str(exc)) from None
-    except redis.exceptions.ConnectionError as exc:
-        raise _fail(f"cannot connect to Redis at {configured_url(url)}: {exc}") from None
-    except redis.exceptions.RedisError as exc:
-        raise _fail(f"Redis answered with an error: {exc}") from None
-    except ValueError as exc:
-        if "Redis URL" in str(exc) or "redis://" in str(exc):
-            raise _fail(f"bad Redis URL: {exc}") from None
-        raise
+    with user_errors(url), open_timers(url, prefix) as t:
+        yield t
 
 
 def _local(when: datetime) -> str:
@@ -106,13 +85,13 @@ def add(
 ) -> None:
     """Declare a recurrence, or change it in place (declaring it unchanged does nothing)."""
     if (cron is None) == (every is None):
-        raise _fail("give exactly one of --cron or --every")
+        raise fail("give exactly one of --cron or --every")
     if catch_up not in CATCH_UP_VALUES:
-        raise _fail(f"--catch-up must be one of {', '.join(CATCH_UP_VALUES)}")
+        raise fail(f"--catch-up must be one of {', '.join(CATCH_UP_VALUES)}")
     try:
         args: Any = None if args_json is None else json.loads(args_json)
     except ValueError as exc:
-        raise _fail(f"ARGS_JSON is not valid JSON ({exc}): {(args_json or '')[:80]!r}") from None
+        raise fail(f"ARGS_JSON is not valid JSON ({exc}): {(args_json or '')[:80]!r}") from None
     with _timers(url, prefix) as t:
         interval = parse_duration(every) if every is not None else None
         late = parse_duration(max_lateness) if max_lateness is not None else None
@@ -161,7 +140,7 @@ def remove(name: NameArgument, url: UrlOption = None,
     with _timers(url, prefix) as t:
         found = t.unschedule_recurring(name)
     if not found:
-        raise _fail(f"no recurrence named {name!r}")
+        raise fail(f"no recurrence named {name!r}")
     typer.echo(f"removed {name}")
 
 
@@ -172,7 +151,7 @@ def pause(name: NameArgument, url: UrlOption = None,
     with _timers(url, prefix) as t:
         found = t.pause(name)
     if not found:
-        raise _fail(f"no recurrence named {name!r}")
+        raise fail(f"no recurrence named {name!r}")
     typer.echo(f"paused {name}")
 
 
@@ -184,5 +163,5 @@ def resume(name: NameArgument, url: UrlOption = None,
         found = t.resume(name)
         rec = t.get_recurrence(name) if found else None
     if rec is None:
-        raise _fail(f"no recurrence named {name!r}")
+        raise fail(f"no recurrence named {name!r}")
     typer.echo(f"resumed {name}; next {next_runs(rec, datetime.now(UTC), 1)}")

@@ -168,6 +168,8 @@ class Listener:
         self._running: dict[str, Run] = {}
         self._held: set[str] = set()  # tokens whose lease we keep: running or unflushed
         self._finished: list[tuple[str, str, str, str]] = []
+        # endings not yet written, by token: (escaped id, due ms, ending)
+        self._unwritten: dict[str, tuple[str, int, tuple[str, str, str, str]]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._poke = asyncio.Event()
         self._slot_freed = asyncio.Event()
@@ -378,6 +380,17 @@ class Listener:
     # -- running tasks ----------------------------------------------------------------
 
     def _start(self, run: Run) -> None:
+        if run.source == "recovered":
+            done = self._unwritten_ending(run)
+            if done is not None:
+                # This listener ran the timer but could not write the ending before the
+                # lease lapsed (Redis stalled): the run happened, so end the new claim the
+                # same way instead of running the task twice.
+                log.warning("timer %s: lease lapsed while its ending was on its way; "
+                            "not running it again", run.timer_id)
+                self._held.add(run.token)
+                self._record_ending(run, (run.token, *done[1:]))
+                return
         self._running[run.token] = run
         self._held.add(run.token)
         task = asyncio.create_task(self._execute(run))
@@ -396,24 +409,27 @@ class Listener:
         try:
             record = run.record()
             task, args = record.task, record.args
-            fn = self.loader.resolve(task)
-            policy = policy_of(fn)
             recurring = RECURRENCE_OPTION in record.options
+            # a recurrence's next occurrence is scheduled first, whatever becomes of this
+            # one (even a task this listener cannot import must not end the chain)
             skip = (await self._recurrences.before_run(run, record, started)
                     if recurring else None)
-            missed = _missed(record, policy, started - run.due_ms)
-            if skip is not None:
-                outcome = skip
-            elif missed is not None:
-                outcome = Outcome("missed", "Missed", missed)
-            else:
-                outcome = await self._runner.call(fn, args, policy.timeout)
+            try:
+                fn = self.loader.resolve(task)
+                policy = policy_of(fn)
+                missed = _missed(record, policy, started - run.due_ms)
+                if skip is not None:
+                    outcome = skip
+                elif missed is not None:
+                    outcome = Outcome("missed", "Missed", missed)
+                else:
+                    outcome = await self._runner.call(fn, args, policy.timeout)
+            except TaskRefused as exc:
+                outcome = Outcome("refused", "TaskRefused", str(exc))
             if recurring:
                 await self._recurrences.after_run(run, record, outcome)
         except MalformedTimerKey as exc:
             outcome = Outcome("malformed", "MalformedTimerKey", str(exc))
-        except TaskRefused as exc:
-            outcome = Outcome("refused", "TaskRefused", str(exc))
         except asyncio.CancelledError:
             return  # shutting down: _drain hands this run back
         except RETRYABLE as exc:
@@ -438,7 +454,7 @@ class Listener:
                 run, Outcome("error", type(exc).__qualname__, f"internal error: {exc}"),
                 task, args)
             ending = (run.token, "fail", failure_id, data)
-        self._finished.append(ending)
+        self._record_ending(run, ending)
         self.fired_count += 1
         self._finish_ready.set()
         if self.observer is not None:
@@ -448,6 +464,18 @@ class Listener:
                 self.observer(fired)
             except Exception:
                 log.exception("observer failed")
+
+    def _record_ending(self, run: Run, ending: tuple[str, str, str, str]) -> None:
+        self._finished.append(ending)
+        self._unwritten[run.token] = (run.escaped_id, run.due_ms, ending)
+        self._finish_ready.set()
+
+    def _unwritten_ending(self, run: Run) -> tuple[str, str, str, str] | None:
+        """The ending of an earlier run of the same timer that is not written yet."""
+        for escaped_id, due_ms, ending in self._unwritten.values():
+            if escaped_id == run.escaped_id and due_ms == run.due_ms:
+                return ending
+        return None
 
     def _ending(
         self, run: Run, record: Record | None, outcome: Outcome, policy: TaskPolicy
@@ -605,14 +633,22 @@ class Listener:
         args: list[Any] = [k.timer_key_start, k.wake_channel, round(self.failure_retention * 1000)]
         for item in batch:
             args.extend(item)
-        await self._scripts["finish"](
-            keys=[k.running, k.running_records, k.stats, k.failures, k.failure_records, k.due,
-                  k.records],
-            args=args,
-        )
+        tokens = [item[0] for item in batch]
+        # Stop renewing these before the ending is sent: a renewal that crosses it would
+        # report them lost. Should the write fail they are held (and renewed) again.
+        self._held.difference_update(tokens)
+        try:
+            await self._scripts["finish"](
+                keys=[k.running, k.running_records, k.stats, k.failures, k.failure_records,
+                      k.due, k.records],
+                args=args,
+            )
+        except BaseException:
+            self._held.update(t for t in tokens if t)
+            raise
         del self._finished[: len(batch)]
         for item in batch:
-            self._held.discard(item[0])
+            self._unwritten.pop(item[0], None)
 
     async def _heartbeat_loop(self) -> None:
         while not self._stopping.is_set():

@@ -16,14 +16,8 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
-from timers.cron import (
-    Recurrence,
-    check_name,
-    decode_recurrences,
-    from_ms,
-    read_state,
-    to_ms,
-)
+from timers.cron import Recurrence, check_name, decode_recurrences, read_state
+from timers.cron_schedule import from_ms, to_ms
 from timers.due import DueSpec, due_spec, seconds
 from timers.encoding import (
     DEFAULT_MAX_ARGS_BYTES,
