@@ -8,43 +8,19 @@ from __future__ import annotations
 
 import os
 import signal
-from pathlib import Path
 
 import pytest
 import redis
 
 from tests.conftest import wait_until
 from tests.integration.helpers import Processes, run_cli, settled
+from tests.processes import alive, children_of
 from tests.retry_tasks import RELEASE, calls, done
 from timers import Timers, TimerSpec
 
 pytestmark = pytest.mark.integration
 
 TASKS = "tests.retry_tasks"
-
-
-def children_of(pid: int, zombies: bool = False) -> set[int]:
-    """Pids whose parent is ``pid`` (from /proc); zombies only if asked for."""
-    found = set()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        state, ppid = stat.rpartition(")")[2].split()[:2]
-        if int(ppid) == pid and (zombies or state != "Z"):
-            found.add(int(entry))
-    return found
-
-
-def alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rpartition(")")[2].split()[0] != "Z"
 
 
 def listener_pids(t: Timers) -> set[int]:

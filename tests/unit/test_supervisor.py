@@ -18,34 +18,10 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT, wait_until
+from tests.processes import alive, children_of
 from timers.supervisor import RestartBudget, Supervisor, exit_reason
 
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(60)"]
-
-
-def children_of(pid: int, zombies: bool = False) -> set[int]:
-    """Pids whose parent is ``pid`` (from /proc); zombies only if asked for."""
-    found = set()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        state, ppid = stat.rpartition(")")[2].split()[:2]
-        if int(ppid) == pid and (zombies or state != "Z"):
-            found.add(int(entry))
-    return found
-
-
-def alive(pid: int) -> bool:
-    """True if ``pid`` exists and is not a zombie."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rpartition(")")[2].split()[0] != "Z"
 
 
 @pytest.fixture
