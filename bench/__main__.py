@@ -70,6 +70,9 @@ How these figures are taken (see each module's docstring in bench/):
   not included; the RSS delta is in the notes).
 - Idle commands are INFO commandstats deltas minus our own INFO calls.
 - The machine is shared by the server, the listener(s) and the producer: 2 cores here.
+  "Others' CPU" is what other processes on the machine used while a figure was measured
+  (% of one core, from /proc/stat minus the server's and the benchmark's own CPU); where
+  it is high, the figure is lower (or later) than the code alone would give.
 """
 
 
@@ -106,13 +109,15 @@ def _settings(ctx: Context, binary: str, sizes: Sizes, args: argparse.Namespace,
 def _commit() -> str:
     """The commit of timers measured, and whether timers/ differs from it."""
     try:
-        sha = subprocess.run(["git", "-C", str(REPO), "log", "-1", "--format=%h %s"],
+        sha = subprocess.run(["git", "-C", str(REPO), "log", "-1", "--format=%h %s", "--",
+                              "timers"],
                              capture_output=True, text=True, check=True).stdout.strip()
         dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "timers"],
                                capture_output=True, text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown (not a git checkout)"
-    return f"commit {sha[:80]}" + (" + uncommitted changes in timers/" if dirty else "")
+    return f"timers/ as of commit {sha[:90]}" + (
+        " + uncommitted changes in timers/" if dirty else "")
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:

@@ -91,14 +91,21 @@ class Row:
     target: str = ""
     met: bool | None = None
     peer: str = ""
+    others: str = ""
+    """CPU other processes on the machine used while this was measured (% of one core)."""
 
 
 @dataclass
 class Results:
     rows: list[Row] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    load_probe: Callable[[], str] | None = None
+    """Fills :attr:`Row.others` (set by :class:`Context`)."""
 
     def add(self, row: Row) -> Row:
+        if not row.others and self.load_probe is not None:
+            with contextlib.suppress(Exception):
+                row.others = self.load_probe()
         self.rows.append(row)
         print(f"  {row.scenario} | {row.figure}: {row.result}"
               + (f"   [target {row.target}: {_met_text(row.met)}]" if row.target else ""),
@@ -118,10 +125,11 @@ def render(settings: Sequence[tuple[str, str]], results: Results) -> str:
     """The settings, the table and the notes, as Markdown (also what is printed)."""
     lines = ["Settings:", ""]
     lines += [f"- {name}: {value}" for name, value in settings]
-    header = ("Scenario", "Figure", "Result", "Target", "Met", "Best peer measured")
+    header = ("Scenario", "Figure", "Result", "Target", "Met", "Best peer measured",
+              "Others' CPU")
     table = [header] + [
         (r.scenario, r.figure, r.result, r.target or "-", _met_text(r.met) if r.target else "-",
-         r.peer or "-")
+         r.peer or "-", r.others or "-")
         for r in results.rows
     ]
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
@@ -508,6 +516,18 @@ class Context:
         self.r = redis.Redis.from_url(url, decode_responses=True)
         self._children: list[ListenerProc] = []
         self._names = 0
+        self._mark: MachineSample | None = None
+        results.load_probe = self._others_since_mark
+
+    def mark(self) -> None:
+        """A measurement starts: rows added from now on show the CPU other processes used."""
+        self._mark = MachineSample.take(self.r)
+
+    def _others_since_mark(self) -> str:
+        if self._mark is None:
+            return ""
+        others, _ = MachineSample.take(self.r).others_since(self._mark)
+        return f"{others:.0f}%"
 
     # server state
 
@@ -517,6 +537,7 @@ class Context:
         self.r.flushall()
         self.set_aof(aof)
         self.r.config_resetstat()
+        self.mark()
 
     def set_aof(self, on: bool) -> None:
         if config_value(self.r, "appendonly") != ("yes" if on else "no"):

@@ -28,6 +28,7 @@ def run(ctx: Context) -> None:
     loaded, _ = ctx.bulk_load(s.idle_n, deadline=Deadline(s.idle_n / 5_000 + 30))
     proc = ctx.listener(max_seconds=s.idle_s + SETTLE_S + 60)
     time.sleep(SETTLE_S)
+    ctx.mark()
     monitor = ctx.monitor()
     cpu0 = cpu_seconds(proc.pid)
     before = ServerSample.take(ctx.r)

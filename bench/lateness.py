@@ -95,6 +95,7 @@ def spread(ctx: Context, background: int, label: str) -> None:
     s = ctx.sizes
     name = f"Lateness: {count(s.spread_n)} over {s.spread_s:g} s, {label}"
     print(f"- {name}", flush=True)
+    ctx.mark()
     proc = ctx.listener(expect=s.spread_n)
     first = 1.0
     start_ms = ctx.redis_now_ms() + first * 1000
@@ -111,6 +112,7 @@ def steady(ctx: Context, background: int, label: str) -> None:
     name = f"Lateness: steady {count(s.steady_rate)}/s for {s.steady_s:g} s, {label}"
     print(f"- {name}", flush=True)
     planned = round(s.steady_rate * s.steady_s)
+    ctx.mark()
     proc = ctx.listener(expect=planned)
     rng = random.Random(7)
     sent = 0
