@@ -66,9 +66,13 @@ How these figures are taken (see each module's docstring in bench/):
   the same due index and their keys in the same expire table; they are due an hour out.
 - Fire throughput is N / (last task start - due time); the N timers are scheduled before
   their common due time, with the listeners already running.
-- Bytes per timer is the INFO used_memory delta over N (allocator fragmentation and RSS
-  not included; the RSS delta is in the notes).
-- Idle commands are INFO commandstats deltas minus our own INFO calls.
+- Lateness is also checked by the task itself: its args carry the due time, and it
+  notes `time.time()` at its start (the server runs on the same machine and clock).
+- Bytes per timer is the INFO used_memory delta over N (allocator fragmentation not
+  included); the notes split it with MEMORY USAGE.
+- Idle commands are counted with MONITOR: commands the listener's connections send,
+  not the ones its scripts call (INFO commandstats counts those too), minus our INFO.
+- Redis CPU per timer or per fire is the INFO used_cpu delta over the measurement.
 - The machine is shared by the server, the listener(s) and the producer: 2 cores here.
   "Others' CPU" is what other processes on the machine used while a figure was measured
   (% of one core, from /proc/stat minus the server's and the benchmark's own CPU); where
