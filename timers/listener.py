@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import logging
 import math
@@ -356,7 +357,7 @@ class Listener:
                 await self._poke.wait()
 
     async def _claim(self, limit: int) -> int:
-        ids = list(self._event_ids)[:limit]
+        ids = list(itertools.islice(self._event_ids, limit))
         for escaped in ids:
             del self._event_ids[escaped]
         k = self.keys
