@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import functools
 import inspect
 import queue
@@ -24,7 +25,18 @@ def _signature(fn: Callable[..., Any]) -> inspect.Signature | None:
         return None
 
 
+_FITS: dict[tuple[Callable[..., Any], int | frozenset[str]], bool] = {}
+"""Argument shapes known to fit a function: whether args bind depends only on how many
+positional args there are, or on which keyword names, so each shape is checked once."""
+_MAX_FITS = 10_000
+
+
 def _bind_error(fn: Callable[..., Any], args: Args) -> str | None:
+    shape: int | frozenset[str] = (
+        frozenset(args) if isinstance(args, dict) else len(args or ())
+    )
+    if _FITS.get((fn, shape)):
+        return None
     signature = _signature(fn)
     if signature is None:
         return None
@@ -35,6 +47,9 @@ def _bind_error(fn: Callable[..., Any], args: Args) -> str | None:
             signature.bind(*(args or ()))
     except TypeError as exc:
         return f"args {args!r:.200} do not fit {getattr(fn, '__name__', fn)}{signature}: {exc}"
+    if len(_FITS) >= _MAX_FITS:
+        _FITS.clear()
+    _FITS[(fn, shape)] = True
     return None
 
 
@@ -139,9 +154,9 @@ class Runner:
         is_async = self._is_async.get(fn)
         if is_async is None:
             is_async = self._is_async[fn] = inspect.iscoroutinefunction(fn)
-        deadline = asyncio.timeout(limit)
+        deadline = asyncio.timeout(limit) if limit is not None else None
         try:
-            async with deadline:
+            async with deadline or contextlib.nullcontext():
                 if is_async:
                     await fn(*positional, **keywords)
                 else:
@@ -151,7 +166,7 @@ class Runner:
         except asyncio.CancelledError:
             raise
         except BaseException as exc:  # a task's failure is data
-            if deadline.expired():
+            if deadline is not None and deadline.expired():
                 return Outcome("error", "TimeoutError", f"task did not finish within {limit} s")
             return Outcome(
                 "error",

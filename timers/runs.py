@@ -59,10 +59,14 @@ class Run:
 
     @property
     def previous_attempts(self) -> int:
-        try:
-            return int(self.record().options.get("a", "0"))
-        except (MalformedTimerKey, ValueError):
-            return 0
+        """Failed attempts before this run, read from the record's options (``;a=N``)
+        without decoding its args: the listener asks for it on every run."""
+        head = self.record_text.partition(":")[0]
+        for option in head.split(";")[1:]:
+            key, _, value = option.partition("=")
+            if key == "a":
+                return int(value) if value.isascii() and value.isdigit() else 0
+        return 0
 
     @property
     def attempt(self) -> int:

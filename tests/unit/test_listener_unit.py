@@ -172,6 +172,24 @@ def test_args_that_do_not_fit_the_function_are_recorded_as_bad_args(
     assert "zzz" in failures[unknown_kw].data["message"]
 
 
+def test_a_fitting_call_does_not_let_a_later_misfit_through(
+    server: fakeredis.FakeServer, producer: Timers
+) -> None:
+    """Shapes that bound once are remembered; other shapes of the same task still fail."""
+    fits = producer.schedule("mod.add", [1, 2], at=PAST)
+    fits_kw = producer.schedule("mod.add", {"a": 1, "b": 2}, at=PAST)
+    run_burst(server)
+    too_many = producer.schedule("mod.add", [1, 2, 3], at=PAST)
+    wrong_kw = producer.schedule("mod.add", {"a": 1, "c": 2}, at=PAST)
+    run_burst(server)
+
+    failures = failures_by_id(producer)
+    assert fits not in failures and fits_kw not in failures
+    assert failures[too_many].data["kind"] == "bad_args"
+    assert failures[wrong_kw].data["kind"] == "bad_args"
+    assert len(mod.CALLS) == 2
+
+
 def test_unknown_or_disallowed_tasks_are_refused_and_nothing_runs(
     server: fakeredis.FakeServer, producer: Timers, monkeypatch: pytest.MonkeyPatch
 ) -> None:
