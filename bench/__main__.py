@@ -51,6 +51,9 @@ SCENARIOS: dict[str, ModuleType] = {
     "idle": idle,
 }
 
+FINDINGS = REPO / "bench" / "FINDINGS.md"
+"""Written by hand: what each optimisation bought and why a missed target is out of reach."""
+
 METHOD = """\
 How these figures are taken (see each module's docstring in bench/):
 
@@ -187,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     output.write_text(
         f"# timers benchmarks\n\n`python -m bench{' --quick' if args.quick else ''}"
         f"{' --only ' + args.only if args.only else ''}` took {elapsed / 60:.1f} min.\n\n"
-        + text + "\n" + METHOD)
+        + text + "\n" + METHOD + "\n" + FINDINGS.read_text())
     print(f"written to {output}")
     return 0
 

@@ -69,6 +69,7 @@ def run(ctx: Context) -> None:
                         f"{count(rate)} ({count(n)} in {wall:.1f} s)", ">= 10,000",
                         rate >= 10_000, "Huey 7,238"))
     _redis_note(ctx, "single sync calls", before, n, wall)
+    _round_trip_floor(ctx)
 
     ctx.fresh_db()
     print(f"- Schedule: asyncio, {s.async_in_flight} in flight", flush=True)
@@ -94,6 +95,25 @@ def run(ctx: Context) -> None:
                         f"{count(rate)} ({wall:.2f} s)", ">= 100,000", rate >= 100_000,
                         "RQ enqueue_many 9,488"))
     _redis_note(ctx, "schedule_many", before, s.many_n, wall)
+
+
+def _round_trip_floor(ctx: Context, n: int = 5_000) -> None:
+    """What one synchronous redis-py call costs here with nothing of ours in it: a PING, and
+    an EVALSHA of a script that does nothing. No single-call producer can beat these."""
+    with ctx.timers() as t:
+        client = t.redis
+        trivial = client.register_script("return 1")
+        trivial()
+        rates = []
+        for call in (client.ping, trivial):
+            start = time.perf_counter()
+            for _ in range(n):
+                call()
+            rates.append(n / (time.perf_counter() - start))
+    ctx.results.note(
+        f"schedule, round-trip floor of one sync redis-py call on this machine: PING "
+        f"{count(rates[0])}/s ({1e6 / rates[0]:.0f} us), an EVALSHA of `return 1` "
+        f"{count(rates[1])}/s ({1e6 / rates[1]:.0f} us)")
 
 
 async def _async(ctx: Context, seconds: float, in_flight: int) -> tuple[int, float]:
