@@ -17,9 +17,18 @@ import fakeredis
 import pytest
 import redis
 
-from timers.server import EmbeddedServer
+from timers.server import EmbeddedServer, ServerNotFound, find_server_binary, server_version
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def pytest_report_header() -> str:
+    """Say which server the integration tests run on (it depends on the machine)."""
+    try:
+        binary = find_server_binary()
+    except ServerNotFound as exc:
+        return f"integration server: none ({exc})"
+    return f"integration server: {server_version(binary)} ({binary})"
 
 
 def wait_until(
