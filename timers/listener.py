@@ -142,8 +142,8 @@ class Listener:
                 socket_keepalive=True,
                 socket_connect_timeout=5,
                 socket_timeout=15,
-                # RESP2: a pub/sub message is a plain reply, about 3 us cheaper to read
-                # per expired event than RESP3's push path in redis-py
+                # RESP2: redis-py reads each pub/sub message as a plain reply, not through
+                # its RESP3 push handler (20k due at once: 8.4-10.5k -> 10.7k fires/s)
                 protocol=2,
             )
             self._owns_client = True
