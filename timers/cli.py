@@ -25,7 +25,7 @@ from timers.client import URL_ENV, configured_url
 from timers.due import format_duration, parse_duration
 from timers.keys import DEFAULT_PREFIX
 from timers.listener import DEFAULT_CONCURRENCY, DEFAULT_LEASE, Listener
-from timers.loader import TASKS_ENV
+from timers.loader import TASKS_ENV, TaskLoader, configured_package
 from timers.supervisor import Supervisor
 
 app = typer.Typer(
@@ -106,7 +106,8 @@ def listen(
 ) -> None:
     """Run timers as they come due (subscribes to expired events and sweeps the due index)."""
     _configure_logging(log_level)
-    if processes > 1:
+    if processes > 1:  # refuse before starting children that would each refuse
+        TaskLoader(configured_package(tasks), search_path=os.getcwd()).load()
         command = [sys.executable, "-m", "timers", "listen", "--concurrency", str(concurrency),
                    "--lease", str(lease), "--shutdown-timeout", str(shutdown_timeout),
                    "--prefix", prefix, "--log-level", log_level]
