@@ -389,12 +389,13 @@ def listeners(url: UrlOption = None, prefix: PrefixOption = DEFAULT_PREFIX) -> N
         typer.echo("no live listeners")
         return
     now = datetime.now(UTC).timestamp()
-    typer.echo(f"{'ID':<36} {'HOST':<20} {'PID':>7} {'UP':>8} {'RUNNING':>7} {'FIRED':>9}")
+    typer.echo(f"{'ID':<36} {'HOST':<20} {'PID':>7} {'UP':>8} {'RUNNING':>7} {'FIRED':>9} "
+               f"{'STUCK':>5}")
     for info in sorted(live, key=lambda i: str(i.get("id"))):
         up = format_duration(now - float(info.get("started", now)))
         typer.echo(f"{info.get('id')!s:<36} {info.get('host')!s:<20} "
                    f"{info.get('pid', ''):>7} {up:>8} {info.get('running', 0):>7} "
-                   f"{info.get('fired', 0):>9}")
+                   f"{info.get('fired', 0):>9} {info.get('stuck', 0):>5}")
 
 
 @app.command()
