@@ -28,6 +28,7 @@ from timers.exceptions import (
     MalformedTimerKey,
     ServerNotFound,
     TaskRefused,
+    TasksUnavailable,
     TimersError,
 )
 from timers.listener import Listener
@@ -53,6 +54,7 @@ __all__ = [
     "Stats",
     "TaskPolicy",
     "TaskRefused",
+    "TasksUnavailable",
     "TimerSpec",
     "Timers",
     "TimersError",

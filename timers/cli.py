@@ -25,7 +25,7 @@ from timers.client import URL_ENV, configured_url
 from timers.due import format_duration, parse_duration
 from timers.keys import DEFAULT_PREFIX
 from timers.listener import DEFAULT_CONCURRENCY, DEFAULT_LEASE, Listener
-from timers.loader import TASKS_ENV
+from timers.loader import TASKS_ENV, TaskLoader, configured_package
 from timers.supervisor import Supervisor
 
 app = typer.Typer(
@@ -106,7 +106,8 @@ def listen(
 ) -> None:
     """Run timers as they come due (subscribes to expired events and sweeps the due index)."""
     _configure_logging(log_level)
-    if processes > 1:
+    if processes > 1:  # refuse before starting children that would each refuse
+        TaskLoader(configured_package(tasks), search_path=os.getcwd()).load()
         command = [sys.executable, "-m", "timers", "listen", "--concurrency", str(concurrency),
                    "--lease", str(lease), "--shutdown-timeout", str(shutdown_timeout),
                    "--prefix", prefix, "--log-level", log_level]
@@ -388,12 +389,13 @@ def listeners(url: UrlOption = None, prefix: PrefixOption = DEFAULT_PREFIX) -> N
         typer.echo("no live listeners")
         return
     now = datetime.now(UTC).timestamp()
-    typer.echo(f"{'ID':<36} {'HOST':<20} {'PID':>7} {'UP':>8} {'RUNNING':>7} {'FIRED':>9}")
+    typer.echo(f"{'ID':<36} {'HOST':<20} {'PID':>7} {'UP':>8} {'RUNNING':>7} {'FIRED':>9} "
+               f"{'STUCK':>5}")
     for info in sorted(live, key=lambda i: str(i.get("id"))):
         up = format_duration(now - float(info.get("started", now)))
         typer.echo(f"{info.get('id')!s:<36} {info.get('host')!s:<20} "
                    f"{info.get('pid', ''):>7} {up:>8} {info.get('running', 0):>7} "
-                   f"{info.get('fired', 0):>9}")
+                   f"{info.get('fired', 0):>9} {info.get('stuck', 0):>5}")
 
 
 @app.command()

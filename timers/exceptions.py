@@ -11,6 +11,8 @@ Hierarchy::
     ├── MalformedTimerKey (ValueError)  a key or record that does not decode
     ├── TaskRefused                  the listener will not run this task (not allowed,
     │                                not found, not a function)
+    ├── TasksUnavailable             the listener's tasks package cannot be imported: it
+    │                                refuses to start
     └── ServerNotFound               no Redis/Valkey server binary for an embedded server
 """
 
@@ -47,6 +49,11 @@ class MalformedTimerKey(TimersError, ValueError):
 
 class TaskRefused(TimersError):
     """The listener refuses to run a task: outside the tasks package, missing, or not callable."""
+
+
+class TasksUnavailable(TimersError):
+    """The tasks package cannot be imported, so the listener refuses to start (and claims
+    nothing it could not run)."""
 
 
 class ServerNotFound(TimersError):

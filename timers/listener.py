@@ -10,8 +10,8 @@ Four loops share one asyncio event loop:
   atomic script call. Every timer goes through this one claim, whichever path found it,
   so each runs once however many listeners race for it. It sweeps at start and after
   every reconnect, which covers events lost while the listener was away.
-- **renew**: extends the leases of runs in progress, so a live listener keeps its timers
-  and a dead one's timers run again once their lease lapses.
+- **leases** (a thread: :mod:`timers.lease_keeper`, so a blocked loop cannot starve it):
+  keeps a live listener's timers; a dead one's run again once their lease lapses.
 - **finish**: writes the endings of runs in batches: counts, failure records, retries.
 
 Plus a heartbeat, so ``timers listeners`` shows who is alive. On ``stop()`` the listener
@@ -44,9 +44,11 @@ from timers.client import configured_url
 from timers.clock import Clock, SystemClock
 from timers.cron import RECURRENCE_OPTION, RecurrenceHook
 from timers.encoding import Entry, Record, as_text, entry_text, escape_id
-from timers.exceptions import MalformedTimerKey, TaskRefused
+from timers.exceptions import MalformedTimerKey, TaskRefused, TasksUnavailable
 from timers.keys import DEFAULT_PREFIX, Keyspace
-from timers.loader import TaskLoader, configured_package
+from timers.lease_keeper import HeldRuns, LeaseKeeper, sync_twin
+from timers.loader import TASKS_ENV, TaskLoader, configured_package
+from timers.loop_watch import LoopWatch
 from timers.policy import DEFAULT_POLICY, TaskPolicy, policy_of
 from timers.precise import PreciseSleeper
 from timers.runner import Runner
@@ -149,6 +151,7 @@ class Listener:
             self._owns_client = True
         self.keys = Keyspace(prefix)
         self.db = int(self.redis.connection_pool.connection_kwargs.get("db", 0) or 0)
+        self._tasks_optional = bool(registry) and tasks is None and not os.environ.get(TASKS_ENV)
         self.loader = TaskLoader(
             configured_package(tasks),
             registry,
@@ -163,14 +166,14 @@ class Listener:
         self.observer = observer
         self._scripts = register_all(self.redis)
         self._recurrences = RecurrenceHook(self.redis, self.keys)
-        self._runner = Runner(concurrency)
+        self._runner = Runner(concurrency, on_free=lambda: self._slot_freed.set())
         self._precise = PreciseSleeper()
         self._timer_key_start = self.keys.timer_key_start.encode()
         self._expired_channel = self.keys.expired_channel(self.db).encode()
         self._wake_channel = self.keys.wake_channel.encode()
         self._event_ids: dict[str, None] = {}
         self._running: dict[str, Run] = {}
-        self._held: set[str] = set()  # tokens whose lease we keep: running or unflushed
+        self._held = HeldRuns()  # tokens whose lease we keep: running or unflushed
         self._finished: list[tuple[str, str, str, str]] = []
         # endings not yet written, by token: (escaped id, due ms, ending)
         self._unwritten: dict[str, tuple[str, int, tuple[str, str, str, str]]] = {}
@@ -198,10 +201,18 @@ class Listener:
         ``shutdown_timeout`` seconds and writes their endings.
         """
         self._burst = burst
+        try:  # the whole tasks package, off the loop, before any claim
+            await asyncio.to_thread(self.loader.load_at_start, self._tasks_optional)
+        except TasksUnavailable:
+            if self._owns_client:
+                await self.redis.aclose()
+            raise
         await self._check_notifications()
+        keeper = LeaseKeeper(sync_twin(self.redis, min(15.0, max(1.0, self.lease))),
+                             self.keys.running, self.lease, self._held).start()
+        watch = LoopWatch(asyncio.get_running_loop(), self._runner.on_loop.copy).start()
         loops = [
             asyncio.create_task(self._events_loop(), name="timers-events"),
-            asyncio.create_task(self._renew_loop(), name="timers-renew"),
             asyncio.create_task(self._finish_loop(), name="timers-finish"),
             asyncio.create_task(self._heartbeat_loop(), name="timers-heartbeat"),
         ]
@@ -216,6 +227,8 @@ class Listener:
                 watcher.cancel()
             await self._drain()
             self._closed.set()
+            await asyncio.to_thread(keeper.close)
+            watch.close()
             for loop_task in loops:
                 loop_task.cancel()
             await asyncio.gather(*loops, return_exceptions=True)
@@ -317,7 +330,7 @@ class Listener:
     # -- sweep and claim --------------------------------------------------------------
 
     def _free_slots(self) -> int:
-        return self.concurrency - len(self._running)
+        return self.concurrency - len(self._running) - self._runner.stuck
 
     async def _sweep_loop(self, burst: bool) -> None:
         backoff = _Backoff()
@@ -392,11 +405,11 @@ class Listener:
                 # same way instead of running the task twice.
                 log.warning("timer %s: lease lapsed while its ending was on its way; "
                             "not running it again", run.timer_id)
-                self._held.add(run.token)
+                self._held.hold(run.token, run.timer_id)
                 self._record_ending(run, (run.token, *done[1:]))
                 return
         self._running[run.token] = run
-        self._held.add(run.token)
+        self._held.hold(run.token, run.timer_id)
         task = asyncio.create_task(self._execute(run))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -590,29 +603,6 @@ class Listener:
             async with asyncio.timeout(seconds):
                 await (until or self._stopping).wait()
 
-    async def _renew_loop(self) -> None:
-        """Renew leases until the last running task is done, shutdown included."""
-        interval = self.lease / 3
-        while not self._closed.is_set():
-            await self._pause(interval, self._closed)
-            tokens = list(self._held)
-            if not tokens:
-                continue
-            try:
-                lost = await self._scripts["renew"](
-                    keys=[self.keys.running], args=[round(self.lease * 1000), *tokens]
-                )
-            except RETRYABLE as exc:
-                log.debug("lease renewal failed: %s", exc)
-                continue
-            for token in lost:
-                text = as_text(token)
-                if text not in self._held:
-                    continue  # finished while the renewal was on its way
-                run = self._running.get(text)
-                log.warning("lease of run %s (timer %s) lapsed: another listener may run it "
-                            "again", text, run.timer_id if run else "?")
-
     async def _finish_loop(self) -> None:
         backoff = _Backoff()
         state = _ConnectionState("connection to Redis (finishing runs)")
@@ -640,7 +630,7 @@ class Listener:
         tokens = [item[0] for item in batch]
         # Stop renewing these before the ending is sent: a renewal that crosses it would
         # report them lost. Should the write fail they are held (and renewed) again.
-        self._held.difference_update(tokens)
+        released = self._held.release(tokens)
         try:
             await self._scripts["finish"](
                 keys=[k.running, k.running_records, k.stats, k.failures, k.failure_records,
@@ -648,7 +638,7 @@ class Listener:
                 args=args,
             )
         except BaseException:
-            self._held.update(t for t in tokens if t)
+            self._held.hold_all(released)
             raise
         del self._finished[: len(batch)]
         for item in batch:
@@ -665,7 +655,7 @@ class Listener:
             "id": self.id, "host": socket.gethostname(), "pid": os.getpid(),
             "started": round(self.started_at), "running": len(self._running),
             "fired": self.fired_count, "concurrency": self.concurrency,
-            "tasks": self.loader.package,
+            "tasks": self.loader.package, "stuck": self._runner.stuck,
         }) if alive else ""
         await self._scripts["heartbeat"](
             keys=[self.keys.listeners, self.keys.listener_info],

@@ -2,23 +2,34 @@
 
 A task path comes out of a key name, which is data from the network. It is resolved only
 as ``<package>.<module path>.<function>``: every segment a plain name that starts with a
-letter (no dunders, no ``..``), the module imported from inside the package, and the
-function defined there (not imported into it from elsewhere, as ``os.system`` would be).
-Anything else is refused with a reason, and the refusal is cached so a flood of bad names
-costs no imports.
+letter (no dunders, no ``..``), the module one of the package's, and the function defined
+there (not imported into it from elsewhere, as ``os.system`` would be).
+
+The whole package is imported once, at start-up (:meth:`TaskLoader.load`): every module
+whose name a task path can spell. At run time nothing is imported: an event naming a
+module that is not loaded is refused, so a slow import never stalls the event loop and a
+forged event cannot make a listener import anything. A module that failed to import at
+start-up refuses its tasks with that import error. Refusals are cached.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import inspect
+import logging
 import os
+import pkgutil
 import sys
+import threading
 from collections.abc import Callable, Mapping
+from types import ModuleType
 from typing import Any
 
 from timers.encoding import is_task_path
-from timers.exceptions import TaskRefused
+from timers.exceptions import TaskRefused, TasksUnavailable
+
+log = logging.getLogger("timers.listener")
 
 DEFAULT_PACKAGE = "tasks"
 TASKS_ENV = "TIMERS_TASKS"
@@ -27,6 +38,10 @@ _MAX_CACHED_REFUSALS = 10_000
 
 def configured_package(package: str | None = None) -> str:
     return package or os.environ.get(TASKS_ENV) or DEFAULT_PACKAGE
+
+
+def _import_error(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
 
 
 class TaskLoader:
@@ -46,16 +61,72 @@ class TaskLoader:
             sys.path.insert(0, search_path)
         self._found: dict[str, Callable[..., Any]] = {}
         self._refused: dict[str, str] = {}
+        self._lock = threading.Lock()
+        self._loaded = False
+        self._package_error: str | None = None
+        self.failed_modules: dict[str, str] = {}
+        """Modules of the package that failed to import at start-up: name -> error."""
+
+    def load(self) -> None:
+        """Import the package and every module in it, once (blocking: call it off the
+        event loop). Raises :class:`TasksUnavailable` if the package itself cannot be
+        imported; a module that fails is kept in :attr:`failed_modules` and its tasks are
+        refused with its error."""
+        with self._lock:
+            if not self._loaded:
+                self._import_all()
+                self._loaded = True
+        if self._package_error is not None:
+            raise TasksUnavailable(self._package_error)
+
+    def load_at_start(self, optional: bool = False) -> None:
+        """:meth:`load`, logging each module that failed; with ``optional`` (a listener
+        with registered tasks and no package named), a missing package is a warning."""
+        try:
+            self.load()
+        except TasksUnavailable as exc:
+            if not optional:
+                raise
+            log.warning("%s: running registered tasks only", exc)
+        for module, error in self.failed_modules.items():
+            log.error("tasks module %s failed to import: %s; its timers will be refused",
+                      module, error)
+
+    def _import_all(self) -> None:
+        try:
+            root = importlib.import_module(self.package)
+        except (Exception, SystemExit) as exc:
+            self._package_error = (f"tasks package {self.package!r} cannot be imported: "
+                                   f"{_import_error(exc)}")
+            return
+        self._walk(root)
+
+    def _walk(self, package: ModuleType) -> None:
+        """Import every module under ``package`` whose name a task path can spell."""
+        path = getattr(package, "__path__", None)
+        if path is None:
+            return  # the tasks "package" is a single module
+        for info in pkgutil.iter_modules(path, package.__name__ + "."):
+            if not is_task_path(info.name.rpartition(".")[2]):
+                continue  # `_helpers` and the like: no task path can name them
+            try:
+                module = importlib.import_module(info.name)
+            except (Exception, SystemExit) as exc:
+                self.failed_modules[info.name] = _import_error(exc)
+                continue
+            if info.ispkg:
+                self._walk(module)
 
     def resolve(self, task: str) -> Callable[..., Any]:
-        """The callable for ``task``, or :class:`TaskRefused` saying why not."""
+        """The callable for ``task``, or :class:`TaskRefused` saying why not. Imports
+        nothing once the package is loaded."""
         found = self._found.get(task) or self.registry.get(task)
         if found is not None:
             return found
         reason = self._refused.get(task)
         if reason is None:
             try:
-                fn = self._load(task)
+                fn = self._lookup(task)
             except TaskRefused as exc:
                 if len(self._refused) >= _MAX_CACHED_REFUSALS:
                     self._refused.clear()
@@ -65,25 +136,32 @@ class TaskLoader:
             return fn
         raise TaskRefused(reason)
 
-    def _load(self, task: str) -> Callable[..., Any]:
+    def _module(self, task: str, module_name: str) -> ModuleType:
+        """The loaded module ``module_name`` of the package; never imports it."""
+        if not self._loaded:
+            with contextlib.suppress(TasksUnavailable):
+                self.load()
+        if self._package_error is not None:
+            raise TaskRefused(f"task {task!r}: no module {module_name!r}: "
+                              f"{self._package_error}")
+        parts = module_name.split(".")
+        for i in range(len(parts), 0, -1):
+            error = self.failed_modules.get(".".join(parts[:i]))
+            if error is not None:
+                raise TaskRefused(f"task {task!r}: importing {'.'.join(parts[:i])!r} failed "
+                                  f"at start-up: {error}")
+        module = sys.modules.get(module_name)
+        if module is None:
+            raise TaskRefused(f"task {task!r}: no module {module_name!r} in the tasks "
+                              f"package (modules are imported at start-up only)")
+        return module
+
+    def _lookup(self, task: str) -> Callable[..., Any]:
         if not is_task_path(task):
             raise TaskRefused(f"{task[:100]!r} is not a dotted path of plain names")
         module_path, _, name = task.rpartition(".")
         module_name = f"{self.package}.{module_path}" if module_path else self.package
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name is not None and (
-                exc.name == module_name or module_name.startswith(exc.name + ".")
-            ):
-                raise TaskRefused(
-                    f"task {task!r}: no module {module_name!r} in the tasks package"
-                ) from None
-            raise TaskRefused(f"task {task!r}: importing {module_name!r} failed: {exc}") from None
-        except Exception as exc:
-            raise TaskRefused(
-                f"task {task!r}: importing {module_name!r} failed: {type(exc).__name__}: {exc}"
-            ) from None
+        module = self._module(task, module_name)
         if getattr(module, "__name__", None) != module_name:
             raise TaskRefused(f"task {task!r}: {module_name!r} is not a module of the package")
         fn = getattr(module, name, None)

@@ -7,14 +7,19 @@ import collections
 import contextlib
 import functools
 import inspect
+import logging
 import queue
 import threading
+import time
 import traceback
 from collections.abc import Callable
+from types import CodeType
 from typing import Any
 
 from timers.encoding import Args
 from timers.runs import OK, Outcome
+
+log = logging.getLogger("timers.listener")
 
 
 @functools.cache
@@ -53,7 +58,20 @@ def _bind_error(fn: Callable[..., Any], args: Args) -> str | None:
     return None
 
 
-_Job = tuple[asyncio.Future[Any], Callable[..., Any], list[Any], dict[str, Any]]
+class _Job:
+    """A call handed to the pool; ``started`` is set (monotonic) when a thread takes it."""
+
+    __slots__ = ("abandoned", "args", "fn", "future", "kwargs", "started")
+
+    def __init__(self, future: asyncio.Future[Any], fn: Callable[..., Any], args: list[Any],
+                 kwargs: dict[str, Any]) -> None:
+        self.future, self.fn, self.args, self.kwargs = future, fn, args, kwargs
+        self.started: float | None = None
+        self.abandoned = False
+
+
+def task_name(fn: Callable[..., Any]) -> str:
+    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', fn)}"
 
 
 class ThreadPool:
@@ -63,24 +81,27 @@ class ThreadPool:
     threads queue their results and wake the loop once per batch: under a burst of due
     timers that halves the cost of a call. Threads start as they are needed, up to
     ``size``, and are daemons: a task still running at exit does not hold the process.
+
+    A job whose caller gave up on it at its timeout (:meth:`abandon`) still holds its
+    thread: it counts in :attr:`stuck` until the function returns, and ``on_free`` is
+    called (on the loop) when it does.
     """
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, on_free: Callable[[], None] | None = None) -> None:
         self.size = size
+        self.on_free = on_free
+        self.stuck = 0
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
-        self._results: collections.deque[tuple[asyncio.Future[Any], bool, Any]] = (
-            collections.deque()
-        )
+        self._results: collections.deque[tuple[_Job, bool, Any]] = collections.deque()
         self._lock = threading.Lock()
         self._wake_pending = False
         self._threads: list[threading.Thread] = []
         self._idle = 0
         self._loop: asyncio.AbstractEventLoop | None = None
 
-    def submit(self, fn: Callable[..., Any], args: list[Any], kwargs: dict[str, Any]
-               ) -> asyncio.Future[Any]:
+    def submit(self, fn: Callable[..., Any], args: list[Any], kwargs: dict[str, Any]) -> _Job:
         loop = self._loop = asyncio.get_running_loop()
-        future: asyncio.Future[Any] = loop.create_future()
+        job = _Job(loop.create_future(), fn, args, kwargs)
         with self._lock:
             start = self._idle == 0 and len(self._threads) < self.size
             if not start:
@@ -89,19 +110,19 @@ class ThreadPool:
             thread = threading.Thread(target=self._work, name="timers-task", daemon=True)
             self._threads.append(thread)
             thread.start()
-        self._jobs.put((future, fn, args, kwargs))
-        return future
+        self._jobs.put(job)
+        return job
 
     def _work(self) -> None:
         while True:
             job = self._jobs.get()
             if job is None:
                 return
-            future, fn, args, kwargs = job
+            job.started = time.monotonic()
             try:
-                result: tuple[asyncio.Future[Any], bool, Any] = (future, True, fn(*args, **kwargs))
+                result: tuple[_Job, bool, Any] = (job, True, job.fn(*job.args, **job.kwargs))
             except BaseException as exc:  # handed to the awaiting coroutine
-                result = (future, False, exc)
+                result = (job, False, exc)
             with self._lock:
                 self._results.append(result)
                 self._idle += 1
@@ -119,33 +140,75 @@ class ThreadPool:
             self._wake_pending = False
             ready = list(self._results)
             self._results.clear()
-        for future, ok, value in ready:
-            if future.done():
+        freed = 0
+        for job, ok, value in ready:
+            if job.abandoned:
+                freed += 1
+                log.info("%s returned %.1f s after it started, past its timeout",
+                         task_name(job.fn), time.monotonic() - (job.started or 0.0))
+            if job.future.done():
                 continue
             if ok:
-                future.set_result(value)
+                job.future.set_result(value)
             else:
-                future.set_exception(value)
+                job.future.set_exception(value)
+        if freed:
+            self._set_stuck(self.stuck - freed)
+            if self.on_free is not None:
+                self.on_free()
+
+    def abandon(self, job: _Job) -> None:
+        """The caller stops waiting for a running job: its thread is stuck until it ends."""
+        job.abandoned = True
+        self._set_stuck(self.stuck + 1, job)
+
+    def _set_stuck(self, count: int, job: _Job | None = None) -> None:
+        self.stuck = count
+        if job is not None:
+            log.warning("%d thread(s) stuck past their timeout (latest: %s): each keeps its "
+                        "task slot until its function returns", count, task_name(job.fn))
+        elif count:
+            log.warning("%d thread(s) stuck past their timeout", count)
+        else:
+            log.warning("no thread stuck past its timeout any more")
 
     def shutdown(self) -> None:
         for _ in self._threads:
             self._jobs.put(None)
 
 
-class Runner:
-    """Runs task callables; never raises: every ending is an :class:`Outcome`."""
+class _Overran(Exception):
+    """A plain function ran past its timeout in its thread."""
 
-    def __init__(self, threads: int) -> None:
-        self._pool = ThreadPool(threads)
+
+class Runner:
+    """Runs task callables; never raises: every ending is an :class:`Outcome`.
+
+    ``on_free`` is called on the event loop when a thread stuck past its timeout returns
+    and so frees its task slot.
+    """
+
+    def __init__(self, threads: int, on_free: Callable[[], None] | None = None) -> None:
+        self._pool = ThreadPool(threads, on_free)
         self._is_async: dict[Callable[..., Any], bool] = {}
+        self.on_loop: collections.Counter[tuple[CodeType, str]] = collections.Counter()
+        """The code of each ``async def`` task running on the event loop, with its name
+        (for naming what blocks the loop)."""
+
+    @property
+    def stuck(self) -> int:
+        """Threads still running a function past its timeout: each holds a task slot."""
+        return self._pool.stuck
 
     async def call(
         self, fn: Callable[..., Any], args: Args, limit: float | None = None
     ) -> Outcome:
         """Call ``fn`` with ``args``; with ``limit`` (seconds), stop waiting after that long.
 
-        A coroutine is cancelled at its timeout. A thread cannot be stopped: the run is
-        reported as timed out and the function goes on in its thread until it returns.
+        A coroutine is cancelled at its timeout. A plain function's timeout counts from when
+        a thread starts it, not while it waits for one; a thread cannot be stopped, so the
+        run is reported as timed out and the function goes on in its thread, which keeps its
+        slot (see :attr:`stuck`) until it returns.
         """
         problem = _bind_error(fn, args)
         if problem is not None:
@@ -156,17 +219,19 @@ class Runner:
             is_async = self._is_async[fn] = inspect.iscoroutinefunction(fn)
         deadline = asyncio.timeout(limit) if limit is not None else None
         try:
-            async with deadline or contextlib.nullcontext():
-                if is_async:
-                    await fn(*positional, **keywords)
-                else:
-                    result = await self._pool.submit(fn, list(positional), dict(keywords))
-                    if inspect.isawaitable(result):
+            if is_async:
+                async with deadline or contextlib.nullcontext():
+                    await self._on_loop(fn, positional, keywords)
+            else:
+                job = self._pool.submit(fn, list(positional), dict(keywords))
+                result = await (job.future if limit is None else self._wait(job, limit))
+                if inspect.isawaitable(result):
+                    async with asyncio.timeout(limit):
                         await result
         except asyncio.CancelledError:
             raise
         except BaseException as exc:  # a task's failure is data
-            if deadline is not None and deadline.expired():
+            if isinstance(exc, _Overran) or (deadline is not None and deadline.expired()):
                 return Outcome("error", "TimeoutError", f"task did not finish within {limit} s")
             return Outcome(
                 "error",
@@ -176,6 +241,33 @@ class Runner:
             )
         return OK
 
+    async def _on_loop(self, fn: Callable[..., Any], args: Any, kwargs: dict[str, Any]) -> None:
+        key = (getattr(fn, "__code__", None) or _NO_CODE, task_name(fn))
+        self.on_loop[key] += 1
+        try:
+            await fn(*args, **kwargs)
+        finally:
+            self.on_loop[key] -= 1
+            if self.on_loop[key] <= 0:
+                del self.on_loop[key]
+
+    async def _wait(self, job: _Job, limit: float) -> Any:
+        """The job's result, or :class:`_Overran` once it has run ``limit`` s in a thread;
+        a job still queued for a thread is not timed."""
+        while True:
+            started = job.started
+            wait = limit if started is None else started + limit - time.monotonic()
+            if wait <= 0 or job.future.done():
+                break
+            await asyncio.wait([job.future], timeout=wait)
+        if job.future.done():
+            return job.future.result()
+        self._pool.abandon(job)
+        raise _Overran
+
     def shutdown(self) -> None:
         """Let idle threads end; threads still running a task end when it returns."""
         self._pool.shutdown()
+
+
+_NO_CODE = (lambda: None).__code__

@@ -55,3 +55,19 @@ async def sleepy(tag: str, seconds: float = 5.0) -> None:
 async def sleepy_retried(tag: str, seconds: float = 5.0) -> None:
     """The same with one retry."""
     await _sleep(tag, seconds)
+
+
+@task(timeout=TIMEOUT, retries=1, backoff=[0.05])
+def overrun_retried(tag: str, seconds: float = 1.0) -> None:
+    """A plain function that always runs ``seconds``, past its timeout, with one retry."""
+    note_call(tag)
+    time.sleep(seconds)
+    note_done(tag)
+
+
+@task(timeout=TIMEOUT, retries=1, backoff=[0.05])
+def brief(tag: str) -> None:
+    """A plain function well within its timeout, with one retry."""
+    note_call(tag)
+    time.sleep(0.02)
+    note_done(tag)

@@ -1,0 +1,131 @@
+"""The pieces that run task code: start-up imports, plain-task timeouts, the lease thread,
+and naming what blocks the event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+import threading
+import uuid
+from pathlib import Path
+
+import fakeredis
+import pytest
+
+from tests.unit.conftest import ROOT, SAMPLE_TASKS
+from timers.exceptions import TaskRefused, TasksUnavailable
+from timers.lease_keeper import HeldRuns, LeaseKeeper
+from timers.loader import TaskLoader
+from timers.loop_watch import blocker
+from timers.runner import Runner
+
+# -- imports ---------------------------------------------------------------------------
+
+
+def test_load_imports_every_module_and_keeps_each_import_error() -> None:
+    loader = TaskLoader(SAMPLE_TASKS, search_path=str(ROOT))
+    loader.load()
+    assert f"{SAMPLE_TASKS}.mod" in sys.modules and f"{SAMPLE_TASKS}.slow" in sys.modules
+    assert "RuntimeError: broken on purpose" in loader.failed_modules[f"{SAMPLE_TASKS}.broken"]
+    with pytest.raises(TaskRefused, match="failed at start-up: RuntimeError: broken"):
+        loader.resolve("broken.fn")
+
+
+def test_a_module_added_after_load_is_refused_and_not_imported(tmp_path: Path) -> None:
+    package = f"late_{uuid.uuid4().hex[:8]}"
+    (tmp_path / package).mkdir()
+    (tmp_path / package / "__init__.py").write_text("")
+    loader = TaskLoader(package, search_path=str(tmp_path))
+    loader.load()
+    (tmp_path / package / "added.py").write_text("def fn() -> None:\n    pass\n")
+    with pytest.raises(TaskRefused, match="imported at start-up only"):
+        loader.resolve("added.fn")
+    assert f"{package}.added" not in sys.modules
+
+
+def test_load_raises_when_the_package_cannot_be_imported() -> None:
+    with pytest.raises(TasksUnavailable, match="'no_such_pkg_b1' cannot be imported: "
+                                               "ModuleNotFoundError"):
+        TaskLoader("no_such_pkg_b1").load()
+
+
+# -- plain-task timeouts ---------------------------------------------------------------
+
+
+def test_a_job_queued_behind_a_stuck_thread_is_not_timed_until_it_starts() -> None:
+    release = threading.Event()
+    freed: list[int] = []
+
+    def hog() -> None:
+        release.wait(10)
+
+    async def main() -> None:
+        runner = Runner(1, on_free=lambda: freed.append(runner.stuck))
+        first = await runner.call(hog, [], limit=0.05)
+        assert (first.error_type, runner.stuck) == ("TimeoutError", 1)
+        queued = asyncio.create_task(runner.call(lambda: "done", [], limit=0.05))
+        await asyncio.sleep(0.2)  # several of its timeouts, all spent waiting for the thread
+        assert not queued.done()
+        release.set()
+        outcome = await queued
+        assert outcome.ok, outcome
+        assert runner.stuck == 0 and freed == [0]
+        runner.shutdown()
+
+    asyncio.run(main())
+
+
+# -- the lease thread --------------------------------------------------------------------
+
+
+def test_the_lease_thread_renews_held_runs_and_reports_a_lost_one_once(
+        caplog: pytest.LogCaptureFixture) -> None:
+    server = fakeredis.FakeServer()
+    client = fakeredis.FakeRedis(server=server)
+    client.zadd("timers|running", {"1": 1})
+    held = HeldRuns()
+    held.hold("1", "kept")
+    held.hold("2", "gone")  # recovered elsewhere: not in the running set any more
+    keeper = LeaseKeeper(fakeredis.FakeRedis(server=server), "timers|running", 30.0, held)
+    caplog.set_level(logging.WARNING, logger="timers")
+    keeper.renew_once()
+    keeper.renew_once()
+    assert float(client.zscore("timers|running", "1") or 0) > 1
+    assert held.tokens() == ["1"]
+    assert [m for m in caplog.messages if "lapsed" in m] == [
+        "lease of run 2 (timer gone) lapsed: another listener may run it again"]
+    keeper.close()
+
+
+def test_the_lease_thread_logs_failures_once_per_change(
+        caplog: pytest.LogCaptureFixture) -> None:
+    server = fakeredis.FakeServer()
+    fakeredis.FakeRedis(server=server).zadd("timers|running", {"1": 1})
+    held = HeldRuns()
+    held.hold("1", "t")
+    keeper = LeaseKeeper(fakeredis.FakeRedis(server=server), "timers|running", 30.0, held)
+    caplog.set_level(logging.WARNING, logger="timers")
+    server.connected = False
+    keeper.renew_once()
+    keeper.renew_once()
+    server.connected = True
+    keeper.renew_once()
+    assert [m.split(":")[0] for m in caplog.messages] == [
+        "lease renewal failed", "lease renewal works again"]
+    keeper.close()
+
+
+# -- what blocks the loop ------------------------------------------------------------------
+
+
+def test_blocker_names_the_task_whose_code_is_on_the_stack() -> None:
+    def task_body() -> str:
+        def helper() -> str:
+            frame = sys._getframe()
+            return blocker(frame, [(task_body.__code__, "pkg.mod.task_body")])
+        return helper()
+
+    named = task_body()
+    assert named.startswith("task pkg.mod.task_body (in helper at ")
+    assert blocker(sys._getframe(), []).startswith("code that is not a task")

@@ -1,0 +1,141 @@
+"""Keeping the leases of running timers from a thread of its own.
+
+A lease renewed from the event loop lapses whenever the loop is blocked (an ``async def``
+task that calls ``time.sleep``, a slow import): another listener then runs the timer
+again. So the renewals run in a thread, on a synchronous connection of their own, every
+``lease / 3`` seconds, for the run tokens the listener holds (:class:`HeldRuns`, shared
+with the event loop under a lock).
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import threading
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import redis
+
+from timers.encoding import as_text
+from timers.scripts import source
+
+log = logging.getLogger("timers.listener")
+
+_PASSED_ON = frozenset({
+    "host", "port", "path", "db", "username", "password", "credential_provider",
+    "socket_connect_timeout", "socket_keepalive", "socket_keepalive_options", "client_name",
+    "protocol", "encoding", "encoding_errors",
+})
+"""Connection settings a synchronous twin takes over from an asyncio client (plus ssl_*)."""
+
+
+class HeldRuns:
+    """Run tokens whose leases are kept, each with its timer id; safe across threads."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._runs: dict[str, str] = {}
+
+    def hold(self, token: str, timer_id: str) -> None:
+        with self._lock:
+            self._runs[token] = timer_id
+
+    def hold_all(self, runs: Mapping[str, str]) -> None:
+        with self._lock:
+            self._runs.update(runs)
+
+    def release(self, tokens: Iterable[str]) -> dict[str, str]:
+        """Stop keeping ``tokens``; returns those that were held, with their timer ids."""
+        with self._lock:
+            return {t: self._runs.pop(t) for t in tokens if t in self._runs}
+
+    def tokens(self) -> list[str]:
+        with self._lock:
+            return list(self._runs)
+
+    def __contains__(self, token: object) -> bool:
+        with self._lock:
+            return token in self._runs
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._runs)
+
+
+def sync_twin(client: Any, socket_timeout: float) -> redis.Redis:
+    """A synchronous client for the server an asyncio client talks to."""
+    pool = client.connection_pool
+    kwargs = dict(pool.connection_kwargs)
+    if "server" in kwargs and type(client).__module__.startswith("fakeredis"):
+        import fakeredis  # the unit tests' in-memory server
+
+        return fakeredis.FakeRedis(server=kwargs["server"], db=kwargs.get("db", 0))
+    cls: type[redis.connection.AbstractConnection] = getattr(
+        redis.connection, pool.connection_class.__name__, redis.Connection)
+    accepted: set[str] = set()
+    for klass in cls.__mro__:
+        init = vars(klass).get("__init__")
+        if init is not None:
+            accepted |= set(inspect.signature(init).parameters)
+    settings = {k: v for k, v in kwargs.items()
+                if (k in _PASSED_ON or k.startswith("ssl_")) and k in accepted}
+    return redis.Redis(connection_pool=redis.ConnectionPool(
+        connection_class=cls, socket_timeout=socket_timeout, **settings))
+
+
+class LeaseKeeper:
+    """Renews the leases of :class:`HeldRuns` every ``lease / 3`` seconds from a thread.
+
+    Logs at WARNING each lease found lost (another listener may run that timer again) and
+    each change between renewals failing and working again, not every failed attempt.
+    """
+
+    def __init__(self, client: redis.Redis, running_key: str, lease: float,
+                 held: HeldRuns) -> None:
+        self.client = client
+        self.running_key = running_key
+        self.lease = lease
+        self.held = held
+        self._renew = client.register_script(source("renew"))
+        self._stop = threading.Event()
+        self._failing = False
+        self._thread = threading.Thread(target=self._main, name="timers-leases", daemon=True)
+
+    def start(self) -> LeaseKeeper:
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        """Stop renewing, wait for the thread, then close the connection (blocking)."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        self.client.close()
+
+    def _main(self) -> None:
+        while not self._stop.wait(self.lease / 3):
+            self.renew_once()
+
+    def renew_once(self) -> None:
+        tokens = self.held.tokens()
+        if not tokens or self._stop.is_set():
+            return
+        try:
+            lost = self._renew(keys=[self.running_key],
+                               args=[round(self.lease * 1000), *tokens])
+        except (redis.RedisError, OSError) as exc:
+            if not self._failing:
+                self._failing = True
+                log.warning("lease renewal failed: %s; retrying every %.1f s (leases of "
+                            "running timers lapse if this lasts %g s)",
+                            exc or type(exc).__name__, self.lease / 3, self.lease)
+            return
+        if self._failing:
+            self._failing = False
+            log.warning("lease renewal works again")
+        for token in lost:
+            gone = self.held.release([as_text(token)])  # no use renewing it again
+            for text, timer_id in gone.items():
+                log.warning("lease of run %s (timer %s) lapsed: another listener may run it "
+                            "again", text, timer_id)

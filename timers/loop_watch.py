@@ -1,0 +1,99 @@
+"""Noticing an event loop that something blocks, and naming what.
+
+An ``async def`` task that calls blocking code (``time.sleep``, a sync HTTP call) stops
+every other timer of the listener: none starts, no ending is written. A thread posts a
+probe to the loop every ``threshold / 4`` seconds; when one has waited more than
+``threshold`` seconds it reads the loop thread's stack and logs, at WARNING, the task whose
+code is on it, and again when the loop runs once more.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable
+from types import CodeType, FrameType
+
+log = logging.getLogger("timers.listener")
+
+DEFAULT_THRESHOLD = 1.0
+
+
+def blocker(frame: FrameType | None, tasks: Iterable[tuple[CodeType, str]]) -> str:
+    """What ``frame`` (the innermost of a stack) is running: the task whose code is on the
+    stack, and where the stack is."""
+    if frame is None:
+        return "unknown code"
+    where = f"{frame.f_code.co_name} at {frame.f_code.co_filename}:{frame.f_lineno}"
+    names = dict(tasks)
+    current: FrameType | None = frame
+    while current is not None:
+        name = names.get(current.f_code)
+        if name is not None:
+            return f"task {name} (in {where})"
+        current = current.f_back
+    return f"code that is not a task ({where})"
+
+
+class LoopWatch:
+    """Warns when ``loop`` has not run a callback for ``threshold`` seconds.
+
+    ``running`` gives the code and name of the ``async def`` tasks now on the loop.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop,
+                 running: Callable[[], Iterable[tuple[CodeType, str]]],
+                 threshold: float = DEFAULT_THRESHOLD) -> None:
+        self.loop = loop
+        self.running = running
+        self.threshold = threshold
+        self._loop_thread = threading.get_ident()  # built on the loop's thread
+        self._stop = threading.Event()
+        self._answered = threading.Event()
+        self._thread = threading.Thread(target=self._main, name="timers-loop-watch",
+                                        daemon=True)
+
+    def start(self) -> LoopWatch:
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join()
+
+    def _main(self) -> None:
+        blocked_since: float | None = None
+        while not self._stop.is_set():
+            self._answered.clear()
+            posted = time.monotonic()
+            try:
+                self.loop.call_soon_threadsafe(self._answered.set)
+            except RuntimeError:
+                return  # the loop is closed
+            while not self._answered.wait(self.threshold / 4):
+                if self._stop.is_set():
+                    return
+                if blocked_since is None and time.monotonic() - posted > self.threshold:
+                    blocked_since = posted
+                    self._report(time.monotonic() - posted)
+            if blocked_since is not None:
+                log.warning("event loop ran again after %.1f s blocked",
+                            time.monotonic() - blocked_since)
+                blocked_since = None
+            self._stop.wait(self.threshold / 4)
+
+    def _report(self, seconds: float) -> None:
+        frame = sys._current_frames().get(self._loop_thread)
+        try:
+            tasks = list(self.running())
+        except RuntimeError:  # changed under us: the loop moved on
+            tasks = []
+        what = blocker(frame, tasks)
+        log.warning("event loop blocked for %.1f s by %s: no other timer starts or ends "
+                    "meanwhile (leases are still renewed); an async task must not call "
+                    "blocking code: await it, or make the task a plain def to run it in a "
+                    "thread", seconds, what)
