@@ -27,11 +27,13 @@ from timers.exceptions import (
     InvalidTimerId,
     MalformedTimerKey,
     ServerNotFound,
+    ServerOutOfMemory,
     TaskRefused,
+    TimerAlreadyPending,
     TimersError,
 )
 from timers.listener import Listener
-from timers.operations import Failure, PendingTimer, Stats, TimerSpec
+from timers.operations import Failure, PendingTimer, RetrySummary, Stats, TimerSpec
 from timers.policy import Backoff, TaskPolicy, registered, task
 from timers.runs import Fired
 
@@ -49,10 +51,13 @@ __all__ = [
     "MalformedTimerKey",
     "PendingTimer",
     "Recurrence",
+    "RetrySummary",
     "ServerNotFound",
+    "ServerOutOfMemory",
     "Stats",
     "TaskPolicy",
     "TaskRefused",
+    "TimerAlreadyPending",
     "TimerSpec",
     "Timers",
     "TimersError",

@@ -29,13 +29,22 @@ from timers.encoding import (
     escape_id,
     unescape_id,
 )
-from timers.exceptions import InvalidDueTime, InvalidTimer, MalformedTimerKey, TimersError
+from timers.exceptions import (
+    InvalidDueTime,
+    InvalidTimer,
+    MalformedTimerKey,
+    ServerOutOfMemory,
+    TimerAlreadyPending,
+    TimersError,
+)
 from timers.keys import Keyspace
 from timers.scripts import ScriptName
 
 T = TypeVar("T")
 SCHEDULE_CHUNK = 500
 """Timers per schedule script call in :meth:`Operations.schedule_many`."""
+FAILURE_PAGE = 500
+"""Failure records read per round trip when paging through all of them."""
 DECLARE_ATTEMPTS = 20
 """Reads and writes of a recurrence declaration before giving up on a state that keeps
 changing (each retry means another process changed it in between)."""
@@ -49,6 +58,10 @@ class Call:
     script: ScriptName | None = None
     keys: tuple[str, ...] = ()
     args: tuple[Any, ...] = ()
+    atomic: bool = False
+    """A round trip with an atomic call runs in MULTI/EXEC: all of it or none of it.
+    Reads are not atomic, so they still work when Redis is out of memory (Redis refuses
+    every command queued in a MULTI then)."""
 
 
 Request = list[Call]
@@ -108,6 +121,18 @@ class Failure:
         return value if isinstance(value, str) else None
 
 
+@dataclass(frozen=True)
+class RetrySummary:
+    """What :meth:`Timers.retry_all_failures` did."""
+
+    retried: int
+    """Failed timers scheduled again."""
+    pending: int
+    """Skipped: a timer with the same id is pending again (``replace`` overwrites it)."""
+    not_retryable: int
+    """Skipped: rejected event keys, which name no timer to run."""
+
+
 def _ms_to_datetime(ms: float) -> datetime:
     try:
         return datetime.fromtimestamp(ms / 1000, tz=UTC)
@@ -164,30 +189,39 @@ class Operations:
             timer_id, replace = check_id(spec.id), True
         return _Prepared(timer_id, escape_id(timer_id), record, due, replace)
 
-    def _schedule_call(self, batch: Sequence[_Prepared]) -> Call:
+    def _schedule_call(self, batch: Sequence[_Prepared], how: str | None = None) -> Call:
         keys: list[str] = [self.keys.due, self.keys.records]
         args: list[Any] = [self.keys.timer_key_start, self.keys.wake_channel]
         for p in batch:
             keys.append(self.keys.timer_key(entry_text(p.escaped, p.record)))
-            args += [p.escaped, p.record, p.due[0], p.due[1], "r" if p.replace else "n"]
-        return Call(script="schedule", keys=tuple(keys), args=tuple(args))
+            args += [p.escaped, p.record, p.due[0], p.due[1],
+                     how or ("r" if p.replace else "n")]
+        return Call(script="schedule", keys=tuple(keys), args=tuple(args), atomic=True)
 
     def schedule_many(
         self,
         specs: Iterable[TimerSpec | Mapping[str, Any]],
         options: Mapping[str, str] | None = None,
     ) -> Operation[list[str]]:
-        """Schedule timers in pipelined batches; returns their ids in order.
+        """Schedule timers in one round trip; returns their ids in order.
 
-        Validation happens for every timer before anything is sent, so a bad one leaves
-        nothing half-scheduled. A generated id that happens to be pending already is
-        replaced by a fresh one and sent again, never overwritten.
+        All or nothing: every timer is validated before anything is sent, and the script
+        calls (one per :data:`SCHEDULE_CHUNK` timers) run in one MULTI/EXEC, which a full
+        server refuses as a whole (:class:`ServerOutOfMemory`, nothing written). A
+        generated id that happens to be pending already is replaced by a fresh one and
+        sent again, never overwritten; should that second round trip fail, the error's
+        ``written`` lists the ids of the first.
         """
         prepared = [self._prepare(_coerce_spec(s), options) for s in specs]
         todo = list(range(len(prepared)))
+        written: list[str] = []
         while todo:
             chunks = [todo[i : i + SCHEDULE_CHUNK] for i in range(0, len(todo), SCHEDULE_CHUNK)]
-            replies = yield [self._schedule_call([prepared[i] for i in c]) for c in chunks]
+            try:
+                replies = yield [self._schedule_call([prepared[i] for i in c]) for c in chunks]
+            except ServerOutOfMemory as exc:
+                exc.written = written
+                raise
             retry: list[int] = []
             for chunk, reply in zip(chunks, replies, strict=True):
                 for index, due in zip(chunk, reply[1:], strict=True):
@@ -198,6 +232,8 @@ class Operations:
                             fresh, escape_id(fresh), old.record, old.due, old.replace
                         )
                         retry.append(index)
+                    else:
+                        written.append(prepared[index].timer_id)
             todo = retry
         return [p.timer_id for p in prepared]
 
@@ -293,37 +329,46 @@ class Operations:
         (records,) = yield [
             Call(command=("HMGET", self.keys.failure_records, *[i for i, _ in pairs]))
         ]
-        out = []
-        for (failure_id, score), raw in zip(pairs, records, strict=True):
-            if raw is None:
-                continue
-            try:
-                data = json.loads(as_text(raw))
-            except ValueError:
-                data = {"error": "unreadable failure record"}
-            out.append(Failure(as_text(failure_id), _ms_to_datetime(float(score)), data,
-                               as_text(raw)))
-        return out
+        return [_failure(as_text(failure_id), raw, score)
+                for (failure_id, score), raw in zip(pairs, records, strict=True)
+                if raw is not None]
+
+    def get_failures(self, timer_id: str) -> Operation[list[Failure]]:
+        """Every failure record of a timer id, most recent first: one per dead timer with
+        that id, and a rejected event's. ``timer_id`` may also be a failure id itself
+        (``:…`` of a rejected key, or ``<id>:<token>`` as ``failed list`` shows it)."""
+        escaped = escape_id(check_id(timer_id))
+        (dead,) = yield [Call(command=("ZRANGEBYLEX", self.keys.failure_index,
+                                       f"[{escaped}:", f"({escaped};"))]
+        candidates = [escaped, *(as_text(d) for d in dead)]
+        if ":" in timer_id:
+            candidates.append(timer_id)  # a failure id as listed
+        found = yield from self._read_failures(list(dict.fromkeys(candidates)))
+        return sorted(found, key=lambda f: f.at, reverse=True)
 
     def get_failure(self, timer_id: str) -> Operation[Failure | None]:
-        """The failure record of a timer id (or of a rejected key's ``:…`` id)."""
-        failure_id = timer_id if timer_id.startswith(":") else escape_id(check_id(timer_id))
-        raw, score = yield [
-            Call(command=("HGET", self.keys.failure_records, failure_id)),
-            Call(command=("ZSCORE", self.keys.failures, failure_id)),
-        ]
-        if raw is None:
-            return None
-        try:
-            data = json.loads(as_text(raw))
-        except ValueError:
-            data = {"error": "unreadable failure record"}
-        at = _ms_to_datetime(float(score)) if score is not None else _ms_to_datetime(0)
-        return Failure(failure_id, at, data, as_text(raw))
+        """The most recent failure record of a timer id (see :meth:`get_failures`)."""
+        found = yield from self.get_failures(timer_id)
+        return found[0] if found else None
 
-    def retry_failure(self, failure: Failure) -> Operation[str]:
+    def _read_failures(self, failure_ids: Sequence[str]) -> Operation[list[Failure]]:
+        if not failure_ids:
+            return []
+        replies = yield [
+            Call(command=("HMGET", self.keys.failure_records, *failure_ids)),
+            *(Call(command=("ZSCORE", self.keys.failures, f)) for f in failure_ids),
+        ]
+        out = []
+        for failure_id, raw, score in zip(failure_ids, replies[0], replies[1:], strict=True):
+            if raw is not None:
+                out.append(_failure(failure_id, raw, score))
+        return out
+
+    def retry_failure(self, failure: Failure, replace: bool = False) -> Operation[str]:
         """Schedule a failed timer again, due now, attempts reset; then forget the failure.
 
+        A timer pending again under the same id is never overwritten: that raises
+        :class:`TimerAlreadyPending` and keeps the record, unless ``replace``.
         Scheduling comes first, so a crash between the two steps leaves a duplicate
         record, never a lost timer; the record is kept if the timer failed anew meanwhile.
         """
@@ -332,14 +377,44 @@ class Operations:
             raise InvalidTimer(
                 f"{failure.failure_id} was a rejected event key, not a timer: nothing to retry"
             )
-        args = failure.data.get("args")
-        yield from self.schedule(TimerSpec(task, args, in_=0, id=timer_id))
+        prepared = self._prepare(TimerSpec(task, failure.data.get("args"), in_=0, id=timer_id))
+        (reply,) = yield [self._schedule_call([prepared], "r" if replace else "k")]
+        if reply[1] is None:
+            raise TimerAlreadyPending(
+                f"timer {timer_id} is pending again: not retried (replace to overwrite it)",
+                timer_id,
+            )
         yield [self._forget(failure.failure_id, failure.raw)]
         return timer_id
 
+    def retry_all_failures(self, replace: bool = False) -> Operation[RetrySummary]:
+        """Retry every failure record older than now, page by page, oldest first.
+
+        Records written while this runs (a retried timer failing anew included) are left
+        for the next call, so this always ends."""
+        (now,) = yield [Call(command=("TIME",))]
+        until = int(now[0]) * 1000 + int(now[1]) // 1000
+        retried = pending = not_retryable = offset = 0
+        while True:
+            (ids,) = yield [Call(command=("ZRANGEBYSCORE", self.keys.failures, "-inf", until,
+                                          "LIMIT", offset, FAILURE_PAGE))]
+            if not ids:
+                return RetrySummary(retried, pending, not_retryable)
+            for failure in (yield from self._read_failures([as_text(i) for i in ids])):
+                if failure.timer_id is None or not isinstance(failure.data.get("task"), str):
+                    not_retryable += 1
+                    offset += 1
+                    continue
+                try:
+                    yield from self.retry_failure(failure, replace)
+                    retried += 1
+                except TimerAlreadyPending:
+                    pending += 1
+                    offset += 1
+
     def _forget(self, failure_id: str, raw: str) -> Call:
-        return Call(script="forget", keys=(self.keys.failures, self.keys.failure_records),
-                    args=(failure_id, raw))
+        return Call(script="forget", keys=(self.keys.failures, self.keys.failure_records,
+                                           self.keys.failure_index), args=(failure_id, raw))
 
     def purge_failures(self, older_than_ms: int | None = None) -> Operation[int]:
         """Delete failure records (older than ``older_than_ms`` if given); returns how many."""
@@ -354,8 +429,9 @@ class Operations:
             if not ids:
                 return removed
             yield [
-                Call(command=("ZREM", self.keys.failures, *ids)),
+                Call(command=("ZREM", self.keys.failures, *ids), atomic=True),
                 Call(command=("HDEL", self.keys.failure_records, *ids)),
+                Call(command=("ZREM", self.keys.failure_index, *ids)),
             ]
             removed += len(ids)
 
@@ -500,6 +576,17 @@ class Operations:
                           f"{f}@{read_state(states[f]).last}")) for f in fields
         ]
         return {f: bool(int(r)) for f, r in zip(fields, replies, strict=True)}
+
+
+def _failure(failure_id: str, raw: Any, score: Any) -> Failure:
+    try:
+        data = json.loads(as_text(raw))
+    except (ValueError, MalformedTimerKey):
+        data = {"error": "unreadable failure record"}
+    if not isinstance(data, dict):
+        data = {"error": "unreadable failure record"}
+    at = _ms_to_datetime(float(score)) if score is not None else _ms_to_datetime(0)
+    return Failure(failure_id, at, data, as_text(raw))
 
 
 def _pairs(flat: Any) -> list[tuple[Any, Any]]:
