@@ -11,10 +11,10 @@ from __future__ import annotations
 import contextlib
 import json
 import secrets
-from collections.abc import Generator, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
-from typing import Any, TypeVar
+from datetime import datetime, timedelta
+from typing import Any
 
 from timers.cron import Recurrence, check_name, decode_recurrences, read_state
 from timers.cron_schedule import from_ms, to_ms
@@ -34,38 +34,21 @@ from timers.exceptions import (
     InvalidTimer,
     MalformedTimerKey,
     ServerOutOfMemory,
-    TimerAlreadyPending,
     TimersError,
 )
+from timers.failure_ops import Failure, FailureOperations, RetrySummary
 from timers.keys import Keyspace
-from timers.scripts import ScriptName
+from timers.ops_base import Call, Operation, Request, ms_to_datetime, pairs
 
-T = TypeVar("T")
+__all__ = [
+    "Call", "Failure", "Operation", "Operations", "PendingTimer", "Request", "RetrySummary",
+    "Stats", "TimerSpec", "new_timer_id",
+]
 SCHEDULE_CHUNK = 500
 """Timers per schedule script call in :meth:`Operations.schedule_many`."""
-FAILURE_PAGE = 500
-"""Failure records read per round trip when paging through all of them."""
 DECLARE_ATTEMPTS = 20
 """Reads and writes of a recurrence declaration before giving up on a state that keeps
 changing (each retry means another process changed it in between)."""
-
-
-@dataclass(frozen=True)
-class Call:
-    """One command in a round trip: a plain Redis command, or one of our Lua scripts."""
-
-    command: tuple[Any, ...] = ()
-    script: ScriptName | None = None
-    keys: tuple[str, ...] = ()
-    args: tuple[Any, ...] = ()
-    atomic: bool = False
-    """A round trip with an atomic call runs in MULTI/EXEC: all of it or none of it.
-    Reads are not atomic, so they still work when Redis is out of memory (Redis refuses
-    every command queued in a MULTI then)."""
-
-
-Request = list[Call]
-Operation = Generator[Request, list[Any], T]
 
 
 @dataclass(frozen=True)
@@ -106,40 +89,6 @@ class Stats:
         return self.counters.get("fired", 0)
 
 
-@dataclass(frozen=True)
-class Failure:
-    """A timer that failed or was refused, kept where ``timers failed`` lists it."""
-
-    failure_id: str
-    at: datetime
-    data: dict[str, Any]
-    raw: str = ""
-
-    @property
-    def timer_id(self) -> str | None:
-        value = self.data.get("id")
-        return value if isinstance(value, str) else None
-
-
-@dataclass(frozen=True)
-class RetrySummary:
-    """What :meth:`Timers.retry_all_failures` did."""
-
-    retried: int
-    """Failed timers scheduled again."""
-    pending: int
-    """Skipped: a timer with the same id is pending again (``replace`` overwrites it)."""
-    not_retryable: int
-    """Skipped: rejected event keys, which name no timer to run."""
-
-
-def _ms_to_datetime(ms: float) -> datetime:
-    try:
-        return datetime.fromtimestamp(ms / 1000, tz=UTC)
-    except (OverflowError, OSError, ValueError):
-        return datetime.min.replace(tzinfo=UTC) if ms < 0 else datetime.max.replace(tzinfo=UTC)
-
-
 def _coerce_spec(item: TimerSpec | Mapping[str, Any]) -> TimerSpec:
     if isinstance(item, TimerSpec):
         return item
@@ -165,7 +114,7 @@ class _Prepared:
     replace: bool
 
 
-class Operations:
+class Operations(FailureOperations):
     """Builds requests for one keyspace and reads their replies."""
 
     def __init__(self, keyspace: Keyspace, max_args_bytes: int = DEFAULT_MAX_ARGS_BYTES) -> None:
@@ -197,6 +146,10 @@ class Operations:
             args += [p.escaped, p.record, p.due[0], p.due[1],
                      how or ("r" if p.replace else "n")]
         return Call(script="schedule", keys=tuple(keys), args=tuple(args), atomic=True)
+
+    def _retry_call(self, task: str, args: Any, timer_id: str, replace: bool) -> Call:
+        prepared = self._prepare(TimerSpec(task, args, in_=0, id=timer_id))
+        return self._schedule_call([prepared], "r" if replace else "k")
 
     def schedule_many(
         self,
@@ -288,12 +241,12 @@ class Operations:
         if limit <= 0:
             return []
         (head,) = yield [Call(command=("ZRANGE", self.keys.due, 0, limit - 1, "WITHSCORES"))]
-        pairs = _pairs(head)
-        if not pairs:
+        entries = pairs(head)
+        if not entries:
             return []
-        (records,) = yield [Call(command=("HMGET", self.keys.records, *[i for i, _ in pairs]))]
+        (records,) = yield [Call(command=("HMGET", self.keys.records, *[i for i, _ in entries]))]
         out = []
-        for (escaped, score), record in zip(pairs, records, strict=True):
+        for (escaped, score), record in zip(entries, records, strict=True):
             if record is None:
                 continue  # fired or cancelled between the two reads
             try:
@@ -309,131 +262,13 @@ class Operations:
             Call(command=("ZCARD", self.keys.failures)),
             Call(command=("HGETALL", self.keys.stats)),
         ]
-        items = counters.items() if isinstance(counters, dict) else _pairs(counters)
+        items = counters.items() if isinstance(counters, dict) else pairs(counters)
         return Stats(
             int(pending),
             int(running),
             int(failed),
             {as_text(k): int(v) for k, v in items},
         )
-
-    def list_failed(self, limit: int = 100) -> Operation[list[Failure]]:
-        """Failed and refused timers, most recent first."""
-        if limit <= 0:
-            return []
-        (head,) = yield [Call(command=("ZRANGE", self.keys.failures, 0, limit - 1, "REV",
-                                       "WITHSCORES"))]
-        pairs = _pairs(head)
-        if not pairs:
-            return []
-        (records,) = yield [
-            Call(command=("HMGET", self.keys.failure_records, *[i for i, _ in pairs]))
-        ]
-        return [_failure(as_text(failure_id), raw, score)
-                for (failure_id, score), raw in zip(pairs, records, strict=True)
-                if raw is not None]
-
-    def get_failures(self, timer_id: str) -> Operation[list[Failure]]:
-        """Every failure record of a timer id, most recent first: one per dead timer with
-        that id, and a rejected event's. ``timer_id`` may also be a failure id itself
-        (``:…`` of a rejected key, or ``<id>:<token>`` as ``failed list`` shows it)."""
-        escaped = escape_id(check_id(timer_id))
-        (dead,) = yield [Call(command=("ZRANGEBYLEX", self.keys.failure_index,
-                                       f"[{escaped}:", f"({escaped};"))]
-        candidates = [escaped, *(as_text(d) for d in dead)]
-        if ":" in timer_id:
-            candidates.append(timer_id)  # a failure id as listed
-        found = yield from self._read_failures(list(dict.fromkeys(candidates)))
-        return sorted(found, key=lambda f: f.at, reverse=True)
-
-    def get_failure(self, timer_id: str) -> Operation[Failure | None]:
-        """The most recent failure record of a timer id (see :meth:`get_failures`)."""
-        found = yield from self.get_failures(timer_id)
-        return found[0] if found else None
-
-    def _read_failures(self, failure_ids: Sequence[str]) -> Operation[list[Failure]]:
-        if not failure_ids:
-            return []
-        replies = yield [
-            Call(command=("HMGET", self.keys.failure_records, *failure_ids)),
-            *(Call(command=("ZSCORE", self.keys.failures, f)) for f in failure_ids),
-        ]
-        out = []
-        for failure_id, raw, score in zip(failure_ids, replies[0], replies[1:], strict=True):
-            if raw is not None:
-                out.append(_failure(failure_id, raw, score))
-        return out
-
-    def retry_failure(self, failure: Failure, replace: bool = False) -> Operation[str]:
-        """Schedule a failed timer again, due now, attempts reset; then forget the failure.
-
-        A timer pending again under the same id is never overwritten: that raises
-        :class:`TimerAlreadyPending` and keeps the record, unless ``replace``.
-        Scheduling comes first, so a crash between the two steps leaves a duplicate
-        record, never a lost timer; the record is kept if the timer failed anew meanwhile.
-        """
-        task, timer_id = failure.data.get("task"), failure.data.get("id")
-        if not isinstance(task, str) or not isinstance(timer_id, str):
-            raise InvalidTimer(
-                f"{failure.failure_id} was a rejected event key, not a timer: nothing to retry"
-            )
-        prepared = self._prepare(TimerSpec(task, failure.data.get("args"), in_=0, id=timer_id))
-        (reply,) = yield [self._schedule_call([prepared], "r" if replace else "k")]
-        if reply[1] is None:
-            raise TimerAlreadyPending(
-                f"timer {timer_id} is pending again: not retried (replace to overwrite it)",
-                timer_id,
-            )
-        yield [self._forget(failure.failure_id, failure.raw)]
-        return timer_id
-
-    def retry_all_failures(self, replace: bool = False) -> Operation[RetrySummary]:
-        """Retry every failure record older than now, page by page, oldest first.
-
-        Records written while this runs (a retried timer failing anew included) are left
-        for the next call, so this always ends."""
-        (now,) = yield [Call(command=("TIME",))]
-        until = int(now[0]) * 1000 + int(now[1]) // 1000
-        retried = pending = not_retryable = offset = 0
-        while True:
-            (ids,) = yield [Call(command=("ZRANGEBYSCORE", self.keys.failures, "-inf", until,
-                                          "LIMIT", offset, FAILURE_PAGE))]
-            if not ids:
-                return RetrySummary(retried, pending, not_retryable)
-            for failure in (yield from self._read_failures([as_text(i) for i in ids])):
-                if failure.timer_id is None or not isinstance(failure.data.get("task"), str):
-                    not_retryable += 1
-                    offset += 1
-                    continue
-                try:
-                    yield from self.retry_failure(failure, replace)
-                    retried += 1
-                except TimerAlreadyPending:
-                    pending += 1
-                    offset += 1
-
-    def _forget(self, failure_id: str, raw: str) -> Call:
-        return Call(script="forget", keys=(self.keys.failures, self.keys.failure_records,
-                                           self.keys.failure_index), args=(failure_id, raw))
-
-    def purge_failures(self, older_than_ms: int | None = None) -> Operation[int]:
-        """Delete failure records (older than ``older_than_ms`` if given); returns how many."""
-        removed = 0
-        while True:
-            (now,) = yield [Call(command=("TIME",))]
-            cutoff = "+inf" if older_than_ms is None else (
-                int(now[0]) * 1000 + int(now[1]) // 1000 - older_than_ms
-            )
-            (ids,) = yield [Call(command=("ZRANGEBYSCORE", self.keys.failures, "-inf", cutoff,
-                                          "LIMIT", 0, 1000))]
-            if not ids:
-                return removed
-            yield [
-                Call(command=("ZREM", self.keys.failures, *ids), atomic=True),
-                Call(command=("HDEL", self.keys.failure_records, *ids)),
-                Call(command=("ZREM", self.keys.failure_index, *ids)),
-            ]
-            removed += len(ids)
 
     def listeners(self) -> Operation[list[dict[str, Any]]]:
         """The live listeners, from their heartbeats."""
@@ -443,10 +278,10 @@ class Operations:
             Call(command=("HGETALL", self.keys.listener_info)),
         ]
         now_ms = int(now[0]) * 1000 + int(now[1]) // 1000
-        info_items = infos.items() if isinstance(infos, dict) else _pairs(infos)
+        info_items = infos.items() if isinstance(infos, dict) else pairs(infos)
         info = {as_text(k): as_text(v) for k, v in info_items}
         out = []
-        for listener_id, deadline in _pairs(entries):
+        for listener_id, deadline in pairs(entries):
             name = as_text(listener_id)
             if float(deadline) <= now_ms or name not in info:
                 continue
@@ -561,8 +396,8 @@ class Operations:
             Call(command=("HGETALL", self.keys.recurrences)),
             Call(command=("HGETALL", self.keys.recurrence_states)),
         ]
-        defs = dict(defs.items() if isinstance(defs, dict) else _pairs(defs))
-        states = dict(states.items() if isinstance(states, dict) else _pairs(states))
+        defs = dict(defs.items() if isinstance(defs, dict) else pairs(defs))
+        states = dict(states.items() if isinstance(states, dict) else pairs(states))
         pending = yield from self._pending({as_text(k): v for k, v in states.items()})
         return decode_recurrences(defs, states, pending)
 
@@ -578,32 +413,12 @@ class Operations:
         return {f: bool(int(r)) for f, r in zip(fields, replies, strict=True)}
 
 
-def _failure(failure_id: str, raw: Any, score: Any) -> Failure:
-    try:
-        data = json.loads(as_text(raw))
-    except (ValueError, MalformedTimerKey):
-        data = {"error": "unreadable failure record"}
-    if not isinstance(data, dict):
-        data = {"error": "unreadable failure record"}
-    at = _ms_to_datetime(float(score)) if score is not None else _ms_to_datetime(0)
-    return Failure(failure_id, at, data, as_text(raw))
-
-
-def _pairs(flat: Any) -> list[tuple[Any, Any]]:
-    """ZRANGE … WITHSCORES replies: a flat list in RESP2, pairs in RESP3."""
-    if not flat:
-        return []
-    if isinstance(flat[0], list | tuple):
-        return [(a, b) for a, b in flat]
-    return list(zip(flat[0::2], flat[1::2], strict=True))
-
-
 def _pending(timer_id: str, record_text: str, due_ms: float) -> PendingTimer:
     record = Record.decode(record_text)
     return PendingTimer(
         id=timer_id,
         task=record.task,
         args=record.args,
-        due=_ms_to_datetime(due_ms),
+        due=ms_to_datetime(due_ms),
         attempts=int(record.options.get("a", "0")),
     )
