@@ -3,6 +3,7 @@ at its limit) or runs as an ACL user without pub/sub channels (issue 9 rows 2, 6
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from typing import Any
 
@@ -10,7 +11,7 @@ import pytest
 import redis
 
 from tests.integration.helpers import run_cli
-from timers import ServerOutOfMemory, Timers, TimerSpec
+from timers import AsyncTimers, ServerOutOfMemory, Timers, TimerSpec
 from timers.keys import Keyspace
 from timers.scripts import register_all
 
@@ -123,3 +124,15 @@ def test_a_user_who_may_not_publish_schedules_once_and_gets_the_id(
     ids = [t.id for t in timers_client.list()]
     assert sorted(ids) == sorted(set(ids)) and len(ids) == 3
     assert {"first", generated} <= set(ids)
+
+
+def test_the_asyncio_producer_says_out_of_memory_too(
+    redis_url: str, full: redis.Redis
+) -> None:
+    async def scenario() -> None:
+        async with AsyncTimers(redis_url) as producer:
+            with pytest.raises(ServerOutOfMemory, match="out of memory"):
+                await producer.schedule("a.b", in_=1)
+            assert (await producer.stats()).pending == 0
+
+    asyncio.run(scenario())
