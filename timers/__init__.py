@@ -27,12 +27,14 @@ from timers.exceptions import (
     InvalidTimerId,
     MalformedTimerKey,
     ServerNotFound,
+    ServerOutOfMemory,
     TaskRefused,
     TasksUnavailable,
+    TimerAlreadyPending,
     TimersError,
 )
 from timers.listener import Listener
-from timers.operations import Failure, PendingTimer, Stats, TimerSpec
+from timers.operations import Failure, PendingTimer, RetrySummary, Stats, TimerSpec
 from timers.policy import Backoff, TaskPolicy, registered, task
 from timers.runs import Fired
 
@@ -50,11 +52,14 @@ __all__ = [
     "MalformedTimerKey",
     "PendingTimer",
     "Recurrence",
+    "RetrySummary",
     "ServerNotFound",
+    "ServerOutOfMemory",
     "Stats",
     "TaskPolicy",
     "TaskRefused",
     "TasksUnavailable",
+    "TimerAlreadyPending",
     "TimerSpec",
     "Timers",
     "TimersError",

@@ -21,6 +21,7 @@ import typer
 from timers.check import assess, verdict
 from timers.cli_common import PrefixOption, UrlOption, UserError, friendly, open_timers
 from timers.cli_cron import cron_app
+from timers.cli_failed import failed_app
 from timers.client import URL_ENV, configured_url
 from timers.due import format_duration, parse_duration
 from timers.keys import DEFAULT_PREFIX
@@ -34,7 +35,6 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-failed_app = typer.Typer(help="Timers that failed or were refused.", no_args_is_help=False)
 app.add_typer(failed_app, name="failed")
 app.add_typer(cron_app, name="cron")
 
@@ -264,119 +264,6 @@ def list_(
                    f"{timer.id:<20} {timer.task:<24} {args[:60]}")
     if total > len(pending):
         typer.echo(f"… {total - len(pending)} more (--limit)")
-
-
-LimitOption = Annotated[int, typer.Option("--limit", "-n", min=1, help="How many.")]
-
-
-@failed_app.callback(invoke_without_command=True)
-def failed(
-    ctx: typer.Context,
-    limit: LimitOption = 20,
-    url: UrlOption = None,
-    prefix: PrefixOption = DEFAULT_PREFIX,
-) -> None:
-    """Timers that failed for good or were refused (alone: the same as `failed list`)."""
-    if ctx.invoked_subcommand is None:
-        failed_list(limit=limit, url=url, prefix=prefix)
-
-
-@failed_app.command("list")
-@friendly
-def failed_list(
-    limit: LimitOption = 20,
-    url: UrlOption = None,
-    prefix: PrefixOption = DEFAULT_PREFIX,
-) -> None:
-    """List failed and refused timers, most recent first."""
-    with open_timers(url, prefix) as t:
-        failures = t.failed(limit)
-    if not failures:
-        typer.echo("no failed timers")
-        return
-    typer.echo(f"{'WHEN (UTC)':<24} {'KIND':<9} {'ID':<20} {'TASK':<24} ERROR")
-    for f in failures:
-        d = f.data
-        error = f"{d.get('error_type', '')}: {d.get('message', '')}".replace("\n", " ")
-        task = d.get("task") or d.get("key") or ""
-        shown_id = d.get("id") or f.failure_id
-        typer.echo(f"{_when(f.at):<24} {d.get('kind', ''):<9} {shown_id!s:<20} "
-                   f"{str(task)[:24]:<24} {error[:100]}")
-
-
-@failed_app.command("show")
-@friendly
-def failed_show(
-    id: Annotated[str, typer.Argument(help="Timer id (or the :… id of a rejected key).")],
-    url: UrlOption = None,
-    prefix: PrefixOption = DEFAULT_PREFIX,
-) -> None:
-    """Show one failure in full, with its traceback."""
-    with open_timers(url, prefix) as t:
-        failure = t.get_failure(id)
-    if failure is None:
-        raise UserError(f"no failure recorded for {id}")
-    d = failure.data
-    for name in ("id", "task", "args", "kind", "error_type", "message", "attempts", "key"):
-        if d.get(name) not in (None, ""):
-            value = d[name] if isinstance(d[name], str) else json.dumps(d[name])
-            typer.echo(f"{name + ':':<14}{value}")
-    for name in ("first_failure", "failed_at", "due_ms"):
-        if isinstance(d.get(name), int):
-            typer.echo(f"{name + ':':<14}{_when(datetime.fromtimestamp(d[name] / 1000, UTC))}")
-    if d.get("traceback"):
-        typer.echo("traceback:")
-        typer.echo(d["traceback"].rstrip())
-
-
-@failed_app.command("retry")
-@friendly
-def failed_retry(
-    id: Annotated[str | None, typer.Argument(help="Timer id to run again.")] = None,
-    all_: Annotated[bool, typer.Option("--all", help="Retry every failed timer.")] = False,
-    url: UrlOption = None,
-    prefix: PrefixOption = DEFAULT_PREFIX,
-) -> None:
-    """Schedule failed timers again, due now, with their attempts reset."""
-    if (id is None) == (not all_):
-        raise UserError("give a timer id or --all")
-    with open_timers(url, prefix) as t:
-        if id is not None:
-            failure = t.get_failure(id)
-            if failure is None:
-                raise UserError(f"no failure recorded for {id}")
-            typer.echo(f"retrying {t.retry_failure(failure)}")
-            return
-        retried = skipped = 0
-        seen: set[str] = set()
-        while True:
-            batch = [f for f in t.failed(500) if f.failure_id not in seen]
-            if not batch:
-                break
-            for failure in batch:
-                seen.add(failure.failure_id)
-                if failure.timer_id is None or not failure.data.get("task"):
-                    skipped += 1
-                    continue
-                t.retry_failure(failure)
-                retried += 1
-    typer.echo(f"retrying {retried} timer(s)" + (f"; {skipped} rejected key(s) left as they "
-                                                 f"are" if skipped else ""))
-
-
-@failed_app.command("purge")
-@friendly
-def failed_purge(
-    older_than: Annotated[
-        str | None, typer.Option("--older-than", help="Only records older than this, e.g. 7d.")
-    ] = None,
-    url: UrlOption = None,
-    prefix: PrefixOption = DEFAULT_PREFIX,
-) -> None:
-    """Delete failure records (all of them, or those older than --older-than)."""
-    age = parse_duration(older_than) if older_than is not None else None
-    with open_timers(url, prefix) as t:
-        typer.echo(f"purged {t.purge_failures(age)} failure record(s)")
 
 
 @app.command()

@@ -16,6 +16,7 @@ import redis.asyncio
 
 from timers.cron import CatchUp, Recurrence, recurrence
 from timers.encoding import DEFAULT_MAX_ARGS_BYTES, Args
+from timers.exceptions import ServerOutOfMemory
 from timers.keys import DEFAULT_PREFIX, Keyspace
 from timers.operations import (
     Call,
@@ -24,6 +25,7 @@ from timers.operations import (
     Operations,
     PendingTimer,
     Request,
+    RetrySummary,
     Stats,
     TimerSpec,
 )
@@ -44,7 +46,7 @@ def _run_sync(client: Any, scripts: Mapping[ScriptName, Any], request: Request) 
     if script is not None:
         call = request[0]
         return [scripts[script](keys=list(call.keys), args=list(call.args))]
-    pipe = client.pipeline(transaction=all(c.script is None for c in request))
+    pipe = client.pipeline(transaction=any(c.atomic for c in request))
     for call in request:
         _queue(pipe, scripts, call)
     return list(pipe.execute())
@@ -57,10 +59,19 @@ async def _run_async(
     if script is not None:
         call = request[0]
         return [await scripts[script](keys=list(call.keys), args=list(call.args))]
-    pipe = client.pipeline(transaction=all(c.script is None for c in request))
+    pipe = client.pipeline(transaction=any(c.atomic for c in request))
     for call in request:
         _queue(pipe, scripts, call)
     return list(await pipe.execute())
+
+
+def _out_of_memory(exc: redis.exceptions.OutOfMemoryError) -> ServerOutOfMemory:
+    error = ServerOutOfMemory(
+        "Redis is out of memory (used memory > 'maxmemory') and refused the write: "
+        "nothing was written; free memory or raise maxmemory"
+    )
+    error.__cause__ = exc
+    return error
 
 
 def _queue(pipe: Any, scripts: Mapping[ScriptName, Any], call: Call) -> None:
@@ -99,11 +110,19 @@ class Timers:
         self._scripts = register_all(self.redis)
 
     def run(self, operation: Operation[T]) -> T:
-        """Drive one operation of :class:`Operations` to its result."""
+        """Drive one operation of :class:`Operations` to its result.
+
+        A write Redis refuses for want of memory is raised inside the operation as
+        :class:`ServerOutOfMemory` (the redis-py error as its cause)."""
         try:
             request = next(operation)
             while True:
-                request = operation.send(_run_sync(self.redis, self._scripts, request))
+                try:
+                    reply = _run_sync(self.redis, self._scripts, request)
+                except redis.exceptions.OutOfMemoryError as exc:
+                    request = operation.throw(_out_of_memory(exc))
+                    continue
+                request = operation.send(reply)
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
 
@@ -132,7 +151,10 @@ class Timers:
     def schedule_many(
         self, specs: Iterable[TimerSpec | Mapping[str, Any]]
     ) -> builtins.list[str]:
-        """Schedule many timers in pipelined batches; returns their ids in order."""
+        """Schedule many timers in one round trip; returns their ids in order.
+
+        All or nothing: an invalid timer, or a server out of memory
+        (:class:`ServerOutOfMemory`), fails the whole call with nothing written."""
         return self.run(self.ops.schedule_many(specs))
 
     def reschedule(
@@ -161,12 +183,21 @@ class Timers:
         return self.run(self.ops.stats())
 
     def get_failure(self, id: str) -> Failure | None:
-        """The failure record of a timer that failed for good (or a ``:…`` rejected key)."""
+        """The latest failure record of a timer id (or a ``:…`` rejected key)."""
         return self.run(self.ops.get_failure(id))
 
-    def retry_failure(self, failure: Failure) -> str:
-        """Schedule a failed timer again, due now; returns its id."""
-        return self.run(self.ops.retry_failure(failure))
+    def get_failures(self, id: str) -> builtins.list[Failure]:
+        """Every failure record of a timer id (one per dead timer), most recent first."""
+        return self.run(self.ops.get_failures(id))
+
+    def retry_failure(self, failure: Failure, *, replace: bool = False) -> str:
+        """Schedule a failed timer again, due now; returns its id. Raises
+        :class:`TimerAlreadyPending` if its id is pending again, unless ``replace``."""
+        return self.run(self.ops.retry_failure(failure, replace))
+
+    def retry_all_failures(self, *, replace: bool = False) -> RetrySummary:
+        """Retry every failed timer; skips (and counts) ids pending again and rejected keys."""
+        return self.run(self.ops.retry_all_failures(replace))
 
     def purge_failures(self, older_than: float | None = None) -> int:
         """Delete failure records older than ``older_than`` seconds (all if None)."""
@@ -258,7 +289,12 @@ class AsyncTimers:
         try:
             request = next(operation)
             while True:
-                request = operation.send(await _run_async(self.redis, self._scripts, request))
+                try:
+                    reply = await _run_async(self.redis, self._scripts, request)
+                except redis.exceptions.OutOfMemoryError as exc:
+                    request = operation.throw(_out_of_memory(exc))
+                    continue
+                request = operation.send(reply)
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
 
@@ -304,8 +340,14 @@ class AsyncTimers:
     async def get_failure(self, id: str) -> Failure | None:
         return await self.run(self.ops.get_failure(id))
 
-    async def retry_failure(self, failure: Failure) -> str:
-        return await self.run(self.ops.retry_failure(failure))
+    async def get_failures(self, id: str) -> builtins.list[Failure]:
+        return await self.run(self.ops.get_failures(id))
+
+    async def retry_failure(self, failure: Failure, *, replace: bool = False) -> str:
+        return await self.run(self.ops.retry_failure(failure, replace))
+
+    async def retry_all_failures(self, *, replace: bool = False) -> RetrySummary:
+        return await self.run(self.ops.retry_all_failures(replace))
 
     async def purge_failures(self, older_than: float | None = None) -> int:
         ms = None if older_than is None else round(older_than * 1000)

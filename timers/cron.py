@@ -57,7 +57,7 @@ from timers.encoding import (
 from timers.exceptions import InvalidTimer, MalformedTimerKey
 from timers.keys import Keyspace
 from timers.runs import Outcome, Run
-from timers.scripts import source
+from timers.scripts import register
 
 log = logging.getLogger("timers.cron")
 
@@ -455,7 +455,7 @@ class RecurrenceHook:
     def __init__(self, redis: Any, keys: Keyspace) -> None:
         self.redis = redis
         self.keys = keys
-        self._script = redis.register_script(source("cron_next"))
+        self._script = register(redis, "cron_next")
         self._after: dict[str, _Step] = {}  # run token -> what after_run still has to do
 
     async def before_run(self, run: Run, record: Record, started_ms: float) -> Outcome | None:

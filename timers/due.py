@@ -39,7 +39,8 @@ def due_spec(in_: float | timedelta | None, at: datetime | None) -> DueSpec:
 
     ``in_`` is relative to the Redis clock (the script adds it to ``TIME``), so producers
     with skewed clocks still agree; ``at`` is an absolute instant. A time in the past is
-    allowed and means "as soon as possible".
+    allowed and means "as soon as possible"; ``at`` before 1970 is refused (``in_`` that
+    far back counts as 1970, as soon as possible too).
     """
     if (in_ is None) == (at is None):
         raise InvalidDueTime("give exactly one of in_ (seconds or timedelta) or at (datetime)")
@@ -51,6 +52,9 @@ def due_spec(in_: float | timedelta | None, at: datetime | None) -> DueSpec:
                 "at must be timezone-aware, e.g. datetime(..., tzinfo=timezone.utc)"
             )
         ms = round(at.timestamp() * 1000)
+        if ms < 0:
+            raise InvalidDueTime(f"at {at.isoformat()} is before 1970; give a time from "
+                                 f"1970-01-01 on (a time in the past fires at once)")
         if ms > MAX_DUE_MS:
             raise InvalidDueTime(f"at {at.isoformat()} is after the year 9999")
         return ("at", ms)

@@ -102,6 +102,8 @@ def encode_args(args: object, max_bytes: int = DEFAULT_MAX_ARGS_BYTES) -> str:
         text = _ENCODER.encode(args)
     except (TypeError, ValueError) as exc:
         raise InvalidArgs(f"args must be JSON-serialisable: {exc}") from None
+    except RecursionError:
+        raise InvalidArgs("args are nested too deeply to encode as JSON") from None
     try:
         size = len(text.encode("utf-8"))
     except UnicodeEncodeError as exc:

@@ -13,6 +13,8 @@ Hierarchy::
     │                                not found, not a function)
     ├── TasksUnavailable             the listener's tasks package cannot be imported: it
     │                                refuses to start
+    ├── ServerOutOfMemory            Redis refused a write: it is at its ``maxmemory``
+    ├── TimerAlreadyPending          a failed timer's id is pending again: not retried
     └── ServerNotFound               no Redis/Valkey server binary for an embedded server
 """
 
@@ -58,3 +60,25 @@ class TasksUnavailable(TimersError):
 
 class ServerNotFound(TimersError):
     """No redis-server or valkey-server binary could be found to start an embedded server."""
+
+
+class ServerOutOfMemory(TimersError):
+    """Redis is at its ``maxmemory`` and refused a write that needs memory (schedule, …).
+
+    Nothing of the refused call was written, except the ids in :attr:`written` (only
+    ``schedule_many`` fills it, and only in the rare case it needed a second round trip
+    for generated ids that collided). The redis-py error is the ``__cause__``.
+    """
+
+    def __init__(self, message: str, written: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.written: list[str] = list(written or [])
+
+
+class TimerAlreadyPending(TimersError):
+    """A failed timer was not retried: a timer with its id is pending again (a retry
+    would overwrite it). Retry with ``replace=True`` to overwrite it anyway."""
+
+    def __init__(self, message: str, timer_id: str) -> None:
+        super().__init__(message)
+        self.timer_id = timer_id

@@ -18,6 +18,10 @@ key                 type    holds
 ``P|seq``           string  counter that numbers run tokens.
 ``P|fail``          zset    failure id → time of the last failure in ms.
 ``P|failrec``       hash    failure id → JSON record (error, traceback, attempts …).
+                            A dead timer's failure id is ``<id>:<run token>`` (one per
+                            dead timer); a rejected event's is ``<id>`` or ``:<digest>``.
+``P|failidx``       zset    every dead timer's failure id, all scores 0: the records of
+                            one timer id are a ``ZRANGEBYLEX [<id>: (<id>;`` away.
 ``P|stats``         hash    counters: fired, failed, reruns, rejected, retried,
                             handed_back, late_finishes.
 ``P|listeners``     zset    listener id → heartbeat deadline ms: the live listeners.
@@ -95,6 +99,10 @@ class Keyspace:
     @property
     def failure_records(self) -> str:
         return self.prefix + "|failrec"
+
+    @property
+    def failure_index(self) -> str:
+        return self.prefix + "|failidx"
 
     @property
     def stats(self) -> str:

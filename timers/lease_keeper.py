@@ -18,7 +18,7 @@ from typing import Any
 import redis
 
 from timers.encoding import as_text
-from timers.scripts import source
+from timers.scripts import register
 
 log = logging.getLogger("timers.listener")
 
@@ -97,7 +97,7 @@ class LeaseKeeper:
         self.running_key = running_key
         self.lease = lease
         self.held = held
-        self._renew = client.register_script(source("renew"))
+        self._renew = register(client, "renew")
         self._stop = threading.Event()
         self._failing = False
         self._thread = threading.Thread(target=self._main, name="timers-leases", daemon=True)

@@ -507,7 +507,8 @@ class Listener:
         first_failure = record.options.get("f") if record else None
         delay = policy.retry_delay(run.attempt) if outcome.kind == "error" else None
         if record is not None and delay is not None:
-            options = dict(record.options, a=str(run.attempt), f=first_failure or str(now_ms))
+            options = dict(record.options, a=str(run.attempt), f=first_failure or str(now_ms),
+                           d=str(run.original_due_ms))
             retry = Record(record.task, record.args, options).encode(max_args_bytes=1 << 62)
             log.warning("timer %s (%s) failed, attempt %d; retrying in %.1fs: %s: %s",
                         run.timer_id, record.task, run.attempt, delay, outcome.error_type,
@@ -634,7 +635,7 @@ class Listener:
         try:
             await self._scripts["finish"](
                 keys=[k.running, k.running_records, k.stats, k.failures, k.failure_records,
-                      k.due, k.records],
+                      k.due, k.records, k.failure_index],
                 args=args,
             )
         except BaseException:

@@ -11,10 +11,10 @@ from __future__ import annotations
 import contextlib
 import json
 import secrets
-from collections.abc import Generator, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
-from typing import Any, TypeVar
+from datetime import datetime, timedelta
+from typing import Any
 
 from timers.cron import Recurrence, check_name, decode_recurrences, read_state
 from timers.cron_schedule import from_ms, to_ms
@@ -29,30 +29,26 @@ from timers.encoding import (
     escape_id,
     unescape_id,
 )
-from timers.exceptions import InvalidDueTime, InvalidTimer, MalformedTimerKey, TimersError
+from timers.exceptions import (
+    InvalidDueTime,
+    InvalidTimer,
+    MalformedTimerKey,
+    ServerOutOfMemory,
+    TimersError,
+)
+from timers.failure_ops import Failure, FailureOperations, RetrySummary
 from timers.keys import Keyspace
-from timers.scripts import ScriptName
+from timers.ops_base import Call, Operation, Request, ms_to_datetime, pairs
 
-T = TypeVar("T")
+__all__ = [
+    "Call", "Failure", "Operation", "Operations", "PendingTimer", "Request", "RetrySummary",
+    "Stats", "TimerSpec", "new_timer_id",
+]
 SCHEDULE_CHUNK = 500
 """Timers per schedule script call in :meth:`Operations.schedule_many`."""
 DECLARE_ATTEMPTS = 20
 """Reads and writes of a recurrence declaration before giving up on a state that keeps
 changing (each retry means another process changed it in between)."""
-
-
-@dataclass(frozen=True)
-class Call:
-    """One command in a round trip: a plain Redis command, or one of our Lua scripts."""
-
-    command: tuple[Any, ...] = ()
-    script: ScriptName | None = None
-    keys: tuple[str, ...] = ()
-    args: tuple[Any, ...] = ()
-
-
-Request = list[Call]
-Operation = Generator[Request, list[Any], T]
 
 
 @dataclass(frozen=True)
@@ -93,28 +89,6 @@ class Stats:
         return self.counters.get("fired", 0)
 
 
-@dataclass(frozen=True)
-class Failure:
-    """A timer that failed or was refused, kept where ``timers failed`` lists it."""
-
-    failure_id: str
-    at: datetime
-    data: dict[str, Any]
-    raw: str = ""
-
-    @property
-    def timer_id(self) -> str | None:
-        value = self.data.get("id")
-        return value if isinstance(value, str) else None
-
-
-def _ms_to_datetime(ms: float) -> datetime:
-    try:
-        return datetime.fromtimestamp(ms / 1000, tz=UTC)
-    except (OverflowError, OSError, ValueError):
-        return datetime.min.replace(tzinfo=UTC) if ms < 0 else datetime.max.replace(tzinfo=UTC)
-
-
 def _coerce_spec(item: TimerSpec | Mapping[str, Any]) -> TimerSpec:
     if isinstance(item, TimerSpec):
         return item
@@ -140,7 +114,7 @@ class _Prepared:
     replace: bool
 
 
-class Operations:
+class Operations(FailureOperations):
     """Builds requests for one keyspace and reads their replies."""
 
     def __init__(self, keyspace: Keyspace, max_args_bytes: int = DEFAULT_MAX_ARGS_BYTES) -> None:
@@ -164,30 +138,43 @@ class Operations:
             timer_id, replace = check_id(spec.id), True
         return _Prepared(timer_id, escape_id(timer_id), record, due, replace)
 
-    def _schedule_call(self, batch: Sequence[_Prepared]) -> Call:
+    def _schedule_call(self, batch: Sequence[_Prepared], how: str | None = None) -> Call:
         keys: list[str] = [self.keys.due, self.keys.records]
         args: list[Any] = [self.keys.timer_key_start, self.keys.wake_channel]
         for p in batch:
             keys.append(self.keys.timer_key(entry_text(p.escaped, p.record)))
-            args += [p.escaped, p.record, p.due[0], p.due[1], "r" if p.replace else "n"]
-        return Call(script="schedule", keys=tuple(keys), args=tuple(args))
+            args += [p.escaped, p.record, p.due[0], p.due[1],
+                     how or ("r" if p.replace else "n")]
+        return Call(script="schedule", keys=tuple(keys), args=tuple(args), atomic=True)
+
+    def _retry_call(self, task: str, args: Any, timer_id: str, replace: bool) -> Call:
+        prepared = self._prepare(TimerSpec(task, args, in_=0, id=timer_id))
+        return self._schedule_call([prepared], "r" if replace else "k")
 
     def schedule_many(
         self,
         specs: Iterable[TimerSpec | Mapping[str, Any]],
         options: Mapping[str, str] | None = None,
     ) -> Operation[list[str]]:
-        """Schedule timers in pipelined batches; returns their ids in order.
+        """Schedule timers in one round trip; returns their ids in order.
 
-        Validation happens for every timer before anything is sent, so a bad one leaves
-        nothing half-scheduled. A generated id that happens to be pending already is
-        replaced by a fresh one and sent again, never overwritten.
+        All or nothing: every timer is validated before anything is sent, and the script
+        calls (one per :data:`SCHEDULE_CHUNK` timers) run in one MULTI/EXEC, which a full
+        server refuses as a whole (:class:`ServerOutOfMemory`, nothing written). A
+        generated id that happens to be pending already is replaced by a fresh one and
+        sent again, never overwritten; should that second round trip fail, the error's
+        ``written`` lists the ids of the first.
         """
         prepared = [self._prepare(_coerce_spec(s), options) for s in specs]
         todo = list(range(len(prepared)))
+        written: list[str] = []
         while todo:
             chunks = [todo[i : i + SCHEDULE_CHUNK] for i in range(0, len(todo), SCHEDULE_CHUNK)]
-            replies = yield [self._schedule_call([prepared[i] for i in c]) for c in chunks]
+            try:
+                replies = yield [self._schedule_call([prepared[i] for i in c]) for c in chunks]
+            except ServerOutOfMemory as exc:
+                exc.written = written
+                raise
             retry: list[int] = []
             for chunk, reply in zip(chunks, replies, strict=True):
                 for index, due in zip(chunk, reply[1:], strict=True):
@@ -198,6 +185,8 @@ class Operations:
                             fresh, escape_id(fresh), old.record, old.due, old.replace
                         )
                         retry.append(index)
+                    else:
+                        written.append(prepared[index].timer_id)
             todo = retry
         return [p.timer_id for p in prepared]
 
@@ -252,12 +241,12 @@ class Operations:
         if limit <= 0:
             return []
         (head,) = yield [Call(command=("ZRANGE", self.keys.due, 0, limit - 1, "WITHSCORES"))]
-        pairs = _pairs(head)
-        if not pairs:
+        entries = pairs(head)
+        if not entries:
             return []
-        (records,) = yield [Call(command=("HMGET", self.keys.records, *[i for i, _ in pairs]))]
+        (records,) = yield [Call(command=("HMGET", self.keys.records, *[i for i, _ in entries]))]
         out = []
-        for (escaped, score), record in zip(pairs, records, strict=True):
+        for (escaped, score), record in zip(entries, records, strict=True):
             if record is None:
                 continue  # fired or cancelled between the two reads
             try:
@@ -273,91 +262,13 @@ class Operations:
             Call(command=("ZCARD", self.keys.failures)),
             Call(command=("HGETALL", self.keys.stats)),
         ]
-        items = counters.items() if isinstance(counters, dict) else _pairs(counters)
+        items = counters.items() if isinstance(counters, dict) else pairs(counters)
         return Stats(
             int(pending),
             int(running),
             int(failed),
             {as_text(k): int(v) for k, v in items},
         )
-
-    def list_failed(self, limit: int = 100) -> Operation[list[Failure]]:
-        """Failed and refused timers, most recent first."""
-        if limit <= 0:
-            return []
-        (head,) = yield [Call(command=("ZRANGE", self.keys.failures, 0, limit - 1, "REV",
-                                       "WITHSCORES"))]
-        pairs = _pairs(head)
-        if not pairs:
-            return []
-        (records,) = yield [
-            Call(command=("HMGET", self.keys.failure_records, *[i for i, _ in pairs]))
-        ]
-        out = []
-        for (failure_id, score), raw in zip(pairs, records, strict=True):
-            if raw is None:
-                continue
-            try:
-                data = json.loads(as_text(raw))
-            except ValueError:
-                data = {"error": "unreadable failure record"}
-            out.append(Failure(as_text(failure_id), _ms_to_datetime(float(score)), data,
-                               as_text(raw)))
-        return out
-
-    def get_failure(self, timer_id: str) -> Operation[Failure | None]:
-        """The failure record of a timer id (or of a rejected key's ``:…`` id)."""
-        failure_id = timer_id if timer_id.startswith(":") else escape_id(check_id(timer_id))
-        raw, score = yield [
-            Call(command=("HGET", self.keys.failure_records, failure_id)),
-            Call(command=("ZSCORE", self.keys.failures, failure_id)),
-        ]
-        if raw is None:
-            return None
-        try:
-            data = json.loads(as_text(raw))
-        except ValueError:
-            data = {"error": "unreadable failure record"}
-        at = _ms_to_datetime(float(score)) if score is not None else _ms_to_datetime(0)
-        return Failure(failure_id, at, data, as_text(raw))
-
-    def retry_failure(self, failure: Failure) -> Operation[str]:
-        """Schedule a failed timer again, due now, attempts reset; then forget the failure.
-
-        Scheduling comes first, so a crash between the two steps leaves a duplicate
-        record, never a lost timer; the record is kept if the timer failed anew meanwhile.
-        """
-        task, timer_id = failure.data.get("task"), failure.data.get("id")
-        if not isinstance(task, str) or not isinstance(timer_id, str):
-            raise InvalidTimer(
-                f"{failure.failure_id} was a rejected event key, not a timer: nothing to retry"
-            )
-        args = failure.data.get("args")
-        yield from self.schedule(TimerSpec(task, args, in_=0, id=timer_id))
-        yield [self._forget(failure.failure_id, failure.raw)]
-        return timer_id
-
-    def _forget(self, failure_id: str, raw: str) -> Call:
-        return Call(script="forget", keys=(self.keys.failures, self.keys.failure_records),
-                    args=(failure_id, raw))
-
-    def purge_failures(self, older_than_ms: int | None = None) -> Operation[int]:
-        """Delete failure records (older than ``older_than_ms`` if given); returns how many."""
-        removed = 0
-        while True:
-            (now,) = yield [Call(command=("TIME",))]
-            cutoff = "+inf" if older_than_ms is None else (
-                int(now[0]) * 1000 + int(now[1]) // 1000 - older_than_ms
-            )
-            (ids,) = yield [Call(command=("ZRANGEBYSCORE", self.keys.failures, "-inf", cutoff,
-                                          "LIMIT", 0, 1000))]
-            if not ids:
-                return removed
-            yield [
-                Call(command=("ZREM", self.keys.failures, *ids)),
-                Call(command=("HDEL", self.keys.failure_records, *ids)),
-            ]
-            removed += len(ids)
 
     def listeners(self) -> Operation[list[dict[str, Any]]]:
         """The live listeners, from their heartbeats."""
@@ -367,10 +278,10 @@ class Operations:
             Call(command=("HGETALL", self.keys.listener_info)),
         ]
         now_ms = int(now[0]) * 1000 + int(now[1]) // 1000
-        info_items = infos.items() if isinstance(infos, dict) else _pairs(infos)
+        info_items = infos.items() if isinstance(infos, dict) else pairs(infos)
         info = {as_text(k): as_text(v) for k, v in info_items}
         out = []
-        for listener_id, deadline in _pairs(entries):
+        for listener_id, deadline in pairs(entries):
             name = as_text(listener_id)
             if float(deadline) <= now_ms or name not in info:
                 continue
@@ -485,8 +396,8 @@ class Operations:
             Call(command=("HGETALL", self.keys.recurrences)),
             Call(command=("HGETALL", self.keys.recurrence_states)),
         ]
-        defs = dict(defs.items() if isinstance(defs, dict) else _pairs(defs))
-        states = dict(states.items() if isinstance(states, dict) else _pairs(states))
+        defs = dict(defs.items() if isinstance(defs, dict) else pairs(defs))
+        states = dict(states.items() if isinstance(states, dict) else pairs(states))
         pending = yield from self._pending({as_text(k): v for k, v in states.items()})
         return decode_recurrences(defs, states, pending)
 
@@ -502,21 +413,12 @@ class Operations:
         return {f: bool(int(r)) for f, r in zip(fields, replies, strict=True)}
 
 
-def _pairs(flat: Any) -> list[tuple[Any, Any]]:
-    """ZRANGE … WITHSCORES replies: a flat list in RESP2, pairs in RESP3."""
-    if not flat:
-        return []
-    if isinstance(flat[0], list | tuple):
-        return [(a, b) for a, b in flat]
-    return list(zip(flat[0::2], flat[1::2], strict=True))
-
-
 def _pending(timer_id: str, record_text: str, due_ms: float) -> PendingTimer:
     record = Record.decode(record_text)
     return PendingTimer(
         id=timer_id,
         task=record.task,
         args=record.args,
-        due=_ms_to_datetime(due_ms),
+        due=ms_to_datetime(due_ms),
         attempts=int(record.options.get("a", "0")),
     )

@@ -57,16 +57,31 @@ class Run:
         """The decoded record; :class:`MalformedTimerKey` if it was stored broken."""
         return Record.decode(self.record_text)
 
-    @property
-    def previous_attempts(self) -> int:
-        """Failed attempts before this run, read from the record's options (``;a=N``)
-        without decoding its args: the listener asks for it on every run."""
+    def _option(self, name: str) -> str | None:
+        """One option of the record (``;name=value``), read without decoding its args."""
         head = self.record_text.partition(":")[0]
         for option in head.split(";")[1:]:
             key, _, value = option.partition("=")
-            if key == "a":
-                return int(value) if value.isascii() and value.isdigit() else 0
-        return 0
+            if key == name:
+                return value
+        return None
+
+    @property
+    def previous_attempts(self) -> int:
+        """Failed attempts before this run, from the record's options (``;a=N``): the
+        listener asks for it on every run."""
+        value = self._option("a")
+        return int(value) if value and value.isascii() and value.isdigit() else 0
+
+    @property
+    def original_due_ms(self) -> int:
+        """The timer's own due time: a retry's record keeps it (``;d=ms``), while
+        :attr:`due_ms` is the due time of this attempt."""
+        value = self._option("d")
+        try:
+            return int(value) if value is not None and value.isascii() else self.due_ms
+        except ValueError:
+            return self.due_ms
 
     @property
     def attempt(self) -> int:
@@ -97,8 +112,12 @@ def failure_entry(
     now: float | None = None,
     first_failure_ms: int | None = None,
 ) -> tuple[str, str]:
-    """The failure id (the escaped timer id) and JSON record for a timer that failed for
-    good: what it was, the error, and the attempts with the first and last failure times."""
+    """The failure id and JSON record for a timer that failed for good: what it was, the
+    error, the attempts with the first and last failure times, and its original due time.
+
+    The failure id is ``<escaped id>:<run token>``: one per dead timer (a run token is
+    never reused), so a later timer with the same id never replaces this record, and all
+    records of one id sort together (see :attr:`timers.keys.Keyspace.failure_index`)."""
     now_ms = round((time.time() if now is None else now) * 1000)
     data: dict[str, Any] = {
         "id": run.timer_id,
@@ -110,11 +129,11 @@ def failure_entry(
         "message": outcome.message[:MAX_MESSAGE],
         "traceback": outcome.traceback[-MAX_TRACEBACK:],
         "attempts": run.attempt,
-        "due_ms": run.due_ms,
+        "due_ms": run.original_due_ms,
         "first_failure": first_failure_ms or now_ms,
         "failed_at": now_ms,
     }
-    return run.escaped_id, json.dumps(data, ensure_ascii=False, default=repr)
+    return f"{run.escaped_id}:{run.token}", json.dumps(data, ensure_ascii=False, default=repr)
 
 
 def rejected_entry(

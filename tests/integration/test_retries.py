@@ -90,8 +90,10 @@ def test_task_always_failing_ends_as_one_failure_record(
     assert calls_of(r, "dead") == [1, 2, 3]
     assert attempts_of(listener, tid) == [(1, "error"), (2, "error"), (3, "error")]
     (failure,) = timers_client.failed()
-    assert failure.timer_id == tid == failure.failure_id
+    assert failure.timer_id == tid and failure.failure_id.startswith(f"{tid}:")
     d = failure.data
+    # the timer's own due time, not its last attempt's (issue 9 row 16)
+    assert before <= d["due_ms"] < d["first_failure"]
     assert (d["task"], d["args"], d["kind"]) == ("flaky.always", ["dead"], "error")
     assert d["attempts"] == 3
     assert d["error_type"] == "Flaky"

@@ -27,7 +27,7 @@ def finish(
         args.extend(item)
     return int(scripts["finish"](
         keys=[ks.running, ks.running_records, ks.stats, ks.failures, ks.failure_records,
-              ks.due, ks.records],
+              ks.due, ks.records, ks.failure_index],
         args=args,
     ))
 
@@ -272,18 +272,20 @@ def test_finish_counts_fired_and_failed_and_records_failures(
     assert (stats.running, stats.failed, stats.fired) == (0, 1, 2)
 
 
-def test_a_later_failure_of_the_same_timer_replaces_its_record(
+def test_a_second_dead_timer_under_one_id_keeps_the_first_record(
     producer: Timers, scripts: dict[str, Any], ks: Keyspace, fake: fakeredis.FakeRedis
 ) -> None:
     producer.schedule("a.b", at=PAST, id="t")
     (run,) = claim(scripts, ks).claimed
-    finish(scripts, ks, fail(run.token, "t", {"attempt": 1}))
+    finish(scripts, ks, fail(run.token, f"t:{run.token}", {"id": "t", "attempt": 1}))
     producer.schedule("a.b", at=PAST, id="t")
     (again,) = claim(scripts, ks).claimed
-    finish(scripts, ks, fail(again.token, "t", {"attempt": 2}))
-    assert failure_record(fake, ks, "t") == {"attempt": 2}
+    finish(scripts, ks, fail(again.token, f"t:{again.token}", {"id": "t", "attempt": 2}))
+    assert failure_record(fake, ks, f"t:{run.token}") == {"id": "t", "attempt": 1}
+    assert failure_record(fake, ks, f"t:{again.token}") == {"id": "t", "attempt": 2}
     assert counters(fake, ks)["failed"] == 2
-    assert fake.zcard(ks.failures) == 1
+    assert producer.stats().failed == len(producer.failed()) == 2
+    assert [f.data["attempt"] for f in producer.get_failures("t")] == [2, 1]
 
 
 def test_rejected_entries_never_hide_a_run_failure(
@@ -291,17 +293,18 @@ def test_rejected_entries_never_hide_a_run_failure(
 ) -> None:
     producer.schedule("a.b", at=PAST, id="t")
     (run,) = claim(scripts, ks).claimed
-    finish(scripts, ks, fail(run.token, "t", {"kind": "error"}))
+    finish(scripts, ks, fail(run.token, f"t:{run.token}", {"kind": "error"}))
 
     finish(scripts, ks, reject("t", {"kind": "rejected"}))
-    assert failure_record(fake, ks, "t") == {"kind": "error"}
+    assert failure_record(fake, ks, "t") is None
+    assert failure_record(fake, ks, f"t:{run.token}") == {"kind": "error"}
     assert "rejected" not in counters(fake, ks)
 
     finish(scripts, ks, reject(":abc", {"kind": "rejected"}))
     finish(scripts, ks, reject(":abc", {"kind": "rejected", "second": True}))
     assert failure_record(fake, ks, ":abc") == {"kind": "rejected"}
     assert counters(fake, ks)["rejected"] == 1
-    assert sorted(f.failure_id for f in producer.failed()) == [":abc", "t"]
+    assert sorted(f.failure_id for f in producer.failed()) == [":abc", f"t:{run.token}"]
 
 
 def test_finish_of_a_token_taken_over_is_late_and_changes_nothing(
@@ -360,16 +363,27 @@ def test_retry_puts_the_timer_back_with_its_new_record_after_the_delay(
     assert claim(scripts, ks).claimed == []  # not before its delay
 
 
-def test_retry_clears_an_older_failure_record_of_the_timer(
+def test_a_retry_keeps_an_earlier_dead_timers_record_and_drops_its_rejected_event(
     producer: Timers, scripts: dict[str, Any], ks: Keyspace, fake: fakeredis.FakeRedis
 ) -> None:
+    """Issue 9 row 16: a retry of a later timer with the same id deleted the record of
+    the earlier dead one (stats said failed=1, the list was empty)."""
     producer.schedule("a.b", at=PAST, id="t")
     (run,) = claim(scripts, ks).claimed
-    finish(scripts, ks, fail(run.token, "t", {"kind": "error"}))
+    dead_id = f"t:{run.token}"
+    finish(scripts, ks, fail(run.token, dead_id, {"id": "t", "kind": "error"}))
     producer.schedule("a.b", at=PAST, id="t")
+    finish(scripts, ks, reject("t", {"id": "t", "kind": "rejected"}))  # hidden: t is dead
+    fake.hset(ks.failure_records, "t", json.dumps({"id": "t", "kind": "rejected"}))
+    fake.zadd(ks.failures, {"t": 1})  # as a rejected event before the dead record wrote
     (again,) = claim(scripts, ks).claimed
+
     finish(scripts, ks, (again.token, "retry", "t:a.b;a=1:", "0"))
-    assert failure_record(fake, ks, "t") is None
+
+    assert failure_record(fake, ks, dead_id) == {"id": "t", "kind": "error"}
+    assert failure_record(fake, ks, "t") is None  # the rejected event's record is gone
+    assert [f.failure_id for f in producer.failed()] == [dead_id]
+    assert producer.stats().failed == 1
     assert [c.entry for c in claim(scripts, ks).claimed] == ["t:a.b;a=1:"]
 
 

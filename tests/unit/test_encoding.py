@@ -320,3 +320,15 @@ def test_no_args_is_empty() -> None:
     assert encode_args(None) == ""
     assert encode_args([]) == "[]"
     assert encode_args({}) == "{}"
+
+
+@pytest.mark.parametrize("shape", ["list", "dict"])
+def test_args_nested_ten_thousand_deep_are_invalid_args_not_a_recursion_error(
+    shape: str,
+) -> None:
+    """Issue 9 row 14: this raised RecursionError."""
+    args: Any = [] if shape == "list" else {}
+    for _ in range(10_000):
+        args = [args] if shape == "list" else {"a": args}
+    with pytest.raises(InvalidArgs, match="nested too deeply"):
+        encode_args(args)

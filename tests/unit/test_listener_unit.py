@@ -83,7 +83,8 @@ def expired(listener: Listener, key: bytes) -> None:
 
 
 def failures_by_id(producer: Timers) -> dict[str, Failure]:
-    return {f.failure_id: f for f in producer.failed()}
+    """Failure records by timer id (or by failure id for a key that named no timer)."""
+    return {f.timer_id or f.failure_id: f for f in producer.failed()}
 
 
 def counters(producer: Timers) -> dict[str, int]:

@@ -373,21 +373,31 @@ def bounded_new_ids(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     yield made
 
 
-def test_a_due_time_one_ms_before_the_epoch_is_an_ordinary_past_time(
-    producer: Timers, bounded_new_ids: list[str]
+def test_a_due_time_before_the_epoch_is_refused_and_nothing_is_written(
+    producer: Timers, fake: fakeredis.FakeRedis, bounded_new_ids: list[str]
 ) -> None:
     just_before_epoch = datetime(1969, 12, 31, 23, 59, 59, 999000, tzinfo=UTC)
-    assert producer.schedule("a.b", at=just_before_epoch, id="mine") == "mine"
-    assert producer.get("mine") is not None
-    assert producer.stats().pending == 1
+    with pytest.raises(InvalidDueTime, match="before 1970"):
+        producer.schedule("a.b", at=just_before_epoch, id="mine")
+    with pytest.raises(InvalidDueTime, match="before 1970"):
+        producer.schedule_many([TimerSpec("a.b", in_=1), TimerSpec("a.b", at=just_before_epoch)])
+    assert fake.keys("*") == []
 
 
-def test_reschedule_to_one_ms_before_the_epoch_reports_success(producer: Timers) -> None:
+def test_reschedule_to_before_the_epoch_is_refused(producer: Timers) -> None:
     tid = producer.schedule("a.b", in_=FAR)
+    before = producer.get(tid)
     just_before_epoch = datetime(1969, 12, 31, 23, 59, 59, 999000, tzinfo=UTC)
-    assert producer.reschedule(tid, at=just_before_epoch) is True
+    with pytest.raises(InvalidDueTime, match="before 1970"):
+        producer.reschedule(tid, at=just_before_epoch)
+    assert producer.get(tid) == before
+
+
+def test_in_far_in_the_past_counts_as_the_epoch(producer: Timers) -> None:
+    tid = producer.schedule("a.b", in_=-99 * 365 * 86400.0)
     timer = producer.get(tid)
-    assert timer is not None and timer.due == just_before_epoch
+    assert timer is not None and timer.due == datetime(1970, 1, 1, tzinfo=UTC)
+    assert producer.reschedule(tid, in_=-99 * 365 * 86400.0) is True
 
 
 # -- wake-ups for listeners --------------------------------------------------------------

@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- cancel.lua: remove a pending timer so that it never fires.
 --
 -- KEYS[1]  due index: zset, escaped id -> due ms
@@ -5,7 +6,8 @@
 -- ARGV[1]  timer key start "<prefix>:"
 -- ARGV[2]  escaped id
 --
--- The timer's key is named by its stored record, so it is built here from ARGV[1].
+-- allow-oom: it only frees memory, so it runs on a full server. The timer's key is named
+-- by its stored record, so it is built here from ARGV[1].
 -- Returns 1 when the timer was pending (it will not fire), 0 otherwise.
 local record = redis.call('HGET', KEYS[2], ARGV[2])
 if not record then return 0 end

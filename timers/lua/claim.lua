@@ -1,3 +1,4 @@
+#!lua
 -- claim.lua: take due timers for one listener to run, each under a lease.
 --
 -- KEYS[1]  due index: zset, escaped id -> due ms
@@ -19,8 +20,16 @@
 -- this first wins a timer; everyone else no longer sees it. A claimed timer's key is
 -- deleted (it is named by the stored record, so built here from ARGV[1]): it will not
 -- expire later and send listeners an event for a timer already taken.
+-- No allow-oom flag: claims need memory, so a full server refuses the call before it
+-- starts (the listener retries later). Limit, lease and horizon are checked before any
+-- write.
 -- Returns {now_us, next_due or -1, next_lease or -1, then per claim: token, run, source}
 -- where source is "e" (event), "r" (recovered lease) or "s" (sweep).
+for i = 2, 4 do
+  if not string.match(ARGV[i] or '', '^%d+$') then
+    return redis.error_reply('ERR timers claim: bad limit, lease or horizon')
+  end
+end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local limit = tonumber(ARGV[2])

@@ -1,3 +1,4 @@
+#!lua
 -- cron_declare.lua: create or change a recurrence, or resume it, replacing its pending
 -- occurrence by the new definition's next one in the same step.
 --
@@ -27,8 +28,18 @@
 -- than the last occurrence a listener has taken (ARGV[10]: the one before the withdrawn
 -- one; ARGV[11]: the last), so nothing runs twice; this script picks the one that fits.
 -- A paused recurrence keeps no pending occurrence; resuming it schedules one.
+-- No allow-oom flag: it may add a timer, so a full server refuses it before it starts.
+-- Numbers are checked before the first write; the wake is a PUBLISH by pcall.
 -- Returns {result, version, due}: result 0 unchanged, 1 written, -1 the state changed
 -- since the caller read it (read again and retry); due is -1 when none is pending.
+for _, i in ipairs({7, 8, 10, 11}) do
+  if not string.match(ARGV[i] or '', '^%-?%d+$') then
+    return redis.error_reply('ERR timers cron_declare: ARGV[' .. i .. '] is not an integer')
+  end
+end
+if ARGV[6] ~= 'keep' and ARGV[6] ~= '0' and ARGV[6] ~= '1' then
+  return redis.error_reply('ERR timers cron_declare: bad paused value')
+end
 local def = redis.call('HGET', KEYS[1], ARGV[3])
 local raw = redis.call('HGET', KEYS[2], ARGV[3])
 local v, last, prev, paused, run, anchor
@@ -74,7 +85,7 @@ if paused == '0' then
     local head = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
     redis.call('ZADD', KEYS[3], due_text, id)
     if not head[2] or due < tonumber(head[2]) then
-      redis.call('PUBLISH', ARGV[2], due_text)
+      redis.pcall('PUBLISH', ARGV[2], due_text)
     end
     if not withdrawn then prev = last end
     last = due_text

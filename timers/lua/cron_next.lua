@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- cron_next.lua: one step of a recurrence around a run of one of its occurrences:
 -- schedule the next occurrence (at most once, ever), and take or release the overlap slot.
 --
@@ -23,9 +24,17 @@
 -- only later than it: a rerun, a second listener or a change made meanwhile finds last
 -- moved on and schedules nothing. The slot is taken unless another run holds it under a
 -- live lease (a finished run, or one whose listener died, no longer blocks).
+-- allow-oom: it runs around a run already claimed, and the occurrence it adds takes the
+-- place of the one that was claimed: refused, the run would be handed back and run twice.
+-- Numbers are checked before the first write; the wake is a PUBLISH by pcall.
 -- Returns {status, holder}: status "ok", "gone" (no such recurrence), "stale" (the
 -- definition changed since) or "paused", which change nothing; holder is the token of
 -- the run in progress that kept the slot, or "".
+for _, i in ipairs({5, 6}) do
+  if not string.match(ARGV[i] or '', '^%-?%d+$') then
+    return redis.error_reply('ERR timers cron_next: ARGV[' .. i .. '] is not an integer')
+  end
+end
 local raw = redis.call('HGET', KEYS[1], ARGV[3])
 if not raw then return {'gone', ''} end
 local v, last, prev, paused, run, anchor =
@@ -68,7 +77,7 @@ if due ~= -1 and now_or_never and tonumber(last) == tonumber(ARGV[5])
   local head = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
   redis.call('ZADD', KEYS[2], ARGV[6], id)
   if not head[2] or due < tonumber(head[2]) then
-    redis.call('PUBLISH', ARGV[2], ARGV[6])
+    redis.pcall('PUBLISH', ARGV[2], ARGV[6])
   end
   prev, last = last, ARGV[6]
   changed = true

@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- cron_pause.lua: pause a recurrence: withdraw its pending occurrence, schedule no more.
 --
 -- KEYS[1]  recurrence states: hash, escaped name -> "v|last|prev|paused|run|anchor"
@@ -10,6 +11,7 @@
 -- record, so both are built here (as in cancel.lua). Once it is withdrawn, last goes back
 -- to the occurrence before it: resuming schedules the next one after that (and after
 -- now). An occurrence already claimed is skipped when it comes to run.
+-- allow-oom: it only frees memory (the state is rewritten in place).
 -- Returns 1 when paused now, 0 when it was paused already, -1 when there is no such
 -- recurrence.
 local raw = redis.call('HGET', KEYS[1], ARGV[2])

@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- cron_remove.lua: delete a recurrence and withdraw its pending occurrence.
 --
 -- KEYS[1]  recurrence definitions: hash, escaped name -> definition JSON
@@ -10,6 +11,7 @@
 -- The pending occurrence "<name>@<last>" is named by the state and its key by the stored
 -- record, so both are built here (as in cancel.lua). An occurrence already claimed finds
 -- no recurrence when it comes to run and is skipped.
+-- allow-oom: it only frees memory.
 -- Returns 1 when the recurrence existed, 0 otherwise.
 local raw = redis.call('HGET', KEYS[2], ARGV[2])
 local existed = redis.call('HDEL', KEYS[1], ARGV[2])

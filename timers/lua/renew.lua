@@ -1,15 +1,20 @@
+#!lua flags=allow-oom
 -- renew.lua: extend the leases of runs a listener is still working on.
 --
 -- KEYS[1]  running: zset, run token -> lease deadline ms
--- ARGV[1]  lease ms
+-- ARGV[1]  lease ms (an integer)
 -- ARGV[2..] run tokens
 --
--- A token that is gone was recovered by another listener after its lease lapsed (this
--- listener stalled): it is not revived.
+-- allow-oom: it only updates entries that exist, so it runs on a full server (a refused
+-- renewal would let the lease lapse and the timer run twice). A token that is gone was
+-- recovered by another listener after its lease lapsed (this listener stalled): it is
+-- not revived.
 -- Returns the tokens that are gone.
+local lease = string.match(ARGV[1] or '', '^%d+$') and tonumber(ARGV[1])
+if not lease then return redis.error_reply('ERR timers renew: bad lease ms') end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local lease_until = string.format('%.0f', now + tonumber(ARGV[1]))
+local lease_until = string.format('%.0f', now + lease)
 local lost = {}
 for i = 2, #ARGV do
   if redis.call('ZADD', KEYS[1], 'XX', 'CH', lease_until, ARGV[i]) == 0

@@ -1,0 +1,134 @@
+"""Failure records: one per dead timer, kept whatever later timers with the same id do,
+listed by timer id, retried without overwriting a pending timer (issue 9 rows 4, 15, 16)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import fakeredis
+import pytest
+
+from tests.unit.helpers import claim
+from timers import TimerAlreadyPending, Timers
+from timers.keys import Keyspace
+from timers.runs import Outcome, Run, failure_entry, rejected_entry
+from timers.scripts import ScriptName
+
+
+def finish(scripts: dict[ScriptName, Any], ks: Keyspace, *items: tuple[str, str, str, str]
+           ) -> None:
+    args: list[Any] = [ks.timer_key_start, ks.wake_channel, 86_400_000]
+    for item in items:
+        args.extend(item)
+    scripts["finish"](keys=[ks.running, ks.running_records, ks.stats, ks.failures,
+                            ks.failure_records, ks.due, ks.records, ks.failure_index],
+                      args=args)
+
+
+def die(producer: Timers, scripts: dict[ScriptName, Any], ks: Keyspace, tid: str,
+        message: str) -> Run:
+    """Schedule ``tid`` due now, claim it, and end it as a dead timer as a listener does."""
+    producer.schedule("a.b", [message], in_=0, id=tid)
+    (claimed,) = claim(scripts, ks).claimed
+    run = Run.parse(claimed.token, claimed.run, claimed.source)
+    failure_id, data = failure_entry(run, Outcome("error", "E", message), "a.b", [message])
+    finish(scripts, ks, (run.token, "fail", failure_id, data))
+    return run
+
+
+def retry_then_succeed(producer: Timers, scripts: dict[ScriptName, Any], ks: Keyspace,
+                       tid: str) -> None:
+    producer.schedule("a.b", ["again"], in_=0, id=tid)
+    (claimed,) = claim(scripts, ks).claimed
+    finish(scripts, ks, (claimed.token, "retry", f"{tid}:a.b;a=1:[\"again\"]", "0"))
+    (claimed,) = claim(scripts, ks).claimed
+    finish(scripts, ks, (claimed.token, "ok", "", ""))
+
+
+def test_an_earlier_dead_timers_record_survives_a_later_timer_with_its_id_retrying(
+    producer: Timers, scripts: dict[ScriptName, Any], ks: Keyspace
+) -> None:
+    """Row 16: the retry deleted the record; `failed list` was empty while stats said 1."""
+    die(producer, scripts, ks, "order-1", "first death")
+    retry_then_succeed(producer, scripts, ks, "order-1")
+
+    (failure,) = producer.failed()
+    assert failure.data["message"] == "first death"
+    assert producer.stats().failed == 1 == producer.stats().counters["failed"]
+
+
+def test_every_dead_timer_under_one_id_keeps_its_own_record_and_show_lists_all(
+    producer: Timers, scripts: dict[ScriptName, Any], ks: Keyspace
+) -> None:
+    die(producer, scripts, ks, "x:1", "first")
+    die(producer, scripts, ks, "x:1", "second")
+    die(producer, scripts, ks, "x:10", "other id")  # shares a prefix, not the id
+
+    assert [f.data["message"] for f in producer.get_failures("x:1")] == ["second", "first"]
+    assert producer.get_failure("x:1").data["message"] == "second"  # type: ignore[union-attr]
+    assert producer.stats().failed == len(producer.failed()) == 3
+    shown = producer.get_failures("x:1")[1]
+    assert producer.get_failures(shown.failure_id) == [shown]  # by failure id, as listed
+
+
+def test_retry_of_a_timer_pending_again_is_skipped_unless_replace(
+    producer: Timers, scripts: dict[ScriptName, Any], ks: Keyspace
+) -> None:
+    """Row 4: `failed retry` overwrote the new pending timer, which was lost."""
+    die(producer, scripts, ks, "dup", "old")
+    producer.schedule("a.new", ["new"], in_=3600, id="dup")
+    failure = producer.get_failure("dup")
+    assert failure is not None
+
+    with pytest.raises(TimerAlreadyPending, match="dup is pending again"):
+        producer.retry_failure(failure)
+    pending = producer.get("dup")
+    assert pending is not None and (pending.task, pending.args) == ("a.new", ["new"])
+    assert producer.get_failure("dup") == failure  # kept, to retry later
+
+    summary = producer.retry_all_failures()
+    assert (summary.retried, summary.pending, summary.not_retryable) == (0, 1, 0)
+    assert producer.get("dup").task == "a.new"  # type: ignore[union-attr]
+
+    assert producer.retry_failure(failure, replace=True) == "dup"
+    replaced = producer.get("dup")
+    assert replaced is not None and (replaced.task, replaced.args) == ("a.b", ["old"])
+    assert producer.failed() == []
+
+
+def test_retry_all_pages_through_every_record_behind_many_rejected_keys(
+    producer: Timers, fake: fakeredis.FakeRedis, ks: Keyspace
+) -> None:
+    """Row 15: 100 retryable failures behind 500 newer rejected keys: "retrying 0"."""
+    for i in range(100):
+        run = Run(str(i), f"t{i}", f"a.b:[{i}]", due_ms=1000, reruns=0, source="s")
+        failure_id, data = failure_entry(run, Outcome("error", "E", "x"), "a.b", [i],
+                                         now=1_000 + i)
+        fake.zadd(ks.failures, {failure_id: 1_000_000 + i})
+        fake.hset(ks.failure_records, failure_id, data)
+        fake.zadd(ks.failure_index, {failure_id: 0})
+    for i in range(500):
+        failure_id, data = rejected_entry(f"timers:bad{i}".encode(), "no such task")
+        fake.zadd(ks.failures, {failure_id: 2_000_000 + i})
+        fake.hset(ks.failure_records, failure_id, data)
+    producer.schedule("a.b", in_=3600, id="t7")  # pending again: skipped
+
+    summary = producer.retry_all_failures()
+
+    assert (summary.retried, summary.pending, summary.not_retryable) == (99, 1, 500)
+    assert producer.stats().pending == 100
+    assert producer.stats().failed == 501
+    assert {f.timer_id for f in producer.failed(1000) if f.timer_id} == {"t7"}
+
+
+def test_purge_and_forget_keep_the_index_in_step(
+    producer: Timers, scripts: dict[ScriptName, Any], ks: Keyspace, fake: fakeredis.FakeRedis
+) -> None:
+    die(producer, scripts, ks, "a", "x")
+    die(producer, scripts, ks, "b", "y")
+    producer.retry_failure(producer.get_failure("a"))  # type: ignore[arg-type]
+    assert [json.loads(fake.hget(ks.failure_records, i))["id"]  # type: ignore[arg-type]
+            for i in fake.zrange(ks.failure_index, 0, -1)] == ["b"]
+    assert producer.purge_failures() == 1
+    assert fake.zcard(ks.failure_index) == 0 and producer.failed() == []

@@ -1,0 +1,256 @@
+"""Every Lua script checks what it parses before its first write: driven with bad input,
+each fails and Redis is exactly as it was (issue 9, "scripts are all-or-nothing")."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import fakeredis
+import pytest
+import redis
+
+from tests.unit.helpers import claim
+from timers import InvalidArgs, Timers
+from timers.keys import Keyspace
+from timers.scripts import ScriptName
+
+FAR = 3600.0
+
+
+def snapshot(fake: fakeredis.FakeRedis) -> dict[bytes, Any]:
+    """Every key with its type and whole content."""
+    out: dict[bytes, Any] = {}
+    for key in fake.keys("*"):
+        kind = fake.type(key)
+        if kind == b"string":
+            out[key] = (kind, fake.get(key), fake.pttl(key) > 0)
+        elif kind == b"hash":
+            out[key] = (kind, fake.hgetall(key))
+        elif kind == b"zset":
+            out[key] = (kind, fake.zrange(key, 0, -1, withscores=True))
+        else:
+            out[key] = (kind, None)
+    return out
+
+
+@pytest.fixture
+def busy(producer: Timers, scripts: dict[ScriptName, Any], ks: Keyspace,
+         fake: fakeredis.FakeRedis) -> dict[str, str]:
+    """A keyspace with pending timers, a running one, a failure and a recurrence."""
+    producer.schedule("a.b", [1], in_=-1, id="due")
+    producer.schedule("a.b", [2], in_=FAR, id="later")
+    (run,) = claim(scripts, ks).claimed
+    producer.schedule("a.b", [3], in_=FAR / 2, id="mid")
+    fake.zadd(ks.failures, {"old:1": 1})
+    fake.hset(ks.failure_records, "old:1", "{}")
+    fake.zadd(ks.failure_index, {"old:1": 0})
+    producer.every("nightly", "a.b", cron="0 3 * * *")
+    return {"token": run.token}
+
+
+def call(scripts: dict[ScriptName, Any], name: ScriptName, keys: list[str],
+         args: list[Any]) -> Any:
+    return scripts[name](keys=keys, args=args)
+
+
+def finish_keys(ks: Keyspace) -> list[str]:
+    return [ks.running, ks.running_records, ks.stats, ks.failures, ks.failure_records,
+            ks.due, ks.records, ks.failure_index]
+
+
+def schedule_args(ks: Keyspace, *timers: tuple[str, str, str, str, str]) -> tuple[
+        list[str], list[Any]]:
+    keys = [ks.due, ks.records] + [ks.timer_key(f"{t[0]}:{t[1]}") for t in timers]
+    args: list[Any] = [ks.timer_key_start, ks.wake_channel]
+    for t in timers:
+        args.extend(t)
+    return keys, args
+
+
+GOOD = ("new", "a.b:[1]", "in", "1000", "r")
+BAD_SCHEDULES = {
+    "ms not an integer": ("x", "a.b:", "in", "1.5", "r"),
+    "ms not a number": ("x", "a.b:", "in", "soon", "r"),
+    "unknown mode": ("x", "a.b:", "later", "10", "r"),
+    "unknown flag": ("x", "a.b:", "in", "10", "z"),
+    "at before 1970": ("x", "a.b:", "at", "-5000", "r"),
+    "id with a colon": ("x:y", "a.b:", "in", "10", "r"),
+    "record without args": ("x", "a.b", "in", "10", "r"),
+    "empty id": ("", "a.b:", "in", "10", "r"),
+}
+
+
+@pytest.mark.parametrize("bad", BAD_SCHEDULES.values(), ids=BAD_SCHEDULES.keys())
+def test_schedule_with_one_bad_timer_writes_nothing_at_all(
+    busy: dict[str, str], scripts: dict[ScriptName, Any], ks: Keyspace,
+    fake: fakeredis.FakeRedis, bad: tuple[str, str, str, str, str],
+) -> None:
+    before = snapshot(fake)
+    keys, args = schedule_args(ks, GOOD, bad)  # the good one comes first
+    with pytest.raises(redis.ResponseError, match="timers schedule"):
+        call(scripts, "schedule", keys, args)
+    keys, args = schedule_args(ks, GOOD)
+    with pytest.raises(redis.ResponseError, match="timers schedule"):
+        call(scripts, "schedule", keys, [*args, "extra"])
+    assert snapshot(fake) == before
+
+
+BAD_RESCHEDULES = {"ms": ["in", "1e3"], "mode": ["by", "10"], "at before 1970": ["at", "-1"]}
+
+
+@pytest.mark.parametrize("bad", BAD_RESCHEDULES.values(), ids=BAD_RESCHEDULES.keys())
+def test_reschedule_with_bad_arguments_writes_nothing(
+    busy: dict[str, str], scripts: dict[ScriptName, Any], ks: Keyspace,
+    fake: fakeredis.FakeRedis, bad: list[str],
+) -> None:
+    before = snapshot(fake)
+    with pytest.raises(redis.ResponseError, match="timers reschedule"):
+        call(scripts, "reschedule", [ks.due, ks.records],
+             [ks.timer_key_start, ks.wake_channel, "later", *bad])
+    assert snapshot(fake) == before
+
+
+@pytest.mark.parametrize("bad", [["x", "1000", "0"], ["10", "-5", "0"], ["10", "1000", ""]])
+def test_claim_with_bad_numbers_writes_nothing(
+    busy: dict[str, str], scripts: dict[ScriptName, Any], ks: Keyspace,
+    fake: fakeredis.FakeRedis, bad: list[str],
+) -> None:
+    fake.zadd(ks.due, {"mid": 0})  # something to claim
+    before = snapshot(fake)
+    with pytest.raises(redis.ResponseError, match="timers claim"):
+        call(scripts, "claim", [ks.due, ks.records, ks.running, ks.running_records,
+                                ks.sequence, ks.stats], [ks.timer_key_start, *bad])
+    assert snapshot(fake) == before
+
+
+def test_renew_and_heartbeat_with_bad_numbers_write_nothing(
+    busy: dict[str, str], scripts: dict[ScriptName, Any], ks: Keyspace,
+    fake: fakeredis.FakeRedis,
+) -> None:
+    before = snapshot(fake)
+    with pytest.raises(redis.ResponseError, match="timers renew"):
+        call(scripts, "renew", [ks.running], ["15s", busy["token"]])
+    with pytest.raises(redis.ResponseError, match="timers heartbeat"):
+        call(scripts, "heartbeat", [ks.listeners, ks.listener_info], ["me", "-1", "{}"])
+    assert snapshot(fake) == before
+
+
+def ending(token: str, kind: str, a: str = "", b: str = "") -> list[str]:
+    return [token, kind, a, b]
+
+
+BAD_ENDINGS: dict[str, Callable[[str], list[str]]] = {
+    "unknown kind": lambda t: ending(t, "done"),
+    "retry entry without a record": lambda t: ending(t, "retry", "due", "0"),
+    "retry delay not an integer": lambda t: ending(t, "retry", "due:a.b:[1]", "0.5"),
+    "negative retry delay": lambda t: ending(t, "retry", "due:a.b:[1]", "-10"),
+    "failure without an id": lambda t: ending(t, "fail", "", "{}"),
+    "reject with a token": lambda t: ending(t, "reject", "x", "{}"),
+    "ok without a token": lambda t: ending("", "ok"),
+    "a value missing": lambda t: [t, "ok", ""],
+}
+
+
+@pytest.mark.parametrize("bad", BAD_ENDINGS.values(), ids=BAD_ENDINGS.keys())
+def test_finish_with_one_bad_ending_writes_nothing_not_even_the_good_ones(
+    busy: dict[str, str], scripts: dict[ScriptName, Any], ks: Keyspace,
+    fake: fakeredis.FakeRedis, bad: Callable[[str], list[str]],
+) -> None:
+    before = snapshot(fake)
+    args = [ks.timer_key_start, ks.wake_channel, 86_400_000,
+            *ending(busy["token"], "ok"), *ending("", "reject", ":zz", "{}"), *bad("999")]
+    with pytest.raises(redis.ResponseError, match="timers finish"):
+        call(scripts, "finish", finish_keys(ks), args)
+    with pytest.raises(redis.ResponseError, match="timers finish"):  # bad retention
+        call(scripts, "finish", finish_keys(ks),
+             [ks.timer_key_start, ks.wake_channel, "1h", *ending(busy["token"], "ok")])
+    assert snapshot(fake) == before
+
+
+def test_a_run_due_before_1970_is_handed_back_not_lost(
+    scripts: dict[ScriptName, Any], ks: Keyspace, fake: fakeredis.FakeRedis,
+    producer: Timers,
+) -> None:
+    """Issue 9 row 7: finish failed after it had deleted the run's lease: timer lost."""
+    fake.hset(ks.records, "old", "a.b:[1]")  # as an earlier version stored it
+    fake.zadd(ks.due, {"old": -5000})
+    (run,) = claim(scripts, ks).claimed
+    assert run.due_ms == -5000
+
+    call(scripts, "finish", finish_keys(ks),
+         [ks.timer_key_start, ks.wake_channel, 1000, *ending(run.token, "release")])
+
+    assert fake.zscore(ks.due, "old") == -5000
+    assert fake.hget(ks.records, "old") == b"a.b:[1]"
+    assert fake.zcard(ks.running) == 0
+    assert producer.stats().counters["handed_back"] == 1
+    (again,) = claim(scripts, ks).claimed
+    assert again.entry == "old:a.b:[1]"
+
+
+def test_a_release_whose_run_record_does_not_read_keeps_its_lease(
+    busy: dict[str, str], scripts: dict[ScriptName, Any], ks: Keyspace,
+    fake: fakeredis.FakeRedis,
+) -> None:
+    """It lapses and runs again, rather than fail the batch or drop the run."""
+    fake.hset(ks.running_records, busy["token"], "garbage")
+    before = snapshot(fake)
+    call(scripts, "finish", finish_keys(ks),
+         [ks.timer_key_start, ks.wake_channel, 1000, *ending(busy["token"], "release")])
+    assert snapshot(fake) == before
+
+
+def test_cron_scripts_with_bad_numbers_write_nothing(
+    busy: dict[str, str], scripts: dict[ScriptName, Any], ks: Keyspace,
+    fake: fakeredis.FakeRedis,
+) -> None:
+    before = snapshot(fake)
+    with pytest.raises(redis.ResponseError, match="timers cron_declare"):
+        call(scripts, "cron_declare",
+             [ks.recurrences, ks.recurrence_states, ks.due, ks.records, "timers:x", "timers:y"],
+             [ks.timer_key_start, ks.wake_channel, "nightly", "{}", "", "0", "9", "0",
+              "a.b:", "soon", "-1"])
+    with pytest.raises(redis.ResponseError, match="timers cron_next"):
+        call(scripts, "cron_next",
+             [ks.recurrence_states, ks.due, ks.records, ks.running, "timers:x"],
+             [ks.timer_key_start, ks.wake_channel, "nightly", "1", "12.5", "-1", "", "0",
+              "", ""])
+    assert snapshot(fake) == before
+
+
+def test_scripts_with_nothing_to_do_change_nothing(
+    busy: dict[str, str], scripts: dict[ScriptName, Any], ks: Keyspace,
+    fake: fakeredis.FakeRedis, producer: Timers,
+) -> None:
+    before = snapshot(fake)
+    assert producer.cancel("nope") is False
+    assert producer.reschedule("nope", in_=5) is False
+    assert producer.pause("nope") is False
+    assert producer.unschedule_recurring("nope") is False
+    assert call(scripts, "forget", [ks.failures, ks.failure_records, ks.failure_index],
+                ["old:1", "changed"]) == 0
+    assert snapshot(fake) == before
+
+
+def test_args_nested_too_deeply_are_refused_before_anything_is_sent(
+    producer: Timers, fake: fakeredis.FakeRedis,
+) -> None:
+    args: Any = []
+    for _ in range(10_000):
+        args = [args]
+    with pytest.raises(InvalidArgs):
+        producer.schedule("a.b", args, in_=1)
+    assert fake.keys("*") == []
+
+
+def test_the_original_due_time_survives_retries_into_the_failure_record() -> None:
+    from timers.runs import Outcome, Run, failure_entry
+
+    first = Run("7", "t", "a.b:[1]", due_ms=1000, reruns=0, source="s")
+    retry = Run("9", "t", "a.b;a=2;d=1000;f=1500:[1]", due_ms=4000, reruns=0, source="s")
+    for run in (first, retry):
+        failure_id, data = failure_entry(run, Outcome("error", "E", "boom"), "a.b", [1])
+        assert json.loads(data)["due_ms"] == 1000
+        assert failure_id == f"t:{run.token}"

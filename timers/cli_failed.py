@@ -1,0 +1,147 @@
+"""``timers failed …``: list, show, retry and purge the records of failed timers.
+
+Registered on the main command line by :mod:`timers.cli`. A dead timer's record stays until
+it is retried or purged, whatever later timers with the same id do; ``show ID`` lists every
+record of that id.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Annotated
+
+import typer
+
+from timers.cli_common import PrefixOption, UrlOption, UserError, friendly, open_timers
+from timers.due import parse_duration
+from timers.exceptions import TimerAlreadyPending
+from timers.keys import DEFAULT_PREFIX
+from timers.operations import Failure
+
+failed_app = typer.Typer(help="Timers that failed or were refused.", no_args_is_help=False)
+
+LimitOption = Annotated[int, typer.Option("--limit", "-n", min=1, help="How many.")]
+ReplaceOption = Annotated[bool, typer.Option(
+    "--replace", help="Overwrite a timer pending again under the same id.")]
+
+
+def _when(dt: datetime) -> str:
+    return dt.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
+
+
+@failed_app.callback(invoke_without_command=True)
+def failed(
+    ctx: typer.Context,
+    limit: LimitOption = 20,
+    url: UrlOption = None,
+    prefix: PrefixOption = DEFAULT_PREFIX,
+) -> None:
+    """Timers that failed for good or were refused (alone: the same as `failed list`)."""
+    if ctx.invoked_subcommand is None:
+        failed_list(limit=limit, url=url, prefix=prefix)
+
+
+@failed_app.command("list")
+@friendly
+def failed_list(
+    limit: LimitOption = 20,
+    url: UrlOption = None,
+    prefix: PrefixOption = DEFAULT_PREFIX,
+) -> None:
+    """List failed and refused timers, most recent first."""
+    with open_timers(url, prefix) as t:
+        failures = t.failed(limit)
+    if not failures:
+        typer.echo("no failed timers")
+        return
+    typer.echo(f"{'WHEN (UTC)':<24} {'KIND':<9} {'ID':<20} {'TASK':<24} ERROR")
+    for f in failures:
+        d = f.data
+        error = f"{d.get('error_type', '')}: {d.get('message', '')}".replace("\n", " ")
+        task = d.get("task") or d.get("key") or ""
+        shown_id = d.get("id") or f.failure_id
+        typer.echo(f"{_when(f.at):<24} {d.get('kind', ''):<9} {shown_id!s:<20} "
+                   f"{str(task)[:24]:<24} {error[:100]}")
+
+
+def _show(failure: Failure) -> None:
+    d = failure.data
+    for name in ("id", "task", "args", "kind", "error_type", "message", "attempts", "key"):
+        if d.get(name) not in (None, ""):
+            value = d[name] if isinstance(d[name], str) else json.dumps(d[name])
+            typer.echo(f"{name + ':':<14}{value}")
+    for name in ("due_ms", "first_failure", "failed_at"):
+        if isinstance(d.get(name), int):
+            shown = "due:" if name == "due_ms" else name + ":"
+            typer.echo(f"{shown:<14}{_when(datetime.fromtimestamp(d[name] / 1000, UTC))}")
+    if d.get("traceback"):
+        typer.echo("traceback:")
+        typer.echo(d["traceback"].rstrip())
+
+
+@failed_app.command("show")
+@friendly
+def failed_show(
+    id: Annotated[str, typer.Argument(help="Timer id (or the :… id of a rejected key).")],
+    url: UrlOption = None,
+    prefix: PrefixOption = DEFAULT_PREFIX,
+) -> None:
+    """Show every failure record of a timer id in full, most recent first."""
+    with open_timers(url, prefix) as t:
+        failures = t.get_failures(id)
+    if not failures:
+        raise UserError(f"no failure recorded for {id}")
+    for n, failure in enumerate(failures):
+        if len(failures) > 1:
+            typer.echo(f"{'' if n == 0 else chr(10)}record {n + 1} of {len(failures)} "
+                       f"({failure.failure_id}):")
+        _show(failure)
+
+
+@failed_app.command("retry")
+@friendly
+def failed_retry(
+    id: Annotated[str | None, typer.Argument(help="Timer id to run again.")] = None,
+    all_: Annotated[bool, typer.Option("--all", help="Retry every failed timer.")] = False,
+    replace: ReplaceOption = False,
+    url: UrlOption = None,
+    prefix: PrefixOption = DEFAULT_PREFIX,
+) -> None:
+    """Schedule failed timers again, due now, with their attempts reset. A timer whose id
+    is pending again is skipped (--replace to overwrite it)."""
+    if (id is None) == (not all_):
+        raise UserError("give a timer id or --all")
+    with open_timers(url, prefix) as t:
+        if id is not None:
+            failure = t.get_failure(id)
+            if failure is None:
+                raise UserError(f"no failure recorded for {id}")
+            try:
+                typer.echo(f"retrying {t.retry_failure(failure, replace=replace)}")
+            except TimerAlreadyPending as exc:
+                raise UserError(f"timer {exc.timer_id} is pending again: not retried "
+                                f"(--replace to overwrite it)") from None
+            return
+        done = t.retry_all_failures(replace=replace)
+    line = f"retrying {done.retried} timer(s)"
+    if done.pending:
+        line += f"; skipped {done.pending} pending again (--replace to overwrite them)"
+    if done.not_retryable:
+        line += f"; {done.not_retryable} rejected key(s) left as they are"
+    typer.echo(line)
+
+
+@failed_app.command("purge")
+@friendly
+def failed_purge(
+    older_than: Annotated[
+        str | None, typer.Option("--older-than", help="Only records older than this, e.g. 7d.")
+    ] = None,
+    url: UrlOption = None,
+    prefix: PrefixOption = DEFAULT_PREFIX,
+) -> None:
+    """Delete failure records (all of them, or those older than --older-than)."""
+    age = parse_duration(older_than) if older_than is not None else None
+    with open_timers(url, prefix) as t:
+        typer.echo(f"purged {t.purge_failures(age)} failure record(s)")

@@ -1,0 +1,51 @@
+"""What every operation yields and shares: round trips, and the readers of raw replies.
+
+See :mod:`timers.operations` for the operations themselves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+from timers.scripts import ScriptName
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Call:
+    """One command in a round trip: a plain Redis command, or one of our Lua scripts."""
+
+    command: tuple[Any, ...] = ()
+    script: ScriptName | None = None
+    keys: tuple[str, ...] = ()
+    args: tuple[Any, ...] = ()
+    atomic: bool = False
+    """A round trip with an atomic call runs in MULTI/EXEC: all of it or none of it.
+    Reads are not atomic, so they still work when Redis is out of memory (Redis refuses
+    every command queued in a MULTI then)."""
+
+
+Request = list[Call]
+Operation = Generator[Request, list[Any], T]
+
+
+def ms_to_datetime(ms: float) -> datetime:
+    try:
+        return datetime.fromtimestamp(ms / 1000, tz=UTC)
+    except (OverflowError, OSError, ValueError):
+        return datetime.min.replace(tzinfo=UTC) if ms < 0 else datetime.max.replace(tzinfo=UTC)
+
+
+def pairs(flat: Any) -> list[tuple[Any, Any]]:
+    """ZRANGE … WITHSCORES replies: a flat list in RESP2, pairs in RESP3."""
+    if not flat:
+        return []
+    if isinstance(flat[0], list | tuple):
+        return [(a, b) for a, b in flat]
+    return list(zip(flat[0::2], flat[1::2], strict=True))
+
+
