@@ -42,6 +42,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from timers.check import ENABLE_EVENTS, expired_events_on
 from timers.client import configured_url
 from timers.clock import Clock, SystemClock
+from timers.connection import listener_client
 from timers.cron import RECURRENCE_OPTION, RecurrenceHook
 from timers.encoding import Entry, Record, as_text, entry_text, escape_id
 from timers.exceptions import MalformedTimerKey, TaskRefused
@@ -136,16 +137,7 @@ class Listener:
             self.redis = redis_
             self._owns_client = False
         else:
-            self.redis = redis.asyncio.Redis.from_url(
-                configured_url(redis_),
-                health_check_interval=30,
-                socket_keepalive=True,
-                socket_connect_timeout=5,
-                socket_timeout=15,
-                # RESP2: redis-py reads each pub/sub message as a plain reply, not through
-                # its RESP3 push handler (20k due at once: 8.4-10.5k -> 10.7k fires/s)
-                protocol=2,
-            )
+            self.redis = listener_client(configured_url(redis_))
             self._owns_client = True
         self.keys = Keyspace(prefix)
         self.db = int(self.redis.connection_pool.connection_kwargs.get("db", 0) or 0)
