@@ -43,6 +43,7 @@ from timers.check import ENABLE_EVENTS, expired_events_on
 from timers.client import configured_url
 from timers.clock import Clock, SystemClock
 from timers.connection import listener_client
+from timers.crashes import crash_outcome
 from timers.cron import RECURRENCE_OPTION, RecurrenceHook
 from timers.encoding import Entry, Record, as_text, entry_text, escape_id
 from timers.exceptions import MalformedTimerKey, TaskRefused
@@ -360,7 +361,7 @@ class Listener:
         reply = await self._scripts["claim"](
             keys=[k.due, k.records, k.running, k.running_records, k.sequence, k.stats],
             args=[k.timer_key_start, limit, round(self.lease * 1000), round(2 * CLAIM_LEAD_MS),
-                  *ids],
+                  self.id, *ids],
         )
         received = self.clock.monotonic()
         now_us, next_due, next_lease = (int(x) for x in reply[:3])
@@ -414,8 +415,11 @@ class Listener:
                 fn = self.loader.resolve(task)
                 policy = policy_of(fn)
                 missed = _missed(record, policy, started - run.due_ms)
+                crashed = crash_outcome(run, policy)
                 if skip is not None:
                     outcome = skip
+                elif crashed is not None:
+                    outcome = crashed
                 elif missed is not None:
                     outcome = Outcome("missed", "Missed", missed)
                 else:

@@ -2,7 +2,7 @@
 -- runs back in the due index.
 --
 -- KEYS[1]  running: zset, run token -> lease deadline ms
--- KEYS[2]  running records: hash, run token -> "reruns|due|<id>:<record>"
+-- KEYS[2]  running records: hash, run token -> "reruns@<listener>|due|<id>:<record>"
 -- KEYS[3]  stats: hash of counters
 -- KEYS[4]  failures: zset, failure id -> time of failure ms
 -- KEYS[5]  failure records: hash, failure id -> JSON
@@ -75,7 +75,7 @@ for i = 4, #ARGV, 4 do
         counts.retried = counts.retried + 1
       end
     elseif kind == 'release' and run then
-      local due, id, record = string.match(run, '^%d+|(%d+)|([^:]+):(.*)$')
+      local due, id, record = string.match(run, '^[^|]*|(%d+)|([^:]+):(.*)$')
       if pend(id, record, tonumber(due)) then counts.handed_back = counts.handed_back + 1 end
     end
   end
