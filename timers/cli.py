@@ -26,6 +26,7 @@ from timers.due import format_duration, parse_duration
 from timers.keys import DEFAULT_PREFIX
 from timers.listener import DEFAULT_CONCURRENCY, DEFAULT_LEASE, Listener
 from timers.loader import TASKS_ENV
+from timers.orphans import ask_for_signal_on_parent_death, supervisor_pid, watch_parent
 from timers.supervisor import Supervisor
 
 app = typer.Typer(
@@ -162,9 +163,19 @@ async def _listen(listener: Listener, burst: bool, where: str) -> None:
         else:
             listener.abort()
 
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    # SIGHUP (a closed terminal, a service manager's reload) stops gracefully too
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         loop.add_signal_handler(sig, on_signal)
-    await listener.run(burst=burst)
+    parent = supervisor_pid()
+    watcher = None
+    if parent is not None:
+        ask_for_signal_on_parent_death()
+        watcher = asyncio.create_task(watch_parent(parent, on_signal))
+    try:
+        await listener.run(burst=burst)
+    finally:
+        if watcher is not None:
+            watcher.cancel()
 
 
 # -- producer commands ------------------------------------------------------------------
