@@ -1,3 +1,4 @@
+#!lua
 -- claim.lua: take due timers for one listener to run, each under a lease.
 --
 -- KEYS[1]  due index: zset, escaped id -> due ms

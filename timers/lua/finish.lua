@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- finish.lua: end runs. Count successes, record failures, put retries and handed-back
 -- runs back in the due index.
 --

@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- heartbeat.lua: say a listener is alive (or gone), and forget listeners that went quiet.
 --
 -- KEYS[1]  listeners: zset, listener id -> heartbeat deadline ms

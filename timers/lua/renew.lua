@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- renew.lua: extend the leases of runs a listener is still working on.
 --
 -- KEYS[1]  running: zset, run token -> lease deadline ms
