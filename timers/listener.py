@@ -49,6 +49,7 @@ from timers.encoding import Entry, Record, as_text, entry_text, escape_id
 from timers.exceptions import MalformedTimerKey, TaskRefused
 from timers.keys import DEFAULT_PREFIX, Keyspace
 from timers.loader import TaskLoader, configured_package
+from timers.memory_guard import MemoryGuard
 from timers.policy import DEFAULT_POLICY, TaskPolicy, policy_of
 from timers.precise import PreciseSleeper
 from timers.runner import Runner
@@ -158,6 +159,7 @@ class Listener:
         self._recurrences = RecurrenceHook(self.redis, self.keys)
         self._runner = Runner(concurrency)
         self._precise = PreciseSleeper()
+        self._memory = MemoryGuard()
         self._timer_key_start = self.keys.timer_key_start.encode()
         self._expired_channel = self.keys.expired_channel(self.db).encode()
         self._wake_channel = self.keys.wake_channel.encode()
@@ -324,11 +326,15 @@ class Listener:
             limit = min(self._free_slots(), MAX_CLAIM_BATCH)
             try:
                 claimed = await self._claim(limit)
+            except redis.exceptions.OutOfMemoryError as exc:
+                await self._pause(self._memory.refused(exc))
+                continue
             except RETRYABLE as exc:
                 state.failed(exc)
                 await self._wait_poke(backoff.next())
                 continue
             state.ok()
+            self._memory.claimed()
             backoff.reset()
             if claimed >= limit:
                 continue
@@ -599,7 +605,7 @@ class Listener:
                     keys=[self.keys.running], args=[round(self.lease * 1000), *tokens]
                 )
             except RETRYABLE as exc:
-                log.debug("lease renewal failed: %s", exc)
+                log.warning("lease renewal failed: %s", exc)
                 continue
             for token in lost:
                 text = as_text(token)
