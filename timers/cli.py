@@ -23,6 +23,7 @@ from timers.cli_common import PrefixOption, UrlOption, UserError, friendly, open
 from timers.cli_cron import cron_app
 from timers.client import URL_ENV, configured_url
 from timers.due import format_duration, parse_duration
+from timers.eviction import EvictionUnsafe
 from timers.keys import DEFAULT_PREFIX
 from timers.listener import DEFAULT_CONCURRENCY, DEFAULT_LEASE, Listener
 from timers.loader import TASKS_ENV
@@ -104,6 +105,10 @@ def listen(
     ] = 1,
     prefix: PrefixOption = DEFAULT_PREFIX,
     log_level: Annotated[str, typer.Option("--log-level")] = "info",
+    allow_eviction: Annotated[
+        bool, typer.Option("--allow-eviction", help="Start even on an allkeys-* eviction "
+                                                    "policy, which can evict pending timers.")
+    ] = False,
 ) -> None:
     """Run timers as they come due (subscribes to expired events and sweeps the due index)."""
     _configure_logging(log_level)
@@ -114,12 +119,14 @@ def listen(
         command += ["--url", url] if url else []
         command += ["--tasks", tasks] if tasks else []
         command += ["--burst"] if burst else []
+        command += ["--allow-eviction"] if allow_eviction else []
         supervisor = Supervisor(command, processes, shutdown_timeout=shutdown_timeout,
                                 restart_clean_exits=not burst)
         raise typer.Exit(supervisor.run())
     try:
         listener = Listener(url, prefix=prefix, tasks=tasks, concurrency=concurrency,
-                            lease=lease, shutdown_timeout=shutdown_timeout)
+                            lease=lease, shutdown_timeout=shutdown_timeout,
+                            allow_eviction=allow_eviction)
     except ValueError as exc:
         raise UserError(str(exc)) from None
     asyncio.run(_listen(listener, burst, _safe_url(configured_url(url))))
@@ -173,6 +180,8 @@ async def _listen(listener: Listener, burst: bool, where: str) -> None:
         watcher = asyncio.create_task(watch_parent(parent, on_signal))
     try:
         await listener.run(burst=burst)
+    except EvictionUnsafe as exc:
+        raise UserError(str(exc)) from None
     finally:
         if watcher is not None:
             watcher.cancel()

@@ -46,6 +46,7 @@ from timers.connection import listener_client
 from timers.crashes import crash_outcome
 from timers.cron import RECURRENCE_OPTION, RecurrenceHook
 from timers.encoding import Entry, Record, as_text, entry_text, escape_id
+from timers.eviction import EvictionUnsafe, judge, read_policy, report_late_finishes
 from timers.exceptions import MalformedTimerKey, TaskRefused
 from timers.keys import DEFAULT_PREFIX, Keyspace
 from timers.loader import TaskLoader, configured_package
@@ -128,6 +129,7 @@ class Listener:
         clock: Clock | None = None,
         observer: Callable[[Fired], None] | None = None,
         search_path: str | None = None,
+        allow_eviction: bool = False,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
@@ -160,6 +162,8 @@ class Listener:
         self._runner = Runner(concurrency)
         self._precise = PreciseSleeper()
         self._memory = MemoryGuard()
+        self.allow_eviction = allow_eviction
+        self._eviction_policy: str | None = None
         self._timer_key_start = self.keys.timer_key_start.encode()
         self._expired_channel = self.keys.expired_channel(self.db).encode()
         self._wake_channel = self.keys.wake_channel.encode()
@@ -194,6 +198,7 @@ class Listener:
         """
         self._burst = burst
         await self._check_notifications()
+        await self._check_eviction()
         loops = [
             asyncio.create_task(self._events_loop(), name="timers-events"),
             asyncio.create_task(self._renew_loop(), name="timers-renew"),
@@ -308,6 +313,17 @@ class Listener:
                 "KEYSPACE EVENTS ARE OFF (notify-keyspace-events=%r): timers fire through "
                 "the due-driven sweeper alone. Turn expired events on with %s",
                 flags, ENABLE_EVENTS)
+
+    async def _check_eviction(self) -> None:
+        """Refuse to start where Redis may evict the due index (see :mod:`timers.eviction`)."""
+        with contextlib.suppress(*RETRYABLE):
+            self._eviction_policy = await read_policy(self.redis)
+        try:
+            judge(self._eviction_policy, self.allow_eviction)
+        except EvictionUnsafe:
+            if self._owns_client:
+                await self.redis.aclose()
+            raise
 
     # -- sweep and claim --------------------------------------------------------------
 
@@ -644,7 +660,7 @@ class Listener:
         # report them lost. Should the write fail they are held (and renewed) again.
         self._held.difference_update(tokens)
         try:
-            await self._scripts["finish"](
+            late = await self._scripts["finish"](
                 keys=[k.running, k.running_records, k.stats, k.failures, k.failure_records,
                       k.due, k.records],
                 args=args,
@@ -653,6 +669,7 @@ class Listener:
             self._held.update(t for t in tokens if t)
             raise
         del self._finished[: len(batch)]
+        report_late_finishes(int(late or 0), self._eviction_policy)
         for item in batch:
             self._unwritten.pop(item[0], None)
 
