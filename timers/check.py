@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from timers.permissions import Problem
 
 Level = Literal["ok", "warn", "fail"]
 
@@ -102,6 +106,15 @@ def _persistence(aof: str | None, rdb: str | None, fsync: str | None) -> Finding
         return Finding("warn", "persistence", "off",
                        f"a restart loses every pending timer. For nothing lost: {AOF_EVERYSEC}")
     return None
+
+
+def permission_findings(problems: Sequence[Problem]) -> list[Finding]:
+    """The Redis user's permissions: no scripts fails (a listener can do nothing); no
+    channels warns (listeners fire through the sweeper alone)."""
+    if not problems:
+        return [Finding("ok", "permissions", "EVAL/EVALSHA, SUBSCRIBE, PUBLISH")]
+    return [Finding("fail" if p.capability == "scripts" else "warn", "permissions", p.line)
+            for p in problems]
 
 
 def verdict(findings: list[Finding]) -> bool:

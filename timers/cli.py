@@ -18,7 +18,7 @@ from typing import Annotated, Any
 import redis
 import typer
 
-from timers.check import assess, verdict
+from timers.check import assess, permission_findings, verdict
 from timers.cli_common import PrefixOption, UrlOption, UserError, friendly, open_timers
 from timers.cli_cron import cron_app
 from timers.client import URL_ENV, configured_url
@@ -28,6 +28,7 @@ from timers.keys import DEFAULT_PREFIX
 from timers.listener import DEFAULT_CONCURRENCY, DEFAULT_LEASE, Listener
 from timers.loader import TASKS_ENV
 from timers.orphans import ask_for_signal_on_parent_death, supervisor_pid, watch_parent
+from timers.permissions import PermissionMissing, probe_url
 from timers.supervisor import Supervisor
 
 app = typer.Typer(
@@ -180,7 +181,7 @@ async def _listen(listener: Listener, burst: bool, where: str) -> None:
         watcher = asyncio.create_task(watch_parent(parent, on_signal))
     try:
         await listener.run(burst=burst)
-    except EvictionUnsafe as exc:
+    except (EvictionUnsafe, PermissionMissing) as exc:
         raise UserError(str(exc)) from None
     finally:
         if watcher is not None:
@@ -432,7 +433,7 @@ def stats(url: UrlOption = None, prefix: PrefixOption = DEFAULT_PREFIX) -> None:
 
 @app.command()
 @friendly
-def check(url: UrlOption = None) -> None:
+def check(url: UrlOption = None, prefix: PrefixOption = DEFAULT_PREFIX) -> None:
     """Check that a server will fire timers reliably; exits 1 if it will not."""
     client = redis.Redis.from_url(configured_url(url), decode_responses=True)
     try:
@@ -443,7 +444,8 @@ def check(url: UrlOption = None) -> None:
             config = {}
     finally:
         client.close()
-    findings = assess(info, config)
+    findings = assess(info, config) + permission_findings(
+        probe_url(configured_url(url), prefix))
     for f in findings:
         mark = {"ok": "ok  ", "warn": "WARN", "fail": "FAIL"}[f.level]
         typer.echo(f"{mark} {f.name}: {f.value}")

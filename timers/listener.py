@@ -51,6 +51,14 @@ from timers.exceptions import MalformedTimerKey, TaskRefused
 from timers.keys import DEFAULT_PREFIX, Keyspace
 from timers.loader import TaskLoader, configured_package
 from timers.memory_guard import MemoryGuard
+from timers.permissions import (
+    SWEEP_ONLY_MAX_SLEEP,
+    SWEEPER_ONLY,
+    PermissionMissing,
+    check_at_start,
+    explain,
+    is_permanent,
+)
 from timers.policy import DEFAULT_POLICY, TaskPolicy, policy_of
 from timers.precise import PreciseSleeper
 from timers.runner import Runner
@@ -199,8 +207,10 @@ class Listener:
         self._burst = burst
         await self._check_notifications()
         await self._check_eviction()
+        events = await self._check_permissions()
         loops = [
-            asyncio.create_task(self._events_loop(), name="timers-events"),
+            asyncio.create_task(self._events_loop() if events else self._no_events(),
+                                name="timers-events"),
             asyncio.create_task(self._renew_loop(), name="timers-renew"),
             asyncio.create_task(self._finish_loop(), name="timers-finish"),
             asyncio.create_task(self._heartbeat_loop(), name="timers-heartbeat"),
@@ -325,6 +335,31 @@ class Listener:
                 await self.redis.aclose()
             raise
 
+    async def _check_permissions(self) -> bool:
+        """Refuse to start if the Redis user may not run scripts; False (sweeper alone)
+        if it may not subscribe (see :mod:`timers.permissions`)."""
+        try:
+            missing = await check_at_start(self.redis, self.keys, self.db)
+        except PermissionMissing:
+            if self._owns_client:
+                await self.redis.aclose()
+            raise
+        if missing:
+            self.tracker.max_sleep = min(self.tracker.max_sleep, SWEEP_ONLY_MAX_SLEEP)
+        return "events" not in missing
+
+    async def _no_events(self) -> None:
+        """The events loop of a listener whose user may not subscribe: nothing to do."""
+        self.subscribed.set()
+        await self._stopping.wait()
+
+    def _give_up(self, exc: BaseException) -> None:
+        """A permanent error (see :func:`timers.permissions.is_permanent`): one line with
+        the fix, and stop with a failure rather than retry it forever."""
+        log.error("cannot claim timers: %s; stopping", explain(exc, self.keys))
+        self.failed = True
+        self.stop()
+
     # -- sweep and claim --------------------------------------------------------------
 
     def _free_slots(self) -> int:
@@ -346,6 +381,9 @@ class Listener:
                 await self._pause(self._memory.refused(exc))
                 continue
             except RETRYABLE as exc:
+                if is_permanent(exc):
+                    self._give_up(exc)
+                    break
                 state.failed(exc)
                 await self._wait_poke(backoff.next())
                 continue
@@ -552,6 +590,10 @@ class Listener:
                             # an event is data from the network: nothing it holds may stop
                             # the listener
                             log.exception("could not handle event %r", message)
+            except redis.exceptions.NoPermissionError as exc:
+                log.warning("%s. %s", explain(exc, self.keys), SWEEPER_ONLY)  # once: it ends
+                self.tracker.max_sleep = min(self.tracker.max_sleep, SWEEP_ONLY_MAX_SLEEP)
+                return
             except RETRYABLE as exc:
                 self.subscribed.clear()
                 state.failed(exc)

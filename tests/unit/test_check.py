@@ -134,3 +134,17 @@ def test_verdict_fails_only_on_fail() -> None:
     assert verdict([Finding("warn", "a", "b"), Finding("ok", "c", "d")]) is True
     assert verdict([Finding("ok", "a", "b"), Finding("fail", "c", "d")]) is False
     assert verdict([]) is True
+
+
+def test_permission_findings_fail_without_scripts_and_warn_without_channels() -> None:
+    from timers.check import permission_findings
+    from timers.permissions import Problem
+
+    assert [f.level for f in permission_findings([])] == ["ok"]
+    scripts = Problem("scripts", "the Redis user may not run EVALSHA: add the ACL rule +evalsha")
+    channel = Problem("events", "the Redis user may not SUBSCRIBE to 'x': add the ACL rule &x")
+    findings = permission_findings([scripts, channel])
+    assert [(f.level, f.value) for f in findings] == [("fail", scripts.line),
+                                                      ("warn", channel.line)]
+    assert verdict(findings) is False
+    assert verdict(permission_findings([channel])) is True
