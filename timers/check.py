@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from timers.permissions import Problem
 
 Level = Literal["ok", "warn", "fail"]
 
@@ -46,31 +50,11 @@ def assess(info: dict[str, str], config: dict[str, str]) -> list[Finding]:
                            f"expired events are off; timers fire through the sweeper alone. "
                            f"Turn them on: {ENABLE_EVENTS}"))
 
-    policy = config.get("maxmemory-policy")
-    if policy is None:
-        out.append(Finding("warn", "maxmemory-policy", "unreadable"))
-    elif policy.startswith("volatile-"):
-        out.append(Finding("fail", "maxmemory-policy", policy,
-                           "Redis may evict timer keys (they all have a TTL) and pending "
-                           "timers with them: set maxmemory-policy noeviction"))
-    elif policy.startswith("allkeys-"):
-        out.append(Finding("warn", "maxmemory-policy", policy,
-                           "under memory pressure Redis may evict the due index itself: "
-                           "noeviction is safer for timers"))
-    else:
-        out.append(Finding("ok", "maxmemory-policy", policy))
-
-    aof = config.get("appendonly")
-    rdb = config.get("save")
-    if aof == "yes":
-        out.append(Finding("ok", "persistence", "appendonly yes"))
-    elif rdb:
-        out.append(Finding("warn", "persistence", f"RDB only (save {rdb})",
-                           "timers scheduled since the last snapshot are lost in a crash: "
-                           "set appendonly yes"))
-    elif aof is not None:
-        out.append(Finding("warn", "persistence", "off",
-                           "a restart loses every pending timer: set appendonly yes"))
+    out.append(_eviction(config.get("maxmemory-policy")))
+    persistence = _persistence(config.get("appendonly"), config.get("save"),
+                               config.get("appendfsync"))
+    if persistence is not None:
+        out.append(persistence)
 
     hz = config.get("hz")
     if hz is not None:
@@ -80,6 +64,57 @@ def assess(info: dict[str, str], config: dict[str, str]) -> list[Finding]:
                            "and active-expire-effort 10 cut that about 10x; the sweeper keeps "
                            "timers on time either way"))
     return out
+
+
+EVICTION_ADVICE = "set maxmemory-policy noeviction (or a volatile-* policy)"
+ALLKEYS_LOSS = ("Redis may evict the due index and the timer records themselves: every "
+                "pending timer lost, silently")
+RDB_ONLY = ("a crash of Redis loses the timers scheduled since the last snapshot AND runs "
+            "again the timers that fired since it (they come back pending)")
+AOF_EVERYSEC = "appendonly yes with appendfsync everysec (at most ~1 s lost)"
+
+
+def _eviction(policy: str | None) -> Finding:
+    """``allkeys-*`` can evict the due index (every pending timer lost); ``volatile-*``
+    evicts only keys with a TTL, the expiring timer keys: their events are lost, and the
+    sweeper fires those timers from the due index all the same."""
+    if policy is None:
+        return Finding("warn", "maxmemory-policy", "unreadable")
+    if policy.startswith("allkeys-"):
+        return Finding("fail", "maxmemory-policy", policy,
+                       f"{ALLKEYS_LOSS}: {EVICTION_ADVICE}")
+    if policy.startswith("volatile-"):
+        return Finding("warn", "maxmemory-policy", policy,
+                       "under memory pressure Redis evicts the expiring timer keys: their "
+                       "expired events are lost and the sweeper fires those timers (on time, "
+                       "from the due index). noeviction keeps the events too")
+    return Finding("ok", "maxmemory-policy", policy)
+
+
+def _persistence(aof: str | None, rdb: str | None, fsync: str | None) -> Finding | None:
+    if aof == "yes":
+        if fsync == "no":
+            return Finding("warn", "persistence", "appendonly yes, appendfsync no",
+                           f"the OS decides when to write: a crash may lose more than a "
+                           f"second of timers. For nothing lost: {AOF_EVERYSEC}")
+        return Finding("ok", "persistence",
+                       f"appendonly yes{f', appendfsync {fsync}' if fsync else ''}")
+    if rdb:
+        return Finding("warn", "persistence", f"RDB only (save {rdb})",
+                       f"{RDB_ONLY}. For nothing lost: {AOF_EVERYSEC}")
+    if aof is not None:
+        return Finding("warn", "persistence", "off",
+                       f"a restart loses every pending timer. For nothing lost: {AOF_EVERYSEC}")
+    return None
+
+
+def permission_findings(problems: Sequence[Problem]) -> list[Finding]:
+    """The Redis user's permissions: no scripts fails (a listener can do nothing); no
+    channels warns (listeners fire through the sweeper alone)."""
+    if not problems:
+        return [Finding("ok", "permissions", "EVAL/EVALSHA, SUBSCRIBE, PUBLISH")]
+    return [Finding("fail" if p.capability == "scripts" else "warn", "permissions", p.line)
+            for p in problems]
 
 
 def verdict(findings: list[Finding]) -> bool:

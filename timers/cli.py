@@ -18,15 +18,18 @@ from typing import Annotated, Any
 import redis
 import typer
 
-from timers.check import assess, verdict
+from timers.check import assess, permission_findings, verdict
 from timers.cli_common import PrefixOption, UrlOption, UserError, friendly, open_timers
 from timers.cli_cron import cron_app
 from timers.cli_failed import failed_app
 from timers.client import URL_ENV, configured_url
 from timers.due import format_duration, parse_duration
+from timers.eviction import EvictionUnsafe
 from timers.keys import DEFAULT_PREFIX
 from timers.listener import DEFAULT_CONCURRENCY, DEFAULT_LEASE, Listener
 from timers.loader import TASKS_ENV, TaskLoader, configured_package
+from timers.orphans import ask_for_signal_on_parent_death, supervisor_pid, watch_parent
+from timers.permissions import PermissionMissing, probe_url
 from timers.supervisor import Supervisor
 
 app = typer.Typer(
@@ -103,6 +106,10 @@ def listen(
     ] = 1,
     prefix: PrefixOption = DEFAULT_PREFIX,
     log_level: Annotated[str, typer.Option("--log-level")] = "info",
+    allow_eviction: Annotated[
+        bool, typer.Option("--allow-eviction", help="Start even on an allkeys-* eviction "
+                                                    "policy, which can evict pending timers.")
+    ] = False,
 ) -> None:
     """Run timers as they come due (subscribes to expired events and sweeps the due index)."""
     _configure_logging(log_level)
@@ -114,12 +121,14 @@ def listen(
         command += ["--url", url] if url else []
         command += ["--tasks", tasks] if tasks else []
         command += ["--burst"] if burst else []
+        command += ["--allow-eviction"] if allow_eviction else []
         supervisor = Supervisor(command, processes, shutdown_timeout=shutdown_timeout,
                                 restart_clean_exits=not burst)
         raise typer.Exit(supervisor.run())
     try:
         listener = Listener(url, prefix=prefix, tasks=tasks, concurrency=concurrency,
-                            lease=lease, shutdown_timeout=shutdown_timeout)
+                            lease=lease, shutdown_timeout=shutdown_timeout,
+                            allow_eviction=allow_eviction)
     except ValueError as exc:
         raise UserError(str(exc)) from None
     asyncio.run(_listen(listener, burst, _safe_url(configured_url(url))))
@@ -163,9 +172,21 @@ async def _listen(listener: Listener, burst: bool, where: str) -> None:
         else:
             listener.abort()
 
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    # SIGHUP (a closed terminal, a service manager's reload) stops gracefully too
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         loop.add_signal_handler(sig, on_signal)
-    await listener.run(burst=burst)
+    parent = supervisor_pid()
+    watcher = None
+    if parent is not None:
+        ask_for_signal_on_parent_death()
+        watcher = asyncio.create_task(watch_parent(parent, on_signal))
+    try:
+        await listener.run(burst=burst)
+    except (EvictionUnsafe, PermissionMissing) as exc:
+        raise UserError(str(exc)) from None
+    finally:
+        if watcher is not None:
+            watcher.cancel()
 
 
 # -- producer commands ------------------------------------------------------------------
@@ -301,7 +322,7 @@ def stats(url: UrlOption = None, prefix: PrefixOption = DEFAULT_PREFIX) -> None:
 
 @app.command()
 @friendly
-def check(url: UrlOption = None) -> None:
+def check(url: UrlOption = None, prefix: PrefixOption = DEFAULT_PREFIX) -> None:
     """Check that a server will fire timers reliably; exits 1 if it will not."""
     client = redis.Redis.from_url(configured_url(url), decode_responses=True)
     try:
@@ -312,7 +333,8 @@ def check(url: UrlOption = None) -> None:
             config = {}
     finally:
         client.close()
-    findings = assess(info, config)
+    findings = assess(info, config) + permission_findings(
+        probe_url(configured_url(url), prefix))
     for f in findings:
         mark = {"ok": "ok  ", "warn": "WARN", "fail": "FAIL"}[f.level]
         typer.echo(f"{mark} {f.name}: {f.value}")

@@ -14,7 +14,7 @@ key                 type    holds
 ``P|rec``           hash    id → record (``task[;opts]:args``): what fires, kept after
                             the expiring key is gone.
 ``P|run``           zset    run token → lease deadline in ms: timers being run.
-``P|runrec``        hash    run token → ``reruns|due|<id>:<record>``.
+``P|runrec``        hash    run token → ``reruns@<listener>|due|<id>:<record>``.
 ``P|seq``           string  counter that numbers run tokens.
 ``P|fail``          zset    failure id → time of the last failure in ms.
 ``P|failrec``       hash    failure id → JSON record (error, traceback, attempts …).

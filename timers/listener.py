@@ -42,13 +42,25 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from timers.check import ENABLE_EVENTS, expired_events_on
 from timers.client import configured_url
 from timers.clock import Clock, SystemClock
+from timers.connection import listener_client
+from timers.crashes import crash_outcome
 from timers.cron import RECURRENCE_OPTION, RecurrenceHook
 from timers.encoding import Entry, Record, as_text, entry_text, escape_id
+from timers.eviction import EvictionUnsafe, judge, read_policy, report_late_finishes
 from timers.exceptions import MalformedTimerKey, TaskRefused, TasksUnavailable
 from timers.keys import DEFAULT_PREFIX, Keyspace
 from timers.lease_keeper import HeldRuns, LeaseKeeper, sync_twin
 from timers.loader import TASKS_ENV, TaskLoader, configured_package
 from timers.loop_watch import LoopWatch
+from timers.memory_guard import MemoryGuard
+from timers.permissions import (
+    SWEEP_ONLY_MAX_SLEEP,
+    SWEEPER_ONLY,
+    PermissionMissing,
+    check_at_start,
+    explain,
+    is_permanent,
+)
 from timers.policy import DEFAULT_POLICY, TaskPolicy, policy_of
 from timers.precise import PreciseSleeper
 from timers.runner import Runner
@@ -127,6 +139,7 @@ class Listener:
         clock: Clock | None = None,
         observer: Callable[[Fired], None] | None = None,
         search_path: str | None = None,
+        allow_eviction: bool = False,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
@@ -138,16 +151,7 @@ class Listener:
             self.redis = redis_
             self._owns_client = False
         else:
-            self.redis = redis.asyncio.Redis.from_url(
-                configured_url(redis_),
-                health_check_interval=30,
-                socket_keepalive=True,
-                socket_connect_timeout=5,
-                socket_timeout=15,
-                # RESP2: redis-py reads each pub/sub message as a plain reply, not through
-                # its RESP3 push handler (20k due at once: 8.4-10.5k -> 10.7k fires/s)
-                protocol=2,
-            )
+            self.redis = listener_client(configured_url(redis_))
             self._owns_client = True
         self.keys = Keyspace(prefix)
         self.db = int(self.redis.connection_pool.connection_kwargs.get("db", 0) or 0)
@@ -168,6 +172,9 @@ class Listener:
         self._recurrences = RecurrenceHook(self.redis, self.keys)
         self._runner = Runner(concurrency, on_free=lambda: self._slot_freed.set())
         self._precise = PreciseSleeper()
+        self._memory = MemoryGuard()
+        self.allow_eviction = allow_eviction
+        self._eviction_policy: str | None = None
         self._timer_key_start = self.keys.timer_key_start.encode()
         self._expired_channel = self.keys.expired_channel(self.db).encode()
         self._wake_channel = self.keys.wake_channel.encode()
@@ -208,11 +215,14 @@ class Listener:
                 await self.redis.aclose()
             raise
         await self._check_notifications()
+        await self._check_eviction()
+        events = await self._check_permissions()
         keeper = LeaseKeeper(sync_twin(self.redis, min(15.0, max(1.0, self.lease))),
                              self.keys.running, self.lease, self._held).start()
         watch = LoopWatch(asyncio.get_running_loop(), self._runner.on_loop.copy).start()
         loops = [
-            asyncio.create_task(self._events_loop(), name="timers-events"),
+            asyncio.create_task(self._events_loop() if events else self._no_events(),
+                                name="timers-events"),
             asyncio.create_task(self._finish_loop(), name="timers-finish"),
             asyncio.create_task(self._heartbeat_loop(), name="timers-heartbeat"),
         ]
@@ -327,6 +337,42 @@ class Listener:
                 "the due-driven sweeper alone. Turn expired events on with %s",
                 flags, ENABLE_EVENTS)
 
+    async def _check_eviction(self) -> None:
+        """Refuse to start where Redis may evict the due index (see :mod:`timers.eviction`)."""
+        with contextlib.suppress(*RETRYABLE):
+            self._eviction_policy = await read_policy(self.redis)
+        try:
+            judge(self._eviction_policy, self.allow_eviction)
+        except EvictionUnsafe:
+            if self._owns_client:
+                await self.redis.aclose()
+            raise
+
+    async def _check_permissions(self) -> bool:
+        """Refuse to start if the Redis user may not run scripts; False (sweeper alone)
+        if it may not subscribe (see :mod:`timers.permissions`)."""
+        try:
+            missing = await check_at_start(self.redis, self.keys, self.db)
+        except PermissionMissing:
+            if self._owns_client:
+                await self.redis.aclose()
+            raise
+        if missing:
+            self.tracker.max_sleep = min(self.tracker.max_sleep, SWEEP_ONLY_MAX_SLEEP)
+        return "events" not in missing
+
+    async def _no_events(self) -> None:
+        """The events loop of a listener whose user may not subscribe: nothing to do."""
+        self.subscribed.set()
+        await self._stopping.wait()
+
+    def _give_up(self, exc: BaseException) -> None:
+        """A permanent error (see :func:`timers.permissions.is_permanent`): one line with
+        the fix, and stop with a failure rather than retry it forever."""
+        log.error("cannot claim timers: %s; stopping", explain(exc, self.keys))
+        self.failed = True
+        self.stop()
+
     # -- sweep and claim --------------------------------------------------------------
 
     def _free_slots(self) -> int:
@@ -344,11 +390,18 @@ class Listener:
             limit = min(self._free_slots(), MAX_CLAIM_BATCH)
             try:
                 claimed = await self._claim(limit)
+            except redis.exceptions.OutOfMemoryError as exc:
+                await self._pause(self._memory.refused(exc))
+                continue
             except RETRYABLE as exc:
+                if is_permanent(exc):
+                    self._give_up(exc)
+                    break
                 state.failed(exc)
                 await self._wait_poke(backoff.next())
                 continue
             state.ok()
+            self._memory.claimed()
             backoff.reset()
             if claimed >= limit:
                 continue
@@ -381,7 +434,7 @@ class Listener:
         reply = await self._scripts["claim"](
             keys=[k.due, k.records, k.running, k.running_records, k.sequence, k.stats],
             args=[k.timer_key_start, limit, round(self.lease * 1000), round(2 * CLAIM_LEAD_MS),
-                  *ids],
+                  self.id, *ids],
         )
         received = self.clock.monotonic()
         now_us, next_due, next_lease = (int(x) for x in reply[:3])
@@ -435,8 +488,11 @@ class Listener:
                 fn = self.loader.resolve(task)
                 policy = policy_of(fn)
                 missed = _missed(record, policy, started - run.due_ms)
+                crashed = crash_outcome(run, policy)
                 if skip is not None:
                     outcome = skip
+                elif crashed is not None:
+                    outcome = crashed
                 elif missed is not None:
                     outcome = Outcome("missed", "Missed", missed)
                 else:
@@ -548,6 +604,10 @@ class Listener:
                             # an event is data from the network: nothing it holds may stop
                             # the listener
                             log.exception("could not handle event %r", message)
+            except redis.exceptions.NoPermissionError as exc:
+                log.warning("%s. %s", explain(exc, self.keys), SWEEPER_ONLY)  # once: it ends
+                self.tracker.max_sleep = min(self.tracker.max_sleep, SWEEP_ONLY_MAX_SLEEP)
+                return
             except RETRYABLE as exc:
                 self.subscribed.clear()
                 state.failed(exc)
@@ -633,7 +693,7 @@ class Listener:
         # report them lost. Should the write fail they are held (and renewed) again.
         released = self._held.release(tokens)
         try:
-            await self._scripts["finish"](
+            late = await self._scripts["finish"](
                 keys=[k.running, k.running_records, k.stats, k.failures, k.failure_records,
                       k.due, k.records, k.failure_index],
                 args=args,
@@ -642,6 +702,7 @@ class Listener:
             self._held.hold_all(released)
             raise
         del self._finished[: len(batch)]
+        report_late_finishes(int(late or 0), self._eviction_policy)
         for item in batch:
             self._unwritten.pop(item[0], None)
 

@@ -6,6 +6,9 @@
 >>> @timers.task(retries=3, backoff=[30, 300, 3600], max_lateness=3600)
 ... def morning_digest(user_id: int) -> None: ...
 
+>>> @timers.task(max_crashes=1)   # a task that may kill its process: never run it twice
+... def render(doc_id: int) -> None: ...
+
 The decorator only attaches the policy to the function (the function is still found by its
 path in the tasks package); with ``name=`` it is also registered under that name, for
 listeners built with ``registry=timers.registered()``.
@@ -57,10 +60,15 @@ class TaskPolicy:
     backoff: Backoff | tuple[float, ...] = field(default_factory=Backoff)
     timeout: float | None = None
     max_lateness: float | None = None
+    max_crashes: int = 3
+    """Runs cut short by their listener dying (os._exit, a segfault, kill -9) before the
+    timer is recorded dead instead of run again."""
 
     def __post_init__(self) -> None:
         if self.retries < 0:
             raise ValueError("retries must be 0 or more")
+        if self.max_crashes < 1:
+            raise ValueError(f"max_crashes must be 1 or more, got {self.max_crashes}")
         if isinstance(self.backoff, tuple):
             if not self.backoff and self.retries:
                 raise ValueError("an explicit backoff list needs at least one delay")
@@ -93,6 +101,7 @@ def task(
     backoff: Backoff | Sequence[float] | None = None,
     timeout: float | None = None,
     max_lateness: float | None = None,
+    max_crashes: int = 3,
     name: str | None = None,
 ) -> Any:
     """Give a task a retry/timeout/lateness policy; usable bare or with arguments."""
@@ -103,6 +112,7 @@ def task(
         ),
         timeout=timeout,
         max_lateness=max_lateness,
+        max_crashes=max_crashes,
     )
 
     def decorate(func: F) -> F:

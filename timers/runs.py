@@ -16,7 +16,8 @@ MAX_MESSAGE = 2000
 MAX_TRACEBACK = 8000
 
 OutcomeKind = Literal[
-    "ok", "error", "refused", "bad_args", "rejected", "malformed", "missed", "skipped"
+    "ok", "error", "refused", "bad_args", "rejected", "malformed", "missed", "skipped",
+    "crashed",
 ]
 
 
@@ -30,20 +31,25 @@ class Run:
     due_ms: int
     reruns: int
     source: str
+    died_on: str = ""
+    """For a recovered run: the listener that held it before and died (``host:pid:…``)."""
 
     @classmethod
     def parse(cls, token: Any, text: Any, source: Any) -> Run:
-        """Read a claim reply item ``token, "reruns|due|<id>:<record>", source``."""
+        """Read a claim reply item ``token, "reruns@<listener>|due|<id>:<record>", source``
+        where source is ``e``, ``s`` or ``r@<listener that died>``."""
         raw = as_text(text)
         reruns, due, entry = raw.split("|", 2)
         escaped, _, record = entry.partition(":")
+        found_by, _, died_on = as_text(source).partition("@")
         return cls(
             token=as_text(token),
             escaped_id=escaped,
             record_text=record,
             due_ms=int(due),
-            reruns=int(reruns),
-            source=SOURCES.get(as_text(source), "sweep"),
+            reruns=int(reruns.partition("@")[0]),
+            source=SOURCES.get(found_by, "sweep"),
+            died_on=died_on,
         )
 
     @property

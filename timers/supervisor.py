@@ -1,15 +1,19 @@
 """``timers listen --processes N``: N listener processes, restarted when one dies.
 
-Signal handlers only set flags; the loop does the work. SIGTERM or SIGINT is passed to
-every child (each then stops gracefully and hands back unfinished timers) and the
-supervisor waits for them; a second signal is passed on too, and the children exit at
-once. A child that keeps dying exhausts the restart budget: the supervisor logs the last
-exit reasons, stops the others and exits 1.
+Signal handlers only set flags; the loop does the work. SIGTERM, SIGINT or SIGHUP is
+passed to every child as SIGTERM (each then stops gracefully and hands back unfinished
+timers) and the supervisor waits for them; a second signal is passed on too, and the
+children exit at once. A child that keeps dying exhausts the restart budget: the
+supervisor logs the last exit reasons, stops the others and exits 1.
+
+Should the supervisor itself die, even by ``kill -9``, its children stop gracefully too:
+each knows its pid (``$TIMERS_SUPERVISOR_PID``, see :mod:`timers.orphans`).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import subprocess
 import time
@@ -19,6 +23,7 @@ from dataclasses import dataclass, field
 from types import FrameType
 
 from timers.clock import Clock, SystemClock
+from timers.orphans import SUPERVISOR_ENV
 
 log = logging.getLogger("timers.supervisor")
 POLL = 0.2
@@ -77,13 +82,14 @@ class Supervisor:
         self.signals_received += 1
 
     def _spawn(self, slot: int) -> None:
-        child = subprocess.Popen(self.command)
+        env = dict(os.environ, **{SUPERVISOR_ENV: str(os.getpid())})
+        child = subprocess.Popen(self.command, env=env)
         self.children[slot] = child
         log.info("listener %d started (pid %d)", slot, child.pid)
 
     def run(self) -> int:
         """Supervise until a signal (exit 0) or the restart budget runs out (exit 1)."""
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(sig, self._on_signal)
         for slot in range(self.processes):
             self._spawn(slot)

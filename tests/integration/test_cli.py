@@ -110,19 +110,19 @@ def test_listen_fires_timers_and_stops_on_sigterm(
     assert "Traceback" not in processes.output(listener)
 
 
-def test_check_passes_on_the_test_server_and_fails_with_volatile_eviction(
+def test_check_passes_on_the_test_server_and_fails_with_allkeys_eviction(
         redis_url: str, r: redis.Redis) -> None:
     ok = run_cli("check", "--url", redis_url)
     assert ok.returncode == 0, ok.stdout + ok.stderr
 
     previous = r.config_get("maxmemory-policy")["maxmemory-policy"]
-    r.config_set("maxmemory-policy", "volatile-lru")
+    r.config_set("maxmemory-policy", "allkeys-lru")
     try:
         bad = run_cli("check", "--url", redis_url)
     finally:
         r.config_set("maxmemory-policy", previous)
     assert bad.returncode != 0, bad.stdout
-    assert "maxmemory-policy" in bad.stdout and "volatile-lru" in bad.stdout
+    assert "maxmemory-policy" in bad.stdout and "allkeys-lru" in bad.stdout
     assert "noeviction" in bad.stdout
     assert "Traceback" not in bad.stderr
 

@@ -87,9 +87,11 @@ def test_supervised_listeners_are_restarted_and_stop_on_sigterm(
     assert f"pid {victim} killed by SIGKILL; restarting" in output
 
 
-def test_sigterm_hands_a_running_timer_back(timers_client: Timers, r: redis.Redis,
-                                            redis_url: str, processes: Processes,
-                                            start_listener) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_a_stop_signal_hands_a_running_timer_back(sig: signal.Signals, timers_client: Timers,
+                                                  r: redis.Redis, redis_url: str,
+                                                  processes: Processes, start_listener) -> None:
+    """SIGHUP too (it used to kill the listener outright: its run waited for the lease)."""
     tid = timers_client.schedule("slow.hold", ["slow", 30], in_=0, id="slow")
     listener = processes.timers("listen", "--url", redis_url, "--tasks", TASKS,
                                 "--shutdown-timeout", "0.5")
@@ -98,7 +100,7 @@ def test_sigterm_hands_a_running_timer_back(timers_client: Timers, r: redis.Redi
     assert listener.poll() is None, processes.output(listener)
     assert timers_client.stats().running == 1
 
-    listener.send_signal(signal.SIGTERM)
+    listener.send_signal(sig)
     assert listener.wait(15) == 0, processes.output(listener)
     output = processes.output(listener)
     assert "handing back 1 unfinished run(s)" in output
@@ -142,3 +144,36 @@ def test_supervised_burst_listeners_exit_once_idle(timers_client: Timers, r: red
     restarts = [line for line in output.splitlines() if line.endswith("; restarting")]
     assert restarts == [], f"{len(restarts)} restarts of idle burst listeners:\n{tail}"
     assert code == 0, tail
+
+
+def test_children_stop_and_hand_back_when_the_supervisor_is_killed(
+        timers_client: Timers, r: redis.Redis, redis_url: str, processes: Processes,
+        start_listener) -> None:
+    """``kill -9`` of the supervisor: its listeners used to run on as orphans."""
+    tags = [f"held-{i}" for i in range(4)]
+    timers_client.schedule_many(TimerSpec("slow.hold", [tag, 30], in_=0, id=tag)
+                                for tag in tags)
+    supervisor = processes.timers("listen", "--processes", "2", "--url", redis_url,
+                                  "--tasks", TASKS, "--shutdown-timeout", "0.5")
+    wait_until(lambda: len(calls(r)) == len(tags) or supervisor.poll() is not None, 15,
+               message="the listeners to start the slow tasks")
+    kids = children_of(supervisor.pid)
+    assert supervisor.poll() is None and len(kids) == 2, processes.output(supervisor)
+    try:
+        os.kill(supervisor.pid, signal.SIGKILL)
+        wait_until(lambda: not any(alive(pid) for pid in kids), 15,
+                   message="the orphaned listeners to stop")
+    finally:
+        for pid in kids:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+    stats = timers_client.stats()
+    assert (stats.pending, stats.running) == (len(tags), 0), "handed back, none lost"
+    assert stats.counters.get("handed_back") == len(tags)
+
+    r.set(RELEASE, 1)
+    start_listener(tasks=TASKS)
+    wait_until(lambda: len(done(r)) == len(tags) and settled(timers_client), 10,
+               message="another listener to run the handed-back timers")
+    assert sorted(tag for tag, how in done(r)) == tags, "each ran to the end once"
+    assert timers_client.stats().counters.get("reruns", 0) == 0, "no lease had to lapse"

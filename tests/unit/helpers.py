@@ -15,10 +15,12 @@ class Claimed:
     token: str
     run: str
     source: str
+    died_on: str = ""
+    """For a recovered run ("r"): the listener that held it before."""
 
     @property
     def reruns(self) -> int:
-        return int(self.run.split("|", 2)[0])
+        return int(self.run.split("|", 2)[0].partition("@")[0])
 
     @property
     def due_ms(self) -> int:
@@ -49,6 +51,7 @@ def claim(
     lease_ms: int = 15_000,
     event_ids: tuple[str, ...] = (),
     horizon_ms: int = 0,
+    listener: str = "host:1:abc",
 ) -> ClaimReply:
     """Call the claim script as a listener does and parse its reply.
 
@@ -57,11 +60,12 @@ def claim(
     reply = scripts["claim"](
         keys=[keys.due, keys.records, keys.running, keys.running_records, keys.sequence,
               keys.stats],
-        args=[keys.timer_key_start, limit, lease_ms, horizon_ms, *event_ids],
+        args=[keys.timer_key_start, limit, lease_ms, horizon_ms, listener, *event_ids],
     )
     items = reply[3:]
     claimed = [
-        Claimed(as_text(items[i]), as_text(items[i + 1]), as_text(items[i + 2]))
+        Claimed(as_text(items[i]), as_text(items[i + 1]),
+                *as_text(items[i + 2]).split("@", 1))
         for i in range(0, len(items), 3)
     ]
     return ClaimReply(int(reply[0]), int(reply[1]), int(reply[2]), claimed)

@@ -47,19 +47,25 @@ def test_valkey_is_named() -> None:
     assert finding(findings, "server").value == "valkey 8.1.8"
 
 
-@pytest.mark.parametrize("policy", ["volatile-lru", "volatile-lfu", "volatile-ttl",
-                                    "volatile-random"])
-def test_a_volatile_policy_fails(policy: str) -> None:
+@pytest.mark.parametrize("policy", ["allkeys-lru", "allkeys-lfu", "allkeys-random"])
+def test_an_allkeys_policy_fails_saying_every_pending_timer_can_be_lost(policy: str) -> None:
+    """allkeys-* evicts the due index and the records (5,000 of 5,000 pending lost)."""
     findings = assess(INFO, with_config(maxmemory_policy=policy))
     result = finding(findings, "maxmemory-policy")
     assert (result.level, result.value) == ("fail", policy)
+    assert "due index" in result.advice and "every pending timer lost" in result.advice
     assert "noeviction" in result.advice
     assert verdict(findings) is False
 
 
-def test_an_allkeys_policy_warns() -> None:
-    findings = assess(INFO, with_config(maxmemory_policy="allkeys-lru"))
-    assert finding(findings, "maxmemory-policy").level == "warn"
+@pytest.mark.parametrize("policy", ["volatile-lru", "volatile-lfu", "volatile-ttl",
+                                    "volatile-random"])
+def test_a_volatile_policy_warns_that_only_events_are_lost(policy: str) -> None:
+    """volatile-* evicts only the expiring keys: the sweeper fires every timer anyway."""
+    findings = assess(INFO, with_config(maxmemory_policy=policy))
+    result = finding(findings, "maxmemory-policy")
+    assert (result.level, result.value) == ("warn", policy)
+    assert "sweeper" in result.advice
     assert verdict(findings) is True
 
 
@@ -93,10 +99,20 @@ def test_appendonly_is_ok() -> None:
     assert result.level == "ok"
 
 
-def test_rdb_only_warns() -> None:
+def test_rdb_only_warns_of_lost_and_refired_timers() -> None:
     result = finding(assess(INFO, with_config(appendonly="no")), "persistence")
     assert result.level == "warn"
-    assert "appendonly yes" in result.advice
+    assert "loses the timers scheduled since the last snapshot" in result.advice
+    assert "runs again the timers that fired since it" in result.advice
+    assert "appendonly yes with appendfsync everysec" in result.advice
+
+
+def test_aof_without_fsync_warns() -> None:
+    result = finding(assess(INFO, with_config(appendfsync="no")), "persistence")
+    assert result.level == "warn"
+    assert "appendfsync everysec" in result.advice
+    ok = finding(assess(INFO, with_config(appendfsync="everysec")), "persistence")
+    assert (ok.level, ok.value) == ("ok", "appendonly yes, appendfsync everysec")
 
 
 def test_no_persistence_warns() -> None:
@@ -118,3 +134,17 @@ def test_verdict_fails_only_on_fail() -> None:
     assert verdict([Finding("warn", "a", "b"), Finding("ok", "c", "d")]) is True
     assert verdict([Finding("ok", "a", "b"), Finding("fail", "c", "d")]) is False
     assert verdict([]) is True
+
+
+def test_permission_findings_fail_without_scripts_and_warn_without_channels() -> None:
+    from timers.check import permission_findings
+    from timers.permissions import Problem
+
+    assert [f.level for f in permission_findings([])] == ["ok"]
+    scripts = Problem("scripts", "the Redis user may not run EVALSHA: add the ACL rule +evalsha")
+    channel = Problem("events", "the Redis user may not SUBSCRIBE to 'x': add the ACL rule &x")
+    findings = permission_findings([scripts, channel])
+    assert [(f.level, f.value) for f in findings] == [("fail", scripts.line),
+                                                      ("warn", channel.line)]
+    assert verdict(findings) is False
+    assert verdict(permission_findings([channel])) is True

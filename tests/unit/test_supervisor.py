@@ -7,6 +7,7 @@ The children are trivial Python one-liners, not listeners (those are covered by
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -19,6 +20,7 @@ import pytest
 
 from tests.conftest import ROOT, wait_until
 from tests.processes import alive, children_of
+from timers.orphans import watch_parent
 from timers.supervisor import RestartBudget, Supervisor, exit_reason
 
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(60)"]
@@ -26,8 +28,9 @@ SLEEPER = [sys.executable, "-c", "import time; time.sleep(60)"]
 
 @pytest.fixture
 def own_signal_handlers() -> Iterator[None]:
-    """Supervisor.run() installs SIGTERM/SIGINT handlers in this process: put them back."""
-    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    """Supervisor.run() installs SIGTERM/SIGINT/SIGHUP handlers in this process: put them
+    back."""
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
     yield
     for sig, handler in saved.items():
         signal.signal(sig, handler)
@@ -153,7 +156,8 @@ def _supervisor_process(processes: int) -> subprocess.Popen[bytes]:
                             stderr=subprocess.STDOUT)
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP],
+                         ids=["SIGTERM", "SIGINT", "SIGHUP"])
 def test_a_signal_stops_the_supervisor_and_its_children(sig: signal.Signals) -> None:
     proc = _supervisor_process(2)
     try:
@@ -175,3 +179,13 @@ def test_a_signal_stops_the_supervisor_and_its_children(sig: signal.Signals) -> 
             proc.wait(10)
         for pid in children_of(proc.pid, zombies=True):
             os.kill(pid, signal.SIGKILL)
+
+
+def test_the_parent_watch_stops_a_child_whose_supervisor_is_gone() -> None:
+    """The fallback to PR_SET_PDEATHSIG: a changed parent pid (re-parented) stops the child."""
+    stopped: list[bool] = []
+    parents = iter([42, 42, 1])
+    asyncio.run(asyncio.wait_for(
+        watch_parent(42, lambda: stopped.append(True), getppid=lambda: next(parents),
+                     interval=0.001), 5))
+    assert stopped == [True]

@@ -4,7 +4,8 @@
 -- KEYS[1]  due index: zset, escaped id -> due ms
 -- KEYS[2]  records: hash, escaped id -> record
 -- KEYS[3]  running: zset, run token -> lease deadline ms
--- KEYS[4]  running records: hash, run token -> "reruns|due|<id>:<record>"
+-- KEYS[4]  running records: hash, run token -> "reruns@<listener>|due|<id>:<record>",
+--          <listener> the id of the listener that claimed the run
 -- KEYS[5]  sequence: counter that numbers run tokens
 -- KEYS[6]  stats: hash of counters
 -- ARGV[1]  timer key start "<prefix>:"
@@ -12,7 +13,9 @@
 -- ARGV[3]  lease ms
 -- ARGV[4]  horizon ms: also claim timers due within this long from now (the listener
 --          holds them and starts each exactly at its due time)
--- ARGV[5..] escaped ids named by expired events: claimed first, when due
+-- ARGV[5]  the claiming listener's id (no '|'), kept in the run's record so the listener
+--          that takes the run over after its lease lapsed can name the one that died
+-- ARGV[6..] escaped ids named by expired events: claimed first, when due
 --
 -- Claims, in this order and up to the limit: the named ids that are due; runs whose lease
 -- lapsed (their listener died: they run again with reruns + 1 under a new token, so the
@@ -24,7 +27,9 @@
 -- starts (the listener retries later). Limit, lease and horizon are checked before any
 -- write.
 -- Returns {now_us, next_due or -1, next_lease or -1, then per claim: token, run, source}
--- where source is "e" (event), "r" (recovered lease) or "s" (sweep).
+-- where source is "e" (event), "s" (sweep) or "r@<listener>" (recovered lease: the listener
+-- that held it and died). A recovered run counts one more crash in its reruns: the listener
+-- ends it as failed, not run, once its task's crash limit is reached.
 for i = 2, 4 do
   if not string.match(ARGV[i] or '', '^%d+$') then
     return redis.error_reply('ERR timers claim: bad limit, lease or horizon')
@@ -37,6 +42,7 @@ local lease_until = string.format('%.0f', now + tonumber(ARGV[3]))
 local horizon = now + tonumber(ARGV[4])
 local out = {tonumber(t[1]) * 1000000 + tonumber(t[2]), -1, -1}
 local claimed = 0
+local me = '@' .. string.gsub(ARGV[5] or '', '|', '_')
 
 local function start(run, source)
   local token = string.format('%.0f', redis.call('INCR', KEYS[5]))
@@ -54,11 +60,11 @@ local function take(id, due_text, source)
   if record then
     redis.call('HDEL', KEYS[2], id)
     redis.call('DEL', ARGV[1] .. id .. ':' .. record)
-    start('0|' .. due_text .. '|' .. id .. ':' .. record, source)
+    start('0' .. me .. '|' .. due_text .. '|' .. id .. ':' .. record, source)
   end
 end
 
-for i = 5, #ARGV do
+for i = 6, #ARGV do
   if claimed >= limit then break end
   local score = redis.call('ZSCORE', KEYS[1], ARGV[i])
   if score and tonumber(score) <= horizon then
@@ -73,9 +79,13 @@ if claimed < limit then
     redis.call('ZREM', KEYS[3], token)
     redis.call('HDEL', KEYS[4], token)
     if run then
-      local reruns, rest = string.match(run, '^(%d+)|(.*)$')
-      redis.call('HINCRBY', KEYS[6], 'reruns', 1)
-      start((tonumber(reruns) + 1) .. '|' .. rest, 'r')
+      local reruns, held_by, rest = string.match(run, '^(%d+)@?([^|]*)|(.*)$')
+      if reruns then
+        redis.call('HINCRBY', KEYS[6], 'reruns', 1)
+        start((tonumber(reruns) + 1) .. me .. '|' .. rest, 'r@' .. held_by)
+      else
+        redis.log(redis.LOG_WARNING, 'timers: unreadable run record dropped: ' .. token)
+      end
     end
   end
 end

@@ -3,7 +3,7 @@
 -- runs back in the due index.
 --
 -- KEYS[1]  running: zset, run token -> lease deadline ms
--- KEYS[2]  running records: hash, run token -> "reruns|due|<id>:<record>"
+-- KEYS[2]  running records: hash, run token -> "reruns@<listener>|due|<id>:<record>"
 -- KEYS[3]  stats: hash of counters
 -- KEYS[4]  failures: zset, failure id -> time of failure ms
 -- KEYS[5]  failure records: hash, failure id -> JSON
@@ -61,7 +61,7 @@ for i = 4, #ARGV, 4 do
   if kind == 'release' then
     local run = redis.call('HGET', KEYS[2], token)
     if run then
-      local due, id, record = string.match(run, '^%d+|(%-?%d+)|([^:]+):(.*)$')
+      local due, id, record = string.match(run, '^[^|]*|(%-?%d+)|([^:]+):(.*)$')
       if due then
         released[i] = {id, record, tonumber(due)}
       else
