@@ -93,7 +93,7 @@ def inject_sigterm(s: Scenario) -> None:
     s.evidence.append(f"SIGTERM to listener {victim.pid} with {running} task(s) running: "
                       f"it exited {code} after {exited:.2f} s and handed back {handed} run(s)")
     if code != 0:
-        raise FaultError(f"the SIGTERMed listener exited {code}:\n{victim.log()[-2000:]}")
+        raise FaultError(f"the SIGTERMed listener exited {code}: {victim.last_words()}")
     s.start_listener()
 
 

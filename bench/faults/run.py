@@ -36,8 +36,6 @@ FAULTS: dict[str, Fault] = {f.name: f for f in CLASSIC_FAULTS + HOSTILE_FAULTS}
 """The faults of a full run, in order."""
 EXTRA: dict[str, Fault] = {f.name: f for f in EXTRA_FAULTS}
 """Faults run only when named."""
-DONE_TIMEOUT = 60.0
-"""Seconds after the main batch's spread for every timer to complete: a guard, not a goal."""
 Stopped = (FaultError, redis.RedisError, subprocess.TimeoutExpired)
 
 
@@ -64,7 +62,7 @@ def _play(fault: Fault, plan: Plan, s: Scenario, result: Result) -> None:
     s.schedule(final)
     main_ids, final_ids = s.main_ids(), [tid for tid, _, _ in final]
     settled = fault.settled
-    s.wait_done(main_ids + final_ids, plan.spread_s + plan.lead_s + DONE_TIMEOUT,
+    s.wait_done(main_ids + final_ids, plan.spread_s + plan.lead_s + fault.done_timeout,
                 None if settled is None else functools.partial(settled, s))
     if fault.judge is not None:
         fault.judge(s)

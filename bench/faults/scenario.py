@@ -118,7 +118,7 @@ class Scenario:
         for listener in self.listeners:
             if listener.process.poll() not in (None, 0, -signal.SIGKILL):
                 raise FaultError(f"listener {listener.pid} exited "
-                                 f"{listener.process.returncode}:\n{listener.log()[-2000:]}")
+                                 f"{listener.process.returncode}: {listener.last_words()}")
 
     def all_subscribed(self) -> bool:
         """Whether every live listener is subscribed to expired events (and no dead one)."""
@@ -256,6 +256,9 @@ class Fault:
     judge: Inject | None = None
     """After the timers are done (or a deadline passed): adds the second runs the fault
     explains (:attr:`Scenario.signals`), evidence and problems."""
+    done_timeout: float = 60.0
+    """Seconds after the main batch's spread for every timer to complete: a guard against
+    a hang, not a goal."""
     settled: Callable[[Scenario], bool] | None = None
     """When the scenario is over once its timers completed (default: nothing is pending
     and nothing runs)."""
