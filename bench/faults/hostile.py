@@ -29,7 +29,15 @@ import time
 
 import redis
 
-from bench.faults.ledger import KILL_FLUSH_GRACE, Signal, completed, open_runs, starts
+from bench.faults.ledger import (
+    KILL_FLUSH_GRACE,
+    Signal,
+    completed,
+    open_runs,
+    read_ledger,
+    runs_by_timer,
+    starts,
+)
 from bench.faults.processes import (
     FaultError,
     child_pids,
@@ -238,6 +246,14 @@ def judge_poison(s: Scenario) -> None:
     for mark in crashes:  # the process died with it: its other runs were cut short
         s.signals.append(Signal(mark.pid, "poison os._exit", mark.at + 0.05,
                                 mark.at - KILL_FLUSH_GRACE))
+    runs = runs_by_timer(read_ledger(s.ledger))
+    with_it = {tid: sum(1 for run in mine if run.end is None) for tid, mine in runs.items()
+               if tid != POISON_ID}
+    with_it = {tid: n for tid, n in with_it.items() if n}
+    if with_it:
+        worst = max(with_it, key=with_it.__getitem__)
+        s.evidence.append(f"{len(with_it)} other timers died with it (runs cut short; "
+                          f"{worst} {with_it[worst]} times)")
     supervisor = s.listeners[0]
     restarts = supervisor.count_in_log("restarting")
     dead = poison_dead(s)

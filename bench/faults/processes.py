@@ -143,11 +143,11 @@ class ListenerProcess:
 
     def last_words(self) -> str:
         """The last line of its log that says something went wrong (or its last line)."""
-        lines = [line for line in self.log().splitlines() if line.strip()]
-        for line in reversed(lines):
-            if any(level in line for level in ("CRITICAL", "ERROR", "Error")):
-                return line.strip()
-        return lines[-1].strip() if lines else "(empty log)"
+        lines = [line.strip() for line in self.log().splitlines() if line.strip()]
+        said = next((line for line in reversed(lines)
+                     if any(level in line for level in ("CRITICAL", "ERROR", "Error"))),
+                    lines[-1] if lines else "(empty log)")
+        return said if len(said) <= 200 else said[:200] + " …"
 
     def count_in_log(self, text: str) -> int:
         return self.log().count(text)
