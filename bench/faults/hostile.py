@@ -45,6 +45,7 @@ from bench.faults.processes import (
     wait_for,
 )
 from bench.faults.scenario import Fault, Scenario
+from timers import TimersError
 
 MIB = 1 << 20
 OOM_HEADROOM = 2 * MIB
@@ -139,7 +140,7 @@ def inject_oom(s: Scenario) -> None:
     try:
         s.timers.stats()
         stats = "timers stats read fine"
-    except redis.RedisError as exc:
+    except (redis.RedisError, TimersError) as exc:
         stats = f"timers stats failed ({exc})"
         s.problems.append(f"timers stats failed under OOM: {exc}")
     more_lowered, more_refused = hold_full(s.r, OOM_HOLD_S / 2)
@@ -229,10 +230,11 @@ def inject_poison(s: Scenario) -> None:
         return poison_stopped(s)
 
     wait_for(stopped, 30, "the poison timer to be recorded dead", interval=0.1)
-    ran = len(starts(s.ledger, POISON_ID))
-    s.evidence.append(f"the poison timer ran {ran} times in {time.time() - begun:.1f} s"
-                      + (", then was recorded dead" if poison_dead(s) else
-                         ", not recorded dead (the bench stopped watching)"))
+    ran, took = len(starts(s.ledger, POISON_ID)), time.time() - begun
+    s.evidence.append(f"the poison timer was recorded dead after {ran} runs ({took:.1f} s)"
+                      if poison_dead(s) else
+                      f"the poison timer was not recorded dead after {ran} runs ({took:.1f} "
+                      f"s): the bench stopped waiting")
 
 
 def poison_settled(s: Scenario) -> bool:

@@ -30,13 +30,15 @@ from bench.faults.scenario import (
     final_batch,
     main_batch,
 )
+from timers import TimersError
 from timers.server import EmbeddedServer, server_version
 
 FAULTS: dict[str, Fault] = {f.name: f for f in CLASSIC_FAULTS + HOSTILE_FAULTS}
 """The faults of a full run, in order."""
 EXTRA: dict[str, Fault] = {f.name: f for f in EXTRA_FAULTS}
 """Faults run only when named."""
-Stopped = (FaultError, redis.RedisError, subprocess.TimeoutExpired)
+Stopped = (FaultError, redis.RedisError, TimersError, subprocess.TimeoutExpired)
+"""What ends a scenario early with a verdict from the ledger as it stands."""
 
 
 def _play(fault: Fault, plan: Plan, s: Scenario, result: Result) -> None:
