@@ -35,13 +35,14 @@ def _ledger() -> int:
         return _fd
 
 
-def _write(kind: str, tid: str) -> None:
+def write_mark(kind: str, tid: str) -> None:
+    """Append one ledger line: ``kind`` is ``S`` (a run starts) or ``E`` (it returns)."""
     os.write(_ledger(), f"{kind} {tid} {os.getpid()} {time.time():.6f}\n".encode())
 
 
 def mark(tid: str, seconds: float = 0.0) -> None:
     """Record the start, work for ``seconds`` (a slow task: a web call), record the end."""
-    _write("S", tid)
+    write_mark("S", tid)
     if seconds > 0:
         time.sleep(seconds)
-    _write("E", tid)
+    write_mark("E", tid)
