@@ -12,7 +12,7 @@ from __future__ import annotations
 import inspect
 import logging
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Any
 
 import redis
@@ -36,19 +36,40 @@ class HeldRuns:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._runs: dict[str, str] = {}
+        self._ending: set[str] = set()  # held, with their ending on its way to Redis
 
     def hold(self, token: str, timer_id: str) -> None:
         with self._lock:
             self._runs[token] = timer_id
 
-    def hold_all(self, runs: Mapping[str, str]) -> None:
-        with self._lock:
-            self._runs.update(runs)
-
     def release(self, tokens: Iterable[str]) -> dict[str, str]:
         """Stop keeping ``tokens``; returns those that were held, with their timer ids."""
         with self._lock:
+            self._ending.difference_update(tokens)
             return {t: self._runs.pop(t) for t in tokens if t in self._runs}
+
+    def ending(self, tokens: Iterable[str], sent: bool = True) -> None:
+        """Mark ``tokens`` as having their ending on its way (``sent=False``: no longer).
+
+        They are still renewed until the ending is written, so a blocked event loop
+        between sending and reading the reply cannot let their leases lapse; a renewal
+        that finds one already ended drops it without a warning.
+        """
+        with self._lock:
+            if sent:
+                self._ending.update(t for t in tokens if t in self._runs)
+            else:
+                self._ending.difference_update(tokens)
+
+    def drop_lost(self, token: str) -> str | None:
+        """Stop keeping a token a renewal found lost; its timer id, or None when it was
+        not held or its ending was on its way (nothing was lost)."""
+        with self._lock:
+            timer_id = self._runs.pop(token, None)
+            if token in self._ending:
+                self._ending.discard(token)
+                return None
+            return timer_id
 
     def tokens(self) -> list[str]:
         with self._lock:
@@ -135,7 +156,8 @@ class LeaseKeeper:
             self._failing = False
             log.warning("lease renewal works again")
         for token in lost:
-            gone = self.held.release([as_text(token)])  # no use renewing it again
-            for text, timer_id in gone.items():
+            text = as_text(token)
+            timer_id = self.held.drop_lost(text)  # no use renewing it again
+            if timer_id is not None:
                 log.warning("lease of run %s (timer %s) lapsed: another listener may run it "
                             "again", text, timer_id)

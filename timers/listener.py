@@ -689,9 +689,9 @@ class Listener:
         for item in batch:
             args.extend(item)
         tokens = [item[0] for item in batch]
-        # Stop renewing these before the ending is sent: a renewal that crosses it would
-        # report them lost. Should the write fail they are held (and renewed) again.
-        released = self._held.release(tokens)
+        # Renewed until the reply is read (the loop may block before it is), and a renewal
+        # that crosses the ending drops them quietly.
+        self._held.ending(tokens)
         try:
             late = await self._scripts["finish"](
                 keys=[k.running, k.running_records, k.stats, k.failures, k.failure_records,
@@ -699,8 +699,9 @@ class Listener:
                 args=args,
             )
         except BaseException:
-            self._held.hold_all(released)
+            self._held.ending(tokens, sent=False)
             raise
+        self._held.release(tokens)
         del self._finished[: len(batch)]
         report_late_finishes(int(late or 0), self._eviction_policy)
         for item in batch:

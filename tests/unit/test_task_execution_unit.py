@@ -98,6 +98,32 @@ def test_the_lease_thread_renews_held_runs_and_reports_a_lost_one_once(
     keeper.close()
 
 
+def test_a_run_whose_ending_is_on_its_way_stays_renewed_and_is_dropped_quietly(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The event loop may block between sending an ending and reading its reply: the
+    lease must not lapse meanwhile, and a renewal that crosses the written ending is not
+    a lost lease."""
+    server = fakeredis.FakeServer()
+    client = fakeredis.FakeRedis(server=server)
+    client.zadd("timers|running", {"1": 1})
+    held = HeldRuns()
+    held.hold("1", "sent")
+    held.hold("2", "written")
+    held.ending(["1", "2"])  # "2" already ended in Redis: not in the running set
+    keeper = LeaseKeeper(fakeredis.FakeRedis(server=server), "timers|running", 30.0, held)
+    caplog.set_level(logging.WARNING, logger="timers")
+    keeper.renew_once()
+    assert float(client.zscore("timers|running", "1") or 0) > 1  # still renewed
+    assert held.tokens() == ["1"]
+    assert not [m for m in caplog.messages if "lapsed" in m]
+    held.ending(["1"], sent=False)  # the write failed: held as before
+    client.zrem("timers|running", "1")
+    keeper.renew_once()
+    assert [m for m in caplog.messages if "lapsed" in m] == [
+        "lease of run 1 (timer sent) lapsed: another listener may run it again"]
+    keeper.close()
+
+
 def test_the_lease_thread_logs_failures_once_per_change(
         caplog: pytest.LogCaptureFixture) -> None:
     server = fakeredis.FakeServer()
