@@ -2,8 +2,10 @@
 
 The claim script declares no ``allow-oom`` flag, so a full server refuses it before its
 first write; renewals and endings declare it and go on. The listener then stops claiming,
-keeps the leases it holds, says so once, and claims again once memory frees (a claim is
-tried every few seconds, and on every wake-up: a finished run frees memory).
+keeps the leases it holds, says so once, and claims again as soon as memory frees: a
+refused claim costs Redis next to nothing (it is turned away before it runs), so it is
+tried again every ``RETRY`` seconds, and a timer held back by a full server starts within
+that long of memory being free (invariant 10).
 """
 
 from __future__ import annotations
@@ -11,8 +13,7 @@ from __future__ import annotations
 import logging
 
 log = logging.getLogger("timers.listener")
-FIRST_WAIT = 0.25
-MAX_WAIT = 2.0
+RETRY = 0.02
 
 
 class MemoryGuard:
@@ -21,7 +22,6 @@ class MemoryGuard:
 
     def __init__(self) -> None:
         self.full = False
-        self._wait = FIRST_WAIT
 
     def refused(self, exc: BaseException) -> float:
         """A claim was refused for want of memory: the seconds to wait before trying again."""
@@ -29,12 +29,10 @@ class MemoryGuard:
             self.full = True
             log.warning("Redis is out of memory (maxmemory reached, %s): not claiming new "
                         "timers until it frees; leases kept", str(exc).rstrip(". ") or "OOM")
-        wait, self._wait = self._wait, min(self._wait * 2, MAX_WAIT)
-        return wait
+        return RETRY
 
     def claimed(self) -> None:
         """A claim went through: memory is back, if it was short."""
-        self._wait = FIRST_WAIT
         if self.full:
             self.full = False
             log.warning("Redis has memory again: claiming timers")
