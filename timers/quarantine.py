@@ -40,6 +40,8 @@ log = logging.getLogger("timers.listener")
 EXIT_GRACE = 2.0
 """Seconds a child that sent its outcome gets to exit before it is killed."""
 
+STARTED = Outcome("ok", "", "started")
+"""The child's first message: the task is loaded and starts now."""
 _context: Any = None
 
 
@@ -109,12 +111,15 @@ class Quarantine:
         try:
             await asyncio.to_thread(process.start)
             sender.close()
-            try:
-                async with asyncio.timeout(limit):
-                    outcome = await _outcome_of(process, receiver)
-            except TimeoutError:
-                return Outcome("error", "TimeoutError",
-                               f"task did not finish within {limit} s"), None
+            # the timeout counts from when the task starts, not while the child loads it
+            outcome = await _message(process, receiver)
+            if outcome is STARTED:
+                try:
+                    async with asyncio.timeout(limit):
+                        outcome = await _message(process, receiver)
+                except TimeoutError:
+                    return Outcome("error", "TimeoutError",
+                                   f"task did not finish within {limit} s"), None
             if outcome is not None:
                 await _exited(process, EXIT_GRACE)
             return outcome, process.exitcode
@@ -141,13 +146,17 @@ async def _readable(*fds: int) -> None:
             loop.remove_reader(fd)
 
 
-async def _outcome_of(process: Any, receiver: Connection) -> Outcome | None:
-    """The outcome the child sends, or None once it has exited without one."""
+async def _message(process: Any, receiver: Connection) -> Outcome | None:
+    """The next message of the child (:data:`STARTED` or its outcome), or None once it
+    has exited without one."""
     await _readable(receiver.fileno(), process.sentinel)
     try:
         if receiver.poll():
-            kind, error_type, message, trace = receiver.recv()
-            return Outcome(kind, error_type, message, trace)
+            message = receiver.recv()
+            if message == "started":
+                return STARTED
+            kind, error_type, text, trace = message
+            return Outcome(kind, error_type, text, trace)
     except (EOFError, OSError, pickle.UnpicklingError, ValueError, TypeError):
         pass
     await _exited(process, None)
@@ -180,14 +189,15 @@ def _child(package: str, search_path: str | None, task: str, pickled: bytes, arg
            sender: Connection) -> None:
     """In the child: resolve the task as the listener does, run it, send the outcome."""
     ask_for_signal_on_parent_death(signal.SIGKILL)
-    outcome = asyncio.run(_run_in_child(package, search_path, task, pickled, args_json))
+    outcome = asyncio.run(_run_in_child(package, search_path, task, pickled, args_json,
+                                        lambda: sender.send("started")))
     sender.send((outcome.kind, outcome.error_type, outcome.message[:MAX_MESSAGE],
                  outcome.traceback[-MAX_TRACEBACK:]))
     sender.close()
 
 
 async def _run_in_child(package: str, search_path: str | None, task: str, pickled: bytes,
-                        args_json: str) -> Outcome:
+                        args_json: str, started: Callable[[], None]) -> Outcome:
     try:
         if pickled:
             fn = pickle.loads(pickled)
@@ -197,6 +207,7 @@ async def _run_in_child(package: str, search_path: str | None, task: str, pickle
             fn = loader.resolve(task)
     except Exception as exc:
         return Outcome("refused", type(exc).__qualname__, f"in a quarantine process: {exc}")
+    started()
     runner = Runner(1)
     try:
         return await runner.call(fn, json.loads(args_json))

@@ -7,11 +7,14 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import fakeredis
 import pytest
 
+from tests.processes import alive
 from tests.unit.test_crashes import PAST, crash
 from tests.unit.test_listener_unit import make_listener
 from timers import Timers
@@ -95,3 +98,35 @@ def test_the_timeout_kills_a_quarantined_task() -> None:
 def test_how_a_process_died_reads_well() -> None:
     assert how_it_died(-11) == "killed by SIGSEGV"
     assert how_it_died(1) == "exit code 1"
+
+
+def test_a_stopping_listener_ends_its_quarantine_process_and_hands_the_run_back(
+        tmp_path: Path) -> None:
+    server = fakeredis.FakeServer()
+    fake = fakeredis.FakeRedis(server=server)
+    ks, scripts = Keyspace(), register_all(fake)
+    producer = Timers(fake)
+    trace = tmp_path / "runs"
+    producer.schedule("crash.linger", [str(trace)], at=PAST, id="suspect")
+    crash(fake, ks, scripts, "web-1:101:ab")
+
+    async def scenario() -> None:
+        listener = make_listener(server, shutdown_timeout=0.2)
+        running = asyncio.create_task(listener.run())
+        await wait_for(lambda: trace.exists(), "the quarantined task to start")
+        listener.stop()
+        await asyncio.wait_for(running, 10)
+        await listener.redis.aclose()
+
+    asyncio.run(scenario())
+    pid = int(trace.read_text().split()[1])
+    assert not alive(pid), "the quarantine process ended with the listener"
+    stats = producer.stats()
+    assert (stats.pending, stats.running, stats.fired, stats.failed) == (1, 0, 0, 0)
+
+
+async def wait_for(condition: Callable[[], bool], what: str, seconds: float = 10.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.02)

@@ -38,3 +38,9 @@ def fail(message: str) -> None:
 @task(timeout=0.3)
 def too_slow(seconds: float = 30.0) -> None:
     time.sleep(seconds)
+
+
+def linger(path: str, seconds: float = 30.0) -> None:
+    """Note the pid, then take ``seconds``: still running when the listener stops."""
+    note(path, "lingering")
+    time.sleep(seconds)
