@@ -43,7 +43,7 @@ from timers.check import ENABLE_EVENTS, expired_events_on
 from timers.client import configured_url
 from timers.clock import Clock, SystemClock
 from timers.connection import listener_client
-from timers.crashes import crash_outcome
+from timers.crashes import crash_outcome, listener_name
 from timers.cron import RECURRENCE_OPTION, RecurrenceHook
 from timers.encoding import Entry, Record, as_text, entry_text, escape_id
 from timers.eviction import EvictionUnsafe, judge, read_policy, report_late_finishes
@@ -63,6 +63,7 @@ from timers.permissions import (
 )
 from timers.policy import DEFAULT_POLICY, TaskPolicy, policy_of
 from timers.precise import PreciseSleeper
+from timers.quarantine import Quarantine, is_suspect
 from timers.runner import Runner
 from timers.runs import Fired, Outcome, Run, failure_entry, rejected_entry
 from timers.scripts import register_all
@@ -197,6 +198,7 @@ class Listener:
         self.subscribed = asyncio.Event()
         self.fired_count = 0
         self.id = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+        self._quarantine = Quarantine(self.loader, listener_name(self.id))
         self.started_at = time.time()
 
     # -- running ----------------------------------------------------------------------
@@ -495,6 +497,9 @@ class Listener:
                     outcome = crashed
                 elif missed is not None:
                     outcome = Outcome("missed", "Missed", missed)
+                elif is_suspect(run.reruns):  # its listener died holding it: in a child
+                    outcome = await self._quarantine.run(run.timer_id, task, fn, args, policy,
+                                                         run.reruns)
                 else:
                     outcome = await self._runner.call(fn, args, policy.timeout)
             except TaskRefused as exc:

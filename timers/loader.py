@@ -57,6 +57,7 @@ class TaskLoader:
             raise ValueError(f"tasks package must be a dotted module name, got {package!r}")
         self.package = package
         self.registry = dict(registry or {})
+        self.search_path = search_path
         if search_path is not None and search_path not in sys.path:
             sys.path.insert(0, search_path)
         self._found: dict[str, Callable[..., Any]] = {}

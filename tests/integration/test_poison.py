@@ -3,6 +3,10 @@
 Before: it ran again after every lease lapse, without limit, never recorded failed; under
 ``--processes 2 --lease 2`` the supervisor gave up after 10 restarts and stranded the
 unrelated timers. Now the third crash makes it a dead timer and everything else runs once.
+
+And the timers in flight alongside the poison when it killed its listener (collateral, not
+poison) must not be recorded dead with it: a run whose listener died runs again in a
+quarantine process, so only the poison's own crashes count against it.
 """
 
 from __future__ import annotations
@@ -38,7 +42,8 @@ def test_a_poison_timer_dies_after_three_crashes_and_the_rest_run_once(
     (failure,) = timers_client.failed()
     assert failure.timer_id == "poison"
     message = failure.data["message"]
-    assert message.startswith("listener died while running it 3 times; last listener "), message
+    assert message.startswith("its process died 3 times (last: exit code 1 in a quarantine "
+                              "process on "), message
     wait_until(lambda: settled(timers_client), 10, message="nothing pending or running")
 
     poison_calls = [n for tag, n in calls(r) if tag == "poison"]
@@ -46,11 +51,48 @@ def test_a_poison_timer_dies_after_three_crashes_and_the_rest_run_once(
     runs = Counter(tag for tag, _ in done(r))
     assert runs == Counter({f"t{i}": 1 for i in range(ORDINARY)}), "lost 0, runs per timer 1"
     stats = timers_client.stats()
-    assert (stats.fired, stats.failed, stats.counters.get("reruns")) == (ORDINARY, 1, 3)
+    # one listener death (the first run); the two other crashes were quarantine processes
+    assert (stats.fired, stats.failed, stats.counters.get("reruns")) == (ORDINARY, 1, 1)
 
     # the supervisor still runs its two listeners: new timers fire
     timers_client.schedule_many(TimerSpec("ok.hit", [f"after-{i}"], in_=0) for i in range(5))
     wait_until(lambda: len(done(r)) == ORDINARY + 5, 10, message="timers after the poison")
     output = processes.output(supervisor)
-    assert output.count("killed by") + output.count("exited with code 1") == 3, output[-3000:]
+    assert output.count("killed by") + output.count("exited with code 1") == 1, output[-3000:]
+    assert output.count("its quarantine process died (exit code 1)") == 2, output[-3000:]
     assert "giving up" not in output
+
+
+ALONGSIDE = 20
+
+
+def test_timers_in_flight_alongside_a_poison_run_to_completion_and_none_is_dead(
+        timers_client: Timers, r: redis.Redis, redis_url: str, processes: Processes) -> None:
+    """The poison kills its listener while 20 ordinary 0.5 s timers run beside it: they are
+    cut short, rerun in quarantine once and complete; only the poison is dead."""
+    timers_client.schedule("poison.die_amid", ["poison", ALONGSIDE], in_=0, id="poison")
+    timers_client.schedule_many(TimerSpec("slow.nap", [f"n{i}"], in_=0, id=f"n{i}")
+                                for i in range(ALONGSIDE))
+    # one listener's first sweep claims all 21 (25 slots): the naps share the poison's process
+    supervisor = processes.timers("listen", "--processes", "2", "--lease", "2",
+                                  "--concurrency", "25", "--url", redis_url,
+                                  "--tasks", "tests.retry_tasks")
+
+    def all_ended() -> bool:
+        return ((bool(timers_client.failed()) and settled(timers_client))
+                or supervisor.poll() is not None)
+
+    wait_until(all_ended, 40, message="the poison dead and every other timer ended")
+    assert supervisor.poll() is None, processes.output(supervisor)
+    failures = timers_client.failed()
+    assert [f.timer_id for f in failures] == ["poison"], "no timer but the poison is dead"
+    assert failures[0].data["message"].startswith("its process died 3 times"), failures[0].data
+    completed = Counter(tag for tag, _ in done(r))
+    assert set(completed) == {f"n{i}" for i in range(ALONGSIDE)}, "every nap completed"
+    assert all(n == 1 for n in completed.values()), completed
+    starts = Counter(tag for tag, _ in calls(r) if tag != "poison")
+    cut_short = sorted(tag for tag, n in starts.items() if n > 1)
+    assert cut_short, "the scenario needs naps in flight when the poison killed its process"
+    assert max(starts.values()) == 2, f"a cut-short nap runs once more, no more: {starts}"
+    stats = timers_client.stats()
+    assert (stats.fired, stats.failed) == (ALONGSIDE, 1)

@@ -71,3 +71,11 @@ def brief(tag: str) -> None:
     note_call(tag)
     time.sleep(0.02)
     note_done(tag)
+
+
+def nap(tag: str, seconds: float = 0.5) -> None:
+    """An ordinary task that takes ``seconds``: long enough to be in flight when a poison
+    kills its process."""
+    note_call(tag)
+    time.sleep(seconds)
+    note_done(tag)

@@ -1,0 +1,132 @@
+"""Suspect runs run in quarantine: a run whose listener died holding it runs in a child
+process, so a poison kills only that child (counted as one more crash of its own timer)
+and the innocents cut short with it run once and succeed."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import fakeredis
+import pytest
+
+from tests.processes import alive
+from tests.unit.test_crashes import PAST, crash
+from tests.unit.test_listener_unit import make_listener
+from timers import Timers
+from timers.keys import Keyspace
+from timers.quarantine import how_it_died
+from timers.scripts import register_all
+
+HERE = f"{socket.gethostname()}:{os.getpid()}"
+
+
+def recovered(task: str, args: list[object], reruns: int, **options: object) -> Timers:
+    """A fake server holding one timer whose listener died ``reruns`` times, then run it
+    with a listener in a burst; returns the producer to look at the result."""
+    server = fakeredis.FakeServer()
+    fake = fakeredis.FakeRedis(server=server)
+    ks, scripts = Keyspace(), register_all(fake)
+    producer = Timers(fake)
+    producer.schedule(task, args, at=PAST, id="suspect")
+    for i in range(reruns):
+        crash(fake, ks, scripts, f"web-{i}:{100 + i}:ab")
+
+    async def scenario() -> None:
+        listener = make_listener(server, **options)
+        await asyncio.wait_for(listener.run(burst=True), 30)
+        await listener.redis.aclose()
+
+    asyncio.run(scenario())
+    return producer
+
+
+@pytest.mark.parametrize("reruns", [1, 2])
+def test_a_poison_suspect_dies_in_quarantine_until_its_crash_limit(
+        reruns: int, caplog: pytest.LogCaptureFixture) -> None:
+    """The listener survives; the crashes before plus those in quarantine make 3."""
+    producer = recovered("crash.die", [1], reruns)
+    stats = producer.stats()
+    assert (stats.pending, stats.running, stats.fired, stats.failed) == (0, 0, 0, 1)
+    (failure,) = producer.failed()
+    assert failure.timer_id == "suspect"
+    assert failure.data["message"] == (
+        f"its process died 3 times (last: exit code 1 in a quarantine process on {HERE})")
+    warnings = [r.getMessage() for r in caplog.records
+                if "quarantine process died" in r.getMessage()]
+    assert len(warnings) == 3 - reruns, "one warning per crash in quarantine"
+    assert all("suspect" in w and "crash.die" in w for w in warnings)
+
+
+def test_a_segfault_in_quarantine_is_named() -> None:
+    producer = recovered("crash.segfault", [], 2)
+    (failure,) = producer.failed()
+    assert failure.data["message"] == (
+        f"its process died 3 times (last: killed by SIGSEGV in a quarantine process on {HERE})")
+
+
+@pytest.mark.parametrize("task", ["crash.note", "crash.async_note"])
+def test_an_innocent_suspect_runs_once_in_quarantine_and_succeeds(
+        task: str, tmp_path: Path) -> None:
+    trace = tmp_path / "runs"
+    producer = recovered(task, [str(trace)], 2)
+    stats = producer.stats()
+    assert (stats.pending, stats.running, stats.fired, stats.failed) == (0, 0, 1, 0)
+    (line,) = trace.read_text().splitlines()
+    assert int(line.split()[1]) != os.getpid(), "run in a child process, not the listener"
+
+
+def test_a_task_failing_in_quarantine_is_an_ordinary_failure() -> None:
+    producer = recovered("crash.fail", ["no such user"], 1)
+    (failure,) = producer.failed()
+    assert failure.data["error_type"] == "LookupError"
+    assert failure.data["message"] == "no such user"
+    assert "raise LookupError(message)" in failure.data["traceback"]
+
+
+def test_the_timeout_kills_a_quarantined_task() -> None:
+    producer = recovered("crash.too_slow", [], 1)
+    (failure,) = producer.failed()
+    assert (failure.data["error_type"], failure.data["message"]) == (
+        "TimeoutError", "task did not finish within 0.3 s")
+
+
+def test_how_a_process_died_reads_well() -> None:
+    assert how_it_died(-11) == "killed by SIGSEGV"
+    assert how_it_died(1) == "exit code 1"
+
+
+def test_a_stopping_listener_ends_its_quarantine_process_and_hands_the_run_back(
+        tmp_path: Path) -> None:
+    server = fakeredis.FakeServer()
+    fake = fakeredis.FakeRedis(server=server)
+    ks, scripts = Keyspace(), register_all(fake)
+    producer = Timers(fake)
+    trace = tmp_path / "runs"
+    producer.schedule("crash.linger", [str(trace)], at=PAST, id="suspect")
+    crash(fake, ks, scripts, "web-1:101:ab")
+
+    async def scenario() -> None:
+        listener = make_listener(server, shutdown_timeout=0.2)
+        running = asyncio.create_task(listener.run())
+        await wait_for(lambda: trace.exists(), "the quarantined task to start")
+        listener.stop()
+        await asyncio.wait_for(running, 10)
+        await listener.redis.aclose()
+
+    asyncio.run(scenario())
+    pid = int(trace.read_text().split()[1])
+    assert not alive(pid), "the quarantine process ended with the listener"
+    stats = producer.stats()
+    assert (stats.pending, stats.running, stats.fired, stats.failed) == (1, 0, 0, 0)
+
+
+async def wait_for(condition: Callable[[], bool], what: str, seconds: float = 10.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.02)

@@ -1,0 +1,215 @@
+"""Suspect runs run in quarantine: in a child process, so a poison kills only itself.
+
+A run with ``reruns >= 1`` was held by a listener that died. The task may be the poison
+that killed it, or an innocent that was running alongside the poison. Run in the listener
+again, the poison would kill it once more, with every innocent it holds, and the
+innocents' crash counts would climb with the poison's until they were recorded dead too.
+
+So a suspect run goes to a child process (``forkserver``: no fork of a threaded process).
+The child loads the tasks package as the listener does (:class:`TaskLoader`), runs the
+task with :class:`Runner` and sends its :class:`Outcome` back over a pipe. A child that
+exits without one is one more crash of this timer only: it runs again in a new child
+until its crashes (``reruns`` plus the ones here) reach the task's ``max_crashes``, and
+then ends dead. The listener holds the lease throughout; the task's timeout kills the
+child. Non-suspect runs never come here: they keep the in-process path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import multiprocessing
+import pickle
+import signal
+from collections.abc import Callable
+from multiprocessing.connection import Connection
+from typing import Any
+
+from timers.crashes import died_outcome
+from timers.encoding import Args
+from timers.loader import TaskLoader
+from timers.orphans import ask_for_signal_on_parent_death
+from timers.policy import TaskPolicy
+from timers.runner import Runner
+from timers.runs import MAX_MESSAGE, MAX_TRACEBACK, Outcome
+
+log = logging.getLogger("timers.listener")
+
+EXIT_GRACE = 2.0
+"""Seconds a child that sent its outcome gets to exit before it is killed."""
+
+STARTED = Outcome("ok", "", "started")
+"""The child's first message: the task is loaded and starts now."""
+_context: Any = None
+
+
+def _mp_context() -> Any:
+    global _context
+    if _context is None:
+        _context = multiprocessing.get_context("forkserver")
+        _context.set_forkserver_preload(["timers.quarantine"])
+    return _context
+
+
+def is_suspect(reruns: int) -> bool:
+    """A run whose listener died while holding it: run it in quarantine."""
+    return reruns >= 1
+
+
+def how_it_died(exitcode: int | None) -> str:
+    """``killed by SIGSEGV`` or ``exit code 1``."""
+    if exitcode is not None and exitcode < 0:
+        try:
+            return f"killed by {signal.Signals(-exitcode).name}"
+        except ValueError:
+            return f"killed by signal {-exitcode}"
+    return f"exit code {exitcode}"
+
+
+class Quarantine:
+    """Runs suspect runs in child processes; ``where`` names the listener (``host:pid``)."""
+
+    def __init__(self, loader: TaskLoader, where: str) -> None:
+        self.loader = loader
+        self.where = where
+
+    async def run(self, timer_id: str, task: str, fn: Callable[..., Any], args: Args,
+                  policy: TaskPolicy, reruns: int) -> Outcome:
+        """Run ``task`` in a child until it ends with an outcome or its crashes reach
+        ``policy.max_crashes`` (counting the ``reruns`` before)."""
+        crashes = reruns
+        target = self._target(task, fn)
+        while True:
+            outcome, exitcode = await self._once(target, args, policy.timeout)
+            if outcome is not None:
+                return outcome
+            crashes += 1
+            how = how_it_died(exitcode)
+            log.warning("timer %s (%s): its quarantine process died (%s), crash %d of %d",
+                        timer_id, task, how, crashes, policy.max_crashes)
+            if crashes >= policy.max_crashes:
+                return died_outcome(crashes, f"{how} in a quarantine process on {self.where}")
+
+    def _target(self, task: str, fn: Callable[..., Any]) -> tuple[str, str | None, str, bytes]:
+        """What the child resolves: the task path in the package, or a registered
+        function pickled by reference (if it can be)."""
+        pickled = b""
+        if self.loader.registry.get(task) is fn:
+            with contextlib.suppress(Exception):
+                pickled = pickle.dumps(fn)
+        return (self.loader.package, self.loader.search_path, task, pickled)
+
+    async def _once(self, target: tuple[str, str | None, str, bytes], args: Args,
+                    limit: float | None) -> tuple[Outcome | None, int | None]:
+        """One child: its outcome, or None and its exit code if it died without one."""
+        context = _mp_context()
+        receiver, sender = context.Pipe(duplex=False)
+        process = context.Process(target=_child, name="timers-quarantine", daemon=True,
+                                  args=(*target, json.dumps(args), sender))
+        try:
+            await asyncio.to_thread(process.start)
+            sender.close()
+            # the timeout counts from when the task starts, not while the child loads it
+            outcome = await _message(process, receiver)
+            if outcome is STARTED:
+                try:
+                    async with asyncio.timeout(limit):
+                        outcome = await _message(process, receiver)
+                except TimeoutError:
+                    return Outcome("error", "TimeoutError",
+                                   f"task did not finish within {limit} s"), None
+            if outcome is not None:
+                await _exited(process, EXIT_GRACE)
+            return outcome, process.exitcode
+        finally:
+            sender.close()
+            _end(process, receiver)
+
+
+async def _readable(*fds: int) -> None:
+    """Until one of ``fds`` is readable (or closed)."""
+    loop = asyncio.get_running_loop()
+    ready: asyncio.Future[None] = loop.create_future()
+
+    def wake() -> None:
+        if not ready.done():
+            ready.set_result(None)
+
+    for fd in fds:
+        loop.add_reader(fd, wake)
+    try:
+        await ready
+    finally:
+        for fd in fds:
+            loop.remove_reader(fd)
+
+
+async def _message(process: Any, receiver: Connection) -> Outcome | None:
+    """The next message of the child (:data:`STARTED` or its outcome), or None once it
+    has exited without one."""
+    await _readable(receiver.fileno(), process.sentinel)
+    try:
+        if receiver.poll():
+            message = receiver.recv()
+            if message == "started":
+                return STARTED
+            kind, error_type, text, trace = message
+            return Outcome(kind, error_type, text, trace)
+    except (EOFError, OSError, pickle.UnpicklingError, ValueError, TypeError):
+        pass
+    await _exited(process, None)
+    return None
+
+
+async def _exited(process: Any, limit: float | None) -> None:
+    """Until the child has exited (at most ``limit`` seconds)."""
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(limit):
+            await _readable(process.sentinel)
+    if process.exitcode is None:
+        await asyncio.to_thread(process.join, 0.1)
+
+
+def _end(process: Any, receiver: Connection) -> None:
+    """Kill the child if it still runs (timeout, shutdown) and reap it."""
+    receiver.close()
+    if process.pid is None:
+        return
+    if process.exitcode is None:
+        with contextlib.suppress(OSError):
+            process.kill()
+        process.join(1.0)
+    with contextlib.suppress(ValueError):
+        process.close()
+
+
+def _child(package: str, search_path: str | None, task: str, pickled: bytes, args_json: str,
+           sender: Connection) -> None:
+    """In the child: resolve the task as the listener does, run it, send the outcome."""
+    ask_for_signal_on_parent_death(signal.SIGKILL)
+    outcome = asyncio.run(_run_in_child(package, search_path, task, pickled, args_json,
+                                        lambda: sender.send("started")))
+    sender.send((outcome.kind, outcome.error_type, outcome.message[:MAX_MESSAGE],
+                 outcome.traceback[-MAX_TRACEBACK:]))
+    sender.close()
+
+
+async def _run_in_child(package: str, search_path: str | None, task: str, pickled: bytes,
+                        args_json: str, started: Callable[[], None]) -> Outcome:
+    try:
+        if pickled:
+            fn = pickle.loads(pickled)
+        else:
+            loader = TaskLoader(package, None, search_path)
+            loader.load()
+            fn = loader.resolve(task)
+    except Exception as exc:
+        return Outcome("refused", type(exc).__qualname__, f"in a quarantine process: {exc}")
+    started()
+    runner = Runner(1)
+    try:
+        return await runner.call(fn, json.loads(args_json))
+    finally:
+        runner.shutdown()
