@@ -445,9 +445,28 @@ class Listener:
             None if next_due == -1 else next_due, None if next_lease == -1 else next_lease
         )
         items = reply[3:]
-        for i in range(0, len(items), 3):
-            self._start(Run.parse(items[i], items[i + 1], items[i + 2]))
+        runs = [Run.parse(items[i], items[i + 1], items[i + 2]) for i in range(0, len(items), 3)]
+        if runs and received - sent > self.lease / 2:
+            runs = await self._still_held(runs, received - sent)
+        for run in runs:
+            self._start(run)
         return len(items) // 3
+
+    async def _still_held(self, runs: list[Run], waited: float) -> list[Run]:
+        """The claims among ``runs`` whose leases are still this listener's.
+
+        A claim's reply read late (the event loop was blocked, or the network stalled past
+        half a lease) may name runs whose lease lapsed meanwhile and that another listener
+        took over: they are renewed now, and only those still held are run here.
+        """
+        lost = {as_text(token) for token in await self._scripts["renew"](
+            keys=[self.keys.running], args=[round(self.lease * 1000), *(r.token for r in runs)])}
+        for run in runs:
+            if run.token in lost:
+                log.warning("timer %s: its claim was read %.1f s late (event loop blocked?) "
+                            "and another listener took the run over: not running it here",
+                            run.timer_id, waited)
+        return [run for run in runs if run.token not in lost]
 
     # -- running tasks ----------------------------------------------------------------
 

@@ -397,3 +397,30 @@ def test_a_wake_message_reaches_a_running_listener(
 
     asyncio.run(scenario())
     assert mod.CALLS == [("add", (7, 0))]
+
+
+def test_a_claim_read_after_its_lease_lapsed_and_was_taken_over_is_not_run(
+        server: fakeredis.FakeServer, producer: Timers, caplog: pytest.LogCaptureFixture) -> None:
+    """The event loop blocked between the claim and reading its reply, long enough for the
+    lease to lapse and another listener to take the run over: running it here too would
+    run the timer twice."""
+    producer.schedule("mod.add", [1, 2], at=PAST, id="taken-over")
+    other = fakeredis.FakeRedis(server=server)
+
+    def delay_reply(listener: Listener) -> None:
+        claim = listener._scripts["claim"]
+
+        async def claim_then_stall(**kwargs: Any) -> Any:
+            reply = await claim(**kwargs)
+            for token in reply[3::3]:  # what another listener's recovering claim does
+                other.zrem("timers|run", token)
+                other.hdel("timers|runrec", token)
+            await asyncio.sleep(listener.lease)  # the reply is read a whole lease late
+            return reply
+
+        listener._scripts["claim"] = claim_then_stall
+
+    caplog.set_level("WARNING", logger="timers")
+    run_burst(server, before=delay_reply, lease=0.2)
+    assert mod.CALLS == []
+    assert any("another listener took the run over" in m for m in caplog.messages)
