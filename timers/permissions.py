@@ -144,8 +144,7 @@ async def check_at_start(client: redis.asyncio.Redis, keys: Keyspace, db: int) -
         return set()
     for problem in problems:
         if problem.capability == "scripts":
-            log.error("%s", problem.line)
-            raise PermissionMissing(problem.line)
+            raise PermissionMissing(problem.line)  # the caller says it, once
     for problem in problems:
         consequence = SWEEPER_ONLY if problem.capability == "events" else (
             f"Producers cannot wake listeners for an earlier timer; the sweeper finds it "
