@@ -314,7 +314,8 @@ def inject_supervisor_kill9(s: Scenario) -> None:
                        if pid not in exited and not pid_running(pid)})
         time.sleep(0.02)
     for pid, at in exited.items():  # however it died, its unfinished runs were cut short
-        s.signals.append(Signal(pid, "supervisor killed", at, sent.at - KILL_FLUSH_GRACE))
+        s.signals.append(Signal(pid, "supervisor killed", at, sent.at - KILL_FLUSH_GRACE,
+                                 sent=sent.at))
     orphans = [pid for pid in children if pid not in exited]
     said = (f"kill -9 of the supervisor {supervisor.pid} with {running} task(s) running in "
             f"its {len(children)} children: ")

@@ -29,13 +29,16 @@ class Signal:
     """A signal the bench sent to a process (or a death it caused there).
 
     A run of that process that started before ``at`` and did not end before ``cutoff``
-    was cut short by it, so a second run of its timer is expected.
+    was cut short by it, so a second run of its timer is expected. ``sent``, where the
+    death came some time after what the bench did (a child dying with its supervisor),
+    is when the bench did it: reruns are timed from then.
     """
 
     pid: int
     name: str
     at: float
     cutoff: float
+    sent: float | None = None
 
 
 @dataclass(frozen=True)
@@ -159,7 +162,7 @@ def analyse(due_ms: Mapping[str, int], marks: Iterable[Mark],
                 unexpected.append(tid)
             else:
                 expected += 1
-                rerun_after.append((run.start - cause.at) * 1000)
+                rerun_after.append((run.start - (cause.sent or cause.at)) * 1000)
     return Verdict(len(due_ms), fired, lost, expected, unexpected, lateness, rerun_after,
                    most)
 
