@@ -5,6 +5,7 @@ the ``__cause__``.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import redis.exceptions
@@ -19,6 +20,10 @@ from timers.exceptions import (
 
 _REFUSED_CREDENTIALS = (redis.exceptions.AuthenticationError,
                         redis.exceptions.AuthorizationError)
+
+
+_CONNECTING = re.compile(r"^Error \d+ connecting to \S+?\. ")
+"""redis-py's prefix of a connect error, which repeats the address we already name."""
 
 
 def server_address(client: Any) -> str:
@@ -60,7 +65,8 @@ def translate(exc: redis.exceptions.RedisError, client: Any) -> TimersError:
     elif isinstance(exc, _REFUSED_CREDENTIALS):
         error = ServerUnavailable(f"Redis at {where} refused the credentials: {exc}")
     elif isinstance(exc, redis.exceptions.ConnectionError):
-        error = ServerUnavailable(f"cannot connect to Redis at {where}: {exc}")
+        reason = _CONNECTING.sub("", str(exc))
+        error = ServerUnavailable(f"cannot connect to Redis at {where}: {reason}")
     else:
         error = ServerError(f"Redis at {where} answered with an error: {exc}")
     error.__cause__ = exc
