@@ -34,6 +34,10 @@ from timers.server_errors import out_of_memory, translate
 T = TypeVar("T")
 DEFAULT_URL = "redis://localhost:6379/0"
 URL_ENV = "TIMERS_REDIS_URL"
+URL_CLIENT_TIMEOUTS: dict[str, Any] = {"socket_connect_timeout": 5.0, "socket_timeout": 15.0}
+"""Timeouts (s) of a client made from a URL, so a server that accepts and never answers
+raises :class:`ServerTimeout` instead of hanging a producer; the URL's own
+``?socket_timeout=`` … win."""
 
 
 def configured_url(url: str | None = None) -> str:
@@ -94,7 +98,7 @@ class Timers:
             self.redis = redis_
             self._owns_client = False
         else:
-            self.redis = redis.Redis.from_url(configured_url(redis_))
+            self.redis = redis.Redis.from_url(configured_url(redis_), **URL_CLIENT_TIMEOUTS)
             self._owns_client = True
         self.keys = Keyspace(prefix)
         self.ops = Operations(self.keys, max_args_bytes)
@@ -275,7 +279,8 @@ class AsyncTimers:
             self.redis = redis_
             self._owns_client = False
         else:
-            self.redis = redis.asyncio.Redis.from_url(configured_url(redis_))
+            self.redis = redis.asyncio.Redis.from_url(configured_url(redis_),
+                                                      **URL_CLIENT_TIMEOUTS)
             self._owns_client = True
         self.keys = Keyspace(prefix)
         self.ops = Operations(self.keys, max_args_bytes)

@@ -94,3 +94,15 @@ def test_timers_aio_declares_pauses_resumes_and_removes_recurrences() -> None:
         asyncio.run(main())
     finally:
         timers.aio._default = None  # the next test makes its own
+
+
+# -- bug 4: a client made from a URL does not wait forever -------------------------------
+
+
+@pytest.mark.parametrize("make", [Timers, timers.AsyncTimers])
+def test_a_client_made_from_a_url_times_out_unless_the_url_says_otherwise(make: type) -> None:
+    """Without a socket timeout a server that never answers hung the producer for good."""
+    made = make("redis://127.0.0.1:1/0").redis.connection_pool.connection_kwargs
+    assert (made["socket_connect_timeout"], made["socket_timeout"]) == (5, 15)
+    chosen = make("redis://127.0.0.1:1/0?socket_timeout=0.5").redis.connection_pool
+    assert chosen.connection_kwargs["socket_timeout"] == 0.5
