@@ -112,3 +112,13 @@ def test_aio_configure_closes_the_connections_of_the_client_it_replaces(
         asyncio.run(main())
     finally:
         timers.aio._default = None  # the next test makes its own
+
+
+def test_refused_credentials_are_said_without_the_password(redis_url: str) -> None:
+    host_port = redis_url.split("://", 1)[1].split("/", 1)[0]
+    with Timers(f"redis://nobody:s3cret-pw@{host_port}/0") as client, \
+            pytest.raises(ServerUnavailable, match="refused the credentials") as caught:
+        client.cancel("x")
+    assert f"Redis at {host_port} refused" in str(caught.value)
+    assert "s3cret-pw" not in str(caught.value)
+    assert isinstance(caught.value.__cause__, redis.exceptions.AuthenticationError)
