@@ -7,15 +7,23 @@ True
 
 The module-level functions use a default :class:`Timers` made on first use from
 ``$TIMERS_REDIS_URL`` (see :func:`configure`); ``timers.aio`` has the asyncio twins.
+
+A producer's ``import timers`` loads only the producer side: :class:`Listener` (and with it
+the runner, the sweeper and the rest of the listener's machinery) is imported on first
+use of ``timers.Listener`` (a PEP 562 module ``__getattr__`` for that one name, nothing
+else), so a web process that only schedules never loads it. ``from timers.listener import
+Listener`` works as well.
 """
 
 from __future__ import annotations
 
 import threading
+import typing
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
+from timers import aio as aio  # `timers.aio` after a plain `import timers`
 from timers.client import AsyncTimers, Timers
 from timers.cron import CatchUp, Recurrence
 from timers.encoding import Args
@@ -26,17 +34,22 @@ from timers.exceptions import (
     InvalidTimer,
     InvalidTimerId,
     MalformedTimerKey,
+    ServerError,
     ServerNotFound,
     ServerOutOfMemory,
+    ServerTimeout,
+    ServerUnavailable,
     TaskRefused,
     TasksUnavailable,
     TimerAlreadyPending,
     TimersError,
 )
-from timers.listener import Listener
 from timers.operations import Failure, PendingTimer, RetrySummary, Stats, TimerSpec
 from timers.policy import Backoff, TaskPolicy, registered, task
 from timers.runs import Fired
+
+if typing.TYPE_CHECKING:
+    from timers.listener import Listener
 
 __all__ = [
     "AsyncTimers",
@@ -53,8 +66,11 @@ __all__ = [
     "PendingTimer",
     "Recurrence",
     "RetrySummary",
+    "ServerError",
     "ServerNotFound",
     "ServerOutOfMemory",
+    "ServerTimeout",
+    "ServerUnavailable",
     "Stats",
     "TaskPolicy",
     "TaskRefused",
@@ -78,6 +94,17 @@ __all__ = [
 ]
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> type[Listener]:
+    """``timers.Listener``, imported on first use (see the module docstring)."""
+    if name != "Listener":
+        raise AttributeError(f"module 'timers' has no attribute {name!r}")
+    from timers.listener import Listener
+
+    globals()["Listener"] = Listener
+    return Listener
+
 
 _default: Timers | None = None
 _default_lock = threading.Lock()

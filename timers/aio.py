@@ -1,6 +1,6 @@
 """The asyncio twins of the module-level functions in :mod:`timers`.
 
->>> import timers.aio
+>>> import timers
 >>> tid = await timers.aio.schedule("reminders.sms", {"user_id": 42}, in_=60)
 
 They use a default :class:`AsyncTimers` made on first use from ``$TIMERS_REDIS_URL``
@@ -9,31 +9,77 @@ They use a default :class:`AsyncTimers` made on first use from ``$TIMERS_REDIS_U
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import threading
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
 from timers.client import AsyncTimers
+from timers.cron import CatchUp, Recurrence
 from timers.encoding import Args
 from timers.operations import PendingTimer, TimerSpec
 
-__all__ = ["cancel", "configure", "get", "reschedule", "schedule", "schedule_many"]
+__all__ = [
+    "cancel", "configure", "every", "get", "pause", "reschedule", "resume", "schedule",
+    "schedule_many", "unschedule_recurring",
+]
 
 _default: AsyncTimers | None = None
+_default_loop: asyncio.AbstractEventLoop | None = None
+"""The loop that first used the default instance: its connections belong to it."""
+_default_lock = threading.Lock()
+_closing: set[asyncio.Task[None] | concurrent.futures.Future[None]] = set()
+"""Closes of replaced instances still under way (a reference, so they are not collected)."""
 
 
 def configure(url: str | None = None, **options: Any) -> AsyncTimers:
-    """Set the default instance the functions below use."""
-    global _default
-    _default = AsyncTimers(url, **options)
-    return _default
+    """Set the default instance the functions below use (e.g. a URL, a prefix).
+
+    The instance it replaces is closed on the loop its connections belong to: at once if
+    that loop is not running (and not closed), else as a task on it. A replaced instance
+    whose loop is closed already cannot be closed by asyncio; its sockets close when it is
+    collected.
+    """
+    global _default, _default_loop
+    with _default_lock:
+        old, old_loop = _default, _default_loop
+        _default, _default_loop = AsyncTimers(url, **options), None
+        new = _default
+    if old is not None and old_loop is not None:
+        _close_on(old, old_loop)
+    return new
+
+
+def _close_on(old: AsyncTimers, loop: asyncio.AbstractEventLoop) -> None:
+    if loop.is_closed():
+        return
+    if not loop.is_running():
+        loop.run_until_complete(old.aclose())
+        return
+    try:
+        running = asyncio.get_running_loop()
+    except RuntimeError:
+        running = None
+    if running is loop:
+        task = loop.create_task(old.aclose())
+        _closing.add(task)
+        task.add_done_callback(_closing.discard)
+    else:
+        future = asyncio.run_coroutine_threadsafe(old.aclose(), loop)
+        _closing.add(future)
+        future.add_done_callback(_closing.discard)
 
 
 def _instance() -> AsyncTimers:
-    global _default
-    if _default is None:
-        _default = AsyncTimers()
-    return _default
+    global _default, _default_loop
+    with _default_lock:
+        if _default is None:
+            _default = AsyncTimers()
+        if _default_loop is None:
+            _default_loop = asyncio.get_running_loop()
+        return _default
 
 
 async def schedule(
@@ -45,23 +91,61 @@ async def schedule(
     id: str | None = None,
     max_lateness: float | timedelta | None = None,
 ) -> str:
+    """Run ``task`` later and return the timer id; see :meth:`AsyncTimers.schedule`."""
     return await _instance().schedule(task, args, in_=in_, at=at, id=id,
                                       max_lateness=max_lateness)
 
 
 async def schedule_many(specs: Iterable[TimerSpec | Mapping[str, Any]]) -> list[str]:
+    """Schedule many timers in pipelined batches; see :meth:`Timers.schedule_many`."""
     return await _instance().schedule_many(specs)
 
 
 async def reschedule(
     id: str, *, in_: float | timedelta | None = None, at: datetime | None = None
 ) -> bool:
+    """Move a pending timer to a new due time; False if it is not pending."""
     return await _instance().reschedule(id, in_=in_, at=at)
 
 
 async def cancel(id: str) -> bool:
+    """True if the timer was pending: it will now never fire."""
     return await _instance().cancel(id)
 
 
 async def get(id: str) -> PendingTimer | None:
+    """The pending timer with this id, or None."""
     return await _instance().get(id)
+
+
+async def every(
+    name: str,
+    task: str,
+    args: Args | tuple[Any, ...] = None,
+    *,
+    cron: str | None = None,
+    interval: float | timedelta | None = None,
+    tz: str = "UTC",
+    catch_up: CatchUp = "latest",
+    max_lateness: float | timedelta | None = None,
+    overlap: bool = True,
+) -> Recurrence:
+    """Run ``task`` on a cron schedule or at an interval; see :meth:`Timers.every`."""
+    return await _instance().every(name, task, args, cron=cron, interval=interval, tz=tz,
+                                   catch_up=catch_up, max_lateness=max_lateness,
+                                   overlap=overlap)
+
+
+async def unschedule_recurring(name: str) -> bool:
+    """Delete a recurrence and its pending occurrence; False if there was none."""
+    return await _instance().unschedule_recurring(name)
+
+
+async def pause(name: str) -> bool:
+    """Stop a recurrence until :func:`resume`; False if there is none by that name."""
+    return await _instance().pause(name)
+
+
+async def resume(name: str) -> bool:
+    """Schedule a paused recurrence again, from now; False if there is none."""
+    return await _instance().resume(name)

@@ -16,7 +16,6 @@ import redis.asyncio
 
 from timers.cron import CatchUp, Recurrence, recurrence
 from timers.encoding import DEFAULT_MAX_ARGS_BYTES, Args
-from timers.exceptions import ServerOutOfMemory
 from timers.keys import DEFAULT_PREFIX, Keyspace
 from timers.operations import (
     Call,
@@ -30,10 +29,15 @@ from timers.operations import (
     TimerSpec,
 )
 from timers.scripts import ScriptName, register_all
+from timers.server_errors import out_of_memory, translate
 
 T = TypeVar("T")
 DEFAULT_URL = "redis://localhost:6379/0"
 URL_ENV = "TIMERS_REDIS_URL"
+URL_CLIENT_TIMEOUTS: dict[str, Any] = {"socket_connect_timeout": 5.0, "socket_timeout": 15.0}
+"""Timeouts (s) of a client made from a URL, so a server that accepts and never answers
+raises :class:`ServerTimeout` instead of hanging a producer; the URL's own
+``?socket_timeout=`` … win."""
 
 
 def configured_url(url: str | None = None) -> str:
@@ -65,15 +69,6 @@ async def _run_async(
     return list(await pipe.execute())
 
 
-def _out_of_memory(exc: redis.exceptions.OutOfMemoryError) -> ServerOutOfMemory:
-    error = ServerOutOfMemory(
-        "Redis is out of memory (used memory > 'maxmemory') and refused the write: "
-        "nothing was written; free memory or raise maxmemory"
-    )
-    error.__cause__ = exc
-    return error
-
-
 def _queue(pipe: Any, scripts: Mapping[ScriptName, Any], call: Call) -> None:
     """Queue a call on a pipeline, sync or asyncio (whose Script call is a coroutine, so
     the script is queued by hand: the pipeline loads it before it runs)."""
@@ -103,7 +98,7 @@ class Timers:
             self.redis = redis_
             self._owns_client = False
         else:
-            self.redis = redis.Redis.from_url(configured_url(redis_))
+            self.redis = redis.Redis.from_url(configured_url(redis_), **URL_CLIENT_TIMEOUTS)
             self._owns_client = True
         self.keys = Keyspace(prefix)
         self.ops = Operations(self.keys, max_args_bytes)
@@ -113,15 +108,20 @@ class Timers:
         """Drive one operation of :class:`Operations` to its result.
 
         A write Redis refuses for want of memory is raised inside the operation as
-        :class:`ServerOutOfMemory` (the redis-py error as its cause)."""
+        :class:`ServerOutOfMemory`; any other redis-py error is raised as a
+        :class:`TimersError` (see :mod:`timers.server_errors`), the redis-py error as
+        its cause."""
         try:
             request = next(operation)
             while True:
                 try:
                     reply = _run_sync(self.redis, self._scripts, request)
                 except redis.exceptions.OutOfMemoryError as exc:
-                    request = operation.throw(_out_of_memory(exc))
+                    request = operation.throw(out_of_memory(exc))
                     continue
+                except redis.exceptions.RedisError as exc:
+                    operation.close()
+                    raise translate(exc, self.redis) from exc
                 request = operation.send(reply)
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
@@ -279,7 +279,8 @@ class AsyncTimers:
             self.redis = redis_
             self._owns_client = False
         else:
-            self.redis = redis.asyncio.Redis.from_url(configured_url(redis_))
+            self.redis = redis.asyncio.Redis.from_url(configured_url(redis_),
+                                                      **URL_CLIENT_TIMEOUTS)
             self._owns_client = True
         self.keys = Keyspace(prefix)
         self.ops = Operations(self.keys, max_args_bytes)
@@ -292,8 +293,11 @@ class AsyncTimers:
                 try:
                     reply = await _run_async(self.redis, self._scripts, request)
                 except redis.exceptions.OutOfMemoryError as exc:
-                    request = operation.throw(_out_of_memory(exc))
+                    request = operation.throw(out_of_memory(exc))
                     continue
+                except redis.exceptions.RedisError as exc:
+                    operation.close()
+                    raise translate(exc, self.redis) from exc
                 request = operation.send(reply)
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]

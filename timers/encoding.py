@@ -66,6 +66,26 @@ def check_id(timer_id: object) -> str:
     return timer_id
 
 
+def is_occurrence_id(timer_id: str) -> bool:
+    """Whether ``timer_id`` has the form ``<name>@<digits>`` of an occurrence of a
+    recurrence (see :mod:`timers.cron`)."""
+    head, sep, tail = timer_id.rpartition("@")
+    return bool(sep and head and tail) and tail.isdigit()
+
+
+def check_user_id(timer_id: object) -> str:
+    """Validate an id a caller chose for a new timer: :func:`check_id`, and not of the
+    occurrence form, which is reserved (scheduling ``daily@1767261600000`` would replace
+    the pending occurrence of the recurrence ``daily`` and end its chain)."""
+    checked = check_id(timer_id)
+    if is_occurrence_id(checked):
+        raise InvalidTimerId(
+            f"timer id {checked!r} has the form <name>@<digits> reserved for the "
+            f"occurrences of recurrences: choose an id that does not end in '@' and digits"
+        )
+    return checked
+
+
 @functools.lru_cache(maxsize=4096)
 def is_task_path(task: str) -> bool:
     return len(task) <= MAX_TASK_LENGTH and _TASK_RE.fullmatch(task) is not None

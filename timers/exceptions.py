@@ -7,13 +7,18 @@ Hierarchy::
     │   ├── InvalidTask              task path is not a dotted Python name
     │   ├── InvalidArgs              args not a list/dict/None, not JSON, or too large
     │   ├── InvalidDueTime           in_/at missing, both given, naive, not finite
-    │   └── InvalidTimerId           id empty, not a string, or too long
+    │   └── InvalidTimerId           id empty, not a string, too long, or of the
+    │                                reserved occurrence form ``<recurrence>@<ms>``
     ├── MalformedTimerKey (ValueError)  a key or record that does not decode
     ├── TaskRefused                  the listener will not run this task (not allowed,
     │                                not found, not a function)
     ├── TasksUnavailable             the listener's tasks package cannot be imported: it
     │                                refuses to start
-    ├── ServerOutOfMemory            Redis refused a write: it is at its ``maxmemory``
+    ├── ServerUnavailable (ConnectionError)  Redis cannot be reached: refused, lost, or
+    │   │                                    it refused the credentials
+    │   └── ServerTimeout (TimeoutError)     Redis accepted but did not answer in time
+    ├── ServerError                  Redis answered a command with an error
+    │   └── ServerOutOfMemory        Redis refused a write: it is at its ``maxmemory``
     ├── TimerAlreadyPending          a failed timer's id is pending again: not retried
     └── ServerNotFound               no Redis/Valkey server binary for an embedded server
 """
@@ -42,7 +47,8 @@ class InvalidDueTime(InvalidTimer):
 
 
 class InvalidTimerId(InvalidTimer):
-    """The timer id is empty, not a string, or too long."""
+    """The timer id is empty, not a string, too long, or has the form ``<name>@<digits>``
+    that the occurrences of recurrences use (scheduling it would replace one)."""
 
 
 class MalformedTimerKey(TimersError, ValueError):
@@ -62,7 +68,23 @@ class ServerNotFound(TimersError):
     """No redis-server or valkey-server binary could be found to start an embedded server."""
 
 
-class ServerOutOfMemory(TimersError):
+class ServerUnavailable(TimersError, ConnectionError):
+    """Redis cannot be reached: the connection was refused or lost, or the server refused
+    the credentials. The redis-py error is the ``__cause__``; still a builtin
+    :class:`ConnectionError` for code that catches that."""
+
+
+class ServerTimeout(ServerUnavailable, TimeoutError):
+    """Redis accepted the connection but did not answer within the client's socket
+    timeout. The redis-py error is the ``__cause__``."""
+
+
+class ServerError(TimersError):
+    """Redis answered a command with an error (a missing permission, a wrong server
+    setting …); the message carries Redis's words, the redis-py error is the ``__cause__``."""
+
+
+class ServerOutOfMemory(ServerError):
     """Redis is at its ``maxmemory`` and refused a write that needs memory (schedule, …).
 
     Nothing of the refused call was written, except the ids in :attr:`written` (only

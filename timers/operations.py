@@ -25,6 +25,7 @@ from timers.encoding import (
     Record,
     as_text,
     check_id,
+    check_user_id,
     entry_text,
     escape_id,
     unescape_id,
@@ -100,6 +101,11 @@ def _coerce_spec(item: TimerSpec | Mapping[str, Any]) -> TimerSpec:
     raise InvalidTimer(f"schedule_many takes TimerSpec or dict items, got {type(item).__name__}")
 
 
+def _id_part(item: object) -> str:
+    timer_id = item.get("id") if isinstance(item, Mapping) else getattr(item, "id", None)
+    return "" if timer_id is None else f" (id {timer_id!r})"
+
+
 def new_timer_id() -> str:
     """A random id: 12 URL-safe characters, 72 bits."""
     return secrets.token_urlsafe(9)
@@ -123,7 +129,11 @@ class Operations(FailureOperations):
 
     # -- schedule ---------------------------------------------------------------------
 
-    def _prepare(self, spec: TimerSpec, options: Mapping[str, str] | None = None) -> _Prepared:
+    def _prepare(
+        self, spec: TimerSpec, options: Mapping[str, str] | None = None, *, retry: bool = False
+    ) -> _Prepared:
+        """Validate and encode one timer. ``retry``: a failed timer put back under its own
+        id, which may be an occurrence's (a user's new timer may not take that form)."""
         opts = dict(options or {})
         if spec.max_lateness is not None:
             limit = seconds(spec.max_lateness, "max_lateness")
@@ -135,7 +145,7 @@ class Operations(FailureOperations):
         if spec.id is None:
             timer_id, replace = new_timer_id(), False
         else:
-            timer_id, replace = check_id(spec.id), True
+            timer_id, replace = (check_id if retry else check_user_id)(spec.id), True
         return _Prepared(timer_id, escape_id(timer_id), record, due, replace)
 
     def _schedule_call(self, batch: Sequence[_Prepared], how: str | None = None) -> Call:
@@ -148,7 +158,7 @@ class Operations(FailureOperations):
         return Call(script="schedule", keys=tuple(keys), args=tuple(args), atomic=True)
 
     def _retry_call(self, task: str, args: Any, timer_id: str, replace: bool) -> Call:
-        prepared = self._prepare(TimerSpec(task, args, in_=0, id=timer_id))
+        prepared = self._prepare(TimerSpec(task, args, in_=0, id=timer_id), retry=True)
         return self._schedule_call([prepared], "r" if replace else "k")
 
     def schedule_many(
@@ -165,7 +175,21 @@ class Operations(FailureOperations):
         sent again, never overwritten; should that second round trip fail, the error's
         ``written`` lists the ids of the first.
         """
-        prepared = [self._prepare(_coerce_spec(s), options) for s in specs]
+        prepared = [self._prepare_nth(index, s, options) for index, s in enumerate(specs)]
+        return (yield from self._write(prepared))
+
+    def _prepare_nth(
+        self, index: int, item: TimerSpec | Mapping[str, Any], options: Mapping[str, str] | None
+    ) -> _Prepared:
+        """:meth:`_prepare` for the ``index``-th timer of a batch: an error names it (its
+        index, and its id if it has one), as the same class of error."""
+        try:
+            return self._prepare(_coerce_spec(item), options)
+        except InvalidTimer as exc:
+            raise type(exc)(f"timer {index}{_id_part(item)}: {exc}") from None
+
+    def _write(self, prepared: list[_Prepared]) -> Operation[list[str]]:
+        """Send prepared timers (see :meth:`schedule_many`)."""
         todo = list(range(len(prepared)))
         written: list[str] = []
         while todo:
@@ -193,7 +217,7 @@ class Operations(FailureOperations):
     def schedule(
         self, spec: TimerSpec, options: Mapping[str, str] | None = None
     ) -> Operation[str]:
-        ids = yield from self.schedule_many([spec], options)
+        ids = yield from self._write([self._prepare(_coerce_spec(spec), options)])
         return ids[0]
 
     # -- change and read one timer ----------------------------------------------------

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import types
 
 import timers
@@ -20,6 +22,7 @@ def _public_members(module: types.ModuleType) -> set[str]:
 
 
 def test_all_lists_every_public_member_of_timers() -> None:
+    assert timers.Listener is not None  # imported on first use: load it before listing
     assert set(timers.__all__) == _public_members(timers)
 
 
@@ -34,3 +37,24 @@ def test_all_lists_every_function_defined_in_timers_aio() -> None:
 def test_every_name_in_all_is_importable() -> None:
     for name in timers.__all__:
         assert getattr(timers, name) is not None
+
+
+LISTENER_SIDE = ("timers.listener", "timers.runner", "timers.precise", "timers.sweeper",
+                 "timers.lease_keeper", "timers.quarantine", "timers.loop_watch")
+
+
+def test_a_producer_import_loads_none_of_the_listener() -> None:
+    """``import timers`` in a web process that only schedules loads no listener, runner or
+    sleeper; ``timers.aio`` and ``timers.Listener`` are still reachable from it."""
+    code = (
+        "import sys, timers\n"
+        f"print(sorted(m for m in {LISTENER_SIDE!r} if m in sys.modules))\n"
+        "print(callable(timers.aio.schedule), timers.Listener.__module__)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=60).stdout.splitlines()
+    assert out == ["[]", "True timers.listener"]
+
+
+def test_an_unknown_attribute_of_timers_is_an_attribute_error() -> None:
+    assert not hasattr(timers, "Listner")

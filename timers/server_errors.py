@@ -1,0 +1,73 @@
+"""redis-py errors as the :class:`TimersError` a producer gets, in one line that says
+what happened and to which server (never the password); the redis-py error is kept as
+the ``__cause__``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import redis.exceptions
+
+from timers.exceptions import (
+    ServerError,
+    ServerOutOfMemory,
+    ServerTimeout,
+    ServerUnavailable,
+    TimersError,
+)
+
+_REFUSED_CREDENTIALS = (redis.exceptions.AuthenticationError,
+                        redis.exceptions.AuthorizationError)
+
+
+_CONNECTING = re.compile(r"^Error \d+ connecting to \S+?\. ")
+"""redis-py's prefix of a connect error, which repeats the address we already name."""
+
+
+def server_address(client: Any) -> str:
+    """``host:port`` (or the socket path) of a redis-py client, sync or asyncio."""
+    try:
+        kwargs = client.connection_pool.connection_kwargs
+    except AttributeError:
+        return "the configured address"
+    if kwargs.get("path"):
+        return str(kwargs["path"])
+    return f"{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}"
+
+
+def _timeout(client: Any) -> str:
+    try:
+        seconds = client.connection_pool.connection_kwargs.get("socket_timeout")
+    except AttributeError:
+        seconds = None
+    return f"within {seconds:g} s" if isinstance(seconds, int | float) else "in time"
+
+
+def out_of_memory(exc: redis.exceptions.OutOfMemoryError) -> ServerOutOfMemory:
+    error = ServerOutOfMemory(
+        "Redis is out of memory (used memory > 'maxmemory') and refused the write: "
+        "nothing was written; free memory or raise maxmemory"
+    )
+    error.__cause__ = exc
+    return error
+
+
+def translate(exc: redis.exceptions.RedisError, client: Any) -> TimersError:
+    """The :class:`TimersError` to raise for ``exc``, met talking to ``client``."""
+    where = server_address(client)
+    error: TimersError
+    if isinstance(exc, redis.exceptions.OutOfMemoryError):
+        return out_of_memory(exc)
+    if isinstance(exc, redis.exceptions.TimeoutError):
+        error = ServerTimeout(f"Redis at {where} did not answer {_timeout(client)}")
+    elif isinstance(exc, _REFUSED_CREDENTIALS):
+        error = ServerUnavailable(f"Redis at {where} refused the credentials: {exc}")
+    elif isinstance(exc, redis.exceptions.ConnectionError):
+        reason = _CONNECTING.sub("", str(exc))
+        error = ServerUnavailable(f"cannot connect to Redis at {where}: {reason}")
+    else:
+        error = ServerError(f"Redis at {where} answered with an error: {exc}")
+    error.__cause__ = exc
+    return error
