@@ -137,6 +137,11 @@ class FailureRecord:
         for name in ("id", "task", "record", "key"):
             if not isinstance(values.get(name), str):
                 values[name] = None
+        for name in ("attempts", "due_ms", "first_failure"):
+            if not isinstance(values.get(name), int):
+                values[name] = None
+        if not isinstance(values.get("traceback"), str):
+            values["traceback"] = ""
         return cls(**values)
 
 

@@ -324,7 +324,7 @@ def test_keys_outside_the_prefix_are_ignored(
                     b"\xff\xfe", b"", b"session:123"):
             expired(listener, key)
         listener.events.handle({"type": "message", "channel": b"other-channel",
-                              "data": b"timers:%zz:mod.add:[1]"})
+                                "data": b"timers:%zz:mod.add:[1]"})
         listener.events.handle({"type": "subscribe", "channel": EXPIRED, "data": 1})
 
     run_burst(server, before=feed)
