@@ -2,7 +2,7 @@
 listener neither raises nor imports or runs anything outside its tasks package, and every
 key in the timers namespace that names no runnable timer is recorded as rejected.
 
-fakeredis publishes no keyspace events, so events are fed to ``Listener._on_message`` as
+fakeredis publishes no keyspace events, so events are fed to ``listener.events.handle`` as
 the subscription would deliver them (``tests/integration/test_hostile.py`` sends the same
 names through a real server).
 """

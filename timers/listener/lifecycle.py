@@ -54,7 +54,7 @@ from timers.listener.runner import Runner
 from timers.loader import TASKS_ENV, TaskLoader, configured_package
 from timers.runs import Fired, Run, rejected_entry
 from timers.scripts import register_all
-from timers.wire import EndingKind
+from timers.wire import ClaimSource, EndingKind
 
 log = logging.getLogger("timers.listener")
 
@@ -275,7 +275,7 @@ class Listener:
         return self.concurrency - len(self._running) - self._runner.stuck
 
     def _start(self, run: Run) -> None:
-        if run.source == "recovered":
+        if run.source == ClaimSource.RECOVERED.label:
             done = self.endings.unwritten_ending_of(run)
             if done is not None:
                 # This listener ran the timer but could not write the ending before the
