@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
-    from timers.permissions import Problem
+    from timers.listener.permissions import Problem
 
 Level = Literal["ok", "warn", "fail"]
 

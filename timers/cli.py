@@ -24,13 +24,13 @@ from timers.cli_cron import cron_app
 from timers.cli_failed import failed_app
 from timers.client import URL_ENV, configured_url
 from timers.due import format_duration, parse_duration
-from timers.eviction import EvictionUnsafe
 from timers.keys import DEFAULT_PREFIX
 from timers.listener import DEFAULT_CONCURRENCY, DEFAULT_LEASE, Listener
+from timers.listener.eviction import EvictionUnsafe
+from timers.listener.orphans import ask_for_signal_on_parent_death, supervisor_pid, watch_parent
+from timers.listener.permissions import PermissionMissing, probe_url
+from timers.listener.supervisor import Supervisor
 from timers.loader import TASKS_ENV, TaskLoader, configured_package
-from timers.orphans import ask_for_signal_on_parent_death, supervisor_pid, watch_parent
-from timers.permissions import PermissionMissing, probe_url
-from timers.supervisor import Supervisor
 
 app = typer.Typer(
     help="Delayed timers on Redis: schedule a task call for later; listeners fire it once.",
@@ -136,7 +136,7 @@ def listen(
     # for them at interpreter exit.
     logging.shutdown()
     sys.stdout.flush()
-    os._exit(1 if listener.aborted or listener.failed else 0)
+    os._exit(1 if listener.aborted or listener.crashed else 0)
 
 
 def _safe_url(url: str) -> str:

@@ -18,6 +18,7 @@ from timers.encoding import as_text, check_id, escape_id
 from timers.exceptions import InvalidTimer, MalformedTimerKey, TimerAlreadyPending
 from timers.keys import Keyspace
 from timers.ops_base import Call, Operation, ms_to_datetime, pairs
+from timers.wire import FailureRecord
 
 FAILURE_PAGE = 500
 """Failure records read per round trip when paging through all of them."""
@@ -33,9 +34,13 @@ class Failure:
     raw: str = ""
 
     @property
+    def record(self) -> FailureRecord:
+        """The record's fields, typed (``data`` holds them as stored)."""
+        return FailureRecord.from_dict(self.data)
+
+    @property
     def timer_id(self) -> str | None:
-        value = self.data.get("id")
-        return value if isinstance(value, str) else None
+        return self.record.id
 
 
 @dataclass(frozen=True)
@@ -115,12 +120,13 @@ class FailureOperations:
         Scheduling comes first, so a crash between the two steps leaves a duplicate
         record, never a lost timer; the record is kept if the timer failed anew meanwhile.
         """
-        task, timer_id = failure.data.get("task"), failure.data.get("id")
-        if not isinstance(task, str) or not isinstance(timer_id, str):
+        record = failure.record
+        task, timer_id = record.task, record.id
+        if task is None or timer_id is None:
             raise InvalidTimer(
                 f"{failure.failure_id} was a rejected event key, not a timer: nothing to retry"
             )
-        (reply,) = yield [self._retry_call(task, failure.data.get("args"), timer_id, replace)]
+        (reply,) = yield [self._retry_call(task, record.args, timer_id, replace)]
         if reply[1] is None:
             raise TimerAlreadyPending(
                 f"timer {timer_id} is pending again: not retried (replace to overwrite it)",
@@ -143,7 +149,7 @@ class FailureOperations:
             if not ids:
                 return RetrySummary(retried, pending, not_retryable)
             for failure in (yield from self._read_failures([as_text(i) for i in ids])):
-                if failure.timer_id is None or not isinstance(failure.data.get("task"), str):
+                if failure.timer_id is None or failure.record.task is None:
                     not_retryable += 1
                     offset += 1
                     continue

@@ -17,15 +17,22 @@ key                 type    holds
 ``P|runrec``        hash    run token → ``reruns@<listener>|due|<id>:<record>``.
 ``P|seq``           string  counter that numbers run tokens.
 ``P|fail``          zset    failure id → time of the last failure in ms.
-``P|failrec``       hash    failure id → JSON record (error, traceback, attempts …).
+``P|failrec``       hash    failure id → JSON :class:`timers.wire.FailureRecord`: id,
+                            task, args, record, kind, error_type, message, traceback,
+                            attempts, due_ms, first_failure, failed_at (Redis ms);
+                            a rejected key's: id, key, kind, error_type, message,
+                            failed_at.
                             A dead timer's failure id is ``<id>:<run token>`` (one per
                             dead timer); a rejected event's is ``<id>`` or ``:<digest>``.
 ``P|failidx``       zset    every dead timer's failure id, all scores 0: the records of
                             one timer id are a ``ZRANGEBYLEX [<id>: (<id>;`` away.
-``P|stats``         hash    counters: fired, failed, reruns, rejected, retried,
+``P|stats``         hash    counters (:class:`timers.wire.Counter`): fired (ended
+                            well), failed, skipped, reruns, rejected, retried,
                             handed_back, late_finishes.
 ``P|listeners``     zset    listener id → heartbeat deadline ms: the live listeners.
-``P|listener``      hash    listener id → JSON (host, pid, started, running, fired).
+``P|listener``      hash    listener id → JSON (id, host, pid, started, running,
+                            fired: runs ended however they ended, concurrency,
+                            tasks, stuck).
 ``P|cron``          hash    escaped recurrence name → definition JSON (task, args,
                             cron or interval, tz, policies): written by producers only.
 ``P|cronstate``     hash    escaped recurrence name → ``v|last|prev|paused|run|anchor``

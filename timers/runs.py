@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import hashlib
-import json
-import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from timers.encoding import Args, Record, as_text, unescape_id
 from timers.exceptions import MalformedTimerKey
+from timers.wire import ClaimSource, FailureRecord, Option
 
-SOURCES = {"e": "event", "s": "sweep", "r": "recovered"}
 MAX_MESSAGE = 2000
 MAX_TRACEBACK = 8000
 
@@ -41,14 +39,14 @@ class Run:
         raw = as_text(text)
         reruns, due, entry = raw.split("|", 2)
         escaped, _, record = entry.partition(":")
-        found_by, _, died_on = as_text(source).partition("@")
+        found_by, died_on = ClaimSource.read(as_text(source))
         return cls(
             token=as_text(token),
             escaped_id=escaped,
             record_text=record,
             due_ms=int(due),
             reruns=int(reruns.partition("@")[0]),
-            source=SOURCES.get(found_by, "sweep"),
+            source=found_by.label,
             died_on=died_on,
         )
 
@@ -76,14 +74,14 @@ class Run:
     def previous_attempts(self) -> int:
         """Failed attempts before this run, from the record's options (``;a=N``): the
         listener asks for it on every run."""
-        value = self._option("a")
+        value = self._option(Option.ATTEMPTS)
         return int(value) if value and value.isascii() and value.isdigit() else 0
 
     @property
     def original_due_ms(self) -> int:
         """The timer's own due time: a retry's record keeps it (``;d=ms``), while
         :attr:`due_ms` is the due time of this attempt."""
-        value = self._option("d")
+        value = self._option(Option.ORIGINAL_DUE)
         try:
             return int(value) if value is not None and value.isascii() else self.due_ms
         except ValueError:
@@ -115,37 +113,38 @@ def failure_entry(
     outcome: Outcome,
     task: str | None,
     args: Args,
-    now: float | None = None,
+    now_ms: int,
     first_failure_ms: int | None = None,
-) -> tuple[str, str]:
-    """The failure id and JSON record for a timer that failed for good: what it was, the
-    error, the attempts with the first and last failure times, and its original due time.
+) -> tuple[str, FailureRecord]:
+    """The failure id and record for a timer that failed for good: what it was, the
+    error, the attempts with the first and last failure times (``now_ms``: Redis time),
+    and its original due time.
 
     The failure id is ``<escaped id>:<run token>``: one per dead timer (a run token is
     never reused), so a later timer with the same id never replaces this record, and all
     records of one id sort together (see :attr:`timers.keys.Keyspace.failure_index`)."""
-    now_ms = round((time.time() if now is None else now) * 1000)
-    data: dict[str, Any] = {
-        "id": run.timer_id,
-        "task": task,
-        "args": args,
-        "record": None if task is not None else run.record_text[:1000],
-        "kind": outcome.kind,
-        "error_type": outcome.error_type,
-        "message": outcome.message[:MAX_MESSAGE],
-        "traceback": outcome.traceback[-MAX_TRACEBACK:],
-        "attempts": run.attempt,
-        "due_ms": run.original_due_ms,
-        "first_failure": first_failure_ms or now_ms,
-        "failed_at": now_ms,
-    }
-    return f"{run.escaped_id}:{run.token}", json.dumps(data, ensure_ascii=False, default=repr)
+    record = FailureRecord(
+        id=run.timer_id,
+        task=task,
+        args=args,
+        record=None if task is not None else run.record_text[:1000],
+        kind=outcome.kind,
+        error_type=outcome.error_type,
+        message=outcome.message[:MAX_MESSAGE],
+        traceback=outcome.traceback[-MAX_TRACEBACK:],
+        attempts=run.attempt,
+        due_ms=run.original_due_ms,
+        first_failure=first_failure_ms or now_ms,
+        failed_at=now_ms,
+    )
+    return f"{run.escaped_id}:{run.token}", record
 
 
 def rejected_entry(
-    key: bytes, reason: str, escaped_id: str | None = None, now: float | None = None
-) -> tuple[str, str]:
-    """A failure id and record for an event key that names no runnable timer.
+    key: bytes, reason: str, now_ms: int, escaped_id: str | None = None
+) -> tuple[str, FailureRecord]:
+    """A failure id and record for an event key that names no runnable timer
+    (``now_ms``: Redis time).
 
     The id is the timer's escaped id when the key decodes (the record of a run of that
     timer then takes precedence), else ``:`` and a digest of the key: a timer id never
@@ -156,15 +155,15 @@ def rejected_entry(
         failure_id = ":" + hashlib.sha1(key, usedforsecurity=False).hexdigest()[:20]
     else:
         failure_id = escaped_id
-    data = {
-        "id": None if escaped_id is None else unescape_id(escaped_id),
-        "key": key[:300].decode("utf-8", "backslashreplace"),
-        "kind": "rejected",
-        "error_type": "RejectedKey",
-        "message": reason[:MAX_MESSAGE],
-        "failed_at": round((time.time() if now is None else now) * 1000),
-    }
-    return failure_id, json.dumps(data, ensure_ascii=False)
+    record = FailureRecord(
+        id=None if escaped_id is None else unescape_id(escaped_id),
+        key=key[:300].decode("utf-8", "backslashreplace"),
+        kind="rejected",
+        error_type="RejectedKey",
+        message=reason[:MAX_MESSAGE],
+        failed_at=now_ms,
+    )
+    return failure_id, record
 
 
 @dataclass(frozen=True)

@@ -20,8 +20,9 @@ def record_dead(r: redis.Redis, tid: str, token: int, message: str, at_ms: int) 
     """A dead timer's record, as a listener's finish writes it."""
     run = Run(str(token), escape_id(tid), f"a.b:[\"{message}\"]", due_ms=at_ms - 10,
               reruns=0, source="s")
-    failure_id, data = failure_entry(run, Outcome("error", "E", message), "a.b", [message],
-                                     now=at_ms / 1000)
+    failure_id, record = failure_entry(run, Outcome("error", "E", message), "a.b", [message],
+                                       now_ms=at_ms)
+    data = record.to_json()
     r.zadd(KEYS.failures, {failure_id: at_ms})
     r.hset(KEYS.failure_records, failure_id, data)
     r.zadd(KEYS.failure_index, {failure_id: 0})
@@ -60,8 +61,9 @@ def test_failed_retry_all_reaches_failures_behind_500_newer_rejected_keys(
     for i in range(100):
         record_dead(r, f"t{i}", i, "x", 1_000_000 + i)
     for i in range(500):
-        failure_id, data = rejected_entry(f"timers:bad{i}".encode(), "no such task",
-                                          now=2_000 + i / 1000)
+        failure_id, record = rejected_entry(f"timers:bad{i}".encode(), "no such task",
+                                            now_ms=2_000_000 + i)
+        data = record.to_json()
         r.zadd(KEYS.failures, {failure_id: 2_000_000 + i})
         r.hset(KEYS.failure_records, failure_id, data)
 

@@ -138,7 +138,7 @@ def test_verdict_fails_only_on_fail() -> None:
 
 def test_permission_findings_fail_without_scripts_and_warn_without_channels() -> None:
     from timers.check import permission_findings
-    from timers.permissions import Problem
+    from timers.listener.permissions import Problem
 
     assert [f.level for f in permission_findings([])] == ["ok"]
     scripts = Problem("scripts", "the Redis user may not run EVALSHA: add the ACL rule +evalsha")

@@ -15,8 +15,8 @@ from tests.unit.helpers import claim
 from tests.unit.sample_tasks import mod
 from tests.unit.test_listener_unit import make_listener
 from timers import Timers, task
-from timers.crashes import crash_outcome, listener_name
 from timers.keys import Keyspace
+from timers.listener.crashes import crash_outcome, listener_name
 from timers.policy import TaskPolicy, policy_of
 from timers.runs import Run
 from timers.scripts import register_all

@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from timers.eviction import EvictionUnsafe, judge, report_late_finishes
+from timers.listener.eviction import EvictionUnsafe, judge, report_late_finishes
 
 
 @pytest.mark.parametrize("policy", ["allkeys-lru", "allkeys-lfu", "allkeys-random"])

@@ -4,6 +4,7 @@ listed by timer id, retried without overwriting a pending timer (issue 9 rows 4,
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import fakeredis
@@ -32,8 +33,9 @@ def die(producer: Timers, scripts: dict[ScriptName, Any], ks: Keyspace, tid: str
     producer.schedule("a.b", [message], in_=0, id=tid)
     (claimed,) = claim(scripts, ks).claimed
     run = Run.parse(claimed.token, claimed.run, claimed.source)
-    failure_id, data = failure_entry(run, Outcome("error", "E", message), "a.b", [message])
-    finish(scripts, ks, (run.token, "fail", failure_id, data))
+    failure_id, record = failure_entry(run, Outcome("error", "E", message), "a.b", [message],
+                                       now_ms=round(time.time() * 1000))
+    finish(scripts, ks, (run.token, "fail", failure_id, record.to_json()))
     return run
 
 
@@ -103,13 +105,16 @@ def test_retry_all_pages_through_every_record_behind_many_rejected_keys(
     """Row 15: 100 retryable failures behind 500 newer rejected keys: "retrying 0"."""
     for i in range(100):
         run = Run(str(i), f"t{i}", f"a.b:[{i}]", due_ms=1000, reruns=0, source="s")
-        failure_id, data = failure_entry(run, Outcome("error", "E", "x"), "a.b", [i],
-                                         now=1_000 + i)
+        failure_id, record = failure_entry(run, Outcome("error", "E", "x"), "a.b", [i],
+                                           now_ms=1_000_000 + 1000 * i)
+        data = record.to_json()
         fake.zadd(ks.failures, {failure_id: 1_000_000 + i})
         fake.hset(ks.failure_records, failure_id, data)
         fake.zadd(ks.failure_index, {failure_id: 0})
     for i in range(500):
-        failure_id, data = rejected_entry(f"timers:bad{i}".encode(), "no such task")
+        failure_id, record = rejected_entry(f"timers:bad{i}".encode(), "no such task",
+                                            now_ms=round(time.time() * 1000))
+        data = record.to_json()
         fake.zadd(ks.failures, {failure_id: 2_000_000 + i})
         fake.hset(ks.failure_records, failure_id, data)
     producer.schedule("a.b", in_=3600, id="t7")  # pending again: skipped

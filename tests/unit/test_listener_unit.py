@@ -1,7 +1,7 @@
 """The listener on fakeredis: runs due timers once, records every bad ending, and keeps going.
 
 fakeredis publishes no keyspace events, so timers reach the listener through its sweeper;
-events are fed to ``Listener._on_message`` directly, as the subscription would.
+events are fed to ``listener.events.handle`` directly, as the subscription would.
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ def run_burst(
 
 
 def expired(listener: Listener, key: bytes) -> None:
-    listener._on_message({"type": "message", "channel": EXPIRED, "data": key})
+    listener.events.handle({"type": "message", "channel": EXPIRED, "data": key})
 
 
 def failures_by_id(producer: Timers) -> dict[str, Failure]:
@@ -323,9 +323,9 @@ def test_keys_outside_the_prefix_are_ignored(
         for key in (b"other:id:mod.add:[1]", b"timers|due", b"timersx:id:mod.add:[1]",
                     b"\xff\xfe", b"", b"session:123"):
             expired(listener, key)
-        listener._on_message({"type": "message", "channel": b"other-channel",
-                              "data": b"timers:%zz:mod.add:[1]"})
-        listener._on_message({"type": "subscribe", "channel": EXPIRED, "data": 1})
+        listener.events.handle({"type": "message", "channel": b"other-channel",
+                                "data": b"timers:%zz:mod.add:[1]"})
+        listener.events.handle({"type": "subscribe", "channel": EXPIRED, "data": 1})
 
     run_burst(server, before=feed)
     assert producer.failed() == []
@@ -363,14 +363,14 @@ def test_a_wake_message_moves_the_next_due_time_earlier() -> None:
         tracker = listener.tracker
         tracker.observe_heads(10_000_000.0, None)
 
-        listener._on_message({"type": "message", "channel": WAKE, "data": b"5000000"})
+        listener.events.handle({"type": "message", "channel": WAKE, "data": b"5000000"})
         assert tracker.next_due_ms == 5_000_000
-        listener._on_message({"type": "message", "channel": WAKE, "data": b"8000000"})
+        listener.events.handle({"type": "message", "channel": WAKE, "data": b"8000000"})
         assert tracker.next_due_ms == 5_000_000
-        listener._on_message({"type": "message", "channel": WAKE, "data": "4000000"})
+        listener.events.handle({"type": "message", "channel": WAKE, "data": "4000000"})
         assert tracker.next_due_ms == 4_000_000
         for garbage in (b"soon", b"", b"\xff"):
-            listener._on_message({"type": "message", "channel": WAKE, "data": garbage})
+            listener.events.handle({"type": "message", "channel": WAKE, "data": garbage})
         assert tracker.next_due_ms == 4_000_000
         await listener.redis.aclose()
 
@@ -408,7 +408,7 @@ def test_a_claim_read_after_its_lease_lapsed_and_was_taken_over_is_not_run(
     other = fakeredis.FakeRedis(server=server)
 
     def delay_reply(listener: Listener) -> None:
-        claim = listener._scripts["claim"]
+        claim = listener.claimer.scripts["claim"]
 
         async def claim_then_stall(**kwargs: Any) -> Any:
             reply = await claim(**kwargs)
@@ -418,7 +418,7 @@ def test_a_claim_read_after_its_lease_lapsed_and_was_taken_over_is_not_run(
             await asyncio.sleep(listener.lease)  # the reply is read a whole lease late
             return reply
 
-        listener._scripts["claim"] = claim_then_stall
+        listener.claimer.scripts["claim"] = claim_then_stall
 
     caplog.set_level("WARNING", logger="timers")
     run_burst(server, before=delay_reply, lease=0.2)

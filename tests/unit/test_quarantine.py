@@ -19,7 +19,7 @@ from tests.unit.test_crashes import PAST, crash
 from tests.unit.test_listener_unit import make_listener
 from timers import Timers
 from timers.keys import Keyspace
-from timers.quarantine import how_it_died
+from timers.listener.quarantine import how_it_died
 from timers.scripts import register_all
 
 HERE = f"{socket.gethostname()}:{os.getpid()}"

@@ -251,6 +251,7 @@ def test_the_original_due_time_survives_retries_into_the_failure_record() -> Non
     first = Run("7", "t", "a.b:[1]", due_ms=1000, reruns=0, source="s")
     retry = Run("9", "t", "a.b;a=2;d=1000;f=1500:[1]", due_ms=4000, reruns=0, source="s")
     for run in (first, retry):
-        failure_id, data = failure_entry(run, Outcome("error", "E", "boom"), "a.b", [1])
-        assert json.loads(data)["due_ms"] == 1000
+        failure_id, record = failure_entry(run, Outcome("error", "E", "boom"), "a.b", [1],
+                                           now_ms=5000)
+        assert json.loads(record.to_json())["due_ms"] == 1000
         assert failure_id == f"t:{run.token}"

@@ -20,8 +20,8 @@ import pytest
 
 from tests.conftest import ROOT, wait_until
 from tests.processes import alive, children_of
-from timers.orphans import watch_parent
-from timers.supervisor import RestartBudget, Supervisor, exit_reason
+from timers.listener.orphans import watch_parent
+from timers.listener.supervisor import RestartBudget, Supervisor, exit_reason
 
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(60)"]
 
@@ -145,7 +145,7 @@ def _supervisor_process(processes: int) -> subprocess.Popen[bytes]:
     handlers), whose exit code is what ``run()`` returned."""
     script = textwrap.dedent(f"""
         import logging, sys
-        from timers.supervisor import Supervisor
+        from timers.listener.supervisor import Supervisor
         logging.basicConfig(level=logging.INFO)
         sys.exit(Supervisor({SLEEPER!r}, {processes}, shutdown_timeout=5).run())
     """)

@@ -15,10 +15,10 @@ import pytest
 
 from tests.unit.conftest import ROOT, SAMPLE_TASKS
 from timers.exceptions import TaskRefused, TasksUnavailable
-from timers.lease_keeper import HeldRuns, LeaseKeeper
+from timers.listener.leases import HeldRuns, LeaseKeeper
+from timers.listener.loop_watch import blocker
+from timers.listener.runner import Runner
 from timers.loader import TaskLoader
-from timers.loop_watch import blocker
-from timers.runner import Runner
 
 # -- imports ---------------------------------------------------------------------------
 

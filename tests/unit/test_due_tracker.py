@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from timers.clock import ManualClock
-from timers.sweeper import CLAIM_LEAD_MS, OFFSET_MAX_AGE, DueTracker
+from timers.listener.due_tracker import CLAIM_LEAD_MS, OFFSET_MAX_AGE, DueTracker
 
 REDIS_NOW_MS = 1_800_000_000_000.0  # what Redis TIME says at the first sample
 LEAD = CLAIM_LEAD_MS / 1000  # the listener claims this many seconds before a due time

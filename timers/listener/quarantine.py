@@ -27,12 +27,12 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
-from timers.crashes import died_outcome
 from timers.encoding import Args
+from timers.listener.crashes import died_outcome
+from timers.listener.orphans import ask_for_signal_on_parent_death
+from timers.listener.runner import Runner
 from timers.loader import TaskLoader
-from timers.orphans import ask_for_signal_on_parent_death
 from timers.policy import TaskPolicy
-from timers.runner import Runner
 from timers.runs import MAX_MESSAGE, MAX_TRACEBACK, Outcome
 
 log = logging.getLogger("timers.listener")
@@ -49,7 +49,7 @@ def _mp_context() -> Any:
     global _context
     if _context is None:
         _context = multiprocessing.get_context("forkserver")
-        _context.set_forkserver_preload(["timers.quarantine"])
+        _context.set_forkserver_preload(["timers.listener.quarantine"])
     return _context
 
 

@@ -5,7 +5,7 @@ The claim script re-claims a run whose lease lapsed with ``reruns + 1`` and name
 listener that held it. A task that kills its process (``os._exit``, a segfault in a C
 extension) would otherwise run after every lease lapse, forever, and take down every
 listener that picks it up, with the unrelated timers those listeners held. Such a suspect
-run therefore runs again in a child process (:mod:`timers.quarantine`), which counts its
+run therefore runs again in a child process (:mod:`timers.listener.quarantine`), which counts its
 further crashes without taking the listener down.
 """
 

@@ -18,6 +18,7 @@ from typing import Any
 import redis
 
 from timers.encoding import as_text
+from timers.listener.retrying import RETRYABLE
 from timers.scripts import register
 
 log = logging.getLogger("timers.listener")
@@ -145,7 +146,7 @@ class LeaseKeeper:
         try:
             lost = self._renew(keys=[self.running_key],
                                args=[round(self.lease * 1000), *tokens])
-        except (redis.RedisError, OSError) as exc:
+        except RETRYABLE as exc:
             if not self._failing:
                 self._failing = True
                 log.warning("lease renewal failed: %s; retrying every %.1f s (leases of "

@@ -7,7 +7,7 @@ children exit at once. A child that keeps dying exhausts the restart budget: the
 supervisor logs the last exit reasons, stops the others and exits 1.
 
 Should the supervisor itself die, even by ``kill -9``, its children stop gracefully too:
-each knows its pid (``$TIMERS_SUPERVISOR_PID``, see :mod:`timers.orphans`).
+each knows its pid (``$TIMERS_SUPERVISOR_PID``, see :mod:`timers.listener.orphans`).
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 from types import FrameType
 
 from timers.clock import Clock, SystemClock
-from timers.orphans import SUPERVISOR_ENV
+from timers.listener.orphans import SUPERVISOR_ENV
 
-log = logging.getLogger("timers.supervisor")
+log = logging.getLogger("timers.listener.supervisor")
 POLL = 0.2
 
 

@@ -11,6 +11,7 @@ waiting.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 from timers.clock import Clock
@@ -75,6 +76,13 @@ class DueTracker:
         """The Redis clock now, as estimated; the local monotonic clock before any sample."""
         offset = self._offset.offset_ms if self._offset else 0.0
         return self.clock.monotonic() * 1000 + offset
+
+    def redis_time_ms(self) -> int:
+        """The Redis wall clock now in ms, to stamp records with (failure times): the
+        estimate once a claim has measured it, the local wall clock before."""
+        if self._offset is None:
+            return round(time.time() * 1000)
+        return round(self.redis_now_ms())
 
     def next_wake_ms(self) -> float | None:
         """The Redis time of the next thing to do: a due timer or a lapsing lease."""

@@ -1,0 +1,215 @@
+"""The listener's parts, each on its own: the event classifier, the executor, the ending
+writer. No part's private state is read; each is driven through what it offers."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import fakeredis
+import pytest
+
+from tests.unit.sample_tasks import mod
+from timers import Timers
+from timers.clock import ManualClock
+from timers.encoding import Record, entry_text
+from timers.exceptions import TaskRefused
+from timers.keys import Keyspace
+from timers.listener.due_tracker import DueTracker
+from timers.listener.endings import Ending, EndingWriter
+from timers.listener.events import Channels, Due, Rejected, Wake, classify
+from timers.listener.executor import Executor
+from timers.listener.leases import HeldRuns
+from timers.listener.runner import Runner
+from timers.policy import task
+from timers.runs import Outcome, Run
+from timers.scripts import register_all
+from timers.wire import EndingKind, FailureRecord, Option
+
+KEYS = Keyspace()
+CHANNELS = Channels.of(KEYS, 0)
+REDIS_NOW_MS = 5_000_000.0
+"""The Redis clock in these tests: 1970, while the local wall clock says today."""
+
+
+
+@pytest.fixture(autouse=True)
+def clean_calls() -> Iterator[None]:
+    mod.CALLS.clear()
+    yield
+    mod.CALLS.clear()
+
+
+# -- the event classifier ----------------------------------------------------------------
+
+
+def refuse_unknown(name: str) -> object:
+    if name != "mod.add":
+        raise TaskRefused(f"no task {name}")
+    return mod.add
+
+
+def message(channel: bytes, data: Any, kind: str = "message") -> dict[str, Any]:
+    return {"type": kind, "pattern": None, "channel": channel, "data": data}
+
+
+def test_classify_names_what_each_message_means() -> None:
+    key = b"timers:" + entry_text("t1", Record("mod.add", [1]).encode()).encode()
+    refused = b"timers:" + entry_text("t2", Record("os.system", ["x"]).encode()).encode()
+    expired = CHANNELS.expired
+    assert classify(message(expired, key), CHANNELS, refuse_unknown) == Due("t1")
+    rejected = classify(message(expired, refused), CHANNELS, refuse_unknown)
+    assert isinstance(rejected, Rejected) and rejected.escaped_id == "t2"
+    bad = classify(message(expired, b"timers:%zz"), CHANNELS, refuse_unknown)
+    assert isinstance(bad, Rejected) and bad.escaped_id is None
+    assert classify(message(CHANNELS.wake, b"123.5"), CHANNELS, refuse_unknown) == Wake(123.5)
+    assert classify(message(CHANNELS.wake, b"nan"), CHANNELS, refuse_unknown) == Wake(None)
+    assert classify(message(expired, b"session:1"), CHANNELS, refuse_unknown) is None
+    assert classify(message(b"other", key), CHANNELS, refuse_unknown) is None
+    assert classify(message(expired, 1, "subscribe"), CHANNELS, refuse_unknown) is None
+
+
+# -- the executor ------------------------------------------------------------------------
+
+
+class NoRecurrences:
+    async def before_run(self, run: Run, record: Record, started_ms: float) -> Outcome | None:
+        raise AssertionError("not a recurrence")
+
+    async def after_run(self, run: Run, record: Record, outcome: Outcome) -> None:
+        raise AssertionError("not a recurrence")
+
+
+class NoQuarantine:
+    async def run(self, *args: Any) -> Outcome:
+        raise AssertionError("no run here is suspect")
+
+
+class NoSleep:
+    async def sleep_until(self, monotonic: float) -> None:
+        pass
+
+
+@task(retries=2)
+def flaky() -> None:
+    raise ValueError("flaky")
+
+
+TASKS: dict[str, Callable[..., Any]] = {"mod.add": mod.add, "mod.boom": mod.boom,
+                                        "flaky": flaky}
+
+
+def resolve(name: str) -> Callable[..., Any]:
+    if name not in TASKS:
+        raise TaskRefused(f"no task {name}")
+    return TASKS[name]
+
+
+def tracker_on_redis_clock() -> DueTracker:
+    clock = ManualClock()
+    tracker = DueTracker(clock)
+    tracker.observe_time(REDIS_NOW_MS * 1000, clock.now, clock.now)
+    return tracker
+
+
+def execute(task_name: str, args: Any, due_ms: float = REDIS_NOW_MS,
+            options: dict[str, str] | None = None) -> Ending:
+    record = Record(task_name, args, options or {}).encode()
+
+    async def scenario() -> Ending:
+        runner = Runner(2)
+        try:
+            executor = Executor(resolve, runner, NoQuarantine(), NoRecurrences(),
+                                tracker_on_redis_clock(), NoSleep())
+            done = await executor.execute(Run("7", "t", record, round(due_ms), 0, "sweep"))
+        finally:
+            runner.shutdown()
+        assert done.report is not None
+        return done.ending
+
+    return asyncio.run(scenario())
+
+
+def test_the_executor_ends_each_run_as_its_task_went() -> None:
+    ok = execute("mod.add", [1, 2])
+    assert (ok.token, ok.kind, ok.run_of) == ("7", EndingKind.OK, ("t", round(REDIS_NOW_MS)))
+    raised = execute("mod.boom", ["bang"])
+    assert raised.kind is EndingKind.FAIL and raised.failure is not None
+    assert (raised.failure.kind, raised.failure.error_type) == ("error", "ValueError")
+    bad_args = execute("mod.add", {"nope": 1})
+    assert bad_args.failure is not None and bad_args.failure.kind == "bad_args"
+    refused = execute("os.system", ["rm"])
+    assert refused.failure is not None and refused.failure.kind == "refused"
+    missed = execute("mod.add", [1], due_ms=REDIS_NOW_MS - 5000,
+                     options={Option.MAX_LATENESS: "1000"})
+    assert missed.failure is not None and missed.failure.kind == "missed"
+    assert mod.CALLS == [("add", (1, 2))], "only the good run called its task"
+    retry = execute("flaky", [])
+    assert (retry.kind, retry.retry_delay_ms > 0) == (EndingKind.RETRY, True)
+    assert f";{Option.ATTEMPTS}=1;" in retry.retry_entry + ";"
+
+
+def test_failure_times_come_from_the_redis_clock_not_the_local_one() -> None:
+    """Issue 10 bug 5: the listener's wall clock says today, Redis says 1970."""
+    dead = execute("mod.boom", ["bang"])
+    assert dead.failure is not None
+    assert dead.failure.failed_at == dead.failure.first_failure == round(REDIS_NOW_MS)
+    retry = execute("flaky", [])
+    assert f";{Option.FIRST_FAILURE}={round(REDIS_NOW_MS)}" in retry.retry_entry
+
+
+# -- the ending writer -------------------------------------------------------------------
+
+
+@pytest.fixture
+def server() -> fakeredis.FakeServer:
+    return fakeredis.FakeServer()
+
+
+def test_the_writer_writes_endings_in_batches_and_forgets_them_once_written(
+        server: fakeredis.FakeServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("timers.listener.endings.MAX_BATCH", 2)
+    producer = Timers(fakeredis.FakeRedis(server=server))
+
+    async def scenario() -> tuple[list[int], int]:
+        client = fakeredis.FakeAsyncRedis(server=server)
+        scripts = register_all(client)
+        calls: list[int] = []
+        finish = scripts["finish"]
+
+        async def counted(**kwargs: Any) -> Any:
+            calls.append((len(kwargs["args"]) - 3) // 4)
+            return await finish(**kwargs)
+
+        scripts["finish"] = counted
+        writer = EndingWriter(scripts, KEYS, 3600, HeldRuns(), asyncio.Event())
+        for i in range(5):
+            producer.schedule("mod.add", [i], in_=0, id=f"t{i}")
+        reply = await scripts["claim"](
+            keys=[KEYS.due, KEYS.records, KEYS.running, KEYS.running_records, KEYS.sequence,
+                  KEYS.stats],
+            args=[KEYS.timer_key_start, 10, 60_000, 8, "me"])
+        items = reply[3:]
+        runs = [Run.parse(*items[i:i + 3]) for i in range(0, len(items), 3)]
+        for run in runs:
+            writer.add(Ending.of(run, EndingKind.OK))
+        assert writer.unwritten_ending_of(runs[0]) is not None
+        await writer.flush_remaining(ManualClock())
+        assert writer.unwritten_ending_of(runs[0]) is None
+        await client.aclose()
+        return calls, len(writer)
+
+    calls, left = asyncio.run(scenario())
+    assert (calls, left) == ([2, 2, 1], 0)
+    stats = producer.stats()
+    assert (stats.fired, stats.running, stats.pending) == (5, 0, 0)
+
+
+def test_a_failure_record_is_written_as_json_and_read_back_typed() -> None:
+    dead = execute("mod.boom", ["bang"])
+    token, kind, failure_id, data = dead.wire()
+    assert (token, kind, failure_id) == ("7", "fail", "t:7")
+    assert json.loads(data)["message"] == "bang"
+    assert FailureRecord.from_dict(json.loads(data)) == dead.failure

@@ -1,0 +1,41 @@
+"""The stored vocabulary of timers/wire.py is the one the Lua scripts and keys.py speak."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import timers.keys
+from timers.wire import ClaimSource, Counter, EndingKind, FailureRecord
+
+LUA = Path(timers.keys.__file__).parent / "lua"
+
+
+def test_every_ending_kind_and_counter_is_the_finish_scripts_word() -> None:
+    scripts = (LUA / "finish.lua").read_text() + (LUA / "claim.lua").read_text()
+    for kind in EndingKind:
+        assert f"'{kind}'" in scripts, kind
+    for counter in Counter:
+        assert f"'{counter}'" in scripts or f"{counter} =" in scripts, counter
+
+
+def test_every_claim_source_is_the_claim_scripts_tag() -> None:
+    claim = (LUA / "claim.lua").read_text()
+    for source in ClaimSource:
+        assert f"'{source}'" in claim or f"'{source}@'" in claim, source
+    assert ClaimSource.read("r@host:1:ab") == (ClaimSource.RECOVERED, "host:1:ab")
+    assert ClaimSource.read("?") == (ClaimSource.SWEEP, "")
+
+
+def test_the_key_layout_table_lists_every_counter_and_failure_field() -> None:
+    table = timers.keys.__doc__ or ""
+    for counter in Counter:
+        assert counter in table, counter
+    for field in FailureRecord.__dataclass_fields__:
+        assert field in table, field
+
+
+def test_a_stored_failure_record_reads_back_whatever_it_holds() -> None:
+    record = FailureRecord.from_dict({"id": 3, "kind": "error", "attempts": "x",
+                                      "failed_at": 12, "unknown": 1})
+    assert (record.id, record.kind, record.attempts, record.failed_at) == (None, "error",
+                                                                          None, 12)

@@ -1,0 +1,30 @@
+"""The listener package: finds due timers, claims them, runs them, records how they ended.
+
+``from timers.listener import Listener`` loads the listener on first use, so importing a
+helper module of this package (``timers.listener.permissions`` …) stays light.
+See :mod:`timers.listener.lifecycle` for how the parts fit.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from timers.listener.lifecycle import (
+        DEFAULT_CONCURRENCY,
+        DEFAULT_FAILURE_RETENTION,
+        DEFAULT_LEASE,
+        HEARTBEAT_INTERVAL,
+        Listener,
+    )
+
+__all__ = ["DEFAULT_CONCURRENCY", "DEFAULT_FAILURE_RETENTION", "DEFAULT_LEASE",
+           "HEARTBEAT_INTERVAL", "Listener"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        from timers.listener import lifecycle
+
+        return getattr(lifecycle, name)
+    raise AttributeError(f"module 'timers.listener' has no attribute {name!r}")

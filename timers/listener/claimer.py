@@ -1,0 +1,143 @@
+"""The claimer: the due-driven sweep loop and the claim script call.
+
+It sleeps until the earliest due time or lease deadline (see :class:`DueTracker`), then
+claims what is due, up to the free task slots, in one atomic script call: the ids events
+named first, then the head of the due index, then runs whose lease lapsed. Every timer
+goes through this one claim, whichever path found it, so each runs once however many
+listeners race for it. It sweeps at start and whenever poked (after every resubscribe,
+which covers events lost while the listener was away).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from timers.clock import Clock
+from timers.encoding import as_text
+from timers.keys import Keyspace
+from timers.listener.due_tracker import CLAIM_LEAD_MS, DueTracker
+from timers.listener.endings import MAX_BATCH
+from timers.listener.memory_guard import MemoryGuard
+from timers.listener.permissions import is_permanent
+from timers.listener.retrying import RETRYABLE, ConnectionState, ReconnectDelays, pause
+from timers.runs import Run
+from timers.scripts import ScriptName
+
+log = logging.getLogger("timers.listener")
+
+
+@dataclass(frozen=True)
+class ClaimerHooks:
+    """What the claimer asks of the rest of the listener."""
+
+    free_slots: Callable[[], int]
+    """Runs it may start now."""
+    take_event_ids: Callable[[int], list[str]]
+    """Up to n escaped ids events named, to claim first."""
+    busy: Callable[[], bool]
+    """Runs going or event ids waiting (a burst is not over)."""
+    start: Callable[[Run], None]
+    """Start one claimed run."""
+    give_up: Callable[[BaseException], None]
+    """A permanent error: stop the listener."""
+
+
+class Claimer:
+    """Claims due timers for one listener; :meth:`run` is its sweep loop."""
+
+    def __init__(self, scripts: Mapping[ScriptName, Any], keys: Keyspace, listener_id: str,
+                 lease: float, clock: Clock, tracker: DueTracker, hooks: ClaimerHooks,
+                 stopping: asyncio.Event) -> None:
+        self.scripts, self.keys, self.listener_id = scripts, keys, listener_id
+        self.lease, self.clock, self.tracker = lease, clock, tracker
+        self.hooks, self.stopping = hooks, stopping
+        self.memory = MemoryGuard()
+        self.poke = asyncio.Event()
+        """Set to sweep now (an event, a wake, a freed slot in a burst, stop)."""
+        self.slot_freed = asyncio.Event()
+
+    async def run(self, burst: bool) -> None:
+        """Claim as timers come due until stopped (``burst``: until nothing is due)."""
+        delays = ReconnectDelays()
+        state = ConnectionState("connection to Redis")
+        while not self.stopping.is_set():
+            if self.hooks.free_slots() <= 0:
+                self.slot_freed.clear()
+                await self.slot_freed.wait()
+                continue
+            self.poke.clear()
+            limit = min(self.hooks.free_slots(), MAX_BATCH)
+            try:
+                claimed = await self.claim(limit)
+            except redis.exceptions.OutOfMemoryError as exc:
+                await pause(self.memory.refused(exc), self.stopping)
+                continue
+            except RETRYABLE as exc:
+                if is_permanent(exc):
+                    self.hooks.give_up(exc)
+                    break
+                state.failed(exc)
+                await pause(delays.next(), self.poke)
+                continue
+            state.ok()
+            self.memory.claimed()
+            delays.reset()
+            if claimed >= limit:
+                continue
+            if burst and self.idle():
+                break
+            delay = self.tracker.seconds_until_next()
+            await pause(max(delay, 0.0005) if claimed == 0 else delay, self.poke)
+
+    def idle(self) -> bool:
+        """Nothing running, nothing named by events, nothing due yet."""
+        if self.hooks.busy():
+            return False
+        head = self.tracker.next_wake_ms()
+        return head is None or head > self.tracker.redis_now_ms()
+
+    async def claim(self, limit: int) -> int:
+        """Claim up to ``limit`` timers and start those still held; how many were claimed."""
+        ids = self.hooks.take_event_ids(limit)
+        k = self.keys
+        sent = self.clock.monotonic()
+        reply = await self.scripts["claim"](
+            keys=[k.due, k.records, k.running, k.running_records, k.sequence, k.stats],
+            args=[k.timer_key_start, limit, round(self.lease * 1000), round(2 * CLAIM_LEAD_MS),
+                  self.listener_id, *ids],
+        )
+        received = self.clock.monotonic()
+        now_us, next_due, next_lease = (int(x) for x in reply[:3])
+        self.tracker.observe_time(now_us, sent, received)
+        self.tracker.observe_heads(
+            None if next_due == -1 else next_due, None if next_lease == -1 else next_lease
+        )
+        items = reply[3:]
+        runs = [Run.parse(items[i], items[i + 1], items[i + 2]) for i in range(0, len(items), 3)]
+        if runs and received - sent > self.lease / 2:
+            runs = await self._still_held(runs, received - sent)
+        for run in runs:
+            self.hooks.start(run)
+        return len(items) // 3
+
+    async def _still_held(self, runs: list[Run], waited: float) -> list[Run]:
+        """The claims among ``runs`` whose leases are still this listener's.
+
+        A claim's reply read late (the event loop was blocked, or the network stalled past
+        half a lease) may name runs whose lease lapsed meanwhile and that another listener
+        took over: they are renewed now, and only those still held are run here.
+        """
+        lost = {as_text(token) for token in await self.scripts["renew"](
+            keys=[self.keys.running], args=[round(self.lease * 1000), *(r.token for r in runs)])}
+        for run in runs:
+            if run.token in lost:
+                log.warning("timer %s: its claim was read %.1f s late (event loop blocked?) "
+                            "and another listener took the run over: not running it here",
+                            run.timer_id, waited)
+        return [run for run in runs if run.token not in lost]

@@ -1,0 +1,159 @@
+"""How runs ended, and the writer that records it in Redis.
+
+An :class:`Ending` is what the finish script reads for one run: ok, skipped, a retry
+after a backoff, a failure record, a rejected event key, or a run handed back. The
+:class:`EndingWriter` writes them in batches of one script call, keeps their leases
+until the reply is read (:class:`HeldRuns`), and remembers the endings not written yet
+so that a run recovered after its lease lapsed is ended the same way, not run twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from timers.clock import Clock
+from timers.encoding import entry_text
+from timers.keys import Keyspace
+from timers.listener.eviction import report_late_finishes
+from timers.listener.leases import HeldRuns
+from timers.listener.retrying import RETRYABLE, ConnectionState, ReconnectDelays, pause
+from timers.runs import Run
+from timers.scripts import ScriptName
+from timers.wire import EndingKind, FailureRecord
+
+log = logging.getLogger("timers.listener")
+
+MAX_BATCH = 500
+"""Endings written per script call (and timers taken per claim)."""
+
+
+@dataclass(frozen=True)
+class Ending:
+    """How one run ended (``token`` is empty for a rejected event key)."""
+
+    token: str
+    kind: EndingKind
+    failure_id: str = ""
+    failure: FailureRecord | None = None
+    """FAIL and REJECT: the record ``timers failed`` shows."""
+    retry_entry: str = ""
+    """RETRY: ``<escaped id>:<record>`` to schedule again."""
+    retry_delay_ms: int = 0
+    run_of: tuple[str, int] | None = None
+    """The (escaped id, due ms) of the run ended, to match a recovered run of it."""
+
+    @classmethod
+    def of(cls, run: Run, kind: EndingKind, **fields: Any) -> Ending:
+        return cls(run.token, kind, run_of=(run.escaped_id, run.due_ms), **fields)
+
+    @classmethod
+    def release(cls, token: str) -> Ending:
+        """Hand an unfinished run back to the due index (it runs again at once)."""
+        return cls(token, EndingKind.RELEASE)
+
+    @classmethod
+    def retry(cls, run: Run, record_text: str, delay_ms: int) -> Ending:
+        return cls.of(run, EndingKind.RETRY, retry_entry=entry_text(run.escaped_id, record_text),
+                      retry_delay_ms=delay_ms)
+
+    def for_run(self, run: Run) -> Ending:
+        """The same ending for another claim of the same run."""
+        return replace(self, token=run.token, run_of=(run.escaped_id, run.due_ms))
+
+    def wire(self) -> tuple[str, str, str, str]:
+        """The four finish-script arguments: token, kind and two kind-specific fields."""
+        if self.kind is EndingKind.RETRY:
+            return self.token, self.kind.value, self.retry_entry, str(self.retry_delay_ms)
+        if self.failure is not None:
+            return self.token, self.kind.value, self.failure_id, self.failure.to_json()
+        return self.token, self.kind.value, "", ""
+
+
+class EndingWriter:
+    """Writes endings in batches; each is kept here until Redis has it."""
+
+    def __init__(self, scripts: Mapping[ScriptName, Any], keys: Keyspace, failure_retention: float,
+                 held: HeldRuns, closed: asyncio.Event) -> None:
+        self.scripts, self.keys, self.held = scripts, keys, held
+        self.failure_retention = failure_retention
+        self.closed = closed
+        self.eviction_policy: str | None = None
+        """Named when late finishes are reported (see :mod:`timers.listener.eviction`)."""
+        self.ready = asyncio.Event()
+        self._queue: list[Ending] = []
+
+    def add(self, ending: Ending) -> None:
+        self._queue.append(ending)
+        self.ready.set()
+
+    def __len__(self) -> int:
+        return len(self._queue)
+
+    def queued(self) -> list[Ending]:
+        return list(self._queue)
+
+    def unwritten_ending_of(self, run: Run) -> Ending | None:
+        """The ending of an earlier run of the same timer that is not written yet."""
+        for ending in self._queue:
+            if ending.run_of == (run.escaped_id, run.due_ms):
+                return ending
+        return None
+
+    async def run(self) -> None:
+        """Write endings as they come until the listener closes."""
+        delays = ReconnectDelays()
+        state = ConnectionState("connection to Redis (finishing runs)")
+        while not self.closed.is_set():
+            if not self._queue:
+                self.ready.clear()
+                await self.ready.wait()
+                continue
+            try:
+                await self.flush()
+            except RETRYABLE as exc:
+                state.failed(exc)
+                await pause(delays.next(), self.closed)
+                continue
+            state.ok()
+            delays.reset()
+
+    async def flush(self) -> None:
+        """Write the first batch of endings in one script call."""
+        k = self.keys
+        batch = self._queue[:MAX_BATCH]
+        args: list[Any] = [k.timer_key_start, k.wake_channel, round(self.failure_retention * 1000)]
+        for ending in batch:
+            args.extend(ending.wire())
+        tokens = [ending.token for ending in batch]
+        # Renewed until the reply is read (the loop may block before it is), and a renewal
+        # that crosses the ending drops them quietly.
+        self.held.ending(tokens)
+        try:
+            late = await self.scripts["finish"](
+                keys=[k.running, k.running_records, k.stats, k.failures, k.failure_records,
+                      k.due, k.records, k.failure_index],
+                args=args,
+            )
+        except BaseException:
+            self.held.ending(tokens, sent=False)
+            raise
+        self.held.release(tokens)
+        del self._queue[: len(batch)]
+        report_late_finishes(int(late or 0), self.eviction_policy)
+
+    async def flush_remaining(self, clock: Clock, within: float = 5.0,
+                              sleep: Callable[[float], Any] = asyncio.sleep) -> None:
+        """Write what is left, trying for ``within`` seconds if Redis is away."""
+        deadline = clock.monotonic() + within
+        while self._queue and clock.monotonic() < deadline:
+            try:
+                await self.flush()
+            except RETRYABLE:
+                await sleep(0.2)
+        if self._queue:
+            log.error("could not write %d run ending(s) before exit; their leases will lapse "
+                      "and they will run again", len(self._queue))

@@ -1,0 +1,183 @@
+"""The event source: what ``expired`` events and wake messages tell the listener.
+
+An expired timer key names its timer id, which goes to the next claim; a wake message
+moves the next due time earlier. :func:`classify` decides what one message means and
+does nothing else; :class:`EventSource` keeps the subscription and acts on the result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+import redis.asyncio
+
+from timers.encoding import Entry, as_text, escape_id
+from timers.exceptions import MalformedTimerKey, TaskRefused
+from timers.keys import Keyspace
+from timers.listener.due_tracker import DueTracker
+from timers.listener.permissions import SWEEP_ONLY_MAX_SLEEP, SWEEPER_ONLY, explain
+from timers.listener.retrying import RETRYABLE, ConnectionState, ReconnectDelays, pause
+
+log = logging.getLogger("timers.listener")
+
+PUBSUB_POLL = 1.0
+"""Seconds between reads of the subscription; each read also runs redis-py's health check."""
+
+
+@dataclass(frozen=True)
+class Channels:
+    """The names the listener subscribes to and the start of every timer key, as bytes."""
+
+    expired: bytes
+    wake: bytes
+    timer_key_start: bytes
+
+    @classmethod
+    def of(cls, keys: Keyspace, db: int) -> Channels:
+        return cls(keys.expired_channel(db).encode(), keys.wake_channel.encode(),
+                   keys.timer_key_start.encode())
+
+
+@dataclass(frozen=True)
+class Wake:
+    """A producer scheduled a timer earlier than the head: sweep (``due_ms`` if readable)."""
+
+    due_ms: float | None
+
+
+@dataclass(frozen=True)
+class Due:
+    """An expired timer key naming a runnable timer: claim it next."""
+
+    escaped_id: str
+
+
+@dataclass(frozen=True)
+class Rejected:
+    """An expired timer key that names no runnable timer: record it as rejected."""
+
+    key: bytes
+    reason: str
+    escaped_id: str | None
+
+
+Event = Wake | Due | Rejected | None
+
+
+def classify(message: Mapping[str, Any], channels: Channels,
+             resolve: Callable[[str], object]) -> Event:
+    """What one pub/sub message means (None: nothing to do).
+
+    ``resolve`` checks that a task may run (raises :class:`TaskRefused`); nothing else
+    is called. What runs is always the record stored with the pending timer, never the
+    key name, so a forged key can at most make a due timer fire on time.
+    """
+    if message.get("type") != "message" or message.get("data") is None:
+        return None
+    channel, data = message["channel"], message["data"]
+    if isinstance(data, str):
+        data = data.encode("utf-8", "surrogateescape")
+    if channel == channels.wake:
+        try:
+            due = float(data)
+        except ValueError:
+            return Wake(None)
+        return Wake(due if math.isfinite(due) else None)
+    if channel != channels.expired or not data.startswith(channels.timer_key_start):
+        return None
+    escaped: str | None = None
+    try:
+        entry = Entry.decode(as_text(data[len(channels.timer_key_start):]))
+        escaped = escape_id(entry.id)
+        resolve(entry.record.task)
+    except (MalformedTimerKey, TaskRefused) as exc:
+        return Rejected(bytes(data), str(exc), escaped)
+    return Due(escaped)
+
+
+class EventSource:
+    """Keeps the subscription, hands timer ids to the claim and rejections onward.
+
+    ``poke`` wakes the sweep; ``reject`` receives each :class:`Rejected` key."""
+
+    def __init__(self, client: redis.asyncio.Redis, channels: Channels, keys: Keyspace,
+                 resolve: Callable[[str], object], tracker: DueTracker,
+                 poke: Callable[[], None], reject: Callable[[Rejected], None],
+                 stopping: asyncio.Event) -> None:
+        self.redis, self.channels, self.keys = client, channels, keys
+        self.resolve, self.tracker = resolve, tracker
+        self.poke, self.reject, self.stopping = poke, reject, stopping
+        self.pending: dict[str, None] = {}
+        """Escaped ids named by events, oldest first, not yet passed to a claim."""
+        self.subscribed = asyncio.Event()
+
+    def take(self, limit: int) -> list[str]:
+        """Up to ``limit`` pending timer ids, for the next claim."""
+        ids = list(itertools.islice(self.pending, limit))
+        for escaped in ids:
+            del self.pending[escaped]
+        return ids
+
+    def handle(self, message: Mapping[str, Any]) -> None:
+        event = classify(message, self.channels, self.resolve)
+        if isinstance(event, Wake):
+            if event.due_ms is not None:
+                self.tracker.note_due(event.due_ms)
+            self.poke()
+        elif isinstance(event, Due):
+            self.pending[event.escaped_id] = None
+            self.poke()
+        elif isinstance(event, Rejected):
+            log.warning("rejected expired key %r: %s", event.key[:120], event.reason)
+            self.reject(event)
+
+    async def run(self) -> None:
+        """Subscribe and handle messages until stopped, resubscribing after a loss."""
+        delays = ReconnectDelays()
+        state = ConnectionState("event subscription")
+        while not self.stopping.is_set():
+            pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
+            try:
+                await pubsub.subscribe(self.channels.expired, self.channels.wake)
+                state.ok()
+                delays.reset()
+                self.subscribed.set()
+                self.poke()  # sweep: events may have been lost while unsubscribed
+                await self._read(pubsub)
+            except redis.exceptions.NoPermissionError as exc:
+                log.warning("%s. %s", explain(exc, self.keys), SWEEPER_ONLY)  # once: it ends
+                self.tracker.max_sleep = min(self.tracker.max_sleep, SWEEP_ONLY_MAX_SLEEP)
+                return
+            except RETRYABLE as exc:
+                self.subscribed.clear()
+                state.failed(exc)
+                await pause(delays.next(), self.stopping)
+            finally:
+                with contextlib.suppress(Exception):
+                    await pubsub.aclose()  # type: ignore[no-untyped-call]
+
+    async def _read(self, pubsub: Any) -> None:
+        # redis-py's get_message can swallow a cancellation, so the loop also ends on the
+        # stop flag, within PUBSUB_POLL seconds
+        while not self.stopping.is_set():
+            message = await pubsub.get_message(timeout=PUBSUB_POLL)
+            if message is not None:
+                try:
+                    self.handle(message)
+                except Exception:
+                    # an event is data from the network: nothing it holds may stop the
+                    # listener
+                    log.exception("could not handle event %r", message)
+
+    async def run_without(self) -> None:
+        """The events loop of a listener whose user may not subscribe: nothing to do."""
+        self.subscribed.set()
+        await self.stopping.wait()

@@ -1,0 +1,196 @@
+"""The executor: runs one claimed timer and says how it ended.
+
+It decodes the record, runs a recurrence's steps around the run, resolves the task,
+applies its policy (too late to start, crashed too often), calls it (in a quarantine
+child when its listener died holding it), and turns the outcome into an :class:`Ending`:
+ok, skipped, a retry after a backoff, or a failure record. Times are Redis times, from
+the listener's :class:`DueTracker`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from timers.encoding import Args, Record
+from timers.exceptions import MalformedTimerKey, TaskRefused
+from timers.listener.crashes import crash_outcome
+from timers.listener.due_tracker import DueTracker
+from timers.listener.endings import Ending
+from timers.listener.quarantine import is_suspect
+from timers.listener.retrying import RETRYABLE
+from timers.policy import DEFAULT_POLICY, TaskPolicy, policy_of
+from timers.runs import Fired, Outcome, Run, failure_entry
+from timers.wire import EndingKind, Option
+
+log = logging.getLogger("timers.listener")
+
+
+class RecurrenceSteps(Protocol):
+    """What runs around an occurrence of a recurring timer (see :mod:`timers.cron`)."""
+
+    async def before_run(self, run: Run, record: Record, started_ms: float) -> Outcome | None:
+        ...
+
+    async def after_run(self, run: Run, record: Record, outcome: Outcome) -> None:
+        ...
+
+
+class Caller(Protocol):
+    async def call(self, fn: Callable[..., Any], args: Args,
+                   limit: float | None = None) -> Outcome:
+        ...
+
+
+class Isolator(Protocol):
+    async def run(self, timer_id: str, task: str, fn: Callable[..., Any], args: Args,
+                  policy: TaskPolicy, reruns: int) -> Outcome:
+        ...
+
+
+class Sleeper(Protocol):
+    async def sleep_until(self, monotonic: float) -> None:
+        ...
+
+
+@dataclass(frozen=True)
+class Executed:
+    """A run's ending, and what the observer hears of it (None: handed back unrun)."""
+
+    ending: Ending
+    report: Fired | None
+
+
+@dataclass
+class _Attempt:
+    started_ms: float
+    record: Record | None = None
+    policy: TaskPolicy = DEFAULT_POLICY
+
+    @property
+    def task(self) -> str | None:
+        return self.record.task if self.record else None
+
+    @property
+    def args(self) -> Args:
+        return self.record.args if self.record else None
+
+
+class Executor:
+    """Runs claimed timers: :meth:`execute` one run, get its :class:`Executed`."""
+
+    def __init__(self, resolve: Callable[[str], Callable[..., Any]], runner: Caller,
+                 quarantine: Isolator, recurrences: RecurrenceSteps, tracker: DueTracker,
+                 sleeper: Sleeper) -> None:
+        self.resolve, self.runner, self.quarantine = resolve, runner, quarantine
+        self.recurrences, self.tracker, self.sleeper = recurrences, tracker, sleeper
+
+    async def execute(self, run: Run) -> Executed:
+        """Run ``run`` and say how it ended. A cancellation (shutting down) goes through:
+        the listener hands the run back."""
+        if run.due_ms > self.tracker.redis_now_ms():
+            # claimed a few ms ahead: start exactly at the due time
+            await self.sleeper.sleep_until(self.tracker.monotonic_at(run.due_ms))
+        attempt = _Attempt(self.tracker.redis_now_ms())
+        try:
+            outcome = await self._attempt(run, attempt)
+        except MalformedTimerKey as exc:
+            outcome = Outcome("malformed", "MalformedTimerKey", str(exc))
+        except RETRYABLE as exc:
+            # Redis went away around the run (a recurrence step): hand it back to run again
+            log.warning("timer %s handed back: %s", run.timer_id, exc)
+            return Executed(Ending.release(run.token), None)
+        except Exception as exc:
+            log.exception("internal error around timer %s", run.timer_id)
+            outcome = _internal_error(exc)
+        try:
+            ending = self.ending(run, attempt.record, outcome, attempt.policy)
+        except Exception as exc:
+            log.exception("could not decide how timer %s ended", run.timer_id)
+            failure_id, failure = failure_entry(run, _internal_error(exc), attempt.task,
+                                                attempt.args, self.tracker.redis_time_ms())
+            ending = Ending.of(run, EndingKind.FAIL, failure_id=failure_id, failure=failure)
+        report = Fired(run.timer_id, attempt.task, run.due_ms, attempt.started_ms,
+                       self.tracker.redis_now_ms(), run.source, run.attempt, outcome)
+        return Executed(ending, report)
+
+    async def _attempt(self, run: Run, attempt: _Attempt) -> Outcome:
+        record = attempt.record = run.record()
+        recurring = Option.RECURRENCE in record.options
+        # a recurrence's next occurrence is scheduled first, whatever becomes of this one
+        # (even a task this listener cannot import must not end the chain)
+        skip = (await self.recurrences.before_run(run, record, attempt.started_ms)
+                if recurring else None)
+        try:
+            fn = self.resolve(record.task)
+            attempt.policy = policy = policy_of(fn)
+            missed = _missed(record, policy, attempt.started_ms - run.due_ms)
+            crashed = crash_outcome(run, policy)
+            if skip is not None:
+                outcome = skip
+            elif crashed is not None:
+                outcome = crashed
+            elif missed is not None:
+                outcome = Outcome("missed", "Missed", missed)
+            elif is_suspect(run.reruns):  # its listener died holding it: in a child
+                outcome = await self.quarantine.run(run.timer_id, record.task, fn, record.args,
+                                                    policy, run.reruns)
+            else:
+                outcome = await self.runner.call(fn, record.args, policy.timeout)
+        except TaskRefused as exc:
+            outcome = Outcome("refused", "TaskRefused", str(exc))
+        if recurring:
+            await self.recurrences.after_run(run, record, outcome)
+        return outcome
+
+    def ending(self, run: Run, record: Record | None, outcome: Outcome,
+               policy: TaskPolicy) -> Ending:
+        """A run's ending: ok, skipped, a retry after a backoff, or a failure record."""
+        if outcome.ok:
+            return Ending.of(run, EndingKind.OK)
+        if outcome.kind == "skipped":
+            log.info("timer %s skipped: %s", run.timer_id, outcome.message)
+            return Ending.of(run, EndingKind.SKIP)
+        now_ms = self.tracker.redis_time_ms()
+        first_failure = record.options.get(Option.FIRST_FAILURE) if record else None
+        delay = policy.retry_delay(run.attempt) if outcome.kind == "error" else None
+        if record is not None and delay is not None:
+            options = dict(record.options)
+            options.update({Option.ATTEMPTS: str(run.attempt),
+                            Option.FIRST_FAILURE: first_failure or str(now_ms),
+                            Option.ORIGINAL_DUE: str(run.original_due_ms)})
+            retry = Record(record.task, record.args, options).encode(max_args_bytes=1 << 62)
+            log.warning("timer %s (%s) failed, attempt %d; retrying in %.1fs: %s: %s",
+                        run.timer_id, record.task, run.attempt, delay, outcome.error_type,
+                        outcome.message[:300])
+            return Ending.retry(run, retry, round(delay * 1000))
+        failure_id, failure = failure_entry(
+            run, outcome, record.task if record else None, record.args if record else None,
+            now_ms, first_failure_ms=int(first_failure) if first_failure else None)
+        log.warning("timer %s (%s) failed for good, attempt %d: %s: %s", run.timer_id,
+                    record.task if record else "?", run.attempt, outcome.error_type,
+                    outcome.message[:300])
+        return Ending.of(run, EndingKind.FAIL, failure_id=failure_id, failure=failure)
+
+
+def _internal_error(exc: Exception) -> Outcome:
+    return Outcome("error", type(exc).__qualname__, f"internal error: {exc}")
+
+
+def _missed(record: Record, policy: TaskPolicy, lateness_ms: float) -> str | None:
+    """Why a run is too late to start, or None. The timer's own limit beats the task's."""
+    limit_ms: float | None = None
+    if Option.MAX_LATENESS in record.options:
+        with contextlib.suppress(ValueError):
+            limit_ms = float(record.options[Option.MAX_LATENESS])
+    elif policy.max_lateness is not None:
+        limit_ms = policy.max_lateness * 1000
+    if limit_ms is None or lateness_ms <= limit_ms:
+        return None
+    return (f"started {lateness_ms / 1000:.3f} s after its due time, over its max lateness "
+            f"of {limit_ms / 1000:g} s: not run")
+
+

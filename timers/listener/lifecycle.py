@@ -1,0 +1,350 @@
+"""The listener: finds due timers, claims them, runs them, records how they ended.
+
+It wires parts with one job each, sharing one asyncio event loop:
+
+- **events** (:mod:`timers.listener.events`): the ``expired`` events and wake messages;
+  each names a timer for the next claim, moves the next due time, or is rejected.
+- **claimer** (:mod:`timers.listener.claimer`): the due-driven sweep loop and the claim.
+- **executor** (:mod:`timers.listener.executor`): runs one claimed timer, returns its
+  :class:`Ending`.
+- **endings** (:mod:`timers.listener.endings`): writes endings in batches.
+- **leases** (a thread: :mod:`timers.listener.leases`, so a blocked loop cannot starve
+  it): keeps a live listener's timers; a dead one's run again once their lease lapses.
+
+This module keeps the lifecycle: start, a heartbeat so ``timers listeners`` shows who is
+alive, and stop: it stops claiming, gives running tasks ``shutdown_timeout`` seconds, and
+hands the unfinished runs back to the due index so another listener runs them at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import secrets
+import socket
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import redis
+import redis.asyncio
+
+from timers.client import configured_url
+from timers.clock import Clock, SystemClock
+from timers.cron import RecurrenceHook
+from timers.keys import DEFAULT_PREFIX, Keyspace
+from timers.listener.claimer import Claimer, ClaimerHooks
+from timers.listener.connection import listener_client
+from timers.listener.crashes import listener_name
+from timers.listener.due_tracker import DueTracker
+from timers.listener.endings import Ending, EndingWriter
+from timers.listener.events import Channels, EventSource, Rejected
+from timers.listener.executor import Executed, Executor
+from timers.listener.leases import HeldRuns, LeaseKeeper, sync_twin
+from timers.listener.loop_watch import LoopWatch
+from timers.listener.permissions import SWEEP_ONLY_MAX_SLEEP, check_at_start, explain
+from timers.listener.precise import PreciseSleeper
+from timers.listener.preflight import eviction_policy, warn_if_events_off
+from timers.listener.quarantine import Quarantine
+from timers.listener.retrying import RETRYABLE, pause
+from timers.listener.runner import Runner
+from timers.loader import TASKS_ENV, TaskLoader, configured_package
+from timers.runs import Fired, Run, rejected_entry
+from timers.scripts import register_all
+from timers.wire import ClaimSource, EndingKind
+
+log = logging.getLogger("timers.listener")
+
+DEFAULT_LEASE = 15.0
+DEFAULT_CONCURRENCY = 32
+DEFAULT_FAILURE_RETENTION = 7 * 86400.0
+HEARTBEAT_INTERVAL = 10.0
+
+
+class Listener:
+    """Runs timers as they come due. Start it with ``await listener.run()``.
+
+    ``redis_`` is a URL or a ``redis.asyncio.Redis`` that returns bytes (the listener reads
+    key names that may not be UTF-8). ``tasks`` is the package whose functions may run
+    (default ``$TIMERS_TASKS`` or ``tasks``, imported from ``search_path``, by default the
+    working directory); ``registry`` adds callables by explicit name.
+    """
+
+    def __init__(
+        self,
+        redis_: str | redis.asyncio.Redis | None = None,
+        *,
+        prefix: str = DEFAULT_PREFIX,
+        tasks: str | None = None,
+        registry: Mapping[str, Callable[..., Any]] | None = None,
+        concurrency: int = DEFAULT_CONCURRENCY,
+        lease: float = DEFAULT_LEASE,
+        failure_retention: float = DEFAULT_FAILURE_RETENTION,
+        max_sleep: float = 60.0,
+        shutdown_timeout: float = 30.0,
+        clock: Clock | None = None,
+        observer: Callable[[Fired], None] | None = None,
+        search_path: str | None = None,
+        allow_eviction: bool = False,
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        if lease < 0.1:
+            raise ValueError("lease must be at least 0.1 seconds")
+        self.redis, self._owns_client = _client(redis_)
+        self.keys = Keyspace(prefix)
+        self.db = int(self.redis.connection_pool.connection_kwargs.get("db", 0) or 0)
+        self._tasks_optional = bool(registry) and tasks is None and not os.environ.get(TASKS_ENV)
+        self.loader = TaskLoader(configured_package(tasks), registry,
+                                 os.getcwd() if search_path is None else search_path)
+        self.concurrency, self.lease, self.shutdown_timeout = concurrency, lease, shutdown_timeout
+        self.clock = clock or SystemClock()
+        self.tracker = DueTracker(self.clock, max_sleep=max_sleep)
+        self.observer, self.allow_eviction = observer, allow_eviction
+        self.id = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+        self.started_at = time.time()
+        self.ended_count = 0
+        """Runs this listener ended, however they ended (Stats.fired counts the good)."""
+        self.crashed = False
+        """A loop died of a bug or a permanent error stopped it: exit nonzero."""
+        self._scripts = register_all(self.redis)
+        self._stopping = asyncio.Event()  # stop claiming
+        self._closed = asyncio.Event()  # running tasks are done: stop renewing leases too
+        self._abort_event = asyncio.Event()
+        self._burst = False
+        self._running: dict[str, Run] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._held = HeldRuns()  # tokens whose lease we keep: running or unflushed
+        self._wire_parts(failure_retention)
+
+    def _wire_parts(self, failure_retention: float) -> None:
+        self.endings = EndingWriter(self._scripts, self.keys, failure_retention, self._held,
+                                    self._closed)
+        self.claimer = Claimer(self._scripts, self.keys, self.id, self.lease, self.clock,
+                               self.tracker, ClaimerHooks(
+                                   free_slots=self._free_slots,
+                                   take_event_ids=lambda n: self.events.take(n),
+                                   busy=lambda: bool(self._running or self.events.pending),
+                                   start=self._start, give_up=self._give_up),
+                               self._stopping)
+        self.events = EventSource(self.redis, Channels.of(self.keys, self.db), self.keys,
+                                  self.loader.resolve, self.tracker, self.claimer.poke.set,
+                                  self._reject, self._stopping)
+        self._runner = Runner(self.concurrency, on_free=self.claimer.slot_freed.set)
+        self._precise = PreciseSleeper()
+        self.executor = Executor(self.loader.resolve, self._runner,
+                                 Quarantine(self.loader, listener_name(self.id)),
+                                 RecurrenceHook(self.redis, self.keys), self.tracker,
+                                 self._precise)
+
+    @property
+    def subscribed(self) -> asyncio.Event:
+        """Set while the event subscription is up (or when the listener goes without)."""
+        return self.events.subscribed
+
+    @property
+    def aborted(self) -> bool:
+        return self._abort_event.is_set()
+
+    # -- lifecycle --------------------------------------------------------------------
+
+    async def run(self, stop: asyncio.Event | None = None, *, burst: bool = False) -> None:
+        """Listen until ``stop`` is set (or, with ``burst``, until nothing is due).
+
+        On the way out it stops claiming, lets running tasks finish for up to
+        ``shutdown_timeout`` seconds and writes their endings.
+        """
+        self._burst = burst
+        events = await self._preflight()
+        keeper = LeaseKeeper(sync_twin(self.redis, min(15.0, max(1.0, self.lease))),
+                             self.keys.running, self.lease, self._held).start()
+        watch = LoopWatch(asyncio.get_running_loop(), self._runner.on_loop.copy).start()
+        loops = [
+            asyncio.create_task(self.events.run() if events else self.events.run_without(),
+                                name="timers-events"),
+            asyncio.create_task(self.endings.run(), name="timers-finish"),
+            asyncio.create_task(self._heartbeat_loop(), name="timers-heartbeat"),
+        ]
+        for loop_task in loops:
+            loop_task.add_done_callback(self._loop_ended)
+        watcher = asyncio.create_task(self._watch(stop)) if stop is not None else None
+        try:
+            await self.claimer.run(burst)
+        finally:
+            self._stopping.set()
+            if watcher is not None:
+                watcher.cancel()
+            await self._drain()
+            self._closed.set()
+            await asyncio.to_thread(keeper.close)
+            watch.close()
+            for loop_task in loops:
+                loop_task.cancel()
+            await asyncio.gather(*loops, return_exceptions=True)
+            await self._close()
+
+    async def _preflight(self) -> bool:
+        """Load the tasks and check the server before any claim; False: no events (the
+        Redis user may not subscribe, the sweeper works alone)."""
+        try:
+            # the whole tasks package, off the loop
+            await asyncio.to_thread(self.loader.load_at_start, self._tasks_optional)
+            await warn_if_events_off(self.redis)
+            self.endings.eviction_policy = await eviction_policy(self.redis,
+                                                                 self.allow_eviction)
+            missing = await check_at_start(self.redis, self.keys, self.db)
+        except Exception:
+            if self._owns_client:
+                await self.redis.aclose()
+            raise
+        if missing:
+            self.tracker.max_sleep = min(self.tracker.max_sleep, SWEEP_ONLY_MAX_SLEEP)
+        return "events" not in missing
+
+    async def _close(self) -> None:
+        await self.endings.flush_remaining(self.clock)
+        with contextlib.suppress(*RETRYABLE):
+            await self._heartbeat(alive=False)
+        self._runner.shutdown()
+        self._precise.close()
+        if self._owns_client:
+            await self.redis.aclose()
+
+    def _loop_ended(self, task: asyncio.Task[None]) -> None:
+        """A loop must only end on stop: if one dies of a bug, stop rather than limp on
+        (``--processes`` restarts the listener; alone, it exits nonzero)."""
+        if task.cancelled() or self._closed.is_set():
+            return
+        exc = task.exception()
+        if exc is not None:
+            log.critical("%s loop died: %r; stopping the listener", task.get_name(), exc,
+                         exc_info=exc)
+            self.crashed = True
+            self.abort()
+
+    def stop(self) -> None:
+        """Stop claiming, let running tasks finish (up to ``shutdown_timeout``), hand the
+        rest back, and return from :meth:`run`. Only sets flags: safe in a signal handler."""
+        self._stopping.set()
+        self.claimer.poke.set()
+        self.claimer.slot_freed.set()
+
+    def abort(self) -> None:
+        """Like :meth:`stop`, without waiting for running tasks: they are handed back."""
+        self._abort_event.set()
+        self.stop()
+
+    def _give_up(self, exc: BaseException) -> None:
+        """A permanent error (see :func:`timers.listener.permissions.is_permanent`): one
+        line with the fix, and stop with a failure rather than retry it forever."""
+        log.error("cannot claim timers: %s; stopping", explain(exc, self.keys))
+        self.crashed = True
+        self.stop()
+
+    async def _watch(self, stop: asyncio.Event) -> None:
+        await stop.wait()
+        self.stop()
+
+    async def _drain(self) -> None:
+        """Wait for running tasks, then hand back the runs that did not finish."""
+        running = [t for t in self._tasks if not t.done()]
+        if running and not self.aborted:
+            log.info("waiting up to %gs for %d running task(s)", self.shutdown_timeout,
+                     len(running))
+            waiter = asyncio.create_task(self._abort_event.wait())
+            everything: asyncio.Future[Any] = asyncio.gather(*running, return_exceptions=True)
+            either: list[asyncio.Future[Any]] = [everything, waiter]
+            await asyncio.wait(either, timeout=self.shutdown_timeout,
+                               return_when=asyncio.FIRST_COMPLETED)
+            waiter.cancel()
+        unfinished = list(self._running)
+        for token in unfinished:
+            self._running.pop(token, None)
+            self.endings.add(Ending.release(token))
+        for task in self._tasks:
+            task.cancel()
+        if unfinished:
+            log.warning("handing back %d unfinished run(s) to run elsewhere", len(unfinished))
+
+    # -- runs -------------------------------------------------------------------------
+
+    def _free_slots(self) -> int:
+        return self.concurrency - len(self._running) - self._runner.stuck
+
+    def _start(self, run: Run) -> None:
+        if run.source == ClaimSource.RECOVERED.label:
+            done = self.endings.unwritten_ending_of(run)
+            if done is not None:
+                # This listener ran the timer but could not write the ending before the
+                # lease lapsed (Redis stalled): the run happened, so end the new claim the
+                # same way instead of running the task twice.
+                log.warning("timer %s: lease lapsed while its ending was on its way; "
+                            "not running it again", run.timer_id)
+                self._held.hold(run.token, run.timer_id)
+                self.endings.add(done.for_run(run))
+                return
+        self._running[run.token] = run
+        self._held.hold(run.token, run.timer_id)
+        task = asyncio.create_task(self._run_one(run))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _run_one(self, run: Run) -> None:
+        try:
+            done = await self.executor.execute(run)
+        except asyncio.CancelledError:
+            return  # shutting down: _drain hands this run back
+        finally:
+            self._running.pop(run.token, None)
+            self.claimer.slot_freed.set()
+            if self._burst:
+                self.claimer.poke.set()  # the sweep loop decides whether the burst is over
+        self.endings.add(done.ending)
+        if done.report is not None:
+            self.ended_count += 1
+            self._report(done)
+
+    def _report(self, done: Executed) -> None:
+        if self.observer is None or done.report is None:
+            return
+        try:
+            self.observer(done.report)
+        except Exception:
+            log.exception("observer failed")
+
+    def _reject(self, event: Rejected) -> None:
+        failure_id, failure = rejected_entry(event.key, event.reason,
+                                             self.tracker.redis_time_ms(), event.escaped_id)
+        self.endings.add(Ending("", EndingKind.REJECT, failure_id=failure_id, failure=failure))
+
+    # -- heartbeat --------------------------------------------------------------------
+
+    async def _heartbeat_loop(self) -> None:
+        while not self._stopping.is_set():
+            with contextlib.suppress(*RETRYABLE):
+                await self._heartbeat(alive=True)
+            await pause(HEARTBEAT_INTERVAL, self._stopping)
+
+    async def _heartbeat(self, alive: bool) -> None:
+        info = json.dumps({
+            "id": self.id, "host": socket.gethostname(), "pid": os.getpid(),
+            "started": round(self.started_at), "running": len(self._running),
+            "fired": self.ended_count, "concurrency": self.concurrency,
+            "tasks": self.loader.package, "stuck": self._runner.stuck,
+        }) if alive else ""
+        await self._scripts["heartbeat"](
+            keys=[self.keys.listeners, self.keys.listener_info],
+            args=[self.id, round(HEARTBEAT_INTERVAL * 3000), info],
+        )
+
+
+def _client(redis_: str | redis.asyncio.Redis | None) -> tuple[redis.asyncio.Redis, bool]:
+    """The listener's client and whether it owns it (closes it at the end)."""
+    if isinstance(redis_, redis.asyncio.Redis):
+        if redis_.connection_pool.connection_kwargs.get("decode_responses"):
+            raise ValueError("the listener needs a client with decode_responses=False")
+        return redis_, False
+    return listener_client(configured_url(redis_)), True

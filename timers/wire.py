@@ -1,0 +1,150 @@
+"""The stored vocabulary: the words that travel between Python, Lua and Redis.
+
+Every letter of a record option, kind of run ending, claim source and stats counter is
+named here once, and a dead timer's failure record is a typed :class:`FailureRecord`.
+The Lua scripts spell the same words (``timers/lua/*.lua``); the tests in
+``tests/unit/test_wire.py`` keep both sides in step.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, fields
+from enum import StrEnum
+from typing import Any
+
+
+class Option(StrEnum):
+    """Options of a stored record (``task;name=value;…:args``)."""
+
+    ATTEMPTS = "a"
+    """Failed attempts so far (a retry's record)."""
+    FIRST_FAILURE = "f"
+    """Redis time in ms of the first failed attempt (a retry's record)."""
+    ORIGINAL_DUE = "d"
+    """The timer's own due time in ms, kept by a retry whose due time moved."""
+    MAX_LATENESS = "ml"
+    """The timer's own max lateness in ms; beats the task's."""
+    RECURRENCE = "r"
+    """The recurrence this timer is an occurrence of."""
+    VERSION = "v"
+    """The recurrence definition's version the occurrence was planned from."""
+
+
+class ScheduleMode(StrEnum):
+    """What the schedule script does with a pending timer of the same id."""
+
+    REPLACE = "r"
+    KEEP = "k"
+
+
+class EndingKind(StrEnum):
+    """How a run ended, as the finish script reads it."""
+
+    OK = "ok"
+    SKIP = "skip"
+    FAIL = "fail"
+    REJECT = "reject"
+    RETRY = "retry"
+    RELEASE = "release"
+
+
+class ClaimSource(StrEnum):
+    """How a claimed run was found, as the claim script tags it (``r@<listener>``)."""
+
+    EVENT = "e"
+    SWEEP = "s"
+    RECOVERED = "r"
+
+    @property
+    def label(self) -> str:
+        return _SOURCE_LABELS[self]
+
+    @classmethod
+    def read(cls, tag: str) -> tuple[ClaimSource, str]:
+        """A claim's source tag: the source and, for a recovered run, the listener that
+        held it and died (an unknown tag reads as a sweep)."""
+        found_by, _, died_on = tag.partition("@")
+        try:
+            return cls(found_by), died_on
+        except ValueError:
+            return cls.SWEEP, died_on
+
+
+_SOURCE_LABELS = {ClaimSource.EVENT: "event", ClaimSource.SWEEP: "sweep",
+                  ClaimSource.RECOVERED: "recovered"}
+
+
+class Counter(StrEnum):
+    """The counters of the stats hash (see :mod:`timers.keys`)."""
+
+    FIRED = "fired"
+    """Runs that ended well."""
+    FAILED = "failed"
+    """Timers that failed for good (dead-lettered)."""
+    SKIPPED = "skipped"
+    """Runs a recurrence skipped (overlap or catch-up policy)."""
+    RERUNS = "reruns"
+    """Runs claimed again after their lease lapsed."""
+    REJECTED = "rejected"
+    """Expired keys that named no runnable timer."""
+    RETRIED = "retried"
+    """Failed attempts scheduled again after a backoff."""
+    HANDED_BACK = "handed_back"
+    """Unfinished runs a stopping listener put back in the due index."""
+    LATE_FINISHES = "late_finishes"
+    """Endings that came after their lease had lapsed."""
+
+
+@dataclass(frozen=True)
+class FailureRecord:
+    """What ``timers failed`` shows about a dead timer or a rejected event key.
+
+    Times are Redis times in ms. A rejected key has ``key`` and no task; a dead timer
+    whose record could not be decoded has ``record`` (its raw text) and no task.
+    """
+
+    kind: str
+    error_type: str
+    message: str
+    failed_at: int
+    id: str | None = None
+    task: str | None = None
+    args: Any = None
+    record: str | None = None
+    traceback: str = ""
+    attempts: int | None = None
+    due_ms: int | None = None
+    first_failure: int | None = None
+    key: str | None = None
+
+    def to_json(self) -> str:
+        """The stored JSON (a rejected key's record carries only its own fields)."""
+        data = asdict(self)
+        order = _DEAD_FIELDS if self.key is None else _REJECTED_FIELDS
+        return json.dumps({k: data[k] for k in order}, ensure_ascii=False, default=repr)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> FailureRecord:
+        """Read a stored record back; missing or mistyped fields take their defaults."""
+        known = {f.name: f for f in fields(cls)}
+        values = {k: v for k, v in data.items() if k in known}
+        for name in ("kind", "error_type", "message"):
+            if not isinstance(values.get(name), str):
+                values[name] = ""
+        if not isinstance(values.get("failed_at"), int):
+            values["failed_at"] = 0
+        for name in ("id", "task", "record", "key"):
+            if not isinstance(values.get(name), str):
+                values[name] = None
+        for name in ("attempts", "due_ms", "first_failure"):
+            if not isinstance(values.get(name), int):
+                values[name] = None
+        if not isinstance(values.get("traceback"), str):
+            values["traceback"] = ""
+        return cls(**values)
+
+
+_DEAD_FIELDS = ("id", "task", "args", "record", "kind", "error_type", "message", "traceback",
+                "attempts", "due_ms", "first_failure", "failed_at")
+_REJECTED_FIELDS = ("id", "key", "kind", "error_type", "message", "failed_at")
