@@ -1,0 +1,1 @@
+-- prelude.lua: helpers shared by every script (put after its shebang line when loaded).
