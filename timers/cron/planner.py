@@ -51,39 +51,44 @@ def plan(
     ``lateness_ms`` (its own lateness; default ``now - due``).
     """
 
-    def next_ms(after_ms: int) -> int:
-        return to_ms(schedule.next_after(from_ms(after_ms)))
-
     late = now_ms - due_ms if lateness_ms is None else lateness_ms
     limit_ms = None if max_lateness is None else max_lateness // MS
-    following = next_ms(due_ms)
+    following = _next_ms(schedule, due_ms)
     if following > now_ms:  # this is the latest occurrence due
         step = Step(True, following)
         limit = NONE_GRACE // MS if limit_ms is None and catch_up == "none" else limit_ms
         if limit is not None and late > limit:
             step = Step(False, following, reason=_too_late(late, limit))
-    elif catch_up == "all":
-        if limit_ms is not None and late > limit_ms:
-            first_in_time = next_ms(now_ms - limit_ms - 1)
-            step = Step(False, first_in_time, reason=_too_late(late, limit_ms))
-        else:
-            step = Step(True, following, defer=True)
-    elif catch_up == "latest":
-        latest_dt = schedule.latest_at_or_before(from_ms(now_ms))
-        latest = following if latest_dt is None else max(following, to_ms(latest_dt))
-        if limit_ms is not None and now_ms - latest > limit_ms:
-            step = Step(False, next_ms(now_ms), reason="missed, and so was every later "
-                        "occurrence by more than its max lateness: going on after now")
-        else:
-            step = Step(False, latest, reason=f"missed: catch_up=latest runs only the "
-                        f"latest missed occurrence, due {from_ms(latest).isoformat()}")
     else:
-        step = Step(False, next_ms(now_ms), reason="missed: catch_up=none")
+        step = _missed(schedule, catch_up, limit_ms, following, late, now_ms)
     if rerun:
         run = limit_ms is None or late <= limit_ms
         return replace(step, run=run, defer=step.defer and run,
                        reason="" if run else _too_late(late, limit_ms or 0))
     return step
+
+
+def _next_ms(schedule: Schedule, after_ms: int) -> int:
+    return to_ms(schedule.next_after(from_ms(after_ms)))
+
+
+def _missed(schedule: Schedule, catch_up: CatchUp, limit_ms: int | None, following: int,
+            late: int, now_ms: int) -> Step:
+    """The step for an occurrence whose successor (``following``) is due too."""
+    if catch_up == "all":
+        if limit_ms is not None and late > limit_ms:
+            first_in_time = _next_ms(schedule, now_ms - limit_ms - 1)
+            return Step(False, first_in_time, reason=_too_late(late, limit_ms))
+        return Step(True, following, defer=True)
+    if catch_up == "latest":
+        latest_dt = schedule.latest_at_or_before(from_ms(now_ms))
+        latest = following if latest_dt is None else max(following, to_ms(latest_dt))
+        if limit_ms is not None and now_ms - latest > limit_ms:
+            return Step(False, _next_ms(schedule, now_ms), reason="missed, and so was every "
+                        "later occurrence by more than its max lateness: going on after now")
+        return Step(False, latest, reason=f"missed: catch_up=latest runs only the latest "
+                    f"missed occurrence, due {from_ms(latest).isoformat()}")
+    return Step(False, _next_ms(schedule, now_ms), reason="missed: catch_up=none")
 
 
 def _too_late(late_ms: int, limit_ms: int) -> str:

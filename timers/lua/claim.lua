@@ -62,15 +62,18 @@ local function take(id, due_text, source)
   end
 end
 
-for i = 6, #ARGV do
-  if claimed >= limit then break end
-  local score = redis.call('ZSCORE', KEYS[1], ARGV[i])
-  if score and tonumber(score) <= horizon then
-    take(ARGV[i], string.format('%.0f', tonumber(score)), 'e')
+local function claim_named()
+  for i = 6, #ARGV do
+    if claimed >= limit then return end
+    local score = redis.call('ZSCORE', KEYS[1], ARGV[i])
+    if score and tonumber(score) <= horizon then
+      take(ARGV[i], string.format('%.0f', tonumber(score)), 'e')
+    end
   end
 end
 
-if claimed < limit then
+local function recover_lapsed()
+  if claimed >= limit then return end
   local lapsed = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'LIMIT', 0, limit - claimed)
   for _, token in ipairs(lapsed) do
     local run = redis.call('HGET', KEYS[4], token)
@@ -88,7 +91,8 @@ if claimed < limit then
   end
 end
 
-if claimed < limit then
+local function claim_due()
+  if claimed >= limit then return end
   local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', string.format('%.0f', horizon),
     'WITHSCORES', 'LIMIT', 0, limit - claimed)
   for i = 1, #due, 2 do
@@ -96,7 +100,9 @@ if claimed < limit then
   end
 end
 
+claim_named()
+recover_lapsed()
+claim_due()
 out[2] = head_due(KEYS[1]) or -1
-local lease_head = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
-if lease_head[2] then out[3] = tonumber(lease_head[2]) end
+out[3] = head_due(KEYS[3]) or -1
 return out
