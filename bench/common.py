@@ -18,7 +18,6 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from importlib import resources
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -26,6 +25,7 @@ from typing import Any
 import redis
 
 from timers import Timers, TimerSpec
+from timers.scripts import SCRIPT_NAMES, source
 
 REPO = Path(__file__).resolve().parent.parent
 PREFIX = "bench"
@@ -269,12 +269,8 @@ class ServerSample:
 
 def script_names() -> dict[str, str]:
     """SHA1 of each of timers' Lua scripts -> its name, to name EVALSHA calls."""
-    out = {}
-    for item in resources.files("timers").joinpath("lua").iterdir():
-        if item.name.endswith(".lua"):
-            out[hashlib.sha1(item.read_bytes(), usedforsecurity=False).hexdigest()] = (
-                item.name[:-4])
-    return out
+    return {hashlib.sha1(source(name).encode(), usedforsecurity=False).hexdigest(): name
+            for name in SCRIPT_NAMES}
 
 
 _MONITOR_LINE = re.compile(r'^\+[\d.]+ \[\d+ ([^\]]+)\] "([^"]*)"(?: "([^"]*)")?')

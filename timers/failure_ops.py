@@ -18,6 +18,7 @@ from timers.encoding import as_text, check_id, escape_id
 from timers.exceptions import InvalidTimer, MalformedTimerKey, TimerAlreadyPending
 from timers.keys import Keyspace
 from timers.ops_base import Call, Operation, ms_to_datetime, pairs
+from timers.scripts import ScriptCalls
 from timers.wire import FailureRecord
 
 FAILURE_PAGE = 500
@@ -59,6 +60,7 @@ class FailureOperations:
     """The failure-record operations of :class:`timers.operations.Operations`."""
 
     keys: Keyspace
+    calls: ScriptCalls
 
     @abstractmethod
     def _retry_call(self, task: str, args: Any, timer_id: str, replace: bool) -> Call:
@@ -161,8 +163,7 @@ class FailureOperations:
                     offset += 1
 
     def _forget(self, failure_id: str, raw: str) -> Call:
-        return Call(script="forget", keys=(self.keys.failures, self.keys.failure_records,
-                                           self.keys.failure_index), args=(failure_id, raw))
+        return Call.of(self.calls.forget(failure_id, raw))
 
     def purge_failures(self, older_than_ms: int | None = None) -> Operation[int]:
         """Delete failure records (older than ``older_than_ms`` if given); returns how many."""

@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from timers.cron import Recurrence, check_name, decode_recurrences, read_state
-from timers.cron_schedule import from_ms, to_ms
+from timers.cron.schedule import from_ms, to_ms
 from timers.due import DueSpec, due_spec, seconds
 from timers.encoding import (
     DEFAULT_MAX_ARGS_BYTES,
@@ -26,7 +26,6 @@ from timers.encoding import (
     as_text,
     check_id,
     check_user_id,
-    entry_text,
     escape_id,
     unescape_id,
 )
@@ -40,6 +39,7 @@ from timers.exceptions import (
 from timers.failure_ops import Failure, FailureOperations, RetrySummary
 from timers.keys import Keyspace
 from timers.ops_base import Call, Operation, Request, ms_to_datetime, pairs
+from timers.scripts import NewTimer, ScriptCalls
 
 __all__ = [
     "Call", "Failure", "Operation", "Operations", "PendingTimer", "Request", "RetrySummary",
@@ -125,6 +125,7 @@ class Operations(FailureOperations):
 
     def __init__(self, keyspace: Keyspace, max_args_bytes: int = DEFAULT_MAX_ARGS_BYTES) -> None:
         self.keys = keyspace
+        self.calls = ScriptCalls(keyspace)
         self.max_args_bytes = max_args_bytes
 
     # -- schedule ---------------------------------------------------------------------
@@ -149,13 +150,9 @@ class Operations(FailureOperations):
         return _Prepared(timer_id, escape_id(timer_id), record, due, replace)
 
     def _schedule_call(self, batch: Sequence[_Prepared], how: str | None = None) -> Call:
-        keys: list[str] = [self.keys.due, self.keys.records]
-        args: list[Any] = [self.keys.timer_key_start, self.keys.wake_channel]
-        for p in batch:
-            keys.append(self.keys.timer_key(entry_text(p.escaped, p.record)))
-            args += [p.escaped, p.record, p.due[0], p.due[1],
-                     how or ("r" if p.replace else "n")]
-        return Call(script="schedule", keys=tuple(keys), args=tuple(args), atomic=True)
+        timers = [NewTimer(p.escaped, p.record, p.due[0], p.due[1],
+                           how or ("r" if p.replace else "n")) for p in batch]
+        return Call.of(self.calls.schedule(timers), atomic=True)
 
     def _retry_call(self, task: str, args: Any, timer_id: str, replace: bool) -> Call:
         prepared = self._prepare(TimerSpec(task, args, in_=0, id=timer_id), retry=True)
@@ -230,22 +227,12 @@ class Operations(FailureOperations):
     ) -> Operation[bool]:
         escaped = escape_id(check_id(timer_id))
         mode, ms = due_spec(in_, at)
-        call = Call(
-            script="reschedule",
-            keys=(self.keys.due, self.keys.records),
-            args=(self.keys.timer_key_start, self.keys.wake_channel, escaped, mode, ms),
-        )
-        (reply,) = yield [call]
+        (reply,) = yield [Call.of(self.calls.reschedule(escaped, mode, ms))]
         return reply is not None
 
     def cancel(self, timer_id: str) -> Operation[bool]:
         escaped = escape_id(check_id(timer_id))
-        call = Call(
-            script="cancel",
-            keys=(self.keys.due, self.keys.records),
-            args=(self.keys.timer_key_start, escaped),
-        )
-        (reply,) = yield [call]
+        (reply,) = yield [Call.of(self.calls.cancel(escaped))]
         return int(reply) == 1
 
     def get(self, timer_id: str) -> Operation[PendingTimer | None]:
@@ -344,19 +331,13 @@ class Operations(FailureOperations):
             # later than now, and than the last occurrence a listener may have taken
             due_if_withdrawn = to_ms(schedule.next_after(from_ms(max(now_ms, state.prev))))
             due_otherwise = to_ms(schedule.next_after(from_ms(max(now_ms, state.last))))
-            keys: list[str] = [self.keys.recurrences, self.keys.recurrence_states,
-                               self.keys.due, self.keys.records]
-            record = ""
-            for due in (due_if_withdrawn, due_otherwise):
-                escaped, record = spec.occurrence(version, due, self.max_args_bytes)
-                keys.append(self.keys.timer_key(entry_text(escaped, record)))
-            (reply,) = yield [Call(
-                script="cron_declare", keys=tuple(keys),
-                args=(self.keys.timer_key_start, self.keys.wake_channel, name_field, definition,
-                      as_text(raw_state) if raw_state is not None else "", paused, version,
-                      anchor if spec.interval is not None else 0, record, due_if_withdrawn,
-                      due_otherwise),
-            )]
+            _, record = spec.occurrence(version, due_otherwise, self.max_args_bytes)
+            (reply,) = yield [Call.of(self.calls.cron_declare(
+                name_field=name_field, definition=definition,
+                read_state=as_text(raw_state) if raw_state is not None else "", paused=paused,
+                version=version, anchor_ms=anchor if spec.interval is not None else 0,
+                record=record, due_if_withdrawn=due_if_withdrawn, due_otherwise=due_otherwise,
+            ))]
             result, version, due = (int(x) for x in reply)
             if result == -1:
                 continue  # the state moved on between the read and the write: read again
@@ -369,21 +350,12 @@ class Operations(FailureOperations):
 
     def unschedule_recurring(self, name: str) -> Operation[bool]:
         """Delete a recurrence and its pending occurrence; False if there was none."""
-        (reply,) = yield [Call(
-            script="cron_remove",
-            keys=(self.keys.recurrences, self.keys.recurrence_states, self.keys.due,
-                  self.keys.records),
-            args=(self.keys.timer_key_start, escape_id(check_name(name))),
-        )]
+        (reply,) = yield [Call.of(self.calls.cron_remove(escape_id(check_name(name))))]
         return int(reply) == 1
 
     def pause(self, name: str) -> Operation[bool]:
         """Stop scheduling occurrences (the pending one is withdrawn); False if unknown."""
-        (reply,) = yield [Call(
-            script="cron_pause",
-            keys=(self.keys.recurrence_states, self.keys.due, self.keys.records),
-            args=(self.keys.timer_key_start, escape_id(check_name(name))),
-        )]
+        (reply,) = yield [Call.of(self.calls.cron_pause(escape_id(check_name(name))))]
         return int(reply) != -1
 
     def resume(self, name: str) -> Operation[bool]:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from timers.scripts import ScriptName
+from timers.scripts import Invocation, ScriptName
 
 T = TypeVar("T")
 
@@ -27,6 +27,12 @@ class Call:
     """A round trip with an atomic call runs in MULTI/EXEC: all of it or none of it.
     Reads are not atomic, so they still work when Redis is out of memory (Redis refuses
     every command queued in a MULTI then)."""
+
+    @classmethod
+    def of(cls, invocation: Invocation, atomic: bool = False) -> Call:
+        """A script call as :class:`timers.scripts.ScriptCalls` builds it."""
+        return cls(script=invocation.script, keys=invocation.keys, args=invocation.args,
+                   atomic=atomic)
 
 
 Request = list[Call]

@@ -1,17 +1,25 @@
-"""The Lua scripts in ``timers/lua``, loaded once and registered on a client.
+"""The Lua scripts in ``timers/lua``: their source, and one typed wrapper per script.
 
 Each script starts with a Redis 7 shebang: ``#!lua flags=allow-oom`` on those that free
 memory or keep it constant (renew, finish, cancel …), so they run on a full server, and a
 plain ``#!lua`` on those that need memory (claim, schedule …), so a full server refuses
 them before their first write instead of part-way. fakeredis cannot read a shebang; it
-gets the scripts without that line.
+gets the scripts without that line. The shared helpers of ``lua/prelude.lua`` are put
+right after the shebang of every script when it is loaded.
+
+:class:`ScriptCalls` is the one place that spells each script's KEYS and ARGV order (the
+order its header documents); :class:`Scripts` runs those calls on a redis-py client.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from functools import cache
 from importlib import resources
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
+
+from timers.keys import Keyspace
 
 ScriptName = Literal[
     "schedule", "reschedule", "cancel", "claim", "renew", "finish", "heartbeat", "forget",
@@ -31,11 +39,21 @@ SCRIPT_NAMES: tuple[ScriptName, ...] = (
     "cron_pause",
     "cron_remove",
 )
+PRELUDE = "prelude"
+"""``lua/prelude.lua``: helpers shared by the scripts, included into each once."""
+
+
+def _lua(name: str) -> str:
+    return resources.files("timers").joinpath("lua", f"{name}.lua").read_text("utf-8")
 
 
 @cache
 def source(name: ScriptName) -> str:
-    return resources.files("timers").joinpath("lua", f"{name}.lua").read_text("utf-8")
+    """The script as sent to Redis: its shebang line, then the prelude, then its body."""
+    text = _lua(name)
+    shebang, _, body = text.partition("\n") if text.startswith("#!") else ("", "", text)
+    prelude = _lua(PRELUDE)
+    return f"{shebang}\n{prelude}{body}" if shebang else prelude + body
 
 
 def without_shebang(text: str) -> str:
@@ -59,3 +77,189 @@ def register_all(client: Any) -> dict[ScriptName, Any]:
     The returned objects run by EVALSHA and fall back to EVAL after a server restart.
     """
     return {name: register(client, name) for name in SCRIPT_NAMES}
+
+
+# -- what each script is sent ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Invocation:
+    """One script call: which script, its KEYS and its ARGV."""
+
+    script: ScriptName
+    keys: tuple[str, ...]
+    args: tuple[Any, ...]
+
+
+class NewTimer(NamedTuple):
+    """One timer for ``schedule.lua`` (see its header for ``mode`` and ``how``)."""
+
+    escaped_id: str
+    record: str
+    mode: str
+    ms: int
+    how: str
+
+
+Ending = Sequence[str]
+"""One ending for ``finish.lua``: ``(token, kind, a, b)`` (see its header)."""
+
+
+class ScriptCalls:
+    """Builds each script's :class:`Invocation` for one keyspace, in its header's order."""
+
+    def __init__(self, keys: Keyspace) -> None:
+        self.keys = keys
+
+    def _occurrence_key(self, name_field: str, due_ms: int, record: str) -> str:
+        return self.keys.timer_key(f"{name_field}@{due_ms}:{record}")
+
+    def schedule(self, timers: Sequence[NewTimer]) -> Invocation:
+        k = self.keys
+        keys = [k.due, k.records, *(k.timer_key(f"{t.escaped_id}:{t.record}") for t in timers)]
+        args: list[Any] = [k.timer_key_start, k.wake_channel]
+        for t in timers:
+            args += [t.escaped_id, t.record, t.mode, t.ms, t.how]
+        return Invocation("schedule", tuple(keys), tuple(args))
+
+    def reschedule(self, escaped_id: str, mode: str, ms: int) -> Invocation:
+        k = self.keys
+        return Invocation("reschedule", (k.due, k.records),
+                          (k.timer_key_start, k.wake_channel, escaped_id, mode, ms))
+
+    def cancel(self, escaped_id: str) -> Invocation:
+        k = self.keys
+        return Invocation("cancel", (k.due, k.records), (k.timer_key_start, escaped_id))
+
+    def claim(self, *, limit: int, lease_ms: int, horizon_ms: int, listener_id: str,
+              event_ids: Iterable[str] = ()) -> Invocation:
+        k = self.keys
+        return Invocation(
+            "claim", (k.due, k.records, k.running, k.running_records, k.sequence, k.stats),
+            (k.timer_key_start, limit, lease_ms, horizon_ms, listener_id, *event_ids))
+
+    def renew(self, lease_ms: int, tokens: Iterable[str]) -> Invocation:
+        return Invocation("renew", (self.keys.running,), (lease_ms, *tokens))
+
+    def finish(self, *, retention_ms: int, endings: Iterable[Ending]) -> Invocation:
+        k = self.keys
+        args: list[Any] = [k.timer_key_start, k.wake_channel, retention_ms]
+        for ending in endings:
+            args.extend(ending)
+        return Invocation(
+            "finish", (k.running, k.running_records, k.stats, k.failures, k.failure_records,
+                       k.due, k.records, k.failure_index), tuple(args))
+
+    def heartbeat(self, listener_id: str, ttl_ms: int, info: str) -> Invocation:
+        """``info`` "" says the listener is gone."""
+        k = self.keys
+        return Invocation("heartbeat", (k.listeners, k.listener_info),
+                          (listener_id, ttl_ms, info))
+
+    def forget(self, failure_id: str, read_as: str) -> Invocation:
+        k = self.keys
+        return Invocation("forget", (k.failures, k.failure_records, k.failure_index),
+                          (failure_id, read_as))
+
+    def cron_declare(self, *, name_field: str, definition: str, read_state: str,
+                     paused: str, version: int, anchor_ms: int, record: str,
+                     due_if_withdrawn: int, due_otherwise: int) -> Invocation:
+        k = self.keys
+        keys = (k.recurrences, k.recurrence_states, k.due, k.records,
+                self._occurrence_key(name_field, due_if_withdrawn, record),
+                self._occurrence_key(name_field, due_otherwise, record))
+        return Invocation("cron_declare", keys, (
+            k.timer_key_start, k.wake_channel, name_field, definition, read_state, paused,
+            version, anchor_ms, record, due_if_withdrawn, due_otherwise))
+
+    def cron_next(self, *, name_field: str, version: int, due_ms: int,
+                  successor_ms: int | None, record: str, defer: bool, take: str,
+                  release: str) -> Invocation:
+        k = self.keys
+        keys = [k.recurrence_states, k.due, k.records, k.running]
+        if successor_ms is not None:
+            keys.append(self._occurrence_key(name_field, successor_ms, record))
+        return Invocation("cron_next", tuple(keys), (
+            k.timer_key_start, k.wake_channel, name_field, version, due_ms,
+            -1 if successor_ms is None else successor_ms, record, int(defer), take, release))
+
+    def cron_pause(self, name_field: str) -> Invocation:
+        k = self.keys
+        return Invocation("cron_pause", (k.recurrence_states, k.due, k.records),
+                          (k.timer_key_start, name_field))
+
+    def cron_remove(self, name_field: str) -> Invocation:
+        k = self.keys
+        return Invocation("cron_remove",
+                          (k.recurrences, k.recurrence_states, k.due, k.records),
+                          (k.timer_key_start, name_field))
+
+
+class Scripts:
+    """Each script as a method on one redis-py client and keyspace.
+
+    A method returns the script's reply on a sync client and an awaitable of it on an
+    asyncio one (redis-py's ``Script`` does the same), hence ``Any``. Scripts are
+    registered on first use, once per :class:`Scripts`.
+    """
+
+    def __init__(self, client: Any, keys: Keyspace) -> None:
+        self.client = client
+        self.calls = ScriptCalls(keys)
+        self._registered: dict[ScriptName, Any] = {}
+
+    def script(self, name: ScriptName) -> Any:
+        """The registered redis-py ``Script`` object."""
+        if name not in self._registered:
+            self._registered[name] = register(self.client, name)
+        return self._registered[name]
+
+    def run(self, call: Invocation) -> Any:
+        return self.script(call.script)(keys=list(call.keys), args=list(call.args))
+
+    def schedule(self, timers: Sequence[NewTimer]) -> Any:
+        return self.run(self.calls.schedule(timers))
+
+    def reschedule(self, escaped_id: str, mode: str, ms: int) -> Any:
+        return self.run(self.calls.reschedule(escaped_id, mode, ms))
+
+    def cancel(self, escaped_id: str) -> Any:
+        return self.run(self.calls.cancel(escaped_id))
+
+    def claim(self, *, limit: int, lease_ms: int, horizon_ms: int, listener_id: str,
+              event_ids: Iterable[str] = ()) -> Any:
+        """Reply: ``[now_us, next_due, next_lease, (token, run, source)…]``."""
+        return self.run(self.calls.claim(limit=limit, lease_ms=lease_ms, horizon_ms=horizon_ms,
+                                         listener_id=listener_id, event_ids=event_ids))
+
+    def renew(self, lease_ms: int, tokens: Iterable[str]) -> Any:
+        """Reply: the tokens no longer held."""
+        return self.run(self.calls.renew(lease_ms, tokens))
+
+    def finish(self, *, retention_ms: int, endings: Iterable[Ending]) -> Any:
+        """Reply: the number of late finishes."""
+        return self.run(self.calls.finish(retention_ms=retention_ms, endings=endings))
+
+    def heartbeat(self, listener_id: str, ttl_ms: int, info: str) -> Any:
+        return self.run(self.calls.heartbeat(listener_id, ttl_ms, info))
+
+    def forget(self, failure_id: str, read_as: str) -> Any:
+        return self.run(self.calls.forget(failure_id, read_as))
+
+    def cron_declare(self, **kwargs: Any) -> Any:
+        """Arguments as :meth:`ScriptCalls.cron_declare`."""
+        return self.run(self.calls.cron_declare(**kwargs))
+
+    def cron_next(self, *, name_field: str, version: int, due_ms: int,
+                  successor_ms: int | None, record: str, defer: bool, take: str,
+                  release: str) -> Any:
+        """Reply: ``[status, holder]``."""
+        return self.run(self.calls.cron_next(
+            name_field=name_field, version=version, due_ms=due_ms, successor_ms=successor_ms,
+            record=record, defer=defer, take=take, release=release))
+
+    def cron_pause(self, name_field: str) -> Any:
+        return self.run(self.calls.cron_pause(name_field))
+
+    def cron_remove(self, name_field: str) -> Any:
+        return self.run(self.calls.cron_remove(name_field))

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 import redis
@@ -13,7 +12,7 @@ import redis
 from tests.integration.helpers import run_cli
 from timers import AsyncTimers, ServerOutOfMemory, Timers, TimerSpec
 from timers.keys import Keyspace
-from timers.scripts import register_all
+from timers.scripts import Scripts
 
 pytestmark = pytest.mark.integration
 KEYS = Keyspace()
@@ -32,11 +31,8 @@ def full(r: redis.Redis) -> Iterator[redis.Redis]:
         r.config_set("maxmemory-policy", old["maxmemory-policy"])
 
 
-def claim_one(scripts: dict[Any, Any]) -> tuple[str, str]:
-    reply = scripts["claim"](
-        keys=[KEYS.due, KEYS.records, KEYS.running, KEYS.running_records, KEYS.sequence,
-              KEYS.stats],
-        args=[KEYS.timer_key_start, 1, 60_000, 0])
+def claim_one(scripts: Scripts) -> tuple[str, str]:
+    reply = scripts.claim(limit=1, lease_ms=60_000, horizon_ms=0, listener_id="")
     return reply[3].decode(), reply[4].decode()
 
 
@@ -78,7 +74,7 @@ def test_work_that_frees_memory_runs_under_full_memory_and_stats_read(
 ) -> None:
     """Row 2 (script half): renewals were refused while claims went on; stats failed."""
     client = redis.Redis.from_url(redis_url)
-    scripts = register_all(client)
+    scripts = Scripts(client, KEYS)
     for i in range(3):
         timers_client.schedule("a.b", [i], in_=0 if i == 0 else 3600, id=f"t{i}")
     token, _ = claim_one(scripts)
@@ -86,12 +82,10 @@ def test_work_that_frees_memory_runs_under_full_memory_and_stats_read(
 
     with pytest.raises(redis.exceptions.OutOfMemoryError):
         claim_one(scripts)  # needs memory: refused before it writes
-    assert scripts["renew"](keys=[KEYS.running], args=[60_000, token]) == []
+    assert scripts.renew(60_000, [token]) == []
     assert timers_client.reschedule("t1", in_=60) is True
     assert timers_client.cancel("t2") is True
-    scripts["finish"](keys=[KEYS.running, KEYS.running_records, KEYS.stats, KEYS.failures,
-                            KEYS.failure_records, KEYS.due, KEYS.records, KEYS.failure_index],
-                      args=[KEYS.timer_key_start, KEYS.wake_channel, 1000, token, "ok", "", ""])
+    scripts.finish(retention_ms=1000, endings=[(token, "ok", "", "")])
     stats = timers_client.stats()
     assert (stats.pending, stats.running, stats.fired) == (1, 0, 1)
     shown = run_cli("stats", "--url", redis_url)

@@ -8,6 +8,12 @@ from typing import Any
 
 from timers.encoding import as_text
 from timers.keys import Keyspace
+from timers.scripts import Invocation, ScriptCalls
+
+
+def run(scripts: Mapping[Any, Any], call: Invocation) -> Any:
+    """Run a script call (built by :class:`ScriptCalls`) with registered scripts."""
+    return scripts[call.script](keys=list(call.keys), args=list(call.args))
 
 
 @dataclass(frozen=True)
@@ -57,11 +63,9 @@ def claim(
 
     ``horizon_ms`` 0 claims only timers already due on the Redis clock.
     """
-    reply = scripts["claim"](
-        keys=[keys.due, keys.records, keys.running, keys.running_records, keys.sequence,
-              keys.stats],
-        args=[keys.timer_key_start, limit, lease_ms, horizon_ms, listener, *event_ids],
-    )
+    reply = run(scripts, ScriptCalls(keys).claim(
+        limit=limit, lease_ms=lease_ms, horizon_ms=horizon_ms, listener_id=listener,
+        event_ids=event_ids))
     items = reply[3:]
     claimed = [
         Claimed(as_text(items[i]), as_text(items[i + 1]),

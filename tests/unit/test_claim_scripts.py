@@ -8,10 +8,11 @@ from typing import Any
 
 import fakeredis
 
-from tests.unit.helpers import claim, redis_now_ms
+from tests.unit.helpers import claim, redis_now_ms, run
 from timers import Timers
 from timers.encoding import as_text, escape_id
 from timers.keys import Keyspace
+from timers.scripts import ScriptCalls
 
 PAST = datetime(2001, 1, 1, tzinfo=UTC)
 FAR = 3600.0
@@ -22,14 +23,7 @@ def finish(
     retention_ms: int = 7 * 86_400_000,
 ) -> int:
     """Call the finish script with endings ``(token, kind, a, b)``; returns late finishes."""
-    args: list[Any] = [ks.timer_key_start, ks.wake_channel, retention_ms]
-    for item in items:
-        args.extend(item)
-    return int(scripts["finish"](
-        keys=[ks.running, ks.running_records, ks.stats, ks.failures, ks.failure_records,
-              ks.due, ks.records, ks.failure_index],
-        args=args,
-    ))
+    return int(run(scripts, ScriptCalls(ks).finish(retention_ms=retention_ms, endings=items)))
 
 
 def ok(token: str) -> tuple[str, str, str, str]:
@@ -45,7 +39,7 @@ def reject(failure_id: str, data: dict[str, Any]) -> tuple[str, str, str, str]:
 
 
 def renew(scripts: dict[str, Any], ks: Keyspace, *tokens: str, lease_ms: int = 15_000) -> list[str]:
-    return [as_text(t) for t in scripts["renew"](keys=[ks.running], args=[lease_ms, *tokens])]
+    return [as_text(t) for t in run(scripts, ScriptCalls(ks).renew(lease_ms, tokens))]
 
 
 def lapse(fake: fakeredis.FakeRedis, ks: Keyspace, token: str) -> None:

@@ -18,7 +18,8 @@ import pytest
 from tests.unit.helpers import claim
 from tests.unit.test_cron_producer import pending
 from timers import Timers
-from timers.cron import RecurrenceHook, State
+from timers.cron import State
+from timers.cron.hook import RecurrenceHook
 from timers.encoding import Record, escape_id
 from timers.exceptions import MalformedTimerKey
 from timers.keys import Keyspace
@@ -325,7 +326,7 @@ def test_after_run_outlives_a_failing_release(
         calls += 1
         raise ConnectionError("gone")
 
-    monkeypatch.setattr(listener.hook, "_script", broken)
+    monkeypatch.setattr(listener.hook.scripts, "cron_next", broken)
     monkeypatch.setattr(asyncio, "sleep", _no_sleep)
     listener.after(first)  # logged, not raised: the slot frees itself with the lease
     assert calls == RecurrenceHook.AFTER_ATTEMPTS

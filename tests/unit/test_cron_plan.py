@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from timers.cron import CATCH_UP_VALUES, NONE_GRACE, CatchUp, Step, plan
-from timers.cron_schedule import CronSchedule, IntervalSchedule, to_ms
+from timers.cron.schedule import CronSchedule, IntervalSchedule, to_ms
 
 ANCHOR = datetime(2025, 1, 1, tzinfo=UTC)
 MINUTE = 60_000

@@ -10,21 +10,16 @@ from typing import Any
 import fakeredis
 import pytest
 
-from tests.unit.helpers import claim
+from tests.unit.helpers import claim, run
 from timers import TimerAlreadyPending, Timers
 from timers.keys import Keyspace
 from timers.runs import Outcome, Run, failure_entry, rejected_entry
-from timers.scripts import ScriptName
+from timers.scripts import ScriptCalls, ScriptName
 
 
 def finish(scripts: dict[ScriptName, Any], ks: Keyspace, *items: tuple[str, str, str, str]
            ) -> None:
-    args: list[Any] = [ks.timer_key_start, ks.wake_channel, 86_400_000]
-    for item in items:
-        args.extend(item)
-    scripts["finish"](keys=[ks.running, ks.running_records, ks.stats, ks.failures,
-                            ks.failure_records, ks.due, ks.records, ks.failure_index],
-                      args=args)
+    run(scripts, ScriptCalls(ks).finish(retention_ms=86_400_000, endings=items))
 
 
 def die(producer: Timers, scripts: dict[ScriptName, Any], ks: Keyspace, tid: str,

@@ -14,7 +14,7 @@ import redis
 from tests.unit.helpers import claim
 from timers import InvalidArgs, Timers
 from timers.keys import Keyspace
-from timers.scripts import ScriptName
+from timers.scripts import NewTimer, ScriptCalls, ScriptName
 
 FAR = 3600.0
 
@@ -56,17 +56,14 @@ def call(scripts: dict[ScriptName, Any], name: ScriptName, keys: list[str],
 
 
 def finish_keys(ks: Keyspace) -> list[str]:
-    return [ks.running, ks.running_records, ks.stats, ks.failures, ks.failure_records,
-            ks.due, ks.records, ks.failure_index]
+    return list(ScriptCalls(ks).finish(retention_ms=0, endings=()).keys)
 
 
 def schedule_args(ks: Keyspace, *timers: tuple[str, str, str, str, str]) -> tuple[
         list[str], list[Any]]:
-    keys = [ks.due, ks.records] + [ks.timer_key(f"{t[0]}:{t[1]}") for t in timers]
-    args: list[Any] = [ks.timer_key_start, ks.wake_channel]
-    for t in timers:
-        args.extend(t)
-    return keys, args
+    """Raw values on purpose (bad ones included): the script must check them."""
+    call = ScriptCalls(ks).schedule([NewTimer(*t) for t in timers])  # type: ignore[arg-type]
+    return list(call.keys), list(call.args)
 
 
 GOOD = ("new", "a.b:[1]", "in", "1000", "r")
@@ -107,7 +104,7 @@ def test_reschedule_with_bad_arguments_writes_nothing(
 ) -> None:
     before = snapshot(fake)
     with pytest.raises(redis.ResponseError, match="timers reschedule"):
-        call(scripts, "reschedule", [ks.due, ks.records],
+        call(scripts, "reschedule", list(ScriptCalls(ks).reschedule("x", "in", 0).keys),
              [ks.timer_key_start, ks.wake_channel, "later", *bad])
     assert snapshot(fake) == before
 
@@ -120,8 +117,8 @@ def test_claim_with_bad_numbers_writes_nothing(
     fake.zadd(ks.due, {"mid": 0})  # something to claim
     before = snapshot(fake)
     with pytest.raises(redis.ResponseError, match="timers claim"):
-        call(scripts, "claim", [ks.due, ks.records, ks.running, ks.running_records,
-                                ks.sequence, ks.stats], [ks.timer_key_start, *bad])
+        good = ScriptCalls(ks).claim(limit=1, lease_ms=1, horizon_ms=0, listener_id="")
+        call(scripts, "claim", list(good.keys), [ks.timer_key_start, *bad])
     assert snapshot(fake) == before
 
 
@@ -129,11 +126,12 @@ def test_renew_and_heartbeat_with_bad_numbers_write_nothing(
     busy: dict[str, str], scripts: dict[ScriptName, Any], ks: Keyspace,
     fake: fakeredis.FakeRedis,
 ) -> None:
+    calls = ScriptCalls(ks)
     before = snapshot(fake)
     with pytest.raises(redis.ResponseError, match="timers renew"):
-        call(scripts, "renew", [ks.running], ["15s", busy["token"]])
+        call(scripts, "renew", list(calls.renew(0, ()).keys), ["15s", busy["token"]])
     with pytest.raises(redis.ResponseError, match="timers heartbeat"):
-        call(scripts, "heartbeat", [ks.listeners, ks.listener_info], ["me", "-1", "{}"])
+        call(scripts, "heartbeat", list(calls.heartbeat("me", 0, "").keys), ["me", "-1", "{}"])
     assert snapshot(fake) == before
 
 
@@ -206,15 +204,20 @@ def test_cron_scripts_with_bad_numbers_write_nothing(
     busy: dict[str, str], scripts: dict[ScriptName, Any], ks: Keyspace,
     fake: fakeredis.FakeRedis,
 ) -> None:
+    declare = ScriptCalls(ks).cron_declare(
+        name_field="nightly", definition="{}", read_state="", paused="0", version=9,
+        anchor_ms=0, record="a.b:", due_if_withdrawn=1, due_otherwise=2)
+    step = ScriptCalls(ks).cron_next(name_field="nightly", version=1, due_ms=1,
+                                     successor_ms=2, record="a.b:", defer=False, take="",
+                                     release="")
     before = snapshot(fake)
     with pytest.raises(redis.ResponseError, match="timers cron_declare"):
-        call(scripts, "cron_declare",
-             [ks.recurrences, ks.recurrence_states, ks.due, ks.records, "timers:x", "timers:y"],
+        call(scripts, "cron_declare", list(declare.keys),
              [ks.timer_key_start, ks.wake_channel, "nightly", "{}", "", "0", "9", "0",
               "a.b:", "soon", "-1"])
     with pytest.raises(redis.ResponseError, match="timers cron_next"):
         call(scripts, "cron_next",
-             [ks.recurrence_states, ks.due, ks.records, ks.running, "timers:x"],
+             list(step.keys),
              [ks.timer_key_start, ks.wake_channel, "nightly", "1", "12.5", "-1", "", "0",
               "", ""])
     assert snapshot(fake) == before
@@ -229,7 +232,7 @@ def test_scripts_with_nothing_to_do_change_nothing(
     assert producer.reschedule("nope", in_=5) is False
     assert producer.pause("nope") is False
     assert producer.unschedule_recurring("nope") is False
-    assert call(scripts, "forget", [ks.failures, ks.failure_records, ks.failure_index],
+    assert call(scripts, "forget", list(ScriptCalls(ks).forget("old:1", "").keys),
                 ["old:1", "changed"]) == 0
     assert snapshot(fake) == before
 

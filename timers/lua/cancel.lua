@@ -9,9 +9,5 @@
 -- allow-oom: it only frees memory, so it runs on a full server. The timer's key is named
 -- by its stored record, so it is built here from ARGV[1].
 -- Returns 1 when the timer was pending (it will not fire), 0 otherwise.
-local record = redis.call('HGET', KEYS[2], ARGV[2])
-if not record then return 0 end
-redis.call('ZREM', KEYS[1], ARGV[2])
-redis.call('HDEL', KEYS[2], ARGV[2])
-redis.call('DEL', ARGV[1] .. ARGV[2] .. ':' .. record)
-return 1
+if withdraw(KEYS[1], KEYS[2], ARGV[1], ARGV[2]) then return 1 end
+return 0

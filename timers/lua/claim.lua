@@ -31,16 +31,15 @@
 -- that held it and died). A recovered run counts one more crash in its reruns: the listener
 -- ends it as failed, not run, once its task's crash limit is reached.
 for i = 2, 4 do
-  if not string.match(ARGV[i] or '', '^%d+$') then
+  if not is_count(ARGV[i]) then
     return redis.error_reply('ERR timers claim: bad limit, lease or horizon')
   end
 end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now, now_us = redis_now()
 local limit = tonumber(ARGV[2])
 local lease_until = string.format('%.0f', now + tonumber(ARGV[3]))
 local horizon = now + tonumber(ARGV[4])
-local out = {tonumber(t[1]) * 1000000 + tonumber(t[2]), -1, -1}
+local out = {now_us, -1, -1}
 local claimed = 0
 local me = '@' .. string.gsub(ARGV[5] or '', '|', '_')
 
@@ -55,24 +54,26 @@ local function start(run, source)
 end
 
 local function take(id, due_text, source)
-  local record = redis.call('HGET', KEYS[2], id)
-  redis.call('ZREM', KEYS[1], id)
+  local record = withdraw(KEYS[1], KEYS[2], ARGV[1], id)
   if record then
-    redis.call('HDEL', KEYS[2], id)
-    redis.call('DEL', ARGV[1] .. id .. ':' .. record)
     start('0' .. me .. '|' .. due_text .. '|' .. id .. ':' .. record, source)
+  else
+    redis.call('ZREM', KEYS[1], id)  -- an index entry without a record
   end
 end
 
-for i = 6, #ARGV do
-  if claimed >= limit then break end
-  local score = redis.call('ZSCORE', KEYS[1], ARGV[i])
-  if score and tonumber(score) <= horizon then
-    take(ARGV[i], string.format('%.0f', tonumber(score)), 'e')
+local function claim_named()
+  for i = 6, #ARGV do
+    if claimed >= limit then return end
+    local score = redis.call('ZSCORE', KEYS[1], ARGV[i])
+    if score and tonumber(score) <= horizon then
+      take(ARGV[i], string.format('%.0f', tonumber(score)), 'e')
+    end
   end
 end
 
-if claimed < limit then
+local function recover_lapsed()
+  if claimed >= limit then return end
   local lapsed = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'LIMIT', 0, limit - claimed)
   for _, token in ipairs(lapsed) do
     local run = redis.call('HGET', KEYS[4], token)
@@ -90,7 +91,8 @@ if claimed < limit then
   end
 end
 
-if claimed < limit then
+local function claim_due()
+  if claimed >= limit then return end
   local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', string.format('%.0f', horizon),
     'WITHSCORES', 'LIMIT', 0, limit - claimed)
   for i = 1, #due, 2 do
@@ -98,8 +100,9 @@ if claimed < limit then
   end
 end
 
-local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-if head[2] then out[2] = tonumber(head[2]) end
-local lease_head = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
-if lease_head[2] then out[3] = tonumber(lease_head[2]) end
+claim_named()
+recover_lapsed()
+claim_due()
+out[2] = head_due(KEYS[1]) or -1
+out[3] = head_due(KEYS[3]) or -1
 return out

@@ -32,70 +32,45 @@
 -- Numbers are checked before the first write; the wake is a PUBLISH by pcall.
 -- Returns {result, version, due}: result 0 unchanged, 1 written, -1 the state changed
 -- since the caller read it (read again and retry); due is -1 when none is pending.
-for _, i in ipairs({7, 8, 10, 11}) do
-  if not string.match(ARGV[i] or '', '^%-?%d+$') then
-    return redis.error_reply('ERR timers cron_declare: ARGV[' .. i .. '] is not an integer')
-  end
-end
+local bad = not_ints('cron_declare', {7, 8, 10, 11})
+if bad then return bad end
 if ARGV[6] ~= 'keep' and ARGV[6] ~= '0' and ARGV[6] ~= '1' then
   return redis.error_reply('ERR timers cron_declare: bad paused value')
 end
 local def = redis.call('HGET', KEYS[1], ARGV[3])
 local raw = redis.call('HGET', KEYS[2], ARGV[3])
-local v, last, prev, paused, run, anchor
-if raw then
-  v, last, prev, paused, run, anchor =
-    string.match(raw, '^(%d+)|(%-?%d+)|(%-?%d+)|([01])|([^|]*)|(%-?%d+)$')
-end
-if not v then
-  v, last, prev, paused, run, anchor = '0', '0', '0', '0', '', '0'  -- none, or unreadable
+local state = state_read(raw)
+if not state then  -- none, or unreadable
+  state = {v = '0', last = '0', prev = '0', paused = '0', run = '', anchor = '0'}
 elseif def == ARGV[4] and ARGV[6] == 'keep' then
-  local pending = redis.call('HEXISTS', KEYS[4], ARGV[3] .. '@' .. last) == 1
-  return {0, tonumber(v), pending and tonumber(last) or -1}
+  local pending = redis.call('HEXISTS', KEYS[4], occurrence(ARGV[3], state.last)) == 1
+  return {0, tonumber(state.v), pending and tonumber(state.last) or -1}
 end
 if (raw or '') ~= ARGV[5] then return {-1, 0, -1} end
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-if ARGV[6] ~= 'keep' then paused = ARGV[6] end
-
-local withdrawn = false
-if last ~= '0' then
-  local id = ARGV[3] .. '@' .. last
-  local record = redis.call('HGET', KEYS[4], id)
-  if record then
-    redis.call('ZREM', KEYS[3], id)
-    redis.call('HDEL', KEYS[4], id)
-    redis.call('DEL', ARGV[1] .. id .. ':' .. record)
-    withdrawn = true
-  end
-end
+local now = redis_now()
+if ARGV[6] ~= 'keep' then state.paused = ARGV[6] end
+local withdrawn = state.last ~= '0' and
+  withdraw(KEYS[3], KEYS[4], ARGV[1], occurrence(ARGV[3], state.last)) ~= false
 
 local scheduled = -1
-if paused == '0' then
+if state.paused == '0' then
   local due_text, key = ARGV[11], KEYS[6]
   if withdrawn then due_text, key = ARGV[10], KEYS[5] end
   local due = tonumber(due_text)
   if due ~= -1 then
-    local id = ARGV[3] .. '@' .. due_text
-    local old = redis.call('HGET', KEYS[4], id)
-    if old and old ~= ARGV[9] then redis.call('DEL', ARGV[1] .. id .. ':' .. old) end
-    redis.call('HSET', KEYS[4], id, ARGV[9])
-    if due > now then redis.call('SET', key, '1', 'PXAT', due_text) end
-    local head = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
-    redis.call('ZADD', KEYS[3], due_text, id)
-    if not head[2] or due < tonumber(head[2]) then
-      redis.pcall('PUBLISH', ARGV[2], due_text)
-    end
-    if not withdrawn then prev = last end
-    last = due_text
+    local head = head_due(KEYS[3])
+    pend(KEYS[3], KEYS[4], ARGV[1], occurrence(ARGV[3], due_text), ARGV[9], due, now, key)
+    wake_if_first(ARGV[2], due, head)
+    if not withdrawn then state.prev = state.last end
+    state.last = due_text
     scheduled = due
   end
 elseif withdrawn then
-  last = prev
+  state.last = state.prev
 end
 
 redis.call('HSET', KEYS[1], ARGV[3], ARGV[4])
-redis.call('HSET', KEYS[2], ARGV[3],
-  table.concat({ARGV[7], last, prev, paused, run, ARGV[8]}, '|'))
+state.v, state.anchor = ARGV[7], ARGV[8]
+state_write(KEYS[2], ARGV[3], state)
 return {1, tonumber(ARGV[7]), scheduled}

@@ -30,21 +30,15 @@
 -- Returns {status, holder}: status "ok", "gone" (no such recurrence), "stale" (the
 -- definition changed since) or "paused", which change nothing; holder is the token of
 -- the run in progress that kept the slot, or "".
-for _, i in ipairs({5, 6}) do
-  if not string.match(ARGV[i] or '', '^%-?%d+$') then
-    return redis.error_reply('ERR timers cron_next: ARGV[' .. i .. '] is not an integer')
-  end
-end
-local raw = redis.call('HGET', KEYS[1], ARGV[3])
-if not raw then return {'gone', ''} end
-local v, last, prev, paused, run, anchor =
-  string.match(raw, '^(%d+)|(%-?%d+)|(%-?%d+)|([01])|([^|]*)|(%-?%d+)$')
-if not v then return {'gone', ''} end
-if v ~= ARGV[4] then return {'stale', ''} end
-if paused == '1' then return {'paused', ''} end
+local bad = not_ints('cron_next', {5, 6})
+if bad then return bad end
+local state = state_read(redis.call('HGET', KEYS[1], ARGV[3]))
+if not state then return {'gone', ''} end
+if state.v ~= ARGV[4] then return {'stale', ''} end
+if state.paused == '1' then return {'paused', ''} end
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = redis_now()
+local run, last = state.run, state.last
 local changed = false
 local holder = ''
 
@@ -66,25 +60,15 @@ local due = tonumber(ARGV[6])
 local now_or_never = ARGV[8] ~= '1' or holder ~= ''
 if due ~= -1 and now_or_never and tonumber(last) == tonumber(ARGV[5])
     and due > tonumber(last) then
-  local id = ARGV[3] .. '@' .. ARGV[6]
-  local record = ARGV[7]
-  local old = redis.call('HGET', KEYS[3], id)
-  if old and old ~= record then redis.call('DEL', ARGV[1] .. id .. ':' .. old) end
-  redis.call('HSET', KEYS[3], id, record)
-  if due > now then
-    redis.call('SET', KEYS[5], '1', 'PXAT', ARGV[6])
-  end
-  local head = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
-  redis.call('ZADD', KEYS[2], ARGV[6], id)
-  if not head[2] or due < tonumber(head[2]) then
-    redis.pcall('PUBLISH', ARGV[2], ARGV[6])
-  end
-  prev, last = last, ARGV[6]
+  local head = head_due(KEYS[2])
+  pend(KEYS[2], KEYS[3], ARGV[1], occurrence(ARGV[3], ARGV[6]), ARGV[7], due, now, KEYS[5])
+  wake_if_first(ARGV[2], due, head)
+  state.prev, state.last = last, ARGV[6]
   changed = true
 end
 
 if changed then
-  redis.call('HSET', KEYS[1], ARGV[3],
-    table.concat({v, last, prev, paused, run, anchor}, '|'))
+  state.run = run
+  state_write(KEYS[1], ARGV[3], state)
 end
 return {'ok', holder}

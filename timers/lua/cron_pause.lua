@@ -14,19 +14,12 @@
 -- allow-oom: it only frees memory (the state is rewritten in place).
 -- Returns 1 when paused now, 0 when it was paused already, -1 when there is no such
 -- recurrence.
-local raw = redis.call('HGET', KEYS[1], ARGV[2])
-if not raw then return -1 end
-local v, last, prev, paused, run, anchor =
-  string.match(raw, '^(%d+)|(%-?%d+)|(%-?%d+)|([01])|([^|]*)|(%-?%d+)$')
-if not v then return -1 end
-if paused == '1' then return 0 end
-local id = ARGV[2] .. '@' .. last
-local record = redis.call('HGET', KEYS[3], id)
-if record then
-  redis.call('ZREM', KEYS[2], id)
-  redis.call('HDEL', KEYS[3], id)
-  redis.call('DEL', ARGV[1] .. id .. ':' .. record)
-  last = prev
+local state = state_read(redis.call('HGET', KEYS[1], ARGV[2]))
+if not state then return -1 end
+if state.paused == '1' then return 0 end
+if withdraw(KEYS[2], KEYS[3], ARGV[1], occurrence(ARGV[2], state.last)) then
+  state.last = state.prev
 end
-redis.call('HSET', KEYS[1], ARGV[2], table.concat({v, last, prev, '1', run, anchor}, '|'))
+state.paused = '1'
+state_write(KEYS[1], ARGV[2], state)
 return 1

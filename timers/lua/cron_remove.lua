@@ -16,17 +16,7 @@
 local raw = redis.call('HGET', KEYS[2], ARGV[2])
 local existed = redis.call('HDEL', KEYS[1], ARGV[2])
 redis.call('HDEL', KEYS[2], ARGV[2])
-if raw then
-  local last = string.match(raw, '^%d+|(%-?%d+)|')
-  if last then
-    local id = ARGV[2] .. '@' .. last
-    local record = redis.call('HGET', KEYS[4], id)
-    if record then
-      redis.call('ZREM', KEYS[3], id)
-      redis.call('HDEL', KEYS[4], id)
-      redis.call('DEL', ARGV[1] .. id .. ':' .. record)
-    end
-  end
-end
+local state = state_read(raw)
+if state then withdraw(KEYS[3], KEYS[4], ARGV[1], occurrence(ARGV[2], state.last)) end
 if existed == 1 or raw then return 1 end
 return 0

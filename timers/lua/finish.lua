@@ -41,39 +41,45 @@
 -- Returns the number of late finishes.
 local KINDS = {ok = true, skip = true, fail = true, reject = true, retry = true,
                release = true}
-local retention = string.match(ARGV[3] or '', '^%d+$') and tonumber(ARGV[3])
+
+-- An error reply when ending n (token, kind, a, b) does not read, else nil.
+local function bad_ending(n, token, kind, a, b)
+  local bad = not KINDS[kind] or ((token == '') ~= (kind == 'reject'))
+  if kind == 'fail' or kind == 'reject' then
+    bad = bad or a == '' or b == ''
+  elseif kind == 'retry' then
+    bad = bad or not string.match(a, '^[^:]+:[^:]+:') or not is_count(b)
+  end
+  if bad then
+    return redis.error_reply('ERR timers finish: bad ending ' .. n .. ' (' .. kind .. ')')
+  end
+  return nil
+end
+
+-- What a release hands back, read from the run's record: {id, record, due}; false when
+-- that record does not read (the lease is kept, and lapses); nil when there is none.
+local function released_run(token)
+  local run = redis.call('HGET', KEYS[2], token)
+  if not run then return nil end
+  local due, id, record = string.match(run, '^[^|]*|(%-?%d+)|([^:]+):(.*)$')
+  if due then return {id, record, tonumber(due)} end
+  redis.log(redis.LOG_WARNING, 'timers: unreadable run record, lease kept: ' .. token)
+  return false
+end
+
+local retention = is_count(ARGV[3]) and tonumber(ARGV[3])
 if not retention or (#ARGV - 3) % 4 ~= 0 then
   return redis.error_reply('ERR timers finish: bad arguments')
 end
 local released = {}
 for i = 4, #ARGV, 4 do
-  local token, kind, a, b = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
-  local bad = not KINDS[kind] or ((token == '') ~= (kind == 'reject'))
-  if kind == 'fail' or kind == 'reject' then
-    bad = bad or a == '' or b == ''
-  elseif kind == 'retry' then
-    bad = bad or not string.match(a, '^[^:]+:[^:]+:') or not string.match(b, '^%d+$')
-  end
-  if bad then
-    return redis.error_reply('ERR timers finish: bad ending ' .. ((i - 4) / 4 + 1) ..
-      ' (' .. kind .. ')')
-  end
-  if kind == 'release' then
-    local run = redis.call('HGET', KEYS[2], token)
-    if run then
-      local due, id, record = string.match(run, '^[^|]*|(%-?%d+)|([^:]+):(.*)$')
-      if due then
-        released[i] = {id, record, tonumber(due)}
-      else
-        released[i] = false
-        redis.log(redis.LOG_WARNING, 'timers: unreadable run record, lease kept: ' .. token)
-      end
-    end
-  end
+  local token, kind = ARGV[i], ARGV[i + 1]
+  local bad = bad_ending((i - 4) / 4 + 1, token, kind, ARGV[i + 2], ARGV[i + 3])
+  if bad then return bad end
+  if kind == 'release' then released[i] = released_run(token) end
 end
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = redis_now()
 local counts = {fired = 0, failed = 0, rejected = 0, retried = 0, handed_back = 0,
                 skipped = 0, late_finishes = 0}
 local earliest
@@ -86,14 +92,10 @@ local function drop_rejected(id)
   end
 end
 
-local function pend(id, record, due)
+-- Pending again, unless a timer was scheduled under that id meanwhile (it wins).
+local function pend_again(id, record, due)
   if redis.call('HEXISTS', KEYS[7], id) == 1 then return false end
-  redis.call('HSET', KEYS[7], id, record)
-  local due_text = string.format('%.0f', due)
-  redis.call('ZADD', KEYS[6], due_text, id)
-  if due > now then
-    redis.call('SET', ARGV[1] .. id .. ':' .. record, '1', 'PXAT', due_text)
-  end
+  pend(KEYS[6], KEYS[7], ARGV[1], id, record, due, now)
   if not earliest or due < earliest then earliest = due end
   drop_rejected(id)
   return true
@@ -104,56 +106,69 @@ local function dead_recorded(id)
     'LIMIT', 0, 1) > 0
 end
 
-local head = redis.call('ZRANGE', KEYS[6], 0, 0, 'WITHSCORES')
-for i = 4, #ARGV, 4 do
-  local token, kind, a, b = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
-  if kind == 'reject' then
-    local plain = not string.find(a, ':', 1, true)
-    if not (plain and dead_recorded(a)) and redis.call('HSETNX', KEYS[5], a, b) == 1 then
-      redis.call('ZADD', KEYS[4], now, a)
-      counts.rejected = counts.rejected + 1
-    end
-  elseif released[i] ~= false then
-    local held = redis.call('ZREM', KEYS[1], token) == 1
+local function reject(id, json)
+  local plain = not string.find(id, ':', 1, true)
+  if not (plain and dead_recorded(id)) and redis.call('HSETNX', KEYS[5], id, json) == 1 then
+    redis.call('ZADD', KEYS[4], now, id)
+    counts.rejected = counts.rejected + 1
+  end
+end
+
+local function fail(failure_id, json)
+  redis.call('ZADD', KEYS[4], now, failure_id)
+  redis.call('HSET', KEYS[5], failure_id, json)
+  local id = string.match(failure_id, '^([^:]+):')
+  if id then
+    redis.call('ZADD', KEYS[8], 0, failure_id)
+    drop_rejected(id)
+  end
+  counts.failed = counts.failed + 1
+end
+
+-- End the run held under token; a token no longer held is a late finish.
+local function end_run(token, kind, a, b, release)
+  if redis.call('ZREM', KEYS[1], token) == 0 then
     redis.call('HDEL', KEYS[2], token)
-    if not held then
-      counts.late_finishes = counts.late_finishes + 1
-    elseif kind == 'ok' then
-      counts.fired = counts.fired + 1
-    elseif kind == 'skip' then
-      counts.skipped = counts.skipped + 1
-    elseif kind == 'fail' then
-      redis.call('ZADD', KEYS[4], now, a)
-      redis.call('HSET', KEYS[5], a, b)
-      local id = string.match(a, '^([^:]+):')
-      if id then
-        redis.call('ZADD', KEYS[8], 0, a)
-        drop_rejected(id)
-      end
-      counts.failed = counts.failed + 1
-    elseif kind == 'retry' then
-      local id, record = string.match(a, '^([^:]+):(.*)$')
-      if pend(id, record, now + tonumber(b)) then counts.retried = counts.retried + 1 end
-    elseif kind == 'release' and released[i] then
-      local r = released[i]
-      if pend(r[1], r[2], r[3]) then counts.handed_back = counts.handed_back + 1 end
+    counts.late_finishes = counts.late_finishes + 1
+    return
+  end
+  redis.call('HDEL', KEYS[2], token)
+  if kind == 'ok' then
+    counts.fired = counts.fired + 1
+  elseif kind == 'skip' then
+    counts.skipped = counts.skipped + 1
+  elseif kind == 'fail' then
+    fail(a, b)
+  elseif kind == 'retry' then
+    local id, record = string.match(a, '^([^:]+):(.*)$')
+    if pend_again(id, record, now + tonumber(b)) then counts.retried = counts.retried + 1 end
+  elseif kind == 'release' and release then
+    if pend_again(release[1], release[2], release[3]) then
+      counts.handed_back = counts.handed_back + 1
     end
   end
 end
 
-for name, n in pairs(counts) do
-  if n > 0 then redis.call('HINCRBY', KEYS[3], name, n) end
-end
-if counts.failed + counts.rejected > 0 then
-  local old = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now - retention,
-    'LIMIT', 0, 2 * (counts.failed + counts.rejected))
+local function trim_failures(n)
+  local old = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now - retention, 'LIMIT', 0, 2 * n)
   for _, failure_id in ipairs(old) do
     redis.call('ZREM', KEYS[4], failure_id)
     redis.call('HDEL', KEYS[5], failure_id)
     redis.call('ZREM', KEYS[8], failure_id)
   end
 end
-if earliest and (not head[2] or earliest < tonumber(head[2])) then
-  redis.pcall('PUBLISH', ARGV[2], string.format('%.0f', earliest))
+
+local head = head_due(KEYS[6])
+for i = 4, #ARGV, 4 do
+  if ARGV[i + 1] == 'reject' then
+    reject(ARGV[i + 2], ARGV[i + 3])
+  elseif released[i] ~= false then
+    end_run(ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], released[i])
+  end
 end
+for name, n in pairs(counts) do
+  if n > 0 then redis.call('HINCRBY', KEYS[3], name, n) end
+end
+if counts.failed + counts.rejected > 0 then trim_failures(counts.failed + counts.rejected) end
+wake_if_first(ARGV[2], earliest, head)
 return counts.late_finishes

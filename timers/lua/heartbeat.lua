@@ -11,12 +11,11 @@
 -- full server still shows as alive. A listener that died drops off once its deadline
 -- passes. (Its timers need nothing from here: their leases lapse on their own and the
 -- sweepers run them again.)
-local ttl = string.match(ARGV[2] or '', '^%d+$') and tonumber(ARGV[2])
+local ttl = is_count(ARGV[2]) and tonumber(ARGV[2])
 if not ttl or not ARGV[1] or ARGV[1] == '' or not ARGV[3] then
   return redis.error_reply('ERR timers heartbeat: bad arguments')
 end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = redis_now()
 if ARGV[3] == '' then
   redis.call('ZREM', KEYS[1], ARGV[1])
   redis.call('HDEL', KEYS[2], ARGV[1])

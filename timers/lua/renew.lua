@@ -10,11 +10,8 @@
 -- recovered by another listener after its lease lapsed (this listener stalled): it is
 -- not revived.
 -- Returns the tokens that are gone.
-local lease = string.match(ARGV[1] or '', '^%d+$') and tonumber(ARGV[1])
-if not lease then return redis.error_reply('ERR timers renew: bad lease ms') end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local lease_until = string.format('%.0f', now + lease)
+if not is_count(ARGV[1]) then return redis.error_reply('ERR timers renew: bad lease ms') end
+local lease_until = string.format('%.0f', redis_now() + tonumber(ARGV[1]))
 local lost = {}
 for i = 2, #ARGV do
   if redis.call('ZADD', KEYS[1], 'XX', 'CH', lease_until, ARGV[i]) == 0

@@ -22,8 +22,7 @@
 -- Returns {now_ms, due_1, ..., due_n}; due_i is nil where "n" refused an id that is
 -- pending with another record (the same record means this very call was retried: its
 -- due time is returned), or where "k" found the id pending.
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = redis_now()
 local n = #KEYS - 2
 if #ARGV ~= 2 + 5 * n then
   return redis.error_reply('ERR timers schedule: ' .. #ARGV .. ' args for ' .. n .. ' timers')
@@ -33,7 +32,7 @@ for i = 1, n do
   local base = 2 + (i - 1) * 5
   local id, record, mode, ms, how =
     ARGV[base + 1], ARGV[base + 2], ARGV[base + 3], ARGV[base + 4], ARGV[base + 5]
-  local due = string.match(ms, '^%-?%d+$') and tonumber(ms)
+  local due = is_int(ms) and tonumber(ms)
   if id == '' or string.find(id, ':', 1, true) or not string.find(record, ':', 1, true)
       or (mode ~= 'in' and mode ~= 'at') or not due
       or (how ~= 'r' and how ~= 'n' and how ~= 'k') then
@@ -46,15 +45,13 @@ for i = 1, n do
   dues[i] = due
 end
 
-local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-local head_due = head[2] and tonumber(head[2])
+local head = head_due(KEYS[1])
 local earliest
 local out = {now}
 for i = 1, n do
   local base = 2 + (i - 1) * 5
   local id, record, how = ARGV[base + 1], ARGV[base + 2], ARGV[base + 5]
   local due = dues[i]
-  local key = KEYS[2 + i]
   local old = redis.call('HGET', KEYS[2], id)
   if old and how == 'k' then
     out[#out + 1] = false
@@ -65,24 +62,10 @@ for i = 1, n do
       out[#out + 1] = false
     end
   else
-    if old and old ~= record then
-      redis.call('DEL', ARGV[1] .. id .. ':' .. old)
-      redis.call('HSET', KEYS[2], id, record)
-    elseif not old then
-      redis.call('HSET', KEYS[2], id, record)
-    end
-    local due_text = string.format('%.0f', due)
-    if due > now then
-      redis.call('SET', key, '1', 'PXAT', due_text)
-    elseif old == record then
-      redis.call('DEL', key)
-    end
-    redis.call('ZADD', KEYS[1], due_text, id)
+    pend(KEYS[1], KEYS[2], ARGV[1], id, record, due, now, KEYS[2 + i])
     if not earliest or due < earliest then earliest = due end
     out[#out + 1] = due
   end
 end
-if earliest and (not head_due or earliest < head_due) then
-  redis.pcall('PUBLISH', ARGV[2], string.format('%.0f', earliest))
-end
+wake_if_first(ARGV[2], earliest, head)
 return out

@@ -1,0 +1,163 @@
+"""The Lua prelude is in every script once, and each wrapper sends KEYS and ARGV in the
+order its script's header documents (a wrong order would write to the wrong keys)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from importlib import resources
+from pathlib import Path
+
+import fakeredis
+import pytest
+
+from timers import Timers
+from timers.keys import Keyspace
+from timers.scripts import (
+    SCRIPT_NAMES,
+    Invocation,
+    NewTimer,
+    ScriptCalls,
+    ScriptName,
+    Scripts,
+    source,
+    without_shebang,
+)
+
+KS = Keyspace("p")
+CALLS = ScriptCalls(KS)
+ALLOW_OOM = {"renew", "finish", "cancel", "forget", "heartbeat", "reschedule", "cron_pause",
+             "cron_remove", "cron_next"}
+LABELS = {
+    "due index": KS.due, "records": KS.records, "running": KS.running,
+    "running records": KS.running_records, "sequence": KS.sequence, "stats": KS.stats,
+    "failures": KS.failures, "failure records": KS.failure_records,
+    "failure index": KS.failure_index, "listeners": KS.listeners,
+    "listener info": KS.listener_info, "recurrence definitions": KS.recurrences,
+    "recurrence states": KS.recurrence_states,
+}
+SAMPLES: dict[ScriptName, Invocation] = {
+    "schedule": CALLS.schedule([NewTimer("a", "t.f:[1]", "in", 5, "r"),
+                                NewTimer("b", "t.g:[2]", "at", 7, "n")]),
+    "reschedule": CALLS.reschedule("a", "in", 5),
+    "cancel": CALLS.cancel("a"),
+    "claim": CALLS.claim(limit=3, lease_ms=100, horizon_ms=20, listener_id="me",
+                         event_ids=["x", "y"]),
+    "renew": CALLS.renew(100, ["1", "2"]),
+    "finish": CALLS.finish(retention_ms=9, endings=[("1", "ok", "", "")]),
+    "heartbeat": CALLS.heartbeat("me", 30, "{}"),
+    "forget": CALLS.forget("a:1", ""),
+    "cron_declare": CALLS.cron_declare(
+        name_field="n", definition="{}", read_state="", paused="keep", version=2,
+        anchor_ms=0, record="t.f;r=n;v=2:null", due_if_withdrawn=100, due_otherwise=200),
+    "cron_next": CALLS.cron_next(name_field="n", version=2, due_ms=100, successor_ms=300,
+                                 record="t.f;r=n;v=2:null", defer=False, take="", release=""),
+    "cron_pause": CALLS.cron_pause("n"),
+    "cron_remove": CALLS.cron_remove("n"),
+}
+EXPIRING_KEYS = {  # the expiring keys each sample must name, in order
+    "schedule": [KS.timer_key("a:t.f:[1]"), KS.timer_key("b:t.g:[2]")],
+    "cron_declare": [KS.timer_key("n@100:t.f;r=n;v=2:null"),
+                     KS.timer_key("n@200:t.f;r=n;v=2:null")],
+    "cron_next": [KS.timer_key("n@300:t.f;r=n;v=2:null")],
+}
+
+
+def header(name: ScriptName, what: str) -> list[tuple[str, str]]:
+    """``(index, label)`` of each ``-- KEYS[n]`` or ``-- ARGV[n]`` line of a script."""
+    text = resources.files("timers").joinpath("lua", f"{name}.lua").read_text("utf-8")
+    found = re.findall(rf"^-- {what}\[([^\]]+)\]\s+(.*)$", text, re.MULTILINE)
+    return [(index, label.split(":")[0].strip()) for index, label in found]
+
+
+def expected_keys(name: ScriptName) -> list[str]:
+    out: list[str] = []
+    timer_keys = list(EXPIRING_KEYS.get(name, []))
+    for index, label in header(name, "KEYS"):
+        if "expiring key" in label:  # "KEYS[2+i]": one per timer, the rest of KEYS
+            taken = timer_keys if "+i" in index else timer_keys[:1]
+            out += taken
+            del timer_keys[:len(taken)]
+        else:
+            out.append(LABELS[label])
+    return out
+
+
+def test_every_script_has_a_sample() -> None:
+    assert set(SAMPLES) == set(SCRIPT_NAMES)
+
+
+@pytest.mark.parametrize("name", SCRIPT_NAMES)
+def test_each_wrapper_sends_keys_in_the_order_of_its_script_header(name: ScriptName) -> None:
+    call = SAMPLES[name]
+    assert call.script == name
+    assert list(call.keys) == expected_keys(name)
+
+
+@pytest.mark.parametrize("name", SCRIPT_NAMES)
+def test_each_wrapper_sends_the_documented_args(name: ScriptName) -> None:
+    documented = header(name, "ARGV")
+    by_label = {label: int(index) for index, label in documented if index.isdigit()}
+    args = SAMPLES[name].args
+    if "timer key start \"<prefix>" in by_label:
+        assert args[by_label['timer key start "<prefix>'] - 1] == KS.timer_key_start
+    if "wake channel" in by_label:
+        assert args[by_label["wake channel"] - 1] == KS.wake_channel
+    fixed = max(by_label.values())
+    variable = any(not index.isdigit() for index, _ in documented)
+    assert len(args) >= fixed if variable else len(args) == fixed
+
+
+@pytest.mark.parametrize("name", SCRIPT_NAMES)
+def test_the_prelude_is_in_each_script_once_right_after_its_shebang(name: ScriptName) -> None:
+    raw = resources.files("timers").joinpath("lua", f"{name}.lua").read_text("utf-8")
+    prelude = resources.files("timers").joinpath("lua", "prelude.lua").read_text("utf-8")
+    loaded = source(name)
+    shebang = raw.partition("\n")[0]
+    assert shebang == ("#!lua flags=allow-oom" if name in ALLOW_OOM else "#!lua")
+    assert loaded.startswith(shebang + "\n" + prelude)
+    assert loaded.count(prelude) == 1
+    assert loaded.count("local function withdraw(") == 1
+    assert loaded.endswith(raw.partition("\n")[2])
+    assert not without_shebang(loaded).startswith("#!")
+
+
+def test_scripts_register_each_script_once_and_run(fake: fakeredis.FakeRedis) -> None:
+    scripts = Scripts(fake, Keyspace())
+    assert scripts.script("cron_next") is scripts.script("cron_next")
+    with Timers(fake) as producer:
+        producer.schedule("a.b", [1], in_=-1, id="due")
+    reply = scripts.claim(limit=5, lease_ms=1000, horizon_ms=0, listener_id="me")
+    token = reply[3].decode()
+    assert scripts.renew(1000, [token]) == []
+    assert scripts.finish(retention_ms=1000, endings=[(token, "ok", "", "")]) == 0
+    assert int(fake.hget(Keyspace().stats, "fired")) == 1
+
+
+def test_the_recurrence_hook_uses_the_scripts_it_is_given(fake: fakeredis.FakeRedis) -> None:
+    from timers.cron.hook import RecurrenceHook
+
+    scripts = Scripts(fake, Keyspace())
+    assert RecurrenceHook(fake, Keyspace(), scripts).scripts is scripts
+
+
+def test_the_cron_package_alone_loads_no_hook_listener_or_asyncio() -> None:
+    """What a producer imports for recurrences (``timers`` itself is stubbed out here: its
+    own weight is another module's business)."""
+    package = Path(__file__).resolve().parents[2] / "timers"
+    code = (
+        "import sys, types\n"
+        f"stub = types.ModuleType('timers'); stub.__path__ = [{str(package)!r}]\n"
+        "sys.modules['timers'] = stub\n"
+        "from timers.cron import Recurrence, recurrence, plan, State\n"
+        "recurrence('n', 'a.b', cron='0 9 * * *')\n"
+        "heavy = [m for m in ('asyncio', 'timers.cron.hook', 'timers.listener', "
+        "'timers.runner', 'timers.runs') if m in sys.modules]\n"
+        "print(heavy)\n"
+        "from timers.cron import RecurrenceHook\n"
+        "print(RecurrenceHook.__module__)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.split("\n")
+    assert out[:2] == ["[]", "timers.cron.hook"]
