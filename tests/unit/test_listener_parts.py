@@ -25,7 +25,7 @@ from timers.listener.leases import HeldRuns
 from timers.listener.runner import Runner
 from timers.policy import task
 from timers.runs import Outcome, Run
-from timers.scripts import register_all
+from timers.scripts import Scripts
 from timers.wire import EndingKind, FailureRecord, Option
 
 KEYS = Keyspace()
@@ -175,22 +175,19 @@ def test_the_writer_writes_endings_in_batches_and_forgets_them_once_written(
 
     async def scenario() -> tuple[list[int], int]:
         client = fakeredis.FakeAsyncRedis(server=server)
-        scripts = register_all(client)
+        scripts = Scripts(client, KEYS)
         calls: list[int] = []
-        finish = scripts["finish"]
+        finish = scripts.finish
 
         async def counted(**kwargs: Any) -> Any:
-            calls.append((len(kwargs["args"]) - 3) // 4)
+            calls.append(len(kwargs["endings"]))
             return await finish(**kwargs)
 
-        scripts["finish"] = counted
+        scripts.finish = counted  # type: ignore[method-assign]
         writer = EndingWriter(scripts, KEYS, 3600, HeldRuns(), asyncio.Event())
         for i in range(5):
             producer.schedule("mod.add", [i], in_=0, id=f"t{i}")
-        reply = await scripts["claim"](
-            keys=[KEYS.due, KEYS.records, KEYS.running, KEYS.running_records, KEYS.sequence,
-                  KEYS.stats],
-            args=[KEYS.timer_key_start, 10, 60_000, 8, "me"])
+        reply = await scripts.claim(limit=10, lease_ms=60_000, horizon_ms=8, listener_id="me")
         items = reply[3:]
         runs = [Run.parse(*items[i:i + 3]) for i in range(0, len(items), 3)]
         for run in runs:

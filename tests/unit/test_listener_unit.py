@@ -408,7 +408,7 @@ def test_a_claim_read_after_its_lease_lapsed_and_was_taken_over_is_not_run(
     other = fakeredis.FakeRedis(server=server)
 
     def delay_reply(listener: Listener) -> None:
-        claim = listener.claimer.scripts["claim"]
+        claim = listener.claimer.scripts.claim
 
         async def claim_then_stall(**kwargs: Any) -> Any:
             reply = await claim(**kwargs)
@@ -418,7 +418,7 @@ def test_a_claim_read_after_its_lease_lapsed_and_was_taken_over_is_not_run(
             await asyncio.sleep(listener.lease)  # the reply is read a whole lease late
             return reply
 
-        listener.claimer.scripts["claim"] = claim_then_stall
+        listener.claimer.scripts.claim = claim_then_stall  # type: ignore[method-assign]
 
     caplog.set_level("WARNING", logger="timers")
     run_burst(server, before=delay_reply, lease=0.2)

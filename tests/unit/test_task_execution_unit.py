@@ -15,6 +15,7 @@ import pytest
 
 from tests.unit.conftest import ROOT, SAMPLE_TASKS
 from timers.exceptions import TaskRefused, TasksUnavailable
+from timers.keys import Keyspace
 from timers.listener.leases import HeldRuns, LeaseKeeper
 from timers.listener.loop_watch import blocker
 from timers.listener.runner import Runner
@@ -22,6 +23,8 @@ from timers.loader import TaskLoader
 
 # -- imports ---------------------------------------------------------------------------
 
+
+RUNNING = Keyspace().running
 
 def test_load_imports_every_module_and_keeps_each_import_error() -> None:
     loader = TaskLoader(SAMPLE_TASKS, search_path=str(ROOT))
@@ -83,15 +86,15 @@ def test_the_lease_thread_renews_held_runs_and_reports_a_lost_one_once(
         caplog: pytest.LogCaptureFixture) -> None:
     server = fakeredis.FakeServer()
     client = fakeredis.FakeRedis(server=server)
-    client.zadd("timers|running", {"1": 1})
+    client.zadd(RUNNING, {"1": 1})
     held = HeldRuns()
     held.hold("1", "kept")
     held.hold("2", "gone")  # recovered elsewhere: not in the running set any more
-    keeper = LeaseKeeper(fakeredis.FakeRedis(server=server), "timers|running", 30.0, held)
+    keeper = LeaseKeeper(fakeredis.FakeRedis(server=server), Keyspace(), 30.0, held)
     caplog.set_level(logging.WARNING, logger="timers")
     keeper.renew_once()
     keeper.renew_once()
-    assert float(client.zscore("timers|running", "1") or 0) > 1
+    assert float(client.zscore(RUNNING, "1") or 0) > 1
     assert held.tokens() == ["1"]
     assert [m for m in caplog.messages if "lapsed" in m] == [
         "lease of run 2 (timer gone) lapsed: another listener may run it again"]
@@ -105,19 +108,19 @@ def test_a_run_whose_ending_is_on_its_way_stays_renewed_and_is_dropped_quietly(
     a lost lease."""
     server = fakeredis.FakeServer()
     client = fakeredis.FakeRedis(server=server)
-    client.zadd("timers|running", {"1": 1})
+    client.zadd(RUNNING, {"1": 1})
     held = HeldRuns()
     held.hold("1", "sent")
     held.hold("2", "written")
     held.ending(["1", "2"])  # "2" already ended in Redis: not in the running set
-    keeper = LeaseKeeper(fakeredis.FakeRedis(server=server), "timers|running", 30.0, held)
+    keeper = LeaseKeeper(fakeredis.FakeRedis(server=server), Keyspace(), 30.0, held)
     caplog.set_level(logging.WARNING, logger="timers")
     keeper.renew_once()
-    assert float(client.zscore("timers|running", "1") or 0) > 1  # still renewed
+    assert float(client.zscore(RUNNING, "1") or 0) > 1  # still renewed
     assert held.tokens() == ["1"]
     assert not [m for m in caplog.messages if "lapsed" in m]
     held.ending(["1"], sent=False)  # the write failed: held as before
-    client.zrem("timers|running", "1")
+    client.zrem(RUNNING, "1")
     keeper.renew_once()
     assert [m for m in caplog.messages if "lapsed" in m] == [
         "lease of run 1 (timer sent) lapsed: another listener may run it again"]
@@ -127,10 +130,10 @@ def test_a_run_whose_ending_is_on_its_way_stays_renewed_and_is_dropped_quietly(
 def test_the_lease_thread_logs_failures_once_per_change(
         caplog: pytest.LogCaptureFixture) -> None:
     server = fakeredis.FakeServer()
-    fakeredis.FakeRedis(server=server).zadd("timers|running", {"1": 1})
+    fakeredis.FakeRedis(server=server).zadd(RUNNING, {"1": 1})
     held = HeldRuns()
     held.hold("1", "t")
-    keeper = LeaseKeeper(fakeredis.FakeRedis(server=server), "timers|running", 30.0, held)
+    keeper = LeaseKeeper(fakeredis.FakeRedis(server=server), Keyspace(), 30.0, held)
     caplog.set_level(logging.WARNING, logger="timers")
     server.connected = False
     keeper.renew_once()

@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import redis
 
@@ -27,7 +26,7 @@ from timers.listener.memory_guard import MemoryGuard
 from timers.listener.permissions import is_permanent
 from timers.listener.retrying import RETRYABLE, ConnectionState, ReconnectDelays, pause
 from timers.runs import Run
-from timers.scripts import ScriptName
+from timers.scripts import Scripts
 
 log = logging.getLogger("timers.listener")
 
@@ -51,7 +50,7 @@ class ClaimerHooks:
 class Claimer:
     """Claims due timers for one listener; :meth:`run` is its sweep loop."""
 
-    def __init__(self, scripts: Mapping[ScriptName, Any], keys: Keyspace, listener_id: str,
+    def __init__(self, scripts: Scripts, keys: Keyspace, listener_id: str,
                  lease: float, clock: Clock, tracker: DueTracker, hooks: ClaimerHooks,
                  stopping: asyncio.Event) -> None:
         self.scripts, self.keys, self.listener_id = scripts, keys, listener_id
@@ -105,13 +104,10 @@ class Claimer:
     async def claim(self, limit: int) -> int:
         """Claim up to ``limit`` timers and start those still held; how many were claimed."""
         ids = self.hooks.take_event_ids(limit)
-        k = self.keys
         sent = self.clock.monotonic()
-        reply = await self.scripts["claim"](
-            keys=[k.due, k.records, k.running, k.running_records, k.sequence, k.stats],
-            args=[k.timer_key_start, limit, round(self.lease * 1000), round(2 * CLAIM_LEAD_MS),
-                  self.listener_id, *ids],
-        )
+        reply = await self.scripts.claim(
+            limit=limit, lease_ms=round(self.lease * 1000), horizon_ms=round(2 * CLAIM_LEAD_MS),
+            listener_id=self.listener_id, event_ids=ids)
         received = self.clock.monotonic()
         now_us, next_due, next_lease = (int(x) for x in reply[:3])
         self.tracker.observe_time(now_us, sent, received)
@@ -133,8 +129,8 @@ class Claimer:
         half a lease) may name runs whose lease lapsed meanwhile and that another listener
         took over: they are renewed now, and only those still held are run here.
         """
-        lost = {as_text(token) for token in await self.scripts["renew"](
-            keys=[self.keys.running], args=[round(self.lease * 1000), *(r.token for r in runs)])}
+        lost = {as_text(token) for token in await self.scripts.renew(
+            round(self.lease * 1000), [r.token for r in runs])}
         for run in runs:
             if run.token in lost:
                 log.warning("timer %s: its claim was read %.1f s late (event loop blocked?) "

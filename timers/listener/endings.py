@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -22,7 +22,7 @@ from timers.listener.eviction import report_late_finishes
 from timers.listener.leases import HeldRuns
 from timers.listener.retrying import RETRYABLE, ConnectionState, ReconnectDelays, pause
 from timers.runs import Run
-from timers.scripts import ScriptName
+from timers.scripts import Scripts
 from timers.wire import EndingKind, FailureRecord
 
 log = logging.getLogger("timers.listener")
@@ -76,7 +76,7 @@ class Ending:
 class EndingWriter:
     """Writes endings in batches; each is kept here until Redis has it."""
 
-    def __init__(self, scripts: Mapping[ScriptName, Any], keys: Keyspace, failure_retention: float,
+    def __init__(self, scripts: Scripts, keys: Keyspace, failure_retention: float,
                  held: HeldRuns, closed: asyncio.Event) -> None:
         self.scripts, self.keys, self.held = scripts, keys, held
         self.failure_retention = failure_retention
@@ -123,21 +123,15 @@ class EndingWriter:
 
     async def flush(self) -> None:
         """Write the first batch of endings in one script call."""
-        k = self.keys
         batch = self._queue[:MAX_BATCH]
-        args: list[Any] = [k.timer_key_start, k.wake_channel, round(self.failure_retention * 1000)]
-        for ending in batch:
-            args.extend(ending.wire())
         tokens = [ending.token for ending in batch]
         # Renewed until the reply is read (the loop may block before it is), and a renewal
         # that crosses the ending drops them quietly.
         self.held.ending(tokens)
         try:
-            late = await self.scripts["finish"](
-                keys=[k.running, k.running_records, k.stats, k.failures, k.failure_records,
-                      k.due, k.records, k.failure_index],
-                args=args,
-            )
+            late = await self.scripts.finish(
+                retention_ms=round(self.failure_retention * 1000),
+                endings=[ending.wire() for ending in batch])
         except BaseException:
             self.held.ending(tokens, sent=False)
             raise

@@ -18,8 +18,9 @@ from typing import Any
 import redis
 
 from timers.encoding import as_text
+from timers.keys import Keyspace
 from timers.listener.retrying import RETRYABLE
-from timers.scripts import register
+from timers.scripts import Scripts
 
 log = logging.getLogger("timers.listener")
 
@@ -113,13 +114,12 @@ class LeaseKeeper:
     each change between renewals failing and working again, not every failed attempt.
     """
 
-    def __init__(self, client: redis.Redis, running_key: str, lease: float,
+    def __init__(self, client: redis.Redis, keys: Keyspace, lease: float,
                  held: HeldRuns) -> None:
         self.client = client
-        self.running_key = running_key
         self.lease = lease
         self.held = held
-        self._renew = register(client, "renew")
+        self._scripts = Scripts(client, keys)
         self._stop = threading.Event()
         self._failing = False
         self._thread = threading.Thread(target=self._main, name="timers-leases", daemon=True)
@@ -144,8 +144,7 @@ class LeaseKeeper:
         if not tokens or self._stop.is_set():
             return
         try:
-            lost = self._renew(keys=[self.running_key],
-                               args=[round(self.lease * 1000), *tokens])
+            lost = self._scripts.renew(round(self.lease * 1000), tokens)
         except RETRYABLE as exc:
             if not self._failing:
                 self._failing = True

@@ -53,7 +53,7 @@ from timers.listener.retrying import RETRYABLE, pause
 from timers.listener.runner import Runner
 from timers.loader import TASKS_ENV, TaskLoader, configured_package
 from timers.runs import Fired, Run, rejected_entry
-from timers.scripts import register_all
+from timers.scripts import Scripts
 from timers.wire import ClaimSource, EndingKind
 
 log = logging.getLogger("timers.listener")
@@ -110,7 +110,7 @@ class Listener:
         """Runs this listener ended, however they ended (Stats.fired counts the good)."""
         self.crashed = False
         """A loop died of a bug or a permanent error stopped it: exit nonzero."""
-        self._scripts = register_all(self.redis)
+        self._scripts = Scripts(self.redis, self.keys)
         self._stopping = asyncio.Event()  # stop claiming
         self._closed = asyncio.Event()  # running tasks are done: stop renewing leases too
         self._abort_event = asyncio.Event()
@@ -137,7 +137,7 @@ class Listener:
         self._precise = PreciseSleeper()
         self.executor = Executor(self.loader.resolve, self._runner,
                                  Quarantine(self.loader, listener_name(self.id)),
-                                 RecurrenceHook(self.redis, self.keys), self.tracker,
+                                 RecurrenceHook(self.redis, self.keys, self._scripts), self.tracker,
                                  self._precise)
 
     @property
@@ -160,7 +160,7 @@ class Listener:
         self._burst = burst
         events = await self._preflight()
         keeper = LeaseKeeper(sync_twin(self.redis, min(15.0, max(1.0, self.lease))),
-                             self.keys.running, self.lease, self._held).start()
+                             self.keys, self.lease, self._held).start()
         watch = LoopWatch(asyncio.get_running_loop(), self._runner.on_loop.copy).start()
         loops = [
             asyncio.create_task(self.events.run() if events else self.events.run_without(),
@@ -335,10 +335,7 @@ class Listener:
             "fired": self.ended_count, "concurrency": self.concurrency,
             "tasks": self.loader.package, "stuck": self._runner.stuck,
         }) if alive else ""
-        await self._scripts["heartbeat"](
-            keys=[self.keys.listeners, self.keys.listener_info],
-            args=[self.id, round(HEARTBEAT_INTERVAL * 3000), info],
-        )
+        await self._scripts.heartbeat(self.id, round(HEARTBEAT_INTERVAL * 3000), info)
 
 
 def _client(redis_: str | redis.asyncio.Redis | None) -> tuple[redis.asyncio.Redis, bool]:
