@@ -72,7 +72,6 @@ from bench.faults.ledger import (
     analyse,
     completed,
     open_runs,
-    percentile,
     read_ledger,
     runs_by_timer,
 )
@@ -90,6 +89,6 @@ from bench.faults.scenario import (
 __all__ = [
     "ON_TIME_MS", "Fault", "FaultError", "ListenerProcess", "Mark", "Plan", "Result",
     "RunRecord", "Scenario", "Signal", "Verdict", "analyse", "completed",
-    "expire_together", "final_batch", "main_batch", "open_runs", "percentile",
+    "expire_together", "final_batch", "main_batch", "open_runs",
     "read_ledger", "runs_by_timer", "subscribers", "subscription_losses", "wait_for",
 ]
