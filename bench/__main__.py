@@ -64,7 +64,7 @@ How these figures are taken (see each module's docstring in bench/):
   pool). Each child records `Fired` (due ms, start ms, path) from its observer and writes
   them to a file when it exits; it sends nothing to Redis but the listener's own traffic.
 - Lateness is `Fired.lateness_ms`: task start minus due time on the Redis clock as the
-  listener estimates it. Percentiles are nearest-rank.
+  listener estimates it. Percentiles are nearest-rank (`timers.percentiles`).
 - Background timers (the "1,000,000 pending" runs) are in the same prefix, so they sit in
   the same due index and their keys in the same expire table; they are due an hour out.
 - Fire throughput is N / (last task start - due time); the N timers are scheduled before

@@ -148,14 +148,6 @@ def render(settings: Sequence[tuple[str, str]], results: Results) -> str:
 # -- figures ----------------------------------------------------------------------------
 
 
-def percentile(sorted_values: Sequence[float], p: float) -> float:
-    """Nearest-rank percentile of already sorted values (``p`` in 0..100)."""
-    if not sorted_values:
-        return math.nan
-    rank = max(1, math.ceil(p / 100 * len(sorted_values)))
-    return float(sorted_values[min(rank, len(sorted_values)) - 1])
-
-
 def due_at(due_ms: int) -> datetime:
     return datetime.fromtimestamp(due_ms / 1000, tz=UTC)
 

@@ -19,11 +19,11 @@ from bench.common import (
     due_at,
     merge,
     ms,
-    percentile,
     shares,
     wait_until,
 )
 from timers import TimerSpec
+from timers.percentiles import percentile
 
 PEER = "Celery 2,115, SAQ 1,914, Huey 1,641"
 

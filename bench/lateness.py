@@ -28,10 +28,10 @@ from bench.common import (
     count,
     due_at,
     ms,
-    percentile,
     shares,
 )
 from timers import TimerSpec
+from timers.percentiles import percentile
 
 PEER = "Celery 1/3, arq 340/590, Huey 564/996 (p50/p99 ms)"
 

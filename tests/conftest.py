@@ -36,13 +36,19 @@ def wait_until(
     message: str = "condition",
 ) -> Any:
     """Poll ``condition`` until it is truthy; fail the test after ``timeout`` seconds."""
+    value = poll(condition, timeout, interval)
+    if not value:
+        pytest.fail(f"timed out after {timeout}s waiting for {message}")
+    return value
+
+
+def poll(condition: Callable[[], Any], timeout: float, interval: float = 0.01) -> Any:
+    """Poll ``condition`` until it is truthy or ``timeout`` seconds passed; its last value."""
     deadline = time.monotonic() + timeout
     while True:
         value = condition()
-        if value:
+        if value or time.monotonic() > deadline:
             return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for {message}")
         time.sleep(interval)
 
 

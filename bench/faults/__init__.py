@@ -60,7 +60,8 @@ Modules: :mod:`~bench.faults.ledger` (what the ledger says), :mod:`~bench.faults
 (listener processes, waiting), :mod:`~bench.faults.scenario` (one fault's run),
 :mod:`~bench.faults.classic` and :mod:`~bench.faults.hostile` (the faults),
 :mod:`~bench.faults.run` (running them, the command line), :mod:`~bench.faults.report`
-(the table). Their helpers are reused by ``tests/integration/test_faults.py``.
+(the table). The tests do not import the bench: ``tests/integration/test_faults.py`` runs
+small versions of some faults on its own harness (``tests/integration/faults.py``).
 """
 
 from bench.faults.classic import expire_together, subscription_losses
@@ -72,7 +73,6 @@ from bench.faults.ledger import (
     analyse,
     completed,
     open_runs,
-    percentile,
     read_ledger,
     runs_by_timer,
 )
@@ -90,6 +90,6 @@ from bench.faults.scenario import (
 __all__ = [
     "ON_TIME_MS", "Fault", "FaultError", "ListenerProcess", "Mark", "Plan", "Result",
     "RunRecord", "Scenario", "Signal", "Verdict", "analyse", "completed",
-    "expire_together", "final_batch", "main_batch", "open_runs", "percentile",
+    "expire_together", "final_batch", "main_batch", "open_runs",
     "read_ledger", "runs_by_timer", "subscribers", "subscription_losses", "wait_for",
 ]

@@ -165,10 +165,3 @@ def analyse(due_ms: Mapping[str, int], marks: Iterable[Mark],
                 rerun_after.append((run.start - (cause.sent or cause.at)) * 1000)
     return Verdict(len(due_ms), fired, lost, expected, unexpected, lateness, rerun_after,
                    most)
-
-
-def percentile(values: Sequence[float], p: float) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(p / 100 * (len(ordered) - 1))))]

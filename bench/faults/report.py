@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from bench.faults.ledger import percentile
 from bench.faults.scenario import Result
+from timers.percentiles import percentile
 
 
 def _ms(value: float) -> str:

@@ -19,6 +19,7 @@ from tests.conftest import ROOT, wait_until
 from tests.task_pkg import RUNS, STARTED, URL_ENV
 from timers import Fired, Listener, Timers
 from timers.keys import Keyspace
+from timers.percentiles import percentile
 
 TASKS = "tests.task_pkg"
 TIMERS_COMMAND = str(Path(sys.executable).parent / "timers")
@@ -117,12 +118,6 @@ def settled(t: Timers) -> bool:
 def redis_now_ms(r: redis.Redis) -> int:
     seconds, micros = r.time()
     return int(seconds) * 1000 + int(micros) // 1000
-
-
-def percentile(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    index = min(len(ordered) - 1, max(0, round(p / 100 * (len(ordered) - 1))))
-    return ordered[index]
 
 
 def lateness_line(label: str, reports: list[Fired]) -> str:

@@ -19,7 +19,7 @@ import redis
 
 from tests.conftest import wait_until
 from tests.cron_tasks import RELEASE, RUNS, STARTED
-from tests.integration.helpers import ListenerThread, Processes, lateness_line, redis_now_ms
+from tests.integration.helpers import ListenerThread, Processes, lateness_line
 from timers import Fired, Recurrence, Timers
 
 pytestmark = pytest.mark.integration
@@ -115,65 +115,9 @@ def test_four_listeners_run_every_occurrence_exactly_once(
                         everything))
 
 
-# -- catch-up after every listener was down ----------------------------------------------
-
-
-def miss_occurrences(timers_client: Timers, r: redis.Redis, count: int = 5,
-                     **options: Any) -> tuple[Recurrence, int]:
-    """Declare a 200 ms recurrence and let ``count`` occurrences pass with no listener;
-    returns it and the Redis time just before a listener starts."""
-    rec = timers_client.every("late", "jobs.hit", ["late"], interval=0.2, **options)
-    start = first_due(rec)
-    wait_until(lambda: redis_now_ms(r) >= start + (count - 1) * 200 + 100, 10,
-               message=f"{count} occurrences to pass")
-    return rec, redis_now_ms(r)
-
-
-def test_catch_up_latest_runs_the_latest_missed_occurrence_once(
-    timers_client: Timers, r: redis.Redis, start_listener: StartListener
-) -> None:
-    rec, back = miss_occurrences(timers_client, r, catch_up="latest")
-    listener = start_listener(tasks=TASKS)
-    wait_until(lambda: len(ok_dues([listener], "late")) >= 4, 10, message="4 runs")
-    listener.stop()
-    runs = reports([listener], "late")
-    assert runs[0].outcome.kind == "skipped" and due_of(runs[0]) == first_due(rec)
-    dues = ok_dues([listener], "late")
-    assert back - 200 < dues[0] <= back + 200  # the latest one missed while down
-    assert_contiguous(dues, 200)
-    assert len(runs) == len(dues) + 1
-
-
-def test_catch_up_all_runs_each_missed_occurrence_in_order(
-    timers_client: Timers, r: redis.Redis, start_listener: StartListener
-) -> None:
-    rec, back = miss_occurrences(timers_client, r, catch_up="all")
-    listener = start_listener(tasks=TASKS)
-    wait_until(lambda: len(ok_dues([listener], "late")) >= 8, 10, message="8 runs")
-    listener.stop()
-    dues = ok_dues([listener], "late")
-    assert_contiguous(dues, 200, start=first_due(rec))
-    assert sum(1 for d in dues if d <= back) >= 5
-    runs = reports([listener], "late")
-    assert [f.outcome.kind for f in runs] == ["ok"] * len(runs)
-    # in order, one after the other: each starts after the previous one's task returned
-    assert sorted(runs, key=lambda f: f.started_ms) == runs
-    spans = sorted((started, ended) for _, started, ended in task_runs(r))
-    assert all(later[0] >= earlier[1] for earlier, later in itertools.pairwise(spans))
-
-
-def test_catch_up_none_skips_what_was_missed(
-    timers_client: Timers, r: redis.Redis, start_listener: StartListener
-) -> None:
-    _, back = miss_occurrences(timers_client, r, catch_up="none")
-    listener = start_listener(tasks=TASKS)
-    wait_until(lambda: len(ok_dues([listener], "late")) >= 3, 10, message="3 runs")
-    listener.stop()
-    runs = reports([listener], "late")
-    assert runs[0].outcome.kind == "skipped" and "none" in runs[0].outcome.message
-    dues = ok_dues([listener], "late")
-    assert dues[0] > back
-    assert_contiguous(dues, 200)
+# Catch-up after every listener was down is tested without waiting and without the Redis
+# clock: tests/unit/test_cron_hook.py runs the listener's hook with injected start times
+# (latest, all and none after downtime), tests/unit/test_cron_plan.py the pure planner.
 
 
 # -- overlap -----------------------------------------------------------------------------

@@ -4,7 +4,11 @@ Each test schedules timers due 3 ms apart and changes each one within a few mill
 of its due time (read from Redis ``TIME``), while the listener fires them: some changes
 land before the claim and some after (the listener claims timers a few ms ahead of their
 due time and starts each on time, so the changes start well before it). Whichever wins,
-the outcome the change reports must agree with what the user then sees run.
+the outcome the change reports must agree with what the user then sees run, which each
+test asserts per timer for both sides. Which side wins each race is up to timing, so each
+side is also driven on its own in a ``..._before_the_claim`` and an ``..._after_the_claim``
+test: before, the timer is not due yet; after, its task has started (a ``slow.block`` run
+waiting for ``test:release``), so the claim certainly happened first.
 """
 
 from __future__ import annotations
@@ -18,7 +22,15 @@ import pytest
 import redis
 
 from tests.conftest import wait_until
-from tests.integration.helpers import KEYS, redis_now_ms, run_counts, runs, settled
+from tests.integration.helpers import (
+    KEYS,
+    redis_now_ms,
+    run_counts,
+    runs,
+    settled,
+    started,
+)
+from tests.task_pkg.slow import RELEASE
 from timers import Fired, Timers, TimerSpec
 from timers.encoding import escape_id
 
@@ -78,7 +90,7 @@ def _by_id(reports: list[Fired]) -> dict[str, list[Fired]]:
 
 def test_cancel_true_means_the_timer_never_runs(
         timers_client: Timers, r: redis.Redis, start_listener) -> None:
-    start_listener()
+    listener = start_listener()
     ids = _schedule_racing(timers_client, "c")
     due = _due_ms(r, ids)
     cancelled = {}
@@ -91,14 +103,17 @@ def test_cancel_true_means_the_timer_never_runs(
                message="every timer not cancelled to fire")
 
     counts = run_counts(r)
-    ran_after_cancel = [tid for tid, won in cancelled.items() if won and counts[tid]]
-    assert ran_after_cancel == [], "cancel() returned True but the timer ran"
-    assert {tid: counts[tid] for tid in kept} == {tid: 1 for tid in kept}
+    fired = _by_id(listener.reports())
+    won = [tid for tid, ok in cancelled.items() if ok]
+    late = [tid for tid, ok in cancelled.items() if not ok]
+    assert {tid: counts[tid] for tid in won} == dict.fromkeys(won, 0), \
+        "cancel() returned True but the timer ran"
+    assert [tid for tid in won if fired[tid]] == [], "a cancelled timer was reported fired"
+    assert {tid: counts[tid] for tid in late} == dict.fromkeys(late, 1), \
+        "cancel() returned False but the timer did not run exactly once"
+    assert {tid: counts[tid] for tid in kept} == dict.fromkeys(kept, 1)
     assert set(counts) == set(kept)
     assert not any(timers_client.cancel(tid) for tid in ids), "nothing is pending any more"
-    wins = sum(cancelled.values())
-    print(f"\ncancel race: {wins} cancels won, {len(cancelled) - wins} came too late "
-          f"(their timers ran once)")
 
 
 def test_reschedule_racing_due_time_fires_once_at_the_time_that_won(
@@ -119,14 +134,16 @@ def test_reschedule_racing_due_time_fires_once_at_the_time_that_won(
 
     assert run_counts(r) == Counter({tid: 1 for tid in ids})
     fired = _by_id(listener.reports())
-    for tid in ids:
-        (report,) = fired[tid]
-        expected = new_due.get(tid, old_due[tid])
-        assert report.due_ms == expected, (tid, report, tid in new_due)
+    moved = [tid for tid in ids if tid in new_due]
+    too_late = [tid for tid in ids if tid not in new_due]
+    assert {tid: [f.due_ms for f in fired[tid]] for tid in moved} == \
+        {tid: [new_due[tid]] for tid in moved}, "reschedule() returned True: once, at the new time"
+    assert {tid: [f.due_ms for f in fired[tid]] for tid in too_late} == \
+        {tid: [old_due[tid]] for tid in too_late}, \
+        "reschedule() returned False: once, at the old time"
     later = [tid for i, tid in enumerate(ids) if i % 2 == 0 and tid in new_due]
     assert all(fired[tid][0].started_ms >= old_due[tid] + 200 for tid in later), \
         "a timer moved later fired near its old due time"
-    print(f"\nreschedule race: {len(new_due)} of {COUNT} reschedules landed before the claim")
 
 
 def test_reschedule_moves_the_fire_time_both_ways(
@@ -172,9 +189,107 @@ def test_replace_racing_due_time_never_runs_one_arg_set_twice(
         sequences[tag].append(arg)
     bad = {tid: seq for tid, seq in sequences.items() if seq not in (["b"], ["a", "b"])}
     assert bad == {}, "a timer ran the same args twice, or its old args after its new ones"
-    for tid, reports in _by_id(listener.reports()).items():
-        if len(reports) == 2:
-            assert reports[0].due_ms == old_due[tid] < reports[1].due_ms
-    replaced = sum(seq == ["b"] for seq in sequences.values())
-    print(f"\nreplace race: {replaced} replaced while pending (ran b only), "
-          f"{COUNT - replaced} came after the claim (ran a, then b)")
+    fired = _by_id(listener.reports())
+    for tid in ids:
+        dues = [f.due_ms for f in fired[tid]]
+        if sequences[tid] == ["b"]:  # replaced while pending: the old timer never fired
+            assert len(dues) == 1 and dues[0] > old_due[tid], (tid, dues)
+        else:  # the claim came first: old args at the old time, then the new timer
+            assert len(dues) == 2 and dues[0] == old_due[tid] < dues[1], (tid, dues)
+
+
+# -- each side of each race, driven on its own ------------------------------------------
+
+
+def _running(timers_client: Timers, r: redis.Redis, tid: str) -> int:
+    """Schedule ``slow.block`` as ``tid`` due now and wait until its task has started: the
+    listener has claimed it. Returns the Redis time (ms) once it started."""
+    timers_client.schedule("slow.block", [tid], in_=0, id=tid)
+    wait_until(lambda: started(r) == [tid], 10, message=f"{tid} to be claimed and start")
+    return redis_now_ms(r)
+
+
+def _release_and_settle(timers_client: Timers, r: redis.Redis, runs_expected: int) -> None:
+    r.set(RELEASE, "1")
+    wait_until(lambda: len(runs(r)) == runs_expected and settled(timers_client), 10,
+               message=f"{runs_expected} run(s) and nothing left pending")
+
+
+def _sentinel_ran(timers_client: Timers, r: redis.Redis, after_s: float) -> None:
+    """Wait for a timer due ``after_s`` from now to run: anything due earlier has had its
+    chance to run by then (timers run in due order on one listener)."""
+    timers_client.schedule("record.hit", ["sentinel"], in_=after_s, id="sentinel")
+    wait_until(lambda: run_counts(r)["sentinel"] == 1 and settled(timers_client), 10,
+               message="the sentinel timer to run")
+
+
+def test_cancel_before_the_claim_returns_true_and_the_timer_never_runs(
+        timers_client: Timers, r: redis.Redis, start_listener) -> None:
+    listener = start_listener()
+    timers_client.schedule("record.hit", ["c"], in_=0.3, id="c")
+    assert timers_client.cancel("c") is True
+    _sentinel_ran(timers_client, r, 0.4)
+    assert run_counts(r) == Counter({"sentinel": 1})
+    assert [f.timer_id for f in listener.reports()] == ["sentinel"]
+
+
+def test_cancel_after_the_claim_returns_false_and_the_timer_runs_once(
+        timers_client: Timers, r: redis.Redis, start_listener) -> None:
+    listener = start_listener()
+    _running(timers_client, r, "c")
+    assert timers_client.cancel("c") is False
+    _release_and_settle(timers_client, r, 1)
+    assert runs(r) == [["c", "released"]]
+    assert [f.timer_id for f in listener.reports()] == ["c"]
+
+
+def test_reschedule_before_the_claim_returns_true_and_fires_once_at_the_new_time(
+        timers_client: Timers, r: redis.Redis, start_listener) -> None:
+    listener = start_listener()
+    timers_client.schedule("record.hit", ["s"], in_=0.2, id="s")
+    old_due = _due_ms(r, ["s"])["s"]
+    assert timers_client.reschedule("s", in_=0.5) is True
+    new_due = _due_ms(r, ["s"])["s"]
+    wait_until(lambda: run_counts(r)["s"] == 1 and settled(timers_client), 10,
+               message="the rescheduled timer to fire")
+    (report,) = listener.reports()
+    assert new_due > old_due
+    assert report.due_ms == new_due and report.started_ms >= new_due
+
+
+def test_reschedule_after_the_claim_returns_false_and_the_run_is_the_old_one(
+        timers_client: Timers, r: redis.Redis, start_listener) -> None:
+    listener = start_listener()
+    running_at = _running(timers_client, r, "s")
+    assert timers_client.reschedule("s", in_=0.05) is False
+    assert timers_client.get("s") is None, "a refused reschedule left a timer pending"
+    _release_and_settle(timers_client, r, 1)
+    assert runs(r) == [["s", "released"]]
+    (report,) = listener.reports()
+    assert report.timer_id == "s" and report.due_ms <= running_at, "not the old run"
+
+
+def test_replace_before_the_claim_runs_only_the_new_args(
+        timers_client: Timers, r: redis.Redis, start_listener) -> None:
+    listener = start_listener()
+    timers_client.schedule("record.hit", ["p", "a"], in_=0.2, id="p")
+    timers_client.schedule("record.hit", ["p", "b"], in_=0.3, id="p")
+    new_due = _due_ms(r, ["p"])["p"]
+    wait_until(lambda: len(runs(r)) == 1 and settled(timers_client), 10,
+               message="the replacement to fire")
+    assert runs(r) == [["p", "b"]]
+    assert [(f.timer_id, f.due_ms) for f in listener.reports()] == [("p", new_due)]
+
+
+def test_replace_after_the_claim_runs_the_old_then_the_new(
+        timers_client: Timers, r: redis.Redis, start_listener) -> None:
+    listener = start_listener()
+    running_at = _running(timers_client, r, "p")
+    timers_client.schedule("record.hit", ["p", "b"], in_=0.05, id="p")
+    new_due = _due_ms(r, ["p"])["p"]
+    wait_until(lambda: runs(r) == [["p", "b"]], 10,
+               message="the new timer to run beside the running old one")
+    _release_and_settle(timers_client, r, 2)
+    assert runs(r) == [["p", "b"], ["p", "released"]]
+    old, new = sorted(f.due_ms for f in listener.reports())
+    assert old <= running_at < new == new_due

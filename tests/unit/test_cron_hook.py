@@ -241,6 +241,58 @@ def test_catch_up_none_skips_what_was_missed(
     assert pending_dues(fake, "daily") == [run.due_ms + 4 * DAY]
 
 
+STEP = 200
+
+
+def back_after_five_missed(t: Timers, fake: fakeredis.FakeRedis, catch_up: str) -> (
+        tuple[Run, int]):
+    """A 200 ms recurrence whose listeners were all down while five occurrences came due:
+    its first occurrence, and the start time of the listener that claims it when back."""
+    t.every("late", "mod.add", interval=STEP / 1000,
+            catch_up=catch_up)  # type: ignore[arg-type]
+    run = take(fake)
+    return run, run.due_ms + 4 * STEP + 100
+
+
+def test_latest_after_downtime_skips_the_first_and_runs_the_latest_then_goes_on(
+    t: Timers, fake: fakeredis.FakeRedis, listeners: list[Listener]
+) -> None:
+    first, back = back_after_five_missed(t, fake, "latest")
+    outcome = listeners[0].before(first, back)
+    assert outcome is not None and outcome.kind == "skipped"
+    latest = take(fake)
+    assert latest.due_ms == first.due_ms + 4 * STEP  # the latest one missed while down
+    assert listeners[0].before(latest, back + 1) is None
+    assert pending_dues(fake, "late") == [latest.due_ms + STEP]
+
+
+def test_all_after_downtime_runs_each_missed_one_in_order_one_after_the_other(
+    t: Timers, fake: fakeredis.FakeRedis, listeners: list[Listener]
+) -> None:
+    run, now = back_after_five_missed(t, fake, "all")
+    first, ran = run.due_ms, []
+    while run.due_ms <= now:
+        assert listeners[0].before(run, now) is None
+        ran.append(run.due_ms)
+        if run.due_ms + STEP <= now:
+            assert pending(fake) == {}, "the next missed one waits for this run to end"
+        listeners[0].after(run)
+        run, now = take(fake), now + 5
+    assert ran == [first + k * STEP for k in range(5)]
+    assert run.due_ms == first + 5 * STEP  # then the chain goes on on time
+
+
+def test_none_after_downtime_skips_what_was_missed_and_goes_on_after_now(
+    t: Timers, fake: fakeredis.FakeRedis, listeners: list[Listener]
+) -> None:
+    first, back = back_after_five_missed(t, fake, "none")
+    outcome = listeners[0].before(first, back)
+    assert outcome is not None and outcome.kind == "skipped" and "none" in outcome.message
+    [following] = pending_dues(fake, "late")
+    assert back < following <= back + STEP
+    assert following == first.due_ms + 5 * STEP
+
+
 def test_max_lateness_skips_but_keeps_the_chain(
     t: Timers, fake: fakeredis.FakeRedis, listeners: list[Listener]
 ) -> None:
