@@ -18,18 +18,17 @@ from timers.cron import CatchUp, Recurrence, recurrence
 from timers.encoding import DEFAULT_MAX_ARGS_BYTES, Args
 from timers.keys import DEFAULT_PREFIX, Keyspace
 from timers.operations import (
-    Call,
     Failure,
     Operation,
     Operations,
     PendingTimer,
-    Request,
     RetrySummary,
     Stats,
     TimerSpec,
 )
-from timers.scripts import ScriptName, register_all
+from timers.scripts import register_all
 from timers.server_errors import out_of_memory, translate
+from timers.transport import run_async, run_sync
 
 T = TypeVar("T")
 DEFAULT_URL = "redis://localhost:6379/0"
@@ -43,41 +42,6 @@ raises :class:`ServerTimeout` instead of hanging a producer; the URL's own
 def configured_url(url: str | None = None) -> str:
     """``url`` if given, else ``$TIMERS_REDIS_URL``, else ``redis://localhost:6379/0``."""
     return url or os.environ.get(URL_ENV) or DEFAULT_URL
-
-
-def _run_sync(client: Any, scripts: Mapping[ScriptName, Any], request: Request) -> list[Any]:
-    script = request[0].script if len(request) == 1 else None
-    if script is not None:
-        call = request[0]
-        return [scripts[script](keys=list(call.keys), args=list(call.args))]
-    pipe = client.pipeline(transaction=any(c.atomic for c in request))
-    for call in request:
-        _queue(pipe, scripts, call)
-    return list(pipe.execute())
-
-
-async def _run_async(
-    client: Any, scripts: Mapping[ScriptName, Any], request: Request
-) -> list[Any]:
-    script = request[0].script if len(request) == 1 else None
-    if script is not None:
-        call = request[0]
-        return [await scripts[script](keys=list(call.keys), args=list(call.args))]
-    pipe = client.pipeline(transaction=any(c.atomic for c in request))
-    for call in request:
-        _queue(pipe, scripts, call)
-    return list(await pipe.execute())
-
-
-def _queue(pipe: Any, scripts: Mapping[ScriptName, Any], call: Call) -> None:
-    """Queue a call on a pipeline, sync or asyncio (whose Script call is a coroutine, so
-    the script is queued by hand: the pipeline loads it before it runs)."""
-    if call.script is None:
-        pipe.execute_command(*call.command)
-    else:
-        script = scripts[call.script]
-        pipe.scripts.add(script)
-        pipe.evalsha(script.sha, len(call.keys), *call.keys, *call.args)
 
 
 class Timers:
@@ -115,7 +79,7 @@ class Timers:
             request = next(operation)
             while True:
                 try:
-                    reply = _run_sync(self.redis, self._scripts, request)
+                    reply = run_sync(self.redis, self._scripts, request)
                 except redis.exceptions.OutOfMemoryError as exc:
                     request = operation.throw(out_of_memory(exc))
                     continue
@@ -291,7 +255,7 @@ class AsyncTimers:
             request = next(operation)
             while True:
                 try:
-                    reply = await _run_async(self.redis, self._scripts, request)
+                    reply = await run_async(self.redis, self._scripts, request)
                 except redis.exceptions.OutOfMemoryError as exc:
                     request = operation.throw(out_of_memory(exc))
                     continue

@@ -8,16 +8,13 @@ is also what makes it testable without a server.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import secrets
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from timers.cron import Recurrence, check_name, decode_recurrences, read_state
-from timers.cron.schedule import from_ms, to_ms
 from timers.due import DueSpec, due_spec, seconds
 from timers.encoding import (
     DEFAULT_MAX_ARGS_BYTES,
@@ -34,12 +31,13 @@ from timers.exceptions import (
     InvalidTimer,
     MalformedTimerKey,
     ServerOutOfMemory,
-    TimersError,
 )
 from timers.failure_ops import Failure, FailureOperations, RetrySummary
 from timers.keys import Keyspace
 from timers.ops_base import Call, Operation, Request, ms_to_datetime, pairs
+from timers.recurrence_ops import RecurrenceOperations
 from timers.scripts import NewTimer, ScriptCalls
+from timers.wire import Option, ScheduleMode
 
 __all__ = [
     "Call", "Failure", "Operation", "Operations", "PendingTimer", "Request", "RetrySummary",
@@ -47,9 +45,6 @@ __all__ = [
 ]
 SCHEDULE_CHUNK = 500
 """Timers per schedule script call in :meth:`Operations.schedule_many`."""
-DECLARE_ATTEMPTS = 20
-"""Reads and writes of a recurrence declaration before giving up on a state that keeps
-changing (each retry means another process changed it in between)."""
 
 
 @dataclass(frozen=True)
@@ -120,7 +115,7 @@ class _Prepared:
     replace: bool
 
 
-class Operations(FailureOperations):
+class Operations(FailureOperations, RecurrenceOperations):
     """Builds requests for one keyspace and reads their replies."""
 
     def __init__(self, keyspace: Keyspace, max_args_bytes: int = DEFAULT_MAX_ARGS_BYTES) -> None:
@@ -140,7 +135,7 @@ class Operations(FailureOperations):
             limit = seconds(spec.max_lateness, "max_lateness")
             if limit < 0 or limit > 1e12:
                 raise InvalidDueTime("max_lateness must be 0 or more seconds")
-            opts["ml"] = str(round(limit * 1000))
+            opts[Option.MAX_LATENESS] = str(round(limit * 1000))
         record = Record(spec.task, spec.args, opts).encode(self.max_args_bytes)
         due = due_spec(spec.in_, spec.at)
         if spec.id is None:
@@ -151,12 +146,14 @@ class Operations(FailureOperations):
 
     def _schedule_call(self, batch: Sequence[_Prepared], how: str | None = None) -> Call:
         timers = [NewTimer(p.escaped, p.record, p.due[0], p.due[1],
-                           how or ("r" if p.replace else "n")) for p in batch]
+                           how or (ScheduleMode.REPLACE if p.replace else ScheduleMode.NEW))
+                  for p in batch]
         return Call.of(self.calls.schedule(timers), atomic=True)
 
     def _retry_call(self, task: str, args: Any, timer_id: str, replace: bool) -> Call:
         prepared = self._prepare(TimerSpec(task, args, in_=0, id=timer_id), retry=True)
-        return self._schedule_call([prepared], "r" if replace else "k")
+        how = ScheduleMode.REPLACE if replace else ScheduleMode.KEEP
+        return self._schedule_call([prepared], how)
 
     def schedule_many(
         self,
@@ -303,112 +300,6 @@ class Operations(FailureOperations):
         return out
 
 
-    # -- recurrences (see timers.cron) ------------------------------------------------
-
-    def every(self, spec: Recurrence) -> Operation[Recurrence]:
-        """Declare a recurrence, or change it in place; declaring it unchanged changes
-        nothing (its pending occurrence included)."""
-        definition = spec.definition(self.max_args_bytes)
-        return (yield from self._declare(spec, definition, "keep"))
-
-    def _declare(self, spec: Recurrence, definition: str, paused: str) -> Operation[Recurrence]:
-        name_field = escape_id(spec.name)
-        for _ in range(DECLARE_ATTEMPTS):
-            now, stored, raw_state = yield [
-                Call(command=("TIME",)),
-                Call(command=("HGET", self.keys.recurrences, name_field)),
-                Call(command=("HGET", self.keys.recurrence_states, name_field)),
-            ]
-            now_ms = int(now[0]) * 1000 + int(now[1]) // 1000
-            state = read_state(raw_state)
-            anchor = now_ms
-            if spec.interval is not None and state.anchor and stored is not None:
-                with contextlib.suppress(MalformedTimerKey):
-                    old = Recurrence.from_redis(spec.name, stored, None)
-                    anchor = state.anchor if old.interval == spec.interval else now_ms
-            schedule = spec.schedule(from_ms(anchor))
-            version = state.version + 1
-            # later than now, and than the last occurrence a listener may have taken
-            due_if_withdrawn = to_ms(schedule.next_after(from_ms(max(now_ms, state.prev))))
-            due_otherwise = to_ms(schedule.next_after(from_ms(max(now_ms, state.last))))
-            _, record = spec.occurrence(version, due_otherwise, self.max_args_bytes)
-            (reply,) = yield [Call.of(self.calls.cron_declare(
-                name_field=name_field, definition=definition,
-                read_state=as_text(raw_state) if raw_state is not None else "", paused=paused,
-                version=version, anchor_ms=anchor if spec.interval is not None else 0,
-                record=record, due_if_withdrawn=due_if_withdrawn, due_otherwise=due_otherwise,
-            ))]
-            result, version, due = (int(x) for x in reply)
-            if result == -1:
-                continue  # the state moved on between the read and the write: read again
-            return replace(
-                spec, version=version, next_due=None if due == -1 else from_ms(due),
-                paused=state.paused if paused == "keep" else paused == "1",
-                anchor=from_ms(anchor) if spec.interval is not None else None,
-            )
-        raise TimersError(f"recurrence {spec.name!r} kept changing while being declared")
-
-    def unschedule_recurring(self, name: str) -> Operation[bool]:
-        """Delete a recurrence and its pending occurrence; False if there was none."""
-        (reply,) = yield [Call.of(self.calls.cron_remove(escape_id(check_name(name))))]
-        return int(reply) == 1
-
-    def pause(self, name: str) -> Operation[bool]:
-        """Stop scheduling occurrences (the pending one is withdrawn); False if unknown."""
-        (reply,) = yield [Call.of(self.calls.cron_pause(escape_id(check_name(name))))]
-        return int(reply) != -1
-
-    def resume(self, name: str) -> Operation[bool]:
-        """Schedule a paused recurrence again from now (missed times are not caught up);
-        False if unknown."""
-        name_field = escape_id(check_name(name))
-        stored, raw_state = yield [
-            Call(command=("HGET", self.keys.recurrences, name_field)),
-            Call(command=("HGET", self.keys.recurrence_states, name_field)),
-        ]
-        if stored is None:
-            return False
-        if raw_state is not None and not read_state(raw_state).paused:
-            return True
-        current = Recurrence.from_redis(name, stored, None)
-        yield from self._declare(current, as_text(stored), "0")
-        return True
-
-    def get_recurrence(self, name: str) -> Operation[Recurrence | None]:
-        """One recurrence as Redis holds it, or None."""
-        name_field = escape_id(check_name(name))
-        stored, raw_state = yield [
-            Call(command=("HGET", self.keys.recurrences, name_field)),
-            Call(command=("HGET", self.keys.recurrence_states, name_field)),
-        ]
-        if stored is None:
-            return None
-        pending = yield from self._pending({name_field: raw_state})
-        return Recurrence.from_redis(name, stored, raw_state, pending.get(name_field, False))
-
-    def recurrences(self) -> Operation[list[Recurrence]]:
-        """Every recurrence, by name."""
-        defs, states = yield [
-            Call(command=("HGETALL", self.keys.recurrences)),
-            Call(command=("HGETALL", self.keys.recurrence_states)),
-        ]
-        defs = dict(defs.items() if isinstance(defs, dict) else pairs(defs))
-        states = dict(states.items() if isinstance(states, dict) else pairs(states))
-        pending = yield from self._pending({as_text(k): v for k, v in states.items()})
-        return decode_recurrences(defs, states, pending)
-
-    def _pending(self, states: Mapping[str, Any]) -> Operation[dict[str, bool]]:
-        """Whether each recurrence's latest occurrence is still waiting in the due index."""
-        fields = [f for f, raw in states.items() if raw is not None]
-        if not fields:
-            return {}
-        replies = yield [
-            Call(command=("HEXISTS", self.keys.records,
-                          f"{f}@{read_state(states[f]).last}")) for f in fields
-        ]
-        return {f: bool(int(r)) for f, r in zip(fields, replies, strict=True)}
-
-
 def _pending(timer_id: str, record_text: str, due_ms: float) -> PendingTimer:
     record = Record.decode(record_text)
     return PendingTimer(
@@ -416,5 +307,5 @@ def _pending(timer_id: str, record_text: str, due_ms: float) -> PendingTimer:
         task=record.task,
         args=record.args,
         due=ms_to_datetime(due_ms),
-        attempts=int(record.options.get("a", "0")),
+        attempts=int(record.options.get(Option.ATTEMPTS, "0")),
     )

@@ -35,7 +35,11 @@ class ScheduleMode(StrEnum):
     """What the schedule script does with a pending timer of the same id."""
 
     REPLACE = "r"
+    """Replace it (schedule and reschedule by a user's id)."""
     KEEP = "k"
+    """Leave it and do not write (a failed timer's retry that must not overwrite)."""
+    NEW = "n"
+    """Refuse it unless it is this very call retried (generated ids must be new)."""
 
 
 class EndingKind(StrEnum):

@@ -39,12 +39,13 @@ from timers.encoding import (
     unescape_id,
 )
 from timers.exceptions import InvalidTimer, MalformedTimerKey
+from timers.wire import Option
 
 log = logging.getLogger("timers.cron")
 
-RECURRENCE_OPTION = "r"
+RECURRENCE_OPTION: str = Option.RECURRENCE.value
 """Record option that marks a timer as an occurrence of a recurrence (value: its name)."""
-VERSION_OPTION = "v"
+VERSION_OPTION: str = Option.VERSION.value
 """Record option: the version of the definition an occurrence was scheduled under."""
 MAX_NAME_LENGTH = 100
 

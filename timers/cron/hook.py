@@ -15,8 +15,6 @@ import logging
 from dataclasses import dataclass, replace
 from typing import Any
 
-from redis.exceptions import RedisError
-
 from timers.cron.definition import (
     RECURRENCE_OPTION,
     VERSION_OPTION,
@@ -29,12 +27,13 @@ from timers.cron.schedule import from_ms
 from timers.cron.state import State
 from timers.encoding import Record, as_text, escape_id
 from timers.keys import Keyspace
+from timers.listener.retrying import RETRYABLE, ReconnectDelays
 from timers.runs import Outcome, Run
 from timers.scripts import Scripts
+from timers.wire import Option
 
 log = logging.getLogger("timers.cron")
 
-_TRANSIENT = (RedisError, ConnectionError, TimeoutError, OSError)
 
 
 @dataclass(frozen=True)
@@ -100,7 +99,7 @@ class RecurrenceHook:
         now = int(started_ms)
         plan_ = plan(current.schedule(from_ms(state.anchor)), current.catch_up,
                      current.max_lateness, due, now,
-                     rerun=run.reruns > 0 or "a" in record.options,
+                     rerun=run.reruns > 0 or Option.ATTEMPTS in record.options,
                      lateness_ms=now - run.due_ms)
         _, successor_record = current.occurrence(version, plan_.successor, 1 << 62)
         step = _Step(name, version, due, plan_.successor, successor_record, plan_.defer,
@@ -123,11 +122,12 @@ class RecurrenceHook:
         step = self._after.pop(run.token, None)
         if step is None:
             return
+        delays = ReconnectDelays()
         for attempt in range(self.AFTER_ATTEMPTS):
             try:
                 await self._call(step)
                 return
-            except _TRANSIENT as exc:
+            except RETRYABLE as exc:
                 if attempt + 1 == self.AFTER_ATTEMPTS:
                     if step.successor is None:
                         # the overlap slot frees itself once the run's lease is gone
@@ -135,7 +135,7 @@ class RecurrenceHook:
                                     step.name, exc)
                         return
                     raise  # the listener hands the run back: its rerun schedules the next
-                await asyncio.sleep(0.1 * 2 ** attempt)
+                await asyncio.sleep(delays.next())
 
     async def _call(self, step: _Step) -> tuple[str, str]:
         reply = await self.scripts.cron_next(
