@@ -117,6 +117,26 @@ def permission_findings(problems: Sequence[Problem]) -> list[Finding]:
             for p in problems]
 
 
+def inspect_server(url: str | None, prefix: str) -> list[Finding]:
+    """Every finding about the server at ``url`` (``$TIMERS_REDIS_URL`` when None): its
+    ``INFO``, its ``CONFIG`` (when the user may read it) and the user's permissions."""
+    import redis
+
+    from timers.client import configured_url
+    from timers.permissions import probe_url
+
+    client = redis.Redis.from_url(configured_url(url), decode_responses=True)
+    try:
+        info = {str(k): str(v) for k, v in client.info("server").items()}
+        try:
+            config = {str(k): str(v) for k, v in client.config_get("*").items()}
+        except redis.exceptions.ResponseError:
+            config = {}
+    finally:
+        client.close()
+    return assess(info, config) + permission_findings(probe_url(configured_url(url), prefix))
+
+
 def verdict(findings: list[Finding]) -> bool:
     """True when nothing would stop timers firing reliably."""
     return all(f.level != "fail" for f in findings)

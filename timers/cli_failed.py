@@ -19,9 +19,10 @@ from timers.exceptions import TimerAlreadyPending
 from timers.keys import DEFAULT_PREFIX
 from timers.operations import Failure
 
-failed_app = typer.Typer(help="Timers that failed or were refused.", no_args_is_help=False)
+failed_app = typer.Typer(help="Timers that failed or were refused.", no_args_is_help=False,
+                         rich_markup_mode=None)
 
-LimitOption = Annotated[int, typer.Option("--limit", "-n", min=1, help="How many.")]
+LimitOption = Annotated[int, typer.Option("--limit", "-n", min=1, metavar="N", help="How many.")]
 ReplaceOption = Annotated[bool, typer.Option(
     "--replace", help="Overwrite a timer pending again under the same id.")]
 
