@@ -30,7 +30,7 @@ from timers.cli_cron import cron_app
 from timers.cli_failed import failed_app
 from timers.cli_server import register as register_server_commands
 from timers.client import configured_url
-from timers.due import format_duration, parse_duration
+from timers.due import format_duration, parse_delay
 from timers.eviction import EvictionUnsafe
 from timers.foreground import check_connection, run_in_foreground
 from timers.keys import DEFAULT_PREFIX
@@ -92,7 +92,7 @@ def _due(in_: str | None, at: str | None) -> tuple[float | None, datetime | None
     """``--in`` / ``--at`` as the library takes them: exactly one of the two."""
     if (in_ is None) == (at is None):
         raise UserError("give exactly one of --in or --at")
-    return (parse_duration(in_) if in_ is not None else None,
+    return (parse_delay(in_) if in_ is not None else None,
             _parse_at(at) if at is not None else None)
 
 

@@ -233,8 +233,9 @@ def run_foreground(port: int | None, say: Callable[[str], None]) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, on_signal)
     with EmbeddedServer(port=port or None) as server:
-        say(f"{server.version} on {server.url} with {server.config}; data in "
-            f"{server.data_dir} (removed when it stops). Ctrl-C stops it. In another shell:")
+        say(f"{server.version} on {server.url} (config {server.config}; data in "
+            f"{server.data_dir}, removed when it stops). Ctrl-C stops it.")
+        say("In another shell:")
         say(f"export TIMERS_REDIS_URL={server.url}")
         while server.running and not stop.wait(0.2):
             pass
