@@ -66,7 +66,7 @@ def test_log_level_names_the_choices(capsys: pytest.CaptureFixture[str]) -> None
 ])
 def test_other_errors_are_one_line_and_exit_1(capsys: pytest.CaptureFixture[str],
                                               argv: list[str]) -> None:
-    code, out, err = run(capsys, *argv)
+    code, _, err = run(capsys, *argv)
     assert code == 1
     one_error_line(err)
 

@@ -52,10 +52,12 @@ class FakeListener:
     def __init__(self) -> None:
         self.calls: list[str] = []
         self.done = asyncio.Event()
+        self.stopped = asyncio.Event()
         self.redis = None
 
     def stop(self) -> None:
         self.calls.append("stop")
+        self.stopped.set()
 
     def abort(self) -> None:
         self.calls.append("abort")
@@ -83,8 +85,7 @@ def test_signals_reach_a_foreground_listener(sig: signal.Signals) -> None:
         task = asyncio.create_task(run_in_foreground(target))  # type: ignore[arg-type]
         await asyncio.sleep(0)
         os.kill(os.getpid(), sig)
-        while not target.calls:
-            await asyncio.sleep(0.01)
+        await asyncio.wait_for(target.stopped.wait(), 5)
         os.kill(os.getpid(), sig)
         await asyncio.wait_for(task, 5)
 
