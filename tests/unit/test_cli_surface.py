@@ -159,3 +159,15 @@ def test_an_escaping_timers_error_is_one_masked_line() -> None:
     with contextlib.redirect_stderr(err):
         assert run_app(sub, ["boom"]) == 1
     assert err.getvalue().count("\n") == 1 and "sekret" not in err.getvalue()
+
+
+@pytest.mark.parametrize(("argv", "hint"), [
+    (["schedule", "x", "--in"], "(see timers schedule --help)"),
+    (["cron", "add", "x", "--every"], "(see timers cron add --help)"),
+    (["listen", "--log-level", "chatty"], "(see timers listen --help)"),
+])
+def test_usage_errors_name_the_help_of_their_command(
+        capsys: pytest.CaptureFixture[str], argv: list[str], hint: str) -> None:
+    _, _, err = run(capsys, *argv)
+    assert one_error_line(err).endswith(hint)
+    assert "Value error" not in err
