@@ -239,7 +239,8 @@ def run_foreground(port: int | None, say: Callable[[str], None]) -> None:
         say(f"export TIMERS_REDIS_URL={server.url}")
         while server.running and not stop.wait(0.2):
             pass
-        crashed = not server.running and not stop.is_set()
+        # Ctrl-C in a terminal signals the server too: give our handler a moment to say so
+        crashed = not stop.wait(0.5)
     if crashed:
         raise TimersError(f"the server on port {server.port} stopped by itself")
     say("server stopped")
