@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
-if TYPE_CHECKING:
-    from timers.listener.permissions import Problem
+import redis
+
+from timers.client import configured_url
+from timers.listener.permissions import Problem, probe_url
 
 Level = Literal["ok", "warn", "fail"]
 
@@ -115,6 +117,21 @@ def permission_findings(problems: Sequence[Problem]) -> list[Finding]:
         return [Finding("ok", "permissions", "EVAL/EVALSHA, SUBSCRIBE, PUBLISH")]
     return [Finding("fail" if p.capability == "scripts" else "warn", "permissions", p.line)
             for p in problems]
+
+
+def inspect_server(url: str | None, prefix: str) -> list[Finding]:
+    """Every finding about the server at ``url`` (``$TIMERS_REDIS_URL`` when None): its
+    ``INFO``, its ``CONFIG`` (when the user may read it) and the user's permissions."""
+    client = redis.Redis.from_url(configured_url(url), decode_responses=True)
+    try:
+        info = {str(k): str(v) for k, v in client.info("server").items()}
+        try:
+            config = {str(k): str(v) for k, v in client.config_get("*").items()}
+        except redis.exceptions.ResponseError:
+            config = {}
+    finally:
+        client.close()
+    return assess(info, config) + permission_findings(probe_url(configured_url(url), prefix))
 
 
 def verdict(findings: list[Finding]) -> bool:

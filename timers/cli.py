@@ -1,7 +1,8 @@
-"""The ``timers`` command line.
+"""The ``timers`` command line: parses, calls the library, prints.
 
-A user error (bad JSON, a bad duration, an unknown task, a server that does not answer)
-prints one line saying what is wrong and exits 1; no tracebacks.
+A usage error (an unknown option, a missing argument, a bad choice) prints one line and
+exits 2; any other error (bad JSON, a bad duration, a server that does not answer) prints
+one line and exits 1. No tracebacks, no boxes, no passwords.
 """
 
 from __future__ import annotations
@@ -10,36 +11,61 @@ import asyncio
 import json
 import logging
 import os
-import signal
 import sys
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
-import redis
 import typer
 
-from timers.check import assess, permission_findings, verdict
-from timers.cli_common import PrefixOption, UrlOption, UserError, friendly, open_timers
+from timers.cli_common import (
+    PrefixOption,
+    UrlOption,
+    UserError,
+    clip,
+    friendly,
+    open_timers,
+    printable,
+)
 from timers.cli_cron import cron_app
 from timers.cli_failed import failed_app
-from timers.client import URL_ENV, configured_url
-from timers.due import format_duration, parse_duration
+from timers.cli_server import register as register_server_commands
+from timers.client import configured_url
+from timers.due import format_duration, parse_delay
+from timers.foreground import check_connection, run_in_foreground
 from timers.keys import DEFAULT_PREFIX
 from timers.listener import DEFAULT_CONCURRENCY, DEFAULT_LEASE, Listener
 from timers.listener.eviction import EvictionUnsafe
-from timers.listener.orphans import ask_for_signal_on_parent_death, supervisor_pid, watch_parent
-from timers.listener.permissions import PermissionMissing, probe_url
-from timers.listener.supervisor import Supervisor
+from timers.listener.permissions import PermissionMissing
+from timers.listener.supervisor import ListenOptions, Supervisor
 from timers.loader import TASKS_ENV, TaskLoader, configured_package
+from timers.redact import safe_url
 
 app = typer.Typer(
     help="Delayed timers on Redis: schedule a task call for later; listeners fire it once.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,
 )
 app.add_typer(failed_app, name="failed")
 app.add_typer(cron_app, name="cron")
+register_server_commands(app)
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        typer.echo(f"timers {version('timers')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                          help="Print the version and exit.")] = False,
+) -> None:
+    """Delayed timers on Redis: schedule a task call for later; listeners fire it once."""
 
 
 def _parse_args(text: str | None) -> Any:
@@ -62,6 +88,14 @@ def _parse_at(text: str) -> datetime:
     return value
 
 
+def _due(in_: str | None, at: str | None) -> tuple[float | None, datetime | None]:
+    """``--in`` / ``--at`` as the library takes them: exactly one of the two."""
+    if (in_ is None) == (at is None):
+        raise UserError("give exactly one of --in or --at")
+    return (parse_delay(in_) if in_ is not None else None,
+            _parse_at(at) if at is not None else None)
+
+
 def _when(dt: datetime) -> str:
     return dt.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
 
@@ -76,36 +110,43 @@ def _configure_logging(level: str) -> None:
 # -- listen -----------------------------------------------------------------------------
 
 
+TasksOption = Annotated[
+    str | None,
+    typer.Option("--tasks", metavar="PACKAGE", show_default=False,
+                 help=f"Package whose functions timers may run, imported from the working "
+                      f"directory [default: ${TASKS_ENV} or tasks]"),
+]
+LogLevel = Literal["debug", "info", "warning", "error"]
+LogLevelOption = Annotated[LogLevel, typer.Option("--log-level", case_sensitive=False)]
+
+
 @app.command()
 @friendly
 def listen(
     url: UrlOption = None,
-    tasks: Annotated[
-        str | None,
-        typer.Option("--tasks", help=f"Package whose functions timers may run [default: "
-                                     f"${TASKS_ENV} or tasks], imported from the working "
-                                     f"directory."),
-    ] = None,
+    tasks: TasksOption = None,
     concurrency: Annotated[
-        int, typer.Option("--concurrency", "-c", min=1, help="Tasks run at once, at most.")
+        int, typer.Option("--concurrency", "-c", min=1, metavar="N",
+                          help="Tasks run at once, at most.")
     ] = DEFAULT_CONCURRENCY,
     lease: Annotated[
-        float, typer.Option("--lease", min=0.1, help="Seconds a crashed listener's timers wait "
-                                                     "before they run again elsewhere.")
+        float, typer.Option("--lease", min=0.1, metavar="SECONDS",
+                            help="Seconds a crashed listener's timers wait before they run "
+                                 "again elsewhere.")
     ] = DEFAULT_LEASE,
     burst: Annotated[
         bool, typer.Option("--burst", help="Exit once nothing is due and nothing runs.")
     ] = False,
     shutdown_timeout: Annotated[
-        float, typer.Option("--shutdown-timeout", help="Seconds running tasks get to finish "
-                                                       "on SIGTERM/SIGINT.")
+        float, typer.Option("--shutdown-timeout", metavar="SECONDS",
+                            help="Seconds running tasks get to finish on SIGTERM/SIGINT.")
     ] = 30.0,
     processes: Annotated[
-        int, typer.Option("--processes", "-p", min=1, help="Listener processes, restarted "
-                                                          "by a supervisor if one dies.")
+        int, typer.Option("--processes", "-p", min=1, metavar="N",
+                          help="Listener processes, restarted by a supervisor if one dies.")
     ] = 1,
     prefix: PrefixOption = DEFAULT_PREFIX,
-    log_level: Annotated[str, typer.Option("--log-level")] = "info",
+    log_level: LogLevelOption = "info",
     allow_eviction: Annotated[
         bool, typer.Option("--allow-eviction", help="Start even on an allkeys-* eviction "
                                                     "policy, which can evict pending timers.")
@@ -113,25 +154,26 @@ def listen(
 ) -> None:
     """Run timers as they come due (subscribes to expired events and sweeps the due index)."""
     _configure_logging(log_level)
+    options = ListenOptions(url=url, tasks=tasks, prefix=prefix, concurrency=concurrency,
+                            lease=lease, shutdown_timeout=shutdown_timeout,
+                            log_level=log_level, burst=burst, allow_eviction=allow_eviction)
     if processes > 1:  # refuse before starting children that would each refuse
         TaskLoader(configured_package(tasks), search_path=os.getcwd()).load()
-        command = [sys.executable, "-m", "timers", "listen", "--concurrency", str(concurrency),
-                   "--lease", str(lease), "--shutdown-timeout", str(shutdown_timeout),
-                   "--prefix", prefix, "--log-level", log_level]
-        command += ["--url", url] if url else []
-        command += ["--tasks", tasks] if tasks else []
-        command += ["--burst"] if burst else []
-        command += ["--allow-eviction"] if allow_eviction else []
-        supervisor = Supervisor(command, processes, shutdown_timeout=shutdown_timeout,
-                                restart_clean_exits=not burst)
-        raise typer.Exit(supervisor.run())
+        raise typer.Exit(Supervisor.for_listeners(options, processes).run())
+    _listen_here(options)
+
+
+def _listen_here(options: ListenOptions) -> None:
     try:
-        listener = Listener(url, prefix=prefix, tasks=tasks, concurrency=concurrency,
-                            lease=lease, shutdown_timeout=shutdown_timeout,
-                            allow_eviction=allow_eviction)
+        listener = Listener(options.url, prefix=options.prefix or DEFAULT_PREFIX,
+                            tasks=options.tasks,
+                            concurrency=options.concurrency or DEFAULT_CONCURRENCY,
+                            lease=options.lease or DEFAULT_LEASE,
+                            shutdown_timeout=options.shutdown_timeout,
+                            allow_eviction=options.allow_eviction)
     except ValueError as exc:
         raise UserError(str(exc)) from None
-    asyncio.run(_listen(listener, burst, _safe_url(configured_url(url))))
+    asyncio.run(_listen(listener, options.burst, safe_url(configured_url(options.url))))
     # Threads of tasks that outlived the shutdown timeout were handed back; don't wait
     # for them at interpreter exit.
     logging.shutdown()
@@ -139,134 +181,110 @@ def listen(
     os._exit(1 if listener.aborted or listener.crashed else 0)
 
 
-def _safe_url(url: str) -> str:
-    """The URL without a password."""
-    if "@" in url:
-        scheme, _, rest = url.partition("://")
-        return f"{scheme}://***@{rest.rpartition('@')[2]}"
-    return url
-
-
 async def _listen(listener: Listener, burst: bool, where: str) -> None:
-    try:
-        await listener.redis.ping()
-    except redis.exceptions.ConnectionError as exc:
-        await listener.redis.aclose()
-        raise UserError(
-            f"cannot connect to Redis at {where}: {exc} (set --url or ${URL_ENV}; "
-            f"`timers demo` runs on an embedded server)"
-        ) from None
+    await check_connection(listener, where)
     logging.getLogger("timers").info(
         "listening on %s (tasks package %r, concurrency %d)",
         where, listener.loader.package, listener.concurrency)
-    loop = asyncio.get_running_loop()
-    signals_seen = 0
-
-    def on_signal() -> None:
-        nonlocal signals_seen
-        signals_seen += 1
-        if signals_seen == 1:
-            logging.getLogger("timers").info("stopping: waiting for running tasks (signal "
-                                             "again to exit at once)")
-            listener.stop()
-        else:
-            listener.abort()
-
-    # SIGHUP (a closed terminal, a service manager's reload) stops gracefully too
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        loop.add_signal_handler(sig, on_signal)
-    parent = supervisor_pid()
-    watcher = None
-    if parent is not None:
-        ask_for_signal_on_parent_death()
-        watcher = asyncio.create_task(watch_parent(parent, on_signal))
     try:
-        await listener.run(burst=burst)
+        await run_in_foreground(listener, burst=burst)
     except (EvictionUnsafe, PermissionMissing) as exc:
         raise UserError(str(exc)) from None
-    finally:
-        if watcher is not None:
-            watcher.cancel()
 
 
 # -- producer commands ------------------------------------------------------------------
+
+InOption = Annotated[str | None, typer.Option(
+    "--in", metavar="DURATION", show_default=False,
+    help="Delay: 30s, 5m, 2h, 1d, 1h30m, or seconds (negative: due now).")]
+AtOption = Annotated[str | None, typer.Option(
+    "--at", metavar="TIME", show_default=False,
+    help="ISO 8601 time with a zone, e.g. 2026-12-01T09:00:00+01:00")]
+IdArgument = Annotated[str, typer.Argument(metavar="ID", help="Timer id.")]
 
 
 @app.command()
 @friendly
 def schedule(
-    task: Annotated[str, typer.Argument(help="Dotted path under the tasks package, e.g. "
-                                             "reminders.sms")],
+    task: Annotated[str, typer.Argument(metavar="TASK", help="Dotted path under the tasks "
+                                                             "package, e.g. reminders.sms")],
     args_json: Annotated[
         str | None,
-        typer.Argument(metavar="[ARGS_JSON]", help='JSON list (positional) or object '
-                                                   '(keyword), e.g. \'{"user_id": 42}\''),
+        typer.Argument(metavar="ARGS_JSON", show_default=False,
+                       help='JSON list (positional) or object (keyword), e.g. '
+                            '\'{"user_id": 42}\''),
     ] = None,
-    in_: Annotated[
-        str | None, typer.Option("--in", help="Delay: 30s, 5m, 2h, 1d, 1h30m, or seconds.")
-    ] = None,
-    at: Annotated[
-        str | None, typer.Option("--at", help="ISO 8601 time with a zone, e.g. "
-                                              "2026-12-01T09:00:00+01:00")
-    ] = None,
+    in_: InOption = None,
+    at: AtOption = None,
     id: Annotated[
-        str | None, typer.Option("--id", help="Timer id; a pending timer with it is replaced.")
+        str | None, typer.Option("--id", metavar="ID", show_default=False,
+                                 help="Timer id; a pending timer with it is replaced.")
     ] = None,
     url: UrlOption = None,
     prefix: PrefixOption = DEFAULT_PREFIX,
 ) -> None:
     """Schedule a timer; prints its id."""
-    if (in_ is None) == (at is None):
-        raise UserError("give exactly one of --in or --at")
+    delay, when = _due(in_, at)
     args = _parse_args(args_json)
-    delay = parse_duration(in_) if in_ is not None else None
-    when = _parse_at(at) if at is not None else None
     with open_timers(url, prefix) as t:
         typer.echo(t.schedule(task, args, in_=delay, at=when, id=id))
 
 
 @app.command()
 @friendly
-def cancel(
-    id: Annotated[str, typer.Argument(help="Timer id.")],
+def reschedule(
+    id: IdArgument,
+    in_: InOption = None,
+    at: AtOption = None,
     url: UrlOption = None,
     prefix: PrefixOption = DEFAULT_PREFIX,
 ) -> None:
+    """Move a pending timer to a new due time; exits 1 if it is not pending."""
+    delay, when = _due(in_, at)
+    with open_timers(url, prefix) as t:
+        if t.reschedule(id, in_=delay, at=when):
+            timer = t.get(id)
+            typer.echo(f"rescheduled {printable(id)}"
+                       + (f" to {_when(timer.due)}" if timer is not None else ""))
+            return
+    raise UserError(f"{printable(id)} is not pending (already fired, cancelled, or never "
+                    f"scheduled)")
+
+
+@app.command()
+@friendly
+def cancel(id: IdArgument, url: UrlOption = None, prefix: PrefixOption = DEFAULT_PREFIX) -> None:
     """Cancel a pending timer; exits 1 if it was not pending."""
     with open_timers(url, prefix) as t:
         if t.cancel(id):
-            typer.echo(f"cancelled {id}")
+            typer.echo(f"cancelled {printable(id)}")
             return
-    typer.echo(f"{id} is not pending (already fired, cancelled, or never scheduled)", err=True)
+    typer.echo(f"{printable(id)} is not pending (already fired, cancelled, or never "
+               f"scheduled)", err=True)
     raise typer.Exit(1)
 
 
 @app.command()
 @friendly
-def get(
-    id: Annotated[str, typer.Argument(help="Timer id.")],
-    url: UrlOption = None,
-    prefix: PrefixOption = DEFAULT_PREFIX,
-) -> None:
+def get(id: IdArgument, url: UrlOption = None, prefix: PrefixOption = DEFAULT_PREFIX) -> None:
     """Show a pending timer; exits 1 if it is not pending."""
     with open_timers(url, prefix) as t:
         timer = t.get(id)
     if timer is None:
-        typer.echo(f"{id} is not pending", err=True)
+        typer.echo(f"{printable(id)} is not pending", err=True)
         raise typer.Exit(1)
     left = timer.seconds_left(datetime.now(UTC))
-    typer.echo(f"id:       {timer.id}")
-    typer.echo(f"task:     {timer.task}")
+    typer.echo(f"id:       {printable(timer.id)}")
+    typer.echo(f"task:     {printable(timer.task)}")
     typer.echo(f"args:     {json.dumps(timer.args, ensure_ascii=False)}")
     typer.echo(f"due:      {_when(timer.due)} (in {format_duration(left)})")
-    if timer.attempts:
-        typer.echo(f"attempts: {timer.attempts}")
+    typer.echo(f"attempts: {timer.attempts} (failed runs so far)")
 
 
 @app.command("list")
 @friendly
 def list_(
-    limit: Annotated[int, typer.Option("--limit", "-n", min=1, help="How many.")] = 20,
+    limit: Annotated[int, typer.Option("--limit", "-n", min=1, metavar="N", help="How many.")] = 20,
     url: UrlOption = None,
     prefix: PrefixOption = DEFAULT_PREFIX,
 ) -> None:
@@ -282,7 +300,7 @@ def list_(
     for timer in pending:
         args = json.dumps(timer.args, ensure_ascii=False)
         typer.echo(f"{_when(timer.due):<24} {format_duration(timer.seconds_left(now)):>9}  "
-                   f"{timer.id:<20} {timer.task:<24} {args[:60]}")
+                   f"{printable(timer.id):<20} {printable(timer.task):<24} {clip(args, 60)}")
     if total > len(pending):
         typer.echo(f"… {total - len(pending)} more (--limit)")
 
@@ -301,7 +319,7 @@ def listeners(url: UrlOption = None, prefix: PrefixOption = DEFAULT_PREFIX) -> N
                f"{'STUCK':>5}")
     for info in sorted(live, key=lambda i: str(i.get("id"))):
         up = format_duration(now - float(info.get("started", now)))
-        typer.echo(f"{info.get('id')!s:<36} {info.get('host')!s:<20} "
+        typer.echo(f"{printable(info.get('id')):<36} {printable(info.get('host')):<20} "
                    f"{info.get('pid', ''):>7} {up:>8} {info.get('running', 0):>7} "
                    f"{info.get('fired', 0):>9} {info.get('stuck', 0):>5}")
 
@@ -320,45 +338,11 @@ def stats(url: UrlOption = None, prefix: PrefixOption = DEFAULT_PREFIX) -> None:
         typer.echo(f"{name + ':':<9} {s.counters[name]}")
 
 
-@app.command()
-@friendly
-def check(url: UrlOption = None, prefix: PrefixOption = DEFAULT_PREFIX) -> None:
-    """Check that a server will fire timers reliably; exits 1 if it will not."""
-    client = redis.Redis.from_url(configured_url(url), decode_responses=True)
-    try:
-        info = {str(k): str(v) for k, v in client.info("server").items()}
-        try:
-            config = {str(k): str(v) for k, v in client.config_get("*").items()}
-        except redis.exceptions.ResponseError:
-            config = {}
-    finally:
-        client.close()
-    findings = assess(info, config) + permission_findings(
-        probe_url(configured_url(url), prefix))
-    for f in findings:
-        mark = {"ok": "ok  ", "warn": "WARN", "fail": "FAIL"}[f.level]
-        typer.echo(f"{mark} {f.name}: {f.value}")
-        if f.advice:
-            typer.echo(f"     {f.advice}")
-    if not verdict(findings):
-        typer.echo("timers would not fire reliably on this server", err=True)
-        raise typer.Exit(1)
-
-
-@app.command()
-@friendly
-def demo(
-    count: Annotated[int, typer.Option("--count", min=1, help="Timers to schedule.")] = 5,
-    url: UrlOption = None,
-) -> None:
-    """Start a listener (on an embedded Redis unless a URL is configured) and fire timers."""
-    from timers.demo import run_demo
-
-    run_demo(count, url)
-
-
 def main() -> None:
-    app()
+    """The ``timers`` command: exit 2 on a usage error, 1 on any other error."""
+    from timers.cli_errors import run_app
+
+    sys.exit(run_app(app))
 
 
 if __name__ == "__main__":  # pragma: no cover

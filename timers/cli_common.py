@@ -4,22 +4,54 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import re
 from collections.abc import Callable, Iterator
 from typing import Annotated, Any, TypeVar
 
 import redis
 import typer
+from typer import core as typer_core
 
 from timers.client import URL_ENV, Timers, configured_url
 from timers.exceptions import TimersError
+from timers.redact import mask_secrets, safe_url
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+
+def _plain_usage_name(self: Any) -> str:
+    """``TASK`` for a required argument, ``[ARGS_JSON]`` for an optional one (Typer would
+    print ``{task}`` and ``[[ARGS_JSON]]``)."""
+    name = str(self.display_name_raw).strip("[]{}").upper()
+    return name if self.required else f"[{name}]"
+
+
+def _no_type_label(self: Any, ctx: Any) -> None:
+    """No ``<str>`` after an argument's name in ``--help``."""
+    return None
+
+
+_option_type = typer_core.TyperOption.display_type_rich
+
+
+def _option_type_label(self: Any, ctx: Any) -> str | None:
+    """``--cron TEXT`` rather than ``--cron <str>``; choices stay ``<a|b>``."""
+    label = _option_type(self, ctx)
+    return {"<str>": "TEXT", "<int>": "N", "<float>": "SECONDS"}.get(str(label), label)
+
+
+typer_core.TyperOption.display_type_rich = _option_type_label  # type: ignore[method-assign]
+typer_core.TyperArgument._usage_display_name = _plain_usage_name  # type: ignore[method-assign]
+typer_core.TyperArgument.display_type_rich = _no_type_label  # type: ignore[method-assign]
+
 UrlOption = Annotated[
     str | None,
-    typer.Option("--url", help=f"Redis URL [default: ${URL_ENV} or redis://localhost:6379/0]"),
+    typer.Option("--url", metavar="URL", show_default=False,
+                 help=f"Redis URL [default: ${URL_ENV} or redis://localhost:6379/0]"),
 ]
-PrefixOption = Annotated[str, typer.Option("--prefix", help="Key prefix of the timers.")]
+PrefixOption = Annotated[str, typer.Option(
+    "--prefix", metavar="PREFIX", help="Key prefix of the timers: apps sharing one Redis "
+                                       "use distinct prefixes.")]
 
 
 class UserError(Exception):
@@ -27,8 +59,27 @@ class UserError(Exception):
 
 
 def fail(message: str) -> typer.Exit:
-    typer.echo(f"error: {message}", err=True)
+    """Print ``error: message`` (credentials masked, one line) and return an exit 1."""
+    typer.echo(f"error: {one_line(mask_secrets(message))}", err=True)
     return typer.Exit(1)
+
+
+def one_line(text: str) -> str:
+    return " ".join(part.strip() for part in text.strip().splitlines() if part.strip())
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def printable(value: object) -> str:
+    """``value`` as text with control characters escaped (a newline shows as ``\\n``), so
+    one item stays on one line of a table."""
+    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], str(value))
+
+
+def clip(text: str, width: int) -> str:
+    """``text`` cut to ``width`` characters, the cut marked with ``…``."""
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 @contextlib.contextmanager
@@ -39,7 +90,8 @@ def user_errors(url: str | None = None) -> Iterator[None]:
     except (TimersError, UserError) as exc:
         raise fail(str(exc)) from None
     except redis.exceptions.ConnectionError as exc:
-        raise fail(f"cannot connect to Redis at {configured_url(url)}: {exc}") from None
+        raise fail(f"cannot connect to Redis at {safe_url(configured_url(url))}: {exc}")\
+            from None
     except redis.exceptions.AuthenticationError as exc:
         raise fail(f"Redis refused the credentials: {exc}") from None
     except redis.exceptions.RedisError as exc:
@@ -65,4 +117,4 @@ def open_timers(url: str | None, prefix: str) -> Timers:
     try:
         return Timers(url, prefix=prefix)
     except ValueError as exc:
-        raise UserError(f"bad Redis URL {configured_url(url)!r}: {exc}") from None
+        raise UserError(f"bad Redis URL {safe_url(configured_url(url))!r}: {exc}") from None

@@ -24,6 +24,7 @@ from timers.keys import DEFAULT_PREFIX
 cron_app = typer.Typer(
     help="Recurring timers: cron expressions in a time zone, or fixed intervals.",
     no_args_is_help=True,
+    rich_markup_mode=None,
 )
 
 NameArgument = Annotated[str, typer.Argument(help="Name of the recurrence.")]
@@ -56,7 +57,7 @@ def add(
     task: Annotated[str, typer.Argument(help="Dotted path under the tasks package.")],
     args_json: Annotated[
         str | None,
-        typer.Argument(metavar="[ARGS_JSON]", help="JSON list (positional) or object "
+        typer.Argument(metavar="ARGS_JSON", help="JSON list (positional) or object "
                                                    "(keyword)."),
     ] = None,
     cron: Annotated[

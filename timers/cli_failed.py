@@ -13,15 +13,24 @@ from typing import Annotated
 
 import typer
 
-from timers.cli_common import PrefixOption, UrlOption, UserError, friendly, open_timers
+from timers.cli_common import (
+    PrefixOption,
+    UrlOption,
+    UserError,
+    clip,
+    friendly,
+    open_timers,
+    printable,
+)
 from timers.due import parse_duration
 from timers.exceptions import TimerAlreadyPending
 from timers.keys import DEFAULT_PREFIX
 from timers.operations import Failure
 
-failed_app = typer.Typer(help="Timers that failed or were refused.", no_args_is_help=False)
+failed_app = typer.Typer(help="Timers that failed or were refused.", no_args_is_help=False,
+                         rich_markup_mode=None)
 
-LimitOption = Annotated[int, typer.Option("--limit", "-n", min=1, help="How many.")]
+LimitOption = Annotated[int, typer.Option("--limit", "-n", min=1, metavar="N", help="How many.")]
 ReplaceOption = Annotated[bool, typer.Option(
     "--replace", help="Overwrite a timer pending again under the same id.")]
 
@@ -58,11 +67,11 @@ def failed_list(
     typer.echo(f"{'WHEN (UTC)':<24} {'KIND':<9} {'ID':<20} {'TASK':<24} ERROR")
     for f in failures:
         d = f.data
-        error = f"{d.get('error_type', '')}: {d.get('message', '')}".replace("\n", " ")
+        error = printable(f"{d.get('error_type', '')}: {d.get('message', '')}")
         task = d.get("task") or d.get("key") or ""
-        shown_id = d.get("id") or f.failure_id
-        typer.echo(f"{_when(f.at):<24} {d.get('kind', ''):<9} {shown_id!s:<20} "
-                   f"{str(task)[:24]:<24} {error[:100]}")
+        shown_id = printable(d.get("id") or f.failure_id)
+        typer.echo(f"{_when(f.at):<24} {d.get('kind', ''):<9} {shown_id:<20} "
+                   f"{clip(printable(task), 24):<24} {clip(error, 100)}")
 
 
 def _show(failure: Failure) -> None:
@@ -70,11 +79,11 @@ def _show(failure: Failure) -> None:
     for name in ("id", "task", "args", "kind", "error_type", "message", "attempts", "key"):
         if d.get(name) not in (None, ""):
             value = d[name] if isinstance(d[name], str) else json.dumps(d[name])
-            typer.echo(f"{name + ':':<14}{value}")
+            typer.echo(f"{name + ':':<15}{value}")
     for name in ("due_ms", "first_failure", "failed_at"):
         if isinstance(d.get(name), int):
             shown = "due:" if name == "due_ms" else name + ":"
-            typer.echo(f"{shown:<14}{_when(datetime.fromtimestamp(d[name] / 1000, UTC))}")
+            typer.echo(f"{shown:<15}{_when(datetime.fromtimestamp(d[name] / 1000, UTC))}")
     if d.get("traceback"):
         typer.echo("traceback:")
         typer.echo(d["traceback"].rstrip())

@@ -4,21 +4,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib
 import logging
 import os
-import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime
 
+import redis
 import typer
 
 from timers.client import URL_ENV, Timers
 from timers.exceptions import TimersError
+from timers.keys import Keyspace
 from timers.listener import Listener
 from timers.percentiles import percentile
+from timers.redact import safe_url
 from timers.runs import Fired
 from timers.server import EmbeddedServer
+
+DEMO_TASKS = "timers.demo_tasks"
 
 EXAMPLES: list[tuple[str, list[object] | dict[str, object]]] = [
     ("reminders.sms", {"user_id": 42, "text": "Your basket misses you."}),
@@ -29,32 +32,56 @@ EXAMPLES: list[tuple[str, list[object] | dict[str, object]]] = [
 
 
 @contextlib.contextmanager
-def _server(url: str | None) -> Iterator[tuple[str, str]]:
-    """A URL and the prefix to use: the configured server, else an embedded one."""
+def _server(url: str | None) -> Iterator[str]:
+    """The URL to use: the configured server, else an embedded one."""
     url = url or os.environ.get(URL_ENV)
     if url:
-        yield url, "timers-demo"
+        typer.echo(f"running on {safe_url(url)}")
+        yield url
         return
     with EmbeddedServer() as server:
         typer.echo(f"started an embedded {server.version} on {server.url} "
                    f"(set {URL_ENV} or --url to use your own)")
-        yield server.url, "timers"
+        yield server.url
+
+
+def demo_keys(client: redis.Redis, keys: Keyspace) -> list[str]:
+    """Every key under the prefix ``keys`` names (its system keys and its timer keys)."""
+    system = [keys.due, keys.records, keys.running, keys.running_records, keys.sequence,
+              keys.failures, keys.failure_records, keys.failure_index, keys.stats,
+              keys.listeners, keys.listener_info, keys.recurrences, keys.recurrence_states]
+    pattern = "".join(f"[{c}]" if c in "*?[]\\" else c for c in keys.timer_key_start) + "*"
+    present = [str(k) for k in client.scan_iter(match=pattern, count=1000)]
+    return present + [k for k in system if client.exists(k)]
+
+
+@contextlib.contextmanager
+def _own_prefix(url: str, prefix: str) -> Iterator[None]:
+    """Refuse a prefix that holds keys already; delete the demo's keys when it ends."""
+    keys = Keyspace(prefix)
+    with redis.Redis.from_url(url, decode_responses=True) as client:
+        if demo_keys(client, keys):
+            raise TimersError(f"prefix {prefix!r} already holds keys on this server: the demo "
+                              f"deletes its keys when done, so give it an unused --prefix")
+        try:
+            yield
+        finally:
+            found = demo_keys(client, keys)
+            if found:
+                client.delete(*found)
 
 
 def _clock(ms: float) -> str:
     return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%H:%M:%S.%f")[:-3]
 
 
-def run_demo(count: int, url: str | None) -> None:
-    sys.path.insert(0, os.getcwd())
-    try:
-        importlib.import_module("tasks.reminders")
-    except ImportError:
-        raise TimersError("the demo runs the example tasks in tasks/: run it from the "
-                          "timers repository root") from None
+def run_demo(count: int, url: str | None, prefix: str = "timers-demo") -> None:
+    """Schedule ``count`` timers over a few seconds, fire them, print each, then remove
+    every key the demo wrote."""
     logging.basicConfig(level=logging.INFO, format="           %(name)s: %(message)s")
     logging.getLogger("timers").setLevel(logging.WARNING)
-    with _server(url) as (server_url, prefix):
+    logging.getLogger(DEMO_TASKS).setLevel(logging.INFO)
+    with _server(url) as server_url, _own_prefix(server_url, prefix):
         with Timers(server_url, prefix=prefix) as producer:
             specs = [EXAMPLES[i % len(EXAMPLES)] for i in range(count)]
             for i, (task, args) in enumerate(specs):
@@ -79,6 +106,6 @@ async def _listen(url: str, prefix: str, count: int) -> list[float]:
                    f"{_clock(fired.due_ms)}  {fired.lateness_ms:6.1f} ms late  via "
                    f"{fired.source:<6} {status}")
 
-    listener = Listener(url, prefix=prefix, observer=show, search_path=os.getcwd())
+    listener = Listener(url, prefix=prefix, observer=show, tasks=DEMO_TASKS)
     await listener.run(done)
     return lateness

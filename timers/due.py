@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+import time
 from datetime import datetime, timedelta
 from typing import Literal
 
@@ -55,8 +56,9 @@ def due_spec(in_: float | timedelta | None, at: datetime | None) -> DueSpec:
         if ms < 0:
             raise InvalidDueTime(f"at {at.isoformat()} is before 1970; give a time from "
                                  f"1970-01-01 on (a time in the past fires at once)")
-        if ms > MAX_DUE_MS:
-            raise InvalidDueTime(f"at {at.isoformat()} is after the year 9999")
+        if ms > min(MAX_DUE_MS, round(time.time() * 1000) + MAX_DELAY_MS):
+            # the producer's clock: a bound this wide needs no agreement with Redis's
+            raise InvalidDueTime(f"at {at.isoformat()} is more than a hundred years away")
         return ("at", ms)
     assert in_ is not None
     ms = round(seconds(in_) * 1000)
@@ -82,6 +84,15 @@ def parse_duration(text: str) -> float:
         f"cannot read duration {text!r}: use a number of seconds or e.g. 250ms, 30s, 5m, "
         f"2h, 1d, 1h30m"
     )
+
+
+def parse_delay(text: str) -> float:
+    """Like :func:`parse_duration`, and a leading ``-`` (a delay in the past: due now),
+    as ``in_`` accepts a negative number of seconds."""
+    cleaned = text.strip()
+    if cleaned.startswith("-"):
+        return -parse_duration(cleaned[1:])
+    return parse_duration(cleaned)
 
 
 def format_duration(seconds_: float) -> str:

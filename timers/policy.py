@@ -20,7 +20,7 @@ import math
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 F = TypeVar("F", bound=Callable[..., Any])
 POLICY_ATTRIBUTE = "__timers_policy__"
@@ -92,6 +92,23 @@ class TaskPolicy:
 
 DEFAULT_POLICY = TaskPolicy()
 _registry: dict[str, Callable[..., Any]] = {}
+
+
+@overload
+def task(fn: F) -> F: ...
+
+
+@overload
+def task(
+    fn: None = None,
+    *,
+    retries: int = 0,
+    backoff: Backoff | Sequence[float] | None = None,
+    timeout: float | None = None,
+    max_lateness: float | None = None,
+    max_crashes: int = 3,
+    name: str | None = None,
+) -> Callable[[F], F]: ...
 
 
 def task(

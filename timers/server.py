@@ -14,14 +14,17 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
-from types import TracebackType
+from types import FrameType, TracebackType
 
-from timers.exceptions import ServerNotFound
+from timers.exceptions import ServerNotFound, TimersError
 
 SERVER_ENV = "TIMERS_REDIS_SERVER"
+DEFAULT_PORT = 6379
 START_TIMEOUT = 10.0
 
 
@@ -77,6 +80,16 @@ def _die_with_parent() -> None:
         pass
 
 
+def port_free(port: int) -> bool:
+    """True when nothing listens on ``127.0.0.1:port`` (we could bind it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
@@ -95,11 +108,14 @@ class EmbeddedServer:
         binary: str | None = None,
         config: Path | None = None,
         extra_args: tuple[str, ...] = (),
+        port: int | None = None,
     ) -> None:
+        """``port``: that port only (default: a free one)."""
         self.binary = find_server_binary(binary)
         self.config = config or default_config()
         self.extra_args = extra_args
-        self.port = 0
+        self.port = port or 0
+        self._fixed_port = port is not None
         self._dir: tempfile.TemporaryDirectory[str] | None = None
         self._process: subprocess.Popen[bytes] | None = None
 
@@ -116,6 +132,10 @@ class EmbeddedServer:
         return self._process.pid if self._process else None
 
     @property
+    def running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    @property
     def data_dir(self) -> str:
         assert self._dir is not None, "server not started"
         return self._dir.name
@@ -123,7 +143,7 @@ class EmbeddedServer:
     def start(self) -> EmbeddedServer:
         if self._dir is None:
             self._dir = tempfile.TemporaryDirectory(prefix="timers-redis-")
-        for attempt in range(5):
+        for attempt in range(1 if self._fixed_port else 5):
             if not self.port or attempt:
                 self.port = free_port()
             if self._launch():
@@ -194,3 +214,33 @@ class EmbeddedServer:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+def run_foreground(port: int | None, say: Callable[[str], None]) -> None:
+    """``timers server``: a server on ``port`` (default 6379 if free, else a free one) until
+    SIGINT or SIGTERM; its data lives in a temporary directory, removed when it stops."""
+    if port is None:
+        port = DEFAULT_PORT if port_free(DEFAULT_PORT) else 0
+        if not port:
+            say(f"port {DEFAULT_PORT} is in use (another Redis?): using a free port instead")
+    elif not port_free(port):
+        raise TimersError(f"port {port} is in use: choose another with --port")
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, on_signal)
+    with EmbeddedServer(port=port or None) as server:
+        say(f"{server.version} on {server.url} (config {server.config}; data in "
+            f"{server.data_dir}, removed when it stops). Ctrl-C stops it.")
+        say("In another shell:")
+        say(f"export TIMERS_REDIS_URL={server.url}")
+        while server.running and not stop.wait(0.2):
+            pass
+        # Ctrl-C in a terminal signals the server too: give our handler a moment to say so
+        crashed = not stop.wait(0.5)
+    if crashed:
+        raise TimersError(f"the server on port {server.port} stopped by itself")
+    say("server stopped")

@@ -84,6 +84,6 @@ def test_failed_show_lists_every_dead_timer_of_an_id_with_its_due_time(
     assert shown.returncode == 0, shown.stderr
     assert shown.stdout.count("record ") == 2
     assert shown.stdout.index("second death") < shown.stdout.index("first death")
-    assert "due:          1970-01-01 00:16:39.990Z" in shown.stdout
+    assert "due:           1970-01-01 00:16:39.990Z" in shown.stdout
     listed = run_cli("failed", "list", "--url", redis_url)
     assert listed.stdout.count("job:7") == 2

@@ -117,8 +117,8 @@ def test_task_always_failing_ends_as_one_failure_record(
 
     shown = run_cli("failed", "show", tid, "--url", redis_url)
     assert shown.returncode == 0, shown.stderr
-    assert "attempts:     3" in shown.stdout
-    assert "error_type:   Flaky" in shown.stdout
+    assert "attempts:      3" in shown.stdout
+    assert "error_type:    Flaky" in shown.stdout
     assert "first_failure:" in shown.stdout and "failed_at:" in shown.stdout
     traceback_part = shown.stdout.split("traceback:\n", 1)[1]
     assert "Traceback (most recent call last)" in traceback_part

@@ -16,6 +16,7 @@ import logging
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections import deque
 from collections.abc import Sequence
@@ -44,6 +45,35 @@ class RestartBudget:
             return False
         self._times.append(now)
         return True
+
+
+@dataclass(frozen=True)
+class ListenOptions:
+    """What each supervised ``timers listen`` child is started with; ``None`` leaves the
+    listener's own default."""
+
+    url: str | None = None
+    tasks: str | None = None
+    prefix: str | None = None
+    concurrency: int | None = None
+    lease: float | None = None
+    shutdown_timeout: float = 30.0
+    log_level: str | None = None
+    burst: bool = False
+    allow_eviction: bool = False
+
+    def child_command(self) -> list[str]:
+        """The argv of one child: ``python -m timers listen`` with these options."""
+        command = [sys.executable, "-m", "timers", "listen",
+                   "--shutdown-timeout", repr(self.shutdown_timeout)]
+        for flag, value in (("--url", self.url), ("--tasks", self.tasks),
+                            ("--prefix", self.prefix), ("--concurrency", self.concurrency),
+                            ("--lease", self.lease), ("--log-level", self.log_level)):
+            if value is not None:
+                command += [flag, str(value)]
+        command += ["--burst"] if self.burst else []
+        command += ["--allow-eviction"] if self.allow_eviction else []
+        return command
 
 
 def exit_reason(returncode: int) -> str:
@@ -77,6 +107,13 @@ class Supervisor:
         self.signals_received = 0
         self.restart_clean_exits = restart_clean_exits
         self.last_exits: deque[str] = deque(maxlen=10)
+
+    @classmethod
+    def for_listeners(cls, options: ListenOptions, processes: int) -> Supervisor:
+        """``processes`` listeners started with ``options``; with ``burst`` a child that
+        exits 0 is done rather than restarted."""
+        return cls(options.child_command(), processes, shutdown_timeout=options.shutdown_timeout,
+                   restart_clean_exits=not options.burst)
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self.signals_received += 1

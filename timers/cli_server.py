@@ -1,0 +1,59 @@
+"""``timers server``, ``timers demo`` and ``timers check``: a server to try timers on, the
+demo, and whether a server will fire timers reliably."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from timers.cli_common import PrefixOption, UrlOption, friendly
+from timers.keys import DEFAULT_PREFIX
+
+DEMO_PREFIX = "timers-demo"
+
+
+def check(url: UrlOption = None, prefix: PrefixOption = DEFAULT_PREFIX) -> None:
+    """Check that a server will fire timers reliably; exits 1 if it will not."""
+    from timers.check import inspect_server, verdict
+
+    findings = inspect_server(url, prefix)
+    for f in findings:
+        mark = {"ok": "ok  ", "warn": "WARN", "fail": "FAIL"}[f.level]
+        typer.echo(f"{mark} {f.name}: {f.value}")
+        if f.advice:
+            typer.echo(f"     {f.advice}")
+    if not verdict(findings):
+        typer.echo("timers would not fire reliably on this server", err=True)
+        raise typer.Exit(1)
+
+
+def demo(
+    count: Annotated[int, typer.Option("--count", min=1, metavar="N",
+                                       help="Timers to schedule.")] = 5,
+    url: UrlOption = None,
+    prefix: PrefixOption = DEMO_PREFIX,
+) -> None:
+    """Start a listener (on an embedded Redis unless a URL is configured) and fire timers;
+    removes its keys when done."""
+    from timers.demo import run_demo
+
+    run_demo(count, url, prefix)
+
+
+def server(
+    port: Annotated[int | None, typer.Option(
+        "--port", metavar="PORT", show_default=False,
+        help="Port to listen on (127.0.0.1) [default: 6379 if free, else a free one]")] = None,
+) -> None:
+    """Run a Redis server with timers' redis.conf in the foreground, until Ctrl-C."""
+    from timers.server import run_foreground
+
+    run_foreground(port, typer.echo)
+
+
+def register(app: typer.Typer) -> None:
+    """Add these commands to the ``timers`` command line."""
+    app.command("check")(friendly(check))
+    app.command("demo")(friendly(demo))
+    app.command("server")(friendly(server))

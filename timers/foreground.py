@@ -1,0 +1,92 @@
+"""Running one listener in the foreground of a process, as ``timers listen`` does.
+
+The first SIGTERM, SIGINT or SIGHUP (a closed terminal, a service manager's reload) stops
+the listener gracefully: running tasks get the shutdown timeout, the rest is handed back.
+A second one aborts at once. A listener started by a supervisor stops too when that
+supervisor dies (see :mod:`timers.orphans`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from typing import Protocol
+
+import redis
+
+from timers.exceptions import TimersError
+from timers.listener.orphans import ask_for_signal_on_parent_death, supervisor_pid, watch_parent
+from timers.redact import mask_secrets
+
+log = logging.getLogger("timers")
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+class CannotConnect(TimersError):
+    """The listener's server did not answer a PING."""
+
+
+class Stoppable(Protocol):
+    def stop(self) -> None: ...
+
+    def abort(self) -> None: ...
+
+
+class StopOnSignals:
+    """Signal escalation: the first signal stops gracefully, any later one aborts."""
+
+    def __init__(self, target: Stoppable) -> None:
+        self.target = target
+        self.seen = 0
+
+    def __call__(self) -> None:
+        self.seen += 1
+        if self.seen == 1:
+            log.info("stopping: waiting for running tasks (signal again to exit at once)")
+            self.target.stop()
+        else:
+            self.target.abort()
+
+    def install(self, loop: asyncio.AbstractEventLoop) -> None:
+        for sig in STOP_SIGNALS:
+            loop.add_signal_handler(sig, self)
+
+    def uninstall(self, loop: asyncio.AbstractEventLoop) -> None:
+        for sig in STOP_SIGNALS:
+            loop.remove_signal_handler(sig)
+
+
+class ForegroundListener(Stoppable, Protocol):
+    redis: redis.asyncio.Redis
+
+    async def run(self, stop: asyncio.Event | None = None, *, burst: bool = False) -> None: ...
+
+
+async def check_connection(listener: ForegroundListener, where: str) -> None:
+    """Raise :class:`CannotConnect` (one line, no password) if the server does not answer."""
+    try:
+        await listener.redis.ping()
+    except redis.exceptions.ConnectionError as exc:
+        await listener.redis.aclose()
+        raise CannotConnect(mask_secrets(
+            f"cannot connect to Redis at {where}: {exc} (set --url or $TIMERS_REDIS_URL; "
+            f"`timers server` starts one)")) from None
+
+
+async def run_in_foreground(listener: ForegroundListener, *, burst: bool = False) -> None:
+    """Run ``listener`` until it is done (``burst``) or stopped by a signal."""
+    loop = asyncio.get_running_loop()
+    handler = StopOnSignals(listener)
+    handler.install(loop)
+    parent = supervisor_pid()
+    watcher = None
+    if parent is not None:
+        ask_for_signal_on_parent_death()
+        watcher = asyncio.create_task(watch_parent(parent, handler))
+    try:
+        await listener.run(burst=burst)
+    finally:
+        handler.uninstall(loop)
+        if watcher is not None:
+            watcher.cancel()
