@@ -10,8 +10,8 @@ import pytest
 import typer
 
 from timers.cli import app
-from timers.cli_common import clip, printable
-from timers.cli_errors import run_app
+from timers.cli.common import clip, printable
+from timers.cli.errors import run_app
 from timers.due import due_spec, parse_delay
 from timers.exceptions import InvalidDueTime
 from timers.redact import mask_secrets, safe_url

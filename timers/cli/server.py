@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from timers.cli_common import PrefixOption, UrlOption, friendly
+from timers.cli.common import PrefixOption, UrlOption, friendly
 from timers.keys import DEFAULT_PREFIX
 
 DEMO_PREFIX = "timers-demo"

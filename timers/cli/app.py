@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal
 
 import typer
 
-from timers.cli_common import (
+from timers.cli.common import (
     PrefixOption,
     UrlOption,
     UserError,
@@ -26,9 +26,10 @@ from timers.cli_common import (
     open_timers,
     printable,
 )
-from timers.cli_cron import cron_app
-from timers.cli_failed import failed_app
-from timers.cli_server import register as register_server_commands
+from timers.cli.cron import cron_app
+from timers.cli.errors import run_app
+from timers.cli.failed import failed_app
+from timers.cli.server import register as register_server_commands
 from timers.client import configured_url
 from timers.due import format_duration, parse_delay
 from timers.foreground import check_connection, run_in_foreground
@@ -340,8 +341,6 @@ def stats(url: UrlOption = None, prefix: PrefixOption = DEFAULT_PREFIX) -> None:
 
 def main() -> None:
     """The ``timers`` command: exit 2 on a usage error, 1 on any other error."""
-    from timers.cli_errors import run_app
-
     sys.exit(run_app(app))
 
 

@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from timers.cli_common import (
+from timers.cli.common import (
     PrefixOption,
     UrlOption,
     UserError,

@@ -14,7 +14,7 @@ from typing import Annotated, Any
 
 import typer
 
-from timers.cli_common import PrefixOption, UrlOption, fail, open_timers, user_errors
+from timers.cli.common import PrefixOption, UrlOption, fail, open_timers, user_errors
 from timers.client import Timers
 from timers.cron import CATCH_UP_VALUES, Recurrence
 from timers.due import format_duration, parse_duration

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import typer
 import typer.main
 
-from timers.cli_common import one_line
+from timers.cli.common import one_line
 from timers.exceptions import TimersError
 from timers.redact import mask_secrets
 
