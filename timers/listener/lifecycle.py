@@ -62,6 +62,8 @@ DEFAULT_LEASE = 15.0
 DEFAULT_CONCURRENCY = 32
 DEFAULT_FAILURE_RETENTION = 7 * 86400.0
 HEARTBEAT_INTERVAL = 10.0
+FLUSH_GRACE = 5.0
+"""Seconds a batch of endings already sent may take to be answered at shutdown."""
 
 
 class Listener:
@@ -181,10 +183,18 @@ class Listener:
             self._closed.set()
             await asyncio.to_thread(keeper.close)
             watch.close()
-            for loop_task in loops:
-                loop_task.cancel()
-            await asyncio.gather(*loops, return_exceptions=True)
+            await self._end_loops(loops)
             await self._close()
+
+    async def _end_loops(self, loops: list[asyncio.Task[None]]) -> None:
+        """Cancel the loops, but let a batch of endings on its way finish first: a write
+        cancelled after Redis ran it would be sent again and count as late finishes."""
+        writers = [t for t in loops if t.get_name() == "timers-finish"]
+        self.endings.ready.set()  # the writer sees the close flag and ends after its batch
+        await asyncio.wait(writers, timeout=FLUSH_GRACE)
+        for loop_task in loops:
+            loop_task.cancel()
+        await asyncio.gather(*loops, return_exceptions=True)
 
     async def _preflight(self) -> bool:
         """Load the tasks and check the server before any claim; False: no events (the
