@@ -185,7 +185,7 @@ def _listen_here(options: ListenOptions) -> None:
 async def _listen(listener: Listener, burst: bool, where: str) -> None:
     await check_connection(listener, where)
     logging.getLogger("timers").info(
-        "listening on %s (tasks package %r, concurrency %d)",
+        "starting on %s (tasks package %r, concurrency %d)",
         where, listener.loader.package, listener.concurrency)
     try:
         await run_in_foreground(listener, burst=burst)

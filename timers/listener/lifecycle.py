@@ -161,6 +161,8 @@ class Listener:
         """
         self._burst = burst
         events = await self._preflight()
+        log.info("listening: tasks package %r loaded, prefix %r, concurrency %d, lease %g s",
+                 self.loader.package, self.keys.prefix, self.concurrency, self.lease)
         keeper = LeaseKeeper(sync_twin(self.redis, min(15.0, max(1.0, self.lease))),
                              self.keys, self.lease, self._held).start()
         watch = LoopWatch(asyncio.get_running_loop(), self._runner.on_loop.copy).start()
