@@ -37,6 +37,17 @@ URL_CLIENT_TIMEOUTS: dict[str, Any] = {"socket_connect_timeout": 5.0, "socket_ti
 """Timeouts (s) of a client made from a URL, so a server that accepts and never answers
 raises :class:`ServerTimeout` instead of hanging a producer; the URL's own
 ``?socket_timeout=`` … win."""
+DEFAULT_MAX_CONNECTIONS = 50
+POOL_WAIT = 20.0
+"""A client made from a URL keeps at most ``max_connections`` (default 50, or
+``?max_connections=`` in the URL); a call that finds them all in use waits up to
+``POOL_WAIT`` seconds (``?timeout=``) for one instead of failing at once, then raises
+:class:`PoolExhausted`. (redis-py's own pool raises as soon as it is full.)"""
+
+
+def _pool_settings(max_connections: int | None) -> dict[str, Any]:
+    return {**URL_CLIENT_TIMEOUTS, "timeout": POOL_WAIT,
+            "max_connections": max_connections or DEFAULT_MAX_CONNECTIONS}
 
 
 def configured_url(url: str | None = None) -> str:
@@ -48,7 +59,9 @@ class Timers:
     """Schedule, change and inspect timers over a sync redis-py client.
 
     ``redis`` is a URL, a ``redis.Redis`` the app already manages, or None for
-    ``$TIMERS_REDIS_URL`` (default ``redis://localhost:6379/0``).
+    ``$TIMERS_REDIS_URL`` (default ``redis://localhost:6379/0``). A client made from a URL
+    shares at most ``max_connections`` connections (default 50) among its callers' threads;
+    a call that finds them all busy waits for one (see :data:`POOL_WAIT`).
     """
 
     def __init__(
@@ -57,12 +70,14 @@ class Timers:
         *,
         prefix: str = DEFAULT_PREFIX,
         max_args_bytes: int = DEFAULT_MAX_ARGS_BYTES,
+        max_connections: int | None = None,
     ) -> None:
         if isinstance(redis_, redis.Redis):
             self.redis = redis_
             self._owns_client = False
         else:
-            self.redis = redis.Redis.from_url(configured_url(redis_), **URL_CLIENT_TIMEOUTS)
+            self.redis = redis.Redis.from_pool(redis.BlockingConnectionPool.from_url(
+                configured_url(redis_), **_pool_settings(max_connections)))
             self._owns_client = True
         self.keys = Keyspace(prefix)
         self.ops = Operations(self.keys, max_args_bytes)
@@ -238,13 +253,15 @@ class AsyncTimers:
         *,
         prefix: str = DEFAULT_PREFIX,
         max_args_bytes: int = DEFAULT_MAX_ARGS_BYTES,
+        max_connections: int | None = None,
     ) -> None:
         if isinstance(redis_, redis.asyncio.Redis):
             self.redis = redis_
             self._owns_client = False
         else:
-            self.redis = redis.asyncio.Redis.from_url(configured_url(redis_),
-                                                      **URL_CLIENT_TIMEOUTS)
+            self.redis = redis.asyncio.Redis.from_pool(
+                redis.asyncio.BlockingConnectionPool.from_url(
+                    configured_url(redis_), **_pool_settings(max_connections)))
             self._owns_client = True
         self.keys = Keyspace(prefix)
         self.ops = Operations(self.keys, max_args_bytes)

@@ -16,6 +16,7 @@ Hierarchy::
     │                                refuses to start
     ├── ServerUnavailable (ConnectionError)  Redis cannot be reached: refused, lost, or
     │   │                                    it refused the credentials
+    │   ├── PoolExhausted                    no free connection in the pool in time
     │   └── ServerTimeout (TimeoutError)     Redis accepted but did not answer in time
     ├── ServerError                  Redis answered a command with an error
     │   └── ServerOutOfMemory        Redis refused a write: it is at its ``maxmemory``
@@ -72,6 +73,11 @@ class ServerUnavailable(TimersError, ConnectionError):
     """Redis cannot be reached: the connection was refused or lost, or the server refused
     the credentials. The redis-py error is the ``__cause__``; still a builtin
     :class:`ConnectionError` for code that catches that."""
+
+
+class PoolExhausted(ServerUnavailable):
+    """Every connection of the client's pool stayed in use for the pool's wait timeout:
+    too many calls at once for ``max_connections``. Nothing of the call was sent."""
 
 
 class ServerTimeout(ServerUnavailable, TimeoutError):

@@ -11,6 +11,7 @@ from typing import Any
 import redis.exceptions
 
 from timers.exceptions import (
+    PoolExhausted,
     ServerError,
     ServerOutOfMemory,
     ServerTimeout,
@@ -62,6 +63,8 @@ def translate(exc: redis.exceptions.RedisError, client: Any) -> TimersError:
         return out_of_memory(exc)
     if isinstance(exc, redis.exceptions.TimeoutError):
         error = ServerTimeout(f"Redis at {where} did not answer {_timeout(client)}")
+    elif _pool_ran_dry(exc):
+        error = PoolExhausted(_pool_message(client, where))
     elif isinstance(exc, _REFUSED_CREDENTIALS):
         error = ServerUnavailable(f"Redis at {where} refused the credentials: {exc}")
     elif isinstance(exc, redis.exceptions.ConnectionError):
@@ -71,3 +74,20 @@ def translate(exc: redis.exceptions.RedisError, client: Any) -> TimersError:
         error = ServerError(f"Redis at {where} answered with an error: {exc}")
     error.__cause__ = exc
     return error
+
+
+def _pool_ran_dry(exc: redis.exceptions.RedisError) -> bool:
+    """redis-py's words for a pool with no free connection (blocking pool: after its wait
+    timeout; plain pool: at once)."""
+    return (isinstance(exc, redis.exceptions.MaxConnectionsError)
+            or str(exc) == "No connection available.")
+
+
+def _pool_message(client: Any, where: str) -> str:
+    pool = getattr(client, "connection_pool", None)
+    size = getattr(pool, "max_connections", "?")
+    wait = getattr(pool, "timeout", None)
+    waited = f" within {wait:g} s" if isinstance(wait, int | float) else ""
+    return (f"no free connection to Redis at {where}{waited}: all {size} of the client's "
+            f"connections were in use. Allow more (max_connections=, or ?max_connections= "
+            f"in the URL) or make fewer calls at once")
