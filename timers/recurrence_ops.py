@@ -85,10 +85,7 @@ class RecurrenceOperations:
         """Schedule a paused recurrence again from now (missed times are not caught up);
         False if unknown."""
         name_field = escape_id(check_name(name))
-        stored, raw_state = yield [
-            Call(command=("HGET", self.keys.recurrences, name_field)),
-            Call(command=("HGET", self.keys.recurrence_states, name_field)),
-        ]
+        stored, raw_state = yield from self._read(name_field)
         if stored is None:
             return False
         if raw_state is not None and not read_state(raw_state).paused:
@@ -97,13 +94,18 @@ class RecurrenceOperations:
         yield from self._declare(current, as_text(stored), "0")
         return True
 
-    def get_recurrence(self, name: str) -> Operation[Recurrence | None]:
-        """One recurrence as Redis holds it, or None."""
-        name_field = escape_id(check_name(name))
+    def _read(self, name_field: str) -> Operation[tuple[Any, Any]]:
+        """A recurrence's stored definition and state (each None when absent)."""
         stored, raw_state = yield [
             Call(command=("HGET", self.keys.recurrences, name_field)),
             Call(command=("HGET", self.keys.recurrence_states, name_field)),
         ]
+        return stored, raw_state
+
+    def get_recurrence(self, name: str) -> Operation[Recurrence | None]:
+        """One recurrence as Redis holds it, or None."""
+        name_field = escape_id(check_name(name))
+        stored, raw_state = yield from self._read(name_field)
         if stored is None:
             return None
         pending = yield from self._pending({name_field: raw_state})
