@@ -130,3 +130,15 @@ async def wait_for(condition: Callable[[], bool], what: str, seconds: float = 10
     while not condition():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         await asyncio.sleep(0.02)
+
+
+def test_a_quarantined_task_sees_the_listeners_environment_as_it_is_now(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fork server starts at the first quarantined run and keeps that moment's
+    environment; a variable the app sets later must still reach a later quarantined task,
+    as it reaches one run in-process."""
+    recovered("crash.note", [str(tmp_path / "warm-up")], 1)  # the fork server is up now
+    monkeypatch.setenv("TIMERS_QUARANTINE_PROBE", "set-later")
+    seen = tmp_path / "env"
+    recovered("crash.note_env", [str(seen), "TIMERS_QUARANTINE_PROBE"], 1)
+    assert seen.read_text() == "set-later\n"

@@ -21,6 +21,7 @@ import contextlib
 import json
 import logging
 import multiprocessing
+import os
 import pickle
 import signal
 from collections.abc import Callable
@@ -107,7 +108,7 @@ class Quarantine:
         context = _mp_context()
         receiver, sender = context.Pipe(duplex=False)
         process = context.Process(target=_child, name="timers-quarantine", daemon=True,
-                                  args=(*target, json.dumps(args), sender))
+                                  args=(*target, json.dumps(args), sender, dict(os.environ)))
         try:
             await asyncio.to_thread(process.start)
             sender.close()
@@ -186,8 +187,14 @@ def _end(process: Any, receiver: Connection) -> None:
 
 
 def _child(package: str, search_path: str | None, task: str, pickled: bytes, args_json: str,
-           sender: Connection) -> None:
-    """In the child: resolve the task as the listener does, run it, send the outcome."""
+           sender: Connection, environ: dict[str, str]) -> None:
+    """In the child: resolve the task as the listener does, run it, send the outcome.
+
+    The fork server was started at the first quarantined run and kept the environment of
+    that moment: the task gets the listener's environment as it is now, as in-process.
+    """
+    os.environ.clear()
+    os.environ.update(environ)
     ask_for_signal_on_parent_death(signal.SIGKILL)
     outcome = asyncio.run(_run_in_child(package, search_path, task, pickled, args_json,
                                         lambda: sender.send("started")))

@@ -44,3 +44,9 @@ def linger(path: str, seconds: float = 30.0) -> None:
     """Note the pid, then take ``seconds``: still running when the listener stops."""
     note(path, "lingering")
     time.sleep(seconds)
+
+
+def note_env(path: str, name: str) -> None:
+    """Append the value of the environment variable ``name`` (or ``-``) to ``path``."""
+    with open(path, "a") as f:
+        f.write(os.environ.get(name, "-") + "\n")
