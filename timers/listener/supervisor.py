@@ -120,7 +120,9 @@ class Supervisor:
 
     def _spawn(self, slot: int) -> None:
         env = dict(os.environ, **{SUPERVISOR_ENV: str(os.getpid())})
-        child = subprocess.Popen(self.command, env=env)
+        # Its own process group: Ctrl-C in a terminal signals the supervisor alone, which
+        # passes it on once (a child signalled twice exits at once, handing its runs back).
+        child = subprocess.Popen(self.command, env=env, process_group=0)
         self.children[slot] = child
         log.info("listener %d started (pid %d)", slot, child.pid)
 
