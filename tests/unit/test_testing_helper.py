@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -110,3 +112,21 @@ def test_the_pytest_fixture_points_the_defaults_at_memory(timers_test: TimersTes
     assert timers._instance() is timers_test.timers
     timers.schedule("reminders.sms", [42], in_=60)
     assert [p.task for p in timers_test.pending()] == ["reminders.sms"]
+
+
+def test_without_fakeredis_lua_the_import_says_what_to_install() -> None:
+    code = "import sys; sys.modules['lupa'] = None; import timers.testing"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode != 0
+    assert done.stderr.strip().splitlines()[-1] == (
+        "ImportError: timers.testing needs fakeredis with Lua support: "
+        "pip install 'timers[testing]' (or fakeredis[lua])")
+
+
+def test_the_in_memory_listener_logs_no_warning_about_server_settings(
+        t: TimersTest, caplog: pytest.LogCaptureFixture) -> None:
+    timers.schedule("mod.add", [1], in_=0)
+    t.run_due()
+    assert not [r for r in caplog.records if "notify-keyspace-events" in r.getMessage()]
+    assert mod.CALLS == [("add", (1, 0))]
