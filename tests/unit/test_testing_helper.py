@@ -11,12 +11,14 @@ from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
+import fakeredis
 import pytest
 
 import timers
 import timers.aio
 from tests.unit.conftest import ROOT, SAMPLE_TASKS
 from tests.unit.sample_tasks import mod
+from timers.keys import Keyspace
 from timers.testing import TimersTest, timer_context
 
 
@@ -130,3 +132,17 @@ def test_the_in_memory_listener_logs_no_warning_about_server_settings(
     t.run_due()
     assert not [r for r in caplog.records if "notify-keyspace-events" in r.getMessage()]
     assert mod.CALLS == [("add", (1, 0))]
+
+
+def test_configure_takes_a_client_the_app_manages() -> None:
+    """No more resetting ``timers._default`` by hand: a test or an app hands its client."""
+    saved = timers._default
+    client = fakeredis.FakeRedis()
+    try:
+        configured = timers.configure(client, prefix="shop")
+        tid = timers.schedule("reminders.sms", [1], in_=60)
+        assert configured.redis is client and timers.get(tid) is not None
+        timers.configure(fakeredis.FakeRedis())  # replacing it leaves the app's client open
+        assert client.zcard(Keyspace("shop").due) == 1
+    finally:
+        timers._default = saved
