@@ -28,7 +28,8 @@ How it works, so that a test tests what production does:
   it to :meth:`TimersTest.now`. What a test sees is what it would see had that much time
   passed: a timer due in 24 h runs after ``advance(hours=24)``, not after ``advance(hours=23)``.
   Times recorded by the server (a :class:`Fired` report's ``due_ms``, ``timers.current().due``,
-  failure times) stay on the server's real clock.
+  failure times) stay on the server's real clock, as does an absolute time (``at=``, a cron
+  expression) given after an advance; relative ones (``in_=``, intervals) are exact.
 """
 
 from __future__ import annotations
