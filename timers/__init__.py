@@ -23,8 +23,11 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
+import redis
+
 from timers import aio as aio  # `timers.aio` after a plain `import timers`
 from timers.client import AsyncTimers, Timers
+from timers.context import TimerContext, current
 from timers.cron import CatchUp, Recurrence
 from timers.encoding import Args
 from timers.exceptions import (
@@ -34,6 +37,7 @@ from timers.exceptions import (
     InvalidTimer,
     InvalidTimerId,
     MalformedTimerKey,
+    NotInTimer,
     PoolExhausted,
     ServerError,
     ServerNotFound,
@@ -64,6 +68,7 @@ __all__ = [
     "InvalidTimerId",
     "Listener",
     "MalformedTimerKey",
+    "NotInTimer",
     "PendingTimer",
     "PoolExhausted",
     "Recurrence",
@@ -78,11 +83,13 @@ __all__ = [
     "TaskRefused",
     "TasksUnavailable",
     "TimerAlreadyPending",
+    "TimerContext",
     "TimerSpec",
     "Timers",
     "TimersError",
     "cancel",
     "configure",
+    "current",
     "every",
     "get",
     "pause",
@@ -112,8 +119,10 @@ _default: Timers | None = None
 _default_lock = threading.Lock()
 
 
-def configure(url: str | None = None, **options: Any) -> Timers:
-    """Set the default instance the module-level functions use (e.g. a URL, a prefix)."""
+def configure(url: str | redis.Redis | None = None, **options: Any) -> Timers:
+    """Set the default instance the module-level functions use: ``url`` is a URL, a
+    ``redis.Redis`` the app manages (not closed by timers), or None for
+    ``$TIMERS_REDIS_URL``; ``options`` as for :class:`Timers` (``prefix=`` …)."""
     global _default
     with _default_lock:
         if _default is not None:

@@ -16,6 +16,8 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
+import redis.asyncio
+
 from timers.client import AsyncTimers
 from timers.cron import CatchUp, Recurrence
 from timers.encoding import Args
@@ -34,8 +36,9 @@ _closing: set[asyncio.Task[None] | concurrent.futures.Future[None]] = set()
 """Closes of replaced instances still under way (a reference, so they are not collected)."""
 
 
-def configure(url: str | None = None, **options: Any) -> AsyncTimers:
-    """Set the default instance the functions below use (e.g. a URL, a prefix).
+def configure(url: str | redis.asyncio.Redis | None = None, **options: Any) -> AsyncTimers:
+    """Set the default instance the functions below use (a URL or a ``redis.asyncio.Redis``
+    the app manages, a prefix …).
 
     The instance it replaces is closed on the loop its connections belong to: at once if
     that loop is not running (and not closed), else as a task on it. A replaced instance

@@ -21,6 +21,7 @@ Hierarchy::
     ├── ServerError                  Redis answered a command with an error
     │   └── ServerOutOfMemory        Redis refused a write: it is at its ``maxmemory``
     ├── TimerAlreadyPending          a failed timer's id is pending again: not retried
+    ├── NotInTimer                   timers.current() called outside a timer's task
     └── ServerNotFound               no Redis/Valkey server binary for an embedded server
 """
 
@@ -110,3 +111,7 @@ class TimerAlreadyPending(TimersError):
     def __init__(self, message: str, timer_id: str) -> None:
         super().__init__(message)
         self.timer_id = timer_id
+
+
+class NotInTimer(TimersError):
+    """:func:`timers.current` was called where no timer's task is running."""

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from timers import context
 from timers.encoding import Args, Record
 from timers.exceptions import MalformedTimerKey, TaskRefused
 from timers.listener.crashes import crash_outcome
@@ -119,6 +120,7 @@ class Executor:
 
     async def _attempt(self, run: Run, attempt: _Attempt) -> Outcome:
         record = attempt.record = run.record()
+        context.enter(context.of_run(run, record, attempt.started_ms))  # timers.current()
         recurring = Option.RECURRENCE in record.options
         # a recurrence's next occurrence is scheduled first, whatever becomes of this one
         # (even a task this listener cannot import must not end the chain)

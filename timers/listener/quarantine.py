@@ -28,6 +28,7 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
+from timers import context as timer_context
 from timers.encoding import Args
 from timers.listener.crashes import died_outcome
 from timers.listener.orphans import ask_for_signal_on_parent_death
@@ -108,7 +109,8 @@ class Quarantine:
         context = _mp_context()
         receiver, sender = context.Pipe(duplex=False)
         process = context.Process(target=_child, name="timers-quarantine", daemon=True,
-                                  args=(*target, json.dumps(args), sender, dict(os.environ)))
+                                  args=(*target, json.dumps(args), sender, dict(os.environ),
+                                        timer_context.current_or_none()))
         try:
             await asyncio.to_thread(process.start)
             sender.close()
@@ -187,15 +189,18 @@ def _end(process: Any, receiver: Connection) -> None:
 
 
 def _child(package: str, search_path: str | None, task: str, pickled: bytes, args_json: str,
-           sender: Connection, environ: dict[str, str]) -> None:
+           sender: Connection, environ: dict[str, str],
+           timer: timer_context.TimerContext | None = None) -> None:
     """In the child: resolve the task as the listener does, run it, send the outcome.
 
     The fork server was started at the first quarantined run and kept the environment of
-    that moment: the task gets the listener's environment as it is now, as in-process.
+    that moment: the task gets the listener's environment as it is now, as in-process,
+    and its :func:`timers.current` context.
     """
     os.environ.clear()
     os.environ.update(environ)
     ask_for_signal_on_parent_death(signal.SIGKILL)
+    timer_context.enter(timer)  # asyncio.run copies it into the task's context
     outcome = asyncio.run(_run_in_child(package, search_path, task, pickled, args_json,
                                         lambda: sender.send("started")))
     sender.send((outcome.kind, outcome.error_type, outcome.message[:MAX_MESSAGE],

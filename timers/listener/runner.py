@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import contextvars
 import functools
 import inspect
 import logging
@@ -61,11 +62,12 @@ def _bind_error(fn: Callable[..., Any], args: Args) -> str | None:
 class _Job:
     """A call handed to the pool; ``started`` is set (monotonic) when a thread takes it."""
 
-    __slots__ = ("abandoned", "args", "fn", "future", "kwargs", "started")
+    __slots__ = ("abandoned", "args", "context", "fn", "future", "kwargs", "started")
 
     def __init__(self, future: asyncio.Future[Any], fn: Callable[..., Any], args: list[Any],
                  kwargs: dict[str, Any]) -> None:
         self.future, self.fn, self.args, self.kwargs = future, fn, args, kwargs
+        self.context = contextvars.copy_context()  # the caller's, e.g. timers.current()
         self.started: float | None = None
         self.abandoned = False
 
@@ -120,7 +122,8 @@ class ThreadPool:
                 return
             job.started = time.monotonic()
             try:
-                result: tuple[_Job, bool, Any] = (job, True, job.fn(*job.args, **job.kwargs))
+                value = job.context.run(job.fn, *job.args, **job.kwargs)
+                result: tuple[_Job, bool, Any] = (job, True, value)
             except BaseException as exc:  # handed to the awaiting coroutine
                 result = (job, False, exc)
             with self._lock:

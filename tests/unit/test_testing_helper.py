@@ -1,0 +1,148 @@
+"""``timers.testing``: an app's tests point the defaults at an in-memory server, run what is
+due through the real listener, let time pass, and read what ran, what waits, what failed."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import fakeredis
+import pytest
+
+import timers
+import timers.aio
+from tests.unit.conftest import ROOT, SAMPLE_TASKS
+from tests.unit.sample_tasks import mod
+from timers.keys import Keyspace
+from timers.testing import TimersTest, timer_context
+
+
+@pytest.fixture
+def t() -> Iterator[TimersTest]:
+    mod.CALLS.clear()
+    with TimersTest(SAMPLE_TASKS, search_path=str(ROOT)) as helper:
+        yield helper
+    mod.CALLS.clear()
+
+
+def test_the_defaults_point_at_the_helper_and_come_back_after() -> None:
+    before = timers.configure("redis://localhost:1/0")  # never connected: nothing is sent
+    with TimersTest(SAMPLE_TASKS, search_path=str(ROOT)) as t:
+        tid = timers.schedule("mod.add", [1, 2], in_=60)
+        assert [(p.id, p.task, p.args) for p in t.pending()] == [(tid, "mod.add", [1, 2])]
+    assert timers._instance() is before, "the previous default is back, not replaced"
+    assert timers.aio._default is None
+
+
+def test_run_due_runs_only_what_is_due_until_time_is_advanced(t: TimersTest) -> None:
+    timers.schedule("mod.add", [1, 2], in_=timedelta(hours=24), id="reminder")
+    assert t.run_due() == []
+    t.advance(hours=23)
+    assert t.run_due() == [] and mod.CALLS == []
+    (pending,) = t.pending()
+    assert abs((pending.due - t.now()).total_seconds() - 3600) < 5, "1 h left on the test clock"
+    t.advance(minutes=60)
+    (run,) = t.run_due()
+    assert (run.timer_id, run.task, run.attempt, run.outcome.ok) == ("reminder", "mod.add", 1,
+                                                                      True)
+    assert mod.CALLS == [("add", (1, 2))]
+    assert t.pending() == [] and t.run_due() == [] and len(mod.CALLS) == 1
+
+
+def test_a_retry_without_backoff_runs_in_the_same_call(t: TimersTest, tmp_path: Path) -> None:
+    out = tmp_path / "ctx.jsonl"
+    timers.schedule("ctx.fails_once", [str(out)], in_=0, id="pay")
+    ran = t.run_due()
+    assert [(f.attempt, f.outcome.kind) for f in ran] == [(1, "error"), (2, "ok")]
+    assert [json.loads(line)["attempt"] for line in out.read_text().splitlines()] == [1, 2]
+    assert t.failed() == []
+
+
+def test_a_task_that_fails_for_good_is_listed_as_failed(t: TimersTest) -> None:
+    timers.schedule("mod.boom", ["no card on file"], in_=0, id="charge-9")
+    (run,) = t.run_due()
+    assert (run.outcome.kind, run.outcome.message) == ("error", "no card on file")
+    (failure,) = t.failed()
+    assert (failure.timer_id, failure.data["error_type"]) == ("charge-9", "ValueError")
+    assert t.ran("mod.boom") == [run]
+
+
+def test_run_all_advances_through_everything_pending_but_recurrences(t: TimersTest) -> None:
+    timers.schedule("mod.add", [1], in_=timedelta(days=2))
+    timers.schedule("mod.add", [2], in_=timedelta(hours=1))
+    timers.every("hourly", "mod.greet", ["ops"], interval=timedelta(hours=1))
+    ran = t.run_all()
+    assert [f.task for f in ran if f.task == "mod.add"] == ["mod.add", "mod.add"]
+    assert [c for c in mod.CALLS if c[0] == "add"] == [("add", (2, 0)), ("add", (1, 0))]
+    assert mod.CALLS.count(("greet", "hello ops")) >= 2, "the hourly ran as time passed"
+    (left,) = t.pending()
+    assert left.task == "mod.greet", "a recurrence's next occurrence stays pending"
+    assert timedelta(days=1, hours=23) < t.offset <= timedelta(days=2)
+
+
+def test_async_code_uses_the_async_default_and_awaits_the_runs(t: TimersTest) -> None:
+    async def scenario() -> None:
+        await timers.aio.schedule("mod.async_add", [3, 4], in_=0)
+        with pytest.raises(RuntimeError, match=r"await arun_due\(\)"):
+            t.run_due()
+        (run,) = await t.arun_due()
+        assert run.outcome.ok
+
+    asyncio.run(scenario())
+    assert mod.CALLS == [("async_add", (3, 4))]
+
+
+def test_time_only_moves_forward(t: TimersTest) -> None:
+    with pytest.raises(ValueError, match="time only moves forward"):
+        t.advance(-1)
+
+
+def test_a_task_called_directly_can_be_given_its_context() -> None:
+    with timer_context("order-1", "orders.expire", attempt=2) as given:
+        assert timers.current() is given
+        assert (timers.current().id, timers.current().attempt) == ("order-1", 2)
+    with pytest.raises(timers.NotInTimer):
+        timers.current()
+
+
+def test_the_pytest_fixture_points_the_defaults_at_memory(timers_test: TimersTest) -> None:
+    assert timers._instance() is timers_test.timers
+    timers.schedule("reminders.sms", [42], in_=60)
+    assert [p.task for p in timers_test.pending()] == ["reminders.sms"]
+
+
+def test_without_fakeredis_lua_the_import_says_what_to_install() -> None:
+    code = "import sys; sys.modules['lupa'] = None; import timers.testing"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode != 0
+    assert done.stderr.strip().splitlines()[-1] == (
+        "ImportError: timers.testing needs fakeredis with Lua support: "
+        "pip install 'timers[testing]' (or fakeredis[lua])")
+
+
+def test_the_in_memory_listener_logs_no_warning_about_server_settings(
+        t: TimersTest, caplog: pytest.LogCaptureFixture) -> None:
+    timers.schedule("mod.add", [1], in_=0)
+    t.run_due()
+    assert not [r for r in caplog.records if "notify-keyspace-events" in r.getMessage()]
+    assert mod.CALLS == [("add", (1, 0))]
+
+
+def test_configure_takes_a_client_the_app_manages() -> None:
+    """No more resetting ``timers._default`` by hand: a test or an app hands its client."""
+    saved = timers._default
+    client = fakeredis.FakeRedis()
+    try:
+        configured = timers.configure(client, prefix="shop")
+        tid = timers.schedule("reminders.sms", [1], in_=60)
+        assert configured.redis is client and timers.get(tid) is not None
+        timers.configure(fakeredis.FakeRedis())  # replacing it leaves the app's client open
+        assert client.zcard(Keyspace("shop").due) == 1
+    finally:
+        timers._default = saved

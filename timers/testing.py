@@ -1,0 +1,247 @@
+"""What an app's own tests need: timers in memory, run on demand, with time to advance.
+
+    from timers.testing import TimersTest
+
+    def test_signup_sends_the_reminder_a_day_later():
+        with TimersTest() as t:            # timers.* and timers.aio.* now use it
+            app.sign_up("ann@example.com")     # calls timers.schedule(..., in_=86400)
+            assert t.run_due() == []           # nothing due yet
+            t.advance(hours=24)
+            (run,) = t.run_due()               # the real listener ran the reminder
+            assert run.outcome.ok
+
+With pytest, the ``timers_test`` fixture gives the same object (``pip install
+'timers[testing]'``; the plugin is registered by the package's ``pytest11`` entry point).
+
+How it works, so that a test tests what production does:
+
+- The server is an in-memory fakeredis server running timers' own Lua scripts
+  (``fakeredis[lua]``). The default instances of :mod:`timers` and :mod:`timers.aio` point
+  at it inside the block; the previous ones are back (unclosed) after it.
+- :meth:`TimersTest.run_due` runs a real :class:`timers.listener.Listener` in burst mode,
+  in this process: the same claim, policies (retries, max lateness …), recurrences and
+  endings as ``timers listen``. A retry or a new timer that a run makes due at once runs in
+  the same call. ``concurrency=1`` (the default here) runs timers one at a time, in due order.
+- Due times are computed by the server's clock (``TIME`` inside the scripts), which a test
+  cannot move. So :meth:`TimersTest.advance` moves every pending timer that much earlier
+  instead (a reschedule of each, the same operation as :func:`timers.reschedule`) and adds
+  it to :meth:`TimersTest.now`. What a test sees is what it would see had that much time
+  passed: a timer due in 24 h runs after ``advance(hours=24)``, not after ``advance(hours=23)``.
+  Times recorded by the server (a :class:`Fired` report's ``due_ms``, ``timers.current().due``,
+  failure times) stay on the server's real clock, as does an absolute time (``at=``, a cron
+  expression) given after an advance; relative ones (``in_=``, intervals) are exact.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib.util
+import logging
+from collections.abc import Callable, Coroutine, Iterator, Mapping
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import timers
+import timers.aio
+from timers.client import AsyncTimers, Timers
+from timers.context import TimerContext, entered
+from timers.encoding import is_occurrence_id
+from timers.exceptions import TimersError
+from timers.failure_ops import Failure
+from timers.keys import DEFAULT_PREFIX
+from timers.listener import Listener
+from timers.operations import PendingTimer
+from timers.runs import Fired
+
+if importlib.util.find_spec("fakeredis") is None or importlib.util.find_spec("lupa") is None:
+    raise ImportError(
+        "timers.testing needs fakeredis with Lua support: pip install 'timers[testing]' "
+        "(or fakeredis[lua])")
+
+import fakeredis  # after the check, so a missing one gets the line above
+
+__all__ = ["StillDue", "TimersTest", "timer_context"]
+
+MAX_BURSTS = 100
+"""Listener bursts one :meth:`TimersTest.run_due` may take before it gives up."""
+_ALL = 1_000_000
+"""As many pending timers as a test can have (listings are limited)."""
+
+
+class StillDue(TimersError):
+    """Timers kept coming due while :meth:`TimersTest.run_due` or ``run_all`` ran them: a
+    task that schedules a timer due at once, every time it runs?"""
+
+
+class TimersTest:
+    """An in-memory server for timers, the defaults pointed at it, and a listener on demand.
+
+    ``tasks``: the app's tasks package, as ``timers listen --tasks`` takes it (default
+    ``$TIMERS_TASKS`` or ``tasks``), imported from ``search_path`` (default the working
+    directory); ``registry`` adds callables by name, as for :class:`Listener`.
+    """
+
+    def __init__(self, tasks: str | None = None, *, prefix: str = DEFAULT_PREFIX,
+                 registry: Mapping[str, Callable[..., Any]] | None = None,
+                 search_path: str | None = None, concurrency: int = 1) -> None:
+        self.server = fakeredis.FakeServer()
+        self.timers = Timers(fakeredis.FakeRedis(server=self.server), prefix=prefix)
+        """A sync client on the in-memory server (the admin calls: stats, failures …)."""
+        self.fired: list[Fired] = []
+        """Every run so far, in the order they ended."""
+        self.offset = timedelta(0)
+        """How far :meth:`advance` has moved time so far."""
+        self._listener_options: dict[str, Any] = {
+            "prefix": prefix, "tasks": tasks, "registry": registry,
+            "search_path": search_path, "concurrency": concurrency, "shutdown_timeout": 5.0}
+        self._saved: tuple[Any, ...] | None = None
+
+    # -- the defaults ----------------------------------------------------------------
+
+    def __enter__(self) -> TimersTest:
+        """Point ``timers.*`` and ``timers.aio.*`` at this server until the block ends."""
+        async_default = AsyncTimers(fakeredis.FakeAsyncRedis(server=self.server),
+                                    prefix=self.timers.keys.prefix)
+        with timers._default_lock, timers.aio._default_lock:
+            self._saved = (timers._default, timers.aio._default, timers.aio._default_loop)
+            timers._default = self.timers
+            timers.aio._default, timers.aio._default_loop = async_default, None
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        """Put the previous defaults back (they were not closed)."""
+        if self._saved is None:
+            return
+        with timers._default_lock, timers.aio._default_lock:
+            timers._default, timers.aio._default, timers.aio._default_loop = self._saved
+        self._saved = None
+
+    # -- time ------------------------------------------------------------------------
+
+    def now(self) -> datetime:
+        """The test's now (UTC): the real time plus what :meth:`advance` added."""
+        return datetime.now(UTC) + self.offset
+
+    def advance(self, delta: timedelta | float = 0, *, seconds: float = 0, minutes: float = 0,
+                hours: float = 0, days: float = 0) -> None:
+        """Let time pass: every pending timer comes that much closer to its due time.
+
+        It does not run them: :meth:`run_due` does. ``delta`` is a timedelta or seconds."""
+        shift = (delta if isinstance(delta, timedelta) else timedelta(seconds=delta)) + \
+            timedelta(seconds=seconds, minutes=minutes, hours=hours, days=days)
+        if shift < timedelta(0):
+            raise ValueError(f"time only moves forward, got {shift}")
+        self.offset += shift
+        for timer in self.timers.list(limit=_ALL):
+            self.timers.reschedule(timer.id, at=max(timer.due - shift, _EPOCH))
+
+    # -- running ---------------------------------------------------------------------
+
+    def run_due(self) -> list[Fired]:
+        """Run every timer due now (and what its runs make due now, such as a retry
+        without backoff) through the listener; the reports of those runs, in order."""
+        return _run_sync(self.arun_due)
+
+    def run_all(self, max_rounds: int = MAX_BURSTS) -> list[Fired]:
+        """Run everything pending, advancing time to each next due time, until only the
+        occurrences of recurrences are left (they would go on for ever); the reports."""
+        return _run_sync(lambda: self.arun_all(max_rounds))
+
+    async def arun_due(self) -> list[Fired]:
+        """:meth:`run_due` for an async test (inside a running event loop)."""
+        ran: list[Fired] = []
+        for _ in range(MAX_BURSTS):
+            await self._burst(ran)
+            head = self._next_due(include_recurrences=True)
+            if head is None or head.due > datetime.now(UTC):
+                return ran
+        raise StillDue(f"timers were still due after {MAX_BURSTS} listener runs (last "
+                       f"ran: {ran[-1].task if ran else None!r}): a task that schedules a "
+                       f"timer due at once every time it runs?")
+
+    async def arun_all(self, max_rounds: int = MAX_BURSTS) -> list[Fired]:
+        """:meth:`run_all` for an async test (inside a running event loop)."""
+        ran = await self.arun_due()
+        for _ in range(max_rounds):
+            head = self._next_due(include_recurrences=False)
+            if head is None:
+                return ran
+            wait = head.due - datetime.now(UTC)
+            if wait > timedelta(0):
+                self.advance(wait)
+            ran += await self.arun_due()
+        raise StillDue(f"timers were still pending after {max_rounds} rounds of run_all "
+                       f"(next: {self._next_due(include_recurrences=False)}): tasks that "
+                       f"keep scheduling timers?")
+
+    async def _burst(self, ran: list[Fired]) -> None:
+        def observe(report: Fired) -> None:
+            ran.append(report)
+            self.fired.append(report)
+
+        client = fakeredis.FakeAsyncRedis(server=self.server)
+        listener_log = logging.getLogger("timers.listener")
+        listener_log.addFilter(_no_server_checks)
+        try:
+            listener = Listener(client, observer=observe, **self._listener_options)
+            await listener.run(burst=True)
+        finally:
+            listener_log.removeFilter(_no_server_checks)
+            await client.aclose()
+
+    def _next_due(self, include_recurrences: bool) -> PendingTimer | None:
+        """The soonest pending timer, on the server's clock (not shifted by the offset)."""
+        for timer in self.timers.list(limit=_ALL):
+            if include_recurrences or not is_occurrence_id(timer.id):
+                return timer
+        return None
+
+    # -- inspection ------------------------------------------------------------------
+
+    def pending(self) -> list[PendingTimer]:
+        """The pending timers, soonest first; their due times on the test's clock
+        (:meth:`now`)."""
+        return [replace(t, due=t.due + self.offset) for t in self.timers.list(limit=_ALL)]
+
+    def failed(self) -> list[Failure]:
+        """The timers that failed for good (the records ``timers failed`` lists)."""
+        return self.timers.failed(limit=_ALL)
+
+    def ran(self, task: str | None = None) -> list[Fired]:
+        """The runs so far (of ``task`` if given), in the order they ended."""
+        return [f for f in self.fired if task is None or f.task == task]
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _no_server_checks(record: logging.LogRecord) -> bool:
+    """Drop the listener's warnings about a real server's settings (keyspace events,
+    eviction): the in-memory server has none to fix, and a test's log should not say so
+    at every run."""
+    return record.module != "preflight"
+
+
+def _run_sync(make: Callable[[], Coroutine[Any, Any, list[Fired]]]) -> list[Fired]:
+    """Run the coroutine ``make()`` returns to its end, from a test that has no event loop
+    running in this thread."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(make())
+    raise RuntimeError("run_due()/run_all() cannot run inside a running event loop (an "
+                       "async test): await arun_due() / arun_all() instead")
+
+
+@contextlib.contextmanager
+def timer_context(id: str = "test-timer", task: str = "", *, attempt: int = 1,
+                  due: datetime | None = None, lateness: float = 0.0,
+                  recurrence: str | None = None) -> Iterator[TimerContext]:
+    """Give a task called directly from a test the context :func:`timers.current`
+    returns under the listener."""
+    when = due or datetime.now(UTC)
+    with entered(TimerContext(id, task, attempt, when, when, lateness, recurrence)) as context:
+        yield context
+
