@@ -66,7 +66,7 @@ class PerLoop(Generic[C]):
     def __init__(self, make: Callable[[], C], first: C | None = None) -> None:
         self._make = make
         self._first = first
-        self._clients: dict[asyncio.AbstractEventLoop, tuple[C, AsyncGenerator[None]]] = {}
+        self._clients: dict[asyncio.AbstractEventLoop, tuple[C, AsyncGenerator[None, None]]] = {}
         self._lock = threading.Lock()
 
     def get(self) -> C:
@@ -99,7 +99,7 @@ class PerLoop(Generic[C]):
 
     async def _close_at_shutdown(
         self, loop: asyncio.AbstractEventLoop, client: C
-    ) -> AsyncGenerator[None]:
+    ) -> AsyncGenerator[None, None]:
         try:
             yield
         finally:

@@ -52,20 +52,22 @@ def test_the_aio_default_works_from_two_event_loops_in_turn(
 def test_an_async_timers_used_from_a_second_loop_says_so_and_writes_nothing(
         redis_url: str, r: redis.Redis) -> None:
     client = AsyncTimers(redis_url)
-
-    async def on_its_loop() -> None:
-        await client.schedule("record.hit", ["one"], in_=3600, id="on-its-loop")
-        await client.aclose()  # its connections belong to this loop: closed on it
-
-    asyncio.run(on_its_loop())
-
-    with pytest.raises(WrongEventLoop, match="belongs to another event loop") as caught:
-        asyncio.run(client.schedule("record.hit", ["two"], in_=3600, id="from-another-loop"))
-    assert "make one per loop" in str(caught.value)
-    assert isinstance(caught.value, RuntimeError)
-    assert r.zrange("timers|due", 0, -1) == ["on-its-loop"]
-    with timers.Timers(redis_url) as t:
-        assert t.get("from-another-loop") is None
+    first_loop = asyncio.new_event_loop()
+    try:
+        first_loop.run_until_complete(
+            client.schedule("record.hit", ["one"], in_=3600, id="on-its-loop"))
+        # its pooled connection belongs to first_loop; before, a second loop reused it,
+        # wrote the timer and then failed ("attached to a different loop")
+        with pytest.raises(WrongEventLoop, match="belongs to another event loop") as caught:
+            asyncio.run(client.schedule("record.hit", ["two"], in_=3600, id="from-another"))
+        assert "make one per loop" in str(caught.value)
+        assert isinstance(caught.value, RuntimeError)
+        assert r.zrange("timers|due", 0, -1) == ["on-its-loop"]
+        with timers.Timers(redis_url) as t:
+            assert t.get("from-another") is None
+    finally:
+        first_loop.run_until_complete(client.aclose())
+        first_loop.close()
 
 
 def test_aio_configured_with_an_app_client_refuses_a_second_loop_and_writes_nothing(
