@@ -15,6 +15,8 @@ import fakeredis.aioredis
 import pytest
 
 from timers import AsyncTimers, Timers
+from timers.cli import app
+from timers.cli.errors import run_app
 from timers.keys import configured_prefix
 from timers.listener.endings import Ending
 from timers.listener.executor import Executed
@@ -126,3 +128,12 @@ def test_listen_help_shows_the_defaults(columns: str) -> None:
             "working directory [default: $TIMERS_TASKS or tasks]") in text, text
     assert "[default: $TIMERS_PREFIX or timers]" in text
     assert "[default: $TIMERS_LOG_FORMAT or text]" in text and "--log-fires" in text
+
+
+def test_the_demo_keeps_its_own_prefix(capsys: pytest.CaptureFixture[str],
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TIMERS_PREFIX", "shop")
+    assert run_app(app, ["demo", "--help"]) == 0
+    assert "[default: timers-demo]" in " ".join(capsys.readouterr().out.split())
+    assert run_app(app, ["demo", "--prefix", "a|b"]) == 2
+    assert "invalid value for '--prefix': prefix must be non-empty" in capsys.readouterr().err
