@@ -68,7 +68,8 @@ class JsonFormatter(logging.Formatter):
             "role": getattr(record, "role", None),
             "listener": getattr(record, "listener", None),
         }
-        data.update((k, v) for k, v in record.__dict__.items() if k not in _STANDARD)
+        data.update((k, v) for k, v in record.__dict__.items()
+                    if k not in _STANDARD and k not in data)
         if record.exc_info:
             data["exception"] = self.formatException(record.exc_info)
         if record.stack_info:
