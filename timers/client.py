@@ -16,7 +16,7 @@ import redis.asyncio
 
 from timers.cron import CatchUp, Recurrence, recurrence
 from timers.encoding import DEFAULT_MAX_ARGS_BYTES, Args
-from timers.keys import DEFAULT_PREFIX, Keyspace
+from timers.keys import Keyspace, configured_prefix
 from timers.operations import (
     Failure,
     Operation,
@@ -68,7 +68,7 @@ class Timers:
         self,
         redis_: str | redis.Redis | None = None,
         *,
-        prefix: str = DEFAULT_PREFIX,
+        prefix: str | None = None,
         max_args_bytes: int = DEFAULT_MAX_ARGS_BYTES,
         max_connections: int | None = None,
     ) -> None:
@@ -79,7 +79,7 @@ class Timers:
             self.redis = redis.Redis.from_pool(redis.BlockingConnectionPool.from_url(
                 configured_url(redis_), **_pool_settings(max_connections)))
             self._owns_client = True
-        self.keys = Keyspace(prefix)
+        self.keys = Keyspace(configured_prefix(prefix))
         self.ops = Operations(self.keys, max_args_bytes)
         self._scripts = register_all(self.redis)
 
@@ -251,7 +251,7 @@ class AsyncTimers:
         self,
         redis_: str | redis.asyncio.Redis | None = None,
         *,
-        prefix: str = DEFAULT_PREFIX,
+        prefix: str | None = None,
         max_args_bytes: int = DEFAULT_MAX_ARGS_BYTES,
         max_connections: int | None = None,
     ) -> None:
@@ -263,7 +263,7 @@ class AsyncTimers:
                 redis.asyncio.BlockingConnectionPool.from_url(
                     configured_url(redis_), **_pool_settings(max_connections)))
             self._owns_client = True
-        self.keys = Keyspace(prefix)
+        self.keys = Keyspace(configured_prefix(prefix))
         self.ops = Operations(self.keys, max_args_bytes)
         self._scripts = register_all(self.redis)
 
