@@ -1,5 +1,9 @@
 """``python -m timers``: the same as the ``timers`` command."""
 
-from timers.cli import main
+from timers.loader import working_directory_last
+
+working_directory_last()  # PYTHONPATH wins over the working directory, as for `timers`
+
+from timers.cli import main  # noqa: E402
 
 main()

@@ -16,7 +16,7 @@ import redis.asyncio
 from timers.connect import URL_ENV, async_client, configured_url, sync_client
 from timers.cron import CatchUp, Recurrence, recurrence
 from timers.encoding import DEFAULT_MAX_ARGS_BYTES, Args
-from timers.keys import DEFAULT_PREFIX, Keyspace
+from timers.keys import Keyspace, configured_prefix
 from timers.loops import LoopBinding
 from timers.operations import (
     Failure,
@@ -49,7 +49,7 @@ class Timers:
         self,
         redis_: str | redis.Redis | None = None,
         *,
-        prefix: str = DEFAULT_PREFIX,
+        prefix: str | None = None,
         max_args_bytes: int = DEFAULT_MAX_ARGS_BYTES,
         max_connections: int | None = None,
     ) -> None:
@@ -59,7 +59,7 @@ class Timers:
         else:
             self.redis = sync_client(redis_, max_connections)
             self._owns_client = True
-        self.keys = Keyspace(prefix)
+        self.keys = Keyspace(configured_prefix(prefix))
         self.ops = Operations(self.keys, max_args_bytes)
         self._scripts = register_all(self.redis)
 
@@ -238,7 +238,7 @@ class AsyncTimers:
         self,
         redis_: str | redis.asyncio.Redis | None = None,
         *,
-        prefix: str = DEFAULT_PREFIX,
+        prefix: str | None = None,
         max_args_bytes: int = DEFAULT_MAX_ARGS_BYTES,
         max_connections: int | None = None,
     ) -> None:
@@ -248,7 +248,7 @@ class AsyncTimers:
         else:
             self.redis = async_client(redis_, max_connections)
             self._owns_client = True
-        self.keys = Keyspace(prefix)
+        self.keys = Keyspace(configured_prefix(prefix))
         self.ops = Operations(self.keys, max_args_bytes)
         self._scripts = register_all(self.redis)
         self._loop = LoopBinding()

@@ -1,7 +1,7 @@
 """Every Redis key and channel name timers uses: the one place they are built.
 
-Layout for a prefix ``P`` (default ``timers``). ``<id>`` is always the *escaped* timer id
-(see :mod:`timers.encoding`), so it never contains ``:``.
+Layout for a prefix ``P`` (default ``$TIMERS_PREFIX`` or ``timers``). ``<id>`` is always
+the *escaped* timer id (see :mod:`timers.encoding`), so it never contains ``:``.
 
 ==================  ======  ========================================================
 key                 type    holds
@@ -50,11 +50,28 @@ name a system key, and the listener can tell timer keys from everything else by 
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from redis.keyspace_notifications import KeyeventChannel
 
 DEFAULT_PREFIX = "timers"
+PREFIX_ENV = "TIMERS_PREFIX"
+
+
+def check_prefix(prefix: str, name: str = "prefix") -> str:
+    """``prefix`` if it can start key names, else ValueError (one line, saying ``name``)."""
+    if not prefix or any(c in prefix for c in ":|\r\n\x00"):
+        raise ValueError(f"{name} must be non-empty and free of ':', '|' and control "
+                         f"characters, got {prefix!r}")
+    return prefix
+
+
+def configured_prefix(prefix: str | None = None) -> str:
+    """``prefix`` if given, else ``$TIMERS_PREFIX``, else ``timers``, checked."""
+    if prefix is not None:
+        return check_prefix(prefix)
+    return check_prefix(os.environ.get(PREFIX_ENV) or DEFAULT_PREFIX, f"${PREFIX_ENV}")
 
 
 @dataclass(frozen=True)
@@ -64,11 +81,7 @@ class Keyspace:
     prefix: str = DEFAULT_PREFIX
 
     def __post_init__(self) -> None:
-        if not self.prefix or any(c in self.prefix for c in ":|\r\n\x00"):
-            raise ValueError(
-                f"prefix must be non-empty and free of ':', '|' and control characters, "
-                f"got {self.prefix!r}"
-            )
+        check_prefix(self.prefix)
 
     @property
     def timer_key_start(self) -> str:

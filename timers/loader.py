@@ -10,6 +10,10 @@ whose name a task path can spell. At run time nothing is imported: an event nami
 module that is not loaded is refused, so a slow import never stalls the event loop and a
 forged event cannot make a listener import anything. A module that failed to import at
 start-up refuses its tasks with that import error. Refusals are cached.
+
+Where the package is found: ``PYTHONPATH`` and installed packages first, the search path
+(by default the working directory) last, so a stale copy in the working directory cannot
+shadow the one deployed on ``PYTHONPATH``.
 """
 
 from __future__ import annotations
@@ -40,6 +44,19 @@ def configured_package(package: str | None = None) -> str:
     return package or os.environ.get(TASKS_ENV) or DEFAULT_PACKAGE
 
 
+def search_last(path: str) -> None:
+    """Make ``path`` the last place imports look, unless it is on ``sys.path`` already."""
+    if path not in sys.path:
+        sys.path.append(path)
+
+
+def working_directory_last() -> None:
+    """``python -m timers`` starts with the working directory first on ``sys.path``,
+    ahead of ``PYTHONPATH``: move it to the end."""
+    if sys.path and sys.path[0] in ("", os.getcwd()):
+        sys.path.append(sys.path.pop(0))
+
+
 def _import_error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
@@ -58,8 +75,8 @@ class TaskLoader:
         self.package = package
         self.registry = dict(registry or {})
         self.search_path = search_path
-        if search_path is not None and search_path not in sys.path:
-            sys.path.insert(0, search_path)
+        if search_path is not None:
+            search_last(search_path)
         self._found: dict[str, Callable[..., Any]] = {}
         self._refused: dict[str, str] = {}
         self._lock = threading.Lock()

@@ -85,6 +85,11 @@ def test_supervised_listeners_are_restarted_and_stop_on_sigterm(
     assert listener_pids(timers_client) <= {victim}, "stopped listeners say goodbye"
     output = processes.output(supervisor)
     assert f"pid {victim} killed by SIGKILL; restarting" in output
+    lines = output.splitlines()
+    assert "supervisor] timers.listener.supervisor: stopped: supervisor of 2 listener " \
+        "process(es), exit code 0" in lines[-1]
+    assert {pid for pid in second if f"[pid {pid} listener " in output} == second
+    assert sum("timers.listener: stopped: " in line for line in lines) == 2, output
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
@@ -103,7 +108,9 @@ def test_a_stop_signal_hands_a_running_timer_back(sig: signal.Signals, timers_cl
     listener.send_signal(sig)
     assert listener.wait(15) == 0, processes.output(listener)
     output = processes.output(listener)
-    assert "handing back 1 unfinished run(s)" in output
+    assert "handing back 1 unfinished run(s) to run elsewhere: slow\n" in output
+    assert "stopped: 0 run(s) fired: 0 ok, 0 failed, 0 to retry, 0 skipped; 1 handed back" \
+        in output.splitlines()[-1]
 
     pending = timers_client.get(tid)
     assert pending is not None, "the unfinished timer is pending again"

@@ -29,6 +29,13 @@ from timers.cli.common import (
 from timers.cli.cron import cron_app
 from timers.cli.errors import run_app
 from timers.cli.failed import failed_app
+from timers.cli.listen_logs import (
+    LogFiresOption,
+    LogFormatOption,
+    listener_logs,
+    set_up_logs,
+    supervise,
+)
 from timers.cli.server import register as register_server_commands
 from timers.client import configured_url
 from timers.due import format_duration, parse_delay
@@ -101,21 +108,14 @@ def _when(dt: datetime) -> str:
     return dt.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
 
 
-def _configure_logging(level: str) -> None:
-    logging.basicConfig(
-        level=getattr(logging, level.upper(), logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-
-
 # -- listen -----------------------------------------------------------------------------
 
 
 TasksOption = Annotated[
     str | None,
     typer.Option("--tasks", metavar="PACKAGE", show_default=False,
-                 help=f"Package whose functions timers may run, imported from the working "
-                      f"directory [default: ${TASKS_ENV} or tasks]"),
+                 help=f"Package whose functions timers may run, found on PYTHONPATH, then "
+                      f"in the working directory [default: ${TASKS_ENV} or tasks]"),
 ]
 LogLevel = Literal["debug", "info", "warning", "error"]
 LogLevelOption = Annotated[LogLevel, typer.Option("--log-level", case_sensitive=False)]
@@ -148,25 +148,28 @@ def listen(
     ] = 1,
     prefix: PrefixOption = DEFAULT_PREFIX,
     log_level: LogLevelOption = "info",
+    log_format: LogFormatOption = None,
+    log_fires: LogFiresOption = False,
     allow_eviction: Annotated[
         bool, typer.Option("--allow-eviction", help="Start even on an allkeys-* eviction "
                                                     "policy, which can evict pending timers.")
     ] = False,
 ) -> None:
     """Run timers as they come due (subscribes to expired events and sweeps the due index)."""
-    _configure_logging(log_level)
+    log_format = set_up_logs(log_level, log_format, processes)
     options = ListenOptions(url=url, tasks=tasks, prefix=prefix, concurrency=concurrency,
                             lease=lease, shutdown_timeout=shutdown_timeout,
-                            log_level=log_level, burst=burst, allow_eviction=allow_eviction)
+                            log_level=log_level, burst=burst, allow_eviction=allow_eviction,
+                            log_format=log_format, log_fires=log_fires)
     if processes > 1:  # refuse before starting children that would each refuse
         TaskLoader(configured_package(tasks), search_path=os.getcwd()).load()
-        raise typer.Exit(Supervisor.for_listeners(options, processes).run())
+        raise typer.Exit(supervise(Supervisor.for_listeners(options, processes)))
     _listen_here(options)
 
 
 def _listen_here(options: ListenOptions) -> None:
     try:
-        listener = Listener(options.url, prefix=options.prefix or DEFAULT_PREFIX,
+        listener = Listener(options.url, prefix=options.prefix,
                             tasks=options.tasks,
                             concurrency=options.concurrency or DEFAULT_CONCURRENCY,
                             lease=options.lease or DEFAULT_LEASE,
@@ -174,7 +177,9 @@ def _listen_here(options: ListenOptions) -> None:
                             allow_eviction=options.allow_eviction)
     except ValueError as exc:
         raise UserError(str(exc)) from None
+    listener_logs(listener, options.log_fires)
     asyncio.run(_listen(listener, options.burst, safe_url(configured_url(options.url))))
+    listener.tally.log_stopped()
     # Threads of tasks that outlived the shutdown timeout were handed back; don't wait
     # for them at interpreter exit.
     logging.shutdown()

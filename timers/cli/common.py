@@ -14,6 +14,7 @@ from typer import core as typer_core
 
 from timers.client import URL_ENV, Timers, configured_url
 from timers.exceptions import TimersError
+from timers.keys import DEFAULT_PREFIX, PREFIX_ENV, configured_prefix
 from timers.redact import mask_secrets, safe_url
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -49,9 +50,23 @@ UrlOption = Annotated[
     typer.Option("--url", metavar="URL", show_default=False,
                  help=f"Redis URL [default: ${URL_ENV} or redis://localhost:6379/0]"),
 ]
+
+
+def prefix_callback(ctx: typer.Context, param: typer.CallbackParam, value: str) -> str:
+    """The prefix given, else ``$TIMERS_PREFIX``, else ``timers``; one line if bad. (A
+    command with a default of its own, ``demo``, keeps it.)"""
+    source = ctx.get_parameter_source(param.name or "prefix")
+    given = source is not None and source.name != "DEFAULT"
+    try:
+        return configured_prefix(value if given or value != DEFAULT_PREFIX else None)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
 PrefixOption = Annotated[str, typer.Option(
-    "--prefix", metavar="PREFIX", help="Key prefix of the timers: apps sharing one Redis "
-                                       "use distinct prefixes.")]
+    "--prefix", metavar="PREFIX", callback=prefix_callback, show_default=False,
+    help=f"Key prefix of the timers: apps sharing one Redis use distinct prefixes "
+         f"[default: ${PREFIX_ENV} or timers]")]
 
 
 class UserError(Exception):

@@ -7,10 +7,14 @@ from typing import Annotated
 
 import typer
 
-from timers.cli.common import PrefixOption, UrlOption, friendly
+from timers.cli.common import PrefixOption, UrlOption, friendly, prefix_callback
 from timers.keys import DEFAULT_PREFIX
 
 DEMO_PREFIX = "timers-demo"
+DemoPrefixOption = Annotated[str, typer.Option(
+    "--prefix", metavar="PREFIX", callback=prefix_callback,
+    help="Key prefix of the demo's timers (an unused one: the demo deletes its keys when "
+         "done).")]
 
 
 def check(url: UrlOption = None, prefix: PrefixOption = DEFAULT_PREFIX) -> None:
@@ -32,7 +36,7 @@ def demo(
     count: Annotated[int, typer.Option("--count", min=1, metavar="N",
                                        help="Timers to schedule.")] = 5,
     url: UrlOption = None,
-    prefix: PrefixOption = DEMO_PREFIX,
+    prefix: DemoPrefixOption = DEMO_PREFIX,
 ) -> None:
     """Start a listener (on an embedded Redis unless a URL is configured) and fire timers;
     removes its keys when done."""

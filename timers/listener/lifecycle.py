@@ -35,7 +35,7 @@ import redis.asyncio
 from timers.client import configured_url
 from timers.clock import Clock, SystemClock
 from timers.cron import RecurrenceHook
-from timers.keys import DEFAULT_PREFIX, Keyspace
+from timers.keys import Keyspace, configured_prefix
 from timers.listener.claimer import Claimer, ClaimerHooks
 from timers.listener.connection import listener_client
 from timers.listener.crashes import listener_name
@@ -51,6 +51,7 @@ from timers.listener.preflight import eviction_policy, warn_if_events_off
 from timers.listener.quarantine import Quarantine
 from timers.listener.retrying import RETRYABLE, pause
 from timers.listener.runner import Runner
+from timers.listener.tally import RunTally
 from timers.loader import TASKS_ENV, TaskLoader, configured_package
 from timers.runs import Fired, Run, rejected_entry
 from timers.scripts import Scripts
@@ -71,15 +72,16 @@ class Listener:
 
     ``redis_`` is a URL or a ``redis.asyncio.Redis`` that returns bytes (the listener reads
     key names that may not be UTF-8). ``tasks`` is the package whose functions may run
-    (default ``$TIMERS_TASKS`` or ``tasks``, imported from ``search_path``, by default the
-    working directory); ``registry`` adds callables by explicit name.
+    (default ``$TIMERS_TASKS`` or ``tasks``, found on ``PYTHONPATH`` first, then in
+    ``search_path``, by default the working directory); ``registry`` adds callables by
+    explicit name.
     """
 
     def __init__(
         self,
         redis_: str | redis.asyncio.Redis | None = None,
         *,
-        prefix: str = DEFAULT_PREFIX,
+        prefix: str | None = None,
         tasks: str | None = None,
         registry: Mapping[str, Callable[..., Any]] | None = None,
         concurrency: int = DEFAULT_CONCURRENCY,
@@ -97,7 +99,7 @@ class Listener:
         if lease < 0.1:
             raise ValueError("lease must be at least 0.1 seconds")
         self.redis, self._owns_client = _client(redis_)
-        self.keys = Keyspace(prefix)
+        self.keys = Keyspace(configured_prefix(prefix))
         self.db = int(self.redis.connection_pool.connection_kwargs.get("db", 0) or 0)
         self._tasks_optional = bool(registry) and tasks is None and not os.environ.get(TASKS_ENV)
         self.loader = TaskLoader(configured_package(tasks), registry,
@@ -112,6 +114,8 @@ class Listener:
         """Runs this listener ended, however they ended (Stats.fired counts the good)."""
         self.crashed = False
         """A loop died of a bug or a permanent error stopped it: exit nonzero."""
+        self.tally = RunTally()
+        """How runs ended, for the log (``tally.log_fires``: a line per fired timer)."""
         self._scripts = Scripts(self.redis, self.keys)
         self._stopping = asyncio.Event()  # stop claiming
         self._closed = asyncio.Event()  # running tasks are done: stop renewing leases too
@@ -272,14 +276,14 @@ class Listener:
             await asyncio.wait(either, timeout=self.shutdown_timeout,
                                return_when=asyncio.FIRST_COMPLETED)
             waiter.cancel()
-        unfinished = list(self._running)
-        for token in unfinished:
-            self._running.pop(token, None)
-            self.endings.add(Ending.release(token))
+        unfinished = list(self._running.values())
+        for run in unfinished:
+            self._running.pop(run.token, None)
+            self.endings.add(Ending.release(run.token))
         for task in self._tasks:
             task.cancel()
         if unfinished:
-            log.warning("handing back %d unfinished run(s) to run elsewhere", len(unfinished))
+            self.tally.hand_back([run.timer_id for run in unfinished])
 
     # -- runs -------------------------------------------------------------------------
 
@@ -315,6 +319,7 @@ class Listener:
             if self._burst:
                 self.claimer.poke.set()  # the sweep loop decides whether the burst is over
         self.endings.add(done.ending)
+        self.tally.ended(done)
         if done.report is not None:
             self.ended_count += 1
             self._report(done)

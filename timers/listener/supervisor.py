@@ -61,6 +61,8 @@ class ListenOptions:
     log_level: str | None = None
     burst: bool = False
     allow_eviction: bool = False
+    log_format: str | None = None
+    log_fires: bool = False
 
     def child_command(self) -> list[str]:
         """The argv of one child: ``python -m timers listen`` with these options."""
@@ -68,11 +70,13 @@ class ListenOptions:
                    "--shutdown-timeout", repr(self.shutdown_timeout)]
         for flag, value in (("--url", self.url), ("--tasks", self.tasks),
                             ("--prefix", self.prefix), ("--concurrency", self.concurrency),
-                            ("--lease", self.lease), ("--log-level", self.log_level)):
+                            ("--lease", self.lease), ("--log-level", self.log_level),
+                            ("--log-format", self.log_format)):
             if value is not None:
                 command += [flag, str(value)]
         command += ["--burst"] if self.burst else []
         command += ["--allow-eviction"] if self.allow_eviction else []
+        command += ["--log-fires"] if self.log_fires else []
         return command
 
 

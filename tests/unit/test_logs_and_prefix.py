@@ -1,0 +1,139 @@
+"""Log lines of ``timers listen`` (formats, fire lines, hand-back ids), ``$TIMERS_PREFIX``
+as the default prefix, and ``listen --help`` as the installed command prints it."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import fakeredis
+import fakeredis.aioredis
+import pytest
+
+from timers import AsyncTimers, Timers
+from timers.cli import app
+from timers.cli.errors import run_app
+from timers.keys import configured_prefix
+from timers.listener.endings import Ending
+from timers.listener.executor import Executed
+from timers.listener.tally import RunTally, some_ids
+from timers.logs import TEXT_FORMAT, Identity, JsonFormatter, configured_format
+from timers.runs import Fired, Outcome
+from timers.wire import EndingKind
+
+TIMERS_COMMAND = str(Path(sys.executable).parent / "timers")
+
+
+def record(message: str, **extra: object) -> logging.LogRecord:
+    rec = logging.getLogger("timers.listener").makeRecord(
+        "timers.listener", logging.WARNING, __file__, 1, message, (), None, extra=extra)
+    Identity().filter(rec)
+    return rec
+
+
+def test_json_line_is_one_object_with_the_exception_as_a_string() -> None:
+    try:
+        raise ValueError("line one\nline two")
+    except ValueError:
+        rec = logging.getLogger("x").makeRecord("x", logging.ERROR, __file__, 1, "it broke",
+                                                (), sys.exc_info(), extra={"id": "t1"})
+    identity = Identity()
+    identity.listener = "host:42:abc"
+    identity.filter(rec)
+    line = JsonFormatter().format(rec)
+    assert "\n" not in line
+    data = json.loads(line)
+    assert data["message"] == "it broke" and data["level"] == "ERROR" and data["id"] == "t1"
+    assert data["listener"] == "host:42:abc" and data["pid"] == os.getpid()
+    assert data["ts"].endswith("Z") and "T" in data["ts"]
+    assert "ValueError: line one\nline two" in data["exception"]
+
+
+def test_text_line_names_the_pid_and_the_role_before_the_listener_id() -> None:
+    text = logging.Formatter(TEXT_FORMAT).format(record("hello"))
+    assert f"WARNING [pid {os.getpid()} listener] timers.listener: hello" in text
+
+
+def test_log_format_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TIMERS_LOG_FORMAT", "JSON")
+    assert configured_format() == "json"
+    assert configured_format("text") == "text"
+    monkeypatch.setenv("TIMERS_LOG_FORMAT", "yaml")
+    with pytest.raises(ValueError, match=r"^\$TIMERS_LOG_FORMAT must be text or json, got "):
+        configured_format()
+
+
+def test_hand_back_names_the_ids_capped(caplog: pytest.LogCaptureFixture) -> None:
+    ids = [f"t{i}" for i in range(25)]
+    assert some_ids(ids[:2]) == "t0, t1"
+    assert some_ids(ids).endswith("t19 … and 5 more")
+    with caplog.at_level(logging.INFO):
+        tally = RunTally()
+        tally.hand_back(ids)
+        tally.log_stopped()
+    first, last = caplog.records
+    assert first.getMessage() == ("handing back 25 unfinished run(s) to run elsewhere: "
+                                  + some_ids(ids))
+    assert "0 run(s) fired" in last.getMessage() and "25 handed back" in last.getMessage()
+
+
+def test_fire_lines_only_when_asked(caplog: pytest.LogCaptureFixture) -> None:
+    fired = Fired("t\n1", "mod.fn", 1000, 1012.5, 1030.0, "event", 2,
+                  Outcome("error", "KeyError", "k"))
+    done = Executed(Ending("tok", EndingKind.RETRY), fired)
+    with caplog.at_level(logging.INFO):
+        RunTally().ended(done)
+        assert not caplog.records
+        RunTally(log_fires=True).ended(done)
+    (line,) = caplog.records
+    assert line.getMessage() == ("fired t\\n1 (mod.fn) attempt 2: retry (KeyError), "
+                                 "12.5 ms late, ran 17.5 ms")
+    assert line.__dict__["outcome"] == "retry" and line.__dict__["lateness_ms"] == 12.5
+
+
+def test_prefix_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TIMERS_PREFIX", "shop")
+    assert Timers(fakeredis.FakeRedis()).keys.prefix == "shop"
+    assert AsyncTimers(fakeredis.aioredis.FakeRedis()).keys.prefix == "shop"
+    assert Timers(fakeredis.FakeRedis(), prefix="other").keys.prefix == "other"
+    monkeypatch.setenv("TIMERS_PREFIX", "")
+    assert configured_prefix() == "timers"
+    monkeypatch.setenv("TIMERS_PREFIX", "a:b")
+    with pytest.raises(ValueError, match=r"^\$TIMERS_PREFIX must be non-empty and free of"):
+        Timers(fakeredis.FakeRedis())
+
+
+def test_a_bad_prefix_in_the_environment_is_one_line() -> None:
+    env = dict(os.environ, TIMERS_PREFIX="a|b")
+    done = subprocess.run([TIMERS_COMMAND, "stats"], env=env, capture_output=True, text=True,
+                          timeout=30, check=False)
+    assert done.returncode == 2
+    assert done.stderr.startswith("error: invalid value for '--prefix': $TIMERS_PREFIX must "
+                                  "be non-empty and free of ':', '|'"), done.stderr
+    assert len(done.stderr.splitlines()) == 1
+
+
+@pytest.mark.parametrize("columns", ["60", "200"])
+def test_listen_help_shows_the_defaults(columns: str) -> None:
+    env = dict(os.environ, COLUMNS=columns, TERM="xterm-256color")
+    done = subprocess.run([TIMERS_COMMAND, "listen", "--help"], env=env, capture_output=True,
+                          text=True, timeout=30, check=False)
+    text = " ".join(done.stdout.split())
+    assert done.returncode == 0, done.stderr
+    assert ("Package whose functions timers may run, found on PYTHONPATH, then in the "
+            "working directory [default: $TIMERS_TASKS or tasks]") in text, text
+    assert "[default: $TIMERS_PREFIX or timers]" in text
+    assert "[default: $TIMERS_LOG_FORMAT or text]" in text and "--log-fires" in text
+
+
+def test_the_demo_keeps_its_own_prefix(capsys: pytest.CaptureFixture[str],
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TIMERS_PREFIX", "shop")
+    assert run_app(app, ["demo", "--help"]) == 0
+    assert "[default: timers-demo]" in " ".join(capsys.readouterr().out.split())
+    assert run_app(app, ["demo", "--prefix", "a|b"]) == 2
+    assert "invalid value for '--prefix': prefix must be non-empty" in capsys.readouterr().err

@@ -1,0 +1,104 @@
+"""Log lines of ``timers listen``: plain text or one JSON object per line.
+
+Every line names its process: the pid, and the listener id (``host:pid:hex``) once the
+listener exists; before that (and in the ``--processes`` supervisor) the role instead::
+
+    2026-11-23 20:30:01,123 INFO [pid 4242 listener web1:4242:9f3c2a] timers.listener: …
+    {"ts": "2026-11-23T20:30:01.123Z", "level": "INFO", "logger": "timers.listener",
+     "message": "…", "pid": 4242, "role": "listener", "listener": "web1:4242:9f3c2a"}
+
+(the JSON object is on one line). Structured fields a line carries (``extra=``: a fired
+timer's ``id``, ``task``, ``lateness_ms`` …) become fields of its JSON object; an exception
+becomes one string field, ``exception``, so a line never spans lines.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+LOG_FORMAT_ENV = "TIMERS_LOG_FORMAT"
+LogFormat = Literal["text", "json"]
+FORMATS: tuple[LogFormat, ...] = ("text", "json")
+TEXT_FORMAT = "%(asctime)s %(levelname)s [%(who)s] %(name)s: %(message)s"
+
+_STANDARD = frozenset(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {
+    "message", "asctime", "who", "role", "listener"}
+
+
+class Identity(logging.Filter):
+    """Stamps each record with the role and the listener id of this process."""
+
+    def __init__(self, role: str = "listener") -> None:
+        super().__init__()
+        self.role = role
+        self.listener: str | None = None
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.role, record.listener = self.role, self.listener
+        record.who = (f"pid {record.process} {self.role}"
+                      + (f" {self.listener}" if self.listener else ""))
+        return True
+
+
+IDENTITY = Identity()
+"""The identity of this process's log lines (one process, one listener)."""
+
+
+def identify(listener_id: str) -> None:
+    """From now on, lines of this process carry ``listener_id``."""
+    IDENTITY.role, IDENTITY.listener = "listener", listener_id
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: ts (ISO 8601, UTC), level, logger, message, pid, role,
+    listener, the record's structured extras, and ``exception`` as one string."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        data: dict[str, Any] = {
+            "ts": datetime.fromtimestamp(record.created, UTC).isoformat(
+                timespec="milliseconds").replace("+00:00", "Z"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+            "pid": record.process,
+            "role": getattr(record, "role", None),
+            "listener": getattr(record, "listener", None),
+        }
+        data.update((k, v) for k, v in record.__dict__.items()
+                    if k not in _STANDARD and k not in data)
+        if record.exc_info:
+            data["exception"] = self.formatException(record.exc_info)
+        if record.stack_info:
+            data["stack"] = self.formatStack(record.stack_info)
+        return json.dumps(data, default=str, ensure_ascii=False)
+
+
+def configured_format(value: str | None = None) -> LogFormat:
+    """``value`` if given, else ``$TIMERS_LOG_FORMAT``, else ``text``; ValueError (one
+    line) for anything else."""
+    chosen = (value or os.environ.get(LOG_FORMAT_ENV) or "text").strip().lower()
+    for known in FORMATS:
+        if chosen == known:
+            return known
+    source = "--log-format" if value else f"${LOG_FORMAT_ENV}"
+    raise ValueError(f"{source} must be text or json, got {chosen!r}")
+
+
+def configure(level: str, log_format: LogFormat = "text", role: str = "listener") -> None:
+    """Log to stderr in ``log_format`` at ``level``, every line naming this process.
+
+    Leaves logging alone if the root logger has handlers already (an app, or pytest)."""
+    IDENTITY.role = role
+    root = logging.getLogger()
+    if root.handlers:
+        return
+    root.setLevel(getattr(logging, level.upper(), logging.INFO))
+    handler = logging.StreamHandler()
+    handler.setFormatter(JsonFormatter() if log_format == "json"
+                         else logging.Formatter(TEXT_FORMAT))
+    handler.addFilter(IDENTITY)
+    root.addHandler(handler)
