@@ -14,6 +14,7 @@ import asyncio
 import concurrent.futures
 import http.client
 import logging
+import multiprocessing
 import socket
 import threading
 import time
@@ -263,3 +264,31 @@ def test_an_app_on_the_aio_default_works_under_two_test_clients_in_turn(
     finally:
         timers.aio.configure()
     assert sorted(r.zrange("timers|due", 0, -1)) == ["u1", "u2"]
+
+
+# -- a client made before the fork (gunicorn --preload) ----------------------------------
+
+
+def _worker(t: Timers, n: int, ids: multiprocessing.Queue[int]) -> None:
+    t.schedule("record.hit", [f"worker-{n}"], in_=3600, id=f"worker-{n}")
+    ids.put(t.redis.client_id())
+
+
+def test_a_client_made_before_the_fork_works_in_each_worker_on_its_own_connections(
+        redis_url: str, r: redis.Redis) -> None:
+    with Timers(redis_url) as t:
+        t.schedule("record.hit", ["master"], in_=3600, id="master")  # the master connects
+        master_id = t.redis.client_id()
+        fork = multiprocessing.get_context("fork")
+        ids: multiprocessing.Queue[int] = fork.Queue()
+        workers = [fork.Process(target=_worker, args=(t, n, ids)) for n in range(3)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join(30)
+        assert [w.exitcode for w in workers] == [0, 0, 0]
+        worker_ids = {ids.get(timeout=5) for _ in workers}
+        assert master_id not in worker_ids and len(worker_ids) == 3, "no socket shared"
+        assert t.redis.client_id() == master_id, "the master's connection is intact"
+    assert sorted(r.zrange("timers|due", 0, -1)) == ["master", "worker-0", "worker-1",
+                                                     "worker-2"]
