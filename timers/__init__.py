@@ -48,6 +48,7 @@ from timers.exceptions import (
     TasksUnavailable,
     TimerAlreadyPending,
     TimersError,
+    WrongEventLoop,
 )
 from timers.operations import Failure, PendingTimer, RetrySummary, Stats, TimerSpec
 from timers.policy import Backoff, TaskPolicy, registered, task
@@ -87,6 +88,7 @@ __all__ = [
     "TimerSpec",
     "Timers",
     "TimersError",
+    "WrongEventLoop",
     "cancel",
     "configure",
     "current",

@@ -3,8 +3,10 @@
 >>> import timers
 >>> tid = await timers.aio.schedule("reminders.sms", {"user_id": 42}, in_=60)
 
-They use a default :class:`AsyncTimers` made on first use from ``$TIMERS_REDIS_URL``
-(see :func:`configure`); it belongs to the event loop that first used it.
+They use a default :class:`AsyncTimers` per event loop, made on the loop's first call from
+``$TIMERS_REDIS_URL`` (see :func:`configure`) and closed when the loop ends through
+``asyncio.run`` (or by :func:`aclose`): two ``asyncio.run`` in turn, or two test clients,
+each get their own.
 """
 
 from __future__ import annotations
@@ -21,38 +23,63 @@ import redis.asyncio
 from timers.client import AsyncTimers
 from timers.cron import CatchUp, Recurrence
 from timers.encoding import Args
+from timers.exceptions import WrongEventLoop
+from timers.loops import PerLoop
 from timers.operations import PendingTimer, TimerSpec
 
 __all__ = [
-    "cancel", "configure", "every", "get", "pause", "reschedule", "resume", "schedule",
-    "schedule_many", "unschedule_recurring",
+    "aclose", "cancel", "configure", "every", "get", "pause", "reschedule", "resume",
+    "schedule", "schedule_many", "unschedule_recurring",
 ]
 
-_default: AsyncTimers | None = None
-_default_loop: asyncio.AbstractEventLoop | None = None
-"""The loop that first used the default instance: its connections belong to it."""
+ONE_LOOP_CLIENT = (
+    "timers.aio was configured with a redis.asyncio client, which belongs to the first event "
+    "loop that used it: configure timers.aio with a URL (one client per loop), or call "
+    "timers.aio.configure(client) again in this loop")
+
+_default: PerLoop[AsyncTimers] = PerLoop(AsyncTimers)
+"""The default instances, one per event loop."""
 _default_lock = threading.Lock()
 _closing: set[asyncio.Task[None] | concurrent.futures.Future[None]] = set()
 """Closes of replaced instances still under way (a reference, so they are not collected)."""
 
 
 def configure(url: str | redis.asyncio.Redis | None = None, **options: Any) -> AsyncTimers:
-    """Set the default instance the functions below use (a URL or a ``redis.asyncio.Redis``
-    the app manages, a prefix …).
+    """Set what the functions below use: a URL (one client per event loop, each made on
+    the loop's first call) or a ``redis.asyncio.Redis`` the app manages (one loop only:
+    from another, :class:`WrongEventLoop`); ``options`` as for :class:`AsyncTimers`.
+    Returns the instance the first loop to call will use.
 
-    The instance it replaces is closed on the loop its connections belong to: at once if
-    that loop is not running (and not closed), else as a task on it. A replaced instance
-    whose loop is closed already cannot be closed by asyncio; its sockets close when it is
-    collected.
+    The instances it replaces are closed on the loops their connections belong to: at once
+    if a loop is not running (and not closed), else as a task on it. One whose loop is
+    closed already cannot be closed by asyncio; its sockets close when it is collected.
     """
-    global _default, _default_loop
+    global _default
+    first = AsyncTimers(url, **options)
+    if isinstance(url, redis.asyncio.Redis):
+        new = PerLoop(_refuse_another_loop, first)
+    else:
+        new = PerLoop(lambda: AsyncTimers(url, **options), first)
     with _default_lock:
-        old, old_loop = _default, _default_loop
-        _default, _default_loop = AsyncTimers(url, **options), None
-        new = _default
-    if old is not None and old_loop is not None:
-        _close_on(old, old_loop)
-    return new
+        old, _default = _default, new
+    for loop, client in old.drain():
+        _close_on(client, loop)
+    return first
+
+
+def _refuse_another_loop() -> AsyncTimers:
+    raise WrongEventLoop(ONE_LOOP_CLIENT)
+
+
+async def aclose() -> None:
+    """Close the running loop's default client (the next call here makes a new one).
+
+    An app calls it when it stops (e.g. at the end of its lifespan); a loop that ends
+    through ``asyncio.run`` closes its default client by itself."""
+    with _default_lock:
+        client = _default.pop(asyncio.get_running_loop())
+    if client is not None:
+        await client.aclose()
 
 
 def _close_on(old: AsyncTimers, loop: asyncio.AbstractEventLoop) -> None:
@@ -76,13 +103,9 @@ def _close_on(old: AsyncTimers, loop: asyncio.AbstractEventLoop) -> None:
 
 
 def _instance() -> AsyncTimers:
-    global _default, _default_loop
     with _default_lock:
-        if _default is None:
-            _default = AsyncTimers()
-        if _default_loop is None:
-            _default_loop = asyncio.get_running_loop()
-        return _default
+        default = _default
+    return default.get()
 
 
 async def schedule(

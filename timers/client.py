@@ -6,7 +6,6 @@ Both are thin: they run the operations of :mod:`timers.operations` over a redis-
 from __future__ import annotations
 
 import builtins
-import os
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
@@ -14,9 +13,11 @@ from typing import Any, TypeVar
 import redis
 import redis.asyncio
 
+from timers.connect import URL_ENV, async_client, configured_url, sync_client
 from timers.cron import CatchUp, Recurrence, recurrence
 from timers.encoding import DEFAULT_MAX_ARGS_BYTES, Args
 from timers.keys import Keyspace, configured_prefix
+from timers.loops import LoopBinding
 from timers.operations import (
     Failure,
     Operation,
@@ -30,29 +31,9 @@ from timers.scripts import register_all
 from timers.server_errors import out_of_memory, translate
 from timers.transport import run_async, run_sync
 
+__all__ = ["URL_ENV", "AsyncTimers", "Timers", "configured_url"]
+
 T = TypeVar("T")
-DEFAULT_URL = "redis://localhost:6379/0"
-URL_ENV = "TIMERS_REDIS_URL"
-URL_CLIENT_TIMEOUTS: dict[str, Any] = {"socket_connect_timeout": 5.0, "socket_timeout": 15.0}
-"""Timeouts (s) of a client made from a URL, so a server that accepts and never answers
-raises :class:`ServerTimeout` instead of hanging a producer; the URL's own
-``?socket_timeout=`` … win."""
-DEFAULT_MAX_CONNECTIONS = 50
-POOL_WAIT = 20.0
-"""A client made from a URL keeps at most ``max_connections`` (default 50, or
-``?max_connections=`` in the URL); a call that finds them all in use waits up to
-``POOL_WAIT`` seconds (``?timeout=``) for one instead of failing at once, then raises
-:class:`PoolExhausted`. (redis-py's own pool raises as soon as it is full.)"""
-
-
-def _pool_settings(max_connections: int | None) -> dict[str, Any]:
-    return {**URL_CLIENT_TIMEOUTS, "timeout": POOL_WAIT,
-            "max_connections": max_connections or DEFAULT_MAX_CONNECTIONS}
-
-
-def configured_url(url: str | None = None) -> str:
-    """``url`` if given, else ``$TIMERS_REDIS_URL``, else ``redis://localhost:6379/0``."""
-    return url or os.environ.get(URL_ENV) or DEFAULT_URL
 
 
 class Timers:
@@ -61,7 +42,7 @@ class Timers:
     ``redis`` is a URL, a ``redis.Redis`` the app already manages, or None for
     ``$TIMERS_REDIS_URL`` (default ``redis://localhost:6379/0``). A client made from a URL
     shares at most ``max_connections`` connections (default 50) among its callers' threads;
-    a call that finds them all busy waits for one (see :data:`POOL_WAIT`).
+    a call that finds them all busy waits for one (see :data:`timers.connect.POOL_WAIT`).
     """
 
     def __init__(
@@ -76,8 +57,7 @@ class Timers:
             self.redis = redis_
             self._owns_client = False
         else:
-            self.redis = redis.Redis.from_pool(redis.BlockingConnectionPool.from_url(
-                configured_url(redis_), **_pool_settings(max_connections)))
+            self.redis = sync_client(redis_, max_connections)
             self._owns_client = True
         self.keys = Keyspace(configured_prefix(prefix))
         self.ops = Operations(self.keys, max_args_bytes)
@@ -245,7 +225,14 @@ class Timers:
 
 
 class AsyncTimers:
-    """The asyncio twin of :class:`Timers`: the same methods, awaited."""
+    """The asyncio twin of :class:`Timers`: the same methods, awaited.
+
+    It belongs to the event loop that first uses it (its connections do): a call from
+    another loop raises :class:`WrongEventLoop` before sending anything. Make one per loop
+    (e.g. in an app's lifespan, ``async with AsyncTimers(url) as t``) or use
+    :mod:`timers.aio`, which keeps one per loop. A ``redis.asyncio.Redis`` given by the
+    app is the app's to close: :meth:`aclose` leaves it open.
+    """
 
     def __init__(
         self,
@@ -259,15 +246,16 @@ class AsyncTimers:
             self.redis = redis_
             self._owns_client = False
         else:
-            self.redis = redis.asyncio.Redis.from_pool(
-                redis.asyncio.BlockingConnectionPool.from_url(
-                    configured_url(redis_), **_pool_settings(max_connections)))
+            self.redis = async_client(redis_, max_connections)
             self._owns_client = True
         self.keys = Keyspace(configured_prefix(prefix))
         self.ops = Operations(self.keys, max_args_bytes)
         self._scripts = register_all(self.redis)
+        self._loop = LoopBinding()
 
     async def run(self, operation: Operation[T]) -> T:
+        """Drive one operation to its result, as :meth:`Timers.run` (on this client's loop)."""
+        self._loop.claim()
         try:
             request = next(operation)
             while True:
@@ -375,10 +363,14 @@ class AsyncTimers:
         return await self.run(self.ops.recurrences())
 
     async def aclose(self) -> None:
+        """Close the client's connections, if timers made the client (from a URL); on the
+        loop it belongs to (:class:`WrongEventLoop` from another)."""
         if self._owns_client:
+            self._loop.claim()
             await self.redis.aclose()
 
     async def __aenter__(self) -> AsyncTimers:
+        self._loop.claim()
         return self
 
     async def __aexit__(self, *exc: object) -> None:

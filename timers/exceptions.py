@@ -21,6 +21,8 @@ Hierarchy::
     ├── ServerError                  Redis answered a command with an error
     │   └── ServerOutOfMemory        Redis refused a write: it is at its ``maxmemory``
     ├── TimerAlreadyPending          a failed timer's id is pending again: not retried
+    ├── WrongEventLoop (RuntimeError)  an AsyncTimers used from an event loop other than
+    │                                the one that first used it (nothing was sent)
     ├── NotInTimer                   timers.current() called outside a timer's task
     └── ServerNotFound               no Redis/Valkey server binary for an embedded server
 """
@@ -115,3 +117,10 @@ class TimerAlreadyPending(TimersError):
 
 class NotInTimer(TimersError):
     """:func:`timers.current` was called where no timer's task is running."""
+
+
+class WrongEventLoop(TimersError, RuntimeError):
+    """An :class:`~timers.AsyncTimers` was used from an event loop other than the one that
+    first used it: its connections belong to that loop. Raised before anything is sent.
+    Make one per loop (in the app's lifespan) or use :mod:`timers.aio`, which keeps one
+    client per loop."""

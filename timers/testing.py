@@ -52,6 +52,7 @@ from timers.exceptions import TimersError
 from timers.failure_ops import Failure
 from timers.keys import DEFAULT_PREFIX
 from timers.listener import Listener
+from timers.loops import PerLoop
 from timers.operations import PendingTimer
 from timers.runs import Fired
 
@@ -102,12 +103,12 @@ class TimersTest:
 
     def __enter__(self) -> TimersTest:
         """Point ``timers.*`` and ``timers.aio.*`` at this server until the block ends."""
-        async_default = AsyncTimers(fakeredis.FakeAsyncRedis(server=self.server),
-                                    prefix=self.timers.keys.prefix)
+        async_default = PerLoop(lambda: AsyncTimers(  # one per event loop, as in production
+            fakeredis.FakeAsyncRedis(server=self.server), prefix=self.timers.keys.prefix))
         with timers._default_lock, timers.aio._default_lock:
-            self._saved = (timers._default, timers.aio._default, timers.aio._default_loop)
+            self._saved = (timers._default, timers.aio._default)
             timers._default = self.timers
-            timers.aio._default, timers.aio._default_loop = async_default, None
+            timers.aio._default = async_default
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -115,7 +116,7 @@ class TimersTest:
         if self._saved is None:
             return
         with timers._default_lock, timers.aio._default_lock:
-            timers._default, timers.aio._default, timers.aio._default_loop = self._saved
+            timers._default, timers.aio._default = self._saved
         self._saved = None
 
     # -- time ------------------------------------------------------------------------

@@ -111,7 +111,7 @@ def test_aio_configure_closes_the_connections_of_the_client_it_replaces(
     try:
         asyncio.run(main())
     finally:
-        timers.aio._default = None  # the next test makes its own
+        timers.aio.configure()  # the next test makes its own
 
 
 def test_refused_credentials_are_said_without_the_password(redis_url: str) -> None:

@@ -95,7 +95,7 @@ def test_timers_aio_declares_pauses_resumes_and_removes_recurrences() -> None:
     try:
         asyncio.run(main())
     finally:
-        timers.aio._default = None  # the next test makes its own
+        timers.aio.configure()  # the next test makes its own
 
 
 # -- bug 4: a client made from a URL does not wait forever -------------------------------

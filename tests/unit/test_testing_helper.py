@@ -32,11 +32,12 @@ def t() -> Iterator[TimersTest]:
 
 def test_the_defaults_point_at_the_helper_and_come_back_after() -> None:
     before = timers.configure("redis://localhost:1/0")  # never connected: nothing is sent
+    before_aio = timers.aio._default
     with TimersTest(SAMPLE_TASKS, search_path=str(ROOT)) as t:
         tid = timers.schedule("mod.add", [1, 2], in_=60)
         assert [(p.id, p.task, p.args) for p in t.pending()] == [(tid, "mod.add", [1, 2])]
     assert timers._instance() is before, "the previous default is back, not replaced"
-    assert timers.aio._default is None
+    assert timers.aio._default is before_aio
 
 
 def test_run_due_runs_only_what_is_due_until_time_is_advanced(t: TimersTest) -> None:

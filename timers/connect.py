@@ -1,0 +1,47 @@
+"""Making a producer's redis-py client from a URL: which URL, which timeouts, which pool.
+
+A client made from a URL keeps at most ``max_connections`` connections (default 50, or
+``?max_connections=`` in the URL); a call that finds them all in use waits up to
+:data:`POOL_WAIT` seconds (``?timeout=``) for one instead of failing at once, then raises
+:class:`~timers.exceptions.PoolExhausted`. (redis-py's own pool raises as soon as it is full.)
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import redis
+import redis.asyncio
+
+DEFAULT_URL = "redis://localhost:6379/0"
+URL_ENV = "TIMERS_REDIS_URL"
+URL_CLIENT_TIMEOUTS: dict[str, Any] = {"socket_connect_timeout": 5.0, "socket_timeout": 15.0}
+"""Timeouts (s) of a client made from a URL, so a server that accepts and never answers
+raises :class:`ServerTimeout` instead of hanging a producer; the URL's own
+``?socket_timeout=`` … win."""
+DEFAULT_MAX_CONNECTIONS = 50
+POOL_WAIT = 20.0
+"""Seconds a call waits for a free connection of a full pool (see the module docstring)."""
+
+
+def configured_url(url: str | None = None) -> str:
+    """``url`` if given, else ``$TIMERS_REDIS_URL``, else ``redis://localhost:6379/0``."""
+    return url or os.environ.get(URL_ENV) or DEFAULT_URL
+
+
+def _pool_settings(max_connections: int | None) -> dict[str, Any]:
+    return {**URL_CLIENT_TIMEOUTS, "timeout": POOL_WAIT,
+            "max_connections": max_connections or DEFAULT_MAX_CONNECTIONS}
+
+
+def sync_client(url: str | None, max_connections: int | None = None) -> redis.Redis:
+    """A sync client over a blocking pool, for ``url`` (see :func:`configured_url`)."""
+    return redis.Redis.from_pool(redis.BlockingConnectionPool.from_url(
+        configured_url(url), **_pool_settings(max_connections)))
+
+
+def async_client(url: str | None, max_connections: int | None = None) -> redis.asyncio.Redis:
+    """An asyncio client over a blocking pool, for ``url`` (see :func:`configured_url`)."""
+    return redis.asyncio.Redis.from_pool(redis.asyncio.BlockingConnectionPool.from_url(
+        configured_url(url), **_pool_settings(max_connections)))
