@@ -17,7 +17,7 @@ from timers.connect import URL_ENV, async_client, configured_url, sync_client
 from timers.cron import CatchUp, Recurrence, recurrence
 from timers.encoding import DEFAULT_MAX_ARGS_BYTES, Args
 from timers.keys import Keyspace, configured_prefix
-from timers.loops import LoopBinding
+from timers.loops import LoopBinding, warn_if_blocking_a_loop
 from timers.operations import (
     Failure,
     Operation,
@@ -62,6 +62,8 @@ class Timers:
         self.keys = Keyspace(configured_prefix(prefix))
         self.ops = Operations(self.keys, max_args_bytes)
         self._scripts = register_all(self.redis)
+        self.warn_in_event_loop = True
+        """Warn when called on a running event loop's thread (off for in-memory servers)."""
 
     def run(self, operation: Operation[T]) -> T:
         """Drive one operation of :class:`Operations` to its result.
@@ -70,6 +72,8 @@ class Timers:
         :class:`ServerOutOfMemory`; any other redis-py error is raised as a
         :class:`TimersError` (see :mod:`timers.server_errors`), the redis-py error as
         its cause."""
+        if self.warn_in_event_loop:
+            warn_if_blocking_a_loop()
         try:
             request = next(operation)
             while True:

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sys
 import threading
+import warnings
 import weakref
 from collections.abc import AsyncGenerator, Callable
+from types import FrameType
 from typing import Generic, Protocol, TypeVar
 
 from timers.exceptions import WrongEventLoop
@@ -21,6 +24,31 @@ WRONG_LOOP = (
     "this AsyncTimers belongs to another event loop (the first that used it): make one per "
     "loop, e.g. in your app's lifespan, and close it there with `await t.aclose()`; "
     "or use timers.aio, which keeps one client per loop")
+
+
+BLOCKING_CALL = (
+    "a sync timers call inside a running event loop blocks the loop for the whole Redis round "
+    "trip (and any wait for a connection or a paused server): use `await timers.aio.…` or an "
+    "AsyncTimers in async code")
+
+
+def warn_if_blocking_a_loop() -> None:
+    """Warn (a RuntimeWarning, once per calling line) when a sync call is made on a thread
+    whose event loop is running: an ``async def`` endpoint calling ``timers.schedule``."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    warnings.warn(BLOCKING_CALL, RuntimeWarning, stacklevel=_first_frame_outside_timers())
+
+
+def _first_frame_outside_timers() -> int:
+    """The ``stacklevel`` that names the app's line, not one of ours."""
+    frame: FrameType | None = sys._getframe(1)
+    level = 1
+    while frame is not None and frame.f_globals.get("__name__", "").partition(".")[0] == "timers":
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 class LoopBinding:

@@ -89,6 +89,7 @@ class TimersTest:
                  search_path: str | None = None, concurrency: int = 1) -> None:
         self.server = fakeredis.FakeServer()
         self.timers = Timers(fakeredis.FakeRedis(server=self.server), prefix=prefix)
+        self.timers.warn_in_event_loop = False  # in memory: nothing to block on
         """A sync client on the in-memory server (the admin calls: stats, failures …)."""
         self.fired: list[Fired] = []
         """Every run so far, in the order they ended."""
