@@ -6,6 +6,11 @@ timers) and the supervisor waits for them; a second signal is passed on too, and
 children exit at once. A child that keeps dying exhausts the restart budget: the
 supervisor logs the last exit reasons, stops the others and exits 1.
 
+With ``--max-runs-per-child`` or ``--max-memory-per-child`` a child at its limit asks
+for a replacement over its pipe (:mod:`timers.listener.child_links`): the supervisor starts
+one in its slot at once, tells the old child to stop claiming once the new one claims, and
+lets it finish its runs. Its exit 0 is no crash: no restart, nothing taken from the budget.
+
 Should the supervisor itself die, even by ``kill -9``, its children stop gracefully too:
 each knows its pid (``$TIMERS_SUPERVISOR_PID``, see :mod:`timers.listener.orphans`).
 """
@@ -24,7 +29,9 @@ from dataclasses import dataclass, field
 from types import FrameType
 
 from timers.clock import Clock, SystemClock
+from timers.listener.child_links import ChildLinks, Retiring
 from timers.listener.orphans import SUPERVISOR_ENV
+from timers.listener.recycling import CLAIMING, HANDOVER_SIGNAL, RECYCLE
 
 log = logging.getLogger("timers.listener.supervisor")
 POLL = 0.2
@@ -61,6 +68,13 @@ class ListenOptions:
     log_level: str | None = None
     burst: bool = False
     allow_eviction: bool = False
+    max_runs_per_child: int | None = None
+    max_memory_per_child: float | None = None
+
+    @property
+    def recycles(self) -> bool:
+        """Children are replaced at a limit (then even one process runs supervised)."""
+        return self.max_runs_per_child is not None or self.max_memory_per_child is not None
 
     def child_command(self) -> list[str]:
         """The argv of one child: ``python -m timers listen`` with these options."""
@@ -68,7 +82,9 @@ class ListenOptions:
                    "--shutdown-timeout", repr(self.shutdown_timeout)]
         for flag, value in (("--url", self.url), ("--tasks", self.tasks),
                             ("--prefix", self.prefix), ("--concurrency", self.concurrency),
-                            ("--lease", self.lease), ("--log-level", self.log_level)):
+                            ("--lease", self.lease), ("--log-level", self.log_level),
+                            ("--max-runs-per-child", self.max_runs_per_child),
+                            ("--max-memory-per-child", self.max_memory_per_child)):
             if value is not None:
                 command += [flag, str(value)]
         command += ["--burst"] if self.burst else []
@@ -107,6 +123,9 @@ class Supervisor:
         self.signals_received = 0
         self.restart_clean_exits = restart_clean_exits
         self.last_exits: deque[str] = deque(maxlen=10)
+        self.retiring: dict[int, Retiring] = {}
+        """Recycled children by pid: replaced in their slot, finishing their runs."""
+        self.links = ChildLinks()
 
     @classmethod
     def for_listeners(cls, options: ListenOptions, processes: int) -> Supervisor:
@@ -118,11 +137,12 @@ class Supervisor:
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self.signals_received += 1
 
-    def _spawn(self, slot: int) -> None:
+    def _spawn(self, slot: int, *, quiet: bool = False) -> subprocess.Popen[bytes]:
         env = dict(os.environ, **{SUPERVISOR_ENV: str(os.getpid())})
-        child = subprocess.Popen(self.command, env=env)
-        self.children[slot] = child
-        log.info("listener %d started (pid %d)", slot, child.pid)
+        child = self.children[slot] = self.links.spawn(self.command, env)
+        if not quiet:
+            log.info("listener %d started (pid %d)", slot, child.pid)
+        return child
 
     def run(self) -> int:
         """Supervise until a signal (exit 0) or the restart budget runs out (exit 1)."""
@@ -130,46 +150,103 @@ class Supervisor:
             signal.signal(sig, self._on_signal)
         for slot in range(self.processes):
             self._spawn(slot)
-        while not self.signals_received:
-            if not self.children:
-                return 0
-            for slot, child in list(self.children.items()):
-                code = child.poll()
-                if code is None:
-                    continue
-                if code == 0 and not self.restart_clean_exits:
-                    del self.children[slot]
-                    continue
-                reason = f"pid {child.pid} {exit_reason(code)}"
-                self.last_exits.append(reason)
-                if not self.budget.allow(self.clock.monotonic()):
-                    log.critical(
-                        "giving up: more than %d restarts in %gs; last exits: %s",
-                        self.budget.max_restarts, self.budget.window,
-                        "; ".join(self.last_exits))
-                    del self.children[slot]
+        try:
+            while not self.signals_received:
+                if not self.children and not self.retiring:
+                    return 0
+                for child, message in self.links.wait(POLL):
+                    self._on_message(child, message)
+                if not (self._reap_retiring() and self._restart_dead()):
                     self._shutdown()
                     return 1
-                log.warning("listener %d %s; restarting", slot, reason)
-                self._spawn(slot)
-            time.sleep(POLL)
-        self._shutdown()
-        return 0
+            self._shutdown()
+            return 0
+        finally:
+            self.links.close()
+
+    def _restart_dead(self) -> bool:
+        """Restart children that died; False once the restart budget is spent."""
+        for slot, child in list(self.children.items()):
+            code = child.poll()
+            if code is None:
+                continue
+            self.links.forget(child)
+            if code == 0 and not self.restart_clean_exits:
+                del self.children[slot]
+                continue
+            reason = f"pid {child.pid} {exit_reason(code)}"
+            if not self._count_crash(reason):
+                del self.children[slot]
+                return False
+            log.warning("listener %d %s; restarting", slot, reason)
+            self._spawn(slot)
+        return True
+
+    def _count_crash(self, reason: str) -> bool:
+        """Record a crash against the budget; False (and the last exits logged) once the
+        budget is spent."""
+        self.last_exits.append(reason)
+        if self.budget.allow(self.clock.monotonic()):
+            return True
+        log.critical("giving up: more than %d restarts in %gs; last exits: %s",
+                     self.budget.max_restarts, self.budget.window, "; ".join(self.last_exits))
+        return False
+
+    # -- recycling ----------------------------------------------------------------------
+
+    def _on_message(self, child: subprocess.Popen[bytes], message: str) -> None:
+        kind, _, detail = message.partition(" ")
+        slot = next((s for s, c in self.children.items() if c is child), None)
+        if slot is None:
+            return  # a retiring child: its slot has a replacement already
+        if kind == RECYCLE:
+            del self.children[slot]
+            self.retiring[child.pid] = Retiring(slot, child, detail)
+            replacement = self._spawn(slot, quiet=True)
+            log.info("listener %d (pid %d) recycling after %s; replacement pid %d started",
+                     slot, child.pid, detail, replacement.pid)
+        elif kind == CLAIMING:
+            for old in self.retiring.values():
+                if old.slot == slot and not old.told and old.child.poll() is None:
+                    old.told = True
+                    old.child.send_signal(HANDOVER_SIGNAL)
+                    log.info("listener %d (pid %d) is claiming; pid %d stops claiming and "
+                             "finishes its runs", slot, child.pid, old.child.pid)
+
+    def _reap_retiring(self) -> bool:
+        """Forget recycled children that exited; one that did not exit 0 crashed, and
+        counts against the budget (False once it is spent). None is restarted: each has
+        its replacement already."""
+        for pid, old in list(self.retiring.items()):
+            code = old.child.poll()
+            if code is None:
+                continue
+            del self.retiring[pid]
+            self.links.forget(old.child)
+            if code == 0:
+                log.info("listener %d (pid %d) recycled: its runs finished", old.slot, pid)
+                continue
+            reason = f"pid {pid} {exit_reason(code)}"
+            if not self._count_crash(reason):
+                return False
+            log.warning("listener %d (recycling) %s; its replacement runs", old.slot, reason)
+        return True
 
     def _shutdown(self) -> None:
         """Pass the signal on, wait for graceful exits, kill what is left after that."""
+        children = [*self.children.values(), *(old.child for old in self.retiring.values())]
         forwarded = 0
         deadline = self.clock.monotonic() + self.shutdown_timeout + 10
         while self.clock.monotonic() < deadline:
             while forwarded < max(self.signals_received, 1):
                 forwarded += 1
-                for child in self.children.values():
+                for child in children:
                     if child.poll() is None:
                         child.send_signal(signal.SIGTERM)
-            if all(child.poll() is not None for child in self.children.values()):
+            if all(child.poll() is not None for child in children):
                 break
             time.sleep(POLL)
-        for child in self.children.values():
+        for child in children:
             if child.poll() is None:
                 log.error("listener pid %d did not stop; killing it", child.pid)
                 child.kill()
