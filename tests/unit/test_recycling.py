@@ -7,6 +7,7 @@ The listeners themselves are covered by ``tests/integration/test_recycling.py``.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import sys
@@ -17,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.processes import alive
-from timers.listener.recycling import RecycleLimits, Recycler
+from timers.listener.recycling import MemoryLimitTooLow, RecycleLimits, Recycler
 from timers.listener.supervisor import ListenOptions, RestartBudget, Supervisor
 
 # Each fake child takes the next number (child-0, child-1, ...) and plays the role at that
@@ -195,7 +196,6 @@ def test_a_child_asks_once_and_announces_that_it_claims_once() -> None:
 def test_without_a_supervisor_a_child_at_its_limit_stops_claiming_at_once() -> None:
     stopped: list[bool] = []
     recycler = Recycler(RecycleLimits(max_runs=1), lambda: stopped.append(True), fd=None)
-    recycler.fd = None
     recycler.after_run(1)
     assert stopped == [True] and recycler.draining
 
@@ -206,3 +206,38 @@ def test_the_limits_reach_the_children_command_line() -> None:
     assert command[command.index("--max-runs-per-child") + 1] == "500"
     assert command[command.index("--max-memory-per-child") + 1] == "256.0"
     assert options.recycles and not ListenOptions().recycles
+
+
+def test_a_memory_limit_below_the_memory_at_start_is_refused_in_one_line() -> None:
+    recycler = Recycler(RecycleLimits(max_memory_mb=1), lambda: None, fd=None)
+
+    async def start() -> None:
+        recycler.start(asyncio.get_running_loop())
+
+    with pytest.raises(MemoryLimitTooLow, match=r"^--max-memory-per-child 1 MB is below this "
+                                                r"listener's memory at start \(\d+ MB"):
+        asyncio.run(start())
+
+
+def test_draining_waits_for_every_run_unless_a_stop_signal_comes() -> None:
+    async def scenario() -> tuple[bool, bool, list[str]]:
+        published: list[str] = []
+        recycler = Recycler(RecycleLimits(max_runs=1), lambda: None, fd=None)
+        recycler.after_run(1)  # no supervisor: drains at once
+
+        async def publish() -> None:
+            published.append(recycler.state(stopping=True))
+
+        quick = asyncio.create_task(asyncio.sleep(0.05))
+        endless = asyncio.create_task(asyncio.sleep(3600))
+        waiting = asyncio.create_task(recycler.wait_for_runs([quick, endless], publish))
+        await asyncio.sleep(0.2)
+        still_waiting = not waiting.done()  # no shutdown timeout: the endless run goes on
+        recycler.hurry.set()  # SIGTERM: the ordinary shutdown takes over
+        await asyncio.wait_for(waiting, 5)
+        endless.cancel()
+        return still_waiting, quick.done(), published
+
+    still_waiting, quick_done, published = asyncio.run(scenario())
+    assert still_waiting and quick_done
+    assert published == ["draining"], "the heartbeat says it drains"

@@ -49,7 +49,7 @@ from timers.listener.permissions import SWEEP_ONLY_MAX_SLEEP, check_at_start, ex
 from timers.listener.precise import PreciseSleeper
 from timers.listener.preflight import eviction_policy, warn_if_events_off
 from timers.listener.quarantine import Quarantine
-from timers.listener.recycling import RecycleLimits, Recycler
+from timers.listener.recycling import RecycleLimits, Recycler, report_fd
 from timers.listener.retrying import RETRYABLE, pause
 from timers.listener.runner import Runner
 from timers.loader import TASKS_ENV, TaskLoader, configured_package
@@ -122,7 +122,7 @@ class Listener:
         self._running: dict[str, Run] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._held = HeldRuns()  # tokens whose lease we keep: running or unflushed
-        self.recycler = Recycler(recycle, self._stop_claiming)
+        self.recycler = Recycler(recycle, self._stop_claiming, report_fd())
         self._wire_parts(failure_retention)
 
     def _wire_parts(self, failure_retention: float) -> None:
@@ -169,7 +169,6 @@ class Listener:
         keeper = LeaseKeeper(sync_twin(self.redis, min(15.0, max(1.0, self.lease))),
                              self.keys, self.lease, self._held).start()
         watch = LoopWatch(asyncio.get_running_loop(), self._runner.on_loop.copy).start()
-        self.recycler.start(asyncio.get_running_loop())
         loops = [
             asyncio.create_task(self.events.run() if events else self.events.run_without(),
                                 name="timers-events"),
@@ -213,6 +212,7 @@ class Listener:
             self.endings.eviction_policy = await eviction_policy(self.redis,
                                                                  self.allow_eviction)
             missing = await check_at_start(self.redis, self.keys, self.db)
+            self.recycler.start(asyncio.get_running_loop())  # the tasks are loaded: RSS
         except Exception:
             if self._owns_client:
                 await self.redis.aclose()

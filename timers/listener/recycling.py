@@ -21,11 +21,13 @@ import logging
 import os
 import resource
 import signal
+import stat
 import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from timers.exceptions import TimersError
 from timers.listener.retrying import RETRYABLE
 
 log = logging.getLogger("timers.listener")
@@ -77,10 +79,21 @@ class RecycleLimits:
         return None
 
 
+class MemoryLimitTooLow(TimersError):
+    """The listener holds more memory at start than ``--max-memory-per-child``: every
+    child would be replaced after its first run."""
+
+
 def report_fd() -> int | None:
-    """The pipe to the supervisor, if this process has one."""
+    """The pipe to the supervisor, if this process has one (a variable inherited without
+    its pipe, by a task's subprocess, does not count)."""
     value = os.environ.get(RECYCLE_FD_ENV, "")
-    return int(value) if value.isdigit() else None
+    if not value.isdigit():
+        return None
+    try:
+        return int(value) if stat.S_ISFIFO(os.fstat(int(value)).st_mode) else None
+    except OSError:
+        return None
 
 
 class Recycler:
@@ -91,9 +104,10 @@ class Recycler:
     """
 
     def __init__(self, limits: RecycleLimits | None, stop_claiming: Callable[[], None],
-                 fd: int | None = None) -> None:
+                 fd: int | None) -> None:
         self.limits = limits or RecycleLimits()
-        self.fd = report_fd() if fd is None else fd
+        self.fd = fd
+        """The pipe to the supervisor (:func:`report_fd`); None: no supervisor."""
         self._stop_claiming = stop_claiming
         self.requested: str | None = None
         """Why this child asked to be replaced (None: it has not)."""
@@ -104,7 +118,13 @@ class Recycler:
         self._announced = False
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Listen for the supervisor's go-ahead (only where there are limits)."""
+        """Listen for the supervisor's go-ahead (only where there are limits). Raises
+        :class:`MemoryLimitTooLow` if the memory limit is reached before any run."""
+        limit = self.limits.max_memory_mb
+        if limit is not None and rss_bytes() / 1e6 >= limit:
+            raise MemoryLimitTooLow(
+                f"--max-memory-per-child {limit:g} MB is below this listener's memory at "
+                f"start ({rss_bytes() / 1e6:.0f} MB, tasks loaded): raise it")
         if self.limits.enabled and self.fd is not None:
             loop.add_signal_handler(HANDOVER_SIGNAL, self._handover)
 
