@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import sys
 import textwrap
@@ -18,6 +19,8 @@ from pathlib import Path
 import pytest
 
 from tests.processes import alive
+from timers.cli import app
+from timers.cli.errors import run_app
 from timers.listener.recycling import MemoryLimitTooLow, RecycleLimits, Recycler
 from timers.listener.supervisor import ListenOptions, RestartBudget, Supervisor
 
@@ -241,3 +244,16 @@ def test_draining_waits_for_every_run_unless_a_stop_signal_comes() -> None:
     still_waiting, quick_done, published = asyncio.run(scenario())
     assert still_waiting and quick_done
     assert published == ["draining"], "the heartbeat says it drains"
+
+
+def test_the_command_refuses_a_memory_limit_below_a_listeners_size_at_once(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Before starting any child (each would refuse, and be restarted until the budget
+    ran out); and a run limit of 0 is a usage error."""
+    code = run_app(app, ["listen", "--max-memory-per-child", "5", "--tasks", "tests.task_pkg"])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert re.fullmatch(r"error: --max-memory-per-child 5 MB is below this listener's memory "
+                        r"at start \(\d+ MB, tasks loaded\): raise it\n", err), err
+    assert run_app(app, ["listen", "--max-runs-per-child", "0"]) == 2
+    assert "--max-runs-per-child" in capsys.readouterr().err

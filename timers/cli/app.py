@@ -37,7 +37,7 @@ from timers.keys import DEFAULT_PREFIX
 from timers.listener import DEFAULT_CONCURRENCY, DEFAULT_LEASE, Listener
 from timers.listener.eviction import EvictionUnsafe
 from timers.listener.permissions import PermissionMissing
-from timers.listener.recycling import RecycleLimits, report_fd
+from timers.listener.recycling import RecycleLimits, check_memory_limit, report_fd
 from timers.listener.supervisor import ListenOptions, Supervisor
 from timers.loader import TASKS_ENV, TaskLoader, configured_package
 from timers.redact import safe_url
@@ -174,6 +174,7 @@ def listen(
     if processes > 1 or (options.recycles and report_fd() is None):
         # refuse before starting children that would each refuse
         TaskLoader(configured_package(tasks), search_path=os.getcwd()).load()
+        check_memory_limit(max_memory_per_child)  # about a child's size now: refuse once
         raise typer.Exit(Supervisor.for_listeners(options, processes).run())
     _listen_here(options)
 

@@ -84,6 +84,15 @@ class MemoryLimitTooLow(TimersError):
     child would be replaced after its first run."""
 
 
+def check_memory_limit(limit_mb: float | None) -> None:
+    """Raise :class:`MemoryLimitTooLow` if this process (tasks loaded) is at the limit."""
+    megabytes = rss_bytes() / 1e6
+    if limit_mb is not None and megabytes >= limit_mb:
+        raise MemoryLimitTooLow(
+            f"--max-memory-per-child {limit_mb:g} MB is below this listener's memory at "
+            f"start ({megabytes:.0f} MB, tasks loaded): raise it")
+
+
 def report_fd() -> int | None:
     """The pipe to the supervisor, if this process has one (a variable inherited without
     its pipe, by a task's subprocess, does not count)."""
@@ -120,11 +129,7 @@ class Recycler:
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         """Listen for the supervisor's go-ahead (only where there are limits). Raises
         :class:`MemoryLimitTooLow` if the memory limit is reached before any run."""
-        limit = self.limits.max_memory_mb
-        if limit is not None and rss_bytes() / 1e6 >= limit:
-            raise MemoryLimitTooLow(
-                f"--max-memory-per-child {limit:g} MB is below this listener's memory at "
-                f"start ({rss_bytes() / 1e6:.0f} MB, tasks loaded): raise it")
+        check_memory_limit(self.limits.max_memory_mb)
         if self.limits.enabled and self.fd is not None:
             loop.add_signal_handler(HANDOVER_SIGNAL, self._handover)
 
