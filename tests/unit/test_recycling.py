@@ -16,9 +16,13 @@ import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
+import fakeredis
 import pytest
 
 from tests.processes import alive
+from tests.unit.conftest import ROOT, SAMPLE_TASKS
+from tests.unit.sample_tasks import mod
+from timers import Listener, Timers, TimerSpec
 from timers.cli import app
 from timers.cli.errors import run_app
 from timers.listener.recycling import MemoryLimitTooLow, RecycleLimits, Recycler
@@ -257,3 +261,25 @@ def test_the_command_refuses_a_memory_limit_below_a_listeners_size_at_once(
                         r"at start \(\d+ MB, tasks loaded\): raise it\n", err), err
     assert run_app(app, ["listen", "--max-runs-per-child", "0"]) == 2
     assert "--max-runs-per-child" in capsys.readouterr().err
+
+
+def test_a_listener_without_a_supervisor_stops_at_its_limit_and_hands_nothing_back() -> None:
+    """The library's listener (fakeredis): at its limit it stops claiming, finishes what it
+    runs and returns from run() by itself."""
+    server = fakeredis.FakeServer()
+    producer = Timers(fakeredis.FakeRedis(server=server))
+    mod.CALLS.clear()
+    producer.schedule_many(TimerSpec("mod.add", [i], in_=0) for i in range(10))
+
+    async def scenario() -> Listener:
+        listener = Listener(fakeredis.FakeAsyncRedis(server=server), tasks=SAMPLE_TASKS,
+                            search_path=str(ROOT), concurrency=1,
+                            recycle=RecycleLimits(max_runs=3))
+        await asyncio.wait_for(listener.run(), 15)
+        return listener
+
+    listener = asyncio.run(scenario())
+    assert listener.ended_count == 3 and len(mod.CALLS) == 3
+    stats = producer.stats()
+    assert (stats.pending, stats.running) == (7, 0), "the rest waits for the next listener"
+    assert stats.counters.get("handed_back", 0) == 0
