@@ -134,8 +134,10 @@ class Recycler:
             loop.add_signal_handler(HANDOVER_SIGNAL, self._handover)
 
     def close(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Ignore a late go-ahead from now on (its default action would kill us)."""
         if self.limits.enabled and self.fd is not None:
             loop.remove_signal_handler(HANDOVER_SIGNAL)
+            signal.signal(HANDOVER_SIGNAL, signal.SIG_IGN)
 
     def after_run(self, runs: int) -> None:
         """Called after each finished run: ask for a replacement at the limit."""
