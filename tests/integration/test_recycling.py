@@ -80,11 +80,17 @@ def run_fleet(timers_client: Timers, r: redis.Redis, processes: Processes, redis
     return sampler.counts, processes.output(supervisor)
 
 
-def check_recycled(r: redis.Redis, count: int, counts: list[int], output: str) -> list[str]:
-    """Every timer once, never fewer than 2 claiming, no restart; the recycle lines."""
+def check_recycled(t: Timers, r: redis.Redis, count: int, counts: list[int],
+                   output: str) -> list[str]:
+    """Every timer once, none handed back, never fewer than 2 claiming, no restart; the
+    recycle lines."""
     ran = run_counts(r)
     assert len(ran) == count and set(ran.values()) == {1}, \
         f"{len(ran)} of {count} timers ran; ran twice: {[t for t, n in ran.items() if n > 1][:5]}"
+    counters = t.stats().counters
+    assert counters.get("fired") == count, counters
+    assert counters.get("handed_back", 0) == counters.get("reruns", 0) == 0, \
+        f"a recycled child finishes its runs: {counters}"
     assert len(counts) > 50, f"only {len(counts)} heartbeat samples"
     assert min(counts) >= 2, f"claiming children per 100 ms sample: {counts}"
     lines = output.splitlines()
@@ -101,7 +107,7 @@ def test_children_are_recycled_after_500_runs(timers_client: Timers, r: redis.Re
                                               redis_url: str, processes: Processes) -> None:
     counts, output = run_fleet(timers_client, r, processes, redis_url, "record.hit", 5000, 20.0,
                                "--max-runs-per-child", "500")
-    recycles = check_recycled(r, 5000, counts, output)
+    recycles = check_recycled(timers_client, r, 5000, counts, output)
     assert 6 <= len(recycles) <= 14, "\n".join(recycles)
     assert all(" runs; replacement pid " in line for line in recycles), recycles
     assert output.count("recycled: its runs finished") >= len(recycles) - 2, output[-3000:]
@@ -125,7 +131,7 @@ def test_children_that_leak_are_recycled_at_their_memory_limit(
     limit = f"{base + 40:.0f}"
     counts, output = run_fleet(timers_client, r, processes, redis_url, "leak.hit", 500, 15.0,
                                "--max-memory-per-child", limit)
-    recycles = check_recycled(r, 500, counts, output)
+    recycles = check_recycled(timers_client, r, 500, counts, output)
     assert len(recycles) >= 3, f"base {base:.0f} MB, limit {limit} MB:\n{output[-3000:]}"
     assert all(f"MB of memory (limit {limit} MB); replacement pid" in line
                for line in recycles), recycles

@@ -36,6 +36,9 @@ from timers.listener.supervisor import ListenOptions, RestartBudget, Supervisor
 #   stubborn     asks to be replaced and then just sleeps (a stop signal kills it)
 #   replacement  says it claims, waits for the supervisor to reap child 0, then stops it
 #   quiet        never says it claims; stops the supervisor after a moment
+#   patient      a recycler that asks only once the standby is ready
+# A standby child (``$TIMERS_STANDBY``) says it is ready, waits for SIGUSR2, claims, waits
+# for the supervisor to reap child 0, then stops it; a later standby just sleeps.
 FAKE_CHILD = textwrap.dedent("""
     import os, signal, sys, time
     from pathlib import Path
@@ -72,8 +75,29 @@ FAKE_CHILD = textwrap.dedent("""
         os.kill(os.getppid(), signal.SIGTERM)
         time.sleep(60)
 
+    if os.environ.get("TIMERS_STANDBY"):
+        try:
+            os.close(os.open(here / "first-standby", os.O_CREAT | os.O_EXCL))
+        except FileExistsError:
+            time.sleep(60)
+        n = "S"
+        go = []
+        signal.signal(signal.SIGUSR2, lambda *_: go.append(True))
+        say("standby")
+        note("standby ready")
+        wait_for(lambda: go)
+        note("takes over")
+        say("claiming")
+        old = (here / "asker").read_text()
+        wait_for(lambda: not os.path.exists(f"/proc/{old}"))
+        stop_supervisor()
+    if role == "patient":
+        wait_for(lambda: (here / "log").exists()
+                 and "standby ready" in (here / "log").read_text())
+        role = "recycler"
     if role in ("recycler", "crasher", "stubborn"):
         say("claiming")
+        (here / "asker").write_text(str(os.getpid()))
         note("asks")
         say("recycle 3 runs")
         if role == "stubborn":
@@ -107,10 +131,11 @@ def own_signal_handlers() -> Iterator[None]:
         signal.signal(sig, handler)
 
 
-def fake_supervisor(tmp_path: Path, roles: str, max_restarts: int = 0) -> Supervisor:
+def fake_supervisor(tmp_path: Path, roles: str, max_restarts: int = 0,
+                    standby: bool = False) -> Supervisor:
     """One slot of fake children; with the default budget any counted crash gives up."""
     command = [sys.executable, "-c", FAKE_CHILD, str(tmp_path), roles]
-    return Supervisor(command, 1, shutdown_timeout=5,
+    return Supervisor(command, 1, shutdown_timeout=5, standby=standby,
                       budget=RestartBudget(max_restarts=max_restarts, window=3600))
 
 
@@ -135,6 +160,28 @@ def test_a_recycled_child_is_replaced_before_it_exits_and_costs_no_restart(
                         f"3 runs; replacement pid {replacement.pid} started"]
     assert f"listener 0 (pid {old_pid}) recycled: its runs finished" in lines
     assert not any(line.endswith("restarting") for line in lines), lines
+
+
+def test_a_ready_standby_takes_over_at_once_and_a_new_one_starts(
+        tmp_path: Path, own_signal_handlers: None, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level("INFO", logger="timers.listener.supervisor")
+    supervisor = fake_supervisor(tmp_path, "patient", standby=True)
+    assert supervisor.run() == 0
+    # the slot's child and the standby start together: either may be child-0
+    labels = {line.split()[0] for line in events(tmp_path)} - {"S"}
+    (k,) = labels
+    assert events(tmp_path) == ["S standby ready", f"{k} asks", "S takes over", f"{k} told",
+                                f"{k} exits"]
+    old = (tmp_path / "asker").read_text()
+    first_standby = (tmp_path / f"pid-{1 - int(k)}").read_text()
+    (current,) = supervisor.children.values()
+    assert str(current.pid) == first_standby
+    assert supervisor.standby is not None and str(supervisor.standby.pid) not in {
+        old, first_standby}, "a new standby waits for the next recycle"
+    assert list(supervisor.last_exits) == []
+    lines = [r.getMessage() for r in caplog.records]
+    assert (f"listener 0 (pid {old}) recycling after 3 runs; replacement pid "
+            f"{first_standby} (the standby) takes over") in lines, lines
 
 
 def test_a_child_that_crashes_while_recycling_counts_against_the_budget(

@@ -164,6 +164,7 @@ class Listener:
         """
         self._burst = burst
         events = await self._preflight()
+        await self.recycler.wait_for_turn(self._stopping)  # a standby waits to take over
         log.info("listening: tasks package %r loaded, prefix %r, concurrency %d, lease %g s",
                  self.loader.package, self.keys.prefix, self.concurrency, self.lease)
         keeper = LeaseKeeper(sync_twin(self.redis, min(15.0, max(1.0, self.lease))),

@@ -36,8 +36,13 @@ RECYCLE_FD_ENV = "TIMERS_RECYCLE_FD"
 """The write end of the pipe to the supervisor, inherited by each child."""
 HANDOVER_SIGNAL = signal.SIGUSR1
 """Sent by the supervisor to a child at its limit once its replacement claims."""
+TAKE_OVER_SIGNAL = signal.SIGUSR2
+"""Sent by the supervisor to its standby: start claiming."""
+STANDBY_ENV = "TIMERS_STANDBY"
+"""Set for the standby child: load the tasks, connect, then wait for TAKE_OVER_SIGNAL."""
 CLAIMING = "claiming"
 RECYCLE = "recycle"
+STANDBY = "standby"
 
 
 def rss_bytes() -> int:
@@ -125,6 +130,10 @@ class Recycler:
         self.hurry = asyncio.Event()
         """A stop signal came while draining: the ordinary shutdown timeout applies."""
         self._announced = False
+        self.standby = self.limits.enabled and fd is not None and bool(
+            os.environ.get(STANDBY_ENV))
+        """Started ahead as the next replacement: claims only once told to."""
+        self._go = asyncio.Event()
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         """Listen for the supervisor's go-ahead (only where there are limits). Raises
@@ -132,12 +141,27 @@ class Recycler:
         check_memory_limit(self.limits.max_memory_mb)
         if self.limits.enabled and self.fd is not None:
             loop.add_signal_handler(HANDOVER_SIGNAL, self._handover)
+            loop.add_signal_handler(TAKE_OVER_SIGNAL, self._go.set)
 
     def close(self, loop: asyncio.AbstractEventLoop) -> None:
         """Ignore a late go-ahead from now on (its default action would kill us)."""
         if self.limits.enabled and self.fd is not None:
-            loop.remove_signal_handler(HANDOVER_SIGNAL)
-            signal.signal(HANDOVER_SIGNAL, signal.SIG_IGN)
+            for sig in (HANDOVER_SIGNAL, TAKE_OVER_SIGNAL):
+                loop.remove_signal_handler(sig)
+                signal.signal(sig, signal.SIG_IGN)
+
+    async def wait_for_turn(self, stopping: asyncio.Event) -> None:
+        """The standby: tell the supervisor it is ready (tasks loaded, connected), then
+        wait until it is told to claim, or to stop."""
+        if not self.standby:
+            return
+        self._send(STANDBY)
+        go, stop = asyncio.create_task(self._go.wait()), asyncio.create_task(stopping.wait())
+        await asyncio.wait([go, stop], return_when=asyncio.FIRST_COMPLETED)
+        go.cancel()
+        stop.cancel()
+        if self._go.is_set():
+            log.info("standby: taking over, claiming now")
 
     def after_run(self, runs: int) -> None:
         """Called after each finished run: ask for a replacement at the limit."""

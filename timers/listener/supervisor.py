@@ -31,7 +31,14 @@ from types import FrameType
 from timers.clock import Clock, SystemClock
 from timers.listener.child_links import ChildLinks, Retiring
 from timers.listener.orphans import SUPERVISOR_ENV
-from timers.listener.recycling import CLAIMING, HANDOVER_SIGNAL, RECYCLE
+from timers.listener.recycling import (
+    CLAIMING,
+    HANDOVER_SIGNAL,
+    RECYCLE,
+    STANDBY,
+    STANDBY_ENV,
+    TAKE_OVER_SIGNAL,
+)
 
 log = logging.getLogger("timers.listener.supervisor")
 POLL = 0.2
@@ -111,9 +118,12 @@ class Supervisor:
         budget: RestartBudget | None = None,
         clock: Clock | None = None,
         restart_clean_exits: bool = True,
+        standby: bool = False,
     ) -> None:
         """``restart_clean_exits=False`` (for ``--burst``): a child that exits 0 is done,
-        and the supervisor returns 0 once every child is."""
+        and the supervisor returns 0 once every child is. ``standby`` (with recycling):
+        keep one more child started but not claiming, to take over from a recycled one
+        at once."""
         self.command = list(command)
         self.processes = processes
         self.shutdown_timeout = shutdown_timeout
@@ -126,13 +136,17 @@ class Supervisor:
         self.retiring: dict[int, Retiring] = {}
         """Recycled children by pid: replaced in their slot, finishing their runs."""
         self.links = ChildLinks()
+        self.use_standby = standby
+        self.standby: subprocess.Popen[bytes] | None = None
+        self.standby_ready = False
 
     @classmethod
     def for_listeners(cls, options: ListenOptions, processes: int) -> Supervisor:
         """``processes`` listeners started with ``options``; with ``burst`` a child that
         exits 0 is done rather than restarted."""
         return cls(options.child_command(), processes, shutdown_timeout=options.shutdown_timeout,
-                   restart_clean_exits=not options.burst)
+                   restart_clean_exits=not options.burst,
+                   standby=options.recycles and not options.burst)
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self.signals_received += 1
@@ -150,13 +164,16 @@ class Supervisor:
             signal.signal(sig, self._on_signal)
         for slot in range(self.processes):
             self._spawn(slot)
+        if self.use_standby:
+            self._spawn_standby()
         try:
             while not self.signals_received:
                 if not self.children and not self.retiring:
                     return 0
                 for child, message in self.links.wait(POLL):
                     self._on_message(child, message)
-                if not (self._reap_retiring() and self._restart_dead()):
+                if not (self._reap_retiring() and self._restart_dead()
+                        and self._check_standby()):
                     self._shutdown()
                     return 1
             self._shutdown()
@@ -196,15 +213,22 @@ class Supervisor:
 
     def _on_message(self, child: subprocess.Popen[bytes], message: str) -> None:
         kind, _, detail = message.partition(" ")
+        if child is self.standby:
+            self.standby_ready = self.standby_ready or kind == STANDBY
+            return
         slot = next((s for s, c in self.children.items() if c is child), None)
         if slot is None:
             return  # a retiring child: its slot has a replacement already
         if kind == RECYCLE:
             del self.children[slot]
             self.retiring[child.pid] = Retiring(slot, child, detail)
-            replacement = self._spawn(slot, quiet=True)
-            log.info("listener %d (pid %d) recycling after %s; replacement pid %d started",
-                     slot, child.pid, detail, replacement.pid)
+            taken = self._take_standby(slot)
+            replacement = taken or self._spawn(slot, quiet=True)
+            log.info("listener %d (pid %d) recycling after %s; replacement pid %d %s",
+                     slot, child.pid, detail, replacement.pid,
+                     "(the standby) takes over" if taken else "started")
+            if taken:
+                self._spawn_standby()
         elif kind == CLAIMING:
             for old in self.retiring.values():
                 if old.slot == slot and not old.told and old.child.poll() is None:
@@ -212,6 +236,35 @@ class Supervisor:
                     old.child.send_signal(HANDOVER_SIGNAL)
                     log.info("listener %d (pid %d) is claiming; pid %d stops claiming and "
                              "finishes its runs", slot, child.pid, old.child.pid)
+
+    def _spawn_standby(self) -> None:
+        env = dict(os.environ, **{SUPERVISOR_ENV: str(os.getpid()), STANDBY_ENV: "1"})
+        self.standby, self.standby_ready = self.links.spawn(self.command, env), False
+        log.info("standby listener started (pid %d): it claims once one is recycled",
+                 self.standby.pid)
+
+    def _take_standby(self, slot: int) -> subprocess.Popen[bytes] | None:
+        """The standby, told to claim in ``slot``, if it is ready."""
+        standby = self.standby
+        if standby is None or not self.standby_ready or standby.poll() is not None:
+            return None
+        standby.send_signal(TAKE_OVER_SIGNAL)
+        self.children[slot], self.standby = standby, None
+        return standby
+
+    def _check_standby(self) -> bool:
+        """A standby that exited crashed (it never exits by itself): count it, start
+        another; False once the restart budget is spent."""
+        if self.standby is None or (code := self.standby.poll()) is None:
+            return True
+        self.links.forget(self.standby)
+        reason = f"pid {self.standby.pid} {exit_reason(code)}"
+        self.standby = None
+        if not self._count_crash(reason):
+            return False
+        log.warning("standby listener %s; restarting", reason)
+        self._spawn_standby()
+        return True
 
     def _reap_retiring(self) -> bool:
         """Forget recycled children that exited; one that did not exit 0 crashed, and
@@ -234,7 +287,8 @@ class Supervisor:
 
     def _shutdown(self) -> None:
         """Pass the signal on, wait for graceful exits, kill what is left after that."""
-        children = [*self.children.values(), *(old.child for old in self.retiring.values())]
+        children = [*self.children.values(), *(old.child for old in self.retiring.values()),
+                    *([self.standby] if self.standby is not None else [])]
         forwarded = 0
         deadline = self.clock.monotonic() + self.shutdown_timeout + 10
         while self.clock.monotonic() < deadline:
