@@ -8,9 +8,13 @@ claims: the fleet never has fewer claiming children than ``--processes``. Then t
 supervisor sends it SIGUSR1: it stops claiming, finishes every run it holds (no shutdown
 timeout, nothing handed back), writes their endings and exits 0.
 
+The replacement is usually the supervisor's standby (``$TIMERS_STANDBY``): a child that
+loaded its tasks and connected, said ``standby`` on its pipe, and waits for SIGUSR2 to
+start claiming, so a handover takes milliseconds rather than a process start.
+
 A SIGTERM while it drains is the ordinary graceful stop: the runs still going get the
 shutdown timeout and the rest is handed back. Messages on the pipe are single lines,
-``recycle <reason>`` and ``claiming``; a signal handler only sets a flag.
+``recycle <reason>``, ``claiming`` and ``standby``; a signal handler only sets a flag.
 """
 
 from __future__ import annotations

@@ -7,9 +7,10 @@ children exit at once. A child that keeps dying exhausts the restart budget: the
 supervisor logs the last exit reasons, stops the others and exits 1.
 
 With ``--max-runs-per-child`` or ``--max-memory-per-child`` a child at its limit asks
-for a replacement over its pipe (:mod:`timers.listener.child_links`): the supervisor starts
-one in its slot at once, tells the old child to stop claiming once the new one claims, and
-lets it finish its runs. Its exit 0 is no crash: no restart, nothing taken from the budget.
+for a replacement over its pipe (:mod:`timers.listener.supervisor_recycling`): a standby
+child takes its slot at once (or a new one starts), the old child stops claiming once the
+replacement claims and finishes its runs. Its exit 0 is no crash: no restart, nothing taken
+from the budget.
 
 Should the supervisor itself die, even by ``kill -9``, its children stop gracefully too:
 each knows its pid (``$TIMERS_SUPERVISOR_PID``, see :mod:`timers.listener.orphans`).
@@ -29,15 +30,12 @@ from dataclasses import dataclass, field
 from types import FrameType
 
 from timers.clock import Clock, SystemClock
-from timers.listener.child_links import ChildLinks, Retiring
 from timers.listener.orphans import SUPERVISOR_ENV
-from timers.listener.recycling import (
-    CLAIMING,
-    HANDOVER_SIGNAL,
-    RECYCLE,
-    STANDBY,
-    STANDBY_ENV,
-    TAKE_OVER_SIGNAL,
+from timers.listener.supervisor_recycling import (
+    ChildLinks,
+    Retiring,
+    SupervisorRecycling,
+    exit_reason,
 )
 
 log = logging.getLogger("timers.listener.supervisor")
@@ -99,16 +97,7 @@ class ListenOptions:
         return command
 
 
-def exit_reason(returncode: int) -> str:
-    if returncode < 0:
-        try:
-            return f"killed by {signal.Signals(-returncode).name}"
-        except ValueError:
-            return f"killed by signal {-returncode}"
-    return f"exited with code {returncode}"
-
-
-class Supervisor:
+class Supervisor(SupervisorRecycling):
     def __init__(
         self,
         command: Sequence[str],
@@ -208,82 +197,6 @@ class Supervisor:
         log.critical("giving up: more than %d restarts in %gs; last exits: %s",
                      self.budget.max_restarts, self.budget.window, "; ".join(self.last_exits))
         return False
-
-    # -- recycling ----------------------------------------------------------------------
-
-    def _on_message(self, child: subprocess.Popen[bytes], message: str) -> None:
-        kind, _, detail = message.partition(" ")
-        if child is self.standby:
-            self.standby_ready = self.standby_ready or kind == STANDBY
-            return
-        slot = next((s for s, c in self.children.items() if c is child), None)
-        if slot is None:
-            return  # a retiring child: its slot has a replacement already
-        if kind == RECYCLE:
-            del self.children[slot]
-            self.retiring[child.pid] = Retiring(slot, child, detail)
-            taken = self._take_standby(slot)
-            replacement = taken or self._spawn(slot, quiet=True)
-            log.info("listener %d (pid %d) recycling after %s; replacement pid %d %s",
-                     slot, child.pid, detail, replacement.pid,
-                     "(the standby) takes over" if taken else "started")
-            if taken:
-                self._spawn_standby()
-        elif kind == CLAIMING:
-            for old in self.retiring.values():
-                if old.slot == slot and not old.told and old.child.poll() is None:
-                    old.told = True
-                    old.child.send_signal(HANDOVER_SIGNAL)
-                    log.info("listener %d (pid %d) is claiming; pid %d stops claiming and "
-                             "finishes its runs", slot, child.pid, old.child.pid)
-
-    def _spawn_standby(self) -> None:
-        env = dict(os.environ, **{SUPERVISOR_ENV: str(os.getpid()), STANDBY_ENV: "1"})
-        self.standby, self.standby_ready = self.links.spawn(self.command, env), False
-        log.info("standby listener started (pid %d): it claims once one is recycled",
-                 self.standby.pid)
-
-    def _take_standby(self, slot: int) -> subprocess.Popen[bytes] | None:
-        """The standby, told to claim in ``slot``, if it is ready."""
-        standby = self.standby
-        if standby is None or not self.standby_ready or standby.poll() is not None:
-            return None
-        standby.send_signal(TAKE_OVER_SIGNAL)
-        self.children[slot], self.standby = standby, None
-        return standby
-
-    def _check_standby(self) -> bool:
-        """A standby that exited crashed (it never exits by itself): count it, start
-        another; False once the restart budget is spent."""
-        if self.standby is None or (code := self.standby.poll()) is None:
-            return True
-        self.links.forget(self.standby)
-        reason = f"pid {self.standby.pid} {exit_reason(code)}"
-        self.standby = None
-        if not self._count_crash(reason):
-            return False
-        log.warning("standby listener %s; restarting", reason)
-        self._spawn_standby()
-        return True
-
-    def _reap_retiring(self) -> bool:
-        """Forget recycled children that exited; one that did not exit 0 crashed, and
-        counts against the budget (False once it is spent). None is restarted: each has
-        its replacement already."""
-        for pid, old in list(self.retiring.items()):
-            code = old.child.poll()
-            if code is None:
-                continue
-            del self.retiring[pid]
-            self.links.forget(old.child)
-            if code == 0:
-                log.info("listener %d (pid %d) recycled: its runs finished", old.slot, pid)
-                continue
-            reason = f"pid {pid} {exit_reason(code)}"
-            if not self._count_crash(reason):
-                return False
-            log.warning("listener %d (recycling) %s; its replacement runs", old.slot, reason)
-        return True
 
     def _shutdown(self) -> None:
         """Pass the signal on, wait for graceful exits, kill what is left after that."""
