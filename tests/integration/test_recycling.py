@@ -110,6 +110,7 @@ def test_children_are_recycled_after_500_runs(timers_client: Timers, r: redis.Re
     recycles = check_recycled(timers_client, r, 5000, counts, output)
     assert 6 <= len(recycles) <= 14, "\n".join(recycles)
     assert all(" runs; replacement pid " in line for line in recycles), recycles
+    assert any(line.endswith("(the standby) takes over") for line in recycles), recycles
     assert output.count("recycled: its runs finished") >= len(recycles) - 2, output[-3000:]
 
 

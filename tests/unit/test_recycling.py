@@ -37,8 +37,10 @@ from timers.listener.supervisor import ListenOptions, RestartBudget, Supervisor
 #   replacement  says it claims, waits for the supervisor to reap child 0, then stops it
 #   quiet        never says it claims; stops the supervisor after a moment
 #   patient      a recycler that asks only once the standby is ready
+#   sleeper      just sleeps (a stop signal kills it)
 # A standby child (``$TIMERS_STANDBY``) says it is ready, waits for SIGUSR2, claims, waits
-# for the supervisor to reap child 0, then stops it; a later standby just sleeps.
+# for the supervisor to reap child 0, then stops it; a later standby just sleeps. With the
+# role dying-standby in the list, every standby exits 3 at once.
 FAKE_CHILD = textwrap.dedent("""
     import os, signal, sys, time
     from pathlib import Path
@@ -76,6 +78,8 @@ FAKE_CHILD = textwrap.dedent("""
         time.sleep(60)
 
     if os.environ.get("TIMERS_STANDBY"):
+        if "dying-standby" in roles:
+            sys.exit(3)
         try:
             os.close(os.open(here / "first-standby", os.O_CREAT | os.O_EXCL))
         except FileExistsError:
@@ -91,6 +95,8 @@ FAKE_CHILD = textwrap.dedent("""
         old = (here / "asker").read_text()
         wait_for(lambda: not os.path.exists(f"/proc/{old}"))
         stop_supervisor()
+    if role == "sleeper":
+        time.sleep(60)
     if role == "patient":
         wait_for(lambda: (here / "log").exists()
                  and "standby ready" in (here / "log").read_text())
@@ -182,6 +188,15 @@ def test_a_ready_standby_takes_over_at_once_and_a_new_one_starts(
     lines = [r.getMessage() for r in caplog.records]
     assert (f"listener 0 (pid {old}) recycling after 3 runs; replacement pid "
             f"{first_standby} (the standby) takes over") in lines, lines
+
+
+def test_a_standby_that_dies_is_a_crash_and_is_restarted(
+        tmp_path: Path, own_signal_handlers: None) -> None:
+    supervisor = fake_supervisor(tmp_path, "sleeper,dying-standby", max_restarts=2,
+                                 standby=True)
+    assert supervisor.run() == 1, "3 standby deaths spent a budget of 2 restarts"
+    assert len(supervisor.last_exits) == 3
+    assert all(e.endswith("exited with code 3") for e in supervisor.last_exits)
 
 
 def test_a_child_that_crashes_while_recycling_counts_against_the_budget(
