@@ -44,6 +44,7 @@ from timers.keys import DEFAULT_PREFIX
 from timers.listener import DEFAULT_CONCURRENCY, DEFAULT_LEASE, Listener
 from timers.listener.eviction import EvictionUnsafe
 from timers.listener.permissions import PermissionMissing
+from timers.listener.recycling import RecycleLimits, check_memory_limit, report_fd
 from timers.listener.supervisor import ListenOptions, Supervisor
 from timers.loader import TASKS_ENV, TaskLoader, configured_package
 from timers.redact import safe_url
@@ -119,6 +120,14 @@ TasksOption = Annotated[
 ]
 LogLevel = Literal["debug", "info", "warning", "error"]
 LogLevelOption = Annotated[LogLevel, typer.Option("--log-level", case_sensitive=False)]
+MaxRunsOption = Annotated[int | None, typer.Option(
+    "--max-runs-per-child", min=1, metavar="N", show_default=False,
+    help="Replace a listener process after N finished runs (for tasks that leak); "
+         "runs it under a supervisor even without --processes.")]
+MaxMemoryOption = Annotated[float | None, typer.Option(
+    "--max-memory-per-child", min=1, metavar="MB", show_default=False,
+    help="Replace a listener process once its resident memory reaches MB megabytes; "
+         "runs it under a supervisor even without --processes.")]
 
 
 @app.command()
@@ -154,15 +163,21 @@ def listen(
         bool, typer.Option("--allow-eviction", help="Start even on an allkeys-* eviction "
                                                     "policy, which can evict pending timers.")
     ] = False,
+    max_runs_per_child: MaxRunsOption = None,
+    max_memory_per_child: MaxMemoryOption = None,
 ) -> None:
     """Run timers as they come due (subscribes to expired events and sweeps the due index)."""
     log_format = set_up_logs(log_level, log_format, processes)
     options = ListenOptions(url=url, tasks=tasks, prefix=prefix, concurrency=concurrency,
                             lease=lease, shutdown_timeout=shutdown_timeout,
                             log_level=log_level, burst=burst, allow_eviction=allow_eviction,
-                            log_format=log_format, log_fires=log_fires)
-    if processes > 1:  # refuse before starting children that would each refuse
+                            log_format=log_format, log_fires=log_fires,
+                            max_runs_per_child=max_runs_per_child,
+                            max_memory_per_child=max_memory_per_child)
+    if processes > 1 or (options.recycles and report_fd() is None):
+        # refuse before starting children that would each refuse
         TaskLoader(configured_package(tasks), search_path=os.getcwd()).load()
+        check_memory_limit(max_memory_per_child)  # about a child's size now: refuse once
         raise typer.Exit(supervise(Supervisor.for_listeners(options, processes)))
     _listen_here(options)
 
@@ -174,7 +189,9 @@ def _listen_here(options: ListenOptions) -> None:
                             concurrency=options.concurrency or DEFAULT_CONCURRENCY,
                             lease=options.lease or DEFAULT_LEASE,
                             shutdown_timeout=options.shutdown_timeout,
-                            allow_eviction=options.allow_eviction)
+                            allow_eviction=options.allow_eviction,
+                            recycle=RecycleLimits(options.max_runs_per_child,
+                                                  options.max_memory_per_child))
     except ValueError as exc:
         raise UserError(str(exc)) from None
     listener_logs(listener, options.log_fires)
@@ -322,12 +339,13 @@ def listeners(url: UrlOption = None, prefix: PrefixOption = DEFAULT_PREFIX) -> N
         return
     now = datetime.now(UTC).timestamp()
     typer.echo(f"{'ID':<36} {'HOST':<20} {'PID':>7} {'UP':>8} {'RUNNING':>7} {'FIRED':>9} "
-               f"{'STUCK':>5}")
+               f"{'STUCK':>5} STATE")
     for info in sorted(live, key=lambda i: str(i.get("id"))):
         up = format_duration(now - float(info.get("started", now)))
         typer.echo(f"{printable(info.get('id')):<36} {printable(info.get('host')):<20} "
                    f"{info.get('pid', ''):>7} {up:>8} {info.get('running', 0):>7} "
-                   f"{info.get('fired', 0):>9} {info.get('stuck', 0):>5}")
+                   f"{info.get('fired', 0):>9} {info.get('stuck', 0):>5} "
+                   f"{printable(info.get('state', ''))}")
 
 
 @app.command()

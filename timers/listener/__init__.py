@@ -17,12 +17,17 @@ if TYPE_CHECKING:
         HEARTBEAT_INTERVAL,
         Listener,
     )
+    from timers.listener.recycling import RecycleLimits
 
 __all__ = ["DEFAULT_CONCURRENCY", "DEFAULT_FAILURE_RETENTION", "DEFAULT_LEASE",
-           "HEARTBEAT_INTERVAL", "Listener"]
+           "HEARTBEAT_INTERVAL", "Listener", "RecycleLimits"]
 
 
 def __getattr__(name: str) -> Any:
+    if name == "RecycleLimits":
+        from timers.listener.recycling import RecycleLimits
+
+        return RecycleLimits
     if name in __all__:
         from timers.listener import lifecycle
 

@@ -49,6 +49,7 @@ from timers.listener.permissions import SWEEP_ONLY_MAX_SLEEP, check_at_start, ex
 from timers.listener.precise import PreciseSleeper
 from timers.listener.preflight import eviction_policy, warn_if_events_off
 from timers.listener.quarantine import Quarantine
+from timers.listener.recycling import RecycleLimits, Recycler, report_fd
 from timers.listener.retrying import RETRYABLE, pause
 from timers.listener.runner import Runner
 from timers.listener.tally import RunTally
@@ -93,6 +94,7 @@ class Listener:
         observer: Callable[[Fired], None] | None = None,
         search_path: str | None = None,
         allow_eviction: bool = False,
+        recycle: RecycleLimits | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
@@ -124,6 +126,7 @@ class Listener:
         self._running: dict[str, Run] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._held = HeldRuns()  # tokens whose lease we keep: running or unflushed
+        self.recycler = Recycler(recycle, self._stop_claiming, report_fd())
         self._wire_parts(failure_retention)
 
     def _wire_parts(self, failure_retention: float) -> None:
@@ -165,6 +168,7 @@ class Listener:
         """
         self._burst = burst
         events = await self._preflight()
+        await self.recycler.wait_for_turn(self._stopping)  # a standby waits to take over
         log.info("listening: tasks package %r loaded, prefix %r, concurrency %d, lease %g s",
                  self.loader.package, self.keys.prefix, self.concurrency, self.lease)
         keeper = LeaseKeeper(sync_twin(self.redis, min(15.0, max(1.0, self.lease))),
@@ -189,6 +193,7 @@ class Listener:
             self._closed.set()
             await asyncio.to_thread(keeper.close)
             watch.close()
+            self.recycler.close(asyncio.get_running_loop())
             await self._end_loops(loops)
             await self._close()
 
@@ -212,6 +217,7 @@ class Listener:
             self.endings.eviction_policy = await eviction_policy(self.redis,
                                                                  self.allow_eviction)
             missing = await check_at_start(self.redis, self.keys, self.db)
+            self.recycler.start(asyncio.get_running_loop())  # the tasks are loaded: RSS
         except Exception:
             if self._owns_client:
                 await self.redis.aclose()
@@ -244,6 +250,10 @@ class Listener:
     def stop(self) -> None:
         """Stop claiming, let running tasks finish (up to ``shutdown_timeout``), hand the
         rest back, and return from :meth:`run`. Only sets flags: safe in a signal handler."""
+        self.recycler.hurry.set()
+        self._stop_claiming()
+
+    def _stop_claiming(self) -> None:
         self._stopping.set()
         self.claimer.poke.set()
         self.claimer.slot_freed.set()
@@ -267,6 +277,8 @@ class Listener:
     async def _drain(self) -> None:
         """Wait for running tasks, then hand back the runs that did not finish."""
         running = [t for t in self._tasks if not t.done()]
+        await self.recycler.wait_for_runs(running, lambda: self._heartbeat(alive=True))
+        running = [t for t in running if not t.done()]
         if running and not self.aborted:
             log.info("waiting up to %gs for %d running task(s)", self.shutdown_timeout,
                      len(running))
@@ -323,6 +335,7 @@ class Listener:
         if done.report is not None:
             self.ended_count += 1
             self._report(done)
+            self.recycler.after_run(self.ended_count)
 
     def _report(self, done: Executed) -> None:
         if self.observer is None or done.report is None:
@@ -351,8 +364,11 @@ class Listener:
             "started": round(self.started_at), "running": len(self._running),
             "fired": self.ended_count, "concurrency": self.concurrency,
             "tasks": self.loader.package, "stuck": self._runner.stuck,
+            **self.recycler.heartbeat_info(self._stopping.is_set()),
         }) if alive else ""
         await self._scripts.heartbeat(self.id, round(HEARTBEAT_INTERVAL * 3000), info)
+        if alive:
+            self.recycler.published()
 
 
 def _client(redis_: str | redis.asyncio.Redis | None) -> tuple[redis.asyncio.Redis, bool]:
