@@ -74,7 +74,34 @@ class JsonFormatter(logging.Formatter):
             data["exception"] = self.formatException(record.exc_info)
         if record.stack_info:
             data["stack"] = self.formatStack(record.stack_info)
-        return json.dumps(data, default=str, ensure_ascii=False)
+        return fit_on_one_write(data)
+
+
+MAX_LINE_BYTES = 4095
+"""A line and its newline fit in one atomic write to a pipe (``PIPE_BUF``, 4096 on Linux):
+under ``--processes`` the children share one stderr, and a longer write may interleave
+with another child's line."""
+_SHORTENED = ("exception", "stack", "message")
+
+
+def fit_on_one_write(data: dict[str, Any]) -> str:
+    """``data`` as JSON of at most :data:`MAX_LINE_BYTES`, cutting the middle out of the
+    longest of its exception, stack or message (a traceback's head and its last frames
+    stay) and saying how much was cut."""
+    line = json.dumps(data, default=str, ensure_ascii=False)
+    for _ in range(4):
+        excess = len(line.encode()) - MAX_LINE_BYTES
+        if excess <= 0:
+            return line
+        field = max(_SHORTENED, key=lambda name: len(str(data.get(name) or "")))
+        value = str(data.get(field) or "")
+        keep = max(len(value) - excess * 2 - 60, 200)  # chars: the JSON may escape some
+        if keep >= len(value):
+            break
+        head, tail = value[:keep // 3], value[len(value) - (keep - keep // 3):]
+        data[field] = f"{head} … [{len(value) - keep} characters cut] … {tail}"
+        line = json.dumps(data, default=str, ensure_ascii=False)
+    return line
 
 
 def configured_format(value: str | None = None) -> LogFormat:

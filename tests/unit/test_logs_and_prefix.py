@@ -137,3 +137,22 @@ def test_the_demo_keeps_its_own_prefix(capsys: pytest.CaptureFixture[str],
     assert "[default: timers-demo]" in " ".join(capsys.readouterr().out.split())
     assert run_app(app, ["demo", "--prefix", "a|b"]) == 2
     assert "invalid value for '--prefix': prefix must be non-empty" in capsys.readouterr().err
+
+
+def test_a_json_line_with_a_huge_traceback_fits_one_atomic_pipe_write() -> None:
+    """Children under --processes share one stderr: a line longer than PIPE_BUF could be
+    split by another child's line, and neither would parse."""
+    from timers.logs import MAX_LINE_BYTES, JsonFormatter
+
+    try:
+        raise ValueError("é" * 3000 + " the end")
+    except ValueError:
+        record = logging.LogRecord("timers.listener", logging.ERROR, __file__, 1,
+                                   "task failed: %s", ("x" * 3000,), sys.exc_info())
+    line = JsonFormatter().format(record)
+    assert len(line.encode()) <= MAX_LINE_BYTES
+    parsed = json.loads(line)
+    assert parsed["exception"].startswith("Traceback (most recent call last)")
+    assert parsed["exception"].endswith("é the end")
+    assert "characters cut" in parsed["exception"]
+    assert parsed["message"].startswith("task failed: xxx")
