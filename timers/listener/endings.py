@@ -85,6 +85,8 @@ class EndingWriter:
         """Named when late finishes are reported (see :mod:`timers.listener.eviction`)."""
         self.ready = asyncio.Event()
         self._queue: list[Ending] = []
+        self.on_written: Callable[[], None] = lambda: None
+        """Called after each batch is written."""
 
     def add(self, ending: Ending) -> None:
         self._queue.append(ending)
@@ -137,6 +139,7 @@ class EndingWriter:
             raise
         self.held.release(tokens)
         del self._queue[: len(batch)]
+        self.on_written()
         report_late_finishes(int(late or 0), self.eviction_policy)
 
     async def flush_remaining(self, clock: Clock, within: float = 5.0,

@@ -132,11 +132,12 @@ class Listener:
     def _wire_parts(self, failure_retention: float) -> None:
         self.endings = EndingWriter(self._scripts, self.keys, failure_retention, self._held,
                                     self._closed)
+        self.endings.on_written = self._after_endings_written
         self.claimer = Claimer(self._scripts, self.keys, self.id, self.lease, self.clock,
                                self.tracker, ClaimerHooks(
                                    free_slots=self._free_slots,
                                    take_event_ids=lambda n: self.events.take(n),
-                                   busy=lambda: bool(self._running or self.events.pending),
+                                   busy=self._busy,
                                    start=self._start, give_up=self._give_up),
                                self._stopping)
         self.events = EventSource(self.redis, Channels.of(self.keys, self.db), self.keys,
@@ -319,6 +320,15 @@ class Listener:
         task = asyncio.create_task(self._run_one(run))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    def _after_endings_written(self) -> None:
+        if self._burst:
+            self.claimer.poke.set()  # the sweep loop decides whether the burst is over
+
+    def _busy(self) -> bool:
+        """Runs going, events waiting, or endings not written yet (a retry due at once is
+        due only once its ending is written: a burst is not over before then)."""
+        return bool(self._running or self.events.pending or len(self.endings))
 
     async def _run_one(self, run: Run) -> None:
         try:
