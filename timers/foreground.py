@@ -3,7 +3,9 @@
 The first SIGTERM, SIGINT or SIGHUP (a closed terminal, a service manager's reload) stops
 the listener gracefully: running tasks get the shutdown timeout, the rest is handed back.
 A second one aborts at once. A listener started by a supervisor stops too when that
-supervisor dies (see :mod:`timers.orphans`).
+supervisor dies (see :mod:`timers.orphans`), and takes a signal that comes within
+``SAME_STOP_WINDOW`` of the first as the same stop: a service manager that signals every
+process of the service reaches it twice at once, directly and through the supervisor.
 """
 
 from __future__ import annotations
@@ -11,12 +13,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import time
+from collections.abc import Callable
 from typing import Protocol
 
 import redis
 
 from timers.exceptions import TimersError
-from timers.listener.orphans import ask_for_signal_on_parent_death, supervisor_pid, watch_parent
+from timers.listener.orphans import (
+    SAME_STOP_WINDOW,
+    ask_for_signal_on_parent_death,
+    supervisor_pid,
+    watch_parent,
+)
 from timers.redact import mask_secrets
 
 log = logging.getLogger("timers")
@@ -34,17 +43,27 @@ class Stoppable(Protocol):
 
 
 class StopOnSignals:
-    """Signal escalation: the first signal stops gracefully, any later one aborts."""
+    """Signal escalation: the first signal stops gracefully, any later one aborts, except
+    one within ``same_stop_window`` seconds of the first (the same stop, sent twice)."""
 
-    def __init__(self, target: Stoppable) -> None:
+    def __init__(self, target: Stoppable, same_stop_window: float = 0.0,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
         self.target = target
         self.seen = 0
+        self.same_stop_window = same_stop_window
+        self._monotonic = monotonic
+        self._first = 0.0
 
     def __call__(self) -> None:
         self.seen += 1
         if self.seen == 1:
+            self._first = self._monotonic()
             log.info("stopping: waiting for running tasks (signal again to exit at once)")
             self.target.stop()
+        elif self._monotonic() - self._first < self.same_stop_window:
+            self.seen = 1
+            log.debug("a second stop signal at once: the same stop (from the supervisor "
+                      "and the service manager both)")
         else:
             self.target.abort()
 
@@ -77,9 +96,9 @@ async def check_connection(listener: ForegroundListener, where: str) -> None:
 async def run_in_foreground(listener: ForegroundListener, *, burst: bool = False) -> None:
     """Run ``listener`` until it is done (``burst``) or stopped by a signal."""
     loop = asyncio.get_running_loop()
-    handler = StopOnSignals(listener)
-    handler.install(loop)
     parent = supervisor_pid()
+    handler = StopOnSignals(listener, SAME_STOP_WINDOW if parent is not None else 0.0)
+    handler.install(loop)
     watcher = None
     if parent is not None:
         ask_for_signal_on_parent_death()
