@@ -20,6 +20,7 @@ from typing import Protocol
 import redis
 
 from timers.exceptions import TimersError
+from timers.listener.connection import listener_client
 from timers.listener.orphans import (
     SAME_STOP_WINDOW,
     ask_for_signal_on_parent_death,
@@ -82,15 +83,43 @@ class ForegroundListener(Stoppable, Protocol):
     async def run(self, stop: asyncio.Event | None = None, *, burst: bool = False) -> None: ...
 
 
-async def check_connection(listener: ForegroundListener, where: str) -> None:
-    """Raise :class:`CannotConnect` (one line, no password) if the server does not answer."""
-    try:
-        await listener.redis.ping()
-    except redis.exceptions.ConnectionError as exc:
-        await listener.redis.aclose()
-        raise CannotConnect(mask_secrets(
-            f"cannot connect to Redis at {where}: {exc} (set --url or $TIMERS_REDIS_URL; "
-            f"`timers server` starts one)")) from None
+async def check_connection(client: redis.asyncio.Redis, where: str, *,
+                           wait: bool = False) -> None:
+    """Raise :class:`CannotConnect` (one line, no password) if the server does not answer;
+    with ``wait``, try again with backoff until it does.
+
+    A supervised child waits: its supervisor checked the server once before starting
+    children, so a child that cannot connect later (a replacement, a standby, a restart
+    during an outage) exiting at once would be restarted at once and use up the restart
+    budget in seconds, taking the whole fleet down with it."""
+    delay = 0.25
+    while True:
+        try:
+            await client.ping()
+            return
+        except redis.exceptions.ConnectionError as exc:
+            problem = mask_secrets(f"cannot connect to Redis at {where}: {exc}")
+            if not wait:
+                await client.aclose()
+                raise CannotConnect(f"{problem} (set --url or $TIMERS_REDIS_URL; "
+                                    f"`timers server` starts one)") from None
+        if delay == 0.25:
+            log.warning("%s; trying again until it answers", problem)
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 5.0)
+
+
+def check_server_once(url: str, where: str) -> None:
+    """The supervisor, before it starts children: raise :class:`CannotConnect` if the
+    server does not answer (the children would wait for it)."""
+    async def ping() -> None:
+        client = listener_client(url)
+        try:
+            await check_connection(client, where)
+        finally:
+            await client.aclose()
+
+    asyncio.run(ping())
 
 
 async def run_in_foreground(listener: ForegroundListener, *, burst: bool = False) -> None:
