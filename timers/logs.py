@@ -53,6 +53,19 @@ def identify(listener_id: str) -> None:
     IDENTITY.role, IDENTITY.listener = "listener", listener_id
 
 
+class TextFormatter(logging.Formatter):
+    """:data:`TEXT_FORMAT`, a line per event: a line break in the message (a timer id, an
+    exception's text) is written as ``\\n``, so it cannot start a line of its own that
+    reads as another event. A traceback still follows on the lines after."""
+
+    def __init__(self) -> None:
+        super().__init__(TEXT_FORMAT)
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        return (super().formatMessage(record)
+                .replace("\r", "\\r").replace("\n", "\\n"))
+
+
 class JsonFormatter(logging.Formatter):
     """One JSON object per line: ts (ISO 8601, UTC), level, logger, message, pid, role,
     listener, the record's structured extras, and ``exception`` as one string."""
@@ -125,7 +138,6 @@ def configure(level: str, log_format: LogFormat = "text", role: str = "listener"
         return
     root.setLevel(getattr(logging, level.upper(), logging.INFO))
     handler = logging.StreamHandler()
-    handler.setFormatter(JsonFormatter() if log_format == "json"
-                         else logging.Formatter(TEXT_FORMAT))
+    handler.setFormatter(JsonFormatter() if log_format == "json" else TextFormatter())
     handler.addFilter(IDENTITY)
     root.addHandler(handler)

@@ -95,3 +95,30 @@ def test_a_bad_log_format_is_one_line(redis_url: str) -> None:
     done = listen(redis_url, "--log-format", "xml")
     assert done.returncode == 1
     assert done.stderr == "error: --log-format must be text or json, got 'xml'\n"
+
+
+def test_a_line_break_in_a_timer_id_or_an_error_does_not_start_a_text_line(
+        timers_client: Timers, redis_url: str) -> None:
+    """A line that starts with a date and a level is one event: a timer id or an exception
+    message cannot forge one."""
+    forged = "2026-01-01 00:00:00,000 INFO [pid 1 listener x] timers.listener: forged"
+    timers_client.schedule("fail.boom", [f"two\n{forged}"], in_=0, id=f"id\r\n{forged}")
+
+    done = listen(redis_url, "--log-fires")
+
+    assert done.returncode == 0, done.stderr
+    assert [line for line in done.stderr.splitlines() if line.startswith(forged)] == []
+    assert "failed for good" in done.stderr and "TaskBroke: boom two\\n2026" in done.stderr
+
+
+def test_a_recycling_supervisor_of_one_process_says_it_is_the_supervisor(
+        timers_client: Timers, redis_url: str) -> None:
+    timers_client.schedule("record.hit", ["a"], in_=0)
+
+    done = listen(redis_url, "--max-runs-per-child", "5", "--log-format", "json")
+
+    assert done.returncode == 0, done.stderr
+    records = [json.loads(line) for line in done.stderr.splitlines()]
+    roles = {rec["role"] for rec in records if rec["logger"] == "timers.listener.supervisor"}
+    assert roles == {"supervisor"}, done.stderr
+    assert all(rec["listener"] for rec in records if rec["role"] == "listener"), done.stderr

@@ -77,6 +77,20 @@ def test_first_signal_stops_any_later_one_aborts() -> None:
     assert target.calls == ["stop", "abort", "abort"]
 
 
+def test_a_supervised_child_takes_a_signal_right_after_the_first_as_the_same_stop() -> None:
+    """systemd's default KillMode signals the child directly and through its supervisor."""
+    now = [100.0]
+    target = FakeListener()
+    handler = StopOnSignals(target, same_stop_window=1.0, monotonic=lambda: now[0])
+    handler()
+    now[0] += 0.3
+    handler()
+    assert target.calls == ["stop"]
+    now[0] += 1.0
+    handler()
+    assert target.calls == ["stop", "abort"]
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
 def test_signals_reach_a_foreground_listener(sig: signal.Signals) -> None:
     target = FakeListener()

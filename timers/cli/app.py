@@ -39,10 +39,11 @@ from timers.cli.listen_logs import (
 from timers.cli.server import register as register_server_commands
 from timers.client import configured_url
 from timers.due import format_duration, parse_delay
-from timers.foreground import check_connection, run_in_foreground
+from timers.foreground import check_connection, check_server_once, run_in_foreground
 from timers.keys import DEFAULT_PREFIX
 from timers.listener import DEFAULT_CONCURRENCY, DEFAULT_LEASE, Listener
 from timers.listener.eviction import EvictionUnsafe
+from timers.listener.orphans import supervisor_pid
 from timers.listener.permissions import PermissionMissing
 from timers.listener.recycling import RecycleLimits, check_memory_limit, report_fd
 from timers.listener.supervisor import ListenOptions, Supervisor
@@ -178,6 +179,8 @@ def listen(
         # refuse before starting children that would each refuse
         TaskLoader(configured_package(tasks), search_path=os.getcwd()).load()
         check_memory_limit(max_memory_per_child)  # about a child's size now: refuse once
+        url_now = configured_url(url)
+        check_server_once(url_now, safe_url(url_now))  # the children wait for it later
         raise typer.Exit(supervise(Supervisor.for_listeners(options, processes)))
     _listen_here(options)
 
@@ -205,7 +208,7 @@ def _listen_here(options: ListenOptions) -> None:
 
 
 async def _listen(listener: Listener, burst: bool, where: str) -> None:
-    await check_connection(listener, where)
+    await check_connection(listener.redis, where, wait=supervisor_pid() is not None)
     logging.getLogger("timers").info(
         "starting on %s (tasks package %r, concurrency %d)",
         where, listener.loader.package, listener.concurrency)

@@ -15,7 +15,7 @@ import typer
 from timers.cli.common import UserError
 from timers.listener import Listener
 from timers.listener.supervisor import Supervisor
-from timers.logs import LOG_FORMAT_ENV, LogFormat, configure, configured_format, identify
+from timers.logs import IDENTITY, LOG_FORMAT_ENV, LogFormat, configure, configured_format, identify
 
 log = logging.getLogger("timers.listener.supervisor")
 
@@ -46,6 +46,7 @@ def listener_logs(listener: Listener, log_fires: bool) -> None:
 
 def supervise(supervisor: Supervisor) -> int:
     """Run ``supervisor`` and say when it stops."""
+    IDENTITY.role = "supervisor"  # also for one process supervised to be recycled
     started = time.monotonic()
     code = supervisor.run()
     log.info("stopped: supervisor of %d listener process(es), exit code %d, up %.1f s",

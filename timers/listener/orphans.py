@@ -17,6 +17,11 @@ from collections.abc import Callable
 log = logging.getLogger("timers.listener")
 SUPERVISOR_ENV = "TIMERS_SUPERVISOR_PID"
 WATCH_INTERVAL = 1.0
+SAME_STOP_WINDOW = 1.0
+"""Seconds after a supervised child's first stop signal in which another one is the same
+stop, not "exit at once": a service manager that signals every process of the service
+(systemd's default ``KillMode=control-group``) reaches the child directly and through its
+supervisor within that time. The supervisor passes an escalation on only after it."""
 PR_SET_PDEATHSIG = 1
 
 

@@ -2,8 +2,9 @@
 
 Signal handlers only set flags; the loop does the work. SIGTERM, SIGINT or SIGHUP is
 passed to every child as SIGTERM (each then stops gracefully and hands back unfinished
-timers) and the supervisor waits for them; a second signal is passed on too, and the
-children exit at once. A child that keeps dying exhausts the restart budget: the
+timers) and the supervisor waits for them; a second signal is passed on too (a second
+after the first at the earliest: a child takes a signal sooner than that as the same
+stop), and the children exit at once. A child that keeps dying exhausts the restart budget: the
 supervisor logs the last exit reasons, stops the others and exits 1.
 
 With ``--max-runs-per-child`` or ``--max-memory-per-child`` a child at its limit asks
@@ -30,7 +31,7 @@ from dataclasses import dataclass, field
 from types import FrameType
 
 from timers.clock import Clock, SystemClock
-from timers.listener.orphans import SUPERVISOR_ENV
+from timers.listener.orphans import SAME_STOP_WINDOW, SUPERVISOR_ENV
 from timers.listener.supervisor_recycling import (
     ChildLinks,
     Retiring,
@@ -206,11 +207,14 @@ class Supervisor(SupervisorRecycling):
         """Pass the signal on, wait for graceful exits, kill what is left after that."""
         children = [*self.children.values(), *(old.child for old in self.retiring.values()),
                     *([self.standby] if self.standby is not None else [])]
-        forwarded = 0
+        forwarded, last = 0, 0.0
         deadline = self.clock.monotonic() + self.shutdown_timeout + 10
         while self.clock.monotonic() < deadline:
-            while forwarded < max(self.signals_received, 1):
-                forwarded += 1
+            # a child takes a signal within SAME_STOP_WINDOW of its first as the same stop:
+            # an escalation waits until that has passed
+            if forwarded < max(self.signals_received, 1) and (
+                    not forwarded or self.clock.monotonic() - last >= SAME_STOP_WINDOW):
+                forwarded, last = forwarded + 1, self.clock.monotonic()
                 for child in children:
                     if child.poll() is None:
                         child.send_signal(signal.SIGTERM)

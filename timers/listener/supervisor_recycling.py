@@ -23,6 +23,7 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from timers.clock import Clock
 from timers.listener.orphans import SUPERVISOR_ENV
 from timers.listener.recycling import (
     CLAIMING,
@@ -46,6 +47,9 @@ class Retiring:
     child: subprocess.Popen[bytes]
     reason: str
     told: bool = False
+    since: float = 0.0
+    """When it was told to stop claiming (the clock's monotonic seconds)."""
+    warned: bool = False
 
 
 class ChildLinks:
@@ -128,6 +132,8 @@ class SupervisorRecycling:
     links: ChildLinks
     standby: subprocess.Popen[bytes] | None
     standby_ready: bool
+    clock: Clock
+    shutdown_timeout: float
 
     def _spawn(self, slot: int, *, quiet: bool = False) -> subprocess.Popen[bytes]:
         raise NotImplementedError
@@ -156,7 +162,7 @@ class SupervisorRecycling:
         elif kind == CLAIMING:
             for old in self.retiring.values():
                 if old.slot == slot and not old.told and old.child.poll() is None:
-                    old.told = True
+                    old.told, old.since = True, self.clock.monotonic()
                     old.child.send_signal(HANDOVER_SIGNAL)
                     log.info("listener %d (pid %d) is claiming; pid %d stops claiming and "
                              "finishes its runs", slot, child.pid, old.child.pid)
@@ -197,6 +203,7 @@ class SupervisorRecycling:
         for pid, old in list(self.retiring.items()):
             code = old.child.poll()
             if code is None:
+                self._warn_if_stuck(old)
                 continue
             del self.retiring[pid]
             self.links.forget(old.child)
@@ -208,3 +215,16 @@ class SupervisorRecycling:
                 return False
             log.warning("listener %d (recycling) %s; its replacement runs", old.slot, reason)
         return True
+
+    def _warn_if_stuck(self, old: Retiring) -> None:
+        """Once, when a recycled child drains for longer than the shutdown timeout: a task
+        that never returns keeps it (and its timer) forever, beside its replacement."""
+        if not old.told or old.warned:
+            return
+        waited = self.clock.monotonic() - old.since
+        if waited > self.shutdown_timeout:
+            old.warned = True
+            log.warning("listener %d (pid %d) still finishing its runs %.0f s after it was "
+                        "replaced: a task that does not return keeps it (give the task a "
+                        "timeout=; a stop signal hands its runs back after "
+                        "--shutdown-timeout)", old.slot, old.child.pid, waited)

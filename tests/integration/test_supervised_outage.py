@@ -1,0 +1,80 @@
+"""A Redis outage under a supervisor: a child started while the server is down (a
+replacement, the standby, a restart) waits for it instead of exiting at once, which would
+use up the restart budget in seconds and take the whole fleet down. The supervisor itself
+still refuses at once, in one line, a server that does not answer when it starts."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from tests.conftest import ROOT, wait_until
+from tests.integration.helpers import TIMERS_COMMAND, Processes, run_cli
+from tests.retry_tasks import done
+from timers import Timers
+from timers.server import EmbeddedServer, free_port
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def own_server() -> Iterator[EmbeddedServer]:
+    server = EmbeddedServer(config=ROOT / "redis.conf").start()
+    yield server
+    server.stop()
+
+
+def _read(path: Path) -> str:
+    return path.read_text(errors="replace")
+
+
+def test_a_standby_started_during_an_outage_waits_for_redis(
+        own_server: EmbeddedServer, processes: Processes, tmp_path: Path) -> None:
+    log_path = tmp_path / "supervisor.log"
+    env = {**processes.env(), "TIMERS_TEST_URL": own_server.url}
+    with log_path.open("wb") as log_file:
+        supervisor = subprocess.Popen(
+            [TIMERS_COMMAND, "listen", "--max-runs-per-child", "5", "--url", own_server.url,
+             "--tasks", "tests.retry_tasks"],
+            cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=log_file,
+            stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        wait_until(lambda: _read(log_path).count("starting on") == 2, 15,
+                   message="the child and the standby to be up")
+        standby = int(re.findall(r"standby listener started \(pid (\d+)\)",
+                                 _read(log_path))[-1])
+        own_server.stop(keep_data=True)
+        os.kill(standby, signal.SIGKILL)  # its replacement starts while Redis is down
+        wait_until(lambda: "trying again until it answers" in _read(log_path), 15,
+                   message="the new standby to wait for Redis")
+        assert supervisor.poll() is None, _read(log_path)
+        own_server.restart()
+        with Timers(own_server.url) as client:
+            client.schedule("slow.nap", ["after", 0.05], in_=0)
+        r = redis.Redis.from_url(own_server.url)
+        wait_until(lambda: [tag for tag, _ in done(r)] == ["after"], 20,
+                   message="a timer to fire once Redis is back")
+        supervisor.send_signal(signal.SIGTERM)
+        assert supervisor.wait(20) == 0
+    finally:
+        if supervisor.poll() is None:
+            os.killpg(supervisor.pid, signal.SIGKILL)
+            supervisor.wait(10)
+    output = _read(log_path)
+    assert "giving up" not in output, output
+    assert output.count("restarting") == 1, output  # the standby killed, nothing else
+
+
+def test_a_supervisor_refuses_a_server_that_does_not_answer_in_one_line() -> None:
+    url = f"redis://127.0.0.1:{free_port()}/0"
+    done_ = run_cli("listen", "--processes", "2", "--url", url, "--tasks", "tests.retry_tasks")
+    assert done_.returncode == 1
+    assert done_.stderr.startswith(f"error: cannot connect to Redis at {url}"), done_.stderr
+    assert len(done_.stderr.splitlines()) == 1, done_.stderr
