@@ -13,6 +13,9 @@ from typing import Any
 
 import redis
 import redis.asyncio
+import redis.asyncio.retry
+import redis.backoff
+import redis.retry
 
 DEFAULT_URL = "redis://localhost:6379/0"
 URL_ENV = "TIMERS_REDIS_URL"
@@ -25,23 +28,39 @@ POOL_WAIT = 20.0
 """Seconds a call waits for a free connection of a full pool (see the module docstring)."""
 
 
+RECONNECTS = 1
+"""A call whose connection the server had closed (a restart, Redis's ``timeout`` setting, a
+proxy dropping idle sockets) runs once more, on a new connection, instead of failing. Only
+for a lost connection: a timeout is not retried, so a paused server still raises
+:class:`ServerTimeout` after one ``socket_timeout``. Repeating a call whose first try
+did reach the server writes nothing twice (ids are made before sending; a schedule by id
+replaces), though a repeated ``cancel`` then answers False."""
+
+
 def configured_url(url: str | None = None) -> str:
     """``url`` if given, else ``$TIMERS_REDIS_URL``, else ``redis://localhost:6379/0``."""
     return url or os.environ.get(URL_ENV) or DEFAULT_URL
 
 
-def _pool_settings(max_connections: int | None) -> dict[str, Any]:
-    return {**URL_CLIENT_TIMEOUTS, "timeout": POOL_WAIT,
+def _pool_settings(max_connections: int | None, retry: Any) -> dict[str, Any]:
+    return {**URL_CLIENT_TIMEOUTS, "timeout": POOL_WAIT, "retry": retry,
             "max_connections": max_connections or DEFAULT_MAX_CONNECTIONS}
+
+
+def _reconnect(kind: Any) -> Any:
+    """redis-py's ``Retry`` (sync or asyncio ``kind``) for :data:`RECONNECTS`."""
+    return kind(redis.backoff.NoBackoff(), RECONNECTS,
+                supported_errors=(redis.exceptions.ConnectionError,))
 
 
 def sync_client(url: str | None, max_connections: int | None = None) -> redis.Redis:
     """A sync client over a blocking pool, for ``url`` (see :func:`configured_url`)."""
     return redis.Redis.from_pool(redis.BlockingConnectionPool.from_url(
-        configured_url(url), **_pool_settings(max_connections)))
+        configured_url(url), **_pool_settings(max_connections, _reconnect(redis.retry.Retry))))
 
 
 def async_client(url: str | None, max_connections: int | None = None) -> redis.asyncio.Redis:
     """An asyncio client over a blocking pool, for ``url`` (see :func:`configured_url`)."""
     return redis.asyncio.Redis.from_pool(redis.asyncio.BlockingConnectionPool.from_url(
-        configured_url(url), **_pool_settings(max_connections)))
+        configured_url(url),
+        **_pool_settings(max_connections, _reconnect(redis.asyncio.retry.Retry))))
