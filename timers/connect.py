@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import redis
 import redis.asyncio
@@ -43,6 +44,7 @@ def configured_url(url: str | None = None) -> str:
 
 
 def _pool_settings(max_connections: int | None, retry: Any) -> dict[str, Any]:
+    _check_max_connections(max_connections, "max_connections=")
     return {**URL_CLIENT_TIMEOUTS, "timeout": POOL_WAIT, "retry": retry,
             "max_connections": max_connections or DEFAULT_MAX_CONNECTIONS}
 
@@ -53,14 +55,35 @@ def _reconnect(kind: Any) -> Any:
                 supported_errors=(redis.exceptions.ConnectionError,))
 
 
+def _check_max_connections(value: object, where: str) -> None:
+    """Refuse a pool size below 1 in one line (redis-py would take 0 as its default, 100)."""
+    if value is None:
+        return
+    try:
+        size = int(value)  # type: ignore[call-overload]
+    except (TypeError, ValueError):
+        size = 0
+    if isinstance(value, bool | float) or size < 1:
+        raise ValueError(f"{where} must be a whole number of connections, 1 or more, got "
+                         f"{value!r}")
+
+
+def _checked_url(url: str | None) -> str:
+    """``configured_url(url)``, its ``?max_connections=`` checked as the argument is."""
+    url = configured_url(url)
+    for value in parse_qs(urlsplit(url).query, keep_blank_values=True).get("max_connections", []):
+        _check_max_connections(value, "?max_connections= in the Redis URL")
+    return url
+
+
 def sync_client(url: str | None, max_connections: int | None = None) -> redis.Redis:
     """A sync client over a blocking pool, for ``url`` (see :func:`configured_url`)."""
     return redis.Redis.from_pool(redis.BlockingConnectionPool.from_url(
-        configured_url(url), **_pool_settings(max_connections, _reconnect(redis.retry.Retry))))
+        _checked_url(url), **_pool_settings(max_connections, _reconnect(redis.retry.Retry))))
 
 
 def async_client(url: str | None, max_connections: int | None = None) -> redis.asyncio.Redis:
     """An asyncio client over a blocking pool, for ``url`` (see :func:`configured_url`)."""
     return redis.asyncio.Redis.from_pool(redis.asyncio.BlockingConnectionPool.from_url(
-        configured_url(url),
+        _checked_url(url),
         **_pool_settings(max_connections, _reconnect(redis.asyncio.retry.Retry))))
