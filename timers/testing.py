@@ -29,7 +29,9 @@ How it works, so that a test tests what production does:
   passed: a timer due in 24 h runs after ``advance(hours=24)``, not after ``advance(hours=23)``.
   Times recorded by the server (a :class:`Fired` report's ``due_ms``, ``timers.current().due``,
   failure times) stay on the server's real clock, as does an absolute time (``at=``, a cron
-  expression) given after an advance; relative ones (``in_=``, intervals) are exact.
+  expression) given after an advance; relative ones (``in_=``) are exact. A recurrence's
+  next occurrence counts from the previous one on the real clock: on the test's clock it
+  comes late by the time advanced so far (only the first occurrence is on time).
 """
 
 from __future__ import annotations
