@@ -17,7 +17,8 @@ How it works, so that a test tests what production does:
 
 - The server is an in-memory fakeredis server running timers' own Lua scripts
   (``fakeredis[lua]``). The default instances of :mod:`timers` and :mod:`timers.aio` point
-  at it inside the block; the previous ones are back (unclosed) after it.
+  at it inside the block (a ``configure()`` the app calls there leaves them so); the
+  previous ones are back (unclosed) after it.
 - :meth:`TimersTest.run_due` runs a real :class:`timers.listener.Listener` in burst mode,
   in this process: the same claim, policies (retries, max lateness …), recurrences and
   endings as ``timers listen``. A retry or a new timer that a run makes due at once runs in
@@ -109,9 +110,10 @@ class TimersTest:
         async_default = PerLoop(lambda: AsyncTimers(  # one per event loop, as in production
             fakeredis.FakeAsyncRedis(server=self.server), prefix=self.timers.keys.prefix))
         with timers._default_lock, timers.aio._default_lock:
-            self._saved = (timers._default, timers.aio._default)
+            self._saved = (timers._default, timers.aio._default, timers._pinned)
             timers._default = self.timers
             timers.aio._default = async_default
+            timers._pinned = timers.aio._pinned = True  # configure() inside keeps them
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -119,7 +121,8 @@ class TimersTest:
         if self._saved is None:
             return
         with timers._default_lock, timers.aio._default_lock:
-            timers._default, timers.aio._default = self._saved
+            timers._default, timers.aio._default, pinned = self._saved
+            timers._pinned = timers.aio._pinned = pinned
         self._saved = None
 
     # -- time ------------------------------------------------------------------------
