@@ -119,6 +119,9 @@ def __getattr__(name: str) -> type[Listener]:
 
 _default: Timers | None = None
 _default_lock = threading.Lock()
+_pinned = False
+"""True while a :class:`timers.testing.TimersTest` is active: :func:`configure` (an app
+factory run by a test) leaves its in-memory server in place."""
 
 
 def configure(url: str | redis.Redis | None = None, **options: Any) -> Timers:
@@ -127,6 +130,8 @@ def configure(url: str | redis.Redis | None = None, **options: Any) -> Timers:
     ``$TIMERS_REDIS_URL``; ``options`` as for :class:`Timers` (``prefix=`` …)."""
     global _default
     with _default_lock:
+        if _pinned and _default is not None:
+            return _default  # a timers.testing.TimersTest keeps its in-memory server
         if _default is not None:
             _default.close()
         _default = Timers(url, **options)

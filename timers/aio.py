@@ -40,6 +40,8 @@ ONE_LOOP_CLIENT = (
 _default: PerLoop[AsyncTimers] = PerLoop(AsyncTimers)
 """The default instances, one per event loop."""
 _default_lock = threading.Lock()
+_pinned = False
+"""True while a :class:`timers.testing.TimersTest` is active (see :func:`configure`)."""
 _closing: set[asyncio.Task[None] | concurrent.futures.Future[None]] = set()
 """Closes of replaced instances still under way (a reference, so they are not collected)."""
 
@@ -48,13 +50,18 @@ def configure(url: str | redis.asyncio.Redis | None = None, **options: Any) -> A
     """Set what the functions below use: a URL (one client per event loop, each made on
     the loop's first call) or a ``redis.asyncio.Redis`` the app manages (one loop only:
     from another, :class:`WrongEventLoop`); ``options`` as for :class:`AsyncTimers`.
-    Returns the instance the first loop to call will use.
+    Returns the instance the first loop to call will use. Inside a
+    :class:`timers.testing.TimersTest` it changes nothing and returns an instance on the
+    test's in-memory server.
 
     The instances it replaces are closed on the loops their connections belong to: at once
     if a loop is not running (and not closed), else as a task on it. One whose loop is
     closed already cannot be closed by asyncio; its sockets close when it is collected.
     """
     global _default
+    with _default_lock:
+        if _pinned:  # a timers.testing.TimersTest keeps its in-memory server
+            return _default.make()
     first = AsyncTimers(url, **options)
     if isinstance(url, redis.asyncio.Redis):
         new = PerLoop(_refuse_another_loop, first)

@@ -10,9 +10,13 @@ from __future__ import annotations
 
 import os
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import redis
 import redis.asyncio
+import redis.asyncio.retry
+import redis.backoff
+import redis.retry
 
 DEFAULT_URL = "redis://localhost:6379/0"
 URL_ENV = "TIMERS_REDIS_URL"
@@ -25,23 +29,61 @@ POOL_WAIT = 20.0
 """Seconds a call waits for a free connection of a full pool (see the module docstring)."""
 
 
+RECONNECTS = 1
+"""A call whose connection the server had closed (a restart, Redis's ``timeout`` setting, a
+proxy dropping idle sockets) runs once more, on a new connection, instead of failing. Only
+for a lost connection: a timeout is not retried, so a paused server still raises
+:class:`ServerTimeout` after one ``socket_timeout``. Repeating a call whose first try
+did reach the server writes nothing twice (ids are made before sending; a schedule by id
+replaces), though a repeated ``cancel`` then answers False."""
+
+
 def configured_url(url: str | None = None) -> str:
     """``url`` if given, else ``$TIMERS_REDIS_URL``, else ``redis://localhost:6379/0``."""
     return url or os.environ.get(URL_ENV) or DEFAULT_URL
 
 
-def _pool_settings(max_connections: int | None) -> dict[str, Any]:
-    return {**URL_CLIENT_TIMEOUTS, "timeout": POOL_WAIT,
+def _pool_settings(max_connections: int | None, retry: Any) -> dict[str, Any]:
+    _check_max_connections(max_connections, "max_connections=")
+    return {**URL_CLIENT_TIMEOUTS, "timeout": POOL_WAIT, "retry": retry,
             "max_connections": max_connections or DEFAULT_MAX_CONNECTIONS}
+
+
+def _reconnect(kind: Any) -> Any:
+    """redis-py's ``Retry`` (sync or asyncio ``kind``) for :data:`RECONNECTS`."""
+    return kind(redis.backoff.NoBackoff(), RECONNECTS,
+                supported_errors=(redis.exceptions.ConnectionError,))
+
+
+def _check_max_connections(value: object, where: str) -> None:
+    """Refuse a pool size below 1 in one line (redis-py would take 0 as its default, 100)."""
+    if value is None:
+        return
+    try:
+        size = int(value)  # type: ignore[call-overload]
+    except (TypeError, ValueError):
+        size = 0
+    if isinstance(value, bool | float) or size < 1:
+        raise ValueError(f"{where} must be a whole number of connections, 1 or more, got "
+                         f"{value!r}")
+
+
+def _checked_url(url: str | None) -> str:
+    """``configured_url(url)``, its ``?max_connections=`` checked as the argument is."""
+    url = configured_url(url)
+    for value in parse_qs(urlsplit(url).query, keep_blank_values=True).get("max_connections", []):
+        _check_max_connections(value, "?max_connections= in the Redis URL")
+    return url
 
 
 def sync_client(url: str | None, max_connections: int | None = None) -> redis.Redis:
     """A sync client over a blocking pool, for ``url`` (see :func:`configured_url`)."""
     return redis.Redis.from_pool(redis.BlockingConnectionPool.from_url(
-        configured_url(url), **_pool_settings(max_connections)))
+        _checked_url(url), **_pool_settings(max_connections, _reconnect(redis.retry.Retry))))
 
 
 def async_client(url: str | None, max_connections: int | None = None) -> redis.asyncio.Redis:
     """An asyncio client over a blocking pool, for ``url`` (see :func:`configured_url`)."""
     return redis.asyncio.Redis.from_pool(redis.asyncio.BlockingConnectionPool.from_url(
-        configured_url(url), **_pool_settings(max_connections)))
+        _checked_url(url),
+        **_pool_settings(max_connections, _reconnect(redis.asyncio.retry.Retry))))

@@ -51,6 +51,7 @@ name a system key, and the listener can tell timer keys from everything else by 
 from __future__ import annotations
 
 import os
+import unicodedata
 from dataclasses import dataclass
 
 from redis.keyspace_notifications import KeyeventChannel
@@ -61,9 +62,10 @@ PREFIX_ENV = "TIMERS_PREFIX"
 
 def check_prefix(prefix: str, name: str = "prefix") -> str:
     """``prefix`` if it can start key names, else ValueError (one line, saying ``name``)."""
-    if not prefix or any(c in prefix for c in ":|\r\n\x00"):
+    if (not prefix or prefix != prefix.strip()
+            or any(c in ":|" or unicodedata.category(c) == "Cc" for c in prefix)):
         raise ValueError(f"{name} must be non-empty and free of ':', '|' and control "
-                         f"characters, got {prefix!r}")
+                         f"characters, with no space at either end, got {prefix!r}")
     return prefix
 
 

@@ -113,6 +113,10 @@ class PerLoop(Generic[C]):
             step.send(None)  # runs it to its `yield`: no awaiting involved
         return client
 
+    def make(self) -> C:
+        """A new client as this one makes them, for the caller to own (not kept here)."""
+        return self._make()
+
     def pop(self, loop: asyncio.AbstractEventLoop) -> C | None:
         """Forget a loop's client (the caller closes it); None if it had none."""
         with self._lock:

@@ -3,8 +3,10 @@
 It gives a test the ``timers_test`` fixture: a :class:`timers.testing.TimersTest` entered
 for the test (``timers.*`` and ``timers.aio.*`` on an in-memory server), left after it.
 The tasks package is the ``timers_tasks`` ini option, else ``$TIMERS_TASKS``, else
-``tasks``. This module imports nothing of the testing side until a test asks for the
-fixture, so a project without ``timers[testing]`` installed is not affected.
+``tasks``, found as ``timers listen`` finds it with pytest's rootdir (the project's root)
+in place of the working directory. This module imports nothing of the testing side
+until a test asks for the fixture, so a project without ``timers[testing]`` installed is
+not affected.
 """
 
 from __future__ import annotations
@@ -29,5 +31,7 @@ def timers_test(request: pytest.FixtureRequest) -> Iterator[TimersTest]:
     from timers.testing import TimersTest  # needs fakeredis[lua]: only when asked for
 
     tasks = str(request.config.getini("timers_tasks")) or None
-    with TimersTest(tasks) as t:
+    # From the project's root, not the working directory: an IDE running one test file
+    # starts pytest in that file's directory.
+    with TimersTest(tasks, search_path=str(request.config.rootpath)) as t:
         yield t

@@ -17,7 +17,8 @@ How it works, so that a test tests what production does:
 
 - The server is an in-memory fakeredis server running timers' own Lua scripts
   (``fakeredis[lua]``). The default instances of :mod:`timers` and :mod:`timers.aio` point
-  at it inside the block; the previous ones are back (unclosed) after it.
+  at it inside the block (a ``configure()`` the app calls there leaves them so); the
+  previous ones are back (unclosed) after it.
 - :meth:`TimersTest.run_due` runs a real :class:`timers.listener.Listener` in burst mode,
   in this process: the same claim, policies (retries, max lateness …), recurrences and
   endings as ``timers listen``. A retry or a new timer that a run makes due at once runs in
@@ -29,7 +30,9 @@ How it works, so that a test tests what production does:
   passed: a timer due in 24 h runs after ``advance(hours=24)``, not after ``advance(hours=23)``.
   Times recorded by the server (a :class:`Fired` report's ``due_ms``, ``timers.current().due``,
   failure times) stay on the server's real clock, as does an absolute time (``at=``, a cron
-  expression) given after an advance; relative ones (``in_=``, intervals) are exact.
+  expression) given after an advance; relative ones (``in_=``) are exact. A recurrence's
+  next occurrence counts from the previous one on the real clock: on the test's clock it
+  comes late by the time advanced so far (only the first occurrence is on time).
 """
 
 from __future__ import annotations
@@ -107,9 +110,10 @@ class TimersTest:
         async_default = PerLoop(lambda: AsyncTimers(  # one per event loop, as in production
             fakeredis.FakeAsyncRedis(server=self.server), prefix=self.timers.keys.prefix))
         with timers._default_lock, timers.aio._default_lock:
-            self._saved = (timers._default, timers.aio._default)
+            self._saved = (timers._default, timers.aio._default, timers._pinned)
             timers._default = self.timers
             timers.aio._default = async_default
+            timers._pinned = timers.aio._pinned = True  # configure() inside keeps them
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -117,7 +121,8 @@ class TimersTest:
         if self._saved is None:
             return
         with timers._default_lock, timers.aio._default_lock:
-            timers._default, timers.aio._default = self._saved
+            timers._default, timers.aio._default, pinned = self._saved
+            timers._pinned = timers.aio._pinned = pinned
         self._saved = None
 
     # -- time ------------------------------------------------------------------------

@@ -156,3 +156,22 @@ def test_a_json_line_with_a_huge_traceback_fits_one_atomic_pipe_write() -> None:
     assert parsed["exception"].endswith("é the end")
     assert "characters cut" in parsed["exception"]
     assert parsed["message"].startswith("task failed: xxx")
+
+
+@pytest.mark.parametrize("prefix", ["myapp ", " myapp", "tab\there", "esc\x1b", "del\x7f", " "])
+def test_a_prefix_that_would_split_an_app_silently_is_refused(
+        prefix: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``TIMERS_PREFIX="myapp "`` in one service's environment and ``myapp`` in another's
+    would put producer and listener on different keys, and no timer would ever fire."""
+    monkeypatch.setenv("TIMERS_PREFIX", prefix)
+    with pytest.raises(ValueError, match=r"^\$TIMERS_PREFIX must be non-empty and free of "
+                                         r"':', '\|' and control characters, with no space "
+                                         r"at either end, got "):
+        Timers(fakeredis.FakeRedis())
+    with pytest.raises(ValueError, match=r"^prefix must be non-empty"):
+        AsyncTimers(fakeredis.aioredis.FakeRedis(), prefix=prefix)
+
+
+@pytest.mark.parametrize("prefix", ["my app", "приложение✓", "x" * 300])
+def test_odd_but_valid_prefixes_are_kept_as_given(prefix: str) -> None:
+    assert Timers(fakeredis.FakeRedis(), prefix=prefix).keys.prefix == prefix

@@ -5,14 +5,23 @@ ids, a batch error that names its timer, and ``timers.aio`` complete after ``imp
 from __future__ import annotations
 
 import asyncio
+import re
 from datetime import UTC, datetime
+from typing import Any
 
 import fakeredis
 import fakeredis.aioredis
 import pytest
 
 import timers
-from timers import InvalidArgs, InvalidDueTime, InvalidTimerId, Timers, TimerSpec
+from timers import (
+    AsyncTimers,
+    InvalidArgs,
+    InvalidDueTime,
+    InvalidTimerId,
+    Timers,
+    TimerSpec,
+)
 from timers.failure_ops import Failure
 
 # -- bug 6: the occurrence id form is reserved ------------------------------------------
@@ -108,3 +117,25 @@ def test_a_client_made_from_a_url_times_out_unless_the_url_says_otherwise(make: 
     assert (made["socket_connect_timeout"], made["socket_timeout"]) == (5, 15)
     chosen = make("redis://127.0.0.1:1/0?socket_timeout=0.5").redis.connection_pool
     assert chosen.connection_kwargs["socket_timeout"] == 0.5
+
+
+@pytest.mark.parametrize("make", [Timers, AsyncTimers])
+@pytest.mark.parametrize("size", [0, -1, 2.5, True])
+def test_a_pool_of_no_connections_is_refused_in_one_line(make: Any, size: Any) -> None:
+    with pytest.raises(ValueError, match=r"^max_connections= must be a whole number of "
+                                         r"connections, 1 or more, got " + re.escape(repr(size))):
+        make("redis://localhost:6379/0", max_connections=size)
+
+
+@pytest.mark.parametrize("make", [Timers, AsyncTimers])
+@pytest.mark.parametrize("size", ["0", "-3", "abc", ""])
+def test_a_url_asking_for_a_pool_of_no_connections_is_refused_in_one_line(
+        make: Any, size: str) -> None:
+    with pytest.raises(ValueError, match=r"^\?max_connections= in the Redis URL must be a "
+                                         r"whole number of connections"):
+        make(f"redis://localhost:6379/0?max_connections={size}")
+
+
+def test_a_url_pool_size_is_taken_as_given() -> None:
+    t = Timers("redis://localhost:6379/0?max_connections=7", max_connections=3)
+    assert t.redis.connection_pool.max_connections == 7

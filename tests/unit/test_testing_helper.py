@@ -147,3 +147,20 @@ def test_configure_takes_a_client_the_app_manages() -> None:
         assert client.zcard(Keyspace("shop").due) == 1
     finally:
         timers._default = saved
+
+
+def test_an_app_that_configures_timers_inside_a_test_stays_in_memory() -> None:
+    """An app factory (``create_app()`` in each test, a Django ``ready()``) that calls
+    ``timers.configure(url)`` must not send a test's timers to a real server."""
+    before = timers.configure("redis://localhost:1/0")
+    with TimersTest(SAMPLE_TASKS, search_path=str(ROOT)) as t:
+        timers.configure("redis://localhost:1/0", prefix="other")  # what create_app() does
+        timers.aio.configure("redis://localhost:1/0", prefix="other")
+        sync_id = timers.schedule("mod.add", [1, 2], in_=0)
+
+        async def schedule() -> str:
+            return await timers.aio.schedule("mod.add", [3, 4], in_=0)
+
+        async_id = asyncio.run(schedule())
+        assert [r.timer_id for r in t.run_due()] == [sync_id, async_id]
+    assert timers._instance() is before
