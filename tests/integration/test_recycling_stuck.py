@@ -15,7 +15,7 @@ from tests.integration.helpers import TIMERS_COMMAND, Processes
 from tests.retry_tasks import RELEASE, done
 from timers import Timers
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.processes]
 
 
 def _read(path: str) -> str:

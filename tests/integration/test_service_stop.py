@@ -21,7 +21,7 @@ from tests.processes import children_of
 from tests.retry_tasks import calls, done
 from timers import Timers, TimerSpec
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.processes]
 
 
 def _signal_all(supervisor: subprocess.Popen[bytes], sig: int) -> None:

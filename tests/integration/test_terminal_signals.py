@@ -20,7 +20,7 @@ from tests.processes import children_of
 from tests.retry_tasks import calls, done
 from timers import Timers, TimerSpec
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.processes]
 
 
 def test_ctrl_c_on_a_supervisor_lets_running_tasks_finish(
