@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -149,6 +150,7 @@ class Processes:
         self.log_dir = log_dir
         self.url = url
         self.started: list[tuple[subprocess.Popen[bytes], Path]] = []
+        self.sessions: set[int] = set()
 
     def env(self) -> dict[str, str]:
         env = subprocess_env()
@@ -156,20 +158,31 @@ class Processes:
         env["PYTHONUNBUFFERED"] = "1"
         return env
 
-    def spawn(self, *command: str) -> subprocess.Popen[bytes]:
-        """Start ``command`` in the repo root; its output goes to a log file."""
+    def spawn(self, *command: str, own_session: bool = False,
+              env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+        """Start ``command`` in the repo root; its output goes to a log file. With
+        ``own_session``, in a session and process group of its own, as a shell starts a
+        foreground job or a service manager a service (``os.killpg(proc.pid, …)`` then
+        signals it and its group alone)."""
         log_path = self.log_dir / f"proc-{len(self.started)}.log"
         with log_path.open("wb") as log_file:
             proc = subprocess.Popen(
-                list(command), cwd=ROOT, env=self.env(),
-                stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
+                list(command), cwd=ROOT, env=env or self.env(), stdin=subprocess.DEVNULL,
+                stdout=log_file, stderr=subprocess.STDOUT, start_new_session=own_session,
             )
         self.started.append((proc, log_path))
+        if own_session:
+            self.sessions.add(proc.pid)
         return proc
 
     def timers(self, *args: str) -> subprocess.Popen[bytes]:
         """``timers ARGS``: the installed command."""
         return self.spawn(TIMERS_COMMAND, *args)
+
+    def timers_session(self, *args: str,
+                       env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+        """``timers ARGS`` in a session of its own (see :meth:`spawn`)."""
+        return self.spawn(TIMERS_COMMAND, *args, own_session=True, env=env)
 
     def output(self, proc: subprocess.Popen[bytes]) -> str:
         for candidate, path in self.started:
@@ -179,7 +192,10 @@ class Processes:
 
     def cleanup(self) -> None:
         for proc, _ in self.started:
-            if proc.poll() is None:
+            if proc.pid in self.sessions:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)  # its children too
+            elif proc.poll() is None:
                 proc.send_signal(signal.SIGKILL)
             proc.wait(10)
 

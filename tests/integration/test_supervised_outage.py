@@ -8,15 +8,13 @@ from __future__ import annotations
 import os
 import re
 import signal
-import subprocess
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import redis
 
 from tests.conftest import ROOT, wait_until
-from tests.integration.helpers import TIMERS_COMMAND, Processes, run_cli
+from tests.integration.helpers import Processes, run_cli
 from tests.retry_tasks import done
 from timers import Timers
 from timers.server import EmbeddedServer, free_port
@@ -31,43 +29,31 @@ def own_server() -> Iterator[EmbeddedServer]:
     server.stop()
 
 
-def _read(path: Path) -> str:
-    return path.read_text(errors="replace")
-
 
 def test_a_standby_started_during_an_outage_waits_for_redis(
-        own_server: EmbeddedServer, processes: Processes, tmp_path: Path) -> None:
-    log_path = tmp_path / "supervisor.log"
+        own_server: EmbeddedServer, processes: Processes) -> None:
     env = {**processes.env(), "TIMERS_TEST_URL": own_server.url}
-    with log_path.open("wb") as log_file:
-        supervisor = subprocess.Popen(
-            [TIMERS_COMMAND, "listen", "--max-runs-per-child", "5", "--url", own_server.url,
-             "--tasks", "tests.retry_tasks"],
-            cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=log_file,
-            stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        wait_until(lambda: _read(log_path).count("starting on") == 2, 15,
-                   message="the child and the standby to be up")
-        standby = int(re.findall(r"standby listener started \(pid (\d+)\)",
-                                 _read(log_path))[-1])
-        own_server.stop(keep_data=True)
-        os.kill(standby, signal.SIGKILL)  # its replacement starts while Redis is down
-        wait_until(lambda: "trying again until it answers" in _read(log_path), 15,
-                   message="the new standby to wait for Redis")
-        assert supervisor.poll() is None, _read(log_path)
-        own_server.restart()
-        with Timers(own_server.url) as client:
-            client.schedule("slow.nap", ["after", 0.05], in_=0)
-        r = redis.Redis.from_url(own_server.url)
-        wait_until(lambda: [tag for tag, _ in done(r)] == ["after"], 20,
-                   message="a timer to fire once Redis is back")
-        supervisor.send_signal(signal.SIGTERM)
-        assert supervisor.wait(20) == 0
-    finally:
-        if supervisor.poll() is None:
-            os.killpg(supervisor.pid, signal.SIGKILL)
-            supervisor.wait(10)
-    output = _read(log_path)
+    supervisor = processes.timers_session(
+        "listen", "--max-runs-per-child", "5", "--url", own_server.url,
+        "--tasks", "tests.retry_tasks", env=env)
+    wait_until(lambda: processes.output(supervisor).count("starting on") == 2, 15,
+               message="the child and the standby to be up")
+    standby = int(re.findall(r"standby listener started \(pid (\d+)\)",
+                             processes.output(supervisor))[-1])
+    own_server.stop(keep_data=True)
+    os.kill(standby, signal.SIGKILL)  # its replacement starts while Redis is down
+    wait_until(lambda: "trying again until it answers" in processes.output(supervisor), 15,
+               message="the new standby to wait for Redis")
+    assert supervisor.poll() is None, processes.output(supervisor)
+    own_server.restart()
+    with Timers(own_server.url) as client:
+        client.schedule("slow.nap", ["after", 0.05], in_=0)
+    r = redis.Redis.from_url(own_server.url)
+    wait_until(lambda: [tag for tag, _ in done(r)] == ["after"], 20,
+               message="a timer to fire once Redis is back")
+    supervisor.send_signal(signal.SIGTERM)
+    assert supervisor.wait(20) == 0
+    output = processes.output(supervisor)
     assert "giving up" not in output, output
     assert output.count("restarting") == 1, output  # the standby killed, nothing else
 
