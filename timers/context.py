@@ -54,12 +54,28 @@ class TimerContext:
     """The name of the recurrence this run is an occurrence of, or None."""
 
 
-_current: ContextVar[TimerContext | None] = ContextVar("timers_current", default=None)
+class _OfRun:
+    """A run's context, built on first read: most tasks never ask, and building it (dates,
+    the recurrence name) on every fire is a cost the listener's throughput feels."""
+
+    __slots__ = ("_built", "record", "run", "started_ms")
+
+    def __init__(self, run: Run, record: Record, started_ms: float) -> None:
+        self.run, self.record, self.started_ms = run, record, started_ms
+        self._built: TimerContext | None = None
+
+    def get(self) -> TimerContext:
+        if self._built is None:
+            self._built = of_run(self.run, self.record, self.started_ms)
+        return self._built
+
+
+_current: ContextVar[TimerContext | _OfRun | None] = ContextVar("timers_current", default=None)
 
 
 def current() -> TimerContext:
     """The context of the timer whose task is running; :class:`NotInTimer` outside one."""
-    context = _current.get()
+    context = current_or_none()
     if context is None:
         raise NotInTimer(
             "timers.current() was called outside a timer's task: it only answers while "
@@ -71,7 +87,13 @@ def current() -> TimerContext:
 
 def current_or_none() -> TimerContext | None:
     """The running timer's context, or None (for the listener's own use)."""
-    return _current.get()
+    context = _current.get()
+    return context.get() if isinstance(context, _OfRun) else context
+
+
+def enter_run(run: Run, record: Record, started_ms: float) -> None:
+    """Make ``run``'s context current for the rest of this task (built when first read)."""
+    _current.set(_OfRun(run, record, started_ms))
 
 
 def enter(context: TimerContext | None) -> None:

@@ -120,7 +120,7 @@ class Executor:
 
     async def _attempt(self, run: Run, attempt: _Attempt) -> Outcome:
         record = attempt.record = run.record()
-        context.enter(context.of_run(run, record, attempt.started_ms))  # timers.current()
+        context.enter_run(run, record, attempt.started_ms)  # timers.current()
         recurring = Option.RECURRENCE in record.options
         # a recurrence's next occurrence is scheduled first, whatever becomes of this one
         # (even a task this listener cannot import must not end the chain)
