@@ -15,7 +15,7 @@ from tests.integration.helpers import TASKS, Processes, run_cli, run_counts, set
 from timers import Timers, TimerSpec
 from timers.server import free_port
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.one_server]
 
 
 def _one_line(text: str) -> str:

@@ -21,7 +21,7 @@ from timers import Timers
 from timers.check import inspect_server
 from timers.server import free_port, port_free
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.one_server]
 SECRET = "sekret-pw-31337"
 
 

@@ -14,7 +14,7 @@ from tests.integration.helpers import ListenerThread, settled
 from tests.unit.conftest import SAMPLE_TASKS
 from timers import Timers
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.one_server]
 
 
 def test_a_task_sees_its_id_and_attempt_on_first_run_and_retry(

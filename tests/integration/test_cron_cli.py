@@ -10,7 +10,7 @@ import pytest
 from tests.integration.helpers import run_cli
 from timers import Timers
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.one_server]
 
 LOCAL_TIME = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d"
 

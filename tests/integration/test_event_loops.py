@@ -17,7 +17,7 @@ import timers.aio
 from tests.conftest import wait_until
 from timers import AsyncTimers, WrongEventLoop
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.one_server]
 
 
 def _named(redis_url: str, name: str) -> str:

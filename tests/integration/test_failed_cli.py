@@ -12,7 +12,7 @@ from timers.encoding import escape_id
 from timers.keys import Keyspace
 from timers.runs import Outcome, Run, failure_entry, rejected_entry
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.one_server]
 KEYS = Keyspace()
 
 

@@ -19,7 +19,7 @@ from tests.integration.helpers import TIMERS_COMMAND, subprocess_env
 from tests.task_pkg import URL_ENV
 from timers import Timers, TimerSpec
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.one_server]
 
 TASKS = "tests.task_pkg"
 

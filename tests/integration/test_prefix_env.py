@@ -13,7 +13,7 @@ from tests.integration.helpers import TIMERS_COMMAND, subprocess_env
 from tests.task_pkg import URL_ENV
 from timers import Timers
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.one_server]
 
 
 def timers_cli(redis_url: str, *args: str) -> subprocess.CompletedProcess[str]:

@@ -20,7 +20,7 @@ from tests.integration.helpers import Processes, run_counts, settled
 from tests.processes import children_of
 from timers import Timers, TimerSpec
 
-pytestmark = [pytest.mark.integration, pytest.mark.processes]
+pytestmark = [pytest.mark.integration, pytest.mark.one_server]
 
 
 class ClaimingSampler:

@@ -13,7 +13,7 @@ from tests.integration.helpers import Processes
 from tests.retry_tasks import RELEASE, done
 from timers import Timers
 
-pytestmark = [pytest.mark.integration, pytest.mark.processes]
+pytestmark = [pytest.mark.integration, pytest.mark.one_server]
 
 
 

@@ -22,7 +22,7 @@ from tests.processes import children_of
 from tests.retry_tasks import calls, done
 from timers import Timers, TimerSpec
 
-pytestmark = [pytest.mark.integration, pytest.mark.processes]
+pytestmark = [pytest.mark.integration, pytest.mark.one_server]
 
 
 def _sigterm_to_all(supervisor: subprocess.Popen[bytes]) -> None:

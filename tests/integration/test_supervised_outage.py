@@ -19,7 +19,7 @@ from tests.retry_tasks import done
 from timers import Timers
 from timers.server import EmbeddedServer, free_port
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.one_server]
 
 
 @pytest.fixture

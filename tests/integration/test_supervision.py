@@ -18,7 +18,7 @@ from tests.processes import alive, children_of
 from tests.retry_tasks import RELEASE, calls, done
 from timers import Timers, TimerSpec
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.one_server]
 
 TASKS = "tests.retry_tasks"
 

@@ -16,7 +16,7 @@ from tests.integration.helpers import TIMERS_COMMAND, subprocess_env
 from tests.task_pkg import URL_ENV
 from timers import Timers
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.one_server]
 
 PACKAGE = "pathcheck_tasks"
 TASK = """import os

@@ -36,7 +36,7 @@ from tests.integration.helpers import ListenerThread, run_counts, settled
 from timers import AsyncTimers, Timers
 from timers.connect import URL_ENV
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.integration, pytest.mark.one_server, pytest.mark.timeout(180)]
 
 N = 500
 IN = 1.5
