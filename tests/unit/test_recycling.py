@@ -13,7 +13,6 @@ import re
 import signal
 import sys
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 
 import fakeredis
@@ -125,16 +124,6 @@ FAKE_CHILD = textwrap.dedent("""
     time.sleep(0.5)
     stop_supervisor()
 """)
-
-
-@pytest.fixture
-def own_signal_handlers() -> Iterator[None]:
-    """Supervisor.run() installs SIGTERM/SIGINT/SIGHUP handlers in this process: put them
-    back."""
-    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
-    yield
-    for sig, handler in saved.items():
-        signal.signal(sig, handler)
 
 
 def fake_supervisor(tmp_path: Path, roles: str, max_restarts: int = 0,

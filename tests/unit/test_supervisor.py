@@ -13,7 +13,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,16 +23,6 @@ from timers.listener.orphans import watch_parent
 from timers.listener.supervisor import RestartBudget, Supervisor, exit_reason
 
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(60)"]
-
-
-@pytest.fixture
-def own_signal_handlers() -> Iterator[None]:
-    """Supervisor.run() installs SIGTERM/SIGINT/SIGHUP handlers in this process: put them
-    back."""
-    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
-    yield
-    for sig, handler in saved.items():
-        signal.signal(sig, handler)
 
 
 # -- RestartBudget ----------------------------------------------------------------------

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
@@ -138,22 +138,24 @@ def _schedule(rec: Recurrence) -> str:
 def remove(name: NameArgument, url: UrlOption = None,
            prefix: PrefixOption = DEFAULT_PREFIX) -> None:
     """Delete a recurrence and its pending occurrence."""
-    with _timers(url, prefix) as t:
-        found = t.unschedule_recurring(name)
-    if not found:
-        raise fail(f"no recurrence named {name!r}")
-    typer.echo(f"removed {name}")
+    _on_recurrence(name, url, prefix, Timers.unschedule_recurring, "removed")
 
 
 @cron_app.command("pause")
 def pause(name: NameArgument, url: UrlOption = None,
           prefix: PrefixOption = DEFAULT_PREFIX) -> None:
     """Stop a recurrence from running until it is resumed."""
+    _on_recurrence(name, url, prefix, Timers.pause, "paused")
+
+
+def _on_recurrence(name: str, url: str | None, prefix: str,
+                   action: Callable[[Timers, str], bool], done: str) -> None:
+    """Apply ``action`` to the recurrence ``name``; one line if there is none."""
     with _timers(url, prefix) as t:
-        found = t.pause(name)
+        found = action(t, name)
     if not found:
         raise fail(f"no recurrence named {name!r}")
-    typer.echo(f"paused {name}")
+    typer.echo(f"{done} {name}")
 
 
 @cron_app.command("resume")
