@@ -29,6 +29,15 @@ class Option(StrEnum):
     """The recurrence this timer is an occurrence of."""
     VERSION = "v"
     """The recurrence definition's version the occurrence was planned from."""
+    GROUP = "g"
+    """The timer's group (absent: ``default``): only listeners serving it claim it."""
+    PRIORITY = "p"
+    """The timer's priority, an integer (absent: 0); higher runs first among waiting timers."""
+    KEY = "k"
+    """The timer's concurrency key, percent-escaped (see :mod:`timers.flow.names`)."""
+    WAITED_FROM = "w"
+    """The due time in ms a timer had before a flow gate (key or rate) held it back:
+    written by the scripts, so its lateness counts the wait."""
 
 
 class ScheduleMode(StrEnum):
