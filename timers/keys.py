@@ -38,7 +38,27 @@ key                 type    holds
 ``P|cronstate``     hash    escaped recurrence name → ``v|last|prev|paused|run|anchor``
                             (see :mod:`timers.cron`): kept by the ``cron_*`` scripts.
                             Its pending occurrence is the timer ``<name>@<last>``.
+``P|due|<g>|<p>``   zset    as ``P|due``, for the timers of group ``g`` at priority
+                            ``p`` other than (``default``, 0): claims take higher
+                            priorities first. ``P|queues`` (set) lists the
+                            ``<g>|<p>`` that exist.
+``P|run|<g>``       zset    as ``P|run``, for the runs of group ``g`` (not default).
+``P|slots|<key>``   zset    run token (or ``w:<id>``, a slot kept for a promoted
+                            timer) → lease deadline: who holds concurrency key
+                            ``key``.
+``P|waitk|<key>``   zset    id → queue score: timers waiting for a slot of ``key``;
+                            score (1000 − priority) · 2^42 + due ms.
+``P|rate|<name>``   hash    ``tat`` (GCRA) and ``pacer`` (the waiting timer that holds
+                            the next slot) of rate limit ``name``.
+``P|waitr|<name>``  zset    id → queue score: timers waiting for rate limit ``name``.
+``P|parked``        hash    id → state of a timer held back by a flow gate (see
+                            ``timers/lua/flow.lua``).
+``P|held``          hash    run token → ``limit|lease|key``: the slot a run holds.
 ==================  ======  ========================================================
+
+The flow keys (``queues`` onward) are also named by ``timers/lua/prelude.lua`` and
+``flow.lua``, from the timer key start ``P:``; ``tests/unit/test_flow_lua.py`` keeps them in
+step.
 
 Channels: ``P|wake`` carries the due time of a newly scheduled timer that is earlier than
 the head of ``P|due``; ``__keyevent@<db>__:expired`` carries expired key names.
@@ -57,6 +77,8 @@ from dataclasses import dataclass
 from redis.keyspace_notifications import KeyeventChannel
 
 DEFAULT_PREFIX = "timers"
+DEFAULT_GROUP = "default"
+"""The group of a timer that names none; its keys are the plain ``P|due`` and ``P|run``."""
 PREFIX_ENV = "TIMERS_PREFIX"
 
 
@@ -145,6 +167,39 @@ class Keyspace:
     @property
     def recurrence_states(self) -> str:
         return self.prefix + "|cronstate"
+
+    def due_index(self, group: str = DEFAULT_GROUP, priority: int = 0) -> str:
+        """The due index of one group at one priority."""
+        if group == DEFAULT_GROUP and priority == 0:
+            return self.due
+        return f"{self.due}|{group}|{priority}"
+
+    def running_of(self, group: str = DEFAULT_GROUP) -> str:
+        return self.running if group == DEFAULT_GROUP else f"{self.running}|{group}"
+
+    @property
+    def queues(self) -> str:
+        return self.prefix + "|queues"
+
+    def slots(self, key: str) -> str:
+        return f"{self.prefix}|slots|{key}"
+
+    def key_queue(self, key: str) -> str:
+        return f"{self.prefix}|waitk|{key}"
+
+    def rate(self, name: str) -> str:
+        return f"{self.prefix}|rate|{name}"
+
+    def rate_queue(self, name: str) -> str:
+        return f"{self.prefix}|waitr|{name}"
+
+    @property
+    def parked(self) -> str:
+        return self.prefix + "|parked"
+
+    @property
+    def held(self) -> str:
+        return self.prefix + "|held"
 
     @property
     def wake_channel(self) -> str:

@@ -19,11 +19,11 @@ from functools import cache
 from importlib import resources
 from typing import Any, Literal, NamedTuple
 
-from timers.keys import Keyspace
+from timers.keys import DEFAULT_GROUP, Keyspace
 
 ScriptName = Literal[
     "schedule", "reschedule", "cancel", "claim", "renew", "finish", "heartbeat", "forget",
-    "cron_declare", "cron_next", "cron_pause", "cron_remove",
+    "cron_declare", "cron_next", "cron_pause", "cron_remove", "gate",
 ]
 SCRIPT_NAMES: tuple[ScriptName, ...] = (
     "schedule",
@@ -38,9 +38,11 @@ SCRIPT_NAMES: tuple[ScriptName, ...] = (
     "cron_next",
     "cron_pause",
     "cron_remove",
+    "gate",
 )
-PRELUDE = "prelude"
-"""``lua/prelude.lua``: helpers shared by the scripts, included into each once."""
+PRELUDES = ("prelude", "flow")
+"""``lua/prelude.lua`` and ``lua/flow.lua``: helpers shared by the scripts, included into
+each once, in this order."""
 
 
 def _lua(name: str) -> str:
@@ -52,7 +54,7 @@ def source(name: ScriptName) -> str:
     """The script as sent to Redis: its shebang line, then the prelude, then its body."""
     text = _lua(name)
     shebang, _, body = text.partition("\n") if text.startswith("#!") else ("", "", text)
-    prelude = _lua(PRELUDE)
+    prelude = "".join(_lua(name) for name in PRELUDES)
     return f"{shebang}\n{prelude}{body}" if shebang else prelude + body
 
 
@@ -101,6 +103,18 @@ class NewTimer(NamedTuple):
     how: str
 
 
+class GateRun(NamedTuple):
+    """One claimed run for ``gate.lua``: its concurrency key ("" for none) with its limit,
+    and its rate limit's name ("" for none) with the interval and burst."""
+
+    token: str
+    key: str = ""
+    limit: int = 1
+    rate: str = ""
+    interval_ms: int = 1
+    burst: int = 1
+
+
 Ending = Sequence[str]
 """One ending for ``finish.lua``: ``(token, kind, a, b)`` (see its header)."""
 
@@ -132,14 +146,26 @@ class ScriptCalls:
         return Invocation("cancel", (k.due, k.records), (k.timer_key_start, escaped_id))
 
     def claim(self, *, limit: int, lease_ms: int, horizon_ms: int, listener_id: str,
-              event_ids: Iterable[str] = ()) -> Invocation:
+              event_ids: Iterable[str] = (), groups: Sequence[str] = (DEFAULT_GROUP,),
+              ) -> Invocation:
         k = self.keys
         return Invocation(
             "claim", (k.due, k.records, k.running, k.running_records, k.sequence, k.stats),
-            (k.timer_key_start, limit, lease_ms, horizon_ms, listener_id, *event_ids))
+            (k.timer_key_start, limit, lease_ms, horizon_ms, listener_id, ",".join(groups),
+             *event_ids))
 
     def renew(self, lease_ms: int, tokens: Iterable[str]) -> Invocation:
-        return Invocation("renew", (self.keys.running,), (lease_ms, *tokens))
+        k = self.keys
+        return Invocation("renew", (k.running, k.running_records),
+                          (lease_ms, k.timer_key_start, *tokens))
+
+    def gate(self, lease_ms: int, runs: Iterable[GateRun]) -> Invocation:
+        k = self.keys
+        args: list[Any] = [k.timer_key_start, k.wake_channel, lease_ms]
+        for run in runs:
+            args += [run.token, run.key, run.limit, run.rate, run.interval_ms, run.burst]
+        return Invocation("gate", (k.running, k.running_records, k.records, k.stats),
+                          tuple(args))
 
     def finish(self, *, retention_ms: int, endings: Iterable[Ending]) -> Invocation:
         k = self.keys
@@ -227,10 +253,15 @@ class Scripts:
         return self.run(self.calls.cancel(escaped_id))
 
     def claim(self, *, limit: int, lease_ms: int, horizon_ms: int, listener_id: str,
-              event_ids: Iterable[str] = ()) -> Any:
+              event_ids: Iterable[str] = (), groups: Sequence[str] = (DEFAULT_GROUP,)) -> Any:
         """Reply: ``[now_us, next_due, next_lease, (token, run, source)…]``."""
         return self.run(self.calls.claim(limit=limit, lease_ms=lease_ms, horizon_ms=horizon_ms,
-                                         listener_id=listener_id, event_ids=event_ids))
+                                         listener_id=listener_id, event_ids=event_ids,
+                                         groups=groups))
+
+    def gate(self, lease_ms: int, runs: Iterable[GateRun]) -> Any:
+        """Reply: one of ``go``, ``wait``, ``lost``, ``replaced`` per run."""
+        return self.run(self.calls.gate(lease_ms, runs))
 
     def renew(self, lease_ms: int, tokens: Iterable[str]) -> Any:
         """Reply: the tokens no longer held."""

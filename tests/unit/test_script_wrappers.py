@@ -16,6 +16,7 @@ from timers import Timers
 from timers.keys import Keyspace
 from timers.scripts import (
     SCRIPT_NAMES,
+    GateRun,
     Invocation,
     NewTimer,
     ScriptCalls,
@@ -55,6 +56,7 @@ SAMPLES: dict[ScriptName, Invocation] = {
                                  record="t.f;r=n;v=2:null", defer=False, take="", release=""),
     "cron_pause": CALLS.cron_pause("n"),
     "cron_remove": CALLS.cron_remove("n"),
+    "gate": CALLS.gate(100, [GateRun("1", "device:7", 1, "", 1, 1)]),
 }
 EXPIRING_KEYS = {  # the expiring keys each sample must name, in order
     "schedule": [KS.timer_key("a:t.f:[1]"), KS.timer_key("b:t.g:[2]")],

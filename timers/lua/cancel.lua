@@ -7,7 +7,12 @@
 -- ARGV[2]  escaped id
 --
 -- allow-oom: it only frees memory, so it runs on a full server. The timer's key is named
--- by its stored record, so it is built here from ARGV[1].
+-- by its stored record, so it is built here from ARGV[1]. A timer waiting for a
+-- concurrency key or a rate limit leaves its queue (flow.lua).
 -- Returns 1 when the timer was pending (it will not fire), 0 otherwise.
-if withdraw(KEYS[1], KEYS[2], ARGV[1], ARGV[2]) then return 1 end
+if withdraw(KEYS[1], KEYS[2], ARGV[1], ARGV[2]) then
+  unpark(ARGV[1], ARGV[2])
+  wake(sys_key(ARGV[1], 'wake'))
+  return 1
+end
 return 0

@@ -15,10 +15,15 @@
 --          holds them and starts each exactly at its due time)
 -- ARGV[5]  the claiming listener's id (no '|'), kept in the run's record so the listener
 --          that takes the run over after its lease lapsed can name the one that died
--- ARGV[6..] escaped ids named by expired events: claimed first, when due
+-- ARGV[6]  the groups the listener serves, joined by "," (each [A-Za-z0-9_.-]+)
+-- ARGV[7..] escaped ids named by expired events: claimed first, when due
 --
+-- Only timers of the served groups are claimed: those of the plain due index and running
+-- set for "default", and "P|due|<group>|<priority>" / "P|run|<group>" for the others
+-- (the queues set "P|queues" lists which exist; prelude.lua). Among due timers, higher
+-- priority goes first; timers due within the horizon follow, earliest first.
 -- Claims, in this order and up to the limit: the named ids that are due; runs whose lease
--- lapsed (their listener died: they run again with reruns + 1 under a new token, so the
+-- lapsed (a slot of a concurrency key they held goes back, see flow.lua) (their listener died: they run again with reruns + 1 under a new token, so the
 -- dead listener can no longer finish them); then the earliest due timers. Whoever calls
 -- this first wins a timer; everyone else no longer sees it. A claimed timer's key is
 -- deleted (it is named by the stored record, so built here from ARGV[1]): it will not
@@ -27,6 +32,7 @@
 -- starts (the listener retries later). Limit, lease and horizon are checked before any
 -- write.
 -- Returns {now_us, next_due or -1, next_lease or -1, then per claim: token, run, source}
+-- (next_due and next_lease over the served groups)
 -- where source is "e" (event), "s" (sweep) or "r@<listener>" (recovered lease: the listener
 -- that held it and died). A recovered run counts one more crash in its reruns: the listener
 -- ends it as failed, not run, once its task's crash limit is reached.
@@ -42,10 +48,29 @@ local horizon = now + tonumber(ARGV[4])
 local out = {now_us, -1, -1}
 local claimed = 0
 local me = '@' .. string.gsub(ARGV[5] or '', '|', '_')
+local served = {}
+for group in string.gmatch(ARGV[6] or '', '[^,]+') do served[group] = true end
 
-local function start(run, source)
+-- The served due indexes, highest priority first: {key, priority, queue name or nil}.
+local function served_indexes()
+  local indexes = {}
+  if served[DEFAULT_GROUP] then indexes[1] = {KEYS[1], 0, nil} end
+  for _, queue in ipairs(redis.call('SMEMBERS', sys_key(ARGV[1], 'queues'))) do
+    local group, priority = string.match(queue, '^(.+)|(%-?%d+)$')
+    if group and served[group] then
+      indexes[#indexes + 1] = {KEYS[1] .. '|' .. queue, tonumber(priority), queue}
+    end
+  end
+  table.sort(indexes, function(a, b)
+    if a[2] ~= b[2] then return a[2] > b[2] end
+    return a[1] < b[1]
+  end)
+  return indexes
+end
+
+local function start(run, source, group)
   local token = string.format('%.0f', redis.call('INCR', KEYS[5]))
-  redis.call('ZADD', KEYS[3], lease_until, token)
+  redis.call('ZADD', running_key_for(KEYS[3], group), lease_until, token)
   redis.call('HSET', KEYS[4], token, run)
   out[#out + 1] = token
   out[#out + 1] = run
@@ -56,53 +81,74 @@ end
 local function take(id, due_text, source)
   local record = withdraw(KEYS[1], KEYS[2], ARGV[1], id)
   if record then
-    start('0' .. me .. '|' .. due_text .. '|' .. id .. ':' .. record, source)
-  else
-    redis.call('ZREM', KEYS[1], id)  -- an index entry without a record
+    start('0' .. me .. '|' .. due_text .. '|' .. id .. ':' .. record, source,
+      record_group(record))
   end
 end
 
 local function claim_named()
-  for i = 6, #ARGV do
+  for i = 7, #ARGV do
     if claimed >= limit then return end
-    local score = redis.call('ZSCORE', KEYS[1], ARGV[i])
-    if score and tonumber(score) <= horizon then
-      take(ARGV[i], string.format('%.0f', tonumber(score)), 'e')
-    end
-  end
-end
-
-local function recover_lapsed()
-  if claimed >= limit then return end
-  local lapsed = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'LIMIT', 0, limit - claimed)
-  for _, token in ipairs(lapsed) do
-    local run = redis.call('HGET', KEYS[4], token)
-    redis.call('ZREM', KEYS[3], token)
-    redis.call('HDEL', KEYS[4], token)
-    if run then
-      local reruns, held_by, rest = string.match(run, '^(%d+)@?([^|]*)|(.*)$')
-      if reruns then
-        redis.call('HINCRBY', KEYS[6], 'reruns', 1)
-        start((tonumber(reruns) + 1) .. me .. '|' .. rest, 'r@' .. held_by)
-      else
-        redis.log(redis.LOG_WARNING, 'timers: unreadable run record dropped: ' .. token)
+    local record = redis.call('HGET', KEYS[2], ARGV[i])
+    if record and served[record_group(record)] then
+      local score = redis.call('ZSCORE', (due_key_for(KEYS[1], record)), ARGV[i])
+      if score and tonumber(score) <= horizon then
+        take(ARGV[i], string.format('%.0f', tonumber(score)), 'e')
       end
     end
   end
 end
 
-local function claim_due()
+local function recover_lapsed(running)
   if claimed >= limit then return end
-  local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', string.format('%.0f', horizon),
-    'WITHSCORES', 'LIMIT', 0, limit - claimed)
+  local lapsed = redis.call('ZRANGEBYSCORE', running, '-inf', now, 'LIMIT', 0, limit - claimed)
+  for _, token in ipairs(lapsed) do
+    local run = redis.call('HGET', KEYS[4], token)
+    redis.call('ZREM', running, token)
+    redis.call('HDEL', KEYS[4], token)
+    release_slot(ARGV[1], token, now)
+    local reruns, held_by, rest = string.match(run or '', '^(%d+)@?([^|]*)|(.*)$')
+    if reruns then
+      redis.call('HINCRBY', KEYS[6], 'reruns', 1)
+      local record = string.match(rest, '^[^|]*|[^:]*:(.*)$') or ''
+      start((tonumber(reruns) + 1) .. me .. '|' .. rest, 'r@' .. held_by,
+        record_group(record))
+    elseif run then
+      redis.log(redis.LOG_WARNING, 'timers: unreadable run record dropped: ' .. token)
+    end
+  end
+end
+
+-- Claim from one due index the timers due in (low, high], earliest first.
+local function claim_due(index, low, high)
+  if claimed >= limit then return end
+  local due = redis.call('ZRANGEBYSCORE', index, low, high, 'WITHSCORES',
+    'LIMIT', 0, limit - claimed)
   for i = 1, #due, 2 do
+    local before = claimed
     take(due[i], due[i + 1], 's')
+    if claimed == before then redis.call('ZREM', index, due[i]) end  -- no record
   end
 end
 
 claim_named()
-recover_lapsed()
-claim_due()
-out[2] = head_due(KEYS[1]) or -1
-out[3] = head_due(KEYS[3]) or -1
+for group in pairs(served) do recover_lapsed(running_key_for(KEYS[3], group)) end
+local indexes = served_indexes()
+local now_text = string.format('%.0f', now)
+for _, index in ipairs(indexes) do claim_due(index[1], '-inf', now_text) end
+for _, index in ipairs(indexes) do
+  claim_due(index[1], '(' .. now_text, string.format('%.0f', horizon))
+end
+local next_due, next_lease
+for _, index in ipairs(indexes) do
+  local head = head_due(index[1])
+  if head and (not next_due or head < next_due) then next_due = head end
+  if not head and index[3] then redis.call('SREM', sys_key(ARGV[1], 'queues'), index[3]) end
+end
+for group in pairs(served) do
+  local head = head_due(running_key_for(KEYS[3], group))
+  if head and (not next_lease or head < next_lease) then next_lease = head end
+end
+out[2] = next_due or -1
+out[3] = next_lease or -1
 return out

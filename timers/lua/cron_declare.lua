@@ -52,6 +52,7 @@ local now = redis_now()
 if ARGV[6] ~= 'keep' then state.paused = ARGV[6] end
 local withdrawn = state.last ~= '0' and
   withdraw(KEYS[3], KEYS[4], ARGV[1], occurrence(ARGV[3], state.last)) ~= false
+if withdrawn then unpark(ARGV[1], occurrence(ARGV[3], state.last)) end
 
 local scheduled = -1
 if state.paused == '0' then
@@ -59,9 +60,8 @@ if state.paused == '0' then
   if withdrawn then due_text, key = ARGV[10], KEYS[5] end
   local due = tonumber(due_text)
   if due ~= -1 then
-    local head = head_due(KEYS[3])
     pend(KEYS[3], KEYS[4], ARGV[1], occurrence(ARGV[3], due_text), ARGV[9], due, now, key)
-    wake_if_first(ARGV[2], due, head)
+    wake(ARGV[2])
     if not withdrawn then state.prev = state.last end
     state.last = due_text
     scheduled = due

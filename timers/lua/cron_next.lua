@@ -60,9 +60,8 @@ local due = tonumber(ARGV[6])
 local now_or_never = ARGV[8] ~= '1' or holder ~= ''
 if due ~= -1 and now_or_never and tonumber(last) == tonumber(ARGV[5])
     and due > tonumber(last) then
-  local head = head_due(KEYS[2])
   pend(KEYS[2], KEYS[3], ARGV[1], occurrence(ARGV[3], ARGV[6]), ARGV[7], due, now, KEYS[5])
-  wake_if_first(ARGV[2], due, head)
+  wake(ARGV[2])
   state.prev, state.last = last, ARGV[6]
   changed = true
 end

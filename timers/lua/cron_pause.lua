@@ -18,6 +18,8 @@ local state = state_read(redis.call('HGET', KEYS[1], ARGV[2]))
 if not state then return -1 end
 if state.paused == '1' then return 0 end
 if withdraw(KEYS[2], KEYS[3], ARGV[1], occurrence(ARGV[2], state.last)) then
+  unpark(ARGV[1], occurrence(ARGV[2], state.last))
+  wake(sys_key(ARGV[1], 'wake'))
   state.last = state.prev
 end
 state.paused = '1'

@@ -17,6 +17,9 @@ local raw = redis.call('HGET', KEYS[2], ARGV[2])
 local existed = redis.call('HDEL', KEYS[1], ARGV[2])
 redis.call('HDEL', KEYS[2], ARGV[2])
 local state = state_read(raw)
-if state then withdraw(KEYS[3], KEYS[4], ARGV[1], occurrence(ARGV[2], state.last)) end
+if state and withdraw(KEYS[3], KEYS[4], ARGV[1], occurrence(ARGV[2], state.last)) then
+  unpark(ARGV[1], occurrence(ARGV[2], state.last))
+  wake(sys_key(ARGV[1], 'wake'))
+end
 if existed == 1 or raw then return 1 end
 return 0

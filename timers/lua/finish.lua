@@ -26,7 +26,12 @@
 --   token "retry"   entry delay-ms    run "<id>:<record>" again after delay-ms
 --   token "release" "" ""             hand an unfinished run back: pending again, at its
 --                                     old due time, so another listener runs it at once
+--   token "move"    entry due-ms      pending again as "<id>:<record>" (its task's group
+--                                     differs) at due-ms, uncounted as an attempt
 --
+-- A run's lease is in the running set of its record's group (KEYS[1], or "<it>|<group>",
+-- see prelude.lua); a slot of a concurrency key it held is freed, and the next timer
+-- waiting for that key goes back into its due index (flow.lua).
 -- allow-oom: it frees leases and adds at most what it frees plus failure records, and a
 -- refused finish would leave runs to lapse and run twice. Every ending is checked before
 -- the first write: a bad one fails the whole call and writes nothing. A handed-back run
@@ -40,14 +45,14 @@
 -- The wake is a PUBLISH by pcall: it cannot fail the writes before it.
 -- Returns the number of late finishes.
 local KINDS = {ok = true, skip = true, fail = true, reject = true, retry = true,
-               release = true}
+               release = true, move = true}
 
 -- An error reply when ending n (token, kind, a, b) does not read, else nil.
 local function bad_ending(n, token, kind, a, b)
   local bad = not KINDS[kind] or ((token == '') ~= (kind == 'reject'))
   if kind == 'fail' or kind == 'reject' then
     bad = bad or a == '' or b == ''
-  elseif kind == 'retry' then
+  elseif kind == 'retry' or kind == 'move' then
     bad = bad or not string.match(a, '^[^:]+:[^:]+:') or not is_count(b)
   end
   if bad then
@@ -81,8 +86,7 @@ end
 
 local now = redis_now()
 local counts = {fired = 0, failed = 0, rejected = 0, retried = 0, handed_back = 0,
-                skipped = 0, late_finishes = 0}
-local earliest
+                skipped = 0, late_finishes = 0, routed = 0}
 
 local function drop_rejected(id)
   local rec = redis.call('HGET', KEYS[5], id)
@@ -96,7 +100,6 @@ end
 local function pend_again(id, record, due)
   if redis.call('HEXISTS', KEYS[7], id) == 1 then return false end
   pend(KEYS[6], KEYS[7], ARGV[1], id, record, due, now)
-  if not earliest or due < earliest then earliest = due end
   drop_rejected(id)
   return true
 end
@@ -127,12 +130,16 @@ end
 
 -- End the run held under token; a token no longer held is a late finish.
 local function end_run(token, kind, a, b, release)
-  if redis.call('ZREM', KEYS[1], token) == 0 then
+  local run = redis.call('HGET', KEYS[2], token)
+  local record = select(5, run_read(run))
+  local running = running_key_for(KEYS[1], record and record_group(record) or DEFAULT_GROUP)
+  if redis.call('ZREM', running, token) == 0 then
     redis.call('HDEL', KEYS[2], token)
     counts.late_finishes = counts.late_finishes + 1
     return
   end
   redis.call('HDEL', KEYS[2], token)
+  release_slot(ARGV[1], token, now)
   if kind == 'ok' then
     counts.fired = counts.fired + 1
   elseif kind == 'skip' then
@@ -142,6 +149,9 @@ local function end_run(token, kind, a, b, release)
   elseif kind == 'retry' then
     local id, record = string.match(a, '^([^:]+):(.*)$')
     if pend_again(id, record, now + tonumber(b)) then counts.retried = counts.retried + 1 end
+  elseif kind == 'move' then
+    local id, moved = string.match(a, '^([^:]+):(.*)$')
+    if pend_again(id, moved, tonumber(b)) then counts.routed = counts.routed + 1 end
   elseif kind == 'release' and release then
     if pend_again(release[1], release[2], release[3]) then
       counts.handed_back = counts.handed_back + 1
@@ -158,7 +168,6 @@ local function trim_failures(n)
   end
 end
 
-local head = head_due(KEYS[6])
 for i = 4, #ARGV, 4 do
   if ARGV[i + 1] == 'reject' then
     reject(ARGV[i + 2], ARGV[i + 3])
@@ -170,5 +179,5 @@ for name, n in pairs(counts) do
   if n > 0 then redis.call('HINCRBY', KEYS[3], name, n) end
 end
 if counts.failed + counts.rejected > 0 then trim_failures(counts.failed + counts.rejected) end
-wake_if_first(ARGV[2], earliest, head)
+wake(ARGV[2])
 return counts.late_finishes

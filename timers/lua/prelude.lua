@@ -41,20 +41,84 @@ local function head_due(due_key)
   return head[2] and tonumber(head[2])
 end
 
--- Wake the listeners when a timer due at `due` is earlier than the head read before it
--- was added. A PUBLISH by pcall: a user who may not publish still writes.
-local function wake_if_first(channel, due, head)
-  if due and (not head or due < head) then
-    redis.pcall('PUBLISH', channel, string.format('%.0f', due))
+-- Groups and priorities (timers/keys.py names the same keys). A record's options
+-- ";g=<group>" and ";p=<priority>" say which due index holds it: the default group at
+-- priority 0 uses the plain due index "P|due"; any other pair uses "P|due|<group>|<p>",
+-- listed in the set "P|queues" as "<group>|<p>" so a claim finds it without a SCAN. A
+-- group's runs are leased in "P|run" (default) or "P|run|<group>": a listener recovers
+-- only runs of the groups it serves. Scripts name these keys from the plain due index or
+-- running key they are given, or from the timer key start "P:" (same prefix, same hash tag).
+local DEFAULT_GROUP = 'default'
+
+-- The value of option `name` in a record "task;opt=value;...:args", or nil.
+local function record_option(record, name)
+  local head = string.match(record, '^[^:]*')
+  return string.match(head, ';' .. name .. '=([^;]*)')
+end
+
+local function record_group(record)
+  local group = record_option(record, 'g')
+  if not group or group == '' then return DEFAULT_GROUP end
+  return group
+end
+
+-- An integer in -1000..1000 (anything else reads as 0).
+local function record_priority(record)
+  local p = tonumber(record_option(record, 'p') or '0')
+  if not p or p ~= math.floor(p) or p < -1000 or p > 1000 then return 0 end
+  return p
+end
+
+-- The system key "P|<name>" of the prefix whose timer keys start with key_start ("P:").
+local function sys_key(key_start, name)
+  return string.sub(key_start, 1, -2) .. '|' .. name
+end
+
+-- The due index that holds `record`, given the plain one, and its "<group>|<p>" name in
+-- the queues set (nil for the plain one).
+local function due_key_for(due_key, record)
+  local group, priority = record_group(record), record_priority(record)
+  if group == DEFAULT_GROUP and priority == 0 then return due_key, nil end
+  local queue = group .. '|' .. string.format('%d', priority)
+  return due_key .. '|' .. queue, queue
+end
+
+local function running_key_for(running_key, group)
+  if group == DEFAULT_GROUP then return running_key end
+  return running_key .. '|' .. group
+end
+
+-- A run record "reruns@<listener>|due|<id>:<record>": reruns, listener, due, id, record.
+local function run_read(run)
+  return string.match(run or '', '^(%d+)@?([^|]*)|(%-?%d+)|([^:]+):(.*)$')
+end
+
+-- Wakes: pend() notes the earliest due time that went ahead of its due index's head (as
+-- read before this script added to it); wake() publishes it once, by pcall: a user who
+-- may not publish still writes.
+local index_heads = {}
+local wake_due = nil
+
+local function note_head(index, due)
+  if index_heads[index] == nil then index_heads[index] = head_due(index) or false end
+  local head = index_heads[index]
+  if head == false or due < head then
+    index_heads[index] = due
+    if not wake_due or due < wake_due then wake_due = due end
   end
 end
 
--- Withdraw a pending timer: out of the due index and records, its expiring key deleted.
--- Returns its record, or false when it was not pending.
+local function wake(channel)
+  if wake_due then redis.pcall('PUBLISH', channel, string.format('%.0f', wake_due)) end
+end
+
+-- Withdraw a pending timer: out of its due index and the records, its expiring key
+-- deleted. Returns its record, or false when it was not pending. A timer held back by a
+-- flow gate is not in a due index: the caller takes it out of its queue (unpark).
 local function withdraw(due_key, records_key, key_start, id)
   local record = redis.call('HGET', records_key, id)
   if not record then return false end
-  redis.call('ZREM', due_key, id)
+  redis.call('ZREM', (due_key_for(due_key, record)), id)
   redis.call('HDEL', records_key, id)
   redis.call('DEL', key_start .. id .. ':' .. record)
   return record
@@ -62,7 +126,8 @@ end
 
 -- Pend a timer: `record` under `id`, due at `due` ms (replacing another record pending
 -- under that id, whose key goes), with its expiring key `key` (default: built from
--- key_start) set when it is due later than now. The caller wakes (wake_if_first).
+-- key_start) set when it is due later than now, in the due index its record names (given
+-- the plain one). The caller calls wake() once it has pended what it pends.
 local function pend(due_key, records_key, key_start, id, record, due, now, key)
   local old = redis.call('HGET', records_key, id)
   if old ~= record then
@@ -76,7 +141,14 @@ local function pend(due_key, records_key, key_start, id, record, due, now, key)
   elseif old == record then
     redis.call('DEL', key)
   end
-  redis.call('ZADD', due_key, due_text, id)
+  local index, queue = due_key_for(due_key, record)
+  if old and old ~= record then  -- a record of another group or priority moves index
+    local old_index = due_key_for(due_key, old)
+    if old_index ~= index then redis.call('ZREM', old_index, id) end
+  end
+  if queue then redis.call('SADD', sys_key(key_start, 'queues'), queue) end
+  note_head(index, due)
+  redis.call('ZADD', index, due_text, id)
 end
 
 -- A recurrence state "v|last|prev|paused|run|anchor" (timers/cron/state.py reads the same

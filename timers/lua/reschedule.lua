@@ -13,6 +13,8 @@
 -- server. Its arguments are checked before the first write; an "in" due time before 1970
 -- counts as 0. The timer's key is named by its stored record, so it is built here from
 -- ARGV[1]. The wake is a PUBLISH by pcall: a user who may not publish still reschedules.
+-- A timer waiting for a concurrency key or a rate limit leaves its queue (flow.lua) and
+-- goes through its gate again when it comes due.
 -- Returns the new due ms, or nil when the id is not pending.
 local now = redis_now()
 local due = is_int(ARGV[5]) and tonumber(ARGV[5])
@@ -24,7 +26,9 @@ if ARGV[4] == 'in' then due = math.max(now + due, 0) end
 if due < 0 then return redis.error_reply('ERR timers reschedule: due time before 1970') end
 local record = redis.call('HGET', KEYS[2], ARGV[3])
 if not record then return false end
-local head = head_due(KEYS[1])
-pend(KEYS[1], KEYS[2], ARGV[1], ARGV[3], record, due, now)
-wake_if_first(ARGV[2], due, head)
+unpark(ARGV[1], ARGV[3])  -- a timer held back by a flow gate goes through it again
+local fresh = without_waited_from(record)
+if fresh ~= record then withdraw(KEYS[1], KEYS[2], ARGV[1], ARGV[3]) end
+pend(KEYS[1], KEYS[2], ARGV[1], ARGV[3], fresh, due, now)
+wake(ARGV[2])
 return due

@@ -45,8 +45,6 @@ for i = 1, n do
   dues[i] = due
 end
 
-local head = head_due(KEYS[1])
-local earliest
 local out = {now}
 for i = 1, n do
   local base = 2 + (i - 1) * 5
@@ -62,10 +60,10 @@ for i = 1, n do
       out[#out + 1] = false
     end
   else
+    if old then unpark(ARGV[1], id) end
     pend(KEYS[1], KEYS[2], ARGV[1], id, record, due, now, KEYS[2 + i])
-    if not earliest or due < earliest then earliest = due end
     out[#out + 1] = due
   end
 end
-wake_if_first(ARGV[2], earliest, head)
+wake(ARGV[2])
 return out

@@ -1,0 +1,131 @@
+#!lua
+-- gate.lua: let claimed runs start, or hold them back for a concurrency key or a rate
+-- limit (flow.lua has the keys and the queue states).
+--
+-- KEYS[1]  running: the plain running zset (a group's is "<it>|<group>")
+-- KEYS[2]  running records: hash, run token -> "reruns@<listener>|due|<id>:<record>"
+-- KEYS[3]  records: hash, escaped id -> record
+-- KEYS[4]  stats: hash of counters
+-- ARGV[1]  timer key start "<prefix>:"
+-- ARGV[2]  wake channel
+-- ARGV[3]  lease ms of a slot (renewed with the run's lease)
+-- ARGV[4..] six values per run: token, concurrency key ("" for none), its limit, rate
+--          limit name ("" for none), its interval ms, its burst
+--
+-- A run goes when its key has a free slot (or one kept for it) and nobody waits ahead of
+-- it, and its rate limit has a slot now (GCRA: tat - now <= (burst - 1) * interval) and
+-- nobody waits for it; it then holds the slot until it ends (finish.lua frees it) or its
+-- lease lapses. Otherwise it is no longer run: its timer waits in the key's or the
+-- limit's queue, by priority then due time, uncounted as an attempt, and goes back into
+-- its due index when a slot frees (key) or when its slot time comes (rate). A run whose
+-- lease is gone changes nothing; one whose id was scheduled again meanwhile is dropped
+-- (the newer timer wins), as a retry would be.
+-- No allow-oom flag: holding a timer back writes. Every value is checked first.
+-- Returns one status per run: "go", "wait" (held back), "lost" (lease gone) or
+-- "replaced".
+if not is_count(ARGV[3]) or (#ARGV - 3) % 6 ~= 0 then
+  return redis.error_reply('ERR timers gate: bad arguments')
+end
+for i = 4, #ARGV, 6 do
+  local limited, rated = ARGV[i + 1] ~= '', ARGV[i + 3] ~= ''
+  if ARGV[i] == '' or (limited and not string.match(ARGV[i + 2], '^[1-9]%d*$'))
+      or (rated and not (string.match(ARGV[i + 4], '^[1-9]%d*$')
+                         and string.match(ARGV[i + 5], '^[1-9]%d*$'))) then
+    return redis.error_reply('ERR timers gate: bad run ' .. ((i - 4) / 6 + 1))
+  end
+end
+
+local now = redis_now()
+local lease = tonumber(ARGV[3])
+local parked_key = sys_key(ARGV[1], 'parked')
+local counts = {waited = 0, rate_limited = 0}
+
+-- Hold the run back: no longer running, its timer pending again in `queue`.
+local function hold(token, id, record, due, queue, p, rk)
+  redis.call('ZREM', rk, token)
+  redis.call('HDEL', KEYS[2], token)
+  if redis.call('HEXISTS', KEYS[3], id) == 1 then return 'replaced' end
+  record = with_waited_from(record, due)
+  redis.call('HSET', KEYS[3], id, record)
+  redis.call('ZADD', queue, flow_score(record, tonumber(record_option(record, 'w'))), id)
+  parked_write(ARGV[1], id, p)
+  return 'wait'
+end
+
+-- A slot of `key` for the run: one kept for it, or a free one nobody waits ahead for.
+local function take_slot(token, id, key, limit, kept)
+  local slots = sys_key(ARGV[1], 'slots|' .. key)
+  if kept and redis.call('ZREM', slots, 'w:' .. id) == 1 then
+    redis.call('ZADD', slots, ms_text(now + lease), token)
+    return true
+  end
+  redis.call('ZREMRANGEBYSCORE', slots, '-inf', now)
+  if redis.call('ZCARD', slots) < limit
+      and redis.call('EXISTS', sys_key(ARGV[1], 'waitk|' .. key)) == 0 then
+    redis.call('ZADD', slots, ms_text(now + lease), token)
+    return true
+  end
+  return false
+end
+
+-- Whether rate limit `name` has a slot now for a run nobody waits ahead of (taken if so).
+local function take_rate(name, interval, burst)
+  local state = sys_key(ARGV[1], 'rate|' .. name)
+  if redis.call('HEXISTS', state, 'pacer') == 1
+      or redis.call('EXISTS', sys_key(ARGV[1], 'waitr|' .. name)) == 1 then
+    return false
+  end
+  local tat = math.max(tonumber(redis.call('HGET', state, 'tat') or '0') or 0, now)
+  if tat - now > (burst - 1) * interval then return false end
+  redis.call('HSET', state, 'tat', ms_text(tat + interval))
+  redis.call('PEXPIREAT', state, ms_text(tat + interval + 60000))
+  return true
+end
+
+local function gate(token, key, limit, rate, interval, burst)
+  local _, _, due, id, record = run_read(redis.call('HGET', KEYS[2], token))
+  local rk = record and running_key_for(KEYS[1], record_group(record))
+  if not record or not redis.call('ZSCORE', rk, token) then return 'lost' end
+  due = tonumber(record_option(record, 'w') or due) or tonumber(due)
+  local p = parked_read(redis.call('HGET', parked_key, id)) or {state = ''}
+  redis.call('HDEL', parked_key, id)
+  if p.state == 'R' then  -- this run holds its rate slot: the next in line may follow
+    local state = sys_key(ARGV[1], 'rate|' .. p.name)
+    if redis.call('HGET', state, 'pacer') == id then redis.call('HDEL', state, 'pacer') end
+    promote_rate(ARGV[1], p.name, p.a, p.b, now)
+  end
+  local paid = p.state == 'R' or ((p.state == 'c' or p.state == 'C') and p.c == 1)
+  if key ~= '' and not take_slot(token, id, key, limit, p.state == 'C') then
+    counts.waited = counts.waited + 1
+    local waiting = {state = 'c', a = limit, b = lease, c = paid and 1 or 0, name = key}
+    local status = hold(token, id, record, due, sys_key(ARGV[1], 'waitk|' .. key), waiting, rk)
+    promote_key(ARGV[1], key, limit, now)
+    return status
+  end
+  if rate ~= '' and not paid and not take_rate(rate, interval, burst) then
+    if key ~= '' then
+      redis.call('ZREM', sys_key(ARGV[1], 'slots|' .. key), token)
+      promote_key(ARGV[1], key, limit, now)
+    end
+    counts.rate_limited = counts.rate_limited + 1
+    local waiting = {state = 'r', a = interval, b = burst, c = 0, name = rate}
+    local status = hold(token, id, record, due, sys_key(ARGV[1], 'waitr|' .. rate), waiting, rk)
+    promote_rate(ARGV[1], rate, interval, burst, now)
+    return status
+  end
+  if key ~= '' then
+    redis.call('HSET', sys_key(ARGV[1], 'held'), token, limit .. '|' .. lease .. '|' .. key)
+  end
+  return 'go'
+end
+
+local out = {}
+for i = 4, #ARGV, 6 do
+  out[#out + 1] = gate(ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2]), ARGV[i + 3],
+    tonumber(ARGV[i + 4]), tonumber(ARGV[i + 5]))
+end
+for name, n in pairs(counts) do
+  if n > 0 then redis.call('HINCRBY', KEYS[4], name, n) end
+end
+wake(ARGV[2])
+return out
