@@ -28,7 +28,9 @@ key                 type    holds
                             one timer id are a ``ZRANGEBYLEX [<id>: (<id>;`` away.
 ``P|stats``         hash    counters (:class:`timers.wire.Counter`): fired (ended
                             well), failed, skipped, reruns, rejected, retried,
-                            handed_back, late_finishes.
+                            handed_back, late_finishes, routed (moved to their
+                            task's group), waited (held for a concurrency key),
+                            rate_limited (held for a rate limit).
 ``P|listeners``     zset    listener id → heartbeat deadline ms: the live listeners.
 ``P|listener``      hash    listener id → JSON (id, host, pid, started, running,
                             fired: runs ended however they ended, concurrency,
@@ -47,7 +49,7 @@ key                 type    holds
                             timer) → lease deadline: who holds concurrency key
                             ``key``.
 ``P|waitk|<key>``   zset    id → queue score: timers waiting for a slot of ``key``;
-                            score (1000 − priority) · 2^42 + due ms.
+                            score (1000 - priority) * 2^42 + due ms.
 ``P|rate|<name>``   hash    ``tat`` (GCRA) and ``pacer`` (the waiting timer that holds
                             the next slot) of rate limit ``name``.
 ``P|waitr|<name>``  zset    id → queue score: timers waiting for rate limit ``name``.

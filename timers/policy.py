@@ -63,6 +63,11 @@ class TaskPolicy:
     max_crashes: int = 3
     """Runs cut short by their listener dying (os._exit, a segfault, kill -9) before the
     timer is recorded dead instead of run again."""
+    group: str | None = None
+    concurrency: int | None = None
+    key: str | Callable[..., Any] | None = None
+    rate: Any = None
+    rate_key: str | Callable[..., Any] | None = None
 
     def __post_init__(self) -> None:
         if self.retries < 0:

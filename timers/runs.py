@@ -15,7 +15,7 @@ MAX_TRACEBACK = 8000
 
 OutcomeKind = Literal[
     "ok", "error", "refused", "bad_args", "rejected", "malformed", "missed", "skipped",
-    "crashed",
+    "crashed", "held", "moved",
 ]
 
 
@@ -86,6 +86,13 @@ class Run:
             return int(value) if value is not None and value.isascii() else self.due_ms
         except ValueError:
             return self.due_ms
+
+    @property
+    def waited_from_ms(self) -> int:
+        """The due time its lateness counts from: the one it had before a concurrency key
+        or a rate limit held it back (``;w=ms``), else this run's."""
+        value = self._option(Option.WAITED_FROM)
+        return int(value) if value and value.isascii() and value.isdigit() else self.due_ms
 
     @property
     def attempt(self) -> int:

@@ -60,6 +60,8 @@ class EndingKind(StrEnum):
     REJECT = "reject"
     RETRY = "retry"
     RELEASE = "release"
+    MOVE = "move"
+    """Pending again in the group its task declares (uncounted as an attempt)."""
 
 
 class ClaimSource(StrEnum):
@@ -107,6 +109,12 @@ class Counter(StrEnum):
     """Unfinished runs a stopping listener put back in the due index."""
     LATE_FINISHES = "late_finishes"
     """Endings that came after their lease had lapsed."""
+    ROUTED = "routed"
+    """Timers moved to the group their task declares."""
+    WAITED = "waited"
+    """Times a due timer waited for a slot of its concurrency key."""
+    RATE_LIMITED = "rate_limited"
+    """Times a due timer waited for its rate limit."""
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,8 @@ from timers.wire import ClaimSource, Counter, EndingKind, FailureRecord
 LUA = Path(timers.keys.__file__).parent / "lua"
 
 
-def test_every_ending_kind_and_counter_is_the_finish_scripts_word() -> None:
-    scripts = (LUA / "finish.lua").read_text() + (LUA / "claim.lua").read_text()
+def test_every_ending_kind_and_counter_is_a_scripts_word() -> None:
+    scripts = "".join((LUA / f"{name}.lua").read_text() for name in ("finish", "claim", "gate"))
     for kind in EndingKind:
         assert f"'{kind}'" in scripts, kind
     for counter in Counter:

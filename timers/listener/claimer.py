@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import redis
 
 from timers.clock import Clock
 from timers.encoding import as_text
-from timers.keys import Keyspace
 from timers.listener.due_tracker import CLAIM_LEAD_MS, DueTracker
 from timers.listener.endings import MAX_BATCH
 from timers.listener.memory_guard import MemoryGuard
@@ -50,10 +49,10 @@ class ClaimerHooks:
 class Claimer:
     """Claims due timers for one listener; :meth:`run` is its sweep loop."""
 
-    def __init__(self, scripts: Scripts, keys: Keyspace, listener_id: str,
+    def __init__(self, scripts: Scripts, groups: Sequence[str], listener_id: str,
                  lease: float, clock: Clock, tracker: DueTracker, hooks: ClaimerHooks,
                  stopping: asyncio.Event) -> None:
-        self.scripts, self.keys, self.listener_id = scripts, keys, listener_id
+        self.scripts, self.groups, self.listener_id = scripts, tuple(groups), listener_id
         self.lease, self.clock, self.tracker = lease, clock, tracker
         self.hooks, self.stopping = hooks, stopping
         self.memory = MemoryGuard()
@@ -107,7 +106,7 @@ class Claimer:
         sent = self.clock.monotonic()
         reply = await self.scripts.claim(
             limit=limit, lease_ms=round(self.lease * 1000), horizon_ms=round(2 * CLAIM_LEAD_MS),
-            listener_id=self.listener_id, event_ids=ids)
+            listener_id=self.listener_id, event_ids=ids, groups=self.groups)
         received = self.clock.monotonic()
         now_us, next_due, next_lease = (int(x) for x in reply[:3])
         self.tracker.observe_time(now_us, sent, received)

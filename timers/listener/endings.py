@@ -60,13 +60,19 @@ class Ending:
         return cls.of(run, EndingKind.RETRY, retry_entry=entry_text(run.escaped_id, record_text),
                       retry_delay_ms=delay_ms)
 
+    @classmethod
+    def move(cls, run: Run, record_text: str) -> Ending:
+        """Pending again at its due time under another record (its task's group)."""
+        return cls.of(run, EndingKind.MOVE, retry_entry=entry_text(run.escaped_id, record_text),
+                      retry_delay_ms=run.due_ms)
+
     def for_run(self, run: Run) -> Ending:
         """The same ending for another claim of the same run."""
         return replace(self, token=run.token, run_of=(run.escaped_id, run.due_ms))
 
     def wire(self) -> tuple[str, str, str, str]:
         """The four finish-script arguments: token, kind and two kind-specific fields."""
-        if self.kind is EndingKind.RETRY:
+        if self.kind in (EndingKind.RETRY, EndingKind.MOVE):
             return self.token, self.kind.value, self.retry_entry, str(self.retry_delay_ms)
         if self.failure is not None:
             return self.token, self.kind.value, self.failure_id, self.failure.to_json()

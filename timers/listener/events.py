@@ -12,7 +12,7 @@ import contextlib
 import itertools
 import logging
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,10 +21,11 @@ import redis.asyncio
 
 from timers.encoding import Entry, as_text, escape_id
 from timers.exceptions import MalformedTimerKey, TaskRefused
-from timers.keys import Keyspace
+from timers.keys import DEFAULT_GROUP, Keyspace
 from timers.listener.due_tracker import DueTracker
 from timers.listener.permissions import SWEEP_ONLY_MAX_SLEEP, SWEEPER_ONLY, explain
 from timers.listener.retrying import RETRYABLE, ConnectionState, ReconnectDelays, pause
+from timers.wire import Option
 
 log = logging.getLogger("timers.listener")
 
@@ -39,11 +40,13 @@ class Channels:
     expired: bytes
     wake: bytes
     timer_key_start: bytes
+    groups: frozenset[str] = frozenset({DEFAULT_GROUP})
+    """The groups the listener serves: keys of other groups' timers are not its business."""
 
     @classmethod
-    def of(cls, keys: Keyspace, db: int) -> Channels:
+    def of(cls, keys: Keyspace, db: int, groups: Iterable[str] = (DEFAULT_GROUP,)) -> Channels:
         return cls(keys.expired_channel(db).encode(), keys.wake_channel.encode(),
-                   keys.timer_key_start.encode())
+                   keys.timer_key_start.encode(), frozenset(groups))
 
 
 @dataclass(frozen=True)
@@ -97,6 +100,8 @@ def classify(message: Mapping[str, Any], channels: Channels,
     try:
         entry = Entry.decode(as_text(data[len(channels.timer_key_start):]))
         escaped = escape_id(entry.id)
+        if entry.record.options.get(Option.GROUP, DEFAULT_GROUP) not in channels.groups:
+            return None  # another group's timer: its own listeners claim it
         resolve(entry.record.task)
     except (MalformedTimerKey, TaskRefused) as exc:
         return Rejected(bytes(data), str(exc), escaped)

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 from timers import context
 from timers.encoding import Args, Record
 from timers.exceptions import MalformedTimerKey, TaskRefused
+from timers.keys import DEFAULT_GROUP
 from timers.listener.crashes import crash_outcome
 from timers.listener.due_tracker import DueTracker
 from timers.listener.endings import Ending
@@ -59,9 +60,10 @@ class Sleeper(Protocol):
 
 @dataclass(frozen=True)
 class Executed:
-    """A run's ending, and what the observer hears of it (None: handed back unrun)."""
+    """A run's ending (None: a flow gate held its timer back, nothing to write), and what
+    the observer hears of it (None: handed back or held back unrun)."""
 
-    ending: Ending
+    ending: Ending | None
     report: Fired | None
 
 
@@ -85,9 +87,11 @@ class Executor:
 
     def __init__(self, resolve: Callable[[str], Callable[..., Any]], runner: Caller,
                  quarantine: Isolator, recurrences: RecurrenceSteps, tracker: DueTracker,
-                 sleeper: Sleeper) -> None:
+                 sleeper: Sleeper, flow: Admitter | None = None, name: str = "") -> None:
         self.resolve, self.runner, self.quarantine = resolve, runner, quarantine
         self.recurrences, self.tracker, self.sleeper = recurrences, tracker, sleeper
+        self.flow, self.name = flow, name
+        """``name``: how a refusal names this listener (its id and groups)."""
 
     async def execute(self, run: Run) -> Executed:
         """Run ``run`` and say how it ended. A cancellation (shutting down) goes through:
@@ -107,6 +111,9 @@ class Executor:
         except Exception as exc:
             log.exception("internal error around timer %s", run.timer_id)
             outcome = _internal_error(exc)
+        if outcome.kind == "held":
+            log.debug("timer %s not started: %s", run.timer_id, outcome.message)
+            return Executed(None, None)
         try:
             ending = self.ending(run, attempt.record, outcome, attempt.policy)
         except Exception as exc:
@@ -114,7 +121,7 @@ class Executor:
             failure_id, failure = failure_entry(run, _internal_error(exc), attempt.task,
                                                 attempt.args, self.tracker.redis_time_ms())
             ending = Ending.of(run, EndingKind.FAIL, failure_id=failure_id, failure=failure)
-        report = Fired(run.timer_id, attempt.task, run.due_ms, attempt.started_ms,
+        report = Fired(run.timer_id, attempt.task, run.waited_from_ms, attempt.started_ms,
                        self.tracker.redis_now_ms(), run.source, run.attempt, outcome)
         return Executed(ending, report)
 
@@ -129,21 +136,26 @@ class Executor:
         try:
             fn = self.resolve(record.task)
             attempt.policy = policy = policy_of(fn)
-            missed = _missed(record, policy, attempt.started_ms - run.due_ms)
+            missed = _missed(record, policy, attempt.started_ms - run.waited_from_ms)
             crashed = crash_outcome(run, policy)
             if skip is not None:
                 outcome = skip
+            elif _group_of(record) != (policy.group or DEFAULT_GROUP):
+                outcome = Outcome("moved", "", f"to group {policy.group}")
             elif crashed is not None:
                 outcome = crashed
             elif missed is not None:
                 outcome = Outcome("missed", "Missed", missed)
+            elif self.flow and (held := await self.flow.admit(run, record, policy)):
+                outcome = held
             elif is_suspect(run.reruns):  # its listener died holding it: in a child
                 outcome = await self.quarantine.run(run.timer_id, record.task, fn, record.args,
                                                     policy, run.reruns)
             else:
                 outcome = await self.runner.call(fn, record.args, policy.timeout)
         except TaskRefused as exc:
-            outcome = Outcome("refused", "TaskRefused", str(exc))
+            outcome = Outcome("refused", "TaskRefused", f"{exc} (refused by {self.name})"
+                              if self.name else str(exc))
         if recurring:
             await self.recurrences.after_run(run, record, outcome)
         return outcome
@@ -156,11 +168,15 @@ class Executor:
         if outcome.kind == "skipped":
             log.info("timer %s skipped: %s", run.timer_id, outcome.message)
             return Ending.of(run, EndingKind.SKIP)
+        if outcome.kind == "moved" and record is not None:
+            log.info("timer %s (%s) moved %s", run.timer_id, record.task, outcome.message)
+            return Ending.move(run, _in_group(record, policy.group or DEFAULT_GROUP))
         now_ms = self.tracker.redis_time_ms()
         first_failure = record.options.get(Option.FIRST_FAILURE) if record else None
         delay = policy.retry_delay(run.attempt) if outcome.kind == "error" else None
         if record is not None and delay is not None:
             options = dict(record.options)
+            options.pop(Option.WAITED_FROM, None)
             options.update({Option.ATTEMPTS: str(run.attempt),
                             Option.FIRST_FAILURE: first_failure or str(now_ms),
                             Option.ORIGINAL_DUE: str(run.original_due_ms)})
@@ -176,6 +192,25 @@ class Executor:
                     record.task if record else "?", run.attempt, outcome.error_type,
                     outcome.message[:300])
         return Ending.of(run, EndingKind.FAIL, failure_id=failure_id, failure=failure)
+
+
+class Admitter(Protocol):
+    """The flow gate (:class:`timers.listener.flow_gate.FlowGate`)."""
+
+    async def admit(self, run: Run, record: Record, policy: TaskPolicy) -> Outcome | None:
+        ...
+
+
+def _group_of(record: Record) -> str:
+    return record.options.get(Option.GROUP) or DEFAULT_GROUP
+
+
+def _in_group(record: Record, group: str) -> str:
+    """The record moved to ``group`` (its other options kept)."""
+    options = {k: v for k, v in record.options.items() if k != Option.GROUP}
+    if group != DEFAULT_GROUP:
+        options[Option.GROUP] = group
+    return Record(record.task, record.args, options).encode(max_args_bytes=1 << 62)
 
 
 def _internal_error(exc: Exception) -> Outcome:

@@ -26,7 +26,7 @@ import os
 import secrets
 import socket
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import redis
@@ -43,6 +43,8 @@ from timers.listener.due_tracker import DueTracker
 from timers.listener.endings import Ending, EndingWriter
 from timers.listener.events import Channels, EventSource, Rejected
 from timers.listener.executor import Executed, Executor
+from timers.listener.flow_gate import FlowGate
+from timers.listener.groups import served_groups
 from timers.listener.leases import HeldRuns, LeaseKeeper, sync_twin
 from timers.listener.loop_watch import LoopWatch
 from timers.listener.permissions import SWEEP_ONLY_MAX_SLEEP, check_at_start, explain
@@ -95,11 +97,10 @@ class Listener:
         search_path: str | None = None,
         allow_eviction: bool = False,
         recycle: RecycleLimits | None = None,
+        groups: Sequence[str] | None = None,
     ) -> None:
-        if concurrency < 1:
-            raise ValueError("concurrency must be at least 1")
-        if lease < 0.1:
-            raise ValueError("lease must be at least 0.1 seconds")
+        _check_limits(concurrency, lease)
+        self.groups = served_groups(groups)
         self.redis, self._owns_client = _client(redis_)
         self.keys = Keyspace(configured_prefix(prefix))
         self.db = int(self.redis.connection_pool.connection_kwargs.get("db", 0) or 0)
@@ -133,22 +134,23 @@ class Listener:
         self.endings = EndingWriter(self._scripts, self.keys, failure_retention, self._held,
                                     self._closed)
         self.endings.on_written = self._after_endings_written
-        self.claimer = Claimer(self._scripts, self.keys, self.id, self.lease, self.clock,
+        self.claimer = Claimer(self._scripts, self.groups, self.id, self.lease, self.clock,
                                self.tracker, ClaimerHooks(
                                    free_slots=self._free_slots,
                                    take_event_ids=lambda n: self.events.take(n),
                                    busy=self._busy,
                                    start=self._start, give_up=self._give_up),
                                self._stopping)
-        self.events = EventSource(self.redis, Channels.of(self.keys, self.db), self.keys,
-                                  self.loader.resolve, self.tracker, self.claimer.poke.set,
-                                  self._reject, self._stopping)
+        self.events = EventSource(self.redis, Channels.of(self.keys, self.db, self.groups),
+                                  self.keys, self.loader.resolve, self.tracker,
+                                  self.claimer.poke.set, self._reject, self._stopping)
         self._runner = Runner(self.concurrency, on_free=self.claimer.slot_freed.set)
         self._precise = PreciseSleeper()
         self.executor = Executor(self.loader.resolve, self._runner,
                                  Quarantine(self.loader, listener_name(self.id)),
                                  RecurrenceHook(self.redis, self.keys, self._scripts), self.tracker,
-                                 self._precise)
+                                 self._precise, FlowGate(self._scripts, self.lease),
+                                 f"listener {self.id} (groups {', '.join(self.groups)})")
 
     @property
     def subscribed(self) -> asyncio.Event:
@@ -340,8 +342,11 @@ class Listener:
             self.claimer.slot_freed.set()
             if self._burst:
                 self.claimer.poke.set()  # the sweep loop decides whether the burst is over
-        self.endings.add(done.ending)
         self.tally.ended(done)
+        if done.ending is None:  # held back by a flow gate: the run is no longer ours
+            self._held.release([run.token])
+            return
+        self.endings.add(done.ending)
         if done.report is not None:
             self.ended_count += 1
             self._report(done)
@@ -379,6 +384,13 @@ class Listener:
         await self._scripts.heartbeat(self.id, round(HEARTBEAT_INTERVAL * 3000), info)
         if alive:
             self.recycler.published()
+
+
+def _check_limits(concurrency: int, lease: float) -> None:
+    if concurrency < 1:
+        raise ValueError("concurrency must be at least 1")
+    if lease < 0.1:
+        raise ValueError("lease must be at least 0.1 seconds")
 
 
 def _client(redis_: str | redis.asyncio.Redis | None) -> tuple[redis.asyncio.Redis, bool]:

@@ -51,6 +51,9 @@ class RunTally:
 
     def ended(self, done: Executed) -> None:
         """A run ended (or was handed back unrun: ``done.report`` is None)."""
+        if done.ending is None:
+            self.counts["held back"] += 1
+            return
         label = _OUTCOMES.get(done.ending.kind, str(done.ending.kind))
         self.counts[label] += 1
         if self.log_fires and done.report is not None:

@@ -1,0 +1,1 @@
+"""Flow control: groups, concurrency keys, rate limits and priority."""

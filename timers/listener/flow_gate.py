@@ -1,0 +1,86 @@
+"""The flow gate: whether a claimed run may start now, asked of Redis in one script call.
+
+A run is gated when its timer names a concurrency key (``schedule(key=...)``) or its task
+declares ``concurrency``, ``key`` or ``rate`` (see :mod:`timers.policy`). The decision is
+atomic in ``gate.lua`` (fleet-wide, no leader): the run goes, holding a slot until it ends,
+or its timer waits in the key's or the rate limit's queue and the run ends here without an
+attempt counted. Runs with no limits never call Redis here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from timers.encoding import Args, Record, as_text
+from timers.flow.names import check_key, unescape_key
+from timers.policy import TaskPolicy
+from timers.runs import Outcome, Run
+from timers.scripts import GateRun, Scripts
+from timers.wire import Option
+
+GO = "go"
+TASK_KEY = "task:"
+"""Start of the key (or rate limit name) of a task-wide limit: ``task:<path>``."""
+
+
+class FlowKeyError(Exception):
+    """A task's ``key=`` or ``rate_key=`` function failed or returned no usable key."""
+
+
+def _call_key(make: str | Callable[..., Any], args: Args, what: str) -> str:
+    if isinstance(make, str):
+        return make
+    try:
+        value = make(**args) if isinstance(args, dict) else make(*(args or ()))
+        return check_key(str(value) if isinstance(value, int) else value)
+    except Exception as exc:
+        raise FlowKeyError(f"{what} function failed: {type(exc).__name__}: {exc}") from None
+
+
+def gate_run(run: Run, record: Record, policy: TaskPolicy) -> GateRun | None:
+    """What ``gate.lua`` must decide for this run, or None when nothing limits it."""
+    task_key = TASK_KEY + record.task
+    key, limit = "", 1
+    escaped = record.options.get(Option.KEY)
+    if escaped:
+        key, limit = unescape_key(escaped), policy.concurrency or 1
+    elif policy.key is not None:
+        key, limit = _call_key(policy.key, record.args, "key"), policy.concurrency or 1
+    elif policy.concurrency is not None:
+        key, limit = task_key, policy.concurrency
+    if policy.rate is None:
+        return GateRun(run.token, key, limit) if key else None
+    rate = (task_key if policy.rate_key is None
+            else _call_key(policy.rate_key, record.args, "rate_key"))
+    return GateRun(run.token, key, limit, rate, policy.rate.interval_ms, policy.rate.burst)
+
+
+class FlowGate:
+    """Asks ``gate.lua`` about the runs that have limits."""
+
+    def __init__(self, scripts: Scripts, lease: float) -> None:
+        self.scripts, self.lease = scripts, lease
+
+    async def admit(self, run: Run, record: Record, policy: TaskPolicy) -> Outcome | None:
+        """None: start the run. Else the run is not this listener's to run any more: its
+        timer waits for its key or rate limit (or its lease was lost, or its id was
+        scheduled again)."""
+        try:
+            spec = gate_run(run, record, policy)
+        except FlowKeyError as exc:
+            return Outcome("error", "FlowKeyError", str(exc))
+        if spec is None:
+            return None
+        reply = await self.scripts.gate(round(self.lease * 1000), [spec])
+        status = as_text(reply[0])
+        if status == GO:
+            return None
+        return Outcome("held", "", _HELD_MESSAGES.get(status, status))
+
+
+_HELD_MESSAGES = {
+    "wait": "held back by its concurrency key or rate limit: waits in its queue",
+    "lost": "its lease was lost before it could start",
+    "replaced": "a timer with its id was scheduled again meanwhile",
+}
