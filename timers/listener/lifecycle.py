@@ -378,7 +378,7 @@ class Listener:
             "id": self.id, "host": socket.gethostname(), "pid": os.getpid(),
             "started": round(self.started_at), "running": len(self._running),
             "fired": self.ended_count, "concurrency": self.concurrency,
-            "tasks": self.loader.package, "stuck": self._runner.stuck,
+            "tasks": self.loader.package, "stuck": self._runner.stuck, "groups": self.groups,
             **self.recycler.heartbeat_info(self._stopping.is_set()),
         }) if alive else ""
         await self._scripts.heartbeat(self.id, round(HEARTBEAT_INTERVAL * 3000), info)

@@ -1,0 +1,249 @@
+"""Every flow-control decision of the Lua scripts (fakeredis + lupa): which groups a claim
+takes, priority among due timers, concurrency-key slots (wait, promote, lease lapse,
+cancel) and rate limits (spacing, the pacer, order)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import fakeredis
+import pytest
+
+from timers.keys import Keyspace
+from timers.runs import Run
+from timers.scripts import GateRun, NewTimer, Scripts
+
+KS = Keyspace()
+LEASE = 10_000
+
+
+@pytest.fixture
+def s(fake: fakeredis.FakeRedis) -> Scripts:
+    return Scripts(fake, KS)
+
+
+def add(s: Scripts, id_: str, record: str = "t.f:", in_ms: int = -1) -> None:
+    s.schedule([NewTimer(id_, record, "in", in_ms, "r")])
+
+
+def claim(s: Scripts, limit: int = 10, groups: tuple[str, ...] = ("default",),
+          lease: int = LEASE) -> list[Run]:
+    reply = s.claim(limit=limit, lease_ms=lease, horizon_ms=0, listener_id="me",
+                    groups=groups)
+    items = reply[3:]
+    return [Run.parse(items[i], items[i + 1], items[i + 2]) for i in range(0, len(items), 3)]
+
+
+def gate(s: Scripts, runs: list[Run], **spec: Any) -> list[str]:
+    reply = s.gate(LEASE, [GateRun(r.token, **spec) for r in runs])
+    return [x.decode() for x in reply]
+
+
+def finish(s: Scripts, run: Run) -> None:
+    s.finish(retention_ms=1000, endings=[(run.token, "ok", "", "")])
+
+
+def ids(runs: list[Run]) -> list[str]:
+    return [r.timer_id for r in runs]
+
+
+# -- groups and priority --------------------------------------------------------------
+
+
+def test_a_claim_takes_only_the_groups_it_serves(s: Scripts, fake: fakeredis.FakeRedis) -> None:
+    add(s, "web", "mail.send:")
+    add(s, "vid", "video.encode;g=video:")
+    assert ids(claim(s)) == ["web"]
+    assert fake.zscore(KS.due_index("video"), "vid") is not None  # pending, untouched
+    assert ids(claim(s, groups=("video",))) == ["vid"]
+    assert fake.zcard(KS.running_of("video")) == 1 and fake.zcard(KS.running) == 1
+
+
+def test_an_event_named_timer_of_another_group_is_not_claimed(s: Scripts) -> None:
+    add(s, "vid", "video.encode;g=video:")
+    reply = s.claim(limit=5, lease_ms=LEASE, horizon_ms=0, listener_id="me",
+                    event_ids=["vid"], groups=("default",))
+    assert reply[3:] == []
+
+
+def test_higher_priority_is_claimed_first_and_equal_priority_keeps_due_order(
+        s: Scripts) -> None:
+    add(s, "low-early", "t.f:", -500)
+    add(s, "low-late", "t.f:", -100)
+    add(s, "high-late", "t.f;p=5:", -1)
+    add(s, "neg", "t.f;p=-3:", -900)
+    assert ids(claim(s, limit=1)) == ["high-late"]
+    assert ids(claim(s, limit=10)) == ["low-early", "low-late", "neg"]
+
+
+def test_lapsed_runs_are_recovered_only_by_their_groups_listeners(
+        s: Scripts, fake: fakeredis.FakeRedis) -> None:
+    add(s, "vid", "video.encode;g=video:")
+    claim(s, groups=("video",), lease=1)
+    fake.zadd(KS.running_of("video"), {b"1": 0})  # its lease lapsed: its listener died
+    assert claim(s) == []
+    [rerun] = claim(s, groups=("video",))
+    assert (rerun.timer_id, rerun.reruns) == ("vid", 1)
+
+
+def test_a_moved_timer_goes_to_its_tasks_group(s: Scripts, fake: fakeredis.FakeRedis) -> None:
+    add(s, "x", "video.encode:")
+    [run] = claim(s)
+    s.finish(retention_ms=1000, endings=[(run.token, "move", "x:video.encode;g=video:",
+                                          str(run.due_ms))])
+    assert fake.zscore(KS.due_index("video"), "x") == run.due_ms
+    assert ids(claim(s, groups=("video",))) == ["x"]
+    assert fake.hget(KS.stats, "routed") == b"1"
+
+
+# -- concurrency keys ------------------------------------------------------------------
+
+
+def test_a_full_key_holds_the_timer_back_and_a_freed_slot_lets_it_go(
+        s: Scripts, fake: fakeredis.FakeRedis) -> None:
+    add(s, "a", "t.f:", -20)
+    add(s, "b", "t.f:", -10)
+    first, second = claim(s)
+    assert gate(s, [first, second], key="dev:7", limit=1) == ["go", "wait"]
+    assert fake.zcard(KS.running) == 1  # b is no longer running
+    assert fake.hget(KS.records, "b") is not None  # still pending: cancel and get see it
+    assert fake.zrange(KS.key_queue("dev:7"), 0, -1) == [b"b"]
+    assert claim(s) == []  # waiting is not polled: it is in no due index
+    finish(s, first)
+    [again] = claim(s)  # promoted at once, with a slot kept for it
+    assert again.timer_id == "b" and again.waited_from_ms == second.due_ms
+    assert gate(s, [again], key="dev:7", limit=1) == ["go"]
+    assert fake.hget(KS.stats, "waited") == b"1"
+
+
+def test_waiting_timers_go_by_priority_then_due_time(s: Scripts) -> None:
+    for i, record in enumerate(["t.f:", "t.f:", "t.f;p=9:", "t.f:"]):
+        add(s, f"t{i}", record, -100 + i)
+    runs = claim(s)
+    holder = next(r for r in runs if r.timer_id == "t2")  # high priority: claimed first
+    assert gate(s, runs, key="k", limit=1) == ["go", "wait", "wait", "wait"]
+    order = []
+    for _ in range(3):
+        finish(s, holder)
+        [holder] = claim(s)
+        assert gate(s, [holder], key="k", limit=1) == ["go"]
+        order.append(holder.timer_id)
+    assert order == ["t0", "t1", "t3"]
+
+
+def test_a_slot_whose_lease_lapsed_is_freed(s: Scripts, fake: fakeredis.FakeRedis) -> None:
+    add(s, "a", "t.f:", -20)
+    [a] = claim(s)
+    assert gate(s, [a], key="k", limit=1) == ["go"]
+    fake.zadd(KS.slots("k"), {a.token: 0})  # its listener died: no renewal
+    add(s, "b")
+    [b] = claim(s)
+    assert gate(s, [b], key="k", limit=1) == ["go"]
+
+
+def test_a_recovered_run_frees_its_slot_and_the_next_in_line_goes(
+        s: Scripts, fake: fakeredis.FakeRedis) -> None:
+    add(s, "a", "t.f:", -20)
+    add(s, "b", "t.f:", -10)
+    a, b = claim(s)
+    assert gate(s, [a, b], key="k", limit=1) == ["go", "wait"]
+    fake.zadd(KS.running, {a.token: 0})  # a's listener died
+    runs = claim(s)
+    assert sorted(ids(runs)) == ["a", "b"]  # a rerun, b promoted
+    assert fake.hget(KS.held, a.token) is None
+
+
+def test_renewing_a_run_renews_its_slot(s: Scripts, fake: fakeredis.FakeRedis) -> None:
+    add(s, "a")
+    [a] = claim(s)
+    gate(s, [a], key="k", limit=1)
+    fake.zadd(KS.slots("k"), {a.token: 5})
+    assert s.renew(LEASE, [a.token]) == []
+    score = fake.zscore(KS.slots("k"), a.token)
+    assert score is not None and score > 5
+
+
+def test_cancelling_a_waiting_timer_takes_it_out_of_its_queue(
+        s: Scripts, fake: fakeredis.FakeRedis) -> None:
+    add(s, "a", "t.f:", -20)
+    add(s, "b", "t.f:", -10)
+    a, b = claim(s)
+    gate(s, [a, b], key="k", limit=1)
+    assert s.cancel("b") == 1
+    assert fake.zcard(KS.key_queue("k")) == 0 and fake.hget(KS.parked, "b") is None
+    finish(s, a)
+    assert claim(s) == []
+
+
+def test_cancelling_a_promoted_timer_passes_its_slot_on(
+        s: Scripts, fake: fakeredis.FakeRedis) -> None:
+    for i in range(3):
+        add(s, f"t{i}", "t.f:", -30 + i)
+    a, b, c = claim(s)
+    gate(s, [a, b, c], key="k", limit=1)
+    finish(s, a)  # b promoted, a slot kept for it
+    assert s.cancel("t1") == 1
+    [next_] = claim(s)
+    assert next_.timer_id == "t2" and gate(s, [next_], key="k", limit=1) == ["go"]
+
+
+def test_a_gate_for_a_run_whose_id_was_scheduled_again_drops_it(s: Scripts) -> None:
+    add(s, "a", "t.f:", -20)
+    add(s, "b", "t.f:", -10)
+    a, b = claim(s)
+    add(s, "b", "t.g:", 60_000)  # scheduled again while b's run was claimed
+    assert gate(s, [a, b], key="k", limit=1) == ["go", "replaced"]
+
+
+def test_a_gate_for_a_lost_lease_changes_nothing(s: Scripts, fake: fakeredis.FakeRedis) -> None:
+    add(s, "a")
+    [a] = claim(s)
+    fake.zrem(KS.running, a.token)
+    assert gate(s, [a], key="k", limit=1) == ["lost"]
+    assert fake.zcard(KS.slots("k")) == 0
+
+
+# -- rate limits ------------------------------------------------------------------------
+
+
+def test_a_rate_limit_spaces_starts_and_queues_the_rest_in_order(
+        s: Scripts, fake: fakeredis.FakeRedis) -> None:
+    for i in range(4):
+        add(s, f"t{i}", "t.f:", -40 + i)
+    runs = claim(s)
+    assert gate(s, runs, rate="r", interval_ms=1000, burst=1) == ["go", "wait", "wait", "wait"]
+    pacer = fake.zrange(KS.due, 0, -1, withscores=True)
+    assert [m for m, _ in pacer] == [b"t1"]  # the head holds the next slot, one second on
+    now = runs[0].due_ms + 40
+    assert now + 900 <= pacer[0][1] <= now + 1100 + 1000
+    assert fake.zrange(KS.rate_queue("r"), 0, -1) == [b"t2", b"t3"]
+    assert fake.hget(KS.stats, "rate_limited") == b"3"
+
+
+def test_the_pacer_goes_and_hands_the_next_slot_on(s: Scripts, fake: fakeredis.FakeRedis) -> None:
+    for i in range(3):
+        add(s, f"t{i}", "t.f:", -40 + i)
+    runs = claim(s)
+    gate(s, runs, rate="r", interval_ms=1, burst=1)
+    fake.zadd(KS.due, {b"t1": 0})  # its slot time has come
+    [pacer] = claim(s)
+    assert pacer.timer_id == "t1" and pacer.waited_from_ms == runs[1].due_ms
+    assert gate(s, [pacer], rate="r", interval_ms=1, burst=1) == ["go"]
+    assert [m for m in fake.zrange(KS.due, 0, -1)] == [b"t2"]
+
+
+def test_a_burst_lets_that_many_start_at_once(s: Scripts) -> None:
+    for i in range(4):
+        add(s, f"t{i}", "t.f:", -40 + i)
+    runs = claim(s)
+    assert gate(s, runs, rate="r", interval_ms=60_000, burst=3) == ["go", "go", "go", "wait"]
+
+
+def test_bad_gate_arguments_write_nothing(s: Scripts, fake: fakeredis.FakeRedis) -> None:
+    add(s, "a")
+    [a] = claim(s)
+    with pytest.raises(Exception, match="bad run 1"):
+        s.gate(LEASE, [GateRun(a.token, "k", 0)])
+    with pytest.raises(Exception, match="bad run 1"):
+        s.gate(LEASE, [GateRun(a.token, "", 1, "r", 0, 1)])
+    assert fake.zcard(KS.slots("k")) == 0 and fake.zcard(KS.running) == 1
