@@ -1,0 +1,214 @@
+"""Flow control on a real server with real listener processes: groups keep two apps apart,
+a concurrency key runs one command per device at a time (also through a ``kill -9``), a
+rate limit spaces starts fleet-wide, and priority decides who takes a freed slot.
+
+The limits are checked with what the tasks themselves saw (tests/task_pkg/flow.py), not
+with timers' own bookkeeping. Times are printed, never asserted: bench/flow.py measures them.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import textwrap
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from tests.conftest import wait_until
+from tests.integration.helpers import KEYS, TASKS, TIMERS_COMMAND, Processes, runs, settled
+from tests.task_pkg import STARTED
+from tests.task_pkg.slow import RELEASE
+from timers import Timers, TimerSpec
+
+pytestmark = [pytest.mark.integration, pytest.mark.one_server]
+
+
+def listeners(processes: Processes, url: str, n: int, *extra: str,
+              env: dict[str, str] | None = None) -> list[subprocess.Popen[bytes]]:
+    """``n`` listener processes (``timers listen --url URL EXTRA``)."""
+    return [processes.spawn(TIMERS_COMMAND, "listen", "--url", url, *extra, env=env)
+            for _ in range(n)]
+
+
+def wait_listening(r: redis.Redis, n: int, procs: list[subprocess.Popen[bytes]],
+                   processes: Processes) -> None:
+    wait_until(lambda: r.zcard(KEYS.listeners) >= n or any(p.poll() is not None for p in procs),
+               20, message=f"{n} listeners to start")
+    for p in procs:
+        assert p.poll() is None, processes.output(p)
+
+
+def overlaps(done: list[list[Any]]) -> int:
+    """The most runs of one key that overlapped in time, by the tasks' own start/end."""
+    by_key: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for _, key, _, start, end, _ in done:
+        by_key[key].append((start, end))
+    worst = 0
+    for spans in by_key.values():
+        points = sorted([(s, 1) for s, _ in spans] + [(e, -1) for _, e in spans])
+        level = 0
+        for _, step in points:
+            level += step
+            worst = max(worst, level)
+    return worst
+
+
+# -- groups ---------------------------------------------------------------------------
+
+
+def test_two_apps_with_their_own_groups_share_a_redis_and_never_touch_each_others_timers(
+        r: redis.Redis, redis_url: str, processes: Processes, tmp_path: Path) -> None:
+    other = tmp_path / "billing_tasks"
+    other.mkdir()
+    (other / "__init__.py").write_text("")
+    (other / "invoices.py").write_text(textwrap.dedent("""\
+        import json, os
+        from tests.task_pkg import RUNS, client
+
+        def send(tag):
+            client().rpush(RUNS, json.dumps(["billing", tag, os.getpid()]))
+        """))
+    env = processes.env()
+    env["PYTHONPATH"] = f"{tmp_path}:{env['PYTHONPATH']}"
+    web = listeners(processes, redis_url, 2, "--tasks", TASKS, "--group", "web")
+    billing = listeners(processes, redis_url, 2, "--tasks", "billing_tasks",
+                        "--group", "billing", env=env)
+    wait_listening(r, 4, web + billing, processes)
+    with Timers(redis_url, group="web") as t:
+        t.schedule_many(TimerSpec("record.hit", [f"w{i}", "web"], in_=0.5) for i in range(1000))
+    with Timers(redis_url, group="billing") as t:
+        t.schedule_many(TimerSpec("invoices.send", [f"b{i}"], in_=0.5) for i in range(1000))
+
+    wait_until(lambda: len(runs(r)) >= 2000, 60, message="2,000 timers to run")
+    done = runs(r)
+    billing_pids = {p.pid for p in billing}
+    billing_runs = [run for run in done if run[0] == "billing"]
+    web_runs = [run for run in done if run[0] != "billing"]
+    assert Counter(run[1] for run in billing_runs) == {f"b{i}": 1 for i in range(1000)}
+    assert Counter(run[0] for run in web_runs) == {f"w{i}": 1 for i in range(1000)}
+    assert {run[2] for run in billing_runs} <= billing_pids
+    with Timers(redis_url) as t:
+        wait_until(lambda: settled(t), 10, message="nothing pending or running")
+        assert t.stats().failed == 0, "a listener dead-lettered the other app's timers"
+
+
+def test_a_group_nobody_serves_stays_pending_and_a_tasks_declared_group_is_honoured(
+        r: redis.Redis, redis_url: str, processes: Processes) -> None:
+    default = listeners(processes, redis_url, 1, "--tasks", TASKS)
+    wait_listening(r, 1, default, processes)
+    with Timers(redis_url) as t:
+        t.schedule("record.hit", ["orphan"], in_=0, id="orphan", group="nobody")
+        t.schedule("flow.encode", ["moved"], in_=0, id="moved")  # declares group video
+        wait_until(lambda: t.stats().counters.get("routed") == 1, 10,
+                   message="the default listener to move the video timer")
+        assert runs(r) == []
+        assert t.get("orphan") is not None and t.get("moved") is not None
+        video = listeners(processes, redis_url, 1, "--tasks", TASKS, "--group", "video")
+        wait_until(lambda: runs(r) != [], 10, message="the video listener to run it")
+        assert runs(r) == [["moved", video[0].pid]]
+        assert t.get("orphan") is not None  # still pending: nobody serves its group
+        assert t.stats().failed == 0
+
+
+# -- concurrency keys -----------------------------------------------------------------
+
+
+def schedule_device_commands(url: str, due_in: float) -> None:
+    with Timers(url) as t:
+        t.schedule_many(TimerSpec("flow.device_command", [f"c{i}", i % 50], in_=due_in)
+                        for i in range(1000))
+
+
+def test_one_command_at_a_time_per_device_across_four_listeners(
+        r: redis.Redis, redis_url: str, processes: Processes) -> None:
+    procs = listeners(processes, redis_url, 4, "--tasks", TASKS)
+    wait_listening(r, 4, procs, processes)
+    schedule_device_commands(redis_url, 1.0)
+
+    wait_until(lambda: len(runs(r)) >= 1000, 60, message="1,000 commands to run")
+    done = runs(r)
+    assert Counter(run[0] for run in done) == {f"c{i}": 1 for i in range(1000)}
+    assert max(run[5] for run in done) == 1, "two commands ran at once on one device"
+    assert overlaps(done) == 1
+    with Timers(redis_url) as t:
+        wait_until(lambda: settled(t), 10, message="nothing pending or running")
+        assert t.stats().failed == 0
+    first, last = min(run[3] for run in done), max(run[4] for run in done)
+    print(f"\n1,000 commands over 50 devices, 20 ms each, 4 listeners: {last - first:.0f} ms "
+          f"from the first start to the last end (ideal 400 ms)")
+
+
+def test_a_killed_listeners_device_slots_free_when_its_lease_lapses(
+        r: redis.Redis, redis_url: str, processes: Processes) -> None:
+    procs = listeners(processes, redis_url, 4, "--tasks", TASKS, "--lease", "1")
+    wait_listening(r, 4, procs, processes)
+    schedule_device_commands(redis_url, 0.5)
+    victim = procs[0]
+    wait_until(lambda: any(json.loads(s)[2] == victim.pid for s in r.lrange(STARTED, 0, -1)),
+               30, message="the victim to start a command")
+    victim.send_signal(signal.SIGKILL)
+    assert victim.wait(10) == -signal.SIGKILL
+
+    wait_until(lambda: len({run[0] for run in runs(r)}) >= 1000, 60,
+               message="every command to run, the killed ones again after the lease")
+    done = runs(r)
+    assert Counter(run[0] for run in done) == {f"c{i}": 1 for i in range(1000)}
+    assert overlaps(done) == 1, "a device ran two commands at once"
+    with Timers(redis_url) as t:
+        wait_until(lambda: settled(t), 10, message="nothing pending or running")
+        stats = t.stats()
+    assert stats.failed == 0
+    assert stats.counters.get("reruns", 0) >= 1
+
+
+# -- rate limits ----------------------------------------------------------------------
+
+
+def test_a_rate_of_600_a_minute_across_three_listeners_spaces_300_timers_due_at_once(
+        r: redis.Redis, redis_url: str, processes: Processes) -> None:
+    procs = listeners(processes, redis_url, 3, "--tasks", TASKS)
+    wait_listening(r, 3, procs, processes)
+    with Timers(redis_url) as t:
+        t.schedule_many(TimerSpec("flow.paced", [f"p{i:03}", 5 if i % 3 == 0 else 0],
+                                  id=f"p{i:03}", in_=1.0, priority=5 if i % 3 == 0 else 0)
+                        for i in range(300))  # one script call: one due time for all
+
+    wait_until(lambda: len(runs(r)) >= 300, 60, message="300 paced timers to run")
+    done = sorted(runs(r), key=lambda run: run[3])
+    assert Counter(run[0] for run in done) == {f"p{i:03}": 1 for i in range(300)}
+    starts = [run[3] for run in done]
+    busiest = max(sum(1 for s in starts[i:] if s < start + 1000)
+                  for i, start in enumerate(starts))
+    assert busiest <= 11, f"{busiest} starts in one second (10 a second + a burst of 1)"
+    order = [(-run[1], run[0]) for run in done[2:]]  # the first two went before a queue formed
+    assert order == sorted(order), "not in priority order, then due order"
+    print(f"\n300 timers at 600/m: busiest second {busiest} starts, "
+          f"{(starts[-1] - starts[0]) / 1000:.1f} s first to last (ideal 29.9 s)")
+
+
+# -- priority -------------------------------------------------------------------------
+
+
+def test_a_high_priority_timer_due_later_takes_the_next_free_slot_before_100_waiting(
+        r: redis.Redis, redis_url: str, start_listener) -> None:
+    start_listener(tasks=TASKS)
+    with Timers(redis_url) as t:
+        t.schedule("flow.keyed", ["holder", "k", -1], in_=0, key="k")
+        wait_until(lambda: r.llen(STARTED) == 1, 10, message="the holder to start")
+        t.schedule_many(TimerSpec("flow.keyed", [f"low{i:03}", "k"], id=f"low{i:03}", in_=0,
+                                  key="k") for i in range(100))
+        wait_until(lambda: r.zcard(KEYS.key_queue("k")) == 100, 10,
+                   message="100 low-priority timers to wait for the key")
+        t.schedule("flow.keyed", ["high", "k"], in_=0.05, key="k", priority=10)
+        wait_until(lambda: r.zcard(KEYS.key_queue("k")) == 101, 10,
+                   message="the high-priority timer to wait too")
+        r.set(RELEASE, 1)
+        wait_until(lambda: len(runs(r)) == 102, 20, message="all 102 to run")
+    order = [run[0] for run in runs(r)]
+    assert order[:2] == ["holder", "high"]
+    assert order[2:] == [f"low{i:03}" for i in range(100)]

@@ -1,0 +1,64 @@
+"""Tasks behind flow limits, which record how many of their kind ran at once themselves.
+
+Each run adds ``[tag, key, pid, start, end, concurrent]`` to ``test:runs`` (times from the
+machine's clock in ms, shared by every process of the test); ``concurrent`` is how many
+runs of the same key were inside the task when this one entered it (an INCR/DECR counter
+per key), so a test checks the limit with what the tasks saw, not with timers' books.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import timers
+from tests.task_pkg import RUNS, STARTED, client
+from tests.task_pkg.slow import RELEASE
+
+ACTIVE = "test:active:"
+
+
+def _run(tag: str, key: str, seconds: float) -> None:
+    r = client()
+    start = time.time() * 1000
+    r.rpush(STARTED, json.dumps([tag, key, os.getpid(), start]))
+    concurrent = r.incr(ACTIVE + key)
+    try:
+        time.sleep(seconds)
+    finally:
+        r.decr(ACTIVE + key)
+    r.rpush(RUNS, json.dumps([tag, key, os.getpid(), start, time.time() * 1000, concurrent]))
+
+
+@timers.task(concurrency=1, key=lambda tag, device, seconds=0.02: f"device:{device}")
+def device_command(tag: str, device: int, seconds: float = 0.02) -> None:
+    """One command at a time per device, whichever listener runs it."""
+    _run(tag, f"device:{device}", seconds)
+
+
+@timers.task(concurrency=1)
+def keyed(tag: str, key: str, seconds: float = 0.0) -> None:
+    """Runs one at a time per ``schedule(..., key=...)``, else one at a time fleet-wide.
+    Waits for ``test:release`` when ``seconds`` is negative."""
+    if seconds < 0:
+        r = client()
+        r.rpush(STARTED, json.dumps([tag, key, os.getpid(), time.time() * 1000]))
+        deadline = time.monotonic() + 20
+        while not r.exists(RELEASE) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        r.rpush(RUNS, json.dumps([tag, key, os.getpid(), 0, time.time() * 1000, 1]))
+        return
+    _run(tag, key, seconds)
+
+
+@timers.task(rate="600/m")
+def paced(tag: str, priority: int) -> None:
+    """At most ten starts a second, fleet-wide."""
+    client().rpush(RUNS, json.dumps([tag, priority, os.getpid(), time.time() * 1000]))
+
+
+@timers.task(group="video")
+def encode(tag: str) -> None:
+    """Declares its group: a listener of another group that claims it moves it there."""
+    client().rpush(RUNS, json.dumps([tag, os.getpid()]))
