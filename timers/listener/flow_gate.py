@@ -9,6 +9,7 @@ attempt counted. Runs with no limits never call Redis here.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
@@ -57,10 +58,16 @@ def gate_run(run: Run, record: Record, policy: TaskPolicy) -> GateRun | None:
 
 
 class FlowGate:
-    """Asks ``gate.lua`` about the runs that have limits."""
+    """Asks ``gate.lua`` about the runs that have limits.
+
+    The runs of one claim start together, so their questions are gathered for one turn
+    of the event loop and sent in one script call.
+    """
 
     def __init__(self, scripts: Scripts, lease: float) -> None:
         self.scripts, self.lease = scripts, lease
+        self._asked: list[tuple[GateRun, asyncio.Future[str]]] = []
+        self._tasks: set[asyncio.Task[None]] = set()
 
     async def admit(self, run: Run, record: Record, policy: TaskPolicy) -> Outcome | None:
         """None: start the run. Else the run is not this listener's to run any more: its
@@ -72,11 +79,33 @@ class FlowGate:
             return Outcome("error", "FlowKeyError", str(exc))
         if spec is None:
             return None
-        reply = await self.scripts.gate(round(self.lease * 1000), [spec])
-        status = as_text(reply[0])
+        loop = asyncio.get_running_loop()
+        answer: asyncio.Future[str] = loop.create_future()
+        if not self._asked:
+            loop.call_soon(self._start_asking)
+        self._asked.append((spec, answer))
+        status = await answer
         if status == GO:
             return None
         return Outcome("held", "", _HELD_MESSAGES.get(status, status))
+
+    def _start_asking(self) -> None:
+        task = asyncio.get_running_loop().create_task(self._ask())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _ask(self) -> None:
+        asked, self._asked = self._asked, []
+        try:
+            reply = await self.scripts.gate(round(self.lease * 1000), [s for s, _ in asked])
+        except Exception as exc:  # each run decides (a lost connection hands it back)
+            for _, answer in asked:
+                if not answer.done():
+                    answer.set_exception(exc)
+            return
+        for (_, answer), status in zip(asked, reply, strict=True):
+            if not answer.done():
+                answer.set_result(as_text(status))
 
 
 _HELD_MESSAGES = {
