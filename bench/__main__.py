@@ -24,7 +24,7 @@ from types import FrameType, ModuleType
 
 import redis
 
-from bench import fire, idle, lateness, memory, schedule
+from bench import fire, flow, idle, lateness, memory, schedule
 from bench.common import (
     REPO,
     Context,
@@ -47,6 +47,7 @@ SCENARIOS: dict[str, ModuleType] = {
     "lateness": lateness,
     "schedule": schedule,
     "fire": fire,
+    "flow": flow,
     "memory": memory,
     "idle": idle,
 }

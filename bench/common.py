@@ -394,6 +394,8 @@ class ListenerResult:
     """It stopped on its own (got ``expect`` runs), not because it was told to."""
     task_lateness: list[float] = field(default_factory=list)
     """Task's own ``time.time()`` at start minus the due ms in its args (where given)."""
+    runs: list[tuple[str, int, float, float]] = field(default_factory=list)
+    """Per run: timer id, the due ms its lateness counts from, start and end ms (Redis)."""
 
     @property
     def lateness_ms(self) -> list[float]:
@@ -411,7 +413,8 @@ class ListenerResult:
 def merge(results: Sequence[ListenerResult]) -> ListenerResult:
     fired = [f for r in results for f in r.fired]
     return ListenerResult(fired, sum(r.cpu_s for r in results), all(r.finished for r in results),
-                          [x for r in results for x in r.task_lateness])
+                          [x for r in results for x in r.task_lateness],
+                          [x for r in results for x in r.runs])
 
 
 class ListenerProc:
@@ -476,8 +479,9 @@ class ListenerProc:
         except (OSError, ValueError):
             return None
         fired = [(int(d), float(s), str(src), bool(ok)) for d, s, src, ok in data["fired"]]
+        runs = [(str(i), int(d), float(s), float(e)) for i, d, s, e in data.get("runs", [])]
         return ListenerResult(fired, float(data["cpu_s"]), bool(data["finished"]),
-                              [float(x) for x in data.get("task_lateness", [])])
+                              [float(x) for x in data.get("task_lateness", [])], runs)
 
     def log_tail(self, lines: int = 15) -> str:
         try:

@@ -1,7 +1,8 @@
 """A listener child process: ``python -m bench.listener --url URL --out FILE …``.
 
-It runs one :class:`timers.Listener` with the trivial task ``noop`` registered, keeps one
-tuple per run from the observer (due ms, start ms, path, ok), touches ``--ready`` once it is
+It runs one :class:`timers.Listener` with the trivial task ``noop`` (and the flow-limited
+``flow.keyed`` and ``flow.rated``) registered, keeps one tuple per run from the observer
+(due ms, start ms, path, ok, and id, due, start, end ms), touches ``--ready`` once it is
 subscribed, and on exit (``--expect`` runs seen, SIGTERM, ``--max-seconds``, or its parent
 gone) writes them to ``--out`` as JSON with its CPU time. Nothing is written to Redis, so
 the listener's own traffic is all the server sees from this process.
@@ -20,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import timers
 from timers.listener import Listener
 from timers.runs import Fired
 
@@ -35,6 +37,21 @@ def noop(*args: Any, **kwargs: Any) -> None:
         TASK_LATENESS.append(time.time() * 1000 - args[1])
 
 
+@timers.task(concurrency=1, key=lambda key, ms=0: key)
+def keyed(key: str, ms: float = 0) -> None:
+    """One run at a time per ``key`` fleet-wide; sleeps ``ms`` milliseconds."""
+    if ms:
+        time.sleep(ms / 1000)
+
+
+@timers.task(rate="500/s")
+def rated(i: int) -> None:
+    """Started at most 500 times a second fleet-wide (one every 2 ms)."""
+
+
+TASKS = {"noop": noop, "flow.keyed": keyed, "flow.rated": rated}
+
+
 def _write(path: Path, text: str) -> None:
     path.write_text(text)
 
@@ -48,6 +65,7 @@ async def listen(
     url: str, prefix: str, concurrency: int, expect: int, ready: Path, max_seconds: float
 ) -> dict[str, Any]:
     fired: list[tuple[int, float, str, bool]] = []
+    runs: list[tuple[str, int, float, float]] = []
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -55,11 +73,12 @@ async def listen(
 
     def observe(f: Fired) -> None:
         fired.append((f.due_ms, f.started_ms, f.source, f.outcome.ok))
+        runs.append((f.timer_id, f.due_ms, f.started_ms, f.finished_ms))
         if expect and len(fired) >= expect:
             stop.set()
 
     listener = Listener(
-        url, prefix=prefix, registry={"noop": noop}, concurrency=concurrency,
+        url, prefix=prefix, registry=TASKS, concurrency=concurrency,
         observer=observe, shutdown_timeout=5.0,
     )
     cpu_ready = _cpu()
@@ -91,6 +110,7 @@ async def listen(
         "cpu_s": _cpu() - cpu_ready,
         "finished": bool(expect) and len(fired) >= expect,
         "task_lateness": TASK_LATENESS,
+        "runs": runs,
     }
 
 
