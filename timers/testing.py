@@ -41,7 +41,7 @@ import asyncio
 import contextlib
 import importlib.util
 import logging
-from collections.abc import Callable, Coroutine, Iterator, Mapping
+from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -50,10 +50,10 @@ import timers
 import timers.aio
 from timers.client import AsyncTimers, Timers
 from timers.context import TimerContext, entered
-from timers.encoding import is_occurrence_id
+from timers.encoding import as_text, is_occurrence_id
 from timers.exceptions import TimersError
 from timers.failure_ops import Failure
-from timers.keys import DEFAULT_PREFIX
+from timers.keys import DEFAULT_GROUP, DEFAULT_PREFIX
 from timers.listener import Listener
 from timers.loops import PerLoop
 from timers.operations import PendingTimer
@@ -84,12 +84,14 @@ class TimersTest:
 
     ``tasks``: the app's tasks package, as ``timers listen --tasks`` takes it (default
     ``$TIMERS_TASKS`` or ``tasks``), imported from ``search_path`` (default the working
-    directory); ``registry`` adds callables by name, as for :class:`Listener`.
+    directory); ``registry`` adds callables by name, as for :class:`Listener`. ``groups``:
+    the groups its listener serves (default: every group that has timers pending).
     """
 
     def __init__(self, tasks: str | None = None, *, prefix: str = DEFAULT_PREFIX,
                  registry: Mapping[str, Callable[..., Any]] | None = None,
-                 search_path: str | None = None, concurrency: int = 1) -> None:
+                 search_path: str | None = None, concurrency: int = 1,
+                 groups: Sequence[str] | None = None) -> None:
         self.server = fakeredis.FakeServer()
         self.timers = Timers(fakeredis.FakeRedis(server=self.server), prefix=prefix)
         self.timers.warn_in_event_loop = False  # in memory: nothing to block on
@@ -102,6 +104,7 @@ class TimersTest:
             "prefix": prefix, "tasks": tasks, "registry": registry,
             "search_path": search_path, "concurrency": concurrency, "shutdown_timeout": 5.0}
         self._saved: tuple[Any, ...] | None = None
+        self._groups = tuple(groups) if groups else None
 
     # -- the defaults ----------------------------------------------------------------
 
@@ -192,11 +195,19 @@ class TimersTest:
         listener_log = logging.getLogger("timers.listener")
         listener_log.addFilter(_no_server_checks)
         try:
-            listener = Listener(client, observer=observe, **self._listener_options)
+            listener = Listener(client, observer=observe, groups=self._served(),
+                                **self._listener_options)
             await listener.run(burst=True)
         finally:
             listener_log.removeFilter(_no_server_checks)
             await client.aclose()
+
+    def _served(self) -> tuple[str, ...]:
+        """The groups given, else every group with a due index (and the default group)."""
+        if self._groups:
+            return self._groups
+        queues = self.timers.redis.smembers(self.timers.keys.queues)
+        return tuple(sorted({DEFAULT_GROUP} | {as_text(q).rpartition("|")[0] for q in queues}))
 
     def _next_due(self, include_recurrences: bool) -> PendingTimer | None:
         """The soonest pending timer, on the server's clock (not shifted by the offset)."""
