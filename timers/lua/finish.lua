@@ -129,17 +129,25 @@ local function fail(failure_id, json)
 end
 
 -- End the run held under token; a token no longer held is a late finish.
+-- Whether the run's lease was still held (it is in its group's running set): removed.
+local function unlease(token)
+  if redis.call('ZREM', KEYS[1], token) == 1 then return true end
+  local record = select(5, run_read(redis.call('HGET', KEYS[2], token)))
+  local group = record and record_group(record) or DEFAULT_GROUP
+  return group ~= DEFAULT_GROUP and
+    redis.call('ZREM', running_key_for(KEYS[1], group), token) == 1
+end
+
+local slots_held = redis.call('EXISTS', sys_key(ARGV[1], 'held')) == 1
+
 local function end_run(token, kind, a, b, release)
-  local run = redis.call('HGET', KEYS[2], token)
-  local record = select(5, run_read(run))
-  local running = running_key_for(KEYS[1], record and record_group(record) or DEFAULT_GROUP)
-  if redis.call('ZREM', running, token) == 0 then
+  if not unlease(token) then
     redis.call('HDEL', KEYS[2], token)
     counts.late_finishes = counts.late_finishes + 1
     return
   end
   redis.call('HDEL', KEYS[2], token)
-  release_slot(ARGV[1], token, now)
+  if slots_held then release_slot(ARGV[1], token, now) end
   if kind == 'ok' then
     counts.fired = counts.fired + 1
   elseif kind == 'skip' then

@@ -16,14 +16,27 @@
 if not is_count(ARGV[1]) then return redis.error_reply('ERR timers renew: bad lease ms') end
 local lease_until = string.format('%.0f', redis_now() + tonumber(ARGV[1]))
 local held_key = sys_key(ARGV[2], 'held')
+local slots_held = redis.call('EXISTS', held_key) == 1
+
+-- Whether the run is still leased (in its group's running set), its lease extended.
+local function extend(token)
+  if redis.call('ZADD', KEYS[1], 'XX', 'CH', lease_until, token) == 1
+      or redis.call('ZSCORE', KEYS[1], token) then
+    return true
+  end
+  local record = select(5, run_read(redis.call('HGET', KEYS[2], token)))
+  local group = record and record_group(record) or DEFAULT_GROUP
+  if group == DEFAULT_GROUP then return false end
+  local running = running_key_for(KEYS[1], group)
+  return redis.call('ZADD', running, 'XX', 'CH', lease_until, token) == 1
+    or redis.call('ZSCORE', running, token) ~= false
+end
+
 local lost = {}
 for i = 3, #ARGV do
-  local record = select(5, run_read(redis.call('HGET', KEYS[2], ARGV[i])))
-  local running = running_key_for(KEYS[1], record and record_group(record) or DEFAULT_GROUP)
-  if redis.call('ZADD', running, 'XX', 'CH', lease_until, ARGV[i]) == 0
-      and not redis.call('ZSCORE', running, ARGV[i]) then
+  if not extend(ARGV[i]) then
     lost[#lost + 1] = ARGV[i]
-  else
+  elseif slots_held then
     local key = string.match(redis.call('HGET', held_key, ARGV[i]) or '', '^%d+|%d+|(.+)$')
     if key then
       redis.call('ZADD', sys_key(ARGV[2], 'slots|' .. key), 'XX', lease_until, ARGV[i])
