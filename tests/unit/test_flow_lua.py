@@ -247,3 +247,23 @@ def test_bad_gate_arguments_write_nothing(s: Scripts, fake: fakeredis.FakeRedis)
     with pytest.raises(Exception, match="bad run 1"):
         s.gate(LEASE, [GateRun(a.token, "", 1, "r", 0, 1)])
     assert fake.zcard(KS.slots("k")) == 0 and fake.zcard(KS.running) == 1
+
+
+def test_rescheduling_a_waiting_timer_takes_it_out_of_its_queue_and_restarts_its_lateness(
+        s: Scripts, fake: fakeredis.FakeRedis) -> None:
+    add(s, "a", "t.f:", -20)
+    add(s, "b", "t.f:", -10)
+    a, b = claim(s)
+    gate(s, [a, b], key="k", limit=1)
+    assert b"w=" in fake.hget(KS.records, "b")
+    due = s.reschedule("b", "in", 60_000)
+    assert fake.zscore(KS.due, "b") == due
+    assert fake.zcard(KS.key_queue("k")) == 0 and fake.hget(KS.parked, "b") is None
+    assert b"w=" not in fake.hget(KS.records, "b")
+
+
+@pytest.mark.parametrize("record", ["t.f;p=abc:", "t.f;p=99999:", "t.f;p=1.5:", "t.f;g=:"])
+def test_a_record_with_an_unreadable_group_or_priority_is_claimed_as_default(
+        s: Scripts, record: str) -> None:
+    add(s, "x", record)
+    assert ids(claim(s)) == ["x"]
