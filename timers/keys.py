@@ -30,7 +30,8 @@ key                 type    holds
                             well), failed, skipped, reruns, rejected, retried,
                             handed_back, late_finishes, routed (moved to their
                             task's group), waited (held for a concurrency key),
-                            rate_limited (held for a rate limit).
+                            rate_limited (held for a rate limit), held_ms (ms
+                            they waited, added as each starts).
 ``P|listeners``     zset    listener id → heartbeat deadline ms: the live listeners.
 ``P|listener``      hash    listener id → JSON (id, host, pid, started, running,
                             fired: runs ended however they ended, concurrency,

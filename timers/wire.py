@@ -115,6 +115,8 @@ class Counter(StrEnum):
     """Times a due timer waited for a slot of its concurrency key."""
     RATE_LIMITED = "rate_limited"
     """Times a due timer waited for its rate limit."""
+    HELD_MS = "held_ms"
+    """Milliseconds timers spent waiting for keys and rate limits, added as each starts."""
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@
 -- lease is gone changes nothing; one whose id was scheduled again meanwhile is dropped
 -- (the newer timer wins), as a retry would be.
 -- No allow-oom flag: holding a timer back writes. Every value is checked first.
+-- A run that goes after waiting adds its wait (now - its ";w=" due) to the held_ms counter.
 -- Returns one status per run: "go", "wait" (held back), "lost" (lease gone) or
 -- "replaced".
 if not is_count(ARGV[3]) or (#ARGV - 3) % 6 ~= 0 then
@@ -38,7 +39,7 @@ end
 local now = redis_now()
 local lease = tonumber(ARGV[3])
 local parked_key = sys_key(ARGV[1], 'parked')
-local counts = {waited = 0, rate_limited = 0}
+local counts = {waited = 0, rate_limited = 0, held_ms = 0}
 
 -- Hold the run back: no longer running, its timer pending again in `queue`.
 local function hold(token, id, record, due, queue, p, rk)
@@ -115,6 +116,9 @@ local function gate(token, key, limit, rate, interval, burst)
   end
   if key ~= '' then
     redis.call('HSET', sys_key(ARGV[1], 'held'), token, limit .. '|' .. lease .. '|' .. key)
+  end
+  if record_option(record, 'w') then
+    counts.held_ms = counts.held_ms + math.max(now - due, 0)
   end
   return 'go'
 end
