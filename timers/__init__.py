@@ -50,6 +50,7 @@ from timers.exceptions import (
     TimersError,
     WrongEventLoop,
 )
+from timers.flow.rates import Rate
 from timers.operations import Failure, PendingTimer, RetrySummary, Stats, TimerSpec
 from timers.policy import Backoff, TaskPolicy, registered, task
 from timers.runs import Fired
@@ -72,6 +73,7 @@ __all__ = [
     "NotInTimer",
     "PendingTimer",
     "PoolExhausted",
+    "Rate",
     "Recurrence",
     "RetrySummary",
     "ServerError",
@@ -155,9 +157,13 @@ def schedule(
     at: datetime | None = None,
     id: str | None = None,
     max_lateness: float | timedelta | None = None,
+    group: str | None = None,
+    key: str | None = None,
+    priority: int = 0,
 ) -> str:
     """Run ``task`` later and return the timer id; see :meth:`Timers.schedule`."""
-    return _instance().schedule(task, args, in_=in_, at=at, id=id, max_lateness=max_lateness)
+    return _instance().schedule(task, args, in_=in_, at=at, id=id, max_lateness=max_lateness,
+                                group=group, key=key, priority=priority)
 
 
 def schedule_many(specs: Iterable[TimerSpec | Mapping[str, Any]]) -> list[str]:

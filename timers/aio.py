@@ -123,10 +123,14 @@ async def schedule(
     at: datetime | None = None,
     id: str | None = None,
     max_lateness: float | timedelta | None = None,
+    group: str | None = None,
+    key: str | None = None,
+    priority: int = 0,
 ) -> str:
     """Run ``task`` later and return the timer id; see :meth:`AsyncTimers.schedule`."""
     return await _instance().schedule(task, args, in_=in_, at=at, id=id,
-                                      max_lateness=max_lateness)
+                                      max_lateness=max_lateness, group=group, key=key,
+                                      priority=priority)
 
 
 async def schedule_many(specs: Iterable[TimerSpec | Mapping[str, Any]]) -> list[str]:

@@ -16,6 +16,7 @@ import redis.asyncio
 from timers.connect import URL_ENV, async_client, configured_url, sync_client
 from timers.cron import CatchUp, Recurrence, recurrence
 from timers.encoding import DEFAULT_MAX_ARGS_BYTES, Args
+from timers.flow.names import configured_group
 from timers.keys import Keyspace, configured_prefix
 from timers.loops import LoopBinding, warn_if_blocking_a_loop
 from timers.operations import (
@@ -43,6 +44,8 @@ class Timers:
     ``$TIMERS_REDIS_URL`` (default ``redis://localhost:6379/0``). A client made from a URL
     shares at most ``max_connections`` connections (default 50) among its callers' threads;
     a call that finds them all busy waits for one (see :data:`timers.connect.POOL_WAIT`).
+    ``group``: of the timers it schedules without one (default ``$TIMERS_GROUP`` or
+    ``default``).
     """
 
     def __init__(
@@ -52,6 +55,7 @@ class Timers:
         prefix: str | None = None,
         max_args_bytes: int = DEFAULT_MAX_ARGS_BYTES,
         max_connections: int | None = None,
+        group: str | None = None,
     ) -> None:
         if isinstance(redis_, redis.Redis):
             self.redis = redis_
@@ -60,7 +64,7 @@ class Timers:
             self.redis = sync_client(redis_, max_connections)
             self._owns_client = True
         self.keys = Keyspace(configured_prefix(prefix))
-        self.ops = Operations(self.keys, max_args_bytes)
+        self.ops = Operations(self.keys, max_args_bytes, configured_group(group))
         self._scripts = register_all(self.redis)
         self.warn_in_event_loop = True
         """Warn when called on a running event loop's thread (off for in-memory servers)."""
@@ -98,6 +102,9 @@ class Timers:
         at: datetime | None = None,
         id: str | None = None,
         max_lateness: float | timedelta | None = None,
+        group: str | None = None,
+        key: str | None = None,
+        priority: int = 0,
     ) -> str:
         """Run ``task`` (``"module.function"`` under the tasks package) later; returns the id.
 
@@ -105,10 +112,11 @@ class Timers:
         of ``in_`` (seconds or timedelta, measured on the Redis clock) or ``at`` (aware
         datetime). With ``id``, a pending timer with that id is replaced atomically.
         With ``max_lateness`` (seconds), a run that would start later than that after the
-        due time is recorded as missed instead of run.
+        due time is recorded as missed instead of run. Flow control: ``group`` (default:
+        the client's) picks the listeners that run it, ``key`` is a concurrency key and
+        ``priority`` (-1000 to 1000) orders timers waiting for the same slot.
         """
-        spec = TimerSpec(task, args if not isinstance(args, tuple) else list(args), in_, at, id,
-                         max_lateness)
+        spec = TimerSpec(task, args, in_, at, id, max_lateness, group, key, priority)
         return self.run(self.ops.schedule(spec))
 
     def schedule_many(
@@ -245,6 +253,7 @@ class AsyncTimers:
         prefix: str | None = None,
         max_args_bytes: int = DEFAULT_MAX_ARGS_BYTES,
         max_connections: int | None = None,
+        group: str | None = None,
     ) -> None:
         if isinstance(redis_, redis.asyncio.Redis):
             self.redis = redis_
@@ -253,7 +262,7 @@ class AsyncTimers:
             self.redis = async_client(redis_, max_connections)
             self._owns_client = True
         self.keys = Keyspace(configured_prefix(prefix))
-        self.ops = Operations(self.keys, max_args_bytes)
+        self.ops = Operations(self.keys, max_args_bytes, configured_group(group))
         self._scripts = register_all(self.redis)
         self._loop = LoopBinding()
 
@@ -284,9 +293,11 @@ class AsyncTimers:
         at: datetime | None = None,
         id: str | None = None,
         max_lateness: float | timedelta | None = None,
+        group: str | None = None,
+        key: str | None = None,
+        priority: int = 0,
     ) -> str:
-        spec = TimerSpec(task, args if not isinstance(args, tuple) else list(args), in_, at, id,
-                         max_lateness)
+        spec = TimerSpec(task, args, in_, at, id, max_lateness, group, key, priority)
         return await self.run(self.ops.schedule(spec))
 
     async def schedule_many(

@@ -33,6 +33,8 @@ from timers.exceptions import (
     ServerOutOfMemory,
 )
 from timers.failure_ops import Failure, FailureOperations, RetrySummary
+from timers.flow.names import DEFAULT_GROUP, check_group
+from timers.flow.options import flow_options, read_flow
 from timers.keys import Keyspace
 from timers.ops_base import Call, Operation, Request, ms_to_datetime, pairs
 from timers.recurrence_ops import RecurrenceOperations
@@ -52,11 +54,17 @@ class TimerSpec:
     """One timer for :meth:`Timers.schedule_many`; the fields mean what they mean in schedule."""
 
     task: str
-    args: Args = None
+    args: Args | tuple[Any, ...] = None
     in_: float | timedelta | None = None
     at: datetime | None = None
     id: str | None = None
     max_lateness: float | timedelta | None = None
+    group: str | None = None
+    """The timer's group (None: the client's, see :class:`timers.Timers`)."""
+    key: str | None = None
+    """A concurrency key: the task's concurrency limit then holds per key."""
+    priority: int = 0
+    """-1000 to 1000: higher runs first among timers waiting for the same slot."""
 
 
 @dataclass(frozen=True)
@@ -68,6 +76,9 @@ class PendingTimer:
     args: Args
     due: datetime
     attempts: int = 0
+    group: str = DEFAULT_GROUP
+    priority: int = 0
+    key: str | None = None
 
     def seconds_left(self, now: datetime) -> float:
         return (self.due - now).total_seconds()
@@ -118,8 +129,15 @@ class _Prepared:
 class Operations(FailureOperations, RecurrenceOperations):
     """Builds requests for one keyspace and reads their replies."""
 
-    def __init__(self, keyspace: Keyspace, max_args_bytes: int = DEFAULT_MAX_ARGS_BYTES) -> None:
+    def __init__(
+        self,
+        keyspace: Keyspace,
+        max_args_bytes: int = DEFAULT_MAX_ARGS_BYTES,
+        group: str = DEFAULT_GROUP,
+    ) -> None:
         self.keys = keyspace
+        self.group = check_group(group)
+        """The group of timers scheduled without one."""
         self.calls = ScriptCalls(keyspace)
         self.max_args_bytes = max_args_bytes
 
@@ -130,13 +148,15 @@ class Operations(FailureOperations, RecurrenceOperations):
     ) -> _Prepared:
         """Validate and encode one timer. ``retry``: a failed timer put back under its own
         id, which may be an occurrence's (a user's new timer may not take that form)."""
-        opts = dict(options or {})
+        group = self.group if spec.group is None else spec.group
+        opts = {**flow_options(group, spec.key, spec.priority), **(options or {})}
         if spec.max_lateness is not None:
             limit = seconds(spec.max_lateness, "max_lateness")
             if limit < 0 or limit > 1e12:
                 raise InvalidDueTime("max_lateness must be 0 or more seconds")
             opts[Option.MAX_LATENESS] = str(round(limit * 1000))
-        record = Record(spec.task, spec.args, opts).encode(self.max_args_bytes)
+        args = list(spec.args) if isinstance(spec.args, tuple) else spec.args
+        record = Record(spec.task, args, opts).encode(self.max_args_bytes)
         due = due_spec(spec.in_, spec.at)
         if spec.id is None:
             timer_id, replace = new_timer_id(), False
@@ -302,10 +322,14 @@ class Operations(FailureOperations, RecurrenceOperations):
 
 def _pending(timer_id: str, record_text: str, due_ms: float) -> PendingTimer:
     record = Record.decode(record_text)
+    flow = read_flow(record.options)
     return PendingTimer(
         id=timer_id,
         task=record.task,
         args=record.args,
         due=ms_to_datetime(due_ms),
         attempts=int(record.options.get(Option.ATTEMPTS, "0")),
+        group=flow.group,
+        priority=flow.priority,
+        key=flow.key,
     )

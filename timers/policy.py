@@ -9,6 +9,23 @@
 >>> @timers.task(max_crashes=1)   # a task that may kill its process: never run it twice
 ... def render(doc_id: int) -> None: ...
 
+Flow control, fleet-wide (enforced in Redis by every listener together):
+
+>>> @timers.task(concurrency=1, key=lambda device_id, command: f"device:{device_id}")
+... def send(device_id: int, command: str) -> None: ...   # one command at a time per device
+
+>>> @timers.task(concurrency=20, rate="600/m", group="llm")
+... def complete(prompt_id: int) -> None: ...
+
+- ``concurrency=N`` alone: at most N runs of this task at once, across all listeners.
+- ``key=`` with it: at most N runs at once *per key* (N is 1 when only ``key`` is given).
+  ``key`` is a string, or a function called with the timer's args the way the task is
+  called, returning the key. A timer whose key is full waits (not an attempt, not lost).
+- ``rate="100/m"``: starts spread evenly at that rate (see :class:`timers.flow.Rate`),
+  per ``rate_key`` value when given (a string or a function of the args, like ``key``);
+  ``burst`` starts may go back to back.
+- ``group=``: the task's timers run only on listeners serving that group.
+
 The decorator only attaches the policy to the function (the function is still found by its
 path in the tasks package); with ``name=`` it is also registered under that name, for
 listeners built with ``registry=timers.registered()``.
@@ -21,6 +38,9 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, overload
+
+from timers.flow.declared import KeySpec, check_flow
+from timers.flow.rates import Rate
 
 F = TypeVar("F", bound=Callable[..., Any])
 POLICY_ATTRIBUTE = "__timers_policy__"
@@ -64,12 +84,22 @@ class TaskPolicy:
     """Runs cut short by their listener dying (os._exit, a segfault, kill -9) before the
     timer is recorded dead instead of run again."""
     group: str | None = None
+    """The group the task's timers belong to (None: the group they were scheduled in)."""
     concurrency: int | None = None
-    key: str | Callable[..., Any] | None = None
-    rate: Any = None
-    rate_key: str | Callable[..., Any] | None = None
+    """At most this many runs at once, fleet-wide (per key with ``key``)."""
+    key: KeySpec | None = None
+    """The concurrency key: a string, or a function of the timer's args."""
+    rate: Rate | None = None
+    """Starts spread evenly at this rate, fleet-wide (per ``rate_key`` value if given)."""
+    rate_key: KeySpec | None = None
+    burst: int = 1
 
     def __post_init__(self) -> None:
+        concurrency, rate, burst = check_flow(self.group, self.concurrency, self.key,
+                                              self.rate, self.rate_key, self.burst)
+        object.__setattr__(self, "concurrency", concurrency)
+        object.__setattr__(self, "rate", rate)
+        object.__setattr__(self, "burst", burst)
         if self.retries < 0:
             raise ValueError("retries must be 0 or more")
         if self.max_crashes < 1:
@@ -85,6 +115,11 @@ class TaskPolicy:
             math.isfinite(self.max_lateness) and self.max_lateness >= 0
         ):
             raise ValueError(f"max_lateness must be 0 or more seconds, got {self.max_lateness}")
+
+    @property
+    def flow_limited(self) -> bool:
+        """Whether the task limits its runs (concurrency, a key or a rate)."""
+        return self.concurrency is not None or self.key is not None or self.rate is not None
 
     def retry_delay(self, failures: int, rng: random.Random | None = None) -> float | None:
         """Seconds until the next attempt after ``failures`` failed ones; None: give up."""
@@ -113,6 +148,12 @@ def task(
     max_lateness: float | None = None,
     max_crashes: int = 3,
     name: str | None = None,
+    group: str | None = None,
+    concurrency: int | None = None,
+    key: KeySpec | None = None,
+    rate: str | Rate | None = None,
+    rate_key: KeySpec | None = None,
+    burst: int = 1,
 ) -> Callable[[F], F]: ...
 
 
@@ -125,8 +166,15 @@ def task(
     max_lateness: float | None = None,
     max_crashes: int = 3,
     name: str | None = None,
+    group: str | None = None,
+    concurrency: int | None = None,
+    key: KeySpec | None = None,
+    rate: str | Rate | None = None,
+    rate_key: KeySpec | None = None,
+    burst: int = 1,
 ) -> Any:
-    """Give a task a retry/timeout/lateness policy; usable bare or with arguments."""
+    """Give a task a retry/timeout/lateness policy and flow limits (see the module
+    docstring); usable bare or with arguments."""
     policy = TaskPolicy(
         retries=retries,
         backoff=Backoff() if backoff is None else (
@@ -135,6 +183,12 @@ def task(
         timeout=timeout,
         max_lateness=max_lateness,
         max_crashes=max_crashes,
+        group=group,
+        concurrency=concurrency,
+        key=key,
+        rate=rate,  # type: ignore[arg-type]  # parsed to a Rate by TaskPolicy
+        rate_key=rate_key,
+        burst=burst,
     )
 
     def decorate(func: F) -> F:

@@ -10,11 +10,10 @@ attempt counted. Runs with no limits never call Redis here.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
-from typing import Any
 
 from timers.encoding import Args, Record, as_text
-from timers.flow.names import check_key, unescape_key
+from timers.flow.declared import KeySpec, key_for
+from timers.flow.names import unescape_key
 from timers.policy import TaskPolicy
 from timers.runs import Outcome, Run
 from timers.scripts import GateRun, Scripts
@@ -29,14 +28,11 @@ class FlowKeyError(Exception):
     """A task's ``key=`` or ``rate_key=`` function failed or returned no usable key."""
 
 
-def _call_key(make: str | Callable[..., Any], args: Args, what: str) -> str:
-    if isinstance(make, str):
-        return make
+def _call_key(make: KeySpec, args: Args, what: str) -> str:
     try:
-        value = make(**args) if isinstance(args, dict) else make(*(args or ()))
-        return check_key(str(value) if isinstance(value, int) else value)
+        return key_for(make, args, what)
     except Exception as exc:
-        raise FlowKeyError(f"{what} function failed: {type(exc).__name__}: {exc}") from None
+        raise FlowKeyError(f"{what} of the task failed: {type(exc).__name__}: {exc}") from None
 
 
 def gate_run(run: Run, record: Record, policy: TaskPolicy) -> GateRun | None:
