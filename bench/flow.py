@@ -76,6 +76,12 @@ def keyed_handoff(ctx: Context, n: int) -> None:
     first_due = min(due for _, due, _, _ in res.runs)
     total = max(end for *_, end in res.runs) - first_due
     ideal = n / KEYS * SLEEP_MS
+    firsts = sorted(min(spans)[0] - first_due for spans in by_key.values())
+    waits = sorted(sum(s2 - e1 for (_, e1), (s2, _) in itertools.pairwise(sorted(spans)))
+                   for spans in by_key.values())
+    ctx.results.note(f"{name}: first start per key after the due time p50 "
+                     f"{ms(percentile(firsts, 50))} / max {ms(firsts[-1])} ms; handoffs per "
+                     f"key add up to p50 {ms(percentile(waits, 50))} / max {ms(waits[-1])} ms")
     ctx.results.add(Row(name, "due -> last end (ideal: runs per key x 20 ms)",
                         f"{ms(total)} ms vs ideal {ms(ideal)} ms ({total / ideal:.0%})",
                         "<= 125%", total <= 1.25 * ideal))

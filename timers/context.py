@@ -119,8 +119,8 @@ def of_run(run: Run, record: Record, started_ms: float) -> TimerContext:
     """The context of ``run`` (its decoded ``record``), started at ``started_ms`` (Redis)."""
     recurrence = record.options.get(Option.RECURRENCE)
     return TimerContext(
-        id=run.timer_id, task=record.task, attempt=run.attempt, due=_utc(run.due_ms),
+        id=run.timer_id, task=record.task, attempt=run.attempt, due=_utc(run.waited_from_ms),
         original_due=_utc(run.original_due_ms),
-        lateness=round(max(started_ms - run.due_ms, 0.0) / 1000, 3),
+        lateness=round(max(started_ms - run.waited_from_ms, 0.0) / 1000, 3),
         recurrence=name_from_option(recurrence) if recurrence is not None else None,
     )

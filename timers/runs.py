@@ -83,9 +83,9 @@ class Run:
         :attr:`due_ms` is the due time of this attempt."""
         value = self._option(Option.ORIGINAL_DUE)
         try:
-            return int(value) if value is not None and value.isascii() else self.due_ms
+            return int(value) if value is not None and value.isascii() else self.waited_from_ms
         except ValueError:
-            return self.due_ms
+            return self.waited_from_ms
 
     @property
     def waited_from_ms(self) -> int:

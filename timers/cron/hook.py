@@ -95,12 +95,12 @@ class RecurrenceHook:
             # Claimed before a change that has scheduled the next occurrence already:
             # it was due under the definition it was made for, so it runs.
             return None
-        due = occurrence_due(run.timer_id) or run.due_ms
+        due = occurrence_due(run.timer_id) or run.waited_from_ms
         now = int(started_ms)
         plan_ = plan(current.schedule(from_ms(state.anchor)), current.catch_up,
                      current.max_lateness, due, now,
                      rerun=run.reruns > 0 or Option.ATTEMPTS in record.options,
-                     lateness_ms=now - run.due_ms)
+                     lateness_ms=now - run.waited_from_ms)
         _, successor_record = current.occurrence(version, plan_.successor, 1 << 62)
         step = _Step(name, version, due, plan_.successor, successor_record, plan_.defer,
                      take=run.token if plan_.run and not current.overlap else "")

@@ -20,7 +20,8 @@
 -- it there) but sits in no due index: nothing polls it. Its queue score orders by
 -- priority, then due time: (1000 - priority) * 2^42 + due ms. A timer promoted from a
 -- queue goes back into its due index (with ";w=<due it had>" in its record, so its
--- lateness counts the wait) and through the gate again, where its kept slot lets it go.
+-- lateness counts the wait) and through the gate again, where its kept slot lets it go:
+-- a key's at score 0 (claimed before any backlog of due timers), a rate's at its slot.
 
 local FLOW_DUE_SPAN = 4398046511104  -- 2^42 ms: due times up to the year 2109
 
@@ -52,8 +53,9 @@ local function with_waited_from(record, due)
 end
 
 -- Promote waiting timers of concurrency key `key` while it has free slots: each goes
--- back into its due index, due now, with a slot kept for it under "w:<id>" until `lease`
--- ms from now. Lapsed holders (a dead listener's runs) free their slots here.
+-- back into its due index at score 0, ahead of every timer due (its lateness counts from
+-- its ";w=" due), with a slot kept for it under "w:<id>" for its lease. Lapsed holders (a
+-- dead listener's runs) free their slots here.
 local function promote_key(key_start, key, limit, now)
   local slots = sys_key(key_start, 'slots|' .. key)
   local queue = sys_key(key_start, 'waitk|' .. key)
@@ -69,7 +71,7 @@ local function promote_key(key_start, key, limit, now)
       p.state = 'C'
       parked_write(key_start, id, p)
       redis.call('ZADD', slots, ms_text(now + p.b), 'w:' .. id)
-      pend(sys_key(key_start, 'due'), records, key_start, id, record, now, now)
+      pend(sys_key(key_start, 'due'), records, key_start, id, record, 0, now)
     end
   end
 end
