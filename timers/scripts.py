@@ -115,6 +115,19 @@ class GateRun(NamedTuple):
     burst: int = 1
 
 
+class Taker(NamedTuple):
+    """Who ``finish.lua`` may hand a timer to when a run frees its concurrency key's slot:
+    the finishing listener, up to ``take`` runs (its free slots) of the groups it serves."""
+
+    listener_id: str = ""
+    groups: tuple[str, ...] = (DEFAULT_GROUP,)
+    take: int = 0
+    lease_ms: int = 0
+
+
+NO_TAKER = Taker()
+"""Hand nothing over."""
+
 Ending = Sequence[str]
 """One ending for ``finish.lua``: ``(token, kind, a, b)`` (see its header)."""
 
@@ -167,14 +180,16 @@ class ScriptCalls:
         return Invocation("gate", (k.running, k.running_records, k.records, k.stats),
                           tuple(args))
 
-    def finish(self, *, retention_ms: int, endings: Iterable[Ending]) -> Invocation:
+    def finish(self, *, retention_ms: int, endings: Iterable[Ending],
+               taker: Taker = NO_TAKER) -> Invocation:
         k = self.keys
-        args: list[Any] = [k.timer_key_start, k.wake_channel, retention_ms]
+        args: list[Any] = [k.timer_key_start, k.wake_channel, retention_ms, taker.listener_id,
+                           ",".join(taker.groups), taker.take, taker.lease_ms]
         for ending in endings:
             args.extend(ending)
         return Invocation(
             "finish", (k.running, k.running_records, k.stats, k.failures, k.failure_records,
-                       k.due, k.records, k.failure_index), tuple(args))
+                       k.due, k.records, k.failure_index, k.sequence), tuple(args))
 
     def heartbeat(self, listener_id: str, ttl_ms: int, info: str) -> Invocation:
         """``info`` "" says the listener is gone."""
@@ -267,9 +282,11 @@ class Scripts:
         """Reply: the tokens no longer held."""
         return self.run(self.calls.renew(lease_ms, tokens))
 
-    def finish(self, *, retention_ms: int, endings: Iterable[Ending]) -> Any:
-        """Reply: the number of late finishes."""
-        return self.run(self.calls.finish(retention_ms=retention_ms, endings=endings))
+    def finish(self, *, retention_ms: int, endings: Iterable[Ending],
+               taker: Taker = NO_TAKER) -> Any:
+        """Reply: ``[late finishes, (token, run, source)…]``: the runs handed over."""
+        return self.run(self.calls.finish(retention_ms=retention_ms, endings=endings,
+                                          taker=taker))
 
     def heartbeat(self, listener_id: str, ttl_ms: int, info: str) -> Any:
         return self.run(self.calls.heartbeat(listener_id, ttl_ms, info))

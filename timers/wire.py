@@ -70,6 +70,8 @@ class ClaimSource(StrEnum):
     EVENT = "e"
     SWEEP = "s"
     RECOVERED = "r"
+    HANDOFF = "h"
+    """Handed to the listener whose run freed the concurrency key slot it waited for."""
 
     @property
     def label(self) -> str:
@@ -87,7 +89,7 @@ class ClaimSource(StrEnum):
 
 
 _SOURCE_LABELS = {ClaimSource.EVENT: "event", ClaimSource.SWEEP: "sweep",
-                  ClaimSource.RECOVERED: "recovered"}
+                  ClaimSource.RECOVERED: "recovered", ClaimSource.HANDOFF: "handoff"}
 
 
 class Counter(StrEnum):

@@ -23,7 +23,7 @@ def finish(
     retention_ms: int = 7 * 86_400_000,
 ) -> int:
     """Call the finish script with endings ``(token, kind, a, b)``; returns late finishes."""
-    return int(run(scripts, ScriptCalls(ks).finish(retention_ms=retention_ms, endings=items)))
+    return int(run(scripts, ScriptCalls(ks).finish(retention_ms=retention_ms, endings=items))[0])
 
 
 def ok(token: str) -> tuple[str, str, str, str]:

@@ -11,7 +11,7 @@ import pytest
 
 from timers.keys import Keyspace
 from timers.runs import Run
-from timers.scripts import GateRun, NewTimer, Scripts
+from timers.scripts import GateRun, NewTimer, Scripts, Taker
 
 KS = Keyspace()
 LEASE = 10_000
@@ -267,3 +267,47 @@ def test_a_record_with_an_unreadable_group_or_priority_is_claimed_as_default(
         s: Scripts, record: str) -> None:
     add(s, "x", record)
     assert ids(claim(s)) == ["x"]
+
+
+# -- handoff: the finishing listener takes the next in line ----------------------------
+
+
+def finish_taking(s: Scripts, run: Run, take: int = 1,
+                  groups: tuple[str, ...] = ("default",)) -> list[Run]:
+    reply = s.finish(retention_ms=1000, endings=[(run.token, "ok", "", "")],
+                     taker=Taker("me", groups, take, LEASE))
+    items = reply[1:]
+    return [Run.parse(*items[i:i + 3]) for i in range(0, len(items), 3)]
+
+
+def test_a_freed_slot_hands_the_next_timer_to_the_listener_that_freed_it(
+        s: Scripts, fake: fakeredis.FakeRedis) -> None:
+    add(s, "a", "t.f:", -20)
+    add(s, "b", "t.f:", -10)
+    a, b = claim(s)
+    gate(s, [a, b], key="k", limit=1)
+    [handed] = finish_taking(s, a)
+    assert (handed.timer_id, handed.source) == ("b", "handoff")
+    assert handed.waited_from_ms == b.due_ms  # its lateness counts the wait
+    assert fake.zcard(KS.due) == 0 and claim(s) == []  # nobody else can take it
+    assert fake.zrange(KS.slots("k"), 0, -1) == [handed.token.encode()]
+    assert gate(s, [handed], key="k", limit=1) == ["go"]
+
+
+def test_no_handoff_without_free_slots_or_to_a_listener_of_other_groups(
+        s: Scripts, fake: fakeredis.FakeRedis) -> None:
+    add(s, "a", "t.f:", -20)
+    add(s, "b", "t.f;g=video:", -10)
+    [a] = claim(s)
+    [b] = claim(s, groups=("video",))
+    gate(s, [a, b], key="k", limit=1)
+    assert finish_taking(s, a, groups=("default",)) == []  # b is a video timer
+    [again] = claim(s, groups=("video",))  # promoted into its group's due index instead
+    assert again.timer_id == "b"
+    fake.delete(KS.slots("k"))
+    add(s, "c", "t.f:", -20)
+    add(s, "d", "t.f:", -10)
+    c, d = claim(s)
+    gate(s, [c, d], key="k2", limit=1)
+    assert finish_taking(s, c, take=0) == []
+    assert ids(claim(s)) == ["d"]

@@ -133,7 +133,7 @@ def test_scripts_register_each_script_once_and_run(fake: fakeredis.FakeRedis) ->
     reply = scripts.claim(limit=5, lease_ms=1000, horizon_ms=0, listener_id="me")
     token = reply[3].decode()
     assert scripts.renew(1000, [token]) == []
-    assert scripts.finish(retention_ms=1000, endings=[(token, "ok", "", "")]) == 0
+    assert scripts.finish(retention_ms=1000, endings=[(token, "ok", "", "")]) == [0]
     assert int(fake.hget(Keyspace().stats, "fired")) == 1
 
 

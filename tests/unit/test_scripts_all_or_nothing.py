@@ -55,6 +55,10 @@ def call(scripts: dict[ScriptName, Any], name: ScriptName, keys: list[str],
     return scripts[name](keys=keys, args=args)
 
 
+NO_TAKER = ["me", "default", 0, 0]
+"""finish.lua's listener id, groups, take and lease: hand nothing over."""
+
+
 def finish_keys(ks: Keyspace) -> list[str]:
     return list(ScriptCalls(ks).finish(retention_ms=0, endings=()).keys)
 
@@ -157,13 +161,14 @@ def test_finish_with_one_bad_ending_writes_nothing_not_even_the_good_ones(
     fake: fakeredis.FakeRedis, bad: Callable[[str], list[str]],
 ) -> None:
     before = snapshot(fake)
-    args = [ks.timer_key_start, ks.wake_channel, 86_400_000,
+    args = [ks.timer_key_start, ks.wake_channel, 86_400_000, *NO_TAKER,
             *ending(busy["token"], "ok"), *ending("", "reject", ":zz", "{}"), *bad("999")]
     with pytest.raises(redis.ResponseError, match="timers finish"):
         call(scripts, "finish", finish_keys(ks), args)
     with pytest.raises(redis.ResponseError, match="timers finish"):  # bad retention
         call(scripts, "finish", finish_keys(ks),
-             [ks.timer_key_start, ks.wake_channel, "1h", *ending(busy["token"], "ok")])
+             [ks.timer_key_start, ks.wake_channel, "1h", *NO_TAKER,
+              *ending(busy["token"], "ok")])
     assert snapshot(fake) == before
 
 
@@ -178,7 +183,7 @@ def test_a_run_due_before_1970_is_handed_back_not_lost(
     assert run.due_ms == -5000
 
     call(scripts, "finish", finish_keys(ks),
-         [ks.timer_key_start, ks.wake_channel, 1000, *ending(run.token, "release")])
+         [ks.timer_key_start, ks.wake_channel, 1000, *NO_TAKER, *ending(run.token, "release")])
 
     assert fake.zscore(ks.due, "old") == -5000
     assert fake.hget(ks.records, "old") == b"a.b:[1]"
@@ -196,7 +201,7 @@ def test_a_release_whose_run_record_does_not_read_keeps_its_lease(
     fake.hset(ks.running_records, busy["token"], "garbage")
     before = snapshot(fake)
     call(scripts, "finish", finish_keys(ks),
-         [ks.timer_key_start, ks.wake_channel, 1000, *ending(busy["token"], "release")])
+         [ks.timer_key_start, ks.wake_channel, 1000, *NO_TAKER, *ending(busy["token"], "release")])
     assert snapshot(fake) == before
 
 

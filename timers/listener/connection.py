@@ -12,6 +12,8 @@ from typing import Any
 import redis.asyncio
 from redis.asyncio.connection import UnixDomainSocketConnection, parse_url
 
+from timers.client import configured_url
+
 TCP_ONLY = ("socket_keepalive", "socket_keepalive_options", "socket_type")
 
 
@@ -36,3 +38,20 @@ def _is_unix(url: str) -> bool:
         return parse_url(url).get("connection_class") is UnixDomainSocketConnection
     except ValueError:
         return url.startswith("unix://")
+
+
+def client_of(redis_: str | redis.asyncio.Redis | None) -> tuple[redis.asyncio.Redis, bool]:
+    """The listener's client (a URL's, or the one given) and whether it owns it (closes
+    it at the end)."""
+    if isinstance(redis_, redis.asyncio.Redis):
+        if redis_.connection_pool.connection_kwargs.get("decode_responses"):
+            raise ValueError("the listener needs a client with decode_responses=False")
+        return redis_, False
+    return listener_client(configured_url(redis_)), True
+
+
+def check_limits(concurrency: int, lease: float) -> None:
+    if concurrency < 1:
+        raise ValueError("concurrency must be at least 1")
+    if lease < 0.1:
+        raise ValueError("lease must be at least 0.1 seconds")

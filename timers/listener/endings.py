@@ -22,7 +22,7 @@ from timers.listener.eviction import report_late_finishes
 from timers.listener.leases import HeldRuns
 from timers.listener.retrying import RETRYABLE, ConnectionState, ReconnectDelays, pause
 from timers.runs import Run
-from timers.scripts import Scripts
+from timers.scripts import Scripts, Taker
 from timers.wire import EndingKind, FailureRecord
 
 log = logging.getLogger("timers.listener")
@@ -93,6 +93,11 @@ class EndingWriter:
         self._queue: list[Ending] = []
         self.on_written: Callable[[], None] = lambda: None
         """Called after each batch is written."""
+        self.taker: Callable[[], Taker] = Taker
+        """What the listener may be handed per batch (its free slots, reserved till the
+        reply): timers a freed concurrency key slot lets go, as runs of its own."""
+        self.on_handed: Callable[[list[Run], int], None] = lambda runs, reserved: None
+        """Called with the runs handed over and the slots reserved for them."""
 
     def add(self, ending: Ending) -> None:
         self._queue.append(ending)
@@ -136,17 +141,22 @@ class EndingWriter:
         # Renewed until the reply is read (the loop may block before it is), and a renewal
         # that crosses the ending drops them quietly.
         self.held.ending(tokens)
+        taker = self.taker()
         try:
-            late = await self.scripts.finish(
+            reply = await self.scripts.finish(
                 retention_ms=round(self.failure_retention * 1000),
-                endings=[ending.wire() for ending in batch])
+                endings=[ending.wire() for ending in batch], taker=taker)
         except BaseException:
             self.held.ending(tokens, sent=False)
+            self.on_handed([], taker.take)
             raise
         self.held.release(tokens)
         del self._queue[: len(batch)]
+        items = reply[1:]
+        self.on_handed([Run.parse(*items[i:i + 3]) for i in range(0, len(items), 3)],
+                       taker.take)
         self.on_written()
-        report_late_finishes(int(late or 0), self.eviction_policy)
+        report_late_finishes(int(reply[0] or 0), self.eviction_policy)
 
     async def flush_remaining(self, clock: Clock, within: float = 5.0,
                               sleep: Callable[[float], Any] = asyncio.sleep) -> None:

@@ -32,12 +32,11 @@ from typing import Any
 import redis
 import redis.asyncio
 
-from timers.client import configured_url
 from timers.clock import Clock, SystemClock
 from timers.cron import RecurrenceHook
 from timers.keys import Keyspace, configured_prefix
 from timers.listener.claimer import Claimer, ClaimerHooks
-from timers.listener.connection import listener_client
+from timers.listener.connection import check_limits, client_of
 from timers.listener.crashes import listener_name
 from timers.listener.due_tracker import DueTracker
 from timers.listener.endings import Ending, EndingWriter
@@ -45,6 +44,7 @@ from timers.listener.events import Channels, EventSource, Rejected
 from timers.listener.executor import Executed, Executor
 from timers.listener.flow_gate import FlowGate
 from timers.listener.groups import served_groups
+from timers.listener.handoff import Handoff
 from timers.listener.leases import HeldRuns, LeaseKeeper, sync_twin
 from timers.listener.loop_watch import LoopWatch
 from timers.listener.permissions import SWEEP_ONLY_MAX_SLEEP, check_at_start, explain
@@ -52,7 +52,7 @@ from timers.listener.precise import PreciseSleeper
 from timers.listener.preflight import eviction_policy, warn_if_events_off
 from timers.listener.quarantine import Quarantine
 from timers.listener.recycling import RecycleLimits, Recycler, report_fd
-from timers.listener.retrying import RETRYABLE, pause
+from timers.listener.retrying import RETRYABLE, beat_until
 from timers.listener.runner import Runner
 from timers.listener.tally import RunTally
 from timers.loader import TASKS_ENV, TaskLoader, configured_package
@@ -99,9 +99,9 @@ class Listener:
         recycle: RecycleLimits | None = None,
         groups: Sequence[str] | None = None,
     ) -> None:
-        _check_limits(concurrency, lease)
+        check_limits(concurrency, lease)
         self.groups = served_groups(groups)
-        self.redis, self._owns_client = _client(redis_)
+        self.redis, self._owns_client = client_of(redis_)
         self.keys = Keyspace(configured_prefix(prefix))
         self.db = int(self.redis.connection_pool.connection_kwargs.get("db", 0) or 0)
         self._tasks_optional = bool(registry) and tasks is None and not os.environ.get(TASKS_ENV)
@@ -134,6 +134,9 @@ class Listener:
         self.endings = EndingWriter(self._scripts, self.keys, failure_retention, self._held,
                                     self._closed)
         self.endings.on_written = self._after_endings_written
+        self.handoff = Handoff(self.id, self.groups, self.lease, self._free_slots,
+                               self._stopping, self._start, self._hand_back_now)
+        self.endings.taker, self.endings.on_handed = self.handoff.taker, self.handoff.handed
         self.claimer = Claimer(self._scripts, self.groups, self.id, self.lease, self.clock,
                                self.tracker, ClaimerHooks(
                                    free_slots=self._free_slots,
@@ -145,6 +148,7 @@ class Listener:
                                   self.keys, self.loader.resolve, self.tracker,
                                   self.claimer.poke.set, self._reject, self._stopping)
         self._runner = Runner(self.concurrency, on_free=self.claimer.slot_freed.set)
+        self.handoff.slot_freed = self.claimer.slot_freed.set
         self._precise = PreciseSleeper()
         self.executor = Executor(self.loader.resolve, self._runner,
                                  Quarantine(self.loader, listener_name(self.id)),
@@ -303,7 +307,12 @@ class Listener:
     # -- runs -------------------------------------------------------------------------
 
     def _free_slots(self) -> int:
-        return self.concurrency - len(self._running) - self._runner.stuck
+        return (self.concurrency - len(self._running) - self._runner.stuck
+                - self.handoff.reserved)
+
+    def _hand_back_now(self, run: Run) -> None:
+        self._held.hold(run.token, run.timer_id)
+        self.endings.add(Ending.release(run.token))
 
     def _start(self, run: Run) -> None:
         if run.source == ClaimSource.RECOVERED.label:
@@ -368,35 +377,20 @@ class Listener:
     # -- heartbeat --------------------------------------------------------------------
 
     async def _heartbeat_loop(self) -> None:
-        while not self._stopping.is_set():
-            with contextlib.suppress(*RETRYABLE):
-                await self._heartbeat(alive=True)
-            await pause(HEARTBEAT_INTERVAL, self._stopping)
+        await beat_until(self._stopping, lambda: self._heartbeat(alive=True),
+                         HEARTBEAT_INTERVAL)
 
     async def _heartbeat(self, alive: bool) -> None:
-        info = json.dumps({
-            "id": self.id, "host": socket.gethostname(), "pid": os.getpid(),
-            "started": round(self.started_at), "running": len(self._running),
-            "fired": self.ended_count, "concurrency": self.concurrency,
-            "tasks": self.loader.package, "stuck": self._runner.stuck, "groups": self.groups,
-            **self.recycler.heartbeat_info(self._stopping.is_set()),
-        }) if alive else ""
+        info = json.dumps(self._info()) if alive else ""
         await self._scripts.heartbeat(self.id, round(HEARTBEAT_INTERVAL * 3000), info)
         if alive:
             self.recycler.published()
 
+    def _info(self) -> dict[str, Any]:
+        """What ``timers listeners`` shows of this listener."""
+        return {"id": self.id, "host": socket.gethostname(), "pid": os.getpid(),
+                "started": round(self.started_at), "running": len(self._running),
+                "fired": self.ended_count, "concurrency": self.concurrency,
+                "tasks": self.loader.package, "stuck": self._runner.stuck,
+                "groups": self.groups, **self.recycler.heartbeat_info(self._stopping.is_set())}
 
-def _check_limits(concurrency: int, lease: float) -> None:
-    if concurrency < 1:
-        raise ValueError("concurrency must be at least 1")
-    if lease < 0.1:
-        raise ValueError("lease must be at least 0.1 seconds")
-
-
-def _client(redis_: str | redis.asyncio.Redis | None) -> tuple[redis.asyncio.Redis, bool]:
-    """The listener's client and whether it owns it (closes it at the end)."""
-    if isinstance(redis_, redis.asyncio.Redis):
-        if redis_.connection_pool.connection_kwargs.get("decode_responses"):
-            raise ValueError("the listener needs a client with decode_responses=False")
-        return redis_, False
-    return listener_client(configured_url(redis_)), True

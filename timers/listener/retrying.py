@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Awaitable, Callable
 
 import redis
 
@@ -61,3 +62,13 @@ async def pause(seconds: float, until: asyncio.Event) -> None:
     with contextlib.suppress(TimeoutError):
         async with asyncio.timeout(seconds):
             await until.wait()
+
+
+async def beat_until(stopping: asyncio.Event, beat: Callable[[], Awaitable[None]],
+                     interval: float) -> None:
+    """Call ``beat`` every ``interval`` seconds until ``stopping``; a lost connection
+    skips a beat (the next one comes on time)."""
+    while not stopping.is_set():
+        with contextlib.suppress(*RETRYABLE):
+            await beat()
+        await pause(interval, stopping)

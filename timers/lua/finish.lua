@@ -10,10 +10,15 @@
 -- KEYS[6]  due index: zset, escaped id -> due ms
 -- KEYS[7]  records: hash, escaped id -> record
 -- KEYS[8]  failure index: zset (all scores 0) of dead timers' failure ids "<id>:<token>"
+-- KEYS[9]  sequence: counter that numbers run tokens
 -- ARGV[1]  timer key start "<prefix>:"
 -- ARGV[2]  wake channel
 -- ARGV[3]  failure retention ms: older failure records are trimmed, a few per call
--- ARGV[4..] four values per ending: token, kind, a, b:
+-- ARGV[4]  the finishing listener's id (no '|')
+-- ARGV[5]  the groups it serves, joined by ","
+-- ARGV[6]  take: how many timers a freed key slot may hand it as runs (its free slots)
+-- ARGV[7]  lease ms of those runs
+-- ARGV[8..] four values per ending: token, kind, a, b:
 --   token "ok"      "" ""             the run succeeded
 --   token "skip"    "" ""             the run was skipped on purpose (counted only)
 --   token "fail"    failure-id JSON   the run failed for good: record it. A dead timer's
@@ -31,7 +36,9 @@
 --
 -- A run's lease is in the running set of its record's group (KEYS[1], or "<it>|<group>",
 -- see prelude.lua); a slot of a concurrency key it held is freed, and the next timer
--- waiting for that key goes back into its due index (flow.lua).
+-- waiting for that key goes back into its due index (flow.lua), or, while ARGV[6] allows
+-- and its group is served, straight to this listener as a run holding the slot: no wake,
+-- no claim, no other listener racing for it (source "h", handed over).
 -- allow-oom: it frees leases and adds at most what it frees plus failure records, and a
 -- refused finish would leave runs to lapse and run twice. Every ending is checked before
 -- the first write: a bad one fails the whole call and writes nothing. A handed-back run
@@ -43,7 +50,7 @@
 -- rejected-event record of its id (the event was for a timer that runs after all).
 -- A re-added timer's key is named by its record, so it is built here from ARGV[1].
 -- The wake is a PUBLISH by pcall: it cannot fail the writes before it.
--- Returns the number of late finishes.
+-- Returns {late finishes, then per handed-over run: token, run, "h"}.
 local KINDS = {ok = true, skip = true, fail = true, reject = true, retry = true,
                release = true, move = true}
 
@@ -72,14 +79,16 @@ local function released_run(token)
   return false
 end
 
+local FIRST = 8  -- the first ending's first value
 local retention = is_count(ARGV[3]) and tonumber(ARGV[3])
-if not retention or (#ARGV - 3) % 4 ~= 0 then
+if not retention or not is_count(ARGV[6]) or not is_count(ARGV[7])
+    or (#ARGV - FIRST + 1) % 4 ~= 0 then
   return redis.error_reply('ERR timers finish: bad arguments')
 end
 local released = {}
-for i = 4, #ARGV, 4 do
+for i = FIRST, #ARGV, 4 do
   local token, kind = ARGV[i], ARGV[i + 1]
-  local bad = bad_ending((i - 4) / 4 + 1, token, kind, ARGV[i + 2], ARGV[i + 3])
+  local bad = bad_ending((i - FIRST) / 4 + 1, token, kind, ARGV[i + 2], ARGV[i + 3])
   if bad then return bad end
   if kind == 'release' then released[i] = released_run(token) end
 end
@@ -176,7 +185,25 @@ local function trim_failures(n)
   end
 end
 
-for i = 4, #ARGV, 4 do
+local handed = {0}
+if tonumber(ARGV[6]) > 0 then
+  local served = {}
+  for group in string.gmatch(ARGV[5], '[^,]+') do served[group] = true end
+  local lease_until = string.format('%.0f', now + tonumber(ARGV[7]))
+  local me = '0@' .. string.gsub(ARGV[4], '|', '_')
+  taker = {budget = tonumber(ARGV[6]), served = served, lease_until = lease_until,
+    start = function(run, group)
+      local token = string.format('%.0f', redis.call('INCR', KEYS[9]))
+      redis.call('ZADD', running_key_for(KEYS[1], group), lease_until, token)
+      redis.call('HSET', KEYS[2], token, me .. run)
+      handed[#handed + 1] = token
+      handed[#handed + 1] = me .. run
+      handed[#handed + 1] = 'h'
+      return token
+    end}
+end
+
+for i = FIRST, #ARGV, 4 do
   if ARGV[i + 1] == 'reject' then
     reject(ARGV[i + 2], ARGV[i + 3])
   elseif released[i] ~= false then
@@ -188,4 +215,5 @@ for name, n in pairs(counts) do
 end
 if counts.failed + counts.rejected > 0 then trim_failures(counts.failed + counts.rejected) end
 wake(ARGV[2])
-return counts.late_finishes
+handed[1] = counts.late_finishes
+return handed

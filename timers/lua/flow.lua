@@ -29,6 +29,12 @@ local function ms_text(n)
   return string.format('%.0f', n)
 end
 
+-- Who takes a promoted timer straight away as a run of its own, or nil (everyone but
+-- finish.lua, whose listener has just freed the slot: no wake, no claim, no race for it):
+-- {budget = runs it may still take, served = {group = true}, lease_until = ms text,
+--  start = function(run, group) -> token}.
+local taker = nil
+
 local function flow_score(record, due)
   return (1000 - record_priority(record)) * FLOW_DUE_SPAN + due
 end
@@ -54,8 +60,9 @@ end
 
 -- Promote waiting timers of concurrency key `key` while it has free slots: each goes
 -- back into its due index at score 0, ahead of every timer due (its lateness counts from
--- its ";w=" due), with a slot kept for it under "w:<id>" for its lease. Lapsed holders (a
--- dead listener's runs) free their slots here.
+-- its ";w=" due), with a slot kept for it under "w:<id>" for its lease; or, when a taker
+-- can, straight into a run of the taker's, holding the slot. Lapsed holders (a dead
+-- listener's runs) free their slots here.
 local function promote_key(key_start, key, limit, now)
   local slots = sys_key(key_start, 'slots|' .. key)
   local queue = sys_key(key_start, 'waitk|' .. key)
@@ -70,8 +77,18 @@ local function promote_key(key_start, key, limit, now)
     if p and p.state == 'c' and record then
       p.state = 'C'
       parked_write(key_start, id, p)
-      redis.call('ZADD', slots, ms_text(now + p.b), 'w:' .. id)
-      pend(sys_key(key_start, 'due'), records, key_start, id, record, 0, now)
+      local group = record_group(record)
+      if taker and taker.budget > 0 and taker.served[group] then
+        taker.budget = taker.budget - 1
+        redis.call('HDEL', records, id)
+        local token = taker.start('|0|' .. id .. ':' .. record, group)
+        redis.call('ZADD', slots, taker.lease_until, token)
+        redis.call('HSET', sys_key(key_start, 'held'), token,
+          ms_text(limit) .. '|' .. ms_text(p.b) .. '|' .. key)
+      else
+        redis.call('ZADD', slots, ms_text(now + p.b), 'w:' .. id)
+        pend(sys_key(key_start, 'due'), records, key_start, id, record, 0, now)
+      end
     end
   end
 end

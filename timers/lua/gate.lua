@@ -56,6 +56,7 @@ end
 -- A slot of `key` for the run: one kept for it, or a free one nobody waits ahead for.
 local function take_slot(token, id, key, limit, kept)
   local slots = sys_key(ARGV[1], 'slots|' .. key)
+  if redis.call('ZSCORE', slots, token) then return true end  -- handed over with it
   if kept and redis.call('ZREM', slots, 'w:' .. id) == 1 then
     redis.call('ZADD', slots, ms_text(now + lease), token)
     return true

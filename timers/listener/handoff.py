@@ -1,0 +1,43 @@
+"""Runs handed to this listener by its own batches of endings.
+
+When a run ends and frees a slot of its concurrency key, ``finish.lua`` hands the next
+timer waiting for that key straight to the listener that wrote the ending, as a run of its
+own (no wake, no claim, no race between listeners): the handoff a waiting device command
+sees is one round trip. The listener offers its free slots per batch; they are kept for
+the batch until its reply is read, so a claim meanwhile does not count on them too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+
+from timers.runs import Run
+from timers.scripts import Taker
+
+
+class Handoff:
+    """The slots kept for a batch of endings in flight, and what becomes of its runs."""
+
+    def __init__(self, listener_id: str, groups: Sequence[str], lease: float,
+                 free_slots: Callable[[], int], stopping: asyncio.Event,
+                 start: Callable[[Run], None], hand_back: Callable[[Run], None]) -> None:
+        self.listener_id, self.groups, self.lease = listener_id, tuple(groups), lease
+        self.free_slots, self.stopping = free_slots, stopping
+        self.start, self.hand_back = start, hand_back
+        self.reserved = 0
+        self.slot_freed: Callable[[], None] = lambda: None
+
+    def taker(self) -> Taker:
+        """What the next batch may hand over: the free slots (none once stopping)."""
+        take = 0 if self.stopping.is_set() else max(self.free_slots(), 0)
+        self.reserved += take
+        return Taker(self.listener_id, self.groups, take, round(self.lease * 1000))
+
+    def handed(self, runs: list[Run], reserved: int) -> None:
+        """A batch's reply: start its runs (hand them back if the listener is stopping)."""
+        self.reserved -= reserved
+        for run in runs:
+            (self.hand_back if self.stopping.is_set() else self.start)(run)
+        if reserved:
+            self.slot_freed()
