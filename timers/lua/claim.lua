@@ -134,10 +134,12 @@ end
 claim_named()
 for group in pairs(served) do recover_lapsed(running_key_for(KEYS[3], group)) end
 local indexes = served_indexes()
-local now_text = string.format('%.0f', now)
-for _, index in ipairs(indexes) do claim_due(index[1], '-inf', now_text) end
-for _, index in ipairs(indexes) do
-  claim_due(index[1], '(' .. now_text, string.format('%.0f', horizon))
+local now_text, horizon_text = string.format('%.0f', now), string.format('%.0f', horizon)
+if #indexes == 1 then  -- one due index: one range, as before there were groups
+  claim_due(indexes[1][1], '-inf', horizon_text)
+else
+  for _, index in ipairs(indexes) do claim_due(index[1], '-inf', now_text) end
+  for _, index in ipairs(indexes) do claim_due(index[1], '(' .. now_text, horizon_text) end
 end
 local next_due, next_lease
 for _, index in ipairs(indexes) do

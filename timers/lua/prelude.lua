@@ -57,6 +57,7 @@ local function record_option(record, name)
 end
 
 local function record_group(record)
+  if not string.find(record, ';g=', 1, true) then return DEFAULT_GROUP end  -- most do not
   local group = record_option(record, 'g')
   if not group or group == '' then return DEFAULT_GROUP end
   return group
@@ -77,6 +78,7 @@ end
 -- The due index that holds `record`, given the plain one, and its "<group>|<p>" name in
 -- the queues set (nil for the plain one).
 local function due_key_for(due_key, record)
+  if not string.find(record, ';[gp]=') then return due_key, nil end  -- most timers
   local group, priority = record_group(record), record_priority(record)
   if group == DEFAULT_GROUP and priority == 0 then return due_key, nil end
   local queue = group .. '|' .. string.format('%d', priority)
