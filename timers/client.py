@@ -142,9 +142,12 @@ class Timers:
         """The pending timer with this id, or None."""
         return self.run(self.ops.get(id))
 
-    def list(self, limit: int = 100) -> builtins.list[PendingTimer]:
-        """Pending timers, soonest first."""
-        return self.run(self.ops.list_pending(limit))
+    def list(self, limit: int = 100, group: str | None = None,
+             key: str | None = None) -> builtins.list[PendingTimer]:
+        """Pending timers (waiting ones too), soonest first: of every group, or of
+        ``group``; with ``key``, those waiting for that concurrency key, then the rest
+        that name it."""
+        return self.run(self.ops.list_pending(limit, group, key))
 
     def failed(self, limit: int = 100) -> builtins.list[Failure]:
         """Failed and refused timers, most recent first."""
@@ -316,8 +319,9 @@ class AsyncTimers:
     async def get(self, id: str) -> PendingTimer | None:
         return await self.run(self.ops.get(id))
 
-    async def list(self, limit: int = 100) -> builtins.list[PendingTimer]:
-        return await self.run(self.ops.list_pending(limit))
+    async def list(self, limit: int = 100, group: str | None = None,
+                   key: str | None = None) -> builtins.list[PendingTimer]:
+        return await self.run(self.ops.list_pending(limit, group, key))
 
     async def failed(self, limit: int = 100) -> builtins.list[Failure]:
         return await self.run(self.ops.list_failed(limit))

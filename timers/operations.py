@@ -33,8 +33,10 @@ from timers.exceptions import (
     ServerOutOfMemory,
 )
 from timers.failure_ops import Failure, FailureOperations, RetrySummary
+from timers.flow import views
 from timers.flow.names import DEFAULT_GROUP, check_group
-from timers.flow.options import flow_options, read_flow
+from timers.flow.options import flow_options
+from timers.flow.views import Found, GroupCounts, WaitState
 from timers.keys import Keyspace
 from timers.ops_base import Call, Operation, Request, ms_to_datetime, pairs
 from timers.recurrence_ops import RecurrenceOperations
@@ -79,9 +81,20 @@ class PendingTimer:
     group: str = DEFAULT_GROUP
     priority: int = 0
     key: str | None = None
+    wait: WaitState | None = None
+    """Why a flow gate holds it back (a concurrency key or a rate limit), if one does."""
+    waited_from: datetime | None = None
+    """The due time it had before a gate held it back."""
 
     def seconds_left(self, now: datetime) -> float:
         return (self.due - now).total_seconds()
+
+    def held_for(self, now: datetime) -> float | None:
+        """Seconds a gate has delayed it so far (None: never held back)."""
+        if self.waited_from is None:
+            return None
+        end = now if self.wait is not None and self.wait.waiting else self.due
+        return max(0.0, (end - self.waited_from).total_seconds())
 
 
 @dataclass(frozen=True)
@@ -90,6 +103,12 @@ class Stats:
     running: int
     failed: int
     counters: dict[str, int] = field(default_factory=dict)
+    groups: dict[str, GroupCounts] = field(default_factory=dict)
+    """Per group: pending (waiting included), waiting, running."""
+    waiting_keys: dict[str, int] = field(default_factory=dict)
+    """Timers waiting for each concurrency key."""
+    waiting_rates: dict[str, int] = field(default_factory=dict)
+    """Timers waiting for each rate limit."""
 
     @property
     def fired(self) -> int:
@@ -253,49 +272,47 @@ class Operations(FailureOperations, RecurrenceOperations):
         return int(reply) == 1
 
     def get(self, timer_id: str) -> Operation[PendingTimer | None]:
-        escaped = escape_id(check_id(timer_id))
-        record, score = yield [
-            Call(command=("HGET", self.keys.records, escaped)),
-            Call(command=("ZSCORE", self.keys.due, escaped)),
-        ]
-        if record is None or score is None:
-            return None
-        return _pending(timer_id, as_text(record), float(score))
+        """The pending timer with this id, in whichever group, waiting or not."""
+        found = yield from views.find_many(self.keys, [escape_id(check_id(timer_id))])
+        return _pending(found[0]) if found else None
 
     # -- listings ---------------------------------------------------------------------
 
-    def list_pending(self, limit: int = 100) -> Operation[list[PendingTimer]]:
-        """Pending timers, soonest first."""
+    def list_pending(
+        self, limit: int = 100, group: str | None = None, key: str | None = None
+    ) -> Operation[list[PendingTimer]]:
+        """Pending timers of every group (or of ``group``), waiting ones too, soonest
+        first; with ``key``: those waiting for that concurrency key, in queue order, then
+        the pending ones that name it."""
         if limit <= 0:
             return []
-        (head,) = yield [Call(command=("ZRANGE", self.keys.due, 0, limit - 1, "WITHSCORES"))]
-        entries = pairs(head)
-        if not entries:
-            return []
-        (records,) = yield [Call(command=("HMGET", self.keys.records, *[i for i, _ in entries]))]
+        if key is not None:
+            found = yield from views.find_by_key(self.keys, key, limit)
+        else:
+            found = yield from views.find_pending(self.keys, limit, group)
         out = []
-        for (escaped, score), record in zip(entries, records, strict=True):
-            if record is None:
-                continue  # fired or cancelled between the two reads
+        for item in found:
             try:
-                out.append(_pending(unescape_id(as_text(escaped)), as_text(record), float(score)))
+                out.append(_pending(item))
             except MalformedTimerKey:
                 continue
         return out
 
     def stats(self) -> Operation[Stats]:
-        pending, running, failed, counters = yield [
-            Call(command=("ZCARD", self.keys.due)),
-            Call(command=("ZCARD", self.keys.running)),
+        """Counts; ``pending`` and ``running`` over every group, waiting timers included."""
+        failed, counters, infos = yield [
             Call(command=("ZCARD", self.keys.failures)),
             Call(command=("HGETALL", self.keys.stats)),
+            Call(command=("HGETALL", self.keys.listener_info)),
         ]
+        flow = yield from views.flow_counts(self.keys, _listener_groups(infos))
         items = counters.items() if isinstance(counters, dict) else pairs(counters)
         return Stats(
-            int(pending),
-            int(running),
+            flow.pending,
+            flow.running,
             int(failed),
             {as_text(k): int(v) for k, v in items},
+            flow.groups, flow.waiting_keys, flow.waiting_rates,
         )
 
     def listeners(self) -> Operation[list[dict[str, Any]]]:
@@ -320,16 +337,33 @@ class Operations(FailureOperations, RecurrenceOperations):
         return out
 
 
-def _pending(timer_id: str, record_text: str, due_ms: float) -> PendingTimer:
-    record = Record.decode(record_text)
-    flow = read_flow(record.options)
+def _listener_groups(infos: Any) -> set[str]:
+    """The groups the listeners' heartbeats name (dead ones' too: their runs count)."""
+    items = infos.items() if isinstance(infos, dict) else pairs(infos)
+    out: set[str] = set()
+    for _, value in items:
+        try:
+            groups = json.loads(as_text(value)).get("groups") or []
+        except (ValueError, AttributeError):
+            continue
+        out.update(g for g in groups if isinstance(g, str))
+    return out
+
+
+def _pending(found: Found) -> PendingTimer:
+    record = found.record
+    waited_from = record.options.get(Option.WAITED_FROM)
+    if waited_from is None and found.wait is not None and found.wait.waiting:
+        waited_from = str(found.due_ms)  # held at its due time, which it keeps
     return PendingTimer(
-        id=timer_id,
+        id=unescape_id(found.escaped),
         task=record.task,
         args=record.args,
-        due=ms_to_datetime(due_ms),
+        due=ms_to_datetime(found.due_ms),
         attempts=int(record.options.get(Option.ATTEMPTS, "0")),
-        group=flow.group,
-        priority=flow.priority,
-        key=flow.key,
+        group=views.group_of(record),
+        priority=views.priority_of(record),
+        key=views.key_of(record),
+        wait=found.wait,
+        waited_from=None if waited_from is None else ms_to_datetime(float(waited_from)),
     )

@@ -40,6 +40,10 @@ class Option(StrEnum):
     written by the scripts, so its lateness counts the wait."""
 
 
+FLOW_DUE_SPAN = 2**42
+"""A flow queue's score is ``(1000 - priority) * FLOW_DUE_SPAN + due ms`` (``flow.lua``)."""
+
+
 class ScheduleMode(StrEnum):
     """What the schedule script does with a pending timer of the same id."""
 
