@@ -21,7 +21,6 @@ from timers.cli.common import (
     PrefixOption,
     UrlOption,
     UserError,
-    clip,
     friendly,
     open_timers,
     printable,
@@ -37,12 +36,14 @@ from timers.cli.listen_logs import (
     supervise,
 )
 from timers.cli.server import register as register_server_commands
+from timers.cli.views import register as register_view_commands
 from timers.client import configured_url
-from timers.due import format_duration, parse_delay
+from timers.due import parse_delay
 from timers.foreground import check_connection, check_server_once, run_in_foreground
 from timers.keys import DEFAULT_PREFIX
 from timers.listener import DEFAULT_CONCURRENCY, DEFAULT_LEASE, Listener
 from timers.listener.eviction import EvictionUnsafe
+from timers.listener.groups import served_groups
 from timers.listener.orphans import supervisor_pid
 from timers.listener.permissions import PermissionMissing
 from timers.listener.recycling import RecycleLimits, check_memory_limit, report_fd
@@ -60,6 +61,7 @@ app = typer.Typer(
 app.add_typer(failed_app, name="failed")
 app.add_typer(cron_app, name="cron")
 register_server_commands(app)
+register_view_commands(app)
 
 
 def _version(value: bool) -> None:
@@ -125,6 +127,13 @@ MaxRunsOption = Annotated[int | None, typer.Option(
     "--max-runs-per-child", min=1, metavar="N", show_default=False,
     help="Replace a listener process after N finished runs (for tasks that leak); "
          "runs it under a supervisor even without --processes.")]
+AllowEvictionOption = Annotated[bool, typer.Option(
+    "--allow-eviction",
+    help="Start even on an allkeys-* eviction policy, which can evict pending timers.")]
+GroupOption = Annotated[list[str] | None, typer.Option(
+    "--group", "-g", metavar="GROUP",
+    help="Claim the timers of this group (repeat for several; default $TIMERS_GROUP or "
+         "'default'). Timers of other groups are left to their own listeners.")]
 MaxMemoryOption = Annotated[float | None, typer.Option(
     "--max-memory-per-child", min=1, metavar="MB", show_default=False,
     help="Replace a listener process once its resident memory reaches MB megabytes; "
@@ -160,12 +169,10 @@ def listen(
     log_level: LogLevelOption = "info",
     log_format: LogFormatOption = None,
     log_fires: LogFiresOption = False,
-    allow_eviction: Annotated[
-        bool, typer.Option("--allow-eviction", help="Start even on an allkeys-* eviction "
-                                                    "policy, which can evict pending timers.")
-    ] = False,
+    allow_eviction: AllowEvictionOption = False,
     max_runs_per_child: MaxRunsOption = None,
     max_memory_per_child: MaxMemoryOption = None,
+    group: GroupOption = None,
 ) -> None:
     """Run timers as they come due (subscribes to expired events and sweeps the due index)."""
     log_format = set_up_logs(log_level, log_format, processes)
@@ -174,7 +181,7 @@ def listen(
                             log_level=log_level, burst=burst, allow_eviction=allow_eviction,
                             log_format=log_format, log_fires=log_fires,
                             max_runs_per_child=max_runs_per_child,
-                            max_memory_per_child=max_memory_per_child)
+                            max_memory_per_child=max_memory_per_child, groups=_served(group))
     if processes > 1 or (options.recycles and report_fd() is None):
         # refuse before starting children that would each refuse
         TaskLoader(configured_package(tasks), search_path=os.getcwd()).load()
@@ -183,6 +190,13 @@ def listen(
         check_server_once(url_now, safe_url(url_now))  # the children wait for it later
         raise typer.Exit(supervise(Supervisor.for_listeners(options, processes)))
     _listen_here(options)
+
+
+def _served(groups: list[str] | None) -> tuple[str, ...]:
+    try:
+        return served_groups(groups)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
 
 
 def _listen_here(options: ListenOptions) -> None:
@@ -194,7 +208,8 @@ def _listen_here(options: ListenOptions) -> None:
                             shutdown_timeout=options.shutdown_timeout,
                             allow_eviction=options.allow_eviction,
                             recycle=RecycleLimits(options.max_runs_per_child,
-                                                  options.max_memory_per_child))
+                                                  options.max_memory_per_child),
+                            groups=options.groups or None)
     except ValueError as exc:
         raise UserError(str(exc)) from None
     listener_logs(listener, options.log_fires)
@@ -288,81 +303,6 @@ def cancel(id: IdArgument, url: UrlOption = None, prefix: PrefixOption = DEFAULT
     typer.echo(f"{printable(id)} is not pending (already fired, cancelled, or never "
                f"scheduled)", err=True)
     raise typer.Exit(1)
-
-
-@app.command()
-@friendly
-def get(id: IdArgument, url: UrlOption = None, prefix: PrefixOption = DEFAULT_PREFIX) -> None:
-    """Show a pending timer; exits 1 if it is not pending."""
-    with open_timers(url, prefix) as t:
-        timer = t.get(id)
-    if timer is None:
-        typer.echo(f"{printable(id)} is not pending", err=True)
-        raise typer.Exit(1)
-    left = timer.seconds_left(datetime.now(UTC))
-    typer.echo(f"id:       {printable(timer.id)}")
-    typer.echo(f"task:     {printable(timer.task)}")
-    typer.echo(f"args:     {json.dumps(timer.args, ensure_ascii=False)}")
-    typer.echo(f"due:      {_when(timer.due)} (in {format_duration(left)})")
-    typer.echo(f"attempts: {timer.attempts} (failed runs so far)")
-
-
-@app.command("list")
-@friendly
-def list_(
-    limit: Annotated[int, typer.Option("--limit", "-n", min=1, metavar="N", help="How many.")] = 20,
-    url: UrlOption = None,
-    prefix: PrefixOption = DEFAULT_PREFIX,
-) -> None:
-    """List pending timers, soonest first."""
-    with open_timers(url, prefix) as t:
-        pending = t.list(limit)
-        total = t.stats().pending
-    if not pending:
-        typer.echo("no pending timers")
-        return
-    now = datetime.now(UTC)
-    typer.echo(f"{'DUE (UTC)':<24} {'IN':>9}  {'ID':<20} {'TASK':<24} ARGS")
-    for timer in pending:
-        args = json.dumps(timer.args, ensure_ascii=False)
-        typer.echo(f"{_when(timer.due):<24} {format_duration(timer.seconds_left(now)):>9}  "
-                   f"{printable(timer.id):<20} {printable(timer.task):<24} {clip(args, 60)}")
-    if total > len(pending):
-        typer.echo(f"… {total - len(pending)} more (--limit)")
-
-
-@app.command()
-@friendly
-def listeners(url: UrlOption = None, prefix: PrefixOption = DEFAULT_PREFIX) -> None:
-    """List live listeners (from their heartbeats)."""
-    with open_timers(url, prefix) as t:
-        live = t.listeners()
-    if not live:
-        typer.echo("no live listeners")
-        return
-    now = datetime.now(UTC).timestamp()
-    typer.echo(f"{'ID':<36} {'HOST':<20} {'PID':>7} {'UP':>8} {'RUNNING':>7} {'FIRED':>9} "
-               f"{'STUCK':>5} STATE")
-    for info in sorted(live, key=lambda i: str(i.get("id"))):
-        up = format_duration(now - float(info.get("started", now)))
-        typer.echo(f"{printable(info.get('id')):<36} {printable(info.get('host')):<20} "
-                   f"{info.get('pid', ''):>7} {up:>8} {info.get('running', 0):>7} "
-                   f"{info.get('fired', 0):>9} {info.get('stuck', 0):>5} "
-                   f"{printable(info.get('state', ''))}")
-
-
-@app.command()
-@friendly
-def stats(url: UrlOption = None, prefix: PrefixOption = DEFAULT_PREFIX) -> None:
-    """Counts: pending, running, failed, fired (and reruns after crashes)."""
-    with open_timers(url, prefix) as t:
-        s = t.stats()
-    typer.echo(f"pending:  {s.pending}")
-    typer.echo(f"running:  {s.running}")
-    typer.echo(f"failed:   {s.failed}")
-    typer.echo(f"fired:    {s.fired}")
-    for name in sorted(set(s.counters) - {"fired", "failed"}):
-        typer.echo(f"{name + ':':<9} {s.counters[name]}")
 
 
 def main() -> None:

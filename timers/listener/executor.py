@@ -140,7 +140,7 @@ class Executor:
             crashed = crash_outcome(run, policy)
             if skip is not None:
                 outcome = skip
-            elif _group_of(record) != (policy.group or DEFAULT_GROUP):
+            elif policy.group is not None and _group_of(record) != policy.group:
                 outcome = Outcome("moved", "", f"to group {policy.group}")
             elif crashed is not None:
                 outcome = crashed

@@ -78,6 +78,8 @@ class ListenOptions:
     log_fires: bool = False
     max_runs_per_child: int | None = None
     max_memory_per_child: float | None = None
+    groups: tuple[str, ...] = ()
+    """The groups each child serves (none: its default)."""
 
     @property
     def recycles(self) -> bool:
@@ -96,6 +98,8 @@ class ListenOptions:
                             ("--max-memory-per-child", self.max_memory_per_child)):
             if value is not None:
                 command += [flag, str(value)]
+        for group in self.groups:
+            command += ["--group", group]
         command += ["--burst"] if self.burst else []
         command += ["--allow-eviction"] if self.allow_eviction else []
         command += ["--log-fires"] if self.log_fires else []

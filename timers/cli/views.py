@@ -1,0 +1,149 @@
+"""``timers get``, ``list``, ``listeners`` and ``stats``: what is pending, waiting, running.
+
+Parse and print only; every group, priority and flow queue is read by
+:mod:`timers.flow.views` through the client.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Annotated
+
+import typer
+
+from timers.cli.common import (
+    PrefixOption,
+    UrlOption,
+    clip,
+    friendly,
+    open_timers,
+    printable,
+)
+from timers.due import format_duration
+from timers.keys import DEFAULT_GROUP, DEFAULT_PREFIX
+from timers.operations import PendingTimer, Stats
+
+IdArgument = Annotated[str, typer.Argument(metavar="ID", help="Timer id.")]
+GroupFilter = Annotated[str | None, typer.Option(
+    "--group", "-g", metavar="GROUP", help="Only the timers of this group.")]
+KeyFilter = Annotated[str | None, typer.Option(
+    "--key", "-k", metavar="KEY",
+    help="Only the timers of this concurrency key (those waiting for it first).")]
+
+
+def when(dt: datetime) -> str:
+    return dt.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
+
+
+def get(id: IdArgument, url: UrlOption = None, prefix: PrefixOption = DEFAULT_PREFIX) -> None:
+    """Show a pending timer (and what holds it back, if anything); exits 1 if it is not
+    pending."""
+    with open_timers(url, prefix) as t:
+        timer = t.get(id)
+    if timer is None:
+        typer.echo(f"{printable(id)} is not pending", err=True)
+        raise typer.Exit(1)
+    left = timer.seconds_left(datetime.now(UTC))
+    typer.echo(f"id:       {printable(timer.id)}")
+    typer.echo(f"task:     {printable(timer.task)}")
+    typer.echo(f"args:     {json.dumps(timer.args, ensure_ascii=False)}")
+    if timer.wait is None:
+        typer.echo(f"due:      {when(timer.due)} (in {format_duration(left)})")
+    else:
+        typer.echo(f"state:    {printable(timer.wait.describe())}")
+    if timer.waited_from is not None:
+        held = datetime.now(UTC) - timer.waited_from
+        typer.echo(f"came due: {when(timer.waited_from)} (held back "
+                   f"{format_duration(held.total_seconds())} so far)")
+    typer.echo(f"attempts: {timer.attempts} (failed runs so far)")
+    typer.echo(f"group:    {printable(timer.group)}")
+    typer.echo(f"priority: {timer.priority}")
+    if timer.key is not None:
+        typer.echo(f"key:      {printable(timer.key)}")
+
+
+def list_(
+    limit: Annotated[int, typer.Option("--limit", "-n", min=1, metavar="N", help="How many.")] = 20,
+    group: GroupFilter = None,
+    key: KeyFilter = None,
+    url: UrlOption = None,
+    prefix: PrefixOption = DEFAULT_PREFIX,
+) -> None:
+    """List pending timers, soonest first (waiting ones say what they wait for)."""
+    with open_timers(url, prefix) as t:
+        pending = t.list(limit, group=group, key=key)
+        total = _total(t.stats(), group) if key is None else None
+    if not pending:
+        typer.echo("no pending timers")
+        return
+    typer.echo(f"{'DUE (UTC)':<24} {'IN':>9}  {'ID':<20} {'TASK':<24} {'GROUP':<10} ARGS / STATE")
+    for timer in pending:
+        typer.echo(_row(timer, datetime.now(UTC)))
+    if total is not None and total > len(pending):
+        typer.echo(f"… {total - len(pending)} more (--limit)")
+
+
+def _row(timer: PendingTimer, now: datetime) -> str:
+    tail = (clip(json.dumps(timer.args, ensure_ascii=False), 60) if timer.wait is None
+            else printable(timer.wait.describe()))
+    return (f"{when(timer.due):<24} {format_duration(timer.seconds_left(now)):>9}  "
+            f"{printable(timer.id):<20} {printable(timer.task):<24} "
+            f"{printable(timer.group):<10} {tail}")
+
+
+def _total(stats: Stats, group: str | None) -> int:
+    if group is None:
+        return stats.pending
+    counts = stats.groups.get(group)
+    return counts.pending if counts else 0
+
+
+def listeners(url: UrlOption = None, prefix: PrefixOption = DEFAULT_PREFIX) -> None:
+    """List live listeners (from their heartbeats) and the groups each serves."""
+    with open_timers(url, prefix) as t:
+        live = t.listeners()
+    if not live:
+        typer.echo("no live listeners")
+        return
+    now = datetime.now(UTC).timestamp()
+    typer.echo(f"{'ID':<36} {'HOST':<20} {'PID':>7} {'UP':>8} {'RUNNING':>7} {'FIRED':>9} "
+               f"{'STUCK':>5} {'GROUPS':<16} STATE")
+    for info in sorted(live, key=lambda i: str(i.get("id"))):
+        up = format_duration(now - float(info.get("started", now)))
+        groups = info.get("groups") or [DEFAULT_GROUP]
+        names = ",".join(printable(g) for g in groups) if isinstance(groups, list) else "?"
+        typer.echo(f"{printable(info.get('id')):<36} {printable(info.get('host')):<20} "
+                   f"{info.get('pid', ''):>7} {up:>8} {info.get('running', 0):>7} "
+                   f"{info.get('fired', 0):>9} {info.get('stuck', 0):>5} {names:<16} "
+                   f"{printable(info.get('state', ''))}")
+
+
+def stats(url: UrlOption = None, prefix: PrefixOption = DEFAULT_PREFIX) -> None:
+    """Counts: pending, running, failed, fired; per group; timers waiting per key/rate."""
+    with open_timers(url, prefix) as t:
+        s = t.stats()
+    typer.echo(f"pending:  {s.pending}")
+    typer.echo(f"running:  {s.running}")
+    typer.echo(f"failed:   {s.failed}")
+    typer.echo(f"fired:    {s.fired}")
+    for name in sorted(set(s.counters) - {"fired", "failed"}):
+        typer.echo(f"{name + ':':<9} {s.counters[name]}")
+    if s.groups and set(s.groups) != {DEFAULT_GROUP}:
+        typer.echo(f"\n{'GROUP':<24} {'PENDING':>9} {'WAITING':>9} {'RUNNING':>9}")
+        for name, counts in sorted(s.groups.items()):
+            typer.echo(f"{printable(name):<24} {counts.pending:>9} {counts.waiting:>9} "
+                       f"{counts.running:>9}")
+    for title, waiting in (("KEY", s.waiting_keys), ("RATE LIMIT", s.waiting_rates)):
+        if waiting:
+            typer.echo(f"\n{title:<40} {'WAITING':>9}")
+            for name, n in sorted(waiting.items(), key=lambda item: -item[1])[:20]:
+                typer.echo(f"{clip(printable(name), 40):<40} {n:>9}")
+
+
+def register(app: typer.Typer) -> None:
+    """Add these commands to the ``timers`` command line."""
+    app.command("get")(friendly(get))
+    app.command("list")(friendly(list_))
+    app.command("listeners")(friendly(listeners))
+    app.command("stats")(friendly(stats))
