@@ -261,6 +261,13 @@ def schedule(
         str | None, typer.Option("--id", metavar="ID", show_default=False,
                                  help="Timer id; a pending timer with it is replaced.")
     ] = None,
+    group: Annotated[str | None, typer.Option(
+        "--group", "-g", metavar="GROUP",
+        help="Its group (default $TIMERS_GROUP or 'default').")] = None,
+    key: Annotated[str | None, typer.Option(
+        "--key", "-k", metavar="KEY", help="Its concurrency key.")] = None,
+    priority: Annotated[int, typer.Option(
+        "--priority", metavar="N", help="Higher runs first among waiting timers.")] = 0,
     url: UrlOption = None,
     prefix: PrefixOption = DEFAULT_PREFIX,
 ) -> None:
@@ -268,7 +275,8 @@ def schedule(
     delay, when = _due(in_, at)
     args = _parse_args(args_json)
     with open_timers(url, prefix) as t:
-        typer.echo(t.schedule(task, args, in_=delay, at=when, id=id))
+        typer.echo(t.schedule(task, args, in_=delay, at=when, id=id, group=group, key=key,
+                              priority=priority))
 
 
 @app.command()
