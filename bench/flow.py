@@ -10,7 +10,9 @@ waiting timer starts once its slot frees. Two listener processes (four for the h
 - Keyed throughput: N timers with a key each (every run asks the gate, none waits), no
   sleep: fires/s through a concurrency key, to set against the unlimited "Fire" rows.
 - Rate: N timers due at once through a 500/s limit (``flow.rated``): starts per second, the
-  busiest 1 s, and how late each start is after its slot (first start + i x 2 ms).
+  busiest 1 s, and how late each start is after its slot (first start + i x 2 ms). Slots
+  are 2 ms apart exactly; a start comes a little after its slot (its lateness), so a 1 s
+  window of starts may hold one more than the limit allows slots for.
 """
 
 from __future__ import annotations
@@ -122,9 +124,9 @@ def rate_limited(ctx: Context, n: int) -> None:
                   for i, first in enumerate(starts))
     behind = sorted(s - (starts[0] + i * RATE_INTERVAL_MS) for i, s in enumerate(starts))
     rate = (len(starts) - 1) / ((starts[-1] - starts[0]) / 1000)
-    ctx.results.add(Row(name, "starts/s; busiest 1 s",
+    ctx.results.add(Row(name, "starts/s; busiest 1 s (of starts, each a little after its slot)",
                         f"{count(rate)}/s; {busiest} in the busiest second",
-                        "<= 500 + burst 1", busiest <= 501))
+                        "<= 500 + burst 1 + 1 (a start's own lateness)", busiest <= 502))
     ctx.results.add(Row(name, "start - its slot (first start + i x 2 ms)",
                         f"p50 {ms(percentile(behind, 50))} ms, p99 "
                         f"{ms(percentile(behind, 99))} ms"))
