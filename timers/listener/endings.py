@@ -93,9 +93,10 @@ class EndingWriter:
         self._queue: list[Ending] = []
         self.on_written: Callable[[], None] = lambda: None
         """Called after each batch is written."""
-        self.taker: Callable[[], Taker] = Taker
-        """What the listener may be handed per batch (its free slots, reserved till the
-        reply): timers a freed concurrency key slot lets go, as runs of its own."""
+        self.taker: Callable[[list[str]], Taker] = lambda tokens: Taker()
+        """What the listener may be handed for a batch of endings of these run tokens (its
+        free slots, reserved till the reply): timers a freed concurrency key slot lets go,
+        as runs of its own."""
         self.on_handed: Callable[[list[Run], int], None] = lambda runs, reserved: None
         """Called with the runs handed over and the slots reserved for them."""
 
@@ -141,7 +142,7 @@ class EndingWriter:
         # Renewed until the reply is read (the loop may block before it is), and a renewal
         # that crosses the ending drops them quietly.
         self.held.ending(tokens)
-        taker = self.taker()
+        taker = self.taker(tokens)
         try:
             reply = await self.scripts.finish(
                 retention_ms=round(self.failure_retention * 1000),

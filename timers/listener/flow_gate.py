@@ -63,6 +63,8 @@ class FlowGate:
     def __init__(self, scripts: Scripts, lease: float) -> None:
         self.scripts, self.lease = scripts, lease
         self._asked: list[tuple[GateRun, asyncio.Future[str]]] = []
+        self.holding: set[str] = set()
+        """Tokens of runs that went holding a concurrency key slot (until they end)."""
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def admit(self, run: Run, record: Record, policy: TaskPolicy) -> Outcome | None:
@@ -82,6 +84,8 @@ class FlowGate:
         self._asked.append((spec, answer))
         status = await answer
         if status == GO:
+            if spec.key:
+                self.holding.add(run.token)
             return None
         return Outcome("held", "", _HELD_MESSAGES.get(status, status))
 

@@ -27,10 +27,18 @@ class Handoff:
         self.start, self.hand_back = start, hand_back
         self.reserved = 0
         self.slot_freed: Callable[[], None] = lambda: None
+        self.holding: set[str] = set()
+        """Tokens of this listener's runs that hold a concurrency key slot."""
 
-    def taker(self) -> Taker:
-        """What the next batch may hand over: the free slots (none once stopping)."""
-        take = 0 if self.stopping.is_set() else max(self.free_slots(), 0)
+    def taker(self, tokens: list[str]) -> Taker:
+        """What a batch of endings of ``tokens`` may hand over: one run per slot it frees,
+        up to the free slots (none once stopping). Batches that free no slot keep none, so
+        the claims of unlimited timers never wait for them."""
+        freeing = sum(1 for token in tokens if token in self.holding)
+        self.holding.difference_update(tokens)
+        if not freeing or self.stopping.is_set():
+            return Taker(self.listener_id, self.groups, 0, 0)
+        take = min(freeing, max(self.free_slots(), 0))
         self.reserved += take
         return Taker(self.listener_id, self.groups, take, round(self.lease * 1000))
 

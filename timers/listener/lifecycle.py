@@ -136,6 +136,8 @@ class Listener:
         self.endings.on_written = self._after_endings_written
         self.handoff = Handoff(self.id, self.groups, self.lease, self._free_slots,
                                self._stopping, self._start, self._hand_back_now)
+        self.flow = FlowGate(self._scripts, self.lease)
+        self.handoff.holding = self.flow.holding
         self.endings.taker, self.endings.on_handed = self.handoff.taker, self.handoff.handed
         self.claimer = Claimer(self._scripts, self.groups, self.id, self.lease, self.clock,
                                self.tracker, ClaimerHooks(
@@ -153,7 +155,7 @@ class Listener:
         self.executor = Executor(self.loader.resolve, self._runner,
                                  Quarantine(self.loader, listener_name(self.id)),
                                  RecurrenceHook(self.redis, self.keys, self._scripts), self.tracker,
-                                 self._precise, FlowGate(self._scripts, self.lease),
+                                 self._precise, self.flow,
                                  f"listener {self.id} (groups {', '.join(self.groups)})")
 
     @property
