@@ -91,6 +91,8 @@ class Run:
     def waited_from_ms(self) -> int:
         """The due time its lateness counts from: the one it had before a concurrency key
         or a rate limit held it back (``;w=ms``), else this run's."""
+        if ";w=" not in self.record_text:  # most runs: no need to read the options
+            return self.due_ms
         value = self._option(Option.WAITED_FROM)
         return int(value) if value and value.isascii() and value.isdigit() else self.due_ms
 

@@ -146,7 +146,8 @@ class Executor:
                 outcome = crashed
             elif missed is not None:
                 outcome = Outcome("missed", "Missed", missed)
-            elif self.flow and (held := await self.flow.admit(run, record, policy)):
+            elif (self.flow and (policy.flow_limited or Option.KEY in record.options)
+                  and (held := await self.flow.admit(run, record, policy))):
                 outcome = held
             elif is_suspect(run.reruns):  # its listener died holding it: in a child
                 outcome = await self.quarantine.run(run.timer_id, record.task, fn, record.args,
