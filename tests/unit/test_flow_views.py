@@ -5,32 +5,14 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-import fakeredis
 import pytest
 
+from tests.unit.flow_helpers import LEASE, add, claim, s
 from timers import Timers
-from timers.keys import Keyspace
 from timers.runs import Run
-from timers.scripts import GateRun, NewTimer, Scripts
+from timers.scripts import GateRun, Scripts
 
-KS = Keyspace()
-LEASE = 10_000
-
-
-@pytest.fixture
-def s(fake: fakeredis.FakeRedis) -> Scripts:
-    return Scripts(fake, KS)
-
-
-def add(s: Scripts, id_: str, record: str = "t.f:", in_ms: int = -1) -> None:
-    s.schedule([NewTimer(id_, record, "in", in_ms, "r")])
-
-
-def claim(s: Scripts, groups: tuple[str, ...] = ("default",)) -> list[Run]:
-    items = s.claim(limit=10, lease_ms=LEASE, horizon_ms=0, listener_id="me",
-                    groups=groups)[3:]
-    return [Run.parse(items[i], items[i + 1], items[i + 2]) for i in range(0, len(items), 3)]
-
+__all__ = ["s"]  # the fixture
 
 def hold_back(s: Scripts, key: str = "", rate: str = "", n: int = 3) -> list[Run]:
     """``n`` due timers t0.. claimed; the first goes, the rest wait for ``key`` or ``rate``."""
@@ -118,7 +100,7 @@ def test_stats_count_per_group_and_per_key_and_rate(
     add(s, "vid", "v.e;g=video:", 60_000)
     add(s, "vip", "v.e;g=video;p=3:", 60_000)
     add(s, "r0", "t.f;g=video:", -5)
-    [run] = claim(s, ("video",))
+    [run] = claim(s, groups=("video",))
     s.gate(LEASE, [GateRun(run.token, "", 1, "api", 60_000, 1)])  # goes: the first slot
     stats = producer.stats()
     assert stats.pending == 2 + 2 and stats.running == 2

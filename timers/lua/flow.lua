@@ -58,6 +58,16 @@ local function with_waited_from(record, due)
   return head .. ';w=' .. ms_text(due) .. rest
 end
 
+-- The head of a waiting queue, taken out of it: its id, parked state and record (nil
+-- when the queue is empty; the state or record nil when it was cancelled meanwhile).
+local function pop_waiting(key_start, queue)
+  local head = redis.call('ZPOPMIN', queue)
+  local id = head[1]
+  if not id then return nil end
+  return id, parked_read(redis.call('HGET', sys_key(key_start, 'parked'), id)),
+    redis.call('HGET', sys_key(key_start, 'rec'), id)
+end
+
 -- Promote waiting timers of concurrency key `key` while it has free slots: each goes
 -- back into its due index at score 0, ahead of every timer due (its lateness counts from
 -- its ";w=" due), with a slot kept for it under "w:<id>" for its lease; or, when a taker
@@ -66,14 +76,11 @@ end
 local function promote_key(key_start, key, limit, now)
   local slots = sys_key(key_start, 'slots|' .. key)
   local queue = sys_key(key_start, 'waitk|' .. key)
-  local parked, records = sys_key(key_start, 'parked'), sys_key(key_start, 'rec')
+  local records = sys_key(key_start, 'rec')
   redis.call('ZREMRANGEBYSCORE', slots, '-inf', now)
   while redis.call('ZCARD', slots) < limit do
-    local head = redis.call('ZPOPMIN', queue)
-    if not head[1] then return end
-    local id = head[1]
-    local p = parked_read(redis.call('HGET', parked, id))
-    local record = redis.call('HGET', records, id)
+    local id, p, record = pop_waiting(key_start, queue)
+    if not id then return end
     if p and p.state == 'c' and record then
       p.state = 'C'
       parked_write(key_start, id, p)
@@ -100,13 +107,10 @@ local function promote_rate(key_start, name, interval, burst, now)
   local state = sys_key(key_start, 'rate|' .. name)
   if redis.call('HEXISTS', state, 'pacer') == 1 then return end
   local queue = sys_key(key_start, 'waitr|' .. name)
-  local parked, records = sys_key(key_start, 'parked'), sys_key(key_start, 'rec')
+  local records = sys_key(key_start, 'rec')
   while true do
-    local head = redis.call('ZPOPMIN', queue)
-    if not head[1] then return end
-    local id = head[1]
-    local p = parked_read(redis.call('HGET', parked, id))
-    local record = redis.call('HGET', records, id)
+    local id, p, record = pop_waiting(key_start, queue)
+    if not id then return end
     if p and p.state == 'r' and record then
       local tat = math.max(tonumber(redis.call('HGET', state, 'tat') or '0') or 0, now)
       local at = math.max(tat - (burst - 1) * interval, now)
