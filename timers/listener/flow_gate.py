@@ -17,9 +17,10 @@ from timers.flow.names import unescape_key
 from timers.policy import TaskPolicy
 from timers.runs import Outcome, Run
 from timers.scripts import GateRun, Scripts
-from timers.wire import Option
+from timers.wire import ClaimSource, Option
 
 GO = "go"
+HANDED = ClaimSource.HANDOFF.label
 TASK_KEY = "task:"
 """Start of the key (or rate limit name) of a task-wide limit: ``task:<path>``."""
 
@@ -76,6 +77,9 @@ class FlowGate:
         except FlowKeyError as exc:
             return Outcome("error", "FlowKeyError", str(exc))
         if spec is None:
+            return None
+        if run.source == HANDED and spec.key and not spec.rate:
+            self.holding.add(run.token)  # finish.lua handed it over holding its key's slot
             return None
         loop = asyncio.get_running_loop()
         answer: asyncio.Future[str] = loop.create_future()

@@ -191,7 +191,7 @@ if tonumber(ARGV[6]) > 0 then
   for group in string.gmatch(ARGV[5], '[^,]+') do served[group] = true end
   local lease_until = string.format('%.0f', now + tonumber(ARGV[7]))
   local me = '0@' .. string.gsub(ARGV[4], '|', '_')
-  taker = {budget = tonumber(ARGV[6]), served = served, lease_until = lease_until,
+  taker = {budget = tonumber(ARGV[6]), served = served, lease_until = lease_until, held_ms = 0,
     start = function(run, group)
       local token = string.format('%.0f', redis.call('INCR', KEYS[9]))
       redis.call('ZADD', running_key_for(KEYS[1], group), lease_until, token)
@@ -210,6 +210,7 @@ for i = FIRST, #ARGV, 4 do
     end_run(ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], released[i])
   end
 end
+if taker then counts.held_ms = taker.held_ms end
 for name, n in pairs(counts) do
   if n > 0 then redis.call('HINCRBY', KEYS[3], name, n) end
 end

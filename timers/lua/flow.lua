@@ -32,7 +32,7 @@ end
 -- Who takes a promoted timer straight away as a run of its own, or nil (everyone but
 -- finish.lua, whose listener has just freed the slot: no wake, no claim, no race for it):
 -- {budget = runs it may still take, served = {group = true}, lease_until = ms text,
---  start = function(run, group) -> token}.
+--  start = function(run, group) -> token, held_ms = the waits of those it took}.
 local taker = nil
 
 local function flow_score(record, due)
@@ -83,16 +83,22 @@ local function promote_key(key_start, key, limit, now)
     if not id then return end
     if p and p.state == 'c' and record then
       p.state = 'C'
-      parked_write(key_start, id, p)
       local group = record_group(record)
       if taker and taker.budget > 0 and taker.served[group] then
         taker.budget = taker.budget - 1
+        -- it starts holding the slot: only a paid rate slot is left to remember
+        if p.c == 1 then parked_write(key_start, id, p) else
+          redis.call('HDEL', sys_key(key_start, 'parked'), id)
+        end
         redis.call('HDEL', records, id)
+        local waited_from = tonumber(record_option(record, 'w') or '')
+        if waited_from then taker.held_ms = taker.held_ms + math.max(now - waited_from, 0) end
         local token = taker.start('|0|' .. id .. ':' .. record, group)
         redis.call('ZADD', slots, taker.lease_until, token)
         redis.call('HSET', sys_key(key_start, 'held'), token,
           ms_text(limit) .. '|' .. ms_text(p.b) .. '|' .. key)
       else
+        parked_write(key_start, id, p)
         redis.call('ZADD', slots, ms_text(now + p.b), 'w:' .. id)
         pend(sys_key(key_start, 'due'), records, key_start, id, record, 0, now)
       end
