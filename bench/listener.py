@@ -19,6 +19,7 @@ import os
 import signal
 import time
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import timers
@@ -49,7 +50,7 @@ def rated(i: int) -> None:
     """Started at most 500 times a second fleet-wide (one every 2 ms)."""
 
 
-TASKS = {"noop": noop, "flow.keyed": keyed, "flow.rated": rated}
+TASKS: dict[str, Callable[..., Any]] = {"noop": noop, "flow.keyed": keyed, "flow.rated": rated}
 
 
 def _write(path: Path, text: str) -> None:
