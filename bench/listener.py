@@ -18,8 +18,8 @@ import logging
 import os
 import signal
 import time
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import timers
