@@ -19,7 +19,7 @@ from timers.exceptions import TaskRefused
 from timers.keys import Keyspace
 from timers.listener.due_tracker import DueTracker
 from timers.listener.endings import Ending, EndingWriter
-from timers.listener.events import Channels, Due, Rejected, Wake, classify
+from timers.listener.events import Channels, Due, EventSource, Rejected, Wake, classify
 from timers.listener.executor import Executor
 from timers.listener.leases import HeldRuns
 from timers.listener.runner import Runner
@@ -69,6 +69,24 @@ def test_classify_names_what_each_message_means() -> None:
     assert classify(message(expired, b"session:1"), CHANNELS, refuse_unknown) is None
     assert classify(message(b"other", key), CHANNELS, refuse_unknown) is None
     assert classify(message(expired, 1, "subscribe"), CHANNELS, refuse_unknown) is None
+
+
+
+def test_while_the_sweep_is_behind_expired_events_are_left_to_it_and_wakes_still_count(
+) -> None:
+    key = b"timers:" + entry_text("t1", Record("mod.add", [1]).encode()).encode()
+    tracker = DueTracker(ManualClock())
+    pokes: list[None] = []
+    source = EventSource(fakeredis.FakeAsyncRedis(), CHANNELS, KEYS, refuse_unknown, tracker,
+                         lambda: pokes.append(None), lambda rejected: None, asyncio.Event())
+    tracker.backlogged = True  # the last claim was full: the due index has more due
+    source.handle(message(CHANNELS.expired, key))
+    assert source.take(10) == [] and pokes == []
+    source.handle(message(CHANNELS.wake, b"123"))
+    assert tracker.next_due_ms == 123 and len(pokes) == 1
+    tracker.backlogged = False  # caught up: an event may be the only news of a due timer
+    source.handle(message(CHANNELS.expired, key))
+    assert source.take(10) == ["t1"] and len(pokes) == 2
 
 
 # -- the executor ------------------------------------------------------------------------

@@ -113,6 +113,7 @@ class Claimer:
         self.tracker.observe_heads(
             None if next_due == -1 else next_due, None if next_lease == -1 else next_lease
         )
+        self.tracker.backlogged = next_due != -1 and next_due <= now_us // 1000
         items = reply[3:]
         runs = [Run.parse(items[i], items[i + 1], items[i + 2]) for i in range(0, len(items), 3)]
         if runs and received - sent > self.lease / 2:
