@@ -104,8 +104,9 @@ class Claimer:
         """Claim up to ``limit`` timers and start those still held; how many were claimed."""
         ids = self.hooks.take_event_ids(limit)
         sent = self.clock.monotonic()
+        horizon_ms = round(2 * CLAIM_LEAD_MS)
         reply = await self.scripts.claim(
-            limit=limit, lease_ms=round(self.lease * 1000), horizon_ms=round(2 * CLAIM_LEAD_MS),
+            limit=limit, lease_ms=round(self.lease * 1000), horizon_ms=horizon_ms,
             listener_id=self.listener_id, event_ids=ids, groups=self.groups)
         received = self.clock.monotonic()
         now_us, next_due, next_lease = (int(x) for x in reply[:3])
@@ -113,7 +114,7 @@ class Claimer:
         self.tracker.observe_heads(
             None if next_due == -1 else next_due, None if next_lease == -1 else next_lease
         )
-        self.tracker.backlogged = next_due != -1 and next_due <= now_us // 1000
+        self.tracker.backlogged = next_due != -1 and next_due <= now_us // 1000 + horizon_ms
         items = reply[3:]
         runs = [Run.parse(items[i], items[i + 1], items[i + 2]) for i in range(0, len(items), 3)]
         if runs and received - sent > self.lease / 2:

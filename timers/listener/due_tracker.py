@@ -39,8 +39,9 @@ class DueTracker:
         self.next_due_ms: float | None = None
         self.next_lease_ms: float | None = None
         self.backlogged = False
-        """The last claim left timers due in the index (a burst, or every slot busy): the
-        sweep takes them in due order, so an ``expired`` event adds nothing to it."""
+        """The last claim left timers it would have taken had it had room (a burst, or
+        every slot busy): the sweep takes them in due order, so an ``expired`` event adds
+        nothing to it."""
         self._offset: _OffsetSample | None = None
 
     def observe_time(self, redis_now_us: float, sent: float, received: float) -> None:
