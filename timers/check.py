@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 import redis
 
+from timers import sentinel
 from timers.client import configured_url
 from timers.listener.permissions import Problem, probe_url
 
@@ -121,8 +122,21 @@ def permission_findings(problems: Sequence[Problem]) -> list[Finding]:
 
 def inspect_server(url: str | None, prefix: str) -> list[Finding]:
     """Every finding about the server at ``url`` (``$TIMERS_REDIS_URL`` when None): its
-    ``INFO``, its ``CONFIG`` (when the user may read it) and the user's permissions."""
-    client = redis.Redis.from_url(configured_url(url), decode_responses=True)
+    ``INFO``, its ``CONFIG`` (when the user may read it) and the user's permissions. Behind
+    Sentinel, every node's settings, each finding named by its node (a replica becomes the
+    primary with its own settings)."""
+    url = configured_url(url)
+    if sentinel.is_sentinel_url(url):
+        findings: list[Finding] = []
+        for node, client in sentinel.node_clients(url):
+            findings += [replace(f, name=f"{node}: {f.name}") for f in _inspect(client)]
+    else:
+        findings = _inspect(redis.Redis.from_url(url, decode_responses=True))
+    return findings + permission_findings(probe_url(url, prefix))
+
+
+def _inspect(client: redis.Redis) -> list[Finding]:
+    """:func:`assess` of one server's ``INFO`` and ``CONFIG``; closes ``client``."""
     try:
         info = {str(k): str(v) for k, v in client.info("server").items()}
         try:
@@ -131,7 +145,7 @@ def inspect_server(url: str | None, prefix: str) -> list[Finding]:
             config = {}
     finally:
         client.close()
-    return assess(info, config) + permission_findings(probe_url(configured_url(url), prefix))
+    return assess(info, config)
 
 
 def verdict(findings: list[Finding]) -> bool:

@@ -18,6 +18,8 @@ import redis.asyncio.retry
 import redis.backoff
 import redis.retry
 
+from timers import sentinel
+
 DEFAULT_URL = "redis://localhost:6379/0"
 URL_ENV = "TIMERS_REDIS_URL"
 URL_CLIENT_TIMEOUTS: dict[str, Any] = {"socket_connect_timeout": 5.0, "socket_timeout": 15.0}
@@ -76,14 +78,32 @@ def _checked_url(url: str | None) -> str:
     return url
 
 
+def _sentinel_settings(url: str, max_connections: int | None, retry: Any) -> dict[str, Any]:
+    """A Sentinel-watched primary's pool settings (redis-py's Sentinel pool does not block
+    when full: a call beyond ``max_connections`` fails at once)."""
+    size = max_connections or sentinel.SentinelURL.parse(url).max_connections()
+    _check_max_connections(size, "max_connections")
+    return {**URL_CLIENT_TIMEOUTS, "retry": retry,
+            "max_connections": size or DEFAULT_MAX_CONNECTIONS}
+
+
 def sync_client(url: str | None, max_connections: int | None = None) -> redis.Redis:
-    """A sync client over a blocking pool, for ``url`` (see :func:`configured_url`)."""
+    """A sync client over a blocking pool, for ``url`` (see :func:`configured_url`); a
+    ``redis+sentinel://`` URL's follows its primary (:mod:`timers.sentinel`)."""
+    url = configured_url(url)
+    if sentinel.is_sentinel_url(url):
+        return sentinel.sync_primary(url, **_sentinel_settings(
+            url, max_connections, _reconnect(redis.retry.Retry)))
     return redis.Redis.from_pool(redis.BlockingConnectionPool.from_url(
         _checked_url(url), **_pool_settings(max_connections, _reconnect(redis.retry.Retry))))
 
 
 def async_client(url: str | None, max_connections: int | None = None) -> redis.asyncio.Redis:
     """An asyncio client over a blocking pool, for ``url`` (see :func:`configured_url`)."""
+    url = configured_url(url)
+    if sentinel.is_sentinel_url(url):
+        return sentinel.async_primary(url, **_sentinel_settings(
+            url, max_connections, _reconnect(redis.asyncio.retry.Retry)))
     return redis.asyncio.Redis.from_pool(redis.asyncio.BlockingConnectionPool.from_url(
         _checked_url(url),
         **_pool_settings(max_connections, _reconnect(redis.asyncio.retry.Retry))))

@@ -9,6 +9,7 @@ import re
 from typing import Any
 
 import redis.exceptions
+from redis.sentinel import MasterNotFoundError
 
 from timers.exceptions import (
     PoolExhausted,
@@ -30,9 +31,13 @@ _CONNECTING = re.compile(r"^Error \d+ connecting to \S+?\. ")
 def server_address(client: Any) -> str:
     """``host:port`` (or the socket path) of a redis-py client, sync or asyncio."""
     try:
-        kwargs = client.connection_pool.connection_kwargs
+        pool = client.connection_pool
+        kwargs = pool.connection_kwargs
     except AttributeError:
         return "the configured address"
+    service = getattr(pool, "service_name", None)
+    if service is not None:  # behind Sentinel: the address changes with each failover
+        return f"the primary {service!r} (Sentinel)"
     if kwargs.get("path"):
         return str(kwargs["path"])
     return f"{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}"
@@ -67,6 +72,10 @@ def translate(exc: redis.exceptions.RedisError, client: Any) -> TimersError:
         error = PoolExhausted(_pool_message(client, where))
     elif isinstance(exc, _REFUSED_CREDENTIALS):
         error = ServerUnavailable(f"Redis at {where} refused the credentials: {exc}")
+    elif isinstance(exc, MasterNotFoundError):
+        error = ServerUnavailable(f"cannot reach {where}: no sentinel named one that "
+                                  f"answers (sentinels down or unreachable, or a failover "
+                                  f"under way)")
     elif isinstance(exc, redis.exceptions.ConnectionError):
         reason = _CONNECTING.sub("", str(exc))
         error = ServerUnavailable(f"cannot connect to Redis at {where}: {reason}")

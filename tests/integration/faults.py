@@ -163,8 +163,8 @@ class Scenario:
         live = [listener for listener in self.listeners if listener.alive()]
         ((_, count),) = self.r.pubsub_numsub(Keyspace.expired_channel(0))
         return int(count) == len(live) and all(
-            listener.count_in_log("event subscription lost")
-            == listener.count_in_log("event subscription back") for listener in live)
+            listener.count_in_log("connection to Redis lost")
+            == listener.count_in_log("connection to Redis back") for listener in live)
 
     def probe_events(self, timeout: float = 10.0) -> None:
         """Prove expired events reach a listener: a key in the timers namespace naming no
@@ -231,7 +231,8 @@ def final_batch(n: int, start: float) -> list[Due]:
 
 
 def subscription_losses(s: Scenario) -> int:
-    return sum(listener.count_in_log("event subscription lost") for listener in s.listeners)
+    return sum(listener.count_in_log("connection to Redis lost (event subscription)")
+               for listener in s.listeners)
 
 
 def expire_together(r: redis.Redis, n: int, px: int) -> None:

@@ -123,7 +123,7 @@ def test_client_kill_pubsub_drops_the_subscription_and_nothing_is_lost(
     main, final = fire_through(s, inject)
 
     assert_each_ran_once(main, final, s)
-    assert s.listeners[0].count_in_log("event subscription back") == 1
+    assert s.listeners[0].count_in_log("connection to Redis back") == 1
 
 
 def test_expired_events_off_then_on_timers_fire_on_time_through_the_sweeper(

@@ -23,7 +23,7 @@ from timers.listener.due_tracker import CLAIM_LEAD_MS, DueTracker
 from timers.listener.endings import MAX_BATCH
 from timers.listener.memory_guard import MemoryGuard
 from timers.listener.permissions import is_permanent
-from timers.listener.retrying import RETRYABLE, ConnectionState, ReconnectDelays, pause
+from timers.listener.retrying import RETRYABLE, ConnectionState, Outage, ReconnectDelays, pause
 from timers.runs import Run
 from timers.scripts import Scripts
 
@@ -59,11 +59,12 @@ class Claimer:
         self.poke = asyncio.Event()
         """Set to sweep now (an event, a wake, a freed slot in a burst, stop)."""
         self.slot_freed = asyncio.Event()
+        self.outage = Outage()
 
     async def run(self, burst: bool) -> None:
         """Claim as timers come due until stopped (``burst``: until nothing is due)."""
         delays = ReconnectDelays()
-        state = ConnectionState("connection to Redis")
+        state = ConnectionState("claims", self.outage)
         while not self.stopping.is_set():
             if self.hooks.free_slots() <= 0:
                 self.slot_freed.clear()

@@ -12,6 +12,7 @@ from typing import Any
 import redis.asyncio
 from redis.asyncio.connection import UnixDomainSocketConnection, parse_url
 
+from timers import sentinel
 from timers.client import configured_url
 
 TCP_ONLY = ("socket_keepalive", "socket_keepalive_options", "socket_type")
@@ -28,6 +29,8 @@ def listener_client(url: str) -> redis.asyncio.Redis:
         # RESP3 push handler (20k due at once: 8.4-10.5k -> 10.7k fires/s)
         "protocol": 2,
     }
+    if sentinel.is_sentinel_url(url):
+        return sentinel.async_primary(url, **options, socket_keepalive=True)
     if not _is_unix(url):
         options["socket_keepalive"] = True
     return redis.asyncio.Redis.from_url(url, **options)

@@ -20,7 +20,7 @@ from timers.encoding import entry_text
 from timers.keys import Keyspace
 from timers.listener.eviction import report_late_finishes
 from timers.listener.leases import HeldRuns
-from timers.listener.retrying import RETRYABLE, ConnectionState, ReconnectDelays, pause
+from timers.listener.retrying import RETRYABLE, ConnectionState, Outage, ReconnectDelays, pause
 from timers.runs import Run
 from timers.scripts import Scripts, Taker
 from timers.wire import EndingKind, FailureRecord
@@ -90,6 +90,7 @@ class EndingWriter:
         self.eviction_policy: str | None = None
         """Named when late finishes are reported (see :mod:`timers.listener.eviction`)."""
         self.ready = asyncio.Event()
+        self.outage = Outage()
         self._queue: list[Ending] = []
         self.on_written: Callable[[], None] = lambda: None
         """Called after each batch is written."""
@@ -120,7 +121,7 @@ class EndingWriter:
     async def run(self) -> None:
         """Write endings as they come until the listener closes."""
         delays = ReconnectDelays()
-        state = ConnectionState("connection to Redis (finishing runs)")
+        state = ConnectionState("finishing runs", self.outage)
         while not self.closed.is_set():
             if not self._queue:
                 self.ready.clear()

@@ -24,7 +24,7 @@ from timers.exceptions import MalformedTimerKey, TaskRefused
 from timers.keys import DEFAULT_GROUP, Keyspace
 from timers.listener.due_tracker import DueTracker
 from timers.listener.permissions import SWEEP_ONLY_MAX_SLEEP, SWEEPER_ONLY, explain
-from timers.listener.retrying import RETRYABLE, ConnectionState, ReconnectDelays, pause
+from timers.listener.retrying import RETRYABLE, ConnectionState, Outage, ReconnectDelays, pause
 from timers.wire import Option
 
 log = logging.getLogger("timers.listener")
@@ -123,6 +123,7 @@ class EventSource:
         self.pending: dict[str, None] = {}
         """Escaped ids named by events, oldest first, not yet passed to a claim."""
         self.subscribed = asyncio.Event()
+        self.outage = Outage()
 
     def take(self, limit: int) -> list[str]:
         """Up to ``limit`` pending timer ids, for the next claim."""
@@ -151,12 +152,12 @@ class EventSource:
     async def run(self) -> None:
         """Subscribe and handle messages until stopped, resubscribing after a loss."""
         delays = ReconnectDelays()
-        state = ConnectionState("event subscription")
+        state = ConnectionState("event subscription", self.outage)
         while not self.stopping.is_set():
             pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
             try:
                 await pubsub.subscribe(self.channels.expired, self.channels.wake)
-                state.ok()
+                state.ok(_address(pubsub))
                 delays.reset()
                 self.subscribed.set()
                 self.poke()  # sweep: events may have been lost while unsubscribed
@@ -190,3 +191,11 @@ class EventSource:
         """The events loop of a listener whose user may not subscribe: nothing to do."""
         self.subscribed.set()
         await self.stopping.wait()
+
+
+def _address(pubsub: Any) -> str | None:
+    """``host:port`` of the server a subscription reached (behind Sentinel, the primary
+    found), if redis-py says."""
+    connection = getattr(pubsub, "connection", None)
+    host, port = getattr(connection, "host", None), getattr(connection, "port", None)
+    return f"{host}:{port}" if host and port else None

@@ -17,6 +17,7 @@ from typing import Any
 
 import redis
 
+from timers import sentinel
 from timers.encoding import as_text
 from timers.keys import Keyspace
 from timers.listener.retrying import RETRYABLE
@@ -88,6 +89,9 @@ class HeldRuns:
 
 def sync_twin(client: Any, socket_timeout: float) -> redis.Redis:
     """A synchronous client for the server an asyncio client talks to."""
+    watched = sentinel.sync_twin_of(client, socket_timeout)
+    if watched is not None:
+        return watched
     pool = client.connection_pool
     kwargs = dict(pool.connection_kwargs)
     if "server" in kwargs and type(client).__module__.startswith("fakeredis"):

@@ -52,7 +52,7 @@ from timers.listener.precise import PreciseSleeper
 from timers.listener.preflight import eviction_policy, warn_if_events_off
 from timers.listener.quarantine import Quarantine
 from timers.listener.recycling import RecycleLimits, Recycler, report_fd
-from timers.listener.retrying import RETRYABLE, beat_until
+from timers.listener.retrying import RETRYABLE, Outage, beat_until
 from timers.listener.runner import Runner
 from timers.listener.tally import RunTally
 from timers.loader import TASKS_ENV, TaskLoader, configured_package
@@ -151,6 +151,7 @@ class Listener:
                                   self.claimer.poke.set, self._reject, self._stopping)
         self._runner = Runner(self.concurrency, on_free=self.claimer.slot_freed.set)
         self.handoff.slot_freed = self.claimer.slot_freed.set
+        self.claimer.outage = self.events.outage = self.endings.outage = Outage()
         self._precise = PreciseSleeper()
         self.executor = Executor(self.loader.resolve, self._runner,
                                  Quarantine(self.loader, listener_name(self.id)),

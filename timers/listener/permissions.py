@@ -23,6 +23,7 @@ import redis
 import redis.asyncio
 
 from timers.keys import Keyspace
+from timers.listener.connection import listener_client
 
 Capability = Literal["scripts", "events", "wake"]
 PROBE_SCRIPT = "return 1"
@@ -157,7 +158,7 @@ def probe_url(url: str, prefix: str) -> list[Problem]:
     """:func:`probe` on a fresh client of ``url`` (for ``timers check``)."""
 
     async def run() -> list[Problem]:
-        client = redis.asyncio.Redis.from_url(url, protocol=2)
+        client = listener_client(url)
         try:
             db = int(client.connection_pool.connection_kwargs.get("db", 0) or 0)
             return await probe(client, Keyspace(prefix), db)

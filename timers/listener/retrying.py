@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
+import time
 from collections.abc import Awaitable, Callable
 
 import redis
@@ -35,22 +37,57 @@ class ReconnectDelays:
         self.current = self.first
 
 
-class ConnectionState:
-    """Logs each change of a connection's health once, not once per attempt."""
+class Outage:
+    """One listener's view of its connection to Redis, shared by its loops, so a server
+    restart or a failover logs one line when the first loop loses it and one when the last
+    gets it back (with the server's new address after a failover), not a pair per loop.
+    Thread-safe: the lease thread reports too."""
 
-    def __init__(self, what: str) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self.down: set[str] = set()
+        self.since = 0.0
+        self.where: str | None = None
+        self._where_before: str | None = None
+        self._lock = threading.Lock()
+
+    def failed(self, part: str, exc: BaseException) -> None:
+        with self._lock:
+            if self.down or part in self.down:
+                self.down.add(part)
+                return
+            self.down.add(part)
+            self.since, self._where_before = self.clock(), self.where
+        log.warning("connection to Redis lost (%s): %s; retrying", part,
+                    exc or type(exc).__name__)
+
+    def ok(self, part: str, where: str | None = None) -> None:
+        """``part`` works again; ``where``: the server address it reached, if it knows."""
+        with self._lock:
+            self.where = where or self.where
+            if part not in self.down:
+                return
+            self.down.discard(part)
+            if self.down:
+                return
+            before, now = self._where_before, self.where
+            seconds = self.clock() - self.since
+        moved = f"; the server is now {now} (was {before})" if before and now != before else ""
+        log.warning("connection to Redis back after %.1f s%s", seconds, moved)
+
+
+class ConnectionState:
+    """One loop's connection health, reported to its listener's :class:`Outage`."""
+
+    def __init__(self, what: str, outage: Outage | None = None) -> None:
         self.what = what
-        self.lost = False
+        self.outage = outage or Outage()
 
     def failed(self, exc: BaseException) -> None:
-        if not self.lost:
-            self.lost = True
-            log.warning("%s lost: %s; retrying", self.what, exc or type(exc).__name__)
+        self.outage.failed(self.what, exc)
 
-    def ok(self) -> None:
-        if self.lost:
-            self.lost = False
-            log.warning("%s back", self.what)
+    def ok(self, where: str | None = None) -> None:
+        self.outage.ok(self.what, where)
 
 
 async def pause(seconds: float, until: asyncio.Event) -> None:
