@@ -8,7 +8,7 @@ from typing import Literal
 
 import redis
 
-from timers import sentinel
+from timers import cluster, sentinel
 from timers.client import configured_url
 from timers.listener.permissions import Problem, probe_url
 
@@ -123,12 +123,14 @@ def permission_findings(problems: Sequence[Problem]) -> list[Finding]:
 def inspect_server(url: str | None, prefix: str) -> list[Finding]:
     """Every finding about the server at ``url`` (``$TIMERS_REDIS_URL`` when None): its
     ``INFO``, its ``CONFIG`` (when the user may read it) and the user's permissions. Behind
-    Sentinel, every node's settings, each finding named by its node (a replica becomes the
-    primary with its own settings)."""
+    Sentinel or on a cluster, every node's settings, each finding named by its node (a
+    replica becomes a primary with its own settings)."""
     url = configured_url(url)
-    if sentinel.is_sentinel_url(url):
+    nodes = (sentinel.node_clients(url) if sentinel.is_sentinel_url(url)
+             else cluster.node_clients(url) if cluster.is_cluster_url(url) else None)
+    if nodes is not None:
         findings: list[Finding] = []
-        for node, client in sentinel.node_clients(url):
+        for node, client in nodes:
             findings += [replace(f, name=f"{node}: {f.name}") for f in _inspect(client)]
     else:
         findings = _inspect(redis.Redis.from_url(url, decode_responses=True))

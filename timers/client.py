@@ -13,11 +13,11 @@ from typing import Any, TypeVar
 import redis
 import redis.asyncio
 
+from timers.cluster import keyspace_for
 from timers.connect import URL_ENV, async_client, configured_url, sync_client
 from timers.cron import CatchUp, Recurrence, recurrence
 from timers.encoding import DEFAULT_MAX_ARGS_BYTES, Args
 from timers.flow.names import configured_group
-from timers.keys import Keyspace, configured_prefix
 from timers.loops import LoopBinding, warn_if_blocking_a_loop
 from timers.operations import (
     Failure,
@@ -50,20 +50,20 @@ class Timers:
 
     def __init__(
         self,
-        redis_: str | redis.Redis | None = None,
+        redis_: str | redis.Redis | redis.RedisCluster | None = None,
         *,
         prefix: str | None = None,
         max_args_bytes: int = DEFAULT_MAX_ARGS_BYTES,
         max_connections: int | None = None,
         group: str | None = None,
     ) -> None:
-        if isinstance(redis_, redis.Redis):
+        if isinstance(redis_, redis.Redis | redis.RedisCluster):
             self.redis = redis_
             self._owns_client = False
         else:
             self.redis = sync_client(redis_, max_connections)
             self._owns_client = True
-        self.keys = Keyspace(configured_prefix(prefix))
+        self.keys = keyspace_for(self.redis, prefix)
         self.ops = Operations(self.keys, max_args_bytes, configured_group(group))
         self._scripts = register_all(self.redis)
         self.warn_in_event_loop = True
@@ -258,13 +258,13 @@ class AsyncTimers:
         max_connections: int | None = None,
         group: str | None = None,
     ) -> None:
-        if isinstance(redis_, redis.asyncio.Redis):
+        if isinstance(redis_, redis.asyncio.Redis | redis.asyncio.RedisCluster):
             self.redis = redis_
             self._owns_client = False
         else:
             self.redis = async_client(redis_, max_connections)
             self._owns_client = True
-        self.keys = Keyspace(configured_prefix(prefix))
+        self.keys = keyspace_for(self.redis, prefix)
         self.ops = Operations(self.keys, max_args_bytes, configured_group(group))
         self._scripts = register_all(self.redis)
         self._loop = LoopBinding()

@@ -18,7 +18,7 @@ import redis.asyncio.retry
 import redis.backoff
 import redis.retry
 
-from timers import sentinel
+from timers import cluster, sentinel
 
 DEFAULT_URL = "redis://localhost:6379/0"
 URL_ENV = "TIMERS_REDIS_URL"
@@ -91,6 +91,8 @@ def sync_client(url: str | None, max_connections: int | None = None) -> redis.Re
     """A sync client over a blocking pool, for ``url`` (see :func:`configured_url`); a
     ``redis+sentinel://`` URL's follows its primary (:mod:`timers.sentinel`)."""
     url = configured_url(url)
+    if cluster.is_cluster_url(url):
+        return cluster.sync_cluster(url, **URL_CLIENT_TIMEOUTS)  # type: ignore[return-value]
     if sentinel.is_sentinel_url(url):
         return sentinel.sync_primary(url, **_sentinel_settings(
             url, max_connections, _reconnect(redis.retry.Retry)))
@@ -101,6 +103,8 @@ def sync_client(url: str | None, max_connections: int | None = None) -> redis.Re
 def async_client(url: str | None, max_connections: int | None = None) -> redis.asyncio.Redis:
     """An asyncio client over a blocking pool, for ``url`` (see :func:`configured_url`)."""
     url = configured_url(url)
+    if cluster.is_cluster_url(url):
+        return cluster.async_cluster(url, **URL_CLIENT_TIMEOUTS)  # type: ignore[return-value]
     if sentinel.is_sentinel_url(url):
         return sentinel.async_primary(url, **_sentinel_settings(
             url, max_connections, _reconnect(redis.asyncio.retry.Retry)))

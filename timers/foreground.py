@@ -97,7 +97,8 @@ async def check_connection(client: redis.asyncio.Redis, where: str, *,
         try:
             await client.ping()
             return
-        except redis.exceptions.ConnectionError as exc:
+        except (redis.exceptions.ConnectionError, redis.exceptions.RedisClusterException) as exc:
+            # (a cluster client that reaches no node raises the latter)
             problem = mask_secrets(f"cannot connect to Redis at {where}: {exc}")
             if not wait:
                 await client.aclose()

@@ -30,6 +30,9 @@ _CONNECTING = re.compile(r"^Error \d+ connecting to \S+?\. ")
 
 def server_address(client: Any) -> str:
     """``host:port`` (or the socket path) of a redis-py client, sync or asyncio."""
+    if hasattr(client, "get_nodes") and hasattr(client, "nodes_manager"):  # a cluster
+        return "the Redis Cluster (" + ", ".join(
+            f"{n.host}:{n.port}" for n in client.get_nodes()[:3]) + ")"
     try:
         pool = client.connection_pool
         kwargs = pool.connection_kwargs

@@ -116,9 +116,12 @@ def test_kill_9_of_the_primary_mid_run_loses_nothing_replicated(
     done.set()
     producer.join(10)
 
-    wait_until(lambda: len({run[0] for run in runs(r) if not run[0].startswith("during")}) >= 5000, 60,
+    def before_kill() -> Counter[str]:
+        return Counter(run[0] for run in runs(r) if not run[0].startswith("during"))
+
+    wait_until(lambda: len(before_kill()) >= 5000, 60,
                message="every timer scheduled before the kill to fire")
-    fired = Counter(run[0] for run in runs(r) if not run[0].startswith("during"))
+    fired = before_kill()
     assert set(fired) == {f"t{i}" for i in range(5000)}
     for p in procs:
         assert p.poll() is None, processes.output(p)

@@ -12,7 +12,7 @@ from typing import Any
 import redis.asyncio
 from redis.asyncio.connection import UnixDomainSocketConnection, parse_url
 
-from timers import sentinel
+from timers import cluster, sentinel
 from timers.client import configured_url
 
 TCP_ONLY = ("socket_keepalive", "socket_keepalive_options", "socket_type")
@@ -29,6 +29,8 @@ def listener_client(url: str) -> redis.asyncio.Redis:
         # RESP3 push handler (20k due at once: 8.4-10.5k -> 10.7k fires/s)
         "protocol": 2,
     }
+    if cluster.is_cluster_url(url):
+        return cluster.async_cluster(url, **options, socket_keepalive=True)  # type: ignore[return-value]
     if sentinel.is_sentinel_url(url):
         return sentinel.async_primary(url, **options, socket_keepalive=True)
     if not _is_unix(url):
@@ -46,11 +48,17 @@ def _is_unix(url: str) -> bool:
 def client_of(redis_: str | redis.asyncio.Redis | None) -> tuple[redis.asyncio.Redis, bool]:
     """The listener's client (a URL's, or the one given) and whether it owns it (closes
     it at the end)."""
-    if isinstance(redis_, redis.asyncio.Redis):
-        if redis_.connection_pool.connection_kwargs.get("decode_responses"):
+    if isinstance(redis_, redis.asyncio.Redis | redis.asyncio.RedisCluster):
+        if _decodes(redis_):
             raise ValueError("the listener needs a client with decode_responses=False")
         return redis_, False
     return listener_client(configured_url(redis_)), True
+
+
+def _decodes(client: redis.asyncio.Redis | redis.asyncio.RedisCluster) -> bool:
+    if isinstance(client, redis.asyncio.RedisCluster):
+        return bool(client.get_connection_kwargs().get("decode_responses"))
+    return bool(client.connection_pool.connection_kwargs.get("decode_responses"))
 
 
 def check_limits(concurrency: int, lease: float) -> None:

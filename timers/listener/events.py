@@ -19,6 +19,7 @@ from typing import Any
 import redis
 import redis.asyncio
 
+from timers.cluster import is_cluster
 from timers.encoding import Entry, as_text, escape_id
 from timers.exceptions import MalformedTimerKey, TaskRefused
 from timers.keys import DEFAULT_GROUP, Keyspace
@@ -154,14 +155,15 @@ class EventSource:
         delays = ReconnectDelays()
         state = ConnectionState("event subscription", self.outage)
         while not self.stopping.is_set():
-            pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
+            pubsub = subscription(self.redis, self.keys)
             try:
                 await pubsub.subscribe(self.channels.expired, self.channels.wake)
+                await pubsub.get_message(timeout=0)  # a cluster's pub/sub connects lazily
                 state.ok(_address(pubsub))
                 delays.reset()
                 self.subscribed.set()
                 self.poke()  # sweep: events may have been lost while unsubscribed
-                await self._read(pubsub)
+                await self._read(pubsub, _address(pubsub))
             except redis.exceptions.NoPermissionError as exc:
                 log.warning("%s. %s", explain(exc, self.keys), SWEEPER_ONLY)  # once: it ends
                 self.tracker.max_sleep = min(self.tracker.max_sleep, SWEEP_ONLY_MAX_SLEEP)
@@ -172,12 +174,19 @@ class EventSource:
                 await pause(delays.next(), self.stopping)
             finally:
                 with contextlib.suppress(Exception):
-                    await pubsub.aclose()  # type: ignore[no-untyped-call]
+                    await pubsub.aclose()
 
-    async def _read(self, pubsub: Any) -> None:
+    async def _read(self, pubsub: Any, where: str | None) -> None:
         # redis-py's get_message can swallow a cancellation, so the loop also ends on the
         # stop flag, within PUBSUB_POLL seconds
         while not self.stopping.is_set():
+            holder = slot_holder(self.redis, self.keys)
+            if holder is not None and where is not None and holder != where:
+                # on a cluster, the timers' slot moved (a failover, a migration): the old
+                # node, still up, publishes their events no more
+                log.warning("the timers' hash slot is now on %s (was %s): subscribing to "
+                            "its events there, and sweeping", holder, where)
+                return
             message = await pubsub.get_message(timeout=PUBSUB_POLL)
             if message is not None:
                 try:
@@ -199,3 +208,21 @@ def _address(pubsub: Any) -> str | None:
     connection = getattr(pubsub, "connection", None)
     host, port = getattr(connection, "host", None), getattr(connection, "port", None)
     return f"{host}:{port}" if host and port else None
+
+
+def subscription(client: Any, keys: Keyspace) -> Any:
+    """A pub/sub of ``client``; on a cluster, on the primary that holds ``keys`` (their
+    ``expired`` events are published there alone)."""
+    if is_cluster(client):
+        return client.pubsub(node=client.get_node_from_key(keys.due),
+                             ignore_subscribe_messages=True)
+    return client.pubsub(ignore_subscribe_messages=True)
+
+
+def slot_holder(client: Any, keys: Keyspace) -> str | None:
+    """On a cluster, ``host:port`` of the primary that holds ``keys`` as the client knows
+    it (redis-py updates that on a ``MOVED`` reply), else None."""
+    if not is_cluster(client):
+        return None
+    node = client.get_node_from_key(keys.due)
+    return f"{node.host}:{node.port}"

@@ -17,7 +17,7 @@ from typing import Any
 
 import redis
 
-from timers import sentinel
+from timers import cluster, sentinel
 from timers.encoding import as_text
 from timers.keys import Keyspace
 from timers.listener.retrying import RETRYABLE
@@ -87,9 +87,10 @@ class HeldRuns:
             return len(self._runs)
 
 
-def sync_twin(client: Any, socket_timeout: float) -> redis.Redis:
+def sync_twin(client: Any, socket_timeout: float) -> redis.Redis | redis.RedisCluster:
     """A synchronous client for the server an asyncio client talks to."""
-    watched = sentinel.sync_twin_of(client, socket_timeout)
+    watched = sentinel.sync_twin_of(client, socket_timeout) or cluster.sync_twin_of(
+        client, socket_timeout)
     if watched is not None:
         return watched
     pool = client.connection_pool
@@ -118,7 +119,7 @@ class LeaseKeeper:
     each change between renewals failing and working again, not every failed attempt.
     """
 
-    def __init__(self, client: redis.Redis, keys: Keyspace, lease: float,
+    def __init__(self, client: redis.Redis | redis.RedisCluster, keys: Keyspace, lease: float,
                  held: HeldRuns) -> None:
         self.client = client
         self.lease = lease

@@ -33,8 +33,8 @@ import redis
 import redis.asyncio
 
 from timers.clock import Clock, SystemClock
+from timers.cluster import database_of, keyspace_for
 from timers.cron import RecurrenceHook
-from timers.keys import Keyspace, configured_prefix
 from timers.listener.claimer import Claimer, ClaimerHooks
 from timers.listener.connection import check_limits, client_of
 from timers.listener.crashes import listener_name
@@ -102,8 +102,7 @@ class Listener:
         check_limits(concurrency, lease)
         self.groups = served_groups(groups)
         self.redis, self._owns_client = client_of(redis_)
-        self.keys = Keyspace(configured_prefix(prefix))
-        self.db = int(self.redis.connection_pool.connection_kwargs.get("db", 0) or 0)
+        self.keys, self.db = keyspace_for(self.redis, prefix), database_of(self.redis)
         self._tasks_optional = bool(registry) and tasks is None and not os.environ.get(TASKS_ENV)
         self.loader = TaskLoader(configured_package(tasks), registry,
                                  os.getcwd() if search_path is None else search_path)

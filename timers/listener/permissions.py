@@ -22,6 +22,7 @@ from typing import Any, Literal
 import redis
 import redis.asyncio
 
+from timers.cluster import database_of
 from timers.keys import Keyspace
 from timers.listener.connection import listener_client
 
@@ -160,7 +161,7 @@ def probe_url(url: str, prefix: str) -> list[Problem]:
     async def run() -> list[Problem]:
         client = listener_client(url)
         try:
-            db = int(client.connection_pool.connection_kwargs.get("db", 0) or 0)
+            db = database_of(client)
             return await probe(client, Keyspace(prefix), db)
         finally:
             await client.aclose()

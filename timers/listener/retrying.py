@@ -15,10 +15,11 @@ import redis
 log = logging.getLogger("timers.listener")
 
 RETRYABLE: tuple[type[BaseException], ...] = (redis.RedisError, ConnectionError, TimeoutError,
-                                              OSError)
+                                              OSError, redis.exceptions.RedisClusterException)
 """Errors a loop outlives by retrying with a delay: a lost connection, and also a server
 that refuses for a while (OOM under noeviction, READONLY after a failover, LOADING).
-redis-py's connection and timeout errors are :class:`redis.RedisError` too."""
+redis-py's connection and timeout errors are :class:`redis.RedisError` too; a cluster
+client that reaches no node raises ``RedisClusterException``, which is not."""
 
 
 class ReconnectDelays:

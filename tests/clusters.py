@@ -1,0 +1,98 @@
+"""A real Redis Cluster on loopback for the tests: primaries (and a replica each) started with
+the project's redis.conf plus ``cluster-enabled yes``, joined from Python (``CLUSTER MEET``,
+``ADDSLOTSRANGE``, ``REPLICATE``: no ``redis-cli`` needed), torn down after.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import redis
+
+from timers.server import EmbeddedServer
+
+ROOT = Path(__file__).resolve().parent.parent
+SLOTS = 16384
+NODE_TIMEOUT_MS = 2000
+
+
+@dataclass
+class Cluster:
+    primaries: list[EmbeddedServer]
+    replicas: list[EmbeddedServer]
+
+    @property
+    def url(self) -> str:
+        """The ``redis+cluster://`` URL of the cluster (every primary as a start node)."""
+        return "redis+cluster://" + ",".join(f"127.0.0.1:{s.port}" for s in self.primaries)
+
+    def client(self) -> redis.RedisCluster:
+        return redis.RedisCluster(host="127.0.0.1", port=self.primaries[0].port)
+
+
+def _node(stack: ExitStack, tmp: Path, n: int) -> EmbeddedServer:
+    config = tmp / f"redis-{n}.conf"  # a copy: a cluster node rewrites its files
+    shutil.copyfile(ROOT / "redis.conf", config)
+    return stack.enter_context(EmbeddedServer(config=config, extra_args=(
+        "--cluster-enabled", "yes", "--cluster-config-file", f"nodes-{n}.conf",
+        "--cluster-node-timeout", str(NODE_TIMEOUT_MS), "--appendonly", "no")))
+
+
+def _wait(condition: object, what: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():  # type: ignore[operator]
+            return
+        time.sleep(0.05)
+    raise RuntimeError(f"the test cluster did not {what} in time")
+
+
+def _state_ok(servers: list[EmbeddedServer]) -> bool:
+    for server in servers:
+        with redis.Redis(port=server.port, decode_responses=True) as r:
+            info = r.execute_command("CLUSTER", "INFO")
+            text = info if isinstance(info, str) else str(info)
+            if "cluster_state:ok" not in text:
+                return False
+    return True
+
+
+def _join(primaries: list[EmbeddedServer], replicas: list[EmbeddedServer]) -> None:
+    nodes = primaries + replicas
+    first = redis.Redis(port=primaries[0].port, decode_responses=True)
+    for server in nodes[1:]:
+        first.execute_command("CLUSTER", "MEET", "127.0.0.1", server.port)
+    share = SLOTS // len(primaries)
+    for i, server in enumerate(primaries):
+        last = SLOTS - 1 if i == len(primaries) - 1 else (i + 1) * share - 1
+        with redis.Redis(port=server.port) as r:
+            r.execute_command("CLUSTER", "ADDSLOTSRANGE", i * share, last)
+    ids = [redis.Redis(port=p.port, decode_responses=True).execute_command("CLUSTER", "MYID")
+           for p in primaries]
+
+    def known() -> bool:
+        return all(len(redis.Redis(port=s.port, decode_responses=True).execute_command(
+            "CLUSTER", "NODES").splitlines()) == len(nodes) for s in nodes)
+
+    _wait(known, "meet")
+    for replica, primary_id in zip(replicas, ids, strict=False):
+        with redis.Redis(port=replica.port) as r:
+            r.execute_command("CLUSTER", "REPLICATE", primary_id)
+    _wait(lambda: _state_ok(nodes), "reach cluster_state:ok")
+    first.close()
+
+
+@contextmanager
+def real_cluster(primaries: int = 3, replicas: bool = True) -> Iterator[Cluster]:
+    """Start a cluster of ``primaries`` primaries (and a replica each); stop it at the end."""
+    with ExitStack() as stack, tempfile.TemporaryDirectory(prefix="timers-cluster-") as tmp:
+        servers = [_node(stack, Path(tmp), n) for n in range(primaries * (2 if replicas else 1))]
+        cluster = Cluster(servers[:primaries], servers[primaries:])
+        _join(cluster.primaries, cluster.replicas)
+        yield cluster

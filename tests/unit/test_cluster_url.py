@@ -1,0 +1,28 @@
+"""``redis+cluster://`` URLs and the hash-tagged key prefix a cluster needs."""
+
+from __future__ import annotations
+
+import pytest
+
+from timers import Timers
+from timers.cluster import hash_tagged, is_cluster_url
+
+
+def test_on_a_cluster_the_prefix_becomes_a_hash_tag_unless_it_has_one() -> None:
+    assert hash_tagged("timers") == "{timers}"
+    assert hash_tagged("app{timers}") == "app{timers}"
+    assert hash_tagged("odd{}") == "{odd{}}"  # an empty tag is no tag
+    assert is_cluster_url("redis+cluster://h:7000/") and not is_cluster_url("redis://h/0")
+
+
+@pytest.mark.parametrize(("url", "says"), [
+    ("redis+cluster://", "at least one node host:port"),
+    ("redis+cluster://h:7000,h/", "bad cluster node address 'h'"),
+    ("redis+cluster://h:7000/3", "database 0 only"),
+    ("redis+cluster://h:7000/?timeout=1", "unknown option 'timeout'"),
+])
+def test_a_bad_cluster_url_is_refused_in_one_line_naming_the_problem(url: str,
+                                                                     says: str) -> None:
+    with pytest.raises(ValueError) as caught:
+        Timers(url)
+    assert says in str(caught.value) and "\n" not in str(caught.value)

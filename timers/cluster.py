@@ -1,0 +1,149 @@
+"""Redis Cluster: ``redis+cluster://`` URLs, cluster clients, and where timers' keys live.
+
+``redis+cluster://[user:password@]host:port[,host:port…]/`` (``rediss+cluster://`` for TLS)
+names start nodes; redis-py finds the rest of the cluster and follows it (``MOVED``/``ASK``,
+failovers). Every key a script touches must sit in one hash slot, so on a cluster the key
+prefix is a hash tag: ``timers`` becomes ``{timers}`` (a prefix that has a ``{tag}``
+already is kept), and every timer key and system key of that prefix lives on the primary
+that owns the tag's slot. Its ``expired`` events are published there alone (they are
+node-local), so a listener subscribes on that node, and again after any change.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+import redis
+import redis.asyncio
+import redis.asyncio.cluster
+import redis.cluster
+import redis.exceptions
+
+from timers.exceptions import ServerUnavailable
+from timers.keys import Keyspace, configured_prefix
+
+SCHEMES = ("redis+cluster", "rediss+cluster")
+_SyncNode: Any = redis.cluster.ClusterNode  # parts of redis-py's cluster API have no types
+_SyncCluster: Any = redis.cluster.RedisCluster
+OPTIONS = ("socket_timeout", "socket_connect_timeout", "max_connections")
+
+
+def is_cluster_url(url: object) -> bool:
+    """Whether ``url`` is a ``redis+cluster://`` (or ``rediss+cluster://``) URL."""
+    return isinstance(url, str) and url.split("://", 1)[0].lower() in SCHEMES
+
+
+def is_cluster(client: object) -> bool:
+    """Whether ``client`` is a redis-py cluster client, sync or asyncio."""
+    return isinstance(client, redis.cluster.RedisCluster | redis.asyncio.cluster.RedisCluster)
+
+
+def hash_tagged(prefix: str) -> str:
+    """``prefix`` as a hash tag (``{timers}``), unless it holds one (``app:{timers}``)."""
+    start = prefix.find("{")
+    if start != -1 and prefix.find("}", start + 2) != -1:
+        return prefix
+    return "{" + prefix + "}"
+
+
+def keyspace_for(client: object, prefix: str | None) -> Keyspace:
+    """The key layout for ``client``: the configured prefix, hash-tagged on a cluster."""
+    chosen = configured_prefix(prefix)
+    return Keyspace(hash_tagged(chosen) if is_cluster(client) else chosen)
+
+
+def database_of(client: Any) -> int:
+    """The database number a client uses (0 on a cluster, which has only that one)."""
+    if is_cluster(client):
+        return 0
+    return int(client.connection_pool.connection_kwargs.get("db", 0) or 0)
+
+
+def _settings(url: str) -> tuple[list[tuple[str, int]], dict[str, Any]]:
+    parts = urlsplit(url)
+    if parts.scheme.lower() not in SCHEMES:
+        raise ValueError(f"not a Redis Cluster URL (redis+cluster://…): {url!r}")
+    hosts = [h.strip() for h in parts.netloc.rpartition("@")[2].split(",") if h.strip()]
+    nodes = []
+    for host in hosts:
+        name, _, port = host.rpartition(":")
+        if not name or not port.isdigit():
+            raise ValueError(f"bad cluster node address {host!r} in {url!r}: expected host:port")
+        nodes.append((name.strip("[]"), int(port)))
+    if not nodes:
+        raise ValueError(f"a Redis Cluster URL names at least one node host:port: {url!r}")
+    if parts.path.strip("/") not in ("", "0"):
+        raise ValueError(f"a Redis Cluster has database 0 only; the URL names {parts.path!r}")
+    query = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
+    unknown = sorted(set(query) - set(OPTIONS))
+    if unknown:
+        raise ValueError(f"unknown option {unknown[0]!r} in the Redis Cluster URL (known: "
+                         f"{', '.join(OPTIONS)})")
+    kwargs: dict[str, Any] = {}
+    user, _, password = parts.netloc.rpartition("@")[0].partition(":")
+    if user:
+        kwargs["username"] = unquote(user)
+    if password:
+        kwargs["password"] = unquote(password)
+    if parts.scheme.lower() == "rediss+cluster":
+        kwargs["ssl"] = True
+    for name in ("socket_timeout", "socket_connect_timeout"):
+        if name in query:
+            kwargs[name] = float(query[name])
+    if "max_connections" in query:
+        kwargs["max_connections"] = int(query["max_connections"])
+    return nodes, kwargs
+
+
+def sync_cluster(url: str, **kwargs: Any) -> redis.cluster.RedisCluster:
+    """A sync cluster client from ``url``; ``kwargs`` go to its connections."""
+    nodes, settings = _settings(url)
+    try:  # (a sync cluster client reads the cluster's layout as it is made)
+        client: redis.cluster.RedisCluster = _SyncCluster(
+            startup_nodes=[_SyncNode(h, p) for h, p in nodes], **{**kwargs, **settings})
+    except (redis.exceptions.RedisError, redis.exceptions.RedisClusterException) as exc:
+        where = ", ".join(f"{h}:{p}" for h, p in nodes)
+        reason = str(exc).replace("Redis Cluster cannot be connected. ", "")
+        raise ServerUnavailable(f"cannot reach the Redis Cluster at {where}: {reason}") from exc
+    return client
+
+
+def async_cluster(url: str, **kwargs: Any) -> redis.asyncio.cluster.RedisCluster:
+    """An asyncio cluster client from ``url``."""
+    nodes, settings = _settings(url)
+    return redis.asyncio.cluster.RedisCluster(
+        startup_nodes=[redis.asyncio.cluster.ClusterNode(h, p) for h, p in nodes],
+        **{**kwargs, **settings})
+
+
+def sync_twin_of(client: Any, socket_timeout: float) -> redis.cluster.RedisCluster | None:
+    """A sync client of the cluster asyncio ``client`` talks to, or None when it is not a
+    cluster client."""
+    if not isinstance(client, redis.asyncio.cluster.RedisCluster):
+        return None
+    nodes = [_SyncNode(n.host, n.port) for n in client.get_nodes()]
+    kwargs = {k: v for k, v in client.get_connection_kwargs().items()
+              if k in ("username", "password", "ssl", "socket_connect_timeout")}
+    twin: redis.cluster.RedisCluster = _SyncCluster(
+        startup_nodes=nodes, socket_timeout=socket_timeout, **kwargs)
+    return twin
+
+
+def node_clients(url: str) -> list[tuple[str, redis.Redis]]:
+    """``("primary host:port", client)`` / ``("replica host:port", client)`` for every node
+    of the cluster, each a direct sync client (``timers check`` reads each node)."""
+    _, settings = _settings(url)
+    settings.pop("max_connections", None)
+    with sync_cluster(url) as client:
+        listed = client.cluster_nodes()  # every node, the replicas too
+    nodes = []
+    for address, info in listed.items():
+        host, _, port = str(address).rpartition(":")
+        role = "primary" if "master" in str(info.get("flags", "")) else "replica"
+        if "fail" not in str(info.get("flags", "")) and port.isdigit():
+            nodes.append((role, host, int(port)))
+    kwargs = {**settings, "decode_responses": True, "socket_timeout": 5.0,
+              "socket_connect_timeout": 5.0}
+    return [(f"{role} {host}:{port}", redis.Redis(host=host, port=port, **kwargs))
+            for role, host, port in sorted(nodes, key=lambda n: (n[0] != "primary", n[2]))]
