@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import string
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -132,8 +133,12 @@ def _id_part(item: object) -> str:
 
 
 def new_timer_id() -> str:
-    """A random id: 12 URL-safe characters, 72 bits."""
-    return secrets.token_urlsafe(9)
+    """A random id: 12 URL-safe characters, about 72 bits, never starting with ``-`` (the
+    command line would read ``timers get -x…`` as an option)."""
+    timer_id = secrets.token_urlsafe(9)
+    if timer_id.startswith("-"):
+        timer_id = secrets.choice(string.ascii_letters + string.digits) + timer_id[1:]
+    return timer_id
 
 
 @dataclass(frozen=True)

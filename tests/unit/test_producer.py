@@ -68,6 +68,13 @@ def test_generated_ids_are_distinct(producer: Timers) -> None:
     assert len(ids) == 50
 
 
+def test_a_generated_id_never_starts_with_a_dash(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``timers get -x…`` would read the id as an option."""
+    monkeypatch.setattr(timers.operations.secrets, "token_urlsafe", lambda n: "-lZp5rTnupGi")
+    timer_id = timers.operations.new_timer_id()
+    assert not timer_id.startswith("-") and timer_id[1:] == "lZp5rTnupGi"
+
+
 def test_schedule_writes_one_expiring_key_named_by_the_timer(
     producer: Timers, fake: fakeredis.FakeRedis
 ) -> None:
