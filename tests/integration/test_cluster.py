@@ -9,6 +9,7 @@ server (``$TIMERS_TEST_URL``), so what the tasks saw survives the cluster's chan
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -21,7 +22,7 @@ import redis
 from tests.clusters import Cluster, real_cluster
 from tests.conftest import wait_until
 from tests.integration.helpers import TIMERS_COMMAND, Processes, run_cli, runs, settled
-from timers import Timers, TimerSpec
+from timers import AsyncTimers, Timers, TimerSpec
 
 pytestmark = [pytest.mark.integration, pytest.mark.cluster, pytest.mark.one_server]
 
@@ -66,6 +67,20 @@ def test_every_call_and_the_listeners_work_on_a_cluster(
     with redis.Redis(host=node.host, port=node.port) as primary:  # type: ignore[attr-defined]
         assert primary.pubsub_numsub(EXPIRED)[0][1] == 2  # on the node with the timers
     client.close()
+
+
+def test_the_asyncio_client_works_on_a_cluster(cluster: Cluster) -> None:
+    async def scenario() -> None:
+        async with AsyncTimers(cluster.url) as t:
+            one = await t.schedule("reminders.sms", [1], in_=60)
+            many = await t.schedule_many(
+                [TimerSpec("reminders.sms", [i], in_=60) for i in range(300)])
+            assert (await t.get(one)) is not None and len(many) == 300
+            assert (await t.stats()).pending == 301
+            assert await t.cancel(one) and not await t.cancel(one)
+            assert (await t.stats()).pending == 300
+
+    asyncio.run(scenario())
 
 
 def test_check_reads_every_node_and_names_each(cluster: Cluster) -> None:
