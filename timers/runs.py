@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from timers.encoding import Args, Record, as_text, unescape_id
 from timers.exceptions import MalformedTimerKey
+from timers.keys import DEFAULT_GROUP
 from timers.wire import ClaimSource, FailureRecord, Option
 
 MAX_MESSAGE = 2000
@@ -187,6 +188,7 @@ class Fired:
     source: str
     attempt: int
     outcome: Outcome
+    group: str = DEFAULT_GROUP
 
     @property
     def lateness_ms(self) -> float:

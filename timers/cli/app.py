@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal
 
 import typer
 
+from timers.cli import listen_metrics
 from timers.cli.common import (
     PrefixOption,
     UrlOption,
@@ -35,6 +36,8 @@ from timers.cli.listen_logs import (
     set_up_logs,
     supervise,
 )
+from timers.cli.listen_metrics import MetricsHostOption, MetricsPortOption
+from timers.cli.observe import register as register_observe_commands
 from timers.cli.server import register as register_server_commands
 from timers.cli.views import register as register_view_commands
 from timers.client import configured_url
@@ -62,6 +65,7 @@ app.add_typer(failed_app, name="failed")
 app.add_typer(cron_app, name="cron")
 register_server_commands(app)
 register_view_commands(app)
+register_observe_commands(app)
 
 
 def _version(value: bool) -> None:
@@ -173,6 +177,8 @@ def listen(
     max_runs_per_child: MaxRunsOption = None,
     max_memory_per_child: MaxMemoryOption = None,
     group: GroupOption = None,
+    metrics_port: MetricsPortOption = None,
+    metrics_host: MetricsHostOption = "127.0.0.1",
 ) -> None:
     """Run timers as they come due (subscribes to expired events and sweeps the due index)."""
     log_format = set_up_logs(log_level, log_format, processes)
@@ -181,15 +187,22 @@ def listen(
                             log_level=log_level, burst=burst, allow_eviction=allow_eviction,
                             log_format=log_format, log_fires=log_fires,
                             max_runs_per_child=max_runs_per_child,
-                            max_memory_per_child=max_memory_per_child, groups=_served(group))
+                            max_memory_per_child=max_memory_per_child, groups=_served(group),
+                            metrics_port=metrics_port, metrics_host=metrics_host)
     if processes > 1 or (options.recycles and report_fd() is None):
-        # refuse before starting children that would each refuse
-        TaskLoader(configured_package(tasks), search_path=os.getcwd()).load()
-        check_memory_limit(max_memory_per_child)  # about a child's size now: refuse once
-        url_now = configured_url(url)
-        check_server_once(url_now, safe_url(url_now))  # the children wait for it later
-        raise typer.Exit(supervise(Supervisor.for_listeners(options, processes)))
+        raise typer.Exit(_supervise(options, processes))
     _listen_here(options)
+
+
+def _supervise(options: ListenOptions, processes: int) -> int:
+    # refuse before starting children that would each refuse
+    TaskLoader(configured_package(options.tasks), search_path=os.getcwd()).load()
+    check_memory_limit(options.max_memory_per_child)  # about a child's size: refuse once
+    url_now = configured_url(options.url)
+    check_server_once(url_now, safe_url(url_now))  # the children wait for it later
+    supervisor = Supervisor.for_listeners(options, processes)
+    listen_metrics.serve_for_children(supervisor, options.metrics_port, options.metrics_host)
+    return supervise(supervisor)
 
 
 def _served(groups: list[str] | None) -> tuple[str, ...]:
@@ -213,7 +226,9 @@ def _listen_here(options: ListenOptions) -> None:
     except ValueError as exc:
         raise UserError(str(exc)) from None
     listener_logs(listener, options.log_fires)
-    asyncio.run(_listen(listener, options.burst, safe_url(configured_url(options.url))))
+    metrics = listen_metrics.record(listener, options.metrics_port, options.metrics_host)
+    asyncio.run(_listen(listener, options.burst, safe_url(configured_url(options.url)),
+                        metrics))
     listener.tally.log_stopped()
     # Threads of tasks that outlived the shutdown timeout were handed back; don't wait
     # for them at interpreter exit.
@@ -222,15 +237,21 @@ def _listen_here(options: ListenOptions) -> None:
     os._exit(1 if listener.aborted or listener.crashed else 0)
 
 
-async def _listen(listener: Listener, burst: bool, where: str) -> None:
+async def _listen(listener: Listener, burst: bool, where: str, metrics: Any) -> None:
     await check_connection(listener.redis, where, wait=supervisor_pid() is not None)
     logging.getLogger("timers").info(
         "starting on %s (tasks package %r, concurrency %d)",
         where, listener.loader.package, listener.concurrency)
+    done = asyncio.Event()
+    sampler = listen_metrics.sample(metrics, listener, done) if metrics else None
     try:
         await run_in_foreground(listener, burst=burst)
     except (EvictionUnsafe, PermissionMissing) as exc:
         raise UserError(str(exc)) from None
+    finally:
+        done.set()
+        if sampler is not None:
+            await sampler
 
 
 # -- producer commands ------------------------------------------------------------------

@@ -121,8 +121,9 @@ class Executor:
             failure_id, failure = failure_entry(run, _internal_error(exc), attempt.task,
                                                 attempt.args, self.tracker.redis_time_ms())
             ending = Ending.of(run, EndingKind.FAIL, failure_id=failure_id, failure=failure)
+        group = _group_of(attempt.record) if attempt.record is not None else DEFAULT_GROUP
         report = Fired(run.timer_id, attempt.task, run.waited_from_ms, attempt.started_ms,
-                       self.tracker.redis_now_ms(), run.source, run.attempt, outcome)
+                       self.tracker.redis_now_ms(), run.source, run.attempt, outcome, group)
         return Executed(ending, report)
 
     async def _attempt(self, run: Run, attempt: _Attempt) -> Outcome:

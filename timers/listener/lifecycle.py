@@ -170,11 +170,8 @@ class Listener:
     # -- lifecycle --------------------------------------------------------------------
 
     async def run(self, stop: asyncio.Event | None = None, *, burst: bool = False) -> None:
-        """Listen until ``stop`` is set (or, with ``burst``, until nothing is due).
-
-        On the way out it stops claiming, lets running tasks finish for up to
-        ``shutdown_timeout`` seconds and writes their endings.
-        """
+        """Listen until ``stop`` is set (or, with ``burst``, until nothing is due); then
+        stop claiming, give running tasks ``shutdown_timeout`` seconds, write endings."""
         self._burst = burst
         events = await self._preflight()
         await self.recycler.wait_for_turn(self._stopping)  # a standby waits to take over
@@ -257,8 +254,7 @@ class Listener:
             self.abort()
 
     def stop(self) -> None:
-        """Stop claiming, let running tasks finish (up to ``shutdown_timeout``), hand the
-        rest back, and return from :meth:`run`. Only sets flags: safe in a signal handler."""
+        """Stop claiming, let running tasks finish, hand the rest back (sets flags only)."""
         self.recycler.hurry.set()
         self._stop_claiming()
 
@@ -273,8 +269,7 @@ class Listener:
         self.stop()
 
     def _give_up(self, exc: BaseException) -> None:
-        """A permanent error (see :func:`timers.listener.permissions.is_permanent`): one
-        line with the fix, and stop with a failure rather than retry it forever."""
+        """A permanent error (:func:`~timers.listener.permissions.is_permanent`): stop."""
         log.error("cannot claim timers: %s; stopping", explain(exc, self.keys))
         self.crashed = True
         self.stop()
@@ -307,6 +302,10 @@ class Listener:
             self.tally.hand_back([run.timer_id for run in unfinished])
 
     # -- runs -------------------------------------------------------------------------
+
+    def load(self) -> tuple[int, int]:
+        """(runs under way, runs it could start now): for metrics."""
+        return len(self._running), self._free_slots()
 
     def _free_slots(self) -> int:
         return (self.concurrency - len(self._running) - self._runner.stuck
@@ -375,6 +374,7 @@ class Listener:
         failure_id, failure = rejected_entry(event.key, event.reason,
                                              self.tracker.redis_time_ms(), event.escaped_id)
         self.endings.add(Ending("", EndingKind.REJECT, failure_id=failure_id, failure=failure))
+        self.tally.rejected()
 
     # -- heartbeat --------------------------------------------------------------------
 

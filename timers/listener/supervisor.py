@@ -26,7 +26,7 @@ import subprocess
 import sys
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from types import FrameType
 
@@ -80,6 +80,9 @@ class ListenOptions:
     max_memory_per_child: float | None = None
     groups: tuple[str, ...] = ()
     """The groups each child serves (none: its default)."""
+    metrics_port: int | None = None
+    """Children record Prometheus metrics; the supervisor serves them on this port."""
+    metrics_host: str = "127.0.0.1"
 
     @property
     def recycles(self) -> bool:
@@ -100,6 +103,8 @@ class ListenOptions:
                 command += [flag, str(value)]
         for group in self.groups:
             command += ["--group", group]
+        if self.metrics_port is not None:
+            command += ["--metrics-port", str(self.metrics_port)]
         command += ["--burst"] if self.burst else []
         command += ["--allow-eviction"] if self.allow_eviction else []
         command += ["--log-fires"] if self.log_fires else []
@@ -136,6 +141,8 @@ class Supervisor(SupervisorRecycling):
         self.links = ChildLinks()
         self.use_standby = standby
         self.standby: subprocess.Popen[bytes] | None = None
+        self.child_exited: Callable[[int], None] = lambda pid: None
+        """Told each child's pid as it is found dead (its metrics are dropped)."""
         self.standby_ready = False
 
     @classmethod
@@ -186,6 +193,7 @@ class Supervisor(SupervisorRecycling):
             if code is None:
                 continue
             self.links.forget(child)
+            self.child_exited(child.pid)
             if code == 0 and not self.restart_clean_exits:
                 del self.children[slot]
                 continue

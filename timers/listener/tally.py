@@ -13,6 +13,7 @@ import logging
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from timers.due import format_duration
 from timers.listener.executor import Executed
@@ -41,16 +42,28 @@ def some_ids(ids: list[str], limit: int = MAX_IDS) -> str:
     return shown + (f" … and {len(ids) - limit} more" if len(ids) > limit else "")
 
 
+class RunObserver(Protocol):
+    """Hears what the tally counts (the listener's Prometheus metrics)."""
+
+    def ended(self, done: Executed) -> None: ...
+    def handed_back_runs(self, n: int) -> None: ...
+    def rejected_key(self) -> None: ...
+
+
 @dataclass
 class RunTally:
-    """Counts how runs ended; logs fires (``log_fires``), hand-backs and the summary."""
+    """Counts how runs ended; logs fires (``log_fires``), hand-backs and the summary;
+    tells its ``observers``."""
 
     log_fires: bool = False
     counts: Counter[str] = field(default_factory=Counter)
     started: float = field(default_factory=time.monotonic)
+    observers: list[RunObserver] = field(default_factory=list)
 
     def ended(self, done: Executed) -> None:
         """A run ended (or was handed back unrun: ``done.report`` is None)."""
+        for observer in self.observers:
+            observer.ended(done)
         if done.ending is None:
             self.counts["held back"] += 1
             return
@@ -62,8 +75,15 @@ class RunTally:
     def hand_back(self, timer_ids: list[str]) -> None:
         """Unfinished runs go back to the due index at shutdown: say which."""
         self.counts["handed back"] += len(timer_ids)
+        for observer in self.observers:
+            observer.handed_back_runs(len(timer_ids))
         log.warning("handing back %d unfinished run(s) to run elsewhere: %s",
                     len(timer_ids), some_ids(timer_ids), extra={"ids": timer_ids[:MAX_IDS]})
+
+    def rejected(self) -> None:
+        """An expired key named no runnable timer (it is recorded for ``timers failed``)."""
+        for observer in self.observers:
+            observer.rejected_key()
 
     def summary(self) -> str:
         c = self.counts
