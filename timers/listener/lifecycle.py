@@ -394,5 +394,6 @@ class Listener:
                 "started": round(self.started_at), "running": len(self._running),
                 "fired": self.ended_count, "concurrency": self.concurrency,
                 "tasks": self.loader.package, "stuck": self._runner.stuck,
-                "groups": self.groups, **self.recycler.heartbeat_info(self._stopping.is_set())}
+                "groups": self.groups, **self.tally.recent.summary(),
+                **self.recycler.heartbeat_info(self._stopping.is_set())}
 

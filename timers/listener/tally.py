@@ -17,6 +17,7 @@ from typing import Protocol
 
 from timers.due import format_duration
 from timers.listener.executor import Executed
+from timers.listener.recent import RecentRuns
 from timers.runs import Fired
 from timers.wire import EndingKind
 
@@ -59,6 +60,8 @@ class RunTally:
     counts: Counter[str] = field(default_factory=Counter)
     started: float = field(default_factory=time.monotonic)
     observers: list[RunObserver] = field(default_factory=list)
+    recent: RecentRuns = field(default_factory=RecentRuns)
+    """The last minute's runs, for the heartbeat."""
 
     def ended(self, done: Executed) -> None:
         """A run ended (or was handed back unrun: ``done.report`` is None)."""
@@ -69,6 +72,8 @@ class RunTally:
             return
         label = _OUTCOMES.get(done.ending.kind, str(done.ending.kind))
         self.counts[label] += 1
+        if done.report is not None:
+            self.recent.started(done.report.lateness_ms, done.report.task or "")
         if self.log_fires and done.report is not None:
             log_fire(done.report, label)
 
