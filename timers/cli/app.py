@@ -39,6 +39,7 @@ from timers.cli.listen_logs import (
 from timers.cli.listen_metrics import MetricsHostOption, MetricsPortOption
 from timers.cli.observe import register as register_observe_commands
 from timers.cli.server import register as register_server_commands
+from timers.cli.top import register as register_top_command
 from timers.cli.views import register as register_view_commands
 from timers.client import configured_url
 from timers.due import parse_delay
@@ -66,6 +67,7 @@ app.add_typer(cron_app, name="cron")
 register_server_commands(app)
 register_view_commands(app)
 register_observe_commands(app)
+register_top_command(app)
 
 
 def _version(value: bool) -> None:
