@@ -279,7 +279,7 @@ class Operations(FailureOperations, RecurrenceOperations):
     def get(self, timer_id: str) -> Operation[PendingTimer | None]:
         """The pending timer with this id, in whichever group, waiting or not."""
         found = yield from views.find_many(self.keys, [escape_id(check_id(timer_id))])
-        return _pending(found[0]) if found else None
+        return pending_of(found[0]) if found else None
 
     # -- listings ---------------------------------------------------------------------
 
@@ -298,7 +298,7 @@ class Operations(FailureOperations, RecurrenceOperations):
         out = []
         for item in found:
             try:
-                out.append(_pending(item))
+                out.append(pending_of(item))
             except MalformedTimerKey:
                 continue
         return out
@@ -355,7 +355,8 @@ def _listener_groups(infos: Any) -> set[str]:
     return out
 
 
-def _pending(found: Found) -> PendingTimer:
+def pending_of(found: Found) -> PendingTimer:
+    """A found timer as the API shows it."""
     record = found.record
     waited_from = record.options.get(Option.WAITED_FROM)
     if waited_from is None and found.wait is not None and found.wait.waiting:

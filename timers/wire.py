@@ -177,3 +177,9 @@ class FailureRecord:
 _DEAD_FIELDS = ("id", "task", "args", "record", "kind", "error_type", "message", "traceback",
                 "attempts", "due_ms", "first_failure", "failed_at")
 _REJECTED_FIELDS = ("id", "key", "kind", "error_type", "message", "failed_at")
+
+
+HEARTBEAT_INTERVAL = 10.0
+"""Seconds between a listener's heartbeats; each holds its entry in ``P|listeners`` for
+:data:`HEARTBEAT_MISSES` intervals, so a listener counts as alive until it misses them."""
+HEARTBEAT_MISSES = 3

@@ -41,6 +41,7 @@ from timers.cli.observe import register as register_observe_commands
 from timers.cli.server import register as register_server_commands
 from timers.cli.top import register as register_top_command
 from timers.cli.views import register as register_view_commands
+from timers.cli.web import register as register_web_command
 from timers.client import configured_url
 from timers.due import parse_delay
 from timers.foreground import check_connection, check_server_once, run_in_foreground
@@ -68,6 +69,7 @@ register_server_commands(app)
 register_view_commands(app)
 register_observe_commands(app)
 register_top_command(app)
+register_web_command(app)
 
 
 def _version(value: bool) -> None:

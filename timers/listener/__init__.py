@@ -14,10 +14,10 @@ if TYPE_CHECKING:
         DEFAULT_CONCURRENCY,
         DEFAULT_FAILURE_RETENTION,
         DEFAULT_LEASE,
-        HEARTBEAT_INTERVAL,
         Listener,
     )
     from timers.listener.recycling import RecycleLimits
+    from timers.wire import HEARTBEAT_INTERVAL
 
 __all__ = ["DEFAULT_CONCURRENCY", "DEFAULT_FAILURE_RETENTION", "DEFAULT_LEASE",
            "HEARTBEAT_INTERVAL", "Listener", "RecycleLimits"]

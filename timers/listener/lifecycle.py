@@ -58,14 +58,13 @@ from timers.listener.tally import RunTally
 from timers.loader import TASKS_ENV, TaskLoader, configured_package
 from timers.runs import Fired, Run, rejected_entry
 from timers.scripts import Scripts
-from timers.wire import ClaimSource, EndingKind
+from timers.wire import HEARTBEAT_INTERVAL, HEARTBEAT_MISSES, ClaimSource, EndingKind
 
 log = logging.getLogger("timers.listener")
 
 DEFAULT_LEASE = 15.0
 DEFAULT_CONCURRENCY = 32
 DEFAULT_FAILURE_RETENTION = 7 * 86400.0
-HEARTBEAT_INTERVAL = 10.0
 FLUSH_GRACE = 5.0
 """Seconds a batch of endings already sent may take to be answered at shutdown."""
 
@@ -384,7 +383,8 @@ class Listener:
 
     async def _heartbeat(self, alive: bool) -> None:
         info = json.dumps(self._info()) if alive else ""
-        await self._scripts.heartbeat(self.id, round(HEARTBEAT_INTERVAL * 3000), info)
+        await self._scripts.heartbeat(self.id, round(HEARTBEAT_INTERVAL * HEARTBEAT_MISSES * 1000),
+                                      info)
         if alive:
             self.recycler.published()
 

@@ -17,6 +17,9 @@ from typing import Any
 from timers.encoding import as_text
 from timers.keys import DEFAULT_GROUP, Keyspace
 from timers.ops_base import Call, Operation, pairs
+from timers.wire import HEARTBEAT_INTERVAL, HEARTBEAT_MISSES
+
+HEARTBEAT_HOLD_MS = HEARTBEAT_INTERVAL * HEARTBEAT_MISSES * 1000
 
 OVERDUE_AFTER_MS = 1000
 """A timer due longer ago than this and not claimed yet is overdue: no listener is
@@ -101,9 +104,12 @@ def _live(now_ms: int, entries: Any, infos: Any) -> list[dict[str, Any]]:
         name = as_text(listener_id)
         if float(deadline) > now_ms and name in info:
             try:
-                out.append(json.loads(info[name]))
+                beat = json.loads(info[name])
             except ValueError:
                 continue
+            if isinstance(beat, dict):  # when it beat last: its deadline less the hold
+                beat["heartbeat_ms"] = float(deadline) - HEARTBEAT_HOLD_MS
+                out.append(beat)
     return out
 
 

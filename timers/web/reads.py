@@ -1,0 +1,88 @@
+"""What the dashboard's timer and dead-timer pages read, and the actions its forms post.
+
+Each action takes the client and the posted form fields and returns the page to go back to;
+what it cannot do (a timer no longer pending, a bad delay) comes back as a message on that
+page, never as a half-done change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from urllib.parse import urlencode
+
+from timers.client import Timers
+from timers.due import parse_delay
+from timers.exceptions import TimersError
+from timers.failure_ops import Failure
+from timers.operations import PendingTimer
+
+
+@dataclass(frozen=True)
+class TimerView:
+    id: str
+    timer: PendingTimer | None
+
+    @classmethod
+    def read(cls, timers: Timers, timer_id: str) -> TimerView | None:
+        """The timer ``timer_id`` (None for an empty or unreadable id)."""
+        if not timer_id:
+            return None
+        try:
+            return cls(timer_id, timers.get(timer_id))
+        except (TimersError, ValueError):
+            return cls(timer_id, None)
+
+
+def dead_timers(timers: Timers, limit: int) -> list[Failure]:
+    """Dead timers and refused keys, most recent first."""
+    return timers.failed(limit)
+
+
+def _back(path: str, **query: str) -> str:
+    return f"{path}?{urlencode(query)}" if query else path
+
+
+def _cancel(timers: Timers, fields: dict[str, str]) -> str:
+    done = timers.cancel(fields.get("id", ""))
+    return _back("/timer", id=fields.get("id", ""), said="cancelled" if done else
+                 "not pending any more: nothing to cancel")
+
+
+def _reschedule(timers: Timers, fields: dict[str, str]) -> str:
+    timer_id = fields.get("id", "")
+    try:
+        delay = 0.0 if fields.get("action") == "run_now" else parse_delay(fields.get("in", ""))
+    except ValueError as exc:
+        return _back("/timer", id=timer_id, said=f"not rescheduled: {exc}")
+    done = timers.reschedule(timer_id, in_=delay)
+    return _back("/timer", id=timer_id, said="rescheduled" if done else
+                 "not pending any more: nothing to reschedule")
+
+
+def _retry(timers: Timers, fields: dict[str, str]) -> str:
+    chosen = [f for f in timers.get_failures(fields.get("id", ""))
+              if f.failure_id == fields.get("failure_id")]
+    if not chosen:
+        return _back("/dead", said="that dead timer is gone (retried or purged)")
+    try:
+        timer_id = timers.retry_failure(chosen[0])
+    except TimersError as exc:
+        return _back("/dead", said=f"not retried: {exc}")
+    return _back("/dead", said=f"timer {timer_id} scheduled again, due now")
+
+
+def _purge(timers: Timers, fields: dict[str, str]) -> str:
+    return _back("/dead", said=f"{timers.purge_failures()} failure record(s) purged")
+
+
+def _pause(timers: Timers, fields: dict[str, str]) -> str:
+    name = fields.get("name", "")
+    done = timers.pause(name) if fields.get("action") == "pause" else timers.resume(name)
+    return _back("/recurrences", said=f"{name}: {fields.get('action')}d" if done
+                 else f"no recurrence named {name!r}")
+
+
+ACTIONS: dict[str, Callable[[Timers, dict[str, str]], str]] = {
+    "cancel": _cancel, "reschedule": _reschedule, "run_now": _reschedule, "retry": _retry,
+    "purge": _purge, "pause": _pause, "resume": _pause}
