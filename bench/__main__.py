@@ -24,7 +24,7 @@ from types import FrameType, ModuleType
 
 import redis
 
-from bench import fire, flow, idle, lateness, memory, schedule
+from bench import fire, flow, idle, lateness, memory, observe, schedule
 from bench.common import (
     REPO,
     Context,
@@ -50,6 +50,7 @@ SCENARIOS: dict[str, ModuleType] = {
     "flow": flow,
     "memory": memory,
     "idle": idle,
+    "observe": observe,
 }
 
 FINDINGS = REPO / "bench" / "FINDINGS.md"

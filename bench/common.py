@@ -422,7 +422,7 @@ class ListenerProc:
 
     def __init__(
         self, url: str, workdir: Path, name: str, *, concurrency: int, expect: int = 0,
-        max_seconds: float = 600.0,
+        max_seconds: float = 600.0, metrics: bool = False,
     ) -> None:
         self.name = name
         self.out = workdir / f"{name}.json"
@@ -434,7 +434,7 @@ class ListenerProc:
             sys.executable, "-m", "bench.listener", "--url", url, "--prefix", PREFIX,
             "--concurrency", str(concurrency), "--expect", str(expect),
             "--out", str(self.out), "--ready", str(self.ready_file),
-            "--max-seconds", str(max_seconds),
+            "--max-seconds", str(max_seconds), *(["--metrics"] if metrics else []),
         ]
         with open(self.log_path, "wb") as log:
             self.process = subprocess.Popen(
@@ -585,12 +585,13 @@ class Context:
 
     # listeners
 
-    def listener(self, *, expect: int = 0, max_seconds: float = 600.0) -> ListenerProc:
+    def listener(self, *, expect: int = 0, max_seconds: float = 600.0,
+                 metrics: bool = False) -> ListenerProc:
         """Start a listener child and wait until it is subscribed."""
         self._names += 1
         proc = ListenerProc(
             self.url, self.workdir, f"listener-{self._names}", concurrency=self.concurrency,
-            expect=expect, max_seconds=max_seconds,
+            expect=expect, max_seconds=max_seconds, metrics=metrics,
         )
         self._children.append(proc)
         proc.wait_ready()

@@ -63,7 +63,8 @@ def _cpu() -> float:
 
 
 async def listen(
-    url: str, prefix: str, concurrency: int, expect: int, ready: Path, max_seconds: float
+    url: str, prefix: str, concurrency: int, expect: int, ready: Path, max_seconds: float,
+    metrics: bool = False,
 ) -> dict[str, Any]:
     fired: list[tuple[int, float, str, bool]] = []
     runs: list[tuple[str, int, float, float]] = []
@@ -83,6 +84,14 @@ async def listen(
         observer=observe, shutdown_timeout=5.0,
     )
     cpu_ready = _cpu()
+    helpers: list[asyncio.Task[None]] = []
+    if metrics:  # what `timers listen --metrics-port` adds (the port itself idles unscraped)
+        from timers.observe.listener_metrics import ListenerMetrics
+
+        recorder = ListenerMetrics()
+        listener.tally.observers.append(recorder)
+        helpers.append(asyncio.create_task(recorder.sample(
+            lambda: listener.load()[0], lambda: listener.load()[1], stop)))
 
     async def mark_ready() -> None:
         nonlocal cpu_ready
@@ -99,7 +108,7 @@ async def listen(
                 stop.set()
                 return
 
-    helpers = [asyncio.create_task(mark_ready()), asyncio.create_task(watchdog())]
+    helpers += [asyncio.create_task(mark_ready()), asyncio.create_task(watchdog())]
     try:
         await listener.run(stop)
     finally:
@@ -124,10 +133,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--ready", type=Path, required=True)
     parser.add_argument("--max-seconds", type=float, default=600.0)
+    parser.add_argument("--metrics", action="store_true", help="record Prometheus metrics")
     opts = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
     report = asyncio.run(listen(opts.url, opts.prefix, opts.concurrency, opts.expect,
-                                opts.ready, opts.max_seconds))
+                                opts.ready, opts.max_seconds, opts.metrics))
     tmp = opts.out.with_suffix(".tmp")
     with contextlib.suppress(FileNotFoundError):
         tmp.unlink()
