@@ -12,7 +12,7 @@ node-local), so a listener subscribes on that node, and again after any change.
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import urlsplit
 
 import redis
 import redis.asyncio
@@ -22,6 +22,7 @@ import redis.exceptions
 
 from timers.exceptions import ServerUnavailable
 from timers.keys import Keyspace, configured_prefix
+from timers.url_parts import credentials, host_ports, known_options
 
 SCHEMES = ("redis+cluster", "rediss+cluster")
 _SyncNode: Any = redis.cluster.ClusterNode  # parts of redis-py's cluster API have no types
@@ -64,28 +65,13 @@ def _settings(url: str) -> tuple[list[tuple[str, int]], dict[str, Any]]:
     parts = urlsplit(url)
     if parts.scheme.lower() not in SCHEMES:
         raise ValueError(f"not a Redis Cluster URL (redis+cluster://…): {url!r}")
-    hosts = [h.strip() for h in parts.netloc.rpartition("@")[2].split(",") if h.strip()]
-    nodes = []
-    for host in hosts:
-        name, _, port = host.rpartition(":")
-        if not name or not port.isdigit():
-            raise ValueError(f"bad cluster node address {host!r} in {url!r}: expected host:port")
-        nodes.append((name.strip("[]"), int(port)))
-    if not nodes:
-        raise ValueError(f"a Redis Cluster URL names at least one node host:port: {url!r}")
+    nodes = host_ports(parts, url, "cluster node")
     if parts.path.strip("/") not in ("", "0"):
         raise ValueError(f"a Redis Cluster has database 0 only; the URL names {parts.path!r}")
-    query = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
-    unknown = sorted(set(query) - set(OPTIONS))
-    if unknown:
-        raise ValueError(f"unknown option {unknown[0]!r} in the Redis Cluster URL (known: "
-                         f"{', '.join(OPTIONS)})")
-    kwargs: dict[str, Any] = {}
-    user, _, password = parts.netloc.rpartition("@")[0].partition(":")
-    if user:
-        kwargs["username"] = unquote(user)
-    if password:
-        kwargs["password"] = unquote(password)
+    query = known_options(parts, OPTIONS, "Redis Cluster")
+    user, password = credentials(parts)
+    kwargs: dict[str, Any] = {k: v for k, v in (("username", user), ("password", password))
+                              if v is not None}
     if parts.scheme.lower() == "rediss+cluster":
         kwargs["ssl"] = True
     for name in ("socket_timeout", "socket_connect_timeout"):

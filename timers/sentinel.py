@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import unquote, urlsplit
 
 import redis
 import redis.asyncio
@@ -26,6 +26,8 @@ import redis.asyncio.sentinel
 import redis.backoff
 import redis.retry
 import redis.sentinel
+
+from timers.url_parts import credentials, host_ports, known_options
 
 SCHEMES = ("redis+sentinel", "rediss+sentinel")
 DEFAULT_SENTINEL_PORT = 26379
@@ -60,26 +62,17 @@ class SentinelURL:
         parts = urlsplit(url)
         if parts.scheme.lower() not in SCHEMES:
             raise ValueError(f"not a Sentinel URL (redis+sentinel://…): {url!r}")
-        hosts = parts.netloc.rpartition("@")[2]
-        sentinels = tuple(_host_port(h, url) for h in hosts.split(",") if h.strip())
-        if not sentinels:
-            raise ValueError(f"a Sentinel URL names at least one sentinel host:port: {url!r}")
+        sentinels = tuple(host_ports(parts, url, "sentinel", DEFAULT_SENTINEL_PORT))
         path = [p for p in parts.path.split("/") if p]
         if not path or len(path) > 2:
             raise ValueError("a Sentinel URL's path is /<service name>[/<db>], e.g. "
                              f"redis+sentinel://localhost:26379/mymaster/0, got {url!r}")
         if len(path) == 2 and not path[1].isdigit():
             raise ValueError(f"the database in a Sentinel URL must be a number, got {path[1]!r}")
-        query = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
-        unknown = sorted(set(query) - set(OPTIONS))
-        if unknown:
-            raise ValueError(f"unknown option {unknown[0]!r} in the Sentinel URL (known: "
-                             f"{', '.join(OPTIONS)})")
-        userinfo = parts.netloc.rpartition("@")[0] if "@" in parts.netloc else ""
-        user, _, password = userinfo.partition(":")
+        query = known_options(parts, OPTIONS, "Sentinel")
+        user, password = credentials(parts)
         return cls(sentinels, unquote(path[0]), int(path[1]) if len(path) == 2 else 0,
-                   unquote(user) or None, unquote(password) or None,
-                   parts.scheme.lower() == "rediss+sentinel", query)
+                   user, password, parts.scheme.lower() == "rediss+sentinel", query)
 
     def connection_kwargs(self) -> dict[str, Any]:
         """redis-py connection settings of the data nodes (the primary)."""
@@ -117,15 +110,6 @@ class SentinelURL:
 def _no_retry(asyncio: bool) -> Any:
     kind = redis.asyncio.retry.Retry if asyncio else redis.retry.Retry
     return kind(redis.backoff.NoBackoff(), 0)
-
-
-def _host_port(text: str, url: str) -> tuple[str, int]:
-    host, _, port = text.strip().rpartition(":") if ":" in text else (text.strip(), "", "")
-    if not port:
-        return text.strip(), DEFAULT_SENTINEL_PORT
-    if not port.isdigit() or not host:
-        raise ValueError(f"bad sentinel address {text!r} in {url!r}: expected host:port")
-    return host.strip("[]"), int(port)
 
 
 def _seconds(value: str, name: str) -> float:

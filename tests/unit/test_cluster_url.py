@@ -16,7 +16,7 @@ def test_on_a_cluster_the_prefix_becomes_a_hash_tag_unless_it_has_one() -> None:
 
 
 @pytest.mark.parametrize(("url", "says"), [
-    ("redis+cluster://", "at least one node host:port"),
+    ("redis+cluster://", "names no cluster node (host:port)"),
     ("redis+cluster://h:7000,h/", "bad cluster node address 'h'"),
     ("redis+cluster://h:7000/3", "database 0 only"),
     ("redis+cluster://h:7000/?timeout=1", "unknown option 'timeout'"),

@@ -25,7 +25,7 @@ def test_a_sentinel_url_names_the_sentinels_the_service_the_db_and_the_credentia
 @pytest.mark.parametrize(("url", "says"), [
     ("redis+sentinel://h:26379", "path is /<service name>[/<db>]"),
     ("redis+sentinel://h:26379/m/x", "database in a Sentinel URL must be a number"),
-    ("redis+sentinel:///m", "at least one sentinel host:port"),
+    ("redis+sentinel:///m", "names no sentinel (host:port)"),
     ("redis+sentinel://h:port/m", "bad sentinel address 'h:port'"),
     ("redis+sentinel://h/m?sockettimeout=1", "unknown option 'sockettimeout'"),
     ("redis+sentinel://h/m?socket_timeout=soon", "must be a number of seconds"),
