@@ -336,9 +336,11 @@ class Operations(FailureOperations, RecurrenceOperations):
             if float(deadline) <= now_ms or name not in info:
                 continue
             try:
-                out.append(json.loads(info[name]))
+                beat = json.loads(info[name])
             except ValueError:
                 continue
+            if isinstance(beat, dict):
+                out.append(beat)
         return out
 
 
@@ -351,7 +353,8 @@ def _listener_groups(infos: Any) -> set[str]:
             groups = json.loads(as_text(value)).get("groups") or []
         except (ValueError, AttributeError):
             continue
-        out.update(g for g in groups if isinstance(g, str))
+        if isinstance(groups, list):  # another app's junk there must not stop `stats`
+            out.update(g for g in groups if isinstance(g, str))
     return out
 
 

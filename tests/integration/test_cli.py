@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import signal
 import subprocess
@@ -144,3 +145,14 @@ def test_bad_url_prints_one_clear_line(url: str, command: list[str]) -> None:
     line = _one_line(result.stderr)
     assert line.startswith("error:"), line
     assert url in line or "URL" in line or "connect" in line, line
+
+
+def test_views_read_past_a_heartbeat_another_app_wrote_junk_into(
+        redis_url: str, r: redis.Redis) -> None:
+    r.zadd("timers|listeners", {"junk": 2 ** 50})
+    r.hset("timers|listener", "junk", json.dumps(
+        {"id": "junk", "groups": 5, "started": "x", "pid": [1], "running": {"a": 1}}))
+    for command in (["listeners"], ["stats"], ["top"]):
+        done = run_cli(*command, url=redis_url)
+        assert done.returncode == 0 and "Traceback" not in done.stderr, (command, done.stderr)
+    assert "junk" in run_cli("listeners", url=redis_url).stdout

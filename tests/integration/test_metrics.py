@@ -67,11 +67,13 @@ def test_a_listeners_counters_and_histograms_are_exact_after_known_outcomes(
                         + [TimerSpec("fail.boom", [f"bad{i}"], in_=0.2) for i in range(3)])
         wait_until(lambda: len(runs(r)) >= 21 and t.stats().failed >= 3, 20,
                    message="20 runs, the rerun and 3 dead timers")
+        r.set("timers:%zz:not a timer", 1, px=50)  # a forged key: rejected when it expires
     samples: Samples = {}
 
     def counted() -> bool:
         samples.update(scrape(port))
-        return total(samples, "timers_runs_total") >= 24
+        return (total(samples, "timers_runs_total") >= 24
+                and total(samples, "timers_rejected_total") >= 1)
     wait_until(counted, 10, message="the metrics to count every run")
     assert total(samples, "timers_runs_total", task="record.hit", outcome="ok") == 20
     assert total(samples, "timers_runs_total", task="fail.boom", outcome="dead") == 3
@@ -82,6 +84,7 @@ def test_a_listeners_counters_and_histograms_are_exact_after_known_outcomes(
     assert total(samples, "timers_run_duration_seconds_count", task="record.hit") == 20
     assert total(samples, "timers_lateness_seconds_bucket", le="+Inf") == 24
     assert total(samples, "timers_running") == 0 and total(samples, "timers_free_slots") > 0
+    assert total(samples, "timers_rejected_total") == 1
 
 
 def test_every_child_of_a_supervisor_is_counted_on_one_port(

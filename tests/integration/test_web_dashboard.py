@@ -4,6 +4,7 @@ timers. Each page's screenshot is saved under docs/ for the README."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import urllib.request
@@ -156,7 +157,13 @@ def test_a_hostile_id_renders_as_text_and_runs_no_script(
         t.schedule("reminders.sms", {"note": "<img src=x onerror=alert(2)>"}, in_=600,
                    id=HOSTILE_ID)
         t.every("nightly-report", "reminders.sms", [1], cron="0 3 * * *")
+    r = redis.Redis.from_url(redis_url)
+    r.zadd("timers|listeners", {"forged": 2 ** 50})  # another app wrote junk there
+    r.hset("timers|listener", "forged", json.dumps(
+        {"id": "<b>forged</b>", "groups": 5, "running": "<i>", "busiest_tasks": "x"}))
     base = serve(processes, redis_url)
+    page.goto(base + "/")
+    assert "<b>forged</b>" in page.inner_text("#listeners")
     page.goto(base + "/timers")
     page.click(f"text={HOSTILE_ID}")
     assert page.inner_text("#timer-id") == HOSTILE_ID

@@ -46,6 +46,10 @@ def _late(listeners: list[dict[str, Any]], field: str) -> str:
     return f"{max(values):.1f} ms" if values else "-"
 
 
+def _or_dash(value: object) -> str:
+    return "-" if value is None else str(value)
+
+
 def view(now: FleetSnapshot, before: FleetSnapshot | None, prefix: str) -> Group:
     """The screen for one refresh."""
     rate = _rate(now, before)
@@ -68,7 +72,7 @@ def view(now: FleetSnapshot, before: FleetSnapshot | None, prefix: str) -> Group
     listeners = Table("listener", "groups", "running", "runs/min", "p99", box=None)
     for x in now.listeners:
         listeners.add_row(Text(str(x.get("id", "?"))), Text(",".join(x.get("groups") or [])),
-                          str(x.get("running", "?")), str(x.get("runs_last_minute", "-")),
+                          _or_dash(x.get("running")), _or_dash(x.get("runs_last_minute")),
                           "-" if x.get("lateness_p99_ms") is None
                           else f"{x['lateness_p99_ms']} ms")
     title = Text(f"timers top — prefix {prefix!r} — q quits", style="reverse")

@@ -110,12 +110,14 @@ def listeners(url: UrlOption = None, prefix: PrefixOption = DEFAULT_PREFIX) -> N
     typer.echo(f"{'ID':<36} {'HOST':<20} {'PID':>7} {'UP':>8} {'RUNNING':>7} {'FIRED':>9} "
                f"{'STUCK':>5} {'GROUPS':<16} STATE")
     for info in sorted(live, key=lambda i: str(i.get("id"))):
-        up = format_duration(now - float(info.get("started", now)))
+        started = info.get("started")
+        up = format_duration(now - started) if isinstance(started, int | float) else "?"
         groups = info.get("groups") or [DEFAULT_GROUP]
         names = ",".join(printable(g) for g in groups) if isinstance(groups, list) else "?"
         typer.echo(f"{printable(info.get('id')):<36} {printable(info.get('host')):<20} "
-                   f"{info.get('pid', ''):>7} {up:>8} {info.get('running', 0):>7} "
-                   f"{info.get('fired', 0):>9} {info.get('stuck', 0):>5} {names:<16} "
+                   f"{printable(info.get('pid', '')):>7} {up:>8} "
+                   f"{printable(info.get('running', 0)):>7} {printable(info.get('fired', 0)):>9} "
+                   f"{printable(info.get('stuck', 0)):>5} {names:<16} "
                    f"{printable(info.get('state', ''))}")
 
 

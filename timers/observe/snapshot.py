@@ -108,9 +108,27 @@ def _live(now_ms: int, entries: Any, infos: Any) -> list[dict[str, Any]]:
             except ValueError:
                 continue
             if isinstance(beat, dict):  # when it beat last: its deadline less the hold
-                beat["heartbeat_ms"] = float(deadline) - HEARTBEAT_HOLD_MS
-                out.append(beat)
+                out.append(_readable(beat, name, float(deadline) - HEARTBEAT_HOLD_MS))
     return out
+
+
+def _number(value: Any) -> float | None:
+    return value if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _readable(beat: dict[str, Any], name: str, beat_ms: float) -> dict[str, Any]:
+    """A heartbeat with the fields views read in the types they expect: another app on
+    the same Redis (or a bug) may have written anything there."""
+    groups = beat.get("groups")
+    busiest = beat.get("busiest_tasks")
+    return {**beat, "id": str(beat.get("id", name)), "heartbeat_ms": beat_ms,
+            "groups": [str(g) for g in groups] if isinstance(groups, list) else [],
+            "busiest_tasks": [[str(b[0]), int(b[1])] for b in busiest
+                              if isinstance(b, list) and len(b) == 2
+                              and _number(b[1]) is not None] if isinstance(busiest, list)
+            else [],
+            **{f: _number(beat.get(f)) for f in ("running", "runs_last_minute",
+                                                  "lateness_p50_ms", "lateness_p99_ms")}}
 
 
 def read_snapshot(keys: Keyspace) -> Operation[FleetSnapshot]:
