@@ -153,6 +153,6 @@ def test_views_read_past_a_heartbeat_another_app_wrote_junk_into(
     r.hset("timers|listener", "junk", json.dumps(
         {"id": "junk", "groups": 5, "started": "x", "pid": [1], "running": {"a": 1}}))
     for command in (["listeners"], ["stats"], ["top"]):
-        done = run_cli(*command, url=redis_url)
+        done = run_cli(*command, "--url", redis_url)
         assert done.returncode == 0 and "Traceback" not in done.stderr, (command, done.stderr)
-    assert "junk" in run_cli("listeners", url=redis_url).stdout
+    assert "junk" in run_cli("listeners", "--url", redis_url).stdout
