@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import redis
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import ROOT, wait_until
 from tests.integration.helpers import TIMERS_COMMAND, Processes, runs
@@ -99,6 +100,11 @@ def test_the_overview_shows_the_counts_and_refreshes_itself(
                                timeout=10_000)  # no reload: the page fetched the figures
         listeners = page.inner_text("#listeners")
         assert t.listeners()[0]["id"] in listeners and "ago" in listeners
+    with urllib.request.urlopen(base + "/metrics", timeout=5) as reply:  # one scrape target
+        text = reply.read().decode()
+    pending = {s.labels["group"]: s.value for f in text_string_to_metric_families(text)
+               for s in f.samples if s.name == "timers_pending"}
+    assert pending == {"default": 6, "nobody": 2}
     shot(page, "overview")
 
 

@@ -172,7 +172,27 @@ def _escape(text: str) -> str:
             .replace('"', "&quot;"))
 
 
+def metrics_route(d: Dashboard) -> list[Route]:
+    """``/metrics``: the keyspace's Prometheus metrics, as ``timers metrics`` serves them
+    (when prometheus_client is installed: ``timers[metrics]``)."""
+    try:
+        from prometheus_client import CollectorRegistry, generate_latest
+        from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+        from timers.observe.fleet_metrics import FleetCollector
+    except ImportError:
+        return []
+    registry = CollectorRegistry()
+    registry.register(FleetCollector(lambda: d.timers.run(read_snapshot(d.timers.keys))))
+
+    async def metrics(request: Request) -> Response:
+        body = await run_in_threadpool(generate_latest, registry)
+        return Response(body, media_type=CONTENT_TYPE_LATEST)
+
+    return [Route("/metrics", metrics)]
+
+
 def create_app(timers: Timers, guard: Guard | None = None) -> Starlette:
-    """The dashboard of ``timers``'s keyspace as an ASGI app."""
+    """The dashboard of ``timers``'s keyspace as an ASGI app (and its ``/metrics``)."""
     dashboard = Dashboard(timers, guard or Guard())
-    return Starlette(routes=routes(dashboard))
+    return Starlette(routes=routes(dashboard) + metrics_route(dashboard))
