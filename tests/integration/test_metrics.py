@@ -5,6 +5,7 @@ after runs with known outcomes, and the keyspace's (``timers metrics``)."""
 from __future__ import annotations
 
 import signal
+import urllib.error
 import urllib.request
 from collections.abc import Callable
 
@@ -12,11 +13,11 @@ import pytest
 import redis
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.conftest import wait_until
+from tests.conftest import ROOT, wait_until
 from tests.integration.helpers import TIMERS_COMMAND, Processes, runs, started
 from tests.task_pkg.slow import RELEASE
 from timers import Timers, TimerSpec
-from timers.server import free_port
+from timers.server import EmbeddedServer, free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.one_server]
 
@@ -121,3 +122,34 @@ def test_the_keyspace_metrics_show_pending_overdue_dead_and_listeners(
     assert total(samples, "timers_due_within", window="1m") == 5
     assert total(samples, "timers_due_within", window="1h") == 12
     assert total(samples, "timers_dead") == 0 and total(samples, "timers_listeners") == 0
+
+
+def test_with_redis_away_a_scrape_says_so_and_the_dashboard_answers_503_then_recovers(
+        processes: Processes) -> None:
+    server = EmbeddedServer(config=ROOT / "redis.conf").start()
+    try:
+        metrics_port, web_port = free_port(), free_port()
+        processes.timers("metrics", "--url", server.url, "--port", str(metrics_port))
+        processes.timers("web", "--url", server.url, "--port", str(web_port))
+        web = f"http://127.0.0.1:{web_port}/"
+        wait_until(answers(metrics_port), 20, message="timers metrics to answer")
+        wait_until(lambda: status(web) == 200, 20, message="timers web to answer")
+        server.stop(keep_data=True)
+        assert total(scrape(metrics_port), "timers_keyspace_readable") == 0
+        assert status(web) == 503
+        server.start()
+        wait_until(lambda: total(scrape(metrics_port), "timers_keyspace_readable") == 1, 20,
+                   message="the scrape to read Redis again")
+        wait_until(lambda: status(web) == 200, 20, message="the dashboard to answer again")
+    finally:
+        server.stop()
+
+
+def status(url: str) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as reply:
+            return int(reply.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+    except OSError:
+        return 0

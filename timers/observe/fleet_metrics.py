@@ -5,6 +5,7 @@ whole fleet, read from Redis at each scrape (two round trips, see
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterator
 
@@ -12,7 +13,10 @@ from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from timers.exceptions import TimersError
 from timers.observe.snapshot import SOON_MS, FleetSnapshot
+
+log = logging.getLogger("timers.metrics")
 
 COUNTERS = {"fired": "Runs that ended well", "failed": "Timers that failed for good (dead)",
             "retried": "Failed attempts scheduled again", "reruns": "Runs claimed again "
@@ -69,7 +73,13 @@ class FleetCollector(Collector):
 
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         started = time.perf_counter()
-        snap = self.read()
+        try:
+            snap = self.read()
+        except TimersError as exc:  # Redis away: say so in the scrape, not with a 500
+            log.warning("cannot read the keyspace for metrics: %s", exc)
+            yield _gauge("timers_keyspace_readable", "1 when this scrape could read Redis", 0)
+            return
+        yield _gauge("timers_keyspace_readable", "1 when this scrape could read Redis", 1)
         yield from families(snap, time.perf_counter() - started)
 
 

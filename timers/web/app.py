@@ -19,6 +19,7 @@ from starlette.routing import Route
 from starlette.templating import Jinja2Templates
 
 from timers.client import Timers
+from timers.exceptions import TimersError
 from timers.observe import browse
 from timers.observe.snapshot import SOON_MS, FleetSnapshot, read_snapshot
 from timers.web.auth import COOKIE, Guard
@@ -195,4 +196,10 @@ def metrics_route(d: Dashboard) -> list[Route]:
 def create_app(timers: Timers, guard: Guard | None = None) -> Starlette:
     """The dashboard of ``timers``'s keyspace as an ASGI app (and its ``/metrics``)."""
     dashboard = Dashboard(timers, guard or Guard())
-    return Starlette(routes=routes(dashboard) + metrics_route(dashboard))
+
+    async def unavailable(request: Request, exc: Exception) -> Response:
+        return HTMLResponse(f"<p>Redis did not answer: {_escape(str(exc))}. This page "
+                            f"works again once it does.</p>", status_code=503)
+
+    return Starlette(routes=routes(dashboard) + metrics_route(dashboard),
+                     exception_handlers={TimersError: unavailable})
