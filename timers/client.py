@@ -1,4 +1,5 @@
-"""The producer API: :class:`Timers` (sync) and :class:`AsyncTimers` (asyncio).
+"""The producer API: :class:`Timers` (sync); :class:`AsyncTimers` (asyncio) is in
+:mod:`timers.async_client`.
 
 Both are thin: they run the operations of :mod:`timers.operations` over a redis-py client.
 """
@@ -11,14 +12,14 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 import redis
-import redis.asyncio
 
+from timers.async_client import AsyncTimers
 from timers.cluster import keyspace_for
-from timers.connect import URL_ENV, async_client, configured_url, sync_client
+from timers.connect import URL_ENV, configured_url, sync_client
 from timers.cron import CatchUp, Recurrence, recurrence
 from timers.encoding import DEFAULT_MAX_ARGS_BYTES, Args
 from timers.flow.names import configured_group
-from timers.loops import LoopBinding, warn_if_blocking_a_loop
+from timers.loops import warn_if_blocking_a_loop
 from timers.operations import (
     Failure,
     Operation,
@@ -30,9 +31,10 @@ from timers.operations import (
 )
 from timers.scripts import register_all
 from timers.server_errors import out_of_memory, translate
-from timers.transport import run_async, run_sync
+from timers.transport import run_sync
 
 __all__ = ["URL_ENV", "AsyncTimers", "Timers", "configured_url"]
+
 
 T = TypeVar("T")
 
@@ -237,160 +239,3 @@ class Timers:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-class AsyncTimers:
-    """The asyncio twin of :class:`Timers`: the same methods, awaited.
-
-    It belongs to the event loop that first uses it (its connections do): a call from
-    another loop raises :class:`WrongEventLoop` before sending anything. Make one per loop
-    (e.g. in an app's lifespan, ``async with AsyncTimers(url) as t``) or use
-    :mod:`timers.aio`, which keeps one per loop. A ``redis.asyncio.Redis`` given by the
-    app is the app's to close: :meth:`aclose` leaves it open.
-    """
-
-    def __init__(
-        self,
-        redis_: str | redis.asyncio.Redis | None = None,
-        *,
-        prefix: str | None = None,
-        max_args_bytes: int = DEFAULT_MAX_ARGS_BYTES,
-        max_connections: int | None = None,
-        group: str | None = None,
-    ) -> None:
-        if isinstance(redis_, redis.asyncio.Redis | redis.asyncio.RedisCluster):
-            self.redis = redis_
-            self._owns_client = False
-        else:
-            self.redis = async_client(redis_, max_connections)
-            self._owns_client = True
-        self.keys = keyspace_for(self.redis, prefix)
-        self.ops = Operations(self.keys, max_args_bytes, configured_group(group))
-        self._scripts = register_all(self.redis)
-        self._loop = LoopBinding()
-
-    async def run(self, operation: Operation[T]) -> T:
-        """Drive one operation to its result, as :meth:`Timers.run` (on this client's loop)."""
-        self._loop.claim()
-        try:
-            request = next(operation)
-            while True:
-                try:
-                    reply = await run_async(self.redis, self._scripts, request)
-                except redis.exceptions.OutOfMemoryError as exc:
-                    request = operation.throw(out_of_memory(exc))
-                    continue
-                except redis.exceptions.RedisError as exc:
-                    operation.close()
-                    raise translate(exc, self.redis) from exc
-                request = operation.send(reply)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
-
-    async def schedule(
-        self,
-        task: str,
-        args: Args | tuple[Any, ...] = None,
-        *,
-        in_: float | timedelta | None = None,
-        at: datetime | None = None,
-        id: str | None = None,
-        max_lateness: float | timedelta | None = None,
-        group: str | None = None,
-        key: str | None = None,
-        priority: int = 0,
-    ) -> str:
-        spec = TimerSpec(task, args, in_, at, id, max_lateness, group, key, priority)
-        return await self.run(self.ops.schedule(spec))
-
-    async def schedule_many(
-        self, specs: Iterable[TimerSpec | Mapping[str, Any]]
-    ) -> builtins.list[str]:
-        return await self.run(self.ops.schedule_many(specs))
-
-    async def reschedule(
-        self, id: str, *, in_: float | timedelta | None = None, at: datetime | None = None
-    ) -> bool:
-        return await self.run(self.ops.reschedule(id, in_, at))
-
-    async def cancel(self, id: str) -> bool:
-        return await self.run(self.ops.cancel(id))
-
-    async def get(self, id: str) -> PendingTimer | None:
-        return await self.run(self.ops.get(id))
-
-    async def list(self, limit: int = 100, group: str | None = None,
-                   key: str | None = None) -> builtins.list[PendingTimer]:
-        return await self.run(self.ops.list_pending(limit, group, key))
-
-    async def failed(self, limit: int = 100) -> builtins.list[Failure]:
-        return await self.run(self.ops.list_failed(limit))
-
-    async def stats(self) -> Stats:
-        return await self.run(self.ops.stats())
-
-    async def get_failure(self, id: str) -> Failure | None:
-        return await self.run(self.ops.get_failure(id))
-
-    async def get_failures(self, id: str) -> builtins.list[Failure]:
-        return await self.run(self.ops.get_failures(id))
-
-    async def retry_failure(self, failure: Failure, *, replace: bool = False) -> str:
-        return await self.run(self.ops.retry_failure(failure, replace))
-
-    async def retry_all_failures(self, *, replace: bool = False) -> RetrySummary:
-        return await self.run(self.ops.retry_all_failures(replace))
-
-    async def purge_failures(self, older_than: float | None = None) -> int:
-        ms = None if older_than is None else round(older_than * 1000)
-        return await self.run(self.ops.purge_failures(ms))
-
-    async def listeners(self) -> builtins.list[dict[str, Any]]:
-        return await self.run(self.ops.listeners())
-
-    async def every(
-        self,
-        name: str,
-        task: str,
-        args: Args | tuple[Any, ...] = None,
-        *,
-        cron: str | None = None,
-        interval: float | timedelta | None = None,
-        tz: str = "UTC",
-        catch_up: CatchUp = "latest",
-        max_lateness: float | timedelta | None = None,
-        overlap: bool = True,
-    ) -> Recurrence:
-        spec = recurrence(name, task, args, cron=cron, interval=interval, tz=tz,
-                          catch_up=catch_up, max_lateness=max_lateness, overlap=overlap,
-                          max_args_bytes=self.ops.max_args_bytes)
-        return await self.run(self.ops.every(spec))
-
-    async def unschedule_recurring(self, name: str) -> bool:
-        return await self.run(self.ops.unschedule_recurring(name))
-
-    async def pause(self, name: str) -> bool:
-        return await self.run(self.ops.pause(name))
-
-    async def resume(self, name: str) -> bool:
-        return await self.run(self.ops.resume(name))
-
-    async def get_recurrence(self, name: str) -> Recurrence | None:
-        return await self.run(self.ops.get_recurrence(name))
-
-    async def recurrences(self) -> builtins.list[Recurrence]:
-        return await self.run(self.ops.recurrences())
-
-    async def aclose(self) -> None:
-        """Close the client's connections, if timers made the client (from a URL); on the
-        loop it belongs to (:class:`WrongEventLoop` from another)."""
-        if self._owns_client:
-            self._loop.claim()
-            await self.redis.aclose()
-
-    async def __aenter__(self) -> AsyncTimers:
-        self._loop.claim()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()

@@ -142,7 +142,9 @@ def new_timer_id() -> str:
 
 
 @dataclass(frozen=True)
-class _Prepared:
+class Prepared:
+    """One timer validated and encoded, ready to send."""
+
     timer_id: str
     escaped: str
     record: str
@@ -169,7 +171,7 @@ class Operations(FailureOperations, RecurrenceOperations):
 
     def _prepare(
         self, spec: TimerSpec, options: Mapping[str, str] | None = None, *, retry: bool = False
-    ) -> _Prepared:
+    ) -> Prepared:
         """Validate and encode one timer. ``retry``: a failed timer put back under its own
         id, which may be an occurrence's (a user's new timer may not take that form)."""
         group = self.group if spec.group is None else spec.group
@@ -186,9 +188,9 @@ class Operations(FailureOperations, RecurrenceOperations):
             timer_id, replace = new_timer_id(), False
         else:
             timer_id, replace = (check_id if retry else check_user_id)(spec.id), True
-        return _Prepared(timer_id, escape_id(timer_id), record, due, replace)
+        return Prepared(timer_id, escape_id(timer_id), record, due, replace)
 
-    def _schedule_call(self, batch: Sequence[_Prepared], how: str | None = None) -> Call:
+    def _schedule_call(self, batch: Sequence[Prepared], how: str | None = None) -> Call:
         timers = [NewTimer(p.escaped, p.record, p.due[0], p.due[1],
                            how or (ScheduleMode.REPLACE if p.replace else ScheduleMode.NEW))
                   for p in batch]
@@ -218,7 +220,7 @@ class Operations(FailureOperations, RecurrenceOperations):
 
     def _prepare_nth(
         self, index: int, item: TimerSpec | Mapping[str, Any], options: Mapping[str, str] | None
-    ) -> _Prepared:
+    ) -> Prepared:
         """:meth:`_prepare` for the ``index``-th timer of a batch: an error names it (its
         index, and its id if it has one), as the same class of error."""
         try:
@@ -226,7 +228,7 @@ class Operations(FailureOperations, RecurrenceOperations):
         except InvalidTimer as exc:
             raise type(exc)(f"timer {index}{_id_part(item)}: {exc}") from None
 
-    def _write(self, prepared: list[_Prepared]) -> Operation[list[str]]:
+    def _write(self, prepared: list[Prepared]) -> Operation[list[str]]:
         """Send prepared timers (see :meth:`schedule_many`)."""
         todo = list(range(len(prepared)))
         written: list[str] = []
@@ -243,7 +245,7 @@ class Operations(FailureOperations, RecurrenceOperations):
                     if due is None:
                         old = prepared[index]
                         fresh = new_timer_id()
-                        prepared[index] = _Prepared(
+                        prepared[index] = Prepared(
                             fresh, escape_id(fresh), old.record, old.due, old.replace
                         )
                         retry.append(index)
@@ -251,6 +253,14 @@ class Operations(FailureOperations, RecurrenceOperations):
                         written.append(prepared[index].timer_id)
             todo = retry
         return [p.timer_id for p in prepared]
+
+    def prepare(self, spec: TimerSpec | Mapping[str, Any]) -> Prepared:
+        """Validate and encode one timer for :meth:`write` (errors are the caller's own)."""
+        return self._prepare(_coerce_spec(spec))
+
+    def write(self, prepared: list[Prepared]) -> Operation[list[str]]:
+        """Send timers :meth:`prepare` made, in one round trip (see :meth:`schedule_many`)."""
+        return (yield from self._write(prepared))
 
     def schedule(
         self, spec: TimerSpec, options: Mapping[str, str] | None = None

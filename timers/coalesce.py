@@ -1,0 +1,94 @@
+"""Concurrent ``AsyncTimers.schedule`` calls share round trips.
+
+A web app schedules from many requests at once; each call alone costs a round trip and a
+script call. Calls made in the same turn of the event loop are queued and sent together,
+as one ``schedule_many`` (one script call per chunk, in one MULTI/EXEC), the way ioredis
+pipelines concurrent commands. Each caller still gets its own id, or its own error:
+
+- bad input is refused in the caller's own call, before anything is queued;
+- an error of the shared round trip (Redis away, a full server) reaches every caller of
+  that batch as its own exception, and nothing of the batch was written (a full server
+  refuses the whole MULTI/EXEC);
+- a caller cancelled before its batch is sent writes nothing; one cancelled later may have
+  its timer written, as a single call cancelled in flight may.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from collections.abc import Awaitable, Callable
+from typing import Generic, TypeVar
+
+from timers.exceptions import ServerOutOfMemory
+
+P = TypeVar("P")
+
+MAX_BATCH = 1000
+"""Timers per shared round trip at most (more callers at once make more batches)."""
+
+
+class Coalescer(Generic[P]):
+    """Gathers the prepared timers of one loop turn and sends them with ``send``, which
+    returns their ids in order."""
+
+    def __init__(self, send: Callable[[list[P]], Awaitable[list[str]]],
+                 id_of: Callable[[P], str]) -> None:
+        self._send, self._id_of = send, id_of
+        self._queue: list[tuple[P, asyncio.Future[str]]] = []
+        self._turn_pending = False
+        self._in_flight: set[asyncio.Task[None]] = set()
+
+    async def schedule(self, prepared: P) -> str:
+        """Queue one timer and wait for its id (or its batch's error)."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[str] = loop.create_future()
+        self._queue.append((prepared, future))
+        if not self._turn_pending:
+            self._turn_pending = True
+            loop.call_soon(self._send_queued)
+        return await future
+
+    def _send_queued(self) -> None:
+        self._turn_pending = False
+        queued, self._queue = self._queue, []
+        live = [(p, f) for p, f in queued if not f.done()]  # cancelled callers drop out
+        for start in range(0, len(live), MAX_BATCH):
+            task = asyncio.get_running_loop().create_task(
+                self._send_batch(live[start:start + MAX_BATCH]))
+            self._in_flight.add(task)
+            task.add_done_callback(self._in_flight.discard)
+
+    async def _send_batch(self, batch: list[tuple[P, asyncio.Future[str]]]) -> None:
+        try:
+            ids = await self._send([p for p, _ in batch])
+        except asyncio.CancelledError:
+            for _, future in batch:
+                future.cancel()
+            raise
+        except Exception as exc:
+            for prepared, future in batch:
+                if not future.done():
+                    future.set_exception(self._own_error(exc, self._id_of(prepared)))
+            return
+        for (_, future), timer_id in zip(batch, ids, strict=True):
+            if not future.done():
+                future.set_result(timer_id)
+
+    @staticmethod
+    def _own_error(exc: Exception, timer_id: str) -> Exception:
+        """A copy of the batch's error for one caller (its ``written`` says only whether
+        that caller's timer was written)."""
+        own = copy.copy(exc)
+        if isinstance(own, ServerOutOfMemory):
+            own.written = [timer_id] if timer_id in exc.written else []  # type: ignore[attr-defined]
+        own.__cause__ = exc.__cause__
+        return own
+
+    async def drain(self) -> None:
+        """Wait for the batches in flight (before the connections close)."""
+        while self._queue or self._in_flight:
+            if self._queue:
+                await asyncio.sleep(0)
+                continue
+            await asyncio.gather(*self._in_flight, return_exceptions=True)
