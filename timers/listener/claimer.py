@@ -69,6 +69,7 @@ class Claimer:
             if self.hooks.free_slots() <= 0:
                 self.slot_freed.clear()
                 await self.slot_freed.wait()
+                await self._until_something_is_due()
                 continue
             self.poke.clear()
             limit = min(self.hooks.free_slots(), MAX_BATCH)
@@ -93,6 +94,14 @@ class Claimer:
                 break
             delay = self.tracker.seconds_until_next()
             await pause(max(delay, 0.0005) if claimed == 0 else delay, self.poke)
+
+    async def _until_something_is_due(self) -> None:
+        """After a slot frees, claim only when a timer is due (or an event or a wake came):
+        a listener at its concurrency would otherwise send a claim, finding nothing, each
+        time one of its runs ends."""
+        delay = self.tracker.seconds_until_next()
+        if delay > 0 and not self.poke.is_set():
+            await pause(delay, self.poke)
 
     def idle(self) -> bool:
         """Nothing running, nothing named by events, nothing due yet."""
