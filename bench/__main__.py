@@ -24,7 +24,7 @@ from types import FrameType, ModuleType
 
 import redis
 
-from bench import fire, flow, idle, lateness, memory, observe, schedule
+from bench import fire, flow, idle, lateness, memory, observe, schedule, workload
 from bench.common import (
     REPO,
     Context,
@@ -47,6 +47,7 @@ SCENARIOS: dict[str, ModuleType] = {
     "lateness": lateness,
     "schedule": schedule,
     "fire": fire,
+    "workload": workload,
     "flow": flow,
     "memory": memory,
     "idle": idle,

@@ -50,7 +50,39 @@ def rated(i: int) -> None:
     """Started at most 500 times a second fleet-wide (one every 2 ms)."""
 
 
-TASKS: dict[str, Callable[..., Any]] = {"noop": noop, "flow.keyed": keyed, "flow.rated": rated}
+SINK_ENV = "BENCH_SINK_URL"
+"""The second server the workload tasks write to (the broker holds only timers' data)."""
+SINK_LIST = "bench:pushed"
+_sink: dict[str, Any] = {}
+
+
+def push(seq: int, due_ms: int, payload: str) -> None:
+    """The peers' workload as a plain sync task: note the start time and RPUSH
+    ``seq,due_ms,start_ms`` to the sink server."""
+    start_ms = time.time() * 1000
+    client = _sink.get("sync")
+    if client is None:
+        import redis
+
+        client = _sink["sync"] = redis.Redis.from_url(os.environ[SINK_ENV])
+    client.rpush(SINK_LIST, f"{seq},{due_ms},{start_ms:.3f}")
+
+
+async def apush(seq: int, due_ms: int, payload: str) -> None:
+    """The same as an ``async def`` task with an asyncio client."""
+    start_ms = time.time() * 1000
+    client = _sink.get("async")
+    if client is None:
+        import redis.asyncio
+
+        client = _sink["async"] = redis.asyncio.Redis.from_url(os.environ[SINK_ENV])
+    await client.rpush(SINK_LIST, f"{seq},{due_ms},{start_ms:.3f}")
+
+
+TASKS: dict[str, Callable[..., Any]] = {
+    "noop": noop, "flow.keyed": keyed, "flow.rated": rated, "sink.push": push,
+    "sink.apush": apush,
+}
 
 
 def _write(path: Path, text: str) -> None:
