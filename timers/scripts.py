@@ -23,7 +23,7 @@ from timers.keys import DEFAULT_GROUP, Keyspace
 
 ScriptName = Literal[
     "schedule", "reschedule", "cancel", "claim", "renew", "finish", "heartbeat", "forget",
-    "cron_declare", "cron_next", "cron_pause", "cron_remove", "gate",
+    "cron_declare", "cron_next", "cron_pause", "cron_remove", "gate", "park",
 ]
 SCRIPT_NAMES: tuple[ScriptName, ...] = (
     "schedule",
@@ -39,6 +39,7 @@ SCRIPT_NAMES: tuple[ScriptName, ...] = (
     "cron_pause",
     "cron_remove",
     "gate",
+    "park",
 )
 PRELUDES = ("prelude", "flow")
 """``lua/prelude.lua`` and ``lua/flow.lua``: helpers shared by the scripts, included into
@@ -115,6 +116,16 @@ class GateRun(NamedTuple):
     burst: int = 1
 
 
+class ParkTimer(NamedTuple):
+    """A due timer for ``park.lua``: its escaped id, the record read, its concurrency key
+    and the key's limit."""
+
+    id: str
+    record: str
+    key: str
+    limit: int
+
+
 class Taker(NamedTuple):
     """Who ``finish.lua`` may hand a timer to when a run frees its concurrency key's slot:
     the finishing listener, up to ``take`` runs (its free slots) of the groups it serves."""
@@ -179,6 +190,18 @@ class ScriptCalls:
             args += [run.token, run.key, run.limit, run.rate, run.interval_ms, run.burst]
         return Invocation("gate", (k.running, k.running_records, k.records, k.stats),
                           tuple(args))
+
+    def peek(self, limit: int, groups: Sequence[str]) -> Invocation:
+        k = self.keys
+        return Invocation("park", (k.due, k.records, k.stats),
+                          (k.timer_key_start, "peek", limit, ",".join(groups)))
+
+    def park(self, lease_ms: int, timers: Iterable[ParkTimer]) -> Invocation:
+        k = self.keys
+        args: list[Any] = [k.timer_key_start, "park", lease_ms, k.wake_channel]
+        for timer in timers:
+            args.extend(timer)
+        return Invocation("park", (k.due, k.records, k.stats), tuple(args))
 
     def finish(self, *, retention_ms: int, endings: Iterable[Ending],
                taker: Taker = NO_TAKER) -> Invocation:
@@ -281,6 +304,14 @@ class Scripts:
     def renew(self, lease_ms: int, tokens: Iterable[str]) -> Any:
         """Reply: the tokens no longer held."""
         return self.run(self.calls.renew(lease_ms, tokens))
+
+    def peek(self, limit: int, groups: Sequence[str]) -> Any:
+        """Reply: ``[id, due ms, record, …]``: due timers no flow gate holds yet."""
+        return self.run(self.calls.peek(limit, groups))
+
+    def park(self, lease_ms: int, timers: Iterable[ParkTimer]) -> Any:
+        """Reply: how many of ``timers`` went into their key's queue."""
+        return self.run(self.calls.park(lease_ms, timers))
 
     def finish(self, *, retention_ms: int, endings: Iterable[Ending],
                taker: Taker = NO_TAKER) -> Any:

@@ -22,12 +22,16 @@ from timers.encoding import as_text
 from timers.listener.due_tracker import CLAIM_LEAD_MS, DueTracker
 from timers.listener.endings import MAX_BATCH
 from timers.listener.memory_guard import MemoryGuard
+from timers.listener.parker import Parker
 from timers.listener.permissions import is_permanent
 from timers.listener.retrying import RETRYABLE, ConnectionState, Outage, ReconnectDelays, pause
 from timers.runs import Run
 from timers.scripts import Scripts
 
 log = logging.getLogger("timers.listener")
+
+PARK_PASSES = 5
+"""Parking passes after one claim at most (each reads the head of the backlog)."""
 
 
 @dataclass(frozen=True)
@@ -60,6 +64,7 @@ class Claimer:
         """Set to sweep now (an event, a wake, a freed slot in a burst, stop)."""
         self.slot_freed = asyncio.Event()
         self.outage = Outage()
+        self.parker: Parker | None = None
 
     async def run(self, burst: bool) -> None:
         """Claim as timers come due until stopped (``burst``: until nothing is due)."""
@@ -68,6 +73,7 @@ class Claimer:
         while not self.stopping.is_set():
             if self.hooks.free_slots() <= 0:
                 self.slot_freed.clear()
+                await self._park_backlog()  # while its claims' gates are under way
                 await self.slot_freed.wait()
                 await self._until_something_is_due()
                 continue
@@ -94,6 +100,20 @@ class Claimer:
                 break
             delay = self.tracker.seconds_until_next()
             await pause(max(delay, 0.0005) if claimed == 0 else delay, self.poke)
+
+    async def _park_backlog(self) -> None:
+        """While due timers remain that flow limits hold back, park them without claiming
+        (see :mod:`timers.listener.parker`); a failure leaves them to the claims."""
+        passes = 0
+        while (self.parker is not None and self.tracker.backlogged and self.parker.wanted()
+               and passes < PARK_PASSES and not self.stopping.is_set()):
+            passes += 1
+            try:
+                if not await self.parker.park_backlog():
+                    return
+            except (TimeoutError, redis.exceptions.RedisError, OSError) as exc:
+                log.debug("parking skipped: %s", exc)
+                return
 
     async def _until_something_is_due(self) -> None:
         """After a slot frees, claim only when a timer is due (or an event or a wake came):

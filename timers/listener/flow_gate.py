@@ -38,6 +38,13 @@ def _call_key(make: KeySpec, args: Args, what: str) -> str:
 
 def gate_run(run: Run, record: Record, policy: TaskPolicy) -> GateRun | None:
     """What ``gate.lua`` must decide for this run, or None when nothing limits it."""
+    limits = flow_limits(record, policy)
+    return None if limits is None else GateRun(run.token, *limits)
+
+
+def flow_limits(record: Record, policy: TaskPolicy) -> tuple[str, int, str, int, int] | None:
+    """(concurrency key, its limit, rate limit name, interval ms, burst) of a timer, or
+    None when nothing limits it."""
     task_key = TASK_KEY + record.task
     key, limit = "", 1
     escaped = record.options.get(Option.KEY)
@@ -48,10 +55,10 @@ def gate_run(run: Run, record: Record, policy: TaskPolicy) -> GateRun | None:
     elif policy.concurrency is not None:
         key, limit = task_key, policy.concurrency
     if policy.rate is None:
-        return GateRun(run.token, key, limit) if key else None
+        return (key, limit, "", 1, 1) if key else None
     rate = (task_key if policy.rate_key is None
             else _call_key(policy.rate_key, record.args, "rate_key"))
-    return GateRun(run.token, key, limit, rate, policy.rate.interval_ms, policy.rate.burst)
+    return key, limit, rate, policy.rate.interval_ms, policy.rate.burst
 
 
 class FlowGate:
@@ -67,6 +74,8 @@ class FlowGate:
         self.holding: set[str] = set()
         """Tokens of runs that went holding a concurrency key slot (until they end)."""
         self._tasks: set[asyncio.Task[None]] = set()
+        self.held_some = False
+        """A gate held a run back since the parker last found nothing to park."""
 
     async def admit(self, run: Run, record: Record, policy: TaskPolicy) -> Outcome | None:
         """None: start the run. Else the run is not this listener's to run any more: its
@@ -87,6 +96,8 @@ class FlowGate:
             loop.call_soon(self._start_asking)
         self._asked.append((spec, answer))
         status = await answer
+        if status == "wait":
+            self.held_some = True  # flow limits hold timers back: parking pays
         if status == GO:
             if spec.key:
                 self.holding.add(run.token)

@@ -47,6 +47,7 @@ from timers.listener.groups import served_groups
 from timers.listener.handoff import Handoff
 from timers.listener.leases import HeldRuns, LeaseKeeper, sync_twin
 from timers.listener.loop_watch import LoopWatch
+from timers.listener.parker import Parker
 from timers.listener.permissions import SWEEP_ONLY_MAX_SLEEP, check_at_start, explain
 from timers.listener.precise import PreciseSleeper
 from timers.listener.preflight import eviction_policy, warn_if_events_off
@@ -110,8 +111,7 @@ class Listener:
         self.tracker = DueTracker(self.clock, max_sleep=max_sleep)
         self.observer, self.allow_eviction = observer, allow_eviction
         self.id = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
-        self.started_at = time.time()
-        self.ended_count = 0
+        self.started_at, self.ended_count = time.time(), 0
         """Runs this listener ended, however they ended (Stats.fired counts the good)."""
         self.crashed = False
         """A loop died of a bug or a permanent error stopped it: exit nonzero."""
@@ -120,8 +120,7 @@ class Listener:
         self._scripts = Scripts(self.redis, self.keys)
         self._stopping = asyncio.Event()  # stop claiming
         self._closed = asyncio.Event()  # running tasks are done: stop renewing leases too
-        self._abort_event = asyncio.Event()
-        self._burst = False
+        self._abort_event, self._burst = asyncio.Event(), False
         self._running: dict[str, Run] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._held = HeldRuns()  # tokens whose lease we keep: running or unflushed
@@ -147,6 +146,8 @@ class Listener:
         self.events = EventSource(self.redis, Channels.of(self.keys, self.db, self.groups),
                                   self.keys, self.loader.resolve, self.tracker,
                                   self.claimer.poke.set, self._reject, self._stopping)
+        self.claimer.parker = Parker(self._scripts, self.groups, self.lease, self.loader.resolve,
+                                     self.flow)
         self._runner = Runner(self.concurrency, on_free=self.claimer.slot_freed.set)
         self.handoff.slot_freed = self.claimer.slot_freed.set
         self.claimer.outage = self.events.outage = self.endings.outage = Outage()

@@ -51,23 +51,6 @@ local me = '@' .. string.gsub(ARGV[5] or '', '|', '_')
 local served = {}
 for group in string.gmatch(ARGV[6] or '', '[^,]+') do served[group] = true end
 
--- The served due indexes, highest priority first: {key, priority, queue name or nil}.
-local function served_indexes()
-  local indexes = {}
-  if served[DEFAULT_GROUP] then indexes[1] = {KEYS[1], 0, nil} end
-  for _, queue in ipairs(redis.call('SMEMBERS', sys_key(ARGV[1], 'queues'))) do
-    local group, priority = string.match(queue, '^(.+)|(%-?%d+)$')
-    if group and served[group] then
-      indexes[#indexes + 1] = {KEYS[1] .. '|' .. queue, tonumber(priority), queue}
-    end
-  end
-  table.sort(indexes, function(a, b)
-    if a[2] ~= b[2] then return a[2] > b[2] end
-    return a[1] < b[1]
-  end)
-  return indexes
-end
-
 local function start(run, source, group)
   local token = string.format('%.0f', redis.call('INCR', KEYS[5]))
   redis.call('ZADD', running_key_for(KEYS[3], group), lease_until, token)
@@ -133,7 +116,7 @@ end
 
 claim_named()
 for group in pairs(served) do recover_lapsed(running_key_for(KEYS[3], group)) end
-local indexes = served_indexes()
+local indexes = served_due_indexes(KEYS[1], ARGV[1], served)
 local now_text, horizon_text = string.format('%.0f', now), string.format('%.0f', horizon)
 if #indexes == 1 then  -- one due index: one range, as before there were groups
   claim_due(indexes[1][1], '-inf', horizon_text)

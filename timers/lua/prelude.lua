@@ -85,6 +85,24 @@ local function due_key_for(due_key, record)
   return due_key .. '|' .. queue, queue
 end
 
+-- The due indexes of the groups in `served` (a set), highest priority first: {key,
+-- priority, "<group>|<p>" name in the queues set or nil}, given the plain due index.
+local function served_due_indexes(due_key, key_start, served)
+  local indexes = {}
+  if served[DEFAULT_GROUP] then indexes[1] = {due_key, 0, nil} end
+  for _, queue in ipairs(redis.call('SMEMBERS', sys_key(key_start, 'queues'))) do
+    local group, priority = string.match(queue, '^(.+)|(%-?%d+)$')
+    if group and served[group] then
+      indexes[#indexes + 1] = {due_key .. '|' .. queue, tonumber(priority), queue}
+    end
+  end
+  table.sort(indexes, function(a, b)
+    if a[2] ~= b[2] then return a[2] > b[2] end
+    return a[1] < b[1]
+  end)
+  return indexes
+end
+
 local function running_key_for(running_key, group)
   if group == DEFAULT_GROUP then return running_key end
   return running_key .. '|' .. group

@@ -1,0 +1,79 @@
+"""Park a backlog of due timers whose concurrency key is full, without claiming them.
+
+When 1,000 commands for 50 devices come due at once, 950 of them must wait. Claimed a
+listener's free slots at a time, each would be a claim and a gate away from its key's
+queue, and a near-full listener (a few free slots) would spend hundreds of round trips on
+it while its runs wait for the event loop. The parker reads the due backlog (``park.lua``
+"peek"), works out each timer's key the way the gate does (a task's key is a function of
+its args), and parks those whose key is full in one call (``park.lua`` "park"): the same
+queue, by priority then due time, that the gate would have put them in. Timers whose key
+has room, with a rate limit, of another task group, recurring, or whose task this listener
+cannot import are left to the claims, which decide them as before.
+
+It runs only while the listener is backlogged and its gates have held runs back since it
+last found nothing to park, so listeners of unlimited timers never pay for it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from timers.encoding import Record, as_text
+from timers.keys import DEFAULT_GROUP
+from timers.listener.flow_gate import FlowGate, flow_limits
+from timers.policy import policy_of
+from timers.scripts import ParkTimer, Scripts
+from timers.wire import Option
+
+log = logging.getLogger("timers.listener")
+
+PEEK = 200
+"""Due timers read per pass."""
+
+
+class Parker:
+    """Parks the due backlog's timers whose concurrency key is full (see module doc)."""
+
+    def __init__(self, scripts: Scripts, groups: Sequence[str], lease: float,
+                 resolve: Callable[[str], Callable[..., Any]], flow: FlowGate) -> None:
+        self.scripts, self.groups, self.lease = scripts, tuple(groups), lease
+        self.resolve, self.flow = resolve, flow
+        self.parked = 0
+        """Timers parked so far (for the tests and the curious)."""
+
+    def wanted(self) -> bool:
+        return self.flow.held_some
+
+    async def park_backlog(self) -> int:
+        """One pass over the head of the due backlog; how many timers it parked."""
+        reply = await self.scripts.peek(PEEK, self.groups)
+        items = [as_text(x) for x in reply]
+        timers = [t for t in (self._parkable(*items[i:i + 3]) for i in range(0, len(items), 3))
+                  if t is not None]
+        parked = int(await self.scripts.park(round(self.lease * 1000), timers)) if timers else 0
+        if not parked:
+            self.flow.held_some = False  # nothing to gain until a gate holds one back again
+        self.parked += parked
+        return parked
+
+    def _parkable(self, escaped_id: str, due: str, record_text: str) -> ParkTimer | None:
+        """The timer with its key and limit, if a gate would weigh only its key."""
+        try:
+            record = Record.decode(record_text)
+            if Option.RECURRENCE in record.options:
+                return None  # a recurrence schedules its next occurrence when claimed
+            policy = policy_of(self.resolve(record.task))
+            group = record.options.get(Option.GROUP) or DEFAULT_GROUP
+            if policy.group is not None and policy.group != group:
+                return None  # the claim moves it to its task's group
+            limits = flow_limits(record, policy)
+        except Exception:  # a claim decides: dead timer, refusal, a key function failing
+            return None
+        if limits is None:
+            return None
+        key, limit, rate, _, _ = limits
+        if not key or rate:
+            return None
+        return ParkTimer(escaped_id, record_text, key, limit)
