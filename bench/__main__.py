@@ -25,21 +25,9 @@ from types import FrameType, ModuleType
 import redis
 
 from bench import fire, flow, idle, lateness, memory, observe, schedule, workload
-from bench.common import (
-    REPO,
-    Context,
-    MachineSample,
-    Results,
-    Row,
-    ScenarioTimeout,
-    Sizes,
-    config_value,
-    count,
-    hard_limit,
-    render,
-    server_label,
-    wait_for_quiet,
-)
+from bench.common import REPO, Results, Row, ScenarioTimeout, Sizes, count, hard_limit, render
+from bench.context import Context
+from bench.server_stats import MachineSample, config_value, server_label, wait_for_quiet
 from timers.listener import DEFAULT_CONCURRENCY
 from timers.server import EmbeddedServer
 

@@ -8,20 +8,10 @@ listener CPU per fire over the firing window.
 
 from __future__ import annotations
 
-from bench.common import (
-    NOOP,
-    Context,
-    Deadline,
-    Row,
-    ServerSample,
-    count,
-    cpu_seconds,
-    due_at,
-    merge,
-    ms,
-    shares,
-    wait_until,
-)
+from bench.common import NOOP, Deadline, Row, count, due_at, ms, shares, wait_until
+from bench.context import Context
+from bench.procs import merge
+from bench.server_stats import ServerSample, cpu_seconds
 from timers import TimerSpec
 from timers.percentiles import percentile
 

@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import itertools
 
-from bench.common import Context, Deadline, ListenerResult, Row, count, merge, ms, wait_until
+from bench.common import Deadline, Row, count, ms, wait_until
+from bench.context import Context
+from bench.procs import ListenerResult, merge
 from timers import TimerSpec
 from timers.percentiles import percentile
 

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import time
 
-from bench.common import Context, Deadline, Row, ServerSample, count, cpu_seconds
+from bench.common import Deadline, Row, count
+from bench.context import Context
+from bench.server_stats import ServerSample, cpu_seconds
 
 SETTLE_S = 3.0
 PEER = "Celery 1.6, arq 2.4, Huey 4.4"

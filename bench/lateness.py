@@ -19,17 +19,9 @@ from __future__ import annotations
 import random
 import time
 
-from bench.common import (
-    NOOP,
-    Context,
-    Deadline,
-    ListenerProc,
-    Row,
-    count,
-    due_at,
-    ms,
-    shares,
-)
+from bench.common import NOOP, Deadline, Row, count, due_at, ms, shares
+from bench.context import Context
+from bench.procs import ListenerProc
 from timers import TimerSpec
 from timers.percentiles import percentile
 

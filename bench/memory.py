@@ -7,7 +7,8 @@ counted. The notes split one timer's cost over the structures that hold it.
 
 from __future__ import annotations
 
-from bench.common import PREFIX, Context, Deadline, Row, count
+from bench.common import PREFIX, Deadline, Row, count
+from bench.context import Context
 from timers.keys import Keyspace
 
 TASK = "reminders.sms"

@@ -16,7 +16,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from bench.common import NOOP, Context, Deadline, Row, count, due_at, merge, wait_until
+from bench.common import NOOP, Deadline, Row, count, due_at, wait_until
+from bench.context import Context
+from bench.procs import merge
 from timers import TimerSpec
 from timers.observe import browse
 from timers.observe.snapshot import read_snapshot

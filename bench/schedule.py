@@ -13,16 +13,9 @@ from __future__ import annotations
 import asyncio
 import time
 
-from bench.common import (
-    HOUR,
-    NOOP,
-    PREFIX,
-    Context,
-    Row,
-    ServerSample,
-    args_100,
-    count,
-)
+from bench.common import HOUR, NOOP, PREFIX, Row, args_100, count
+from bench.context import Context
+from bench.server_stats import ServerSample
 from timers import AsyncTimers, TimerSpec
 
 

@@ -22,18 +22,14 @@ import subprocess
 from collections import Counter
 from pathlib import Path
 
-from bench.common import (
-    Context,
-    Deadline,
-    Row,
-    ServerSample,
-    count,
-    cpu_seconds,
-    due_at,
-    wait_until,
-)
+import redis
+
+from bench.common import Deadline, Row, count, due_at, wait_until
+from bench.context import Context
 from bench.listener import SINK_ENV, SINK_LIST
+from bench.server_stats import ServerSample, cpu_seconds
 from timers import TimerSpec
+from timers.encoding import as_text
 from timers.server import EmbeddedServer
 
 PAYLOAD = "p" * 100
@@ -69,7 +65,7 @@ def once(ctx: Context, sink: EmbeddedServer, task: str, n: int, profiled: bool =
     name = f"Fire, real {kind} task (RPUSH to a second server): {count(n)} due at once, 1 process"
     print(f"- {name}{' (profiled)' if profiled else ''}", flush=True)
     ctx.fresh_db()
-    sink_r = ctx.r.__class__.from_url(sink.url, decode_responses=True)
+    sink_r = redis.Redis.from_url(sink.url, decode_responses=True)
     sink_r.delete(SINK_LIST)
     proc = ctx.listener()
     lead = 1.5 + n / 25_000
@@ -84,7 +80,7 @@ def once(ctx: Context, sink: EmbeddedServer, task: str, n: int, profiled: bool =
                       Deadline(lead + 10 + n / 1_000).left(), 0.05)
     after, cpu_after = ServerSample.take(ctx.r), cpu_seconds(proc.pid)
     split = profile.stop()
-    starts = [float(line.split(",")[2]) for line in sink_r.lrange(SINK_LIST, 0, -1)]
+    starts = [float(as_text(line).split(",")[2]) for line in sink_r.lrange(SINK_LIST, 0, -1)]
     sink_r.close()
     if profiled:
         ctx.results.note(f"{name}: Python time holding the GIL, by who was on the stack "

@@ -10,11 +10,11 @@ import redis
 
 from bench.faults.ledger import open_runs
 from bench.faults.processes import FaultError, sleep_until, wait_for
-from bench.faults.scenario import Fault, Scenario
+from bench.faults.scenario import SUBSCRIPTION_LOST, Fault, Scenario
 
 
 def subscription_losses(scenario: Scenario) -> int:
-    return sum(listener.count_in_log("event subscription lost")
+    return sum(listener.count_in_log(SUBSCRIPTION_LOST)
                for listener in scenario.listeners)
 
 

@@ -33,7 +33,15 @@ Due = tuple[str, float, float]
 """``(timer id, due wall-clock s, seconds the task works)``."""
 
 
+OUTAGE_LOST = "connection to Redis lost"
+"""A listener's log line when an outage starts (one per outage, naming the part that
+noticed it first: "event subscription", "claims", ...)."""
+OUTAGE_BACK = "connection to Redis back"
+"""... and when it ends."""
+SUBSCRIPTION_LOST = OUTAGE_LOST + " (event subscription)"
+
 @dataclass(frozen=True)
+
 class Plan:
     """Sizes of every scenario."""
 
@@ -128,8 +136,8 @@ class Scenario:
         # resubscribes a dropped connection before the listener replaces it), so a
         # listener that logged a lost subscription must also have logged it back
         return subscribers(self.r) == sum(listener.processes for listener in live) and all(
-            listener.count_in_log("event subscription lost")
-            == listener.count_in_log("event subscription back") for listener in live)
+            listener.count_in_log(OUTAGE_LOST) == listener.count_in_log(OUTAGE_BACK)
+            for listener in live)
 
     def wait_subscribed(self, timeout: float = LISTENER_START_TIMEOUT) -> None:
         wait_for(self.all_subscribed, timeout,

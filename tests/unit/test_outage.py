@@ -43,3 +43,17 @@ def test_a_lost_subscription_on_the_same_server_says_nothing_of_an_address(
     assert [r.getMessage() for r in caplog.records] == [
         "connection to Redis lost (event subscription): killed; retrying",
         "connection to Redis back after 0.0 s"]
+
+
+def test_the_fault_suite_reads_the_lines_the_listener_writes(
+        caplog: pytest.LogCaptureFixture) -> None:
+    from bench.faults.scenario import OUTAGE_BACK, OUTAGE_LOST, SUBSCRIPTION_LOST
+
+    outage = Outage(clock=lambda: 0.0)
+    events = ConnectionState("event subscription", outage)
+    with caplog.at_level(logging.WARNING, logger="timers.listener"):
+        events.failed(ConnectionError("Connection closed by server."))
+        events.ok()
+    lost, back = (r.getMessage() for r in caplog.records)
+    assert lost.startswith(SUBSCRIPTION_LOST) and lost.startswith(OUTAGE_LOST)
+    assert back.startswith(OUTAGE_BACK)
