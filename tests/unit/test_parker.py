@@ -65,3 +65,23 @@ def test_a_timer_limited_by_its_key_alone_is_parked_with_that_key(
 ])
 def test_everything_else_is_left_to_the_claims(parker: Parker, record: str) -> None:
     assert parker._parkable("id1", "5", record) is None
+
+
+def test_parking_is_wanted_once_gates_hold_runs_and_rests_after_an_empty_pass() -> None:
+    import asyncio
+
+    class NothingToPark:
+        async def peek(self, limit: int, groups: Any) -> list[bytes]:
+            return [b"id1", b"5", b"d.plain:"]
+
+    flow = FlowGate(None, 30.0)  # type: ignore[arg-type]
+    parker = Parker(NothingToPark(), ("default",), 30.0, resolve, flow)  # type: ignore[arg-type]
+    assert not parker.wanted()
+    flow.held = 1
+    assert parker.wanted()
+    assert asyncio.run(parker.park_backlog()) == 0
+    assert not parker.wanted()
+    flow.held += 19
+    assert not parker.wanted()
+    flow.held += 1
+    assert parker.wanted()

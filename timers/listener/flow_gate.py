@@ -74,8 +74,8 @@ class FlowGate:
         self.holding: set[str] = set()
         """Tokens of runs that went holding a concurrency key slot (until they end)."""
         self._tasks: set[asyncio.Task[None]] = set()
-        self.held_some = False
-        """A gate held a run back since the parker last found nothing to park."""
+        self.held = 0
+        """Runs the gate held back so far (the parker weighs whether parking pays)."""
 
     async def admit(self, run: Run, record: Record, policy: TaskPolicy) -> Outcome | None:
         """None: start the run. Else the run is not this listener's to run any more: its
@@ -97,7 +97,7 @@ class FlowGate:
         self._asked.append((spec, answer))
         status = await answer
         if status == "wait":
-            self.held_some = True  # flow limits hold timers back: parking pays
+            self.held += 1
         if status == GO:
             if spec.key:
                 self.holding.add(run.token)

@@ -10,8 +10,9 @@ queue, by priority then due time, that the gate would have put them in. Timers w
 has room, with a rate limit, of another task group, recurring, or whose task this listener
 cannot import are left to the claims, which decide them as before.
 
-It runs only while the listener is backlogged and its gates have held runs back since it
-last found nothing to park, so listeners of unlimited timers never pay for it.
+It runs only while the listener is backlogged and its gates hold runs back (after a pass
+that found nothing, only once they have held another ``REARM``), so listeners of unlimited
+timers never pay for it.
 """
 
 from __future__ import annotations
@@ -31,6 +32,9 @@ log = logging.getLogger("timers.listener")
 
 PEEK = 200
 """Due timers read per pass."""
+REARM = 20
+"""Runs held back by a gate after a pass that found nothing to park before the next pass:
+a backlog of mostly unlimited timers is not read over and over."""
 
 
 class Parker:
@@ -42,9 +46,11 @@ class Parker:
         self.resolve, self.flow = resolve, flow
         self.parked = 0
         """Timers parked so far (for the tests and the curious)."""
+        self._armed_at = 1
 
     def wanted(self) -> bool:
-        return self.flow.held_some
+        """Whether a pass may pay: gates have held runs back since the last empty pass."""
+        return self.flow.held >= self._armed_at
 
     async def park_backlog(self) -> int:
         """One pass over the head of the due backlog; how many timers it parked."""
@@ -53,8 +59,8 @@ class Parker:
         timers = [t for t in (self._parkable(*items[i:i + 3]) for i in range(0, len(items), 3))
                   if t is not None]
         parked = int(await self.scripts.park(round(self.lease * 1000), timers)) if timers else 0
-        if not parked:
-            self.flow.held_some = False  # nothing to gain until a gate holds one back again
+        if not parked:  # nothing to gain until gates hold more back
+            self._armed_at = self.flow.held + REARM
         self.parked += parked
         return parked
 
