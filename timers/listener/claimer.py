@@ -111,7 +111,7 @@ class Claimer:
             try:
                 if not await self.parker.park_backlog():
                     return
-            except (TimeoutError, redis.exceptions.RedisError, OSError) as exc:
+            except RETRYABLE as exc:
                 log.debug("parking skipped: %s", exc)
                 return
 
