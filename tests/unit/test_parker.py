@@ -3,11 +3,15 @@ their concurrency key alone, with the key the gate would compute."""
 
 from __future__ import annotations
 
+import asyncio
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
+import redis
 
 import timers
+from timers.listener.claimer import Claimer
 from timers.listener.flow_gate import FlowGate
 from timers.listener.parker import Parker
 from timers.scripts import ParkTimer
@@ -68,8 +72,6 @@ def test_everything_else_is_left_to_the_claims(parker: Parker, record: str) -> N
 
 
 def test_parking_is_wanted_once_gates_hold_runs_and_rests_after_an_empty_pass() -> None:
-    import asyncio
-
     class NothingToPark:
         async def peek(self, limit: int, groups: Any) -> list[bytes]:
             return [b"id1", b"5", b"d.plain:"]
@@ -85,3 +87,27 @@ def test_parking_is_wanted_once_gates_hold_runs_and_rests_after_an_empty_pass() 
     assert not parker.wanted()
     flow.held += 1
     assert parker.wanted()
+
+
+@pytest.mark.parametrize("error", [
+    redis.exceptions.OutOfMemoryError("OOM command not allowed"),
+    redis.exceptions.ConnectionError("Connection closed by server."),
+    redis.exceptions.RedisClusterException("cluster topology changed"),
+])
+def test_parking_that_fails_leaves_the_backlog_to_the_claims(error: Exception) -> None:
+    """A full server, a lost connection or a cluster change while parking must not end
+    the claim loop: the claims decide those timers as before."""
+    class Failing:
+        calls = 0
+
+        def wanted(self) -> bool:
+            return True
+
+        async def park_backlog(self) -> int:
+            Failing.calls += 1
+            raise error
+
+    claimer = SimpleNamespace(parker=Failing(), tracker=SimpleNamespace(backlogged=True),
+                              stopping=asyncio.Event())
+    asyncio.run(Claimer._park_backlog(claimer))  # type: ignore[arg-type]
+    assert Failing.calls == 1
