@@ -85,7 +85,20 @@ def _join(primaries: list[EmbeddedServer], replicas: list[EmbeddedServer]) -> No
         with redis.Redis(port=replica.port) as r:
             r.execute_command("CLUSTER", "REPLICATE", primary_id)
     _wait(lambda: _state_ok(nodes), "reach cluster_state:ok")
+    _wait(lambda: _replicas_known(nodes, len(replicas)), "agree on its replicas")
     first.close()
+
+
+def _replicas_known(nodes: list[EmbeddedServer], replicas: int) -> bool:
+    """Every node sees every replica as one (gossip spreads ``REPLICATE`` after the slots are
+    served, so a node may still call a replica an empty primary for a moment)."""
+    for server in nodes:
+        with redis.Redis(port=server.port, decode_responses=True) as r:
+            lines = str(r.execute_command("CLUSTER", "NODES")).splitlines()
+        if sum(" slave " in f" {line.split(' ')[2].replace(',', ' ')} " for line in lines) \
+                != replicas:
+            return False
+    return True
 
 
 @contextmanager

@@ -30,6 +30,26 @@ _SyncCluster: Any = redis.cluster.RedisCluster
 OPTIONS = ("socket_timeout", "socket_connect_timeout", "max_connections")
 
 
+class _AsyncCluster(redis.asyncio.cluster.RedisCluster):
+    """redis-py's asyncio cluster client, with one of its races read as what it is.
+
+    When a node goes away, one command's failure closes the node's connections while
+    another command of the same client is between taking a connection and writing to it;
+    that command then fails inside redis-py with ``AttributeError``/``TypeError`` on a
+    ``None`` stream. It is a lost connection, and is raised as one, so the listener's
+    loops retry it as they retry any other (instead of the listener exiting).
+    """
+
+    async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await super().execute_command(*args, **kwargs)
+        except (AttributeError, TypeError) as exc:
+            if "NoneType" not in str(exc):
+                raise
+            raise redis.exceptions.ConnectionError(
+                f"connection closed under a command ({exc})") from exc
+
+
 def is_cluster_url(url: object) -> bool:
     """Whether ``url`` is a ``redis+cluster://`` (or ``rediss+cluster://``) URL."""
     return isinstance(url, str) and url.split("://", 1)[0].lower() in SCHEMES
@@ -98,7 +118,7 @@ def sync_cluster(url: str, **kwargs: Any) -> redis.cluster.RedisCluster:
 def async_cluster(url: str, **kwargs: Any) -> redis.asyncio.cluster.RedisCluster:
     """An asyncio cluster client from ``url``."""
     nodes, settings = _settings(url)
-    return redis.asyncio.cluster.RedisCluster(
+    return _AsyncCluster(
         startup_nodes=[redis.asyncio.cluster.ClusterNode(h, p) for h, p in nodes],
         **{**kwargs, **settings})
 

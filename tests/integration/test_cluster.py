@@ -108,6 +108,7 @@ def test_a_failover_of_the_timers_primary_mid_run_loses_nothing(
     with redis.Redis(host=node.host, port=node.port) as primary:  # type: ignore[attr-defined]
         assert primary.execute_command("WAIT", 1, 10_000) == 1  # the replica has them all
     wait_until(lambda: r.llen("test:runs") >= 500, 20, message="some timers to fire")
+    before = r.llen("test:runs")  # runs recorded before the primary went
     if how == "kill -9":
         server = next(s for s in cluster.primaries if f"127.0.0.1:{s.port}" == old)
         os.kill(server.pid or 0, signal.SIGKILL)
@@ -128,13 +129,21 @@ def test_a_failover_of_the_timers_primary_mid_run_loses_nothing(
         counters = new_primary.hgetall("{timers}|stats")
     # a run in flight on the killed node runs again: after its lease (a rerun), or, when
     # the claim had not reached the replica yet, as a claim anew whose first run's end
-    # finds no lease (a late finish)
+    # finds no lease (a late finish). A kill -9 also loses what the dead node acknowledged
+    # and had not yet passed on (a claim and its end both): such a timer runs again with
+    # nothing counted. Either way only runs of the moments before the kill run twice.
     reruns = int(counters.get("reruns", 0)) + int(counters.get("late_finishes", 0))
     twice = sum(n - 1 for n in fired.values() if n > 1)
     print(f"\n{how} of the timers' primary with 3,000 timers, 3 listeners: all fired; "
           f"{twice} ran twice ({counters.get('reruns', 0)} reruns and "
           f"{counters.get('late_finishes', 0)} late finishes counted)")
-    assert twice <= reruns, "a timer ran twice with neither a rerun nor a late finish counted"
+    first_runs: dict[str, int] = {}
+    for i, run in enumerate(runs(r)):
+        first_runs.setdefault(run[0], i)
+    early = [tag for tag, n in fired.items() if n > 1 and first_runs[tag] < before - 500]
+    assert not early, f"ran twice though their first run was long before the failover: {early}"
+    if how == "CLUSTER FAILOVER":  # a handover loses no write: every second run is counted
+        assert twice <= reruns, "a timer ran twice with neither a rerun nor a late finish"
     client.close()
 
 

@@ -26,3 +26,30 @@ def test_a_bad_cluster_url_is_refused_in_one_line_naming_the_problem(url: str,
     with pytest.raises(ValueError) as caught:
         Timers(url)
     assert says in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_a_command_whose_connection_closed_under_it_fails_as_a_lost_connection(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """redis-py's asyncio cluster client can fail a command with ``AttributeError`` when a
+    node's connections are closed under it (seen with a primary killed mid-run): the
+    listener's loops retry connection errors, and exited on this one."""
+    import asyncio
+
+    import redis.asyncio.cluster
+    import redis.exceptions
+
+    from timers.cluster import async_cluster
+
+    async def closed_under_it(self: object, *args: object, **kwargs: object) -> object:
+        raise AttributeError("'NoneType' object has no attribute 'writelines'")
+
+    async def own_bug(self: object, *args: object, **kwargs: object) -> object:
+        raise AttributeError("'Thing' object has no attribute 'x'")
+
+    client = async_cluster("redis+cluster://127.0.0.1:1")
+    monkeypatch.setattr(redis.asyncio.cluster.RedisCluster, "execute_command", closed_under_it)
+    with pytest.raises(redis.exceptions.ConnectionError, match="closed under a command"):
+        asyncio.run(client.execute_command("PING"))
+    monkeypatch.setattr(redis.asyncio.cluster.RedisCluster, "execute_command", own_bug)
+    with pytest.raises(AttributeError):
+        asyncio.run(client.execute_command("PING"))
