@@ -24,7 +24,7 @@ from types import FrameType, ModuleType
 
 import redis
 
-from bench import fire, flow, idle, lateness, memory, observe, schedule, workload
+from bench import events, fire, flow, idle, lateness, memory, observe, schedule, workload
 from bench.common import REPO, Results, Row, ScenarioTimeout, Sizes, count, hard_limit, render
 from bench.context import Context
 from bench.server_stats import MachineSample, config_value, server_label, wait_for_quiet
@@ -39,6 +39,7 @@ SCENARIOS: dict[str, ModuleType] = {
     "flow": flow,
     "memory": memory,
     "idle": idle,
+    "events": events,
     "observe": observe,
 }
 

@@ -205,6 +205,11 @@ class Keyspace:
         return self.prefix + "|held"
 
     @property
+    def near(self) -> str:
+        """hash: "until" (every timer due by then has its expiring key), "horizon" (ms)."""
+        return self.prefix + "|near"
+
+    @property
     def wake_channel(self) -> str:
         return self.prefix + "|wake"
 

@@ -24,6 +24,7 @@ from timers.keys import DEFAULT_GROUP, Keyspace
 ScriptName = Literal[
     "schedule", "reschedule", "cancel", "claim", "renew", "finish", "heartbeat", "forget",
     "cron_declare", "cron_next", "cron_pause", "cron_remove", "gate", "park",
+    "near",
 ]
 SCRIPT_NAMES: tuple[ScriptName, ...] = (
     "schedule",
@@ -40,6 +41,7 @@ SCRIPT_NAMES: tuple[ScriptName, ...] = (
     "cron_remove",
     "gate",
     "park",
+    "near",
 )
 PRELUDES = ("prelude", "flow")
 """``lua/prelude.lua`` and ``lua/flow.lua``: helpers shared by the scripts, included into
@@ -203,6 +205,10 @@ class ScriptCalls:
             args.extend(timer)
         return Invocation("park", (k.due, k.records, k.stats), tuple(args))
 
+    def near(self, limit: int) -> Invocation:
+        k = self.keys
+        return Invocation("near", (k.due, k.records), (k.timer_key_start, limit))
+
     def finish(self, *, retention_ms: int, endings: Iterable[Ending],
                taker: Taker = NO_TAKER) -> Invocation:
         k = self.keys
@@ -312,6 +318,11 @@ class Scripts:
     def park(self, lease_ms: int, timers: Iterable[ParkTimer]) -> Any:
         """Reply: how many of ``timers`` went into their key's queue."""
         return self.run(self.calls.park(lease_ms, timers))
+
+    def near(self, limit: int) -> Any:
+        """Reply: ``[until, reached]``: keys written up to ``until`` ms; ``reached`` 1
+        when that is now + the near horizon (else call again)."""
+        return self.run(self.calls.near(limit))
 
     def finish(self, *, retention_ms: int, endings: Iterable[Ending],
                taker: Taker = NO_TAKER) -> Any:

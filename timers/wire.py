@@ -183,3 +183,11 @@ HEARTBEAT_INTERVAL = 10.0
 """Seconds between a listener's heartbeats; each holds its entry in ``P|listeners`` for
 :data:`HEARTBEAT_MISSES` intervals, so a listener counts as alive until it misses them."""
 HEARTBEAT_MISSES = 3
+
+NEAR_HORIZON_MS = 3_600_000
+"""Only timers due within this long (ms) have their expiring key; the rest wait in their
+due index and the records, and listeners write their keys as they come within it
+(``lua/near.lua``; ``lua/prelude.lua`` has the same value)."""
+NEAR_INTERVAL = 5.0
+"""Seconds between a listener's calls of ``near.lua`` (each keys the timers that came
+within the horizon since the last one)."""

@@ -28,6 +28,13 @@ from timers.keys import Keyspace
 from timers.operations import SCHEDULE_CHUNK
 from timers.scripts import register_all
 
+
+@pytest.fixture
+def every_timer_near(fake: fakeredis.FakeRedis) -> None:
+    """For tests about the expiring keys: a near horizon of a year keys every timer they
+    schedule (tests/unit/test_near_keys.py covers timers beyond it)."""
+    fake.hset(Keyspace().near, "horizon", 365 * 86_400_000)
+
 FAR = 3600.0  # seconds: due long after any test ends
 
 
@@ -102,6 +109,7 @@ def test_get_unknown_id_is_none(producer: Timers) -> None:
     assert producer.get("nope") is None
 
 
+@pytest.mark.usefixtures("every_timer_near")
 def test_same_explicit_id_replaces_the_pending_timer(
     producer: Timers, fake: fakeredis.FakeRedis
 ) -> None:
@@ -116,6 +124,7 @@ def test_same_explicit_id_replaces_the_pending_timer(
     assert fake.pttl('timers:order-7:a.second:{"n":2}') > FAR * 1000
 
 
+@pytest.mark.usefixtures("every_timer_near")
 def test_same_id_same_record_moves_the_key_expiry(
     producer: Timers, fake: fakeredis.FakeRedis
 ) -> None:
@@ -160,6 +169,7 @@ def test_cancel_unknown_id_is_false(producer: Timers) -> None:
     assert producer.cancel("never-scheduled") is False
 
 
+@pytest.mark.usefixtures("every_timer_near")
 def test_reschedule_moves_the_due_time_and_the_key(
     producer: Timers, fake: fakeredis.FakeRedis
 ) -> None:

@@ -59,6 +59,7 @@ SAMPLES: dict[ScriptName, Invocation] = {
     "cron_remove": CALLS.cron_remove("n"),
     "gate": CALLS.gate(100, [GateRun("1", "device:7", 1, "", 1, 1)]),
     "park": CALLS.park(100, [ParkTimer("a", "t.f:[1]", "device:7", 1)]),
+    "near": CALLS.near(1000),
 }
 EXPIRING_KEYS = {  # the expiring keys each sample must name, in order
     "schedule": [KS.timer_key("a:t.f:[1]"), KS.timer_key("b:t.g:[2]")],

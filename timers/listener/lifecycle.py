@@ -12,8 +12,9 @@ It wires parts with one job each, sharing one asyncio event loop:
   it): keeps a live listener's timers; a dead one's run again once their lease lapses.
 
 This module keeps the lifecycle: start, a heartbeat so ``timers listeners`` shows who is
-alive, and stop: it stops claiming, gives running tasks ``shutdown_timeout`` seconds, and
-hands the unfinished runs back to the due index so another listener runs them at once.
+alive, the near keys (:mod:`timers.listener.near_keys`), and stop: it stops claiming,
+gives running tasks ``shutdown_timeout`` seconds, and hands the unfinished runs back to
+the due index so another listener runs them at once.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from timers.listener.groups import served_groups
 from timers.listener.handoff import Handoff
 from timers.listener.leases import HeldRuns, LeaseKeeper, sync_twin
 from timers.listener.loop_watch import LoopWatch
+from timers.listener.near_keys import keep_near_keys
 from timers.listener.parker import Parker
 from timers.listener.permissions import SWEEP_ONLY_MAX_SLEEP, check_at_start, explain
 from timers.listener.precise import PreciseSleeper
@@ -66,8 +68,7 @@ log = logging.getLogger("timers.listener")
 DEFAULT_LEASE = 15.0
 DEFAULT_CONCURRENCY = 32
 DEFAULT_FAILURE_RETENTION = 7 * 86400.0
-FLUSH_GRACE = 5.0
-"""Seconds a batch of endings already sent may take to be answered at shutdown."""
+FLUSH_GRACE = 5.0  # s a batch of endings already sent may take to be answered at shutdown
 
 
 class Listener:
@@ -140,8 +141,7 @@ class Listener:
                                self.tracker, ClaimerHooks(
                                    free_slots=self._free_slots,
                                    take_event_ids=lambda n: self.events.take(n),
-                                   busy=self._busy,
-                                   start=self._start, give_up=self._give_up),
+                                   busy=self._busy, start=self._start, give_up=self._give_up),
                                self._stopping)
         self.events = EventSource(self.redis, Channels.of(self.keys, self.db, self.groups),
                                   self.keys, self.loader.resolve, self.tracker,
@@ -376,11 +376,11 @@ class Listener:
         self.endings.add(Ending("", EndingKind.REJECT, failure_id=failure_id, failure=failure))
         self.tally.rejected()
 
-    # -- heartbeat --------------------------------------------------------------------
-
     async def _heartbeat_loop(self) -> None:
-        await beat_until(self._stopping, lambda: self._heartbeat(alive=True),
-                         HEARTBEAT_INTERVAL)
+        """The heartbeat, and the near keys alongside (a turn every few seconds each)."""
+        await asyncio.gather(
+            beat_until(self._stopping, lambda: self._heartbeat(alive=True), HEARTBEAT_INTERVAL),
+            keep_near_keys(self._scripts, self._stopping))
 
     async def _heartbeat(self, alive: bool) -> None:
         info = json.dumps(self._info()) if alive else ""

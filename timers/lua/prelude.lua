@@ -3,8 +3,8 @@
 -- header (its KEYS and ARGV) follows it.
 --
 -- A timer is three things (see timers/keys.py): an entry in the due index (escaped id ->
--- due ms), its record (escaped id -> record) and, while it is due later than now, its
--- expiring key "<prefix>:<id>:<record>". That key is named by the stored record, so the
+-- due ms), its record (escaped id -> record) and, while it is due later than now and
+-- within the near horizon (below), its expiring key "<prefix>:<id>:<record>". That key is named by the stored record, so the
 -- helpers build it from the timer key start "<prefix>:" (same prefix, same hash tag).
 
 -- Redis time: now in ms, and in µs.
@@ -144,10 +144,34 @@ local function withdraw(due_key, records_key, key_start, id)
   return record
 end
 
+-- The near horizon: only timers due within this many ms from now have their expiring key;
+-- those due later live in their due index and the records alone (half the memory, and
+-- Redis's active expiry samples only near keys, so their events come on time), and
+-- near.lua writes their keys as they come within it. "<prefix>|near" field "horizon"
+-- overrides the default (timers/wire.py NEAR_HORIZON_MS, the same value).
+local NEAR_HORIZON_MS = 3600000
+local near_horizon_ms = nil
+
+local function near_horizon(key_start)
+  if not near_horizon_ms then
+    local set = redis.call('HGET', sys_key(key_start, 'near'), 'horizon')
+    near_horizon_ms = is_count(set) and tonumber(set) or NEAR_HORIZON_MS
+  end
+  return near_horizon_ms
+end
+
+-- Set a pending timer's expiring key when it is due after now and within the horizon.
+local function set_near_key(key_start, key, due, now)
+  if due <= now or due > now + near_horizon(key_start) then return false end
+  redis.call('SET', key, '1', 'PXAT', string.format('%.0f', due))
+  return true
+end
+
 -- Pend a timer: `record` under `id`, due at `due` ms (replacing another record pending
 -- under that id, whose key goes), with its expiring key `key` (default: built from
--- key_start) set when it is due later than now, in the due index its record names (given
--- the plain one). The caller calls wake() once it has pended what it pends.
+-- key_start) set when it is due later than now and within the near horizon, in the due
+-- index its record names (given the plain one). The caller calls wake() once it has
+-- pended what it pends.
 local function pend(due_key, records_key, key_start, id, record, due, now, key)
   local old = redis.call('HGET', records_key, id)
   if old ~= record then
@@ -156,8 +180,7 @@ local function pend(due_key, records_key, key_start, id, record, due, now, key)
   end
   key = key or (key_start .. id .. ':' .. record)
   local due_text = string.format('%.0f', due)
-  if due > now then
-    redis.call('SET', key, '1', 'PXAT', due_text)
+  if set_near_key(key_start, key, due, now) then
   elseif old == record then
     redis.call('DEL', key)
   end

@@ -1,0 +1,123 @@
+"""The near horizon: timers due further out than it are pended without their expiring key,
+and ``near.lua`` keys them as they come within it (fakeredis + lupa)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import fakeredis
+
+from tests.unit.helpers import run
+from timers import Timers, TimerSpec
+from timers.encoding import as_text
+from timers.keys import Keyspace
+from timers.scripts import ScriptCalls
+from timers.wire import NEAR_HORIZON_MS
+
+
+def timer_keys(fake: fakeredis.FakeRedis) -> set[str]:
+    return {as_text(k) for k in fake.keys("timers:*")}
+
+
+def key_of(fake: fakeredis.FakeRedis, ks: Keyspace, timer_id: str) -> str:
+    record = as_text(fake.hget(ks.records, timer_id))
+    return f"timers:{timer_id}:{record}"
+
+
+def near(scripts: dict[str, Any], ks: Keyspace, limit: int = 1000) -> tuple[int, bool]:
+    until, reached = run(scripts, ScriptCalls(ks).near(limit))
+    return int(until), bool(int(reached))
+
+
+def test_a_timer_within_the_horizon_has_its_key_one_beyond_it_has_not(
+        fake: fakeredis.FakeRedis, producer: Timers, ks: Keyspace) -> None:
+    producer.schedule("reminders.sms", [1], id="near", in_=NEAR_HORIZON_MS / 1000 - 60)
+    producer.schedule("reminders.sms", [2], id="far", in_=NEAR_HORIZON_MS / 1000 + 60)
+    assert timer_keys(fake) == {key_of(fake, ks, "near")}
+    assert fake.zcard(ks.due) == 2 and fake.hlen(ks.records) == 2  # both pending
+    assert producer.get("far") is not None
+
+
+def test_near_keys_the_timers_that_came_within_the_horizon_and_no_others(
+        fake: fakeredis.FakeRedis, scripts: dict[str, Any], producer: Timers,
+        ks: Keyspace) -> None:
+    producer.schedule_many([TimerSpec("reminders.sms", [i], id=f"t{i}", in_=10 + i)
+                            for i in range(5)] + [
+        TimerSpec("reminders.sms", ["late"], id="late", in_=100)])
+    assert timer_keys(fake) == {key_of(fake, ks, f"t{i}") for i in range(5)} | {
+        key_of(fake, ks, "late")}
+    fake.hset(ks.near, "horizon", 12_500)  # as if the horizon were 12.5 s
+    producer.schedule("reminders.sms", ["x"], id="x", in_=14)  # pended beyond it: no key
+    assert key_of(fake, ks, "x") not in timer_keys(fake)
+    until, reached = near(scripts, ks)
+    assert reached and key_of(fake, ks, "x") not in timer_keys(fake)  # still beyond
+    fake.hset(ks.near, "horizon", 20_000)
+    until_after, reached = near(scripts, ks)
+    assert reached and until_after > until
+    assert key_of(fake, ks, "x") in timer_keys(fake)
+    ttl = fake.pttl(key_of(fake, ks, "x"))
+    assert 12_000 < ttl <= 14_000  # expires at the timer's due time
+
+
+def test_a_backlog_is_keyed_in_batches_and_timers_sharing_a_due_time_all_get_theirs(
+        fake: fakeredis.FakeRedis, scripts: dict[str, Any], producer: Timers,
+        ks: Keyspace) -> None:
+    fake.hset(ks.near, "horizon", 1_000)
+    at = producer.schedule("reminders.sms", [0], id="probe", in_=60)  # a due time to share
+    due = producer.get(at)
+    assert due is not None
+    producer.schedule_many([TimerSpec("reminders.sms", [i], id=f"s{i}", at=due.due)
+                            for i in range(7)] + [
+        TimerSpec("reminders.sms", [i], id=f"l{i}", in_=61 + i) for i in range(5)])
+    assert timer_keys(fake) == set()
+    fake.hset(ks.near, "horizon", 3_600_000)
+    calls = 0
+    reached = False
+    while not reached:
+        _, reached = near(scripts, ks, limit=3)
+        calls += 1
+        assert calls < 20
+    assert calls > 1
+    assert timer_keys(fake) == {key_of(fake, ks, t) for t in
+                                ["probe", *(f"s{i}" for i in range(7)),
+                                 *(f"l{i}" for i in range(5))]}
+
+
+def test_near_keys_the_timers_of_every_group_and_priority(
+        fake: fakeredis.FakeRedis, scripts: dict[str, Any], producer: Timers,
+        ks: Keyspace) -> None:
+    fake.hset(ks.near, "horizon", 1_000)
+    producer.schedule("reminders.sms", [1], id="video", in_=30, group="video")
+    producer.schedule("reminders.sms", [2], id="urgent", in_=30, priority=5)
+    producer.schedule("reminders.sms", [3], id="plain", in_=30)
+    assert timer_keys(fake) == set()
+    fake.hset(ks.near, "horizon", 60_000)
+    assert near(scripts, ks)[1]
+    assert timer_keys(fake) == {key_of(fake, ks, t) for t in ("video", "urgent", "plain")}
+
+
+def test_rescheduling_beyond_the_horizon_drops_the_key_and_back_within_it_sets_it(
+        fake: fakeredis.FakeRedis, producer: Timers, ks: Keyspace) -> None:
+    producer.schedule("reminders.sms", [1], id="t", in_=60)
+    key = key_of(fake, ks, "t")
+    assert key in timer_keys(fake)
+    assert producer.reschedule("t", in_=NEAR_HORIZON_MS / 1000 * 3)
+    assert key not in timer_keys(fake) and producer.get("t") is not None
+    assert producer.reschedule("t", in_=30)
+    assert key in timer_keys(fake)
+
+
+def test_cancelling_a_timer_that_has_no_key_yet_leaves_nothing(
+        fake: fakeredis.FakeRedis, scripts: dict[str, Any], producer: Timers,
+        ks: Keyspace) -> None:
+    producer.schedule("reminders.sms", [1], id="far", in_=86_400)
+    assert producer.cancel("far")
+    assert fake.zcard(ks.due) == 0 and fake.hlen(ks.records) == 0 and not timer_keys(fake)
+
+
+def test_near_refuses_a_bad_limit(scripts: dict[str, Any], ks: Keyspace) -> None:
+    import pytest
+    import redis
+
+    with pytest.raises(redis.exceptions.ResponseError, match="bad limit"):
+        near(scripts, ks, limit=0)
