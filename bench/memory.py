@@ -38,8 +38,11 @@ def run(ctx: Context) -> None:
         result = f"{per:,.0f} B/timer ({(after - before) / 2**20:,.0f} MiB for {count(loaded)})"
         if loaded < n:
             result += f" - only {count(loaded)} of {count(n)} loaded by the deadline"
-        ctx.results.add(Row(name, "Redis bytes per pending timer", result, f"<= {TARGET}",
-                            per <= TARGET and loaded == n, "Huey 285, arq 506, Dramatiq 529"))
+        if in_ == DAY:
+            ctx.results.add(Row(name, "Redis bytes per pending timer", result, f"<= {TARGET}",
+                                per <= TARGET and loaded == n, "Huey 285, arq 506, Dramatiq 529"))
+        else:  # the near ones: the target is for timers at rest, far out
+            ctx.results.add(Row(name, "Redis bytes per pending timer", result))
         ctx.results.note(f"{name}: {_breakdown(ctx, loaded, per)}; loaded at "
                          f"{count(loaded / seconds)}/s")
 
