@@ -121,3 +121,9 @@ def test_near_refuses_a_bad_limit(scripts: dict[str, Any], ks: Keyspace) -> None
 
     with pytest.raises(redis.exceptions.ResponseError, match="bad limit"):
         near(scripts, ks, limit=0)
+
+
+def test_the_scripts_and_the_python_side_share_one_horizon() -> None:
+    from timers.scripts import source
+
+    assert f"local NEAR_HORIZON_MS = {NEAR_HORIZON_MS}\n" in source("near")

@@ -11,13 +11,10 @@ the keys are what lets the ``expired`` event name a timer too.
 from __future__ import annotations
 
 import asyncio
-import logging
 
 from timers.listener.retrying import beat_until
 from timers.scripts import Scripts
 from timers.wire import NEAR_INTERVAL
-
-log = logging.getLogger("timers.listener")
 
 BATCH = 1000
 """Timers looked at per due index per call: a backlog (listeners away for a day) is keyed

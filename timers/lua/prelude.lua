@@ -4,8 +4,8 @@
 --
 -- A timer is three things (see timers/keys.py): an entry in the due index (escaped id ->
 -- due ms), its record (escaped id -> record) and, while it is due later than now and
--- within the near horizon (below), its expiring key "<prefix>:<id>:<record>". That key is named by the stored record, so the
--- helpers build it from the timer key start "<prefix>:" (same prefix, same hash tag).
+-- within the near horizon (below), its expiring key "<prefix>:<id>:<record>". That key
+-- is named by the stored record, so the helpers build it from the timer key start "<prefix>:" (same prefix, same hash tag).
 
 -- Redis time: now in ms, and in µs.
 local function redis_now()
