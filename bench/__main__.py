@@ -24,7 +24,18 @@ from types import FrameType, ModuleType
 
 import redis
 
-from bench import events, fire, flow, idle, lateness, memory, observe, schedule, workload
+from bench import (
+    events,
+    fire,
+    flow,
+    idle,
+    lateness,
+    memory,
+    observe,
+    scale,
+    schedule,
+    workload,
+)
 from bench.common import REPO, Results, Row, ScenarioTimeout, Sizes, count, hard_limit, render
 from bench.context import Context
 from bench.server_stats import MachineSample, config_value, server_label, wait_for_quiet
@@ -41,6 +52,7 @@ SCENARIOS: dict[str, ModuleType] = {
     "idle": idle,
     "events": events,
     "observe": observe,
+    "scale": scale,
 }
 
 FINDINGS = REPO / "bench" / "FINDINGS.md"
@@ -84,7 +96,8 @@ def _settings(ctx: Context, binary: str, sizes: Sizes, args: argparse.Namespace,
               f"{count(sizes.background_n)} pending; "
               f"fire {' and '.join(map(count, sizes.fire_ns))}; "
               f"memory {' and '.join(map(count, sizes.memory_ns))}; idle {count(sizes.idle_n)} "
-              f"for {sizes.idle_s:g} s; schedule_many {count(sizes.many_n)}")
+              f"for {sizes.idle_s:g} s; schedule_many {count(sizes.many_n)}; "
+              f"scale {count(sizes.scale_n)}")
     return [
         ("timers", _commit()),
         ("mode", ("quick" if sizes.quick else "full") + f", scenarios: {', '.join(names)}"),

@@ -51,6 +51,7 @@ class Sizes:
     memory_ns: tuple[int, ...] = (100_000, 1_000_000)
     idle_n: int = 1_000_000
     idle_s: float = 30.0
+    scale_n: int = 10_000_000
 
     @classmethod
     def full(cls) -> Sizes:
@@ -61,7 +62,7 @@ class Sizes:
         return cls(
             quick=True, spread_n=1_000, spread_s=3.0, steady_s=4.0, background_n=100_000,
             sync_s=1.0, async_s=1.0, many_n=50_000, fire_ns=(20_000,),
-            memory_ns=(100_000,), idle_n=100_000, idle_s=10.0,
+            memory_ns=(100_000,), idle_n=100_000, idle_s=10.0, scale_n=200_000,
         )
 
 

@@ -43,6 +43,8 @@ class Context:
         self._children: list[ListenerProc] = []
         self._names = 0
         self._mark: MachineSample | None = None
+        self.figures: dict[str, float] = {}
+        """Figures one scenario measures and a later one compares with."""
         results.load_probe = self._others_since_mark
 
     def mark(self) -> None:

@@ -22,6 +22,10 @@ def budget(ctx: Context) -> float:
     return sum(2 * (n / 20_000 + n / 1_000 + 30) for n in ctx.sizes.fire_ns) + 30
 
 
+NOOP_CPU = "listener CPU us per no-op fire"
+"""In :attr:`Context.figures`: one process, 20,000 due at once."""
+
+
 def run(ctx: Context) -> None:
     for processes in (1, 2):
         for n in ctx.sizes.fire_ns:
@@ -84,6 +88,8 @@ def once(ctx: Context, n: int, processes: int) -> None:
         ctx.results.note(f"{name}: scheduling ended {-margin:.0f} ms after the due time")
     redis_cpu = (after.cpu_s - before.cpu_s) / got * 1e6
     listener_cpu = sum(a - b for a, b in zip(cpu_after, cpu_before, strict=True)) / got * 1e6
+    if is_target:
+        ctx.figures[NOOP_CPU] = listener_cpu
     calls = after.calls_since(before)
     evalsha = calls.get("evalsha", 0)
     ctx.results.note(

@@ -24,8 +24,10 @@ from pathlib import Path
 
 import redis
 
+from bench import task_alone
 from bench.common import Deadline, Row, count, due_at, wait_until
 from bench.context import Context
+from bench.fire import NOOP_CPU
 from bench.listener import SINK_ENV, SINK_LIST
 from bench.server_stats import ServerSample, cpu_seconds
 from timers import TimerSpec
@@ -53,9 +55,28 @@ def run(ctx: Context) -> None:
         for task in ("sink.push", "sink.apush"):
             once(ctx, sink, task, size(ctx))
             once(ctx, sink, task, size(ctx), profiled=True)
+            alone(ctx, task, size(ctx))
     finally:
         os.environ.pop(SINK_ENV, None)
         sink.stop()
+
+
+def alone(ctx: Context, task: str, n: int) -> None:
+    """The floor: the same task with nothing of timers around it (:mod:`bench.task_alone`)."""
+    sync = task == "sink.push"
+    counts = sorted({ctx.concurrency, 4}) if sync else [ctx.concurrency]
+    runner = task_alone.threads if sync else task_alone.coroutines
+    unit = "threads" if sync else "coroutines"
+    measured = {c: runner(n, c) for c in counts}
+    figures = "; ".join(f"{c} {unit}: {count(rate)}/s, {cpu:.0f} us CPU per call"
+                        for c, (rate, cpu) in measured.items())
+    noop = ctx.figures.get(NOOP_CPU)
+    cpu = measured[ctx.concurrency][1]
+    ceiling = (f"; with the listener's {noop:.0f} us per no-op fire (Fire row), one process "
+               f"sharing a GIL cannot pass {count(1e6 / (cpu + noop))}/s" if noop else "")
+    ctx.results.add(Row(f"Floor: the same {'sync' if sync else 'async def'} task alone, "
+                        f"{count(n)} calls, no timers", "calls/s; CPU per call",
+                        figures + ceiling))
 
 
 def once(ctx: Context, sink: EmbeddedServer, task: str, n: int, profiled: bool = False) -> None:
