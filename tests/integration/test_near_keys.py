@@ -58,3 +58,36 @@ def test_a_listener_keys_the_timers_that_came_within_the_horizon(
     ttl = r.pttl(key_of("n0", "n0"))
     assert 100_000 < ttl <= 120_000  # each expires at its timer's due time
     assert timers_client.stats().pending == 300
+
+
+def _refused(r: redis.Redis) -> int:
+    """Commands the server refused for want of memory so far."""
+    return int(r.info("errorstats").get("errorstat_OOM", {}).get("count", 0))
+
+
+def test_a_full_server_leaves_the_keys_unwritten_until_memory_is_back(
+        short_horizon: int, timers_client: Timers, r: redis.Redis, start_listener) -> None:
+    ids = [f"m{i}" for i in range(300)]
+    timers_client.schedule_many(TimerSpec("record.hit", [tid], id=tid, in_=120)
+                                for tid in ids)
+    listener = start_listener()
+    old = r.config_get("maxmemory*")
+    refused_before = _refused(r)
+    r.config_set("maxmemory-policy", "noeviction")
+    r.config_set("maxmemory", 1)
+    try:
+        r.hdel(KEYS.near, "horizon")  # all 300 are within the default hour now
+        # near.lua needs memory: a full server refuses it before its first write (the
+        # heartbeat frees or keeps memory and goes on; nothing is due, so nothing claims)
+        wait_until(lambda: _refused(r) >= refused_before + 2, 20,
+                   message="the server to refuse two of the listener's keying turns")
+        assert not r.keys(KEYS.timer_key_start + "*")
+        assert listener.error is None and listener.subscribed
+    finally:
+        r.config_set("maxmemory", old["maxmemory"])
+        r.config_set("maxmemory-policy", old["maxmemory-policy"])
+    wait_until(lambda: all(r.exists(key_of(tid, tid)) for tid in ids), 15,
+               message="the listener to key the 300 timers once memory is back")
+    soon = timers_client.schedule("record.hit", ["soon"], in_=0.3)
+    wait_until(lambda: run_counts(r)["soon"] == 1, 10, message="a timer due now to fire")
+    assert timers_client.get(soon) is None and timers_client.stats().pending == 300
