@@ -56,8 +56,8 @@ def run(ctx: Context) -> None:
                         "<= 3.5 GB", loaded == n and used <= MEMORY_TARGET,
                         "BullMQ 898 B/timer"))
     _idle(ctx, label)
-    ctx.set_aof(True)
     started = time.monotonic()
+    ctx.set_aof(True)
     ctx.wait_aof_settled(seconds=600)
     ctx.results.note(f"{label}: AOF turned on, its rewrite took "
                      f"{time.monotonic() - started:.0f} s before the lateness run")
