@@ -1,8 +1,10 @@
 """Lateness: task start minus due time (``Fired.lateness_ms``, on the Redis clock).
 
 Two loads, each with nothing else pending and with ``background_n`` other timers pending an
-hour out (same prefix, so they sit in the same due index and their keys in the same expire
-table; a task that is never run, as they never come due during the run):
+hour out (same prefix, so they sit in the same due index; a task that is never run, as they
+never come due during the run). An hour out is the near horizon: they come within it as
+the run goes, so the listeners key all of them (in paced batches, ``near.lua``) while
+the lateness is measured, and their keys then sit in the same expire table:
 
 - **spread**: ``spread_n`` timers due evenly over ``spread_s`` seconds, scheduled at once;
 - **steady**: a producer (this process, single ``schedule()`` calls) schedules

@@ -127,3 +127,65 @@ def test_the_scripts_and_the_python_side_share_one_horizon() -> None:
     from timers.scripts import source
 
     assert f"local NEAR_HORIZON_MS = {NEAR_HORIZON_MS}\n" in source("near")
+
+
+def _shared_due(producer: Timers, fake: fakeredis.FakeRedis, ks: Keyspace, n: int,
+                in_: float = 60) -> list[str]:
+    """``n`` timers sharing one due time beyond a 1 s horizon (no keys yet); their ids."""
+    fake.hset(ks.near, "horizon", 1_000)
+    probe = producer.get(producer.schedule("reminders.sms", [0], id="probe", in_=in_))
+    assert probe is not None
+    ids = ["probe", *(f"s{i:04}" for i in range(n - 1))]
+    producer.schedule_many(TimerSpec("reminders.sms", [i], id=tid, at=probe.due)
+                           for i, tid in enumerate(ids[1:]))
+    assert timer_keys(fake) == set()
+    fake.hset(ks.near, "horizon", 3_600_000)
+    return ids
+
+
+def test_a_thousand_timers_sharing_a_due_time_are_keyed_a_limit_per_call(
+        fake: fakeredis.FakeRedis, scripts: dict[str, Any], producer: Timers,
+        ks: Keyspace) -> None:
+    ids = _shared_due(producer, fake, ks, 1_000)
+    keyed, calls, reached = 0, 0, False
+    while not reached:
+        _, reached = near(scripts, ks, limit=64)
+        now_keyed = len(timer_keys(fake))
+        assert now_keyed - keyed <= 64  # never the whole due time in one call
+        keyed, calls = now_keyed, calls + 1
+        assert calls <= 1_000 // 64 + 2
+    assert timer_keys(fake) == {key_of(fake, ks, t) for t in ids}
+
+
+def test_a_sweep_goes_on_when_the_timer_it_stopped_at_is_cancelled(
+        fake: fakeredis.FakeRedis, scripts: dict[str, Any], producer: Timers,
+        ks: Keyspace) -> None:
+    ids = _shared_due(producer, fake, ks, 300)
+    assert not near(scripts, ks, limit=50)[1]
+    stopped_at = as_text(fake.hget(ks.near, "cursor")).split(" ", 1)[1]
+    assert producer.cancel(stopped_at)
+    calls, reached = 0, False
+    while not reached:
+        _, reached = near(scripts, ks, limit=50)
+        calls += 1
+        assert calls < 20
+    assert timer_keys(fake) == {key_of(fake, ks, t) for t in ids if t != stopped_at}
+
+
+def test_a_sweep_across_groups_keys_each_group_once_a_limit_per_call(
+        fake: fakeredis.FakeRedis, scripts: dict[str, Any], producer: Timers,
+        ks: Keyspace) -> None:
+    fake.hset(ks.near, "horizon", 1_000)
+    groups = ("default", "video", "mail")
+    producer.schedule_many(TimerSpec("reminders.sms", [i], id=f"{g}{i}", in_=30 + i / 10,
+                                     group=g) for g in groups for i in range(40))
+    fake.hset(ks.near, "horizon", 60_000)
+    calls, reached = 0, False
+    while not reached:
+        before = len(timer_keys(fake))
+        _, reached = near(scripts, ks, limit=25)
+        assert len(timer_keys(fake)) - before <= 25
+        calls += 1
+        assert calls < 20
+    assert timer_keys(fake) == {key_of(fake, ks, f"{g}{i}") for g in groups for i in range(40)}
+    assert fake.hget(ks.near, "cursor") is None  # the sweep ended

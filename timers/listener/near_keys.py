@@ -16,9 +16,12 @@ from timers.listener.retrying import beat_until
 from timers.scripts import Scripts
 from timers.wire import NEAR_INTERVAL
 
-BATCH = 1000
-"""Timers looked at per due index per call: a backlog (listeners away for a day) is keyed
-in many short calls, not one long one."""
+BATCH = 200
+"""Timers keyed per call at most: a backlog (a million timers loaded for one instant, or
+listeners away for a day) is keyed in many short calls, not one long one."""
+PAUSE = 0.005
+"""Seconds between the calls of a backlog, so claims and finishes meet an idle server (a
+backlog has an hour before its timers are due)."""
 
 
 async def key_near_timers(scripts: Scripts, stopping: asyncio.Event) -> None:
@@ -27,7 +30,7 @@ async def key_near_timers(scripts: Scripts, stopping: asyncio.Event) -> None:
         reply = await scripts.near(BATCH)
         if int(reply[1]) or stopping.is_set():
             return
-        await asyncio.sleep(0)  # let runs and claims go between batches
+        await asyncio.sleep(PAUSE)  # let runs and claims go between batches
 
 
 async def keep_near_keys(scripts: Scripts, stopping: asyncio.Event) -> None:
