@@ -16,10 +16,10 @@ from timers.listener.retrying import beat_until
 from timers.scripts import Scripts
 from timers.wire import NEAR_INTERVAL
 
-BATCH = 200
+BATCH = 50
 """Timers keyed per call at most: a backlog (a million timers loaded for one instant, or
 listeners away for a day) is keyed in many short calls, not one long one."""
-PAUSE = 0.005
+PAUSE = 0.002
 """Seconds between the calls of a backlog, so claims and finishes meet an idle server (a
 backlog has an hour before its timers are due)."""
 
