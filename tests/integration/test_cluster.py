@@ -83,6 +83,23 @@ def test_the_asyncio_client_works_on_a_cluster(cluster: Cluster) -> None:
     asyncio.run(scenario())
 
 
+def test_a_listener_keys_far_timers_as_they_come_within_the_horizon_on_a_cluster(
+        cluster: Cluster, processes: Processes) -> None:
+    client, node = holder(cluster)
+    client.hset("{timers}|near", "horizon", 1000)  # as if an hour were a second
+    with Timers(cluster.url) as t:
+        t.schedule_many(TimerSpec("record.hit", [f"f{i}"], id=f"f{i}", in_=120)
+                        for i in range(300))
+        with redis.Redis(host=node.host, port=node.port) as primary:  # type: ignore[attr-defined]
+            assert not primary.keys("{timers}:*")  # beyond the horizon: no keys
+            client.hdel("{timers}|near", "horizon")  # within the default hour now
+            listeners(processes, cluster.url, 1)
+            wait_until(lambda: len(primary.keys("{timers}:*")) == 300, 20,
+                       message="the listener to key the 300 timers on the cluster")
+        assert t.stats().pending == 300
+    client.close()
+
+
 def test_check_reads_every_node_and_names_each(cluster: Cluster) -> None:
     replica = cluster.replicas[0]
     with redis.Redis(port=replica.port) as r:
