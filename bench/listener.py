@@ -79,6 +79,13 @@ async def apush(seq: int, due_ms: int, payload: str) -> None:
     await client.rpush(SINK_LIST, f"{seq},{due_ms},{start_ms:.3f}")
 
 
+async def close_async_sink() -> None:
+    """Close ``apush``'s client (it belongs to the loop that made it), if there is one."""
+    client = _sink.pop("async", None)
+    if client is not None:
+        await client.aclose()
+
+
 TASKS: dict[str, Callable[..., Any]] = {
     "noop": noop, "flow.keyed": keyed, "flow.rated": rated, "sink.push": push,
     "sink.apush": apush,

@@ -189,3 +189,26 @@ def test_a_sweep_across_groups_keys_each_group_once_a_limit_per_call(
         assert calls < 20
     assert timer_keys(fake) == {key_of(fake, ks, f"{g}{i}") for g in groups for i in range(40)}
     assert fake.hget(ks.near, "cursor") is None  # the sweep ended
+
+
+def test_a_garbled_sweep_state_restarts_the_sweep_instead_of_failing_every_call(
+        fake: fakeredis.FakeRedis, scripts: dict[str, Any], producer: Timers,
+        ks: Keyspace) -> None:
+    ids = _shared_due(producer, fake, ks, 120)
+    assert not near(scripts, ks, limit=50)[1]  # mid-sweep: a cursor is stored
+    sweep = fake.hget(ks.near, "sweep")
+    for cursor in ("not-a-number missing", "12x s0001", "", "999 s0001 extra"):
+        fake.hset(ks.near, mapping={"cursor": cursor, "sweep": sweep, "index": ks.due})
+        calls, reached = 0, False
+        while not reached:
+            _, reached = near(scripts, ks, limit=50)
+            calls += 1
+            assert calls < 20
+    for state in ({"sweep": "soon", "index": "?"}, {"until": "x"}):
+        fake.hset(ks.near, mapping=state)
+        calls, reached = 0, False
+        while not reached:
+            _, reached = near(scripts, ks, limit=50)
+            calls += 1
+            assert calls < 20
+    assert timer_keys(fake) == {key_of(fake, ks, t) for t in ids}

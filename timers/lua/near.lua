@@ -49,15 +49,16 @@ table.insert(indexes, 1, KEYS[1])
 
 -- The next timers of `index` after the cursor (or after `from`), as {id, due, ...}.
 local function next_batch(index, cursor, limit)
-  if cursor then
-    local due, id = string.match(cursor, '^(%S+) (.+)$')
-    if due and tonumber(redis.call('ZSCORE', index, id)) == tonumber(due) then
+  -- a cursor that does not read as "<due ms> <id>" (garbled) restarts the index
+  local due_text, id = string.match(cursor or '', '^(%d+) (.+)$')
+  if due_text then
+    local score = redis.call('ZSCORE', index, id)
+    if score and tonumber(score) == tonumber(due_text) then
       local rank = redis.call('ZRANK', index, id) + 1
       return redis.call('ZRANGE', index, rank, rank + limit - 1, 'WITHSCORES')
     end
-    if due then
-      return redis.call('ZRANGEBYSCORE', index, due, sweep_text, 'WITHSCORES', 'LIMIT', 0, limit)
-    end
+    return redis.call('ZRANGEBYSCORE', index, due_text, sweep_text, 'WITHSCORES',
+      'LIMIT', 0, limit)
   end
   return redis.call('ZRANGEBYSCORE', index, '(' .. fmt(math.max(from, now)), sweep_text,
     'WITHSCORES', 'LIMIT', 0, limit)
