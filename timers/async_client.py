@@ -10,7 +10,6 @@ from typing import Any, TypeVar
 import redis
 import redis.asyncio
 
-from timers.cluster import keyspace_for
 from timers.coalesce import Coalescer
 from timers.connect import async_client
 from timers.cron import CatchUp, Recurrence, recurrence
@@ -20,7 +19,6 @@ from timers.loops import LoopBinding
 from timers.operations import (
     Failure,
     Operation,
-    Operations,
     PendingTimer,
     Prepared,
     RetrySummary,
@@ -29,6 +27,7 @@ from timers.operations import (
 )
 from timers.scripts import register_all
 from timers.server_errors import out_of_memory, translate
+from timers.sharded_ops import operations_for
 from timers.transport import run_async
 
 __all__ = ["AsyncTimers"]
@@ -54,6 +53,7 @@ class AsyncTimers:
         max_args_bytes: int = DEFAULT_MAX_ARGS_BYTES,
         max_connections: int | None = None,
         group: str | None = None,
+        shards: int | None = None,
     ) -> None:
         if isinstance(redis_, redis.asyncio.Redis | redis.asyncio.RedisCluster):
             self.redis = redis_
@@ -61,8 +61,10 @@ class AsyncTimers:
         else:
             self.redis = async_client(redis_, max_connections)
             self._owns_client = True
-        self.keys = keyspace_for(self.redis, prefix)
-        self.ops = Operations(self.keys, max_args_bytes, configured_group(group))
+        self.ops = operations_for(self.redis, prefix, shards, max_args_bytes,
+                                  configured_group(group))
+        self.keys = self.ops.home
+        """The prefix's one-shard keyspace (its only one unless it is sharded)."""
         self._scripts = register_all(self.redis)
         self._loop = LoopBinding()
         self._coalescer: Coalescer[Prepared] = Coalescer(

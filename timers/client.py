@@ -14,7 +14,6 @@ from typing import Any, TypeVar
 import redis
 
 from timers.async_client import AsyncTimers
-from timers.cluster import keyspace_for
 from timers.connect import URL_ENV, configured_url, sync_client
 from timers.cron import CatchUp, Recurrence, recurrence
 from timers.encoding import DEFAULT_MAX_ARGS_BYTES, Args
@@ -23,7 +22,6 @@ from timers.loops import warn_if_blocking_a_loop
 from timers.operations import (
     Failure,
     Operation,
-    Operations,
     PendingTimer,
     RetrySummary,
     Stats,
@@ -31,6 +29,7 @@ from timers.operations import (
 )
 from timers.scripts import register_all
 from timers.server_errors import out_of_memory, translate
+from timers.sharded_ops import operations_for
 from timers.transport import run_sync
 
 __all__ = ["URL_ENV", "AsyncTimers", "Timers", "configured_url"]
@@ -58,6 +57,7 @@ class Timers:
         max_args_bytes: int = DEFAULT_MAX_ARGS_BYTES,
         max_connections: int | None = None,
         group: str | None = None,
+        shards: int | None = None,
     ) -> None:
         if isinstance(redis_, redis.Redis | redis.RedisCluster):
             self.redis = redis_
@@ -65,8 +65,10 @@ class Timers:
         else:
             self.redis = sync_client(redis_, max_connections)
             self._owns_client = True
-        self.keys = keyspace_for(self.redis, prefix)
-        self.ops = Operations(self.keys, max_args_bytes, configured_group(group))
+        self.ops = operations_for(self.redis, prefix, shards, max_args_bytes,
+                                  configured_group(group))
+        self.keys = self.ops.home
+        """The prefix's one-shard keyspace (its only one unless it is sharded)."""
         self._scripts = register_all(self.redis)
         self.warn_in_event_loop = True
         """Warn when called on a running event loop's thread (off for in-memory servers)."""

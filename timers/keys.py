@@ -57,6 +57,9 @@ key                 type    holds
 ``P|parked``        hash    id → state of a timer held back by a flow gate (see
                             ``timers/lua/flow.lua``).
 ``P|held``          hash    run token → ``limit|lease|key``: the slot a run holds.
+``P|shards``        string  the shard count of the prefix (:mod:`timers.shards`); kept
+                            in the one-shard keyspace ``P`` of the prefix. Shard ``i`` of
+                            ``S`` > 1 has the keyspace ``{P#i}``, with every key above.
 ==================  ======  ========================================================
 
 The flow keys (``queues`` onward) are also named by ``timers/lua/prelude.lua`` and
@@ -208,6 +211,11 @@ class Keyspace:
     def near(self) -> str:
         """hash: "until" (every timer due by then has its expiring key), "horizon" (ms)."""
         return self.prefix + "|near"
+
+    @property
+    def shards(self) -> str:
+        """string: how many shards the prefix is split into (see :mod:`timers.shards`)."""
+        return self.prefix + "|shards"
 
     @property
     def wake_channel(self) -> str:

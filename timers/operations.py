@@ -215,8 +215,7 @@ class Operations(FailureOperations, RecurrenceOperations):
         sent again, never overwritten; should that second round trip fail, the error's
         ``written`` lists the ids of the first.
         """
-        prepared = [self._prepare_nth(index, s, options) for index, s in enumerate(specs)]
-        return (yield from self._write(prepared))
+        return (yield from self._write(self.prepare_all(specs, options)))
 
     def _prepare_nth(
         self, index: int, item: TimerSpec | Mapping[str, Any], options: Mapping[str, str] | None
@@ -254,9 +253,15 @@ class Operations(FailureOperations, RecurrenceOperations):
             todo = retry
         return [p.timer_id for p in prepared]
 
-    def prepare(self, spec: TimerSpec | Mapping[str, Any]) -> Prepared:
+    def prepare(self, spec: TimerSpec | Mapping[str, Any],
+                options: Mapping[str, str] | None = None) -> Prepared:
         """Validate and encode one timer for :meth:`write` (errors are the caller's own)."""
-        return self._prepare(_coerce_spec(spec))
+        return self._prepare(_coerce_spec(spec), options)
+
+    def prepare_all(self, specs: Iterable[TimerSpec | Mapping[str, Any]],
+                    options: Mapping[str, str] | None = None) -> list[Prepared]:
+        """:meth:`prepare` for a batch: an error names the timer (index, id)."""
+        return [self._prepare_nth(index, s, options) for index, s in enumerate(specs)]
 
     def write(self, prepared: list[Prepared]) -> Operation[list[str]]:
         """Send timers :meth:`prepare` made, in one round trip (see :meth:`schedule_many`)."""

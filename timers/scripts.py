@@ -24,7 +24,7 @@ from timers.keys import DEFAULT_GROUP, Keyspace
 ScriptName = Literal[
     "schedule", "reschedule", "cancel", "claim", "renew", "finish", "heartbeat", "forget",
     "cron_declare", "cron_next", "cron_pause", "cron_remove", "gate", "park",
-    "near",
+    "near", "shards",
 ]
 SCRIPT_NAMES: tuple[ScriptName, ...] = (
     "schedule",
@@ -42,6 +42,7 @@ SCRIPT_NAMES: tuple[ScriptName, ...] = (
     "gate",
     "park",
     "near",
+    "shards",
 )
 PRELUDES = ("prelude", "flow")
 """``lua/prelude.lua`` and ``lua/flow.lua``: helpers shared by the scripts, included into
@@ -204,6 +205,12 @@ class ScriptCalls:
         for timer in timers:
             args.extend(timer)
         return Invocation("park", (k.due, k.records, k.stats), tuple(args))
+
+    def shards(self, wanted: int, store: bool) -> Invocation:
+        """``self.keys`` is the prefix's one-shard keyspace (see :mod:`timers.shards`)."""
+        k = self.keys
+        return Invocation("shards", (k.shards, k.due, k.records, k.recurrences, k.failures,
+                                     k.queues), (wanted, "1" if store else "0"))
 
     def near(self, limit: int) -> Invocation:
         k = self.keys

@@ -30,14 +30,14 @@ from timers.scripts import (
 KS = Keyspace("p")
 CALLS = ScriptCalls(KS)
 ALLOW_OOM = {"renew", "finish", "cancel", "forget", "heartbeat", "reschedule", "cron_pause",
-             "cron_remove", "cron_next"}
+             "cron_remove", "cron_next", "shards"}
 LABELS = {
     "due index": KS.due, "records": KS.records, "running": KS.running,
     "running records": KS.running_records, "sequence": KS.sequence, "stats": KS.stats,
     "failures": KS.failures, "failure records": KS.failure_records,
     "failure index": KS.failure_index, "listeners": KS.listeners,
     "listener info": KS.listener_info, "recurrence definitions": KS.recurrences,
-    "recurrence states": KS.recurrence_states,
+    "recurrence states": KS.recurrence_states, "layout": KS.shards, "queues": KS.queues,
 }
 SAMPLES: dict[ScriptName, Invocation] = {
     "schedule": CALLS.schedule([NewTimer("a", "t.f:[1]", "in", 5, "r"),
@@ -60,6 +60,7 @@ SAMPLES: dict[ScriptName, Invocation] = {
     "gate": CALLS.gate(100, [GateRun("1", "device:7", 1, "", 1, 1)]),
     "park": CALLS.park(100, [ParkTimer("a", "t.f:[1]", "device:7", 1)]),
     "near": CALLS.near(1000),
+    "shards": CALLS.shards(16, True),
 }
 EXPIRING_KEYS = {  # the expiring keys each sample must name, in order
     "schedule": [KS.timer_key("a:t.f:[1]"), KS.timer_key("b:t.g:[2]")],

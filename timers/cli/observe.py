@@ -10,7 +10,6 @@ import typer
 
 from timers.cli.common import PrefixOption, UrlOption, UserError, friendly, open_timers
 from timers.keys import DEFAULT_PREFIX
-from timers.observe.snapshot import read_snapshot
 from timers.redact import safe_url
 
 PortOption = Annotated[int, typer.Option("--port", min=1, max=65535, metavar="PORT",
@@ -34,9 +33,9 @@ def metrics(url: UrlOption = None, prefix: PrefixOption = DEFAULT_PREFIX,
     metrics, read from Redis at each scrape, until Ctrl-C."""
     module = _fleet_metrics()
     with open_timers(url, prefix) as t:
-        t.run(read_snapshot(t.keys))  # a bad URL or a server away: say so now, not per scrape
+        t.run(t.ops.snapshot())  # a bad URL or a server away: say so now, not per scrape
         try:
-            module.serve(lambda: t.run(read_snapshot(t.keys)), port, host)
+            module.serve(lambda: t.run(t.ops.snapshot()), port, host)
         except OSError as exc:
             raise UserError(f"cannot serve metrics on {host}:{port}: "
                             f"{exc.strerror or exc}") from None

@@ -26,7 +26,7 @@ from rich.text import Text
 
 from timers.cli.common import PrefixOption, UrlOption, friendly, open_timers
 from timers.keys import DEFAULT_PREFIX
-from timers.observe.snapshot import SOON_MS, FleetSnapshot, read_snapshot
+from timers.observe.snapshot import SOON_MS, FleetSnapshot
 
 IntervalOption = Annotated[float, typer.Option(
     "--interval", min=0.2, metavar="SECONDS", help="Seconds between refreshes.")]
@@ -101,7 +101,7 @@ def top(url: UrlOption = None, prefix: PrefixOption = DEFAULT_PREFIX,
     """A live view of pending, due, overdue and running timers, fires per second,
     lateness, the busiest tasks and the listeners. q or Ctrl-C quits."""
     with open_timers(url, prefix) as t:
-        snap = t.run(read_snapshot(t.keys))
+        snap = t.run(t.ops.snapshot())
         if not (sys.stdout.isatty() and sys.stdin.isatty()):
             Console(width=120).print(view(snap, None, t.keys.prefix))
             return
@@ -109,7 +109,7 @@ def top(url: UrlOption = None, prefix: PrefixOption = DEFAULT_PREFIX,
         with _keys(), Live(view(snap, None, t.keys.prefix), auto_refresh=False,
                            screen=True) as live:
             while not _quit_pressed(interval):
-                before, snap = snap, t.run(read_snapshot(t.keys))
+                before, snap = snap, t.run(t.ops.snapshot())
                 live.update(view(snap, before, t.keys.prefix), refresh=True)
 
 

@@ -11,10 +11,10 @@ It wires parts with one job each, sharing one asyncio event loop:
 - **leases** (a thread: :mod:`timers.listener.leases`, so a blocked loop cannot starve
   it): keeps a live listener's timers; a dead one's run again once their lease lapses.
 
-This module keeps the lifecycle: start, a heartbeat so ``timers listeners`` shows who is
-alive, the near keys (:mod:`timers.listener.near_keys`), and stop: it stops claiming,
-gives running tasks ``shutdown_timeout`` seconds, and hands the unfinished runs back to
-the due index so another listener runs them at once.
+This module keeps the lifecycle: start, one lane per shard (:mod:`timers.listener.lanes`),
+a heartbeat so ``timers listeners`` shows who is alive, the near keys, and stop
+(:mod:`timers.listener.shutdown`): running tasks get ``shutdown_timeout`` seconds, the
+unfinished runs go back to the due index so another listener runs them at once.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ import redis.asyncio
 from timers.clock import Clock, SystemClock
 from timers.cluster import database_of, keyspace_for
 from timers.cron import RecurrenceHook
+from timers.keys import configured_prefix
 from timers.listener.claimer import Claimer, ClaimerHooks
 from timers.listener.connection import check_limits, client_of
 from timers.listener.crashes import listener_name
@@ -46,6 +47,8 @@ from timers.listener.executor import Executed, Executor
 from timers.listener.flow_gate import FlowGate
 from timers.listener.groups import served_groups
 from timers.listener.handoff import Handoff
+from timers.listener.info import describe
+from timers.listener.lanes import lanes_of, read_layout, shard_note
 from timers.listener.leases import HeldRuns, LeaseKeeper, sync_twin
 from timers.listener.loop_watch import LoopWatch
 from timers.listener.near_keys import keep_near_keys
@@ -57,10 +60,12 @@ from timers.listener.quarantine import Quarantine
 from timers.listener.recycling import RecycleLimits, Recycler, report_fd
 from timers.listener.retrying import RETRYABLE, Outage, beat_until
 from timers.listener.runner import Runner
+from timers.listener.shutdown import drain, end_loops
 from timers.listener.tally import RunTally
 from timers.loader import TASKS_ENV, TaskLoader, configured_package
 from timers.runs import Fired, Run, rejected_entry
 from timers.scripts import Scripts
+from timers.shards import configured_shards
 from timers.wire import HEARTBEAT_INTERVAL, HEARTBEAT_MISSES, ClaimSource, EndingKind
 
 log = logging.getLogger("timers.listener")
@@ -68,7 +73,6 @@ log = logging.getLogger("timers.listener")
 DEFAULT_LEASE = 15.0
 DEFAULT_CONCURRENCY = 32
 DEFAULT_FAILURE_RETENTION = 7 * 86400.0
-FLUSH_GRACE = 5.0  # s a batch of endings already sent may take to be answered at shutdown
 
 
 class Listener:
@@ -99,10 +103,13 @@ class Listener:
         allow_eviction: bool = False,
         recycle: RecycleLimits | None = None,
         groups: Sequence[str] | None = None,
+        shards: int | None = None,
     ) -> None:
         check_limits(concurrency, lease)
+        self.shards = configured_shards(shards)
         self.groups = served_groups(groups)
         self.redis, self._owns_client = client_of(redis_)
+        self.prefix = configured_prefix(prefix)
         self.keys, self.db = keyspace_for(self.redis, prefix), database_of(self.redis)
         self._tasks_optional = bool(registry) and tasks is None and not os.environ.get(TASKS_ENV)
         self.loader = TaskLoader(configured_package(tasks), registry,
@@ -126,9 +133,17 @@ class Listener:
         self._tasks: set[asyncio.Task[None]] = set()
         self._held = HeldRuns()  # tokens whose lease we keep: running or unflushed
         self.recycler = Recycler(recycle, self._stop_claiming, report_fd())
-        self._wire_parts(failure_retention)
+        self.failure_retention = failure_retention
+        self._root, self._lanes = self, [self]
+        """The listener and its lanes, one per shard (see :mod:`timers.listener.lanes`);
+        a lane is a shallow copy that shares the root's runner, loader and flags."""
+        self._runner = Runner(self.concurrency, on_free=self._slot_freed_everywhere)
+        self._precise = PreciseSleeper()
+        self._wire_parts()
 
-    def _wire_parts(self, failure_retention: float) -> None:
+    def _wire_parts(self) -> None:
+        """The parts of one shard's lane: its claims, events, endings and gates."""
+        failure_retention = self.failure_retention
         self.endings = EndingWriter(self._scripts, self.keys, failure_retention, self._held,
                                     self._closed)
         self.endings.on_written = self._after_endings_written
@@ -148,10 +163,8 @@ class Listener:
                                   self.claimer.poke.set, self._reject, self._stopping)
         self.claimer.parker = Parker(self._scripts, self.groups, self.lease, self.loader.resolve,
                                      self.flow)
-        self._runner = Runner(self.concurrency, on_free=self.claimer.slot_freed.set)
-        self.handoff.slot_freed = self.claimer.slot_freed.set
+        self.handoff.slot_freed = self._slot_freed_everywhere
         self.claimer.outage = self.events.outage = self.endings.outage = Outage()
-        self._precise = PreciseSleeper()
         self.executor = Executor(self.loader.resolve, self._runner,
                                  Quarantine(self.loader, listener_name(self.id)),
                                  RecurrenceHook(self.redis, self.keys, self._scripts), self.tracker,
@@ -175,11 +188,33 @@ class Listener:
         self._burst = burst
         events = await self._preflight()
         await self.recycler.wait_for_turn(self._stopping)  # a standby waits to take over
-        log.info("listening: tasks package %r loaded, prefix %r, concurrency %d, lease %g s",
-                 self.loader.package, self.keys.prefix, self.concurrency, self.lease)
+        log.info("listening: tasks package %r loaded, prefix %r%s, concurrency %d, lease %g s",
+                 self.loader.package, self.prefix, shard_note(self._lanes), self.concurrency,
+                 self.lease)
+        watch = LoopWatch(asyncio.get_running_loop(), self._runner.on_loop.copy).start()
+        watcher = asyncio.create_task(self._watch(stop)) if stop is not None else None
+        try:
+            ended = await asyncio.gather(*(lane._serve(events) for lane in self._lanes),
+                                         return_exceptions=True)
+        finally:
+            self._stopping.set()
+            if watcher is not None:
+                watcher.cancel()
+            watch.close()
+            self.recycler.close(asyncio.get_running_loop())
+            self._runner.shutdown()
+            self._precise.close()
+            if self._owns_client:
+                await self.redis.aclose()
+        for outcome in ended:
+            if isinstance(outcome, BaseException):
+                raise outcome
+
+    async def _serve(self, events: bool) -> None:
+        """One lane (the listener itself, with one shard): claim, run and finish its
+        shard's timers until the listener stops (or, in a burst, nothing is due)."""
         keeper = LeaseKeeper(sync_twin(self.redis, min(15.0, max(1.0, self.lease))),
                              self.keys, self.lease, self._held).start()
-        watch = LoopWatch(asyncio.get_running_loop(), self._runner.on_loop.copy).start()
         loops = [
             asyncio.create_task(self.events.run() if events else self.events.run_without(),
                                 name="timers-events"),
@@ -188,30 +223,18 @@ class Listener:
         ]
         for loop_task in loops:
             loop_task.add_done_callback(self._loop_ended)
-        watcher = asyncio.create_task(self._watch(stop)) if stop is not None else None
         try:
-            await self.claimer.run(burst)
+            await self.claimer.run(self._burst)
         finally:
-            self._stopping.set()
-            if watcher is not None:
-                watcher.cancel()
-            await self._drain()
+            if not self._burst or len(self._lanes) == 1:
+                self._stopping.set()  # (a burst's lanes end each when its shard is done)
+            await drain(self)
             self._closed.set()
             await asyncio.to_thread(keeper.close)
-            watch.close()
-            self.recycler.close(asyncio.get_running_loop())
-            await self._end_loops(loops)
-            await self._close()
-
-    async def _end_loops(self, loops: list[asyncio.Task[None]]) -> None:
-        """Cancel the loops, but let a batch of endings on its way finish first: a write
-        cancelled after Redis ran it would be sent again and count as late finishes."""
-        writers = [t for t in loops if t.get_name() == "timers-finish"]
-        self.endings.ready.set()  # the writer sees the close flag and ends after its batch
-        await asyncio.wait(writers, timeout=FLUSH_GRACE)
-        for loop_task in loops:
-            loop_task.cancel()
-        await asyncio.gather(*loops, return_exceptions=True)
+            await end_loops(self.endings, loops)
+            await self.endings.flush_remaining(self.clock)
+            with contextlib.suppress(*RETRYABLE):
+                await self._heartbeat(alive=False)
 
     async def _preflight(self) -> bool:
         """Load the tasks and check the server before any claim; False: no events (the
@@ -223,23 +246,18 @@ class Listener:
             self.endings.eviction_policy = await eviction_policy(self.redis,
                                                                  self.allow_eviction)
             missing = await check_at_start(self.redis, self.keys, self.db)
+            layout = await read_layout(self)
+            if layout is not None:
+                self._lanes[:] = lanes_of(self, layout)
             self.recycler.start(asyncio.get_running_loop())  # the tasks are loaded: RSS
         except Exception:
             if self._owns_client:
                 await self.redis.aclose()
             raise
         if missing:
-            self.tracker.max_sleep = min(self.tracker.max_sleep, SWEEP_ONLY_MAX_SLEEP)
+            for lane in self._lanes:
+                lane.tracker.max_sleep = min(lane.tracker.max_sleep, SWEEP_ONLY_MAX_SLEEP)
         return "events" not in missing
-
-    async def _close(self) -> None:
-        await self.endings.flush_remaining(self.clock)
-        with contextlib.suppress(*RETRYABLE):
-            await self._heartbeat(alive=False)
-        self._runner.shutdown()
-        self._precise.close()
-        if self._owns_client:
-            await self.redis.aclose()
 
     def _loop_ended(self, task: asyncio.Task[None]) -> None:
         """A loop must only end on stop: if one dies of a bug, stop rather than limp on
@@ -250,7 +268,7 @@ class Listener:
         if exc is not None:
             log.critical("%s loop died: %r; stopping the listener", task.get_name(), exc,
                          exc_info=exc)
-            self.crashed = True
+            self._root.crashed = True
             self.abort()
 
     def stop(self) -> None:
@@ -260,8 +278,14 @@ class Listener:
 
     def _stop_claiming(self) -> None:
         self._stopping.set()
-        self.claimer.poke.set()
-        self.claimer.slot_freed.set()
+        for lane in self._lanes:
+            lane.claimer.poke.set()
+        self._slot_freed_everywhere()
+
+    def _slot_freed_everywhere(self) -> None:
+        """A run ended (or a handoff's reserved slots came back): every lane may claim."""
+        for lane in self._lanes:
+            lane.claimer.slot_freed.set()
 
     def abort(self) -> None:
         """Like :meth:`stop`, without waiting for running tasks: they are handed back."""
@@ -271,45 +295,29 @@ class Listener:
     def _give_up(self, exc: BaseException) -> None:
         """A permanent error (:func:`~timers.listener.permissions.is_permanent`): stop."""
         log.error("cannot claim timers: %s; stopping", explain(exc, self.keys))
-        self.crashed = True
+        self._root.crashed = True
         self.stop()
 
     async def _watch(self, stop: asyncio.Event) -> None:
         await stop.wait()
         self.stop()
 
-    async def _drain(self) -> None:
-        """Wait for running tasks, then hand back the runs that did not finish."""
-        running = [t for t in self._tasks if not t.done()]
-        await self.recycler.wait_for_runs(running, lambda: self._heartbeat(alive=True))
-        running = [t for t in running if not t.done()]
-        if running and not self.aborted:
-            log.info("waiting up to %gs for %d running task(s)", self.shutdown_timeout,
-                     len(running))
-            waiter = asyncio.create_task(self._abort_event.wait())
-            everything: asyncio.Future[Any] = asyncio.gather(*running, return_exceptions=True)
-            either: list[asyncio.Future[Any]] = [everything, waiter]
-            await asyncio.wait(either, timeout=self.shutdown_timeout,
-                               return_when=asyncio.FIRST_COMPLETED)
-            waiter.cancel()
-        unfinished = list(self._running.values())
-        for run in unfinished:
-            self._running.pop(run.token, None)
-            self.endings.add(Ending.release(run.token))
-        for task in self._tasks:
-            task.cancel()
-        if unfinished:
-            self.tally.hand_back([run.timer_id for run in unfinished])
-
     # -- runs -------------------------------------------------------------------------
 
     def load(self) -> tuple[int, int]:
         """(runs under way, runs it could start now): for metrics."""
-        return len(self._running), self._free_slots()
+        return self._running_count(), self._free_slots()
+
+    def _running_count(self) -> int:
+        return sum(len(lane._running) for lane in self._lanes)
 
     def _free_slots(self) -> int:
-        return (self.concurrency - len(self._running) - self._runner.stuck
-                - self.handoff.reserved)
+        """Of the concurrency, what no lane's run, stuck task or handoff holds."""
+        if len(self._lanes) == 1:
+            return (self.concurrency - len(self._running) - self._runner.stuck
+                    - self.handoff.reserved)
+        return (self.concurrency - self._running_count() - self._runner.stuck
+                - sum(lane.handoff.reserved for lane in self._lanes))
 
     def _hand_back_now(self, run: Run) -> None:
         self._held.hold(run.token, run.timer_id)
@@ -349,7 +357,7 @@ class Listener:
             return  # shutting down: _drain hands this run back
         finally:
             self._running.pop(run.token, None)
-            self.claimer.slot_freed.set()
+            self._slot_freed_everywhere()
             if self._burst:
                 self.claimer.poke.set()  # the sweep loop decides whether the burst is over
         self.tally.ended(done)
@@ -358,9 +366,9 @@ class Listener:
             return
         self.endings.add(done.ending)
         if done.report is not None:
-            self.ended_count += 1
+            self._root.ended_count += 1
             self._report(done)
-            self.recycler.after_run(self.ended_count)
+            self.recycler.after_run(self._root.ended_count)
 
     def _report(self, done: Executed) -> None:
         if self.observer is None or done.report is None:
@@ -383,18 +391,8 @@ class Listener:
             keep_near_keys(self._scripts, self._stopping))
 
     async def _heartbeat(self, alive: bool) -> None:
-        info = json.dumps(self._info()) if alive else ""
+        info = json.dumps(describe(self)) if alive else ""
         await self._scripts.heartbeat(self.id, round(HEARTBEAT_INTERVAL * HEARTBEAT_MISSES * 1000),
                                       info)
         if alive:
             self.recycler.published()
-
-    def _info(self) -> dict[str, Any]:
-        """What ``timers listeners`` shows of this listener."""
-        return {"id": self.id, "host": socket.gethostname(), "pid": os.getpid(),
-                "started": round(self.started_at), "running": len(self._running),
-                "fired": self.ended_count, "concurrency": self.concurrency,
-                "tasks": self.loader.package, "stuck": self._runner.stuck,
-                "groups": self.groups, **self.tally.recent.summary(),
-                **self.recycler.heartbeat_info(self._stopping.is_set())}
-

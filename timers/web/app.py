@@ -21,7 +21,7 @@ from starlette.templating import Jinja2Templates
 from timers.client import Timers
 from timers.exceptions import TimersError
 from timers.observe import browse
-from timers.observe.snapshot import SOON_MS, FleetSnapshot, read_snapshot
+from timers.observe.snapshot import SOON_MS, FleetSnapshot
 from timers.web.auth import COOKIE, Guard
 from timers.web.reads import ACTIONS, TimerView, dead_timers
 
@@ -49,7 +49,7 @@ class Dashboard:
             maxlen=HISTORY)
 
     def snapshot(self) -> FleetSnapshot:
-        snap = self.timers.run(read_snapshot(self.timers.keys))
+        snap = self.timers.run(self.timers.ops.snapshot())
         late = [(x.get("lateness_p50_ms"), x.get("lateness_p99_ms")) for x in snap.listeners]
         p50 = max((a for a, _ in late if a is not None), default=None)
         p99 = max((b for _, b in late if b is not None), default=None)
@@ -129,11 +129,11 @@ def _list_context(d: Dashboard, query: Any) -> dict[str, Any]:
         "page", "1").isdigit() else 0
     complete = True
     if prefix:
-        found, complete = d.timers.run(browse.search_id_prefix(d.timers.keys, prefix, PAGE))
+        found, complete = d.timers.run(d.timers.ops.search_id_prefix(prefix, PAGE))
     elif task:
-        found = d.timers.run(browse.filter_task(d.timers.keys, task, PAGE))
+        found = d.timers.run(d.timers.ops.filter_task(task, PAGE))
     else:
-        found = d.timers.run(browse.page(d.timers.keys, offset, PAGE))
+        found = d.timers.run(d.timers.ops.browse_page(offset, PAGE))
     return {"found": found, "q": prefix, "task": task, "complete": complete,
             "page_no": offset // PAGE + 1, "more": len(found) == PAGE and not (prefix or task),
             "now": datetime.now(UTC), "window": browse.FILTER_WINDOW}
@@ -184,7 +184,7 @@ def metrics_route(d: Dashboard) -> list[Route]:
     except ImportError:
         return []
     registry = CollectorRegistry()
-    registry.register(FleetCollector(lambda: d.timers.run(read_snapshot(d.timers.keys))))
+    registry.register(FleetCollector(lambda: d.timers.run(d.timers.ops.snapshot())))
 
     async def metrics(request: Request) -> Response:
         body = await run_in_threadpool(generate_latest, registry)

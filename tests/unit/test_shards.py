@@ -1,0 +1,154 @@
+"""Shards on fakeredis: where a timer goes, how the layout is fixed at first use, every call
+of the API over four shards, and a listener that serves them all (one lane per shard).
+
+fakeredis is one server, so the shards' hash tags change nothing here; the cluster itself
+is tests/integration/test_cluster.py's business.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+
+import fakeredis
+import pytest
+
+from tests.unit.conftest import ROOT, SAMPLE_TASKS
+from tests.unit.sample_tasks import mod
+from timers import Listener, Timers, TimerSpec
+from timers.keys import Keyspace
+from timers.shards import (
+    MAX_SHARDS,
+    ShardLayout,
+    ShardLayoutMismatch,
+    check_shards,
+    configured_shards,
+    shard_of,
+)
+
+SHARDS = [Keyspace(f"{{timers#{i}}}") for i in range(4)]
+
+
+def test_a_timer_id_always_goes_to_the_same_shard_and_ids_spread_evenly() -> None:
+    assert shard_of("order-17", 16) == shard_of("order-17", 16)
+    counts = Counter(shard_of(f"user:{i}:reminder", 16) for i in range(16_000))
+    assert len(counts) == 16
+    assert min(counts.values()) > 800 and max(counts.values()) < 1200  # 1,000 each ideally
+    assert {shard_of(f"x{i}", 1) for i in range(100)} == {0}
+
+
+def test_a_recurrences_occurrences_go_to_the_shard_of_its_name() -> None:
+    for name in ("nightly", "report@weekly", "a"):
+        assert shard_of(f"{name}@1764000000000", 16) == shard_of(name, 16)
+    assert shard_of("a@b", 16) == shard_of("a@b", 16)  # not digits: the whole id routes
+
+
+@pytest.mark.parametrize("bad", [0, -1, MAX_SHARDS + 1, "x", "4.5", True, ""])
+def test_a_bad_shard_count_is_one_clear_line(bad: object) -> None:
+    with pytest.raises(ValueError, match="shards must be a whole number from 1 to 1024"):
+        check_shards(bad)
+
+
+def test_the_shard_count_comes_from_the_environment_when_not_given(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TIMERS_SHARDS", "8")
+    assert configured_shards() == 8 and configured_shards(2) == 2
+    monkeypatch.setenv("TIMERS_SHARDS", "lots")
+    with pytest.raises(ValueError, match=r"\$TIMERS_SHARDS must be"):
+        configured_shards()
+
+
+def test_a_layout_names_one_hash_tag_per_shard() -> None:
+    layout = ShardLayout(Keyspace("{timers}"), 4, "timers")
+    assert [k.prefix for k in layout.keyspaces] == [s.prefix for s in SHARDS]
+    assert ShardLayout(Keyspace("{timers}"), 1, "timers").keyspaces == (Keyspace("{timers}"),)
+
+
+def test_a_single_server_stores_no_layout_unless_asked_and_a_later_client_follows_it(
+        fake: fakeredis.FakeRedis) -> None:
+    with Timers(fake) as plain:
+        plain.schedule("a.b", in_=60)
+    assert fake.get("timers|shards") is None
+    fake.flushall()
+    with Timers(fake, shards=4) as sharded:
+        sharded.schedule_many(TimerSpec("a.b", [i], in_=60) for i in range(40))
+    assert fake.get("timers|shards") == b"4"
+    with Timers(fake) as later:
+        assert later.stats().pending == 40
+        assert later.ops.layout is not None and later.ops.layout.count == 4
+    with pytest.raises(ShardLayoutMismatch, match=r"prefix 'timers' is split into 4 shard"):
+        Timers(fake, shards=8).stats()
+
+
+def test_a_prefix_in_use_before_it_had_a_layout_stays_one_shard(
+        fake: fakeredis.FakeRedis) -> None:
+    with Timers(fake) as old:
+        old.schedule("a.b", in_=60, id="kept")
+    with pytest.raises(ShardLayoutMismatch, match="split into 1 shard"):
+        Timers(fake, shards=4).stats()
+    assert fake.get("timers|shards") == b"1"  # fixed now: nothing stranded
+    with Timers(fake) as t:
+        assert t.get("kept") is not None
+
+
+def test_every_call_works_over_four_shards(fake: fakeredis.FakeRedis) -> None:
+    with Timers(fake, shards=4) as t:
+        ids = t.schedule_many(TimerSpec("a.b", [i], in_=60 + i, id=f"t{i}") for i in range(100))
+        assert ids == [f"t{i}" for i in range(100)]
+        assert all(fake.zcard(k.due) > 10 for k in SHARDS)  # spread over every shard
+        assert fake.zcard("timers|due") == 0
+        assert t.get("t7") is not None and t.get("t7").args == [7]  # type: ignore[union-attr]
+        assert t.reschedule("t7", in_=1)
+        assert [p.id for p in t.list(3)] == ["t7", "t0", "t1"]  # soonest first, merged
+        assert t.cancel("t7") and not t.cancel("t7") and t.get("t7") is None
+        assert t.stats().pending == 99
+        generated = t.schedule("a.b", in_=5)
+        assert fake.zscore(SHARDS[shard_of(generated, 4)].due, generated) is not None
+
+
+def test_recurrences_live_beside_their_occurrences_over_four_shards(
+        fake: fakeredis.FakeRedis) -> None:
+    with Timers(fake, shards=4) as t:
+        for name in ("alpha", "beta", "gamma", "delta"):
+            t.every(name, "a.b", interval=60)
+        assert [r.name for r in t.recurrences()] == ["alpha", "beta", "delta", "gamma"]
+        for name in ("alpha", "beta", "gamma", "delta"):
+            home = SHARDS[shard_of(name, 4)]
+            assert fake.hexists(home.recurrences, name)
+            (occurrence,) = [i.decode() for i in fake.zrange(home.due, 0, -1)
+                             if i.decode().startswith(name + "@")]
+            assert t.get(occurrence) is not None
+            found = t.get_recurrence(name)
+            assert found is not None and found.next_due is not None
+        assert t.pause("beta") and t.unschedule_recurring("gamma")
+        assert [r.name for r in t.recurrences()] == ["alpha", "beta", "delta"]
+
+
+def _listener(server: fakeredis.FakeServer) -> Listener:
+    return Listener(fakeredis.FakeAsyncRedis(server=server), tasks=SAMPLE_TASKS,
+                    search_path=str(ROOT), concurrency=8)
+
+
+def test_one_listener_serves_every_shard_and_its_failures_merge() -> None:
+    server = fakeredis.FakeServer()
+    mod.CALLS.clear()
+    past = datetime.now(UTC) - timedelta(seconds=1)
+    with Timers(fakeredis.FakeRedis(server=server), shards=4) as t:
+        t.schedule_many(TimerSpec("mod.add", [i], at=past) for i in range(60))
+        t.schedule_many(TimerSpec("mod.boom", [i], at=past, id=f"bad{i}") for i in range(3))
+
+        async def burst() -> None:
+            listener = _listener(server)
+            await asyncio.wait_for(listener.run(burst=True), 15)
+            await listener.redis.aclose()
+
+        asyncio.run(burst())
+        assert sorted(mod.CALLS) == [("add", (i, 0)) for i in range(60)]  # each once
+        stats = t.stats()
+        assert (stats.pending, stats.failed, stats.fired) == (0, 3, 60)
+        assert sorted(f.timer_id or "" for f in t.failed()) == ["bad0", "bad1", "bad2"]
+        assert t.get_failure("bad1") is not None
+        assert t.retry_all_failures().retried == 3
+        assert t.stats().pending == 3 and t.stats().failed == 0
+    mod.CALLS.clear()

@@ -1,0 +1,73 @@
+"""A listener's lanes: one per shard of the prefix (see :mod:`timers.shards`).
+
+Every listener serves every shard, with no leader: a lane has the shard's own claims and
+due-driven sweep, event subscription (on the node that holds the shard, since a cluster's
+``expired`` events are node-local), wake channel, endings, leases, near keys and heartbeat.
+The lanes of a listener share one runner (``--concurrency`` counts the runs of every lane),
+the tasks, the stop and abort flags and the tally. With one shard the listener is its own
+only lane, as it always was.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import logging
+from typing import TYPE_CHECKING
+
+from timers.cluster import is_cluster
+from timers.listener.due_tracker import DueTracker
+from timers.listener.leases import HeldRuns
+from timers.listener.retrying import RETRYABLE, ReconnectDelays, pause
+from timers.scripts import Scripts
+from timers.shards import ShardLayout, resolve_layout, wanted_count
+
+if TYPE_CHECKING:
+    from timers.keys import Keyspace
+    from timers.listener.lifecycle import Listener
+
+log = logging.getLogger("timers.listener")
+
+
+async def read_layout(root: Listener) -> ShardLayout | None:
+    """The prefix's layout, fixed now if this is its first use; tried until Redis answers
+    (None: the listener was stopped first). A layout other than ``shards`` asked for is
+    an error (:class:`timers.shards.ShardLayoutMismatch`)."""
+    wanted, store = wanted_count(is_cluster(root.redis), root.shards)
+    call = root._scripts.calls.shards(wanted, store)
+    delays, told = ReconnectDelays(), False
+    while not root._stopping.is_set():
+        try:
+            reply = await root._scripts.run(call)
+        except RETRYABLE as exc:
+            if not told:
+                log.warning("cannot read the prefix's shard layout yet (%s); will keep "
+                            "trying", exc)
+                told = True
+            await pause(delays.next(), root._stopping)
+            continue
+        return resolve_layout(root.keys, root.prefix, root.shards, reply)
+    return None
+
+
+def lanes_of(root: Listener, layout: ShardLayout) -> list[Listener]:
+    """The listener's lanes for ``layout``: the listener itself for one shard."""
+    if layout.count == 1:
+        return [root]
+    return [_lane(root, keys) for keys in layout.keyspaces]
+
+
+def _lane(root: Listener, keys: Keyspace) -> Listener:
+    lane = copy.copy(root)  # shares the runner, loader, tally, recycler, flags, lanes list
+    lane.keys = keys
+    lane._scripts = Scripts(root.redis, keys)
+    lane.tracker = DueTracker(root.clock, max_sleep=root.tracker.max_sleep)
+    lane._closed = asyncio.Event()
+    lane._running, lane._tasks, lane._held = {}, set(), HeldRuns()
+    lane._wire_parts()
+    return lane
+
+
+def shard_note(lanes: list[Listener]) -> str:
+    """For the start-up line: ``" over 16 shards"`` when there are several."""
+    return f" over {len(lanes)} shards" if len(lanes) > 1 else ""

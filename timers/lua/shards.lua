@@ -1,0 +1,35 @@
+#!lua flags=allow-oom
+-- shards.lua: how many shards the timers of a prefix are split into, fixed at first use.
+--
+-- KEYS[1]  layout: string, the shard count (in the prefix's own slot)
+-- KEYS[2]  due index
+-- KEYS[3]  records
+-- KEYS[4]  recurrence definitions
+-- KEYS[5]  failures
+-- KEYS[6]  queues
+--          (KEYS[2..6] are of the one-shard keyspace of the same prefix: if any exists,
+--          the prefix was in use before it had a layout, and stays one shard so none of
+--          its timers is stranded)
+-- ARGV[1]  the count wanted when none is stored yet (an integer, 1 to 1024)
+-- ARGV[2]  "1": store the count (a producer or listener on a cluster); "0": only read
+--
+-- Returns the count in force. allow-oom: it writes one small key, once per prefix, and a
+-- full server must still answer reads that need the layout first.
+local wanted = tonumber(ARGV[1])
+if not wanted or wanted < 1 or wanted > 1024 or wanted ~= math.floor(wanted) then
+  return redis.error_reply('ERR timers shards: bad shard count')
+end
+local stored = redis.call('GET', KEYS[1])
+if stored then
+  return tonumber(stored)
+end
+for i = 2, #KEYS do
+  if redis.call('EXISTS', KEYS[i]) == 1 then
+    wanted = 1
+    break
+  end
+end
+if ARGV[2] == '1' then
+  redis.call('SET', KEYS[1], wanted)
+end
+return wanted

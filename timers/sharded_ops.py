@@ -1,0 +1,265 @@
+"""The producer's operations over the shards of a prefix (see :mod:`timers.shards`).
+
+:class:`ShardedOperations` has the API of :class:`timers.operations.Operations`: what names
+a timer (or a recurrence) goes to that one's shard, in the round trips one shard takes;
+views (``list``, ``stats``, ``failed``, ``listeners``, recurrences) read every shard in
+the same round trips as one shard would (:func:`gather` sends the shards' reads as one
+pipeline) and merge them. The layout is read once, by the first operation.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any, TypeVar
+
+from timers.cluster import hash_tagged, is_cluster
+from timers.cron import Recurrence
+from timers.encoding import DEFAULT_MAX_ARGS_BYTES
+from timers.exceptions import ServerOutOfMemory
+from timers.failure_ops import Failure, RetrySummary
+from timers.flow.names import DEFAULT_GROUP
+from timers.keys import Keyspace, configured_prefix
+from timers.observe import browse
+from timers.observe.snapshot import FleetSnapshot, read_snapshot
+from timers.operations import Operations, PendingTimer, Prepared, Stats, TimerSpec
+from timers.ops_base import Operation, Request
+from timers.shard_views import merge_snapshots, merge_stats, unique_listeners
+from timers.shards import ShardLayout, configured_shards, read_layout, shard_of
+
+T = TypeVar("T")
+
+
+def gather(operations: Sequence[Operation[T]]) -> Operation[list[T]]:
+    """Run operations side by side, each step's requests sent as one round trip (one at
+    a time when a request must be atomic: a transaction cannot span shards)."""
+    results: list[Any] = [None] * len(operations)
+    current: dict[int, Request] = {}
+    for index, operation in enumerate(operations):
+        _advance(operation, index, None, current, results)
+    while current:
+        batches = ([[i] for i in current] if any(c.atomic for r in current.values() for c in r)
+                   else [list(current)])
+        for indexes in batches:
+            replies = yield [call for i in indexes for call in current[i]]
+            start = 0
+            for i in indexes:
+                request = current.pop(i)
+                part, start = replies[start:start + len(request)], start + len(request)
+                _advance(operations[i], i, part, current, results)
+    return results
+
+
+def _advance(operation: Operation[Any], index: int, reply: list[Any] | None,
+             current: dict[int, Request], results: list[Any]) -> None:
+    try:
+        current[index] = next(operation) if reply is None else operation.send(reply)
+    except StopIteration as done:
+        results[index] = done.value
+
+
+class ShardedOperations:
+    """:class:`Operations` over every shard of a prefix."""
+
+    def __init__(self, home: Keyspace, prefix: str, *, cluster: bool, shards: int | None,
+                 max_args_bytes: int = DEFAULT_MAX_ARGS_BYTES,
+                 group: str = DEFAULT_GROUP) -> None:
+        self.home, self.prefix, self.cluster, self.asked = home, prefix, cluster, shards
+        self.max_args_bytes = max_args_bytes
+        self.template = Operations(home, max_args_bytes, group)
+        """Validates and encodes timers (that needs no shard)."""
+        self.group = self.template.group
+        self.layout: ShardLayout | None = None
+        self._shards: list[Operations] = []
+
+    def shards(self) -> Operation[list[Operations]]:
+        """The operations of each shard, reading the layout on first use."""
+        if self.layout is None:
+            layout = yield from read_layout(self.home, self.prefix, self.cluster, self.asked)
+            self._shards = [Operations(k, self.max_args_bytes, self.group)
+                            for k in layout.keyspaces]
+            self.layout = layout
+        return self._shards
+
+    def _of(self, name: str) -> Operation[Operations]:
+        shards = yield from self.shards()
+        return shards[shard_of(name, len(shards))]
+
+    # -- timers ---------------------------------------------------------------------
+
+    def prepare(self, spec: TimerSpec | Mapping[str, Any],
+                options: Mapping[str, str] | None = None) -> Prepared:
+        return self.template.prepare(spec, options)
+
+    def write(self, prepared: list[Prepared]) -> Operation[list[str]]:
+        """Send prepared timers, a round trip per shard they fall in; their ids in order.
+        On a full server the error's ``written`` lists every id written before it."""
+        shards = yield from self.shards()
+        by_shard: dict[int, list[int]] = defaultdict(list)
+        for index, item in enumerate(prepared):
+            by_shard[shard_of(item.timer_id, len(shards))].append(index)
+        ids = [p.timer_id for p in prepared]
+        written: list[str] = []
+        for shard, indexes in sorted(by_shard.items()):
+            try:
+                got = yield from shards[shard].write([prepared[i] for i in indexes])
+            except ServerOutOfMemory as exc:
+                exc.written = written + list(exc.written or [])
+                raise
+            for index, timer_id in zip(indexes, got, strict=True):
+                ids[index] = timer_id
+            written += got
+        return ids
+
+    def schedule_many(self, specs: Iterable[TimerSpec | Mapping[str, Any]],
+                      options: Mapping[str, str] | None = None) -> Operation[list[str]]:
+        return (yield from self.write(self.template.prepare_all(specs, options)))
+
+    def schedule(self, spec: TimerSpec, options: Mapping[str, str] | None = None
+                 ) -> Operation[str]:
+        ids = yield from self.write([self.prepare(spec, options)])
+        return ids[0]
+
+    def reschedule(self, timer_id: str, in_: float | timedelta | None = None,
+                   at: datetime | None = None) -> Operation[bool]:
+        shard = yield from self._of(timer_id)
+        return (yield from shard.reschedule(timer_id, in_, at))
+
+    def cancel(self, timer_id: str) -> Operation[bool]:
+        shard = yield from self._of(timer_id)
+        return (yield from shard.cancel(timer_id))
+
+    def get(self, timer_id: str) -> Operation[PendingTimer | None]:
+        shard = yield from self._of(timer_id)
+        return (yield from shard.get(timer_id))
+
+    # -- views ------------------------------------------------------------------------
+
+    def list_pending(self, limit: int = 100, group: str | None = None,
+                     key: str | None = None) -> Operation[list[PendingTimer]]:
+        shards = yield from self.shards()
+        parts = yield from gather([s.list_pending(limit, group, key) for s in shards])
+        if len(parts) == 1:
+            return parts[0]
+        return sorted((t for part in parts for t in part), key=lambda t: t.due)[:max(limit, 0)]
+
+    def stats(self) -> Operation[Stats]:
+        shards = yield from self.shards()
+        parts = yield from gather([s.stats() for s in shards])
+        return parts[0] if len(parts) == 1 else merge_stats(parts)
+
+    def listeners(self) -> Operation[list[dict[str, Any]]]:
+        """Each live listener once (a listener heartbeats in every shard)."""
+        shards = yield from self.shards()
+        return unique_listeners((yield from gather([s.listeners() for s in shards])))
+
+    def list_failed(self, limit: int = 100) -> Operation[list[Failure]]:
+        shards = yield from self.shards()
+        parts = yield from gather([s.list_failed(limit) for s in shards])
+        merged = sorted((f for part in parts for f in part), key=lambda f: f.at, reverse=True)
+        return merged[:max(limit, 0)]
+
+    def get_failures(self, timer_id: str) -> Operation[list[Failure]]:
+        """A timer's failures are in its shard; a failure id (``…:…``) may be in any."""
+        shards = yield from self.shards()
+        if ":" not in timer_id or len(shards) == 1:
+            shard = yield from self._of(timer_id)
+            return (yield from shard.get_failures(timer_id))
+        parts = yield from gather([s.get_failures(timer_id) for s in shards])
+        return sorted((f for part in parts for f in part), key=lambda f: f.at, reverse=True)
+
+    def get_failure(self, timer_id: str) -> Operation[Failure | None]:
+        found = yield from self.get_failures(timer_id)
+        return found[0] if found else None
+
+    def retry_failure(self, failure: Failure, replace: bool = False) -> Operation[str]:
+        shard = yield from self._of(failure.timer_id or "")
+        return (yield from shard.retry_failure(failure, replace))
+
+    def retry_all_failures(self, replace: bool = False) -> Operation[RetrySummary]:
+        retried = pending = not_retryable = 0
+        for shard in (yield from self.shards()):
+            part = yield from shard.retry_all_failures(replace)
+            retried += part.retried
+            pending += part.pending
+            not_retryable += part.not_retryable
+        return RetrySummary(retried, pending, not_retryable)
+
+    def purge_failures(self, older_than_ms: int | None = None) -> Operation[int]:
+        removed = 0
+        for shard in (yield from self.shards()):
+            removed += yield from shard.purge_failures(older_than_ms)
+        return removed
+
+    # -- the dashboard's reads -------------------------------------------------------
+
+    def snapshot(self) -> Operation[FleetSnapshot]:
+        """The fleet's figures (``timers top``, metrics, the dashboard), every shard's as
+        one."""
+        shards = yield from self.shards()
+        parts = yield from gather([read_snapshot(s.keys) for s in shards])
+        return parts[0] if len(parts) == 1 else merge_snapshots(parts)
+
+    def browse_page(self, offset: int, limit: int) -> Operation[list[PendingTimer]]:
+        """Timers ``offset`` to ``offset + limit`` of the default due index, soonest first
+        over every shard."""
+        shards = yield from self.shards()
+        if len(shards) == 1:
+            return (yield from browse.page(shards[0].keys, offset, limit))
+        parts = yield from gather([browse.page(s.keys, 0, offset + limit) for s in shards])
+        return _soonest(parts)[offset:offset + limit]
+
+    def search_id_prefix(self, prefix: str,
+                         limit: int) -> Operation[tuple[list[PendingTimer], bool]]:
+        shards = yield from self.shards()
+        parts = yield from gather([browse.search_id_prefix(s.keys, prefix, limit)
+                                   for s in shards])
+        return _soonest([p[0] for p in parts])[:limit], all(p[1] for p in parts)
+
+    def filter_task(self, task: str, limit: int) -> Operation[list[PendingTimer]]:
+        shards = yield from self.shards()
+        parts = yield from gather([browse.filter_task(s.keys, task, limit) for s in shards])
+        return _soonest(parts)[:limit]
+
+    # -- recurrences ------------------------------------------------------------------
+
+    def every(self, spec: Recurrence) -> Operation[Recurrence]:
+        shard = yield from self._of(spec.name)
+        return (yield from shard.every(spec))
+
+    def unschedule_recurring(self, name: str) -> Operation[bool]:
+        shard = yield from self._of(name)
+        return (yield from shard.unschedule_recurring(name))
+
+    def pause(self, name: str) -> Operation[bool]:
+        shard = yield from self._of(name)
+        return (yield from shard.pause(name))
+
+    def resume(self, name: str) -> Operation[bool]:
+        shard = yield from self._of(name)
+        return (yield from shard.resume(name))
+
+    def get_recurrence(self, name: str) -> Operation[Recurrence | None]:
+        shard = yield from self._of(name)
+        return (yield from shard.get_recurrence(name))
+
+    def recurrences(self) -> Operation[list[Recurrence]]:
+        shards = yield from self.shards()
+        parts = yield from gather([s.recurrences() for s in shards])
+        return sorted((r for part in parts for r in part), key=lambda r: r.name)
+
+
+def operations_for(client: object, prefix: str | None, shards: int | None,
+                   max_args_bytes: int, group: str) -> ShardedOperations:
+    """The operations of a client: the configured prefix (hash-tagged on a cluster) and
+    shard count (``shards``, else ``$TIMERS_SHARDS``, else the prefix's)."""
+    chosen = configured_prefix(prefix)
+    cluster = is_cluster(client)
+    home = Keyspace(hash_tagged(chosen) if cluster else chosen)
+    return ShardedOperations(home, chosen, cluster=cluster, shards=configured_shards(shards),
+                             max_args_bytes=max_args_bytes, group=group)
+
+
+def _soonest(parts: Iterable[list[PendingTimer]]) -> list[PendingTimer]:
+    return sorted((t for part in parts for t in part), key=lambda t: t.due)

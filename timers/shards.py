@@ -1,0 +1,118 @@
+"""Shards: the timers of one prefix split over several keyspaces, so a Redis Cluster spreads
+them over its primaries.
+
+A keyspace of ``S`` shards has ``S`` prefixes, each its own hash tag: ``{timers#0}`` …
+``{timers#15}``. Every key a script touches for one timer lives in its timer's shard, so
+every script stays a single-slot script. A timer's shard comes from its id alone
+(:func:`shard_of`), so ``cancel``, ``get`` and ``reschedule`` go to one shard in one round
+trip; an id ending in ``@<digits>`` (a recurrence's occurrence, ``<name>@<due ms>``) goes
+to the shard of what precedes it, beside its recurrence's state.
+
+``S`` is fixed the first time a prefix is used and stored in Redis (``shards.lua``, under
+the one-shard keyspace of the prefix, ``{timers}|shards``). On a cluster the default is
+:data:`DEFAULT_CLUSTER_SHARDS`; on a single server it is 1 and nothing is stored, so a
+single server pays nothing for this. A prefix already in use without a layout keeps one
+shard, so an upgrade strands nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import zlib
+from dataclasses import dataclass
+from typing import Any
+
+from timers.cluster import hash_tagged
+from timers.keys import Keyspace
+from timers.ops_base import Call, Operation
+from timers.scripts import ScriptCalls
+
+SHARDS_ENV = "TIMERS_SHARDS"
+DEFAULT_CLUSTER_SHARDS = 16
+MAX_SHARDS = 1024
+_OCCURRENCE = re.compile(r"^(.+)@[0-9]+$", re.DOTALL)
+
+
+class ShardLayoutMismatch(ValueError):
+    """A client asked for a shard count other than the one the prefix has."""
+
+
+def check_shards(value: object, name: str = "shards") -> int:
+    """``value`` as a shard count (1 to 1024), else ValueError naming ``name``."""
+    try:
+        count = int(str(value))
+    except ValueError:
+        count = 0
+    if isinstance(value, bool) or not 1 <= count <= MAX_SHARDS or str(count) != str(value).strip():
+        raise ValueError(f"{name} must be a whole number from 1 to {MAX_SHARDS}, got {value!r}")
+    return count
+
+
+def configured_shards(shards: int | None = None) -> int | None:
+    """``shards`` if given, else ``$TIMERS_SHARDS``, else None (the prefix's default)."""
+    if shards is not None:
+        return check_shards(shards)
+    value = os.environ.get(SHARDS_ENV)
+    return check_shards(value, f"${SHARDS_ENV}") if value else None
+
+
+def routing_part(timer_id: str) -> str:
+    """What of a timer id picks its shard: all of it, or, for ``<name>@<digits>``, the
+    name."""
+    match = _OCCURRENCE.match(timer_id)
+    return match.group(1) if match else timer_id
+
+
+def shard_of(timer_id: str, count: int) -> int:
+    """The shard (0 to ``count`` - 1) of a timer id or recurrence name."""
+    if count == 1:
+        return 0
+    return zlib.crc32(routing_part(timer_id).encode("utf-8", "surrogatepass")) % count
+
+
+@dataclass(frozen=True)
+class ShardLayout:
+    """The keyspaces of a prefix's shards."""
+
+    home: Keyspace
+    """The one-shard keyspace of the prefix (``{timers}`` on a cluster): where the layout
+    is stored, and the only shard when there is one."""
+    count: int
+    prefix: str
+    """The prefix as configured, without a hash tag added."""
+
+    @property
+    def keyspaces(self) -> tuple[Keyspace, ...]:
+        if self.count == 1:
+            return (self.home,)
+        return tuple(Keyspace(hash_tagged(f"{self.prefix}#{i}")) for i in range(self.count))
+
+    def keyspace_of(self, timer_id: str) -> Keyspace:
+        return self.keyspaces[shard_of(timer_id, self.count)]
+
+
+def resolve_layout(home: Keyspace, prefix: str, asked: int | None, reply: Any) -> ShardLayout:
+    """The layout from ``shards.lua``'s reply; ShardLayoutMismatch if ``asked`` differs."""
+    count = int(reply)
+    if asked is not None and asked != count:
+        raise ShardLayoutMismatch(
+            f"prefix {prefix!r} is split into {count} shard(s) on this server (fixed when "
+            f"it was first used); shards={asked} (or ${SHARDS_ENV}) asks for another layout")
+    return ShardLayout(home, count, prefix)
+
+
+def wanted_count(cluster: bool, asked: int | None) -> tuple[int, bool]:
+    """(the count to store if none is, whether to store it): a cluster stores its default,
+    a single server stores only a count asked for."""
+    if asked is not None:
+        return asked, True
+    return (DEFAULT_CLUSTER_SHARDS, True) if cluster else (1, False)
+
+
+def read_layout(home: Keyspace, prefix: str, cluster: bool,
+                asked: int | None) -> Operation[ShardLayout]:
+    """The prefix's layout, fixing it if this is its first use (one round trip)."""
+    wanted, store = wanted_count(cluster, asked)
+    (reply,) = yield [Call.of(ScriptCalls(home).shards(wanted, store))]
+    return resolve_layout(home, prefix, asked, reply)
