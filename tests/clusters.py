@@ -109,3 +109,33 @@ def real_cluster(primaries: int = 3, replicas: bool = True) -> Iterator[Cluster]
         cluster = Cluster(servers[:primaries], servers[primaries:])
         _join(cluster.primaries, cluster.replicas)
         yield cluster
+
+
+def migrate_slot(cluster: Cluster, slot: int, to_port: int, batch: int = 100,
+                 pause: float = 0.0) -> int:
+    """Move ``slot`` to the primary on ``to_port`` as ``redis-cli --cluster reshard`` does
+    (``SETSLOT IMPORTING/MIGRATING``, ``MIGRATE`` in batches, ``SETSLOT NODE`` everywhere);
+    returns how many keys moved. ``pause``: seconds between batches (a slower move)."""
+    source = next(s for s in cluster.primaries if _owns(s.port, slot))
+    with redis.Redis(port=source.port) as src, redis.Redis(port=to_port) as dst:
+        src_id, dst_id = (c.execute_command("CLUSTER", "MYID") for c in (src, dst))
+        dst.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", src_id)
+        src.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", dst_id)
+        moved = 0
+        while keys := src.execute_command("CLUSTER", "GETKEYSINSLOT", slot, batch):
+            src.execute_command("MIGRATE", "127.0.0.1", to_port, "", 0, 10_000, "KEYS", *keys)
+            moved += len(keys)
+            time.sleep(pause)
+        for server in cluster.primaries:
+            with redis.Redis(port=server.port) as r:
+                r.execute_command("CLUSTER", "SETSLOT", slot, "NODE", dst_id)
+    return moved
+
+
+def _owns(port: int, slot: int) -> bool:
+    with redis.Redis(port=port) as r:
+        for entry in r.execute_command("CLUSTER", "SLOTS"):
+            first, last, primary = int(entry[0]), int(entry[1]), entry[2]
+            if first <= slot <= last and int(primary[1]) == port:
+                return True
+    return False

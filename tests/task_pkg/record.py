@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 from tests.task_pkg import RUNS, client
 
@@ -15,3 +16,9 @@ def hit(tag: str, *extra: object) -> None:
 async def ahit(tag: str, *extra: object) -> None:
     """The same as :func:`hit`, as an ``async def`` task (runs on the listener's loop)."""
     client().rpush(RUNS, json.dumps([tag, *extra]))
+
+
+def late(tag: str, due_ms: float) -> None:
+    """Append ``[tag, ms late]`` to ``test:runs``: how long after ``due_ms`` (epoch ms, this
+    machine's clock, which the test's Redis servers share) the task started."""
+    client().rpush(RUNS, json.dumps([tag, time.time() * 1000 - due_ms]))

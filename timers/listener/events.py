@@ -12,6 +12,7 @@ import contextlib
 import itertools
 import logging
 import math
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +25,7 @@ from timers.encoding import Entry, as_text, escape_id
 from timers.exceptions import MalformedTimerKey, TaskRefused
 from timers.keys import DEFAULT_GROUP, Keyspace
 from timers.listener.due_tracker import DueTracker
+from timers.listener.event_hub import EventHub
 from timers.listener.permissions import SWEEP_ONLY_MAX_SLEEP, SWEEPER_ONLY, explain
 from timers.listener.retrying import RETRYABLE, ConnectionState, Outage, ReconnectDelays, pause
 from timers.wire import Option
@@ -32,6 +34,8 @@ log = logging.getLogger("timers.listener")
 
 PUBSUB_POLL = 1.0
 """Seconds between reads of the subscription; each read also runs redis-py's health check."""
+GROUP_CHECK = 0.25
+"""Seconds between checks that a lane's group of shards on its node is the same."""
 
 
 @dataclass(frozen=True)
@@ -125,6 +129,29 @@ class EventSource:
         """Escaped ids named by events, oldest first, not yet passed to a claim."""
         self.subscribed = asyncio.Event()
         self.outage = Outage()
+        self.hub: EventHub | None = None
+        """The listener's lanes share one subscription per node through it (None: this
+        source is the listener's only one)."""
+
+    def holder(self) -> str | None:
+        """``host:port`` of the cluster node holding this source's shard (None: not a
+        cluster)."""
+        return slot_holder(self.redis, self.keys)
+
+    def _channels_now(self) -> tuple[bytes, ...]:
+        if self.hub is None:
+            return (self.channels.expired, self.channels.wake)
+        return self.hub.channels_for(self)
+
+    def _deliver(self, message: Mapping[str, Any]) -> None:
+        if self.hub is None:
+            self.handle(message)
+        else:
+            self.hub.dispatch(message)
+
+    def _poke_group(self) -> None:
+        for source in (self.hub.group_of(self) if self.hub is not None else [self]):
+            source.poke()
 
     def take(self, limit: int) -> list[str]:
         """Up to ``limit`` pending timer ids, for the next claim."""
@@ -155,18 +182,25 @@ class EventSource:
         delays = ReconnectDelays()
         state = ConnectionState("event subscription", self.outage)
         while not self.stopping.is_set():
+            channels = self._channels_now()
+            if not channels:  # another lane of the listener listens to this shard's node
+                self.subscribed.set()
+                await pause(PUBSUB_POLL, self.stopping)
+                continue
             pubsub = subscription(self.redis, self.keys)
             try:
-                await pubsub.subscribe(self.channels.expired, self.channels.wake)
+                await pubsub.subscribe(*channels)
                 await pubsub.get_message(timeout=0)  # a cluster's pub/sub connects lazily
                 state.ok(_address(pubsub))
                 delays.reset()
                 self.subscribed.set()
-                self.poke()  # sweep: events may have been lost while unsubscribed
-                await self._read(pubsub, _address(pubsub))
+                self._poke_group()  # sweep: events may have been lost while unsubscribed
+                await self._read(pubsub, _address(pubsub), channels)
             except redis.exceptions.NoPermissionError as exc:
                 log.warning("%s. %s", explain(exc, self.keys), SWEEPER_ONLY)  # once: it ends
-                self.tracker.max_sleep = min(self.tracker.max_sleep, SWEEP_ONLY_MAX_SLEEP)
+                for source in (self.hub.group_of(self) if self.hub is not None else [self]):
+                    source.tracker.max_sleep = min(source.tracker.max_sleep,
+                                                   SWEEP_ONLY_MAX_SLEEP)
                 return
             except RETRYABLE as exc:
                 self.subscribed.clear()
@@ -176,21 +210,27 @@ class EventSource:
                 with contextlib.suppress(Exception):
                     await pubsub.aclose()
 
-    async def _read(self, pubsub: Any, where: str | None) -> None:
+    async def _read(self, pubsub: Any, where: str | None, channels: tuple[bytes, ...]) -> None:
         # redis-py's get_message can swallow a cancellation, so the loop also ends on the
         # stop flag, within PUBSUB_POLL seconds
+        checked = 0.0
         while not self.stopping.is_set():
-            holder = slot_holder(self.redis, self.keys)
-            if holder is not None and where is not None and holder != where:
-                # on a cluster, the timers' slot moved (a failover, a migration): the old
-                # node, still up, publishes their events no more
-                log.warning("the timers' hash slot is now on %s (was %s): subscribing to "
-                            "its events there, and sweeping", holder, where)
-                return
+            if self.hub is None or time.monotonic() - checked > GROUP_CHECK:
+                checked = time.monotonic()
+                holder = self.holder()
+                if holder is not None and where is not None and holder != where:
+                    # on a cluster, the timers' slot moved (a failover, a migration): the
+                    # old node, still up, publishes their events no more
+                    log.warning("the hash slot of %r is now on %s (was %s): subscribing to "
+                                "its events there, and sweeping", self.keys.prefix, holder,
+                                where)
+                    return
+                if self.hub is not None and self._channels_now() != channels:
+                    return  # a shard moved into or out of this node's group: subscribe anew
             message = await pubsub.get_message(timeout=PUBSUB_POLL)
             if message is not None:
                 try:
-                    self.handle(message)
+                    self._deliver(message)
                 except Exception:
                     # an event is data from the network: nothing it holds may stop the
                     # listener

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from timers.cluster import is_cluster
 from timers.listener.due_tracker import DueTracker
+from timers.listener.event_hub import EventHub
 from timers.listener.leases import HeldRuns
 from timers.listener.retrying import RETRYABLE, ReconnectDelays, pause
 from timers.scripts import Scripts
@@ -54,7 +55,11 @@ def lanes_of(root: Listener, layout: ShardLayout) -> list[Listener]:
     """The listener's lanes for ``layout``: the listener itself for one shard."""
     if layout.count == 1:
         return [root]
-    return [_lane(root, keys) for keys in layout.keyspaces]
+    lanes = [_lane(root, keys) for keys in layout.keyspaces]
+    hub = EventHub([lane.events for lane in lanes])
+    for lane in lanes:
+        lane.events.hub = hub
+    return lanes
 
 
 def _lane(root: Listener, keys: Keyspace) -> Listener:
