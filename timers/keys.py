@@ -59,7 +59,9 @@ key                 type    holds
 ``P|held``          hash    run token → ``limit|lease|key``: the slot a run holds.
 ``P|shards``        string  the shard count of the prefix (:mod:`timers.shards`); kept
                             in the one-shard keyspace ``P`` of the prefix. Shard ``i`` of
-                            ``S`` > 1 has the keyspace ``{P#i}``, with every key above.
+                            ``S`` > 1 has the keyspace ``{P#i.k}`` (``k`` spreads the
+                            shards' slots: :func:`timers.shards.shard_prefix`), with
+                            every key above.
 ==================  ======  ========================================================
 
 The flow keys (``queues`` onward) are also named by ``timers/lua/prelude.lua`` and

@@ -1,18 +1,18 @@
 """Shards: the timers of one prefix split over several keyspaces, so a Redis Cluster spreads
 them over its primaries.
 
-A keyspace of ``S`` shards has ``S`` prefixes, each its own hash tag: ``{timers#0}`` …
-``{timers#15}``. Every key a script touches for one timer lives in its timer's shard, so
-every script stays a single-slot script. A timer's shard comes from its id alone
-(:func:`shard_of`), so ``cancel``, ``get`` and ``reschedule`` go to one shard in one round
-trip; an id ending in ``@<digits>`` (a recurrence's occurrence, ``<name>@<due ms>``) goes
-to the shard of what precedes it, beside its recurrence's state.
+A prefix of ``S`` shards has ``S`` keyspaces, each its own hash tag: ``{timers#0.k}`` …
+``{timers#5.k}`` (see :func:`shard_prefix`). Every key a script touches for one timer
+lives in its timer's shard, so every script stays a single-slot script. A timer's shard
+comes from its id alone (:func:`shard_of`), so ``cancel``, ``get`` and ``reschedule`` go to
+one shard in one round trip; an id ending in ``@<digits>`` (a recurrence's occurrence,
+``<name>@<due ms>``) goes to the shard of what precedes it, beside its recurrence's state.
 
-``S`` is fixed the first time a prefix is used and stored in Redis (``shards.lua``, under
-the one-shard keyspace of the prefix, ``{timers}|shards``). On a cluster the default is
-:data:`DEFAULT_CLUSTER_SHARDS`; on a single server it is 1 and nothing is stored, so a
-single server pays nothing for this. A prefix already in use without a layout keeps one
-shard, so an upgrade strands nothing.
+``S`` is fixed the first time a prefix is used and stored in Redis (``shards.lua``, in
+the one-shard keyspace of the prefix: ``{timers}|shards``). On a cluster the default is
+:data:`DEFAULT_CLUSTER_SHARDS`; on a single server it is 1 and nothing is stored. Each
+client reads the layout once, at its first call. A prefix already in use without a layout
+keeps one shard, so an upgrade strands nothing.
 """
 
 from __future__ import annotations
@@ -21,7 +21,10 @@ import os
 import re
 import zlib
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
+
+from redis.crc import key_slot
 
 from timers.cluster import hash_tagged
 from timers.keys import Keyspace
@@ -29,7 +32,8 @@ from timers.ops_base import Call, Operation
 from timers.scripts import ScriptCalls
 
 SHARDS_ENV = "TIMERS_SHARDS"
-DEFAULT_CLUSTER_SHARDS = 16
+SLOTS = 16384
+DEFAULT_CLUSTER_SHARDS = 6
 MAX_SHARDS = 1024
 _OCCURRENCE = re.compile(r"^(.+)@[0-9]+$", re.DOTALL)
 
@@ -71,6 +75,23 @@ def shard_of(timer_id: str, count: int) -> int:
     return zlib.crc32(routing_part(timer_id).encode("utf-8", "surrogatepass")) % count
 
 
+def shard_prefix(prefix: str, index: int, count: int) -> str:
+    """The key prefix of shard ``index`` of ``count``: ``{timers#3}``, or ``{timers#3.k}``
+    with the least ``k`` that puts its hash slot in the ``index``-th of ``count`` equal
+    ranges of slots, so the shards spread evenly over primaries that hold equal ranges
+    (12 shards: 4 each on 3 primaries, 3 each on 4, 2 each on 6). A prefix with a hash
+    tag of its own keeps it: all its shards then share that tag's slot."""
+    plain = hash_tagged(f"{prefix}#{index}")
+    if not plain.startswith("{"):
+        return plain
+    low, high = index * SLOTS // count, (index + 1) * SLOTS // count
+    for k in range(64 * count):
+        tagged = "{" + f"{prefix}#{index}.{k}" + "}"
+        if low <= key_slot(tagged.encode("utf-8", "surrogatepass")) < high:
+            return tagged
+    return plain
+
+
 @dataclass(frozen=True)
 class ShardLayout:
     """The keyspaces of a prefix's shards."""
@@ -82,11 +103,12 @@ class ShardLayout:
     prefix: str
     """The prefix as configured, without a hash tag added."""
 
-    @property
+    @cached_property
     def keyspaces(self) -> tuple[Keyspace, ...]:
         if self.count == 1:
             return (self.home,)
-        return tuple(Keyspace(hash_tagged(f"{self.prefix}#{i}")) for i in range(self.count))
+        return tuple(Keyspace(shard_prefix(self.prefix, i, self.count))
+                     for i in range(self.count))
 
     def keyspace_of(self, timer_id: str) -> Keyspace:
         return self.keyspaces[shard_of(timer_id, self.count)]

@@ -3,8 +3,8 @@ URL, with the timers sharded over every primary, through a failover (``CLUSTER F
 and ``kill -9``) and a slot migration mid-run (a real cluster of three primaries with a
 replica each on loopback: tests/clusters.py).
 
-The timers of the prefix ``timers`` are split into 16 shards, ``{timers#0}`` to
-``{timers#15}``, each one hash slot, spread over the primaries by those slots. Runs are
+The timers of the prefix ``timers`` are split into 6 shards (the default on a cluster),
+``{timers#0.k}`` to ``{timers#5.k}``, each one hash slot, two on each primary. Runs are
 recorded on the suite's own server (``$TIMERS_TEST_URL``), so what the tasks saw survives
 the cluster's changes. Lateness is printed, never asserted (bench/cluster.py measures it).
 """
@@ -18,6 +18,7 @@ import subprocess
 import time
 from collections import Counter
 from collections.abc import Iterator
+from datetime import UTC, datetime
 
 import pytest
 import redis
@@ -27,13 +28,15 @@ from tests.conftest import wait_until
 from tests.integration.helpers import TIMERS_COMMAND, Processes, run_cli, runs, settled
 from timers import AsyncTimers, Timers, TimerSpec
 from timers.cluster import sync_cluster
-from timers.shards import DEFAULT_CLUSTER_SHARDS
+from timers.keys import Keyspace
+from timers.shards import DEFAULT_CLUSTER_SHARDS, ShardLayout
 
 pytestmark = [pytest.mark.integration, pytest.mark.cluster, pytest.mark.one_server]
 
 TASKS = "tests.task_pkg"
 EXPIRED = "__keyevent@0__:expired"
-SHARDS = [f"{{timers#{i}}}" for i in range(DEFAULT_CLUSTER_SHARDS)]
+SHARDS = [k.prefix for k in
+          ShardLayout(Keyspace("{timers}"), DEFAULT_CLUSTER_SHARDS, "timers").keyspaces]
 MANY = 20_000
 
 
@@ -63,7 +66,7 @@ def schedule_spread(url: str, n: int, start: float, span: float) -> float:
     first = time.time() + start
     with Timers(url) as t:
         t.schedule_many(TimerSpec("record.late", [f"f{i}", (first + span * i / n) * 1000],
-                                  id=f"f{i}", in_=first + span * i / n - time.time())
+                                  id=f"f{i}", at=datetime.fromtimestamp(first + span * i / n, UTC))
                         for i in range(n))
     return first + span
 
@@ -92,8 +95,9 @@ def test_every_call_and_the_listeners_work_on_a_sharded_cluster(
         assert t.stats().fired == MANY
     assert Counter(run[0] for run in runs(r)) == {f"f{i}": 1 for i in range(MANY)}
     with sync_cluster(cluster.url) as client:
-        assert client.get("{timers}|shards") == b"16"
-    print(f"\n{MANY:,} timers over 2..12 s on 3 primaries (16 shards), 3 listeners: all once; "
+        assert client.get("{timers}|shards") == str(DEFAULT_CLUSTER_SHARDS).encode()
+    print(f"\n{MANY:,} timers over 2..12 s on 3 primaries ({len(SHARDS)} shards), 3 listeners: "
+          f"all once; "
           f"{lateness(r)}")
 
 

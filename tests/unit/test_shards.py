@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 
 import fakeredis
 import pytest
+from redis.crc import key_slot
 
 from tests.unit.conftest import ROOT, SAMPLE_TASKS
 from tests.unit.sample_tasks import mod
@@ -25,9 +26,10 @@ from timers.shards import (
     check_shards,
     configured_shards,
     shard_of,
+    shard_prefix,
 )
 
-SHARDS = [Keyspace(f"{{timers#{i}}}") for i in range(4)]
+SHARDS = ShardLayout(Keyspace("timers"), 4, "timers").keyspaces
 
 
 def test_a_timer_id_always_goes_to_the_same_shard_and_ids_spread_evenly() -> None:
@@ -59,10 +61,16 @@ def test_the_shard_count_comes_from_the_environment_when_not_given(
         configured_shards()
 
 
-def test_a_layout_names_one_hash_tag_per_shard() -> None:
-    layout = ShardLayout(Keyspace("{timers}"), 4, "timers")
-    assert [k.prefix for k in layout.keyspaces] == [s.prefix for s in SHARDS]
+@pytest.mark.parametrize("count", [2, 3, 6, 12, 16])
+def test_a_layout_names_one_hash_tag_per_shard_in_evenly_spread_slots(count: int) -> None:
+    """Shard i's slot is in the i-th of ``count`` equal slot ranges: primaries holding
+    equal ranges (as ``redis-cli --cluster create`` makes them) get equal shares."""
+    layout = ShardLayout(Keyspace("{timers}"), count, "timers")
+    for i, keys in enumerate(layout.keyspaces):
+        assert keys.prefix.startswith(f"{{timers#{i}.") and keys.prefix.endswith("}")
+        assert i * 16384 // count <= key_slot(keys.due.encode()) < (i + 1) * 16384 // count
     assert ShardLayout(Keyspace("{timers}"), 1, "timers").keyspaces == (Keyspace("{timers}"),)
+    assert shard_prefix("app{x}", 2, 4) == "app{x}#2"  # its own tag: kept
 
 
 def test_a_single_server_stores_no_layout_unless_asked_and_a_later_client_follows_it(

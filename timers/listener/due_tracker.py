@@ -42,6 +42,9 @@ class DueTracker:
         """The last claim left timers it would have taken had it had room (a burst, or
         every slot busy): the sweep takes them in due order, so an ``expired`` event adds
         nothing to it."""
+        self.defer_ms = 0.0
+        """How long after a due time this listener sweeps it: 0, or, for a shard another
+        live listener sweeps first, :data:`timers.listener.lanes.BACKUP_SWEEP_MS`."""
         self._offset: _OffsetSample | None = None
 
     def observe_time(self, redis_now_us: float, sent: float, received: float) -> None:
@@ -102,5 +105,5 @@ class DueTracker:
         wake = self.next_wake_ms()
         if wake is None or not self.knows_clock:
             return 0.0 if not self.knows_clock else self.max_sleep
-        delay = (wake - CLAIM_LEAD_MS - self.redis_now_ms()) / 1000
+        delay = (wake - CLAIM_LEAD_MS + self.defer_ms - self.redis_now_ms()) / 1000
         return min(max(delay, 0.0), self.max_sleep)

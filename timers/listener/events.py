@@ -161,9 +161,11 @@ class EventSource:
         return ids
 
     def handle(self, message: Mapping[str, Any]) -> None:
-        if self.tracker.backlogged and message.get("channel") == self.channels.expired:
-            # the sweep is taking due timers in due order already (a burst): an expired
-            # key names one of them, or none, and reading it would only slow the sweep
+        if ((self.tracker.backlogged or self.tracker.defer_ms)
+                and message.get("channel") == self.channels.expired):
+            # the sweep is taking due timers in due order already (a burst), or another
+            # listener sweeps this shard first: an expired key names one of them, or
+            # none, and reading it would only slow the sweep
             return
         event = classify(message, self.channels, self.resolve)
         if isinstance(event, Wake):

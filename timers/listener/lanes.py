@@ -13,9 +13,12 @@ from __future__ import annotations
 import asyncio
 import copy
 import logging
-from typing import TYPE_CHECKING
+import zlib
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 from timers.cluster import is_cluster
+from timers.encoding import as_text
 from timers.listener.due_tracker import DueTracker
 from timers.listener.event_hub import EventHub
 from timers.listener.leases import HeldRuns
@@ -28,6 +31,10 @@ if TYPE_CHECKING:
     from timers.listener.lifecycle import Listener
 
 log = logging.getLogger("timers.listener")
+
+BACKUP_SWEEP_MS = 20.0
+"""How long after a due time a listener sweeps a shard another live listener sweeps first
+(the one it would have done is late, stopped or dead)."""
 
 
 async def read_layout(root: Listener) -> ShardLayout | None:
@@ -76,3 +83,13 @@ def _lane(root: Listener, keys: Keyspace) -> Listener:
 def shard_note(lanes: list[Listener]) -> str:
     """For the start-up line: ``" over 16 shards"`` when there are several."""
     return f" over {len(lanes)} shards" if len(lanes) > 1 else ""
+
+
+def sweep_defer_ms(live: Iterable[Any], prefix: str, me: str) -> float:
+    """0 if ``me`` is the first sweeper of the shard ``prefix`` among the ``live``
+    listener ids (rendezvous hashing: each shard has one, spread evenly over the listeners,
+    and only the shards of a listener that leaves change hands), else
+    :data:`BACKUP_SWEEP_MS`: every listener sweeps every shard, the others later."""
+    ids = [as_text(i) for i in live or []] or [me]
+    first = max(ids, key=lambda i: zlib.crc32(f"{i}|{prefix}".encode("utf-8", "replace")))
+    return 0.0 if first == me else BACKUP_SWEEP_MS

@@ -48,7 +48,7 @@ from timers.listener.flow_gate import FlowGate
 from timers.listener.groups import served_groups
 from timers.listener.handoff import Handoff
 from timers.listener.info import describe
-from timers.listener.lanes import lanes_of, read_layout, shard_note
+from timers.listener.lanes import lanes_of, read_layout, shard_note, sweep_defer_ms
 from timers.listener.leases import HeldRuns, LeaseKeeper, sync_twin
 from timers.listener.loop_watch import LoopWatch
 from timers.listener.near_keys import keep_near_keys
@@ -393,7 +393,9 @@ class Listener:
 
     async def _heartbeat(self, alive: bool) -> None:
         info = json.dumps(describe(self)) if alive else ""
-        await self._scripts.heartbeat(self.id, round(HEARTBEAT_INTERVAL * HEARTBEAT_MISSES * 1000),
-                                      info)
+        live = await self._scripts.heartbeat(
+            self.id, round(HEARTBEAT_INTERVAL * HEARTBEAT_MISSES * 1000), info)
         if alive:
             self.recycler.published()
+            if len(self._lanes) > 1:
+                self.tracker.defer_ms = sweep_defer_ms(live, self.keys.prefix, self.id)

@@ -7,6 +7,9 @@
 -- ARGV[2]  ms until this heartbeat lapses (an integer)
 -- ARGV[3]  JSON about the listener, or "" when it is shutting down
 --
+-- Returns the ids of the live listeners (lanes of a sharded prefix share each shard's
+-- sweeping out by them: see timers/listener/lanes.py).
+--
 -- allow-oom: one small entry per live listener, replaced in place, so a listener on a
 -- full server still shows as alive. A listener that died drops off once its deadline
 -- passes. (Its timers need nothing from here: their leases lapse on their own and the
@@ -28,4 +31,4 @@ for _, id in ipairs(gone) do
   redis.call('ZREM', KEYS[1], id)
   redis.call('HDEL', KEYS[2], id)
 end
-return #gone
+return redis.call('ZRANGE', KEYS[1], 0, -1)
