@@ -25,6 +25,7 @@ from types import FrameType, ModuleType
 import redis
 
 from bench import (
+    cluster,
     events,
     fire,
     flow,
@@ -53,6 +54,7 @@ SCENARIOS: dict[str, ModuleType] = {
     "events": events,
     "observe": observe,
     "scale": scale,
+    "cluster": cluster,
 }
 
 FINDINGS = REPO / "bench" / "FINDINGS.md"

@@ -1,0 +1,79 @@
+"""A listener's lanes over shards: who sweeps a shard first, and one subscription per node
+handing each message to the lane it names."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from timers.keys import Keyspace
+from timers.listener.event_hub import EventHub
+from timers.listener.events import Channels
+from timers.listener.lanes import BACKUP_SWEEP_MS, sweep_defer_ms
+
+SHARDS = [f"{{timers#{i}.0}}" for i in range(12)]
+
+
+def firsts(live: list[str]) -> dict[str, str]:
+    """Each shard's first sweeper among ``live``."""
+    return {shard: next(i for i in live if sweep_defer_ms(live, shard, i) == 0.0)
+            for shard in SHARDS}
+
+
+def test_each_shard_has_exactly_one_first_sweeper_and_the_others_are_backups() -> None:
+    live = ["a:1:x", "b:2:y", "c:3:z"]
+    for shard in SHARDS:
+        defers = [sweep_defer_ms(live, shard, me) for me in live]
+        assert sorted(defers) == [0.0, BACKUP_SWEEP_MS, BACKUP_SWEEP_MS]
+    assert len(set(firsts(live).values())) == 3  # spread over the listeners
+
+
+def test_only_a_departed_listeners_shards_change_hands() -> None:
+    before = firsts(["a", "b", "c", "d"])
+    after = firsts(["a", "b", "d"])
+    assert {s for s in SHARDS if before[s] != after[s]} == {
+        s for s in SHARDS if before[s] == "c"}
+
+
+def test_a_listener_alone_or_not_yet_heard_sweeps_every_shard_first() -> None:
+    assert all(sweep_defer_ms([], s, "me") == 0.0 for s in SHARDS)
+    assert all(sweep_defer_ms([b"me"], s, "me") == 0.0 for s in SHARDS)
+
+
+class Source:
+    """What the hub needs of a lane's event source."""
+
+    def __init__(self, prefix: str, node: str | None) -> None:
+        self.channels = Channels.of(Keyspace(prefix), 0)
+        self.node = node
+        self.seen: list[Any] = []
+
+    def holder(self) -> str | None:
+        return self.node
+
+    def handle(self, message: Any) -> None:
+        self.seen.append(message["data"])
+
+
+def test_the_first_lane_of_each_node_subscribes_for_its_group() -> None:
+    lanes = [Source("{t#0.1}", "n1"), Source("{t#1.1}", "n2"), Source("{t#2.1}", "n1")]
+    hub = EventHub(lanes)
+    assert hub.channels_for(lanes[0]) == (b"__keyevent@0__:expired", b"{t#0.1}|wake",
+                                          b"{t#2.1}|wake")
+    assert hub.channels_for(lanes[1]) == (b"__keyevent@0__:expired", b"{t#1.1}|wake")
+    assert hub.channels_for(lanes[2]) == ()
+    lanes[2].node = "n3"  # its slot moved: it listens for itself now
+    assert hub.channels_for(lanes[2]) == (b"__keyevent@0__:expired", b"{t#2.1}|wake")
+
+
+def test_each_message_goes_to_the_lane_it_names_and_no_other() -> None:
+    lanes = [Source("{t#0.1}", None), Source("{t#1.1}", None)]
+    hub = EventHub(lanes)
+    expired = b"__keyevent@0__:expired"
+    for data in (b"{t#1.1}:abc:x.y:[1]", b"{t#0.1}:def:x.y:[2]", b"other:key", b"{t#9.1}:z:a:b",
+                 b"nocolon"):
+        hub.dispatch({"type": "message", "channel": expired, "data": data})
+    hub.dispatch({"type": "message", "channel": b"{t#1.1}|wake", "data": b"123"})
+    assert lanes[0].seen == [b"{t#0.1}:def:x.y:[2]"]
+    assert lanes[1].seen == [b"{t#1.1}:abc:x.y:[1]", b"123"]
+    assert Counter(len(s.seen) for s in lanes) == Counter({1: 1, 2: 1})
