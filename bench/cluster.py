@@ -1,6 +1,6 @@
 """Redis Cluster: the same work on a loopback cluster of 1 and of 3 primaries (no replicas),
-the timers split into the default shards (tests/clusters.py builds the cluster, each node
-with the repository's redis.conf, AOF off).
+the timers split into the default shards, one per primary (tests/clusters.py builds the
+cluster, each node with the repository's redis.conf, AOF off).
 
 Figures, per cluster size: ``schedule_many`` and single ``schedule()`` rates, fires/s of
 N due at once with 2 listener processes, bytes per pending timer (``used_memory`` summed
@@ -25,7 +25,6 @@ from bench.procs import ListenerProc, merge
 from tests.clusters import real_cluster
 from timers import Timers, TimerSpec
 from timers.percentiles import percentile
-from timers.shards import DEFAULT_CLUSTER_SHARDS
 
 SPREAD_N, SPREAD_S = 2_000, 10.0
 
@@ -45,8 +44,8 @@ def run(ctx: Context) -> None:
 
 
 def one(ctx: Context, url: str, ports: list[int]) -> None:
-    name = f"Cluster: {len(ports)} primar{'ies' if len(ports) > 1 else 'y'}, " \
-           f"{DEFAULT_CLUSTER_SHARDS} shards"
+    name = f"Cluster: {len(ports)} primar{'ies' if len(ports) > 1 else 'y'} " \
+           f"({len(ports)} shard{'s' if len(ports) > 1 else ''}, one per primary)"
     print(f"- {name}", flush=True)
     nodes = [redis.Redis(port=p) for p in ports]
     try:

@@ -206,7 +206,7 @@ class ScriptCalls:
             args.extend(timer)
         return Invocation("park", (k.due, k.records, k.stats), tuple(args))
 
-    def shards(self, wanted: int, store: bool) -> Invocation:
+    def shards(self, wanted: int | str, store: bool) -> Invocation:
         """``self.keys`` is the prefix's one-shard keyspace (see :mod:`timers.shards`)."""
         k = self.keys
         return Invocation("shards", (k.shards, k.due, k.records, k.recurrences, k.failures,

@@ -10,7 +10,8 @@ one shard in one round trip; an id ending in ``@<digits>`` (a recurrence's occur
 
 ``S`` is fixed the first time a prefix is used and stored in Redis (``shards.lua``, in
 the one-shard keyspace of the prefix: ``{timers}|shards``). On a cluster the default is
-:data:`DEFAULT_CLUSTER_SHARDS`; on a single server it is 1 and nothing is stored. Each
+one shard per primary (``CLUSTER INFO``'s ``cluster_size`` when the prefix is first used);
+on a single server it is 1 and nothing is stored. Each
 client reads the layout once, at its first call. A prefix already in use without a layout
 keeps one shard, so an upgrade strands nothing.
 """
@@ -33,7 +34,8 @@ from timers.scripts import ScriptCalls
 
 SHARDS_ENV = "TIMERS_SHARDS"
 SLOTS = 16384
-DEFAULT_CLUSTER_SHARDS = 6
+ONE_PER_PRIMARY = "auto"
+"""What a cluster asks ``shards.lua`` for by default: a shard per primary serving slots."""
 MAX_SHARDS = 1024
 _OCCURRENCE = re.compile(r"^(.+)@[0-9]+$", re.DOTALL)
 
@@ -124,12 +126,12 @@ def resolve_layout(home: Keyspace, prefix: str, asked: int | None, reply: Any) -
     return ShardLayout(home, count, prefix)
 
 
-def wanted_count(cluster: bool, asked: int | None) -> tuple[int, bool]:
-    """(the count to store if none is, whether to store it): a cluster stores its default,
-    a single server stores only a count asked for."""
+def wanted_count(cluster: bool, asked: int | None) -> tuple[int | str, bool]:
+    """(the count to store if none is, whether to store it): a cluster stores one per
+    primary, a single server stores only a count asked for."""
     if asked is not None:
         return asked, True
-    return (DEFAULT_CLUSTER_SHARDS, True) if cluster else (1, False)
+    return (ONE_PER_PRIMARY, True) if cluster else (1, False)
 
 
 def read_layout(home: Keyspace, prefix: str, cluster: bool,

@@ -3,8 +3,8 @@ URL, with the timers sharded over every primary, through a failover (``CLUSTER F
 and ``kill -9``) and a slot migration mid-run (a real cluster of three primaries with a
 replica each on loopback: tests/clusters.py).
 
-The timers of the prefix ``timers`` are split into 6 shards (the default on a cluster),
-``{timers#0.k}`` to ``{timers#5.k}``, each one hash slot, two on each primary. Runs are
+The timers of the prefix ``timers`` are split into a shard per primary (the default on a
+cluster): ``{timers#0.k}`` to ``{timers#2.k}``, each one hash slot, one on each primary. Runs are
 recorded on the suite's own server (``$TIMERS_TEST_URL``), so what the tasks saw survives
 the cluster's changes. Lateness is printed, never asserted (bench/cluster.py measures it).
 """
@@ -29,14 +29,15 @@ from tests.integration.helpers import TIMERS_COMMAND, Processes, run_cli, runs, 
 from timers import AsyncTimers, Timers, TimerSpec
 from timers.cluster import sync_cluster
 from timers.keys import Keyspace
-from timers.shards import DEFAULT_CLUSTER_SHARDS, ShardLayout
+from timers.shards import ShardLayout
 
 pytestmark = [pytest.mark.integration, pytest.mark.cluster, pytest.mark.one_server]
 
 TASKS = "tests.task_pkg"
 EXPIRED = "__keyevent@0__:expired"
-SHARDS = [k.prefix for k in
-          ShardLayout(Keyspace("{timers}"), DEFAULT_CLUSTER_SHARDS, "timers").keyspaces]
+PRIMARIES = 3
+SHARDS = [k.prefix for k in ShardLayout(Keyspace("{timers}"), PRIMARIES, "timers").keyspaces]
+"""By default a prefix gets a shard per primary, when it is first used."""
 MANY = 20_000
 
 
@@ -95,7 +96,7 @@ def test_every_call_and_the_listeners_work_on_a_sharded_cluster(
         assert t.stats().fired == MANY
     assert Counter(run[0] for run in runs(r)) == {f"f{i}": 1 for i in range(MANY)}
     with sync_cluster(cluster.url) as client:
-        assert client.get("{timers}|shards") == str(DEFAULT_CLUSTER_SHARDS).encode()
+        assert client.get("{timers}|shards") == str(PRIMARIES).encode()
     print(f"\n{MANY:,} timers over 2..12 s on 3 primaries ({len(SHARDS)} shards), 3 listeners: "
           f"all once; "
           f"{lateness(r)}")
@@ -203,12 +204,12 @@ def test_a_shard_migrating_to_another_primary_mid_run_loses_nothing(
     procs = listeners(processes, cluster.url, 3)
     last_due = schedule_spread(cluster.url, 5000, 1.0, 5.0)
     with sync_cluster(cluster.url) as client:
-        slot = int(client.keyslot(f"{SHARDS[3]}|due"))
-    source = node_of(cluster, f"{SHARDS[3]}|due")
+        slot = int(client.keyslot(f"{SHARDS[1]}|due"))
+    source = node_of(cluster, f"{SHARDS[1]}|due")
     target = next(p.port for p in cluster.primaries if p.port != source)
     wait_until(lambda: r.llen("test:runs") >= 1000, 30, message="some timers to fire")
     moved = migrate_slot(cluster, slot, target, batch=20, pause=0.01)
-    assert node_of(cluster, f"{SHARDS[3]}|due") == target
+    assert node_of(cluster, f"{SHARDS[1]}|due") == target
     wait_until(lambda: len({run[0] for run in runs(r)}) >= 5000, last_due - time.time() + 30,
                message="every timer to fire after the migration")
     fired = Counter(run[0] for run in runs(r))
@@ -218,7 +219,7 @@ def test_a_shard_migrating_to_another_primary_mid_run_loses_nothing(
         assert p.poll() is None, processes.output(p)
     with Timers(cluster.url) as t:
         wait_until(lambda: settled(t), 10, message="nothing pending or running")
-    print(f"\nslot of shard 3 moved ({moved} keys) mid-run: 5,000 timers all once; "
+    print(f"\nslot of shard 1 moved ({moved} keys) mid-run: 5,000 timers all once; "
           f"{lateness(r)}")
 
 

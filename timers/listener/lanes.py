@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import copy
 import logging
-import zlib
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -62,16 +61,16 @@ def lanes_of(root: Listener, layout: ShardLayout) -> list[Listener]:
     """The listener's lanes for ``layout``: the listener itself for one shard."""
     if layout.count == 1:
         return [root]
-    lanes = [_lane(root, keys) for keys in layout.keyspaces]
+    lanes = [_lane(root, keys, index) for index, keys in enumerate(layout.keyspaces)]
     hub = EventHub([lane.events for lane in lanes])
     for lane in lanes:
         lane.events.hub = hub
     return lanes
 
 
-def _lane(root: Listener, keys: Keyspace) -> Listener:
+def _lane(root: Listener, keys: Keyspace, index: int) -> Listener:
     lane = copy.copy(root)  # shares the runner, loader, tally, recycler, flags, lanes list
-    lane.keys = keys
+    lane.keys, lane.shard_index = keys, index
     lane._scripts = Scripts(root.redis, keys)
     lane.tracker = DueTracker(root.clock, max_sleep=root.tracker.max_sleep)
     lane._closed = asyncio.Event()
@@ -85,11 +84,10 @@ def shard_note(lanes: list[Listener]) -> str:
     return f" over {len(lanes)} shards" if len(lanes) > 1 else ""
 
 
-def sweep_defer_ms(live: Iterable[Any], prefix: str, me: str) -> float:
-    """0 if ``me`` is the first sweeper of the shard ``prefix`` among the ``live``
-    listener ids (rendezvous hashing: each shard has one, spread evenly over the listeners,
-    and only the shards of a listener that leaves change hands), else
-    :data:`BACKUP_SWEEP_MS`: every listener sweeps every shard, the others later."""
-    ids = [as_text(i) for i in live or []] or [me]
-    first = max(ids, key=lambda i: zlib.crc32(f"{i}|{prefix}".encode("utf-8", "replace")))
-    return 0.0 if first == me else BACKUP_SWEEP_MS
+def sweep_defer_ms(live: Iterable[Any], shard: int, me: str) -> float:
+    """0 if ``me`` is the first sweeper of shard number ``shard`` among the ``live``
+    listener ids, else :data:`BACKUP_SWEEP_MS`. Shard ``i`` goes to the ``i``-th live id in
+    sorted order, round the list, so the shards (and the work) spread evenly over the
+    listeners; every listener sweeps every shard, the others later."""
+    ids = sorted({as_text(i) for i in live or []} | {me})
+    return 0.0 if ids[shard % len(ids)] == me else BACKUP_SWEEP_MS

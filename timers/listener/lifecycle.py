@@ -134,7 +134,7 @@ class Listener:
         self._held = HeldRuns()  # tokens whose lease we keep: running or unflushed
         self.recycler = Recycler(recycle, self._stop_claiming, report_fd())
         self.failure_retention = failure_retention
-        self._root, self._lanes = self, [self]
+        self._root, self._lanes, self.shard_index = self, [self], 0
         """The listener and its lanes, one per shard (see :mod:`timers.listener.lanes`);
         a lane is a shallow copy that shares the root's runner, loader and flags."""
         self._runner = Runner(self.concurrency, on_free=self._slot_freed_everywhere)
@@ -398,4 +398,4 @@ class Listener:
         if alive:
             self.recycler.published()
             if len(self._lanes) > 1:
-                self.tracker.defer_ms = sweep_defer_ms(live, self.keys.prefix, self.id)
+                self.tracker.defer_ms = sweep_defer_ms(live, self.shard_index, self.id)
