@@ -160,3 +160,22 @@ def test_one_listener_serves_every_shard_and_its_failures_merge() -> None:
         assert t.retry_all_failures().retried == 3
         assert t.stats().pending == 3 and t.stats().failed == 0
     mod.CALLS.clear()
+
+
+def test_subscribed_awaited_before_the_run_is_set_once_the_lanes_listen() -> None:
+    """``listener.subscribed`` is taken before ``run()`` knows the shards (the bench and
+    apps wait on it): it must be the event the first lane sets."""
+    server = fakeredis.FakeServer()
+    Timers(fakeredis.FakeRedis(server=server), shards=4).stats()  # fixes the layout
+
+    async def scenario() -> None:
+        listener = _listener(server)
+        subscribed, stop = listener.subscribed, asyncio.Event()
+        task = asyncio.create_task(listener.run(stop))
+        await asyncio.wait_for(subscribed.wait(), 10)
+        assert len(listener._lanes) == 4
+        stop.set()
+        await task
+        await listener.redis.aclose()
+
+    asyncio.run(scenario())

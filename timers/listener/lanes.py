@@ -62,6 +62,7 @@ def lanes_of(root: Listener, layout: ShardLayout) -> list[Listener]:
     if layout.count == 1:
         return [root]
     lanes = [_lane(root, keys, index) for index, keys in enumerate(layout.keyspaces)]
+    lanes[0].events.subscribed = root.events.subscribed  # what `Listener.subscribed` gives
     hub = EventHub([lane.events for lane in lanes])
     for lane in lanes:
         lane.events.hub = hub

@@ -174,8 +174,8 @@ class Listener:
     @property
     def subscribed(self) -> asyncio.Event:
         """Set while the event subscription is up (or when the listener goes without); with
-        shards, the first lane's (the one that listens to its node for the others)."""
-        return self._lanes[0].events.subscribed
+        shards, the first lane's (it listens to its node for the others)."""
+        return self.events.subscribed
 
     @property
     def aborted(self) -> bool:
