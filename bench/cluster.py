@@ -38,6 +38,11 @@ def background_n(ctx: Context) -> int:
 
 
 def run(ctx: Context) -> None:
+    single = redis.Redis.from_url(ctx.url)
+    try:  # the figure to compare with: the same work on the bench's own single server
+        _lateness(ctx, "Single server (for comparison)", ctx.url, [single])
+    finally:
+        single.close()
     for primaries in (1, 3):
         with real_cluster(primaries, replicas=False) as cluster:
             one(ctx, cluster.url, [s.port for s in cluster.primaries])

@@ -46,7 +46,9 @@ class Timers:
     shares at most ``max_connections`` connections (default 50) among its callers' threads;
     a call that finds them all busy waits for one (see :data:`timers.connect.POOL_WAIT`).
     ``group``: of the timers it schedules without one (default ``$TIMERS_GROUP`` or
-    ``default``).
+    ``default``). ``shards``: how many shards the prefix is split into if this client uses
+    it first (default ``$TIMERS_SHARDS``, else one per primary on a cluster, 1 on one
+    server); see :mod:`timers.shards`.
     """
 
     def __init__(

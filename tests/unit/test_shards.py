@@ -18,6 +18,7 @@ from redis.crc import key_slot
 from tests.unit.conftest import ROOT, SAMPLE_TASKS
 from tests.unit.sample_tasks import mod
 from timers import Listener, Timers, TimerSpec
+from timers.exceptions import TimersError
 from timers.keys import Keyspace
 from timers.shards import (
     MAX_SHARDS,
@@ -179,3 +180,13 @@ def test_subscribed_awaited_before_the_run_is_set_once_the_lanes_listen() -> Non
         await listener.redis.aclose()
 
     asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("junk", [b"lots", b"0", b"99999", b"2.5"])
+def test_a_garbled_stored_layout_is_one_clear_error_not_a_guess(
+        fake: fakeredis.FakeRedis, junk: bytes) -> None:
+    """Guessing a count would put timers in shards no listener sweeps: refuse, say where."""
+    fake.set("timers|shards", junk)
+    with Timers(fake) as t, pytest.raises(TimersError, match=r"timers\|shards holds .* not a "
+                                                             r"shard count"):
+        t.stats()

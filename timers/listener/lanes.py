@@ -10,20 +10,20 @@ only lane, as it always was.
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import logging
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+import redis.exceptions
+
 from timers.cluster import is_cluster
 from timers.encoding import as_text
 from timers.listener.due_tracker import DueTracker
 from timers.listener.event_hub import EventHub
-from timers.listener.leases import HeldRuns
 from timers.listener.retrying import RETRYABLE, ReconnectDelays, pause
 from timers.scripts import Scripts
-from timers.shards import ShardLayout, resolve_layout, wanted_count
+from timers.shards import ShardLayout, ShardLayoutMismatch, resolve_layout, wanted_count
 
 if TYPE_CHECKING:
     from timers.keys import Keyspace
@@ -47,6 +47,9 @@ async def read_layout(root: Listener) -> ShardLayout | None:
         try:
             reply = await root._scripts.run(call)
         except RETRYABLE as exc:
+            if isinstance(exc, redis.exceptions.ResponseError) and "timers shards" in str(exc):
+                # a garbled stored count: no retry mends it
+                raise ShardLayoutMismatch(str(exc).removeprefix("timers shards: ")) from None
             if not told:
                 log.warning("cannot read the prefix's shard layout yet (%s); will keep "
                             "trying", exc)
@@ -74,8 +77,7 @@ def _lane(root: Listener, keys: Keyspace, index: int) -> Listener:
     lane.keys, lane.shard_index = keys, index
     lane._scripts = Scripts(root.redis, keys)
     lane.tracker = DueTracker(root.clock, max_sleep=root.tracker.max_sleep)
-    lane._closed = asyncio.Event()
-    lane._running, lane._tasks, lane._held = {}, set(), HeldRuns()
+    lane._new_lane_state()
     lane._wire_parts()
     return lane
 

@@ -82,7 +82,7 @@ class Listener:
     key names that may not be UTF-8). ``tasks`` is the package whose functions may run
     (default ``$TIMERS_TASKS`` or ``tasks``, found on ``PYTHONPATH`` first, then in
     ``search_path``, by default the working directory); ``registry`` adds callables by
-    explicit name.
+    explicit name. ``shards``: as for :class:`timers.Timers` (it serves every shard).
     """
 
     def __init__(
@@ -106,8 +106,7 @@ class Listener:
         shards: int | None = None,
     ) -> None:
         check_limits(concurrency, lease)
-        self.shards = configured_shards(shards)
-        self.groups = served_groups(groups)
+        self.shards, self.groups = configured_shards(shards), served_groups(groups)
         self.redis, self._owns_client = client_of(redis_)
         self.prefix = configured_prefix(prefix)
         self.keys, self.db = keyspace_for(self.redis, prefix), database_of(self.redis)
@@ -115,6 +114,7 @@ class Listener:
         self.loader = TaskLoader(configured_package(tasks), registry,
                                  os.getcwd() if search_path is None else search_path)
         self.concurrency, self.lease, self.shutdown_timeout = concurrency, lease, shutdown_timeout
+        self.failure_retention = failure_retention
         self.clock = clock or SystemClock()
         self.tracker = DueTracker(self.clock, max_sleep=max_sleep)
         self.observer, self.allow_eviction = observer, allow_eviction
@@ -127,25 +127,25 @@ class Listener:
         """How runs ended, for the log (``tally.log_fires``: a line per fired timer)."""
         self._scripts = Scripts(self.redis, self.keys)
         self._stopping = asyncio.Event()  # stop claiming
-        self._closed = asyncio.Event()  # running tasks are done: stop renewing leases too
         self._abort_event, self._burst = asyncio.Event(), False
-        self._running: dict[str, Run] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._held = HeldRuns()  # tokens whose lease we keep: running or unflushed
+        self._new_lane_state()
         self.recycler = Recycler(recycle, self._stop_claiming, report_fd())
-        self.failure_retention = failure_retention
-        self._root, self._lanes, self.shard_index = self, [self], 0
-        """The listener and its lanes, one per shard (see :mod:`timers.listener.lanes`);
-        a lane is a shallow copy that shares the root's runner, loader and flags."""
+        self._root, self._lanes, self.shard_index = self, [self], 0  # see listener/lanes.py
         self._runner = Runner(self.concurrency, on_free=self._slot_freed_everywhere)
         self._precise = PreciseSleeper()
         self._wire_parts()
 
+    def _new_lane_state(self) -> None:
+        """What each lane keeps of its own runs (see :mod:`timers.listener.lanes`)."""
+        self._closed = asyncio.Event()  # running tasks are done: stop renewing leases too
+        self._running: dict[str, Run] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._held = HeldRuns()  # tokens whose lease we keep: running or unflushed
+
     def _wire_parts(self) -> None:
         """The parts of one shard's lane: its claims, events, endings and gates."""
-        failure_retention = self.failure_retention
-        self.endings = EndingWriter(self._scripts, self.keys, failure_retention, self._held,
-                                    self._closed)
+        self.endings = EndingWriter(self._scripts, self.keys, self.failure_retention,
+                                    self._held, self._closed)
         self.endings.on_written = self._after_endings_written
         self.handoff = Handoff(self.id, self.groups, self.lease, self._free_slots,
                                self._stopping, self._start, self._hand_back_now)
@@ -173,8 +173,7 @@ class Listener:
 
     @property
     def subscribed(self) -> asyncio.Event:
-        """Set while the event subscription is up (or when the listener goes without); with
-        shards, the first lane's (it listens to its node for the others)."""
+        """Set while the event subscription is up (or the listener goes without it)."""
         return self.events.subscribed
 
     @property

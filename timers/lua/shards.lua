@@ -27,7 +27,13 @@ if not wanted or wanted < 1 or wanted > 1024 or wanted ~= math.floor(wanted) the
 end
 local stored = redis.call('GET', KEYS[1])
 if stored then
-  return tonumber(stored)
+  local count = tonumber(stored)
+  if not count or count < 1 or count > 1024 or count ~= math.floor(count) then
+    return redis.error_reply('ERR timers shards: ' .. KEYS[1] .. ' holds ' ..
+      string.format('%q', string.sub(stored, 1, 40)) ..
+      ', not a shard count (1 to 1024): restore it, or delete it if the prefix is empty')
+  end
+  return count
 end
 for i = 2, #KEYS do
   if redis.call('EXISTS', KEYS[i]) == 1 then
