@@ -30,7 +30,7 @@ SPREAD_N, SPREAD_S = 2_000, 10.0
 
 
 def budget(ctx: Context) -> float:
-    return 2 * (ctx.sizes.scale_n / 20_000 + 240) if not ctx.sizes.quick else 300
+    return 900.0 if not ctx.sizes.quick else 450.0
 
 
 def background_n(ctx: Context) -> int:
@@ -39,8 +39,8 @@ def background_n(ctx: Context) -> int:
 
 def run(ctx: Context) -> None:
     single = redis.Redis.from_url(ctx.url)
-    try:  # the figure to compare with: the same work on the bench's own single server
-        _lateness(ctx, "Single server (for comparison)", ctx.url, [single])
+    try:  # the figures to compare with: the same work on the bench's own single server
+        _all(ctx, "Single server (for comparison)", ctx.url, [single])
     finally:
         single.close()
     for primaries in (1, 3):
@@ -54,12 +54,16 @@ def one(ctx: Context, url: str, ports: list[int]) -> None:
     print(f"- {name}", flush=True)
     nodes = [redis.Redis(port=p) for p in ports]
     try:
-        _schedules(ctx, name, url, nodes)
-        _fires(ctx, name, url, nodes)
-        _lateness(ctx, name, url, nodes)
+        _all(ctx, name, url, nodes)
     finally:
         for node in nodes:
             node.close()
+
+
+def _all(ctx: Context, name: str, url: str, nodes: list[redis.Redis]) -> None:
+    _schedules(ctx, name, url, nodes)
+    _fires(ctx, name, url, nodes)
+    _lateness(ctx, name, url, nodes)
 
 
 def _flush(nodes: list[redis.Redis]) -> None:
