@@ -15,6 +15,7 @@ import fakeredis
 import pytest
 from redis.crc import key_slot
 
+import timers
 from tests.unit.conftest import ROOT, SAMPLE_TASKS
 from tests.unit.sample_tasks import mod
 from timers import Listener, Timers, TimerSpec
@@ -190,3 +191,30 @@ def test_a_garbled_stored_layout_is_one_clear_error_not_a_guess(
     with Timers(fake) as t, pytest.raises(TimersError, match=r"timers\|shards holds .* not a "
                                                              r"shard count"):
         t.stats()
+
+
+@timers.task(concurrency=1)
+def _limited(i: int) -> None:
+    """One at a time fleet-wide: a limit that shards weaken."""
+
+
+def test_a_listener_says_once_that_limits_hold_per_shard_and_its_burst_ends(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """(A burst's lane that finished first once kept its loops going, and the burst never
+    ended: each lane's loops now stop with the lane.)"""
+    server = fakeredis.FakeServer()
+    past = datetime.now(UTC) - timedelta(seconds=1)
+    with Timers(fakeredis.FakeRedis(server=server), shards=4) as t:
+        t.schedule_many(TimerSpec("lim.one", [i], at=past) for i in range(5))
+
+        async def burst() -> None:
+            listener = Listener(fakeredis.FakeAsyncRedis(server=server),
+                                registry={"lim.one": _limited})
+            await asyncio.wait_for(listener.run(burst=True), 15)
+            await listener.redis.aclose()
+
+        with caplog.at_level("WARNING", logger="timers.listener"):
+            asyncio.run(burst())
+        assert t.stats().fired == 5
+    said = [r.getMessage() for r in caplog.records if "counted in each shard" in r.getMessage()]
+    assert len(said) == 1 and "task lim.one" in said[0] and "prefix is split into 4" in said[0]

@@ -10,6 +10,7 @@ attempt counted. Runs with no limits never call Redis here.
 from __future__ import annotations
 
 import asyncio
+import logging
 
 from timers.encoding import Args, Record, as_text
 from timers.flow.declared import KeySpec, key_for
@@ -76,6 +77,8 @@ class FlowGate:
         self._tasks: set[asyncio.Task[None]] = set()
         self.held = 0
         """Runs the gate held back so far (the parker weighs whether parking pays)."""
+        self.shards = 1
+        """The prefix's shards: a limit is counted in each (see :meth:`_per_shard`)."""
 
     async def admit(self, run: Run, record: Record, policy: TaskPolicy) -> Outcome | None:
         """None: start the run. Else the run is not this listener's to run any more: its
@@ -87,6 +90,8 @@ class FlowGate:
             return Outcome("error", "FlowKeyError", str(exc))
         if spec is None:
             return None
+        if self.shards > 1:
+            _per_shard(record.task, self.shards)
         if run.source == HANDED and spec.key and not spec.rate:
             self.holding.add(run.token)  # finish.lua handed it over holding its key's slot
             return None
@@ -128,3 +133,18 @@ _HELD_MESSAGES = {
     "lost": "its lease was lost before it could start",
     "replaced": "a timer with its id was scheduled again meanwhile",
 }
+
+
+log = logging.getLogger("timers.listener")
+_WARNED: set[str] = set()
+
+
+def _per_shard(task: str, shards: int) -> None:
+    """Say once per task that its limits hold per shard on a sharded prefix."""
+    if task in _WARNED:
+        return
+    _WARNED.add(task)
+    log.warning("task %s has a concurrency key or rate limit, and the prefix is split into %d "
+                "shards: the limit is counted in each shard, so up to %d times it can run at "
+                "once fleet-wide. For an exact limit, give such timers a prefix of one shard "
+                "(TIMERS_PREFIX=... TIMERS_SHARDS=1)", task, shards, shards)

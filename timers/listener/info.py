@@ -1,10 +1,15 @@
-"""What ``timers listeners`` shows of a listener: its heartbeat's JSON."""
+"""A listener's heartbeat: what ``timers listeners`` shows of it (the JSON), and what it
+learns back (the live listeners, who sweep its shard first)."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 from typing import TYPE_CHECKING, Any
+
+from timers.listener.lanes import sweep_defer_ms
+from timers.wire import HEARTBEAT_INTERVAL, HEARTBEAT_MISSES
 
 if TYPE_CHECKING:
     from timers.listener.lifecycle import Listener
@@ -19,3 +24,15 @@ def describe(listener: Listener) -> dict[str, Any]:
             "tasks": root.loader.package, "stuck": root._runner.stuck,
             "groups": root.groups, **root.tally.recent.summary(),
             **root.recycler.heartbeat_info(root._stopping.is_set())}
+
+
+async def heartbeat(listener: Listener, alive: bool) -> None:
+    """Say the listener is alive (or gone) in its lane's shard; with several shards, learn
+    whether it sweeps this one first."""
+    info = json.dumps(describe(listener)) if alive else ""
+    live = await listener._scripts.heartbeat(
+        listener.id, round(HEARTBEAT_INTERVAL * HEARTBEAT_MISSES * 1000), info)
+    if alive:
+        listener.recycler.published()
+        if len(listener._lanes) > 1:
+            listener.tracker.defer_ms = sweep_defer_ms(live, listener.shard_index, listener.id)

@@ -68,7 +68,7 @@ def lanes_of(root: Listener, layout: ShardLayout) -> list[Listener]:
     lanes[0].events.subscribed = root.events.subscribed  # what `Listener.subscribed` gives
     hub = EventHub([lane.events for lane in lanes])
     for lane in lanes:
-        lane.events.hub = hub
+        lane.events.hub, lane.flow.shards = hub, len(lanes)
     return lanes
 
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
 import secrets
@@ -47,8 +46,8 @@ from timers.listener.executor import Executed, Executor
 from timers.listener.flow_gate import FlowGate
 from timers.listener.groups import served_groups
 from timers.listener.handoff import Handoff
-from timers.listener.info import describe
-from timers.listener.lanes import lanes_of, read_layout, shard_note, sweep_defer_ms
+from timers.listener.info import heartbeat
+from timers.listener.lanes import lanes_of, read_layout, shard_note
 from timers.listener.leases import HeldRuns, LeaseKeeper, sync_twin
 from timers.listener.loop_watch import LoopWatch
 from timers.listener.near_keys import keep_near_keys
@@ -66,7 +65,7 @@ from timers.loader import TASKS_ENV, TaskLoader, configured_package
 from timers.runs import Fired, Run, rejected_entry
 from timers.scripts import Scripts
 from timers.shards import configured_shards
-from timers.wire import HEARTBEAT_INTERVAL, HEARTBEAT_MISSES, ClaimSource, EndingKind
+from timers.wire import HEARTBEAT_INTERVAL, ClaimSource, EndingKind
 
 log = logging.getLogger("timers.listener")
 
@@ -138,6 +137,7 @@ class Listener:
     def _new_lane_state(self) -> None:
         """What each lane keeps of its own runs (see :mod:`timers.listener.lanes`)."""
         self._closed = asyncio.Event()  # running tasks are done: stop renewing leases too
+        self._lane_stopping = asyncio.Event()  # this lane's loops end (all lanes' on stop)
         self._running: dict[str, Run] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._held = HeldRuns()  # tokens whose lease we keep: running or unflushed
@@ -160,7 +160,7 @@ class Listener:
                                self._stopping)
         self.events = EventSource(self.redis, Channels.of(self.keys, self.db, self.groups),
                                   self.keys, self.loader.resolve, self.tracker,
-                                  self.claimer.poke.set, self._reject, self._stopping)
+                                  self.claimer.poke.set, self._reject, self._lane_stopping)
         self.claimer.parker = Parker(self._scripts, self.groups, self.lease, self.loader.resolve,
                                      self.flow)
         self.handoff.slot_freed = self._slot_freed_everywhere
@@ -226,6 +226,7 @@ class Listener:
         try:
             await self.claimer.run(self._burst)
         finally:
+            self._lane_stopping.set()  # this lane's events, heartbeat and near keys
             if not self._burst or len(self._lanes) == 1:
                 self._stopping.set()  # (a burst's lanes end each when its shard is done)
             await drain(self)
@@ -279,6 +280,7 @@ class Listener:
     def _stop_claiming(self) -> None:
         self._stopping.set()
         for lane in self._lanes:
+            lane._lane_stopping.set()
             lane.claimer.poke.set()
         self._slot_freed_everywhere()
 
@@ -387,14 +389,9 @@ class Listener:
     async def _heartbeat_loop(self) -> None:
         """The heartbeat, and the near keys alongside (a turn every few seconds each)."""
         await asyncio.gather(
-            beat_until(self._stopping, lambda: self._heartbeat(alive=True), HEARTBEAT_INTERVAL),
-            keep_near_keys(self._scripts, self._stopping))
+            beat_until(self._lane_stopping, lambda: self._heartbeat(alive=True),
+                       HEARTBEAT_INTERVAL),
+            keep_near_keys(self._scripts, self._lane_stopping))
 
     async def _heartbeat(self, alive: bool) -> None:
-        info = json.dumps(describe(self)) if alive else ""
-        live = await self._scripts.heartbeat(
-            self.id, round(HEARTBEAT_INTERVAL * HEARTBEAT_MISSES * 1000), info)
-        if alive:
-            self.recycler.published()
-            if len(self._lanes) > 1:
-                self.tracker.defer_ms = sweep_defer_ms(live, self.shard_index, self.id)
+        await heartbeat(self, alive)
