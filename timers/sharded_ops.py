@@ -10,7 +10,7 @@ pipeline) and merge them. The layout is read once, by the first operation.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
@@ -86,6 +86,10 @@ class ShardedOperations:
         shards = yield from self.shards()
         return shards[shard_of(name, len(shards))]
 
+    def _routed(self, name: str, call: Callable[[Operations], Operation[T]]) -> Operation[T]:
+        """``call`` on the operations of the shard of ``name`` (a timer id or recurrence)."""
+        return (yield from call((yield from self._of(name))))
+
     # -- timers ---------------------------------------------------------------------
 
     def prepare(self, spec: TimerSpec | Mapping[str, Any],
@@ -123,16 +127,13 @@ class ShardedOperations:
 
     def reschedule(self, timer_id: str, in_: float | timedelta | None = None,
                    at: datetime | None = None) -> Operation[bool]:
-        shard = yield from self._of(timer_id)
-        return (yield from shard.reschedule(timer_id, in_, at))
+        return (yield from self._routed(timer_id, lambda s: s.reschedule(timer_id, in_, at)))
 
     def cancel(self, timer_id: str) -> Operation[bool]:
-        shard = yield from self._of(timer_id)
-        return (yield from shard.cancel(timer_id))
+        return (yield from self._routed(timer_id, lambda s: s.cancel(timer_id)))
 
     def get(self, timer_id: str) -> Operation[PendingTimer | None]:
-        shard = yield from self._of(timer_id)
-        return (yield from shard.get(timer_id))
+        return (yield from self._routed(timer_id, lambda s: s.get(timer_id)))
 
     # -- views ------------------------------------------------------------------------
 
@@ -174,8 +175,8 @@ class ShardedOperations:
         return found[0] if found else None
 
     def retry_failure(self, failure: Failure, replace: bool = False) -> Operation[str]:
-        shard = yield from self._of(failure.timer_id or "")
-        return (yield from shard.retry_failure(failure, replace))
+        return (yield from self._routed(failure.timer_id or "",
+                                        lambda s: s.retry_failure(failure, replace)))
 
     def retry_all_failures(self, replace: bool = False) -> Operation[RetrySummary]:
         retried = pending = not_retryable = 0
@@ -225,24 +226,19 @@ class ShardedOperations:
     # -- recurrences ------------------------------------------------------------------
 
     def every(self, spec: Recurrence) -> Operation[Recurrence]:
-        shard = yield from self._of(spec.name)
-        return (yield from shard.every(spec))
+        return (yield from self._routed(spec.name, lambda s: s.every(spec)))
 
     def unschedule_recurring(self, name: str) -> Operation[bool]:
-        shard = yield from self._of(name)
-        return (yield from shard.unschedule_recurring(name))
+        return (yield from self._routed(name, lambda s: s.unschedule_recurring(name)))
 
     def pause(self, name: str) -> Operation[bool]:
-        shard = yield from self._of(name)
-        return (yield from shard.pause(name))
+        return (yield from self._routed(name, lambda s: s.pause(name)))
 
     def resume(self, name: str) -> Operation[bool]:
-        shard = yield from self._of(name)
-        return (yield from shard.resume(name))
+        return (yield from self._routed(name, lambda s: s.resume(name)))
 
     def get_recurrence(self, name: str) -> Operation[Recurrence | None]:
-        shard = yield from self._of(name)
-        return (yield from shard.get_recurrence(name))
+        return (yield from self._routed(name, lambda s: s.get_recurrence(name)))
 
     def recurrences(self) -> Operation[list[Recurrence]]:
         shards = yield from self.shards()
