@@ -28,6 +28,7 @@ from typing import Any
 from redis.crc import key_slot
 
 from timers.cluster import hash_tagged
+from timers.exceptions import TimersError
 from timers.keys import Keyspace
 from timers.ops_base import Call, Operation
 from timers.scripts import ScriptCalls
@@ -40,8 +41,13 @@ MAX_SHARDS = 1024
 _OCCURRENCE = re.compile(r"^(.+)@[0-9]+$", re.DOTALL)
 
 
-class ShardLayoutMismatch(ValueError):
-    """A client asked for a shard count other than the one the prefix has."""
+class BadShardCount(TimersError, ValueError):
+    """A shard count (``shards=``, ``$TIMERS_SHARDS``) that is not 1 to 1024."""
+
+
+class ShardLayoutMismatch(TimersError, ValueError):
+    """A client asked for a shard count other than the one the prefix has, or the stored
+    count is garbled."""
 
 
 def check_shards(value: object, name: str = "shards") -> int:
@@ -51,7 +57,8 @@ def check_shards(value: object, name: str = "shards") -> int:
     except ValueError:
         count = 0
     if isinstance(value, bool) or not 1 <= count <= MAX_SHARDS or str(count) != str(value).strip():
-        raise ValueError(f"{name} must be a whole number from 1 to {MAX_SHARDS}, got {value!r}")
+        raise BadShardCount(f"{name} must be a whole number from 1 to {MAX_SHARDS}, "
+                            f"got {value!r}")
     return count
 
 

@@ -131,5 +131,7 @@ def friendly(fn: F) -> F:
 def open_timers(url: str | None, prefix: str) -> Timers:
     try:
         return Timers(url, prefix=prefix)
+    except TimersError:
+        raise  # (a bad $TIMERS_SHARDS, say: not the URL's fault)
     except ValueError as exc:
         raise UserError(f"bad Redis URL {safe_url(configured_url(url))!r}: {exc}") from None
