@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
-from timers.cluster import hash_tagged, is_cluster
+from timers.cluster import is_cluster, keyspace_for
 from timers.cron import Recurrence
 from timers.encoding import DEFAULT_MAX_ARGS_BYTES
 from timers.exceptions import ServerOutOfMemory
@@ -158,8 +158,7 @@ class ShardedOperations:
     def list_failed(self, limit: int = 100) -> Operation[list[Failure]]:
         shards = yield from self.shards()
         parts = yield from gather([s.list_failed(limit) for s in shards])
-        merged = sorted((f for part in parts for f in part), key=lambda f: f.at, reverse=True)
-        return merged[:max(limit, 0)]
+        return _latest(parts)[:max(limit, 0)]
 
     def get_failures(self, timer_id: str) -> Operation[list[Failure]]:
         """A timer's failures are in its shard; a failure id (``…:…``) may be in any."""
@@ -168,7 +167,7 @@ class ShardedOperations:
             shard = yield from self._of(timer_id)
             return (yield from shard.get_failures(timer_id))
         parts = yield from gather([s.get_failures(timer_id) for s in shards])
-        return sorted((f for part in parts for f in part), key=lambda f: f.at, reverse=True)
+        return _latest(parts)
 
     def get_failure(self, timer_id: str) -> Operation[Failure | None]:
         found = yield from self.get_failures(timer_id)
@@ -250,12 +249,14 @@ def operations_for(client: object, prefix: str | None, shards: int | None,
                    max_args_bytes: int, group: str) -> ShardedOperations:
     """The operations of a client: the configured prefix (hash-tagged on a cluster) and
     shard count (``shards``, else ``$TIMERS_SHARDS``, else the prefix's)."""
-    chosen = configured_prefix(prefix)
-    cluster = is_cluster(client)
-    home = Keyspace(hash_tagged(chosen) if cluster else chosen)
-    return ShardedOperations(home, chosen, cluster=cluster, shards=configured_shards(shards),
+    return ShardedOperations(keyspace_for(client, prefix), configured_prefix(prefix),
+                             cluster=is_cluster(client), shards=configured_shards(shards),
                              max_args_bytes=max_args_bytes, group=group)
 
 
 def _soonest(parts: Iterable[list[PendingTimer]]) -> list[PendingTimer]:
     return sorted((t for part in parts for t in part), key=lambda t: t.due)
+
+
+def _latest(parts: Iterable[list[Failure]]) -> list[Failure]:
+    return sorted((f for part in parts for f in part), key=lambda f: f.at, reverse=True)
