@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from abc import abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -63,8 +63,10 @@ class FailureOperations:
     calls: ScriptCalls
 
     @abstractmethod
-    def _retry_call(self, task: str, args: Any, timer_id: str, replace: bool) -> Call:
-        """The schedule call that puts a failed timer back, due now: "r" to replace a
+    def _retry_call(self, task: str, args: Any, timer_id: str, replace: bool,
+                    options: Mapping[str, str]) -> Call:
+        """The schedule call that puts a failed timer back, due now, with the group,
+        priority, concurrency key and max lateness it had (``options``): "r" to replace a
         pending timer with that id, else "k" to keep it."""
 
     def list_failed(self, limit: int = 100) -> Operation[list[Failure]]:
@@ -128,7 +130,8 @@ class FailureOperations:
             raise InvalidTimer(
                 f"{failure.failure_id} was a rejected event key, not a timer: nothing to retry"
             )
-        (reply,) = yield [self._retry_call(task, record.args, timer_id, replace)]
+        (reply,) = yield [self._retry_call(task, record.args, timer_id, replace,
+                                           record.options or {})]
         if reply[1] is None:
             raise TimerAlreadyPending(
                 f"timer {timer_id} is pending again: not retried (replace to overwrite it)",
@@ -160,6 +163,9 @@ class FailureOperations:
                     retried += 1
                 except TimerAlreadyPending:
                     pending += 1
+                    offset += 1
+                except InvalidTimer:  # its stored record does not make a timer any more
+                    not_retryable += 1
                     offset += 1
 
     def _forget(self, failure_id: str, raw: str) -> Call:

@@ -19,7 +19,9 @@ key                 type    holds
 ``P|fail``          zset    failure id → time of the last failure in ms.
 ``P|failrec``       hash    failure id → JSON :class:`timers.wire.FailureRecord`: id,
                             task, args, record, kind, error_type, message, traceback,
-                            attempts, due_ms, first_failure, failed_at (Redis ms);
+                            attempts, due_ms, first_failure, failed_at (Redis ms),
+                            options (group g, priority p, key k, max lateness ml:
+                            what a retry keeps);
                             a rejected key's: id, key, kind, error_type, message,
                             failed_at.
                             A dead timer's failure id is ``<id>:<run token>`` (one per

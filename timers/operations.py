@@ -36,7 +36,7 @@ from timers.exceptions import (
 from timers.failure_ops import Failure, FailureOperations, RetrySummary
 from timers.flow import views
 from timers.flow.names import DEFAULT_GROUP, check_group
-from timers.flow.options import flow_options
+from timers.flow.options import flow_options, read_flow
 from timers.flow.views import Found, GroupCounts, WaitState
 from timers.keys import Keyspace
 from timers.ops_base import Call, Operation, Request, ms_to_datetime, pairs
@@ -196,8 +196,20 @@ class Operations(FailureOperations, RecurrenceOperations):
                   for p in batch]
         return Call.of(self.calls.schedule(timers), atomic=True)
 
-    def _retry_call(self, task: str, args: Any, timer_id: str, replace: bool) -> Call:
-        prepared = self._prepare(TimerSpec(task, args, in_=0, id=timer_id), retry=True)
+    def _retry_call(self, task: str, args: Any, timer_id: str, replace: bool,
+                    options: Mapping[str, str]) -> Call:
+        # the timer's own group (absent: the default, not the retrying client's), key
+        # and priority, each checked again as a schedule checks them
+        try:
+            flow = read_flow(options)
+            late_ms = options.get(Option.MAX_LATENESS)
+            max_lateness = None if late_ms is None else int(late_ms) / 1000
+        except (MalformedTimerKey, ValueError) as exc:
+            raise InvalidTimer(f"timer {timer_id}: its failure record's options do not "
+                               f"read ({exc}): not retried") from None
+        spec = TimerSpec(task, args, in_=0, id=timer_id, group=flow.group, key=flow.key,
+                         priority=flow.priority, max_lateness=max_lateness)
+        prepared = self._prepare(spec, retry=True)
         how = ScheduleMode.REPLACE if replace else ScheduleMode.KEEP
         return self._schedule_call([prepared], how)
 

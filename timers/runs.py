@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from timers.encoding import Args, Record, as_text, unescape_id
 from timers.exceptions import MalformedTimerKey
 from timers.keys import DEFAULT_GROUP
-from timers.wire import ClaimSource, FailureRecord, Option
+from timers.wire import ClaimSource, FailureRecord, Option, kept_options
 
 MAX_MESSAGE = 2000
 MAX_TRACEBACK = 8000
@@ -125,6 +126,7 @@ def failure_entry(
     args: Args,
     now_ms: int,
     first_failure_ms: int | None = None,
+    options: Mapping[str, str] | None = None,
 ) -> tuple[str, FailureRecord]:
     """The failure id and record for a timer that failed for good: what it was, the
     error, the attempts with the first and last failure times (``now_ms``: Redis time),
@@ -146,6 +148,7 @@ def failure_entry(
         due_ms=run.original_due_ms,
         first_failure=first_failure_ms or now_ms,
         failed_at=now_ms,
+        options=kept_options(dict(options or {})),
     )
     return f"{run.escaped_id}:{run.token}", record
 

@@ -146,6 +146,9 @@ class FailureRecord:
     due_ms: int | None = None
     first_failure: int | None = None
     key: str | None = None
+    options: dict[str, str] | None = None
+    """A dead timer's group, priority, concurrency key and max lateness, as its record
+    held them (:data:`KEPT_OPTIONS`): a retry schedules it with the same ones."""
 
     def to_json(self) -> str:
         """The stored JSON (a rejected key's record carries only its own fields)."""
@@ -171,11 +174,22 @@ class FailureRecord:
                 values[name] = None
         if not isinstance(values.get("traceback"), str):
             values["traceback"] = ""
+        values["options"] = kept_options(values.get("options"))
         return cls(**values)
 
 
 _DEAD_FIELDS = ("id", "task", "args", "record", "kind", "error_type", "message", "traceback",
-                "attempts", "due_ms", "first_failure", "failed_at")
+                "attempts", "due_ms", "first_failure", "failed_at", "options")
+KEPT_OPTIONS = (Option.GROUP, Option.PRIORITY, Option.KEY, Option.MAX_LATENESS)
+"""Record options a dead timer's failure record keeps, so that a retry keeps them."""
+
+
+def kept_options(options: object) -> dict[str, str] | None:
+    """Of a record's (or a stored failure record's) options, those a retry keeps."""
+    if not isinstance(options, dict):
+        return None
+    kept = {str(k): v for k, v in options.items() if k in KEPT_OPTIONS and isinstance(v, str)}
+    return kept or None
 _REJECTED_FIELDS = ("id", "key", "kind", "error_type", "message", "failed_at")
 
 

@@ -11,7 +11,8 @@ import fakeredis
 import pytest
 
 from tests.unit.helpers import claim, run
-from timers import TimerAlreadyPending, Timers
+from timers import InvalidTimer, TimerAlreadyPending, Timers
+from timers.encoding import Record
 from timers.keys import Keyspace
 from timers.runs import Outcome, Run, failure_entry, rejected_entry
 from timers.scripts import ScriptCalls, ScriptName
@@ -132,3 +133,63 @@ def test_purge_and_forget_keep_the_index_in_step(
             for i in fake.zrange(ks.failure_index, 0, -1)] == ["b"]
     assert producer.purge_failures() == 1
     assert fake.zcard(ks.failure_index) == 0 and producer.failed() == []
+
+
+def plant_failure(fake: fakeredis.FakeRedis, ks: Keyspace, tid: str, record_text: str,
+                  options: dict[str, str] | None) -> None:
+    """A dead timer's failure record, as a listener writes it for ``record_text``."""
+    run = Run("7", tid, record_text, due_ms=1000, reruns=0, source="s")
+    failure_id, record = failure_entry(run, Outcome("error", "E", "x"), "a.b", ["cmd"],
+                                       now_ms=1_000_000, options=options)
+    fake.zadd(ks.failures, {failure_id: 1_000_000})
+    fake.hset(ks.failure_records, failure_id, record.to_json())
+    fake.zadd(ks.failure_index, {failure_id: 0})
+
+
+def test_a_retried_dead_timer_keeps_its_group_key_priority_and_max_lateness(
+    fake: fakeredis.FakeRedis, ks: Keyspace
+) -> None:
+    """An operator's retry from a client of another group put a video node's timer in the
+    web group (no listener there could run it) and dropped its concurrency key, so the
+    retried command could run beside the device's others."""
+    record = Record("a.b", ["cmd"], {"g": "video", "k": "device%3A7", "p": "5", "ml": "30000",
+                                     "a": "3"})
+    plant_failure(fake, ks, "cmd-1", record.encode(), record.options)
+
+    with Timers(fake, group="web") as web:
+        failure = web.get_failure("cmd-1")
+        assert failure is not None
+        assert web.retry_failure(failure) == "cmd-1"
+        pending = web.get("cmd-1")
+
+    assert pending is not None
+    assert (pending.group, pending.key, pending.priority) == ("video", "device:7", 5)
+    assert pending.attempts == 0  # attempts reset, as before
+    stored = Record.decode(fake.hget(ks.records, "cmd-1").decode())  # type: ignore[union-attr]
+    assert stored.options.get("ml") == "30000"
+
+
+def test_a_dead_timer_of_the_default_group_is_retried_there_by_a_client_of_another(
+    fake: fakeredis.FakeRedis, ks: Keyspace
+) -> None:
+    plant_failure(fake, ks, "plain", Record("a.b", ["cmd"], {}).encode(), None)
+    with Timers(fake, group="web") as web:
+        assert web.retry_all_failures().retried == 1
+        pending = web.get("plain")
+    assert pending is not None and pending.group == "default" and pending.key is None
+
+
+def test_a_failure_record_with_forged_options_is_refused_in_one_line_and_skipped(
+    fake: fakeredis.FakeRedis, ks: Keyspace, producer: Timers
+) -> None:
+    plant_failure(fake, ks, "forged", Record("a.b", [], {}).encode(), {"k": "bad%zz"})
+    plant_failure(fake, ks, "fine", Record("a.b", [], {}).encode(), {"p": "2"})
+
+    failure = producer.get_failure("forged")
+    assert failure is not None
+    with pytest.raises(InvalidTimer, match="forged: its failure record's options do not read"):
+        producer.retry_failure(failure)
+    summary = producer.retry_all_failures()
+    assert (summary.retried, summary.not_retryable) == (1, 1)
+    assert producer.get("fine").priority == 2  # type: ignore[union-attr]
+    assert producer.get("forged") is None

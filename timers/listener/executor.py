@@ -118,8 +118,10 @@ class Executor:
             ending = self.ending(run, attempt.record, outcome, attempt.policy)
         except Exception as exc:
             log.exception("could not decide how timer %s ended", run.timer_id)
-            failure_id, failure = failure_entry(run, _internal_error(exc), attempt.task,
-                                                attempt.args, self.tracker.redis_time_ms())
+            failure_id, failure = failure_entry(
+                run, _internal_error(exc), attempt.task, attempt.args,
+                self.tracker.redis_time_ms(),
+                options=attempt.record.options if attempt.record else None)
             ending = Ending.of(run, EndingKind.FAIL, failure_id=failure_id, failure=failure)
         group = _group_of(attempt.record) if attempt.record is not None else DEFAULT_GROUP
         report = Fired(run.timer_id, attempt.task, run.waited_from_ms, attempt.started_ms,
@@ -189,7 +191,8 @@ class Executor:
             return Ending.retry(run, retry, round(delay * 1000))
         failure_id, failure = failure_entry(
             run, outcome, record.task if record else None, record.args if record else None,
-            now_ms, first_failure_ms=int(first_failure) if first_failure else None)
+            now_ms, first_failure_ms=int(first_failure) if first_failure else None,
+            options=record.options if record else None)
         log.warning("timer %s (%s) failed for good, attempt %d: %s: %s", run.timer_id,
                     record.task if record else "?", run.attempt, outcome.error_type,
                     outcome.message[:300])
