@@ -9,8 +9,6 @@ is also what makes it testable without a server.
 from __future__ import annotations
 
 import json
-import secrets
-import string
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -42,6 +40,7 @@ from timers.keys import Keyspace
 from timers.ops_base import Call, Operation, Request, ms_to_datetime, pairs
 from timers.recurrence_ops import RecurrenceOperations
 from timers.scripts import NewTimer, ScriptCalls
+from timers.timer_ids import new_timer_id
 from timers.wire import Option, ScheduleMode
 
 __all__ = [
@@ -130,15 +129,6 @@ def _coerce_spec(item: TimerSpec | Mapping[str, Any]) -> TimerSpec:
 def _id_part(item: object) -> str:
     timer_id = item.get("id") if isinstance(item, Mapping) else getattr(item, "id", None)
     return "" if timer_id is None else f" (id {timer_id!r})"
-
-
-def new_timer_id() -> str:
-    """A random id: 12 URL-safe characters, about 72 bits, never starting with ``-`` (the
-    command line would read ``timers get -x…`` as an option)."""
-    timer_id = secrets.token_urlsafe(9)
-    if timer_id.startswith("-"):
-        timer_id = secrets.choice(string.ascii_letters + string.digits) + timer_id[1:]
-    return timer_id
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
+import os
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -27,6 +29,7 @@ from timers.exceptions import (
 from timers.keys import Keyspace
 from timers.operations import SCHEDULE_CHUNK
 from timers.scripts import register_all
+from timers.timer_ids import ALPHABET, IdSequence, new_timer_id
 
 
 @pytest.fixture
@@ -75,11 +78,42 @@ def test_generated_ids_are_distinct(producer: Timers) -> None:
     assert len(ids) == 50
 
 
-def test_a_generated_id_never_starts_with_a_dash(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_generated_id_never_starts_with_a_dash() -> None:
     """``timers get -x…`` would read the id as an option."""
-    monkeypatch.setattr(timers.operations.secrets, "token_urlsafe", lambda n: "-lZp5rTnupGi")
-    timer_id = timers.operations.new_timer_id()
-    assert not timer_id.startswith("-") and timer_id[1:] == "lZp5rTnupGi"
+    ids = [timers.operations.new_timer_id() for _ in range(1000)]
+    assert not any(i.startswith("-") for i in ids)
+    assert all(len(i) == 12 and set(i) <= set(ALPHABET) for i in ids)
+
+
+def test_generated_ids_sort_in_the_order_they_were_made_within_and_across_milliseconds(
+) -> None:
+    """Timers due at the same ms run in id order: ids in schedule order make that FIFO."""
+    clock = iter([5_000] * 300 + [5_001] * 300 + [4_000] * 10)  # the wall clock steps back
+    sequence = IdSequence(lambda: next(clock))
+    ids = [sequence.next() for _ in range(610)]
+    assert ids == sorted(ids) and len(set(ids)) == 610
+
+
+def test_same_due_timers_scheduled_in_one_call_are_claimed_in_schedule_order(
+    producer: Timers, fake: fakeredis.FakeRedis, ks: Keyspace
+) -> None:
+    producer.schedule_many(TimerSpec("a.b", [i], in_=60) for i in range(200))
+    members = [m.decode() for m in fake.zrange(ks.due, 0, -1)]
+    assert [json.loads(fake.hget(ks.records, m).decode().split(":", 1)[1])[0]
+            for m in members] == list(range(200))
+
+
+def test_a_forked_child_does_not_repeat_its_parents_ids() -> None:
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its next ids, to the parent
+        os.write(write, ",".join(new_timer_id() for _ in range(50)).encode())
+        os._exit(0)
+    os.close(write)
+    parents = {new_timer_id() for _ in range(50)}
+    os.waitpid(pid, 0)
+    childs = set(os.read(read, 10_000).decode().split(","))
+    assert len(childs) == 50 and not parents & childs
 
 
 def test_schedule_writes_one_expiring_key_named_by_the_timer(

@@ -34,6 +34,8 @@ log = logging.getLogger("timers.listener")
 
 PUBSUB_POLL = 1.0
 """Seconds between reads of the subscription; each read also runs redis-py's health check."""
+YIELD_EVERY = 8
+"""Messages read before the event loop gets a turn for everything else."""
 GROUP_CHECK = 0.25
 """Seconds between checks that a lane's group of shards on its node is the same."""
 
@@ -216,7 +218,14 @@ class EventSource:
         # redis-py's get_message can swallow a cancellation, so the loop also ends on the
         # stop flag, within PUBSUB_POLL seconds
         checked = 0.0
+        read = 0
         while not self.stopping.is_set():
+            read += 1
+            if read % YIELD_EVERY == 0:
+                # messages already buffered are read without a pause: a flood of expired
+                # keys (a burst coming due) would hold the event loop, and the claims',
+                # gates' and runs' replies wait behind it
+                await asyncio.sleep(0)
             if self.hub is None or time.monotonic() - checked > GROUP_CHECK:
                 checked = time.monotonic()
                 holder = self.holder()
