@@ -163,10 +163,15 @@ class AsyncTimers:
         catch_up: CatchUp = "latest",
         max_lateness: float | timedelta | None = None,
         overlap: bool = True,
+        group: str | None = None,
+        key: str | None = None,
+        priority: int = 0,
     ) -> Recurrence:
         spec = recurrence(name, task, args, cron=cron, interval=interval, tz=tz,
                           catch_up=catch_up, max_lateness=max_lateness, overlap=overlap,
-                          max_args_bytes=self.ops.max_args_bytes)
+                          max_args_bytes=self.ops.max_args_bytes,
+                          group=self.ops.group if group is None else group, key=key,
+                          priority=priority)
         return await self.run(self.ops.every(spec))
 
     async def unschedule_recurring(self, name: str) -> bool:

@@ -202,6 +202,9 @@ class Timers:
         catch_up: CatchUp = "latest",
         max_lateness: float | timedelta | None = None,
         overlap: bool = True,
+        group: str | None = None,
+        key: str | None = None,
+        priority: int = 0,
     ) -> Recurrence:
         """Run ``task`` on a schedule under ``name``: ``cron`` (an expression read in the
         wall time of ``tz``, e.g. ``"0 9 * * mon-fri"``) or ``interval`` (seconds or a
@@ -209,10 +212,14 @@ class Timers:
         once. ``catch_up`` ("latest", "all", "none") says what runs after every listener
         was down; ``max_lateness`` bounds how late an occurrence may start;
         ``overlap=False`` skips an occurrence while the previous run is still running.
+        ``group``, ``key`` and ``priority`` are its occurrences', as in :meth:`schedule`
+        (``group`` None: this client's).
         """
         spec = recurrence(name, task, args, cron=cron, interval=interval, tz=tz,
                           catch_up=catch_up, max_lateness=max_lateness, overlap=overlap,
-                          max_args_bytes=self.ops.max_args_bytes)
+                          max_args_bytes=self.ops.max_args_bytes,
+                          group=self.ops.group if group is None else group, key=key,
+                          priority=priority)
         return self.run(self.ops.every(spec))
 
     def unschedule_recurring(self, name: str) -> bool:

@@ -14,6 +14,7 @@ from tests.unit.helpers import claim
 from timers import AsyncTimers, InvalidTimer, Recurrence, Timers
 from timers.cron import State, name_from_option
 from timers.encoding import Entry, Record, as_text, escape_id
+from timers.flow.names import DEFAULT_GROUP
 from timers.keys import Keyspace
 from timers.wire import NEAR_HORIZON_MS
 
@@ -309,3 +310,61 @@ def test_async_twin(fake: fakeredis.FakeRedis) -> None:
         await client.aclose()
 
     asyncio.run(scenario())
+
+
+# -- flow options of recurrences ------------------------------------------------------------
+
+
+def test_a_recurrences_occurrences_carry_its_group_key_and_priority(
+    fake: fakeredis.FakeRedis
+) -> None:
+    """A recurrence of video tasks had no group: a web node's listener claimed its
+    occurrences and dead-lettered them."""
+    with Timers(fake) as t:
+        rec = t.every("encode-night", "video.encode", ["all"], interval=3600, group="video",
+                      key="gpu:0", priority=7)
+        (first,) = t.list(group="video")
+        assert (first.group, first.key, first.priority) == ("video", "gpu:0", 7)
+        assert t.list(group="default") == []
+        assert t.every("encode-night", "video.encode", ["all"], interval=3600,
+                       group="video", key="gpu:0", priority=7).version == rec.version
+        assert t.every("encode-night", "video.encode", ["all"], interval=3600,
+                       group="video", key="gpu:0", priority=8).version == rec.version + 1
+        stored = t.get_recurrence("encode-night")
+    assert stored is not None and (stored.group, stored.key, stored.priority) == (
+        "video", "gpu:0", 8)
+    # the successor a listener schedules is built from the same definition
+    _, successor = stored.occurrence(stored.version, 1_900_000_000_000)
+    options = Record.decode(successor).options
+    assert (options["g"], options["k"], options["p"]) == ("video", "gpu%3A0", "8")
+
+
+def test_a_recurrence_takes_the_clients_group_when_it_names_none(
+    fake: fakeredis.FakeRedis
+) -> None:
+    with Timers(fake, group="web") as web:
+        web.every("digest", "mail.digest", interval=60)
+        (first,) = web.list(group="web")
+        assert first.group == "web"
+    with Timers(fake) as t:
+        t.every("plain", "mail.digest", interval=60)
+        assert [p.group for p in t.list(group="default")] == ["default"]
+
+
+def test_a_recurrence_with_a_bad_key_or_priority_is_refused_and_nothing_is_written(
+    fake: fakeredis.FakeRedis
+) -> None:
+    with Timers(fake) as t:
+        with pytest.raises(InvalidTimer, match="priority"):
+            t.every("bad", "a.b", interval=60, priority=5000)
+        with pytest.raises(InvalidTimer, match="key"):
+            t.every("bad", "a.b", interval=60, key="")
+        assert t.recurrences() == [] and fake.zcard(KS.due) == 0
+
+
+def test_a_definition_stored_before_flow_options_reads_with_the_defaults() -> None:
+    old = '{"args":null,"catch_up":"latest","every_ms":60000,"overlap":true,"task":"a.b",' \
+          '"tz":"UTC"}'
+    rec = Recurrence.from_redis("old", old, None)
+    assert (rec.group, rec.key, rec.priority) == (DEFAULT_GROUP, None, 0)
+    assert rec.definition() == old  # declaring it again unchanged changes nothing

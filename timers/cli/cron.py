@@ -81,6 +81,13 @@ def add(
         bool, typer.Option("--no-overlap", help="Skip an occurrence while the previous run "
                                                 "is still running.")
     ] = False,
+    group: Annotated[str | None, typer.Option(
+        "--group", "-g", metavar="GROUP",
+        help="Its occurrences' group (default $TIMERS_GROUP or 'default').")] = None,
+    key: Annotated[str | None, typer.Option(
+        "--key", "-k", metavar="KEY", help="Its occurrences' concurrency key.")] = None,
+    priority: Annotated[int, typer.Option(
+        "--priority", metavar="N", help="Higher runs first among waiting timers.")] = 0,
     url: UrlOption = None,
     prefix: PrefixOption = DEFAULT_PREFIX,
 ) -> None:
@@ -98,7 +105,8 @@ def add(
         late = parse_duration(max_lateness) if max_lateness is not None else None
         rec = t.every(name, task, args, cron=cron, interval=interval, tz=tz,
                       catch_up=catch_up,
-                      max_lateness=late, overlap=not no_overlap)
+                      max_lateness=late, overlap=not no_overlap, group=group, key=key,
+                      priority=priority)
     typer.echo(f"{rec.name} (version {rec.version}): {rec.when} {rec.tz}; next "
                f"{next_runs(rec, datetime.now(UTC), 1)}")
 

@@ -48,6 +48,10 @@ RECURRENCE_OPTION: str = Option.RECURRENCE.value
 VERSION_OPTION: str = Option.VERSION.value
 """Record option: the version of the definition an occurrence was scheduled under."""
 MAX_NAME_LENGTH = 100
+DEFAULT_GROUP = "default"
+"""``timers.flow.names.DEFAULT_GROUP``: the flow helpers are imported where they are used,
+as they load redis-py (and asyncio) and a producer's recurrence needs them only with a
+group, key or priority."""
 
 _RANDOM_FIELD = re.compile(r"(?<![A-Za-z])R(?![A-Za-z])")
 
@@ -112,6 +116,12 @@ class Recurrence:
     catch_up: CatchUp = "latest"
     max_lateness: timedelta | None = None
     overlap: bool = True
+    group: str = DEFAULT_GROUP
+    """The group of its occurrences: only listeners serving it run them."""
+    key: str | None = None
+    """The concurrency key of its occurrences (the task's limit then holds per key)."""
+    priority: int = 0
+    """Its occurrences' priority among timers waiting for the same slot."""
     paused: bool = False
     version: int = 0
     next_due: datetime | None = None
@@ -163,6 +173,12 @@ class Recurrence:
             data["every_ms"] = self.interval // MS
         if self.max_lateness is not None:
             data["max_lateness_ms"] = self.max_lateness // MS
+        if self.group != DEFAULT_GROUP:  # absent when default: older definitions read alike
+            data["group"] = self.group
+        if self.key is not None:
+            data["key"] = self.key
+        if self.priority:
+            data["priority"] = self.priority
         return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
                           allow_nan=False)
 
@@ -179,8 +195,11 @@ class Recurrence:
                 tz=data.get("tz", "UTC"), catch_up=data.get("catch_up", "latest"),
                 max_lateness=None if late_ms is None else timedelta(milliseconds=late_ms),
                 overlap=bool(data.get("overlap", True)),
+                group=data.get("group", DEFAULT_GROUP), key=data.get("key"),
+                priority=data.get("priority", 0),
             )
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            _check_flow(recurrence.group, recurrence.key, recurrence.priority)
+        except (InvalidTimer, ValueError, KeyError, TypeError, AttributeError) as exc:
             raise MalformedTimerKey(f"unreadable definition of recurrence {name!r}: {exc}") \
                 from None
         if state is None:
@@ -195,7 +214,8 @@ class Recurrence:
     def occurrence(self, version: int, due_ms: int,
                    max_args_bytes: int = DEFAULT_MAX_ARGS_BYTES) -> tuple[str, str]:
         """The escaped timer id and the record of the occurrence due at ``due_ms``."""
-        options = {RECURRENCE_OPTION: name_option(self.name), VERSION_OPTION: str(version)}
+        options = {RECURRENCE_OPTION: name_option(self.name), VERSION_OPTION: str(version),
+                   **_check_flow(self.group, self.key, self.priority)}
         record = Record(self.task, self.args, options).encode(max_args_bytes)
         return escape_id(occurrence_id(self.name, due_ms)), record
 
@@ -212,6 +232,9 @@ def recurrence(
     max_lateness: float | timedelta | None = None,
     overlap: bool = True,
     max_args_bytes: int = DEFAULT_MAX_ARGS_BYTES,
+    group: str = DEFAULT_GROUP,
+    key: str | None = None,
+    priority: int = 0,
 ) -> Recurrence:
     """Validate a declaration and return it; :class:`InvalidTimer` says what is wrong."""
     name = check_name(name)
@@ -247,7 +270,18 @@ def recurrence(
             raise InvalidTimer("interval must be at least 10 ms")
     else:
         cron = _check_cron(cron, tz, name)
-    return Recurrence(name, task, args, cron, every, tz, catch_up, late, overlap)
+    _check_flow(group, key, priority)  # each checked as a timer's is
+    return Recurrence(name, task, args, cron, every, tz, catch_up, late, overlap, group, key,
+                      priority)
+
+
+def _check_flow(group: object, key: object, priority: object) -> dict[str, str]:
+    """The occurrences' flow options (:class:`InvalidTimer` if one is bad)."""
+    if group == DEFAULT_GROUP and key is None and priority == 0:
+        return {}
+    from timers.flow.options import flow_options  # here: see DEFAULT_GROUP
+
+    return flow_options(group, key, priority)
 
 
 def _check_cron(expression: object, tz: str, name: str) -> str:
