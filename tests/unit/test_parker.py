@@ -4,17 +4,22 @@ their concurrency key alone, with the key the gate would compute."""
 from __future__ import annotations
 
 import asyncio
+import json
+from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
 
+import fakeredis
 import pytest
 import redis
 
 import timers
+from timers.keys import Keyspace
 from timers.listener.claimer import Claimer
 from timers.listener.flow_gate import FlowGate
 from timers.listener.parker import Parker
-from timers.scripts import ParkTimer
+from timers.runs import Run
+from timers.scripts import ParkTimer, Scripts
 
 
 @timers.task(concurrency=1, key=lambda device, cmd: f"device:{device}")
@@ -111,3 +116,80 @@ def test_parking_that_fails_leaves_the_backlog_to_the_claims(error: Exception) -
                               stopping=asyncio.Event())
     asyncio.run(Claimer._park_backlog(claimer))  # type: ignore[arg-type]
     assert Failing.calls == 1
+
+
+# -- claimed runs screened before they start ----------------------------------------------
+
+
+def screened(fake: fakeredis.FakeRedis, records: list[str], reruns: int = 0,
+             fail: BaseException | None = None) -> tuple[list[str], list[str], FlowGate, int]:
+    """Schedule ``records`` due now (ids t0, t1, …), claim them all and screen them:
+    (ids started, ids waiting for a key, the gate, how many on_held heard of)."""
+    with timers.Timers(fake) as producer:
+        for i, record in enumerate(records):
+            task, _, args = record.partition(":")
+            producer.schedule(task, json.loads(args) if args else None, in_=-1, id=f"t{i}")
+    told: list[int] = []
+
+    async def scenario() -> tuple[list[str], FlowGate]:
+        client = fakeredis.FakeAsyncRedis(server=fake.connection_pool.connection_kwargs[
+            "server"])
+        scripts = Scripts(client, Keyspace())
+        flow = FlowGate(scripts, 30.0)
+        flow.on_held = told.append
+        reply = await scripts.claim(limit=50, lease_ms=30_000, horizon_ms=0, listener_id="me")
+        items = reply[3:]
+        runs = [replace(Run.parse(*items[i:i + 3]), reruns=reruns)
+                for i in range(0, len(items), 3)]
+        if fail is not None:
+            async def broken(*_: Any, **__: Any) -> Any:
+                raise fail
+            scripts.gate = broken  # type: ignore[method-assign]
+        started = await flow.screen(runs, resolve)
+        await client.aclose()
+        return [run.timer_id for run in started], flow
+
+    started, flow = asyncio.run(scenario())
+    waiting = sorted(i.decode() for i in fake.zrange(f"{Keyspace().prefix}|waitk|device:7", 0, -1))
+    return sorted(started), waiting, flow, sum(told)
+
+
+def test_claimed_runs_a_full_key_holds_back_never_start_and_the_rest_skip_the_gate_later(
+    fake: fakeredis.FakeRedis
+) -> None:
+    """1,000 commands for 50 devices: the 950 that must wait were made into tasks first,
+    and kept both cores busy while the 50 that could run waited for the gate."""
+    records = [f'd.per_device:[7,"c{i}"]' for i in range(5)] + ['d.per_device:[8,"x"]']
+    started, waiting, flow, told = screened(fake, records)
+    assert started == ["t0", "t5"]  # each device's first, in id order
+    assert waiting == ["t1", "t2", "t3", "t4"] and told == 4 and flow.held == 4
+    assert len(flow.admitted) == 2 and flow.admitted <= flow.holding
+
+
+def test_runs_a_gate_would_not_weigh_by_key_alone_are_started_unscreened(
+    fake: fakeredis.FakeRedis
+) -> None:
+    records = ['d.rated:[1]', 'd.video:[1]', 'd.broken:', 'd.plain:', 'd.unknown:']
+    started, _, flow, told = screened(fake, records)
+    assert started == ["t0", "t1", "t2", "t3", "t4"] and not flow.admitted and told == 0
+
+
+def test_reruns_and_a_failed_gate_call_leave_every_run_to_ask_at_its_start(
+    fake: fakeredis.FakeRedis
+) -> None:
+    records = [f'd.per_device:[7,"c{i}"]' for i in range(3)]
+    started, waiting, flow, _ = screened(fake, records, reruns=1)
+    assert started == ["t0", "t1", "t2"] and waiting == [] and not flow.admitted
+    fake.flushall()
+    started, waiting, flow, _ = screened(fake, records, fail=redis.ConnectionError("gone"))
+    assert started == ["t0", "t1", "t2"] and waiting == [] and not flow.admitted
+
+
+def test_a_run_the_screen_let_go_is_not_gated_again_at_its_start() -> None:
+    """Gated twice, a run would find its key full with its own slot and wait behind it."""
+    flow = FlowGate(None, 30.0)  # type: ignore[arg-type]  # any gate call would fail
+    run = Run("9", "t0", 'd.per_device:[7,"on"]', due_ms=1, reruns=0, source="sweep")
+    flow.admitted.add("9")
+    record = run.record()
+    assert asyncio.run(flow.admit(run, record, timers.policy.policy_of(per_device))) is None
+    assert "9" not in flow.admitted

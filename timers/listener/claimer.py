@@ -149,6 +149,8 @@ class Claimer:
         runs = [Run.parse(items[i], items[i + 1], items[i + 2]) for i in range(0, len(items), 3)]
         if runs and received - sent > self.lease / 2:
             runs = await self._still_held(runs, received - sent)
+        if runs and self.parker is not None:  # those a concurrency key holds back: not run
+            runs = await self.parker.flow.screen(runs, self.parker.resolve)
         for run in runs:
             self.hooks.start(run)
         return len(items) // 3

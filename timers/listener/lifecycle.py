@@ -163,6 +163,7 @@ class Listener:
                                   self.claimer.poke.set, self._reject, self._lane_stopping)
         self.claimer.parker = Parker(self._scripts, self.groups, self.lease, self.loader.resolve,
                                      self.flow)
+        self.flow.on_held = lambda count: self.tally.held_back(count)
         self.handoff.slot_freed = self._slot_freed_everywhere
         self.claimer.outage = self.events.outage = self.endings.outage = Outage()
         self.executor = Executor(self.loader.resolve, self._runner,

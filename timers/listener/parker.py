@@ -21,12 +21,9 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from timers.encoding import Record, as_text
-from timers.keys import DEFAULT_GROUP
-from timers.listener.flow_gate import FlowGate, flow_limits
-from timers.policy import policy_of
+from timers.encoding import as_text
+from timers.listener.flow_gate import FlowGate, key_only_limit
 from timers.scripts import ParkTimer, Scripts
-from timers.wire import Option
 
 log = logging.getLogger("timers.listener")
 
@@ -66,20 +63,5 @@ class Parker:
 
     def _parkable(self, escaped_id: str, due: str, record_text: str) -> ParkTimer | None:
         """The timer with its key and limit, if a gate would weigh only its key."""
-        try:
-            record = Record.decode(record_text)
-            if Option.RECURRENCE in record.options:
-                return None  # a recurrence schedules its next occurrence when claimed
-            policy = policy_of(self.resolve(record.task))
-            group = record.options.get(Option.GROUP) or DEFAULT_GROUP
-            if policy.group is not None and policy.group != group:
-                return None  # the claim moves it to its task's group
-            limits = flow_limits(record, policy)
-        except Exception:  # a claim decides: dead timer, refusal, a key function failing
-            return None
-        if limits is None:
-            return None
-        key, limit, rate, _, _ = limits
-        if not key or rate:
-            return None
-        return ParkTimer(escaped_id, record_text, key, limit)
+        limit = key_only_limit(record_text, self.resolve)
+        return None if limit is None else ParkTimer(escaped_id, record_text, *limit)

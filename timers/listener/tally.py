@@ -77,6 +77,11 @@ class RunTally:
         if self.log_fires and done.report is not None:
             log_fire(done.report, label)
 
+    def held_back(self, count: int) -> None:
+        """Claimed runs a concurrency key held back before they started."""
+        for _ in range(count):
+            self.ended(Executed(None, None))
+
     def hand_back(self, timer_ids: list[str]) -> None:
         """Unfinished runs go back to the due index at shutdown: say which."""
         self.counts["handed back"] += len(timer_ids)
