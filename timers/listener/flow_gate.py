@@ -71,11 +71,16 @@ def key_only_limit(record_text: str, resolve: Callable[[str], Callable[..., Any]
     weighs it; None when a run must decide for itself: a recurrence (it schedules its next
     occurrence first), a task of another group (the run moves it), a rate limit, no limit,
     or any error (a dead timer, a refusal, a key function failing)."""
+    head = record_text.partition(":")[0]  # "task;option=value;…": read before any args
+    task, _, options = head.partition(";")
+    keyed = f"{Option.KEY}=" in options
     try:
+        policy = policy_of(resolve(task))
+        if not (keyed or policy.flow_limited):
+            return None  # no limit: the common case costs a dict lookup, no decoding
         record = Record.decode(record_text)
         if Option.RECURRENCE in record.options:
             return None
-        policy = policy_of(resolve(record.task))
         group = record.options.get(Option.GROUP) or DEFAULT_GROUP
         if policy.group is not None and policy.group != group:
             return None
