@@ -149,7 +149,10 @@ class Claimer:
         runs = [Run.parse(items[i], items[i + 1], items[i + 2]) for i in range(0, len(items), 3)]
         if runs and received - sent > self.lease / 2:
             runs = await self._still_held(runs, received - sent)
-        if runs and self.parker is not None:  # those a concurrency key holds back: not run
+        if runs and self.parker is not None and self.parker.wanted():
+            # gates hold runs back (a backlog for busy keys): those held back now are not
+            # started at all. Otherwise each run asks at its start, and the next claim
+            # goes out meanwhile.
             runs = await self.parker.flow.screen(runs, self.parker.resolve)
         for run in runs:
             self.hooks.start(run)
