@@ -51,6 +51,22 @@ def next_runs(rec: Recurrence, now: datetime, count: int = 3) -> str:
         return f"unknown ({exc})"
 
 
+CatchUpOption = Annotated[str, typer.Option(
+    "--catch-up", help="After downtime: latest (run the latest missed once), all (each, in "
+                       "order) or none.")]
+MaxLatenessOption = Annotated[str | None, typer.Option(
+    "--max-lateness", help="Never start an occurrence later than this after its time.")]
+NoOverlapOption = Annotated[bool, typer.Option(
+    "--no-overlap", help="Skip an occurrence while the previous run is still running.")]
+GroupOption = Annotated[str | None, typer.Option(
+    "--group", "-g", metavar="GROUP",
+    help="Its occurrences' group (default $TIMERS_GROUP or 'default').")]
+KeyOption = Annotated[str | None, typer.Option(
+    "--key", "-k", metavar="KEY", help="Its occurrences' concurrency key.")]
+PriorityOption = Annotated[int, typer.Option(
+    "--priority", metavar="N", help="Higher runs first among waiting timers.")]
+
+
 @cron_app.command("add")
 def add(
     name: NameArgument,
@@ -69,25 +85,12 @@ def add(
     ] = None,
     tz: Annotated[str, typer.Option("--tz", help="Time zone the cron fields are read in.")]
     = "UTC",
-    catch_up: Annotated[
-        str, typer.Option("--catch-up", help="After downtime: latest (run the latest missed "
-                                             "once), all (each, in order) or none.")
-    ] = "latest",
-    max_lateness: Annotated[
-        str | None, typer.Option("--max-lateness", help="Never start an occurrence later "
-                                                        "than this after its time.")
-    ] = None,
-    no_overlap: Annotated[
-        bool, typer.Option("--no-overlap", help="Skip an occurrence while the previous run "
-                                                "is still running.")
-    ] = False,
-    group: Annotated[str | None, typer.Option(
-        "--group", "-g", metavar="GROUP",
-        help="Its occurrences' group (default $TIMERS_GROUP or 'default').")] = None,
-    key: Annotated[str | None, typer.Option(
-        "--key", "-k", metavar="KEY", help="Its occurrences' concurrency key.")] = None,
-    priority: Annotated[int, typer.Option(
-        "--priority", metavar="N", help="Higher runs first among waiting timers.")] = 0,
+    catch_up: CatchUpOption = "latest",
+    max_lateness: MaxLatenessOption = None,
+    no_overlap: NoOverlapOption = False,
+    group: GroupOption = None,
+    key: KeyOption = None,
+    priority: PriorityOption = 0,
     url: UrlOption = None,
     prefix: PrefixOption = DEFAULT_PREFIX,
 ) -> None:

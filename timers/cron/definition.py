@@ -251,16 +251,7 @@ def recurrence(
     except (ZoneInfoNotFoundError, ValueError):
         raise InvalidTimer(f"unknown time zone {tz!r} (use an IANA name such as "
                            f"'Europe/Berlin' or 'UTC')") from None
-    if catch_up not in CATCH_UP_VALUES:
-        raise InvalidTimer(f"catch_up must be one of {', '.join(CATCH_UP_VALUES)}, "
-                           f"got {catch_up!r}")
-    if not isinstance(overlap, bool):
-        raise InvalidTimer(f"overlap must be True or False, got {overlap!r}")
-    late: timedelta | None = None
-    if max_lateness is not None:
-        late = timedelta(seconds=seconds(max_lateness, "max_lateness"))
-        if late < timedelta(0):
-            raise InvalidTimer("max_lateness must be 0 or more seconds")
+    catch_up, late = _check_policies(catch_up, overlap, max_lateness)
     if (cron is None) == (interval is None):
         raise InvalidTimer("give exactly one of cron (an expression) or interval")
     every: timedelta | None = None
@@ -273,6 +264,22 @@ def recurrence(
     _check_flow(group, key, priority)  # each checked as a timer's is
     return Recurrence(name, task, args, cron, every, tz, catch_up, late, overlap, group, key,
                       priority)
+
+
+def _check_policies(catch_up: str, overlap: object, max_lateness: float | timedelta | None
+                    ) -> tuple[CatchUp, timedelta | None]:
+    """catch_up checked, overlap checked, and max_lateness as a timedelta (or None)."""
+    if catch_up not in CATCH_UP_VALUES:
+        raise InvalidTimer(f"catch_up must be one of {', '.join(CATCH_UP_VALUES)}, "
+                           f"got {catch_up!r}")
+    if not isinstance(overlap, bool):
+        raise InvalidTimer(f"overlap must be True or False, got {overlap!r}")
+    if max_lateness is None:
+        return catch_up, None
+    late = timedelta(seconds=seconds(max_lateness, "max_lateness"))
+    if late < timedelta(0):
+        raise InvalidTimer("max_lateness must be 0 or more seconds")
+    return catch_up, late
 
 
 def _check_flow(group: object, key: object, priority: object) -> dict[str, str]:
