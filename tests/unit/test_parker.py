@@ -163,7 +163,7 @@ def test_claimed_runs_a_full_key_holds_back_never_start_and_the_rest_skip_the_ga
     started, waiting, flow, told = screened(fake, records)
     assert started == ["t0", "t5"]  # each device's first, in id order
     assert waiting == ["t1", "t2", "t3", "t4"] and told == 4 and flow.held == 4
-    assert len(flow.admitted) == 2 and flow.admitted <= flow.holding
+    assert len(flow.holding) == 2  # their slots, held from the claim on
 
 
 def test_runs_a_gate_would_not_weigh_by_key_alone_are_started_unscreened(
@@ -171,7 +171,7 @@ def test_runs_a_gate_would_not_weigh_by_key_alone_are_started_unscreened(
 ) -> None:
     records = ['d.rated:[1]', 'd.video:[1]', 'd.broken:', 'd.plain:', 'd.unknown:']
     started, _, flow, told = screened(fake, records)
-    assert started == ["t0", "t1", "t2", "t3", "t4"] and not flow.admitted and told == 0
+    assert started == ["t0", "t1", "t2", "t3", "t4"] and not flow.holding and told == 0
 
 
 def test_reruns_and_a_failed_gate_call_leave_every_run_to_ask_at_its_start(
@@ -179,17 +179,16 @@ def test_reruns_and_a_failed_gate_call_leave_every_run_to_ask_at_its_start(
 ) -> None:
     records = [f'd.per_device:[7,"c{i}"]' for i in range(3)]
     started, waiting, flow, _ = screened(fake, records, reruns=1)
-    assert started == ["t0", "t1", "t2"] and waiting == [] and not flow.admitted
+    assert started == ["t0", "t1", "t2"] and waiting == [] and not flow.holding
     fake.flushall()
     started, waiting, flow, _ = screened(fake, records, fail=redis.ConnectionError("gone"))
-    assert started == ["t0", "t1", "t2"] and waiting == [] and not flow.admitted
+    assert started == ["t0", "t1", "t2"] and waiting == [] and not flow.holding
 
 
 def test_a_run_the_screen_let_go_is_not_gated_again_at_its_start() -> None:
     """Gated twice, a run would find its key full with its own slot and wait behind it."""
     flow = FlowGate(None, 30.0)  # type: ignore[arg-type]  # any gate call would fail
     run = Run("9", "t0", 'd.per_device:[7,"on"]', due_ms=1, reruns=0, source="sweep")
-    flow.admitted.add("9")
+    flow.holding.add("9")  # as screen leaves a run it let go
     record = run.record()
     assert asyncio.run(flow.admit(run, record, timers.policy.policy_of(per_device))) is None
-    assert "9" not in flow.admitted

@@ -109,8 +109,6 @@ class FlowGate:
         """Runs the gate held back so far (the parker weighs whether parking pays)."""
         self.shards = 1
         """The prefix's shards: a limit is counted in each (see :meth:`_per_shard`)."""
-        self.admitted: set[str] = set()
-        """Tokens of claimed runs :meth:`screen` let go: their start asks no more."""
         self.on_held: Callable[[int], None] = lambda count: None
         """Told how many claimed runs :meth:`screen` held back (they never start)."""
 
@@ -133,10 +131,8 @@ class FlowGate:
         statuses = {run.token: as_text(status)
                     for (run, _), status in zip(asked, reply, strict=True)}
         held = [run for run in runs if statuses.get(run.token, GO) != GO]
-        for run in runs:
-            if statuses.get(run.token) == GO:
-                self.admitted.add(run.token)
-                self.holding.add(run.token)
+        # those let go hold their slot from now: at their start, admit asks no more
+        self.holding.update(token for token, status in statuses.items() if status == GO)
         waited = sum(1 for run in held if statuses[run.token] == "wait")
         self.held += waited
         if held:
@@ -158,8 +154,7 @@ class FlowGate:
         if run.source == HANDED and spec.key and not spec.rate:
             self.holding.add(run.token)  # finish.lua handed it over holding its key's slot
             return None
-        if run.token in self.admitted:  # screened at its claim: it holds its slot
-            self.admitted.discard(run.token)
+        if run.token in self.holding:  # screened at its claim, it holds its slot already
             return None
         loop = asyncio.get_running_loop()
         answer: asyncio.Future[str] = loop.create_future()
