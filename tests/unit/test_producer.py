@@ -82,7 +82,7 @@ def test_a_generated_id_never_starts_with_a_dash() -> None:
     """``timers get -x…`` would read the id as an option."""
     ids = [timers.operations.new_timer_id() for _ in range(1000)]
     assert not any(i.startswith("-") for i in ids)
-    assert all(len(i) == 12 and set(i) <= set(ALPHABET) for i in ids)
+    assert all(len(i) == 14 and set(i) <= set(ALPHABET) for i in ids)
 
 
 def test_generated_ids_sort_in_the_order_they_were_made_within_and_across_milliseconds(
