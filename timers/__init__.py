@@ -199,10 +199,14 @@ def every(
     catch_up: CatchUp = "latest",
     max_lateness: float | timedelta | None = None,
     overlap: bool = True,
+    group: str | None = None,
+    key: str | None = None,
+    priority: int = 0,
 ) -> Recurrence:
     """Run ``task`` on a cron schedule or at an interval; see :meth:`Timers.every`."""
     return _instance().every(name, task, args, cron=cron, interval=interval, tz=tz,
-                             catch_up=catch_up, max_lateness=max_lateness, overlap=overlap)
+                             catch_up=catch_up, max_lateness=max_lateness, overlap=overlap,
+                             group=group, key=key, priority=priority)
 
 
 def unschedule_recurring(name: str) -> bool:

@@ -166,11 +166,14 @@ async def every(
     catch_up: CatchUp = "latest",
     max_lateness: float | timedelta | None = None,
     overlap: bool = True,
+    group: str | None = None,
+    key: str | None = None,
+    priority: int = 0,
 ) -> Recurrence:
     """Run ``task`` on a cron schedule or at an interval; see :meth:`Timers.every`."""
     return await _instance().every(name, task, args, cron=cron, interval=interval, tz=tz,
                                    catch_up=catch_up, max_lateness=max_lateness,
-                                   overlap=overlap)
+                                   overlap=overlap, group=group, key=key, priority=priority)
 
 
 async def unschedule_recurring(name: str) -> bool:

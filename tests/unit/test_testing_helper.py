@@ -164,3 +164,18 @@ def test_an_app_that_configures_timers_inside_a_test_stays_in_memory() -> None:
         async_id = asyncio.run(schedule())
         assert [r.timer_id for r in t.run_due()] == [sync_id, async_id]
     assert timers._instance() is before
+
+
+def test_the_module_level_every_passes_group_key_and_priority_on(t: TimersTest) -> None:
+    timers.every("encode", "mod.greet", ["gpu"], interval=timedelta(hours=1), group="video",
+                 key="gpu:0", priority=4)
+    (first,) = t.pending()
+    assert (first.group, first.key, first.priority) == ("video", "gpu:0", 4)
+
+    async def scenario() -> None:
+        await timers.aio.every("encode-aio", "mod.greet", ["gpu"], interval=60, group="video",
+                               priority=-2)
+
+    asyncio.run(scenario())
+    assert {(p.id.partition("@")[0], p.priority) for p in t.pending()} == {
+        ("encode", 4), ("encode-aio", -2)}
