@@ -148,7 +148,7 @@ def failure_entry(
         due_ms=run.original_due_ms,
         first_failure=first_failure_ms or now_ms,
         failed_at=now_ms,
-        options=kept_options(dict(options or {})),
+        options=kept_options(options),
     )
     return f"{run.escaped_id}:{run.token}", record
 

@@ -9,6 +9,7 @@ The Lua scripts spell the same words (``timers/lua/*.lua``); the tests in
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from enum import StrEnum
 from typing import Any
@@ -180,17 +181,18 @@ class FailureRecord:
 
 _DEAD_FIELDS = ("id", "task", "args", "record", "kind", "error_type", "message", "traceback",
                 "attempts", "due_ms", "first_failure", "failed_at", "options")
+_REJECTED_FIELDS = ("id", "key", "kind", "error_type", "message", "failed_at")
 KEPT_OPTIONS = (Option.GROUP, Option.PRIORITY, Option.KEY, Option.MAX_LATENESS)
 """Record options a dead timer's failure record keeps, so that a retry keeps them."""
 
 
 def kept_options(options: object) -> dict[str, str] | None:
-    """Of a record's (or a stored failure record's) options, those a retry keeps."""
-    if not isinstance(options, dict):
+    """Of a record's options (or a stored failure record's, read from JSON: anything),
+    those a retry keeps; None when there are none."""
+    if not isinstance(options, Mapping):
         return None
     kept = {str(k): v for k, v in options.items() if k in KEPT_OPTIONS and isinstance(v, str)}
     return kept or None
-_REJECTED_FIELDS = ("id", "key", "kind", "error_type", "message", "failed_at")
 
 
 HEARTBEAT_INTERVAL = 10.0
