@@ -143,18 +143,18 @@ class FlowGate:
         """None: start the run. Else the run is not this listener's to run any more: its
         timer waits for its key or rate limit (or its lease was lost, or its id was
         scheduled again)."""
+        if self.shards > 1:
+            _per_shard(record.task, self.shards)
+        if run.token in self.holding:  # screened at its claim: its key and slot are settled
+            return None
         try:
             spec = gate_run(run, record, policy)
         except FlowKeyError as exc:
             return Outcome("error", "FlowKeyError", str(exc))
         if spec is None:
             return None
-        if self.shards > 1:
-            _per_shard(record.task, self.shards)
         if run.source == HANDED and spec.key and not spec.rate:
             self.holding.add(run.token)  # finish.lua handed it over holding its key's slot
-            return None
-        if run.token in self.holding:  # screened at its claim, it holds its slot already
             return None
         loop = asyncio.get_running_loop()
         answer: asyncio.Future[str] = loop.create_future()
