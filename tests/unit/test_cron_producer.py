@@ -14,6 +14,7 @@ from tests.unit.helpers import claim
 from timers import AsyncTimers, InvalidTimer, Recurrence, Timers
 from timers.cron import State, name_from_option
 from timers.encoding import Entry, Record, as_text, escape_id
+from timers.exceptions import MalformedTimerKey
 from timers.flow.names import DEFAULT_GROUP
 from timers.keys import Keyspace
 from timers.wire import NEAR_HORIZON_MS
@@ -368,3 +369,14 @@ def test_a_definition_stored_before_flow_options_reads_with_the_defaults() -> No
     rec = Recurrence.from_redis("old", old, None)
     assert (rec.group, rec.key, rec.priority) == (DEFAULT_GROUP, None, 0)
     assert rec.definition() == old  # declaring it again unchanged changes nothing
+
+
+@pytest.mark.parametrize("forged", ['"key":""', '"priority":"high"', '"group":"a b"',
+                                    '"key":7'])
+def test_a_definition_with_forged_flow_options_reads_as_one_clear_error(forged: str) -> None:
+    """A definition is data in Redis: one whose flow options do not read is refused, not
+    turned into occurrences under a key or group nobody asked for."""
+    text = '{"args":null,"catch_up":"latest","every_ms":60000,"overlap":true,"task":"a.b",' \
+           f'"tz":"UTC",{forged}}}'
+    with pytest.raises(MalformedTimerKey, match="unreadable definition of recurrence 'x'"):
+        Recurrence.from_redis("x", text, None)
