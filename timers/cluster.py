@@ -55,9 +55,21 @@ def is_cluster_url(url: object) -> bool:
     return isinstance(url, str) and url.split("://", 1)[0].lower() in SCHEMES
 
 
+_CLUSTER_CLIENTS = (redis.cluster.RedisCluster, redis.asyncio.cluster.RedisCluster)
+_IS_CLUSTER: dict[type, bool] = {}
+
+
 def is_cluster(client: object) -> bool:
-    """Whether ``client`` is a redis-py cluster client, sync or asyncio."""
-    return isinstance(client, redis.cluster.RedisCluster | redis.asyncio.cluster.RedisCluster)
+    """Whether ``client`` is a redis-py cluster client, sync or asyncio.
+
+    Asked per script call and per event: the answer is kept per client class, as
+    ``isinstance`` goes through the slow check of a ``Protocol`` these classes derive from.
+    """
+    kind = client.__class__
+    known = _IS_CLUSTER.get(kind)
+    if known is None:
+        known = _IS_CLUSTER[kind] = isinstance(client, _CLUSTER_CLIENTS)
+    return known
 
 
 def hash_tagged(prefix: str) -> str:

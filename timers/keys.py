@@ -213,7 +213,8 @@ class Keyspace:
 
     @property
     def near(self) -> str:
-        """hash: "until" (every timer due by then has its expiring key), "horizon" (ms)."""
+        """hash: "until" (every timer due by then has its expiring key), "horizon" (ms),
+        "quiet" (the keys of timers due by then were deleted ahead of a burst: claim.lua)."""
         return self.prefix + "|near"
 
     @property

@@ -143,6 +143,64 @@ def test_claimed_timer_key_is_deleted(
     assert fake.keys("timers:*") == []
 
 
+def timer_keys(fake: fakeredis.FakeRedis) -> set[str]:
+    return {as_text(k).split(":")[1] for k in fake.keys("timers:*")}
+
+
+def test_a_burst_claim_deletes_the_keys_of_the_timers_due_within_its_horizon(
+    producer: Timers, scripts: dict[str, Any], ks: Keyspace, fake: fakeredis.FakeRedis
+) -> None:
+    # a claim that takes all it may while more come due within the horizon: their keys go
+    # before they expire (no expired event per timer and listener); the timers stay
+    for i in range(5):
+        producer.schedule("a.b", [i], in_=3, id=f"soon{i}")
+    producer.schedule("a.b", [9], in_=30, id="later")
+
+    taken = claim(scripts, ks, limit=2, horizon_ms=5_000)
+
+    assert len(taken.claimed) == 2
+    assert timer_keys(fake) == {"later"}
+    assert {as_text(i) for i in fake.zrange(ks.due, 0, -1)} == {
+        "soon2", "soon3", "soon4", "later"}
+    assert len(claim(scripts, ks, limit=10, horizon_ms=5_000).claimed) == 3
+
+
+def test_a_claim_with_room_left_deletes_no_key_ahead(
+    producer: Timers, scripts: dict[str, Any], ks: Keyspace, fake: fakeredis.FakeRedis
+) -> None:
+    for i in range(3):
+        producer.schedule("a.b", [i], in_=3, id=f"soon{i}")
+
+    assert claim(scripts, ks, limit=2).claimed == []  # nothing due: no burst
+    assert timer_keys(fake) == {"soon0", "soon1", "soon2"}
+
+
+def test_a_burst_claim_leaves_the_keys_whose_due_time_has_come(
+    producer: Timers, scripts: dict[str, Any], ks: Keyspace, fake: fakeredis.FakeRedis
+) -> None:
+    # deleting a key past its expiry would expire it, and send its event all the same
+    for i in range(3):
+        producer.schedule("a.b", [i], in_=FAR, id=f"t{i}")
+    fake.zadd(ks.due, {"t0": 0, "t1": 0, "t2": 0})  # due: keys still waiting to expire
+
+    assert len(claim(scripts, ks, limit=1).claimed) == 1
+    assert timer_keys(fake) == {"t1", "t2"}
+
+
+def test_the_claims_of_one_burst_delete_its_keys_once(
+    producer: Timers, scripts: dict[str, Any], ks: Keyspace, fake: fakeredis.FakeRedis
+) -> None:
+    for i in range(4):
+        producer.schedule("a.b", [i], in_=3, id=f"soon{i}")
+    claim(scripts, ks, limit=1, horizon_ms=5_000)
+    assert fake.hget(ks.near, "quiet") is not None
+    fake.set("timers:soon3:a.b:[3]", 1)  # put back: a second claim does not look again
+
+    claim(scripts, ks, limit=1, horizon_ms=5_000)
+
+    assert timer_keys(fake) == {"soon3"}
+
+
 def test_event_ids_are_claimed_first_and_marked(
     producer: Timers, scripts: dict[str, Any], ks: Keyspace
 ) -> None:

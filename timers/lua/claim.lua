@@ -124,6 +124,33 @@ else
   for _, index in ipairs(indexes) do claim_due(index[1], '-inf', now_text) end
   for _, index in ipairs(indexes) do claim_due(index[1], '(' .. now_text, horizon_text) end
 end
+-- A burst: this claim took all it could, and more timers come due within the horizon.
+-- Their expiring keys go now, before they expire: the sweeps that follow take those
+-- timers from the due index in due order, while their expired events (one per timer and
+-- listener, each read and dropped by listeners busy sweeping) would only slow them.
+-- "<prefix>|near" field "quiet" says up to which due time this was done, so the claims
+-- of one burst do it once. A key whose due time has come is left alone: deleting it
+-- would expire it, and send its event all the same.
+local QUIET_MAX = 2000  -- keys deleted per claim at most: no call holds Redis for long
+local function quiet_burst()
+  local near_key = sys_key(ARGV[1], 'near')
+  local from = math.max(now, tonumber(redis.call('HGET', near_key, 'quiet') or '') or 0)
+  if from >= horizon then return end
+  local budget = QUIET_MAX
+  for _, index in ipairs(indexes) do
+    if budget <= 0 then break end
+    local ids = redis.call('ZRANGEBYSCORE', index[1], '(' .. string.format('%.0f', from),
+      horizon_text, 'LIMIT', 0, budget)
+    budget = budget - #ids
+    for _, id in ipairs(ids) do
+      local record = redis.call('HGET', KEYS[2], id)
+      if record then redis.call('DEL', ARGV[1] .. id .. ':' .. record) end
+    end
+  end
+  if budget > 0 then redis.call('HSET', near_key, 'quiet', horizon_text) end
+end
+if claimed >= limit then quiet_burst() end
+
 local next_due, next_lease
 for _, index in ipairs(indexes) do
   local head = head_due(index[1])
