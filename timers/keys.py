@@ -214,7 +214,8 @@ class Keyspace:
     @property
     def near(self) -> str:
         """hash: "until" (every timer due by then has its expiring key), "horizon" (ms),
-        "quiet" (the keys of timers due by then were deleted ahead of a burst: claim.lua)."""
+        "quiet" and "quietn" (how far a burst's keys were deleted ahead of their expiry:
+        every key due by "quiet" ms, then "quietn" timers beyond it; claim.lua)."""
         return self.prefix + "|near"
 
     @property
