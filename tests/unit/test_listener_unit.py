@@ -18,7 +18,7 @@ import pytest
 
 from tests.unit.conftest import ROOT, SAMPLE_TASKS
 from tests.unit.sample_tasks import mod, slow
-from timers import Failure, Fired, Listener, Timers
+from timers import Failure, Fired, Listener, Timers, TimerSpec
 from timers.encoding import as_text
 
 PAST = datetime(2001, 1, 1, tzinfo=UTC)
@@ -397,6 +397,48 @@ def test_a_wake_message_reaches_a_running_listener(
 
     asyncio.run(scenario())
     assert mod.CALLS == [("add", (7, 0))]
+
+
+def test_a_claim_ahead_of_the_due_time_takes_half_the_listeners_slots(
+    server: fakeredis.FakeServer, producer: Timers
+) -> None:
+    """Listeners that wake for one burst each take a share of its first timers (with
+    concurrency keys, a listener keeps the keys of the runs it starts)."""
+    limits: list[tuple[int, bool]] = []
+
+    async def scenario() -> None:
+        fired: list[Fired] = []
+        all_fired = asyncio.Event()
+
+        def observe(report: Fired) -> None:
+            fired.append(report)
+            if len(fired) == 6:
+                all_fired.set()
+
+        listener = make_listener(server, max_sleep=60.0, concurrency=4, observer=observe)
+        claim = listener.claimer.scripts.claim
+
+        async def recording_claim(**kwargs: Any) -> Any:
+            limits.append((kwargs["limit"], listener.claimer._claiming_ahead()))
+            return await claim(**kwargs)
+
+        listener.claimer.scripts.claim = recording_claim  # type: ignore[method-assign]
+        stop = asyncio.Event()
+        running = asyncio.create_task(listener.run(stop))
+        async with asyncio.timeout(DEADLINE):
+            await listener.subscribed.wait()
+            await asyncio.to_thread(producer.schedule_many, [
+                TimerSpec("mod.add", [i], in_=0.3) for i in range(6)])
+            await all_fired.wait()
+            stop.set()
+            await running
+        await listener.redis.aclose()
+
+    asyncio.run(scenario())
+    assert sorted(mod.CALLS) == [("add", (i, 0)) for i in range(6)]
+    ahead = [limit for limit, early in limits if early]
+    assert ahead and max(ahead) == 2
+    assert max(limit for limit, early in limits if not early) == 4
 
 
 def test_a_claim_read_after_its_lease_lapsed_and_was_taken_over_is_not_run(

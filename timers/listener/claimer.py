@@ -65,6 +65,11 @@ class Claimer:
         self.slot_freed = asyncio.Event()
         self.outage = Outage()
         self.parker: Parker | None = None
+        self.ahead_share = MAX_BATCH
+        """The most a claim ahead of the due time takes (half the listener's slots): the
+        listeners that wake for one burst each take a share of its first timers. Under
+        keys, each keeps the keys of the runs it starts (their next runs are handed to it),
+        so one listener taking all its slots' worth would run most keys alone."""
 
     async def run(self, burst: bool) -> None:
         """Claim as timers come due until stopped (``burst``: until nothing is due)."""
@@ -78,7 +83,8 @@ class Claimer:
                 await self._until_something_is_due()
                 continue
             self.poke.clear()
-            limit = min(self.hooks.free_slots(), MAX_BATCH)
+            limit = min(self.hooks.free_slots(), MAX_BATCH,
+                        self.ahead_share if self._claiming_ahead() else MAX_BATCH)
             try:
                 claimed = await self.claim(limit)
             except redis.exceptions.OutOfMemoryError as exc:
@@ -100,6 +106,11 @@ class Claimer:
                 break
             delay = self.tracker.seconds_until_next()
             await pause(max(delay, 0.0005) if claimed == 0 else delay, self.poke)
+
+    def _claiming_ahead(self) -> bool:
+        """Whether the earliest timer known is not due yet (the claim takes it early)."""
+        head = self.tracker.next_due_ms
+        return head is not None and head > self.tracker.redis_now_ms()
 
     async def _park_backlog(self) -> None:
         """While due timers remain that flow limits hold back, park them without claiming

@@ -158,6 +158,7 @@ class Listener:
                                    take_event_ids=lambda n: self.events.take(n),
                                    busy=self._busy, start=self._start, give_up=self._give_up),
                                self._stopping)
+        self.claimer.ahead_share = max(1, self.concurrency // 2)
         self.events = EventSource(self.redis, Channels.of(self.keys, self.db, self.groups),
                                   self.keys, self.loader.resolve, self.tracker,
                                   self.claimer.poke.set, self._reject, self._lane_stopping)
