@@ -204,15 +204,15 @@ def test_the_claims_of_one_burst_delete_its_keys_once(
 def test_a_large_burst_loses_its_keys_a_bounded_batch_a_claim(
     producer: Timers, scripts: dict[str, Any], ks: Keyspace, fake: fakeredis.FakeRedis
 ) -> None:
-    # no claim holds Redis for long: 500 keys each, each going on where the last stopped
-    producer.schedule_many(TimerSpec("a.b", [i], in_=3, id=f"t{i:04}") for i in range(1_201))
+    # no claim holds Redis for long: 1,000 keys each, each going on where the last stopped
+    producer.schedule_many(TimerSpec("a.b", [i], in_=3, id=f"t{i:04}") for i in range(2_401))
     left = []
     for _ in range(3):
         claim(scripts, ks, limit=1, horizon_ms=5_000)
         left.append(len(timer_keys(fake)))
     # the timers claimed meanwhile shift the ranks: a key or two may be left to expire
-    assert left[:2] == [700, 200] and left[2] <= 2
-    assert fake.zcard(ks.due) == 1_198  # every timer still pending, but the three claimed
+    assert left[:2] == [1_400, 400] and left[2] <= 2
+    assert fake.zcard(ks.due) == 2_398  # every timer still pending, but the three claimed
 
 
 def test_event_ids_are_claimed_first_and_marked(
