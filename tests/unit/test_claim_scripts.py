@@ -201,6 +201,20 @@ def test_the_claims_of_one_burst_delete_its_keys_once(
     assert timer_keys(fake) == {"soon3"}
 
 
+def test_a_burst_claim_leaves_the_keys_of_groups_it_does_not_serve(
+    producer: Timers, scripts: dict[str, Any], ks: Keyspace, fake: fakeredis.FakeRedis
+) -> None:
+    # another app on the same prefix (group video) keeps its timers' expired events
+    for i in range(3):
+        producer.schedule("a.b", [i], in_=3, id=f"web{i}")
+        producer.schedule("v.encode", [i], in_=3, id=f"video{i}", group="video")
+
+    run(scripts, ScriptCalls(ks).claim(limit=1, lease_ms=15_000, horizon_ms=5_000,
+                                       listener_id="host:1:abc", groups=("default",)))
+
+    assert timer_keys(fake) == {"video0", "video1", "video2"}
+
+
 def test_a_large_burst_loses_its_keys_a_bounded_batch_a_claim(
     producer: Timers, scripts: dict[str, Any], ks: Keyspace, fake: fakeredis.FakeRedis
 ) -> None:
