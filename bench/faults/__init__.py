@@ -51,6 +51,11 @@ returns to a ledger file (``O_APPEND``; Redis faults cannot touch it). From the 
   expires and is recorded as rejected), and a final batch of timers, scheduled after the
   fault, fires on time (every one within ``ON_TIME_MS``).
 
+With ``--keys N`` the main batch's timers go round N concurrency keys of limit 1
+(``schedule(..., key=…)``): each fault then also checks, from the ledger, that no key ever
+ran two of them at once (a run a fault cut short lasts until its process could no longer
+run it).
+
 It exits 1 if any fault lost a timer, ran one twice unexpectedly, did not come back to
 normal, or found what the fault checks besides (a poison not recorded dead or run more than
 3 times, orphans of a killed supervisor, ``stats`` failing under OOM). Each fault ends within

@@ -53,7 +53,7 @@ def _play(fault: Fault, plan: Plan, s: Scenario, result: Result) -> None:
     start = time.time() + plan.lead_s
     fault_at = start + plan.spread_s * 0.4
     s.schedule(main_batch(plan, start, fault_at + fault.burst_delay, fault.slow_every,
-                          fault.slow_seconds, plan.burst if fault.burst else 0))
+                          fault.slow_seconds, plan.burst if fault.burst else 0), keys=plan.keys)
     if fault.extra is not None:
         fault.extra(s, fault_at)
     sleep_until(fault_at)
@@ -68,6 +68,11 @@ def _play(fault: Fault, plan: Plan, s: Scenario, result: Result) -> None:
                 None if settled is None else functools.partial(settled, s))
     if fault.judge is not None:
         fault.judge(s)
+    if plan.keys:
+        most = s.most_at_once_per_key()
+        s.evidence.append(f"most runs of one key at once: {most}")
+        if most > 1:
+            s.problems.append(f"{most} runs of one concurrency key at once (limit 1)")
     result.main = s.verdict(main_ids)
     result.final = s.verdict(final_ids)
     late = [x for x in result.final.lateness_ms if x > ON_TIME_MS]
@@ -162,13 +167,19 @@ def _parser() -> argparse.ArgumentParser:
                         + "; also " + ", ".join(EXTRA))
     parser.add_argument("--server", help="redis-server/valkey-server binary")
     parser.add_argument("--keep", type=Path, help="copy each fault's logs and ledger here")
+    parser.add_argument("--keys", type=int, default=0, metavar="N",
+                        help="the main batch's timers share N concurrency keys, one run at "
+                             "a time each (default 0: no key)")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
-    plan = Plan.quick(args.timers) if args.quick else Plan(timers=args.timers or 3_000)
+    if args.keys < 0:
+        parser.error("--keys must be 0 or more")
+    plan = (Plan.quick(args.timers, args.keys) if args.quick
+            else Plan(timers=args.timers or 3_000, keys=args.keys))
     names = args.only.split(",") if args.only else list(FAULTS)
     known = FAULTS | EXTRA
     unknown = [n for n in names if n not in known]
@@ -179,7 +190,9 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"with appendonly yes; {plan.timers:,} timers over {plan.spread_s:g} s per fault "
           f"({plan.burst:,} of them at once where a fault needs a burst), 2 listener "
           f"processes, --lease {plan.lease:g} --concurrency {plan.concurrency}; final batch "
-          f"{plan.final_timers} timers, on time = within {ON_TIME_MS:g} ms", flush=True)
+          f"{plan.final_timers} timers, on time = within {ON_TIME_MS:g} ms"
+          + (f"; the main batch over {plan.keys} concurrency keys of limit 1"
+             if plan.keys else ""), flush=True)
     results = []
     begun = time.monotonic()
     with _sigterm_raises():

@@ -11,7 +11,15 @@ from pathlib import Path
 
 import redis
 
-from bench.faults.ledger import Signal, Verdict, analyse, completed, open_runs, read_ledger
+from bench.faults.ledger import (
+    Signal,
+    Verdict,
+    analyse,
+    completed,
+    open_runs,
+    read_ledger,
+    runs_by_timer,
+)
 from bench.faults.processes import (
     LISTENER_START_TIMEOUT,
     FaultError,
@@ -52,11 +60,14 @@ class Plan:
     lease: float = 2.0
     concurrency: int = 100
     burst: int = 1_000
+    keys: int = 0
+    """Main-batch timers share this many concurrency keys, one run at a time each
+    (``schedule(..., key=…)``); 0: no key."""
 
     @classmethod
-    def quick(cls, timers: int | None = None) -> Plan:
+    def quick(cls, timers: int | None = None, keys: int = 0) -> Plan:
         return cls(timers=timers or 600, spread_s=2.5, lead_s=1.0, final_timers=100,
-                   burst=400)
+                   burst=400, keys=keys)
 
 
 @dataclass
@@ -93,6 +104,8 @@ class Scenario:
         self.listeners: list[ListenerProcess] = []
         self.signals: list[Signal] = []
         self.due_ms: dict[str, int] = {}
+        self.key_of: dict[str, str] = {}
+        """The concurrency key of each keyed timer (:attr:`Plan.keys`)."""
         self.evidence: list[str] = []
         self.problems: list[str] = []
         """What the fault itself found wrong (beyond the ledger's verdict)."""
@@ -155,15 +168,38 @@ class Scenario:
 
     # timers
 
-    def schedule(self, dues: Sequence[Due], task: str = TASK) -> None:
-        """Schedule ``(id, due wall-clock s, task seconds)``; the task takes both."""
+    def schedule(self, dues: Sequence[Due], task: str = TASK, keys: int = 0) -> None:
+        """Schedule ``(id, due wall-clock s, task seconds)``; the task takes both. With
+        ``keys``, the timers go round the concurrency keys ``k0``… one step further each
+        round (so every ``keys``-th timer, e.g. each slow one, is not on one key)."""
         specs = []
-        for tid, due, seconds in dues:
+        for n, (tid, due, seconds) in enumerate(dues):
             due_ms = round(due * 1000)
             self.due_ms[tid] = due_ms
             at = datetime.fromtimestamp(due_ms / 1000, UTC)
-            specs.append(TimerSpec(task, [tid, seconds], at=at, id=tid))
+            key = f"k{(n + n // keys) % keys}" if keys else None
+            if key is not None:
+                self.key_of[tid] = key
+            specs.append(TimerSpec(task, [tid, seconds], at=at, id=tid, key=key))
         self.timers.schedule_many(specs)
+
+    def most_at_once_per_key(self) -> int:
+        """The most runs of one concurrency key that overlapped, by the ledger. A run that
+        never returned lasts until a signal cut it short (SIGTERM: until the shutdown
+        timeout, when the process may still have run it), else to the ledger's end."""
+        marks = read_ledger(self.ledger)
+        last = max((mark.at for mark in marks), default=0.0)
+        spans: dict[str, list[tuple[float, float]]] = {}
+        for tid, runs in runs_by_timer(marks).items():
+            key = self.key_of.get(tid)
+            if key is None:
+                continue
+            for run in runs:
+                cut = [max(sig.at, sig.cutoff) for sig in self.signals
+                       if sig.pid == run.pid and run.start <= sig.at]
+                end = run.end if run.end is not None else min(cut, default=last)
+                spans.setdefault(key, []).append((run.start, end))
+        return max((_most_at_once(found) for found in spans.values()), default=0)
 
     def probe_events(self, timeout: float = 10.0) -> float:
         """Prove expired events reach the listeners: a key in the timers namespace that
@@ -216,6 +252,17 @@ class Scenario:
     def main_ids(self) -> list[str]:
         """The main batch: every timer whose id starts with ``m``."""
         return [tid for tid in self.due_ms if tid.startswith("m")]
+
+
+def _most_at_once(spans: Sequence[tuple[float, float]]) -> int:
+    """The most of ``spans`` (start, end) that overlap; one that ends as another starts
+    does not overlap it."""
+    points = sorted([(start, 1) for start, _ in spans] + [(end, -1) for _, end in spans])
+    level = most = 0
+    for _, step in points:
+        level += step
+        most = max(most, level)
+    return most
 
 
 def main_batch(plan: Plan, start: float, fault_at: float, slow_every: int,

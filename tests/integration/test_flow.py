@@ -12,6 +12,7 @@ import json
 import signal
 import subprocess
 import textwrap
+import time
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
@@ -177,6 +178,35 @@ def test_a_killed_listeners_device_slots_free_when_its_lease_lapses(
         stats = t.stats()
     assert stats.failed == 0
     assert stats.counters.get("reruns", 0) >= 1
+
+
+def test_a_run_handed_back_at_shutdown_keeps_its_key_until_its_process_is_gone(
+        r: redis.Redis, redis_url: str, processes: Processes) -> None:
+    # SIGTERM: the listener waits --shutdown-timeout for its tasks, hands back the runs
+    # still going, and exits. A thread cannot be stopped: until the process is gone its
+    # task may still run, so nothing of its key may start before then
+    first = listeners(processes, redis_url, 1, "--tasks", TASKS, "--shutdown-timeout", "0.2")
+    wait_listening(r, 1, first, processes)
+    with Timers(redis_url) as t:
+        t.schedule("flow.keyed", ["holder", "k", -1], in_=0, key="k", id="holder")
+        wait_until(lambda: r.llen(STARTED) >= 1, 10, message="the holder to start")
+        t.schedule("flow.keyed", ["next", "k", 0], in_=0, key="k", id="next")
+        second = listeners(processes, redis_url, 1, "--tasks", TASKS)
+        wait_listening(r, 2, first + second, processes)
+        first[0].send_signal(signal.SIGTERM)
+        assert first[0].wait(10) == 0
+        gone_ms = time.time() * 1000
+        r.set(RELEASE, 1)  # the holder, run again, may end
+        wait_until(lambda: len(runs(r)) >= 2, 20, message="the holder again, then the next")
+        wait_until(lambda: settled(t), 10, message="nothing pending or running")
+    holder_starts = [start for start in map(json.loads, r.lrange(STARTED, 0, -1))
+                     if start[0] == "holder"]
+    assert [(tag, pid) for tag, _, pid, _ in holder_starts] == [
+        ("holder", first[0].pid), ("holder", second[0].pid)]
+    assert holder_starts[1][3] > gone_ms, "the key ran again while the old task could"
+    done = runs(r)
+    assert [run[0] for run in done] == ["holder", "next"]  # the handed-back timer first
+    assert done[1][3] >= done[0][4]
 
 
 # -- rate limits ----------------------------------------------------------------------

@@ -107,6 +107,61 @@ def test_a_slot_whose_lease_lapsed_is_freed(s: Scripts, fake: fakeredis.FakeRedi
     assert gate(s, [b], key="k", limit=1) == ["go"]
 
 
+def test_a_run_handed_back_with_a_grace_keeps_its_slot_for_its_timer(
+        s: Scripts, fake: fakeredis.FakeRedis) -> None:
+    # a listener stopping hands back a run whose task may still be going in its thread
+    # until the process exits: the key must start nothing meanwhile, then that timer first
+    add(s, "a", "t.f:", -20)
+    add(s, "b", "t.f:", -10)
+    a, b = claim(s)
+    assert gate(s, [a, b], key="k", limit=1) == ["go", "wait"]
+    s.finish(retention_ms=1000, endings=[(a.token, "release", "1000", "")])
+    seconds, micros = fake.time()
+    now_ms = seconds * 1000 + micros // 1000
+    [(holder, until)] = fake.zrange(KS.slots("k"), 0, -1, withscores=True)
+    assert holder == b"w:a" and now_ms + 900 + LEASE < until <= now_ms + 1000 + LEASE
+    assert fake.zrange(KS.key_queue("k"), 0, -1) == [b"b"]  # b still waits
+    assert claim(s) == []  # a comes due again at the grace's end, not before
+    assert now_ms + 900 < fake.zscore(KS.due, "a") <= now_ms + 1000
+    assert b";w=" + str(a.due_ms).encode() in fake.hget(KS.records, "a")  # lateness kept
+    fake.zadd(KS.due, {"a": 0})  # the grace is over (as if 1 s went by)
+    [again] = claim(s)
+    assert (again.timer_id, again.waited_from_ms) == ("a", a.due_ms)
+    assert gate(s, [again], key="k", limit=1) == ["go"]  # its slot, before b
+    assert fake.zrange(KS.key_queue("k"), 0, -1) == [b"b"]
+
+
+def test_a_grace_slot_left_to_lapse_lets_the_key_go_on(
+        s: Scripts, fake: fakeredis.FakeRedis) -> None:
+    add(s, "a", "t.f:", -20)
+    add(s, "b", "t.f:", -10)
+    a, b = claim(s)
+    gate(s, [a, b], key="k", limit=1)
+    s.finish(retention_ms=1000, endings=[(a.token, "release", "1000", "")])
+    fake.zrem(KS.slots("k"), "w:a")  # kept past its time: lapsed, cleared by a gate
+    fake.zadd(KS.due, {"a": 0})
+    [again] = claim(s)
+    assert gate(s, [again], key="k", limit=1) == ["wait"]  # queued ahead of b (due first)
+    [first] = claim(s)
+    assert first.timer_id == "a" and gate(s, [first], key="k", limit=1) == ["go"]
+
+
+def test_a_run_without_a_key_handed_back_with_a_grace_is_due_again_at_once(
+        s: Scripts, fake: fakeredis.FakeRedis) -> None:
+    add(s, "a", "t.f:", -20)
+    [a] = claim(s)
+    s.finish(retention_ms=1000, endings=[(a.token, "release", "1000", "")])
+    assert fake.zscore(KS.due, "a") == a.due_ms  # its old due time: runs again at once
+    assert ids(claim(s)) == ["a"]
+
+
+def test_a_release_grace_that_is_not_a_count_is_refused(s: Scripts) -> None:
+    add(s, "a", "t.f:", -20)
+    [a] = claim(s)
+    with pytest.raises(Exception, match="bad ending 1"):
+        s.finish(retention_ms=1000, endings=[(a.token, "release", "soon", "")])
+
+
 def test_a_recovered_run_frees_its_slot_and_the_next_in_line_goes(
         s: Scripts, fake: fakeredis.FakeRedis) -> None:
     add(s, "a", "t.f:", -20)

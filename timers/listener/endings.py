@@ -45,15 +45,20 @@ class Ending:
     retry_delay_ms: int = 0
     run_of: tuple[str, int] | None = None
     """The (escaped id, due ms) of the run ended, to match a recovered run of it."""
+    grace_ms: int = 0
+    """RELEASE of a run whose task may still be going: how long its concurrency key slot
+    stays held (``finish.lua``)."""
 
     @classmethod
     def of(cls, run: Run, kind: EndingKind, **fields: Any) -> Ending:
         return cls(run.token, kind, run_of=(run.escaped_id, run.due_ms), **fields)
 
     @classmethod
-    def release(cls, token: str) -> Ending:
-        """Hand an unfinished run back to the due index (it runs again at once)."""
-        return cls(token, EndingKind.RELEASE)
+    def release(cls, token: str, grace_ms: int = 0) -> Ending:
+        """Hand an unfinished run back to the due index (it runs again at once). With
+        ``grace_ms``, its task may still be going (in a process about to exit): a key slot
+        it held is kept that long, and the timer comes due again then."""
+        return cls(token, EndingKind.RELEASE, grace_ms=grace_ms)
 
     @classmethod
     def retry(cls, run: Run, record_text: str, delay_ms: int) -> Ending:
@@ -76,7 +81,7 @@ class Ending:
             return self.token, self.kind.value, self.retry_entry, str(self.retry_delay_ms)
         if self.failure is not None:
             return self.token, self.kind.value, self.failure_id, self.failure.to_json()
-        return self.token, self.kind.value, "", ""
+        return self.token, self.kind.value, str(self.grace_ms) if self.grace_ms else "", ""
 
 
 class EndingWriter:

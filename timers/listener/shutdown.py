@@ -15,6 +15,10 @@ if TYPE_CHECKING:
 log = logging.getLogger("timers.listener")
 
 FLUSH_GRACE = 5.0  # s a batch of endings already sent may take to be answered at shutdown
+HAND_BACK_GRACE_MS = 1000
+"""A run handed back at the end may still be going in its thread until the process exits
+(a thread cannot be stopped): a concurrency key slot it holds stays held this long, and
+its timer comes due again then, so the key never runs two at once (``finish.lua``)."""
 
 
 async def drain(self: Listener) -> None:
@@ -34,7 +38,7 @@ async def drain(self: Listener) -> None:
     unfinished = list(self._running.values())
     for run in unfinished:
         self._running.pop(run.token, None)
-        self.endings.add(Ending.release(run.token))
+        self.endings.add(Ending.release(run.token, HAND_BACK_GRACE_MS))
     for task in self._tasks:
         task.cancel()
     if unfinished:

@@ -29,8 +29,14 @@
 --                                     dead timer with that id is recorded (a run's
 --                                     record wins)
 --   token "retry"   entry delay-ms    run "<id>:<record>" again after delay-ms
---   token "release" "" ""             hand an unfinished run back: pending again, at its
---                                     old due time, so another listener runs it at once
+--   token "release" grace-ms ""       hand an unfinished run back: pending again, at its
+--                                     old due time, so another listener runs it at once.
+--                                     With grace-ms (a run whose task may still be going
+--                                     in a process about to exit) a concurrency key slot
+--                                     it held is kept for the timer, which comes due again
+--                                     grace-ms from now (its lateness still counting from
+--                                     its old due time): the key runs nothing else while
+--                                     the task may still run, and the timer goes first
 --   token "move"    entry due-ms      pending again as "<id>:<record>" (its task's group
 --                                     differs) at due-ms, uncounted as an attempt
 --
@@ -61,6 +67,8 @@ local function bad_ending(n, token, kind, a, b)
     bad = bad or a == '' or b == ''
   elseif kind == 'retry' or kind == 'move' then
     bad = bad or not string.match(a, '^[^:]+:[^:]+:') or not is_count(b)
+  elseif kind == 'release' then
+    bad = bad or (a ~= '' and not is_count(a))
   end
   if bad then
     return redis.error_reply('ERR timers finish: bad ending ' .. n .. ' (' .. kind .. ')')
@@ -156,7 +164,13 @@ local function end_run(token, kind, a, b, release)
     return
   end
   redis.call('HDEL', KEYS[2], token)
-  if slots_held then release_slot(ARGV[1], token, now) end
+  local grace = kind == 'release' and tonumber(a) or 0
+  if grace > 0 and release and slots_held
+      and keep_slot_for(ARGV[1], token, release[1], now + grace) then
+    release[2], release[3] = with_waited_from(release[2], release[3]), now + grace
+  elseif slots_held then
+    release_slot(ARGV[1], token, now)
+  end
   if kind == 'ok' then
     counts.fired = counts.fired + 1
   elseif kind == 'skip' then

@@ -143,6 +143,24 @@ local function release_slot(key_start, token, now)
   promote_key(key_start, key, tonumber(limit), now)
 end
 
+-- A handed-back run's timer `id` keeps the concurrency key slot its run `token` held
+-- (the run's task may still be going in a process about to exit): the slot is kept for
+-- the timer ("w:<id>", as for a promoted one) until `until_ms` + the slot's lease, and
+-- nothing else of the key starts meanwhile. Whether the run held a slot still.
+local function keep_slot_for(key_start, token, id, until_ms)
+  local held_key = sys_key(key_start, 'held')
+  local limit, lease, key =
+    string.match(redis.call('HGET', held_key, token) or '', '^(%d+)|(%d+)|(.+)$')
+  local slots = limit and sys_key(key_start, 'slots|' .. key)
+  if not limit or not redis.call('ZSCORE', slots, token) then return false end
+  redis.call('HDEL', held_key, token)
+  redis.call('ZREM', slots, token)
+  redis.call('ZADD', slots, ms_text(until_ms + tonumber(lease)), 'w:' .. id)
+  parked_write(key_start, id, {state = 'C', a = tonumber(limit), b = tonumber(lease), c = 0,
+                               name = key})
+  return true
+end
+
 -- Take a pending timer out of whatever flow queue holds it (it is cancelled, replaced or
 -- rescheduled): a slot or rate slot kept for it goes to the next in line.
 local function unpark(key_start, id)
