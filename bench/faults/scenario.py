@@ -11,15 +11,8 @@ from pathlib import Path
 
 import redis
 
-from bench.faults.ledger import (
-    Signal,
-    Verdict,
-    analyse,
-    completed,
-    open_runs,
-    read_ledger,
-    runs_by_timer,
-)
+from bench.faults import ledger
+from bench.faults.ledger import Signal, Verdict, analyse, completed, open_runs, read_ledger
 from bench.faults.processes import (
     LISTENER_START_TIMEOUT,
     FaultError,
@@ -190,7 +183,7 @@ class Scenario:
         marks = read_ledger(self.ledger)
         last = max((mark.at for mark in marks), default=0.0)
         spans: dict[str, list[tuple[float, float]]] = {}
-        for tid, runs in runs_by_timer(marks).items():
+        for tid, runs in ledger.runs_by_timer(marks).items():
             key = self.key_of.get(tid)
             if key is None:
                 continue

@@ -65,12 +65,18 @@ def test_a_moved_timer_goes_to_its_tasks_group(s: Scripts, fake: fakeredis.FakeR
 # -- concurrency keys ------------------------------------------------------------------
 
 
-def test_a_full_key_holds_the_timer_back_and_a_freed_slot_lets_it_go(
-        s: Scripts, fake: fakeredis.FakeRedis) -> None:
+def one_holds_one_waits(s: Scripts, key: str = "k") -> tuple[Run, Run]:
+    """Runs of timers "a" and "b", "a" holding ``key``'s one slot, "b" waiting for it."""
     add(s, "a", "t.f:", -20)
     add(s, "b", "t.f:", -10)
-    first, second = claim(s)
-    assert gate(s, [first, second], key="dev:7", limit=1) == ["go", "wait"]
+    a, b = claim(s)
+    assert gate(s, [a, b], key=key, limit=1) == ["go", "wait"]
+    return a, b
+
+
+def test_a_full_key_holds_the_timer_back_and_a_freed_slot_lets_it_go(
+        s: Scripts, fake: fakeredis.FakeRedis) -> None:
+    first, second = one_holds_one_waits(s, "dev:7")
     assert fake.zcard(KS.running) == 1  # b is no longer running
     assert fake.hget(KS.records, "b") is not None  # still pending: cancel and get see it
     assert fake.zrange(KS.key_queue("dev:7"), 0, -1) == [b"b"]
@@ -111,10 +117,7 @@ def test_a_run_handed_back_with_a_grace_keeps_its_slot_for_its_timer(
         s: Scripts, fake: fakeredis.FakeRedis) -> None:
     # a listener stopping hands back a run whose task may still be going in its thread
     # until the process exits: the key must start nothing meanwhile, then that timer first
-    add(s, "a", "t.f:", -20)
-    add(s, "b", "t.f:", -10)
-    a, b = claim(s)
-    assert gate(s, [a, b], key="k", limit=1) == ["go", "wait"]
+    a, _ = one_holds_one_waits(s)
     s.finish(retention_ms=1000, endings=[(a.token, "release", "1000", "")])
     seconds, micros = fake.time()
     now_ms = seconds * 1000 + micros // 1000
@@ -133,10 +136,7 @@ def test_a_run_handed_back_with_a_grace_keeps_its_slot_for_its_timer(
 
 def test_a_grace_slot_left_to_lapse_lets_the_key_go_on(
         s: Scripts, fake: fakeredis.FakeRedis) -> None:
-    add(s, "a", "t.f:", -20)
-    add(s, "b", "t.f:", -10)
-    a, b = claim(s)
-    gate(s, [a, b], key="k", limit=1)
+    a, _ = one_holds_one_waits(s)
     s.finish(retention_ms=1000, endings=[(a.token, "release", "1000", "")])
     fake.zrem(KS.slots("k"), "w:a")  # kept past its time: lapsed, cleared by a gate
     fake.zadd(KS.due, {"a": 0})
