@@ -155,6 +155,15 @@ def test_a_run_without_a_key_handed_back_with_a_grace_is_due_again_at_once(
     assert ids(claim(s)) == ["a"]
 
 
+def test_a_grace_keeps_no_slot_for_a_timer_scheduled_again_meanwhile(
+        s: Scripts, fake: fakeredis.FakeRedis) -> None:
+    a, _ = one_holds_one_waits(s)
+    add(s, "a", "t.f:", 60_000)  # the same id, scheduled again while its run went on
+    s.finish(retention_ms=1000, endings=[(a.token, "release", "1000", "")])
+    assert fake.hget(KS.parked, "a") is None  # the newer timer waits for nothing
+    assert fake.zrange(KS.slots("k"), 0, -1) == [b"w:b"]  # freed: kept for the next in line
+
+
 def test_a_release_grace_that_is_not_a_count_is_refused(s: Scripts) -> None:
     add(s, "a", "t.f:", -20)
     [a] = claim(s)

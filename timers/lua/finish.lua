@@ -165,7 +165,7 @@ local function end_run(token, kind, a, b, release)
   end
   redis.call('HDEL', KEYS[2], token)
   local grace = kind == 'release' and tonumber(a) or 0
-  if grace > 0 and release and slots_held
+  if grace > 0 and release and slots_held and redis.call('HEXISTS', KEYS[7], release[1]) == 0
       and keep_slot_for(ARGV[1], token, release[1], now + grace) then
     release[2], release[3] = with_waited_from(release[2], release[3]), now + grace
   elseif slots_held then
