@@ -88,7 +88,8 @@ def inject_sigterm(s: Scenario) -> None:
     running = len(open_runs(s.ledger, victim.pid))
     sent = s.send(victim, signal.SIGTERM)
     code = victim.wait(s.shutdown_timeout + 10)
-    exited = time.time() - sent.at
+    s.gone[victim.pid] = time.time()
+    exited = s.gone[victim.pid] - sent.at
     handed = s.timers.stats().counters.get("handed_back", 0)
     s.evidence.append(f"SIGTERM to listener {victim.pid} with {running} task(s) running: "
                       f"it exited {code} after {exited:.2f} s and handed back {handed} run(s)")

@@ -99,6 +99,8 @@ class Scenario:
         self.due_ms: dict[str, int] = {}
         self.key_of: dict[str, str] = {}
         """The concurrency key of each keyed timer (:attr:`Plan.keys`)."""
+        self.gone: dict[int, float] = {}
+        """When a process a fault stopped was seen gone (wall-clock s), where it waited."""
         self.evidence: list[str] = []
         self.problems: list[str] = []
         """What the fault itself found wrong (beyond the ledger's verdict)."""
@@ -178,8 +180,8 @@ class Scenario:
 
     def most_at_once_per_key(self) -> int:
         """The most runs of one concurrency key that overlapped, by the ledger. A run that
-        never returned lasts until a signal cut it short (SIGTERM: until the shutdown
-        timeout, when the process may still have run it), else to the ledger's end."""
+        never returned lasts until its process was seen gone, or else until a signal cut
+        it short (SIGTERM: until the shutdown timeout), else to the ledger's end."""
         marks = read_ledger(self.ledger)
         last = max((mark.at for mark in marks), default=0.0)
         spans: dict[str, list[tuple[float, float]]] = {}
@@ -188,7 +190,7 @@ class Scenario:
             if key is None:
                 continue
             for run in runs:
-                cut = [max(sig.at, sig.cutoff) for sig in self.signals
+                cut = [self.gone.get(run.pid, max(sig.at, sig.cutoff)) for sig in self.signals
                        if sig.pid == run.pid and run.start <= sig.at]
                 end = run.end if run.end is not None else min(cut, default=last)
                 spans.setdefault(key, []).append((run.start, end))
