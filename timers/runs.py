@@ -17,7 +17,7 @@ MAX_TRACEBACK = 8000
 
 OutcomeKind = Literal[
     "ok", "error", "refused", "bad_args", "rejected", "malformed", "missed", "skipped",
-    "crashed", "held", "moved",
+    "crashed", "held", "moved", "revoked",
 ]
 
 
@@ -33,15 +33,20 @@ class Run:
     source: str
     died_on: str = ""
     """For a recovered run: the listener that held it before and died (``host:pid:…``)."""
+    follows: str = ""
+    """For a run next in line on a concurrency key slot: the token of the run it follows
+    (it must not start before that one ends)."""
 
     @classmethod
     def parse(cls, token: Any, text: Any, source: Any) -> Run:
         """Read a claim reply item ``token, "reruns@<listener>|due|<id>:<record>", source``
-        where source is ``e``, ``s`` or ``r@<listener that died>``."""
+        where source is ``e``, ``s``, ``h``, ``r@<listener that died>`` or ``n@<token of
+        the run it follows>``."""
         raw = as_text(text)
         reruns, due, entry = raw.split("|", 2)
         escaped, _, record = entry.partition(":")
         found_by, died_on = ClaimSource.read(as_text(source))
+        follows = died_on if found_by is ClaimSource.NEXT else ""
         return cls(
             token=as_text(token),
             escaped_id=escaped,
@@ -49,7 +54,8 @@ class Run:
             due_ms=int(due),
             reruns=int(reruns.partition("@")[0]),
             source=found_by.label,
-            died_on=died_on,
+            died_on="" if follows else died_on,
+            follows=follows,
         )
 
     @property

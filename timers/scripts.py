@@ -137,6 +137,8 @@ class Taker(NamedTuple):
     groups: tuple[str, ...] = (DEFAULT_GROUP,)
     take: int = 0
     lease_ms: int = 0
+    follow: bool = False
+    """Whether it also takes runs next in line (``finish.lua``'s ARGV[8])."""
 
 
 NO_TAKER = Taker()
@@ -220,7 +222,8 @@ class ScriptCalls:
                taker: Taker = NO_TAKER) -> Invocation:
         k = self.keys
         args: list[Any] = [k.timer_key_start, k.wake_channel, retention_ms, taker.listener_id,
-                           ",".join(taker.groups), taker.take, taker.lease_ms]
+                           ",".join(taker.groups), taker.take, taker.lease_ms,
+                           "1" if taker.follow else "0"]
         for ending in endings:
             args.extend(ending)
         return Invocation(

@@ -77,6 +77,9 @@ class ClaimSource(StrEnum):
     RECOVERED = "r"
     HANDOFF = "h"
     """Handed to the listener whose run freed the concurrency key slot it waited for."""
+    NEXT = "n"
+    """Handed along with a run that holds a concurrency key slot, as the run next in line
+    after it (``n@<its token>``): it starts when that run ends and takes its slot over."""
 
     @property
     def label(self) -> str:
@@ -85,7 +88,8 @@ class ClaimSource(StrEnum):
     @classmethod
     def read(cls, tag: str) -> tuple[ClaimSource, str]:
         """A claim's source tag: the source and, for a recovered run, the listener that
-        held it and died (an unknown tag reads as a sweep)."""
+        held it and died, for a run next in line, the token of the run it follows (an
+        unknown tag reads as a sweep)."""
         found_by, _, died_on = tag.partition("@")
         try:
             return cls(found_by), died_on
@@ -94,7 +98,8 @@ class ClaimSource(StrEnum):
 
 
 _SOURCE_LABELS = {ClaimSource.EVENT: "event", ClaimSource.SWEEP: "sweep",
-                  ClaimSource.RECOVERED: "recovered", ClaimSource.HANDOFF: "handoff"}
+                  ClaimSource.RECOVERED: "recovered", ClaimSource.HANDOFF: "handoff",
+                  ClaimSource.NEXT: "next"}
 
 
 class Counter(StrEnum):

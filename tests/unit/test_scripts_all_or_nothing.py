@@ -55,8 +55,8 @@ def call(scripts: dict[ScriptName, Any], name: ScriptName, keys: list[str],
     return scripts[name](keys=keys, args=args)
 
 
-NO_TAKER = ["me", "default", 0, 0]
-"""finish.lua's listener id, groups, take and lease: hand nothing over."""
+NO_TAKER = ["me", "default", 0, 0, 0]
+"""finish.lua's listener id, groups, take, lease and follow: hand nothing over."""
 
 
 def finish_keys(ks: Keyspace) -> list[str]:

@@ -19,7 +19,7 @@ def test_every_ending_kind_and_counter_is_a_scripts_word() -> None:
 
 
 def test_every_claim_source_is_the_claim_scripts_tag() -> None:
-    claim = (LUA / "claim.lua").read_text() + (LUA / "finish.lua").read_text()
+    claim = "".join((LUA / name).read_text() for name in ("claim.lua", "flow.lua"))
     for source in ClaimSource:
         assert f"'{source}'" in claim or f"'{source}@'" in claim, source
     assert ClaimSource.read("r@host:1:ab") == (ClaimSource.RECOVERED, "host:1:ab")

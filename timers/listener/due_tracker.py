@@ -79,6 +79,11 @@ class DueTracker:
         offset = self._offset.offset_ms if self._offset else 0.0
         return (redis_ms - offset) / 1000
 
+    def redis_ms_at(self, monotonic: float) -> float:
+        """The Redis clock at local monotonic time ``monotonic`` (seconds)."""
+        offset = self._offset.offset_ms if self._offset else 0.0
+        return monotonic * 1000 + offset
+
     def redis_now_ms(self) -> float:
         """The Redis clock now, as estimated; the local monotonic clock before any sample."""
         offset = self._offset.offset_ms if self._offset else 0.0

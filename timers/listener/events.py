@@ -64,6 +64,19 @@ class Wake:
 
 
 @dataclass(frozen=True)
+class Revoke:
+    """A timer now waits for a key ahead of the run next in line for it: that run, if it
+    is this listener's and has not started, goes back to wait (``flow.lua``,
+    ``outrank_next``). At worst a forged one sends a run back to its queue."""
+
+    token: str
+
+
+REVOKE_PREFIX = b"x:"
+"""How a :class:`Revoke` reads on the wake channel (a wake is a number)."""
+
+
+@dataclass(frozen=True)
 class Due:
     """An expired timer key naming a runnable timer: claim it next."""
 
@@ -79,7 +92,7 @@ class Rejected:
     escaped_id: str | None
 
 
-Event = Wake | Due | Rejected | None
+Event = Wake | Revoke | Due | Rejected | None
 
 
 def classify(message: Mapping[str, Any], channels: Channels,
@@ -96,6 +109,8 @@ def classify(message: Mapping[str, Any], channels: Channels,
     if isinstance(data, str):
         data = data.encode("utf-8", "surrogateescape")
     if channel == channels.wake:
+        if data.startswith(REVOKE_PREFIX):
+            return Revoke(data[len(REVOKE_PREFIX):].decode("ascii", "replace"))
         try:
             due = float(data)
         except ValueError:
@@ -131,6 +146,8 @@ class EventSource:
         """Escaped ids named by events, oldest first, not yet passed to a claim."""
         self.subscribed = asyncio.Event()
         self.outage = Outage()
+        self.on_revoke: Callable[[str], object] = lambda token: None
+        """Told the token of each run next in line that a timer outranked."""
         self.hub: EventHub | None = None
         """The listener's lanes share one subscription per node through it (None: this
         source is the listener's only one)."""
@@ -174,6 +191,8 @@ class EventSource:
             if event.due_ms is not None:
                 self.tracker.note_due(event.due_ms)
             self.poke()
+        elif isinstance(event, Revoke):
+            self.on_revoke(event.token)
         elif isinstance(event, Due):
             self.pending[event.escaped_id] = None
             self.poke()

@@ -24,6 +24,7 @@ from timers.listener.due_tracker import DueTracker
 from timers.listener.endings import Ending
 from timers.listener.quarantine import is_suspect
 from timers.listener.retrying import RETRYABLE
+from timers.listener.turns import Turn, Turns
 from timers.policy import DEFAULT_POLICY, TaskPolicy, policy_of
 from timers.runs import Fired, Outcome, Run, failure_entry
 from timers.wire import EndingKind, Option
@@ -42,8 +43,8 @@ class RecurrenceSteps(Protocol):
 
 
 class Caller(Protocol):
-    async def call(self, fn: Callable[..., Any], args: Args,
-                   limit: float | None = None) -> Outcome:
+    async def call(self, fn: Callable[..., Any], args: Args, limit: float | None = None,
+                   turn: Turn | None = None, after: Turn | None = None) -> Outcome:
         ...
 
 
@@ -87,11 +88,14 @@ class Executor:
 
     def __init__(self, resolve: Callable[[str], Callable[..., Any]], runner: Caller,
                  quarantine: Isolator, recurrences: RecurrenceSteps, tracker: DueTracker,
-                 sleeper: Sleeper, flow: Admitter | None = None, name: str = "") -> None:
+                 sleeper: Sleeper, flow: Admitter | None = None, name: str = "",
+                 turns: Turns | None = None) -> None:
         self.resolve, self.runner, self.quarantine = resolve, runner, quarantine
         self.recurrences, self.tracker, self.sleeper = recurrences, tracker, sleeper
         self.flow, self.name = flow, name
         """``name``: how a refusal names this listener (its id and groups)."""
+        self.turns = turns or Turns()
+        """Runs next in line on a key slot and the runs they follow."""
 
     async def execute(self, run: Run) -> Executed:
         """Run ``run`` and say how it ended. A cancellation (shutting down) goes through:
@@ -114,6 +118,9 @@ class Executor:
         if outcome.kind == "held":
             log.debug("timer %s not started: %s", run.timer_id, outcome.message)
             return Executed(None, None)
+        if outcome.kind == "revoked":  # a run next in line that a timer outranked
+            log.debug("timer %s not started: %s", run.timer_id, outcome.message)
+            return Executed(Ending.release(run.token), None)
         try:
             ending = self.ending(run, attempt.record, outcome, attempt.policy)
         except Exception as exc:
@@ -130,8 +137,9 @@ class Executor:
 
     async def _attempt(self, run: Run, attempt: _Attempt) -> Outcome:
         record = attempt.record = run.record()
-        context.enter_run(run, record, attempt.started_ms)  # timers.current()
         recurring = Option.RECURRENCE in record.options
+        after = await self._turn_before(run, attempt, record, recurring)
+        context.enter_run(run, record, attempt.started_ms)  # timers.current()
         # a recurrence's next occurrence is scheduled first, whatever becomes of this one
         # (even a task this listener cannot import must not end the chain)
         skip = (await self.recurrences.before_run(run, record, attempt.started_ms)
@@ -156,13 +164,39 @@ class Executor:
                 outcome = await self.quarantine.run(run.timer_id, record.task, fn, record.args,
                                                     policy, run.reruns)
             else:
-                outcome = await self.runner.call(fn, record.args, policy.timeout)
+                own = self.turns.of(run.token)
+                outcome = await self.runner.call(fn, record.args, policy.timeout, own, after)
+                if after is not None and own is not None and own.job and own.job.started:
+                    attempt.started_ms = self.tracker.redis_ms_at(own.job.started)
         except TaskRefused as exc:
             outcome = Outcome("refused", "TaskRefused", f"{exc} (refused by {self.name})"
                               if self.name else str(exc))
         if recurring:
             await self.recurrences.after_run(run, record, outcome)
         return outcome
+
+    async def _turn_before(self, run: Run, attempt: _Attempt, record: Record,
+                           recurring: bool) -> Turn | None:
+        """For a run next in line on a key slot: the turn of the run before it, when this
+        one may start in that run's thread as it ends (:mod:`timers.listener.turns`). Else
+        it waits here for that run to end, and its start counts from then."""
+        after = self.turns.before(run)
+        if after is None or (not recurring and self._may_follow_in_thread(record)):
+            return after
+        await after.ended.wait()
+        attempt.started_ms = self.tracker.redis_now_ms()
+        return None
+
+    def _may_follow_in_thread(self, record: Record) -> bool:
+        """Whether nothing is to be decided at this run's start but to call it: no rate
+        limit to ask the gate about, no max lateness, no move to another group."""
+        try:
+            policy = policy_of(self.resolve(record.task))
+        except Exception:
+            return False
+        return (policy.rate is None and policy.max_lateness is None
+                and Option.MAX_LATENESS not in record.options
+                and (policy.group is None or policy.group == _group_of(record)))
 
     def ending(self, run: Run, record: Record | None, outcome: Outcome,
                policy: TaskPolicy) -> Ending:

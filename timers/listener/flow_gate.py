@@ -24,7 +24,9 @@ from timers.scripts import GateRun, Scripts
 from timers.wire import ClaimSource, Option
 
 GO = "go"
-HANDED = ClaimSource.HANDOFF.label
+HANDED = frozenset({ClaimSource.HANDOFF.label, ClaimSource.NEXT.label})
+"""Runs ``finish.lua`` handed over holding their key's slot, or to take it over from the
+run before them (:mod:`timers.listener.turns`)."""
 TASK_KEY = "task:"
 """Start of the key (or rate limit name) of a task-wide limit: ``task:<path>``."""
 
@@ -153,7 +155,7 @@ class FlowGate:
             return Outcome("error", "FlowKeyError", str(exc))
         if spec is None:
             return None
-        if run.source == HANDED and spec.key and not spec.rate:
+        if run.source in HANDED and spec.key and not spec.rate:
             self.holding.add(run.token)  # finish.lua handed it over holding its key's slot
             return None
         loop = asyncio.get_running_loop()

@@ -40,7 +40,8 @@ class Handoff:
             return Taker(self.listener_id, self.groups, 0, 0)
         take = min(freeing, max(self.free_slots(), 0))
         self.reserved += take
-        return Taker(self.listener_id, self.groups, take, round(self.lease * 1000))
+        # a run next in line takes no free slot: it takes the place of the one before it
+        return Taker(self.listener_id, self.groups, take, round(self.lease * 1000), True)
 
     def handed(self, runs: list[Run], reserved: int) -> None:
         """A batch's reply: start its runs (hand them back if the listener is stopping)."""

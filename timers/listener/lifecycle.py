@@ -47,20 +47,21 @@ from timers.listener.flow_gate import FlowGate
 from timers.listener.groups import served_groups
 from timers.listener.handoff import Handoff
 from timers.listener.info import heartbeat
-from timers.listener.lanes import lanes_of, read_layout, shard_note
+from timers.listener.lanes import shard_note
 from timers.listener.leases import HeldRuns, LeaseKeeper, sync_twin
 from timers.listener.loop_watch import LoopWatch
 from timers.listener.near_keys import keep_near_keys
 from timers.listener.parker import Parker
-from timers.listener.permissions import SWEEP_ONLY_MAX_SLEEP, check_at_start, explain
+from timers.listener.permissions import explain
 from timers.listener.precise import PreciseSleeper
-from timers.listener.preflight import eviction_policy, warn_if_events_off
+from timers.listener.preflight import preflight
 from timers.listener.quarantine import Quarantine
 from timers.listener.recycling import RecycleLimits, Recycler, report_fd
 from timers.listener.retrying import RETRYABLE, Outage, beat_until
 from timers.listener.runner import Runner
 from timers.listener.shutdown import drain, end_loops
 from timers.listener.tally import RunTally
+from timers.listener.turns import Turns
 from timers.loader import TASKS_ENV, TaskLoader, configured_package
 from timers.runs import Fired, Run, rejected_entry
 from timers.scripts import Scripts
@@ -141,6 +142,7 @@ class Listener:
         self._running: dict[str, Run] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._held = HeldRuns()  # tokens whose lease we keep: running or unflushed
+        self.turns = Turns()  # runs next in line on a key slot, and those they follow
 
     def _wire_parts(self) -> None:
         """The parts of one shard's lane: its claims, events, endings and gates."""
@@ -165,13 +167,15 @@ class Listener:
         self.claimer.parker = Parker(self._scripts, self.groups, self.lease, self.loader.resolve,
                                      self.flow)
         self.flow.on_held = lambda count: self.tally.held_back(count)
+        self.events.on_revoke = lambda token: self.turns.revoke(token, self._runner.revoke)
         self.handoff.slot_freed = self._slot_freed_everywhere
         self.claimer.outage = self.events.outage = self.endings.outage = Outage()
         self.executor = Executor(self.loader.resolve, self._runner,
                                  Quarantine(self.loader, listener_name(self.id)),
                                  RecurrenceHook(self.redis, self.keys, self._scripts), self.tracker,
                                  self._precise, self.flow,
-                                 f"listener {self.id} (groups {', '.join(self.groups)})")
+                                 f"listener {self.id} (groups {', '.join(self.groups)})",
+                                 self.turns)
 
     @property
     def subscribed(self) -> asyncio.Event:
@@ -188,7 +192,7 @@ class Listener:
         """Listen until ``stop`` is set (or, with ``burst``, until nothing is due); then
         stop claiming, give running tasks ``shutdown_timeout`` seconds, write endings."""
         self._burst = burst
-        events = await self._preflight()
+        events = await preflight(self)
         await self.recycler.wait_for_turn(self._stopping)  # a standby waits to take over
         log.info("listening: tasks package %r loaded, prefix %r%s, concurrency %d, lease %g s",
                  self.loader.package, self.prefix, shard_note(self._lanes), self.concurrency,
@@ -238,29 +242,6 @@ class Listener:
             await self.endings.flush_remaining(self.clock)
             with contextlib.suppress(*RETRYABLE):
                 await self._heartbeat(alive=False)
-
-    async def _preflight(self) -> bool:
-        """Load the tasks and check the server before any claim; False: no events (the
-        Redis user may not subscribe, the sweeper works alone)."""
-        try:
-            # the whole tasks package, off the loop
-            await asyncio.to_thread(self.loader.load_at_start, self._tasks_optional)
-            await warn_if_events_off(self.redis)
-            self.endings.eviction_policy = await eviction_policy(self.redis,
-                                                                 self.allow_eviction)
-            missing = await check_at_start(self.redis, self.keys, self.db)
-            layout = await read_layout(self)
-            if layout is not None:
-                self._lanes[:] = lanes_of(self, layout)
-            self.recycler.start(asyncio.get_running_loop())  # the tasks are loaded: RSS
-        except Exception:
-            if self._owns_client:
-                await self.redis.aclose()
-            raise
-        if missing:
-            for lane in self._lanes:
-                lane.tracker.max_sleep = min(lane.tracker.max_sleep, SWEEP_ONLY_MAX_SLEEP)
-        return "events" not in missing
 
     def _loop_ended(self, task: asyncio.Task[None]) -> None:
         """A loop must only end on stop: if one dies of a bug, stop rather than limp on
@@ -313,13 +294,14 @@ class Listener:
         return self._running_count(), self._free_slots()
 
     def _running_count(self) -> int:
-        return sum(len(lane._running) for lane in self._lanes)
+        """Runs going (a run next in line takes its place when the one before it ends)."""
+        return sum(len(lane._running) - lane.turns.waiting for lane in self._lanes)
 
     def _free_slots(self) -> int:
         """Of the concurrency, what no lane's run, stuck task or handoff holds."""
         if len(self._lanes) == 1:
-            return (self.concurrency - len(self._running) - self._runner.stuck
-                    - self.handoff.reserved)
+            return (self.concurrency - len(self._running) + self.turns.waiting
+                    - self._runner.stuck - self.handoff.reserved)
         return (self.concurrency - self._running_count() - self._runner.stuck
                 - sum(lane.handoff.reserved for lane in self._lanes))
 
@@ -341,6 +323,7 @@ class Listener:
                 return
         self._running[run.token] = run
         self._held.hold(run.token, run.timer_id)
+        self.turns.start(run)
         task = asyncio.create_task(self._run_one(run))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -361,6 +344,7 @@ class Listener:
             return  # shutting down: _drain hands this run back
         finally:
             self._running.pop(run.token, None)
+            self.turns.end(run.token)
             self._slot_freed_everywhere()
             if self._burst:
                 self.claimer.poke.set()  # the sweep loop decides whether the burst is over

@@ -18,6 +18,7 @@ from types import CodeType
 from typing import Any
 
 from timers.encoding import Args
+from timers.listener.turns import Revoked, Turn
 from timers.runs import OK, Outcome
 
 log = logging.getLogger("timers.listener")
@@ -59,17 +60,23 @@ def _bind_error(fn: Callable[..., Any], args: Args) -> str | None:
     return None
 
 
-class _Job:
-    """A call handed to the pool; ``started`` is set (monotonic) when a thread takes it."""
+class Job:
+    """A call handed to the pool; ``started`` is set (monotonic) when a thread takes it.
 
-    __slots__ = ("abandoned", "args", "context", "fn", "future", "kwargs", "started")
+    ``then``: a job queued to start in the same thread the moment this one's function
+    returns (a run next in line on its concurrency key slot); the pool's lock guards it
+    and ``finished``."""
+
+    __slots__ = ("abandoned", "args", "cancelled", "context", "finished", "fn", "future",
+                 "kwargs", "started", "then")
 
     def __init__(self, future: asyncio.Future[Any], fn: Callable[..., Any], args: list[Any],
                  kwargs: dict[str, Any]) -> None:
         self.future, self.fn, self.args, self.kwargs = future, fn, args, kwargs
         self.context = contextvars.copy_context()  # the caller's, e.g. timers.current()
         self.started: float | None = None
-        self.abandoned = False
+        self.abandoned = self.cancelled = self.finished = False
+        self.then: Job | None = None
 
 
 def task_name(fn: Callable[..., Any]) -> str:
@@ -93,17 +100,28 @@ class ThreadPool:
         self.size = size
         self.on_free = on_free
         self.stuck = 0
-        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
-        self._results: collections.deque[tuple[_Job, bool, Any]] = collections.deque()
+        self._jobs: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
+        self._results: collections.deque[tuple[Job, bool, Any]] = collections.deque()
         self._lock = threading.Lock()
         self._wake_pending = False
         self._threads: list[threading.Thread] = []
         self._idle = 0
         self._loop: asyncio.AbstractEventLoop | None = None
 
-    def submit(self, fn: Callable[..., Any], args: list[Any], kwargs: dict[str, Any]) -> _Job:
+    def submit(self, fn: Callable[..., Any], args: list[Any], kwargs: dict[str, Any],
+               after: Job | None = None) -> Job:
+        """Queue a call; with ``after`` (a job not finished yet), start it in that job's
+        thread the moment that job's function returns."""
         loop = self._loop = asyncio.get_running_loop()
-        job = _Job(loop.create_future(), fn, args, kwargs)
+        job = Job(loop.create_future(), fn, args, kwargs)
+        with self._lock:
+            if after is not None and not (after.finished or after.abandoned or after.then):
+                after.then = job
+                return job
+        self._queue(job)
+        return job
+
+    def _queue(self, job: Job) -> None:
         with self._lock:
             start = self._idle == 0 and len(self._threads) < self.size
             if not start:
@@ -113,30 +131,67 @@ class ThreadPool:
             self._threads.append(thread)
             thread.start()
         self._jobs.put(job)
-        return job
 
     def _work(self) -> None:
+        job: Job | None = None
         while True:
-            job = self._jobs.get()
+            job = job or self._jobs.get()
             if job is None:
                 return
-            job.started = time.monotonic()
+            if not self._take(job):
+                job = self._next_of(job)
+                continue
             try:
                 value = job.context.run(job.fn, *job.args, **job.kwargs)
-                result: tuple[_Job, bool, Any] = (job, True, value)
+                result: tuple[Job, bool, Any] = (job, True, value)
             except BaseException as exc:  # handed to the awaiting coroutine
                 result = (job, False, exc)
-            with self._lock:
-                self._results.append(result)
-                self._idle += 1
-                wake = not self._wake_pending
-                self._wake_pending = True
+            job, wake = self._finished(result)
             loop = self._loop
             if wake and loop is not None and not loop.is_closed():
                 try:
                     loop.call_soon_threadsafe(self._deliver)
                 except RuntimeError:
                     return  # the loop closed under us: nobody waits any more
+
+    def _take(self, job: Job) -> bool:
+        """Mark ``job`` started, unless it was withdrawn (then it is skipped)."""
+        with self._lock:
+            if job.cancelled:
+                return False
+            job.started = time.monotonic()
+            return True
+
+    def withdraw(self, job: Job) -> bool:
+        """Make sure a job never starts; False if a thread has started it already."""
+        with self._lock:
+            if job.started is not None:
+                return False
+            job.cancelled = True
+            return True
+
+    def _next_of(self, job: Job) -> Job | None:
+        """A job skipped unrun (withdrawn): what this thread runs next."""
+        with self._lock:
+            job.finished = True
+            chained, job.then = job.then, None
+            if chained is None:
+                self._idle += 1
+        return chained
+
+    def _finished(self, result: tuple[Job, bool, Any]) -> tuple[Job | None, bool]:
+        """Hand a result back. Returns the job chained after it, which this thread runs
+        next (then it does not count as idle), and whether to wake the loop for it."""
+        job = result[0]
+        with self._lock:
+            self._results.append(result)
+            job.finished = True
+            chained, job.then = job.then, None
+            if chained is None:
+                self._idle += 1
+            wake = not self._wake_pending
+            self._wake_pending = True
+        return chained, wake
 
     def _deliver(self) -> None:
         with self._lock:
@@ -160,12 +215,17 @@ class ThreadPool:
             if self.on_free is not None:
                 self.on_free()
 
-    def abandon(self, job: _Job) -> None:
-        """The caller stops waiting for a running job: its thread is stuck until it ends."""
-        job.abandoned = True
+    def abandon(self, job: Job) -> None:
+        """The caller stops waiting for a running job: its thread is stuck until it ends,
+        and a job chained after it is queued for another thread."""
+        with self._lock:
+            job.abandoned = True
+            chained, job.then = job.then, None
+        if chained is not None:
+            self._queue(chained)
         self._set_stuck(self.stuck + 1, job)
 
-    def _set_stuck(self, count: int, job: _Job | None = None) -> None:
+    def _set_stuck(self, count: int, job: Job | None = None) -> None:
         self.stuck = count
         if job is not None:
             log.warning("%d thread(s) stuck past their timeout (latest: %s): each keeps its "
@@ -203,15 +263,18 @@ class Runner:
         """Threads still running a function past its timeout: each holds a task slot."""
         return self._pool.stuck
 
-    async def call(
-        self, fn: Callable[..., Any], args: Args, limit: float | None = None
-    ) -> Outcome:
+    async def call(self, fn: Callable[..., Any], args: Args, limit: float | None = None,
+                   turn: Turn | None = None, after: Turn | None = None) -> Outcome:
         """Call ``fn`` with ``args``; with ``limit`` (seconds), stop waiting after that long.
 
         A coroutine is cancelled at its timeout. A plain function's timeout counts from when
         a thread starts it, not while it waits for one; a thread cannot be stopped, so the
         run is reported as timed out and the function goes on in its thread, which keeps its
         slot (see :attr:`stuck`) until it returns.
+
+        ``turn``: this run's, told the job its function runs in. ``after``: the turn of the
+        run this one is next in line after (:mod:`timers.listener.turns`): a plain function
+        starts in that run's thread as its function returns, a coroutine once it ended.
         """
         problem = _bind_error(fn, args)
         if problem is not None:
@@ -220,19 +283,21 @@ class Runner:
         is_async = self._is_async.get(fn)
         if is_async is None:
             is_async = self._is_async[fn] = inspect.iscoroutinefunction(fn)
+        if after is not None:
+            await (after.ended if is_async else after.started).wait()
+            if turn is not None and turn.revoked:
+                return REVOKED
         deadline = asyncio.timeout(limit) if limit is not None else None
         try:
             if is_async:
                 async with deadline or contextlib.nullcontext():
                     await self._on_loop(fn, positional, keywords)
             else:
-                job = self._pool.submit(fn, list(positional), dict(keywords))
-                result = await (job.future if limit is None else self._wait(job, limit))
-                if inspect.isawaitable(result):
-                    async with asyncio.timeout(limit):
-                        await result
+                await self._in_thread(fn, list(positional), dict(keywords), limit, turn, after)
         except asyncio.CancelledError:
             raise
+        except Revoked:
+            return REVOKED
         except BaseException as exc:  # a task's failure is data
             if isinstance(exc, _Overran) or (deadline is not None and deadline.expired()):
                 return Outcome("error", "TimeoutError", f"task did not finish within {limit} s")
@@ -244,6 +309,20 @@ class Runner:
             )
         return OK
 
+    async def _in_thread(self, fn: Callable[..., Any], args: list[Any], kwargs: dict[str, Any],
+                         limit: float | None, turn: Turn | None, after: Turn | None) -> None:
+        job = self._pool.submit(fn, args, kwargs, after=after.job if after else None)
+        if turn is not None:
+            turn.handed_to_thread(job)
+        try:
+            result = await (job.future if limit is None else self._wait(job, limit))
+        except asyncio.CancelledError:
+            self._pool.withdraw(job)  # not started yet: no thread takes it up any more
+            raise
+        if inspect.isawaitable(result):
+            async with asyncio.timeout(limit):
+                await result
+
     async def _on_loop(self, fn: Callable[..., Any], args: Any, kwargs: dict[str, Any]) -> None:
         key = (getattr(fn, "__code__", None) or _NO_CODE, task_name(fn))
         self.on_loop[key] += 1
@@ -254,7 +333,7 @@ class Runner:
             if self.on_loop[key] <= 0:
                 del self.on_loop[key]
 
-    async def _wait(self, job: _Job, limit: float) -> Any:
+    async def _wait(self, job: Job, limit: float) -> Any:
         """The job's result, or :class:`_Overran` once it has run ``limit`` s in a thread;
         a job still queued for a thread is not timed."""
         while True:
@@ -268,9 +347,20 @@ class Runner:
         self._pool.abandon(job)
         raise _Overran
 
+    def revoke(self, job: Job) -> bool:
+        """Withdraw a run next in line whose function has not started (its caller gets
+        :data:`REVOKED`); False if it has started."""
+        if not self._pool.withdraw(job):
+            return False
+        if not job.future.done():
+            job.future.set_exception(Revoked())
+        return True
+
     def shutdown(self) -> None:
         """Let idle threads end; threads still running a task end when it returns."""
         self._pool.shutdown()
 
 
 _NO_CODE = (lambda: None).__code__
+
+REVOKED = Outcome("revoked", "", "asked back before it started: waits for its key again")

@@ -18,7 +18,8 @@
 -- ARGV[5]  the groups it serves, joined by ","
 -- ARGV[6]  take: how many timers a freed key slot may hand it as runs (its free slots)
 -- ARGV[7]  lease ms of those runs
--- ARGV[8..] four values per ending: token, kind, a, b:
+-- ARGV[8]  "1": it also takes runs next in line (see below), "0": not
+-- ARGV[9..] four values per ending: token, kind, a, b:
 --   token "ok"      "" ""             the run succeeded
 --   token "skip"    "" ""             the run was skipped on purpose (counted only)
 --   token "fail"    failure-id JSON   the run failed for good: record it. A dead timer's
@@ -44,7 +45,10 @@
 -- see prelude.lua); a slot of a concurrency key it held is freed, and the next timer
 -- waiting for that key goes back into its due index (flow.lua), or, while ARGV[6] allows
 -- and its group is served, straight to this listener as a run holding the slot: no wake,
--- no claim, no other listener racing for it (source "h", handed over).
+-- no claim, no other listener racing for it (source "h", handed over). With ARGV[8], each
+-- run it is handed holding a slot also brings the key's next waiting timer, as the run
+-- next in line after it (source "n@<token>", flow.lua's hand_next): the listener starts
+-- it the moment the first ends, and its slot passes on when that ending is written here.
 -- allow-oom: it frees leases and adds at most what it frees plus failure records, and a
 -- refused finish would leave runs to lapse and run twice. Every ending is checked before
 -- the first write: a bad one fails the whole call and writes nothing. A handed-back run
@@ -56,7 +60,7 @@
 -- rejected-event record of its id (the event was for a timer that runs after all).
 -- A re-added timer's key is named by its record, so it is built here from ARGV[1].
 -- The wake is a PUBLISH by pcall: it cannot fail the writes before it.
--- Returns {late finishes, then per handed-over run: token, run, "h"}.
+-- Returns {late finishes, then per handed-over run: token, run, "h" or "n@<token>"}.
 local KINDS = {ok = true, skip = true, fail = true, reject = true, retry = true,
                release = true, move = true}
 
@@ -87,10 +91,10 @@ local function released_run(token)
   return false
 end
 
-local FIRST = 8  -- the first ending's first value
+local FIRST = 9  -- the first ending's first value
 local retention = is_count(ARGV[3]) and tonumber(ARGV[3])
 if not retention or not is_count(ARGV[6]) or not is_count(ARGV[7])
-    or (#ARGV - FIRST + 1) % 4 ~= 0 then
+    or (ARGV[8] ~= '0' and ARGV[8] ~= '1') or (#ARGV - FIRST + 1) % 4 ~= 0 then
   return redis.error_reply('ERR timers finish: bad arguments')
 end
 local released = {}
@@ -200,19 +204,20 @@ local function trim_failures(n)
 end
 
 local handed = {0}
-if tonumber(ARGV[6]) > 0 then
+if tonumber(ARGV[6]) > 0 or ARGV[8] == '1' then
   local served = {}
   for group in string.gmatch(ARGV[5], '[^,]+') do served[group] = true end
   local lease_until = string.format('%.0f', now + tonumber(ARGV[7]))
   local me = '0@' .. string.gsub(ARGV[4], '|', '_')
   taker = {budget = tonumber(ARGV[6]), served = served, lease_until = lease_until, held_ms = 0,
-    start = function(run, group)
+    follow = ARGV[8] == '1',
+    start = function(run, group, source)
       local token = string.format('%.0f', redis.call('INCR', KEYS[9]))
       redis.call('ZADD', running_key_for(KEYS[1], group), lease_until, token)
       redis.call('HSET', KEYS[2], token, me .. run)
       handed[#handed + 1] = token
       handed[#handed + 1] = me .. run
-      handed[#handed + 1] = 'h'
+      handed[#handed + 1] = source
       return token
     end}
 end

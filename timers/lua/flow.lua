@@ -15,6 +15,10 @@
 --                        R|interval|burst|at|name promoted, the rate slot at `at` its own
 --                        (paid 1: it has had its rate slot already)
 --   P|held         hash  run token -> "limit|lease|key": the slot a run holds
+--   P|next         hash  run token -> the run next in line on its slot: the key's next
+--                        timer, handed to the same listener while the run goes (source
+--                        "n@<token>"); it starts as the run ends and takes the slot over
+--                        when the run's ending is written (pass_slot)
 --
 -- A waiting timer keeps its record in the records hash (cancel, get and reschedule find
 -- it there) but sits in no due index: nothing polls it. Its queue score orders by
@@ -32,7 +36,8 @@ end
 -- Who takes a promoted timer straight away as a run of its own, or nil (everyone but
 -- finish.lua, whose listener has just freed the slot: no wake, no claim, no race for it):
 -- {budget = runs it may still take, served = {group = true}, lease_until = ms text,
---  start = function(run, group) -> token, held_ms = the waits of those it took}.
+--  follow = whether it takes runs next in line (hand_next),
+--  start = function(run, group, source) -> token, held_ms = the waits of those it took}.
 local taker = nil
 
 local function flow_score(record, due)
@@ -68,6 +73,53 @@ local function pop_waiting(key_start, queue)
     redis.call('HGET', sys_key(key_start, 'rec'), id)
 end
 
+-- The run next in line after `holder` (a run of the taker's that holds a slot of `key`):
+-- the key's next waiting timer, handed to the taker as a run that holds no slot yet
+-- (source "n@<holder>"). The taker starts it the moment the holder ends (in the same
+-- thread), and it takes the holder's slot over when the holder's ending is written. Not
+-- when the taker takes none, or the head is of a group it does not serve or has paid a
+-- rate slot already (the gate must see that one).
+local function hand_next(key_start, key, holder)
+  if not (taker and taker.follow) then return end
+  local queue = sys_key(key_start, 'waitk|' .. key)
+  local parked = sys_key(key_start, 'parked')
+  local records = sys_key(key_start, 'rec')
+  while true do
+    local id = redis.call('ZRANGE', queue, 0, 0)[1]
+    if not id then return end
+    local p = parked_read(redis.call('HGET', parked, id))
+    local record = redis.call('HGET', records, id)
+    if p and p.state == 'c' and record then
+      local group = record_group(record)
+      if p.c == 1 or not taker.served[group] then return end
+      redis.call('ZREM', queue, id)
+      redis.call('HDEL', parked, id)
+      redis.call('HDEL', records, id)
+      local token = taker.start('|0|' .. id .. ':' .. record, group, 'n@' .. holder)
+      redis.call('HSET', sys_key(key_start, 'next'), holder, token)
+      return
+    end
+    redis.call('ZREM', queue, id)  -- cancelled meanwhile (as pop_waiting drops it)
+  end
+end
+
+-- A timer that waits for `key` with queue score `score` (a higher priority, say) ahead
+-- of a run already next in line for the key (hand_next) asks that run back: "x:<token>"
+-- on the wake channel. Its listener hands it back unless it has started, and it waits
+-- again in its place; the slot then goes to the head of the queue.
+local function outrank_next(key_start, key, score, channel)
+  local next_key = sys_key(key_start, 'next')
+  if redis.call('EXISTS', next_key) == 0 then return end  -- most calls
+  local runs = sys_key(key_start, 'runrec')
+  for _, holder in ipairs(redis.call('ZRANGE', sys_key(key_start, 'slots|' .. key), 0, -1)) do
+    local successor = redis.call('HGET', next_key, holder)
+    local record = successor and select(5, run_read(redis.call('HGET', runs, successor)))
+    if record and score < flow_score(record, tonumber(record_option(record, 'w') or '') or 0) then
+      redis.pcall('PUBLISH', channel, 'x:' .. successor)
+    end
+  end
+end
+
 -- Promote waiting timers of concurrency key `key` while it has free slots: each goes
 -- back into its due index at score 0, ahead of every timer due (its lateness counts from
 -- its ";w=" due), with a slot kept for it under "w:<id>" for its lease; or, when a taker
@@ -93,10 +145,11 @@ local function promote_key(key_start, key, limit, now)
         redis.call('HDEL', records, id)
         local waited_from = tonumber(record_option(record, 'w') or '')
         if waited_from then taker.held_ms = taker.held_ms + math.max(now - waited_from, 0) end
-        local token = taker.start('|0|' .. id .. ':' .. record, group)
+        local token = taker.start('|0|' .. id .. ':' .. record, group, 'h')
         redis.call('ZADD', slots, taker.lease_until, token)
         redis.call('HSET', sys_key(key_start, 'held'), token,
           ms_text(limit) .. '|' .. ms_text(p.b) .. '|' .. key)
+        hand_next(key_start, key, token)
       else
         parked_write(key_start, id, p)
         redis.call('ZADD', slots, ms_text(now + p.b), 'w:' .. id)
@@ -131,7 +184,29 @@ local function promote_rate(key_start, name, interval, burst, now)
   end
 end
 
--- Free the slot a run holds (finished, or its lease lapsed) and promote waiting timers.
+-- The run next in line after `token` (hand_next) takes over the slot `token` held
+-- (`held`: its "limit|lease|key"), for as long as its own lease, unless it is no longer
+-- leased (handed back, or its lease lapsed); and the taker may get the one after it.
+local function pass_slot(key_start, token, held, key, now)
+  local next_key = sys_key(key_start, 'next')
+  local successor = redis.call('HGET', next_key, token)
+  if not successor then return end
+  redis.call('HDEL', next_key, token)
+  local record = select(5, run_read(redis.call('HGET', sys_key(key_start, 'runrec'), successor)))
+  local until_ms = record and redis.call('ZSCORE',
+    running_key_for(sys_key(key_start, 'run'), record_group(record)), successor)
+  if not until_ms or tonumber(until_ms) <= now then return end
+  redis.call('ZADD', sys_key(key_start, 'slots|' .. key), until_ms, successor)
+  redis.call('HSET', sys_key(key_start, 'held'), successor, held)
+  local waited_from = tonumber(record_option(record, 'w') or '')
+  if waited_from and taker then
+    taker.held_ms = taker.held_ms + math.max(now - waited_from, 0)
+  end
+  hand_next(key_start, key, successor)
+end
+
+-- Free the slot a run holds (finished, or its lease lapsed): to the run next in line
+-- after it, if any, else to waiting timers.
 local function release_slot(key_start, token, now)
   local held_key = sys_key(key_start, 'held')
   local held = redis.call('HGET', held_key, token)
@@ -140,6 +215,7 @@ local function release_slot(key_start, token, now)
   local limit, key = string.match(held, '^(%d+)|%d+|(.+)$')
   if not limit then return end
   redis.call('ZREM', sys_key(key_start, 'slots|' .. key), token)
+  pass_slot(key_start, token, held, key, now)
   promote_key(key_start, key, tonumber(limit), now)
 end
 
@@ -154,6 +230,7 @@ local function keep_slot_for(key_start, token, id, until_ms)
   local slots = limit and sys_key(key_start, 'slots|' .. key)
   if not limit or not redis.call('ZSCORE', slots, token) then return false end
   redis.call('HDEL', held_key, token)
+  redis.call('HDEL', sys_key(key_start, 'next'), token)  -- handed back too, with this one
   redis.call('ZREM', slots, token)
   redis.call('ZADD', slots, ms_text(until_ms + tonumber(lease)), 'w:' .. id)
   parked_write(key_start, id, {state = 'C', a = tonumber(limit), b = tonumber(lease), c = 0,

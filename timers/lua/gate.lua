@@ -22,6 +22,8 @@
 -- (the newer timer wins), as a retry would be.
 -- No allow-oom flag: holding a timer back writes. Every value is checked first.
 -- A run that goes after waiting adds its wait (now - its ";w=" due) to the held_ms counter.
+-- A timer held back ahead of a key's run next in line asks that run back (flow.lua's
+-- outrank_next, on the wake channel).
 -- Returns one status per run: "go", "wait" (held back), "lost" (lease gone) or
 -- "replaced".
 if not is_count(ARGV[3]) or (#ARGV - 3) % 6 ~= 0 then
@@ -101,12 +103,14 @@ local function gate(token, key, limit, rate, interval, burst)
     counts.waited = counts.waited + 1
     local waiting = {state = 'c', a = limit, b = lease, c = paid and 1 or 0, name = key}
     local status = hold(token, id, record, due, sys_key(ARGV[1], 'waitk|' .. key), waiting, rk)
+    if status == 'wait' then outrank_next(ARGV[1], key, flow_score(record, due), ARGV[2]) end
     promote_key(ARGV[1], key, limit, now)
     return status
   end
   if rate ~= '' and not paid and not take_rate(rate, interval, burst) then
-    if key ~= '' then
+    if key ~= '' then  -- a slot it was handed with passes on as that run's would
       redis.call('ZREM', sys_key(ARGV[1], 'slots|' .. key), token)
+      release_slot(ARGV[1], token, now)
       promote_key(ARGV[1], key, limit, now)
     end
     counts.rate_limited = counts.rate_limited + 1

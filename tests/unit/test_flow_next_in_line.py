@@ -1,0 +1,197 @@
+"""The run next in line on a concurrency key slot (fakeredis + lupa): handed along with a
+run that holds the slot, it takes the slot over when that run's ending is written; handed
+back, recovered or left behind by a dead listener, it never holds a slot it should not."""
+
+from __future__ import annotations
+
+import fakeredis
+import pytest
+
+from tests.unit.flow_helpers import KS, LEASE, add, claim, gate, ids, s
+from timers.runs import Run
+from timers.scripts import ParkTimer, ScriptCalls, Scripts, Taker
+
+__all__ = ["s"]  # the fixture
+
+NEXT_KEY = "timers|next"
+
+
+def end(s: Scripts, *endings: tuple[str, str, str, str], follow: bool = True,
+        take: int = 1, groups: tuple[str, ...] = ("default",)) -> list[Run]:
+    """Write endings as a listener that takes handed runs; the runs it is handed."""
+    reply = s.finish(retention_ms=1000, endings=list(endings),
+                     taker=Taker("me", groups, take, LEASE, follow))
+    items = reply[1:]
+    return [Run.parse(*items[i:i + 3]) for i in range(0, len(items), 3)]
+
+
+def ok(run: Run) -> tuple[str, str, str, str]:
+    return (run.token, "ok", "", "")
+
+
+def key_of_four(s: Scripts, records: tuple[str, ...] = ("t.f:",) * 4) -> list[Run]:
+    """a holds key k; b, c, d wait for it, in that order."""
+    for i, (name, record) in enumerate(zip("abcd", records, strict=True)):
+        add(s, name, record, -40 + i)
+    runs = claim(s)
+    assert gate(s, runs, key="k", limit=1) == ["go", "wait", "wait", "wait"]
+    return runs
+
+
+def slot_holders(fake: fakeredis.FakeRedis) -> list[bytes]:
+    return fake.zrange(KS.slots("k"), 0, -1)
+
+
+def test_a_handed_run_brings_the_next_timer_as_the_run_next_in_line_after_it(
+        s: Scripts, fake: fakeredis.FakeRedis) -> None:
+    a, _, _, _ = key_of_four(s)
+    handed, following = end(s, ok(a))
+    assert (handed.timer_id, handed.source, handed.follows) == ("b", "handoff", "")
+    assert (following.timer_id, following.source) == ("c", "next")
+    assert following.follows == handed.token
+    # c holds no slot yet, is no longer waiting, and nobody else can claim it
+    assert slot_holders(fake) == [handed.token.encode()]
+    assert fake.zrange(KS.key_queue("k"), 0, -1) == [b"d"]
+    assert fake.hget(NEXT_KEY, handed.token) == following.token.encode()
+    assert claim(s) == [] and fake.zcard(KS.running) == 2
+
+
+def test_the_ending_of_the_run_before_passes_its_slot_on_and_brings_the_one_after(
+        s: Scripts, fake: fakeredis.FakeRedis) -> None:
+    a, _, _, _ = key_of_four(s)
+    b, c = end(s, ok(a))
+    [d] = end(s, ok(b))
+    assert slot_holders(fake) == [c.token.encode()]
+    assert (d.timer_id, d.source, d.follows) == ("d", "next", c.token)
+    assert fake.hget(KS.held, c.token) is not None and fake.hget(KS.held, b.token) is None
+    assert fake.zcard(KS.due) == 0 and claim(s) == []
+    assert end(s, ok(c)) == []  # nothing waits any more
+    assert slot_holders(fake) == [d.token.encode()]
+    end(s, ok(d))
+    assert slot_holders(fake) == [] and fake.hlen(NEXT_KEY) == 0
+    assert fake.hget(KS.stats, "fired") == b"4"
+
+
+def test_a_listener_that_takes_no_runs_next_in_line_is_handed_none(
+        s: Scripts, fake: fakeredis.FakeRedis) -> None:
+    a, _, _, _ = key_of_four(s)
+    assert ids(end(s, ok(a), follow=False)) == ["b"]
+    assert fake.zcard(KS.key_queue("k")) == 2 and fake.hlen(NEXT_KEY) == 0
+
+
+def test_a_run_next_in_line_handed_back_waits_again_in_its_place(
+        s: Scripts, fake: fakeredis.FakeRedis) -> None:
+    a, _, _, _ = key_of_four(s)
+    b, c = end(s, ok(a))
+    assert end(s, (c.token, "release", "", "")) == []  # holds no slot: frees none
+    assert slot_holders(fake) == [b.token.encode()]
+    [again] = claim(s)  # due again at once, and the gate puts it back before d
+    assert again.timer_id == "c" and gate(s, [again], key="k", limit=1) == ["wait"]
+    assert fake.zrange(KS.key_queue("k"), 0, -1) == [b"c", b"d"]
+    handed, following = end(s, ok(b))  # b's slot goes to the head, not to c's old token
+    assert ids([handed, following]) == ["c", "d"]
+    assert slot_holders(fake) == [handed.token.encode()]
+
+
+def test_a_dead_listeners_run_next_in_line_gets_no_slot_and_both_run_again(
+        s: Scripts, fake: fakeredis.FakeRedis) -> None:
+    a, _, _, _ = key_of_four(s)
+    b, c = end(s, ok(a))
+    for token in (b.token, c.token):  # the listener died: both leases lapse
+        fake.zadd(KS.running, {token: 1})
+    fake.zadd(KS.slots("k"), {b.token: 1})
+    runs = sorted(claim(s), key=lambda run: run.timer_id)
+    # b's slot went to the head of the queue (d, kept for it); c, handed to the dead
+    # listener, got none: all three are claimed again and only one of them goes
+    assert ids(runs) == ["b", "c", "d"] and fake.hlen(NEXT_KEY) == 0
+    assert [run.source for run in runs] == ["recovered", "recovered", "sweep"]
+    assert gate(s, runs, key="k", limit=1) == ["wait", "wait", "go"]
+    assert slot_holders(fake) == [runs[2].token.encode()]
+
+
+def test_a_run_handed_back_with_a_grace_keeps_its_slot_and_drops_its_next_in_line(
+        s: Scripts, fake: fakeredis.FakeRedis) -> None:
+    a, _, _, _ = key_of_four(s)
+    b, c = end(s, ok(a))
+    end(s, (b.token, "release", "1000", ""), (c.token, "release", "1000", ""))
+    assert slot_holders(fake) == [b"w:b"] and fake.hlen(NEXT_KEY) == 0
+    runs = claim(s)  # c due at once but held back behind b's kept slot
+    assert ids(runs) == ["c"] and gate(s, runs, key="k", limit=1) == ["wait"]
+
+
+def test_a_slot_its_holder_lost_to_a_rate_limit_passes_to_the_run_next_in_line(
+        s: Scripts, fake: fakeredis.FakeRedis) -> None:
+    a, _, _, _ = key_of_four(s)
+    b, c = end(s, ok(a))
+    fake.hset(KS.rate("r"), "tat", 10**15)  # the rate limit is spent far ahead
+    assert gate(s, [b], key="k", limit=1, rate="r", interval_ms=1000, burst=1) == ["wait"]
+    assert slot_holders(fake) == [c.token.encode()]
+    assert gate(s, [c], key="k", limit=1) == ["go"]
+
+
+def test_no_run_next_in_line_of_a_group_the_listener_does_not_serve(
+        s: Scripts, fake: fakeredis.FakeRedis) -> None:
+    records = ("t.f:", "t.f:", "t.f;g=video:", "t.f:")
+    for i, (name, record) in enumerate(zip("abcd", records, strict=True)):
+        add(s, name, record, -40 + i)
+    runs = claim(s) + claim(s, groups=("video",))
+    assert sorted(gate(s, runs, key="k", limit=1)) == ["go", "wait", "wait", "wait"]
+    a = next(run for run in runs if run.timer_id == "a")
+    assert ids(end(s, ok(a))) == ["b"]  # c, a video timer, is the head: none next in line
+    assert fake.hlen(NEXT_KEY) == 0
+
+
+def test_the_run_next_in_line_is_the_head_by_priority(s: Scripts) -> None:
+    a, _, _, _ = key_of_four(s)
+    add(s, "e", "t.f;p=5:", -1)
+    assert gate(s, claim(s), key="k", limit=1) == ["wait"]
+    handed, following = end(s, ok(a))
+    assert ids([handed, following]) == ["e", "b"]
+
+
+@pytest.mark.parametrize("follow", ["", "2", "yes"])
+def test_a_bad_follow_argument_is_refused(s: Scripts, fake: fakeredis.FakeRedis,
+                                          follow: str) -> None:
+    a, _, _, _ = key_of_four(s)
+    args = [KS.timer_key_start, KS.wake_channel, 1000, "me", "default", 1, LEASE, follow,
+            a.token, "ok", "", ""]
+    keys = list(ScriptCalls(KS).finish(retention_ms=1000, endings=[]).keys)
+    with pytest.raises(Exception, match="bad arguments"):
+        s.script("finish")(keys=keys, args=args)
+    assert slot_holders(fake) == [a.token.encode()]
+
+
+def asked_back(pubsub: object) -> list[str]:
+    """The "x:<token>" messages on the wake channel so far (wakes are numbers)."""
+    out = []
+    while (message := pubsub.get_message(timeout=0.01)) is not None:  # type: ignore[attr-defined]
+        if message["type"] == "message" and message["data"].startswith(b"x:"):
+            out.append(message["data"][2:].decode())
+    return out
+
+
+def test_a_timer_that_outranks_the_run_next_in_line_asks_it_back(
+        s: Scripts, fake: fakeredis.FakeRedis) -> None:
+    a, _, _, _ = key_of_four(s)
+    _, following = end(s, ok(a))
+    pubsub = fake.pubsub()
+    pubsub.subscribe(KS.wake_channel)
+    add(s, "late", "t.f:", -1)  # due after c, same priority: behind it
+    assert gate(s, claim(s), key="k", limit=1) == ["wait"]
+    assert asked_back(pubsub) == []
+    add(s, "high", "t.f;p=5:", -1)
+    assert gate(s, claim(s), key="k", limit=1) == ["wait"]
+    assert asked_back(pubsub) == [following.token]
+    add(s, "parked", "t.f;p=7:", -1)  # parked straight from the due index (a backlog)
+    assert s.park(LEASE, [ParkTimer("parked", "t.f;p=7:", "k", 1)]) == 1
+    assert asked_back(pubsub) == [following.token]
+
+
+def test_no_run_is_asked_back_where_none_is_next_in_line(
+        s: Scripts, fake: fakeredis.FakeRedis) -> None:
+    key_of_four(s)
+    pubsub = fake.pubsub()
+    pubsub.subscribe(KS.wake_channel)
+    add(s, "high", "t.f;p=5:", -1)
+    assert gate(s, claim(s), key="k", limit=1) == ["wait"]
+    assert asked_back(pubsub) == []

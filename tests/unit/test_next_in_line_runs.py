@@ -1,0 +1,194 @@
+"""A run next in line on a key slot, as the listener runs it: a plain function starts in
+the thread of the run before it the moment that one returns (never sooner, ahead of runs
+queued for a thread), and otherwise waits for that run to end; one whose run before it
+timed out, or that was cancelled at shutdown, is never stuck behind it or run after."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+from tests.conftest import wait_until
+from timers.listener.runner import Runner
+from timers.listener.turns import Turn, Turns
+from timers.runs import Run
+
+WAIT = 10.0
+
+
+class Log:
+    """What the task functions did, in order, and in which thread."""
+
+    def __init__(self) -> None:
+        self.lines: list[tuple[str, str, int]] = []
+        self.lock = threading.Lock()
+        self.gate = threading.Event()
+
+    def task(self, name: str, block: bool = False) -> Any:
+        def fn() -> None:
+            self.note("start", name)
+            if block:
+                assert self.gate.wait(WAIT)
+            self.note("end", name)
+        return fn
+
+    def note(self, what: str, name: str) -> None:
+        with self.lock:
+            self.lines.append((what, name, threading.get_ident()))
+
+    def order(self) -> list[str]:
+        return [f"{what} {name}" for what, name, _ in self.lines]
+
+    def thread_of(self, name: str) -> int:
+        return next(ident for what, n, ident in self.lines if n == name and what == "start")
+
+
+async def until(condition: Any) -> None:
+    """Wait for what the threads do, with a deadline, off the event loop."""
+    await asyncio.to_thread(wait_until, condition, WAIT, message="the threads")
+
+
+def test_the_run_next_in_line_starts_in_the_same_thread_ahead_of_queued_runs() -> None:
+    log = Log()
+
+    async def main() -> None:
+        runner, turn = Runner(1), Turn()
+        first = asyncio.create_task(runner.call(log.task("a", block=True), [], turn=turn))
+        await until(lambda: log.order() == ["start a"])
+        queued = asyncio.create_task(runner.call(log.task("x"), []))  # waits for a thread
+        following = asyncio.create_task(runner.call(log.task("b"), [], after=turn))
+        await asyncio.sleep(0.05)
+        assert log.order() == ["start a"]  # b never starts before a returns
+        log.gate.set()
+        outcomes = await asyncio.gather(first, following, queued)
+        assert all(outcome.ok for outcome in outcomes)
+
+    asyncio.run(main())
+    assert log.order() == ["start a", "end a", "start b", "end b", "start x", "end x"]
+    assert log.thread_of("a") == log.thread_of("b")
+
+
+def test_a_run_next_in_line_after_a_timed_out_run_is_not_stuck_behind_it() -> None:
+    log = Log()
+
+    async def main() -> None:
+        runner, turn = Runner(2), Turn()
+        first = asyncio.create_task(runner.call(log.task("a", block=True), [], 0.2, turn))
+        following = asyncio.create_task(runner.call(log.task("b"), [], after=turn))
+        outcome = await first
+        assert outcome.error_type == "TimeoutError"
+        assert (await following).ok  # in the other thread, while a's goes on
+
+    asyncio.run(main())
+    log.gate.set()
+    assert log.order()[:3] == ["start a", "start b", "end b"]
+    assert log.thread_of("a") != log.thread_of("b")
+
+
+def test_a_run_next_in_line_cancelled_at_shutdown_never_runs() -> None:
+    log = Log()
+
+    async def main() -> None:
+        runner, turn = Runner(1), Turn()
+        first = asyncio.create_task(runner.call(log.task("a", block=True), [], turn=turn))
+        following = asyncio.create_task(runner.call(log.task("b"), [], after=turn))
+        await until(lambda: turn.job is not None and turn.job.then is not None)
+        following.cancel()  # the listener stops and hands b back
+        await asyncio.wait([following])
+        log.gate.set()
+        assert (await first).ok
+        queued_later = await runner.call(log.task("c"), [])  # the thread is free again
+        assert queued_later.ok
+
+    asyncio.run(main())
+    assert log.order() == ["start a", "end a", "start c", "end c"]
+
+
+def test_a_coroutine_next_in_line_waits_for_the_run_before_it_to_end() -> None:
+    log = Log()
+
+    async def main() -> None:
+        runner, turn = Runner(1), Turn()
+        first = asyncio.create_task(runner.call(log.task("a"), [], turn=turn))
+
+        async def b() -> None:
+            log.note("start", "b")
+
+        following = asyncio.create_task(runner.call(b, [], after=turn))
+        assert (await first).ok
+        await asyncio.sleep(0.05)
+        assert log.order() == ["start a", "end a"]  # a returned, but has not ended yet
+        turn.ended.set()
+        assert (await following).ok
+
+    asyncio.run(main())
+    assert log.order() == ["start a", "end a", "start b"]
+
+
+def run(token: str, source: str, follows: str = "") -> Run:
+    return Run(token, "id" + token, "t.f:", 0, 0, source, follows=follows)
+
+
+def test_a_run_next_in_line_takes_no_place_in_the_concurrency_until_the_one_before_ends(
+        ) -> None:
+    async def main() -> None:
+        turns = Turns()
+        turns.start(run("1", "handoff"))
+        turns.start(run("2", "next", follows="1"))
+        turns.start(run("3", "sweep"))
+        assert turns.waiting == 1 and turns.of("3") is None
+        before = turns.before(run("2", "next", follows="1"))
+        assert before is turns.of("1") and before is not None
+        turns.end("1")
+        assert turns.waiting == 0 and before.ended.is_set() and before.started.is_set()
+        assert turns.before(run("2", "next", follows="1")) is None  # it may go at once
+        turns.start(run("4", "next", follows="gone"))  # the one before ended already
+        assert turns.waiting == 0
+
+    asyncio.run(main())
+
+
+def test_a_run_next_in_line_asked_back_before_it_starts_never_runs() -> None:
+    log = Log()
+
+    async def main() -> None:
+        runner, turns = Runner(1), Turns()
+        turns.start(run("1", "handoff"))
+        turns.start(run("2", "next", follows="1"))
+        first = asyncio.create_task(runner.call(log.task("a", block=True), [],
+                                                turn=turns.of("1")))
+        following = asyncio.create_task(runner.call(log.task("b"), [], turn=turns.of("2"),
+                                                    after=turns.of("1")))
+        await until(lambda: log.order() == ["start a"] and turns.of("2").job is not None)
+        assert turns.revoke("2", runner.revoke)
+        assert (await following).kind == "revoked"
+        assert not turns.revoke("2", runner.revoke)  # once
+        log.gate.set()
+        assert (await first).ok
+        assert (await runner.call(log.task("c"), [])).ok
+
+    asyncio.run(main())
+    assert log.order() == ["start a", "end a", "start c", "end c"]
+
+
+def test_a_run_next_in_line_that_has_started_is_not_asked_back() -> None:
+    log = Log()
+
+    async def main() -> None:
+        runner, turns = Runner(1), Turns()
+        turns.start(run("1", "handoff"))
+        turns.start(run("2", "next", follows="1"))
+        following = asyncio.create_task(runner.call(log.task("b", block=True), [],
+                                                    turn=turns.of("2"),
+                                                    after=turns.of("1")))
+        assert (await runner.call(log.task("a"), [], turn=turns.of("1"))).ok
+        await until(lambda: "start b" in log.order())  # a returned: b went on in its thread
+        assert not turns.revoke("2", runner.revoke)
+        turns.end("1")
+        assert not turns.revoke("2", runner.revoke)
+        log.gate.set()
+        assert (await following).ok
+
+    asyncio.run(main())
+    assert log.order() == ["start a", "end a", "start b", "end b"]

@@ -1,0 +1,101 @@
+"""Runs next in line on a concurrency key slot, and the runs they wait for.
+
+Along with a run that holds a key's slot, ``finish.lua`` may hand the listener the key's
+next waiting timer as the run next in line after it (source ``next``,
+:attr:`Run.follows`): that one must start only once the first has ended, and then at
+once. Each run that may be followed has a :class:`Turn`: the pool job its function runs
+in, and whether it has ended. A plain function next in line is queued on that job and
+starts in the same thread the moment the function before it returns (no event loop hop,
+no Redis round trip: the slot passes on when the first run's ending is written, while the
+second runs). Anything else next in line waits for the first run to end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from timers.runs import Run
+from timers.wire import ClaimSource
+
+if TYPE_CHECKING:
+    from timers.listener.runner import Job
+
+FOLLOWED = frozenset({ClaimSource.HANDOFF.label, ClaimSource.NEXT.label})
+"""Sources of runs that hold a key slot handed over by ``finish.lua``: only those may have
+a run next in line after them."""
+
+
+class Turn:
+    """One followed run: its pool job once its function is handed to a thread, and
+    whether it has ended."""
+
+    __slots__ = ("ended", "job", "revoked", "started")
+
+    def __init__(self) -> None:
+        self.job: Job | None = None
+        self.started = asyncio.Event()
+        """Set once its function is handed to a thread, or once it ended without that."""
+        self.ended = asyncio.Event()
+        self.revoked = False
+        """Asked back before it started: it waits in its key's queue again."""
+
+    def handed_to_thread(self, job: Job) -> None:
+        self.job = job
+        self.started.set()
+
+
+class Revoked(Exception):
+    """A run next in line was asked back before it started."""
+
+
+class Turns:
+    """The turns of a lane's runs that may be followed, by run token."""
+
+    def __init__(self) -> None:
+        self._open: dict[str, Turn] = {}
+        self._followed: set[str] = set()
+        self._following: dict[str, str] = {}  # run next in line -> the run before it
+
+    @property
+    def waiting(self) -> int:
+        """Runs next in line whose run before them has not ended: they take over that
+        run's place in the listener's concurrency, so they do not count in it yet."""
+        return len(self._followed)
+
+    def start(self, run: Run) -> None:
+        """Keep a turn for ``run`` if it may be followed; note a run next in line."""
+        if run.source in FOLLOWED:
+            self._open[run.token] = Turn()
+        if run.follows and run.follows in self._open:
+            self._followed.add(run.follows)
+            self._following[run.token] = run.follows
+
+    def of(self, token: str) -> Turn | None:
+        return self._open.get(token)
+
+    def before(self, run: Run) -> Turn | None:
+        """The turn of the run ``run`` follows, while that one has not ended."""
+        return self._open.get(run.follows) if run.follows else None
+
+    def revoke(self, token: str, withdraw: Callable[[Job], bool]) -> bool:
+        """Ask back the run next in line under ``token`` if it has not started (its job,
+        if any, withdrawn from the pool by ``withdraw``). Whether it was."""
+        turn = self._open.get(token)
+        before = self._following.get(token)
+        if turn is None or before not in self._followed or turn.revoked:
+            return False
+        if turn.job is not None and not withdraw(turn.job):
+            return False  # started already: it runs, and the outranking timer goes next
+        turn.revoked = True
+        return True
+
+    def end(self, token: str) -> None:
+        """The run under ``token`` ended: the run next in line after it may go."""
+        turn = self._open.pop(token, None)
+        self._following.pop(token, None)
+        self._followed.discard(token)
+        if turn is not None:
+            turn.started.set()
+            turn.ended.set()
