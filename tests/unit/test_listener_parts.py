@@ -19,7 +19,15 @@ from timers.exceptions import TaskRefused
 from timers.keys import Keyspace
 from timers.listener.due_tracker import DueTracker
 from timers.listener.endings import Ending, EndingWriter
-from timers.listener.events import Channels, Due, EventSource, Rejected, Wake, classify
+from timers.listener.events import (
+    Channels,
+    Due,
+    EventSource,
+    Rejected,
+    Revoke,
+    Wake,
+    classify,
+)
 from timers.listener.executor import Executor
 from timers.listener.leases import HeldRuns
 from timers.listener.runner import Runner
@@ -66,6 +74,9 @@ def test_classify_names_what_each_message_means() -> None:
     assert isinstance(bad, Rejected) and bad.escaped_id is None
     assert classify(message(CHANNELS.wake, b"123.5"), CHANNELS, refuse_unknown) == Wake(123.5)
     assert classify(message(CHANNELS.wake, b"nan"), CHANNELS, refuse_unknown) == Wake(None)
+    # a run next in line asked back (flow.lua's outrank_next); a forged one at worst sends
+    # a run that has not started back to its queue
+    assert classify(message(CHANNELS.wake, b"x:42"), CHANNELS, refuse_unknown) == Revoke("42")
     assert classify(message(expired, b"session:1"), CHANNELS, refuse_unknown) is None
     assert classify(message(b"other", key), CHANNELS, refuse_unknown) is None
     assert classify(message(expired, 1, "subscribe"), CHANNELS, refuse_unknown) is None

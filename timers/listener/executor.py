@@ -71,6 +71,7 @@ class Executed:
 @dataclass
 class _Attempt:
     started_ms: float
+    ended_ms: float | None = None
     record: Record | None = None
     policy: TaskPolicy = DEFAULT_POLICY
 
@@ -132,7 +133,8 @@ class Executor:
             ending = Ending.of(run, EndingKind.FAIL, failure_id=failure_id, failure=failure)
         group = _group_of(attempt.record) if attempt.record is not None else DEFAULT_GROUP
         report = Fired(run.timer_id, attempt.task, run.waited_from_ms, attempt.started_ms,
-                       self.tracker.redis_now_ms(), run.source, run.attempt, outcome, group)
+                       attempt.ended_ms or self.tracker.redis_now_ms(), run.source, run.attempt,
+                       outcome, group)
         return Executed(ending, report)
 
     async def _attempt(self, run: Run, attempt: _Attempt) -> Outcome:
@@ -166,14 +168,23 @@ class Executor:
             else:
                 own = self.turns.of(run.token)
                 outcome = await self.runner.call(fn, record.args, policy.timeout, own, after)
-                if after is not None and own is not None and own.job and own.job.started:
-                    attempt.started_ms = self.tracker.redis_ms_at(own.job.started)
+                self._timed_by_thread(attempt, own, after is not None)
         except TaskRefused as exc:
             outcome = Outcome("refused", "TaskRefused", f"{exc} (refused by {self.name})"
                               if self.name else str(exc))
         if recurring:
             await self.recurrences.after_run(run, record, outcome)
         return outcome
+
+    def _timed_by_thread(self, attempt: _Attempt, own: Turn | None, chained: bool) -> None:
+        """A run that may be followed ends when its function returns in its thread (the
+        run next in line starts then, before the loop hears of it); one that started in
+        the thread of the run before it started then."""
+        job = own.job if own is not None else None
+        if job is not None and job.ended is not None:
+            attempt.ended_ms = self.tracker.redis_ms_at(job.ended)
+        if chained and job is not None and job.started is not None:
+            attempt.started_ms = self.tracker.redis_ms_at(job.started)
 
     async def _turn_before(self, run: Run, attempt: _Attempt, record: Record,
                            recurring: bool) -> Turn | None:

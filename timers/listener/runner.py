@@ -67,14 +67,16 @@ class Job:
     returns (a run next in line on its concurrency key slot); the pool's lock guards it
     and ``finished``."""
 
-    __slots__ = ("abandoned", "args", "cancelled", "context", "finished", "fn", "future",
-                 "kwargs", "started", "then")
+    __slots__ = ("abandoned", "args", "cancelled", "context", "ended", "finished", "fn",
+                 "future", "kwargs", "started", "then")
 
     def __init__(self, future: asyncio.Future[Any], fn: Callable[..., Any], args: list[Any],
                  kwargs: dict[str, Any]) -> None:
         self.future, self.fn, self.args, self.kwargs = future, fn, args, kwargs
         self.context = contextvars.copy_context()  # the caller's, e.g. timers.current()
         self.started: float | None = None
+        self.ended: float | None = None
+        """Monotonic, when its function returned."""
         self.abandoned = self.cancelled = self.finished = False
         self.then: Job | None = None
 
@@ -183,6 +185,7 @@ class ThreadPool:
         """Hand a result back. Returns the job chained after it, which this thread runs
         next (then it does not count as idle), and whether to wake the loop for it."""
         job = result[0]
+        job.ended = time.monotonic()
         with self._lock:
             self._results.append(result)
             job.finished = True

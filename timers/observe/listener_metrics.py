@@ -45,7 +45,8 @@ _OUTCOMES = {EndingKind.OK: "ok", EndingKind.SKIP: "skipped", EndingKind.RETRY: 
 
 
 def _path(source: str) -> str:
-    """event, sweep, handoff or rerun (a run taken over from a listener that died)."""
+    """event, sweep, handoff, next (next in line on a key slot) or rerun (a run taken over
+    from a listener that died)."""
     return "rerun" if source == ClaimSource.RECOVERED.label else source
 
 
@@ -59,7 +60,7 @@ class ListenerMetrics:
         self.runs = Counter("timers_runs_total", "Runs ended, by task, group and outcome "
                             "(ok, retried, dead, skipped)", ["task", "group", "outcome"], **kw)
         self.started = Counter("timers_started_total", "Runs started, by the path that found "
-                               "them (event, sweep, handoff, rerun)", ["path"], **kw)
+                               "them (event, sweep, handoff, next, rerun)", ["path"], **kw)
         self.reruns = Counter("timers_reruns_total", "Runs of timers whose listener died "
                               "mid-run, run again here", ["task", "group"], **kw)
         self.rejected = Counter("timers_rejected_total",
