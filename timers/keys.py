@@ -59,6 +59,9 @@ key                 type    holds
 ``P|parked``        hash    id → state of a timer held back by a flow gate (see
                             ``timers/lua/flow.lua``).
 ``P|held``          hash    run token → ``limit|lease|key``: the slot a run holds.
+``P|next``          hash    run token → the token of the run next in line on its slot
+                            (handed to the same listener; it takes the slot over when
+                            the first run's ending is written).
 ``P|shards``        string  the shard count of the prefix (:mod:`timers.shards`); kept
                             in the one-shard keyspace ``P`` of the prefix. Shard ``i`` of
                             ``S`` > 1 has the keyspace ``{P#i.k}`` (``k`` spreads the
@@ -71,7 +74,8 @@ The flow keys (``queues`` onward) are also named by ``timers/lua/prelude.lua`` a
 step.
 
 Channels: ``P|wake`` carries the due time of a newly scheduled timer that is earlier than
-the head of ``P|due``; ``__keyevent@<db>__:expired`` carries expired key names.
+the head of ``P|due``, or ``x:<token>``: a run next in line asked back by a timer that
+waits ahead of it; ``__keyevent@<db>__:expired`` carries expired key names.
 
 System names use ``|`` after the prefix and timer keys use ``:``, so no timer id can ever
 name a system key, and the listener can tell timer keys from everything else by their
@@ -210,6 +214,10 @@ class Keyspace:
     @property
     def held(self) -> str:
         return self.prefix + "|held"
+
+    @property
+    def next_in_line(self) -> str:
+        return self.prefix + "|next"
 
     @property
     def near(self) -> str:

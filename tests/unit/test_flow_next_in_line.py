@@ -13,7 +13,7 @@ from timers.scripts import ParkTimer, ScriptCalls, Scripts, Taker
 
 __all__ = ["s"]  # the fixture
 
-NEXT_KEY = "timers|next"
+NEXT_KEY = KS.next_in_line
 
 
 def end(s: Scripts, *endings: tuple[str, str, str, str], follow: bool = True,
