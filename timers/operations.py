@@ -109,6 +109,9 @@ class Stats:
     """Timers waiting for each concurrency key."""
     waiting_rates: dict[str, int] = field(default_factory=dict)
     """Timers waiting for each rate limit."""
+    next_in_line: int = 0
+    """Of ``running``: runs next in line on a concurrency key slot, handed to a listener
+    with the run before them and not started yet (they start as that one ends)."""
 
     @property
     def fired(self) -> int:
@@ -322,10 +325,11 @@ class Operations(FailureOperations, RecurrenceOperations):
 
     def stats(self) -> Operation[Stats]:
         """Counts; ``pending`` and ``running`` over every group, waiting timers included."""
-        failed, counters, infos = yield [
+        failed, counters, infos, following = yield [
             Call(command=("ZCARD", self.keys.failures)),
             Call(command=("HGETALL", self.keys.stats)),
             Call(command=("HGETALL", self.keys.listener_info)),
+            Call(command=("HLEN", self.keys.next_in_line)),
         ]
         flow = yield from views.flow_counts(self.keys, _listener_groups(infos))
         items = counters.items() if isinstance(counters, dict) else pairs(counters)
@@ -334,7 +338,7 @@ class Operations(FailureOperations, RecurrenceOperations):
             flow.running,
             int(failed),
             {as_text(k): int(v) for k, v in items},
-            flow.groups, flow.waiting_keys, flow.waiting_rates,
+            flow.groups, flow.waiting_keys, flow.waiting_rates, int(following),
         )
 
     def listeners(self) -> Operation[list[dict[str, Any]]]:

@@ -33,7 +33,8 @@ def merge_stats(parts: Sequence[Stats]) -> Stats:
                  sum(p.failed for p in parts), _summed([p.counters for p in parts]),
                  {g: GroupCounts(*c) for g, c in sorted(groups.items())},
                  _summed([p.waiting_keys for p in parts]),
-                 _summed([p.waiting_rates for p in parts]))
+                 _summed([p.waiting_rates for p in parts]),
+                 sum(p.next_in_line for p in parts))
 
 
 def unique_listeners(parts: Sequence[list[dict[str, Any]]]) -> list[dict[str, Any]]:

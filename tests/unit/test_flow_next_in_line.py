@@ -8,6 +8,7 @@ import fakeredis
 import pytest
 
 from tests.unit.flow_helpers import KS, LEASE, add, claim, gate, ids, s
+from timers import Timers
 from timers.runs import Run
 from timers.scripts import ParkTimer, ScriptCalls, Scripts, Taker
 
@@ -195,3 +196,12 @@ def test_no_run_is_asked_back_where_none_is_next_in_line(
     add(s, "high", "t.f;p=5:", -1)
     assert gate(s, claim(s), key="k", limit=1) == ["wait"]
     assert asked_back(pubsub) == []
+
+
+def test_stats_count_the_run_next_in_line_among_the_running_and_say_so(
+        s: Scripts, fake: fakeredis.FakeRedis) -> None:
+    a, _, _, _ = key_of_four(s)
+    end(s, ok(a))
+    with Timers(fake) as t:
+        stats = t.stats()
+    assert (stats.running, stats.next_in_line, stats.waiting_keys) == (2, 1, {"k": 1})

@@ -126,7 +126,8 @@ def stats(url: UrlOption = None, prefix: PrefixOption = DEFAULT_PREFIX) -> None:
     with open_timers(url, prefix) as t:
         s = t.stats()
     typer.echo(f"pending:  {s.pending}")
-    typer.echo(f"running:  {s.running}")
+    following = f" ({s.next_in_line} next in line on a key, not started)" if s.next_in_line else ""
+    typer.echo(f"running:  {s.running}{following}")
     typer.echo(f"failed:   {s.failed}")
     typer.echo(f"fired:    {s.fired}")
     for name in sorted(set(s.counters) - {"fired", "failed"}):
