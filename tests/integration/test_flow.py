@@ -150,6 +150,7 @@ def test_one_command_at_a_time_per_device_across_four_listeners(
     with Timers(redis_url) as t:
         wait_until(lambda: settled(t), 10, message="nothing pending or running")
         assert t.stats().failed == 0
+    assert r.hlen(KEYS.next_in_line) == 0 and r.hlen(KEYS.held) == 0  # nothing left behind
     first, last = min(run[3] for run in done), max(run[4] for run in done)
     print(f"\n1,000 commands over 50 devices, 20 ms each, 4 listeners: {last - first:.0f} ms "
           f"from the first start to the last end (ideal 400 ms)")
@@ -178,6 +179,7 @@ def test_a_killed_listeners_device_slots_free_when_its_lease_lapses(
         stats = t.stats()
     assert stats.failed == 0
     assert stats.counters.get("reruns", 0) >= 1
+    assert r.hlen(KEYS.next_in_line) == 0 and r.hlen(KEYS.held) == 0  # nothing left behind
 
 
 def test_a_run_handed_back_at_shutdown_keeps_its_key_until_its_process_is_gone(

@@ -140,7 +140,7 @@ class Executor:
     async def _attempt(self, run: Run, attempt: _Attempt) -> Outcome:
         record = attempt.record = run.record()
         recurring = Option.RECURRENCE in record.options
-        after = await self._turn_before(run, attempt, record, recurring)
+        after = await self._turn_before(run, attempt, record, recurring) if run.follows else None
         context.enter_run(run, record, attempt.started_ms)  # timers.current()
         # a recurrence's next occurrence is scheduled first, whatever becomes of this one
         # (even a task this listener cannot import must not end the chain)

@@ -68,7 +68,7 @@ class Job:
     and ``finished``."""
 
     __slots__ = ("abandoned", "args", "cancelled", "context", "ended", "finished", "fn",
-                 "future", "kwargs", "started", "then")
+                 "future", "guarded", "kwargs", "started", "then")
 
     def __init__(self, future: asyncio.Future[Any], fn: Callable[..., Any], args: list[Any],
                  kwargs: dict[str, Any]) -> None:
@@ -77,7 +77,7 @@ class Job:
         self.started: float | None = None
         self.ended: float | None = None
         """Monotonic, when its function returned."""
-        self.abandoned = self.cancelled = self.finished = False
+        self.abandoned = self.cancelled = self.finished = self.guarded = False
         self.then: Job | None = None
 
 
@@ -111,15 +111,18 @@ class ThreadPool:
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def submit(self, fn: Callable[..., Any], args: list[Any], kwargs: dict[str, Any],
-               after: Job | None = None) -> Job:
+               after: Job | None = None, guarded: bool = False) -> Job:
         """Queue a call; with ``after`` (a job not finished yet), start it in that job's
-        thread the moment that job's function returns."""
+        thread the moment that job's function returns. ``guarded``: it may be withdrawn
+        (:meth:`withdraw`) up to the moment a thread starts it."""
         loop = self._loop = asyncio.get_running_loop()
         job = Job(loop.create_future(), fn, args, kwargs)
-        with self._lock:
-            if after is not None and not (after.finished or after.abandoned or after.then):
-                after.then = job
-                return job
+        job.guarded = guarded
+        if after is not None:
+            with self._lock:
+                if not (after.finished or after.abandoned or after.then):
+                    after.then = job
+                    return job
         self._queue(job)
         return job
 
@@ -157,7 +160,11 @@ class ThreadPool:
                     return  # the loop closed under us: nobody waits any more
 
     def _take(self, job: Job) -> bool:
-        """Mark ``job`` started, unless it was withdrawn (then it is skipped)."""
+        """Mark ``job`` started, unless it was withdrawn (then it is skipped); a guarded
+        job's check and mark are one step, so a withdrawal either wins or fails."""
+        if not job.guarded:
+            job.started = time.monotonic()
+            return not job.cancelled
         with self._lock:
             if job.cancelled:
                 return False
@@ -296,35 +303,25 @@ class Runner:
                 async with deadline or contextlib.nullcontext():
                     await self._on_loop(fn, positional, keywords)
             else:
-                await self._in_thread(fn, list(positional), dict(keywords), limit, turn, after)
+                job = self._pool.submit(fn, list(positional), dict(keywords),
+                                        after.job if after else None, turn is not None)
+                if turn is not None:
+                    turn.handed_to_thread(job)
+                try:
+                    result = await (job.future if limit is None else self._wait(job, limit))
+                except asyncio.CancelledError:
+                    self._pool.withdraw(job)  # not started yet: no thread takes it up now
+                    raise
+                if inspect.isawaitable(result):
+                    async with asyncio.timeout(limit):
+                        await result
         except asyncio.CancelledError:
             raise
         except Revoked:
             return REVOKED
         except BaseException as exc:  # a task's failure is data
-            if isinstance(exc, _Overran) or (deadline is not None and deadline.expired()):
-                return Outcome("error", "TimeoutError", f"task did not finish within {limit} s")
-            return Outcome(
-                "error",
-                type(exc).__qualname__,
-                str(exc),
-                "".join(traceback.format_exception(exc)),
-            )
+            return _failed(exc, limit, deadline is not None and deadline.expired())
         return OK
-
-    async def _in_thread(self, fn: Callable[..., Any], args: list[Any], kwargs: dict[str, Any],
-                         limit: float | None, turn: Turn | None, after: Turn | None) -> None:
-        job = self._pool.submit(fn, args, kwargs, after=after.job if after else None)
-        if turn is not None:
-            turn.handed_to_thread(job)
-        try:
-            result = await (job.future if limit is None else self._wait(job, limit))
-        except asyncio.CancelledError:
-            self._pool.withdraw(job)  # not started yet: no thread takes it up any more
-            raise
-        if inspect.isawaitable(result):
-            async with asyncio.timeout(limit):
-                await result
 
     async def _on_loop(self, fn: Callable[..., Any], args: Any, kwargs: dict[str, Any]) -> None:
         key = (getattr(fn, "__code__", None) or _NO_CODE, task_name(fn))
@@ -365,5 +362,12 @@ class Runner:
 
 
 _NO_CODE = (lambda: None).__code__
+
+
+def _failed(exc: BaseException, limit: float | None, expired: bool) -> Outcome:
+    if isinstance(exc, _Overran) or expired:
+        return Outcome("error", "TimeoutError", f"task did not finish within {limit} s")
+    return Outcome("error", type(exc).__qualname__, str(exc),
+                   "".join(traceback.format_exception(exc)))
 
 REVOKED = Outcome("revoked", "", "asked back before it started: waits for its key again")
