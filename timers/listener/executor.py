@@ -168,7 +168,8 @@ class Executor:
             else:
                 own = self.turns.of(run.token)
                 outcome = await self.runner.call(fn, record.args, policy.timeout, own, after)
-                self._timed_by_thread(attempt, own, after is not None)
+                if own is not None:
+                    self._timed_by_thread(attempt, own, after is not None)
         except TaskRefused as exc:
             outcome = Outcome("refused", "TaskRefused", f"{exc} (refused by {self.name})"
                               if self.name else str(exc))
@@ -176,11 +177,11 @@ class Executor:
             await self.recurrences.after_run(run, record, outcome)
         return outcome
 
-    def _timed_by_thread(self, attempt: _Attempt, own: Turn | None, chained: bool) -> None:
+    def _timed_by_thread(self, attempt: _Attempt, own: Turn, chained: bool) -> None:
         """A run that may be followed ends when its function returns in its thread (the
         run next in line starts then, before the loop hears of it); one that started in
         the thread of the run before it started then."""
-        job = own.job if own is not None else None
+        job = own.job
         if job is not None and job.ended is not None:
             attempt.ended_ms = self.tracker.redis_ms_at(job.ended)
         if chained and job is not None and job.started is not None:

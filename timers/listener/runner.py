@@ -76,7 +76,7 @@ class Job:
         self.context = contextvars.copy_context()  # the caller's, e.g. timers.current()
         self.started: float | None = None
         self.ended: float | None = None
-        """Monotonic, when its function returned."""
+        """Monotonic, when its function returned (a guarded job's)."""
         self.abandoned = self.cancelled = self.finished = self.guarded = False
         self.then: Job | None = None
 
@@ -143,9 +143,12 @@ class ThreadPool:
             job = job or self._jobs.get()
             if job is None:
                 return
-            if not self._take(job):
-                job = self._next_of(job)
-                continue
+            if job.guarded or job.cancelled:
+                if not self._take(job):
+                    job = self._next_of(job)
+                    continue
+            else:
+                job.started = time.monotonic()
             try:
                 value = job.context.run(job.fn, *job.args, **job.kwargs)
                 result: tuple[Job, bool, Any] = (job, True, value)
@@ -160,11 +163,8 @@ class ThreadPool:
                     return  # the loop closed under us: nobody waits any more
 
     def _take(self, job: Job) -> bool:
-        """Mark ``job`` started, unless it was withdrawn (then it is skipped); a guarded
-        job's check and mark are one step, so a withdrawal either wins or fails."""
-        if not job.guarded:
-            job.started = time.monotonic()
-            return not job.cancelled
+        """Mark ``job`` started, unless it was withdrawn (then it is skipped): the check
+        and the mark are one step, so a withdrawal either wins or fails."""
         with self._lock:
             if job.cancelled:
                 return False
@@ -192,7 +192,8 @@ class ThreadPool:
         """Hand a result back. Returns the job chained after it, which this thread runs
         next (then it does not count as idle), and whether to wake the loop for it."""
         job = result[0]
-        job.ended = time.monotonic()
+        if job.guarded:  # a run that may be followed: the one next in line starts now
+            job.ended = time.monotonic()
         with self._lock:
             self._results.append(result)
             job.finished = True

@@ -94,8 +94,9 @@ class Turns:
     def end(self, token: str) -> None:
         """The run under ``token`` ended: the run next in line after it may go."""
         turn = self._open.pop(token, None)
+        if turn is None:  # most runs: none may follow them
+            return
         self._following.pop(token, None)
         self._followed.discard(token)
-        if turn is not None:
-            turn.started.set()
-            turn.ended.set()
+        turn.started.set()
+        turn.ended.set()
