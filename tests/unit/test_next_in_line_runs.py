@@ -192,3 +192,4 @@ def test_a_run_next_in_line_that_has_started_is_not_asked_back() -> None:
 
     asyncio.run(main())
     assert log.order() == ["start a", "end a", "start b", "end b"]
+

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 import redis
 
 from timers.clock import Clock
-from timers.encoding import as_text
 from timers.listener.due_tracker import CLAIM_LEAD_MS, DueTracker
 from timers.listener.endings import MAX_BATCH
+from timers.listener.leases import still_held
 from timers.listener.memory_guard import MemoryGuard
 from timers.listener.parker import Parker
 from timers.listener.permissions import is_permanent
@@ -159,7 +159,8 @@ class Claimer:
         items = reply[3:]
         runs = [Run.parse(items[i], items[i + 1], items[i + 2]) for i in range(0, len(items), 3)]
         if runs and received - sent > self.lease / 2:
-            runs = await self._still_held(runs, received - sent)
+            runs = await still_held(self.scripts, round(self.lease * 1000), runs,
+                                    received - sent, "claim")
         if runs and self.parker is not None and self.parker.wanted():
             # gates hold runs back (a backlog for busy keys): those held back now are not
             # started at all. Otherwise each run asks at its start, and the next claim
@@ -168,19 +169,3 @@ class Claimer:
         for run in runs:
             self.hooks.start(run)
         return len(items) // 3
-
-    async def _still_held(self, runs: list[Run], waited: float) -> list[Run]:
-        """The claims among ``runs`` whose leases are still this listener's.
-
-        A claim's reply read late (the event loop was blocked, or the network stalled past
-        half a lease) may name runs whose lease lapsed meanwhile and that another listener
-        took over: they are renewed now, and only those still held are run here.
-        """
-        lost = {as_text(token) for token in await self.scripts.renew(
-            round(self.lease * 1000), [r.token for r in runs])}
-        for run in runs:
-            if run.token in lost:
-                log.warning("timer %s: its claim was read %.1f s late (event loop blocked?) "
-                            "and another listener took the run over: not running it here",
-                            run.timer_id, waited)
-        return [run for run in runs if run.token not in lost]

@@ -15,11 +15,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from timers.clock import Clock
+from timers.clock import Clock, SystemClock
 from timers.encoding import entry_text
 from timers.keys import Keyspace
 from timers.listener.eviction import report_late_finishes
-from timers.listener.leases import HeldRuns
+from timers.listener.leases import HeldRuns, still_held
 from timers.listener.retrying import RETRYABLE, ConnectionState, Outage, ReconnectDelays, pause
 from timers.runs import Run
 from timers.scripts import Scripts, Taker
@@ -88,8 +88,9 @@ class EndingWriter:
     """Writes endings in batches; each is kept here until Redis has it."""
 
     def __init__(self, scripts: Scripts, keys: Keyspace, failure_retention: float,
-                 held: HeldRuns, closed: asyncio.Event) -> None:
+                 held: HeldRuns, closed: asyncio.Event, clock: Clock | None = None) -> None:
         self.scripts, self.keys, self.held = scripts, keys, held
+        self.clock = clock or SystemClock()
         self.failure_retention = failure_retention
         self.closed = closed
         self.eviction_policy: str | None = None
@@ -149,6 +150,7 @@ class EndingWriter:
         # that crosses the ending drops them quietly.
         self.held.ending(tokens)
         taker = self.taker(tokens)
+        sent = self.clock.monotonic()
         try:
             reply = await self.scripts.finish(
                 retention_ms=round(self.failure_retention * 1000),
@@ -157,13 +159,27 @@ class EndingWriter:
             self.held.ending(tokens, sent=False)
             self.on_handed([], taker.take)
             raise
+        waited = self.clock.monotonic() - sent
         self.held.release(tokens)
         del self._queue[: len(batch)]
         items = reply[1:]
-        self.on_handed([Run.parse(*items[i:i + 3]) for i in range(0, len(items), 3)],
-                       taker.take)
+        handed = [Run.parse(*items[i:i + 3]) for i in range(0, len(items), 3)]
+        if handed and waited > taker.lease_ms / 2000:
+            handed = await self._still_held(handed, taker.lease_ms, waited)
+        self.on_handed(handed, taker.take)
         self.on_written()
         report_late_finishes(int(reply[0] or 0), self.eviction_policy)
+
+    async def _still_held(self, runs: list[Run], lease_ms: int, waited: float) -> list[Run]:
+        """Handed runs read late: only those still this listener's (the endings are
+        written already, so nothing here may fail the batch: runs not known to be held are
+        left to their leases, and run once, elsewhere or here)."""
+        try:
+            return await still_held(self.scripts, lease_ms, runs, waited, "handoff")
+        except Exception as exc:
+            log.warning("could not renew %d handed run(s) read %.1f s late (%s): leaving them "
+                        "to their leases", len(runs), waited, exc)
+            return []
 
     async def flush_remaining(self, clock: Clock, within: float = 5.0,
                               sleep: Callable[[float], Any] = asyncio.sleep) -> None:

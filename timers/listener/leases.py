@@ -21,6 +21,7 @@ from timers import cluster, sentinel
 from timers.encoding import as_text
 from timers.keys import Keyspace
 from timers.listener.retrying import RETRYABLE
+from timers.runs import Run
 from timers.scripts import Scripts
 
 log = logging.getLogger("timers.listener")
@@ -166,3 +167,24 @@ class LeaseKeeper:
             if timer_id is not None:
                 log.warning("lease of run %s (timer %s) lapsed: another listener may run it "
                             "again", text, timer_id)
+
+
+async def still_held(scripts: Scripts, lease_ms: int, runs: list[Run], waited: float,
+                     what: str) -> list[Run]:
+    """The runs among ``runs`` whose leases are still this listener's, renewed now.
+
+    A reply read late (the event loop was blocked, or the network stalled past half a
+    lease) may name runs whose lease lapsed meanwhile and that another listener took over:
+    only those still held are run here. A run next in line after a lost one is not run
+    here either: its lease lapses, and it runs once after the one before it.
+    """
+    lost = {as_text(token) for token in await scripts.renew(lease_ms, [r.token for r in runs])}
+    kept = []
+    for run in runs:
+        if run.token in lost or run.follows in lost:
+            log.warning("timer %s: its %s was read %.1f s late (event loop blocked?) and "
+                        "another listener took %s over: not running it here", run.timer_id,
+                        what, waited, "the run" if run.token in lost else "the run before it")
+        else:
+            kept.append(run)
+    return kept

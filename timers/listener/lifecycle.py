@@ -147,7 +147,7 @@ class Listener:
     def _wire_parts(self) -> None:
         """The parts of one shard's lane: its claims, events, endings and gates."""
         self.endings = EndingWriter(self._scripts, self.keys, self.failure_retention,
-                                    self._held, self._closed)
+                                    self._held, self._closed, self.clock)
         self.endings.on_written = self._after_endings_written
         self.handoff = Handoff(self.id, self.groups, self.lease, self._free_slots,
                                self._stopping, self._start, self._hand_back_now)
