@@ -158,14 +158,15 @@ class Claimer:
         self.tracker.backlogged = next_due != -1 and next_due <= now_us // 1000 + horizon_ms
         items = reply[3:]
         runs = [Run.parse(items[i], items[i + 1], items[i + 2]) for i in range(0, len(items), 3)]
-        if runs and received - sent > self.lease / 2:
-            runs = await still_held(self.scripts, round(self.lease * 1000), runs,
-                                    received - sent, "claim")
         if runs and self.parker is not None and self.parker.wanted():
             # gates hold runs back (a backlog for busy keys): those held back now are not
             # started at all. Otherwise each run asks at its start, and the next claim
             # goes out meanwhile.
             runs = await self.parker.flow.screen(runs, self.parker.resolve)
+        waited = self.clock.monotonic() - sent  # the reply, or the screen, read late
+        if runs and waited > self.lease / 2:
+            runs = await still_held(self.scripts, round(self.lease * 1000), runs, waited,
+                                    "claim")
         for run in runs:
             self.hooks.start(run)
         return len(items) // 3
