@@ -76,3 +76,37 @@ def test_claimed_runs_whose_screen_was_read_after_their_lease_lapsed_are_not_run
     run_burst(server, before=stall_screen, lease=0.2)
     assert mod.CALLS == []
     assert any("another listener took the run over" in m for m in caplog.messages)
+
+
+def test_a_run_next_in_line_after_one_taken_over_is_handed_back_to_wait_for_its_key(
+        server: fakeredis.FakeServer, producer: Timers, caplog: pytest.LogCaptureFixture) -> None:
+    """Only the handed run was taken over: the one next in line after it is still this
+    listener's, but would start holding no slot while the first runs elsewhere. It is not
+    run here: it goes back to wait for its key."""
+    for i in range(3):
+        producer.schedule("mod.add", [i], at=PAST, id=f"k{i}", key="k")
+    other = fakeredis.FakeRedis(server=server)
+
+    def delay_reply(listener: Listener) -> None:
+        finish = listener.endings.scripts.finish
+
+        async def finish_then_stall(**kwargs: Any) -> Any:
+            reply = await finish(**kwargs)
+            items = reply[1:]
+            handed = [items[i] for i in range(0, len(items), 3) if items[i + 2] == b"h"]
+            for token in handed:  # only the handed run is taken over
+                other.zrem("timers|run", token)
+                other.hdel("timers|runrec", token)
+            if handed:  # past half the lease, not past the lease: k2 is still held
+                await asyncio.sleep(listener.lease * 0.7)
+            return reply
+
+        listener.endings.scripts.finish = finish_then_stall  # type: ignore[method-assign]
+
+    caplog.set_level("WARNING", logger="timers")
+    run_burst(server, before=delay_reply, lease=0.4)
+    assert mod.CALLS == [("add", (0, 0))]  # k1 was taken over; k2 did not start
+    assert producer.stats().counters.get("handed_back") == 1
+    # k2 waits for its key again (k1's slot stays taken until the one running k1 ends)
+    waiting = producer.get("k2")
+    assert waiting is not None and waiting.key == "k"

@@ -171,15 +171,22 @@ class EndingWriter:
         report_late_finishes(int(reply[0] or 0), self.eviction_policy)
 
     async def _still_held(self, runs: list[Run], lease_ms: int, waited: float) -> list[Run]:
-        """Handed runs read late: only those still this listener's (the endings are
-        written already, so nothing here may fail the batch: runs not known to be held are
-        left to their leases, and run once, elsewhere or here)."""
+        """Handed runs read late: only those still this listener's. A run next in line
+        after one taken over is handed back (it would not hold the slot). The endings are
+        written already, so nothing here may fail the batch: runs not known to be held
+        are left to their leases, and run once, elsewhere or here."""
         try:
-            return await still_held(self.scripts, lease_ms, runs, waited, "handoff")
+            kept = await still_held(self.scripts, lease_ms, runs, waited, "handoff")
         except Exception as exc:
             log.warning("could not renew %d handed run(s) read %.1f s late (%s): leaving them "
                         "to their leases", len(runs), waited, exc)
             return []
+        taken = {run.token for run in runs} - {run.token for run in kept}
+        for run in kept:
+            if run.follows in taken:
+                self.held.hold(run.token, run.timer_id)
+                self.add(Ending.release(run.token))
+        return [run for run in kept if run.follows not in taken]
 
     async def flush_remaining(self, clock: Clock, within: float = 5.0,
                               sleep: Callable[[float], Any] = asyncio.sleep) -> None:

@@ -175,16 +175,12 @@ async def still_held(scripts: Scripts, lease_ms: int, runs: list[Run], waited: f
 
     A reply read late (the event loop was blocked, or the network stalled past half a
     lease) may name runs whose lease lapsed meanwhile and that another listener took over:
-    only those still held are run here. A run next in line after a lost one is not run
-    here either: its lease lapses, and it runs once after the one before it.
+    only those still held are run here.
     """
     lost = {as_text(token) for token in await scripts.renew(lease_ms, [r.token for r in runs])}
-    kept = []
     for run in runs:
-        if run.token in lost or run.follows in lost:
+        if run.token in lost:
             log.warning("timer %s: its %s was read %.1f s late (event loop blocked?) and "
-                        "another listener took %s over: not running it here", run.timer_id,
-                        what, waited, "the run" if run.token in lost else "the run before it")
-        else:
-            kept.append(run)
-    return kept
+                        "another listener took the run over: not running it here",
+                        run.timer_id, what, waited)
+    return [run for run in runs if run.token not in lost]
