@@ -149,13 +149,19 @@ def test_a_run_next_in_line_takes_no_place_in_the_concurrency_until_the_one_befo
     asyncio.run(main())
 
 
+def two_in_line() -> Turns:
+    """Run "1", handed over holding a key's slot, and run "2" next in line after it."""
+    turns = Turns()
+    turns.start(run("1", "handoff"))
+    turns.start(run("2", "next", follows="1"))
+    return turns
+
+
 def test_a_run_next_in_line_asked_back_before_it_starts_never_runs() -> None:
     log = Log()
 
     async def main() -> None:
-        runner, turns = Runner(1), Turns()
-        turns.start(run("1", "handoff"))
-        turns.start(run("2", "next", follows="1"))
+        runner, turns = Runner(1), two_in_line()
         first = asyncio.create_task(runner.call(log.task("a", block=True), [],
                                                 turn=turns.of("1")))
         following = asyncio.create_task(runner.call(log.task("b"), [], turn=turns.of("2"),
@@ -176,9 +182,7 @@ def test_a_run_next_in_line_that_has_started_is_not_asked_back() -> None:
     log = Log()
 
     async def main() -> None:
-        runner, turns = Runner(1), Turns()
-        turns.start(run("1", "handoff"))
-        turns.start(run("2", "next", follows="1"))
+        runner, turns = Runner(1), two_in_line()
         following = asyncio.create_task(runner.call(log.task("b", block=True), [],
                                                     turn=turns.of("2"),
                                                     after=turns.of("1")))
