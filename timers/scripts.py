@@ -179,7 +179,8 @@ class ScriptCalls:
               ) -> Invocation:
         k = self.keys
         return Invocation(
-            "claim", (k.due, k.records, k.running, k.running_records, k.sequence, k.stats),
+            "claim", (k.due, k.records, k.running, k.running_records, k.sequence, k.stats,
+                      k.near),
             (k.timer_key_start, limit, lease_ms, horizon_ms, listener_id, ",".join(groups),
              *event_ids))
 
@@ -216,7 +217,7 @@ class ScriptCalls:
 
     def near(self, limit: int) -> Invocation:
         k = self.keys
-        return Invocation("near", (k.due, k.records), (k.timer_key_start, limit))
+        return Invocation("near", (k.due, k.records, k.near), (k.timer_key_start, limit))
 
     def finish(self, *, retention_ms: int, endings: Iterable[Ending],
                taker: Taker = NO_TAKER) -> Invocation:

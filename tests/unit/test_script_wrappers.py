@@ -38,6 +38,7 @@ LABELS = {
     "failure index": KS.failure_index, "listeners": KS.listeners,
     "listener info": KS.listener_info, "recurrence definitions": KS.recurrences,
     "recurrence states": KS.recurrence_states, "layout": KS.shards, "queues": KS.queues,
+    "near": KS.near,
 }
 SAMPLES: dict[ScriptName, Invocation] = {
     "schedule": CALLS.schedule([NewTimer("a", "t.f:[1]", "in", 5, "r"),

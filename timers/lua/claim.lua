@@ -8,6 +8,9 @@
 --          <listener> the id of the listener that claimed the run
 -- KEYS[5]  sequence: counter that numbers run tokens
 -- KEYS[6]  stats: hash of counters
+-- KEYS[7]  near: hash, "quiet" and "quietn" (a burst's keys deleted ahead, see below);
+--          declared, so that while a cluster migrates the slot the call goes where the
+--          hash is, instead of writing a second copy that fails the migration (BUSYKEY)
 -- ARGV[1]  timer key start "<prefix>:"
 -- ARGV[2]  limit: the most timers to claim
 -- ARGV[3]  lease ms
@@ -134,7 +137,7 @@ end
 -- it would expire it, and send its event all the same.
 local QUIET_MAX = 1000  -- keys deleted per claim at most (about 4 ms of Redis time)
 local function quiet_burst()
-  local near_key = sys_key(ARGV[1], 'near')
+  local near_key = KEYS[7]
   local state = redis.call('HMGET', near_key, 'quiet', 'quietn')
   local from, skip = tonumber(state[1] or '') or 0, tonumber(state[2] or '') or 0
   if from < now then  -- those done that have come due since are passed over

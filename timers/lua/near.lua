@@ -4,6 +4,9 @@
 -- KEYS[1]  due index: zset, escaped id -> due ms (the plain one; the others are listed
 --          in "<prefix>|queues")
 -- KEYS[2]  records: hash, escaped id -> record
+-- KEYS[3]  near: hash, "until", and where an unfinished pass stopped ("sweep", "index",
+--          "cursor"); declared, so that while a cluster migrates the slot the call goes
+--          where the hash is, instead of writing a second copy (BUSYKEY)
 -- ARGV[1]  timer key start "<prefix>:"
 -- ARGV[2]  limit: the most timers to look at in this call, over all due indexes
 --
@@ -25,7 +28,7 @@ if not is_count(ARGV[2]) or tonumber(ARGV[2]) < 1 then
 end
 local now = redis_now()
 local budget = tonumber(ARGV[2])
-local near_key = sys_key(ARGV[1], 'near')
+local near_key = KEYS[3]
 local target = now + near_horizon(ARGV[1])
 local state = redis.call('HMGET', near_key, 'until', 'sweep', 'index', 'cursor')
 local from = tonumber(state[1] or '') or now
