@@ -167,6 +167,8 @@ def test_a_run_next_in_line_asked_back_before_it_starts_never_runs() -> None:
         following = asyncio.create_task(runner.call(log.task("b"), [], turn=turns.of("2"),
                                                     after=turns.of("1")))
         await until(lambda: log.order() == ["start a"] and turns.of("2").job is not None)
+        # a forged "x:<token>" naming a run that is not next in line changes nothing
+        assert not turns.revoke("1", runner.revoke) and not turns.revoke("9", runner.revoke)
         assert turns.revoke("2", runner.revoke)
         assert (await following).kind == "revoked"
         assert not turns.revoke("2", runner.revoke)  # once

@@ -172,7 +172,9 @@ class ThreadPool:
             return True
 
     def withdraw(self, job: Job) -> bool:
-        """Make sure a job never starts; False if a thread has started it already."""
+        """Make sure a job never starts; False if a thread has started it already. Only a
+        guarded job's start is checked under the lock: another job may still start if a
+        thread is just taking it up (its caller is gone then, as at shutdown)."""
         with self._lock:
             if job.started is not None:
                 return False
@@ -182,27 +184,28 @@ class ThreadPool:
     def _next_of(self, job: Job) -> Job | None:
         """A job skipped unrun (withdrawn): what this thread runs next."""
         with self._lock:
-            job.finished = True
-            chained, job.then = job.then, None
-            if chained is None:
-                self._idle += 1
-        return chained
+            return self._done(job)
 
     def _finished(self, result: tuple[Job, bool, Any]) -> tuple[Job | None, bool]:
         """Hand a result back. Returns the job chained after it, which this thread runs
-        next (then it does not count as idle), and whether to wake the loop for it."""
+        next, and whether to wake the loop for the result."""
         job = result[0]
         if job.guarded:  # a run that may be followed: the one next in line starts now
             job.ended = time.monotonic()
         with self._lock:
             self._results.append(result)
-            job.finished = True
-            chained, job.then = job.then, None
-            if chained is None:
-                self._idle += 1
             wake = not self._wake_pending
             self._wake_pending = True
-        return chained, wake
+            return self._done(job), wake
+
+    def _done(self, job: Job) -> Job | None:
+        """(Under the lock.) ``job`` is over in its thread: the job chained after it,
+        which that thread runs next; without one, the thread is idle."""
+        job.finished = True
+        chained, job.then = job.then, None
+        if chained is None:
+            self._idle += 1
+        return chained
 
     def _deliver(self) -> None:
         with self._lock:
