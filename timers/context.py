@@ -17,9 +17,9 @@ can give it a context with :func:`timers.testing.timer_context`.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
@@ -52,21 +52,38 @@ class TimerContext:
     """Seconds between :attr:`due` and the start of this run."""
     recurrence: str | None = None
     """The name of the recurrence this run is an occurrence of, or None."""
+    fencing_token: int = 0
+    """A number that grows with every claim of a timer (a rerun after a lapsed lease, a
+    retry, the next timer of a concurrency key all get a larger one): a device or an
+    external system that remembers the largest it has seen can refuse a command carrying a
+    smaller one, sent late by a listener that was paused past its lease. 0 outside a
+    listener's run (a test's :func:`timers.testing.timer_context`)."""
+    lease_check: Callable[[], bool] | None = field(default=None, repr=False, compare=False)
+
+    def still_held(self) -> bool:
+        """Whether this run's lease is still known to be this listener's (a local check, no
+        round trip): False once the process stalled past what its renewals allow for (a
+        pause, a swap storm), when another listener may have taken the run over. A task
+        that drives a device can check it before each step that must not be done twice.
+        Always True in a quarantine child process and in a test's context."""
+        return self.lease_check is None or self.lease_check()
 
 
 class _OfRun:
     """A run's context, built on first read: most tasks never ask, and building it (dates,
     the recurrence name) on every fire is a cost the listener's throughput feels."""
 
-    __slots__ = ("_built", "record", "run", "started_ms")
+    __slots__ = ("_built", "lease_check", "record", "run", "started_ms")
 
-    def __init__(self, run: Run, record: Record, started_ms: float) -> None:
+    def __init__(self, run: Run, record: Record, started_ms: float,
+                 lease_check: Callable[[], bool] | None) -> None:
         self.run, self.record, self.started_ms = run, record, started_ms
+        self.lease_check = lease_check
         self._built: TimerContext | None = None
 
     def get(self) -> TimerContext:
         if self._built is None:
-            self._built = of_run(self.run, self.record, self.started_ms)
+            self._built = of_run(self.run, self.record, self.started_ms, self.lease_check)
         return self._built
 
 
@@ -91,9 +108,11 @@ def current_or_none() -> TimerContext | None:
     return context.get() if isinstance(context, _OfRun) else context
 
 
-def enter_run(run: Run, record: Record, started_ms: float) -> None:
-    """Make ``run``'s context current for the rest of this task (built when first read)."""
-    _current.set(_OfRun(run, record, started_ms))
+def enter_run(run: Run, record: Record, started_ms: float,
+              lease_check: Callable[[], bool] | None = None) -> None:
+    """Make ``run``'s context current for the rest of this task (built when first read);
+    ``lease_check`` answers :meth:`TimerContext.still_held`."""
+    _current.set(_OfRun(run, record, started_ms, lease_check))
 
 
 def enter(context: TimerContext | None) -> None:
@@ -115,7 +134,8 @@ def _utc(ms: float) -> datetime:
     return datetime.fromtimestamp(ms / 1000, UTC)
 
 
-def of_run(run: Run, record: Record, started_ms: float) -> TimerContext:
+def of_run(run: Run, record: Record, started_ms: float,
+           lease_check: Callable[[], bool] | None = None) -> TimerContext:
     """The context of ``run`` (its decoded ``record``), started at ``started_ms`` (Redis)."""
     recurrence = record.options.get(Option.RECURRENCE)
     return TimerContext(
@@ -123,4 +143,5 @@ def of_run(run: Run, record: Record, started_ms: float) -> TimerContext:
         original_due=_utc(run.original_due_ms),
         lateness=round(max(started_ms - run.waited_from_ms, 0.0) / 1000, 3),
         recurrence=name_from_option(recurrence) if recurrence is not None else None,
+        fencing_token=int(run.token) if run.token.isdigit() else 0, lease_check=lease_check,
     )

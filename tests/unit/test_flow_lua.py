@@ -103,14 +103,28 @@ def test_waiting_timers_go_by_priority_then_due_time(s: Scripts) -> None:
     assert order == ["t0", "t1", "t3"]
 
 
-def test_a_slot_whose_lease_lapsed_is_freed(s: Scripts, fake: fakeredis.FakeRedis) -> None:
+def test_a_lapsed_run_holds_its_slot_until_recovered_and_its_rerun_goes_first(
+        s: Scripts, fake: fakeredis.FakeRedis) -> None:
     add(s, "a", "t.f:", -20)
     [a] = claim(s)
     assert gate(s, [a], key="k", limit=1) == ["go"]
-    fake.zadd(KS.slots("k"), {a.token: 0})  # its listener died: no renewal
-    add(s, "b")
+    add(s, "b", "t.f:", -10)
     [b] = claim(s)
-    assert gate(s, [b], key="k", limit=1) == ["go"]
+    assert gate(s, [b], key="k", limit=1) == ["wait"]
+    # its listener stopped renewing (dead, or paused past its lease): the lapsed run
+    # still counts, so nothing else of the key starts while it may still be running
+    fake.zadd(KS.slots("k"), {a.token: 0})
+    add(s, "c", "t.f:", -5)
+    [c] = claim(s)  # (a's own lease has not lapsed yet: this claim recovers nothing)
+    assert gate(s, [c], key="k", limit=1) == ["wait"]
+    fake.zadd(KS.running, {a.token: 0})
+    [rerun] = claim(s)  # recovered: the rerun takes the cut run's slot over
+    assert (rerun.timer_id, rerun.reruns) == ("a", 1)
+    assert fake.zscore(KS.slots("k"), rerun.token) is not None
+    assert fake.zscore(KS.slots("k"), a.token) is None
+    assert gate(s, [rerun], key="k", limit=1) == ["go"]
+    finish(s, rerun)
+    assert ids(claim(s)) == ["b"]  # then the key's queue, in order
 
 
 def test_a_run_handed_back_with_a_grace_keeps_its_slot_for_its_timer(
@@ -171,16 +185,17 @@ def test_a_release_grace_that_is_not_a_count_is_refused(s: Scripts) -> None:
         s.finish(retention_ms=1000, endings=[(a.token, "release", "soon", "")])
 
 
-def test_a_recovered_run_frees_its_slot_and_the_next_in_line_goes(
+def test_a_recovered_run_passes_its_slot_to_its_rerun_not_to_the_next_waiting(
         s: Scripts, fake: fakeredis.FakeRedis) -> None:
     add(s, "a", "t.f:", -20)
     add(s, "b", "t.f:", -10)
     a, b = claim(s)
     assert gate(s, [a, b], key="k", limit=1) == ["go", "wait"]
     fake.zadd(KS.running, {a.token: 0})  # a's listener died
-    runs = claim(s)
-    assert sorted(ids(runs)) == ["a", "b"]  # a rerun, b promoted
+    [rerun] = claim(s)  # b still waits: the rerun of the cut command goes first
+    assert rerun.timer_id == "a"
     assert fake.hget(KS.held, a.token) is None
+    assert fake.hget(KS.held, rerun.token) is not None
 
 
 def test_renewing_a_run_renews_its_slot(s: Scripts, fake: fakeredis.FakeRedis) -> None:

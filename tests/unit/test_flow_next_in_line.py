@@ -94,7 +94,7 @@ def test_a_run_next_in_line_handed_back_waits_again_in_its_place(
     assert slot_holders(fake) == [handed.token.encode()]
 
 
-def test_a_dead_listeners_run_next_in_line_gets_no_slot_and_both_run_again(
+def test_a_dead_listeners_run_next_in_line_gets_no_slot_and_both_run_again_in_order(
         s: Scripts, fake: fakeredis.FakeRedis) -> None:
     a, _, _, _ = key_of_four(s)
     b, c = end(s, ok(a))
@@ -102,12 +102,13 @@ def test_a_dead_listeners_run_next_in_line_gets_no_slot_and_both_run_again(
         fake.zadd(KS.running, {token: 1})
     fake.zadd(KS.slots("k"), {b.token: 1})
     runs = sorted(claim(s), key=lambda run: run.timer_id)
-    # b's slot went to the head of the queue (d, kept for it); c, handed to the dead
-    # listener, got none: all three are claimed again and only one of them goes
-    assert ids(runs) == ["b", "c", "d"] and fake.hlen(NEXT_KEY) == 0
-    assert [run.source for run in runs] == ["recovered", "recovered", "sweep"]
-    assert gate(s, runs, key="k", limit=1) == ["wait", "wait", "go"]
-    assert slot_holders(fake) == [runs[2].token.encode()]
+    # b's slot passed to b's rerun (the cut command goes first); c, handed to the dead
+    # listener, got none: it runs again after b, and d still waits behind it
+    assert ids(runs) == ["b", "c"] and fake.hlen(NEXT_KEY) == 0
+    assert [run.source for run in runs] == ["recovered", "recovered"]
+    assert gate(s, runs, key="k", limit=1) == ["go", "wait"]
+    assert slot_holders(fake) == [runs[0].token.encode()]
+    assert fake.zrange(KS.key_queue("k"), 0, -1) == [b"c", b"d"]
 
 
 def test_a_run_handed_back_with_a_grace_keeps_its_slot_and_drops_its_next_in_line(

@@ -44,7 +44,18 @@ class RecurrenceSteps(Protocol):
 
 class Caller(Protocol):
     async def call(self, fn: Callable[..., Any], args: Args, limit: float | None = None,
-                   turn: Turn | None = None, after: Turn | None = None) -> Outcome:
+                   turn: Turn | None = None, after: Turn | None = None,
+                   fence: Callable[[], bool] | None = None) -> Outcome:
+        ...
+
+
+class Fencer(Protocol):
+    """Whether a run's lease still holds (:class:`timers.listener.leases.Fence`)."""
+
+    def fresh(self, token: str) -> bool:
+        ...
+
+    async def revalidate(self, run: Run) -> bool:
         ...
 
 
@@ -90,13 +101,15 @@ class Executor:
     def __init__(self, resolve: Callable[[str], Callable[..., Any]], runner: Caller,
                  quarantine: Isolator, recurrences: RecurrenceSteps, tracker: DueTracker,
                  sleeper: Sleeper, flow: Admitter | None = None, name: str = "",
-                 turns: Turns | None = None) -> None:
+                 turns: Turns | None = None, fence: Fencer | None = None) -> None:
         self.resolve, self.runner, self.quarantine = resolve, runner, quarantine
         self.recurrences, self.tracker, self.sleeper = recurrences, tracker, sleeper
         self.flow, self.name = flow, name
         """``name``: how a refusal names this listener (its id and groups)."""
         self.turns = turns or Turns()
         """Runs next in line on a key slot and the runs they follow."""
+        self.fence = fence
+        """Starts a run only while its lease holds (invariant 12); None: unfenced (tests)."""
 
     async def execute(self, run: Run) -> Executed:
         """Run ``run`` and say how it ended. A cancellation (shutting down) goes through:
@@ -122,6 +135,8 @@ class Executor:
         if outcome.kind == "revoked":  # a run next in line that a timer outranked
             log.debug("timer %s not started: %s", run.timer_id, outcome.message)
             return Executed(Ending.release(run.token), None)
+        if outcome.kind == "taken":  # another listener took the run over: nothing to write
+            return Executed(None, None)
         try:
             ending = self.ending(run, attempt.record, outcome, attempt.policy)
         except Exception as exc:
@@ -141,7 +156,7 @@ class Executor:
         record = attempt.record = run.record()
         recurring = Option.RECURRENCE in record.options
         after = await self._turn_before(run, attempt, record, recurring) if run.follows else None
-        context.enter_run(run, record, attempt.started_ms)  # timers.current()
+        context.enter_run(run, record, attempt.started_ms, self._fence_of(run))  # current()
         # a recurrence's next occurrence is scheduled first, whatever becomes of this one
         # (even a task this listener cannot import must not end the chain)
         skip = (await self.recurrences.before_run(run, record, attempt.started_ms)
@@ -162,12 +177,20 @@ class Executor:
             elif (self.flow and (policy.flow_limited or Option.KEY in record.options)
                   and (held := await self.flow.admit(run, record, policy))):
                 outcome = held
+            elif (stale := await self._unfenced(run, after)) is not None:
+                outcome = stale
             elif is_suspect(run.reruns):  # its listener died holding it: in a child
                 outcome = await self.quarantine.run(run.timer_id, record.task, fn, record.args,
                                                     policy, run.reruns)
             else:
                 own = self.turns.of(run.token)
-                outcome = await self.runner.call(fn, record.args, policy.timeout, own, after)
+                fence = self._fence_of(run)
+                outcome = await self.runner.call(fn, record.args, policy.timeout, own, after,
+                                                 fence)
+                if outcome.kind == "stale":  # the thread found the lease not fresh
+                    outcome = (await self._unfenced(run, after, checked=True)
+                               or await self.runner.call(fn, record.args, policy.timeout, own,
+                                                         None, fence))
                 if own is not None:
                     self._timed_by_thread(attempt, own, after is not None)
         except TaskRefused as exc:
@@ -176,6 +199,31 @@ class Executor:
         if recurring:
             await self.recurrences.after_run(run, record, outcome)
         return outcome
+
+    def _fence_of(self, run: Run) -> Callable[[], bool] | None:
+        """The check a thread makes right before it calls ``run``'s function."""
+        fence = self.fence
+        if fence is None:
+            return None
+        token = run.token
+        return lambda: fence.fresh(token)
+
+    async def _unfenced(self, run: Run, after: Turn | None,
+                        checked: bool = False) -> Outcome | None:
+        """None when ``run`` may start: its lease holds (asked of Redis after a stall).
+        Else why not: another listener took it over (``taken``), or it is a run next in
+        line whose lease lapsed meanwhile, handed back to wait for its key again (``revoked``:
+        the slot it was to take over may have gone to a rerun of the run before it)."""
+        if self.fence is None or (not checked and self.fence.fresh(run.token)):
+            return None
+        if not await self.fence.revalidate(run):
+            return _TAKEN
+        if run.follows:
+            log.warning("timer %s not started: its listener stalled while it was next in "
+                        "line on its key; handed back to wait for the key again",
+                        run.timer_id)
+            return Outcome("revoked", "", "stalled while next in line: waits for its key again")
+        return None
 
     def _timed_by_thread(self, attempt: _Attempt, own: Turn, chained: bool) -> None:
         """A run that may be followed ends when its function returns in its thread (the
@@ -262,6 +310,9 @@ def _in_group(record: Record, group: str) -> str:
     if group != DEFAULT_GROUP:
         options[Option.GROUP] = group
     return Record(record.task, record.args, options).encode(max_args_bytes=1 << 62)
+
+
+_TAKEN = Outcome("taken", "", "another listener took the run over after its lease lapsed")
 
 
 def _internal_error(exc: Exception) -> Outcome:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import inspect
 import logging
 import threading
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -35,21 +36,49 @@ _PASSED_ON = frozenset({
 
 
 class HeldRuns:
-    """Run tokens whose leases are kept, each with its timer id; safe across threads."""
+    """Run tokens whose leases are kept, each with its timer id and how long its lease is
+    known to hold (monotonic); safe across threads.
 
-    def __init__(self) -> None:
+    The fence (invariant 12, docs/state-machine.md): a run is started only while
+    :meth:`fresh` says its lease holds for a while yet. A claim's reply is read within half
+    a lease (the claimer revalidates a later one), so a run is fresh for half a lease from
+    when it is held; each renewal that keeps it makes it fresh for a lease from when the
+    renewal was sent. A stall (the process paused, a blocked loop, renewals failing) lets
+    that lapse, and the run is revalidated in Redis before it starts.
+    """
+
+    def __init__(self, lease: float = 15.0) -> None:
+        self.lease = lease
         self._lock = threading.Lock()
         self._runs: dict[str, str] = {}
+        self._until: dict[str, float] = {}  # token -> monotonic time its lease holds to
         self._ending: set[str] = set()  # held, with their ending on its way to Redis
 
     def hold(self, token: str, timer_id: str) -> None:
         with self._lock:
             self._runs[token] = timer_id
+            self._until[token] = time.monotonic() + self.lease / 2
+
+    def confirm(self, tokens: Iterable[str], sent: float) -> None:
+        """A renewal sent at monotonic ``sent`` kept ``tokens``: each holds a lease from then."""
+        until = sent + self.lease
+        with self._lock:
+            for token in tokens:
+                if token in self._runs:
+                    self._until[token] = until
+
+    def fresh(self, token: str) -> bool:
+        """Whether ``token`` is held and its lease known to hold for a tenth of a lease yet:
+        a run may start. False after a stall longer than the renewals allow for."""
+        until = self._until.get(token)
+        return until is not None and time.monotonic() + self.lease / 10 < until
 
     def release(self, tokens: Iterable[str]) -> dict[str, str]:
         """Stop keeping ``tokens``; returns those that were held, with their timer ids."""
         with self._lock:
             self._ending.difference_update(tokens)
+            for token in tokens:
+                self._until.pop(token, None)
             return {t: self._runs.pop(t) for t in tokens if t in self._runs}
 
     def ending(self, tokens: Iterable[str], sent: bool = True) -> None:
@@ -70,6 +99,7 @@ class HeldRuns:
         not held or its ending was on its way (nothing was lost)."""
         with self._lock:
             timer_id = self._runs.pop(token, None)
+            self._until.pop(token, None)
             if token in self._ending:
                 self._ending.discard(token)
                 return None
@@ -149,6 +179,7 @@ class LeaseKeeper:
         tokens = self.held.tokens()
         if not tokens or self._stop.is_set():
             return
+        sent = time.monotonic()
         try:
             lost = self._scripts.renew(round(self.lease * 1000), tokens)
         except RETRYABLE as exc:
@@ -161,12 +192,49 @@ class LeaseKeeper:
         if self._failing:
             self._failing = False
             log.warning("lease renewal works again")
-        for token in lost:
-            text = as_text(token)
+        gone = {as_text(token) for token in lost}
+        self.held.confirm((t for t in tokens if t not in gone), sent)
+        for text in gone:
             timer_id = self.held.drop_lost(text)  # no use renewing it again
             if timer_id is not None:
-                log.warning("lease of run %s (timer %s) lapsed: another listener may run it "
-                            "again", text, timer_id)
+                log.warning("lease of run %s (timer %s) lapsed and another listener took the "
+                            "run over: this listener starts nothing it was handed with it",
+                            text, timer_id)
+
+
+class Fence:
+    """Whether this listener may start a run: only while it holds the run's lease.
+
+    :meth:`fresh` is the cheap local check (no round trip, safe from any thread): true while
+    renewals keep the lease. After a stall it is false, and :meth:`revalidate` asks Redis:
+    the run starts only if its lease is still this listener's (renewed now). A run whose
+    lease lapsed and that another listener took over is not started here.
+    """
+
+    def __init__(self, held: HeldRuns, scripts: Scripts, lease: float) -> None:
+        self.held, self.scripts, self.lease = held, scripts, lease
+
+    def fresh(self, token: str) -> bool:
+        """Whether the run under ``token`` may start now without asking Redis."""
+        return self.held.fresh(token)
+
+    async def revalidate(self, run: Run) -> bool:
+        """Whether ``run``'s lease is still this listener's, asked of Redis (and renewed);
+        False too when Redis cannot be asked now (the run is not started: its lease lapses
+        and it runs again elsewhere, counted)."""
+        sent = time.monotonic()
+        try:
+            lost = await self.scripts.renew(round(self.lease * 1000), [run.token])
+        except RETRYABLE as exc:
+            log.warning("timer %s not started: its lease could not be checked after a stall "
+                        "(%s)", run.timer_id, exc or type(exc).__name__)
+            return False
+        if lost:
+            log.warning("timer %s not started: this listener stalled past its lease and "
+                        "another listener took the run over", run.timer_id)
+            return False
+        self.held.confirm([run.token], sent)
+        return True
 
 
 async def still_held(scripts: Scripts, lease_ms: int, runs: list[Run], waited: float,

@@ -48,7 +48,7 @@ from timers.listener.groups import served_groups
 from timers.listener.handoff import Handoff
 from timers.listener.info import heartbeat
 from timers.listener.lanes import shard_note
-from timers.listener.leases import HeldRuns, LeaseKeeper, sync_twin
+from timers.listener.leases import Fence, HeldRuns, LeaseKeeper, sync_twin
 from timers.listener.loop_watch import LoopWatch
 from timers.listener.near_keys import keep_near_keys
 from timers.listener.parker import Parker
@@ -141,7 +141,7 @@ class Listener:
         self._lane_stopping = asyncio.Event()  # this lane's loops end (all lanes' on stop)
         self._running: dict[str, Run] = {}
         self._tasks: set[asyncio.Task[None]] = set()
-        self._held = HeldRuns()  # tokens whose lease we keep: running or unflushed
+        self._held = HeldRuns(self.lease)  # tokens whose lease we keep: running or unflushed
         self.turns = Turns()  # runs next in line on a key slot, and those they follow
 
     def _wire_parts(self) -> None:
@@ -175,7 +175,7 @@ class Listener:
                                  RecurrenceHook(self.redis, self.keys, self._scripts), self.tracker,
                                  self._precise, self.flow,
                                  f"listener {self.id} (groups {', '.join(self.groups)})",
-                                 self.turns)
+                                 self.turns, Fence(self._held, self._scripts, self.lease))
 
     @property
     def subscribed(self) -> asyncio.Event:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import multiprocessing
@@ -110,7 +111,7 @@ class Quarantine:
         receiver, sender = context.Pipe(duplex=False)
         process = context.Process(target=_child, name="timers-quarantine", daemon=True,
                                   args=(*target, json.dumps(args), sender, dict(os.environ),
-                                        timer_context.current_or_none()))
+                                        _portable(timer_context.current_or_none())))
         try:
             await asyncio.to_thread(process.start)
             sender.close()
@@ -225,3 +226,9 @@ async def _run_in_child(package: str, search_path: str | None, task: str, pickle
         return await runner.call(fn, json.loads(args_json))
     finally:
         runner.shutdown()
+
+
+def _portable(timer: timer_context.TimerContext | None) -> timer_context.TimerContext | None:
+    """The context a child gets: without the parent's lease check, which cannot cross
+    processes (in the child, ``still_held()`` answers True; the parent keeps the lease)."""
+    return dataclasses.replace(timer, lease_check=None) if timer is not None else None

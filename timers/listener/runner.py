@@ -67,8 +67,8 @@ class Job:
     returns (a run next in line on its concurrency key slot); the pool's lock guards it
     and ``finished``."""
 
-    __slots__ = ("abandoned", "args", "cancelled", "context", "ended", "finished", "fn",
-                 "future", "guarded", "kwargs", "started", "then")
+    __slots__ = ("abandoned", "args", "cancelled", "context", "ended", "fence", "finished",
+                 "fn", "future", "guarded", "kwargs", "started", "then")
 
     def __init__(self, future: asyncio.Future[Any], fn: Callable[..., Any], args: list[Any],
                  kwargs: dict[str, Any]) -> None:
@@ -79,6 +79,9 @@ class Job:
         """Monotonic, when its function returned (a guarded job's)."""
         self.abandoned = self.cancelled = self.finished = self.guarded = False
         self.then: Job | None = None
+        self.fence: Callable[[], bool] | None = None
+        """Checked in the thread right before the call: False (the run's lease is not known
+        to hold, e.g. after the process was paused) and the call is not made (:class:`Stale`)."""
 
 
 def task_name(fn: Callable[..., Any]) -> str:
@@ -111,13 +114,15 @@ class ThreadPool:
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def submit(self, fn: Callable[..., Any], args: list[Any], kwargs: dict[str, Any],
-               after: Job | None = None, guarded: bool = False) -> Job:
+               after: Job | None = None, guarded: bool = False,
+               fence: Callable[[], bool] | None = None) -> Job:
         """Queue a call; with ``after`` (a job not finished yet), start it in that job's
         thread the moment that job's function returns. ``guarded``: it may be withdrawn
-        (:meth:`withdraw`) up to the moment a thread starts it."""
+        (:meth:`withdraw`) up to the moment a thread starts it. ``fence``: asked in the
+        thread right before the call; False and the call is not made (:class:`Stale`)."""
         loop = self._loop = asyncio.get_running_loop()
         job = Job(loop.create_future(), fn, args, kwargs)
-        job.guarded = guarded
+        job.guarded, job.fence = guarded, fence
         if after is not None:
             with self._lock:
                 if not (after.finished or after.abandoned or after.then):
@@ -149,11 +154,15 @@ class ThreadPool:
                     continue
             else:
                 job.started = time.monotonic()
-            try:
-                value = job.context.run(job.fn, *job.args, **job.kwargs)
-                result: tuple[Job, bool, Any] = (job, True, value)
-            except BaseException as exc:  # handed to the awaiting coroutine
-                result = (job, False, exc)
+            result: tuple[Job, bool, Any]
+            if job.fence is not None and not job.fence():
+                result = (job, False, Stale())  # not called: the loop revalidates the run
+            else:
+                try:
+                    value = job.context.run(job.fn, *job.args, **job.kwargs)
+                    result = (job, True, value)
+                except BaseException as exc:  # handed to the awaiting coroutine
+                    result = (job, False, exc)
             job, wake = self._finished(result)
             loop = self._loop
             if wake and loop is not None and not loop.is_closed():
@@ -258,6 +267,11 @@ class _Overran(Exception):
     """A plain function ran past its timeout in its thread."""
 
 
+class Stale(Exception):
+    """A run's lease was not known to hold when a thread was about to call its function
+    (the process stalled): the function was not called."""
+
+
 class Runner:
     """Runs task callables; never raises: every ending is an :class:`Outcome`.
 
@@ -278,7 +292,8 @@ class Runner:
         return self._pool.stuck
 
     async def call(self, fn: Callable[..., Any], args: Args, limit: float | None = None,
-                   turn: Turn | None = None, after: Turn | None = None) -> Outcome:
+                   turn: Turn | None = None, after: Turn | None = None,
+                   fence: Callable[[], bool] | None = None) -> Outcome:
         """Call ``fn`` with ``args``; with ``limit`` (seconds), stop waiting after that long.
 
         A coroutine is cancelled at its timeout. A plain function's timeout counts from when
@@ -289,6 +304,8 @@ class Runner:
         ``turn``: this run's, told the job its function runs in. ``after``: the turn of the
         run this one is next in line after (:mod:`timers.listener.turns`): a plain function
         starts in that run's thread as its function returns, a coroutine once it ended.
+        ``fence``: whether the run's lease still holds, asked right before a plain function
+        is called in its thread (and before a coroutine starts): if not, :data:`STALE`.
         """
         problem = _bind_error(fn, args)
         if problem is not None:
@@ -302,13 +319,15 @@ class Runner:
             if turn is not None and turn.revoked:
                 return REVOKED
         deadline = asyncio.timeout(limit) if limit is not None else None
+        if is_async and fence is not None and not fence():
+            return STALE
         try:
             if is_async:
                 async with deadline or contextlib.nullcontext():
                     await self._on_loop(fn, positional, keywords)
             else:
                 job = self._pool.submit(fn, list(positional), dict(keywords),
-                                        after.job if after else None, turn is not None)
+                                        after.job if after else None, turn is not None, fence)
                 if turn is not None:
                     turn.handed_to_thread(job)
                 try:
@@ -323,6 +342,8 @@ class Runner:
             raise
         except Revoked:
             return REVOKED
+        except Stale:
+            return STALE
         except BaseException as exc:  # a task's failure is data
             return _failed(exc, limit, deadline is not None and deadline.expired())
         return OK
@@ -375,3 +396,5 @@ def _failed(exc: BaseException, limit: float | None, expired: bool) -> Outcome:
                    "".join(traceback.format_exception(exc)))
 
 REVOKED = Outcome("revoked", "", "asked back before it started: waits for its key again")
+STALE = Outcome("stale", "", "its lease was not known to hold at its start (the listener "
+                "stalled): not started before it is revalidated")

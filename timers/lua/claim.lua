@@ -26,8 +26,10 @@
 -- (the queues set "P|queues" lists which exist; prelude.lua). Among due timers, higher
 -- priority goes first; timers due within the horizon follow, earliest first.
 -- Claims, in this order and up to the limit: the named ids that are due; runs whose lease
--- lapsed (a slot of a concurrency key they held goes back, see flow.lua) (their listener died: they run again with reruns + 1 under a new token, so the
--- dead listener can no longer finish them); then the earliest due timers. Whoever calls
+-- lapsed (their listener died or was paused past its lease: they run again with reruns + 1
+-- under a new token, so the old listener can no longer finish them or start anything it
+-- was handed along with them, and a slot of a concurrency key the cut run held passes to
+-- the rerun, which goes first; flow.lua's transfer_slot); then the earliest due timers. Whoever calls
 -- this first wins a timer; everyone else no longer sees it. A claimed timer's key is
 -- deleted (it is named by the stored record, so built here from ARGV[1]): it will not
 -- expire later and send listeners an event for a timer already taken.
@@ -62,6 +64,7 @@ local function start(run, source, group)
   out[#out + 1] = run
   out[#out + 1] = source
   claimed = claimed + 1
+  return token
 end
 
 local function take(id, due_text, source)
@@ -92,15 +95,21 @@ local function recover_lapsed(running)
     local run = redis.call('HGET', KEYS[4], token)
     redis.call('ZREM', running, token)
     redis.call('HDEL', KEYS[4], token)
-    release_slot(ARGV[1], token, now)
     local reruns, held_by, rest = string.match(run or '', '^(%d+)@?([^|]*)|(.*)$')
     if reruns then
       redis.call('HINCRBY', KEYS[6], 'reruns', 1)
       local record = string.match(rest, '^[^|]*|[^:]*:(.*)$') or ''
-      start((tonumber(reruns) + 1) .. me .. '|' .. rest, 'r@' .. held_by,
+      local rerun = start((tonumber(reruns) + 1) .. me .. '|' .. rest, 'r@' .. held_by,
         record_group(record))
-    elseif run then
-      redis.log(redis.LOG_WARNING, 'timers: unreadable run record dropped: ' .. token)
+      -- the rerun keeps the key slot the cut run held: it goes before the key's next
+      if not transfer_slot(ARGV[1], token, rerun, lease_until) then
+        release_slot(ARGV[1], token, now)
+      end
+    else
+      release_slot(ARGV[1], token, now)
+      if run then
+        redis.log(redis.LOG_WARNING, 'timers: unreadable run record dropped: ' .. token)
+      end
     end
   end
 end

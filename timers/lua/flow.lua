@@ -63,6 +63,14 @@ local function with_waited_from(record, due)
   return head .. ';w=' .. ms_text(due) .. rest
 end
 
+-- The "|due|" part of a run record for a timer taken from a waiting queue: the due time
+-- it had before a gate held it (";w="), so the listener that takes it waits for that time
+-- if it has not come (a timer claimed ahead of its due time and held back may be handed
+-- over before it is due): never started before its due time, keyed or not.
+local function due_part(record)
+  return '|' .. (record_option(record, 'w') or '0') .. '|'
+end
+
 -- The head of a waiting queue, taken out of it: its id, parked state and record (nil
 -- when the queue is empty; the state or record nil when it was cancelled meanwhile).
 local function pop_waiting(key_start, queue)
@@ -95,7 +103,7 @@ local function hand_next(key_start, key, holder)
       redis.call('ZREM', queue, id)
       redis.call('HDEL', parked, id)
       redis.call('HDEL', records, id)
-      local token = taker.start('|0|' .. id .. ':' .. record, group, 'n@' .. holder)
+      local token = taker.start(due_part(record) .. id .. ':' .. record, group, 'n@' .. holder)
       redis.call('HSET', sys_key(key_start, 'next'), holder, token)
       return
     end
@@ -120,6 +128,42 @@ local function outrank_next(key_start, key, score, channel)
   end
 end
 
+-- Free the slots of `key` whose lease lapsed and that no run holds any more: a slot kept
+-- for a promoted timer ("w:<id>") that was not claimed in time, or one whose run record is
+-- gone. A run whose lease lapsed still holds its slot (its process may only be paused and
+-- still running the task) until a claim recovers the run (claim.lua passes the slot on to
+-- the rerun) or its ending is written: at most N runs of a key at once, counting those.
+local function free_lapsed_slots(key_start, slots, now)
+  local lapsed = redis.call('ZRANGEBYSCORE', slots, '-inf', now)
+  if #lapsed == 0 then return end
+  local runs = sys_key(key_start, 'runrec')
+  for _, member in ipairs(lapsed) do
+    if string.sub(member, 1, 2) == 'w:' or redis.call('HEXISTS', runs, member) == 0 then
+      redis.call('ZREM', slots, member)
+      redis.call('HDEL', sys_key(key_start, 'held'), member)
+    end
+  end
+end
+
+-- The slot `token` holds (a run whose lease lapsed, recovered by a claim) passes to its
+-- rerun `rerun`, with the rerun's lease: the rerun goes first, ahead of the key's waiting
+-- timers and of a run next in line that was handed along with the old run (that one, if
+-- still leased, waits for the slot like any other). Whether there was a slot to pass.
+local function transfer_slot(key_start, token, rerun, lease_until)
+  local held_key = sys_key(key_start, 'held')
+  local held = redis.call('HGET', held_key, token)
+  if not held then return false end
+  redis.call('HDEL', held_key, token)
+  redis.call('HDEL', sys_key(key_start, 'next'), token)
+  local key = string.match(held, '^%d+|%d+|(.+)$')
+  if not key then return false end
+  local slots = sys_key(key_start, 'slots|' .. key)
+  if redis.call('ZREM', slots, token) == 0 then return false end
+  redis.call('ZADD', slots, lease_until, rerun)
+  redis.call('HSET', held_key, rerun, held)
+  return true
+end
+
 -- Promote waiting timers of concurrency key `key` while it has free slots: each goes
 -- back into its due index at score 0, ahead of every timer due (its lateness counts from
 -- its ";w=" due), with a slot kept for it under "w:<id>" for its lease; or, when a taker
@@ -129,7 +173,7 @@ local function promote_key(key_start, key, limit, now)
   local slots = sys_key(key_start, 'slots|' .. key)
   local queue = sys_key(key_start, 'waitk|' .. key)
   local records = sys_key(key_start, 'rec')
-  redis.call('ZREMRANGEBYSCORE', slots, '-inf', now)
+  free_lapsed_slots(key_start, slots, now)
   while redis.call('ZCARD', slots) < limit do
     local id, p, record = pop_waiting(key_start, queue)
     if not id then return end
@@ -145,7 +189,7 @@ local function promote_key(key_start, key, limit, now)
         redis.call('HDEL', records, id)
         local waited_from = tonumber(record_option(record, 'w') or '')
         if waited_from then taker.held_ms = taker.held_ms + math.max(now - waited_from, 0) end
-        local token = taker.start('|0|' .. id .. ':' .. record, group, 'h')
+        local token = taker.start(due_part(record) .. id .. ':' .. record, group, 'h')
         redis.call('ZADD', slots, taker.lease_until, token)
         redis.call('HSET', sys_key(key_start, 'held'), token,
           ms_text(limit) .. '|' .. ms_text(p.b) .. '|' .. key)

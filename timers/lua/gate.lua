@@ -63,7 +63,7 @@ local function take_slot(token, id, key, limit, kept)
     redis.call('ZADD', slots, ms_text(now + lease), token)
     return true
   end
-  redis.call('ZREMRANGEBYSCORE', slots, '-inf', now)
+  free_lapsed_slots(ARGV[1], slots, now)
   if redis.call('ZCARD', slots) < limit
       and redis.call('EXISTS', sys_key(ARGV[1], 'waitk|' .. key)) == 0 then
     redis.call('ZADD', slots, ms_text(now + lease), token)
