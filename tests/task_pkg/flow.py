@@ -82,3 +82,9 @@ def paced(tag: str, priority: int) -> None:
 def encode(tag: str) -> None:
     """Declares its group: a listener of another group that claims it moves it there."""
     client().rpush(RUNS, json.dumps([tag, os.getpid()]))
+
+
+@timers.task(concurrency=5, rate="120/m")
+def capped_and_paced(tag: str, seconds: float) -> None:
+    """At most five at once and two starts a second, fleet-wide."""
+    _run(tag, "capped", seconds)

@@ -356,3 +356,26 @@ def test_no_handoff_without_free_slots_or_to_a_listener_of_other_groups(
     gate(s, [c, d], key="k2", limit=1)
     assert finish_taking(s, c, take=0) == []
     assert ids(claim(s)) == ["d"]
+
+
+def test_a_rate_slot_not_used_at_its_time_is_not_carried_through_a_keys_queue(
+        s: Scripts, fake: fakeredis.FakeRedis) -> None:
+    both = {"key": "k", "limit": 1, "rate": "r", "interval_ms": 60_000, "burst": 1}
+    add(s, "x", "t.f:", -30)
+    [x] = claim(s)
+    assert gate(s, [x], **both) == ["go"]
+    finish(s, x)
+    add(s, "b", "t.f:", -20)
+    [b] = claim(s)
+    assert gate(s, [b], **both) == ["wait"]  # the key is free, the rate is not
+    add(s, "a", "t.f:", -10)
+    [a] = claim(s)
+    assert gate(s, [a], key="k", limit=1) == ["go"]  # the key's slot goes to another run
+    fake.zadd(KS.due_index(), {"b": 0})  # b's rate slot time has come
+    [b] = claim(s)
+    assert gate(s, [b], **both) == ["wait"]  # the key is full: b waits for it
+    finish(s, a)
+    [b] = claim(s)
+    # b's rate slot passed unused while it waited: it asks the rate again, so it never
+    # starts closer than the interval to the start before it (no bunch as slots free)
+    assert gate(s, [b], **both) == ["wait"]

@@ -13,7 +13,8 @@
 --                        C|limit|lease|paid|key   promoted, a slot kept for it ("w:<id>")
 --                        r|interval|burst|0|name  waiting for rate limit name
 --                        R|interval|burst|at|name promoted, the rate slot at `at` its own
---                        (paid 1: it has had its rate slot already)
+--                        (paid 1: it has had its rate slot already; gate.lua no
+--                        longer writes it: a rate slot is paid for only at its time)
 --   P|held         hash  run token -> "limit|lease|key": the slot a run holds
 --   P|next         hash  run token -> the run next in line on its slot: the key's next
 --                        timer, handed to the same listener while the run goes (source

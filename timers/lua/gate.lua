@@ -98,10 +98,14 @@ local function gate(token, key, limit, rate, interval, burst)
     if redis.call('HGET', state, 'pacer') == id then redis.call('HDEL', state, 'pacer') end
     promote_rate(ARGV[1], p.name, p.a, p.b, now)
   end
-  local paid = p.state == 'R' or ((p.state == 'c' or p.state == 'C') and p.c == 1)
+  -- A rate slot is paid for only at its own time: a run given one (R) that finds its key
+  -- full gives it up and asks the rate again when the key lets it go, so starts are never
+  -- closer than the interval however long it waited for the key (a paid slot carried
+  -- through a key's queue let several paid runs start at once as slots freed).
+  local paid = p.state == 'R'
   if key ~= '' and not take_slot(token, id, key, limit, p.state == 'C') then
     counts.waited = counts.waited + 1
-    local waiting = {state = 'c', a = limit, b = lease, c = paid and 1 or 0, name = key}
+    local waiting = {state = 'c', a = limit, b = lease, c = 0, name = key}
     local status = hold(token, id, record, due, sys_key(ARGV[1], 'waitk|' .. key), waiting, rk)
     if status == 'wait' then outrank_next(ARGV[1], key, flow_score(record, due), ARGV[2]) end
     promote_key(ARGV[1], key, limit, now)
