@@ -25,8 +25,8 @@ def test_a_rate_with_a_concurrency_cap_never_bunches(
     procs = listeners(processes, redis_url, 2, "--tasks", TASKS, "--processes", "2")
     wait_listening(r, 4, procs, processes)
     with Timers(redis_url) as t:
-        t.schedule_many(TimerSpec("flow.capped_and_paced", [f"t{i}", 2 + (i * 7 % 20) / 10], in_=0.2)
-                        for i in range(TIMERS))
+        t.schedule_many(TimerSpec("flow.capped_and_paced", [f"t{i}", 2 + (i * 7 % 20) / 10],
+                                  in_=0.2) for i in range(TIMERS))
         wait_until(lambda: len(runs(r)) == TIMERS, 90, message="every timer to run")
         wait_until(lambda: settled(t), 20, message="nothing pending or running")
     starts = sorted(json.loads(s)[3] for s in r.lrange(STARTED, 0, -1))
