@@ -32,6 +32,7 @@ from typing import Any
 
 from timers.encoding import is_task_path
 from timers.exceptions import TaskRefused, TasksUnavailable
+from timers.policy import policy_of
 
 log = logging.getLogger("timers.listener")
 
@@ -81,6 +82,7 @@ class TaskLoader:
         self._refused: dict[str, str] = {}
         self._lock = threading.Lock()
         self._loaded = False
+        self._keyed: tuple[str, ...] | None = None
         self._package_error: str | None = None
         self.failed_modules: dict[str, str] = {}
         """Modules of the package that failed to import at start-up: name -> error."""
@@ -134,6 +136,27 @@ class TaskLoader:
                 continue
             if info.ispkg:
                 self._walk(module)
+
+    def keyed_tasks(self) -> tuple[str, ...]:
+        """The tasks of the loaded package (and the registered ones) with a concurrency key
+        or cap, by task path: their claims are ordered per key (the order barrier,
+        ``timers/lua/flow.lua``). Worked out once, after :meth:`load`."""
+        if self._keyed is None:
+            if not self._loaded:
+                return ()
+            found = dict(self.registry)
+            prefix = self.package + "."
+            for name, module in list(sys.modules.items()):
+                if name != self.package and not name.startswith(prefix):
+                    continue
+                path = name[len(prefix):] if name != self.package else ""
+                for attr, fn in list(vars(module).items()):
+                    if callable(fn) and getattr(fn, "__module__", None) == name:
+                        found[f"{path}.{attr}" if path else attr] = fn
+            self._keyed = tuple(sorted(
+                task for task, fn in found.items()
+                if is_task_path(task) and policy_of(fn).concurrency is not None))
+        return self._keyed
 
     def resolve(self, task: str) -> Callable[..., Any]:
         """The callable for ``task``, or :class:`TaskRefused` saying why not. Imports

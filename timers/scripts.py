@@ -176,13 +176,13 @@ class ScriptCalls:
 
     def claim(self, *, limit: int, lease_ms: int, horizon_ms: int, listener_id: str,
               event_ids: Iterable[str] = (), groups: Sequence[str] = (DEFAULT_GROUP,),
-              ) -> Invocation:
+              keyed_tasks: Sequence[str] = ()) -> Invocation:
         k = self.keys
         return Invocation(
             "claim", (k.due, k.records, k.running, k.running_records, k.sequence, k.stats,
                       k.near),
             (k.timer_key_start, limit, lease_ms, horizon_ms, listener_id, ",".join(groups),
-             *event_ids))
+             ",".join(keyed_tasks), *event_ids))
 
     def renew(self, lease_ms: int, tokens: Iterable[str]) -> Invocation:
         k = self.keys
@@ -308,11 +308,13 @@ class Scripts:
         return self.run(self.calls.cancel(escaped_id))
 
     def claim(self, *, limit: int, lease_ms: int, horizon_ms: int, listener_id: str,
-              event_ids: Iterable[str] = (), groups: Sequence[str] = (DEFAULT_GROUP,)) -> Any:
-        """Reply: ``[now_us, next_due, next_lease, (token, run, source)…]``."""
+              event_ids: Iterable[str] = (), groups: Sequence[str] = (DEFAULT_GROUP,),
+              keyed_tasks: Sequence[str] = ()) -> Any:
+        """Reply: ``[now_us, next_due, next_lease, (token, run, source)…]``.
+        ``keyed_tasks``: the tasks with a concurrency key or cap (the order barrier)."""
         return self.run(self.calls.claim(limit=limit, lease_ms=lease_ms, horizon_ms=horizon_ms,
                                          listener_id=listener_id, event_ids=event_ids,
-                                         groups=groups))
+                                         groups=groups, keyed_tasks=keyed_tasks))
 
     def gate(self, lease_ms: int, runs: Iterable[GateRun]) -> Any:
         """Reply: one of ``go``, ``wait``, ``lost``, ``replaced`` per run."""

@@ -48,6 +48,8 @@ class ClaimerHooks:
     """Start one claimed run."""
     give_up: Callable[[BaseException], None]
     """A permanent error: stop the listener."""
+    keyed_tasks: Callable[[], Sequence[str]] = tuple
+    """The tasks with a concurrency key or cap (claims note theirs for the order barrier)."""
 
 
 class Claimer:
@@ -148,7 +150,8 @@ class Claimer:
         horizon_ms = round(2 * CLAIM_LEAD_MS)
         reply = await self.scripts.claim(
             limit=limit, lease_ms=round(self.lease * 1000), horizon_ms=horizon_ms,
-            listener_id=self.listener_id, event_ids=ids, groups=self.groups)
+            listener_id=self.listener_id, event_ids=ids, groups=self.groups,
+            keyed_tasks=self.hooks.keyed_tasks())
         received = self.clock.monotonic()
         now_us, next_due, next_lease = (int(x) for x in reply[:3])
         self.tracker.observe_time(now_us, sent, received)

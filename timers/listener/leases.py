@@ -197,8 +197,8 @@ class LeaseKeeper:
         for text in gone:
             timer_id = self.held.drop_lost(text)  # no use renewing it again
             if timer_id is not None:
-                log.warning("lease of run %s (timer %s) lapsed and another listener took the "
-                            "run over: this listener starts nothing it was handed with it",
+                log.warning("lease of run %s (timer %s) lapsed and the run was recovered "
+                            "elsewhere: this listener starts nothing it was handed with it",
                             text, timer_id)
 
 

@@ -158,7 +158,8 @@ class Listener:
                                self.tracker, ClaimerHooks(
                                    free_slots=self._free_slots,
                                    take_event_ids=lambda n: self.events.take(n),
-                                   busy=self._busy, start=self._start, give_up=self._give_up),
+                                   busy=self._busy, start=self._start, give_up=self._give_up,
+                                   keyed_tasks=self.loader.keyed_tasks),
                                self._stopping)
         self.claimer.ahead_share = max(1, self.concurrency // 2)
         self.events = EventSource(self.redis, Channels.of(self.keys, self.db, self.groups),

@@ -19,7 +19,10 @@
 -- ARGV[5]  the claiming listener's id (no '|'), kept in the run's record so the listener
 --          that takes the run over after its lease lapsed can name the one that died
 -- ARGV[6]  the groups the listener serves, joined by "," (each [A-Za-z0-9_.-]+)
--- ARGV[7..] escaped ids named by expired events: claimed first, when due
+-- ARGV[7]  the keyed tasks of its package (a concurrency key or cap), joined by ",": each
+--          claimed timer of one of those, or with a key of its own (";k="), is noted as
+--          claimed and not gated yet (flow.lua's order barrier)
+-- ARGV[8..] escaped ids named by expired events: claimed first, when due
 --
 -- Only timers of the served groups are claimed: those of the plain due index and running
 -- set for "default", and "P|due|<group>|<priority>" / "P|run|<group>" for the others
@@ -55,6 +58,9 @@ local claimed = 0
 local me = '@' .. string.gsub(ARGV[5] or '', '|', '_')
 local served = {}
 for group in string.gmatch(ARGV[6] or '', '[^,]+') do served[group] = true end
+local keyed = {}
+for task in string.gmatch(ARGV[7] or '', '[^,]+') do keyed[task] = true end
+local any_keyed = next(keyed) ~= nil
 
 local function start(run, source, group)
   local token = string.format('%.0f', redis.call('INCR', KEYS[5]))
@@ -64,6 +70,13 @@ local function start(run, source, group)
   out[#out + 1] = run
   out[#out + 1] = source
   claimed = claimed + 1
+  if any_keyed or string.find(run, ';k=', 1, true) then
+    local _, _, due, id, record = run_read(run)
+    if record and (keyed[record_task(record)] or record_option(record, 'k')) then
+      note_ungated(ARGV[1], id, token, record,
+        tonumber(record_option(record, 'w') or due) or 0)
+    end
+  end
   return token
 end
 
@@ -76,7 +89,7 @@ local function take(id, due_text, source)
 end
 
 local function claim_named()
-  for i = 7, #ARGV do
+  for i = 8, #ARGV do
     if claimed >= limit then return end
     local record = redis.call('HGET', KEYS[2], ARGV[i])
     if record and served[record_group(record)] then

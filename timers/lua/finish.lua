@@ -229,6 +229,7 @@ for i = FIRST, #ARGV, 4 do
     end_run(ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], released[i])
   end
 end
+promote_barred(ARGV[1], now)  -- a run that ended ungated may have lifted the barrier
 if taker then counts.held_ms = taker.held_ms end
 for name, n in pairs(counts) do
   if n > 0 then redis.call('HINCRBY', KEYS[3], name, n) end

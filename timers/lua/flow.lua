@@ -16,6 +16,12 @@
 --                        (paid 1: it has had its rate slot already; gate.lua no
 --                        longer writes it: a rate slot is paid for only at its time)
 --   P|held         hash  run token -> "limit|lease|key": the slot a run holds
+--   P|ungated|<task> zset id -> queue score: timers of a keyed task (one with a
+--                        concurrency key or cap, or a timer with its own key) that a
+--                        claim gave a listener and whose gate has not seen them yet: the
+--                        order barrier (below)
+--   P|ungatedt     hash  id -> run token of those (a run gone or lapsed no longer bars)
+--   P|barred       hash  key -> limit: keys whose queue head waits behind the barrier
 --   P|next         hash  run token -> the run next in line on its slot: the key's next
 --                        timer, handed to the same listener while the run goes (source
 --                        "n@<token>"); it starts as the run ends and takes the slot over
@@ -30,6 +36,21 @@
 
 local FLOW_DUE_SPAN = 4398046511104  -- 2^42 ms: due times up to the year 2109
 
+-- The order barrier (invariant 13: a key's timers start in (priority, due, scheduling)
+-- order at a burst, whichever listener claims them). A keyed task's key is a function of
+-- its args that only a listener can work out, so a listener that gates a later timer of a
+-- key first (it claimed it in the next claim, or its reply came sooner) would take the
+-- key's free slot ahead of an earlier one another listener has claimed but not gated. So
+-- each claim notes the keyed timers it gives out (note_ungated), each gate takes its runs
+-- off (drop_ungated), and a free slot goes to a timer only when no earlier timer of its
+-- task is still claimed and ungated (barred): otherwise it waits in its key's queue, in
+-- order, and the key is promoted again once the barrier lifts (promote_barred). A claimed
+-- run that is gone or whose lease lapsed no longer bars (its rerun is noted again).
+-- Ties in score go by id: generated ids sort in the order they were scheduled.
+local function record_task(record)
+  return string.match(record, '^[^;:]*')
+end
+
 local function ms_text(n)
   return string.format('%.0f', n)
 end
@@ -43,6 +64,42 @@ local taker = nil
 
 local function flow_score(record, due)
   return (1000 - record_priority(record)) * FLOW_DUE_SPAN + due
+end
+
+local function note_ungated(key_start, id, token, record, due)
+  redis.call('ZADD', sys_key(key_start, 'ungated|' .. record_task(record)),
+    flow_score(record, due), id)
+  redis.call('HSET', sys_key(key_start, 'ungatedt'), id, token)
+end
+
+local function drop_ungated(key_start, id, record)
+  if redis.call('HDEL', sys_key(key_start, 'ungatedt'), id) == 1 then
+    redis.call('ZREM', sys_key(key_start, 'ungated|' .. record_task(record)), id)
+  end
+end
+
+-- Whether timer `id` (its record, its queue score) must wait for an earlier timer of its
+-- task that a listener claimed and has not gated yet. Earlier entries whose run is gone
+-- or lapsed are dropped on the way.
+local function barred(key_start, id, record, score, now)
+  local index = sys_key(key_start, 'ungated|' .. record_task(record))
+  local tokens = sys_key(key_start, 'ungatedt')
+  while true do
+    local head = redis.call('ZRANGE', index, 0, 0, 'WITHSCORES')
+    local first, first_score = head[1], tonumber(head[2])
+    if not first or first == id or first_score > score
+        or (first_score == score and first > id) then
+      return false
+    end
+    local token = redis.call('HGET', tokens, first)
+    local run = token and redis.call('HGET', sys_key(key_start, 'runrec'), token)
+    local run_record = run and select(5, run_read(run))
+    local until_ms = run_record and redis.call('ZSCORE', running_key_for(
+      sys_key(key_start, 'run'), record_group(run_record)), token)
+    if until_ms and tonumber(until_ms) > now then return true end
+    redis.call('ZREM', index, first)
+    redis.call('HDEL', tokens, first)
+  end
 end
 
 local function parked_read(value)
@@ -101,6 +158,12 @@ local function hand_next(key_start, key, holder)
     if p and p.state == 'c' and record then
       local group = record_group(record)
       if p.c == 1 or not taker.served[group] then return end
+      local now = redis_now()
+      if barred(key_start, id, record, flow_score(record, tonumber(record_option(record, 'w')
+          or '') or 0), now) then
+        redis.call('HSET', sys_key(key_start, 'barred'), key, ms_text(p.a))
+        return
+      end
       redis.call('ZREM', queue, id)
       redis.call('HDEL', parked, id)
       redis.call('HDEL', records, id)
@@ -176,6 +239,14 @@ local function promote_key(key_start, key, limit, now)
   local records = sys_key(key_start, 'rec')
   free_lapsed_slots(key_start, slots, now)
   while redis.call('ZCARD', slots) < limit do
+    local head = redis.call('ZRANGE', queue, 0, 0, 'WITHSCORES')
+    if head[1] then
+      local record = redis.call('HGET', records, head[1])
+      if record and barred(key_start, head[1], record, tonumber(head[2]), now) then
+        redis.call('HSET', sys_key(key_start, 'barred'), key, ms_text(limit))
+        return
+      end
+    end
     local id, p, record = pop_waiting(key_start, queue)
     if not id then return end
     if p and p.state == 'c' and record then
@@ -262,6 +333,16 @@ local function release_slot(key_start, token, now)
   redis.call('ZREM', sys_key(key_start, 'slots|' .. key), token)
   pass_slot(key_start, token, held, key, now)
   promote_key(key_start, key, tonumber(limit), now)
+end
+
+-- Promote the keys whose queue head waited behind the order barrier (barred), now that
+-- a gate or an ending may have lifted it (a key still barred is noted again).
+local function promote_barred(key_start, now)
+  local barred_key = sys_key(key_start, 'barred')
+  if redis.call('EXISTS', barred_key) == 0 then return end  -- most calls
+  local keys = redis.call('HGETALL', barred_key)
+  redis.call('DEL', barred_key)
+  for i = 1, #keys, 2 do promote_key(key_start, keys[i], tonumber(keys[i + 1]), now) end
 end
 
 -- A handed-back run's timer `id` keeps the concurrency key slot its run `token` held

@@ -13,7 +13,7 @@
 --          limit name ("" for none), its interval ms, its burst
 --
 -- A run goes when its key has a free slot (or one kept for it) and nobody waits ahead of
--- it, and its rate limit has a slot now (GCRA: tat - now <= (burst - 1) * interval) and
+-- it (in the key's queue, or claimed earlier and not gated yet: flow.lua's order barrier), and its rate limit has a slot now (GCRA: tat - now <= (burst - 1) * interval) and
 -- nobody waits for it; it then holds the slot until it ends (finish.lua frees it) or its
 -- lease lapses. Otherwise it is no longer run: its timer waits in the key's or the
 -- limit's queue, by priority then due time, uncounted as an attempt, and goes back into
@@ -55,8 +55,9 @@ local function hold(token, id, record, due, queue, p, rk)
   return 'wait'
 end
 
--- A slot of `key` for the run: one kept for it, or a free one nobody waits ahead for.
-local function take_slot(token, id, key, limit, kept)
+-- A slot of `key` for the run: one kept for it, or a free one nobody waits ahead for
+-- (in the key's queue, or claimed and not gated yet: flow.lua's order barrier).
+local function take_slot(token, id, record, due, key, limit, kept)
   local slots = sys_key(ARGV[1], 'slots|' .. key)
   if redis.call('ZSCORE', slots, token) then return true end  -- handed over with it
   if kept and redis.call('ZREM', slots, 'w:' .. id) == 1 then
@@ -66,6 +67,10 @@ local function take_slot(token, id, key, limit, kept)
   free_lapsed_slots(ARGV[1], slots, now)
   if redis.call('ZCARD', slots) < limit
       and redis.call('EXISTS', sys_key(ARGV[1], 'waitk|' .. key)) == 0 then
+    if barred(ARGV[1], id, record, flow_score(record, due), now) then
+      redis.call('HSET', sys_key(ARGV[1], 'barred'), key, ms_text(limit))
+      return false
+    end
     redis.call('ZADD', slots, ms_text(now + lease), token)
     return true
   end
@@ -91,6 +96,7 @@ local function gate(token, key, limit, rate, interval, burst)
   local rk = record and running_key_for(KEYS[1], record_group(record))
   if not record or not redis.call('ZSCORE', rk, token) then return 'lost' end
   due = tonumber(record_option(record, 'w') or due) or tonumber(due)
+  drop_ungated(ARGV[1], id, record)
   local p = parked_read(redis.call('HGET', parked_key, id)) or {state = ''}
   redis.call('HDEL', parked_key, id)
   if p.state == 'R' then  -- this run holds its rate slot: the next in line may follow
@@ -103,7 +109,7 @@ local function gate(token, key, limit, rate, interval, burst)
   -- closer than the interval however long it waited for the key (a paid slot carried
   -- through a key's queue let several paid runs start at once as slots freed).
   local paid = p.state == 'R'
-  if key ~= '' and not take_slot(token, id, key, limit, p.state == 'C') then
+  if key ~= '' and not take_slot(token, id, record, due, key, limit, p.state == 'C') then
     counts.waited = counts.waited + 1
     local waiting = {state = 'c', a = limit, b = lease, c = 0, name = key}
     local status = hold(token, id, record, due, sys_key(ARGV[1], 'waitk|' .. key), waiting, rk)
@@ -137,6 +143,7 @@ for i = 4, #ARGV, 6 do
   out[#out + 1] = gate(ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2]), ARGV[i + 3],
     tonumber(ARGV[i + 4]), tonumber(ARGV[i + 5]))
 end
+promote_barred(ARGV[1], now)  -- the runs gated here may have lifted the order barrier
 for name, n in pairs(counts) do
   if n > 0 then redis.call('HINCRBY', KEYS[4], name, n) end
 end

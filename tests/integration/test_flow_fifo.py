@@ -1,0 +1,51 @@
+"""FIFO per key (invariant 13), on a real server with real listener processes: a key's
+timers start in (priority, due, scheduling) order, at a burst and on a fresh server, whichever
+listener claims them. What ran and when is what the tasks wrote (tests/task_pkg/flow.py)."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+
+import pytest
+import redis
+
+from tests.conftest import wait_until
+from tests.integration.helpers import TASKS, Processes, settled
+from tests.integration.test_flow import listeners, wait_listening
+from tests.task_pkg import STARTED
+from timers import Timers, TimerSpec
+
+pytestmark = [pytest.mark.integration, pytest.mark.one_server]
+
+DEVICES, COMMANDS, ROUNDS = 3, 10, 3
+
+
+def starts_by_device(r: redis.Redis) -> dict[str, list[int]]:
+    """The command numbers of each device, in the order they started."""
+    order: dict[str, list[int]] = defaultdict(list)
+    for item in r.lrange(STARTED, 0, -1):
+        tag, key, _, _ = json.loads(item)
+        order[key].append(int(tag.split(".")[1]))
+    return order
+
+
+@pytest.mark.parametrize("extra", [(), ("--processes", "2")], ids=["two", "two-by-two"])
+def test_a_burst_of_commands_starts_in_order_per_device_on_a_fresh_server(
+        r: redis.Redis, redis_url: str, processes: Processes, extra: tuple[str, ...]) -> None:
+    procs = listeners(processes, redis_url, 2, "--tasks", TASKS, *extra)
+    wait_listening(r, 2, procs, processes)
+    out_of_order = []
+    with Timers(redis_url) as t:
+        for round_ in range(ROUNDS):
+            r.delete(STARTED)
+            t.schedule_many(
+                TimerSpec("flow.device_command", [f"{device}.{n}", 100 * round_ + device],
+                          in_=0.3)
+                for n in range(COMMANDS) for device in range(DEVICES))
+            wait_until(lambda: r.llen(STARTED) == DEVICES * COMMANDS, 30,
+                       message="every command to start")
+            wait_until(lambda: settled(t), 20, message="nothing pending or running")
+            out_of_order += [(key, order) for key, order in starts_by_device(r).items()
+                             if order != sorted(order)]
+    assert out_of_order == []
