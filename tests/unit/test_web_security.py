@@ -226,3 +226,10 @@ def test_the_dashboard_and_metrics_bind_to_localhost_by_default() -> None:
         assert inspect.signature(command).parameters["host"].default == "127.0.0.1"
     assert inspect.signature(listen_command).parameters["metrics_host"].default == "127.0.0.1"
     assert inspect.signature(web_command).parameters["allow_host"].default is None
+
+
+def test_a_timer_page_while_redis_is_away_says_so_rather_than_not_pending() -> None:
+    away = Timers(redis.Redis(port=free_port(), socket_connect_timeout=1))
+    away.warn_in_event_loop = False
+    reply = client(away, token=None).get("/timer?id=kept")
+    assert reply.status_code == 503 and "Not pending" not in reply.text

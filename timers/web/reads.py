@@ -27,12 +27,13 @@ class TimerView:
 
     @classmethod
     def read(cls, timers: Timers, timer_id: str) -> TimerView | None:
-        """The timer ``timer_id`` (None for an empty or unreadable id)."""
+        """The timer ``timer_id`` (None for an empty id; no timer for an id no timer can
+        have). A Redis that does not answer is raised, not shown as "not pending"."""
         if not timer_id:
             return None
         try:
             return cls(timer_id, timers.get(timer_id))
-        except (TimersError, ValueError):
+        except ValueError:  # (InvalidTimerId, MalformedTimerKey)
             return cls(timer_id, None)
 
 
