@@ -132,3 +132,11 @@ def test_a_busy_port_is_one_error_line_and_exit_1(redis_url: str, command: str) 
                         r"Address already in use\n", done.stderr), done.stderr
     assert "Traceback" not in done.stdout + done.stderr
     assert "http://" not in done.stdout, "no URL printed for a port it does not serve"
+
+
+def test_a_bad_allow_host_is_one_error_line_and_exit_1(redis_url: str) -> None:
+    done = run_cli("web", "--url", redis_url, "--allow-host", "dash.example.com:8080")
+    assert (done.returncode, done.stderr) == (1, "error: not a name to answer to: "
+                                              "'dash.example.com:8080' is not a host name "
+                                              "(give it without a port, e.g. "
+                                              "dashboard.example.com)\n")

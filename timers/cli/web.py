@@ -65,7 +65,7 @@ def web(url: UrlOption = None, prefix: PrefixOption = DEFAULT_PREFIX,
     try:
         hosts = allowed_hosts(host, allow_host or ())
     except ValueError as exc:
-        raise UserError(f"--allow-host {exc}") from None
+        raise UserError(f"not a name to answer to: {exc}") from None
     with open_timers(url, prefix) as t:
         t.stats()  # a bad URL or a server away: say so now, not on the first page
         app = create_app(t, guard_class(token=token, read_only=read_only), hosts=hosts,
