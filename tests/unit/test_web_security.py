@@ -212,6 +212,8 @@ def test_each_error_says_what_it_is(fake: fakeredis.FakeRedis) -> None:
     away.warn_in_event_loop = False
     reply = client(away, token=None).get("/")
     assert reply.status_code == 503 and reply.text.startswith("Redis cannot be reached: ")
+    assert reply.text.endswith(". This page works again once Redis answers.")
+    assert "\n" not in reply.text
     fake.set("timers|stats", "not a hash")  # another app wrote a string there
     with Timers(fake) as t:
         t.warn_in_event_loop = False

@@ -244,8 +244,10 @@ async def _error(request: Request, exc: Exception) -> Response:
     """One line saying what went wrong (a Redis outage clears itself: say so)."""
     for kind, status, what in ERRORS:
         if isinstance(exc, kind):
-            again = " This page works again once it does." if status == 503 else ""
-            return PlainTextResponse(f"{what}: {exc}.{again}", status_code=status)
+            again = (" This page works again once Redis answers."
+                     if isinstance(exc, ServerUnavailable) else "")
+            return PlainTextResponse(f"{what}: {str(exc).rstrip('.')}.{again}",
+                                     status_code=status)
     raise exc  # (not registered for anything else)
 
 
