@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 import redis
+from playwright.sync_api import expect
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import ROOT, wait_until
@@ -69,6 +70,9 @@ def page(browser: Any) -> Iterator[Any]:
     dialogs: list[str] = []
     opened.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
     opened.dialogs = dialogs
+    console: list[str] = []
+    opened.on("console", lambda m: console.append(m.text))
+    opened.console = console
     yield opened
     context.close()
 
@@ -98,14 +102,20 @@ def test_the_overview_shows_the_counts_and_refreshes_itself(
                            for i in range(2)])
         base = serve(processes, redis_url, "--auth", TOKEN)
         page.goto(base + "/")
+        assert page.url == base + "/login"  # every page needs the login
+        log_in(page, base)
         assert page.inner_text("#pending") == "7"
         assert page.inner_text("#due-minute") == "5" and page.inner_text("#overdue") == "2"
         t.schedule("reminders.sms", [9], in_=600)
-        page.wait_for_function("document.getElementById('pending').innerText === '8'",
-                               timeout=10_000)  # no reload: the page fetched the figures
+        # no reload: the page's own script fetched the figures, its CSP nonce let it run
+        # (a locator, not wait_for_function: that evaluates a string, which the CSP forbids)
+        expect(page.locator("#pending")).to_have_text("8", timeout=10_000)
         listeners = page.inner_text("#listeners")
         assert t.listeners()[0]["id"] in listeners and "ago" in listeners
-    with urllib.request.urlopen(base + "/metrics", timeout=5) as reply:  # one scrape target
+        assert not [m for m in page.console if "Content Security Policy" in m]
+    scrape = urllib.request.Request(base + "/metrics",
+                                    headers={"Authorization": f"Bearer {TOKEN}"})
+    with urllib.request.urlopen(scrape, timeout=5) as reply:  # one scrape target
         text = reply.read().decode()
     pending = {s.labels["group"]: s.value for f in text_string_to_metric_families(text)
                for s in f.samples if s.name == "timers_pending"}
@@ -190,7 +200,7 @@ def test_an_action_without_the_token_is_refused_and_changes_nothing(
         t.schedule("reminders.sms", [1], in_=600, id="kept")
         base = serve(processes, redis_url, "--auth", TOKEN)
         page.goto(base + "/timer?id=kept")
-        assert page.locator("#cancel").count() == 0  # not logged in: no buttons
+        assert page.url == base + "/login"  # not logged in: not even the page
         refused = page.request.post(base + "/act", form={"action": "cancel", "id": "kept"})
         assert refused.status == 403
         log_in(page, base)  # logged in, but a forged form without the CSRF token
@@ -206,7 +216,9 @@ def test_read_only_shows_no_buttons_and_refuses_every_action(
         base = serve(processes, redis_url, "--read-only", "--auth", TOKEN)
         page.goto(base + "/login")
         assert "read-only" in page.inner_text("main")
+        log_in(page, base)  # the token lets one look
         page.goto(base + "/timer?id=kept")
+        assert page.inner_text("#timer-id") == "kept"
         assert page.locator("button").count() == 0
         for action in ("cancel", "run_now", "purge"):
             reply = page.request.post(base + "/act", form={"action": action, "id": "kept"})

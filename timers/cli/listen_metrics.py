@@ -4,6 +4,7 @@ itself, or under ``--processes N`` by the supervisor for all its children on one
 from __future__ import annotations
 
 import asyncio
+import logging
 import tempfile
 from typing import Annotated, Any
 
@@ -13,6 +14,9 @@ from timers.cli.common import UserError
 from timers.listener import Listener
 from timers.listener.orphans import supervisor_pid
 from timers.listener.supervisor import Supervisor
+from timers.observe.serving import http_url
+
+log = logging.getLogger("timers.metrics")
 
 MetricsPortOption = Annotated[int | None, typer.Option(
     "--metrics-port", min=1, max=65535, metavar="PORT", show_default=False,
@@ -60,11 +64,14 @@ def record(listener: Listener, port: int | None, host: str) -> Any:
 
 
 def _serve(serve: Any, port: int, host: str) -> None:
+    """Serve now, before the listener connects (so even while Redis is away), and log
+    where; a port that cannot be served is one line (exit 1)."""
     try:
         serve(port, host)
     except OSError as exc:
         raise UserError(f"cannot serve metrics on {host}:{port}: {exc.strerror or exc}") \
             from None
+    log.info("serving metrics at %s/metrics", http_url(host, port))
 
 
 def sample(metrics: Any, listener: Listener, stopping: asyncio.Event) -> asyncio.Task[None]:

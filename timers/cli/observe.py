@@ -8,8 +8,11 @@ from typing import Annotated, Any
 
 import typer
 
-from timers.cli.common import PrefixOption, UrlOption, UserError, friendly, open_timers
+from timers.cli.common import PrefixOption, UrlOption, UserError, friendly, one_line
+from timers.client import configured_url
+from timers.exceptions import TimersError
 from timers.keys import DEFAULT_PREFIX
+from timers.observe.serving import http_url
 from timers.redact import safe_url
 
 PortOption = Annotated[int, typer.Option("--port", min=1, max=65535, metavar="PORT",
@@ -30,19 +33,27 @@ def _fleet_metrics() -> Any:
 def metrics(url: UrlOption = None, prefix: PrefixOption = DEFAULT_PREFIX,
             port: PortOption = 9465, host: HostOption = "127.0.0.1") -> None:
     """Serve the keyspace's state (pending, overdue, dead, listeners …) as Prometheus
-    metrics, read from Redis at each scrape, until Ctrl-C."""
+    metrics, read from Redis at each scrape, until Ctrl-C. It starts while Redis is away
+    (each scrape then says so: timers_keyspace_readable 0)."""
     module = _fleet_metrics()
-    with open_timers(url, prefix) as t:
-        t.run(t.ops.snapshot())  # a bad URL or a server away: say so now, not per scrape
-        try:
-            module.serve(lambda: t.run(t.ops.snapshot()), port, host)
-        except OSError as exc:
-            raise UserError(f"cannot serve metrics on {host}:{port}: "
-                            f"{exc.strerror or exc}") from None
-        typer.echo(f"serving the metrics of prefix {t.keys.prefix!r} on "
-                   f"{safe_url(url or '') or 'the configured server'} at "
-                   f"http://{host}:{port}/metrics (Ctrl-C stops)")
-        threading.Event().wait()
+    try:
+        reader = module.KeyspaceReader(url, prefix)
+    except ValueError as exc:
+        raise UserError(f"bad Redis URL {safe_url(configured_url(url))!r}: {exc}") from None
+    try:
+        module.serve(reader, port, host)
+    except OSError as exc:
+        raise UserError(f"cannot serve metrics on {host}:{port}: "
+                        f"{exc.strerror or exc}") from None
+    where = safe_url(configured_url(url))
+    typer.echo(f"serving the metrics of prefix {reader.keyspace_prefix or prefix!r} on {where} at "
+               f"{http_url(host, port)}/metrics (Ctrl-C stops)")
+    try:
+        reader()
+    except TimersError as exc:
+        typer.echo(f"warning: Redis does not answer yet ({one_line(str(exc))}): scrapes "
+                   f"report timers_keyspace_readable 0 until it does", err=True)
+    threading.Event().wait()
 
 
 def register(app: typer.Typer) -> None:

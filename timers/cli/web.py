@@ -9,6 +9,7 @@ import typer
 
 from timers.cli.common import PrefixOption, UrlOption, UserError, friendly, open_timers
 from timers.keys import DEFAULT_PREFIX
+from timers.observe.serving import http_url, listening_socket
 
 TOKEN_ENV = "TIMERS_WEB_TOKEN"
 PortOption = Annotated[int, typer.Option("--port", min=1, max=65535, metavar="PORT",
@@ -19,41 +20,66 @@ HostOption = Annotated[str, typer.Option(
          "interface (then put it behind TLS).")]
 AuthOption = Annotated[str | None, typer.Option(
     "--auth", metavar="TOKEN", show_default=False,
-    help=f"Token that unlocks actions (cancel, reschedule, retry, purge, pause), entered on "
-         f"the login page; default ${TOKEN_ENV}. Without one the dashboard only shows.")]
+    help=f"Token every page needs (entered once on the login page; /metrics takes "
+         f"Authorization: Bearer TOKEN) and that unlocks actions (cancel, reschedule, "
+         f"retry, purge, pause); default ${TOKEN_ENV}. Without one the dashboard only "
+         f"shows, to anyone who reaches it.")]
 ReadOnlyOption = Annotated[bool, typer.Option(
     "--read-only", help="Show only: no action buttons, every action refused.")]
+AllowHostOption = Annotated[list[str] | None, typer.Option(
+    "--allow-host", metavar="NAME", show_default=False,
+    help="Also answer requests whose Host is NAME (repeatable; *.example.com for every "
+         "subdomain). By default only localhost, 127.0.0.1, [::1] and the --host address: "
+         "a page elsewhere cannot reach the dashboard by DNS rebinding.")]
 
 
-def _web() -> tuple[Any, Any, Any]:
+def _web() -> tuple[Any, Any, Any, Any]:
     try:
         import uvicorn
 
         from timers.web.app import create_app
         from timers.web.auth import Guard
+        from timers.web.security import allowed_hosts
     except ImportError:
         raise UserError("timers web needs Starlette, uvicorn and Jinja2: pip install "
                         "'timers[web]'") from None
-    return uvicorn, create_app, Guard
+    return uvicorn, create_app, Guard, allowed_hosts
+
+
+def _scrape_reader(url: str | None, prefix: str) -> Any:
+    """What ``/metrics`` reads with (short timeouts), or None without prometheus_client."""
+    try:
+        from timers.observe.fleet_metrics import KeyspaceReader
+    except ImportError:
+        return None
+    return KeyspaceReader(url, prefix)
 
 
 def web(url: UrlOption = None, prefix: PrefixOption = DEFAULT_PREFIX,
         port: PortOption = 8080, host: HostOption = "127.0.0.1", auth: AuthOption = None,
-        read_only: ReadOnlyOption = False) -> None:
+        read_only: ReadOnlyOption = False, allow_host: AllowHostOption = None) -> None:
     """Serve a dashboard of the keyspace: overview, pending timers, a timer's page with
     cancel / reschedule / run now, dead timers with retry and purge, recurrences."""
-    uvicorn, create_app, guard_class = _web()
+    uvicorn, create_app, guard_class, allowed_hosts = _web()
     token = auth or os.environ.get(TOKEN_ENV) or None
+    try:
+        hosts = allowed_hosts(host, allow_host or ())
+    except ValueError as exc:
+        raise UserError(f"not a name to answer to: {exc}") from None
     with open_timers(url, prefix) as t:
         t.stats()  # a bad URL or a server away: say so now, not on the first page
-        app = create_app(t, guard_class(token=token, read_only=read_only))
-        mode = "read-only" if read_only or token is None else "actions need the token"
-        typer.echo(f"dashboard of prefix {t.keys.prefix!r} on http://{host}:{port}/ ({mode}; "
-                   f"Ctrl-C stops)")
+        app = create_app(t, guard_class(token=token, read_only=read_only), hosts=hosts,
+                         metrics=_scrape_reader(url, prefix))
         try:
-            uvicorn.run(app, host=host, port=port, log_level="warning")
+            sock = listening_socket(host, port)
         except OSError as exc:
             raise UserError(f"cannot serve on {host}:{port}: {exc.strerror or exc}") from None
+        mode = ("read-only" if read_only else "read-only (no --auth)" if token is None
+                else "pages and actions need the token")
+        typer.echo(f"dashboard of prefix {t.keys.prefix!r} on {http_url(host, port)}/ "
+                   f"({mode}; answers to Host {', '.join(hosts)}; Ctrl-C stops)")
+        with sock:
+            uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])
 
 
 def register(app: typer.Typer) -> None:

@@ -1,22 +1,36 @@
 """The keyspace's state as Prometheus metrics (``timers metrics``): one scrape target for the
 whole fleet, read from Redis at each scrape (two round trips, see
 :mod:`timers.observe.snapshot`), whichever listeners run.
+
+A scrape reads through a :class:`KeyspaceReader`, whose connections give up after
+:data:`SCRAPE_TIMEOUT` seconds: while Redis is paused or away a scrape answers in about
+that long with ``timers_keyspace_readable 0`` and no other figure (none would be current),
+well within Prometheus' default scrape timeout of 10 s.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterator
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+import redis
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from timers.client import Timers
+from timers.connect import configured_url
 from timers.exceptions import TimersError
 from timers.observe.snapshot import SOON_MS, FleetSnapshot
 
 log = logging.getLogger("timers.metrics")
+
+SCRAPE_TIMEOUT = 1.0
+"""Seconds a scrape waits to connect to Redis, and for each reply, before it reports Redis
+unreadable."""
 
 COUNTERS = {"fired": "Runs that ended well", "failed": "Timers that failed for good (dead)",
             "retried": "Failed attempts scheduled again", "reruns": "Runs claimed again "
@@ -81,6 +95,60 @@ class FleetCollector(Collector):
             return
         yield _gauge("timers_keyspace_readable", "1 when this scrape could read Redis", 1)
         yield from families(snap, time.perf_counter() - started)
+
+
+def with_timeouts(url: str, seconds: float) -> str:
+    """``url`` with ``?socket_timeout=`` and ``?socket_connect_timeout=`` set to
+    ``seconds`` (replacing the URL's own)."""
+    parts = urlsplit(url)
+    query = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True)
+             if k not in ("socket_timeout", "socket_connect_timeout")]
+    query += [("socket_timeout", str(seconds)), ("socket_connect_timeout", str(seconds))]
+    return urlunsplit(parts._replace(query=urlencode(query)))
+
+
+class KeyspaceReader:
+    """Reads a keyspace's snapshot for scrapes, every connection with ``timeout`` (s).
+
+    The client is made at the first read that can make it (a Redis Cluster client needs
+    the cluster to answer as it is made), so a scrape target can start, and answer, while
+    Redis is down. A bad URL is refused when the reader is made (ValueError)."""
+
+    def __init__(self, url: str | None, prefix: str | None = None,
+                 timeout: float = SCRAPE_TIMEOUT) -> None:
+        self.url = with_timeouts(configured_url(url), timeout)
+        self.prefix, self.timeout = prefix, timeout
+        self._timers: Timers | None = None
+        self._lock = threading.Lock()
+        try:
+            self._client()
+        except TimersError as exc:  # (a cluster that does not answer yet)
+            log.warning("cannot read the keyspace yet: %s", exc)
+
+    def _client(self) -> Timers:
+        with self._lock:
+            if self._timers is None:
+                made = Timers(self.url, prefix=self.prefix)
+                if isinstance(made.redis, redis.Redis):  # (a Sentinel primary's too)
+                    made.redis.connection_pool.connection_kwargs.update(
+                        socket_timeout=self.timeout, socket_connect_timeout=self.timeout)
+                self._timers = made
+            return self._timers
+
+    @property
+    def keyspace_prefix(self) -> str | None:
+        """The prefix read (None until the client is made)."""
+        return None if self._timers is None else self._timers.keys.prefix
+
+    def __call__(self) -> FleetSnapshot:
+        """The snapshot now; :class:`TimersError` if Redis does not answer in time."""
+        timers = self._client()
+        return timers.run(timers.ops.snapshot())
+
+    def close(self) -> None:
+        """Close the client's connections."""
+        if self._timers is not None:
+            self._timers.close()
 
 
 def serve(read: Callable[[], FleetSnapshot], port: int, host: str) -> CollectorRegistry:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import deque
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from importlib import resources
 from typing import Any
@@ -13,19 +14,34 @@ from typing import Any
 import jinja2
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.middleware.authentication import AuthenticationMiddleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
 from starlette.templating import Jinja2Templates
 
 from timers.client import Timers
-from timers.exceptions import TimersError
+from timers.exceptions import (
+    InvalidTimer,
+    MalformedTimerKey,
+    ServerError,
+    ServerOutOfMemory,
+    ServerTimeout,
+    ServerUnavailable,
+    TimerAlreadyPending,
+    TimersError,
+)
 from timers.observe import browse
 from timers.observe.snapshot import SOON_MS, FleetSnapshot
-from timers.web.auth import COOKIE, Guard
+from timers.web.auth import COOKIE, NOTE_COOKIE, Guard, LoginGate, refused
 from timers.web.reads import ACTIONS, TimerView, dead_timers
+from timers.web.security import LOCAL_HOSTS, SecurityHeaders
 
 PAGE = 50
+MAX_PAGE = 10**9
 HISTORY = 120
 """Snapshots kept for the overview's curves (one per refresh of any open page)."""
 
@@ -73,11 +89,21 @@ class Dashboard:
         return " ".join(f"{i * step:.1f},{60 - 58 * v / top:.1f}"
                         for i, v in enumerate(values) if v is not None)
 
-    def page(self, request: Request, name: str, **context: Any) -> Response:
+    def page(self, request: Request, name: str, status_code: int = 200,
+             **context: Any) -> Response:
+        """Page ``name`` rendered with ``context``, answered with ``status_code``. A whole
+        page (not the overview's ``/live`` part) shows the notice an action left in its
+        signed cookie, once."""
         logged_in = self.guard.logged_in(request.cookies.get(COOKIE))
-        return self.templates.TemplateResponse(request, name, {
+        whole = not name.startswith("_")
+        said = self.guard.note(request.cookies.get(NOTE_COOKIE)) if whole else None
+        response = self.templates.TemplateResponse(request, name, {
             "can_act": self.guard.actions_allowed and logged_in, "guard": self.guard,
-            "logged_in": logged_in, "prefix": self.timers.keys.prefix, **context})
+            "logged_in": logged_in, "prefix": self.timers.keys.prefix, "said": said,
+            "nonce": request.state.csp_nonce, **context}, status_code=status_code)
+        if whole and NOTE_COOKIE in request.cookies:
+            response.delete_cookie(NOTE_COOKIE, httponly=True, samesite="strict")
+        return response
 
 
 def _overview_context(d: Dashboard) -> dict[str, Any]:
@@ -102,13 +128,16 @@ def routes(d: Dashboard) -> list[Route]:
         return d.page(request, "_live.html", **await run_in_threadpool(_overview_context, d))
 
     async def timers_page(request: Request) -> Response:
+        offset = (_page_number(request) - 1) * PAGE
         return d.page(request, "timers.html",
-                      **await run_in_threadpool(_list_context, d, request.query_params))
+                      **await run_in_threadpool(_list_context, d, request.query_params,
+                                                offset))
 
     async def timer(request: Request) -> Response:
         view = await run_in_threadpool(TimerView.read, d.timers,
                                        request.query_params.get("id", ""))
-        return d.page(request, "timer.html", view=view, status_code=200 if view else 404)
+        return d.page(request, "timer.html", status_code=200 if view and view.timer else 404,
+                      view=view)
 
     async def dead(request: Request) -> Response:
         return d.page(request, "dead.html",
@@ -123,10 +152,16 @@ def routes(d: Dashboard) -> list[Route]:
             *action_routes(d)]
 
 
-def _list_context(d: Dashboard, query: Any) -> dict[str, Any]:
+def _page_number(request: Request) -> int:
+    """The ``page`` asked for (1 if none); 400 for anything but a whole number from 1."""
+    text = request.query_params.get("page", "1")
+    if not (text.isascii() and text.isdigit() and 1 <= int(text) <= MAX_PAGE):
+        raise HTTPException(400, f"page must be a whole number from 1 to {MAX_PAGE:,}")
+    return int(text)
+
+
+def _list_context(d: Dashboard, query: Any, offset: int) -> dict[str, Any]:
     prefix, task = query.get("q", "").strip(), query.get("task", "").strip()
-    offset = max(int(query.get("page", "1")) - 1, 0) * PAGE if query.get(
-        "page", "1").isdigit() else 0
     complete = True
     if prefix:
         found, complete = d.timers.run(d.timers.ops.search_id_prefix(prefix, PAGE))
@@ -148,9 +183,12 @@ def action_routes(d: Dashboard) -> list[Route]:
         if refusal is None and action is None:
             refusal = f"unknown action {fields.get('action', '')!r}"
         if refusal is not None or action is None:
-            return HTMLResponse(f"<p>refused: {_escape(refusal or '')}</p>", status_code=403)
+            return PlainTextResponse(f"refused: {refusal}", status_code=403)
         back = await run_in_threadpool(action, d.timers, fields)
-        return RedirectResponse(back, status_code=303)
+        response = RedirectResponse(back.path, status_code=303)
+        response.set_cookie(NOTE_COOKIE, d.guard.note_cookie(back.said), httponly=True,
+                            samesite="strict")
+        return response
 
     async def login(request: Request) -> Response:
         if request.method == "GET":
@@ -159,7 +197,7 @@ def action_routes(d: Dashboard) -> list[Route]:
         cookie = d.guard.cookie_for(str(form.get("token", "")))
         if cookie is None:
             await asyncio.sleep(0.2)  # a wrong token costs the guesser
-            return d.page(request, "login.html", failed=True, status_code=403)
+            return d.page(request, "login.html", status_code=403, failed=True)
         response = RedirectResponse("/", status_code=303)
         response.set_cookie(COOKIE, cookie, httponly=True, samesite="strict")
         return response
@@ -168,14 +206,9 @@ def action_routes(d: Dashboard) -> list[Route]:
                                                         methods=["GET", "POST"])]
 
 
-def _escape(text: str) -> str:
-    return (text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-            .replace('"', "&quot;"))
-
-
-def metrics_route(d: Dashboard) -> list[Route]:
+def metrics_route(read: Callable[[], FleetSnapshot]) -> list[Route]:
     """``/metrics``: the keyspace's Prometheus metrics, as ``timers metrics`` serves them
-    (when prometheus_client is installed: ``timers[metrics]``)."""
+    (when prometheus_client is installed: ``timers[metrics]``), each scrape a ``read``."""
     try:
         from prometheus_client import CollectorRegistry, generate_latest
         from prometheus_client.exposition import CONTENT_TYPE_LATEST
@@ -184,7 +217,7 @@ def metrics_route(d: Dashboard) -> list[Route]:
     except ImportError:
         return []
     registry = CollectorRegistry()
-    registry.register(FleetCollector(lambda: d.timers.run(d.timers.ops.snapshot())))
+    registry.register(FleetCollector(read))
 
     async def metrics(request: Request) -> Response:
         body = await run_in_threadpool(generate_latest, registry)
@@ -193,13 +226,47 @@ def metrics_route(d: Dashboard) -> list[Route]:
     return [Route("/metrics", metrics)]
 
 
-def create_app(timers: Timers, guard: Guard | None = None) -> Starlette:
-    """The dashboard of ``timers``'s keyspace as an ASGI app (and its ``/metrics``)."""
+ERRORS: list[tuple[type[Exception], int, str]] = [
+    (ServerTimeout, 503, "Redis did not answer in time"),
+    (ServerOutOfMemory, 503, "Redis is out of memory"),
+    (ServerUnavailable, 503, "Redis cannot be reached"),
+    (ServerError, 502, "Redis answered with an error"),
+    (TimerAlreadyPending, 409, "already pending"),
+    (InvalidTimer, 400, "bad input"),
+    (MalformedTimerKey, 400, "bad input"),
+    (ValueError, 400, "bad input"),
+    (TimersError, 500, "timers failed"),
+]
+"""Each error the pages can meet, its status and what it is, most specific first."""
+
+
+async def _error(request: Request, exc: Exception) -> Response:
+    """One line saying what went wrong (a Redis outage clears itself: say so)."""
+    for kind, status, what in ERRORS:
+        if isinstance(exc, kind):
+            again = (" This page works again once Redis answers."
+                     if isinstance(exc, ServerUnavailable) else "")
+            return PlainTextResponse(f"{what}: {str(exc).rstrip('.')}.{again}",
+                                     status_code=status)
+    raise exc  # (not registered for anything else)
+
+
+def create_app(timers: Timers, guard: Guard | None = None, *,
+               hosts: Sequence[str] = LOCAL_HOSTS,
+               metrics: Callable[[], FleetSnapshot] | None = None) -> Starlette:
+    """The dashboard of ``timers``'s keyspace as an ASGI app (and its ``/metrics``).
+
+    ``hosts``: the ``Host`` names it answers to (others get 400), see
+    :func:`timers.web.security.allowed_hosts`. ``metrics``: what a scrape of ``/metrics``
+    reads (default: a snapshot through ``timers``; ``timers web`` gives one with short
+    timeouts, :class:`timers.observe.fleet_metrics.KeyspaceReader`)."""
     dashboard = Dashboard(timers, guard or Guard())
-
-    async def unavailable(request: Request, exc: Exception) -> Response:
-        return HTMLResponse(f"<p>Redis did not answer: {_escape(str(exc))}. This page "
-                            f"works again once it does.</p>", status_code=503)
-
-    return Starlette(routes=routes(dashboard) + metrics_route(dashboard),
-                     exception_handlers={TimersError: unavailable})
+    read = metrics or (lambda: timers.run(timers.ops.snapshot()))
+    return Starlette(
+        routes=routes(dashboard) + metrics_route(read),
+        middleware=[Middleware(SecurityHeaders),
+                    Middleware(TrustedHostMiddleware, allowed_hosts=list(hosts),
+                               www_redirect=False),
+                    Middleware(AuthenticationMiddleware, backend=LoginGate(dashboard.guard),
+                               on_error=refused)],
+        exception_handlers={kind: _error for kind, _, _ in ERRORS})

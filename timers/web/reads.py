@@ -1,8 +1,10 @@
 """What the dashboard's timer and dead-timer pages read, and the actions its forms post.
 
-Each action takes the client and the posted form fields and returns the page to go back to;
-what it cannot do (a timer no longer pending, a bad delay) comes back as a message on that
-page, never as a half-done change.
+Each action takes the client and the posted form fields and returns the page to go back to
+and a notice of what it did; what it cannot do (a timer no longer pending, a bad delay)
+comes back as that notice, never as a half-done change. The notice travels in a signed
+cookie (:meth:`timers.web.auth.Guard.note_cookie`), never in the query string, so no link
+can put words on a page.
 """
 
 from __future__ import annotations
@@ -25,12 +27,13 @@ class TimerView:
 
     @classmethod
     def read(cls, timers: Timers, timer_id: str) -> TimerView | None:
-        """The timer ``timer_id`` (None for an empty or unreadable id)."""
+        """The timer ``timer_id`` (None for an empty id; no timer for an id no timer can
+        have). A Redis that does not answer is raised, not shown as "not pending"."""
         if not timer_id:
             return None
         try:
             return cls(timer_id, timers.get(timer_id))
-        except (TimersError, ValueError):
+        except ValueError:  # (InvalidTimerId, MalformedTimerKey)
             return cls(timer_id, None)
 
 
@@ -39,17 +42,25 @@ def dead_timers(timers: Timers, limit: int) -> list[Failure]:
     return timers.failed(limit)
 
 
-def _back(path: str, **query: str) -> str:
-    return f"{path}?{urlencode(query)}" if query else path
+@dataclass(frozen=True)
+class Back:
+    """Where an action sends the browser (a path with its query) and what it says there."""
+
+    path: str
+    said: str
 
 
-def _cancel(timers: Timers, fields: dict[str, str]) -> str:
+def _back(path: str, said: str, **query: str) -> Back:
+    return Back(f"{path}?{urlencode(query)}" if query else path, said)
+
+
+def _cancel(timers: Timers, fields: dict[str, str]) -> Back:
     done = timers.cancel(fields.get("id", ""))
     return _back("/timer", id=fields.get("id", ""), said="cancelled" if done else
                  "not pending any more: nothing to cancel")
 
 
-def _reschedule(timers: Timers, fields: dict[str, str]) -> str:
+def _reschedule(timers: Timers, fields: dict[str, str]) -> Back:
     timer_id = fields.get("id", "")
     try:
         delay = 0.0 if fields.get("action") == "run_now" else parse_delay(fields.get("in", ""))
@@ -60,7 +71,7 @@ def _reschedule(timers: Timers, fields: dict[str, str]) -> str:
                  "not pending any more: nothing to reschedule")
 
 
-def _retry(timers: Timers, fields: dict[str, str]) -> str:
+def _retry(timers: Timers, fields: dict[str, str]) -> Back:
     chosen = [f for f in timers.get_failures(fields.get("id", ""))
               if f.failure_id == fields.get("failure_id")]
     if not chosen:
@@ -72,17 +83,17 @@ def _retry(timers: Timers, fields: dict[str, str]) -> str:
     return _back("/dead", said=f"timer {timer_id} scheduled again, due now")
 
 
-def _purge(timers: Timers, fields: dict[str, str]) -> str:
+def _purge(timers: Timers, fields: dict[str, str]) -> Back:
     return _back("/dead", said=f"{timers.purge_failures()} failure record(s) purged")
 
 
-def _pause(timers: Timers, fields: dict[str, str]) -> str:
+def _pause(timers: Timers, fields: dict[str, str]) -> Back:
     name = fields.get("name", "")
     done = timers.pause(name) if fields.get("action") == "pause" else timers.resume(name)
     return _back("/recurrences", said=f"{name}: {fields.get('action')}d" if done
                  else f"no recurrence named {name!r}")
 
 
-ACTIONS: dict[str, Callable[[Timers, dict[str, str]], str]] = {
+ACTIONS: dict[str, Callable[[Timers, dict[str, str]], Back]] = {
     "cancel": _cancel, "reschedule": _reschedule, "run_now": _reschedule, "retry": _retry,
     "purge": _purge, "pause": _pause, "resume": _pause}
