@@ -49,3 +49,23 @@ def test_a_burst_of_commands_starts_in_order_per_device_on_a_fresh_server(
             out_of_order += [(key, order) for key, order in starts_by_device(r).items()
                              if order != sorted(order)]
     assert out_of_order == []
+
+
+def test_keyed_timers_never_start_before_their_due_time(
+        r: redis.Redis, redis_url: str, processes: Processes) -> None:
+    """A keyed timer claimed a few ms ahead of its due time and held back for its key is
+    handed over later with the due time it had: its listener still waits for it (Redis
+    clock on both sides: the due time, and the task's own TIME at its start)."""
+    from tests.task_pkg.flow import DUE_CHECKS
+
+    procs = listeners(processes, redis_url, 2, "--tasks", TASKS)
+    wait_listening(r, 2, procs, processes)
+    count = 2_000
+    with Timers(redis_url) as t:
+        t.schedule_many(TimerSpec("flow.due_checked", [i % 20], in_=0.5 + (i * 7 % 3000) / 1000)
+                        for i in range(count))
+        wait_until(lambda: r.llen(DUE_CHECKS) == count, 90, message="every timer to run")
+        wait_until(lambda: settled(t), 20, message="nothing pending or running")
+    checks = [json.loads(item) for item in r.lrange(DUE_CHECKS, 0, -1)]
+    early = [(due, start) for due, start in checks if start < due]
+    assert early == []

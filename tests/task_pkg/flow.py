@@ -88,3 +88,15 @@ def encode(tag: str) -> None:
 def capped_and_paced(tag: str, seconds: float) -> None:
     """At most five at once and two starts a second, fleet-wide."""
     _run(tag, "capped", seconds)
+
+
+DUE_CHECKS = "test:due-checks"
+
+
+@timers.task(concurrency=1, key=lambda device: f"dev:{device}")
+def due_checked(device: int) -> None:
+    """Notes ``[due ms, Redis time ms at the start]``: both on the Redis clock."""
+    r = client()
+    seconds, micros = r.time()
+    due = timers.current().due.timestamp() * 1000
+    r.rpush(DUE_CHECKS, json.dumps([due, seconds * 1000 + micros / 1000]))

@@ -97,7 +97,9 @@ def test_the_lease_thread_renews_held_runs_and_reports_a_lost_one_once(
     assert float(client.zscore(RUNNING, "1") or 0) > 1
     assert held.tokens() == ["1"]
     assert [m for m in caplog.messages if "lapsed" in m] == [
-        "lease of run 2 (timer gone) lapsed: another listener may run it again"]
+        "lease of run 2 (timer gone) lapsed and the run was recovered elsewhere: this "
+        "listener starts nothing it was handed with it"]
+    assert held.fresh("1") and not held.fresh("2")  # the fence: only what is still held
     keeper.close()
 
 
@@ -123,7 +125,8 @@ def test_a_run_whose_ending_is_on_its_way_stays_renewed_and_is_dropped_quietly(
     client.zrem(RUNNING, "1")
     keeper.renew_once()
     assert [m for m in caplog.messages if "lapsed" in m] == [
-        "lease of run 1 (timer sent) lapsed: another listener may run it again"]
+        "lease of run 1 (timer sent) lapsed and the run was recovered elsewhere: this "
+        "listener starts nothing it was handed with it"]
     keeper.close()
 
 

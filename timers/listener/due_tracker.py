@@ -79,6 +79,14 @@ class DueTracker:
         offset = self._offset.offset_ms if self._offset else 0.0
         return (redis_ms - offset) / 1000
 
+    def monotonic_when_due(self, redis_ms: float) -> float:
+        """The local monotonic time (seconds) by which the Redis clock surely reads
+        ``redis_ms``: :meth:`monotonic_at` plus the estimate's uncertainty (half the round
+        trip it was measured over), so a run started then never starts before its due time
+        on the Redis clock."""
+        uncertainty_ms = self._offset.rtt_ms / 2 if self._offset else 0.0
+        return self.monotonic_at(redis_ms + uncertainty_ms)
+
     def redis_ms_at(self, monotonic: float) -> float:
         """The Redis clock at local monotonic time ``monotonic`` (seconds)."""
         offset = self._offset.offset_ms if self._offset else 0.0

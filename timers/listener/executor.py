@@ -114,9 +114,11 @@ class Executor:
     async def execute(self, run: Run) -> Executed:
         """Run ``run`` and say how it ended. A cancellation (shutting down) goes through:
         the listener hands the run back."""
-        if run.due_ms > self.tracker.redis_now_ms():
-            # claimed a few ms ahead: start exactly at the due time
-            await self.sleeper.sleep_until(self.tracker.monotonic_at(run.due_ms))
+        start_at = self.tracker.monotonic_when_due(run.due_ms)
+        if start_at > self.tracker.clock.monotonic():
+            # claimed a few ms ahead (or handed over from a key's queue before its due
+            # time): start at the due time, never before it on the Redis clock
+            await self.sleeper.sleep_until(start_at)
         attempt = _Attempt(self.tracker.redis_now_ms())
         try:
             outcome = await self._attempt(run, attempt)

@@ -83,6 +83,12 @@ end
 local function take(id, due_text, source)
   local record = withdraw(KEYS[1], KEYS[2], ARGV[1], id)
   if record then
+    -- a timer promoted from a key's queue sits at score 0 (claimed first): its run is due
+    -- at the due time it had (";w="), so its listener waits if that has not come yet
+    local waited_from = tonumber(record_option(record, 'w') or '')
+    if waited_from and waited_from > tonumber(due_text) then
+      due_text = string.format('%.0f', waited_from)
+    end
     start('0' .. me .. '|' .. due_text .. '|' .. id .. ':' .. record, source,
       record_group(record))
   end
