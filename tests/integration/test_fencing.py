@@ -55,6 +55,8 @@ def test_a_listener_paused_past_its_lease_starts_nothing_it_no_longer_holds(
     # the paused command itself may run again (its rerun, counted); no other one does
     assert twice in ([], [tag]), starts
     assert stats.counters.get("reruns", 0) >= 1
+    # the paused run ended after the other listener took it over: counted as such
+    assert stats.counters.get("late_finishes", 0) == 1
     # no two commands of the device at once, but for the paused run itself
     done = runs(r)
     for i, (a_tag, _, a_pid, a_start, a_end, _) in enumerate(done):

@@ -121,6 +121,14 @@ def listeners(url: UrlOption = None, prefix: PrefixOption = DEFAULT_PREFIX) -> N
                    f"{printable(info.get('state', ''))}")
 
 
+_COUNTER_NOTES = {
+    "reruns": " (runs whose listener died or stalled past its lease, run again)",
+    "late_finishes": " (paused past lease: runs that ended after another listener took "
+                     "them over, each overlapping its rerun)",
+}
+"""What a counter whose name alone says too little means, as ``timers stats`` prints it."""
+
+
 def stats(url: UrlOption = None, prefix: PrefixOption = DEFAULT_PREFIX) -> None:
     """Counts: pending, running, failed, fired; per group; timers waiting per key/rate."""
     with open_timers(url, prefix) as t:
@@ -131,7 +139,7 @@ def stats(url: UrlOption = None, prefix: PrefixOption = DEFAULT_PREFIX) -> None:
     typer.echo(f"failed:   {s.failed}")
     typer.echo(f"fired:    {s.fired}")
     for name in sorted(set(s.counters) - {"fired", "failed"}):
-        typer.echo(f"{name + ':':<9} {s.counters[name]}")
+        typer.echo(f"{name + ':':<9} {s.counters[name]}{_COUNTER_NOTES.get(name, '')}")
     if s.groups and set(s.groups) != {DEFAULT_GROUP}:
         typer.echo(f"\n{'GROUP':<24} {'PENDING':>9} {'WAITING':>9} {'RUNNING':>9}")
         for name, counts in sorted(s.groups.items()):
