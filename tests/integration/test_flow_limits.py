@@ -17,7 +17,7 @@ from timers import Timers, TimerSpec
 
 pytestmark = [pytest.mark.integration, pytest.mark.one_server]
 
-TIMERS = 16  # 2 to 3.9 s each: the cap binds as often as the rate
+TIMERS = 30  # 2 to 3.9 s each: the cap binds as often as the rate
 
 
 def test_a_rate_with_a_concurrency_cap_never_bunches(
