@@ -10,8 +10,10 @@ The child loads the tasks package as the listener does (:class:`TaskLoader`), ru
 task with :class:`Runner` and sends its :class:`Outcome` back over a pipe. A child that
 exits without one is one more crash of this timer only: it runs again in a new child
 until its crashes (``reruns`` plus the ones here) reach the task's ``max_crashes``, and
-then ends dead. The listener holds the lease throughout; the task's timeout kills the
-child. Non-suspect runs never come here: they keep the in-process path.
+then ends dead, its record saying how many of its starts died here and how many listeners
+holding it went away before (:mod:`timers.listener.crashes`). The listener holds the lease
+throughout; the task's timeout kills the child. Non-suspect runs never come here: they
+keep the in-process path.
 """
 
 from __future__ import annotations
@@ -80,19 +82,27 @@ class Quarantine:
     async def run(self, timer_id: str, task: str, fn: Callable[..., Any], args: Args,
                   policy: TaskPolicy, reruns: int) -> Outcome:
         """Run ``task`` in a child until it ends with an outcome or its crashes reach
-        ``policy.max_crashes`` (counting the ``reruns`` before)."""
-        crashes = reruns
+        ``policy.max_crashes``: the ``reruns`` before (listeners that went away holding it)
+        plus the children here that died, each counted as what it was (a start that
+        died, or a child that died before it started the task)."""
+        died = before_start = 0
         target = self._target(task, fn)
         while True:
-            outcome, exitcode = await self._once(target, args, policy.timeout)
+            outcome, exitcode, started = await self._once(target, args, policy.timeout)
             if outcome is not None:
                 return outcome
-            crashes += 1
+            if started:
+                died += 1
+            else:
+                before_start += 1
+            crashes = reruns + died + before_start
             how = how_it_died(exitcode)
-            log.warning("timer %s (%s): its quarantine process died (%s), crash %d of %d",
-                        timer_id, task, how, crashes, policy.max_crashes)
+            log.warning("timer %s (%s): its quarantine process died (%s)%s, crash %d of %d",
+                        timer_id, task, how, "" if started else " before starting it",
+                        crashes, policy.max_crashes)
             if crashes >= policy.max_crashes:
-                return died_outcome(crashes, f"{how} in a quarantine process on {self.where}")
+                where = f"{how} in a quarantine process on {self.where}"
+                return died_outcome(died, where, reruns, before_start)
 
     def _target(self, task: str, fn: Callable[..., Any]) -> tuple[str, str | None, str, bytes]:
         """What the child resolves: the task path in the package, or a registered
@@ -104,8 +114,9 @@ class Quarantine:
         return (self.loader.package, self.loader.search_path, task, pickled)
 
     async def _once(self, target: tuple[str, str | None, str, bytes], args: Args,
-                    limit: float | None) -> tuple[Outcome | None, int | None]:
-        """One child: its outcome, or None and its exit code if it died without one."""
+                    limit: float | None) -> tuple[Outcome | None, int | None, bool]:
+        """One child: its outcome, or None and its exit code if it died without one; and
+        whether it started the task."""
         context = _mp_context()
         receiver, sender = context.Pipe(duplex=False)
         process = context.Process(target=_child, name="timers-quarantine", daemon=True,
@@ -116,16 +127,17 @@ class Quarantine:
             sender.close()
             # the timeout counts from when the task starts, not while the child loads it
             outcome = await _message(process, receiver)
-            if outcome is STARTED:
+            started = outcome is STARTED
+            if started:
                 try:
                     async with asyncio.timeout(limit):
                         outcome = await _message(process, receiver)
                 except TimeoutError:
                     return Outcome("error", "TimeoutError",
-                                   f"task did not finish within {limit} s"), None
+                                   f"task did not finish within {limit} s"), None, True
             if outcome is not None:
                 await _exited(process, EXIT_GRACE)
-            return outcome, process.exitcode
+            return outcome, process.exitcode, started
         finally:
             sender.close()
             _end(process, receiver)
