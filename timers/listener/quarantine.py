@@ -27,6 +27,7 @@ import os
 import pickle
 import signal
 from collections.abc import Callable
+from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -36,6 +37,7 @@ from timers.listener.crashes import died_outcome
 from timers.listener.orphans import ask_for_signal_on_parent_death
 from timers.listener.runner import Runner
 from timers.loader import TaskLoader
+from timers.logs import IDENTITY, JsonFormatter, LogFormat, configure
 from timers.policy import TaskPolicy
 from timers.runs import MAX_MESSAGE, MAX_TRACEBACK, Outcome
 
@@ -121,7 +123,7 @@ class Quarantine:
         receiver, sender = context.Pipe(duplex=False)
         process = context.Process(target=_child, name="timers-quarantine", daemon=True,
                                   args=(*target, json.dumps(args), sender, dict(os.environ),
-                                        timer_context.current_or_none()))
+                                        timer_context.current_or_none(), ChildLogs.here()))
         try:
             await asyncio.to_thread(process.start)
             sender.close()
@@ -200,24 +202,64 @@ def _end(process: Any, receiver: Connection) -> None:
         process.close()
 
 
+@dataclass(frozen=True)
+class ChildLogs:
+    """How the listener logs (level, format, its id), for its quarantine children to log
+    the same way: their lines, and a task's, read like the listener's own."""
+
+    level: str
+    format: LogFormat
+    listener: str | None
+
+    @classmethod
+    def here(cls) -> ChildLogs:
+        """This process's: JSON if a handler of the root logger writes JSON, else text."""
+        root = logging.getLogger()
+        json_out = any(isinstance(h.formatter, JsonFormatter) for h in root.handlers)
+        return cls(logging.getLevelName(root.getEffectiveLevel()),
+                   "json" if json_out else "text", IDENTITY.listener)
+
+    def configure(self) -> None:
+        """Log in this process as the listener does, as its quarantine child."""
+        configure(self.level, self.format, role="quarantine")
+        IDENTITY.listener = self.listener
+
+
+PARENT_GONE = (BrokenPipeError, ConnectionResetError, EOFError)
+"""What writing to the pipe raises once the listener's end is closed."""
+
+
 def _child(package: str, search_path: str | None, task: str, pickled: bytes, args_json: str,
            sender: Connection, environ: dict[str, str],
-           timer: timer_context.TimerContext | None = None) -> None:
+           timer: timer_context.TimerContext | None = None,
+           logs: ChildLogs | None = None) -> None:
     """In the child: resolve the task as the listener does, run it, send the outcome.
 
     The fork server was started at the first quarantined run and kept the environment of
     that moment: the task gets the listener's environment as it is now, as in-process,
-    and its :func:`timers.current` context.
+    and its :func:`timers.current` context. It logs as the listener does (``logs``). If the
+    listener went away (its end of the pipe closed: a timeout, a shutdown), the child says
+    so in one line and exits: nobody is left to read an outcome, and a task not started
+    yet is not started.
     """
     os.environ.clear()
     os.environ.update(environ)
     ask_for_signal_on_parent_death(signal.SIGKILL)
+    if logs is not None:
+        logs.configure()
     timer_context.enter(timer)  # asyncio.run copies it into the task's context
-    outcome = asyncio.run(_run_in_child(package, search_path, task, pickled, args_json,
-                                        lambda: sender.send("started")))
-    sender.send((outcome.kind, outcome.error_type, outcome.message[:MAX_MESSAGE],
-                 outcome.traceback[-MAX_TRACEBACK:]))
-    sender.close()
+    try:
+        outcome = asyncio.run(_run_in_child(package, search_path, task, pickled, args_json,
+                                            lambda: sender.send("started")))
+        sender.send((outcome.kind, outcome.error_type, outcome.message[:MAX_MESSAGE],
+                     outcome.traceback[-MAX_TRACEBACK:]))
+    except PARENT_GONE as exc:
+        log.warning("quarantine process of task %s: the listener went away before it "
+                    "read the outcome (%s: %s); exiting", task, type(exc).__name__, exc,
+                    extra={"task": task})
+    finally:
+        with contextlib.suppress(OSError):
+            sender.close()
 
 
 async def _run_in_child(package: str, search_path: str | None, task: str, pickled: bytes,
