@@ -255,9 +255,11 @@ class ScriptCalls:
 
     def cron_next(self, *, name_field: str, version: int, due_ms: int,
                   successor_ms: int | None, record: str, defer: bool, take: str,
-                  release: str) -> Invocation:
+                  release: str, group: str = DEFAULT_GROUP) -> Invocation:
+        """``group``: the running occurrence's, whose running set leases its runs (where
+        the overlap check looks for the previous run's lease)."""
         k = self.keys
-        keys = [k.recurrence_states, k.due, k.records, k.running]
+        keys = [k.recurrence_states, k.due, k.records, k.running_of(group)]
         if successor_ms is not None:
             keys.append(self._occurrence_key(name_field, successor_ms, record))
         return Invocation("cron_next", tuple(keys), (
@@ -355,11 +357,11 @@ class Scripts:
 
     def cron_next(self, *, name_field: str, version: int, due_ms: int,
                   successor_ms: int | None, record: str, defer: bool, take: str,
-                  release: str) -> Any:
+                  release: str, group: str = DEFAULT_GROUP) -> Any:
         """Reply: ``[status, holder]``."""
         return self.run(self.calls.cron_next(
             name_field=name_field, version=version, due_ms=due_ms, successor_ms=successor_ms,
-            record=record, defer=defer, take=take, release=release))
+            record=record, defer=defer, take=take, release=release, group=group))
 
     def cron_pause(self, name_field: str) -> Any:
         return self.run(self.calls.cron_pause(name_field))

@@ -25,9 +25,13 @@ How it works, so that a test tests what production does:
   the same call. ``concurrency=1`` (the default here) runs timers one at a time, in due order.
 - Due times are computed by the server's clock (``TIME`` inside the scripts), which a test
   cannot move. So :meth:`TimersTest.advance` moves every pending timer that much earlier
-  instead (a reschedule of each, the same operation as :func:`timers.reschedule`) and adds
-  it to :meth:`TimersTest.now`. What a test sees is what it would see had that much time
-  passed: a timer due in 24 h runs after ``advance(hours=24)``, not after ``advance(hours=23)``.
+  instead (a reschedule of each, the same operation as :func:`timers.reschedule`), brings
+  each rate limit's next free slot (and the timer promoted to it) that much closer, and
+  adds it to :meth:`TimersTest.now`. Timers waiting in a rate limit's or a concurrency
+  key's queue stay there, in their order: the runs before them let them go, as in
+  production, and ``run_all`` advances to each next rate slot as to a due time. What a
+  test sees is what it would see had that much time passed: a timer due in 24 h runs after
+  ``advance(hours=24)``, not after ``advance(hours=23)``.
   Times recorded by the server (a :class:`Fired` report's ``due_ms``, ``timers.current().due``,
   failure times) stay on the server's real clock, as does an absolute time (``at=``, a cron
   expression) given after an advance; relative ones (``in_=``) are exact. A recurrence's
@@ -50,9 +54,10 @@ import timers
 import timers.aio
 from timers.client import AsyncTimers, Timers
 from timers.context import TimerContext, entered
-from timers.encoding import as_text, is_occurrence_id
+from timers.encoding import Record, as_text, is_occurrence_id
 from timers.exceptions import TimersError
 from timers.failure_ops import Failure
+from timers.flow.views import Parked, group_of, priority_of
 from timers.keys import DEFAULT_GROUP, DEFAULT_PREFIX
 from timers.listener import Listener
 from timers.loops import PerLoop
@@ -145,7 +150,36 @@ class TimersTest:
             raise ValueError(f"time only moves forward, got {shift}")
         self.offset += shift
         for timer in self.timers.list(limit=_ALL):
-            self.timers.reschedule(timer.id, at=max(timer.due - shift, _EPOCH))
+            if timer.wait is None or timer.wait.kind == "group":
+                self.timers.reschedule(timer.id, at=max(timer.due - shift, _EPOCH))
+        self._shift_rates(round(shift.total_seconds() * 1000))
+
+    def _shift_rates(self, shift_ms: int) -> None:
+        """Rate limits' clocks, which the server keeps on its real clock, come ``shift_ms``
+        closer too: each limit's next free slot (GCRA ``tat``), and the slot of the timer
+        promoted to it (in its due index at that time). Timers waiting in a queue (for a
+        rate or a concurrency key) are left there, in their order: time alone does not
+        free them."""
+        if shift_ms <= 0:
+            return
+        redis, keys = self.timers.redis, self.timers.keys
+        parked = {as_text(i): Parked.read(v) for i, v in redis.hgetall(keys.parked).items()}
+        promoted = {i: p for i, p in parked.items() if p is not None and p.state == "R"}
+        records = redis.hmget(keys.records, list(promoted)) if promoted else []
+        pipe = redis.pipeline(transaction=True)
+        for (escaped, p), value in zip(promoted.items(), records, strict=True):
+            if value is None:
+                continue  # cancelled meanwhile
+            record = Record.decode(as_text(value))
+            index = keys.due_index(group_of(record), priority_of(record))
+            pipe.zincrby(index, -shift_ms, escaped)
+            pipe.hset(keys.parked, escaped, "|".join(
+                (p.state, str(p.a), str(p.b), str(max(p.c - shift_ms, 0)), p.name)))
+        for state in redis.scan_iter(match=keys.rate("*"), count=1000):
+            tat = redis.hget(state, "tat")
+            if tat is not None:
+                pipe.hset(state, "tat", str(max(int(float(tat)) - shift_ms, 0)))
+        pipe.execute()
 
     # -- running ---------------------------------------------------------------------
 
@@ -210,9 +244,13 @@ class TimersTest:
         return tuple(sorted({DEFAULT_GROUP} | {as_text(q).rpartition("|")[0] for q in queues}))
 
     def _next_due(self, include_recurrences: bool) -> PendingTimer | None:
-        """The soonest pending timer, on the server's clock (not shifted by the offset)."""
+        """The soonest pending timer that time alone makes due, on the server's clock (not
+        shifted by the offset): one waiting in a queue for a rate limit or a concurrency
+        key is let go by the runs before it, not by time (the one a rate limit promoted is
+        due at its slot)."""
         for timer in self.timers.list(limit=_ALL):
-            if include_recurrences or not is_occurrence_id(timer.id):
+            waits = timer.wait is not None and timer.wait.waiting and timer.wait.kind != "group"
+            if not waits and (include_recurrences or not is_occurrence_id(timer.id)):
                 return timer
         return None
 

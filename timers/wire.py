@@ -39,6 +39,13 @@ class Option(StrEnum):
     WAITED_FROM = "w"
     """The due time in ms a timer had before a flow gate (key or rate) held it back:
     written by the scripts, so its lateness counts the wait."""
+    GROUP_MOVES = "mv"
+    """How many times listeners moved the timer to the group its task declares (absent:
+    none). Bounded, so releases that disagree on a task's group cannot bounce it forever
+    (:mod:`timers.flow.disagreement`)."""
+    GROUP_DISAGREEMENT = "gx"
+    """Set while the timer waits in its group, unmoved: the group its task declares in the
+    release of the listener that left it there (:mod:`timers.flow.disagreement`)."""
 
 
 FLOW_DUE_SPAN = 2**42
@@ -67,6 +74,9 @@ class EndingKind(StrEnum):
     RELEASE = "release"
     MOVE = "move"
     """Pending again in the group its task declares (uncounted as an attempt)."""
+    WAIT = "wait"
+    """Pending again, unmoved, until a later due time: releases disagree on its task's
+    group (uncounted as an attempt)."""
 
 
 class ClaimSource(StrEnum):

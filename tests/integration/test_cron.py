@@ -146,6 +146,26 @@ def test_overlap_off_skips_occurrences_while_a_run_goes_on_across_listeners(
     assert timers_client.stats().counters.get("skipped", 0) == kinds["skipped"]
 
 
+def test_overlap_off_holds_for_a_recurrence_in_a_group_of_its_own(
+    timers_client: Timers, r: redis.Redis, start_listener: StartListener
+) -> None:
+    """A group's runs are leased in the group's running set (``P|run|<group>``): the
+    overlap check looks for the previous run's lease there, so a slow run still blocks."""
+    listeners = [start_listener(tasks=TASKS, groups=["nightly"]) for _ in range(2)]
+    timers_client.every("grouped", "jobs.slow", ["grouped", 0.5], interval=0.2,
+                        overlap=False, group="nightly")
+    wait_until(lambda: len(task_runs(r)) >= 4, 15, message="4 slow runs")
+    timers_client.pause("grouped")
+    stop_all(listeners)
+    spans = sorted((started, ended) for _, started, ended in task_runs(r))
+    overlapping = [(a, b) for a, b in itertools.pairwise(spans) if b[0] < a[1]]
+    assert not overlapping, f"runs overlapped: {overlapping}"
+    found = reports(listeners, "grouped")
+    assert {f.group for f in found} == {"nightly"}
+    skipped = [f for f in found if f.outcome.kind == "skipped"]
+    assert any("overlap is off" in f.outcome.message for f in skipped)
+
+
 # -- change in place ---------------------------------------------------------------------
 
 

@@ -9,6 +9,7 @@ with timers' own bookkeeping. Times are printed, never asserted: bench/flow.py m
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import textwrap
@@ -25,7 +26,9 @@ from tests.integration.helpers import KEYS, TASKS, TIMERS_COMMAND, Processes, ru
 from tests.task_pkg import STARTED
 from tests.task_pkg.flow import SPANS_ENV
 from tests.task_pkg.slow import RELEASE
-from timers import Timers, TimerSpec
+from timers import PendingTimer, Timers, TimerSpec
+from timers.encoding import Record
+from timers.wire import Option
 
 pytestmark = [pytest.mark.integration, pytest.mark.one_server]
 
@@ -115,6 +118,94 @@ def test_a_group_nobody_serves_stays_pending_and_a_tasks_declared_group_is_honou
         assert runs(r) == [["moved", video[0].pid]]
         assert t.get("orphan") is not None  # still pending: nobody serves its group
         assert t.stats().failed == 0
+
+
+def _cpu_seconds(pid: int) -> float:
+    """CPU time (user + system) of process ``pid`` and of every live process below it."""
+    parents: dict[int, int] = {}
+    times: dict[int, float] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rpartition(")")[2].split()
+        except OSError:
+            continue  # gone meanwhile
+        child = int(stat.parent.name)
+        parents[child] = int(fields[1])
+        times[child] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    tree, grew = {pid}, True
+    while grew:
+        below = {child for child, parent in parents.items() if parent in tree} - tree
+        tree |= below
+        grew = bool(below)
+    return sum(times.get(p, 0.0) for p in tree)
+
+
+def test_releases_that_disagree_on_a_tasks_group_stop_moving_its_timers_and_say_why(
+        r: redis.Redis, redis_url: str, processes: Processes, tmp_path: Path) -> None:
+    """Listener A serves group a, and its release says the task is in group b; B serves b
+    and its release says a. Each timer moves a bounded number of times, then waits where
+    it is, visible with the reason; one warning names the task and both groups; and the
+    listeners do not spin."""
+    for package, says in (("release_a", "b"), ("release_b", "a")):
+        (tmp_path / package).mkdir()
+        (tmp_path / package / "__init__.py").write_text("")
+        (tmp_path / package / "jobs.py").write_text(textwrap.dedent(f"""\
+            import json
+            import timers
+            from tests.task_pkg import RUNS, client
+
+            @timers.task(group={says!r})
+            def work(tag):
+                client().rpush(RUNS, json.dumps([tag]))
+            """))
+    env = processes.env()
+    env["PYTHONPATH"] = f"{tmp_path}:{env['PYTHONPATH']}"
+    a = listeners(processes, redis_url, 1, "--tasks", "release_a", "--group", "a", env=env)
+    b = listeners(processes, redis_url, 1, "--tasks", "release_b", "--group", "b", env=env)
+    wait_listening(r, 2, a + b, processes)
+    ids = [f"t{i}" for i in range(20)]
+    with Timers(redis_url, group="a") as t:
+        t.schedule_many(TimerSpec("jobs.work", [i], in_=0, id=i) for i in ids)
+
+        def waiting() -> list[PendingTimer]:
+            found = [t.get(i) for i in ids]
+            return [p for p in found if p is not None and p.wait is not None
+                    and p.wait.kind == "group"]
+
+        wait_until(lambda: len(waiting()) == len(ids), 30,
+                   message="every timer to wait on the group disagreement")
+        routed = t.stats().counters.get("routed", 0)
+        cpu = {p.pid: _cpu_seconds(p.pid) for p in a + b}
+        started = time.monotonic()
+        time.sleep(2.0)  # a window to measure: a spinning pair moved 2,300 timers a second
+        elapsed = time.monotonic() - started
+        busy = {pid: (_cpu_seconds(pid) - before) / elapsed for pid, before in cpu.items()}
+        assert t.stats().counters.get("routed", 0) == routed, "timers still move"
+        assert all(share < 0.2 for share in busy.values()), f"listeners busy: {busy}"
+        shown = waiting()
+        assert len(shown) == len(ids), "a waiting timer vanished from get()"
+        for timer in shown:
+            assert timer.wait is not None
+            assert timer.wait.describe().startswith(
+                "waiting: group disagreement: task jobs.work says group a, listener serves b")
+            assert timer.group == "b"
+        assert len(t.list(100)) == len(ids)
+    for i in ids:
+        record = Record.decode(r.hget(KEYS.records, i))
+        assert 1 <= int(record.options[Option.GROUP_MOVES]) <= 10
+    assert routed <= 10 * len(ids)
+    assert runs(r) == []
+    shown_cli = subprocess.run([TIMERS_COMMAND, "get", "t0", "--url", redis_url],
+                               capture_output=True, text=True, timeout=30, check=True).stdout
+    assert "group disagreement: task jobs.work says group a, listener serves b" in shown_cli
+    listed = subprocess.run([TIMERS_COMMAND, "list", "--url", redis_url],
+                            capture_output=True, text=True, timeout=30, check=True).stdout
+    assert listed.count("group disagreement") == len(ids)
+    logs = "\n".join(processes.output(p) for p in a + b)
+    warnings = [line for line in logs.splitlines() if "group disagreement" in line]
+    assert len(warnings) == 1, warnings
+    assert "WARNING" in warnings[0] and "jobs.work" in warnings[0]
+    assert "group a" in warnings[0] and "serves b" in warnings[0]
 
 
 # -- concurrency keys -----------------------------------------------------------------

@@ -11,14 +11,16 @@ quarantine process, so only the poison's own crashes count against it.
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 
 import pytest
 import redis
 
 from tests.conftest import wait_until
-from tests.integration.helpers import Processes, settled
+from tests.integration.helpers import KEYS, Processes, settled
 from tests.retry_tasks import calls, done
+from tests.retry_tasks.poison import STARTS
 from timers import Timers, TimerSpec
 
 pytestmark = pytest.mark.integration
@@ -42,8 +44,9 @@ def test_a_poison_timer_dies_after_three_crashes_and_the_rest_run_once(
     (failure,) = timers_client.failed()
     assert failure.timer_id == "poison"
     message = failure.data["message"]
-    assert message.startswith("its process died 3 times (last: exit code 1 in a quarantine "
-                              "process on "), message
+    assert message.startswith("its process died 2 times in quarantine (last: exit code 1 in "
+                              "a quarantine process on "), message
+    assert message.endswith(", after its listener went away once while holding it"), message
     wait_until(lambda: settled(timers_client), 10, message="nothing pending or running")
 
     poison_calls = [n for tag, n in calls(r) if tag == "poison"]
@@ -86,7 +89,8 @@ def test_timers_in_flight_alongside_a_poison_run_to_completion_and_none_is_dead(
     assert supervisor.poll() is None, processes.output(supervisor)
     failures = timers_client.failed()
     assert [f.timer_id for f in failures] == ["poison"], "no timer but the poison is dead"
-    assert failures[0].data["message"].startswith("its process died 3 times"), failures[0].data
+    assert failures[0].data["message"].startswith("its process died 2 times in quarantine"), \
+        failures[0].data
     completed = Counter(tag for tag, _ in done(r))
     assert set(completed) == {f"n{i}" for i in range(ALONGSIDE)}, "every nap completed"
     assert all(n == 1 for n in completed.values()), completed
@@ -96,3 +100,41 @@ def test_timers_in_flight_alongside_a_poison_run_to_completion_and_none_is_dead(
     assert max(starts.values()) == 2, f"a cut-short nap runs once more, no more: {starts}"
     stats = timers_client.stats()
     assert (stats.fired, stats.failed) == (ALONGSIDE, 1)
+
+
+
+def test_a_poison_is_recorded_dead_of_the_starts_that_died_not_of_lapses(
+        timers_client: Timers, r: redis.Redis, redis_url: str, processes: Processes) -> None:
+    """Two poison timers held by one listener: the first kills it while the second, claimed
+    a few ms ahead of its due time, has not started. The second was once recorded "died 3
+    times" after 2 starts. Now each record counts the starts that died in quarantine and,
+    apart, the listener that went away holding it."""
+    first = processes.timers("listen", "--lease", "2", "--url", redis_url,
+                             "--tasks", "tests.retry_tasks")
+    wait_until(lambda: r.zcard(KEYS.listeners) or first.poll() is not None, 20,
+               message="the listener to start")
+    timers_client.schedule("poison.die_once_claimed", ["first", "second"], in_=0, id="first")
+    timers_client.schedule("poison.die_noting", ["second"], in_=0.5, id="second")
+    wait_until(lambda: first.poll() is not None, 20, message="the poison to kill its listener")
+    held = [run for run in r.hvals(KEYS.running_records) if "|second:" in run]
+    assert held, "the second poison was held by the listener that died"
+    second = processes.timers("listen", "--lease", "2", "--url", redis_url,
+                              "--tasks", "tests.retry_tasks")
+    wait_until(lambda: len(timers_client.failed()) == 2 or second.poll() is not None, 40,
+               message="both poison timers to be recorded dead")
+    assert second.poll() is None, processes.output(second)
+    starts = [json.loads(item) for item in r.lrange(STARTS, 0, -1)]
+    in_quarantine = Counter(tag for tag, pid in starts if pid not in (first.pid, second.pid))
+    in_listener = Counter(tag for tag, pid in starts if pid == first.pid)
+    assert in_listener == {"first": 1}, starts
+    # the second first: the one that never started in the listener it went down with
+    for failure in sorted(timers_client.failed(), key=lambda f: f.timer_id != "second"):
+        message = failure.data["message"]
+        counted = int(message.removeprefix("its process died ").split(" ")[0])
+        started = sum(1 for tag, _ in starts if tag == failure.timer_id)
+        assert counted <= started, f"{failure.timer_id}: {message!r} after {started} starts"
+        died = in_quarantine[failure.timer_id]
+        assert died == 2, (failure.timer_id, message, starts)  # 1 lapse + 2 = max_crashes 3
+        assert message.startswith(f"its process died {died} times in quarantine (last: "
+                                  "exit code 1 in a quarantine process on "), message
+        assert message.endswith(", after its listener went away once while holding it")

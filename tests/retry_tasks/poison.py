@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import time
 
@@ -28,4 +29,29 @@ def die_amid(tag: str, others: int) -> None:
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and int(r.hlen(COUNTS)) < others + 1:
             time.sleep(0.01)
+    os._exit(1)
+
+
+STARTS = "retry:poison_starts"
+"""list: ``[tag, pid]`` as each call of :func:`die_once_claimed` or :func:`die_noting` starts."""
+
+
+def die_noting(tag: str) -> None:
+    """Note the start with the process id, then ``os._exit(1)``."""
+    client().rpush(STARTS, json.dumps([tag, os.getpid()]))
+    os._exit(1)
+
+
+def die_once_claimed(tag: str, other: str) -> None:
+    """Note the start; the first time, wait until timer ``other`` is held as a run
+    (claimed, not started yet: it is due a few ms later), then ``os._exit(1)``, taking it
+    down unstarted; later calls die at once."""
+    r = client()
+    r.rpush(STARTS, json.dumps([tag, os.getpid()]))
+    if r.hincrby(COUNTS, tag, 1) == 1:
+        runs = Keyspace().running_records
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not any(
+                f"|{other}:" in run for run in r.hvals(runs)):
+            pass  # claimed, the other waits only a few ms for its due time: no sleep
     os._exit(1)

@@ -1,5 +1,5 @@
 """Poison timers: a run whose listener died counts a crash; at the task's limit the timer is
-recorded dead ("its process died N times (last: listener host:pid died while running it)"),
+recorded dead ("its listener went away N times while holding it (last: listener host:pid)"),
 not run."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from tests.unit.sample_tasks import mod
 from tests.unit.test_listener_unit import make_listener
 from timers import Timers, task
 from timers.keys import Keyspace
-from timers.listener.crashes import crash_outcome, listener_name
+from timers.listener.crashes import crash_outcome, died_outcome, listener_name
 from timers.policy import TaskPolicy, policy_of
 from timers.runs import Run
 from timers.scripts import register_all
@@ -50,9 +50,18 @@ def test_the_crash_limit_ends_a_run_as_dead() -> None:
     dead = crash_outcome(Run("1", "t", "a.b:[]", 0, 3, "recovered", "web-1:4242:ab12cd"),
                          policy)
     assert dead is not None and dead.kind == "crashed"
-    assert dead.message == ("its process died 3 times "
-                            "(last: listener web-1:4242 died while running it)")
+    assert dead.message == ("its listener went away 3 times while holding it "
+                            "(last: listener web-1:4242)")
     assert listener_name("web-1:4242:ab12cd") == "web-1:4242"
+
+
+def test_a_dead_timers_message_counts_each_kind_of_crash_for_what_it_was() -> None:
+    assert died_outcome(3, "exit code 1 on h:1").message == (
+        "its process died 3 times in quarantine (last: exit code 1 on h:1)")
+    assert died_outcome(1, "exit code 1 on h:1", lapses=1, before_start=1).message == (
+        "its process died once in quarantine (last: exit code 1 on h:1), 1 quarantine "
+        "process(es) died before starting it, after its listener went away once while "
+        "holding it")
 
 
 def test_max_crashes_is_a_task_option() -> None:
@@ -92,6 +101,6 @@ def test_a_listener_records_a_poison_timer_dead_instead_of_running_it(
     assert (stats.fired, stats.failed) == (0, 1)
     (failure,) = producer.failed()
     assert failure.timer_id == "poison"
-    assert failure.data["message"] == ("its process died 3 times "
-                                       "(last: listener web-2:102 died while running it)")
+    assert failure.data["message"] == ("its listener went away 3 times while holding it "
+                                       "(last: listener web-2:102)")
     mod.CALLS.clear()

@@ -86,6 +86,34 @@ def test_run_all_advances_through_everything_pending_but_recurrences(t: TimersTe
     assert timedelta(days=1, hours=23) < t.offset <= timedelta(days=2)
 
 
+def test_run_all_advances_through_a_rate_limits_waits_and_finishes(t: TimersTest) -> None:
+    """A rate-limited task's timers wait for their slots on the server's clock: run_all
+    moves the test's time to each slot, as it does to each due time."""
+    for n in range(4):
+        timers.schedule("limited.rated", [n], in_=0)
+    timers.every("hourly", "mod.greet", ["ops"], interval=timedelta(hours=1))
+    ran = t.run_all()
+    assert [c for c in mod.CALLS if c[0] == "rated"] == [("rated", n) for n in range(4)]
+    assert [f.outcome.kind for f in ran if f.task == "limited.rated"] == ["ok"] * 4
+    (left,) = t.pending()
+    assert left.task == "mod.greet", "only the recurrence's next occurrence is left"
+    assert timedelta(seconds=89) < t.offset < timedelta(minutes=5), "3 waits of 30 s"
+
+
+def test_time_advanced_frees_a_rate_limits_next_slot(t: TimersTest) -> None:
+    timers.schedule("limited.rated", [1], in_=0)
+    timers.schedule("limited.rated", [2], in_=0)
+    assert [f.outcome.kind for f in t.run_due()] == ["ok"]
+    (waiting,) = t.pending()
+    assert waiting.wait is not None and waiting.wait.kind == "rate"
+    t.advance(seconds=20)
+    assert t.run_due() == [], "the next slot is 30 s after the first start"
+    t.advance(seconds=10)
+    assert [c for c in mod.CALLS if c[0] == "rated"] == [("rated", 1)]
+    assert [f.outcome.kind for f in t.run_due()] == ["ok"]
+    assert [c for c in mod.CALLS if c[0] == "rated"] == [("rated", 1), ("rated", 2)]
+
+
 def test_async_code_uses_the_async_default_and_awaits_the_runs(t: TimersTest) -> None:
     async def scenario() -> None:
         await timers.aio.schedule("mod.async_add", [3, 4], in_=0)

@@ -26,7 +26,7 @@ from timers.cron.planner import plan
 from timers.cron.schedule import from_ms
 from timers.cron.state import State
 from timers.encoding import Record, as_text, escape_id
-from timers.keys import Keyspace
+from timers.keys import DEFAULT_GROUP, Keyspace
 from timers.listener.retrying import RETRYABLE, ReconnectDelays
 from timers.runs import Outcome, Run
 from timers.scripts import Scripts
@@ -43,7 +43,7 @@ class _Step:
     ``successor``/``record``: the next occurrence to schedule (if ``last == due``); with
     ``defer`` only if this run does not go ahead (another run holds the slot): else
     :meth:`RecurrenceHook.after_run` schedules it. ``take``/``release``: a run token that
-    takes or releases the overlap slot.
+    takes or releases the overlap slot; ``group``: where the runs' leases are.
     """
 
     name: str
@@ -54,6 +54,8 @@ class _Step:
     defer: bool = False
     take: str = ""
     release: str = ""
+    group: str = DEFAULT_GROUP
+    """The running occurrence's group: its runs hold their leases in its running set."""
 
 
 def _skipped(reason: str) -> Outcome:
@@ -103,7 +105,8 @@ class RecurrenceHook:
                      lateness_ms=now - run.waited_from_ms)
         _, successor_record = current.occurrence(version, plan_.successor, 1 << 62)
         step = _Step(name, version, due, plan_.successor, successor_record, plan_.defer,
-                     take=run.token if plan_.run and not current.overlap else "")
+                     take=run.token if plan_.run and not current.overlap else "",
+                     group=record.options.get(Option.GROUP) or DEFAULT_GROUP)
         status, holder = await self._call(step)
         if status != "ok":
             return None if status == "stale" else _skipped(f"recurrence {name!r} was {status}")
@@ -141,7 +144,7 @@ class RecurrenceHook:
         reply = await self.scripts.cron_next(
             name_field=escape_id(step.name), version=step.version, due_ms=step.due,
             successor_ms=step.successor, record=step.record, defer=step.defer,
-            take=step.take, release=step.release)
+            take=step.take, release=step.release, group=step.group)
         return as_text(reply[0]), as_text(reply[1])
 
 

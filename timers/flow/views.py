@@ -1,8 +1,11 @@
 """What the admin reads (``get``, ``list``, ``stats``) see of flow control: a timer's group,
-priority and key, and whether it waits for a concurrency key or a rate limit.
+priority and key, and whether it waits for a concurrency key, a rate limit or releases
+that disagree on its task's group.
 
 A pending timer is in the due index its record names (``;g=``, ``;p=``), or, held back by
 a gate, in a key's or rate limit's queue with a ``P|parked`` entry (``timers/lua/flow.lua``).
+One left unmoved on a group disagreement is in its due index, its record marked ``;gx=``
+(:mod:`timers.flow.disagreement`).
 These are admin reads: they may read the whole ``P|parked`` hash or scan the records
 (``list --key``); nothing on a hot path calls them.
 """
@@ -17,6 +20,7 @@ from typing import Any
 
 from timers.encoding import Record, as_text
 from timers.exceptions import MalformedTimerKey
+from timers.flow.disagreement import Disagreement
 from timers.flow.names import DEFAULT_GROUP, escape_key, unescape_key
 from timers.keys import Keyspace
 from timers.ops_base import Call, Operation, ms_to_datetime, pairs
@@ -34,8 +38,9 @@ def utc_text(when: datetime) -> str:
 
 @dataclass(frozen=True)
 class WaitState:
-    """Why a gate holds a timer back: a concurrency key (``kind`` "key") or a rate limit
-    ("rate"). ``waiting``: in the queue; else promoted (due again, its slot kept)."""
+    """Why a timer is held back: a concurrency key (``kind`` "key"), a rate limit ("rate"),
+    or releases that disagree on its task's group ("group": ``name`` is the group it waits
+    in). ``waiting``: in the queue (or unmoved); else promoted (due again, its slot kept)."""
 
     kind: str
     name: str
@@ -47,10 +52,16 @@ class WaitState:
     ahead: int = 0
     """Timers before it in its queue."""
     at: datetime | None = None
-    """A promoted rate-limited timer's slot time."""
+    """A promoted rate-limited timer's slot time; when a listener looks again at a timer
+    that waits on a group disagreement."""
+    disagreement: Disagreement | None = None
+    """What the releases disagree on ("group")."""
 
     def describe(self) -> str:
         """One line, e.g. ``waiting for key device:7 (1/1 running)``."""
+        if self.disagreement is not None:
+            again = f" (looked at again {utc_text(self.at)})" if self.at is not None else ""
+            return f"waiting: {self.disagreement.describe()}{again}"
         ahead = f", {self.ahead} ahead" if self.ahead else ""
         if self.kind == "key":
             held = f"({self.running}/{self.limit} running)"
@@ -191,6 +202,10 @@ def find_many(keys: Keyspace, escaped_ids: Iterable[str]) -> Operation[list[Foun
     out = []
     for escaped, record, parked, at in plans:
         due, wait = replies[at], None
+        disagreement = Disagreement.of(record)
+        if parked is None and disagreement is not None and due is not None:
+            wait = WaitState("group", disagreement.served, True, at=ms_to_datetime(float(due)),
+                             disagreement=disagreement)
         if parked is not None:
             wait = _wait_state(parked, replies[at + 1:at + 4])
             if due is None and replies[at + 1] is not None:

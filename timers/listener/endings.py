@@ -41,8 +41,9 @@ class Ending:
     failure: FailureRecord | None = None
     """FAIL and REJECT: the record ``timers failed`` shows."""
     retry_entry: str = ""
-    """RETRY: ``<escaped id>:<record>`` to schedule again."""
+    """RETRY, MOVE, WAIT: ``<escaped id>:<record>`` to schedule again."""
     retry_delay_ms: int = 0
+    """RETRY: in how many ms it runs again; MOVE and WAIT: its due time in ms."""
     run_of: tuple[str, int] | None = None
     """The (escaped id, due ms) of the run ended, to match a recovered run of it."""
     grace_ms: int = 0
@@ -71,13 +72,20 @@ class Ending:
         return cls.of(run, EndingKind.MOVE, retry_entry=entry_text(run.escaped_id, record_text),
                       retry_delay_ms=run.due_ms)
 
+    @classmethod
+    def wait(cls, run: Run, record_text: str, due_ms: int) -> Ending:
+        """Pending again, in the same group, under another record, at ``due_ms``: left
+        unmoved on a group disagreement (:mod:`timers.flow.disagreement`)."""
+        return cls.of(run, EndingKind.WAIT, retry_entry=entry_text(run.escaped_id, record_text),
+                      retry_delay_ms=due_ms)
+
     def for_run(self, run: Run) -> Ending:
         """The same ending for another claim of the same run."""
         return replace(self, token=run.token, run_of=(run.escaped_id, run.due_ms))
 
     def wire(self) -> tuple[str, str, str, str]:
         """The four finish-script arguments: token, kind and two kind-specific fields."""
-        if self.kind in (EndingKind.RETRY, EndingKind.MOVE):
+        if self.kind in (EndingKind.RETRY, EndingKind.MOVE, EndingKind.WAIT):
             return self.token, self.kind.value, self.retry_entry, str(self.retry_delay_ms)
         if self.failure is not None:
             return self.token, self.kind.value, self.failure_id, self.failure.to_json()

@@ -18,6 +18,15 @@ from typing import Any, Protocol
 from timers import context
 from timers.encoding import Args, Record
 from timers.exceptions import MalformedTimerKey, TaskRefused
+from timers.flow.disagreement import (
+    RECHECK_MS,
+    describe,
+    group_of,
+    may_move,
+    moved,
+    moves_of,
+    waiting,
+)
 from timers.keys import DEFAULT_GROUP
 from timers.listener.crashes import crash_outcome
 from timers.listener.due_tracker import DueTracker
@@ -110,6 +119,8 @@ class Executor:
         """Runs next in line on a key slot and the runs they follow."""
         self.fence = fence
         """Starts a run only while its lease holds (invariant 12); None: unfenced (tests)."""
+        self._disagreements: set[tuple[str, str, str]] = set()
+        """(task, group it declares, group served) of the group disagreements warned of."""
 
     async def execute(self, run: Run) -> Executed:
         """Run ``run`` and say how it ended. A cancellation (shutting down) goes through:
@@ -148,7 +159,7 @@ class Executor:
                 self.tracker.redis_time_ms(),
                 options=attempt.record.options if attempt.record else None)
             ending = Ending.of(run, EndingKind.FAIL, failure_id=failure_id, failure=failure)
-        group = _group_of(attempt.record) if attempt.record is not None else DEFAULT_GROUP
+        group = group_of(attempt.record) if attempt.record is not None else DEFAULT_GROUP
         report = Fired(run.timer_id, attempt.task, run.waited_from_ms, attempt.started_ms,
                        attempt.ended_ms or self.tracker.redis_now_ms(), run.source, run.attempt,
                        outcome, group)
@@ -170,8 +181,11 @@ class Executor:
             crashed = crash_outcome(run, policy)
             if skip is not None:
                 outcome = skip
-            elif policy.group is not None and _group_of(record) != policy.group:
-                outcome = Outcome("moved", "", f"to group {policy.group}")
+            elif policy.group is not None and group_of(record) != policy.group:
+                outcome = (Outcome("moved", "", f"to group {policy.group}")
+                           if may_move(record) else Outcome(
+                               "disagreed", "GroupDisagreement",
+                               describe(record.task, policy.group, group_of(record))))
             elif crashed is not None:
                 outcome = crashed
             elif missed is not None:
@@ -258,7 +272,24 @@ class Executor:
             return False
         return (policy.rate is None and policy.max_lateness is None
                 and Option.MAX_LATENESS not in record.options
-                and (policy.group is None or policy.group == _group_of(record)))
+                and (policy.group is None or policy.group == group_of(record)))
+
+    def _left_waiting(self, run: Run, record: Record, declared: str, why: str) -> Ending:
+        """A timer moved as often as it may: left in its group, due again a while later.
+        One warning per task and pair of groups in the life of this listener."""
+        seen = (record.task, declared, group_of(record))
+        if seen in self._disagreements:
+            log.debug("timer %s waits: %s", run.timer_id, why)
+        else:
+            self._disagreements.add(seen)
+            log.warning("%s: timer %s and any like it wait in group %s (moved %d time(s); "
+                        "looked at again every %.0f s) until the releases agree on the "
+                        "task's @task(group=...)", why, run.timer_id, seen[2],
+                        moves_of(record), RECHECK_MS / 1000,
+                        extra={"id": run.timer_id, "task": record.task,
+                               "declared_group": declared, "served_group": seen[2]})
+        due_ms = self.tracker.redis_time_ms() + RECHECK_MS
+        return Ending.wait(run, waiting(record, declared, run.waited_from_ms), due_ms)
 
     def ending(self, run: Run, record: Record | None, outcome: Outcome,
                policy: TaskPolicy) -> Ending:
@@ -270,13 +301,16 @@ class Executor:
             return Ending.of(run, EndingKind.SKIP)
         if outcome.kind == "moved" and record is not None:
             log.info("timer %s (%s) moved %s", run.timer_id, record.task, outcome.message)
-            return Ending.move(run, _in_group(record, policy.group or DEFAULT_GROUP))
+            return Ending.move(run, moved(record, policy.group or DEFAULT_GROUP))
+        if outcome.kind == "disagreed" and record is not None and policy.group is not None:
+            return self._left_waiting(run, record, policy.group, outcome.message)
         now_ms = self.tracker.redis_time_ms()
         first_failure = record.options.get(Option.FIRST_FAILURE) if record else None
         delay = policy.retry_delay(run.attempt) if outcome.kind == "error" else None
         if record is not None and delay is not None:
             options = dict(record.options)
             options.pop(Option.WAITED_FROM, None)
+            options.pop(Option.GROUP_DISAGREEMENT, None)
             options.update({Option.ATTEMPTS: str(run.attempt),
                             Option.FIRST_FAILURE: first_failure or str(now_ms),
                             Option.ORIGINAL_DUE: str(run.original_due_ms)})
@@ -300,18 +334,6 @@ class Admitter(Protocol):
 
     async def admit(self, run: Run, record: Record, policy: TaskPolicy) -> Outcome | None:
         ...
-
-
-def _group_of(record: Record) -> str:
-    return record.options.get(Option.GROUP) or DEFAULT_GROUP
-
-
-def _in_group(record: Record, group: str) -> str:
-    """The record moved to ``group`` (its other options kept)."""
-    options = {k: v for k, v in record.options.items() if k != Option.GROUP}
-    if group != DEFAULT_GROUP:
-        options[Option.GROUP] = group
-    return Record(record.task, record.args, options).encode(max_args_bytes=1 << 62)
 
 
 _TAKEN = Outcome("taken", "", "another listener took the run over after its lease lapsed")

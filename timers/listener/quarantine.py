@@ -10,8 +10,10 @@ The child loads the tasks package as the listener does (:class:`TaskLoader`), ru
 task with :class:`Runner` and sends its :class:`Outcome` back over a pipe. A child that
 exits without one is one more crash of this timer only: it runs again in a new child
 until its crashes (``reruns`` plus the ones here) reach the task's ``max_crashes``, and
-then ends dead. The listener holds the lease throughout; the task's timeout kills the
-child. Non-suspect runs never come here: they keep the in-process path.
+then ends dead, its record saying how many of its starts died here and how many listeners
+holding it went away before (:mod:`timers.listener.crashes`). The listener holds the lease
+throughout; the task's timeout kills the child. Non-suspect runs never come here: they
+keep the in-process path.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import os
 import pickle
 import signal
 from collections.abc import Callable
+from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -35,6 +38,7 @@ from timers.listener.crashes import died_outcome
 from timers.listener.orphans import ask_for_signal_on_parent_death
 from timers.listener.runner import Runner
 from timers.loader import TaskLoader
+from timers.logs import IDENTITY, JsonFormatter, LogFormat, configure
 from timers.policy import TaskPolicy
 from timers.runs import MAX_MESSAGE, MAX_TRACEBACK, Outcome
 
@@ -81,19 +85,27 @@ class Quarantine:
     async def run(self, timer_id: str, task: str, fn: Callable[..., Any], args: Args,
                   policy: TaskPolicy, reruns: int) -> Outcome:
         """Run ``task`` in a child until it ends with an outcome or its crashes reach
-        ``policy.max_crashes`` (counting the ``reruns`` before)."""
-        crashes = reruns
+        ``policy.max_crashes``: the ``reruns`` before (listeners that went away holding it)
+        plus the children here that died, each counted as what it was (a start that
+        died, or a child that died before it started the task)."""
+        died = before_start = 0
         target = self._target(task, fn)
         while True:
-            outcome, exitcode = await self._once(target, args, policy.timeout)
+            outcome, exitcode, started = await self._once(target, args, policy.timeout)
             if outcome is not None:
                 return outcome
-            crashes += 1
+            if started:
+                died += 1
+            else:
+                before_start += 1
+            crashes = reruns + died + before_start
             how = how_it_died(exitcode)
-            log.warning("timer %s (%s): its quarantine process died (%s), crash %d of %d",
-                        timer_id, task, how, crashes, policy.max_crashes)
+            log.warning("timer %s (%s): its quarantine process died (%s)%s, crash %d of %d",
+                        timer_id, task, how, "" if started else " before starting it",
+                        crashes, policy.max_crashes)
             if crashes >= policy.max_crashes:
-                return died_outcome(crashes, f"{how} in a quarantine process on {self.where}")
+                where = f"{how} in a quarantine process on {self.where}"
+                return died_outcome(died, where, reruns, before_start)
 
     def _target(self, task: str, fn: Callable[..., Any]) -> tuple[str, str | None, str, bytes]:
         """What the child resolves: the task path in the package, or a registered
@@ -105,28 +117,31 @@ class Quarantine:
         return (self.loader.package, self.loader.search_path, task, pickled)
 
     async def _once(self, target: tuple[str, str | None, str, bytes], args: Args,
-                    limit: float | None) -> tuple[Outcome | None, int | None]:
-        """One child: its outcome, or None and its exit code if it died without one."""
+                    limit: float | None) -> tuple[Outcome | None, int | None, bool]:
+        """One child: its outcome, or None and its exit code if it died without one; and
+        whether it started the task."""
         context = _mp_context()
         receiver, sender = context.Pipe(duplex=False)
         process = context.Process(target=_child, name="timers-quarantine", daemon=True,
                                   args=(*target, json.dumps(args), sender, dict(os.environ),
-                                        _portable(timer_context.current_or_none())))
+                                        _portable(timer_context.current_or_none()),
+                                        ChildLogs.here()))
         try:
             await asyncio.to_thread(process.start)
             sender.close()
             # the timeout counts from when the task starts, not while the child loads it
             outcome = await _message(process, receiver)
-            if outcome is STARTED:
+            started = outcome is STARTED
+            if started:
                 try:
                     async with asyncio.timeout(limit):
                         outcome = await _message(process, receiver)
                 except TimeoutError:
                     return Outcome("error", "TimeoutError",
-                                   f"task did not finish within {limit} s"), None
+                                   f"task did not finish within {limit} s"), None, True
             if outcome is not None:
                 await _exited(process, EXIT_GRACE)
-            return outcome, process.exitcode
+            return outcome, process.exitcode, started
         finally:
             sender.close()
             _end(process, receiver)
@@ -189,24 +204,64 @@ def _end(process: Any, receiver: Connection) -> None:
         process.close()
 
 
+@dataclass(frozen=True)
+class ChildLogs:
+    """How the listener logs (level, format, its id), for its quarantine children to log
+    the same way: their lines, and a task's, read like the listener's own."""
+
+    level: str
+    format: LogFormat
+    listener: str | None
+
+    @classmethod
+    def here(cls) -> ChildLogs:
+        """This process's: JSON if a handler of the root logger writes JSON, else text."""
+        root = logging.getLogger()
+        json_out = any(isinstance(h.formatter, JsonFormatter) for h in root.handlers)
+        return cls(logging.getLevelName(root.getEffectiveLevel()),
+                   "json" if json_out else "text", IDENTITY.listener)
+
+    def configure(self) -> None:
+        """Log in this process as the listener does, as its quarantine child."""
+        configure(self.level, self.format, role="quarantine")
+        IDENTITY.listener = self.listener
+
+
+PARENT_GONE = (BrokenPipeError, ConnectionResetError, EOFError)
+"""What writing to the pipe raises once the listener's end is closed."""
+
+
 def _child(package: str, search_path: str | None, task: str, pickled: bytes, args_json: str,
            sender: Connection, environ: dict[str, str],
-           timer: timer_context.TimerContext | None = None) -> None:
+           timer: timer_context.TimerContext | None = None,
+           logs: ChildLogs | None = None) -> None:
     """In the child: resolve the task as the listener does, run it, send the outcome.
 
     The fork server was started at the first quarantined run and kept the environment of
     that moment: the task gets the listener's environment as it is now, as in-process,
-    and its :func:`timers.current` context.
+    and its :func:`timers.current` context. It logs as the listener does (``logs``). If the
+    listener went away (its end of the pipe closed: a timeout, a shutdown), the child says
+    so in one line and exits: nobody is left to read an outcome, and a task not started
+    yet is not started.
     """
     os.environ.clear()
     os.environ.update(environ)
     ask_for_signal_on_parent_death(signal.SIGKILL)
+    if logs is not None:
+        logs.configure()
     timer_context.enter(timer)  # asyncio.run copies it into the task's context
-    outcome = asyncio.run(_run_in_child(package, search_path, task, pickled, args_json,
-                                        lambda: sender.send("started")))
-    sender.send((outcome.kind, outcome.error_type, outcome.message[:MAX_MESSAGE],
-                 outcome.traceback[-MAX_TRACEBACK:]))
-    sender.close()
+    try:
+        outcome = asyncio.run(_run_in_child(package, search_path, task, pickled, args_json,
+                                            lambda: sender.send("started")))
+        sender.send((outcome.kind, outcome.error_type, outcome.message[:MAX_MESSAGE],
+                     outcome.traceback[-MAX_TRACEBACK:]))
+    except PARENT_GONE as exc:
+        log.warning("quarantine process of task %s: the listener went away before it "
+                    "read the outcome (%s: %s); exiting", task, type(exc).__name__, exc,
+                    extra={"task": task})
+    finally:
+        with contextlib.suppress(OSError):
+            sender.close()
 
 
 async def _run_in_child(package: str, search_path: str | None, task: str, pickled: bytes,

@@ -5,7 +5,8 @@
 -- KEYS[1]  recurrence states: hash, escaped name -> "v|last|prev|paused|run|anchor"
 -- KEYS[2]  due index: zset, escaped id -> due ms
 -- KEYS[3]  records: hash, escaped id -> record
--- KEYS[4]  running: zset, run token -> lease deadline ms
+-- KEYS[4]  running: zset, run token -> lease deadline ms, of the running occurrence's
+--          group (a group's runs are leased in "<running>|<group>", see prelude.lua)
 -- KEYS[5]  the expiring key of the next occurrence (only when ARGV[6] is not -1)
 -- ARGV[1]  timer key start "<prefix>:"
 -- ARGV[2]  wake channel

@@ -40,6 +40,9 @@
 --                                     the task may still run, and the timer goes first
 --   token "move"    entry due-ms      pending again as "<id>:<record>" (its task's group
 --                                     differs) at due-ms, uncounted as an attempt
+--   token "wait"    entry due-ms      as "move", in the same group: left unmoved on a
+--                                     group disagreement (timers/flow/disagreement.py);
+--                                     counted by neither
 --
 -- A run's lease is in the running set of its record's group (KEYS[1], or "<it>|<group>",
 -- see prelude.lua); a slot of a concurrency key it held is freed, and the next timer
@@ -62,14 +65,14 @@
 -- The wake is a PUBLISH by pcall: it cannot fail the writes before it.
 -- Returns {late finishes, then per handed-over run: token, run, "h" or "n@<token>"}.
 local KINDS = {ok = true, skip = true, fail = true, reject = true, retry = true,
-               release = true, move = true}
+               release = true, move = true, wait = true}
 
 -- An error reply when ending n (token, kind, a, b) does not read, else nil.
 local function bad_ending(n, token, kind, a, b)
   local bad = not KINDS[kind] or ((token == '') ~= (kind == 'reject'))
   if kind == 'fail' or kind == 'reject' then
     bad = bad or a == '' or b == ''
-  elseif kind == 'retry' or kind == 'move' then
+  elseif kind == 'retry' or kind == 'move' or kind == 'wait' then
     bad = bad or not string.match(a, '^[^:]+:[^:]+:') or not is_count(b)
   elseif kind == 'release' then
     bad = bad or (a ~= '' and not is_count(a))
@@ -187,6 +190,9 @@ local function end_run(token, kind, a, b, release)
   elseif kind == 'move' then
     local id, moved = string.match(a, '^([^:]+):(.*)$')
     if pend_again(id, moved, tonumber(b)) then counts.routed = counts.routed + 1 end
+  elseif kind == 'wait' then
+    local id, waiting = string.match(a, '^([^:]+):(.*)$')
+    pend_again(id, waiting, tonumber(b))
   elseif kind == 'release' and release then
     if pend_again(release[1], release[2], release[3]) then
       counts.handed_back = counts.handed_back + 1
