@@ -226,7 +226,7 @@ def _listen_here(options: ListenOptions) -> None:
                             allow_eviction=options.allow_eviction,
                             recycle=RecycleLimits(options.max_runs_per_child,
                                                   options.max_memory_per_child),
-                            groups=options.groups or None)
+                            groups=options.groups or None, quarantine_ahead=True)
     except ValueError as exc:
         raise UserError(str(exc)) from None
     listener_logs(listener, options.log_fires)
