@@ -31,6 +31,7 @@ from timers.context import TimerContext, current
 from timers.cron import CatchUp, Recurrence
 from timers.encoding import Args
 from timers.exceptions import (
+    EvictionUnsafe,
     InvalidArgs,
     InvalidDueTime,
     InvalidTask,
@@ -38,6 +39,7 @@ from timers.exceptions import (
     InvalidTimerId,
     MalformedTimerKey,
     NotInTimer,
+    PermissionMissing,
     PoolExhausted,
     ServerError,
     ServerNotFound,
@@ -61,6 +63,7 @@ if typing.TYPE_CHECKING:
 __all__ = [
     "AsyncTimers",
     "Backoff",
+    "EvictionUnsafe",
     "Failure",
     "Fired",
     "InvalidArgs",
@@ -72,6 +75,7 @@ __all__ = [
     "MalformedTimerKey",
     "NotInTimer",
     "PendingTimer",
+    "PermissionMissing",
     "PoolExhausted",
     "Rate",
     "Recurrence",

@@ -44,13 +44,12 @@ from timers.cli.views import register as register_view_commands
 from timers.cli.web import register as register_web_command
 from timers.client import configured_url
 from timers.due import parse_delay
+from timers.exceptions import EvictionUnsafe, PermissionMissing
 from timers.foreground import check_connection, check_server_once, run_in_foreground
 from timers.keys import DEFAULT_PREFIX
 from timers.listener import DEFAULT_CONCURRENCY, DEFAULT_LEASE, Listener
-from timers.listener.eviction import EvictionUnsafe
 from timers.listener.groups import served_groups
 from timers.listener.orphans import supervisor_pid
-from timers.listener.permissions import PermissionMissing
 from timers.listener.recycling import RecycleLimits, check_memory_limit, report_fd
 from timers.listener.supervisor import ListenOptions, Supervisor
 from timers.loader import TASKS_ENV, TaskLoader, configured_package
