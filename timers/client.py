@@ -160,6 +160,8 @@ class Timers:
         return self.run(self.ops.list_failed(limit))
 
     def stats(self) -> Stats:
+        """Counts over every shard: pending (waiting ones too), running, failed, the
+        counters (fired, reruns, …), and per group, key and rate limit what waits."""
         return self.run(self.ops.stats())
 
     def get_failure(self, id: str) -> Failure | None:
@@ -235,6 +237,7 @@ class Timers:
         return self.run(self.ops.resume(name))
 
     def get_recurrence(self, name: str) -> Recurrence | None:
+        """The recurrence called ``name`` (its definition, state and next run), or None."""
         return self.run(self.ops.get_recurrence(name))
 
     def recurrences(self) -> builtins.list[Recurrence]:
@@ -242,6 +245,7 @@ class Timers:
         return self.run(self.ops.recurrences())
 
     def close(self) -> None:
+        """Close the client's connections, if timers made the client (from a URL)."""
         if self._owns_client:
             self.redis.close()
 
