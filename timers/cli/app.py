@@ -52,7 +52,7 @@ from timers.listener.groups import served_groups
 from timers.listener.orphans import supervisor_pid
 from timers.listener.recycling import RecycleLimits, check_memory_limit, report_fd
 from timers.listener.supervisor import ListenOptions, Supervisor
-from timers.loader import TASKS_ENV, TaskLoader, configured_package
+from timers.loader import SETUP_ENV, TASKS_ENV, TaskLoader, check_setup, configured_package
 from timers.redact import safe_url
 
 app = typer.Typer(
@@ -128,6 +128,12 @@ TasksOption = Annotated[
                  help=f"Package whose functions timers may run, found on PYTHONPATH, then "
                       f"in the working directory [default: ${TASKS_ENV} or tasks]"),
 ]
+SetupOption = Annotated[
+    str | None,
+    typer.Option("--setup", metavar="MODULE:FUNCTION", show_default=False,
+                 help=f"Call this function before the tasks package is imported, in every "
+                      f"listener process (e.g. django.setup()) [default: ${SETUP_ENV}]"),
+]
 LogLevel = Literal["debug", "info", "warning", "error"]
 LogLevelOption = Annotated[LogLevel, typer.Option("--log-level", case_sensitive=False)]
 MaxRunsOption = Annotated[int | None, typer.Option(
@@ -152,6 +158,7 @@ MaxMemoryOption = Annotated[float | None, typer.Option(
 def listen(
     url: UrlOption = None,
     tasks: TasksOption = None,
+    setup: SetupOption = None,
     concurrency: Annotated[
         int, typer.Option("--concurrency", "-c", min=1, metavar="N",
                           help="Tasks run at once, at most.")
@@ -185,6 +192,12 @@ def listen(
 ) -> None:
     """Run timers as they come due (subscribes to expired events and sweeps the due index)."""
     log_format = set_up_logs(log_level, log_format, processes)
+    if setup is not None:  # the environment carries it to every process the listener starts
+        try:
+            check_setup(setup)
+        except ValueError as exc:
+            raise UserError(str(exc)) from None
+        os.environ[SETUP_ENV] = setup
     options = ListenOptions(url=url, tasks=tasks, prefix=prefix, concurrency=concurrency,
                             lease=lease, shutdown_timeout=shutdown_timeout,
                             log_level=log_level, burst=burst, allow_eviction=allow_eviction,
