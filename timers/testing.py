@@ -48,6 +48,7 @@ from typing import Any
 
 import timers
 import timers.aio
+from timers import connect
 from timers.client import AsyncTimers, Timers
 from timers.context import TimerContext, entered
 from timers.encoding import as_text, is_occurrence_id
@@ -104,20 +105,34 @@ class TimersTest:
             "prefix": prefix, "tasks": tasks, "registry": registry,
             "search_path": search_path, "concurrency": concurrency, "shutdown_timeout": 5.0}
         self._saved: tuple[Any, ...] | None = None
+        self._saved_server: connect.TestServer | None = None
         self._groups = tuple(groups) if groups else None
 
     # -- the defaults ----------------------------------------------------------------
 
     def __enter__(self) -> TimersTest:
-        """Point ``timers.*`` and ``timers.aio.*`` at this server until the block ends."""
+        """Point ``timers.*``, ``timers.aio.*`` and every ``Timers``/``AsyncTimers`` made from
+        a URL (or none) at this server until the block ends; a client made before it, or
+        on a redis-py client of the app's own, raises at its first call instead."""
         async_default = PerLoop(lambda: AsyncTimers(  # one per event loop, as in production
             fakeredis.FakeAsyncRedis(server=self.server), prefix=self.timers.keys.prefix))
         with timers._default_lock, timers.aio._default_lock:
             self._saved = (timers._default, timers.aio._default, timers._pinned)
+            self._saved_server = connect.test_server
             timers._default = self.timers
             timers.aio._default = async_default
             timers._pinned = timers.aio._pinned = True  # configure() inside keeps them
+            connect.test_server = connect.TestServer(  # every client the app makes too
+                sync_client=lambda: fakeredis.FakeRedis(server=self.server),
+                async_client=lambda: fakeredis.FakeAsyncRedis(server=self.server),
+                serves=self._serves)
         return self
+
+    def _serves(self, client: object) -> bool:
+        """True for a client of this test's in-memory server."""
+        pool = getattr(client, "connection_pool", None)
+        kwargs = getattr(pool, "connection_kwargs", None) or {}
+        return kwargs.get("server") is self.server
 
     def __exit__(self, *exc: object) -> None:
         """Put the previous defaults back (they were not closed)."""
@@ -126,6 +141,7 @@ class TimersTest:
         with timers._default_lock, timers.aio._default_lock:
             timers._default, timers.aio._default, pinned = self._saved
             timers._pinned = timers.aio._pinned = pinned
+            connect.test_server = self._saved_server
         self._saved = None
 
     # -- time ------------------------------------------------------------------------
