@@ -18,7 +18,14 @@ How it works, so that a test tests what production does:
 - The server is an in-memory fakeredis server running timers' own Lua scripts
   (``fakeredis[lua]``). The default instances of :mod:`timers` and :mod:`timers.aio` point
   at it inside the block (a ``configure()`` the app calls there leaves them so); the
-  previous ones are back (unclosed) after it.
+  previous ones are back (unclosed) after it. So does every ``Timers``/``AsyncTimers`` the
+  app makes inside the block from a URL or from none (a FastAPI lifespan's); one made
+  before it, or on a redis-py client of the app's own, raises at its first call instead
+  (:class:`timers.connect.TestServer`).
+- Flow gates run as in production: a concurrency key's timers run in turn. A rate limit
+  counts on the server's real clock, which :meth:`TimersTest.advance` cannot move: the
+  timers it holds stay pending (``wait.kind == "rate"``), and ``run_due``/``run_all``
+  return without them.
 - :meth:`TimersTest.run_due` runs a real :class:`timers.listener.Listener` in burst mode,
   in this process: the same claim, policies (retries, max lateness …), recurrences and
   endings as ``timers listen``. A retry or a new timer that a run makes due at once runs in
@@ -161,7 +168,8 @@ class TimersTest:
             raise ValueError(f"time only moves forward, got {shift}")
         self.offset += shift
         for timer in self.timers.list(limit=_ALL):
-            self.timers.reschedule(timer.id, at=max(timer.due - shift, _EPOCH))
+            if timer.wait is None:  # a gate's timers keep their place (see the module doc)
+                self.timers.reschedule(timer.id, at=max(timer.due - shift, _EPOCH))
 
     # -- running ---------------------------------------------------------------------
 
@@ -172,7 +180,8 @@ class TimersTest:
 
     def run_all(self, max_rounds: int = MAX_BURSTS) -> list[Fired]:
         """Run everything pending, advancing time to each next due time, until only the
-        occurrences of recurrences are left (they would go on for ever); the reports."""
+        occurrences of recurrences are left (they would go on for ever), and timers a rate
+        limit holds (its clock is the server's real one); the reports."""
         return _run_sync(lambda: self.arun_all(max_rounds))
 
     async def arun_due(self) -> list[Fired]:
@@ -191,7 +200,7 @@ class TimersTest:
         """:meth:`run_all` for an async test (inside a running event loop)."""
         ran = await self.arun_due()
         for _ in range(max_rounds):
-            head = self._next_due(include_recurrences=False)
+            head = self._next_due(include_recurrences=False, include_held=False)
             if head is None:
                 return ran
             wait = head.due - datetime.now(UTC)
@@ -225,9 +234,16 @@ class TimersTest:
         queues = self.timers.redis.smembers(self.timers.keys.queues)
         return tuple(sorted({DEFAULT_GROUP} | {as_text(q).rpartition("|")[0] for q in queues}))
 
-    def _next_due(self, include_recurrences: bool) -> PendingTimer | None:
-        """The soonest pending timer, on the server's clock (not shifted by the offset)."""
+    def _next_due(self, include_recurrences: bool,
+                  include_held: bool = True) -> PendingTimer | None:
+        """The soonest pending timer, on the server's clock (not shifted by the offset).
+        A timer waiting in a flow gate's queue (a concurrency key, a rate limit) is not
+        due: it gets a due time again when the gate lets it go. ``include_held=False``
+        also leaves out one a gate has given a time (a rate limit's next slot, on the
+        server's real clock, which :meth:`advance` cannot move)."""
         for timer in self.timers.list(limit=_ALL):
+            if timer.wait is not None and (timer.wait.waiting or not include_held):
+                continue
             if include_recurrences or not is_occurrence_id(timer.id):
                 return timer
         return None
