@@ -73,7 +73,7 @@ class AsyncTimers:
 
     async def run(self, operation: Operation[T]) -> T:
         """Drive one operation to its result, as :meth:`Timers.run` (on this client's loop)."""
-        if connect.test_server is not None:
+        if connect.in_memory_server is not None:
             connect.refuse_outside_test_server(self.redis, "this AsyncTimers")
         self._loop.claim()
         try:

@@ -85,7 +85,7 @@ class Timers:
         its cause."""
         if self.warn_in_event_loop:
             warn_if_blocking_a_loop()
-        if connect.test_server is not None:
+        if connect.in_memory_server is not None:
             connect.refuse_outside_test_server(self.redis, "this Timers")
         try:
             request = next(operation)

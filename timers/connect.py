@@ -44,11 +44,11 @@ replaces), though a repeated ``cancel`` then answers False."""
 
 
 @dataclass(frozen=True)
-class TestServer:
+class InMemoryServer:
     """Where every producer client goes while a :class:`timers.testing.TimersTest` (the
     ``timers_test`` fixture) is active: its in-memory server.
 
-    While :data:`test_server` is set, a client made from a URL (or from none) is a client
+    While :data:`in_memory_server` is set, a client made from a URL (or from none) is a client
     of that server whatever the URL says, so an app that makes ``Timers()`` or
     ``AsyncTimers()`` itself (in a FastAPI lifespan, an app factory) is redirected; a
     client made before the test, or given a redis-py client of the app's own, is refused
@@ -61,14 +61,14 @@ class TestServer:
     """True for a redis-py client of the test's server."""
 
 
-test_server: TestServer | None = None
+in_memory_server: InMemoryServer | None = None
 """The active test's server (set and reset by :class:`timers.testing.TimersTest`)."""
 
 
 def refuse_outside_test_server(client: object, what: str) -> None:
     """Raise :class:`TimersError` when a test server is active and ``client`` (of the
     ``what`` that uses it) is not on it."""
-    active = test_server
+    active = in_memory_server
     if active is not None and not active.serves(client):
         raise TimersError(
             f"{what} uses a Redis client that is not the timers test's in-memory server "
@@ -128,9 +128,9 @@ def _sentinel_settings(url: str, max_connections: int | None, retry: Any) -> dic
 def sync_client(url: str | None, max_connections: int | None = None) -> redis.Redis:
     """A sync client over a blocking pool, for ``url`` (see :func:`configured_url`); a
     ``redis+sentinel://`` URL's follows its primary (:mod:`timers.sentinel`). Inside a
-    timers test, a client of its in-memory server instead (see :class:`TestServer`)."""
-    if test_server is not None:
-        return test_server.sync_client()
+    timers test, a client of its in-memory server instead (see :class:`InMemoryServer`)."""
+    if in_memory_server is not None:
+        return in_memory_server.sync_client()
     url = configured_url(url)
     if cluster.is_cluster_url(url):
         return cluster.sync_cluster(url, **URL_CLIENT_TIMEOUTS)  # type: ignore[return-value]
@@ -143,9 +143,9 @@ def sync_client(url: str | None, max_connections: int | None = None) -> redis.Re
 
 def async_client(url: str | None, max_connections: int | None = None) -> redis.asyncio.Redis:
     """An asyncio client over a blocking pool, for ``url`` (see :func:`configured_url`);
-    inside a timers test, a client of its in-memory server (see :class:`TestServer`)."""
-    if test_server is not None:
-        return test_server.async_client()
+    inside a timers test, a client of its in-memory server (see :class:`InMemoryServer`)."""
+    if in_memory_server is not None:
+        return in_memory_server.async_client()
     url = configured_url(url)
     if cluster.is_cluster_url(url):
         return cluster.async_cluster(url, **URL_CLIENT_TIMEOUTS)  # type: ignore[return-value]

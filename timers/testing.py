@@ -21,7 +21,7 @@ How it works, so that a test tests what production does:
   previous ones are back (unclosed) after it. So does every ``Timers``/``AsyncTimers`` the
   app makes inside the block from a URL or from none (a FastAPI lifespan's); one made
   before it, or on a redis-py client of the app's own, raises at its first call instead
-  (:class:`timers.connect.TestServer`).
+  (:class:`timers.connect.InMemoryServer`).
 - Flow gates run as in production: a concurrency key's timers run in turn. A rate limit
   counts on the server's real clock, which :meth:`TimersTest.advance` cannot move: the
   timers it holds stay pending (``wait.kind == "rate"``), and ``run_due``/``run_all``
@@ -112,7 +112,7 @@ class TimersTest:
             "prefix": prefix, "tasks": tasks, "registry": registry,
             "search_path": search_path, "concurrency": concurrency, "shutdown_timeout": 5.0}
         self._saved: tuple[Any, ...] | None = None
-        self._saved_server: connect.TestServer | None = None
+        self._saved_server: connect.InMemoryServer | None = None
         self._groups = tuple(groups) if groups else None
 
     # -- the defaults ----------------------------------------------------------------
@@ -125,11 +125,11 @@ class TimersTest:
             fakeredis.FakeAsyncRedis(server=self.server), prefix=self.timers.keys.prefix))
         with timers._default_lock, timers.aio._default_lock:
             self._saved = (timers._default, timers.aio._default, timers._pinned)
-            self._saved_server = connect.test_server
+            self._saved_server = connect.in_memory_server
             timers._default = self.timers
             timers.aio._default = async_default
             timers._pinned = timers.aio._pinned = True  # configure() inside keeps them
-            connect.test_server = connect.TestServer(  # every client the app makes too
+            connect.in_memory_server = connect.InMemoryServer(  # every client the app makes too
                 sync_client=lambda: fakeredis.FakeRedis(server=self.server),
                 async_client=lambda: fakeredis.FakeAsyncRedis(server=self.server),
                 serves=self._serves)
@@ -148,7 +148,7 @@ class TimersTest:
         with timers._default_lock, timers.aio._default_lock:
             timers._default, timers.aio._default, pinned = self._saved
             timers._pinned = timers.aio._pinned = pinned
-            connect.test_server = self._saved_server
+            connect.in_memory_server = self._saved_server
         self._saved = None
 
     # -- time ------------------------------------------------------------------------

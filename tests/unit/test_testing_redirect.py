@@ -72,7 +72,7 @@ def test_after_the_test_clients_are_real_again_and_nesting_restores() -> None:
             assert [p.id for p in inner.pending()] == ["inner"]
         Timers().schedule("reminders.sms", [1], in_=60, id="outer")
         assert [p.id for p in outer.pending()] == ["outer"]
-    assert connect.test_server is None
+    assert connect.in_memory_server is None
     real = Timers(NOWHERE)
     assert not isinstance(real.redis, fakeredis.FakeRedis)
     real.close()
