@@ -1,7 +1,8 @@
 """The pytest plugin of :mod:`timers.testing` (registered by the ``pytest11`` entry point).
 
 It gives a test the ``timers_test`` fixture: a :class:`timers.testing.TimersTest` entered
-for the test (``timers.*`` and ``timers.aio.*`` on an in-memory server), left after it.
+for the test (``timers.*``, ``timers.aio.*`` and every ``Timers``/``AsyncTimers`` the app
+makes meanwhile on an in-memory server), left after it.
 The tasks package is the ``timers_tasks`` ini option, else ``$TIMERS_TASKS``, else
 ``tasks``, found as ``timers listen`` finds it with pytest's rootdir (the project's root)
 in place of the working directory. This module imports nothing of the testing side
