@@ -23,6 +23,7 @@ import typer
 import typer.main
 from typer.core import TyperGroup, TyperOption
 
+from timers import __version__
 from timers.cli.errors import run_app
 
 if TYPE_CHECKING:
@@ -131,9 +132,7 @@ app = typer.Typer(
 
 def _version(value: bool) -> None:
     if value:
-        from timers import __version__  # the distribution's version (pyproject reads it)
-
-        typer.echo(f"timers {__version__}")
+        typer.echo(f"timers {__version__}")  # the distribution's (pyproject reads it)
         raise typer.Exit()
 
 
