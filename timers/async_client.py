@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 import redis
 import redis.asyncio
 
+from timers import connect
 from timers.coalesce import Coalescer
 from timers.connect import async_client
 from timers.cron import CatchUp, Recurrence, recurrence
@@ -72,6 +73,8 @@ class AsyncTimers:
 
     async def run(self, operation: Operation[T]) -> T:
         """Drive one operation to its result, as :meth:`Timers.run` (on this client's loop)."""
+        if connect.in_memory_server is not None:
+            connect.refuse_outside_test_server(self.redis, "this AsyncTimers")
         self._loop.claim()
         try:
             request = next(operation)

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 import redis
 
+from timers import connect
 from timers.async_client import AsyncTimers
 from timers.connect import URL_ENV, configured_url, sync_client
 from timers.cron import CatchUp, Recurrence, recurrence
@@ -84,6 +85,8 @@ class Timers:
         its cause."""
         if self.warn_in_event_loop:
             warn_if_blocking_a_loop()
+        if connect.in_memory_server is not None:
+            connect.refuse_outside_test_server(self.redis, "this Timers")
         try:
             request = next(operation)
             while True:
