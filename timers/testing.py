@@ -23,9 +23,8 @@ How it works, so that a test tests what production does:
   before it, or on a redis-py client of the app's own, raises at its first call instead
   (:class:`timers.connect.InMemoryServer`).
 - Flow gates run as in production: a concurrency key's timers run in turn. A rate limit
-  counts on the server's real clock, which :meth:`TimersTest.advance` cannot move: the
-  timers it holds stay pending (``wait.kind == "rate"``), and ``run_due``/``run_all``
-  return without them.
+  holds what is over it (``wait.kind == "rate"``) until :meth:`TimersTest.advance` moves
+  its clock (with the due times) to its next slot; ``run_all`` goes slot by slot.
 - :meth:`TimersTest.run_due` runs a real :class:`timers.listener.Listener` in burst mode,
   in this process: the same claim, policies (retries, max lateness …), recurrences and
   endings as ``timers listen``. A retry or a new timer that a run makes due at once runs in
