@@ -23,6 +23,8 @@ tiny-buffer     ``client-output-buffer-limit pubsub 1kb 512 1``, then a burst of
 sigterm         SIGTERM to one listener during a burst with slow tasks running
                 (``--shutdown-timeout 1``): unfinished runs are handed back; a new listener
                 takes its place
+sigstop         SIGSTOP one of the two listeners while slow tasks run on it, for twice its
+                lease, then SIGCONT: only the runs it was in may run twice (fencing)
 oom             ``noeviction`` at ``maxmemory``, kept full 5 s while tasks longer than the
                 lease run; then the filler keys are deleted
 evict-volatile  ``volatile-lru`` at ``maxmemory``: the expiring timer keys are evicted, the
@@ -54,7 +56,8 @@ returns to a ledger file (``O_APPEND``; Redis faults cannot touch it). From the 
 With ``--keys N`` the main batch's timers go round N concurrency keys of limit 1
 (``schedule(..., key=…)``): each fault then also checks, from the ledger, that no key ever
 ran two of them at once (a run a fault cut short lasts until its process could no longer
-run it).
+run it; a run a stopped listener was in, which goes on when it resumes, is left out: the
+listener counts it as a late finish).
 
 It exits 1 if any fault lost a timer, ran one twice unexpectedly, did not come back to
 normal, or found what the fault checks besides (a poison not recorded dead or run more than

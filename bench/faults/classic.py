@@ -82,6 +82,19 @@ def inject_tiny_buffer(s: Scenario) -> None:
                       f"subscription(s) (listener logs)")
 
 
+def inject_sigstop(s: Scenario) -> None:
+    """SIGSTOP the busiest listener past its lease (a VM freeze, a GC pause), then SIGCONT:
+    the other takes its runs over; resumed, it may finish the run it was in (a second run
+    the stop explains) but must start nothing it no longer holds (one that would not be)."""
+    victim = s.busiest_listener()
+    running = len(open_runs(s.ledger, victim.pid))
+    sent = s.send(victim, signal.SIGSTOP)
+    sleep_until(sent.at + 2 * s.lease)  # the pause: twice the lease
+    victim.process.send_signal(signal.SIGCONT)
+    s.evidence.append(f"stopped listener {victim.pid} with {running} task(s) running on it "
+                      f"for {time.time() - sent.at:.1f} s (lease {s.lease:g} s)")
+
+
 def inject_sigterm(s: Scenario) -> None:
     time.sleep(0.2)  # into the burst, which came due at the fault time
     victim = s.busiest_listener()
@@ -109,6 +122,8 @@ CLASSIC_FAULTS: tuple[Fault, ...] = (
           burst=True, burst_delay=0.5),
     Fault("sigterm", "SIGTERM one listener during a burst", inject_sigterm,
           slow_every=20, slow_seconds=3.0, burst=True, shutdown_timeout=1.0),
+    Fault("sigstop", "SIGSTOP one listener past its lease, then SIGCONT", inject_sigstop,
+          slow_every=10, slow_seconds=1.5),
 )
 EXTRA_FAULTS: tuple[Fault, ...] = (
     # Not in the default run: a stall longer than the lease lets other listeners (and

@@ -126,7 +126,7 @@ class ListenerProcess:
         """Send ``sig`` and say which of this process's runs it cuts short."""
         at = time.time()
         self.process.send_signal(sig)
-        if sig == signal.SIGKILL:
+        if sig in (signal.SIGKILL, signal.SIGSTOP):  # a stopped process ends nothing
             cutoff = at - KILL_FLUSH_GRACE
         else:
             cutoff = at + self.shutdown_timeout - 0.05

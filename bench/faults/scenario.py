@@ -190,11 +190,20 @@ class Scenario:
             if key is None:
                 continue
             for run in runs:
+                if self._paused_in(run):
+                    continue  # the run a stopped listener was in may overlap its rerun
                 cut = [self.gone.get(run.pid, max(sig.at, sig.cutoff)) for sig in self.signals
                        if sig.pid == run.pid and run.start <= sig.at]
                 end = run.end if run.end is not None else min(cut, default=last)
                 spans.setdefault(key, []).append((run.start, end))
         return max((_most_at_once(found) for found in spans.values()), default=0)
+
+    def _paused_in(self, run: ledger.RunRecord) -> bool:
+        """Whether ``run`` was under way in a process the bench stopped (SIGSTOP): resumed,
+        it goes on while its rerun runs elsewhere, an overlap the listener counts as a
+        late finish (fencing keeps the process from starting anything new)."""
+        return any(sig.name == "SIGSTOP" and sig.pid == run.pid and run.start <= sig.at
+                   and (run.end is None or run.end >= sig.at) for sig in self.signals)
 
     def probe_events(self, timeout: float = 10.0) -> float:
         """Prove expired events reach the listeners: a key in the timers namespace that
