@@ -77,3 +77,26 @@ def test_the_flask_example_as_written(timers_test: TimersTest, tmp_path: Path) -
     timers_test.advance(days=1)
     (run,) = timers_test.run_due()
     assert (run.task, run.timer_id, run.outcome.ok) == ("reminders.sms", "welcome-sms-7", True)
+
+
+def test_the_django_views_as_written(timers_test: TimersTest, tmp_path: Path) -> None:
+    """The README's Django views (a sync view, and an async view through sync_to_async),
+    called with Django's request factory: both timers land on the test's server."""
+    pytest.importorskip("django", reason="Django is in the dev extra: pip install -e '.[dev]'")
+    import asyncio
+
+    import django
+    from django.conf import settings
+    from django.test import RequestFactory
+
+    if not settings.configured:
+        settings.configure(ALLOWED_HOSTS=["*"], USE_TZ=True)
+        django.setup()
+    code = readme_block("**Async views.**")
+    assert code.startswith("# notes/views.py\n") and "sync_to_async(timers.schedule)" in code
+    views = load(code, "readme_django_views", tmp_path)
+    request = RequestFactory().get("/")
+    assert views.sync_view(request, 1).status_code == 200
+    assert asyncio.run(views.async_view(request, 2)).status_code == 200
+    pending = sorted((p.id, p.task, p.args) for p in timers_test.pending())
+    assert pending == [("async-2", "notes.add", ["async-2"]), ("sync-1", "notes.add", ["sync-1"])]
