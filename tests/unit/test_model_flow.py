@@ -1,0 +1,263 @@
+"""Model-based test of flow control (``docs/state-machine.md``): hypothesis drives the real
+Lua scripts on fakeredis (``tests/unit/model_flow.py``) with three virtual listeners and
+random interleavings of schedule, claim, park, gate and start, finish (ok, retry, dead),
+renew, a lapse of time, pause and resume, kill, cancel, reschedule, hand-back and a server
+restart, and checks the invariants after every step.
+
+Each test checks one family of invariants, so each shrinks to its own counterexample; the
+ones today's scripts break are marked ``xfail`` naming the finding of issue 28. ``fenced``
+runs the listener the design asks for (it starts a run only while a renewal finds its lease
+held); the others run a listener that does what ``timers/listener`` does today.
+
+The default run is bounded (a few seconds per test); ``TIMERS_MODEL_LONG=1`` or
+``-m model_long`` runs the long profile.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+
+import fakeredis
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+)
+
+from tests.unit.model_flow import (
+    DEFAULT_GROUP,
+    LEASE_MS,
+    PLAIN,
+    RATED,
+    VirtualClock,
+    VListener,
+    World,
+    redis_clock,
+)
+
+LONG = bool(os.environ.get("TIMERS_MODEL_LONG"))
+SHORT = {"max_examples": int(os.environ.get("TIMERS_MODEL_EXAMPLES", "60")),
+         "stateful_step_count": 40}
+LONG_RUN = {"max_examples": 2000, "stateful_step_count": 80}
+
+KINDS = ("fenced", "key_limit", "fifo", "rate", "early", "uncounted", "cancelled_ran", "lost")
+
+KEYS = ["", "k1", "k1", "k1", "k2"]
+pick = st.integers(0, 50)
+"""An index into whatever list the rule picks from (taken modulo its length)."""
+
+
+class FlowModel(RuleBasedStateMachine):
+    FENCED = False
+    CHECKS: frozenset[str] = frozenset(KINDS)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.clock = VirtualClock()
+        self._clock = redis_clock(self.clock)
+        self._clock.__enter__()
+        self.server = fakeredis.FakeServer()
+        self.client = fakeredis.FakeRedis(server=self.server)
+        self.world = World(self.client, self.clock, self.FENCED)
+
+    def teardown(self) -> None:
+        self.client.close()
+        self._clock.__exit__(None, None, None)
+
+    @initialize(backlog=st.lists(st.tuples(st.sampled_from([PLAIN, PLAIN, RATED]),
+                                           st.sampled_from(KEYS), st.sampled_from([0, 0, 5]),
+                                           st.sampled_from([-50, -10, 0])), max_size=6))
+    def start(self, backlog: list[tuple[str, str, int, int]]) -> None:
+        """Two listeners, and a backlog of timers due (a burst on a fresh server)."""
+        self.world.spawn((DEFAULT_GROUP, "g2"))
+        self.world.spawn((DEFAULT_GROUP,))
+        for task, key, priority, in_ms in backlog:
+            self.world.schedule(task, DEFAULT_GROUP, priority, key, in_ms)
+
+    def _listener(self, i: int) -> VListener | None:
+        alive = [li for li in self.world.listeners if li.alive]
+        listener = alive[i % len(alive)]
+        return None if listener.paused else listener
+
+    # -- the producer
+
+    @rule(task=st.sampled_from([PLAIN, PLAIN, RATED]),
+          group=st.sampled_from([DEFAULT_GROUP, DEFAULT_GROUP, "g2"]),
+          priority=st.sampled_from([0, 0, 5]), key=st.sampled_from(KEYS),
+          in_ms=st.sampled_from([-50, 0, 0, 10, 30, 200]))
+    def schedule(self, task: str, group: str, priority: int, key: str, in_ms: int) -> None:
+        self.world.schedule(task, group, priority, key, in_ms)
+
+    @precondition(lambda self: self.world.timers)
+    @rule(i=pick)
+    def cancel(self, i: int) -> None:
+        ids = list(self.world.timers)
+        self.world.cancel(ids[i % len(ids)])
+
+    @precondition(lambda self: self.world.timers)
+    @rule(i=pick, in_ms=st.sampled_from([0, 20, 300]))
+    def reschedule(self, i: int, in_ms: int) -> None:
+        ids = list(self.world.timers)
+        self.world.reschedule(ids[i % len(ids)], in_ms)
+
+    # -- listeners
+
+    @rule(i=pick, limit=st.sampled_from([1, 2, 5]), horizon=st.sampled_from([0, 0, 50]),
+          events=st.booleans())
+    def claim(self, i: int, limit: int, horizon: int, events: bool) -> None:
+        listener = self._listener(i)
+        if listener is not None:
+            self.world.claim(listener, limit, horizon, events)
+            self.world.start_due(listener)
+
+    @rule(i=pick, limit=st.sampled_from([2, 10]))
+    def park(self, i: int, limit: int) -> None:
+        listener = self._listener(i)
+        if listener is not None:
+            self.world.park(listener, limit)
+
+    @rule(i=pick, j=pick, kind=st.sampled_from(["ok", "ok", "ok", "retry", "dead"]),
+          delay=st.sampled_from([0, 40]))
+    def finish(self, i: int, j: int, kind: str, delay: int) -> None:
+        listener = self._listener(i)
+        if listener is not None and listener.executing:
+            tokens = sorted(listener.executing)
+            self.world.finish(listener, tokens[j % len(tokens)], kind, delay)
+
+    @rule(i=pick)
+    def renew(self, i: int) -> None:
+        listener = self._listener(i)
+        if listener is not None:
+            self._renew(listener)
+
+    def _renew(self, listener: VListener) -> None:
+        lost = self.world.renew(listener, sorted(listener.held))
+        if self.FENCED:  # runs not started yet are dropped; started ones go on
+            for token in lost:
+                listener.claimed.pop(token, None)
+                listener.nexts.pop(token, None)
+
+    @rule(i=pick, j=pick)
+    def hand_back(self, i: int, j: int) -> None:
+        listener = self._listener(i)
+        if listener is not None and (listener.claimed or listener.nexts):
+            tokens = sorted([*listener.claimed, *listener.nexts])
+            self.world.hand_back(listener, tokens[j % len(tokens)])
+
+    @rule(i=pick)
+    def pause(self, i: int) -> None:
+        listener = self._listener(i)
+        if listener is not None and sum(not li.paused for li in self.world.listeners
+                                        if li.alive) > 1:
+            listener.paused = True
+            self.world.note(f"{listener.id} paused")
+
+    @rule()
+    def resume(self) -> None:
+        for listener in self.world.listeners:
+            if listener.alive and listener.paused:
+                listener.paused = False
+                self.world.note(f"{listener.id} resumed")
+
+    @rule(i=pick)
+    def kill(self, i: int) -> None:
+        alive = [li for li in self.world.listeners if li.alive]
+        listener = alive[i % len(alive)]
+        self.world.kill(listener)
+        self.world.spawn(listener.groups)
+
+    # -- time and the server
+
+    @rule(ms=st.sampled_from([1, 10, 50, 100, 400, 1200]))
+    def advance(self, ms: int) -> None:
+        """Time goes on; the renewal thread of each listener not paused renews its leases
+        every third of a lease meanwhile."""
+        while ms > 0:
+            for listener in self.world.listeners:
+                if listener.alive and not listener.paused:
+                    self._renew(listener)
+            step = min(ms, LEASE_MS // 3)
+            self.clock.ms += step
+            ms -= step
+            for listener in self.world.listeners:  # each starts what came due
+                if listener.alive and not listener.paused:
+                    self.world.start_due(listener)
+
+    @rule(i=pick, ms=st.sampled_from([600, 1500]), others_claim=st.booleans())
+    def stall(self, i: int, ms: int, others_claim: bool) -> None:
+        """A listener stops (SIGSTOP, a long GC pause) for ``ms`` while the others go on
+        (and claim, if ``others_claim``), then goes on from its stale view."""
+        listener = self._listener(i)
+        if listener is None:
+            return
+        listener.paused = True
+        self.world.note(f"{listener.id} stalls for {ms} ms")
+        self.advance(ms)
+        if others_claim:
+            for other in self.world.listeners:
+                if other.alive and not other.paused:
+                    self.world.claim(other, 5, 0, False)
+                    self.world.start_due(other)
+        listener.paused = False
+        self.world.note(f"{listener.id} goes on")
+
+    @rule(down_ms=st.sampled_from([100, 2000]))  # 2 s: leases lapse while it is down
+    def restart_server(self, down_ms: int) -> None:
+        """A restart that keeps every write (AOF, appendfsync always): time goes on, the
+        script cache is empty (the wrappers load the scripts again)."""
+        self.clock.ms += down_ms
+        self.client.script_flush()
+        self.world.note(f"server restarted after {down_ms} ms")
+
+    # -- the invariants
+
+    @invariant()
+    def holds(self) -> None:
+        if "lost" in self.CHECKS:
+            self.world.check_nothing_lost()
+        broken = [v for v in self.world.violations if v.kind in self.CHECKS]
+        if broken:
+            history = "\n".join(self.world.log[-60:])
+            raise AssertionError(f"{broken[0].kind}: {broken[0].text}\nhistory:\n{history}")
+
+
+def model(kinds: tuple[str, ...], fenced: bool = False, long: bool = False) -> type:
+    """A test case of the model checking ``kinds`` only."""
+    machine = type(f"Model_{'_'.join(kinds)}{'_fenced' if fenced else ''}", (FlowModel,),
+                   {"FENCED": fenced, "CHECKS": frozenset(kinds)})
+    case: type = machine.TestCase
+    case.settings = settings(
+        **(LONG_RUN if long or LONG else SHORT), deadline=None, print_blob=True,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+    return case
+
+
+@pytest.fixture(scope="module", autouse=True)
+def timed(request: pytest.FixtureRequest) -> Iterator[None]:
+    started = time.perf_counter()
+    yield
+    reporter = request.config.pluginmanager.getplugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line(f"model flow test: {time.perf_counter() - started:.1f} s")
+
+
+# -- the tests: one family of invariants each -------------------------------------------
+
+TestFencedStarts = model(("fenced",))
+TestFencedStartsFencedListener = model(("fenced",), fenced=True)
+TestKeyLimit = model(("key_limit",))
+TestKeyLimitFencedListener = model(("key_limit",), fenced=True)
+TestSecondRunsCounted = model(("uncounted",))
+TestSecondRunsCountedFencedListener = model(("uncounted",), fenced=True)
+TestFifoPerKey = model(("fifo",), fenced=True)
+TestRate = model(("rate",), fenced=True)
+TestNeverEarly = model(("early",), fenced=True)
+TestNothingLostCancelMeansNever = model(("lost", "cancelled_ran"), fenced=True)
+
