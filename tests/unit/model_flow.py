@@ -75,12 +75,15 @@ class VirtualClock:
 @contextmanager
 def redis_clock(clock: VirtualClock) -> Iterator[None]:
     """fakeredis reads ``clock`` for TIME and for key expiry while this lasts."""
-    saved = fake_base.time, fake_server.time
-    fake_base.time = fake_server.time = clock  # type: ignore[assignment]
+    modules = (fake_base, fake_server)
+    saved = [getattr(module, "time") for module in modules]  # noqa: B009
+    for module in modules:
+        setattr(module, "time", clock)  # noqa: B010 (a module attribute, not ours)
     try:
         yield
     finally:
-        fake_base.time, fake_server.time = saved
+        for module, was in zip(modules, saved, strict=True):
+            setattr(module, "time", was)  # noqa: B010
 
 
 # -- what the model expects ---------------------------------------------------------------
@@ -245,7 +248,8 @@ class World:
 
     # -- a listener's steps
 
-    def claim(self, listener: VListener, limit: int, horizon_ms: int, events: bool) -> None:
+    def claim(self, listener: VListener, limit: int, horizon_ms: int, events: bool,
+              screen: bool = False) -> None:
         event_ids = [t.id for t in reversed(self.timers.values())
                      if events and t.status == "live" and t.due <= self.now]
         reply = self.s.claim(limit=limit, lease_ms=LEASE_MS, horizon_ms=horizon_ms,
@@ -257,7 +261,33 @@ class World:
             listener.claimed[run.token] = (run, self.now)
             listener.held.add(run.token)
             self.note(f"{listener.id} claims {run.timer_id} token {run.token} "
-                      f"({run.source}, reruns {run.reruns})")
+                      f"({run.source}, reruns {run.reruns}, due +{run.due_ms - START_MS})")
+        if screen:
+            self.screen(listener)
+
+    def screen(self, listener: VListener) -> None:
+        """``FlowGate.screen`` (when the parker wants it): right after the claim, the runs
+        whose one limit is a concurrency key (first runs only) ask the gate in one call,
+        whatever their due time; those held back are dropped, those let go hold their slot
+        and start at their due time without asking again."""
+        asked = []
+        for run, _ in listener.claimed.values():
+            limits = limits_of(run.record_text)
+            if not run.reruns and limits is not None and limits[0] and not limits[2] \
+                    and run.token not in listener.holding:
+                asked.append((run, GateRun(run.token, *limits)))
+        if not asked:
+            return
+        reply = self.s.gate(LEASE_MS, [g for _, g in asked])
+        for (run, _), status in zip(asked, reply, strict=True):
+            status = as_text(status)
+            self.note(f"{listener.id} screens {run.timer_id} token {run.token}: {status}")
+            if status == "go":
+                listener.holding.add(run.token)
+                self.check_fifo(run, "screen")
+            else:
+                del listener.claimed[run.token]
+                listener.held.discard(run.token)
 
     def park(self, listener: VListener, limit: int) -> None:
         """The parker (``listener/parker.py``): peek a backlog, park the keyed timers."""
@@ -283,7 +313,7 @@ class World:
             if not self._still_ours(listener, run, read):
                 continue
             limits = limits_of(run.record_text)
-            if limits is None:
+            if limits is None or run.token in listener.holding:  # screened: goes
                 self.start(listener, run)
             elif run.source in ("handoff", "next") and limits[0] and not limits[2]:
                 listener.holding.add(run.token)
@@ -307,10 +337,10 @@ class World:
     def _still_ours(self, listener: VListener, run: Run, read_at: int) -> bool:
         """Today's listener renews a run first when its reply was read late (a pause since);
         the fenced one always does."""
-        if self.fenced or self.now - read_at > LEASE_MS // 2:
-            if run.token in self.renew(listener, [run.token]):
-                self.note(f"{listener.id} drops {run.timer_id} token {run.token}: lease lost")
-                return False
+        late = self.now - read_at > LEASE_MS // 2
+        if (self.fenced or late) and run.token in self.renew(listener, [run.token]):
+            self.note(f"{listener.id} drops {run.timer_id} token {run.token}: lease lost")
+            return False
         return True
 
     def start(self, listener: VListener, run: Run) -> None:
