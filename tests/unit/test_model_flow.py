@@ -21,7 +21,7 @@ from collections.abc import Iterator
 
 import fakeredis
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -43,7 +43,7 @@ from tests.unit.model_flow import (
 from timers.keys import DEFAULT_GROUP
 
 LONG = bool(os.environ.get("TIMERS_MODEL_LONG"))
-SHORT = (int(os.environ.get("TIMERS_MODEL_EXAMPLES", "60")), 40)
+SHORT = (int(os.environ.get("TIMERS_MODEL_EXAMPLES", "40")), 40)
 LONG_RUN = (1000, 80)
 """(max_examples, stateful_step_count) of the default and the long profile."""
 
@@ -234,8 +234,11 @@ class FlowModel(RuleBasedStateMachine):
             raise AssertionError(f"{broken[0].kind}: {broken[0].text}\nhistory:\n{history}")
 
 
-def model(kinds: tuple[str, ...], fenced: bool = False, long: bool = False) -> type:
-    """A test case of the model checking ``kinds`` only."""
+def model(kinds: tuple[str, ...], fenced: bool = False, long: bool = False,
+          shrink: bool = True) -> type:
+    """A test case of the model checking ``kinds`` only; without ``shrink`` a failure is
+    reported as found (the default run of a test known to fail: shrinking a history of the
+    model takes minutes)."""
     machine: type[FlowModel] = type(
         f"Model_{'_'.join(kinds)}{'_fenced' if fenced else ''}", (FlowModel,),
         {"FENCED": fenced, "CHECKS": frozenset(kinds)})
@@ -243,6 +246,7 @@ def model(kinds: tuple[str, ...], fenced: bool = False, long: bool = False) -> t
     case: type = machine.TestCase
     case.settings = settings(  # type: ignore[attr-defined]
         max_examples=examples, stateful_step_count=steps, deadline=None, print_blob=True,
+        phases=[p for p in Phase if shrink or p not in (Phase.shrink, Phase.explain)],
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
     return case
 
@@ -256,19 +260,46 @@ def timed(request: pytest.FixtureRequest) -> Iterator[None]:
         reporter.write_line(f"model flow test: {time.perf_counter() - started:.1f} s")
 
 
-# -- the tests: one family of invariants each -------------------------------------------
+# -- the tests -----------------------------------------------------------------------------
+# The default run: every invariant against the fenced listener the design asks for, the
+# fencing invariants against today's listener, and "nothing lost" (which holds today) on
+# its own so that it keeps guarding while the others are expected to fail.
 
-TestFencedStarts = model(("fenced",))
-TestFencedStartsFencedListener = model(("fenced",), fenced=True)
-TestKeyLimit = model(("key_limit",))
-TestKeyLimitFencedListener = model(("key_limit",), fenced=True)
-TestSecondRunsCounted = model(("uncounted",))
-TestSecondRunsCountedFencedListener = model(("uncounted",), fenced=True)
-TestFifoPerKey = model(("fifo",), fenced=True)
-TestRate = model(("rate",), fenced=True)
-TestNeverEarly = model(("early",), fenced=True)
-TestNothingLostCancelMeansNever = model(("lost", "cancelled_ran"), fenced=True)
+TestNothingLost = model(("lost", "cancelled_ran"), fenced=True)
+TestInvariants = pytest.mark.xfail(strict=False, reason=(
+    "findings 1 (a lapsed run stops holding its key's slot), 2 (FIFO per key), 3 (rate with "
+    "concurrency), 8 (keyed timers start early): see docs/state-machine.md"))(
+    model(KINDS, fenced=True, shrink=LONG))
+TestTodaysListener = pytest.mark.xfail(strict=False, reason=(
+    "finding 1: today's listener starts a run next in line without holding its lease"))(
+    model(("fenced", "uncounted"), shrink=LONG))
 
+# The long profile: one family of invariants per test, each shrinking to its own
+# counterexample (``-m model_long`` or TIMERS_MODEL_LONG=1).
+_LONG = [pytest.mark.model_long, pytest.mark.timeout(1800)]
+
+
+def _long(kinds: tuple[str, ...], fenced: bool, finding: str) -> type:
+    case = model(kinds, fenced=fenced, long=True)
+    for mark in (*_LONG, pytest.mark.xfail(strict=False, reason=finding)):
+        case = mark(case)
+    return case
+
+
+TestLongFenced = _long(("fenced",), False, "finding 1: runs next in line start unfenced")
+TestLongKeyLimit = _long(("key_limit",), True, "finding 1: a lapsed run frees its slot")
+TestLongFifo = _long(("fifo",), True, "finding 2: FIFO per key")
+TestLongRate = _long(("rate",), True, "finding 3: rate with concurrency bunches")
+TestLongEarly = _long(("early",), True, "finding 8: keyed timers start early")
+TestLongUncounted = _long(("uncounted",), False, "finding 1: second runs uncounted")
+TestLongNothingLost = _long(("lost", "cancelled_ran"), True, "not known to fail")
+
+
+@pytest.fixture(autouse=True)
+def _long_only_when_asked(request: pytest.FixtureRequest) -> None:
+    if (request.node.get_closest_marker("model_long") and not LONG
+            and "model_long" not in (request.config.option.markexpr or "")):
+        pytest.skip("the long model profile: -m model_long or TIMERS_MODEL_LONG=1")
 
 
 # -- the counterexamples the model found, as scenarios ------------------------------------
