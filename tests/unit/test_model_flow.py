@@ -255,9 +255,12 @@ def model(kinds: tuple[str, ...], fenced: bool = False, long: bool = False,
 def timed(request: pytest.FixtureRequest) -> Iterator[None]:
     started = time.perf_counter()
     yield
-    reporter = request.config.pluginmanager.getplugin("terminalreporter")
-    if reporter is not None:
-        reporter.write_line(f"model flow test: {time.perf_counter() - started:.1f} s")
+    plugins = request.config.pluginmanager
+    reporter, capture = plugins.getplugin("terminalreporter"), plugins.getplugin("capturemanager")
+    if reporter is not None and capture is not None:
+        with capture.global_and_fixture_disabled():
+            reporter.ensure_newline()
+            reporter.write_line(f"model flow test: {time.perf_counter() - started:.1f} s")
 
 
 # -- the tests -----------------------------------------------------------------------------
