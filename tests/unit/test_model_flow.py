@@ -196,10 +196,12 @@ class FlowModel(RuleBasedStateMachine):
                 if listener.alive and not listener.paused:
                     self.world.start_due(listener)
 
-    @rule(i=pick, ms=st.sampled_from([600, 1500]), others_claim=st.booleans())
-    def stall(self, i: int, ms: int, others_claim: bool) -> None:
+    @rule(i=pick, ms=st.sampled_from([600, 1500]), others_claim=st.booleans(),
+          then_ends=st.booleans())
+    def stall(self, i: int, ms: int, others_claim: bool, then_ends: bool) -> None:
         """A listener stops (SIGSTOP, a long GC pause) for ``ms`` while the others go on
-        (and claim, if ``others_claim``), then goes on from its stale view."""
+        (and claim, if ``others_claim``), then goes on from its stale view (and, with
+        ``then_ends``, the task it was running first returns)."""
         listener = self._listener(i)
         if listener is None:
             return
@@ -213,6 +215,8 @@ class FlowModel(RuleBasedStateMachine):
                     self.world.start_due(other)
         listener.paused = False
         self.world.note(f"{listener.id} goes on")
+        if then_ends and listener.executing:
+            self.world.finish(listener, min(listener.executing, key=int), "ok", 0)
 
     @rule(down_ms=st.sampled_from([100, 2000]))  # 2 s: leases lapse while it is down
     def restart_server(self, down_ms: int) -> None:
