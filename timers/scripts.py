@@ -1,5 +1,9 @@
 """The Lua scripts in ``timers/lua``: their source, and one typed wrapper per script.
 
+The states of a timer and of a key's slot, every transition and the one script that makes
+it, and the invariants they keep are written down in ``docs/state-machine.md``;
+``tests/unit/test_model_flow.py`` checks those invariants against these scripts.
+
 Each script starts with a Redis 7 shebang: ``#!lua flags=allow-oom`` on those that free
 memory or keep it constant (renew, finish, cancel …), so they run on a full server, and a
 plain ``#!lua`` on those that need memory (claim, schedule …), so a full server refuses
