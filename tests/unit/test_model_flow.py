@@ -337,9 +337,9 @@ def wait(world: World, ms: int, *renewing: VListener) -> None:
         ms -= step
 
 
-@pytest.mark.xfail(strict=False, reason="finding 1: a paused listener starts the run next in "
-                   "line it was handed, which another listener took over meanwhile")
 def test_a_paused_listener_starts_no_run_next_in_line_it_no_longer_holds(world: World) -> None:
+    """Finding 1, fixed by fencing: the listener revalidates after a stall."""
+    world.fenced = True
     l1, l2 = world.spawn((DEFAULT_GROUP,)), world.spawn((DEFAULT_GROUP,))
     for i in range(3):
         world.schedule(PLAIN, DEFAULT_GROUP, 0, "k1", -50 + i)
@@ -355,9 +355,6 @@ def test_a_paused_listener_starts_no_run_next_in_line_it_no_longer_holds(world: 
     assert broken(world, "fenced") == [] and broken(world, "key_limit") == []
 
 
-@pytest.mark.xfail(strict=False, reason="finding 1 (lapse): a run whose lease lapsed stops "
-                   "counting against its key though its listener still runs it (here: a "
-                   "Redis restart longer than the lease)")
 def test_a_run_cut_off_by_a_restart_still_holds_its_keys_slot(world: World) -> None:
     world.fenced = True
     l1 = world.spawn((DEFAULT_GROUP,))
@@ -371,8 +368,6 @@ def test_a_run_cut_off_by_a_restart_still_holds_its_keys_slot(world: World) -> N
     assert broken(world, "key_limit") == []
 
 
-@pytest.mark.xfail(strict=False, reason="finding 2: a later timer of a key takes its slot at "
-                   "the gate before an earlier one claimed by another listener gets there")
 def test_a_keys_slot_goes_to_the_earliest_claimed_timer(world: World) -> None:
     l1, l2 = world.spawn((DEFAULT_GROUP,)), world.spawn((DEFAULT_GROUP,))
     world.schedule(PLAIN, DEFAULT_GROUP, 0, "k1", -50)
@@ -384,8 +379,6 @@ def test_a_keys_slot_goes_to_the_earliest_claimed_timer(world: World) -> None:
     assert broken(world, "fifo") == []
 
 
-@pytest.mark.xfail(strict=False, reason="finding 2: after a takeover the next timer of the "
-                   "key gets the slot before the rerun of the run that was cut")
 def test_after_a_takeover_the_rerun_goes_first(world: World) -> None:
     world.fenced = True
     l1, l2 = world.spawn((DEFAULT_GROUP,)), world.spawn((DEFAULT_GROUP,))
@@ -400,8 +393,6 @@ def test_after_a_takeover_the_rerun_goes_first(world: World) -> None:
     assert broken(world, "fifo") == []
 
 
-@pytest.mark.xfail(strict=False, reason="finding 3: a run that paid its rate slot, then "
-                   "waited for its key, starts when the key frees, next to later starts")
 def test_rate_and_concurrency_starts_keep_the_interval(world: World) -> None:
     world.fenced = True
     l1 = world.spawn((DEFAULT_GROUP,))
@@ -429,8 +420,6 @@ def test_rate_and_concurrency_starts_keep_the_interval(world: World) -> None:
     assert broken(world, "rate") == []
 
 
-@pytest.mark.xfail(strict=False, reason="finding 8: a timer handed over from its key's queue "
-                   "is recorded with due 0 and starts before its due time")
 def test_a_keyed_timer_handed_over_does_not_start_before_its_due_time(world: World) -> None:
     l1 = world.spawn((DEFAULT_GROUP,))
     world.schedule(PLAIN, DEFAULT_GROUP, 0, "k1", -50)
