@@ -1,14 +1,13 @@
 """The ``timers`` command line: parses, calls the library, prints.
 
-A usage error (an unknown option, a missing argument, a bad choice) prints one line and
-exits 2; any other error (bad JSON, a bad duration, a server that does not answer) prints
-one line and exits 1. No tracebacks, no boxes, no passwords.
-"""
+A usage error (an unknown option, a missing argument, a bad choice, ARGS_JSON that does
+not parse, neither or both of --in and --at) prints one line and exits 2; any other error
+(a bad duration, a server that does not answer) prints one line and exits 1. No
+tracebacks, no boxes, no passwords."""
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import sys
@@ -24,6 +23,7 @@ from timers.cli.common import (
     UserError,
     friendly,
     open_timers,
+    parse_args_json,
     printable,
 )
 from timers.cli.cron import cron_app
@@ -88,15 +88,6 @@ def _main(
     """Delayed timers on Redis: schedule a task call for later; listeners fire it once."""
 
 
-def _parse_args(text: str | None) -> Any:
-    if text is None:
-        return None
-    try:
-        return json.loads(text)
-    except ValueError as exc:
-        raise UserError(f"ARGS_JSON is not valid JSON ({exc}): {text[:80]!r}") from None
-
-
 def _parse_at(text: str) -> datetime:
     try:
         value = datetime.fromisoformat(text.replace("Z", "+00:00"))
@@ -111,7 +102,7 @@ def _parse_at(text: str) -> datetime:
 def _due(in_: str | None, at: str | None) -> tuple[float | None, datetime | None]:
     """``--in`` / ``--at`` as the library takes them: exactly one of the two."""
     if (in_ is None) == (at is None):
-        raise UserError("give exactly one of --in or --at")
+        raise typer.BadParameter("give exactly one of --in or --at", param_hint="'--in' / '--at'")
     return (parse_delay(in_) if in_ is not None else None,
             _parse_at(at) if at is not None else None)
 
@@ -298,7 +289,7 @@ def schedule(
 ) -> None:
     """Schedule a timer; prints its id."""
     delay, when = _due(in_, at)
-    args = _parse_args(args_json)
+    args = parse_args_json(args_json)
     with open_timers(url, prefix) as t:
         typer.echo(t.schedule(task, args, in_=delay, at=when, id=id, group=group, key=key,
                               priority=priority))

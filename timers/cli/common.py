@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import re
 from collections.abc import Callable, Iterator
 from typing import Annotated, Any, TypeVar
@@ -16,6 +17,7 @@ from timers.client import URL_ENV, Timers, configured_url
 from timers.exceptions import TimersError
 from timers.keys import DEFAULT_PREFIX, PREFIX_ENV, configured_prefix
 from timers.redact import mask_secrets, safe_url
+from timers.server_errors import cannot_connect, url_address
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -105,8 +107,7 @@ def user_errors(url: str | None = None) -> Iterator[None]:
     except (TimersError, UserError) as exc:
         raise fail(str(exc)) from None
     except redis.exceptions.ConnectionError as exc:
-        raise fail(f"cannot connect to Redis at {safe_url(configured_url(url))}: {exc}")\
-            from None
+        raise fail(cannot_connect(url_address(configured_url(url)), exc)) from None
     except redis.exceptions.AuthenticationError as exc:
         raise fail(f"Redis refused the credentials: {exc}") from None
     except redis.exceptions.RedisError as exc:
@@ -115,6 +116,21 @@ def user_errors(url: str | None = None) -> Iterator[None]:
         if "Redis URL" in str(exc) or "redis://" in str(exc):
             raise fail(f"bad Redis URL: {exc}") from None
         raise
+
+
+def parse_args_json(text: str | None) -> Any:
+    """``ARGS_JSON`` as the library takes it (None if not given); a usage error (exit 2,
+    one line) if it is not JSON or is nested too deeply to read."""
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise typer.BadParameter(f"nested too deeply to read ({len(text)} characters)",
+                                 param_hint="'ARGS_JSON'") from None
+    except ValueError as exc:
+        raise typer.BadParameter(f"not valid JSON ({exc}): {text[:80]!r}",
+                                 param_hint="'ARGS_JSON'") from None
 
 
 def friendly(fn: F) -> F:
