@@ -71,6 +71,13 @@ class StopOnSignals:
         else:
             self.target.abort()
 
+    def stop_once(self) -> None:
+        """Stop gracefully, as the first signal does, unless stopping already: the
+        supervisor's death seen a second way (after ``PR_SET_PDEATHSIG``'s SIGTERM) is
+        the same stop, never an abort."""
+        if self.seen == 0:
+            self()
+
     def install(self, loop: asyncio.AbstractEventLoop) -> None:
         for sig in STOP_SIGNALS:
             loop.add_signal_handler(sig, self)
@@ -167,7 +174,7 @@ async def run_in_foreground(listener: ForegroundListener, *, burst: bool = False
     watcher = None
     if parent is not None:
         ask_for_signal_on_parent_death()
-        watcher = asyncio.create_task(watch_parent(parent, handler))
+        watcher = asyncio.create_task(watch_parent(parent, handler.stop_once))
     try:
         await listener.run(burst=burst)
     finally:

@@ -243,6 +243,7 @@ def _listen_here(options: ListenOptions) -> None:
     except ValueError as exc:
         raise UserError(str(exc)) from None
     listener_logs(listener, options.log_fires)
+    listener.loader.load()  # a package that cannot be imported: refused before any wait
     metrics = listen_metrics.record(listener, options.metrics_port, options.metrics_host)
     asyncio.run(_listen(listener, options, url_address(configured_url(options.url)), metrics))
     listener.tally.log_stopped()

@@ -5,8 +5,10 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import logging
 import re
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Annotated, Any, TypeVar
 
 import redis
@@ -16,6 +18,7 @@ from typer import core as typer_core
 from timers.client import URL_ENV, Timers, configured_url
 from timers.exceptions import TimersError
 from timers.keys import DEFAULT_PREFIX, PREFIX_ENV, configured_prefix
+from timers.logs import IDENTITY, JsonFormatter
 from timers.redact import mask_secrets, safe_url
 from timers.server_errors import cannot_connect, url_address
 
@@ -75,9 +78,34 @@ class UserError(Exception):
     """A problem to report in one line."""
 
 
+@dataclass
+class ErrorOutput:
+    """How this process writes its one error line: ``error: …`` as text, or, once
+    ``timers listen`` is asked for ``--log-format json``, one JSON object like its log
+    lines (level ERROR, logger ``timers.cli``), so every line it writes is JSON."""
+
+    as_json: bool = False
+
+    def line(self, message: str) -> str:
+        text = one_line(mask_secrets(message))
+        if not self.as_json:
+            return f"error: {text}"
+        record = logging.LogRecord("timers.cli", logging.ERROR, __file__, 0, text, None, None)
+        IDENTITY.filter(record)
+        return JsonFormatter().format(record)
+
+    def write(self, message: str) -> None:
+        typer.echo(self.line(message), err=True)
+
+
+ERRORS = ErrorOutput()
+"""This process's error output (one command per process)."""
+
+
 def fail(message: str) -> typer.Exit:
-    """Print ``error: message`` (credentials masked, one line) and return an exit 1."""
-    typer.echo(f"error: {one_line(mask_secrets(message))}", err=True)
+    """Print ``error: message`` (credentials masked, one line; JSON under ``timers listen
+    --log-format json``) and return an exit 1."""
+    ERRORS.write(message)
     return typer.Exit(1)
 
 
