@@ -30,7 +30,9 @@ from timers.client import AsyncTimers, Timers
 from timers.context import TimerContext, current
 from timers.cron import CatchUp, Recurrence
 from timers.encoding import Args
+from timers.eviction import EvictionWarning
 from timers.exceptions import (
+    EvictionUnsafe,
     InvalidArgs,
     InvalidDueTime,
     InvalidTask,
@@ -61,6 +63,8 @@ if typing.TYPE_CHECKING:
 __all__ = [
     "AsyncTimers",
     "Backoff",
+    "EvictionUnsafe",
+    "EvictionWarning",
     "Failure",
     "Fired",
     "InvalidArgs",

@@ -20,6 +20,8 @@ Hierarchy::
     │   └── ServerTimeout (TimeoutError)     Redis accepted but did not answer in time
     ├── ServerError                  Redis answered a command with an error
     │   └── ServerOutOfMemory        Redis refused a write: it is at its ``maxmemory``
+    ├── EvictionUnsafe               the server may evict pending timers (``allkeys-*``):
+    │                                a strict producer, or a listener, refuses it
     ├── TimerAlreadyPending          a failed timer's id is pending again: not retried
     ├── WrongEventLoop (RuntimeError)  an AsyncTimers used from an event loop other than
     │                                the one that first used it (nothing was sent)
@@ -124,3 +126,9 @@ class WrongEventLoop(TimersError, RuntimeError):
     first used it: its connections belong to that loop. Raised before anything is sent.
     Make one per loop (in the app's lifespan) or use :mod:`timers.aio`, which keeps one
     client per loop."""
+
+
+class EvictionUnsafe(TimersError):
+    """The server's ``maxmemory-policy`` is ``allkeys-*``: it may evict the due index and
+    the timer records themselves. A ``Timers(strict=True)`` producer refuses to write
+    (nothing was written), and a listener to start; the message says what to change."""

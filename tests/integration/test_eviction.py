@@ -90,3 +90,52 @@ def test_volatile_eviction_loses_events_not_timers(
         print(f"\nvolatile-lru: {PENDING - keys_left} of {PENDING} timer keys evicted; "
               f"{len(runs)} fired")
     client.close()
+
+
+def test_a_producer_on_allkeys_warns_once_per_client_and_strict_refuses(
+        allkeys: None, redis_url: str, r: redis.Redis) -> None:
+    """Issue 32 item 6: producers wrote into an allkeys-* server silently."""
+    import asyncio
+    import warnings
+
+    import timers
+    from timers import AsyncTimers, EvictionUnsafe, EvictionWarning
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(2):
+            with Timers(redis_url) as t:
+                for i in range(3):
+                    t.schedule("ok.hit", [i], in_=600)
+        timers.configure(redis_url)
+        timers.schedule("ok.hit", ["module"], in_=600)
+        timers.schedule("ok.hit", ["module"], in_=600)
+
+        async def produce() -> None:
+            async with AsyncTimers(redis_url) as t:
+                await asyncio.gather(*(t.schedule("ok.hit", [i], in_=600) for i in range(5)))
+
+        asyncio.run(produce())
+    evicting = [w for w in caught if issubclass(w.category, EvictionWarning)]
+    assert len(evicting) == 4, [str(w.message) for w in caught]  # 2 Timers, module, async
+    assert all("maxmemory-policy is allkeys-lru" in str(w.message) for w in evicting)
+    assert r.zcard(KEYS.due_index()) == 6 + 2 + 5  # warned, and written
+
+    r.flushdb()
+    with (Timers(redis_url, strict=True) as strict,
+          pytest.raises(EvictionUnsafe, match=r"allkeys-lru.*nothing was written")):
+        strict.schedule("ok.hit", ["never"], in_=600)
+
+    async def strict_async() -> None:
+        async with AsyncTimers(redis_url, strict=True) as t:
+            with pytest.raises(EvictionUnsafe):
+                await t.schedule("ok.hit", ["never"], in_=600)
+
+    asyncio.run(strict_async())
+    assert r.dbsize() == 0
+
+    r.config_set("maxmemory-policy", "noeviction")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with Timers(redis_url, strict=True) as safe:
+            safe.schedule("ok.hit", ["fine"], in_=600)
