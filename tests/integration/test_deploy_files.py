@@ -63,9 +63,13 @@ def as_pid_1(command: list[str]) -> tuple[list[str], str]:
 class Container:
     """The Dockerfile's command started as PID 1, with the app's tasks package."""
 
-    def __init__(self, processes: Processes, url: str, workdir: Path, *extra: str) -> None:
+    def __init__(self, processes: Processes, url: str, workdir: Path, *extra: str,
+                 one_process: bool = False) -> None:
         env, command = dockerfile()
         assert command[:2] == ["timers", "listen"], command
+        if one_process:  # the same CMD without --processes N
+            at = command.index("--processes")
+            command = command[:at] + command[at + 2:]
         launcher, self.kind = as_pid_1([TIMERS_COMMAND, *command[1:], *extra])
         self.processes = processes
         self.workdir = workdir
@@ -148,6 +152,24 @@ def test_as_pid_1_a_crashed_child_leaves_no_zombie(
     lines = json_lines(box.output())
     assert any("killed by SIGKILL; restarting" in str(line["message"]) for line in lines)
     assert not any(alive(pid) for pid in listeners)
+
+
+def test_one_listener_as_pid_1_runs_under_the_supervisor(
+        redis_url: str, processes: Processes, tmp_path: Path) -> None:
+    box = Container(processes, redis_url, tmp_path, one_process=True)
+    if box.kind != "pid namespace":
+        pytest.skip("needs a pid namespace (root and unshare): a subreaper is not PID 1")
+    wait_until(lambda: "starting on" in box.output(), 20, message="the listener up")
+    with Timers(redis_url, prefix=box.prefix) as t:
+        t.schedule("orphan_then_crash", [str(tmp_path), 1.0], in_=0)
+    wait_until(lambda: "restarting" in box.output(), 20, message="the crashed child restarted")
+    orphan = int(wait_until(lambda: (tmp_path / "orphan").read_text() if (
+        tmp_path / "orphan").exists() else None, 10, message="the orphan's pid"))
+    wait_until(lambda: not Path(f"/proc/{orphan}").exists(), 10, message="the orphan reaped")
+    assert box.stop() == 0, box.output()
+    lines = json_lines(box.output())
+    supervisor = [str(line["message"]) for line in lines if line["role"] == "supervisor"]
+    assert re.fullmatch(r"listener 0 started \(pid \d+\)", supervisor[0]), supervisor
 
 
 @pytest.mark.parametrize("down", [pytest.param(3.0, id="3s"),
