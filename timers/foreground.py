@@ -129,6 +129,11 @@ async def wait_for_server(client: redis.asyncio.Redis, where: str, *,
             try:
                 await client.ping()
                 return True
+            except (redis.exceptions.AuthenticationError,
+                    redis.exceptions.AuthorizationError) as exc:
+                await client.aclose()  # not something waiting mends
+                raise CannotConnect(mask_secrets(
+                    f"Redis at {where} refused the credentials: {exc}")) from None
             except (redis.exceptions.ConnectionError,
                     redis.exceptions.RedisClusterException) as exc:
                 # (a cluster client that reaches no node raises the latter)

@@ -8,16 +8,19 @@ which loses only the expiring keys, was the one ``check`` failed. Now the listen
 
 from __future__ import annotations
 
+import asyncio
+import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator
 
 import pytest
 import redis
 
+import timers
 from tests.conftest import ROOT, wait_until
 from tests.integration.helpers import ListenerThread, Processes, run_cli
 from tests.retry_tasks import done
-from timers import Timers, TimerSpec
+from timers import AsyncTimers, EvictionUnsafe, EvictionWarning, Timers, TimerSpec
 from timers.keys import Keyspace
 from timers.server import EmbeddedServer
 
@@ -95,12 +98,6 @@ def test_volatile_eviction_loses_events_not_timers(
 def test_a_producer_on_allkeys_warns_once_per_client_and_strict_refuses(
         allkeys: None, redis_url: str, r: redis.Redis) -> None:
     """Issue 32 item 6: producers wrote into an allkeys-* server silently."""
-    import asyncio
-    import warnings
-
-    import timers
-    from timers import AsyncTimers, EvictionUnsafe, EvictionWarning
-
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for _ in range(2):
@@ -108,8 +105,11 @@ def test_a_producer_on_allkeys_warns_once_per_client_and_strict_refuses(
                 for i in range(3):
                     t.schedule("ok.hit", [i], in_=600)
         timers.configure(redis_url)
-        timers.schedule("ok.hit", ["module"], in_=600)
-        timers.schedule("ok.hit", ["module"], in_=600)
+        try:
+            timers.schedule("ok.hit", ["module"], in_=600)
+            timers.schedule("ok.hit", ["module"], in_=600)
+        finally:
+            timers.configure()  # back to the default client (it connects on first use)
 
         async def produce() -> None:
             async with AsyncTimers(redis_url) as t:
