@@ -28,6 +28,7 @@ def text_errors_after() -> None:
     (["listen", "--log-format", "text"], {"TIMERS_LOG_FORMAT": "json"}, False),
     (["listen"], {}, False),
     (["list"], {"TIMERS_LOG_FORMAT": "json"}, False),  # the log format is listen's
+    (["schedule", "listen", "--in", "1s"], {"TIMERS_LOG_FORMAT": "json"}, False),
 ])
 def test_json_is_asked_for_by_the_option_or_the_environment(
         args: list[str], env: dict[str, str], wanted: bool) -> None:

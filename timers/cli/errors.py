@@ -30,7 +30,7 @@ def asks_for_json(args: Sequence[str], environ: Mapping[str, str] = os.environ) 
     """``timers listen`` with ``--log-format json`` (or ``$TIMERS_LOG_FORMAT=json`` and no
     ``--log-format``): then even an error before its logs are set up (a usage error, a
     bad option value) is written as JSON."""
-    if "listen" not in args:
+    if next((arg for arg in args if not arg.startswith("-")), None) != "listen":
         return False
     given = None
     for i, arg in enumerate(args):
