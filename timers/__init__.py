@@ -55,6 +55,7 @@ if typing.TYPE_CHECKING:
     from timers.context import TimerContext, current
     from timers.cron import CatchUp, Recurrence
     from timers.encoding import Args
+    from timers.eviction import EvictionWarning
     from timers.flow.rates import Rate
     from timers.listener import Listener
     from timers.operations import Failure, PendingTimer, RetrySummary, Stats, TimerSpec
@@ -65,6 +66,7 @@ __all__ = [
     "AsyncTimers",
     "Backoff",
     "EvictionUnsafe",
+    "EvictionWarning",
     "Failure",
     "Fired",
     "InvalidArgs",
@@ -133,6 +135,7 @@ _LAZY: dict[str, str] = {
     "current": "timers.context",
     "registered": "timers.policy",
     "task": "timers.policy",
+    "EvictionWarning": "timers.eviction",
 }
 """The public names imported on first use, and the module each comes from."""
 

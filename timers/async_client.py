@@ -15,6 +15,7 @@ from timers.coalesce import Coalescer
 from timers.connect import async_client
 from timers.cron import CatchUp, Recurrence, recurrence
 from timers.encoding import DEFAULT_MAX_ARGS_BYTES, Args
+from timers.eviction import EvictionGuard
 from timers.flow.names import configured_group
 from timers.loops import LoopBinding
 from timers.operations import (
@@ -43,7 +44,8 @@ class AsyncTimers:
     another loop raises :class:`WrongEventLoop` before sending anything. Make one per loop
     (e.g. in an app's lifespan, ``async with AsyncTimers(url) as t``) or use
     :mod:`timers.aio`, which keeps one per loop. A ``redis.asyncio.Redis`` given by the
-    app is the app's to close: :meth:`aclose` leaves it open.
+    app is the app's to close: :meth:`aclose` leaves it open. ``strict``: as
+    :class:`Timers`' (refuse an ``allkeys-*`` server rather than warn once).
     """
 
     def __init__(
@@ -55,6 +57,7 @@ class AsyncTimers:
         max_connections: int | None = None,
         group: str | None = None,
         shards: int | None = None,
+        strict: bool = False,
     ) -> None:
         if isinstance(redis_, redis.asyncio.Redis | redis.asyncio.RedisCluster):
             self.redis = redis_
@@ -70,6 +73,19 @@ class AsyncTimers:
         self._loop = LoopBinding()
         self._coalescer: Coalescer[Prepared] = Coalescer(
             lambda batch: self.run(self.ops.write(batch)), lambda p: p.timer_id)
+        self.eviction = EvictionGuard(strict)
+        """The server's eviction policy, read on the first write (see
+        :mod:`timers.eviction`)."""
+
+    async def _writing(self) -> None:
+        """Before a write: read the eviction policy the first time (warn once, or raise
+        if strict)."""
+        guard = self.eviction
+        if guard.checked and guard.policy is None:  # the common case: one test
+            return
+        if not guard.checked:
+            await guard.read_async(self.redis)
+        guard.refuse_if_strict()
 
     async def run(self, operation: Operation[T]) -> T:
         """Drive one operation to its result, as :meth:`Timers.run` (on this client's loop)."""
@@ -107,6 +123,7 @@ class AsyncTimers:
         """Calls in flight at once share round trips (see :mod:`timers.coalesce`)."""
         self._loop.claim()
         spec = TimerSpec(task, args, in_, at, id, max_lateness, group, key, priority)
+        await self._writing()
         return await self._coalescer.schedule(self.ops.prepare(spec))
 
     async def schedule_many(
@@ -116,12 +133,14 @@ class AsyncTimers:
 
         All or nothing: an invalid timer, or a server out of memory
         (:class:`ServerOutOfMemory`), fails the whole call with nothing written."""
+        await self._writing()
         return await self.run(self.ops.schedule_many(specs))
 
     async def reschedule(
         self, id: str, *, in_: float | timedelta | None = None, at: datetime | None = None
     ) -> bool:
         """Move a pending timer to a new due time. False if it is not pending."""
+        await self._writing()
         return await self.run(self.ops.reschedule(id, in_, at))
 
     async def cancel(self, id: str) -> bool:
@@ -159,10 +178,12 @@ class AsyncTimers:
     async def retry_failure(self, failure: Failure, *, replace: bool = False) -> str:
         """Schedule a failed timer again, due now; returns its id. Raises
         :class:`TimerAlreadyPending` if its id is pending again, unless ``replace``."""
+        await self._writing()
         return await self.run(self.ops.retry_failure(failure, replace))
 
     async def retry_all_failures(self, *, replace: bool = False) -> RetrySummary:
         """Retry every failed timer; skips (and counts) ids pending again and rejected keys."""
+        await self._writing()
         return await self.run(self.ops.retry_all_failures(replace))
 
     async def purge_failures(self, older_than: float | None = None) -> int:
@@ -204,6 +225,7 @@ class AsyncTimers:
                           max_args_bytes=self.ops.max_args_bytes,
                           group=self.ops.group if group is None else group, key=key,
                           priority=priority)
+        await self._writing()
         return await self.run(self.ops.every(spec))
 
     async def unschedule_recurring(self, name: str) -> bool:
@@ -216,6 +238,7 @@ class AsyncTimers:
 
     async def resume(self, name: str) -> bool:
         """Schedule a paused recurrence again, from now; False if there is none."""
+        await self._writing()
         return await self.run(self.ops.resume(name))
 
     async def get_recurrence(self, name: str) -> Recurrence | None:

@@ -10,6 +10,7 @@ import redis
 
 from timers import cluster, sentinel
 from timers.client import configured_url
+from timers.eviction import ALLKEYS_LOSS, EVICTION_ADVICE
 from timers.listener.permissions import Problem, probe_url
 
 Level = Literal["ok", "warn", "fail"]
@@ -69,9 +70,6 @@ def assess(info: dict[str, str], config: dict[str, str]) -> list[Finding]:
     return out
 
 
-EVICTION_ADVICE = "set maxmemory-policy noeviction (or a volatile-* policy)"
-ALLKEYS_LOSS = ("Redis may evict the due index and the timer records themselves: every "
-                "pending timer lost, silently")
 RDB_ONLY = ("a crash of Redis loses the timers scheduled since the last snapshot AND runs "
             "again the timers that fired since it (they come back pending)")
 AOF_EVERYSEC = "appendonly yes with appendfsync everysec (at most ~1 s lost)"

@@ -18,6 +18,7 @@ from timers.async_client import AsyncTimers
 from timers.connect import URL_ENV, configured_url, sync_client
 from timers.cron import CatchUp, Recurrence, recurrence
 from timers.encoding import DEFAULT_MAX_ARGS_BYTES, Args
+from timers.eviction import EvictionGuard
 from timers.flow.names import configured_group
 from timers.loops import warn_if_blocking_a_loop
 from timers.operations import (
@@ -49,7 +50,9 @@ class Timers:
     ``group``: of the timers it schedules without one (default ``$TIMERS_GROUP`` or
     ``default``). ``shards``: how many shards the prefix is split into if this client uses
     it first (default ``$TIMERS_SHARDS``, else one per primary on a cluster, 1 on one
-    server); see :mod:`timers.shards`.
+    server); see :mod:`timers.shards`. ``strict``: refuse to write into a server whose
+    eviction policy may evict pending timers (``allkeys-*``) rather than warn once; see
+    :mod:`timers.eviction`.
     """
 
     def __init__(
@@ -61,6 +64,7 @@ class Timers:
         max_connections: int | None = None,
         group: str | None = None,
         shards: int | None = None,
+        strict: bool = False,
     ) -> None:
         if isinstance(redis_, redis.Redis | redis.RedisCluster):
             self.redis = redis_
@@ -75,6 +79,19 @@ class Timers:
         self._scripts = register_all(self.redis)
         self.warn_in_event_loop = True
         """Warn when called on a running event loop's thread (off for in-memory servers)."""
+        self.eviction = EvictionGuard(strict)
+        """The server's eviction policy, read on the first write (see
+        :mod:`timers.eviction`)."""
+
+    def _writing(self) -> None:
+        """Before a write: read the eviction policy the first time (warn once, or raise
+        if strict)."""
+        guard = self.eviction
+        if guard.checked and guard.policy is None:  # the common case: one test
+            return
+        if not guard.checked:
+            guard.read_sync(self.redis)
+        guard.refuse_if_strict()
 
     def run(self, operation: Operation[T]) -> T:
         """Drive one operation of :class:`Operations` to its result.
@@ -126,6 +143,7 @@ class Timers:
         ``priority`` (-1000 to 1000) orders timers waiting for the same slot.
         """
         spec = TimerSpec(task, args, in_, at, id, max_lateness, group, key, priority)
+        self._writing()
         return self.run(self.ops.schedule(spec))
 
     def schedule_many(
@@ -135,12 +153,14 @@ class Timers:
 
         All or nothing: an invalid timer, or a server out of memory
         (:class:`ServerOutOfMemory`), fails the whole call with nothing written."""
+        self._writing()
         return self.run(self.ops.schedule_many(specs))
 
     def reschedule(
         self, id: str, *, in_: float | timedelta | None = None, at: datetime | None = None
     ) -> bool:
         """Move a pending timer to a new due time. False if it is not pending."""
+        self._writing()
         return self.run(self.ops.reschedule(id, in_, at))
 
     def cancel(self, id: str) -> bool:
@@ -178,10 +198,12 @@ class Timers:
     def retry_failure(self, failure: Failure, *, replace: bool = False) -> str:
         """Schedule a failed timer again, due now; returns its id. Raises
         :class:`TimerAlreadyPending` if its id is pending again, unless ``replace``."""
+        self._writing()
         return self.run(self.ops.retry_failure(failure, replace))
 
     def retry_all_failures(self, *, replace: bool = False) -> RetrySummary:
         """Retry every failed timer; skips (and counts) ids pending again and rejected keys."""
+        self._writing()
         return self.run(self.ops.retry_all_failures(replace))
 
     def purge_failures(self, older_than: float | None = None) -> int:
@@ -225,6 +247,7 @@ class Timers:
                           max_args_bytes=self.ops.max_args_bytes,
                           group=self.ops.group if group is None else group, key=key,
                           priority=priority)
+        self._writing()
         return self.run(self.ops.every(spec))
 
     def unschedule_recurring(self, name: str) -> bool:
@@ -237,6 +260,7 @@ class Timers:
 
     def resume(self, name: str) -> bool:
         """Schedule a paused recurrence again, from now; False if there is none."""
+        self._writing()
         return self.run(self.ops.resume(name))
 
     def get_recurrence(self, name: str) -> Recurrence | None:

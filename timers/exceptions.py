@@ -14,8 +14,6 @@ Hierarchy::
     │                                not found, not a function)
     ├── TasksUnavailable             the listener's tasks package cannot be imported: it
     │                                refuses to start
-    ├── EvictionUnsafe               the server may evict what timers cannot lose
-    │                                (``allkeys-*``): the listener refuses to start
     ├── PermissionMissing            the Redis user may not do what a listener cannot work
     │                                without (run scripts): it refuses to start
     ├── ServerUnavailable (ConnectionError)  Redis cannot be reached: refused, lost, or
@@ -24,6 +22,8 @@ Hierarchy::
     │   └── ServerTimeout (TimeoutError)     Redis accepted but did not answer in time
     ├── ServerError                  Redis answered a command with an error
     │   └── ServerOutOfMemory        Redis refused a write: it is at its ``maxmemory``
+    ├── EvictionUnsafe               the server may evict pending timers (``allkeys-*``):
+    │                                a strict producer, or a listener, refuses it
     ├── TimerAlreadyPending          a failed timer's id is pending again: not retried
     ├── WrongEventLoop (RuntimeError)  an AsyncTimers used from an event loop other than
     │                                the one that first used it (nothing was sent)
@@ -131,7 +131,9 @@ class WrongEventLoop(TimersError, RuntimeError):
 
 
 class EvictionUnsafe(TimersError):
-    """The server may evict what timers cannot lose; the message says what to change."""
+    """The server's ``maxmemory-policy`` is ``allkeys-*``: it may evict the due index and
+    the timer records themselves. A ``Timers(strict=True)`` producer refuses to write
+    (nothing was written), and a listener to start; the message says what to change."""
 
 
 class PermissionMissing(TimersError):

@@ -11,10 +11,12 @@ process of the service reaches it twice at once, directly and through the superv
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import math
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Protocol
 
 import redis
@@ -28,6 +30,7 @@ from timers.listener.orphans import (
     watch_parent,
 )
 from timers.redact import mask_secrets
+from timers.server_errors import cannot_connect
 
 log = logging.getLogger("timers")
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -68,6 +71,13 @@ class StopOnSignals:
         else:
             self.target.abort()
 
+    def stop_once(self) -> None:
+        """Stop gracefully, as the first signal does, unless stopping already: the
+        supervisor's death seen a second way (after ``PR_SET_PDEATHSIG``'s SIGTERM) is
+        the same stop, never an abort."""
+        if self.seen == 0:
+            self()
+
     def install(self, loop: asyncio.AbstractEventLoop) -> None:
         for sig in STOP_SIGNALS:
             loop.add_signal_handler(sig, self)
@@ -83,44 +93,81 @@ class ForegroundListener(Stoppable, Protocol):
     async def run(self, stop: asyncio.Event | None = None, *, burst: bool = False) -> None: ...
 
 
-async def check_connection(client: redis.asyncio.Redis, where: str, *,
-                           wait: bool = False) -> None:
-    """Raise :class:`CannotConnect` (one line, no password) if the server does not answer;
-    with ``wait``, try again with backoff until it does.
+WAIT_FOR_REDIS = 60.0
+"""Seconds ``timers listen`` waits at start for a server that does not answer (a Redis
+restarting beside it, a container started before its Redis) before it gives up."""
+FIRST_RETRY, LONGEST_RETRY = 0.5, 5.0
 
-    A supervised child waits: its supervisor checked the server once before starting
-    children, so a child that cannot connect later (a replacement, a standby, a restart
-    during an outage) exiting at once would be restarted at once and use up the restart
-    budget in seconds, taking the whole fleet down with it."""
-    delay = 0.25
+
+def retry_delays(first: float = FIRST_RETRY, longest: float = LONGEST_RETRY) -> Iterator[float]:
+    """0.5, 1, 2, 4, 5, 5, … seconds: the pauses between tries to reach the server."""
+    delay = first
     while True:
-        try:
-            await client.ping()
-            return
-        except (redis.exceptions.ConnectionError, redis.exceptions.RedisClusterException) as exc:
-            # (a cluster client that reaches no node raises the latter)
-            problem = mask_secrets(f"cannot connect to Redis at {where}: {exc}")
-            if not wait:
+        yield delay
+        delay = min(delay * 2, longest)
+
+
+async def wait_for_server(client: redis.asyncio.Redis, where: str, *,
+                          wait: float = WAIT_FOR_REDIS,
+                          monotonic: Callable[[], float] = time.monotonic) -> bool:
+    """Return True once the server answers a PING; try again, 0.5 s doubling to 5 s
+    apart, a line logged per try, for up to ``wait`` seconds (``math.inf``: until it
+    answers), then raise :class:`CannotConnect` (one line, no password). A stop signal
+    (SIGTERM, SIGINT, SIGHUP) while it waits returns False: nothing was started.
+
+    A supervised child waits without limit: its supervisor reached the server before
+    starting children, so a child that cannot connect later (a replacement, a standby, a
+    restart during an outage) exiting at once would be restarted at once and use up the
+    restart budget in seconds, taking the whole fleet down with it."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in STOP_SIGNALS:
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        deadline = monotonic() + wait
+        for attempt, delay in enumerate(retry_delays(), start=1):
+            try:
+                await client.ping()
+                return True
+            except (redis.exceptions.AuthenticationError,
+                    redis.exceptions.AuthorizationError) as exc:
+                await client.aclose()  # not something waiting mends
+                raise CannotConnect(mask_secrets(
+                    f"Redis at {where} refused the credentials: {exc}")) from None
+            except (redis.exceptions.ConnectionError,
+                    redis.exceptions.RedisClusterException) as exc:
+                # (a cluster client that reaches no node raises the latter)
+                problem = mask_secrets(cannot_connect(where, exc))
+            left = deadline - monotonic()
+            if left <= 0:
                 await client.aclose()
-                raise CannotConnect(f"{problem} (set --url or $TIMERS_REDIS_URL; "
-                                    f"`timers server` starts one)") from None
-        if delay == 0.25:
-            log.warning("%s; trying again until it answers", problem)
-        await asyncio.sleep(delay)
-        delay = min(delay * 2, 5.0)
+                waited = f" (waited {wait:g} s: --wait-for-redis)" if wait > 0 else ""
+                raise CannotConnect(f"{problem}{waited}")
+            log.warning("%s; try %d, next in %.1f s (%s)", problem, attempt, min(delay, left),
+                        "waiting until it answers" if math.isinf(wait)
+                        else f"giving up in {left:.1f} s", extra={"attempt": attempt})
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), min(delay, left))
+            if stop.is_set():
+                log.info("stopped while waiting for Redis at %s", where)
+                return False
+        raise AssertionError("unreachable")  # pragma: no cover
+    finally:
+        for sig in STOP_SIGNALS:
+            loop.remove_signal_handler(sig)
 
 
-def check_server_once(url: str, where: str) -> None:
-    """The supervisor, before it starts children: raise :class:`CannotConnect` if the
-    server does not answer (the children would wait for it)."""
-    async def ping() -> None:
+def wait_for_server_at(url: str, where: str, wait: float) -> bool:
+    """:func:`wait_for_server` for the supervisor, before it starts children (they wait
+    for the server themselves later)."""
+    async def ping() -> bool:
         client = listener_client(url)
         try:
-            await check_connection(client, where)
+            return await wait_for_server(client, where, wait=wait)
         finally:
             await client.aclose()
 
-    asyncio.run(ping())
+    return asyncio.run(ping())
 
 
 async def run_in_foreground(listener: ForegroundListener, *, burst: bool = False) -> None:
@@ -132,7 +179,7 @@ async def run_in_foreground(listener: ForegroundListener, *, burst: bool = False
     watcher = None
     if parent is not None:
         ask_for_signal_on_parent_death()
-        watcher = asyncio.create_task(watch_parent(parent, handler))
+        watcher = asyncio.create_task(watch_parent(parent, handler.stop_once))
     try:
         await listener.run(burst=burst)
     finally:

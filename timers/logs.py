@@ -17,7 +17,10 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sys
+import threading
 from datetime import UTC, datetime
+from types import TracebackType
 from typing import Any, Literal
 
 LOG_FORMAT_ENV = "TIMERS_LOG_FORMAT"
@@ -141,3 +144,34 @@ def configure(level: str, log_format: LogFormat = "text", role: str = "listener"
     handler.setFormatter(JsonFormatter() if log_format == "json" else TextFormatter())
     handler.addFilter(IDENTITY)
     root.addHandler(handler)
+    if log_format == "json":
+        route_stray_output_to_logs()
+
+
+def route_stray_output_to_logs() -> None:
+    """What Python itself would write to stderr goes through logging instead, so under
+    JSON every line is JSON: warnings (logger ``py.warnings``), an uncaught exception in
+    the main thread or any thread, and an exception Python can only ignore (logger
+    ``timers``, level CRITICAL or ERROR, the traceback in ``exception``)."""
+    logging.captureWarnings(True)
+    log = logging.getLogger("timers")
+
+    def uncaught(kind: type[BaseException], value: BaseException,
+                 tb: TracebackType | None) -> None:
+        log.critical("uncaught %s: %s", kind.__name__, value, exc_info=(kind, value, tb))
+
+    def in_thread(args: threading.ExceptHookArgs) -> None:
+        if args.exc_value is None or isinstance(args.exc_value, SystemExit):
+            return
+        log.critical("uncaught %s in thread %s: %s", args.exc_type.__name__,
+                     args.thread.name if args.thread else "?", args.exc_value,
+                     exc_info=(args.exc_type, args.exc_value, args.exc_traceback))
+
+    def unraisable(args: sys.UnraisableHookArgs) -> None:
+        value = args.exc_value
+        log.error("%s: %s", args.err_msg or "exception ignored", value,
+                  exc_info=(args.exc_type, value, args.exc_traceback) if value else None)
+
+    sys.excepthook = uncaught
+    threading.excepthook = in_thread
+    sys.unraisablehook = unraisable

@@ -10,6 +10,7 @@ from typing import Any, Literal
 from timers.encoding import Args, Record, as_text, unescape_id
 from timers.exceptions import MalformedTimerKey
 from timers.keys import DEFAULT_GROUP
+from timers.tracebacks import from_task_frames
 from timers.wire import ClaimSource, FailureRecord, Option, kept_options
 
 MAX_MESSAGE = 2000
@@ -149,7 +150,7 @@ def failure_entry(
         kind=outcome.kind,
         error_type=outcome.error_type,
         message=outcome.message[:MAX_MESSAGE],
-        traceback=outcome.traceback[-MAX_TRACEBACK:],
+        traceback=from_task_frames(outcome.traceback)[-MAX_TRACEBACK:],
         attempts=run.attempt,
         due_ms=run.original_due_ms,
         first_failure=first_failure_ms or now_ms,

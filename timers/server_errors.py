@@ -5,8 +5,11 @@ the ``__cause__``.
 
 from __future__ import annotations
 
+import os
 import re
+import socket
 from typing import Any
+from urllib.parse import urlsplit
 
 import redis.exceptions
 from redis.sentinel import MasterNotFoundError
@@ -19,13 +22,59 @@ from timers.exceptions import (
     ServerUnavailable,
     TimersError,
 )
+from timers.redact import safe_url
 
 _REFUSED_CREDENTIALS = (redis.exceptions.AuthenticationError,
                         redis.exceptions.AuthorizationError)
 
 
-_CONNECTING = re.compile(r"^Error \d+ connecting to \S+?\. ")
+_CONNECTING = re.compile(r"^Error -?\d+ connecting to \S+?\. ")
 """redis-py's prefix of a connect error, which repeats the address we already name."""
+
+
+def connect_reason(exc: BaseException) -> str:
+    """Why a connection failed, in a few plain words ("connection refused", "name or
+    service not known", "timed out"), whatever redis-py (sync or asyncio) wrapped."""
+    for cause in (exc, exc.__cause__, exc.__context__):
+        if isinstance(cause, socket.gaierror) and cause.strerror:
+            return _plain(cause.strerror)
+        if isinstance(cause, TimeoutError | socket.timeout):
+            return "timed out"
+        if isinstance(cause, OSError) and isinstance(cause.errno, int) and cause.errno > 0:
+            return _plain(os.strerror(cause.errno))
+    text = str(exc)
+    number = re.match(r"^Error (\d+) connecting", text) or re.search(r"\[Errno (\d+)\]", text)
+    if number:
+        return _plain(os.strerror(int(number.group(1))))
+    if isinstance(exc, redis.exceptions.TimeoutError) or text.lower().startswith("timeout"):
+        return "timed out"
+    return _plain(_CONNECTING.sub("", text)) or "no answer"
+
+
+def _plain(reason: str) -> str:
+    reason = reason.strip().rstrip(".")
+    return reason[:1].lower() + reason[1:] if reason[1:2].islower() else reason
+
+
+def cannot_connect(where: str, exc: BaseException) -> str:
+    """The one wording of a failed connection, for every command and the listener:
+    ``cannot connect to Redis at localhost:6379: connection refused``."""
+    return f"cannot connect to Redis at {where}: {connect_reason(exc)}"
+
+
+def url_address(url: str) -> str:
+    """``host:port`` (or the socket path) a ``redis://``, ``rediss://`` or ``unix://`` URL
+    names, as :func:`server_address` names a client's; other URLs (Sentinel, a cluster's
+    list of nodes) as they are, without a password."""
+    try:
+        parts = urlsplit(url)
+        if parts.scheme == "unix":
+            return parts.path
+        if parts.scheme in ("redis", "rediss") and "," not in parts.netloc:
+            return f"{parts.hostname or 'localhost'}:{parts.port or 6379}"
+    except ValueError:
+        pass
+    return safe_url(url)
 
 
 def server_address(client: Any) -> str:
@@ -80,8 +129,7 @@ def translate(exc: redis.exceptions.RedisError, client: Any) -> TimersError:
                                   f"answers (sentinels down or unreachable, or a failover "
                                   f"under way)")
     elif isinstance(exc, redis.exceptions.ConnectionError):
-        reason = _CONNECTING.sub("", str(exc))
-        error = ServerUnavailable(f"cannot connect to Redis at {where}: {reason}")
+        error = ServerUnavailable(cannot_connect(where, exc))
     else:
         error = ServerError(f"Redis at {where} answered with an error: {exc}")
     error.__cause__ = exc

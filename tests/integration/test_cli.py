@@ -135,7 +135,7 @@ def test_check_passes_on_the_test_server_and_fails_with_allkeys_eviction(
 @pytest.mark.parametrize("command", [
     pytest.param(["list"], id="list"),
     pytest.param(["schedule", "reminders.sms", "[1]", "--in", "5s"], id="schedule"),
-    pytest.param(["listen", "--burst"], id="listen"),
+    pytest.param(["listen", "--burst", "--wait-for-redis", "0"], id="listen"),
     pytest.param(["check"], id="check"),
 ])
 def test_bad_url_prints_one_clear_line(url: str, command: list[str]) -> None:

@@ -8,16 +8,19 @@ which loses only the expiring keys, was the one ``check`` failed. Now the listen
 
 from __future__ import annotations
 
+import asyncio
+import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator
 
 import pytest
 import redis
 
+import timers
 from tests.conftest import ROOT, wait_until
 from tests.integration.helpers import ListenerThread, Processes, run_cli
 from tests.retry_tasks import done
-from timers import Timers, TimerSpec
+from timers import AsyncTimers, EvictionUnsafe, EvictionWarning, Timers, TimerSpec
 from timers.keys import Keyspace
 from timers.server import EmbeddedServer
 
@@ -90,3 +93,49 @@ def test_volatile_eviction_loses_events_not_timers(
         print(f"\nvolatile-lru: {PENDING - keys_left} of {PENDING} timer keys evicted; "
               f"{len(runs)} fired")
     client.close()
+
+
+def test_a_producer_on_allkeys_warns_once_per_client_and_strict_refuses(
+        allkeys: None, redis_url: str, r: redis.Redis) -> None:
+    """Issue 32 item 6: producers wrote into an allkeys-* server silently."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(2):
+            with Timers(redis_url) as t:
+                for i in range(3):
+                    t.schedule("ok.hit", [i], in_=600)
+        timers.configure(redis_url)
+        try:
+            timers.schedule("ok.hit", ["module"], in_=600)
+            timers.schedule("ok.hit", ["module"], in_=600)
+        finally:
+            timers.configure()  # back to the default client (it connects on first use)
+
+        async def produce() -> None:
+            async with AsyncTimers(redis_url) as t:
+                await asyncio.gather(*(t.schedule("ok.hit", [i], in_=600) for i in range(5)))
+
+        asyncio.run(produce())
+    evicting = [w for w in caught if issubclass(w.category, EvictionWarning)]
+    assert len(evicting) == 4, [str(w.message) for w in caught]  # 2 Timers, module, async
+    assert all("maxmemory-policy is allkeys-lru" in str(w.message) for w in evicting)
+    assert r.zcard(KEYS.due_index()) == 6 + 2 + 5  # warned, and written
+
+    r.flushdb()
+    with (Timers(redis_url, strict=True) as strict,
+          pytest.raises(EvictionUnsafe, match=r"allkeys-lru.*nothing was written")):
+        strict.schedule("ok.hit", ["never"], in_=600)
+
+    async def strict_async() -> None:
+        async with AsyncTimers(redis_url, strict=True) as t:
+            with pytest.raises(EvictionUnsafe):
+                await t.schedule("ok.hit", ["never"], in_=600)
+
+    asyncio.run(strict_async())
+    assert r.dbsize() == 0
+
+    r.config_set("maxmemory-policy", "noeviction")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with Timers(redis_url, strict=True) as safe:
+            safe.schedule("ok.hit", ["fine"], in_=600)

@@ -100,6 +100,7 @@ def test_task_always_failing_ends_as_one_failure_record(
     assert d["message"] == "dead always fails (call 3)"
     assert "Traceback (most recent call last)" in d["traceback"]
     assert 'raise Flaky(f"{tag} always fails (call {n})")' in d["traceback"]
+    assert "timers/listener/" not in d["traceback"]  # written from the task's frames on
     assert isinstance(d["first_failure"], int) and isinstance(d["failed_at"], int)
     assert before <= d["first_failure"] <= d["failed_at"] <= after
     assert timers_client.get_failure(tid) == failure
@@ -122,6 +123,8 @@ def test_task_always_failing_ends_as_one_failure_record(
     assert "first_failure:" in shown.stdout and "failed_at:" in shown.stdout
     traceback_part = shown.stdout.split("traceback:\n", 1)[1]
     assert "Traceback (most recent call last)" in traceback_part
+    first_frame = next(line for line in traceback_part.splitlines() if "File " in line)
+    assert "tests/retry_tasks/flaky.py" in first_frame, traceback_part
     assert "tests.retry_tasks.flaky.Flaky: dead always fails (call 3)" in traceback_part
 
     missing = run_cli("failed", "show", "no-such-timer", "--url", redis_url)

@@ -1,7 +1,8 @@
 """A Redis outage under a supervisor: a child started while the server is down (a
 replacement, the standby, a restart) waits for it instead of exiting at once, which would
 use up the restart budget in seconds and take the whole fleet down. The supervisor itself
-still refuses at once, in one line, a server that does not answer when it starts."""
+waits for it at start up to ``--wait-for-redis`` seconds, a line per try, then exits 1
+with one error line."""
 
 from __future__ import annotations
 
@@ -42,7 +43,7 @@ def test_a_standby_started_during_an_outage_waits_for_redis(
                              processes.output(supervisor))[-1])
     own_server.stop(keep_data=True)
     os.kill(standby, signal.SIGKILL)  # its replacement starts while Redis is down
-    wait_until(lambda: "trying again until it answers" in processes.output(supervisor), 15,
+    wait_until(lambda: "waiting until it answers" in processes.output(supervisor), 15,
                message="the new standby to wait for Redis")
     assert supervisor.poll() is None, processes.output(supervisor)
     own_server.restart()
@@ -58,9 +59,23 @@ def test_a_standby_started_during_an_outage_waits_for_redis(
     assert output.count("restarting") == 1, output  # the standby killed, nothing else
 
 
-def test_a_supervisor_refuses_a_server_that_does_not_answer_in_one_line() -> None:
-    url = f"redis://127.0.0.1:{free_port()}/0"
-    done_ = run_cli("listen", "--processes", "2", "--url", url, "--tasks", "tests.retry_tasks")
+def test_a_supervisor_told_not_to_wait_refuses_a_server_that_does_not_answer() -> None:
+    port = free_port()
+    url = f"redis://127.0.0.1:{port}/0"
+    done_ = run_cli("listen", "--processes", "2", "--url", url, "--tasks", "tests.retry_tasks",
+                    "--wait-for-redis", "0")
     assert done_.returncode == 1
-    assert done_.stderr.startswith(f"error: cannot connect to Redis at {url}"), done_.stderr
-    assert len(done_.stderr.splitlines()) == 1, done_.stderr
+    assert done_.stderr == (f"error: cannot connect to Redis at 127.0.0.1:{port}: "
+                            f"connection refused\n"), done_.stderr
+
+
+def test_a_supervisor_gives_up_after_its_wait_in_one_error_line() -> None:
+    port = free_port()
+    url = f"redis://127.0.0.1:{port}/0"
+    done_ = run_cli("listen", "--processes", "2", "--url", url, "--tasks", "tests.retry_tasks",
+                    "--wait-for-redis", "2")
+    assert done_.returncode == 1
+    *tries, last = done_.stderr.splitlines()
+    assert [re.search(r"try (\d+), next in", line)[1] for line in tries] == ["1", "2", "3"], tries
+    assert last == (f"error: cannot connect to Redis at 127.0.0.1:{port}: connection refused "
+                    f"(waited 2 s: --wait-for-redis)")

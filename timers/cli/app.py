@@ -1,8 +1,9 @@
 """The ``timers`` command line: parses, calls the library, prints.
 
-A usage error (an unknown option, a missing argument, a bad choice) prints one line and
-exits 2; any other error (bad JSON, a bad duration, a server that does not answer) prints
-one line and exits 1. No tracebacks, no boxes, no passwords.
+A usage error (an unknown option, a missing argument, a bad choice, ARGS_JSON that does
+not parse, neither or both of --in and --at) prints one line and exits 2; any other error
+(a bad duration, a server that does not answer) prints one line and exits 1. No
+tracebacks, no boxes, no passwords.
 
 The commands are loaded on demand. :data:`COMMANDS` names each command and the module that
 defines it; the root group imports that module only when the command is run or its help

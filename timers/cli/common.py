@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
+import logging
 import re
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import redis
@@ -15,7 +18,9 @@ from typer import core as typer_core
 from timers.connect import URL_ENV, configured_url
 from timers.exceptions import TimersError
 from timers.keys import DEFAULT_PREFIX, PREFIX_ENV, configured_prefix
+from timers.logs import IDENTITY, JsonFormatter
 from timers.redact import mask_secrets, safe_url
+from timers.server_errors import cannot_connect, url_address
 
 if TYPE_CHECKING:
     from timers.client import Timers
@@ -76,9 +81,34 @@ class UserError(Exception):
     """A problem to report in one line."""
 
 
+@dataclass
+class ErrorOutput:
+    """How this process writes its one error line: ``error: …`` as text, or, once
+    ``timers listen`` is asked for ``--log-format json``, one JSON object like its log
+    lines (level ERROR, logger ``timers.cli``), so every line it writes is JSON."""
+
+    as_json: bool = False
+
+    def line(self, message: str) -> str:
+        text = one_line(mask_secrets(message))
+        if not self.as_json:
+            return f"error: {text}"
+        record = logging.LogRecord("timers.cli", logging.ERROR, __file__, 0, text, None, None)
+        IDENTITY.filter(record)
+        return JsonFormatter().format(record)
+
+    def write(self, message: str) -> None:
+        typer.echo(self.line(message), err=True)
+
+
+ERRORS = ErrorOutput()
+"""This process's error output (one command per process)."""
+
+
 def fail(message: str) -> typer.Exit:
-    """Print ``error: message`` (credentials masked, one line) and return an exit 1."""
-    typer.echo(f"error: {one_line(mask_secrets(message))}", err=True)
+    """Print ``error: message`` (credentials masked, one line; JSON under ``timers listen
+    --log-format json``) and return an exit 1."""
+    ERRORS.write(message)
     return typer.Exit(1)
 
 
@@ -108,8 +138,7 @@ def user_errors(url: str | None = None) -> Iterator[None]:
     except (TimersError, UserError) as exc:
         raise fail(str(exc)) from None
     except redis.exceptions.ConnectionError as exc:
-        raise fail(f"cannot connect to Redis at {safe_url(configured_url(url))}: {exc}")\
-            from None
+        raise fail(cannot_connect(url_address(configured_url(url)), exc)) from None
     except redis.exceptions.AuthenticationError as exc:
         raise fail(f"Redis refused the credentials: {exc}") from None
     except redis.exceptions.RedisError as exc:
@@ -118,6 +147,21 @@ def user_errors(url: str | None = None) -> Iterator[None]:
         if "Redis URL" in str(exc) or "redis://" in str(exc):
             raise fail(f"bad Redis URL: {exc}") from None
         raise
+
+
+def parse_args_json(text: str | None) -> Any:
+    """``ARGS_JSON`` as the library takes it (None if not given); a usage error (exit 2,
+    one line) if it is not JSON or is nested too deeply to read."""
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise typer.BadParameter(f"nested too deeply to read ({len(text)} characters)",
+                                 param_hint="'ARGS_JSON'") from None
+    except ValueError as exc:
+        raise typer.BadParameter(f"not valid JSON ({exc}): {text[:80]!r}",
+                                 param_hint="'ARGS_JSON'") from None
 
 
 def friendly(fn: F) -> F:

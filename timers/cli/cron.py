@@ -7,14 +7,20 @@ a user error prints one line and exits 1.
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
-from timers.cli.common import PrefixOption, UrlOption, fail, open_timers, user_errors
+from timers.cli.common import (
+    PrefixOption,
+    UrlOption,
+    fail,
+    open_timers,
+    parse_args_json,
+    user_errors,
+)
 from timers.client import Timers
 from timers.cron import CATCH_UP_VALUES, Recurrence
 from timers.due import format_duration, parse_duration
@@ -99,10 +105,7 @@ def add(
         raise fail("give exactly one of --cron or --every")
     if catch_up not in CATCH_UP_VALUES:
         raise fail(f"--catch-up must be one of {', '.join(CATCH_UP_VALUES)}")
-    try:
-        args: Any = None if args_json is None else json.loads(args_json)
-    except ValueError as exc:
-        raise fail(f"ARGS_JSON is not valid JSON ({exc}): {(args_json or '')[:80]!r}") from None
+    args = parse_args_json(args_json)
     with _timers(url, prefix) as t:
         interval = parse_duration(every) if every is not None else None
         late = parse_duration(max_lateness) if max_lateness is not None else None

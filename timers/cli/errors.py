@@ -1,27 +1,45 @@
 """How the ``timers`` command ends: one plain line per error, exit 2 for usage errors.
 
 Typer/Click would draw a box around a usage error, or print a traceback for an unexpected
-one; here every error is one line, ``error: …``, with credentials masked.
+one; here every error is one line, ``error: …``, with credentials masked (one JSON object
+under ``timers listen --log-format json``).
 """
 
 from __future__ import annotations
 
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import typer
 import typer.main
 
-from timers.cli.common import one_line
+from timers.cli.common import ERRORS
 from timers.exceptions import TimersError
-from timers.redact import mask_secrets
+from timers.logs import LOG_FORMAT_ENV
 
 USAGE = 2
 FAILURE = 1
 
 
 def _error(message: str) -> None:
-    typer.echo(f"error: {one_line(mask_secrets(message))}", err=True)
+    ERRORS.write(message)
+
+
+def asks_for_json(args: Sequence[str], environ: Mapping[str, str] = os.environ) -> bool:
+    """``timers listen`` with ``--log-format json`` (or ``$TIMERS_LOG_FORMAT=json`` and no
+    ``--log-format``): then even an error before its logs are set up (a usage error, a
+    bad option value) is written as JSON."""
+    if next((arg for arg in args if not arg.startswith("-")), None) != "listen":
+        return False
+    given = None
+    for i, arg in enumerate(args):
+        if arg == "--log-format" and i + 1 < len(args):
+            given = args[i + 1]
+        elif arg.startswith("--log-format="):
+            given = arg.split("=", 1)[1]
+    chosen = given if given is not None else environ.get(LOG_FORMAT_ENV, "")
+    return chosen.strip().lower() == "json"
 
 
 def _command_path(app: typer.Typer, args: list[str]) -> str:
@@ -40,6 +58,7 @@ def _command_path(app: typer.Typer, args: list[str]) -> str:
 def run_app(app: typer.Typer, argv: Sequence[str] | None = None) -> int:
     """Run ``app`` on ``argv`` (default ``sys.argv[1:]``); return the exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
+    ERRORS.as_json = asks_for_json(args)
     try:
         result = app(args=args, prog_name="timers", standalone_mode=False)
     except typer.TyperException as exc:  # Click's ClickException and UsageError

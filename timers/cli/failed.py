@@ -26,6 +26,7 @@ from timers.due import parse_duration
 from timers.exceptions import TimerAlreadyPending
 from timers.keys import DEFAULT_PREFIX
 from timers.operations import Failure
+from timers.tracebacks import from_task_frames
 
 failed_app = typer.Typer(help="Timers that failed or were refused.", no_args_is_help=False,
                          rich_markup_mode=None)
@@ -86,7 +87,7 @@ def _show(failure: Failure) -> None:
             typer.echo(f"{shown:<15}{_when(datetime.fromtimestamp(d[name] / 1000, UTC))}")
     if d.get("traceback"):
         typer.echo("traceback:")
-        typer.echo(d["traceback"].rstrip())
+        typer.echo(from_task_frames(d["traceback"]).rstrip())  # (records written before)
 
 
 @failed_app.command("show")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import os
 import sys
 from typing import Annotated, Any, Literal
@@ -26,7 +27,12 @@ from timers.cli.listen_logs import (
 from timers.cli.listen_metrics import MetricsHostOption, MetricsPortOption
 from timers.connect import configured_url
 from timers.exceptions import EvictionUnsafe, PermissionMissing
-from timers.foreground import check_connection, check_server_once, run_in_foreground
+from timers.foreground import (
+    WAIT_FOR_REDIS,
+    run_in_foreground,
+    wait_for_server,
+    wait_for_server_at,
+)
 from timers.keys import DEFAULT_PREFIX
 from timers.listener import DEFAULT_CONCURRENCY, DEFAULT_LEASE, Listener
 from timers.listener.groups import served_groups
@@ -34,7 +40,7 @@ from timers.listener.orphans import supervisor_pid
 from timers.listener.recycling import RecycleLimits, check_memory_limit, report_fd
 from timers.listener.supervisor import ListenOptions, Supervisor
 from timers.loader import SETUP_ENV, TASKS_ENV, TaskLoader, check_setup, configured_package
-from timers.redact import safe_url
+from timers.server_errors import url_address
 
 TasksOption = Annotated[
     str | None,
@@ -61,6 +67,11 @@ GroupOption = Annotated[list[str] | None, typer.Option(
     "--group", "-g", metavar="GROUP",
     help="Claim the timers of this group (repeat for several; default $TIMERS_GROUP or "
          "'default'). Timers of other groups are left to their own listeners.")]
+WaitForRedisOption = Annotated[float, typer.Option(
+    "--wait-for-redis", min=0, metavar="SECONDS",
+    help="At start, how long to wait for a server that does not answer (tries 0.5 s "
+         "doubling to 5 s apart, a line each) before exiting 1; 0: not at all, inf: "
+         "until it answers.")]
 MaxMemoryOption = Annotated[float | None, typer.Option(
     "--max-memory-per-child", min=1, metavar="MB", show_default=False,
     help="Replace a listener process once its resident memory reaches MB megabytes; "
@@ -101,6 +112,7 @@ def listen(
     group: GroupOption = None,
     metrics_port: MetricsPortOption = None,
     metrics_host: MetricsHostOption = "127.0.0.1",
+    wait_for_redis: WaitForRedisOption = WAIT_FOR_REDIS,
 ) -> None:
     """Run timers as they come due (subscribes to expired events and sweeps the due index)."""
     log_format = set_up_logs(log_level, log_format, processes)
@@ -116,10 +128,17 @@ def listen(
                             log_format=log_format, log_fires=log_fires,
                             max_runs_per_child=max_runs_per_child,
                             max_memory_per_child=max_memory_per_child, groups=_served(group),
-                            metrics_port=metrics_port, metrics_host=metrics_host)
-    if processes > 1 or (options.recycles and report_fd() is None):
+                            metrics_port=metrics_port, metrics_host=metrics_host,
+                            wait_for_redis=wait_for_redis)
+    if processes > 1 or (report_fd() is None and (options.recycles or _is_init())):
         raise typer.Exit(_supervise(options, processes))
     _listen_here(options)
+
+
+def _is_init() -> bool:
+    """This process is PID 1 (a container's first process): then even one listener runs
+    under the supervisor, which reaps every process the container's tasks leave behind."""
+    return os.getpid() == 1
 
 
 def _supervise(options: ListenOptions, processes: int) -> int:
@@ -127,7 +146,9 @@ def _supervise(options: ListenOptions, processes: int) -> int:
     TaskLoader(configured_package(options.tasks), search_path=os.getcwd()).load()
     check_memory_limit(options.max_memory_per_child)  # about a child's size: refuse once
     url_now = configured_url(options.url)
-    check_server_once(url_now, safe_url(url_now))  # the children wait for it later
+    # the children wait for the server themselves later, without limit
+    if not wait_for_server_at(url_now, url_address(url_now), options.wait_for_redis):
+        return 0
     supervisor = Supervisor.for_listeners(options, processes)
     listen_metrics.serve_for_children(supervisor, options.metrics_port, options.metrics_host)
     return supervise(supervisor)
@@ -154,9 +175,9 @@ def _listen_here(options: ListenOptions) -> None:
     except ValueError as exc:
         raise UserError(str(exc)) from None
     listener_logs(listener, options.log_fires)
+    listener.loader.load()  # a package that cannot be imported: refused before any wait
     metrics = listen_metrics.record(listener, options.metrics_port, options.metrics_host)
-    asyncio.run(_listen(listener, options.burst, safe_url(configured_url(options.url)),
-                        metrics))
+    asyncio.run(_listen(listener, options, url_address(configured_url(options.url)), metrics))
     listener.tally.log_stopped()
     # Threads of tasks that outlived the shutdown timeout were handed back; don't wait
     # for them at interpreter exit.
@@ -165,15 +186,18 @@ def _listen_here(options: ListenOptions) -> None:
     os._exit(1 if listener.aborted or listener.crashed else 0)
 
 
-async def _listen(listener: Listener, burst: bool, where: str, metrics: Any) -> None:
-    await check_connection(listener.redis, where, wait=supervisor_pid() is not None)
+async def _listen(listener: Listener, options: ListenOptions, where: str,
+                  metrics: Any) -> None:
+    wait = math.inf if supervisor_pid() is not None else options.wait_for_redis
+    if not await wait_for_server(listener.redis, where, wait=wait):
+        return  # stopped by a signal before the server answered
     logging.getLogger("timers").info(
         "starting on %s (tasks package %r, concurrency %d)",
         where, listener.loader.package, listener.concurrency)
     done = asyncio.Event()
     sampler = listen_metrics.sample(metrics, listener, done) if metrics else None
     try:
-        await run_in_foreground(listener, burst=burst)
+        await run_in_foreground(listener, burst=options.burst)
     except (EvictionUnsafe, PermissionMissing) as exc:
         raise UserError(str(exc)) from None
     finally:

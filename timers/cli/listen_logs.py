@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from timers.cli.common import UserError
+from timers.cli.common import ERRORS, UserError
 from timers.listener import Listener
 from timers.listener.supervisor import Supervisor
 from timers.logs import IDENTITY, LOG_FORMAT_ENV, LogFormat, configure, configured_format, identify
@@ -35,6 +35,7 @@ def set_up_logs(level: str, log_format: str | None, processes: int) -> LogFormat
     except ValueError as exc:
         raise UserError(str(exc)) from None
     configure(level, chosen, role="supervisor" if processes > 1 else "listener")
+    ERRORS.as_json = chosen == "json"
     return chosen
 
 

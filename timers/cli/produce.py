@@ -6,9 +6,8 @@ the listener's machinery.
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
@@ -18,19 +17,11 @@ from timers.cli.common import (
     UserError,
     friendly,
     open_timers,
+    parse_args_json,
     printable,
 )
 from timers.due import parse_delay
 from timers.keys import DEFAULT_PREFIX
-
-
-def _parse_args(text: str | None) -> Any:
-    if text is None:
-        return None
-    try:
-        return json.loads(text)
-    except ValueError as exc:
-        raise UserError(f"ARGS_JSON is not valid JSON ({exc}): {text[:80]!r}") from None
 
 
 def _parse_at(text: str) -> datetime:
@@ -47,7 +38,7 @@ def _parse_at(text: str) -> datetime:
 def _due(in_: str | None, at: str | None) -> tuple[float | None, datetime | None]:
     """``--in`` / ``--at`` as the library takes them: exactly one of the two."""
     if (in_ is None) == (at is None):
-        raise UserError("give exactly one of --in or --at")
+        raise typer.BadParameter("give exactly one of --in or --at", param_hint="'--in' / '--at'")
     return (parse_delay(in_) if in_ is not None else None,
             _parse_at(at) if at is not None else None)
 
@@ -93,7 +84,7 @@ def schedule(
 ) -> None:
     """Schedule a timer; prints its id."""
     delay, when = _due(in_, at)
-    args = _parse_args(args_json)
+    args = parse_args_json(args_json)
     with open_timers(url, prefix) as t:
         typer.echo(t.schedule(task, args, in_=delay, at=when, id=id, group=group, key=key,
                               priority=priority))

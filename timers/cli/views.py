@@ -77,19 +77,28 @@ def list_(
     if not pending:
         typer.echo("no pending timers")
         return
-    typer.echo(f"{'DUE (UTC)':<24} {'IN':>9}  {'ID':<20} {'TASK':<24} {'GROUP':<10} ARGS / STATE")
-    for timer in pending:
-        typer.echo(_row(timer, datetime.now(UTC)))
+    now = datetime.now(UTC)
+    rows = [_cells(timer, now) for timer in pending]
+    header = ("DUE (UTC)", "IN", "ID", "TASK", "GROUP", "ARGS / STATE")
+    widths = [max(len(cell) for cell in column) for column in zip(header, *rows, strict=False)]
+    for cells in (header, *rows):
+        typer.echo(_line(cells, widths))
     if total is not None and total > len(pending):
         typer.echo(f"… {total - len(pending)} more (--limit)")
 
 
-def _row(timer: PendingTimer, now: datetime) -> str:
+def _cells(timer: PendingTimer, now: datetime) -> tuple[str, ...]:
     tail = (clip(json.dumps(timer.args, ensure_ascii=False), 60) if timer.wait is None
             else printable(timer.wait.describe()))
-    return (f"{when(timer.due):<24} {format_duration(timer.seconds_left(now)):>9}  "
-            f"{printable(timer.id):<20} {printable(timer.task):<24} "
-            f"{printable(timer.group):<10} {tail}")
+    return (when(timer.due), format_duration(timer.seconds_left(now)), printable(timer.id),
+            printable(timer.task), printable(timer.group), tail)
+
+
+def _line(cells: tuple[str, ...], widths: list[int]) -> str:
+    """One row, each column as wide as its widest cell (IN right-aligned)."""
+    due, left, id_, task, group, tail = cells
+    return (f"{due:<{widths[0]}} {left:>{widths[1]}}  {id_:<{widths[2]}} "
+            f"{task:<{widths[3]}} {group:<{widths[4]}} {tail}").rstrip()
 
 
 def _total(stats: Stats, group: str | None) -> int:

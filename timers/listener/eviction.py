@@ -13,13 +13,13 @@ from typing import Any
 
 import redis
 
-from timers.check import ALLKEYS_LOSS, EVICTION_ADVICE
 from timers.encoding import as_text
+from timers.eviction import ALLKEYS_LOSS, EVICTION_ADVICE
 from timers.exceptions import EvictionUnsafe
 
+__all__ = ["EvictionUnsafe", "judge", "read_policy", "report_late_finishes"]
+
 log = logging.getLogger("timers.listener")
-
-
 
 
 async def read_policy(client: Any) -> str | None:

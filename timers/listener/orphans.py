@@ -2,7 +2,9 @@
 
 The supervisor passes its pid in ``$TIMERS_SUPERVISOR_PID``. The child asks Linux for
 SIGTERM when its parent dies (``prctl(PR_SET_PDEATHSIG)``), which stops it gracefully:
-running tasks get the shutdown timeout, the rest is handed back. As a fallback (other
+running tasks get the shutdown timeout to finish, the timers still running after it (and
+those claimed but not started) are handed back. Noticing the death a second way never
+turns that stop into an abort. As a fallback (other
 systems, or a parent that died before the request), it also watches its parent pid change.
 """
 
@@ -49,9 +51,12 @@ async def watch_parent(
     interval: float = WATCH_INTERVAL,
 ) -> None:
     """Call ``on_gone`` once the parent is no longer ``expected`` (it died: we were
-    re-parented), checking every ``interval`` seconds."""
+    re-parented), checking every ``interval`` seconds. ``on_gone`` must stop the
+    listener as the first SIGTERM does (and do nothing more if it is stopping already:
+    ``PR_SET_PDEATHSIG`` may have sent that SIGTERM first)."""
     while getppid() == expected:  # noqa: ASYNC110 - nothing to wait on: polling is the point
         await asyncio.sleep(interval)
-    log.warning("the supervisor (pid %d) is gone: stopping and handing back running timers",
-                expected)
+    log.warning("the supervisor (pid %d) is gone: stopping as on SIGTERM: running tasks get "
+                "the shutdown timeout to finish, the timers still running after it are "
+                "handed back", expected)
     on_gone()

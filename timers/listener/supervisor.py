@@ -15,6 +15,11 @@ from the budget.
 
 Should the supervisor itself die, even by ``kill -9``, its children stop gracefully too:
 each knows its pid (``$TIMERS_SUPERVISOR_PID``, see :mod:`timers.listener.orphans`).
+
+As a container's PID 1 (or a child subreaper, ``PR_SET_CHILD_SUBREAPER``) every process
+orphaned inside it is re-parented to the supervisor: a task's subprocess whose listener
+crashed, say. On SIGCHLD (the handler sets a flag) the loop reaps each such process, so
+none stays a zombie; its own children it reaps as before, through their ``Popen``.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from dataclasses import dataclass, field
 from types import FrameType
 
 from timers.clock import Clock, SystemClock
+from timers.foreground import WAIT_FOR_REDIS
 from timers.listener.orphans import SAME_STOP_WINDOW, SUPERVISOR_ENV
 from timers.listener.supervisor_recycling import (
     ChildLinks,
@@ -83,6 +89,9 @@ class ListenOptions:
     metrics_port: int | None = None
     """Children record Prometheus metrics; the supervisor serves them on this port."""
     metrics_host: str = "127.0.0.1"
+    wait_for_redis: float = WAIT_FOR_REDIS
+    """Seconds to wait at start for a server that does not answer (children wait
+    without limit: their supervisor reached it already)."""
 
     @property
     def recycles(self) -> bool:
@@ -109,6 +118,69 @@ class ListenOptions:
         command += ["--allow-eviction"] if self.allow_eviction else []
         command += ["--log-fires"] if self.log_fires else []
         return command
+
+
+PR_GET_CHILD_SUBREAPER = 37
+
+
+def adopts_orphans() -> bool:
+    """This process is PID 1 of its pid namespace, or a child subreaper: orphaned
+    descendants are re-parented to it, and it must reap them."""
+    if os.getpid() == 1:
+        return True
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        flag = ctypes.c_int(0)
+        return bool(libc.prctl(PR_GET_CHILD_SUBREAPER, ctypes.byref(flag), 0, 0, 0) == 0
+                    and flag.value)
+    except (OSError, AttributeError):
+        return False
+
+
+class OrphanReaper:
+    """Reaps the processes re-parented to this one, leaving its own children (those in
+    ``own``) to their ``Popen``, whose exit codes the supervisor reads."""
+
+    def __init__(self, own: Callable[[], list[subprocess.Popen[bytes]]]) -> None:
+        self._own = own
+        self.enabled = False
+        """Only a process that adopts orphans (:func:`adopts_orphans`) reaps them: any
+        other may have children that are not its to reap."""
+        self.pending = True
+        """A SIGCHLD came since the last reap (set by the signal handler)."""
+        self.reaped = 0
+
+    def on_sigchld(self, signum: int, frame: FrameType | None) -> None:
+        self.pending = True
+
+    def reap(self) -> None:
+        """Reap every exited process that is not one of ours; ours are polled (which
+        reaps them and keeps their exit code)."""
+        if not (self.enabled and self.pending):
+            return
+        self.pending = False
+        seen: set[int] = set()
+        while True:
+            try:  # WNOWAIT: look first, so an own child is reaped by its Popen
+                info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            except ChildProcessError:
+                return
+            if info is None or info.si_pid in seen:
+                return
+            seen.add(info.si_pid)
+            own = next((c for c in self._own() if c.pid == info.si_pid), None)
+            if own is not None:
+                own.poll()
+                continue
+            try:
+                os.waitpid(info.si_pid, os.WNOHANG)
+            except ChildProcessError:
+                continue
+            self.reaped += 1
+            log.debug("reaped pid %d, a process orphaned by a child (status %d)",
+                      info.si_pid, info.si_status)
 
 
 class Supervisor(SupervisorRecycling):
@@ -144,6 +216,11 @@ class Supervisor(SupervisorRecycling):
         self.child_exited: Callable[[int], None] = lambda pid: None
         """Told each child's pid as it is found dead (its metrics are dropped)."""
         self.standby_ready = False
+        self.reaper = OrphanReaper(self._own_children)
+
+    def _own_children(self) -> list[subprocess.Popen[bytes]]:
+        return [*self.children.values(), *(old.child for old in self.retiring.values()),
+                *([self.standby] if self.standby is not None else [])]
 
     @classmethod
     def for_listeners(cls, options: ListenOptions, processes: int) -> Supervisor:
@@ -167,6 +244,9 @@ class Supervisor(SupervisorRecycling):
         """Supervise until a signal (exit 0) or the restart budget runs out (exit 1)."""
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(sig, self._on_signal)
+        self.reaper.enabled = adopts_orphans()
+        if self.reaper.enabled:
+            signal.signal(signal.SIGCHLD, self.reaper.on_sigchld)
         for slot in range(self.processes):
             self._spawn(slot)
         if self.use_standby:
@@ -177,6 +257,7 @@ class Supervisor(SupervisorRecycling):
                     return 0
                 for child, message in self.links.wait(POLL):
                     self._on_message(child, message)
+                self.reaper.reap()
                 if not (self._reap_retiring() and self._restart_dead()
                         and self._check_standby()):
                     self._shutdown()
@@ -185,6 +266,10 @@ class Supervisor(SupervisorRecycling):
             return 0
         finally:
             self.links.close()
+            if self.reaper.enabled:
+                self.reaper.pending = True
+                self.reaper.reap()
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
 
     def _restart_dead(self) -> bool:
         """Restart children that died; False once the restart budget is spent."""
@@ -217,8 +302,7 @@ class Supervisor(SupervisorRecycling):
 
     def _shutdown(self) -> None:
         """Pass the signal on, wait for graceful exits, kill what is left after that."""
-        children = [*self.children.values(), *(old.child for old in self.retiring.values()),
-                    *([self.standby] if self.standby is not None else [])]
+        children = self._own_children()
         forwarded, last = 0, 0.0
         deadline = self.clock.monotonic() + self.shutdown_timeout + 10
         while self.clock.monotonic() < deadline:
@@ -233,6 +317,7 @@ class Supervisor(SupervisorRecycling):
             if all(child.poll() is not None for child in children):
                 break
             time.sleep(POLL)
+            self.reaper.reap()
         for child in children:
             if child.poll() is None:
                 log.error("listener pid %d did not stop; killing it", child.pid)
