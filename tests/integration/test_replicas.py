@@ -25,7 +25,7 @@ import redis
 from tests.clusters import Cluster, real_cluster
 from tests.conftest import wait_until
 from tests.sentinels import Deployment, sentinel_deployment
-from timers import AsyncTimers, NotReplicated, Timers, TimerSpec
+from timers import AsyncTimers, NotReplicated, ServerUnavailable, Timers, TimerSpec
 from timers.operations import SCHEDULE_CHUNK
 from timers.shards import shard_of
 
@@ -97,28 +97,44 @@ def deployment() -> Iterator[Deployment]:
         yield d
 
 
-ROUNDS = 5
-PER_ROUND = 400
+ROUNDS = 10
+PER_ROUND = 200
 """2,000 single schedule() calls each way, in alternating rounds."""
 
 
-def _per_call_us(t: Timers, replicas: int) -> float:
-    start = time.perf_counter()
+def _round(t: Timers, replicas: int, took: list[float]) -> None:
+    """One round of calls, each one's time (us) added to ``took``."""
     for _ in range(PER_ROUND):
+        start = time.perf_counter()
         t.schedule("reminders.sms", in_=300, replicas=replicas)
-    return (time.perf_counter() - start) / PER_ROUND * 1e6
+        took.append((time.perf_counter() - start) * 1e6)
 
 
-def _burst(url: str, acked: list[str], errors: list[str], stop: threading.Event) -> None:
-    """Schedule with ``replicas=1`` one after the other until ``stop``; an id counts as
-    acknowledged only once its call returned."""
-    with Timers(url, replicas=1, replicas_timeout=1.0) as t:
+PAYLOAD = "x" * 20_000
+"""Args of the burst's timers: big enough that what the primary sends a stopped replica
+outgrows the sockets' buffers and stays in the primary's memory."""
+
+
+def _burst(url: str, replicas: int, acked: list[str], errors: list[str],
+           stop: threading.Event) -> None:
+    """Schedule one after the other until ``stop``; an id counts as acknowledged only
+    once its call returned."""
+    with Timers(url, replicas=replicas, replicas_timeout=1.0) as t:
         while not stop.is_set():
             try:
-                acked.append(t.schedule("reminders.sms", in_=300))
+                acked.append(t.schedule("reminders.sms", [PAYLOAD], in_=300))
             except Exception as exc:  # the test counts what a producer sees
                 errors.append(type(exc).__name__)
                 time.sleep(0.005)
+
+
+def _lost(url: str, acked: dict[int, list[str]]) -> dict[int, list[str]] | None:
+    """The acknowledged ids that are not pending, per producer (None: no primary yet)."""
+    try:
+        with Timers(url) as t:
+            return {n: [tid for tid in a if t.get(tid) is None] for n, a in acked.items()}
+    except ServerUnavailable:
+        return None
 
 
 def _promoted(deployment: Deployment, old_port: int) -> bool:
@@ -135,40 +151,59 @@ def test_kill_9_of_the_primary_after_acknowledged_replicated_schedules_loses_non
     with Timers(deployment.url) as t:
         t.schedule("reminders.sms", in_=300, replicas=1)  # connections made, scripts loaded
         t.schedule("reminders.sms", in_=300)
-        plain, waited = [], []
+        plain: list[float] = []
+        waited: list[float] = []
         for _ in range(ROUNDS):
-            plain.append(_per_call_us(t, 0))
-            waited.append(_per_call_us(t, 1))
+            _round(t, 0, plain)
+            _round(t, 1, waited)
     without, with_ = statistics.median(plain), statistics.median(waited)
-    print(f"\ncost per schedule() through Sentinel, median of {ROUNDS} rounds of {PER_ROUND} "
-          f"each way, alternating: {without:.0f} us without, {with_:.0f} us with replicas=1 "
-          f"({with_ / without:.2f}x); rounds without {[round(x) for x in plain]}, with "
-          f"{[round(x) for x in waited]}")
+    rounds = [[statistics.mean(took[i:i + PER_ROUND]) for i in range(0, len(took), PER_ROUND)]
+              for took in (plain, waited)]
+    print(f"\ncost per schedule() through Sentinel, {len(plain)} calls each way in "
+          f"{ROUNDS} alternating rounds: median {without:.0f} us without, {with_:.0f} us "
+          f"with replicas=1 ({with_ / without:.2f}x); medians of the round means "
+          f"{statistics.median(rounds[0]):.0f} / {statistics.median(rounds[1]):.0f} us")
 
     old_port = deployment.primary_port()
-    acked: list[str] = []
-    errors: list[str] = []
+    replica = deployment.server_on(deployment.replica.port if old_port == deployment.primary.port
+                                   else deployment.primary.port)
+    acked: dict[int, list[str]] = {1: [], 0: []}
+    errors: dict[int, list[str]] = {1: [], 0: []}
     stop = threading.Event()
-    producer = threading.Thread(target=_burst, args=(deployment.url, acked, errors, stop))
-    producer.start()
+    producers = [threading.Thread(target=_burst, args=(deployment.url, n, acked[n], errors[n],
+                                                       stop)) for n in (1, 0)]
+    for p in producers:
+        p.start()
     try:
-        wait_until(lambda: len(acked) >= 2000, 30, message="a burst of 2,000 acknowledged")
+        wait_until(lambda: min(len(a) for a in acked.values()) >= 1000, 60,
+                   message="a burst of 1,000 acknowledged schedules each way")
+        # the replica falls behind for half a second (less than the sentinels' down-after),
+        # then the primary dies: a replicas=1 producer acknowledges nothing meanwhile
+        os.kill(replica.pid or 0, signal.SIGSTOP)
+        at_stop = {n: len(a) for n, a in acked.items()}
+        time.sleep(0.5)
+        at_kill = {n: len(a) for n, a in acked.items()}
         os.kill(deployment.server_on(old_port).pid or 0, signal.SIGKILL)
-        at_kill = len(acked)
+        os.kill(replica.pid or 0, signal.SIGCONT)
         wait_until(lambda: _promoted(deployment, old_port), 30,
                    message="the replica's promotion")
-        wait_until(lambda: len(errors) >= 3, 20, message="the producer to meet the failover")
+        wait_until(lambda: min(len(e) for e in errors.values()) >= 3, 20,
+                   message="the producers to meet the failover")
     finally:
+        os.kill(replica.pid or 0, signal.SIGCONT)
         stop.set()
-        producer.join(20)
-    with Timers(deployment.url) as t:
-        lost = [tid for tid in acked if t.get(tid) is None]
-    print(f"kill -9 of the primary during a burst of replicas=1 schedules: {len(acked)} "
-          f"acknowledged ({at_kill} when the kill was sent), {len(lost)} of them lost after "
-          f"the failover; the producer saw {dict(Counter(errors))} (after the promotion the "
-          f"new primary has no replica: each call there raises NotReplicated)")
-    assert not lost, lost[:10]
-    assert len(acked) >= 2000
+        for p in producers:
+            p.join(20)
+    lost = wait_until(lambda: _lost(deployment.url, acked), 30,
+                      message="the new primary to answer")
+    for n, label in ((1, "replicas=1"), (0, "without replicas")):
+        print(f"kill -9 of the primary (its replica stopped for its last 0.5 s) during a "
+              f"burst {label}: {len(acked[n])} acknowledged ({at_stop[n]} when the replica "
+              f"stopped, {at_kill[n]} when the kill was sent), {len(lost[n])} of them lost "
+              f"after the failover; the producer saw "
+              f"{dict(Counter(errors[n]))}")
+    assert not lost[1], lost[1][:10]
+    assert len(acked[1]) >= 1000
 
 
 # -- Redis Cluster: three primaries, a replica each -----------------------------------
