@@ -25,7 +25,7 @@ from timers.operations import (
     Stats,
     TimerSpec,
 )
-from timers.replication import ReplicaPolicy, Replication
+from timers.replication import ReplicaPolicy, Replication, in_memory
 from timers.scripts import register_all
 from timers.server_errors import out_of_memory, translate
 from timers.sharded_ops import operations_for
@@ -71,7 +71,8 @@ class AsyncTimers:
         self.keys = self.ops.home
         """The prefix's one-shard keyspace (its only one unless it is sharded)."""
         self._scripts = register_all(self.redis)
-        self.replicas = ReplicaPolicy(replicas, replicas_timeout, replicas_fsync)
+        self.replicas = ReplicaPolicy(replicas, replicas_timeout, replicas_fsync,
+                                      in_memory=in_memory(self.redis))
         """Replicas each write waits for (see :mod:`timers.replication`)."""
         self._loop = LoopBinding()
         self._coalescer: Coalescer[Prepared] = Coalescer(

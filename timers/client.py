@@ -27,7 +27,7 @@ from timers.operations import (
     Stats,
     TimerSpec,
 )
-from timers.replication import ReplicaPolicy
+from timers.replication import ReplicaPolicy, in_memory
 from timers.scripts import register_all
 from timers.server_errors import out_of_memory, translate
 from timers.sharded_ops import operations_for
@@ -83,7 +83,8 @@ class Timers:
         self.keys = self.ops.home
         """The prefix's one-shard keyspace (its only one unless it is sharded)."""
         self._scripts = register_all(self.redis)
-        self.replicas = ReplicaPolicy(replicas, replicas_timeout, replicas_fsync)
+        self.replicas = ReplicaPolicy(replicas, replicas_timeout, replicas_fsync,
+                                      in_memory=in_memory(self.redis))
         """Replicas each write waits for (see :mod:`timers.replication`)."""
         self.warn_in_event_loop = True
         """Warn when called on a running event loop's thread (off for in-memory servers)."""

@@ -125,6 +125,10 @@ class ReplicaPolicy:
     timeout: float | None = None
     """Seconds (None: :data:`DEFAULT_TIMEOUT`)."""
     fsync: bool = False
+    in_memory: bool = False
+    """The client's server is an in-memory one (fakeredis, :mod:`timers.testing`): it has
+    no replica and knows no ``WAIT``, so the options are checked and not waited for (an
+    app's tests run its code as written)."""
     default: Replication | None = field(init=False, repr=False, compare=False)
     """What a call without options of its own asks for."""
 
@@ -136,7 +140,8 @@ class ReplicaPolicy:
         if replicas is None or replicas == 0:
             Replication(1, wait)  # the timeout checked all the same
             return None
-        return Replication(replicas, wait, self.fsync)
+        wanted = Replication(replicas, wait, self.fsync)
+        return None if self.in_memory else wanted
 
     def for_call(self, replicas: int | None = None,
                  timeout: float | None = None) -> Replication | None:
@@ -146,3 +151,8 @@ class ReplicaPolicy:
             return self.default
         return self._make(self.replicas if replicas is None else replicas,
                           self.timeout if timeout is None else timeout)
+
+
+def in_memory(client: object) -> bool:
+    """Whether ``client`` talks to an in-memory server (fakeredis) rather than Redis."""
+    return type(client).__module__.split(".", 1)[0] == "fakeredis"

@@ -26,6 +26,7 @@ from timers.operations import SCHEDULE_CHUNK, Operations
 from timers.ops_base import Call, Request
 from timers.replication import ReplicaPolicy, Replication
 from timers.scripts import ScriptName
+from timers.testing import TimersTest
 from timers.transport import _commands, _replies, run_async, run_sync
 
 
@@ -64,6 +65,9 @@ def transport(monkeypatch: pytest.MonkeyPatch) -> FakeWaits:
     fake = FakeWaits()
     monkeypatch.setattr(timers.client, "run_sync", fake.sync)
     monkeypatch.setattr(timers.async_client, "run_async", fake.run_async)
+    # fakeredis plays a server with replicas here (a client on it would not wait, below)
+    monkeypatch.setattr(timers.client, "in_memory", lambda client: False)
+    monkeypatch.setattr(timers.async_client, "in_memory", lambda client: False)
     return fake
 
 
@@ -274,6 +278,23 @@ def test_the_asyncio_client_shares_one_wait_among_calls_in_flight_and_each_gets_
     finally:
         timers.aio.configure()
     assert transport.waits()[-2:] == [("WAIT", 1, 1000), ("WAIT", 1, 1000)]
+
+
+def test_an_in_memory_server_has_no_replicas_to_wait_for(fake: fakeredis.FakeRedis) -> None:
+    """An app's tests (timers.testing, fakeredis) run its replicas=1 code as written."""
+    with Timers(fake, replicas=1) as t:
+        tid = t.schedule("a.b", in_=60, replicas=2)
+        assert t.cancel(tid, replicas=1) and t.replicas.for_call() is None
+        with pytest.raises(ValueError, match="replicas"):
+            t.schedule("a.b", in_=60, replicas=-1)  # still checked
+    with TimersTest():
+        assert timers.schedule("a.b", in_=60, replicas=1)
+
+    async def main() -> None:
+        async with AsyncTimers(fakeredis.aioredis.FakeRedis(), replicas=1) as a:
+            assert await a.schedule("a.b", in_=60)
+
+    asyncio.run(main())
 
 
 def test_not_replicated_is_exported_and_a_timers_error() -> None:
