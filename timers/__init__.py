@@ -8,29 +8,21 @@ True
 The module-level functions use a default :class:`Timers` made on first use from
 ``$TIMERS_REDIS_URL`` (see :func:`configure`); ``timers.aio`` has the asyncio twins.
 
-A producer's ``import timers`` loads only the producer side: :class:`Listener` (and with it
-the runner, the sweeper and the rest of the listener's machinery) is imported on first
-use of ``timers.Listener`` (a PEP 562 module ``__getattr__`` for that one name, nothing
-else), so a web process that only schedules never loads it. ``from timers.listener import
-Listener`` works as well.
+``import timers`` is light: it loads the errors and the functions below, and each other
+name on its first use (one table, :data:`_LAZY`, read by a PEP 562 module ``__getattr__``).
+So ``timers --version`` starts fast, and a web process that only schedules never loads the
+listener's machinery; ``from timers import Timers`` and ``timers.Timers`` work as usual.
 """
 
 from __future__ import annotations
 
+import importlib
 import threading
 import typing
-from collections.abc import Iterable, Mapping
-from datetime import datetime, timedelta
 from typing import Any
 
-import redis
-
-from timers import aio as aio  # `timers.aio` after a plain `import timers`
-from timers.client import AsyncTimers, Timers
-from timers.context import TimerContext, current
-from timers.cron import CatchUp, Recurrence
-from timers.encoding import Args
 from timers.exceptions import (
+    EvictionUnsafe,
     InvalidArgs,
     InvalidDueTime,
     InvalidTask,
@@ -39,6 +31,7 @@ from timers.exceptions import (
     MalformedTimerKey,
     NotInTimer,
     NotReplicated,
+    PermissionMissing,
     PoolExhausted,
     ServerError,
     ServerNotFound,
@@ -51,17 +44,28 @@ from timers.exceptions import (
     TimersError,
     WrongEventLoop,
 )
-from timers.flow.rates import Rate
-from timers.operations import Failure, PendingTimer, RetrySummary, Stats, TimerSpec
-from timers.policy import Backoff, TaskPolicy, registered, task
-from timers.runs import Fired
 
 if typing.TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
+    from datetime import datetime, timedelta
+
+    import redis
+
+    from timers import aio as aio
+    from timers.client import AsyncTimers, Timers
+    from timers.context import TimerContext, current
+    from timers.cron import CatchUp, Recurrence
+    from timers.encoding import Args
+    from timers.flow.rates import Rate
     from timers.listener import Listener
+    from timers.operations import Failure, PendingTimer, RetrySummary, Stats, TimerSpec
+    from timers.policy import Backoff, TaskPolicy, registered, task
+    from timers.runs import Fired
 
 __all__ = [
     "AsyncTimers",
     "Backoff",
+    "EvictionUnsafe",
     "Failure",
     "Fired",
     "InvalidArgs",
@@ -74,6 +78,7 @@ __all__ = [
     "NotInTimer",
     "NotReplicated",
     "PendingTimer",
+    "PermissionMissing",
     "PoolExhausted",
     "Rate",
     "Recurrence",
@@ -111,14 +116,42 @@ __all__ = [
 __version__ = "0.1.0"
 
 
-def __getattr__(name: str) -> type[Listener]:
-    """``timers.Listener``, imported on first use (see the module docstring)."""
-    if name != "Listener":
-        raise AttributeError(f"module 'timers' has no attribute {name!r}")
-    from timers.listener import Listener
+_LAZY: dict[str, str] = {
+    "aio": "timers.aio",
+    "AsyncTimers": "timers.client",
+    "Backoff": "timers.policy",
+    "Failure": "timers.operations",
+    "Fired": "timers.runs",
+    "Listener": "timers.listener",
+    "PendingTimer": "timers.operations",
+    "Rate": "timers.flow.rates",
+    "Recurrence": "timers.cron",
+    "RetrySummary": "timers.operations",
+    "Stats": "timers.operations",
+    "TaskPolicy": "timers.policy",
+    "TimerContext": "timers.context",
+    "TimerSpec": "timers.operations",
+    "Timers": "timers.client",
+    "current": "timers.context",
+    "registered": "timers.policy",
+    "task": "timers.policy",
+}
+"""The public names imported on first use, and the module each comes from."""
 
-    globals()["Listener"] = Listener
-    return Listener
+
+def __getattr__(name: str) -> Any:
+    """A name of :data:`_LAZY`, imported on its first use (see the module docstring)."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'timers' has no attribute {name!r}")
+    loaded = importlib.import_module(module)
+    value = loaded if name == "aio" else getattr(loaded, name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
 
 
 _default: Timers | None = None
@@ -138,6 +171,8 @@ def configure(url: str | redis.Redis | None = None, **options: Any) -> Timers:
             return _default  # a timers.testing.TimersTest keeps its in-memory server
         if _default is not None:
             _default.close()
+        from timers.client import Timers
+
         _default = Timers(url, **options)
         return _default
 
@@ -147,6 +182,8 @@ def _instance() -> Timers:
     if _default is None:
         with _default_lock:
             if _default is None:
+                from timers.client import Timers
+
                 _default = Timers()
     return _default
 

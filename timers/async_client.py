@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 import redis
 import redis.asyncio
 
+from timers import connect
 from timers.coalesce import Coalescer
 from timers.connect import async_client
 from timers.cron import CatchUp, Recurrence, recurrence
@@ -82,6 +83,8 @@ class AsyncTimers:
 
     async def run(self, operation: Operation[T]) -> T:
         """Drive one operation to its result, as :meth:`Timers.run` (on this client's loop)."""
+        if connect.in_memory_server is not None:
+            connect.refuse_outside_test_server(self.redis, "this AsyncTimers")
         self._loop.claim()
         try:
             request = next(operation)
@@ -133,6 +136,12 @@ class AsyncTimers:
         self, specs: Iterable[TimerSpec | Mapping[str, Any]], *,
         replicas: int | None = None, replicas_timeout: float | None = None,
     ) -> builtins.list[str]:
+        """Schedule many timers in one round trip; returns their ids in order.
+
+        All or nothing: an invalid timer, or a server out of memory
+        (:class:`ServerOutOfMemory`), fails the whole call with nothing written. With
+        ``replicas``, too few replicas in time raise :class:`NotReplicated` once every
+        timer is written, naming the ids not confirmed."""
         return await self.run(self.ops.schedule_many(
             specs, replication=self.replicas.for_call(replicas, replicas_timeout)))
 
@@ -140,44 +149,60 @@ class AsyncTimers:
         self, id: str, *, in_: float | timedelta | None = None, at: datetime | None = None,
         replicas: int | None = None, replicas_timeout: float | None = None,
     ) -> bool:
+        """Move a pending timer to a new due time. False if it is not pending."""
         return await self.run(self.ops.reschedule(
             id, in_, at, self.replicas.for_call(replicas, replicas_timeout)))
 
     async def cancel(self, id: str, *, replicas: int | None = None,
                      replicas_timeout: float | None = None) -> bool:
+        """True if the timer was pending: it will now never fire."""
         return await self.run(self.ops.cancel(
             id, self.replicas.for_call(replicas, replicas_timeout)))
 
     async def get(self, id: str) -> PendingTimer | None:
+        """The pending timer with this id, or None."""
         return await self.run(self.ops.get(id))
 
     async def list(self, limit: int = 100, group: str | None = None,
                    key: str | None = None) -> builtins.list[PendingTimer]:
+        """Pending timers (waiting ones too), soonest first: of every group, or of
+        ``group``; with ``key``, those waiting for that concurrency key, then the rest
+        that name it."""
         return await self.run(self.ops.list_pending(limit, group, key))
 
     async def failed(self, limit: int = 100) -> builtins.list[Failure]:
+        """Failed and refused timers, most recent first."""
         return await self.run(self.ops.list_failed(limit))
 
     async def stats(self) -> Stats:
+        """Counts over every shard: pending (waiting ones too), running, failed, the
+        counters (fired, reruns, …), and per group, key and rate limit what waits."""
         return await self.run(self.ops.stats())
 
     async def get_failure(self, id: str) -> Failure | None:
+        """The latest failure record of a timer id (or a ``:…`` rejected key)."""
         return await self.run(self.ops.get_failure(id))
 
     async def get_failures(self, id: str) -> builtins.list[Failure]:
+        """Every failure record of a timer id (one per dead timer), most recent first."""
         return await self.run(self.ops.get_failures(id))
 
     async def retry_failure(self, failure: Failure, *, replace: bool = False) -> str:
+        """Schedule a failed timer again, due now; returns its id. Raises
+        :class:`TimerAlreadyPending` if its id is pending again, unless ``replace``."""
         return await self.run(self.ops.retry_failure(failure, replace))
 
     async def retry_all_failures(self, *, replace: bool = False) -> RetrySummary:
+        """Retry every failed timer; skips (and counts) ids pending again and rejected keys."""
         return await self.run(self.ops.retry_all_failures(replace))
 
     async def purge_failures(self, older_than: float | None = None) -> int:
+        """Delete failure records older than ``older_than`` seconds (all if None)."""
         ms = None if older_than is None else round(older_than * 1000)
         return await self.run(self.ops.purge_failures(ms))
 
     async def listeners(self) -> builtins.list[dict[str, Any]]:
+        """The live listeners, from their heartbeats."""
         return await self.run(self.ops.listeners())
 
     async def every(
@@ -196,6 +221,15 @@ class AsyncTimers:
         key: str | None = None,
         priority: int = 0,
     ) -> Recurrence:
+        """Run ``task`` on a schedule under ``name``: ``cron`` (an expression read in the
+        wall time of ``tz``, e.g. ``"0 9 * * mon-fri"``) or ``interval`` (seconds or a
+        timedelta). Declaring it again unchanged does nothing; changed, it is replaced at
+        once. ``catch_up`` ("latest", "all", "none") says what runs after every listener
+        was down; ``max_lateness`` bounds how late an occurrence may start;
+        ``overlap=False`` skips an occurrence while the previous run is still running.
+        ``group``, ``key`` and ``priority`` are its occurrences', as in :meth:`schedule`
+        (``group`` None: this client's).
+        """
         spec = recurrence(name, task, args, cron=cron, interval=interval, tz=tz,
                           catch_up=catch_up, max_lateness=max_lateness, overlap=overlap,
                           max_args_bytes=self.ops.max_args_bytes,
@@ -204,18 +238,23 @@ class AsyncTimers:
         return await self.run(self.ops.every(spec))
 
     async def unschedule_recurring(self, name: str) -> bool:
+        """Delete a recurrence and its pending occurrence; False if there was none."""
         return await self.run(self.ops.unschedule_recurring(name))
 
     async def pause(self, name: str) -> bool:
+        """Stop a recurrence until :meth:`resume`; False if there is none by that name."""
         return await self.run(self.ops.pause(name))
 
     async def resume(self, name: str) -> bool:
+        """Schedule a paused recurrence again, from now; False if there is none."""
         return await self.run(self.ops.resume(name))
 
     async def get_recurrence(self, name: str) -> Recurrence | None:
+        """The recurrence called ``name`` (its definition, state and next run), or None."""
         return await self.run(self.ops.get_recurrence(name))
 
     async def recurrences(self) -> builtins.list[Recurrence]:
+        """Every recurrence, by name."""
         return await self.run(self.ops.recurrences())
 
     async def aclose(self) -> None:

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 import redis
 
+from timers import connect
 from timers.async_client import AsyncTimers
 from timers.connect import URL_ENV, configured_url, sync_client
 from timers.cron import CatchUp, Recurrence, recurrence
@@ -98,6 +99,8 @@ class Timers:
         its cause."""
         if self.warn_in_event_loop:
             warn_if_blocking_a_loop()
+        if connect.in_memory_server is not None:
+            connect.refuse_outside_test_server(self.redis, "this Timers")
         try:
             request = next(operation)
             while True:
@@ -187,6 +190,8 @@ class Timers:
         return self.run(self.ops.list_failed(limit))
 
     def stats(self) -> Stats:
+        """Counts over every shard: pending (waiting ones too), running, failed, the
+        counters (fired, reruns, …), and per group, key and rate limit what waits."""
         return self.run(self.ops.stats())
 
     def get_failure(self, id: str) -> Failure | None:
@@ -262,6 +267,7 @@ class Timers:
         return self.run(self.ops.resume(name))
 
     def get_recurrence(self, name: str) -> Recurrence | None:
+        """The recurrence called ``name`` (its definition, state and next run), or None."""
         return self.run(self.ops.get_recurrence(name))
 
     def recurrences(self) -> builtins.list[Recurrence]:
@@ -269,6 +275,7 @@ class Timers:
         return self.run(self.ops.recurrences())
 
     def close(self) -> None:
+        """Close the client's connections, if timers made the client (from a URL)."""
         if self._owns_client:
             self.redis.close()
 

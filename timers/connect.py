@@ -9,6 +9,8 @@ A client made from a URL keeps at most ``max_connections`` connections (default 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -19,6 +21,7 @@ import redis.backoff
 import redis.retry
 
 from timers import cluster, sentinel
+from timers.exceptions import TimersError
 
 DEFAULT_URL = "redis://localhost:6379/0"
 URL_ENV = "TIMERS_REDIS_URL"
@@ -38,6 +41,41 @@ for a lost connection: a timeout is not retried, so a paused server still raises
 :class:`ServerTimeout` after one ``socket_timeout``. Repeating a call whose first try
 did reach the server writes nothing twice (ids are made before sending; a schedule by id
 replaces), though a repeated ``cancel`` then answers False."""
+
+
+@dataclass(frozen=True)
+class InMemoryServer:
+    """Where every producer client goes while a :class:`timers.testing.TimersTest` (the
+    ``timers_test`` fixture) is active: its in-memory server.
+
+    While :data:`in_memory_server` is set, a client made from a URL (or from none) is a client
+    of that server whatever the URL says, so an app that makes ``Timers()`` or
+    ``AsyncTimers()`` itself (in a FastAPI lifespan, an app factory) is redirected; a
+    client made before the test, or given a redis-py client of the app's own, is refused
+    at its first call (:func:`refuse_outside_test_server`) rather than writing to a real
+    Redis."""
+
+    sync_client: Callable[[], redis.Redis]
+    async_client: Callable[[], redis.asyncio.Redis]
+    serves: Callable[[object], bool]
+    """True for a redis-py client of the test's server."""
+
+
+in_memory_server: InMemoryServer | None = None
+"""The active test's server (set and reset by :class:`timers.testing.TimersTest`)."""
+
+
+def refuse_outside_test_server(client: object, what: str) -> None:
+    """Raise :class:`TimersError` when a test server is active and ``client`` (of the
+    ``what`` that uses it) is not on it."""
+    active = in_memory_server
+    if active is not None and not active.serves(client):
+        raise TimersError(
+            f"{what} uses a Redis client that is not the timers test's in-memory server "
+            f"(made before the test began, or given a redis-py client of the app's own): "
+            f"inside timers_test / TimersTest it would write to a real Redis. Make it "
+            f"inside the test from a URL or none (it then goes to the test's server), or "
+            f"use timers_test.timers")
 
 
 def configured_url(url: str | None = None) -> str:
@@ -89,7 +127,10 @@ def _sentinel_settings(url: str, max_connections: int | None, retry: Any) -> dic
 
 def sync_client(url: str | None, max_connections: int | None = None) -> redis.Redis:
     """A sync client over a blocking pool, for ``url`` (see :func:`configured_url`); a
-    ``redis+sentinel://`` URL's follows its primary (:mod:`timers.sentinel`)."""
+    ``redis+sentinel://`` URL's follows its primary (:mod:`timers.sentinel`). Inside a
+    timers test, a client of its in-memory server instead (see :class:`InMemoryServer`)."""
+    if in_memory_server is not None:
+        return in_memory_server.sync_client()
     url = configured_url(url)
     if cluster.is_cluster_url(url):
         return cluster.sync_cluster(url, **URL_CLIENT_TIMEOUTS)  # type: ignore[return-value]
@@ -101,7 +142,10 @@ def sync_client(url: str | None, max_connections: int | None = None) -> redis.Re
 
 
 def async_client(url: str | None, max_connections: int | None = None) -> redis.asyncio.Redis:
-    """An asyncio client over a blocking pool, for ``url`` (see :func:`configured_url`)."""
+    """An asyncio client over a blocking pool, for ``url`` (see :func:`configured_url`);
+    inside a timers test, a client of its in-memory server (see :class:`InMemoryServer`)."""
+    if in_memory_server is not None:
+        return in_memory_server.async_client()
     url = configured_url(url)
     if cluster.is_cluster_url(url):
         return cluster.async_cluster(url, **URL_CLIENT_TIMEOUTS)  # type: ignore[return-value]

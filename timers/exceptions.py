@@ -14,6 +14,10 @@ Hierarchy::
     │                                not found, not a function)
     ├── TasksUnavailable             the listener's tasks package cannot be imported: it
     │                                refuses to start
+    ├── EvictionUnsafe               the server may evict what timers cannot lose
+    │                                (``allkeys-*``): the listener refuses to start
+    ├── PermissionMissing            the Redis user may not do what a listener cannot work
+    │                                without (run scripts): it refuses to start
     ├── ServerUnavailable (ConnectionError)  Redis cannot be reached: refused, lost, or
     │   │                                    it refused the credentials
     │   ├── PoolExhausted                    no free connection in the pool in time
@@ -147,3 +151,11 @@ class WrongEventLoop(TimersError, RuntimeError):
     first used it: its connections belong to that loop. Raised before anything is sent.
     Make one per loop (in the app's lifespan) or use :mod:`timers.aio`, which keeps one
     client per loop."""
+
+
+class EvictionUnsafe(TimersError):
+    """The server may evict what timers cannot lose; the message says what to change."""
+
+
+class PermissionMissing(TimersError):
+    """The Redis user may not do what a listener cannot work without (run scripts)."""

@@ -38,7 +38,38 @@ log = logging.getLogger("timers.listener")
 
 DEFAULT_PACKAGE = "tasks"
 TASKS_ENV = "TIMERS_TASKS"
+SETUP_ENV = "TIMERS_SETUP"
+"""``module:function`` called once in each process before the tasks package is imported
+(``timers listen --setup``): ``django.setup()``, say. Inherited by every process a
+listener starts (supervised children, quarantine processes)."""
 _MAX_CACHED_REFUSALS = 10_000
+_set_up: set[str] = set()
+"""The setup functions this process has called already."""
+
+
+def check_setup(spec: str) -> tuple[str, str]:
+    """(module, function) of a ``module:function`` setup spec, or ValueError saying why not."""
+    module, _, function = spec.partition(":")
+    if not (module and function and all(is_task_path(part) for part in module.split("."))
+            and function.isidentifier()):
+        raise ValueError(f"setup {spec!r} must look like 'package.module:function'")
+    return module, function
+
+
+def run_setup(spec: str) -> None:
+    """Call the setup function ``spec`` (``module:function``), once per process; raises
+    :class:`TasksUnavailable` saying what failed."""
+    if spec in _set_up:
+        return
+    try:
+        module_name, function = check_setup(spec)
+        setup = getattr(importlib.import_module(module_name), function, None)
+        if not callable(setup):
+            raise TypeError(f"{module_name} has no function {function!r}")
+        setup()
+    except (Exception, SystemExit) as exc:
+        raise TasksUnavailable(f"setup {spec!r} failed: {_import_error(exc)}") from None
+    _set_up.add(spec)
 
 
 def configured_package(package: str | None = None) -> str:
@@ -113,6 +144,13 @@ class TaskLoader:
                       module, error)
 
     def _import_all(self) -> None:
+        setup = os.environ.get(SETUP_ENV)
+        if setup:  # before the package: e.g. django.setup() for tasks that use the ORM
+            try:
+                run_setup(setup)
+            except TasksUnavailable as exc:
+                self._package_error = str(exc)
+                return
         try:
             root = importlib.import_module(self.package)
         except (Exception, SystemExit) as exc:

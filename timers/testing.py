@@ -11,14 +11,21 @@
             assert run.outcome.ok
 
 With pytest, the ``timers_test`` fixture gives the same object (``pip install
-'timers[testing]'``; the plugin is registered by the package's ``pytest11`` entry point).
+'redis-timers[testing]'``; the plugin is registered by the package's ``pytest11`` entry point).
 
 How it works, so that a test tests what production does:
 
 - The server is an in-memory fakeredis server running timers' own Lua scripts
   (``fakeredis[lua]``). The default instances of :mod:`timers` and :mod:`timers.aio` point
   at it inside the block (a ``configure()`` the app calls there leaves them so); the
-  previous ones are back (unclosed) after it.
+  previous ones are back (unclosed) after it. So does every ``Timers``/``AsyncTimers`` the
+  app makes inside the block from a URL or from none (a FastAPI lifespan's); one made
+  before it, or on a redis-py client of the app's own, raises at its first call instead
+  (:class:`timers.connect.InMemoryServer`).
+- Flow gates run as in production: a concurrency key's timers run in turn. A rate limit
+  counts on the server's real clock, which :meth:`TimersTest.advance` cannot move: the
+  timers it holds stay pending (``wait.kind == "rate"``), and ``run_due``/``run_all``
+  return without them.
 - :meth:`TimersTest.run_due` runs a real :class:`timers.listener.Listener` in burst mode,
   in this process: the same claim, policies (retries, max lateness …), recurrences and
   endings as ``timers listen``. A retry or a new timer that a run makes due at once runs in
@@ -52,6 +59,7 @@ from typing import Any
 
 import timers
 import timers.aio
+from timers import connect
 from timers.client import AsyncTimers, Timers
 from timers.context import TimerContext, entered
 from timers.encoding import Record, as_text, is_occurrence_id
@@ -66,7 +74,7 @@ from timers.runs import Fired
 
 if importlib.util.find_spec("fakeredis") is None or importlib.util.find_spec("lupa") is None:
     raise ImportError(
-        "timers.testing needs fakeredis with Lua support: pip install 'timers[testing]' "
+        "timers.testing needs fakeredis with Lua support: pip install 'redis-timers[testing]' "
         "(or fakeredis[lua])")
 
 import fakeredis  # after the check, so a missing one gets the line above
@@ -109,20 +117,34 @@ class TimersTest:
             "prefix": prefix, "tasks": tasks, "registry": registry,
             "search_path": search_path, "concurrency": concurrency, "shutdown_timeout": 5.0}
         self._saved: tuple[Any, ...] | None = None
+        self._saved_server: connect.InMemoryServer | None = None
         self._groups = tuple(groups) if groups else None
 
     # -- the defaults ----------------------------------------------------------------
 
     def __enter__(self) -> TimersTest:
-        """Point ``timers.*`` and ``timers.aio.*`` at this server until the block ends."""
+        """Point ``timers.*``, ``timers.aio.*`` and every ``Timers``/``AsyncTimers`` made from
+        a URL (or none) at this server until the block ends; a client made before it, or
+        on a redis-py client of the app's own, raises at its first call instead."""
         async_default = PerLoop(lambda: AsyncTimers(  # one per event loop, as in production
             fakeredis.FakeAsyncRedis(server=self.server), prefix=self.timers.keys.prefix))
         with timers._default_lock, timers.aio._default_lock:
             self._saved = (timers._default, timers.aio._default, timers._pinned)
+            self._saved_server = connect.in_memory_server
             timers._default = self.timers
             timers.aio._default = async_default
             timers._pinned = timers.aio._pinned = True  # configure() inside keeps them
+            connect.in_memory_server = connect.InMemoryServer(  # every client the app makes too
+                sync_client=lambda: fakeredis.FakeRedis(server=self.server),
+                async_client=lambda: fakeredis.FakeAsyncRedis(server=self.server),
+                serves=self._serves)
         return self
+
+    def _serves(self, client: object) -> bool:
+        """True for a client of this test's in-memory server."""
+        pool = getattr(client, "connection_pool", None)
+        kwargs = getattr(pool, "connection_kwargs", None) or {}
+        return kwargs.get("server") is self.server
 
     def __exit__(self, *exc: object) -> None:
         """Put the previous defaults back (they were not closed)."""
@@ -131,6 +153,7 @@ class TimersTest:
         with timers._default_lock, timers.aio._default_lock:
             timers._default, timers.aio._default, pinned = self._saved
             timers._pinned = timers.aio._pinned = pinned
+            connect.in_memory_server = self._saved_server
         self._saved = None
 
     # -- time ------------------------------------------------------------------------
@@ -189,8 +212,9 @@ class TimersTest:
         return _run_sync(self.arun_due)
 
     def run_all(self, max_rounds: int = MAX_BURSTS) -> list[Fired]:
-        """Run everything pending, advancing time to each next due time, until only the
-        occurrences of recurrences are left (they would go on for ever); the reports."""
+        """Run everything pending, advancing time to each next due time (a rate limit's
+        clock too), until only the occurrences of recurrences are left (they would go on
+        for ever); the reports."""
         return _run_sync(lambda: self.arun_all(max_rounds))
 
     async def arun_due(self) -> list[Fired]:

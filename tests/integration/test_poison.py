@@ -138,3 +138,27 @@ def test_a_poison_is_recorded_dead_of_the_starts_that_died_not_of_lapses(
         assert message.startswith(f"its process died {died} times in quarantine (last: "
                                   "exit code 1 in a quarantine process on "), message
         assert message.endswith(", after its listener went away once while holding it")
+
+
+def test_timers_listen_starts_its_quarantine_process_before_any_rerun(
+        r: redis.Redis, redis_url: str, processes: Processes) -> None:
+    """The first rerun after a listener died would otherwise start an interpreter and
+    import timers and the tasks while the listener's other timers come due."""
+    from pathlib import Path
+
+    from tests.processes import children_of
+
+    listener = processes.timers("listen", "--url", redis_url, "--tasks", "tests.retry_tasks")
+
+    def cmdline(pid: int) -> str:
+        try:
+            return Path(f"/proc/{pid}/cmdline").read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def forkserver() -> bool:
+        assert listener.poll() is None, processes.output(listener)
+        return any("forkserver" in cmdline(pid) for pid in children_of(listener.pid))
+
+    wait_until(forkserver, 20, message="the quarantine process to start")
+    assert r.hlen(KEYS.stats) == 0 or not r.hget(KEYS.stats, "reruns")  # before any rerun

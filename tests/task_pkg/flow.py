@@ -100,3 +100,11 @@ def due_checked(device: int) -> None:
     seconds, micros = r.time()
     due = timers.current().due.timestamp() * 1000
     r.rpush(DUE_CHECKS, json.dumps([due, seconds * 1000 + micros / 1000]))
+
+
+@timers.task(rate="120/m")
+def paced_slowly(tag: str) -> None:
+    """One start every 500 ms, fleet-wide: notes ``[tag, ms at the start]`` (the machine's
+    clock, read first thing: the one Redis enforces the rate with, on this machine)."""
+    started = time.time() * 1000
+    client().rpush(RUNS, json.dumps([tag, started]))

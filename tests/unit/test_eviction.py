@@ -6,7 +6,8 @@ import logging
 
 import pytest
 
-from timers.listener.eviction import EvictionUnsafe, judge, report_late_finishes
+from timers.exceptions import EvictionUnsafe
+from timers.listener.eviction import judge, report_late_finishes
 
 
 @pytest.mark.parametrize("policy", ["allkeys-lru", "allkeys-lfu", "allkeys-random"])

@@ -22,8 +22,14 @@ def _public_members(module: types.ModuleType) -> set[str]:
 
 
 def test_all_lists_every_public_member_of_timers() -> None:
-    assert timers.Listener is not None  # imported on first use: load it before listing
+    for name in timers.__all__:  # most are imported on first use: load them before listing
+        getattr(timers, name)
     assert set(timers.__all__) == _public_members(timers)
+
+
+def test_the_names_imported_on_first_use_are_public() -> None:
+    assert set(timers._LAZY) - {"aio"} <= set(timers.__all__)
+    assert "aio" in dir(timers) and "Timers" in dir(timers)
 
 
 def test_all_lists_every_function_defined_in_timers_aio() -> None:

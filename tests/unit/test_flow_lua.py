@@ -379,3 +379,23 @@ def test_a_rate_slot_not_used_at_its_time_is_not_carried_through_a_keys_queue(
     # b's rate slot passed unused while it waited: it asks the rate again, so it never
     # starts closer than the interval to the start before it (no bunch as slots free)
     assert gate(s, [b], **both) == ["wait"]
+
+
+def test_the_next_rate_slot_is_an_interval_after_a_start_even_if_the_rate_lost_its_time(
+        s: Scripts, fake: fakeredis.FakeRedis) -> None:
+    rate = {"rate": "r", "interval_ms": 1_000, "burst": 1}
+    add(s, "a", "t.f:", -30)
+    add(s, "b", "t.f:", -20)
+    add(s, "c", "t.f:", -10)
+    runs = claim(s)
+    assert gate(s, runs, **rate) == ["go", "wait", "wait"]  # b holds the next slot
+    slot = fake.zscore(KS.due_index(), "b")
+    assert slot is not None
+    fake.zadd(KS.due_index(), {"b": 0})  # its slot came
+    fake.hset(KS.rate("r"), "tat", 0)  # and the rate's own time was lost (a restart)
+    [b] = claim(s)
+    assert gate(s, [b], **rate) == ["go"]
+    # c's slot is an interval after b's start (a late start, or a lost tat, cannot bunch)
+    now_ms = int(fake.time()[0]) * 1000 + int(fake.time()[1]) // 1000
+    c_slot = fake.zscore(KS.due_index(), "c")
+    assert c_slot is not None and c_slot >= now_ms + 1_000 - 50

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import pytest
 
 from tests.unit.conftest import ROOT, SAMPLE_TASKS
 from tests.unit.sample_tasks import IMPORT_ATTEMPTS, mod, top_level
-from timers.exceptions import TaskRefused
-from timers.loader import TaskLoader
+from timers.exceptions import TaskRefused, TasksUnavailable
+from timers.loader import SETUP_ENV, TaskLoader, check_setup
 
 
 @pytest.fixture
@@ -111,3 +112,44 @@ def test_a_package_that_does_not_exist_refuses_every_task() -> None:
 def test_the_package_name_must_be_a_dotted_name(package: str) -> None:
     with pytest.raises(ValueError, match="dotted module name"):
         TaskLoader(package)
+
+
+def test_a_setup_function_runs_once_before_the_tasks_package_is_imported(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``timers listen --setup mod:fn`` ($TIMERS_SETUP): e.g. django.setup() for tasks
+    that import models at their top."""
+    (tmp_path / "setup_mod_once.py").write_text(
+        "import os\nCALLS = []\ndef setup():\n    CALLS.append(1)\n"
+        "    os.environ['SETUP_RAN'] = '1'\n")
+    pkg = tmp_path / "needs_setup"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "jobs.py").write_text(
+        "import os\nassert os.environ.get('SETUP_RAN') == '1', 'setup first'\n"
+        "def go():\n    return 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv(SETUP_ENV, "setup_mod_once:setup")
+    monkeypatch.delenv("SETUP_RAN", raising=False)
+    loader = TaskLoader("needs_setup")
+    loader.load()
+    assert loader.resolve("jobs.go")() == 1
+    TaskLoader("needs_setup").load()  # a second loader in the process: not called again
+    import setup_mod_once  # type: ignore[import-not-found]
+
+    assert setup_mod_once.CALLS == [1]
+
+
+@pytest.mark.parametrize("spec", ["nocolon", "a.b:", ":fn", "a..b:fn", "a:b.c", "a:1x"])
+def test_a_setup_spec_that_does_not_read_is_refused_in_one_line(spec: str) -> None:
+    with pytest.raises(ValueError, match=r"must look like 'package\.module:function'"):
+        check_setup(spec)
+
+
+def test_a_setup_that_fails_makes_the_tasks_unavailable_saying_why(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "setup_mod_fails.py").write_text("def setup():\n    raise RuntimeError('no db')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv(SETUP_ENV, "setup_mod_fails:setup")
+    with pytest.raises(TasksUnavailable, match=r"setup 'setup_mod_fails:setup' failed: "
+                                               r"RuntimeError: no db"):
+        TaskLoader("tests.unit.sample_tasks").load()

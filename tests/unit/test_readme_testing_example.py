@@ -43,5 +43,5 @@ def test_the_readme_testing_example_passes_in_a_fresh_project(tmp_path: Path) ->
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
                           cwd=project, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
-    assert "3 passed" in done.stdout
+    assert "5 passed" in done.stdout
     assert not str(project).startswith(str(ROOT))

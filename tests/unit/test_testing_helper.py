@@ -152,7 +152,7 @@ def test_without_fakeredis_lua_the_import_says_what_to_install() -> None:
     assert done.returncode != 0
     assert done.stderr.strip().splitlines()[-1] == (
         "ImportError: timers.testing needs fakeredis with Lua support: "
-        "pip install 'timers[testing]' (or fakeredis[lua])")
+        "pip install 'redis-timers[testing]' (or fakeredis[lua])")
 
 
 def test_the_in_memory_listener_logs_no_warning_about_server_settings(

@@ -6,16 +6,19 @@ import contextlib
 import functools
 import re
 from collections.abc import Callable, Iterator
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import redis
 import typer
 from typer import core as typer_core
 
-from timers.client import URL_ENV, Timers, configured_url
+from timers.connect import URL_ENV, configured_url
 from timers.exceptions import TimersError
 from timers.keys import DEFAULT_PREFIX, PREFIX_ENV, configured_prefix
 from timers.redact import mask_secrets, safe_url
+
+if TYPE_CHECKING:
+    from timers.client import Timers
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -129,6 +132,10 @@ def friendly(fn: F) -> F:
 
 
 def open_timers(url: str | None, prefix: str) -> Timers:
+    """A client for a command; a bad URL is a one-line error. (The client is imported
+    here, when a command runs, so that the command line starts fast.)"""
+    from timers.client import Timers
+
     try:
         return Timers(url, prefix=prefix)
     except TimersError:

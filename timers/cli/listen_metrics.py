@@ -34,7 +34,7 @@ def _metrics_module() -> Any:
         from timers.observe import listener_metrics
     except ImportError:
         raise UserError("--metrics-port needs prometheus_client: pip install "
-                        "'timers[metrics]'") from None
+                        "'redis-timers[metrics]'") from None
     return listener_metrics
 
 

@@ -26,7 +26,7 @@ def _fleet_metrics() -> Any:
         from timers.observe import fleet_metrics
     except ImportError:
         raise UserError("timers metrics needs prometheus_client: pip install "
-                        "'timers[metrics]'") from None
+                        "'redis-timers[metrics]'") from None
     return fleet_metrics
 
 

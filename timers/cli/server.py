@@ -49,11 +49,16 @@ def server(
     port: Annotated[int | None, typer.Option(
         "--port", metavar="PORT", show_default=False,
         help="Port to listen on (127.0.0.1) [default: 6379 if free, else a free one]")] = None,
+    data_dir: Annotated[str | None, typer.Option(
+        "--data-dir", metavar="DIR", show_default=False,
+        help="Keep the server's data (its append-only file) in DIR, made if missing, so "
+             "its timers are there at the next start [default: a temporary directory, "
+             "removed when it stops]")] = None,
 ) -> None:
     """Run a Redis server with timers' redis.conf in the foreground, until Ctrl-C."""
     from timers.server import run_foreground
 
-    run_foreground(port, typer.echo)
+    run_foreground(port, typer.echo, data_dir)
 
 
 def register(app: typer.Typer) -> None:

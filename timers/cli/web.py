@@ -42,7 +42,7 @@ def _web() -> tuple[Any, Any, Any, Any]:
         from timers.web.security import allowed_hosts
     except ImportError:
         raise UserError("timers web needs Starlette, uvicorn and Jinja2: pip install "
-                        "'timers[web]'") from None
+                        "'redis-timers[web]'") from None
     return uvicorn, create_app, Guard, allowed_hosts
 
 

@@ -15,12 +15,11 @@ import redis
 
 from timers.check import ALLKEYS_LOSS, EVICTION_ADVICE
 from timers.encoding import as_text
+from timers.exceptions import EvictionUnsafe
 
 log = logging.getLogger("timers.listener")
 
 
-class EvictionUnsafe(Exception):
-    """The server may evict what timers cannot lose; the message says what to change."""
 
 
 async def read_policy(client: Any) -> str | None:

@@ -55,7 +55,7 @@ from timers.listener.parker import Parker
 from timers.listener.permissions import explain
 from timers.listener.precise import PreciseSleeper
 from timers.listener.preflight import preflight
-from timers.listener.quarantine import Quarantine
+from timers.listener.quarantine import Quarantine, prestart
 from timers.listener.recycling import RecycleLimits, Recycler, report_fd
 from timers.listener.retrying import RETRYABLE, Outage, beat_until
 from timers.listener.runner import Runner
@@ -83,6 +83,8 @@ class Listener:
     (default ``$TIMERS_TASKS`` or ``tasks``, found on ``PYTHONPATH`` first, then in
     ``search_path``, by default the working directory); ``registry`` adds callables by
     explicit name. ``shards``: as for :class:`timers.Timers` (it serves every shard).
+    ``quarantine_ahead``: start the process quarantine children fork from at start-up
+    (``timers listen`` does), not at the first rerun after a listener died.
     """
 
     def __init__(
@@ -104,6 +106,7 @@ class Listener:
         recycle: RecycleLimits | None = None,
         groups: Sequence[str] | None = None,
         shards: int | None = None,
+        quarantine_ahead: bool = False,
     ) -> None:
         check_limits(concurrency, lease)
         self.shards, self.groups = configured_shards(shards), served_groups(groups)
@@ -118,6 +121,8 @@ class Listener:
         self.clock = clock or SystemClock()
         self.tracker = DueTracker(self.clock, max_sleep=max_sleep)
         self.observer, self.allow_eviction = observer, allow_eviction
+        self.quarantine_ahead = quarantine_ahead
+        self._forkserver: asyncio.Task[None] | None = None
         self.id = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
         self.started_at, self.ended_count = time.time(), 0
         """Runs this listener ended, however they ended (Stats.fired counts the good)."""
@@ -194,6 +199,10 @@ class Listener:
         stop claiming, give running tasks ``shutdown_timeout`` seconds, write endings."""
         self._burst = burst
         events = await preflight(self)
+        if self.quarantine_ahead:  # started now rather than at the first rerun, off the loop
+            self._forkserver = asyncio.create_task(
+                asyncio.to_thread(prestart, self.loader.package))
+            self._forkserver.add_done_callback(_forkserver_started)
         await self.recycler.wait_for_turn(self._stopping)  # a standby waits to take over
         log.info("listening: tasks package %r loaded, prefix %r%s, concurrency %d, lease %g s",
                  self.loader.package, self.prefix, shard_note(self._lanes), self.concurrency,
@@ -382,3 +391,9 @@ class Listener:
 
     async def _heartbeat(self, alive: bool) -> None:
         await heartbeat(self, alive)
+
+
+def _forkserver_started(task: asyncio.Task[None]) -> None:
+    """A quarantine process that could not be started now is started at the first rerun."""
+    if not task.cancelled() and task.exception() is not None:
+        log.warning("quarantine process not started ahead: %s", task.exception())

@@ -23,6 +23,7 @@ import redis
 import redis.asyncio
 
 from timers.cluster import database_of
+from timers.exceptions import PermissionMissing
 from timers.keys import Keyspace
 from timers.listener.connection import listener_client
 
@@ -45,8 +46,6 @@ class Problem:
     """One line: what the user may not do, and the ACL rule that allows it."""
 
 
-class PermissionMissing(Exception):
-    """The Redis user may not do what a listener cannot work without (run scripts)."""
 
 
 def is_permanent(exc: BaseException) -> bool:

@@ -112,12 +112,11 @@ local now = redis_now()
 local counts = {fired = 0, failed = 0, rejected = 0, retried = 0, handed_back = 0,
                 skipped = 0, late_finishes = 0, routed = 0}
 
+-- Drop the rejected-event record of timer `id`: the failure id of a rejected event is the
+-- escaped timer id itself (a dead timer's is "<id>:<token>", and an escaped id holds no
+-- ':'), so the id alone says which record it is; its JSON is never read here.
 local function drop_rejected(id)
-  local rec = redis.call('HGET', KEYS[5], id)
-  if rec and string.find(rec, '"kind": "rejected"', 1, true) then
-    redis.call('HDEL', KEYS[5], id)
-    redis.call('ZREM', KEYS[4], id)
-  end
+  if redis.call('HDEL', KEYS[5], id) == 1 then redis.call('ZREM', KEYS[4], id) end
 end
 
 -- Pending again, unless a timer was scheduled under that id meanwhile (it wins).

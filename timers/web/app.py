@@ -208,7 +208,8 @@ def action_routes(d: Dashboard) -> list[Route]:
 
 def metrics_route(read: Callable[[], FleetSnapshot]) -> list[Route]:
     """``/metrics``: the keyspace's Prometheus metrics, as ``timers metrics`` serves them
-    (when prometheus_client is installed: ``timers[metrics]``), each scrape a ``read``."""
+    (when prometheus_client is installed: ``redis-timers[metrics]``), each scrape a
+    ``read``."""
     try:
         from prometheus_client import CollectorRegistry, generate_latest
         from prometheus_client.exposition import CONTENT_TYPE_LATEST

@@ -1,0 +1,187 @@
+"""``timers listen``: run timers as they come due, in this process or under a supervisor.
+
+Only this command loads the listener's machinery (the root of the command line loads it
+when ``listen`` is asked for, see :mod:`timers.cli.app`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import sys
+from typing import Annotated, Any, Literal
+
+import typer
+
+from timers.cli import listen_metrics
+from timers.cli.common import PrefixOption, UrlOption, UserError, friendly
+from timers.cli.listen_logs import (
+    LogFiresOption,
+    LogFormatOption,
+    listener_logs,
+    set_up_logs,
+    supervise,
+)
+from timers.cli.listen_metrics import MetricsHostOption, MetricsPortOption
+from timers.connect import configured_url
+from timers.exceptions import EvictionUnsafe, PermissionMissing
+from timers.foreground import check_connection, check_server_once, run_in_foreground
+from timers.keys import DEFAULT_PREFIX
+from timers.listener import DEFAULT_CONCURRENCY, DEFAULT_LEASE, Listener
+from timers.listener.groups import served_groups
+from timers.listener.orphans import supervisor_pid
+from timers.listener.recycling import RecycleLimits, check_memory_limit, report_fd
+from timers.listener.supervisor import ListenOptions, Supervisor
+from timers.loader import SETUP_ENV, TASKS_ENV, TaskLoader, check_setup, configured_package
+from timers.redact import safe_url
+
+TasksOption = Annotated[
+    str | None,
+    typer.Option("--tasks", metavar="PACKAGE", show_default=False,
+                 help=f"Package whose functions timers may run, found on PYTHONPATH, then "
+                      f"in the working directory [default: ${TASKS_ENV} or tasks]"),
+]
+SetupOption = Annotated[
+    str | None,
+    typer.Option("--setup", metavar="MODULE:FUNCTION", show_default=False,
+                 help=f"Call this function before the tasks package is imported, in every "
+                      f"listener process (e.g. django.setup()) [default: ${SETUP_ENV}]"),
+]
+LogLevel = Literal["debug", "info", "warning", "error"]
+LogLevelOption = Annotated[LogLevel, typer.Option("--log-level", case_sensitive=False)]
+MaxRunsOption = Annotated[int | None, typer.Option(
+    "--max-runs-per-child", min=1, metavar="N", show_default=False,
+    help="Replace a listener process after N finished runs (for tasks that leak); "
+         "runs it under a supervisor even without --processes.")]
+AllowEvictionOption = Annotated[bool, typer.Option(
+    "--allow-eviction",
+    help="Start even on an allkeys-* eviction policy, which can evict pending timers.")]
+GroupOption = Annotated[list[str] | None, typer.Option(
+    "--group", "-g", metavar="GROUP",
+    help="Claim the timers of this group (repeat for several; default $TIMERS_GROUP or "
+         "'default'). Timers of other groups are left to their own listeners.")]
+MaxMemoryOption = Annotated[float | None, typer.Option(
+    "--max-memory-per-child", min=1, metavar="MB", show_default=False,
+    help="Replace a listener process once its resident memory reaches MB megabytes; "
+         "runs it under a supervisor even without --processes.")]
+
+
+def listen(
+    url: UrlOption = None,
+    tasks: TasksOption = None,
+    setup: SetupOption = None,
+    concurrency: Annotated[
+        int, typer.Option("--concurrency", "-c", min=1, metavar="N",
+                          help="Tasks run at once, at most.")
+    ] = DEFAULT_CONCURRENCY,
+    lease: Annotated[
+        float, typer.Option("--lease", min=0.1, metavar="SECONDS",
+                            help="Seconds a crashed listener's timers wait before they run "
+                                 "again elsewhere.")
+    ] = DEFAULT_LEASE,
+    burst: Annotated[
+        bool, typer.Option("--burst", help="Exit once nothing is due and nothing runs.")
+    ] = False,
+    shutdown_timeout: Annotated[
+        float, typer.Option("--shutdown-timeout", metavar="SECONDS",
+                            help="Seconds running tasks get to finish on SIGTERM/SIGINT.")
+    ] = 30.0,
+    processes: Annotated[
+        int, typer.Option("--processes", "-p", min=1, metavar="N",
+                          help="Listener processes, restarted by a supervisor if one dies.")
+    ] = 1,
+    prefix: PrefixOption = DEFAULT_PREFIX,
+    log_level: LogLevelOption = "info",
+    log_format: LogFormatOption = None,
+    log_fires: LogFiresOption = False,
+    allow_eviction: AllowEvictionOption = False,
+    max_runs_per_child: MaxRunsOption = None,
+    max_memory_per_child: MaxMemoryOption = None,
+    group: GroupOption = None,
+    metrics_port: MetricsPortOption = None,
+    metrics_host: MetricsHostOption = "127.0.0.1",
+) -> None:
+    """Run timers as they come due (subscribes to expired events and sweeps the due index)."""
+    log_format = set_up_logs(log_level, log_format, processes)
+    if setup is not None:  # the environment carries it to every process the listener starts
+        try:
+            check_setup(setup)
+        except ValueError as exc:
+            raise UserError(str(exc)) from None
+        os.environ[SETUP_ENV] = setup
+    options = ListenOptions(url=url, tasks=tasks, prefix=prefix, concurrency=concurrency,
+                            lease=lease, shutdown_timeout=shutdown_timeout,
+                            log_level=log_level, burst=burst, allow_eviction=allow_eviction,
+                            log_format=log_format, log_fires=log_fires,
+                            max_runs_per_child=max_runs_per_child,
+                            max_memory_per_child=max_memory_per_child, groups=_served(group),
+                            metrics_port=metrics_port, metrics_host=metrics_host)
+    if processes > 1 or (options.recycles and report_fd() is None):
+        raise typer.Exit(_supervise(options, processes))
+    _listen_here(options)
+
+
+def _supervise(options: ListenOptions, processes: int) -> int:
+    # refuse before starting children that would each refuse
+    TaskLoader(configured_package(options.tasks), search_path=os.getcwd()).load()
+    check_memory_limit(options.max_memory_per_child)  # about a child's size: refuse once
+    url_now = configured_url(options.url)
+    check_server_once(url_now, safe_url(url_now))  # the children wait for it later
+    supervisor = Supervisor.for_listeners(options, processes)
+    listen_metrics.serve_for_children(supervisor, options.metrics_port, options.metrics_host)
+    return supervise(supervisor)
+
+
+def _served(groups: list[str] | None) -> tuple[str, ...]:
+    try:
+        return served_groups(groups)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+
+
+def _listen_here(options: ListenOptions) -> None:
+    try:
+        listener = Listener(options.url, prefix=options.prefix,
+                            tasks=options.tasks,
+                            concurrency=options.concurrency or DEFAULT_CONCURRENCY,
+                            lease=options.lease or DEFAULT_LEASE,
+                            shutdown_timeout=options.shutdown_timeout,
+                            allow_eviction=options.allow_eviction,
+                            recycle=RecycleLimits(options.max_runs_per_child,
+                                                  options.max_memory_per_child),
+                            groups=options.groups or None, quarantine_ahead=True)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    listener_logs(listener, options.log_fires)
+    metrics = listen_metrics.record(listener, options.metrics_port, options.metrics_host)
+    asyncio.run(_listen(listener, options.burst, safe_url(configured_url(options.url)),
+                        metrics))
+    listener.tally.log_stopped()
+    # Threads of tasks that outlived the shutdown timeout were handed back; don't wait
+    # for them at interpreter exit.
+    logging.shutdown()
+    sys.stdout.flush()
+    os._exit(1 if listener.aborted or listener.crashed else 0)
+
+
+async def _listen(listener: Listener, burst: bool, where: str, metrics: Any) -> None:
+    await check_connection(listener.redis, where, wait=supervisor_pid() is not None)
+    logging.getLogger("timers").info(
+        "starting on %s (tasks package %r, concurrency %d)",
+        where, listener.loader.package, listener.concurrency)
+    done = asyncio.Event()
+    sampler = listen_metrics.sample(metrics, listener, done) if metrics else None
+    try:
+        await run_in_foreground(listener, burst=burst)
+    except (EvictionUnsafe, PermissionMissing) as exc:
+        raise UserError(str(exc)) from None
+    finally:
+        done.set()
+        if sampler is not None:
+            await sampler
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``listen`` to the ``timers`` command line."""
+    app.command("listen")(friendly(listen))
