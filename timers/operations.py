@@ -247,8 +247,8 @@ class Operations(FailureOperations, RecurrenceOperations):
         while todo:
             chunks = [todo[i : i + SCHEDULE_CHUNK] for i in range(0, len(todo), SCHEDULE_CHUNK)]
             try:
-                replies = yield [*(self._schedule_call([prepared[i] for i in c])
-                                   for c in chunks), *waits]
+                request = [self._schedule_call([prepared[i] for i in c]) for c in chunks]
+                replies = yield request + waits if waits else request
             except ServerOutOfMemory as exc:
                 exc.written = written
                 raise

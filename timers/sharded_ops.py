@@ -119,7 +119,8 @@ class ShardedOperations:
                 exc.written = written + list(exc.written or [])
                 raise
             except NotReplicated as exc:
-                got = [ids[i] for i in indexes]  # (written under the ids it was sent with)
+                got = [ids[i] for i in indexes]  # (an id replaced after a collision of
+                # generated ids is in the error's timer_ids, not here)
                 short = exc if short is None else short
                 if short is not exc:
                     short.timer_ids += exc.timer_ids
