@@ -30,7 +30,7 @@ def run_sync(client: Any, scripts: Mapping[ScriptName, Any], request: Request) -
     if script is not None:
         call = request[0]
         return [scripts[script](keys=list(call.keys), args=list(call.args))]
-    if request[-1].after:
+    if request and request[-1].after:
         return _waiting_sync(client, scripts, request)
     if is_cluster(client):
         return _cluster_pipeline(client, scripts, request)
@@ -78,7 +78,7 @@ async def run_async(
     if script is not None:
         call = request[0]
         return [await scripts[script](keys=list(call.keys), args=list(call.args))]
-    if request[-1].after:
+    if request and request[-1].after:
         return await _waiting_async(client, scripts, request)
     if is_cluster(client):
         for call in request:  # as _cluster_pipeline, loading each script once per client
