@@ -235,6 +235,18 @@ def test_the_sync_client_waits_per_client_and_per_call(
         assert len(transport.requests[-1]) == 1
 
 
+def test_a_sharded_prefix_writes_every_shard_then_names_every_id_not_confirmed(
+        fake: fakeredis.FakeRedis, transport: FakeWaits) -> None:
+    with Timers(fake, shards=3, replicas=1) as t:
+        with pytest.raises(NotReplicated) as caught:
+            ids = [f"s{i}" for i in range(30)]
+            t.schedule_many([TimerSpec("a.b", in_=60, id=i) for i in ids])
+        assert sorted(caught.value.timer_ids) == sorted(ids)
+        assert "exist on the primaries" in str(caught.value)
+        assert t.stats().pending == 30
+        assert len(transport.waits()) == 3  # a WAIT in each shard's round trip
+
+
 def test_the_module_level_functions_pass_the_options_on(
         fake: fakeredis.FakeRedis, transport: FakeWaits, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
