@@ -30,6 +30,7 @@ from timers.exceptions import (
     InvalidTimerId,
     MalformedTimerKey,
     NotInTimer,
+    NotReplicated,
     PermissionMissing,
     PoolExhausted,
     ServerError,
@@ -77,6 +78,7 @@ __all__ = [
     "Listener",
     "MalformedTimerKey",
     "NotInTimer",
+    "NotReplicated",
     "PendingTimer",
     "PermissionMissing",
     "PoolExhausted",
@@ -200,27 +202,36 @@ def schedule(
     group: str | None = None,
     key: str | None = None,
     priority: int = 0,
+    replicas: int | None = None,
+    replicas_timeout: float | None = None,
 ) -> str:
     """Run ``task`` later and return the timer id; see :meth:`Timers.schedule`."""
     return _instance().schedule(task, args, in_=in_, at=at, id=id, max_lateness=max_lateness,
-                                group=group, key=key, priority=priority)
+                                group=group, key=key, priority=priority, replicas=replicas,
+                                replicas_timeout=replicas_timeout)
 
 
-def schedule_many(specs: Iterable[TimerSpec | Mapping[str, Any]]) -> list[str]:
+def schedule_many(specs: Iterable[TimerSpec | Mapping[str, Any]], *,
+                  replicas: int | None = None,
+                  replicas_timeout: float | None = None) -> list[str]:
     """Schedule many timers in pipelined batches; see :meth:`Timers.schedule_many`."""
-    return _instance().schedule_many(specs)
+    return _instance().schedule_many(specs, replicas=replicas,
+                                     replicas_timeout=replicas_timeout)
 
 
 def reschedule(
-    id: str, *, in_: float | timedelta | None = None, at: datetime | None = None
+    id: str, *, in_: float | timedelta | None = None, at: datetime | None = None,
+    replicas: int | None = None, replicas_timeout: float | None = None,
 ) -> bool:
     """Move a pending timer to a new due time; False if it is not pending."""
-    return _instance().reschedule(id, in_=in_, at=at)
+    return _instance().reschedule(id, in_=in_, at=at, replicas=replicas,
+                                  replicas_timeout=replicas_timeout)
 
 
-def cancel(id: str) -> bool:
+def cancel(id: str, *, replicas: int | None = None,
+           replicas_timeout: float | None = None) -> bool:
     """True if the timer was pending: it will now never fire."""
-    return _instance().cancel(id)
+    return _instance().cancel(id, replicas=replicas, replicas_timeout=replicas_timeout)
 
 
 def get(id: str) -> PendingTimer | None:

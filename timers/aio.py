@@ -126,28 +126,37 @@ async def schedule(
     group: str | None = None,
     key: str | None = None,
     priority: int = 0,
+    replicas: int | None = None,
+    replicas_timeout: float | None = None,
 ) -> str:
     """Run ``task`` later and return the timer id; see :meth:`AsyncTimers.schedule`."""
     return await _instance().schedule(task, args, in_=in_, at=at, id=id,
                                       max_lateness=max_lateness, group=group, key=key,
-                                      priority=priority)
+                                      priority=priority, replicas=replicas,
+                                      replicas_timeout=replicas_timeout)
 
 
-async def schedule_many(specs: Iterable[TimerSpec | Mapping[str, Any]]) -> list[str]:
+async def schedule_many(specs: Iterable[TimerSpec | Mapping[str, Any]], *,
+                        replicas: int | None = None,
+                        replicas_timeout: float | None = None) -> list[str]:
     """Schedule many timers in pipelined batches; see :meth:`Timers.schedule_many`."""
-    return await _instance().schedule_many(specs)
+    return await _instance().schedule_many(specs, replicas=replicas,
+                                           replicas_timeout=replicas_timeout)
 
 
 async def reschedule(
-    id: str, *, in_: float | timedelta | None = None, at: datetime | None = None
+    id: str, *, in_: float | timedelta | None = None, at: datetime | None = None,
+    replicas: int | None = None, replicas_timeout: float | None = None,
 ) -> bool:
     """Move a pending timer to a new due time; False if it is not pending."""
-    return await _instance().reschedule(id, in_=in_, at=at)
+    return await _instance().reschedule(id, in_=in_, at=at, replicas=replicas,
+                                        replicas_timeout=replicas_timeout)
 
 
-async def cancel(id: str) -> bool:
+async def cancel(id: str, *, replicas: int | None = None,
+                 replicas_timeout: float | None = None) -> bool:
     """True if the timer was pending: it will now never fire."""
-    return await _instance().cancel(id)
+    return await _instance().cancel(id, replicas=replicas, replicas_timeout=replicas_timeout)
 
 
 async def get(id: str) -> PendingTimer | None:

@@ -27,6 +27,7 @@ from timers.operations import (
     Stats,
     TimerSpec,
 )
+from timers.replication import ReplicaPolicy, Replication, in_memory
 from timers.scripts import register_all
 from timers.server_errors import out_of_memory, translate
 from timers.sharded_ops import operations_for
@@ -45,7 +46,8 @@ class AsyncTimers:
     (e.g. in an app's lifespan, ``async with AsyncTimers(url) as t``) or use
     :mod:`timers.aio`, which keeps one per loop. A ``redis.asyncio.Redis`` given by the
     app is the app's to close: :meth:`aclose` leaves it open. ``strict``: as
-    :class:`Timers`' (refuse an ``allkeys-*`` server rather than warn once).
+    :class:`Timers`' (refuse an ``allkeys-*`` server rather than warn once); ``replicas``,
+    ``replicas_timeout`` and ``replicas_fsync`` as for :class:`Timers`.
     """
 
     def __init__(
@@ -58,6 +60,9 @@ class AsyncTimers:
         group: str | None = None,
         shards: int | None = None,
         strict: bool = False,
+        replicas: int | None = None,
+        replicas_timeout: float | None = None,
+        replicas_fsync: bool = False,
     ) -> None:
         if isinstance(redis_, redis.asyncio.Redis | redis.asyncio.RedisCluster):
             self.redis = redis_
@@ -70,9 +75,14 @@ class AsyncTimers:
         self.keys = self.ops.home
         """The prefix's one-shard keyspace (its only one unless it is sharded)."""
         self._scripts = register_all(self.redis)
+        self.replicas = ReplicaPolicy(replicas, replicas_timeout, replicas_fsync,
+                                      in_memory=in_memory(self.redis))
+        """Replicas each write waits for (see :mod:`timers.replication`)."""
         self._loop = LoopBinding()
         self._coalescer: Coalescer[Prepared] = Coalescer(
             lambda batch: self.run(self.ops.write(batch)), lambda p: p.timer_id)
+        self._coalescers: dict[Replication, Coalescer[Prepared]] = {}
+        """Those of calls that wait for replicas, one per distinct ask."""
         self.eviction = EvictionGuard(strict)
         """The server's eviction policy, read on the first write (see
         :mod:`timers.eviction`)."""
@@ -119,33 +129,54 @@ class AsyncTimers:
         group: str | None = None,
         key: str | None = None,
         priority: int = 0,
+        replicas: int | None = None,
+        replicas_timeout: float | None = None,
     ) -> str:
-        """Calls in flight at once share round trips (see :mod:`timers.coalesce`)."""
+        """Calls in flight at once share round trips (see :mod:`timers.coalesce`), and
+        with ``replicas`` their ``WAIT`` too."""
         self._loop.claim()
         spec = TimerSpec(task, args, in_, at, id, max_lateness, group, key, priority)
         await self._writing()
-        return await self._coalescer.schedule(self.ops.prepare(spec))
+        wanted = self.replicas.for_call(replicas, replicas_timeout)
+        coalescer = self._coalescer if wanted is None else self._waiting(wanted)
+        return await coalescer.schedule(self.ops.prepare(spec))
+
+    def _waiting(self, wanted: Replication) -> Coalescer[Prepared]:
+        """The coalescer of the calls that ask for ``wanted``."""
+        coalescer = self._coalescers.get(wanted)
+        if coalescer is None:
+            coalescer = self._coalescers[wanted] = Coalescer(
+                lambda batch: self.run(self.ops.write(batch, wanted)), lambda p: p.timer_id)
+        return coalescer
 
     async def schedule_many(
-        self, specs: Iterable[TimerSpec | Mapping[str, Any]]
+        self, specs: Iterable[TimerSpec | Mapping[str, Any]], *,
+        replicas: int | None = None, replicas_timeout: float | None = None,
     ) -> builtins.list[str]:
         """Schedule many timers in one round trip; returns their ids in order.
 
         All or nothing: an invalid timer, or a server out of memory
-        (:class:`ServerOutOfMemory`), fails the whole call with nothing written."""
+        (:class:`ServerOutOfMemory`), fails the whole call with nothing written. With
+        ``replicas``, too few replicas in time raise :class:`NotReplicated` once every
+        timer is written, naming the ids not confirmed."""
         await self._writing()
-        return await self.run(self.ops.schedule_many(specs))
+        return await self.run(self.ops.schedule_many(
+            specs, replication=self.replicas.for_call(replicas, replicas_timeout)))
 
     async def reschedule(
-        self, id: str, *, in_: float | timedelta | None = None, at: datetime | None = None
+        self, id: str, *, in_: float | timedelta | None = None, at: datetime | None = None,
+        replicas: int | None = None, replicas_timeout: float | None = None,
     ) -> bool:
         """Move a pending timer to a new due time. False if it is not pending."""
         await self._writing()
-        return await self.run(self.ops.reschedule(id, in_, at))
+        return await self.run(self.ops.reschedule(
+            id, in_, at, self.replicas.for_call(replicas, replicas_timeout)))
 
-    async def cancel(self, id: str) -> bool:
+    async def cancel(self, id: str, *, replicas: int | None = None,
+                     replicas_timeout: float | None = None) -> bool:
         """True if the timer was pending: it will now never fire."""
-        return await self.run(self.ops.cancel(id))
+        return await self.run(self.ops.cancel(
+            id, self.replicas.for_call(replicas, replicas_timeout)))
 
     async def get(self, id: str) -> PendingTimer | None:
         """The pending timer with this id, or None."""
@@ -255,6 +286,8 @@ class AsyncTimers:
         if self._owns_client:
             self._loop.claim()
             await self._coalescer.drain()
+            for coalescer in list(self._coalescers.values()):
+                await coalescer.drain()
             await self.redis.aclose()
 
     async def __aenter__(self) -> AsyncTimers:

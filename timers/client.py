@@ -29,6 +29,7 @@ from timers.operations import (
     Stats,
     TimerSpec,
 )
+from timers.replication import ReplicaPolicy, in_memory
 from timers.scripts import register_all
 from timers.server_errors import out_of_memory, translate
 from timers.sharded_ops import operations_for
@@ -53,6 +54,13 @@ class Timers:
     server); see :mod:`timers.shards`. ``strict``: refuse to write into a server whose
     eviction policy may evict pending timers (``allkeys-*``) rather than warn once; see
     :mod:`timers.eviction`.
+
+    ``replicas=n``: each write (schedule, schedule_many, reschedule, cancel) returns only
+    once ``n`` replicas have it, waiting up to ``replicas_timeout`` seconds (default 1), in
+    the same round trip (``WAIT``; with ``replicas_fsync=True`` also ``WAITAOF``, on disk,
+    where the server has it); else it raises :class:`NotReplicated`, naming the ids it
+    wrote (the write stands on the primary). Each of those methods takes ``replicas`` and
+    ``replicas_timeout`` for one call. See :mod:`timers.replication`.
     """
 
     def __init__(
@@ -65,6 +73,9 @@ class Timers:
         group: str | None = None,
         shards: int | None = None,
         strict: bool = False,
+        replicas: int | None = None,
+        replicas_timeout: float | None = None,
+        replicas_fsync: bool = False,
     ) -> None:
         if isinstance(redis_, redis.Redis | redis.RedisCluster):
             self.redis = redis_
@@ -77,6 +88,9 @@ class Timers:
         self.keys = self.ops.home
         """The prefix's one-shard keyspace (its only one unless it is sharded)."""
         self._scripts = register_all(self.redis)
+        self.replicas = ReplicaPolicy(replicas, replicas_timeout, replicas_fsync,
+                                      in_memory=in_memory(self.redis))
+        """Replicas each write waits for (see :mod:`timers.replication`)."""
         self.warn_in_event_loop = True
         """Warn when called on a running event loop's thread (off for in-memory servers)."""
         self.eviction = EvictionGuard(strict)
@@ -131,6 +145,8 @@ class Timers:
         group: str | None = None,
         key: str | None = None,
         priority: int = 0,
+        replicas: int | None = None,
+        replicas_timeout: float | None = None,
     ) -> str:
         """Run ``task`` (``"module.function"`` under the tasks package) later; returns the id.
 
@@ -141,31 +157,42 @@ class Timers:
         due time is recorded as missed instead of run. Flow control: ``group`` (default:
         the client's) picks the listeners that run it, ``key`` is a concurrency key and
         ``priority`` (-1000 to 1000) orders timers waiting for the same slot.
+        ``replicas`` and ``replicas_timeout`` override the client's (``replicas=0``: do
+        not wait for this one).
         """
         spec = TimerSpec(task, args, in_, at, id, max_lateness, group, key, priority)
         self._writing()
-        return self.run(self.ops.schedule(spec))
+        return self.run(self.ops.schedule(
+            spec, replication=self.replicas.for_call(replicas, replicas_timeout)))
 
     def schedule_many(
-        self, specs: Iterable[TimerSpec | Mapping[str, Any]]
+        self, specs: Iterable[TimerSpec | Mapping[str, Any]], *,
+        replicas: int | None = None, replicas_timeout: float | None = None,
     ) -> builtins.list[str]:
         """Schedule many timers in one round trip; returns their ids in order.
 
         All or nothing: an invalid timer, or a server out of memory
-        (:class:`ServerOutOfMemory`), fails the whole call with nothing written."""
+        (:class:`ServerOutOfMemory`), fails the whole call with nothing written. With
+        ``replicas``, too few replicas in time raise :class:`NotReplicated` once every
+        timer is written, naming the ids not confirmed."""
         self._writing()
-        return self.run(self.ops.schedule_many(specs))
+        return self.run(self.ops.schedule_many(
+            specs, replication=self.replicas.for_call(replicas, replicas_timeout)))
 
     def reschedule(
-        self, id: str, *, in_: float | timedelta | None = None, at: datetime | None = None
+        self, id: str, *, in_: float | timedelta | None = None, at: datetime | None = None,
+        replicas: int | None = None, replicas_timeout: float | None = None,
     ) -> bool:
         """Move a pending timer to a new due time. False if it is not pending."""
         self._writing()
-        return self.run(self.ops.reschedule(id, in_, at))
+        return self.run(self.ops.reschedule(
+            id, in_, at, self.replicas.for_call(replicas, replicas_timeout)))
 
-    def cancel(self, id: str) -> bool:
+    def cancel(self, id: str, *, replicas: int | None = None,
+               replicas_timeout: float | None = None) -> bool:
         """True if the timer was pending: it will now never fire."""
-        return self.run(self.ops.cancel(id))
+        return self.run(self.ops.cancel(
+            id, self.replicas.for_call(replicas, replicas_timeout)))
 
     def get(self, id: str) -> PendingTimer | None:
         """The pending timer with this id, or None."""

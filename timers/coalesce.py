@@ -20,7 +20,7 @@ import copy
 from collections.abc import Awaitable, Callable
 from typing import Generic, TypeVar
 
-from timers.exceptions import ServerOutOfMemory
+from timers.exceptions import NotReplicated, ServerOutOfMemory
 
 P = TypeVar("P")
 
@@ -78,10 +78,13 @@ class Coalescer(Generic[P]):
     @staticmethod
     def _own_error(exc: Exception, timer_id: str) -> Exception:
         """A copy of the batch's error for one caller (its ``written`` says only whether
-        that caller's timer was written)."""
+        that caller's timer was written; a :class:`NotReplicated`'s ``timer_ids``, whether
+        that caller's is among those not confirmed)."""
         own = copy.copy(exc)
         if isinstance(own, ServerOutOfMemory):
             own.written = [timer_id] if timer_id in exc.written else []  # type: ignore[attr-defined]
+        if isinstance(own, NotReplicated):
+            own.timer_ids = [timer_id] if timer_id in exc.timer_ids else []  # type: ignore[attr-defined]
         own.__cause__ = exc.__cause__
         return own
 

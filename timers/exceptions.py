@@ -24,6 +24,8 @@ Hierarchy::
     │   └── ServerOutOfMemory        Redis refused a write: it is at its ``maxmemory``
     ├── EvictionUnsafe               the server may evict pending timers (``allkeys-*``):
     │                                a strict producer, or a listener, refuses it
+    ├── NotReplicated                a write done on the primary, not confirmed on the
+    │                                replicas asked for (``replicas=``) in time
     ├── TimerAlreadyPending          a failed timer's id is pending again: not retried
     ├── WrongEventLoop (RuntimeError)  an AsyncTimers used from an event loop other than
     │                                the one that first used it (nothing was sent)
@@ -108,6 +110,27 @@ class ServerOutOfMemory(ServerError):
     def __init__(self, message: str, written: list[str] | None = None) -> None:
         super().__init__(message)
         self.written: list[str] = list(written or [])
+
+
+class NotReplicated(TimersError):
+    """A write asked to be replicated (``replicas=n``) was done on the primary, but fewer
+    than ``n`` replicas confirmed it (``WAIT``, and ``WAITAOF`` when asked for) within the
+    timeout.
+
+    The write is not undone: a scheduled timer exists on the primary under its id and
+    fires as usual unless a failover loses it first. :attr:`timer_ids` lists the ids the
+    call wrote whose replication was not confirmed; :attr:`replicas` is how many replicas
+    were asked for, :attr:`acked` how many had the write in memory, :attr:`fsynced` how
+    many had it in their AOF on disk (None: not asked, or the server has no ``WAITAOF``).
+    """
+
+    def __init__(self, message: str, timer_ids: list[str] | None = None, replicas: int = 0,
+                 acked: int = 0, fsynced: int | None = None) -> None:
+        super().__init__(message)
+        self.timer_ids: list[str] = list(timer_ids or [])
+        self.replicas = replicas
+        self.acked = acked
+        self.fsynced = fsynced
 
 
 class TimerAlreadyPending(TimersError):

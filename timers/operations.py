@@ -39,6 +39,7 @@ from timers.flow.views import Found, GroupCounts, WaitState
 from timers.keys import Keyspace
 from timers.ops_base import Call, Operation, Request, ms_to_datetime, pairs
 from timers.recurrence_ops import RecurrenceOperations
+from timers.replication import Replication
 from timers.scripts import NewTimer, ScriptCalls
 from timers.timer_ids import new_timer_id
 from timers.wire import Option, ScheduleMode
@@ -210,6 +211,7 @@ class Operations(FailureOperations, RecurrenceOperations):
         self,
         specs: Iterable[TimerSpec | Mapping[str, Any]],
         options: Mapping[str, str] | None = None,
+        replication: Replication | None = None,
     ) -> Operation[list[str]]:
         """Schedule timers in one round trip; returns their ids in order.
 
@@ -218,9 +220,11 @@ class Operations(FailureOperations, RecurrenceOperations):
         server refuses as a whole (:class:`ServerOutOfMemory`, nothing written). A
         generated id that happens to be pending already is replaced by a fresh one and
         sent again, never overwritten; should that second round trip fail, the error's
-        ``written`` lists the ids of the first.
+        ``written`` lists the ids of the first. With ``replication``, each round trip
+        ends with its ``WAIT`` (see :mod:`timers.replication`): too few replicas raise
+        :class:`NotReplicated` naming the ids written, once every timer is written.
         """
-        return (yield from self._write(self.prepare_all(specs, options)))
+        return (yield from self._write(self.prepare_all(specs, options), replication))
 
     def _prepare_nth(
         self, index: int, item: TimerSpec | Mapping[str, Any], options: Mapping[str, str] | None
@@ -232,19 +236,25 @@ class Operations(FailureOperations, RecurrenceOperations):
         except InvalidTimer as exc:
             raise type(exc)(f"timer {index}{_id_part(item)}: {exc}") from None
 
-    def _write(self, prepared: list[Prepared]) -> Operation[list[str]]:
+    def _write(self, prepared: list[Prepared],
+               replication: Replication | None = None) -> Operation[list[str]]:
         """Send prepared timers (see :meth:`schedule_many`)."""
         todo = list(range(len(prepared)))
         written: list[str] = []
+        waits = [] if replication is None else replication.calls()
+        short: tuple[int, int | None] | None = None
+        unconfirmed: list[str] = []
         while todo:
             chunks = [todo[i : i + SCHEDULE_CHUNK] for i in range(0, len(todo), SCHEDULE_CHUNK)]
             try:
-                replies = yield [self._schedule_call([prepared[i] for i in c]) for c in chunks]
+                request = [self._schedule_call([prepared[i] for i in c]) for c in chunks]
+                replies = yield request + waits if waits else request
             except ServerOutOfMemory as exc:
                 exc.written = written
                 raise
+            before = len(written)
             retry: list[int] = []
-            for chunk, reply in zip(chunks, replies, strict=True):
+            for chunk, reply in zip(chunks, replies[:len(chunks)], strict=True):
                 for index, due in zip(chunk, reply[1:], strict=True):
                     if due is None:
                         old = prepared[index]
@@ -256,6 +266,13 @@ class Operations(FailureOperations, RecurrenceOperations):
                     else:
                         written.append(prepared[index].timer_id)
             todo = retry
+            if replication is not None:
+                missing = replication.shortfall(replies[len(chunks):])
+                if missing is not None:
+                    short = missing if short is None else short
+                    unconfirmed += written[before:]
+        if replication is not None and short is not None:
+            raise replication.error(short, unconfirmed, _exist(unconfirmed))
         return [p.timer_id for p in prepared]
 
     def prepare(self, spec: TimerSpec | Mapping[str, Any],
@@ -268,14 +285,16 @@ class Operations(FailureOperations, RecurrenceOperations):
         """:meth:`prepare` for a batch: an error names the timer (index, id)."""
         return [self._prepare_nth(index, s, options) for index, s in enumerate(specs)]
 
-    def write(self, prepared: list[Prepared]) -> Operation[list[str]]:
+    def write(self, prepared: list[Prepared],
+              replication: Replication | None = None) -> Operation[list[str]]:
         """Send timers :meth:`prepare` made, in one round trip (see :meth:`schedule_many`)."""
-        return (yield from self._write(prepared))
+        return (yield from self._write(prepared, replication))
 
     def schedule(
-        self, spec: TimerSpec, options: Mapping[str, str] | None = None
+        self, spec: TimerSpec, options: Mapping[str, str] | None = None,
+        replication: Replication | None = None,
     ) -> Operation[str]:
-        ids = yield from self._write([self._prepare(_coerce_spec(spec), options)])
+        ids = yield from self._write([self._prepare(_coerce_spec(spec), options)], replication)
         return ids[0]
 
     # -- change and read one timer ----------------------------------------------------
@@ -285,15 +304,32 @@ class Operations(FailureOperations, RecurrenceOperations):
         timer_id: str,
         in_: float | timedelta | None = None,
         at: datetime | None = None,
+        replication: Replication | None = None,
     ) -> Operation[bool]:
+        """Move a pending timer; with ``replication``, confirm the move on the replicas
+        (:class:`NotReplicated` if it moved and too few have it)."""
         escaped = escape_id(check_id(timer_id))
         mode, ms = due_spec(in_, at)
-        (reply,) = yield [Call.of(self.calls.reschedule(escaped, mode, ms))]
+        call = Call.of(self.calls.reschedule(escaped, mode, ms))
+        if replication is None:
+            (reply,) = yield [call]
+            return reply is not None
+        reply, *waits = yield [call, *replication.calls()]
+        if reply is not None:
+            replication.check(waits, [timer_id], "was moved on the primary")
         return reply is not None
 
-    def cancel(self, timer_id: str) -> Operation[bool]:
+    def cancel(self, timer_id: str, replication: Replication | None = None) -> Operation[bool]:
+        """Cancel a pending timer; with ``replication``, confirm it on the replicas
+        (:class:`NotReplicated` if it was cancelled and too few have that)."""
         escaped = escape_id(check_id(timer_id))
-        (reply,) = yield [Call.of(self.calls.cancel(escaped))]
+        call = Call.of(self.calls.cancel(escaped))
+        if replication is None:
+            (reply,) = yield [call]
+            return int(reply) == 1
+        reply, *waits = yield [call, *replication.calls()]
+        if int(reply) == 1:
+            replication.check(waits, [timer_id], "was cancelled on the primary")
         return int(reply) == 1
 
     def get(self, timer_id: str) -> Operation[PendingTimer | None]:
@@ -363,6 +399,10 @@ class Operations(FailureOperations, RecurrenceOperations):
             if isinstance(beat, dict):
                 out.append(beat)
         return out
+
+
+def _exist(timer_ids: Sequence[str]) -> str:
+    return "exists on the primary" if len(timer_ids) == 1 else "exist on the primary"
 
 
 def _listener_groups(infos: Any) -> set[str]:

