@@ -1,5 +1,6 @@
 #!lua flags=allow-oom
 -- cancel.lua: remove a pending timer so that it never fires.
+-- State machine: docs/state-machine.md (transitions T3).
 --
 -- KEYS[1]  due index: zset, escaped id -> due ms
 -- KEYS[2]  records: hash, escaped id -> record

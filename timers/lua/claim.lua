@@ -1,5 +1,6 @@
 #!lua
 -- claim.lua: take due timers for one listener to run, each under a lease.
+-- State machine: docs/state-machine.md (transitions T4, T5).
 --
 -- KEYS[1]  due index: zset, escaped id -> due ms
 -- KEYS[2]  records: hash, escaped id -> record

@@ -1,6 +1,7 @@
 #!lua flags=allow-oom
 -- finish.lua: end runs. Count successes, record failures, put retries and handed-back
 -- runs back in the due index.
+-- State machine: docs/state-machine.md (transitions T12 to T14, T16 to T18, T20).
 --
 -- KEYS[1]  running: zset, run token -> lease deadline ms
 -- KEYS[2]  running records: hash, run token -> "reruns@<listener>|due|<id>:<record>"

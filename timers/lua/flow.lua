@@ -1,6 +1,7 @@
 -- flow.lua: flow-control helpers shared by every script (put after prelude.lua): the
 -- queues where timers held back by a concurrency key or a rate limit wait, and what
 -- lets the head of a queue go again. timers/keys.py names the same keys:
+-- State machine: docs/state-machine.md (transitions T11 to T15).
 --
 --   P|slots|<key>  zset  run token (or "w:<id>", a slot kept for a promoted timer) ->
 --                        lease deadline ms: the runs holding a slot of concurrency key

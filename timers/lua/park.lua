@@ -10,6 +10,7 @@
 -- time, its lateness counting from its due time), then each key with free slots promotes
 -- the head of its queue at once, exactly as a gate that held them and a freed slot would.
 -- Claims then take the promoted timers first (due index score 0), one per free slot.
+-- State machine: docs/state-machine.md (transitions T6).
 --
 -- KEYS[1]  due index: zset, escaped id -> due ms (the plain one; see prelude.lua)
 -- KEYS[2]  records: hash, escaped id -> record

@@ -1,5 +1,6 @@
 #!lua flags=allow-oom
 -- renew.lua: extend the leases of runs a listener is still working on.
+-- State machine: docs/state-machine.md (transitions T19).
 --
 -- KEYS[1]  running: the plain running zset, run token -> lease deadline ms (a group's
 --          runs are in "<it>|<group>", see prelude.lua)

@@ -1,5 +1,6 @@
 #!lua flags=allow-oom
 -- reschedule.lua: move a pending timer to a new due time; its id, task and args stay.
+-- State machine: docs/state-machine.md (transitions T2).
 --
 -- KEYS[1]  due index: zset, escaped id -> due ms
 -- KEYS[2]  records: hash, escaped id -> record

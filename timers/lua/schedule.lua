@@ -1,5 +1,6 @@
 #!lua
 -- schedule.lua: add timers, or replace pending timers that have the same id.
+-- State machine: docs/state-machine.md (transitions T1).
 --
 -- KEYS[1]    due index: zset, escaped id -> due ms (Redis clock)
 -- KEYS[2]    records: hash, escaped id -> record "task[;opts]:args"
