@@ -62,6 +62,12 @@ key                 type    holds
 ``P|next``          hash    run token → the token of the run next in line on its slot
                             (handed to the same listener; it takes the slot over when
                             the first run's ending is written).
+``P|ungated|<t>``   zset    id → queue score: timers of keyed task ``t`` a claim gave
+                            out that no gate has seen yet (the order barrier,
+                            ``timers/lua/flow.lua``).
+``P|ungatedt``      hash    id → run token of those.
+``P|barred``        hash    concurrency key → its limit: a key whose queue head waits
+                            behind the order barrier (promoted when it lifts).
 ``P|shards``        string  the shard count of the prefix (:mod:`timers.shards`); kept
                             in the one-shard keyspace ``P`` of the prefix. Shard ``i`` of
                             ``S`` > 1 has the keyspace ``{P#i.k}`` (``k`` spreads the
@@ -200,6 +206,17 @@ class Keyspace:
 
     def key_queue(self, key: str) -> str:
         return f"{self.prefix}|waitk|{key}"
+
+    def ungated(self, task: str) -> str:
+        return self.prefix + "|ungated|" + task
+
+    @property
+    def ungated_tokens(self) -> str:
+        return self.prefix + "|ungatedt"
+
+    @property
+    def barred(self) -> str:
+        return self.prefix + "|barred"
 
     def rate(self, name: str) -> str:
         return f"{self.prefix}|rate|{name}"

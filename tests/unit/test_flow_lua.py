@@ -155,9 +155,9 @@ def test_a_grace_slot_left_to_lapse_lets_the_key_go_on(
     fake.zrem(KS.slots("k"), "w:a")  # kept past its time: lapsed, cleared by a gate
     fake.zadd(KS.due, {"a": 0})
     [again] = claim(s)
-    assert gate(s, [again], key="k", limit=1) == ["wait"]  # queued ahead of b (due first)
-    [first] = claim(s)
-    assert first.timer_id == "a" and gate(s, [first], key="k", limit=1) == ["go"]
+    # the key is free and a waits ahead of b (due first): it goes, b waits on
+    assert gate(s, [again], key="k", limit=1) == ["go"]
+    assert fake.zrange(KS.key_queue("k"), 0, -1) == [b"b"]
 
 
 def test_a_run_without_a_key_handed_back_with_a_grace_is_due_again_at_once(
@@ -399,3 +399,38 @@ def test_the_next_rate_slot_is_an_interval_after_a_start_even_if_the_rate_lost_i
     now_ms = int(fake.time()[0]) * 1000 + int(fake.time()[1]) // 1000
     c_slot = fake.zscore(KS.due_index(), "c")
     assert c_slot is not None and c_slot >= now_ms + 1_000 - 50
+
+
+def test_a_free_slot_waits_for_an_earlier_timer_claimed_and_not_gated_yet(
+        s: Scripts, fake: fakeredis.FakeRedis) -> None:
+    """The order barrier: two listeners each claim one timer of a keyed task; the later
+    one reaches the gate first, and waits for the earlier one, which goes first."""
+    add(s, "a", "t.f:", -20)
+    add(s, "b", "t.f:", -10)
+
+    def claim_one() -> Run:
+        reply = s.claim(limit=1, lease_ms=LEASE, horizon_ms=0, listener_id="me",
+                        keyed_tasks=("t.f",))
+        return Run.parse(*reply[3:6])
+
+    a, b = claim_one(), claim_one()
+    assert fake.zrange(KS.ungated("t.f"), 0, -1) == [b"a", b"b"]
+    assert fake.hget(KS.ungated_tokens, "b") == b.token.encode()
+    assert gate(s, [b], key="k", limit=1) == ["wait"]  # a, earlier, is not gated yet
+    assert fake.hget(KS.barred, "k") == b"1"
+    assert gate(s, [a], key="k", limit=1) == ["go"]
+    assert fake.zcard(KS.ungated("t.f")) == 0 and not fake.exists(KS.barred)
+    finish(s, a)
+    assert ids(claim(s)) == ["b"]  # then b, promoted in its turn
+
+
+def test_the_barrier_lifts_when_the_earlier_claim_is_gone(
+        s: Scripts, fake: fakeredis.FakeRedis) -> None:
+    add(s, "a", "t.f:", -20)
+    add(s, "b", "t.f:", -10)
+    reply = s.claim(limit=2, lease_ms=LEASE, horizon_ms=0, listener_id="me",
+                    keyed_tasks=("t.f",))
+    a, b = (Run.parse(*reply[i:i + 3]) for i in (3, 6))
+    fake.zadd(KS.running, {a.token: 0})  # a's listener died before its gate
+    fake.hdel(KS.running_records, a.token)  # ... and its run is gone
+    assert gate(s, [b], key="k", limit=1) == ["go"]

@@ -57,7 +57,8 @@ local function hold(token, id, record, due, queue, p, rk)
 end
 
 -- A slot of `key` for the run: one kept for it, or a free one nobody waits ahead for
--- (in the key's queue, or claimed and not gated yet: flow.lua's order barrier).
+-- (in the key's queue, by queue score and then id, or claimed and not gated yet:
+-- flow.lua's order barrier).
 local function take_slot(token, id, record, due, key, limit, kept)
   local slots = sys_key(ARGV[1], 'slots|' .. key)
   if redis.call('ZSCORE', slots, token) then return true end  -- handed over with it
@@ -66,9 +67,13 @@ local function take_slot(token, id, record, due, key, limit, kept)
     return true
   end
   free_lapsed_slots(ARGV[1], slots, now)
-  if redis.call('ZCARD', slots) < limit
-      and redis.call('EXISTS', sys_key(ARGV[1], 'waitk|' .. key)) == 0 then
-    if barred(ARGV[1], id, record, flow_score(record, due), now) then
+  local score = flow_score(record, due)
+  local head = redis.call('ZRANGE', sys_key(ARGV[1], 'waitk|' .. key), 0, 0, 'WITHSCORES')
+  local head_score = tonumber(head[2])
+  local waits_ahead = head[1] ~= nil
+    and (head_score < score or (head_score == score and head[1] < id))
+  if redis.call('ZCARD', slots) < limit and not waits_ahead then
+    if barred(ARGV[1], id, record, score, now) then
       redis.call('HSET', sys_key(ARGV[1], 'barred'), key, ms_text(limit))
       return false
     end
