@@ -14,7 +14,7 @@ import redis
 from starlette.testclient import TestClient
 
 from timers import Timers
-from timers.cli.app import listen as listen_command
+from timers.cli.listen import listen as listen_command
 from timers.cli.observe import metrics as metrics_command
 from timers.cli.web import web as web_command
 from timers.server import free_port
