@@ -202,12 +202,24 @@ def main(argv: list[str] | None = None) -> int:
     elapsed = time.monotonic() - started
     text = render(settings, results)
     print("\n" + text, flush=True)
-    output.write_text(
+    output.write_text(_keep_comparison(
+        output,
         f"# timers benchmarks\n\n`python -m bench{' --quick' if args.quick else ''}"
         f"{' --only ' + args.only if args.only else ''}` took {elapsed / 60:.1f} min.\n\n"
-        + text + "\n" + METHOD + "\n" + FINDINGS.read_text())
+        + text + "\n" + METHOD + "\n" + FINDINGS.read_text()))
     print(f"written to {output}")
     return 0
+
+
+def _keep_comparison(output: Path, text: str) -> str:
+    """``text`` with the same-sitting section ``bench.compare`` wrote into ``output`` kept."""
+    from bench.compare import BEGIN, END, splice
+
+    old = output.read_text() if output.exists() else ""
+    start, end = old.find(BEGIN), old.find(END)
+    if start < 0 or end < start:
+        return text
+    return splice(text, old[start + len(BEGIN):end].strip("\n"))
 
 
 def _run_one(name: str, run: Callable[[Context], None], ctx: Context, limit: float) -> None:
