@@ -31,6 +31,7 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -41,6 +42,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
@@ -402,6 +404,9 @@ class Bench:
             error = f"stopped after {budget(scenario, n, seconds):.0f} s"
         if figures and figures.get("complete", 1.0) < 1.0:
             error = f"only {figures.get('n', 0):.0f} of {n} fired in time"
+        if figures.get("late_enqueue_ms", 0.0) > 0:
+            error = (f"the last timer was scheduled {figures['late_enqueue_ms']:.0f} ms after "
+                     "the due time: the figures would measure the producer")
         done_n = max(figures.get("n", 0.0), 1.0)
         if "server_cpu_us" not in figures and figures:
             figures["server_cpu_us"] = (self.server_cpu() - before_cpu) / done_n * 1e6
@@ -413,7 +418,7 @@ class Bench:
         run = Run(round_, scenario, side.name, figures, load1, ping, at, error, commands)
         shown = (f"{figures.get('rate', 0):,.0f}/s" if figures else error)
         extra = ", ".join(f"{k} {number(v)}" for k, v in figures.items()
-                          if k not in ("rate", "n", "complete"))
+                          if k not in ("rate", "n", "complete", "late_enqueue_ms"))
         print(f"  round {round_} {scenario:<10} {side.name:<14} {shown}  ({extra}; load "
               f"{load1:.2f}, PING {ping:.0f} us){' ' + error if error and figures else ''}",
               flush=True)
@@ -425,6 +430,15 @@ def sitting(bench: Bench, sides: Sequence[Side], scenarios: Sequence[str], round
     """Every side in turn, scenario by scenario, ``rounds`` times; the order of the sides
     turns each round so neither always runs first on a warmer (or busier) machine."""
     runs: list[Run] = []
+    try:
+        _rounds(bench, sides, scenarios, rounds, n, seconds, deadline, runs)
+    except KeyboardInterrupt:
+        print("  interrupted: reporting what was measured", flush=True)
+    return runs
+
+
+def _rounds(bench: Bench, sides: Sequence[Side], scenarios: Sequence[str], rounds: int,
+            n: int, seconds: float, deadline: float, runs: list[Run]) -> None:
     for round_ in range(1, rounds + 1):
         for scenario in scenarios:
             turn = [s for s in sides if scenario in s.argv]
@@ -432,9 +446,8 @@ def sitting(bench: Bench, sides: Sequence[Side], scenarios: Sequence[str], round
             for side in turn[shift:] + turn[:shift]:
                 if time.monotonic() > deadline:
                     print("  the time limit is reached: stopping with what was measured")
-                    return runs
+                    return
                 runs.append(bench.run(side, scenario, round_, n, seconds))
-    return runs
 
 
 def command_notes(runs: Sequence[Run], sides: Sequence[str]) -> list[str]:
@@ -510,9 +523,15 @@ def _head() -> str:
     return out + (" + uncommitted changes in timers/" if dirty else "")
 
 
+def _on_term(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     opts = parse(argv)
     from timers.server import EmbeddedServer
+
+    signal.signal(signal.SIGTERM, _on_term)
 
     scenarios = opts.only.split(",") if opts.only else list(SCENARIOS)
     started, began = time.monotonic(), datetime.now(UTC)
