@@ -516,7 +516,7 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def _head() -> str:
-    out = subprocess.run(["git", "-C", str(REPO), "log", "-1", "--format=%h %cs"],
+    out = subprocess.run(["git", "-C", str(REPO), "log", "-1", "--format=%h %cs", "--", "timers"],
                          capture_output=True, text=True).stdout.strip()
     dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "timers"],
                            capture_output=True, text=True).stdout.strip()
@@ -571,7 +571,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ("date", f"{began:%Y-%m-%d %H:%M} UTC, {(time.monotonic() - started) / 60:.1f} min; "
                  f"load average at start {load_start[0]:.2f} {load_start[1]:.2f} "
                  f"{load_start[2]:.2f}"),
-        ("working tree", _head()),
+        ("working tree", "timers/ as of " + _head()),
         ("sides", ", ".join(names) + (f" ({peer_versions(py_peers, bull)})"
                                       if opts.peers else "")),
         ("server", server),
