@@ -124,7 +124,12 @@ async function fire(url, sinkUrl, n, timeout) {
   });
   const queue = new Queue(QUEUE, { connection: connection(url) });
   await queue.waitUntilReady();
-  const lead = 1.5 + n / 5000;
+  // room to add all N before the due time, from this producer's addBulk rate here and now
+  const warm = Array.from({ length: 1000 }, () => ({ name: "noop", data: DATA, opts: { delay: HOUR_MS } }));
+  const t0 = performance.now();
+  await queue.addBulk(warm);
+  const rate = 1000 / ((performance.now() - t0) / 1000);
+  const lead = 2 + 1.5 * n / rate;
   const dueMs = Date.now() + Math.round(lead * 1000);
   for (let i = 0; i < n; i += 1000) {
     const jobs = [];
