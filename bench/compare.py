@@ -559,7 +559,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                        started + opts.max_minutes * 60)
         bench.r.close()
         bench.sink.close()
-    names = [s.name for s in sides]
+    measured = {r.side for r in runs if not r.error}
+    names = [s.name for s in sides if s.name in measured or s.name == WORKING_TREE]
     gate = rev[2] if rev else None
     lines = table_lines(runs, names, WORKING_TREE, gate, opts.fail_below)
     table = markdown(lines, names, WORKING_TREE)
