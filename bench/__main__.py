@@ -1,5 +1,8 @@
 """``python -m bench [--quick] [--server PATH] [--only NAME[,NAME]] [--concurrency N]``.
 
+``python -m bench --against REV`` and ``--peers`` run a same-sitting comparison instead
+(:mod:`bench.compare`: every side in turn, scenario by scenario, N rounds).
+
 Starts its own server (the repository's redis.conf), runs each scenario on a flushed
 database under a deadline, prints one table with the settings used and writes it to
 ``bench/RESULTS.md`` (a full run of every scenario) or ``bench/RESULTS-partial.md``.
@@ -159,6 +162,11 @@ def _on_term(signum: int, frame: FrameType | None) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    given = sys.argv[1:] if argv is None else argv
+    if any(a.split("=")[0] in ("--against", "--peers") for a in given):
+        from bench import compare  # a same-sitting comparison: its own options
+
+        return compare.main(given)
     args = _parse(argv)
     names = args.only.split(",") if args.only else list(SCENARIOS)
     sizes = Sizes.quick_run() if args.quick else Sizes.full()
@@ -194,12 +202,24 @@ def main(argv: list[str] | None = None) -> int:
     elapsed = time.monotonic() - started
     text = render(settings, results)
     print("\n" + text, flush=True)
-    output.write_text(
+    output.write_text(_keep_comparison(
+        output,
         f"# timers benchmarks\n\n`python -m bench{' --quick' if args.quick else ''}"
         f"{' --only ' + args.only if args.only else ''}` took {elapsed / 60:.1f} min.\n\n"
-        + text + "\n" + METHOD + "\n" + FINDINGS.read_text())
+        + text + "\n" + METHOD + "\n" + FINDINGS.read_text()))
     print(f"written to {output}")
     return 0
+
+
+def _keep_comparison(output: Path, text: str) -> str:
+    """``text`` with the same-sitting section ``bench.compare`` wrote into ``output`` kept."""
+    from bench.compare import BEGIN, END, splice
+
+    old = output.read_text() if output.exists() else ""
+    start, end = old.find(BEGIN), old.find(END)
+    if start < 0 or end < start:
+        return text
+    return splice(text, old[start + len(BEGIN):end].strip("\n"))
 
 
 def _run_one(name: str, run: Callable[[Context], None], ctx: Context, limit: float) -> None:

@@ -1,0 +1,270 @@
+"""One side of a same-sitting comparison: ``python -P bench/side.py SCENARIO --url URL …``.
+
+Run by :mod:`bench.compare` with the python of the side measured (the working tree's venv,
+or a venv holding an earlier commit), so ``import timers`` loads that side's code. It is a
+standalone script on purpose: it imports nothing from ``bench`` and only the public API
+that every version since 2026-11-23 has (``Timers``, ``AsyncTimers``, ``TimerSpec``,
+``Listener``), and ``-P`` keeps the script's folder and the working directory off
+``sys.path``. It prints one JSON object of figures on its last line of stdout.
+
+Scenarios (each bounded in count and time):
+
+- ``single``: sync ``Timers.schedule()`` calls one after another for ``--seconds``;
+- ``bulk``: one ``schedule_many`` of ``--n`` specs, built before the clock starts;
+- ``async``: ``AsyncTimers.schedule`` with ``--in-flight`` calls in flight for ``--seconds``;
+- ``fire``: ``--n`` timers due at one instant, one listener process (``listen``, a child of
+  this one) with ``--task push`` (a plain function) or ``apush`` (``async def``): each run
+  RPUSHes ``seq,due_ms,start_ms`` to a second server (``--sink``). Fires/s is
+  N / (last start - due), first start is the first start - due, by the tasks' own clock.
+
+Every timer has 100-byte args and the ``bench`` prefix; producers' timers are an hour out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import redis
+
+PREFIX = "bench"
+HOUR = 3600.0
+SINK_LIST = "bench:pushed"
+SINK_ENV = "BENCH_SINK_URL"
+PAYLOAD = "p" * 100
+ARGS = {"user_id": 1, "text": "x" * 87}
+"""Exactly 100 bytes as compact JSON (the bench's ``args_100``)."""
+
+
+def cpu_s() -> float:
+    t = os.times()
+    return t.user + t.system
+
+
+def proc_cpu_s(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+# -- producers --------------------------------------------------------------------------
+
+
+def single(url: str, seconds: float, max_n: int) -> dict[str, float]:
+    from timers import Timers
+
+    with Timers(url, prefix=PREFIX) as t:
+        for _ in range(50):  # connect and load the script outside the clock
+            t.schedule("noop", ARGS, in_=HOUR)
+        n, c0, start = 0, cpu_s(), time.perf_counter()
+        end = start + seconds
+        while time.perf_counter() < end and n < max_n:
+            for _ in range(50):
+                t.schedule("noop", ARGS, in_=HOUR)
+            n += 50
+        wall, cpu = time.perf_counter() - start, cpu_s() - c0
+    return {"rate": n / wall, "n": n, "client_cpu_us": cpu / n * 1e6}
+
+
+def bulk(url: str, n: int) -> dict[str, float]:
+    from timers import Timers, TimerSpec
+
+    specs = [TimerSpec("noop", {"user_id": i, "text": "x" * (88 - len(str(i)))}, in_=HOUR)
+             for i in range(n)]
+    with Timers(url, prefix=PREFIX) as t:
+        t.schedule("noop", ARGS, in_=HOUR)
+        c0, start = cpu_s(), time.perf_counter()
+        t.schedule_many(specs)
+        wall, cpu = time.perf_counter() - start, cpu_s() - c0
+    return {"rate": n / wall, "n": n, "client_cpu_us": cpu / n * 1e6}
+
+
+async def _async(url: str, seconds: float, in_flight: int, max_n: int) -> dict[str, float]:
+    from timers import AsyncTimers
+
+    done = 0
+    async with AsyncTimers(url, prefix=PREFIX) as t:
+        await asyncio.gather(*(t.schedule("noop", ARGS, in_=HOUR) for _ in range(in_flight)))
+        c0, start = cpu_s(), time.perf_counter()
+        end = start + seconds
+
+        async def worker() -> None:
+            nonlocal done
+            while time.perf_counter() < end and done < max_n:
+                await t.schedule("noop", ARGS, in_=HOUR)
+                done += 1
+
+        await asyncio.gather(*(worker() for _ in range(in_flight)))
+        wall, cpu = time.perf_counter() - start, cpu_s() - c0
+    return {"rate": done / wall, "n": done, "client_cpu_us": cpu / max(done, 1) * 1e6}
+
+
+# -- the listener child -----------------------------------------------------------------
+
+_sink: dict[str, Any] = {}
+
+
+def push(seq: int, due_ms: int, payload: str) -> None:
+    start_ms = time.time() * 1000
+    client = _sink.get("sync")
+    if client is None:
+        client = _sink["sync"] = redis.Redis.from_url(os.environ[SINK_ENV])
+    client.rpush(SINK_LIST, f"{seq},{due_ms},{start_ms:.3f}")
+
+
+async def apush(seq: int, due_ms: int, payload: str) -> None:
+    start_ms = time.time() * 1000
+    client = _sink.get("async")
+    if client is None:
+        import redis.asyncio
+
+        client = _sink["async"] = redis.asyncio.Redis.from_url(os.environ[SINK_ENV])
+    await client.rpush(SINK_LIST, f"{seq},{due_ms},{start_ms:.3f}")
+
+
+def noop(*args: Any, **kwargs: Any) -> None:
+    pass
+
+
+def _write(path: Path, text: str) -> None:
+    path.write_text(text)
+
+
+async def _listen(url: str, ready: Path, max_seconds: float) -> None:
+    from timers import Listener
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    listener = Listener(url, prefix=PREFIX, registry={"push": push, "apush": apush,
+                                                      "noop": noop},
+                        shutdown_timeout=5.0)
+
+    async def mark_ready() -> None:
+        await listener.subscribed.wait()
+        _write(ready, str(os.getpid()))
+
+    async def watchdog() -> None:
+        parent, end = os.getppid(), time.monotonic() + max_seconds
+        while not stop.is_set():
+            await asyncio.sleep(0.5)
+            if os.getppid() != parent or time.monotonic() >= end:
+                stop.set()
+
+    helpers = [asyncio.create_task(mark_ready()), asyncio.create_task(watchdog())]
+    try:
+        await listener.run(stop)
+    finally:
+        for h in helpers:
+            h.cancel()
+        await asyncio.gather(*helpers, return_exceptions=True)
+        client = _sink.pop("async", None)
+        if client is not None:
+            await client.aclose()
+
+
+def fire(url: str, sink_url: str, task: str, n: int, timeout: float) -> dict[str, float]:
+    from timers import Timers, TimerSpec
+
+    sink = redis.Redis.from_url(sink_url, decode_responses=True)
+    sink.delete(SINK_LIST)
+    r = redis.Redis.from_url(url)
+    with tempfile.TemporaryDirectory(prefix="timers-side-") as tmp:
+        ready = Path(tmp) / "ready"
+        env = dict(os.environ, **{SINK_ENV: sink_url})
+        child = subprocess.Popen(
+            [sys.executable, "-P", os.path.abspath(__file__), "listen", "--url", url,
+             "--ready", str(ready), "--seconds", str(timeout + 60)], env=env)
+        try:
+            deadline = time.monotonic() + 30
+            while not ready.exists():
+                if child.poll() is not None or time.monotonic() > deadline:
+                    raise SystemExit("the listener did not get ready")
+                time.sleep(0.02)
+            sec, usec = r.time()
+            lead = 2 + n / 4_000  # room for schedule_many on a busy machine
+            due_ms = round(sec * 1000 + usec / 1000 + lead * 1000)
+            due = datetime.fromtimestamp(due_ms / 1000, tz=UTC)
+            with Timers(url, prefix=PREFIX) as t:
+                t.schedule_many([TimerSpec(task, [i, due_ms, PAYLOAD], at=due)
+                                 for i in range(n)])
+            sec, usec = r.time()
+            late_enqueue = max(0.0, sec * 1000 + usec / 1000 - due_ms)
+            server_cpu0 = _server_cpu(r)
+            cpu0 = proc_cpu_s(child.pid)
+            end = time.monotonic() + lead + timeout
+            while sink.llen(SINK_LIST) < n and time.monotonic() < end:
+                time.sleep(0.05)
+            cpu = proc_cpu_s(child.pid) - cpu0
+            server_cpu = _server_cpu(r) - server_cpu0
+        finally:
+            child.send_signal(signal.SIGTERM)
+            try:
+                child.wait(20)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait()
+    starts = [float(line.split(",")[2]) for line in sink.lrange(SINK_LIST, 0, -1)]
+    sink.close()
+    r.close()
+    return {**fire_figures(starts, due_ms, n, cpu, server_cpu),
+            "late_enqueue_ms": late_enqueue}
+
+
+def _server_cpu(r: redis.Redis) -> float:
+    info = r.info("cpu")
+    return float(info["used_cpu_sys"]) + float(info["used_cpu_user"])
+
+
+def fire_figures(starts: list[float], due_ms: int, n: int, listener_cpu: float,
+                 server_cpu: float) -> dict[str, float]:
+    """Fires/s and first start from the starts the tasks wrote (ms since the epoch)."""
+    if not starts:
+        return {"rate": 0.0, "n": 0, "complete": 0.0}
+    span = (max(starts) - due_ms) / 1000
+    return {"rate": len(starts) / span if span > 0 else float("inf"), "n": len(starts),
+            "complete": float(len(starts) >= n), "first_ms": min(starts) - due_ms,
+            "last_s": span, "worker_cpu_us": listener_cpu / len(starts) * 1e6,
+            "server_cpu_us": server_cpu / len(starts) * 1e6}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="side.py")
+    parser.add_argument("scenario", choices=["single", "bulk", "async", "fire", "listen"])
+    parser.add_argument("--url", required=True)
+    parser.add_argument("--sink")
+    parser.add_argument("--task", default="push", choices=["push", "apush"])
+    parser.add_argument("--n", type=int, default=20_000)
+    parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--in-flight", type=int, default=100)
+    parser.add_argument("--ready", type=Path)
+    opts = parser.parse_args(argv)
+    if opts.scenario == "listen":
+        asyncio.run(_listen(opts.url, opts.ready, opts.seconds))
+        return
+    if opts.scenario == "single":
+        out = single(opts.url, opts.seconds, opts.n * 10)
+    elif opts.scenario == "bulk":
+        out = bulk(opts.url, opts.n)
+    elif opts.scenario == "async":
+        out = asyncio.run(_async(opts.url, opts.seconds, opts.in_flight, opts.n * 100))
+    else:
+        out = fire(opts.url, opts.sink, opts.task, opts.n, timeout=10 + opts.n / 500)
+    print(json.dumps(out), flush=True)
+
+
+if __name__ == "__main__":
+    with contextlib.suppress(BrokenPipeError):
+        main()

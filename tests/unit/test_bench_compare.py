@@ -1,0 +1,82 @@
+"""The same-sitting comparison's arithmetic: spreads, ratios, the threshold, the table."""
+
+from __future__ import annotations
+
+from bench.compare import (
+    BEGIN,
+    END,
+    WORKING_TREE,
+    Figure,
+    Run,
+    Spread,
+    fails,
+    markdown,
+    ratio,
+    splice,
+    table_lines,
+)
+
+RATE = Figure("single", "single calls, /s", "rate")
+FIRST = Figure("fire_sync", "  first start, ms", "first_ms", higher_is_better=False)
+CPU = Figure("single", "  CPU per call, us", "client_cpu_us", False, gated=False)
+
+
+def run(round_: int, side: str, **figures: float) -> Run:
+    scenario = "fire_sync" if "first_ms" in figures else "single"
+    return Run(round_, scenario, side, figures, load1=1.0, ping_us=80.0, at="12:00:00")
+
+
+def test_a_spread_is_the_median_and_the_extremes() -> None:
+    spread = Spread.of([3.0, 1.0, 2.0, 10.0])
+    assert spread == Spread(2.5, 1.0, 10.0, 4)
+    assert Spread.of([]) is None
+    assert Spread(2_500.0, 2_000.0, 3_000.0, 3).text() == "2,500 (2,000-3,000)"
+    assert Spread(27.5, 27.5, 27.5, 1).text() == "27.5"
+
+
+def test_the_ratio_is_of_the_medians_subject_over_other() -> None:
+    assert ratio(Spread(75.0, 70, 80, 3), Spread(100.0, 90, 110, 3)) == 0.75
+    assert ratio(None, Spread(1.0, 1, 1, 1)) is None
+    assert ratio(Spread(1.0, 1, 1, 1), Spread(0.0, 0, 0, 1)) is None
+
+
+def test_the_threshold_reads_each_figure_in_its_own_direction() -> None:
+    assert fails(RATE, 0.96, 0.97) and not fails(RATE, 0.97, 0.97)
+    assert fails(FIRST, 1.04, 0.97) and not fails(FIRST, 0.5, 0.97)
+    assert not fails(CPU, 5.0, 0.97)  # shown, not gated
+    assert not fails(RATE, 0.1, None) and not fails(RATE, None, 0.97)
+
+
+def test_table_lines_gate_only_against_the_revision() -> None:
+    runs = [run(1, "old", rate=100.0, client_cpu_us=50.0), run(1, WORKING_TREE, rate=80.0,
+                                                                client_cpu_us=60.0),
+            run(2, "old", rate=120.0), run(2, WORKING_TREE, rate=90.0),
+            run(1, "huey", rate=50.0),
+            run(1, "old", first_ms=10.0), run(1, WORKING_TREE, first_ms=9.0)]
+    runs.append(Run(3, "single", "old", {}, 1.0, 80.0, "12:00:00", error="exit 1"))
+    sides = ["old", WORKING_TREE, "huey"]
+    lines = table_lines(runs, sides, WORKING_TREE, "old", 0.97, [RATE, CPU, FIRST])
+    rate, cpu, first = lines
+    assert rate.cells["old"] == Spread(110.0, 100.0, 120.0, 2)
+    assert rate.ratios == {"old": 85.0 / 110.0, "huey": 85.0 / 50.0}
+    assert rate.failed and not cpu.failed and not first.failed
+    assert first.cells["huey"] is None and first.ratios["huey"] is None
+    text = markdown(lines, sides, WORKING_TREE)
+    assert "| single calls, /s **(below threshold)** | 110 (100-120) | 85.0 (80.0-90.0) |" in text
+    assert "0.77x" in text and "1.70x" in text
+    assert "- first start, ms" in text
+
+
+def test_nothing_measured_makes_no_line() -> None:
+    assert table_lines([], ["old", WORKING_TREE], WORKING_TREE, "old", 0.97, [RATE]) == []
+
+
+def test_splice_replaces_only_its_own_section() -> None:
+    document = "# results\n\nfull run\n"
+    once = splice(document, "## Same sitting\n\ntable 1")
+    assert once.startswith(document) and BEGIN in once and "table 1" in once
+    twice = splice(once + "\nmore after\n", "## Same sitting\n\ntable 2")
+    assert "table 1" not in twice and "table 2" in twice
+    assert twice.count(BEGIN) == 1 and twice.count(END) == 1
+    assert twice.startswith(document) and twice.endswith("more after\n")
+    assert splice("", "x").startswith(BEGIN)
