@@ -573,3 +573,24 @@ def test_async_schedule_many_beyond_one_batch() -> None:
         await client.aclose()
 
     asyncio.run(scenario())
+
+
+def test_generated_ids_spell_their_time_and_counter_in_the_ordered_alphabet() -> None:
+    """The one-pass encoding gives the digits a plain base-64 loop gives, in order."""
+    import random
+
+    from timers.timer_ids import ALPHABET, COUNTER_CHARS, TIME_CHARS, id_text
+
+    def digits(value: int, width: int) -> str:
+        out = ""
+        for _ in range(width):
+            value, digit = divmod(value, 64)
+            out = ALPHABET[digit] + out
+        return out
+
+    rng = random.Random(7)
+    cases = [(0, 0), ((1 << 42) - 1, (1 << 42) - 1), (1_795_000_000_000, 1)]
+    cases += [(rng.randrange(1 << 42), rng.randrange(1 << 42)) for _ in range(1_000)]
+    for ms, counter in cases:
+        assert id_text(ms, counter) == digits(ms, TIME_CHARS) + digits(counter, COUNTER_CHARS)
+    assert sorted(id_text(ms, c) for ms, c in cases) == [id_text(ms, c) for ms, c in sorted(cases)]
