@@ -62,7 +62,7 @@ for i = 1, n do
     end
   else
     if old then unpark(ARGV[1], id) end
-    pend(KEYS[1], KEYS[2], ARGV[1], id, record, due, now, KEYS[2 + i])
+    pend(KEYS[1], KEYS[2], ARGV[1], id, record, due, now, KEYS[2 + i], old)
     out[#out + 1] = due
   end
 end
