@@ -231,11 +231,13 @@ class ScriptCalls:
             "finish", (k.running, k.running_records, k.stats, k.failures, k.failure_records,
                        k.due, k.records, k.failure_index, k.sequence), tuple(args))
 
-    def heartbeat(self, listener_id: str, ttl_ms: int, info: str) -> Invocation:
-        """``info`` "" says the listener is gone."""
+    def heartbeat(self, listener_id: str, ttl_ms: int, info: str, task_set: str = "",
+                  task_list: str = "") -> Invocation:
+        """``info`` "" says the listener is gone. ``task_set``: the digest ``info`` names;
+        ``task_list``: its task paths, one a line, to store ("" when stored already)."""
         k = self.keys
-        return Invocation("heartbeat", (k.listeners, k.listener_info),
-                          (listener_id, ttl_ms, info))
+        return Invocation("heartbeat", (k.listeners, k.listener_info, k.task_sets),
+                          (listener_id, ttl_ms, info, task_set, task_list))
 
     def forget(self, failure_id: str, read_as: str) -> Invocation:
         k = self.keys
@@ -345,8 +347,10 @@ class Scripts:
         return self.run(self.calls.finish(retention_ms=retention_ms, endings=endings,
                                           taker=taker))
 
-    def heartbeat(self, listener_id: str, ttl_ms: int, info: str) -> Any:
-        return self.run(self.calls.heartbeat(listener_id, ttl_ms, info))
+    def heartbeat(self, listener_id: str, ttl_ms: int, info: str, task_set: str = "",
+                  task_list: str = "") -> Any:
+        """Reply: the ids of the live listeners (see ``lua/heartbeat.lua``)."""
+        return self.run(self.calls.heartbeat(listener_id, ttl_ms, info, task_set, task_list))
 
     def forget(self, failure_id: str, read_as: str) -> Any:
         return self.run(self.calls.forget(failure_id, read_as))

@@ -36,7 +36,8 @@ LABELS = {
     "running records": KS.running_records, "sequence": KS.sequence, "stats": KS.stats,
     "failures": KS.failures, "failure records": KS.failure_records,
     "failure index": KS.failure_index, "listeners": KS.listeners,
-    "listener info": KS.listener_info, "recurrence definitions": KS.recurrences,
+    "listener info": KS.listener_info, "task sets": KS.task_sets,
+    "recurrence definitions": KS.recurrences,
     "recurrence states": KS.recurrence_states, "layout": KS.shards, "queues": KS.queues,
     "near": KS.near,
 }
