@@ -46,6 +46,23 @@ class DueTracker:
         """How long after a due time this listener sweeps it: 0, or, for a shard another
         live listener sweeps first, :data:`timers.listener.lanes.BACKUP_SWEEP_MS`."""
         self._offset: _OffsetSample | None = None
+        self._give_way_ms = 0.0
+        self._give_way_until = float("-inf")
+
+    def give_way(self, ms: float, for_seconds: float) -> None:
+        """Sweep ``ms`` later than due for the next ``for_seconds`` (monotonic): this
+        listener handed a timer back for another that has its task, which then claims it
+        first (:mod:`timers.fleet`)."""
+        self._give_way_ms = ms
+        self._give_way_until = self.clock.monotonic() + for_seconds
+
+    @property
+    def sweep_defer_ms(self) -> float:
+        """How long after a due time this listener sweeps: :attr:`defer_ms`, more while it
+        gives way (:meth:`give_way`)."""
+        if self.clock.monotonic() < self._give_way_until:
+            return max(self.defer_ms, self._give_way_ms)
+        return self.defer_ms
 
     def observe_time(self, redis_now_us: float, sent: float, received: float) -> None:
         """Learn the Redis clock from a reply stamped ``redis_now_us``.
@@ -118,5 +135,5 @@ class DueTracker:
         wake = self.next_wake_ms()
         if wake is None or not self.knows_clock:
             return 0.0 if not self.knows_clock else self.max_sleep
-        delay = (wake - CLAIM_LEAD_MS + self.defer_ms - self.redis_now_ms()) / 1000
+        delay = (wake - CLAIM_LEAD_MS + self.sweep_defer_ms - self.redis_now_ms()) / 1000
         return min(max(delay, 0.0), self.max_sleep)

@@ -18,7 +18,15 @@ from typing import Any, Protocol
 from timers import context
 from timers.encoding import Args, Record
 from timers.exceptions import MalformedTimerKey, TaskRefused
-from timers.fleet import FleetView, Peer, hand_over_delay_ms, handed_back, handed_over
+from timers.fleet import (
+    GIVE_WAY_MS,
+    GIVE_WAY_SECONDS,
+    FleetView,
+    Peer,
+    hand_over_delay_ms,
+    handed_back,
+    handed_over,
+)
 from timers.flow.disagreement import (
     RECHECK_MS,
     describe,
@@ -257,7 +265,9 @@ class Executor:
     def _handed_back(self, run: Run, record: Record, runner: str) -> Ending:
         """A timer whose task this listener lacks, handed back uncounted for a live
         listener that has it: due again a little later each time (:mod:`timers.fleet`),
-        so the two never pass it to and fro at full speed. A warning per task."""
+        so the two never pass it to and fro at full speed; and this listener sweeps a
+        little after due times for a while, so the one that has the task claims first.
+        A warning per task."""
         times = handed_over(record) + 1
         delay = hand_over_delay_ms(times)
         if record.task in self._handed_tasks:
@@ -270,6 +280,7 @@ class Executor:
                         "%d ms later at first, up to %.0f s)", run.timer_id, record.task,
                         runner, delay, hand_over_delay_ms(1 << 10) / 1000,
                         extra={"id": run.timer_id, "task": record.task, "runner": runner})
+        self.tracker.give_way(GIVE_WAY_MS, GIVE_WAY_SECONDS)
         due_ms = self.tracker.redis_time_ms() + delay
         return Ending.wait(run, handed_back(record, run.waited_from_ms), due_ms)
 

@@ -181,7 +181,8 @@ class Listener:
                                  Quarantine(self.loader, listener_name(self.id)),
                                  RecurrenceHook(self.redis, self.keys, self._scripts), self.tracker,
                                  self._precise, self.flow,
-                                 f"listener {self.id} (groups {', '.join(self.groups)})",
+                                 f"listener {self.id} (package {self.loader.package!r}, "
+                                 f"groups {', '.join(self.groups)})",
                                  self.turns, Fence(self._held, self._scripts, self.lease),
                                  self.peers)
 

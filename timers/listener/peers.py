@@ -33,6 +33,9 @@ log = logging.getLogger("timers.listener")
 VIEW_MAX_AGE = 1.0
 """Seconds a read view serves before the next question reads it again."""
 
+FRESH_FOR_REFUSAL = 0.1
+"""Seconds old at most the view a refusal rests on."""
+
 Reader = Callable[[], Awaitable[list[Any]]]
 
 
@@ -108,9 +111,14 @@ class Peers:
         return view
 
     async def runners(self, task: str, group: str) -> tuple[list[Peer], FleetView]:
-        """The other live listeners that can run ``task`` in ``group``, and the view."""
+        """The other live listeners that can run ``task`` in ``group``, and the view. None
+        found is asked again of a view read just now (a refusal is for good)."""
         view = await self.view()
-        return view.runners(task, group, exclude=self.me), view
+        found = view.runners(task, group, exclude=self.me)
+        if not found:
+            view = await self.view(max_age=FRESH_FOR_REFUSAL)
+            found = view.runners(task, group, exclude=self.me)
+        return found, view
 
     def refusal(self, view: FleetView) -> str:
         """What a refusal says of the others: ``other live listeners: …``."""
