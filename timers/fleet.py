@@ -130,13 +130,15 @@ class FleetView:
                    for p in self.peers)
 
     def describe(self, exclude: str | None = None, limit: int = 5) -> str:
-        """The listeners seen, for a refusal: ``listeners seen: a (package …), …``."""
+        """The listeners seen (but ``exclude``), for a refusal: ``other live listeners:
+        a (package …, groups …); …``."""
         others = [p for p in self.peers if p.id != exclude]
+        other = "other " if exclude is not None else ""
         if not others:
-            return "no other live listener of the prefix"
+            return f"no {other}live listener of the prefix"
         shown = "; ".join(p.describe() for p in others[:limit])
         more = f"; and {len(others) - limit} more" if len(others) > limit else ""
-        return f"other live listeners: {shown}{more}"
+        return f"{other}live listeners: {shown}{more}"
 
 
 def _peer(name: str, beat: Mapping[str, Any], sets: Mapping[str, frozenset[str]]) -> Peer:

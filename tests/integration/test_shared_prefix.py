@@ -18,7 +18,7 @@ from typing import Any
 import redis
 
 from tests.conftest import wait_until
-from tests.integration.helpers import Processes, runs
+from tests.integration.helpers import Processes, run_cli, runs
 from timers import Timers
 from timers.encoding import Record
 from timers.fleet import handed_over
@@ -155,3 +155,29 @@ def test_a_timer_no_live_listener_can_run_is_refused_naming_those_seen(
     assert failure.data["kind"] == "refused"
     assert "'tests.app_one'" in failure.data["message"]
     assert "'tests.app_two'" in failure.data["message"]
+
+
+def test_failed_retry_skips_timers_no_live_listener_can_run_and_says_so(
+        processes: Processes, timers_client: Timers, r: redis.Redis) -> None:
+    listen(processes, "--tasks", "tests.app_one")
+    wait_for_listeners(timers_client, {"tests.app_one"})
+    schedule(timers_client, "mailing.send", "two", 20, 0.0)  # only app one is live: refused
+    wait_until(lambda: timers_client.stats().failed == 20, 20, 0.05,
+               message="20 timers refused")
+    done = run_cli("failed", "retry", "--all", "--url", processes.url)
+    print(f"\nwith app one alone: {done.stdout.strip()}")
+    assert done.returncode == 0, done.stderr
+    assert "retrying 0 timer(s); skipped 20 no live listener can run (e.g. two" in done.stdout
+    assert "mailing.send, group default" in done.stdout
+    one = run_cli("failed", "retry", "two3", "--url", processes.url)
+    assert one.returncode != 0 and "no live listener can run mailing.send" in one.stderr
+    assert timers_client.stats().failed == 20, "nothing retried, nothing refused again"
+
+    listen(processes, "--tasks", "tests.app_two")
+    wait_for_listeners(timers_client, {"tests.app_one", "tests.app_two"})
+    done = run_cli("failed", "retry", "--all", "--url", processes.url)
+    print(f"with app two live too: {done.stdout.strip()}")
+    assert done.stdout.strip() == "retrying 20 timer(s)"
+    wait_until(lambda: r.llen("test:runs") >= 20, 30, 0.05, message="20 runs by app two")
+    assert by_app(r) == {("app_two", "app_two"): 20}
+    assert_nothing_dead(timers_client)
