@@ -24,7 +24,7 @@ from timers.keys import DEFAULT_GROUP, Keyspace
 ScriptName = Literal[
     "schedule", "reschedule", "cancel", "claim", "renew", "finish", "heartbeat", "forget",
     "cron_declare", "cron_next", "cron_pause", "cron_remove", "gate", "park",
-    "near", "shards",
+    "near", "shards", "move",
 ]
 SCRIPT_NAMES: tuple[ScriptName, ...] = (
     "schedule",
@@ -43,6 +43,7 @@ SCRIPT_NAMES: tuple[ScriptName, ...] = (
     "park",
     "near",
     "shards",
+    "move",
 )
 PRELUDES = ("prelude", "flow")
 """``lua/prelude.lua`` and ``lua/flow.lua``: helpers shared by the scripts, included into
@@ -238,6 +239,17 @@ class ScriptCalls:
         k = self.keys
         return Invocation("heartbeat", (k.listeners, k.listener_info, k.task_sets),
                           (listener_id, ttl_ms, info, task_set, task_list))
+
+    def move(self, to: Keyspace, tasks: Sequence[str], dead: bool,
+             ids: Sequence[str]) -> Invocation:
+        """Move pending timers (escaped ids) or, with ``dead``, dead timers (failure ids)
+        of ``tasks`` (empty: any) from this prefix to ``to``'s (``lua/move.lua``)."""
+        k = self.keys
+        return Invocation("move", (
+            k.due, k.records, k.failures, k.failure_records, k.failure_index,
+            to.due, to.records, to.failures, to.failure_records, to.failure_index,
+        ), (k.timer_key_start, to.timer_key_start, to.wake_channel, ",".join(tasks),
+            "d" if dead else "p", *ids))
 
     def forget(self, failure_id: str, read_as: str) -> Invocation:
         k = self.keys

@@ -181,3 +181,40 @@ def test_failed_retry_skips_timers_no_live_listener_can_run_and_says_so(
     wait_until(lambda: r.llen("test:runs") >= 20, 30, 0.05, message="20 runs by app two")
     assert by_app(r) == {("app_two", "app_two"): 20}
     assert_nothing_dead(timers_client)
+
+
+def test_timers_move_moves_1000_timers_to_the_prefix_whose_listener_runs_them(
+        processes: Processes, timers_client: Timers, r: redis.Redis) -> None:
+    """Mail timers scheduled under the billing app's prefix by mistake (100 already refused
+    there) move to the mail app's own prefix, due times kept, and run there once."""
+    listen(processes, "--tasks", "tests.app_one")
+    listen(processes, "--tasks", "tests.app_two", "--prefix", "mail")
+    with Timers(processes.url, prefix="mail") as mail:
+        wait_for_listeners(timers_client, {"tests.app_one"})
+        wait_for_listeners(mail, {"tests.app_two"})
+        schedule(timers_client, "mailing.send", "two-dead", 100, 0.0)
+        wait_until(lambda: timers_client.stats().failed == 100, 30, 0.05,
+                   message="100 timers refused under the wrong prefix")
+        schedule(timers_client, "mailing.send", "two", 1000, 15.0)
+        schedule(timers_client, "billing.charge", "one", 100, 15.0)
+        due = {p.id: p.due for p in timers_client.list(limit=2000)}
+        started = time.monotonic()
+        done = run_cli("move", "--to-prefix", "mail", "--task", "mailing.send", "--dead",
+                       "--url", processes.url)
+        took = time.monotonic() - started
+        print(f"\n{done.stdout.strip()} (the command took {took:.1f} s)")
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip() == ("moved 1000 pending timer(s) and 100 dead one(s) "
+                                       "from 'timers' to 'mail'")
+        left = timers_client.list(limit=2000)
+        assert {p.task for p in left} == {"billing.charge"} and len(left) == 100
+        moved = mail.list(limit=2000)
+        assert len(moved) == 1000 and all(p.due == due[p.id] for p in moved)
+        assert timers_client.stats().failed == 0 and mail.stats().failed == 100
+        assert run_cli("failed", "retry", "--all", "--prefix", "mail",
+                       "--url", processes.url).stdout.strip() == "retrying 100 timer(s)"
+        wait_until(lambda: r.llen("test:runs") >= 1200, 60, 0.1, message="1200 runs")
+        assert by_app(r) == {("app_one", "app_one"): 100, ("app_two", "app_two"): 1100}
+        assert len({tag for tag, _ in runs(r)}) == 1200, "each timer ran once"
+        assert_nothing_dead(timers_client)
+        assert_nothing_dead(mail)

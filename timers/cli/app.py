@@ -37,6 +37,7 @@ from timers.cli.listen_logs import (
     supervise,
 )
 from timers.cli.listen_metrics import MetricsHostOption, MetricsPortOption
+from timers.cli.move import register as register_move_command
 from timers.cli.observe import register as register_observe_commands
 from timers.cli.server import register as register_server_commands
 from timers.cli.top import register as register_top_command
@@ -70,6 +71,7 @@ register_view_commands(app)
 register_observe_commands(app)
 register_top_command(app)
 register_web_command(app)
+register_move_command(app)
 
 
 def _version(value: bool) -> None:
