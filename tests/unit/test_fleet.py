@@ -26,6 +26,7 @@ from timers.fleet import (
     FleetView,
     Peer,
     encode_task_set,
+    fleet_calls,
     hand_over_delay_ms,
     handed_back,
     handed_over,
@@ -35,6 +36,7 @@ from timers.fleet import (
 from timers.keys import Keyspace
 from timers.listener.endings import Ending
 from timers.listener.executor import Executor
+from timers.listener.peers import Peers
 from timers.listener.runner import Runner
 from timers.ops_base import Operation
 from timers.runs import Run
@@ -188,3 +190,49 @@ def test_the_finish_script_puts_a_handed_back_timer_back_due_later_uncounted(
     counters = {k.decode(): int(v) for k, v in fake.hgetall(KEYS.stats).items()}
     assert not {"failed", "retried", "handed_back"} & set(counters)
     assert fake.zcard(KEYS.failures) == 0
+
+
+def test_the_listener_s_peers_answer_from_a_view_read_once_a_second() -> None:
+    sync = fakeredis.FakeRedis()
+    beat(Scripts(sync, KEYS), "b", "app_b", ["x.y"])
+    clock = [100.0]
+    reads: list[None] = []
+
+    async def read() -> list[Any]:
+        reads.append(None)
+        return [sync.execute_command(*call.command) for call in fleet_calls(KEYS)]
+
+    peers = Peers("me", "app_a", lambda: ("a.b",), read, monotonic=lambda: clock[0])
+
+    async def scenario() -> None:
+        found, _ = await peers.runners("x.y", "default")
+        assert [p.id for p in found] == ["b"]
+        assert peers.run_elsewhere(b"timers:t1:x.y:[1]", b"timers:")
+        assert not peers.run_elsewhere(b"timers:t1:nobody.has:[1]", b"timers:")
+        assert not peers.run_elsewhere(b"timers:t1;x.y", b"timers:"), "malformed: rejected"
+        await peers.runners("x.y", "default")
+        assert len(reads) == 1, "a view younger than a second serves"
+        clock[0] += 0.5
+        none, view = await peers.runners("nobody.has", "default")
+        assert none == [] and len(reads) == 2, "a refusal rests on a view read just now"
+        assert "b (package 'app_b'" in peers.refusal(view)
+
+    asyncio.run(scenario())
+
+
+def test_a_listener_sends_its_task_list_once_and_again_when_it_is_gone() -> None:
+    server = fakeredis.FakeServer()
+    peers = Peers.over(fakeredis.FakeAsyncRedis(server=server), KEYS, "me", "app_a",
+                       lambda: ("a.b", "c.d"))
+    digest, listed = peers.announcement()
+    assert (digest, listed) == (task_set_digest(["a.b", "c.d"]), "a.b\nc.d")
+    peers.announced()
+    assert peers.announcement() == (digest, "")
+    sync = fakeredis.FakeRedis(server=server)
+    Scripts(sync, KEYS).heartbeat("me", 30_000, json.dumps({"task_set": digest}), digest,
+                                  listed)
+    asyncio.run(peers.check_stored())
+    assert not peers.resend
+    sync.delete(KEYS.task_sets)  # a flush, a failover that lost it
+    asyncio.run(peers.check_stored())
+    assert peers.announcement() == (digest, listed)

@@ -45,8 +45,8 @@ async def heartbeat(listener: Listener, alive: bool) -> None:
             if listener is listener._root:
                 peers.announced()
         listener.recycler.published()
-        if listener is listener._root:
-            await peers.view(max_age=HEARTBEAT_INTERVAL / 2)  # who else runs what
+        if listener is listener._root and not task_list:
+            await peers.check_stored()
         if len(listener._lanes) > 1:
             listener.tracker.defer_ms = sweep_defer_ms(live, listener.shard_index, listener.id)
 

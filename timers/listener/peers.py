@@ -43,8 +43,10 @@ class Peers:
     """This listener's view of the others of its prefix, and its own announcement."""
 
     def __init__(self, me: str, package: str, tasks: Callable[[], tuple[str, ...]],
-                 read: Reader, monotonic: Callable[[], float] = time.monotonic) -> None:
+                 read: Reader, stored: Callable[[str], Awaitable[bool]] | None = None,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
         self.me, self.package, self._tasks, self._read = me, package, tasks, read
+        self._stored = stored
         self._monotonic = monotonic
         self._view: FleetView | None = None
         self._read_at = -1e9
@@ -63,7 +65,10 @@ class Peers:
             for call in fleet_calls(keys):
                 pipe.execute_command(*call.command)
             return list(await pipe.execute())
-        return cls(me, package, tasks, read)
+
+        async def stored(digest: str) -> bool:
+            return bool(await client.hexists(keys.task_sets, digest))
+        return cls(me, package, tasks, read, stored)
 
     # -- the announcement -------------------------------------------------------------
 
@@ -87,6 +92,12 @@ class Peers:
     def announced(self) -> None:
         """The heartbeat that carried the list was written."""
         self.resend = False
+
+    async def check_stored(self) -> None:
+        """After a heartbeat: if the list is gone from ``P|tasks`` (a flush, a failover
+        that lost it), send it with the next one. One HEXISTS."""
+        if self._stored is not None and self._tasks() and not await self._stored(self.digest):
+            self.resend = True
 
     # -- the view ---------------------------------------------------------------------
 
