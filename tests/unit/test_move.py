@@ -8,6 +8,7 @@ import pytest
 import redis
 
 from timers import Timers
+from timers.cli.move import _tag
 from timers.keys import Keyspace
 from timers.move_ops import move_timers
 from timers.operations import TimerSpec
@@ -84,3 +85,8 @@ def test_bad_move_arguments_write_nothing(fake: fakeredis.FakeRedis) -> None:
     with pytest.raises(redis.ResponseError, match="timers move"):
         scripts.run(scripts.calls.move(NEW, [], False, ["a", ""]))
     assert sorted(fake.keys("*")) == before
+
+
+def test_on_a_cluster_two_prefixes_share_a_script_only_with_one_hash_tag() -> None:
+    assert _tag("timers") == "timers" and _tag("mail") == "mail"
+    assert _tag("app:{x}") == _tag("mail:{x}") == "x"

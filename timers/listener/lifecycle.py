@@ -396,6 +396,7 @@ class Listener:
         self._record_rejected(event)
 
     def _record_rejected(self, event: Rejected) -> None:
+        log.warning("rejected expired key %r: %s", event.key[:120], event.reason)
         failure_id, failure = rejected_entry(event.key, event.reason,
                                              self.tracker.redis_time_ms(), event.escaped_id)
         self.endings.add(Ending("", EndingKind.REJECT, failure_id=failure_id, failure=failure))
