@@ -32,7 +32,7 @@ class MoveSummary:
     dead_moved: int = 0
     """Dead timers' failure records now under the new prefix."""
     held: int = 0
-    """Left: a flow gate holds them (a key's or a rate's queue)."""
+    """Left: a flow gate holds them (a key's or a rate's queue): in no due index."""
     taken: int = 0
     """Left: the new prefix has a timer (or a dead one) with that id already."""
 
@@ -55,6 +55,21 @@ def _task_of(raw: bytes | str | None) -> str | None:
         return Record.decode(as_text(raw)).task
     except MalformedTimerKey:
         return None
+
+
+def _held_by_gates(source: Keyspace, chosen: set[str], page: int) -> Operation[int]:
+    """How many timers of the chosen tasks (empty: any) a flow gate holds (``P|parked``):
+    in no due index, so not moved."""
+    (ids,) = yield [Call(command=("HKEYS", source.parked))]
+    names = [as_text(i) for i in ids or []]
+    if not chosen:
+        return len(names)
+    held = 0
+    for start in range(0, len(names), page):
+        (records,) = yield [Call(command=("HMGET", source.records,
+                                          *names[start:start + page]))]
+        held += sum(1 for raw in records if _task_of(raw) in chosen)
+    return held
 
 
 def move_timers(source: Keyspace, target: Keyspace, tasks: Sequence[str] = (),
@@ -83,6 +98,7 @@ def move_timers(source: Keyspace, target: Keyspace, tasks: Sequence[str] = (),
             if picked:
                 (reply,) = yield [Call.of(calls.move(target, tasks, False, picked))]
                 offset += summary.add(reply, dead=False)[0]
+    summary.held += yield from _held_by_gates(source, chosen, page)
     if dead:
         offset = 0
         while True:

@@ -90,3 +90,16 @@ def test_bad_move_arguments_write_nothing(fake: fakeredis.FakeRedis) -> None:
 def test_on_a_cluster_two_prefixes_share_a_script_only_with_one_hash_tag() -> None:
     assert _tag("timers") == "timers" and _tag("mail") == "mail"
     assert _tag("app:{x}") == _tag("mail:{x}") == "x"
+
+
+def test_timers_a_flow_gate_holds_are_left_and_counted(fake: fakeredis.FakeRedis) -> None:
+    with Timers(fake, prefix="old") as old:
+        old.schedule("mail.send", [1], in_=60, id="free")
+        old.schedule("mail.send", [2], in_=60, id="held")
+        old.schedule("billing.charge", [3], in_=60, id="other")
+    for held in ("held", "other"):  # as a gate leaves them: out of the due index, parked
+        fake.zrem(OLD.due, held)
+        fake.hset(OLD.parked, held, "k|1|0|0|device")
+    done = Timers(fake, prefix="old").run(move_timers(OLD, NEW, ["mail.send"]))
+    assert (done.moved, done.held) == (1, 1)
+    assert fake.hexists(OLD.records, "held") and fake.hexists(NEW.records, "free")

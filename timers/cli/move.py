@@ -57,7 +57,8 @@ def move(
         line += f" and {done.dead_moved} dead one(s)"
     line += f" from {prefix!r} to {to_prefix!r}"
     if done.held:
-        line += f"; left {done.held} a flow gate holds (move them once they are due again)"
+        line += (f"; left {done.held} a concurrency key or rate limit holds back (run it "
+                 f"again once they are due again)")
     if done.taken:
         line += f"; left {done.taken} whose id {to_prefix!r} has already"
     typer.echo(line)
