@@ -236,3 +236,21 @@ def test_a_listener_sends_its_task_list_once_and_again_when_it_is_gone() -> None
     sync.delete(KEYS.task_sets)  # a flush, a failover that lost it
     asyncio.run(peers.check_stored())
     assert peers.announcement() == (digest, listed)
+
+
+def test_an_expired_key_of_a_task_another_listener_runs_is_left_to_it() -> None:
+    sync = fakeredis.FakeRedis()
+    beat(Scripts(sync, KEYS), "b", "app_b", ["x.y"])
+    clock = [100.0]
+
+    async def read() -> list[Any]:
+        return [sync.execute_command(*call.command) for call in fleet_calls(KEYS)]
+
+    peers = Peers("me", "app_a", lambda: ("a.b",), read, monotonic=lambda: clock[0])
+    theirs, nobodys = b"timers:t1:x.y:[1]", b"timers:t2:no.one:[1]"
+    assert peers.screen(theirs, b"timers:") == "reject", "not serving yet: nothing known"
+    asyncio.run(peers.view())
+    assert peers.screen(theirs, b"timers:") == "elsewhere"
+    assert peers.screen(nobodys, b"timers:") == "reject"
+    clock[0] += 5
+    assert peers.screen(nobodys, b"timers:") == "ask", "an old view is read again first"

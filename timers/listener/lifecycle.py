@@ -380,12 +380,14 @@ class Listener:
     def _reject(self, event: Rejected) -> None:
         """Record an expired key that names no timer this listener can run; unless it
         names a well-formed timer that another live listener can run (it claims it)."""
-        if event.escaped_id is None:
+        screened = (self.peers.screen(event.key, self.keys.timer_key_start.encode())
+                    if event.escaped_id is not None else "reject")
+        if screened == "reject":
             self._record_rejected(event)
-            return
-        task = asyncio.create_task(self._reject_unless_run_elsewhere(event))
-        self._rejecting.add(task)
-        task.add_done_callback(self._rejecting.discard)
+        elif screened == "ask":  # the view in hand is old: read it again first
+            task = asyncio.create_task(self._reject_unless_run_elsewhere(event))
+            self._rejecting.add(task)
+            task.add_done_callback(self._rejecting.discard)
 
     async def _reject_unless_run_elsewhere(self, event: Rejected) -> None:
         with contextlib.suppress(*RETRYABLE):

@@ -13,7 +13,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Literal
 
 from timers.encoding import Entry, as_text
 from timers.exceptions import MalformedTimerKey
@@ -147,6 +147,19 @@ class Peers:
             return False
         group = entry.record.options.get(Option.GROUP) or DEFAULT_GROUP
         return bool(view.runners(entry.record.task, group, exclude=self.me))
+
+    def screen(self, key: bytes, key_start: bytes) -> Literal["elsewhere", "reject", "ask"]:
+        """What to do with an expired key naming a task this listener lacks, from the view
+        in hand: leave it to another listener that runs it (``elsewhere``), record it as
+        rejected (no view read yet, or a fresh one shows no such listener), or ``ask``
+        again (:meth:`view`) first."""
+        if self._view is None:
+            return "reject"
+        if self.run_elsewhere(key, key_start):
+            return "elsewhere"
+        if self._monotonic() - self._read_at <= VIEW_MAX_AGE:
+            return "reject"
+        return "ask"
 
     async def warn_other_packages(self) -> None:
         """At start: warn when the prefix's heartbeats show another tasks package."""
