@@ -33,9 +33,6 @@ log = logging.getLogger("timers.listener")
 VIEW_MAX_AGE = 1.0
 """Seconds a read view serves before the next question reads it again."""
 
-FRESH_FOR_REFUSAL = 0.1
-"""Seconds old at most the view a refusal rests on."""
-
 Reader = Callable[[], Awaitable[list[Any]]]
 
 
@@ -50,7 +47,9 @@ class Peers:
         self._monotonic = monotonic
         self._view: FleetView | None = None
         self._read_at = -1e9
+        """When the read of the view in hand was sent (monotonic)."""
         self._reading: asyncio.Task[FleetView] | None = None
+        self._fresh = asyncio.Lock()
         self._digest: str | None = None
         self.resend = True
         """Send the task list with the next heartbeat (the first, or it was found gone)."""
@@ -113,9 +112,20 @@ class Peers:
             self._reading = asyncio.ensure_future(self._read_view())
         return await asyncio.shield(self._reading)
 
+    async def fresh_view(self) -> FleetView:
+        """A view read after this call began (shared by the callers that wait meanwhile:
+        a batch of refusals reads it once)."""
+        asked = self._monotonic()
+        async with self._fresh:
+            if self._view is not None and self._read_at >= asked:
+                return self._view
+            return await self._read_view()
+
     async def _read_view(self) -> FleetView:
+        sent = self._monotonic()
         view = fleet_from(await self._read())
-        self._view, self._read_at = view, self._monotonic()
+        if sent >= self._read_at:  # (a slower read sent earlier does not replace it)
+            self._view, self._read_at = view, sent
         me = next((p for p in view.peers if p.id == self.me), None)
         if me is not None and self.digest not in view.stored_sets and self._tasks():
             self.resend = True  # our list is gone (a flush, a failover): send it again
@@ -123,11 +133,11 @@ class Peers:
 
     async def runners(self, task: str, group: str) -> tuple[list[Peer], FleetView]:
         """The other live listeners that can run ``task`` in ``group``, and the view. None
-        found is asked again of a view read just now (a refusal is for good)."""
+        found is asked again of a view read after this call (a refusal is for good)."""
         view = await self.view()
         found = view.runners(task, group, exclude=self.me)
         if not found:
-            view = await self.view(max_age=FRESH_FOR_REFUSAL)
+            view = await self.fresh_view()
             found = view.runners(task, group, exclude=self.me)
         return found, view
 
