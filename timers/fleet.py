@@ -34,10 +34,10 @@ HAND_OVER_MAX_MS = 5_000
 """The longest it waits between hand-backs (ms): a listener lacking the task claims one
 such timer at most this often, however long the listener that has it takes."""
 GIVE_WAY_MS = 50
-"""How long after a due time a listener that handed timers back sweeps, for a while
-(:data:`GIVE_WAY_SECONDS`): the listener that has their task claims them first, instead of
-racing one whose claims cost nothing to hand back."""
-GIVE_WAY_SECONDS = 10.0
+"""How long after the due time it gave a timer it handed back a listener sweeps, when that
+is the next due time: the listener that has the task claims it first, instead of racing
+one whose claims cost nothing to hand back. Per due time, not per listener: two apps on
+one prefix each give way on the other's timers only."""
 
 
 def task_set_digest(tasks: Iterable[str]) -> str:

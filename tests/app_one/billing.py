@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+import time
 
 from tests.task_pkg import RUNS, client
 
 
 def charge(tag: str) -> None:
-    """Record that app one ran ``tag``."""
-    client().rpush(RUNS, json.dumps([tag, "app_one"]))
+    """Record that app one ran ``tag``, and when (wall clock)."""
+    client().rpush(RUNS, json.dumps([tag, "app_one", time.time()]))

@@ -20,7 +20,6 @@ from timers.encoding import Args, Record
 from timers.exceptions import MalformedTimerKey, TaskRefused
 from timers.fleet import (
     GIVE_WAY_MS,
-    GIVE_WAY_SECONDS,
     FleetView,
     Peer,
     hand_over_delay_ms,
@@ -266,7 +265,7 @@ class Executor:
         """A timer whose task this listener lacks, handed back uncounted for a live
         listener that has it: due again a little later each time (:mod:`timers.fleet`),
         so the two never pass it to and fro at full speed; and this listener sweeps a
-        little after due times for a while, so the one that has the task claims first.
+        little after that due time, so the one that has the task claims it first.
         A warning per task."""
         times = handed_over(record) + 1
         delay = hand_over_delay_ms(times)
@@ -280,8 +279,8 @@ class Executor:
                         "%d ms later at first, up to %.0f s)", run.timer_id, record.task,
                         runner, delay, hand_over_delay_ms(1 << 10) / 1000,
                         extra={"id": run.timer_id, "task": record.task, "runner": runner})
-        self.tracker.give_way(GIVE_WAY_MS, GIVE_WAY_SECONDS)
         due_ms = self.tracker.redis_time_ms() + delay
+        self.tracker.give_way(due_ms, GIVE_WAY_MS)
         return Ending.wait(run, handed_back(record, run.waited_from_ms), due_ms)
 
     def _fence_of(self, run: Run) -> Callable[[], bool] | None:
