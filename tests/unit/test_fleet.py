@@ -9,6 +9,7 @@ from typing import Any
 
 import fakeredis
 import pytest
+import redis
 
 from tests.unit.test_listener_parts import (
     REDIS_NOW_MS,
@@ -93,7 +94,6 @@ def test_a_task_set_no_live_listener_names_is_dropped_when_its_listener_goes(
 
 
 def test_a_heartbeat_with_a_list_but_no_digest_writes_nothing(fake: fakeredis.FakeRedis) -> None:
-    import redis
     with pytest.raises(redis.ResponseError, match="timers heartbeat"):
         Scripts(fake, KEYS).heartbeat("a", 30_000, "{}", "", "x.y")
     assert fake.keys("*") == []
@@ -254,3 +254,19 @@ def test_an_expired_key_of_a_task_another_listener_runs_is_left_to_it() -> None:
     assert peers.screen(nobodys, b"timers:") == "reject"
     clock[0] += 5
     assert peers.screen(nobodys, b"timers:") == "ask", "an old view is read again first"
+
+
+def test_a_view_the_user_may_not_read_is_empty_and_said_once(
+        caplog: pytest.LogCaptureFixture) -> None:
+    async def denied() -> list[Any]:
+        raise redis.exceptions.NoPermissionError("NOPERM this user has no permissions")
+
+    peers = Peers("me", "app_a", lambda: ("a.b",), denied)
+
+    async def scenario() -> None:
+        for _ in range(3):
+            found, view = await peers.runners("x.y", "default")
+            assert found == [] and view.peers == ()
+
+    asyncio.run(scenario())
+    assert sum("cannot read the other listeners" in r.message for r in caplog.records) == 1

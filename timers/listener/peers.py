@@ -15,6 +15,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
+import redis
+
 from timers.encoding import Entry, as_text
 from timers.exceptions import MalformedTimerKey
 from timers.fleet import (
@@ -54,6 +56,7 @@ class Peers:
         self.resend = True
         """Send the task list with the next heartbeat (the first, or it was found gone)."""
         self._warned: set[str] = set()
+        self._unreadable = False
 
     @classmethod
     def over(cls, client: Any, keys: Keyspace, me: str, package: str,
@@ -95,8 +98,13 @@ class Peers:
     async def check_stored(self) -> None:
         """After a heartbeat: if the list is gone from ``P|tasks`` (a flush, a failover
         that lost it), send it with the next one. One HEXISTS."""
-        if self._stored is not None and self._tasks() and not await self._stored(self.digest):
-            self.resend = True
+        if self._stored is None or not self._tasks():
+            return
+        try:
+            if not await self._stored(self.digest):
+                self.resend = True
+        except redis.exceptions.ResponseError:
+            self.resend = True  # (not readable: send it each time, as a heartbeat may)
 
     # -- the view ---------------------------------------------------------------------
 
@@ -123,7 +131,16 @@ class Peers:
 
     async def _read_view(self) -> FleetView:
         sent = self._monotonic()
-        view = fleet_from(await self._read())
+        try:
+            view = fleet_from(await self._read())
+        except redis.exceptions.ResponseError as exc:  # NOPERM, a key of another type …
+            view = FleetView()
+            if not self._unreadable:
+                self._unreadable = True
+                log.warning("cannot read the other listeners' heartbeats (%s): a timer whose "
+                            "task this listener lacks is refused, not handed to a listener "
+                            "that has it. Allow +time +zrange +hgetall +hexists on the "
+                            "prefix's keys", exc)
         if sent >= self._read_at:  # (a slower read sent earlier does not replace it)
             self._view, self._read_at = view, sent
         me = next((p for p in view.peers if p.id == self.me), None)
