@@ -18,8 +18,8 @@
 -- When a listener goes (or lapses), the task sets no live listener's JSON names any more
 -- are dropped: the hash holds one entry per distinct release running, no history.
 --
--- allow-oom: one small entry per live listener, replaced in place, so a listener on a
--- full server still shows as alive. A listener that died drops off once its deadline
+-- allow-oom: one small entry per live listener, replaced in place, and one task list per
+-- release running, so a listener on a full server still shows as alive (and what it runs). A listener that died drops off once its deadline
 -- passes. (Its timers need nothing from here: their leases lapse on their own and the
 -- sweepers run them again.)
 local ttl = is_count(ARGV[2]) and tonumber(ARGV[2])
