@@ -16,10 +16,11 @@ from typing import Any
 
 from timers.encoding import as_text, check_id, escape_id
 from timers.exceptions import InvalidTimer, MalformedTimerKey, TimerAlreadyPending
-from timers.keys import Keyspace
+from timers.fleet import FleetView, read_fleet
+from timers.keys import DEFAULT_GROUP, Keyspace
 from timers.ops_base import Call, Operation, ms_to_datetime, pairs
 from timers.scripts import ScriptCalls
-from timers.wire import FailureRecord
+from timers.wire import FailureRecord, Option
 
 FAILURE_PAGE = 500
 """Failure records read per round trip when paging through all of them."""
@@ -54,6 +55,11 @@ class RetrySummary:
     """Skipped: a timer with the same id is pending again (``replace`` overwrites it)."""
     not_retryable: int
     """Skipped: rejected event keys, which name no timer to run."""
+    unrunnable: int = 0
+    """Skipped: no live listener can run their task in their group (while some listener
+    is live: :meth:`timers.fleet.FleetView.may_run`)."""
+    unrunnable_example: str | None = None
+    """One of those: ``<id> (<task>, group <g>)``."""
 
 
 class FailureOperations:
@@ -140,23 +146,36 @@ class FailureOperations:
         yield [self._forget(failure.failure_id, failure.raw)]
         return timer_id
 
-    def retry_all_failures(self, replace: bool = False) -> Operation[RetrySummary]:
+    def retry_all_failures(self, replace: bool = False,
+                           runnable_only: bool = True) -> Operation[RetrySummary]:
         """Retry every failure record older than now, page by page, oldest first.
 
+        With ``runnable_only``, a timer whose task no live listener can run in its group
+        is left as it is (it would only be refused again), counted in the summary; when no
+        listener is live, every one is retried (one started later may run it).
         Records written while this runs (a retried timer failing anew included) are left
         for the next call, so this always ends."""
+        fleet = (yield from read_fleet(self.keys)) if runnable_only else FleetView()
         (now,) = yield [Call(command=("TIME",))]
         until = int(now[0]) * 1000 + int(now[1]) // 1000
-        retried = pending = not_retryable = offset = 0
+        retried = pending = not_retryable = offset = unrunnable = 0
+        example: str | None = None
         while True:
             (ids,) = yield [Call(command=("ZRANGEBYSCORE", self.keys.failures, "-inf", until,
                                           "LIMIT", offset, FAILURE_PAGE))]
             if not ids:
-                return RetrySummary(retried, pending, not_retryable)
+                return RetrySummary(retried, pending, not_retryable, unrunnable, example)
             for failure in (yield from self._read_failures([as_text(i) for i in ids])):
                 if failure.timer_id is None or failure.record.task is None:
                     not_retryable += 1
                     offset += 1
+                    continue
+                group = failure_group(failure)
+                if not fleet.may_run(failure.record.task, group):
+                    unrunnable += 1
+                    offset += 1
+                    example = example or (f"{failure.timer_id} ({failure.record.task}, "
+                                          f"group {group})")
                     continue
                 try:
                     yield from self.retry_failure(failure, replace)
@@ -189,6 +208,11 @@ class FailureOperations:
                 Call(command=("ZREM", self.keys.failure_index, *ids)),
             ]
             removed += len(ids)
+
+
+def failure_group(failure: Failure) -> str:
+    """The group a dead timer was in (and a retry schedules it in)."""
+    return (failure.record.options or {}).get(Option.GROUP) or DEFAULT_GROUP
 
 
 def _failure(failure_id: str, raw: Any, score: Any) -> Failure:

@@ -37,7 +37,12 @@ key                 type    holds
 ``P|listeners``     zset    listener id → heartbeat deadline ms: the live listeners.
 ``P|listener``      hash    listener id → JSON (id, host, pid, started, running,
                             fired: runs ended however they ended, concurrency,
-                            tasks, stuck).
+                            tasks: the package, stuck, task_set: the digest of
+                            its task paths in ``P|tasks``).
+``P|tasks``         hash    task set digest → the task paths a listener can run, one a
+                            line, sorted: written once per digest by the heartbeat of a
+                            listener whose JSON names that digest (``task_set``); a
+                            digest no live listener names is dropped (:mod:`timers.fleet`).
 ``P|cron``          hash    escaped recurrence name → definition JSON (task, args,
                             cron or interval, tz, policies): written by producers only.
 ``P|cronstate``     hash    escaped recurrence name → ``v|last|prev|paused|run|anchor``
@@ -179,6 +184,11 @@ class Keyspace:
     @property
     def listener_info(self) -> str:
         return self.prefix + "|listener"
+
+    @property
+    def task_sets(self) -> str:
+        """hash: task set digest -> the task paths of the listeners that announce it."""
+        return self.prefix + "|tasks"
 
     @property
     def recurrences(self) -> str:

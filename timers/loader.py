@@ -114,6 +114,7 @@ class TaskLoader:
         self._lock = threading.Lock()
         self._loaded = False
         self._keyed: tuple[str, ...] | None = None
+        self._names: tuple[str, ...] | None = None
         self._package_error: str | None = None
         self.failed_modules: dict[str, str] = {}
         """Modules of the package that failed to import at start-up: name -> error."""
@@ -175,6 +176,24 @@ class TaskLoader:
             if info.ispkg:
                 self._walk(module)
 
+    def _tasks_found(self, imported: bool = False) -> dict[str, Callable[..., Any]]:
+        """Task path -> function: every function defined in a loaded module of the
+        package (with ``imported``, also those a module imports from another module of
+        the package: :meth:`resolve` runs them too), and the registered ones."""
+        found = dict(self.registry)
+        prefix = self.package + "."
+        for name, module in list(sys.modules.items()):
+            if name != self.package and not name.startswith(prefix):
+                continue
+            path = name[len(prefix):] if name != self.package else ""
+            for attr, fn in list(vars(module).items()):
+                home = getattr(fn, "__module__", None)
+                if callable(fn) and not inspect.isclass(fn) and (home == name or (
+                        imported and isinstance(home, str)
+                        and (home == self.package or home.startswith(prefix)))):
+                    found[f"{path}.{attr}" if path else attr] = fn
+        return {task: fn for task, fn in found.items() if is_task_path(task)}
+
     def keyed_tasks(self) -> tuple[str, ...]:
         """The tasks of the loaded package (and the registered ones) with a concurrency key
         or cap, by task path: their claims are ordered per key (the order barrier,
@@ -182,19 +201,19 @@ class TaskLoader:
         if self._keyed is None:
             if not self._loaded:
                 return ()
-            found = dict(self.registry)
-            prefix = self.package + "."
-            for name, module in list(sys.modules.items()):
-                if name != self.package and not name.startswith(prefix):
-                    continue
-                path = name[len(prefix):] if name != self.package else ""
-                for attr, fn in list(vars(module).items()):
-                    if callable(fn) and getattr(fn, "__module__", None) == name:
-                        found[f"{path}.{attr}" if path else attr] = fn
             self._keyed = tuple(sorted(
-                task for task, fn in found.items()
-                if is_task_path(task) and policy_of(fn).concurrency is not None))
+                task for task, fn in self._tasks_found().items()
+                if policy_of(fn).concurrency is not None))
         return self._keyed
+
+    def task_names(self) -> tuple[str, ...]:
+        """Every task path this loader can run, sorted: what the listener announces to the
+        others of its prefix (:mod:`timers.fleet`). Empty before :meth:`load`."""
+        if self._names is None:
+            if not self._loaded:
+                return ()
+            self._names = tuple(sorted(self._tasks_found(imported=True)))
+        return self._names
 
     def resolve(self, task: str) -> Callable[..., Any]:
         """The callable for ``task``, or :class:`TaskRefused` saying why not. Imports

@@ -28,7 +28,7 @@ from timers.keys import DEFAULT_GROUP, Keyspace
 ScriptName = Literal[
     "schedule", "reschedule", "cancel", "claim", "renew", "finish", "heartbeat", "forget",
     "cron_declare", "cron_next", "cron_pause", "cron_remove", "gate", "park",
-    "near", "shards",
+    "near", "shards", "move",
 ]
 SCRIPT_NAMES: tuple[ScriptName, ...] = (
     "schedule",
@@ -47,6 +47,7 @@ SCRIPT_NAMES: tuple[ScriptName, ...] = (
     "park",
     "near",
     "shards",
+    "move",
 )
 PRELUDES = ("prelude", "flow")
 """``lua/prelude.lua`` and ``lua/flow.lua``: helpers shared by the scripts, included into
@@ -235,11 +236,24 @@ class ScriptCalls:
             "finish", (k.running, k.running_records, k.stats, k.failures, k.failure_records,
                        k.due, k.records, k.failure_index, k.sequence), tuple(args))
 
-    def heartbeat(self, listener_id: str, ttl_ms: int, info: str) -> Invocation:
-        """``info`` "" says the listener is gone."""
+    def heartbeat(self, listener_id: str, ttl_ms: int, info: str, task_set: str = "",
+                  task_list: str = "") -> Invocation:
+        """``info`` "" says the listener is gone. ``task_set``: the digest ``info`` names;
+        ``task_list``: its task paths, one a line, to store ("" when stored already)."""
         k = self.keys
-        return Invocation("heartbeat", (k.listeners, k.listener_info),
-                          (listener_id, ttl_ms, info))
+        return Invocation("heartbeat", (k.listeners, k.listener_info, k.task_sets),
+                          (listener_id, ttl_ms, info, task_set, task_list))
+
+    def move(self, to: Keyspace, tasks: Sequence[str], dead: bool,
+             ids: Sequence[str]) -> Invocation:
+        """Move pending timers (escaped ids) or, with ``dead``, dead timers (failure ids)
+        of ``tasks`` (empty: any) from this prefix to ``to``'s (``lua/move.lua``)."""
+        k = self.keys
+        return Invocation("move", (
+            k.due, k.records, k.failures, k.failure_records, k.failure_index,
+            to.due, to.records, to.failures, to.failure_records, to.failure_index,
+        ), (k.timer_key_start, to.timer_key_start, to.wake_channel, ",".join(tasks),
+            "d" if dead else "p", *ids))
 
     def forget(self, failure_id: str, read_as: str) -> Invocation:
         k = self.keys
@@ -349,8 +363,10 @@ class Scripts:
         return self.run(self.calls.finish(retention_ms=retention_ms, endings=endings,
                                           taker=taker))
 
-    def heartbeat(self, listener_id: str, ttl_ms: int, info: str) -> Any:
-        return self.run(self.calls.heartbeat(listener_id, ttl_ms, info))
+    def heartbeat(self, listener_id: str, ttl_ms: int, info: str, task_set: str = "",
+                  task_list: str = "") -> Any:
+        """Reply: the ids of the live listeners (see ``lua/heartbeat.lua``)."""
+        return self.run(self.calls.heartbeat(listener_id, ttl_ms, info, task_set, task_list))
 
     def forget(self, failure_id: str, read_as: str) -> Any:
         return self.run(self.calls.forget(failure_id, read_as))

@@ -200,14 +200,18 @@ class ShardedOperations:
         return (yield from self._routed(failure.timer_id or "",
                                         lambda s: s.retry_failure(failure, replace)))
 
-    def retry_all_failures(self, replace: bool = False) -> Operation[RetrySummary]:
-        retried = pending = not_retryable = 0
+    def retry_all_failures(self, replace: bool = False,
+                           runnable_only: bool = True) -> Operation[RetrySummary]:
+        retried = pending = not_retryable = unrunnable = 0
+        example: str | None = None
         for shard in (yield from self.shards()):
-            part = yield from shard.retry_all_failures(replace)
+            part = yield from shard.retry_all_failures(replace, runnable_only)
             retried += part.retried
             pending += part.pending
             not_retryable += part.not_retryable
-        return RetrySummary(retried, pending, not_retryable)
+            unrunnable += part.unrunnable
+            example = example or part.unrunnable_example
+        return RetrySummary(retried, pending, not_retryable, unrunnable, example)
 
     def purge_failures(self, older_than_ms: int | None = None) -> Operation[int]:
         removed = 0

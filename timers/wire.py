@@ -46,6 +46,9 @@ class Option(StrEnum):
     GROUP_DISAGREEMENT = "gx"
     """Set while the timer waits in its group, unmoved: the group its task declares in the
     release of the listener that left it there (:mod:`timers.flow.disagreement`)."""
+    HANDED_OVER = "ho"
+    """How many times listeners lacking the timer's task handed it back for a live listener
+    that has it (absent: never); each hand-back waits longer (:mod:`timers.fleet`)."""
 
 
 FLOW_DUE_SPAN = 2**42

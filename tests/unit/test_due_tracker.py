@@ -144,3 +144,18 @@ def test_a_slower_sample_within_max_age_is_ignored(clock: ManualClock) -> None:
     tracker.observe_time(drifted, later - 0.025, later + 0.025)
     clock.now = later
     assert tracker.redis_now_ms() == pytest.approx(drifted / 1000 - 40)
+
+
+def test_a_listener_sweeps_late_only_at_the_due_times_it_gave_timers_it_handed_back() -> None:
+    """Two apps on one prefix each hand the other's timers back: each gives way on the due
+    times it chose, so the listener with the task claims first (timers.fleet)."""
+    clock = ManualClock()
+    tracker = DueTracker(clock)
+    tracker.observe_time(1_000_000 * 1000, clock.monotonic(), clock.monotonic())
+    now = tracker.redis_now_ms()
+    tracker.observe_heads(now + 100, None)
+    assert tracker.seconds_until_next() == pytest.approx((100 - CLAIM_LEAD_MS) / 1000)
+    tracker.give_way(round(now + 100), 50)
+    assert tracker.seconds_until_next() == pytest.approx((150 - CLAIM_LEAD_MS) / 1000)
+    tracker.observe_heads(now + 101, None)  # another listener's hand-back: no delay
+    assert tracker.seconds_until_next() == pytest.approx((101 - CLAIM_LEAD_MS) / 1000)

@@ -36,9 +36,15 @@ LABELS = {
     "running records": KS.running_records, "sequence": KS.sequence, "stats": KS.stats,
     "failures": KS.failures, "failure records": KS.failure_records,
     "failure index": KS.failure_index, "listeners": KS.listeners,
-    "listener info": KS.listener_info, "recurrence definitions": KS.recurrences,
+    "listener info": KS.listener_info, "task sets": KS.task_sets,
+    "recurrence definitions": KS.recurrences,
     "recurrence states": KS.recurrence_states, "layout": KS.shards, "queues": KS.queues,
     "near": KS.near,
+    **{f"{age} {label}": getattr(keys, name)
+       for age, keys in (("old", KS), ("new", Keyspace("q")))
+       for label, name in (("due index", "due"), ("records", "records"),
+                           ("failures", "failures"), ("failure records", "failure_records"),
+                           ("failure index", "failure_index"))},
 }
 SAMPLES: dict[ScriptName, Invocation] = {
     "schedule": CALLS.schedule([NewTimer("a", "t.f:[1]", "in", 5, "r"),
@@ -62,6 +68,7 @@ SAMPLES: dict[ScriptName, Invocation] = {
     "park": CALLS.park(100, [ParkTimer("a", "t.f:[1]", "device:7", 1)]),
     "near": CALLS.near(1000),
     "shards": CALLS.shards(16, True),
+    "move": CALLS.move(Keyspace("q"), ["t.f"], False, ["a", "b"]),
 }
 EXPIRING_KEYS = {  # the expiring keys each sample must name, in order
     "schedule": [KS.timer_key("a:t.f:[1]"), KS.timer_key("b:t.g:[2]")],

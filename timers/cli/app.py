@@ -47,6 +47,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "top": ("timers.cli.top", "register"),
     "metrics": ("timers.cli.observe", "register"),
     "web": ("timers.cli.web", "register"),
+    "move": ("timers.cli.move", "register"),
 }
 """Each command (in the order ``timers --help`` lists them): the module that defines it
 and either that module's ``register(app)`` function or its command group (a

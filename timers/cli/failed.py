@@ -24,6 +24,8 @@ from timers.cli.common import (
 )
 from timers.due import parse_duration
 from timers.exceptions import TimerAlreadyPending
+from timers.failure_ops import failure_group
+from timers.fleet import read_fleet
 from timers.keys import DEFAULT_PREFIX
 from timers.operations import Failure
 from timers.tracebacks import from_task_frames
@@ -34,6 +36,8 @@ failed_app = typer.Typer(help="Timers that failed or were refused.", no_args_is_
 LimitOption = Annotated[int, typer.Option("--limit", "-n", min=1, metavar="N", help="How many.")]
 ReplaceOption = Annotated[bool, typer.Option(
     "--replace", help="Overwrite a timer pending again under the same id.")]
+AnywayOption = Annotated[bool, typer.Option(
+    "--anyway", help="Retry even timers whose task no live listener can run.")]
 
 
 def _when(dt: datetime) -> str:
@@ -115,11 +119,13 @@ def failed_retry(
     id: Annotated[str | None, typer.Argument(help="Timer id to run again.")] = None,
     all_: Annotated[bool, typer.Option("--all", help="Retry every failed timer.")] = False,
     replace: ReplaceOption = False,
+    anyway: AnywayOption = False,
     url: UrlOption = None,
     prefix: PrefixOption = DEFAULT_PREFIX,
 ) -> None:
     """Schedule failed timers again, due now, with their attempts reset. A timer whose id
-    is pending again is skipped (--replace to overwrite it)."""
+    is pending again is skipped (--replace to overwrite it); so is one whose task no live
+    listener of the prefix can run, while any listener is live (--anyway to retry it)."""
     if (id is None) == (not all_):
         raise UserError("give a timer id or --all")
     with open_timers(url, prefix) as t:
@@ -127,18 +133,28 @@ def failed_retry(
             failure = t.get_failure(id)
             if failure is None:
                 raise UserError(f"no failure recorded for {id}")
+            task = failure.record.task
+            if task is not None and not anyway:
+                fleet = t.run(read_fleet(t.keys))
+                if not fleet.may_run(task, failure_group(failure)):
+                    raise UserError(
+                        f"no live listener can run {task} (group {failure_group(failure)}): "
+                        f"not retried ({fleet.describe()}; --anyway to retry it)")
             try:
                 typer.echo(f"retrying {t.retry_failure(failure, replace=replace)}")
             except TimerAlreadyPending as exc:
                 raise UserError(f"timer {exc.timer_id} is pending again: not retried "
                                 f"(--replace to overwrite it)") from None
             return
-        done = t.retry_all_failures(replace=replace)
+        done = t.run(t.ops.retry_all_failures(replace, runnable_only=not anyway))
     line = f"retrying {done.retried} timer(s)"
     if done.pending:
         line += f"; skipped {done.pending} pending again (--replace to overwrite them)"
     if done.not_retryable:
         line += f"; {done.not_retryable} rejected key(s) left as they are"
+    if done.unrunnable:
+        line += (f"; skipped {done.unrunnable} no live listener can run (e.g. "
+                 f"{done.unrunnable_example}; --anyway to retry them)")
     typer.echo(line)
 
 

@@ -19,6 +19,7 @@ from timers.clock import Clock
 CLAIM_LEAD_MS = 4.0
 """How long before a due time the listener claims it: more than a claim's round trip plus
 asyncio's millisecond wake jitter, so the run is in hand when its due time comes."""
+_MAX_HANDED_DUES = 4096
 OFFSET_MAX_AGE = 10.0
 """Seconds after which a clock-offset sample is replaced even by a slower round trip."""
 
@@ -46,6 +47,26 @@ class DueTracker:
         """How long after a due time this listener sweeps it: 0, or, for a shard another
         live listener sweeps first, :data:`timers.listener.lanes.BACKUP_SWEEP_MS`."""
         self._offset: _OffsetSample | None = None
+        self._handed_dues: dict[int, float] = {}
+        """Due times (ms) this listener gave timers it handed back for another listener,
+        and how long after each it sweeps (:meth:`give_way`)."""
+
+    def give_way(self, due_ms: int, ms: float) -> None:
+        """This listener handed a timer back for another that has its task, due at
+        ``due_ms``: when that is the next due time, it sweeps ``ms`` late, so the other
+        claims it first (:mod:`timers.fleet`). Due times long past are forgotten."""
+        if len(self._handed_dues) >= _MAX_HANDED_DUES:
+            past = self.redis_now_ms() - 1000
+            self._handed_dues = {d: m for d, m in self._handed_dues.items() if d > past}
+            if len(self._handed_dues) >= _MAX_HANDED_DUES:
+                self._handed_dues.clear()
+        self._handed_dues[due_ms] = ms
+
+    def _defer_for(self, wake_ms: float) -> float:
+        """How long after ``wake_ms`` this listener sweeps (see :meth:`give_way`)."""
+        if not self._handed_dues:
+            return self.defer_ms
+        return max(self.defer_ms, self._handed_dues.get(round(wake_ms), 0.0))
 
     def observe_time(self, redis_now_us: float, sent: float, received: float) -> None:
         """Learn the Redis clock from a reply stamped ``redis_now_us``.
@@ -118,5 +139,5 @@ class DueTracker:
         wake = self.next_wake_ms()
         if wake is None or not self.knows_clock:
             return 0.0 if not self.knows_clock else self.max_sleep
-        delay = (wake - CLAIM_LEAD_MS + self.defer_ms - self.redis_now_ms()) / 1000
+        delay = (wake - CLAIM_LEAD_MS + self._defer_for(wake) - self.redis_now_ms()) / 1000
         return min(max(delay, 0.0), self.max_sleep)

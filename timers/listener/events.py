@@ -133,7 +133,8 @@ def classify(message: Mapping[str, Any], channels: Channels,
 class EventSource:
     """Keeps the subscription, hands timer ids to the claim and rejections onward.
 
-    ``poke`` wakes the sweep; ``reject`` receives each :class:`Rejected` key."""
+    ``poke`` wakes the sweep; ``reject`` receives each :class:`Rejected` key (and logs
+    it if it records it)."""
 
     def __init__(self, client: redis.asyncio.Redis, channels: Channels, keys: Keyspace,
                  resolve: Callable[[str], object], tracker: DueTracker,
@@ -197,8 +198,7 @@ class EventSource:
             self.pending[event.escaped_id] = None
             self.poke()
         elif isinstance(event, Rejected):
-            log.warning("rejected expired key %r: %s", event.key[:120], event.reason)
-            self.reject(event)
+            self.reject(event)  # logged where it is recorded (not if another listener runs it)
 
     async def run(self) -> None:
         """Subscribe and handle messages until stopped, resubscribing after a loss."""

@@ -18,6 +18,14 @@ from typing import Any, Protocol
 from timers import context
 from timers.encoding import Args, Record
 from timers.exceptions import MalformedTimerKey, TaskRefused
+from timers.fleet import (
+    GIVE_WAY_MS,
+    FleetView,
+    Peer,
+    hand_over_delay_ms,
+    handed_back,
+    handed_over,
+)
 from timers.flow.disagreement import (
     RECHECK_MS,
     describe,
@@ -74,6 +82,16 @@ class Isolator(Protocol):
         ...
 
 
+class PeerView(Protocol):
+    """The other live listeners of the prefix (:class:`timers.listener.peers.Peers`)."""
+
+    async def runners(self, task: str, group: str) -> tuple[list[Peer], FleetView]:
+        ...
+
+    def refusal(self, view: FleetView) -> str:
+        ...
+
+
 class Sleeper(Protocol):
     async def sleep_until(self, monotonic: float) -> None:
         ...
@@ -110,7 +128,8 @@ class Executor:
     def __init__(self, resolve: Callable[[str], Callable[..., Any]], runner: Caller,
                  quarantine: Isolator, recurrences: RecurrenceSteps, tracker: DueTracker,
                  sleeper: Sleeper, flow: Admitter | None = None, name: str = "",
-                 turns: Turns | None = None, fence: Fencer | None = None) -> None:
+                 turns: Turns | None = None, fence: Fencer | None = None,
+                 peers: PeerView | None = None) -> None:
         self.resolve, self.runner, self.quarantine = resolve, runner, quarantine
         self.recurrences, self.tracker, self.sleeper = recurrences, tracker, sleeper
         self.flow, self.name = flow, name
@@ -121,6 +140,10 @@ class Executor:
         """Starts a run only while its lease holds (invariant 12); None: unfenced (tests)."""
         self._disagreements: set[tuple[str, str, str]] = set()
         """(task, group it declares, group served) of the group disagreements warned of."""
+        self.peers = peers
+        """Who else can run a task this listener lacks (None: no one is asked)."""
+        self._handed_tasks: set[str] = set()
+        """Tasks whose timers this listener handed back for another listener (warned of)."""
 
     async def execute(self, run: Run) -> Executed:
         """Run ``run`` and say how it ended. A cancellation (shutting down) goes through:
@@ -150,6 +173,8 @@ class Executor:
             return Executed(Ending.release(run.token), None)
         if outcome.kind == "taken":  # another listener took the run over: nothing to write
             return Executed(None, None)
+        if outcome.kind == "passed" and attempt.record is not None:
+            return Executed(self._handed_back(run, attempt.record, outcome.message), None)
         try:
             ending = self.ending(run, attempt.record, outcome, attempt.policy)
         except Exception as exc:
@@ -167,6 +192,9 @@ class Executor:
 
     async def _attempt(self, run: Run, attempt: _Attempt) -> Outcome:
         record = attempt.record = run.record()
+        lacking = await self._lacking(record)
+        if lacking is not None and lacking.kind == "passed":
+            return lacking  # before a recurrence's steps: the listener that runs it takes them
         recurring = Option.RECURRENCE in record.options
         after = await self._turn_before(run, attempt, record, recurring) if run.follows else None
         context.enter_run(run, record, attempt.started_ms, self._fence_of(run))  # current()
@@ -210,11 +238,50 @@ class Executor:
                 if own is not None:
                     self._timed_by_thread(attempt, own, after is not None)
         except TaskRefused as exc:
-            outcome = Outcome("refused", "TaskRefused", f"{exc} (refused by {self.name})"
-                              if self.name else str(exc))
+            seen = f"; {lacking.message}" if lacking is not None else ""
+            outcome = Outcome("refused", "TaskRefused", f"{exc} (refused by {self.name}{seen})"
+                              if self.name else f"{exc}{seen}")
         if recurring:
             await self.recurrences.after_run(run, record, outcome)
         return outcome
+
+    async def _lacking(self, record: Record) -> Outcome | None:
+        """None when this listener can run ``record``'s task (or no one is asked). Else,
+        when another live listener serving its group has the task, ``passed`` (hand it back
+        for that one), or ``refused`` whose message names the listeners seen."""
+        if self.peers is None:
+            return None
+        try:
+            self.resolve(record.task)
+            return None
+        except TaskRefused:
+            pass
+        runners, view = await self.peers.runners(record.task, group_of(record))
+        if runners:
+            return Outcome("passed", "", runners[0].describe())
+        return Outcome("refused", "TaskRefused", self.peers.refusal(view))
+
+    def _handed_back(self, run: Run, record: Record, runner: str) -> Ending:
+        """A timer whose task this listener lacks, handed back uncounted for a live
+        listener that has it: due again a little later each time (:mod:`timers.fleet`),
+        so the two never pass it to and fro at full speed; and this listener sweeps a
+        little after that due time, so the one that has the task claims it first.
+        A warning per task."""
+        times = handed_over(record) + 1
+        delay = hand_over_delay_ms(times)
+        if record.task in self._handed_tasks:
+            log.debug("timer %s (%s) handed back for %s (%d time(s))", run.timer_id,
+                      record.task, runner, times)
+        else:
+            self._handed_tasks.add(record.task)
+            log.warning("timer %s (%s) handed back: this listener cannot run it; live listener "
+                        "%s can (timers of that task are handed back to it, each due again "
+                        "%d ms later at first, up to %.0f s)", run.timer_id, record.task,
+                        runner, delay, hand_over_delay_ms(1 << 10) / 1000,
+                        extra={"id": run.timer_id, "task": record.task, "runner": runner})
+        due_ms = self.tracker.redis_time_ms() + delay
+        self.tracker.give_way(due_ms, GIVE_WAY_MS)
+        return Ending.wait(run, handed_back(record, run.waited_from_ms), due_ms)
 
     def _fence_of(self, run: Run) -> Callable[[], bool] | None:
         """The check a thread makes right before it calls ``run``'s function."""

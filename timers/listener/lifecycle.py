@@ -52,6 +52,7 @@ from timers.listener.leases import Fence, HeldRuns, LeaseKeeper, sync_twin
 from timers.listener.loop_watch import LoopWatch
 from timers.listener.near_keys import keep_near_keys
 from timers.listener.parker import Parker
+from timers.listener.peers import Peers
 from timers.listener.permissions import explain
 from timers.listener.precise import PreciseSleeper
 from timers.listener.preflight import preflight
@@ -131,6 +132,9 @@ class Listener:
         self.tally = RunTally()
         """How runs ended, for the log (``tally.log_fires``: a line per fired timer)."""
         self._scripts = Scripts(self.redis, self.keys)
+        self.peers = Peers.over(self.redis, self.keys, self.id, self.loader.package,
+                                self.loader.task_names)
+        """The other live listeners of the prefix and what they run (:mod:`timers.fleet`)."""
         self._stopping = asyncio.Event()  # stop claiming
         self._abort_event, self._burst = asyncio.Event(), False
         self._new_lane_state()
@@ -148,6 +152,8 @@ class Listener:
         self._tasks: set[asyncio.Task[None]] = set()
         self._held = HeldRuns(self.lease)  # tokens whose lease we keep: running or unflushed
         self.turns = Turns()  # runs next in line on a key slot, and those they follow
+        self.task_list_sent = False  # this lane's heartbeat stored the task list
+        self._rejecting: set[asyncio.Task[None]] = set()  # expired keys checked with peers
 
     def _wire_parts(self) -> None:
         """The parts of one shard's lane: its claims, events, endings and gates."""
@@ -180,8 +186,10 @@ class Listener:
                                  Quarantine(self.loader, listener_name(self.id)),
                                  RecurrenceHook(self.redis, self.keys, self._scripts), self.tracker,
                                  self._precise, self.flow,
-                                 f"listener {self.id} (groups {', '.join(self.groups)})",
-                                 self.turns, Fence(self._held, self._scripts, self.lease))
+                                 f"listener {self.id} (package {self.loader.package!r}, "
+                                 f"groups {', '.join(self.groups)})",
+                                 self.turns, Fence(self._held, self._scripts, self.lease),
+                                 self.peers)
 
     @property
     def subscribed(self) -> asyncio.Event:
@@ -203,6 +211,8 @@ class Listener:
             self._forkserver = asyncio.create_task(
                 asyncio.to_thread(prestart, self.loader.package))
             self._forkserver.add_done_callback(_forkserver_started)
+        with contextlib.suppress(*RETRYABLE):
+            await self.peers.warn_other_packages()
         await self.recycler.wait_for_turn(self._stopping)  # a standby waits to take over
         log.info("listening: tasks package %r loaded, prefix %r%s, concurrency %d, lease %g s",
                  self.loader.package, self.prefix, shard_note(self._lanes), self.concurrency,
@@ -377,6 +387,27 @@ class Listener:
             log.exception("observer failed")
 
     def _reject(self, event: Rejected) -> None:
+        """Record an expired key that names no timer this listener can run; unless it
+        names a well-formed timer that another live listener can run (it claims it)."""
+        screened = (self.peers.screen(event.key, self.keys.timer_key_start.encode())
+                    if event.escaped_id is not None else "reject")
+        if screened == "reject":
+            self._record_rejected(event)
+        elif screened == "ask":  # the view in hand is old: read it again first
+            task = asyncio.create_task(self._reject_unless_run_elsewhere(event))
+            self._rejecting.add(task)
+            task.add_done_callback(self._rejecting.discard)
+
+    async def _reject_unless_run_elsewhere(self, event: Rejected) -> None:
+        with contextlib.suppress(*RETRYABLE):
+            await self.peers.view()
+        if self.peers.run_elsewhere(event.key, self.keys.timer_key_start.encode()):
+            log.debug("expired key %r: another live listener runs its task", event.key[:120])
+            return
+        self._record_rejected(event)
+
+    def _record_rejected(self, event: Rejected) -> None:
+        log.warning("rejected expired key %r: %s", event.key[:120], event.reason)
         failure_id, failure = rejected_entry(event.key, event.reason,
                                              self.tracker.redis_time_ms(), event.escaped_id)
         self.endings.add(Ending("", EndingKind.REJECT, failure_id=failure_id, failure=failure))
