@@ -70,6 +70,9 @@ from timers.shards import configured_shards
 from timers.wire import HEARTBEAT_INTERVAL, ClaimSource, EndingKind
 
 log = logging.getLogger("timers.listener")
+QUARANTINE_AHEAD_DELAY = 3.0
+"""Seconds after start-up that ``timers listen`` starts quarantine's process (at most half
+a lease)."""
 
 DEFAULT_LEASE = 15.0
 DEFAULT_CONCURRENCY = 32
@@ -207,9 +210,8 @@ class Listener:
         stop claiming, give running tasks ``shutdown_timeout`` seconds, write endings."""
         self._burst = burst
         events = await preflight(self)
-        if self.quarantine_ahead:  # started now rather than at the first rerun, off the loop
-            self._forkserver = asyncio.create_task(
-                asyncio.to_thread(prestart, self.loader.package))
+        if self.quarantine_ahead:  # started soon rather than at the first rerun, off the loop
+            self._forkserver = asyncio.create_task(self._start_quarantine())
             self._forkserver.add_done_callback(_forkserver_started)
         with contextlib.suppress(*RETRYABLE):
             await self.peers.warn_other_packages()
@@ -235,6 +237,13 @@ class Listener:
         for outcome in ended:
             if isinstance(outcome, BaseException):
                 raise outcome
+
+    async def _start_quarantine(self) -> None:
+        """Start quarantine's process a few seconds into the listener's life: not while it
+        starts up itself (a listener that only runs a burst never pays for it), and well
+        before a rerun is likely (a listener died: its leases lapse after ``--lease``)."""
+        await asyncio.sleep(min(QUARANTINE_AHEAD_DELAY, self.lease / 2))
+        await asyncio.to_thread(prestart, self.loader.package)
 
     async def _serve(self, events: bool) -> None:
         """One lane (the listener itself, with one shard): claim, run and finish its
@@ -425,6 +434,6 @@ class Listener:
 
 
 def _forkserver_started(task: asyncio.Task[None]) -> None:
-    """A quarantine process that could not be started now is started at the first rerun."""
+    """A quarantine process that could not be started ahead is started at the first rerun."""
     if not task.cancelled() and task.exception() is not None:
         log.warning("quarantine process not started ahead: %s", task.exception())
