@@ -143,7 +143,7 @@ def test_a_poison_is_recorded_dead_of_the_starts_that_died_not_of_lapses(
 def test_timers_listen_starts_its_quarantine_process_before_any_rerun(
         r: redis.Redis, redis_url: str, processes: Processes) -> None:
     """The first rerun after a listener died would otherwise start an interpreter and
-    import timers and the tasks while the listener's other timers come due."""
+    import timers while the listener's other timers come due."""
     from pathlib import Path
 
     from tests.processes import children_of

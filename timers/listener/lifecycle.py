@@ -243,7 +243,7 @@ class Listener:
         starts up itself (a listener that only runs a burst never pays for it), and well
         before a rerun is likely (a listener died: its leases lapse after ``--lease``)."""
         await asyncio.sleep(min(QUARANTINE_AHEAD_DELAY, self.lease / 2))
-        await asyncio.to_thread(prestart, self.loader.package)
+        await asyncio.to_thread(prestart)
 
     async def _serve(self, events: bool) -> None:
         """One lane (the listener itself, with one shard): claim, run and finish its

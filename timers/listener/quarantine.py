@@ -60,15 +60,16 @@ def _mp_context() -> Any:
     return _context
 
 
-def prestart(package: str) -> None:
-    """Start the process quarantine children fork from, with timers and the tasks package
-    ``package`` imported in it (blocking: call it off the event loop, at start-up). A
-    listener's first rerun otherwise starts a Python interpreter and imports both while
-    its other timers come due: on a 2-core machine every timer ran late for 1 to 2 s after a
-    listener was killed. A package that fails to import there is imported by each child."""
+def prestart() -> None:
+    """Start the process quarantine children fork from, with timers imported in it
+    (blocking: call it off the event loop). A listener's first rerun otherwise starts a
+    Python interpreter and imports timers while its other timers come due: on a 2-core
+    machine every timer ran late for 1 to 2 s after a listener was killed. The tasks
+    package is not imported there: each child imports it after it has set up its logs, so
+    what an import prints goes through the listener's log format."""
     from multiprocessing import forkserver
 
-    _mp_context().set_forkserver_preload(["timers.listener.quarantine", package])
+    _mp_context()
     forkserver.ensure_running()
 
 
