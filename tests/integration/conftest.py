@@ -7,6 +7,8 @@ runs to ``$TIMERS_TEST_URL``, which an autouse fixture points at that server.
 
 from __future__ import annotations
 
+import os
+import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -14,9 +16,11 @@ from typing import Any
 import pytest
 import redis
 
+from tests.conftest import ROOT
 from tests.integration.helpers import ListenerThread, Processes
 from tests.task_pkg import URL_ENV
 from timers import Timers
+from timers.server import EmbeddedServer
 
 
 @pytest.fixture(autouse=True)
@@ -71,3 +75,14 @@ def processes(tmp_path: Path, redis_url: str) -> Iterator[Processes]:
         procs.cleanup()
 
 
+@pytest.fixture
+def own_server() -> Iterator[EmbeddedServer]:
+    """A server of this test's own (repository redis.conf, AOF on), which the test may
+    pause, stop and start again; resumed and stopped after it."""
+    server = EmbeddedServer(config=ROOT / "redis.conf").start()
+    try:
+        yield server
+    finally:
+        if server.pid is not None:
+            os.kill(server.pid, signal.SIGCONT)
+        server.stop()

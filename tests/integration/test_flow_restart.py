@@ -12,12 +12,11 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
-from collections.abc import Iterator
 
 import pytest
 import redis
 
-from tests.conftest import ROOT, wait_until
+from tests.conftest import wait_until
 from tests.integration.helpers import KEYS, TASKS, Processes, runs, settled
 from tests.integration.test_flow import listeners, overlaps
 from tests.task_pkg import STARTED
@@ -28,15 +27,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.one_server]
 
 DEVICES = 15
 COMMANDS = 300  # 20 per device, 50 ms each: a second of work per device
-
-
-@pytest.fixture
-def own_server() -> Iterator[EmbeddedServer]:
-    server = EmbeddedServer(config=ROOT / "redis.conf").start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def test_device_commands_survive_a_redis_restart_mid_run_one_at_a_time(

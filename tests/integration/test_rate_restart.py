@@ -12,12 +12,11 @@ from __future__ import annotations
 import itertools
 import json
 import time
-from collections.abc import Iterator
 
 import pytest
 import redis
 
-from tests.conftest import ROOT, wait_until
+from tests.conftest import wait_until
 from tests.integration.helpers import KEYS, TASKS, Processes
 from tests.integration.test_flow import listeners
 from tests.task_pkg import RUNS
@@ -27,15 +26,6 @@ from timers.server import EmbeddedServer
 pytestmark = [pytest.mark.integration, pytest.mark.one_server]
 
 TIMERS = 16
-
-
-@pytest.fixture
-def own_server() -> Iterator[EmbeddedServer]:
-    server = EmbeddedServer(config=ROOT / "redis.conf").start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def test_a_rate_limit_keeps_its_interval_through_a_redis_restart(

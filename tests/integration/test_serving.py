@@ -11,7 +11,6 @@ import signal
 import socket
 import time
 import urllib.request
-from collections.abc import Iterator
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -43,18 +42,6 @@ def answers(url: str) -> bool:
     except OSError:
         return False
     return True
-
-
-@pytest.fixture
-def own_server() -> Iterator[EmbeddedServer]:
-    """A server of this test's own (it is paused or stopped), resumed and stopped after."""
-    server = EmbeddedServer(config=ROOT / "redis.conf").start()
-    try:
-        yield server
-    finally:
-        if server.pid is not None:
-            os.kill(server.pid, signal.SIGCONT)
-        server.stop()
 
 
 def test_a_scrape_answers_within_2_s_while_redis_is_paused_and_says_it_is_unreadable(
