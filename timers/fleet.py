@@ -18,14 +18,13 @@ The view is read in one round trip (:func:`read_fleet`) and the maths is pure.
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from timers.encoding import Record, as_text
 from timers.keys import DEFAULT_GROUP, Keyspace
-from timers.ops_base import Call, Operation, pairs
+from timers.ops_base import Call, Operation, live_heartbeats, pairs
 from timers.wire import Option
 
 HAND_OVER_FIRST_MS = 100
@@ -155,19 +154,8 @@ def _peer(name: str, beat: Mapping[str, Any], sets: Mapping[str, frozenset[str]]
 def fleet_of(now_ms: int, entries: Any, infos: Any, sets: Any) -> FleetView:
     """The view from raw replies: ``ZRANGE P|listeners 0 -1 WITHSCORES``, ``HGETALL
     P|listener`` and ``HGETALL P|tasks`` (RESP2 lists or RESP3 maps)."""
-    info = {as_text(k): as_text(v) for k, v in _items(infos)}
     stored = {as_text(k): decode_task_set(as_text(v)) for k, v in _items(sets)}
-    peers = []
-    for listener_id, deadline in pairs(entries):
-        name = as_text(listener_id)
-        if float(deadline) <= now_ms or name not in info:
-            continue
-        try:
-            beat = json.loads(info[name])
-        except ValueError:
-            continue
-        if isinstance(beat, dict):
-            peers.append(_peer(name, beat, stored))
+    peers = [_peer(name, beat, stored) for name, beat in live_heartbeats(now_ms, entries, infos)]
     return FleetView(tuple(peers), frozenset(stored))
 
 

@@ -37,7 +37,7 @@ from timers.flow.names import DEFAULT_GROUP, check_group
 from timers.flow.options import flow_options, read_flow
 from timers.flow.views import Found, GroupCounts, WaitState
 from timers.keys import Keyspace
-from timers.ops_base import Call, Operation, Request, ms_to_datetime, pairs
+from timers.ops_base import Call, Operation, Request, live_heartbeats, ms_to_datetime, pairs
 from timers.recurrence_ops import RecurrenceOperations
 from timers.replication import Replication
 from timers.scripts import NewTimer, ScriptCalls
@@ -385,20 +385,7 @@ class Operations(FailureOperations, RecurrenceOperations):
             Call(command=("HGETALL", self.keys.listener_info)),
         ]
         now_ms = int(now[0]) * 1000 + int(now[1]) // 1000
-        info_items = infos.items() if isinstance(infos, dict) else pairs(infos)
-        info = {as_text(k): as_text(v) for k, v in info_items}
-        out = []
-        for listener_id, deadline in pairs(entries):
-            name = as_text(listener_id)
-            if float(deadline) <= now_ms or name not in info:
-                continue
-            try:
-                beat = json.loads(info[name])
-            except ValueError:
-                continue
-            if isinstance(beat, dict):
-                out.append(beat)
-        return out
+        return [beat for _, beat in live_heartbeats(now_ms, entries, infos)]
 
 
 def _exist(timer_ids: Sequence[str]) -> str:

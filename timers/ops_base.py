@@ -5,6 +5,7 @@ See :mod:`timers.operations` for the operations themselves.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Generator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -51,6 +52,30 @@ def ms_to_datetime(ms: float) -> datetime:
         return datetime.fromtimestamp(ms / 1000, tz=UTC)
     except (OverflowError, OSError, ValueError):
         return datetime.min.replace(tzinfo=UTC) if ms < 0 else datetime.max.replace(tzinfo=UTC)
+
+
+def live_heartbeats(now_ms: int, entries: Any, infos: Any) -> list[tuple[str, dict[str, Any]]]:
+    """The live listeners' ids and heartbeats, from ``ZRANGE P|listeners 0 -1 WITHSCORES``
+    and ``HGETALL P|listener`` (RESP2 lists or RESP3 maps): those whose deadline is after
+    ``now_ms`` and whose heartbeat reads as a JSON object."""
+    info_items = infos.items() if isinstance(infos, dict) else pairs(infos)
+    info = {_text(k): _text(v) for k, v in info_items}
+    live = []
+    for listener_id, deadline in pairs(entries):
+        name = _text(listener_id)
+        if float(deadline) <= now_ms or name not in info:
+            continue
+        try:
+            beat = json.loads(info[name])
+        except ValueError:
+            continue
+        if isinstance(beat, dict):
+            live.append((name, beat))
+    return live
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
 def pairs(flat: Any) -> list[tuple[Any, Any]]:
