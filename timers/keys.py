@@ -67,8 +67,9 @@ key                 type    holds
 ``P|next``          hash    run token → the token of the run next in line on its slot
                             (handed to the same listener; it takes the slot over when
                             the first run's ending is written).
-``P|ungated|<t>``   zset    id → queue score: timers of keyed task ``t`` a claim gave
-                            out that no gate has seen yet (the order barrier,
+``P|ungated|<b>``   zset    id → queue score: timers a claim gave out that no gate has
+                            seen yet, per barrier ``k:<key>`` (a timer's own key) or
+                            ``t:<task>`` (a keyed task) (the order barrier,
                             ``timers/lua/flow.lua``).
 ``P|ungatedt``      hash    id → run token of those.
 ``P|barred``        hash    concurrency key → its limit: a key whose queue head waits
@@ -217,8 +218,8 @@ class Keyspace:
     def key_queue(self, key: str) -> str:
         return f"{self.prefix}|waitk|{key}"
 
-    def ungated(self, task: str) -> str:
-        return self.prefix + "|ungated|" + task
+    def ungated(self, barrier: str) -> str:
+        return self.prefix + "|ungated|" + barrier
 
     @property
     def ungated_tokens(self) -> str:

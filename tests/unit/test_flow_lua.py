@@ -414,12 +414,12 @@ def test_a_free_slot_waits_for_an_earlier_timer_claimed_and_not_gated_yet(
         return Run.parse(*reply[3:6])
 
     a, b = claim_one(), claim_one()
-    assert fake.zrange(KS.ungated("t.f"), 0, -1) == [b"a", b"b"]
+    assert fake.zrange(KS.ungated("t:t.f"), 0, -1) == [b"a", b"b"]
     assert fake.hget(KS.ungated_tokens, "b") == b.token.encode()
     assert gate(s, [b], key="k", limit=1) == ["wait"]  # a, earlier, is not gated yet
     assert fake.hget(KS.barred, "k") == b"1"
     assert gate(s, [a], key="k", limit=1) == ["go"]
-    assert fake.zcard(KS.ungated("t.f")) == 0 and not fake.exists(KS.barred)
+    assert fake.zcard(KS.ungated("t:t.f")) == 0 and not fake.exists(KS.barred)
     finish(s, a)
     assert ids(claim(s)) == ["b"]  # then b, promoted in its turn
 

@@ -17,10 +17,10 @@
 --                        (paid 1: it has had its rate slot already; gate.lua no
 --                        longer writes it: a rate slot is paid for only at its time)
 --   P|held         hash  run token -> "limit|lease|key": the slot a run holds
---   P|ungated|<task> zset id -> queue score: timers of a keyed task (one with a
---                        concurrency key or cap, or a timer with its own key) that a
---                        claim gave a listener and whose gate has not seen them yet: the
---                        order barrier (below)
+--   P|ungated|<b> zset   id -> queue score: timers that a claim gave a listener and whose
+--                        gate has not seen them yet, per barrier: "k:<key>" for a timer
+--                        with its own key, "t:<task>" for one of a keyed task (the order
+--                        barrier, below)
 --   P|ungatedt     hash  id -> run token of those (a run gone or lapsed no longer bars)
 --   P|barred       hash  key -> limit: keys whose queue head waits behind the barrier
 --   P|next         hash  run token -> the run next in line on its slot: the key's next
@@ -44,12 +44,21 @@ local FLOW_DUE_SPAN = 4398046511104  -- 2^42 ms: due times up to the year 2109
 -- key's free slot ahead of an earlier one another listener has claimed but not gated. So
 -- each claim notes the keyed timers it gives out (note_ungated), each gate takes its runs
 -- off (drop_ungated), and a free slot goes to a timer only when no earlier timer of its
--- task is still claimed and ungated (barred): otherwise it waits in its key's queue, in
+-- barrier (its own key, or its task) is still claimed and ungated (barred): otherwise it waits in its key's queue, in
 -- order, and the key is promoted again once the barrier lifts (promote_barred). A claimed
 -- run that is gone or whose lease lapsed no longer bars (its rerun is noted again).
 -- Ties in score go by id: generated ids sort in the order they were scheduled.
 local function record_task(record)
   return string.match(record, '^[^;:]*')
+end
+
+-- The order barrier a timer is noted in: its own key when the producer gave one (";k=",
+-- known here: only that key's timers wait for it), else its task (a key the task works
+-- out from the args is known to the listener alone: every timer of the task waits).
+local function barrier_of(record)
+  local key = string.find(record, ';k=', 1, true) and record_option(record, 'k')
+  if key and key ~= '' then return 'k:' .. key end
+  return 't:' .. record_task(record)
 end
 
 local function ms_text(n)
@@ -68,14 +77,14 @@ local function flow_score(record, due)
 end
 
 local function note_ungated(key_start, id, token, record, due)
-  redis.call('ZADD', sys_key(key_start, 'ungated|' .. record_task(record)),
+  redis.call('ZADD', sys_key(key_start, 'ungated|' .. barrier_of(record)),
     flow_score(record, due), id)
   redis.call('HSET', sys_key(key_start, 'ungatedt'), id, token)
 end
 
 local function drop_ungated(key_start, id, record)
   if redis.call('HDEL', sys_key(key_start, 'ungatedt'), id) == 1 then
-    redis.call('ZREM', sys_key(key_start, 'ungated|' .. record_task(record)), id)
+    redis.call('ZREM', sys_key(key_start, 'ungated|' .. barrier_of(record)), id)
   end
 end
 
@@ -83,7 +92,7 @@ end
 -- task that a listener claimed and has not gated yet. Earlier entries whose run is gone
 -- or lapsed are dropped on the way.
 local function barred(key_start, id, record, score, now)
-  local index = sys_key(key_start, 'ungated|' .. record_task(record))
+  local index = sys_key(key_start, 'ungated|' .. barrier_of(record))
   local tokens = sys_key(key_start, 'ungatedt')
   while true do
     local head = redis.call('ZRANGE', index, 0, 0, 'WITHSCORES')

@@ -108,12 +108,12 @@ local function gate(token, key, limit, rate, interval, burst)
   if p.state == 'R' then  -- this run holds its rate slot: the next in line may follow
     local state = sys_key(ARGV[1], 'rate|' .. p.name)
     if redis.call('HGET', state, 'pacer') == id then redis.call('HDEL', state, 'pacer') end
-    -- it starts now, which may be later than its slot (a busy listener, a restart): the
-    -- next slot is an interval from now, so starts are never closer than the interval
+    -- the next slot is an interval after this one's; if the rate no longer knows that (a
+    -- restart lost its last write), an interval after this start
     local tat = tonumber(redis.call('HGET', state, 'tat') or '0') or 0
-    if now + p.a > tat then
-      redis.call('HSET', state, 'tat', ms_text(now + p.a))
-      redis.call('PEXPIREAT', state, ms_text(now + p.a + 60000))
+    if tat < p.c + p.a then  -- the rate lost the time its slot set (a restart lost it)
+      redis.call('HSET', state, 'tat', ms_text(math.max(now, p.c) + p.a))
+      redis.call('PEXPIREAT', state, ms_text(math.max(now, p.c) + p.a + 60000))
     end
     promote_rate(ARGV[1], p.name, p.a, p.b, now)
   end
