@@ -49,6 +49,9 @@ class Option(StrEnum):
     HANDED_OVER = "ho"
     """How many times listeners lacking the timer's task handed it back for a live listener
     that has it (absent: never); each hand-back waits longer (:mod:`timers.fleet`)."""
+    RERUNS = "rc"
+    """The reruns of the run a timer came from, while it waits for its key or is handed
+    back (absent: 0): its next start is still a rerun (its crash count, quarantine)."""
 
 
 FLOW_DUE_SPAN = 2**42

@@ -377,6 +377,7 @@ class Executor:
         if record is not None and delay is not None:
             options = dict(record.options)
             options.pop(Option.WAITED_FROM, None)
+            options.pop(Option.RERUNS, None)  # a retry is an attempt, not a crash rerun
             options.pop(Option.GROUP_DISAGREEMENT, None)
             options.update({Option.ATTEMPTS: str(run.attempt),
                             Option.FIRST_FAILURE: first_failure or str(now_ms),

@@ -90,7 +90,7 @@ local function take(id, due_text, source)
     if waited_from and waited_from > tonumber(due_text) then
       due_text = string.format('%.0f', waited_from)
     end
-    start('0' .. me .. '|' .. due_text .. '|' .. id .. ':' .. record, source,
+    start(record_reruns(record) .. me .. '|' .. due_text .. '|' .. id .. ':' .. record, source,
       record_group(record))
   end
 end

@@ -89,8 +89,8 @@ end
 local function released_run(token)
   local run = redis.call('HGET', KEYS[2], token)
   if not run then return nil end
-  local due, id, record = string.match(run, '^[^|]*|(%-?%d+)|([^:]+):(.*)$')
-  if due then return {id, record, tonumber(due)} end
+  local reruns, due, id, record = string.match(run, '^(%d*)[^|]*|(%-?%d+)|([^:]+):(.*)$')
+  if due then return {id, with_reruns(record, reruns), tonumber(due)} end
   redis.log(redis.LOG_WARNING, 'timers: unreadable run record, lease kept: ' .. token)
   return false
 end
@@ -214,15 +214,16 @@ if tonumber(ARGV[6]) > 0 or ARGV[8] == '1' then
   local served = {}
   for group in string.gmatch(ARGV[5], '[^,]+') do served[group] = true end
   local lease_until = string.format('%.0f', now + tonumber(ARGV[7]))
-  local me = '0@' .. string.gsub(ARGV[4], '|', '_')
+  local me = '@' .. string.gsub(ARGV[4], '|', '_')
   taker = {budget = tonumber(ARGV[6]), served = served, lease_until = lease_until, held_ms = 0,
     follow = ARGV[8] == '1',
     start = function(run, group, source)
       local token = string.format('%.0f', redis.call('INCR', KEYS[9]))
       redis.call('ZADD', running_key_for(KEYS[1], group), lease_until, token)
-      redis.call('HSET', KEYS[2], token, me .. run)
+      local held = record_reruns(string.match(run, '^|[^|]*|[^:]*:(.*)$') or '') .. me .. run
+      redis.call('HSET', KEYS[2], token, held)
       handed[#handed + 1] = token
-      handed[#handed + 1] = me .. run
+      handed[#handed + 1] = held
       handed[#handed + 1] = source
       return token
     end}

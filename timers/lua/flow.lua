@@ -131,6 +131,25 @@ local function with_waited_from(record, due)
   return head .. ';w=' .. ms_text(due) .. rest
 end
 
+-- `record` carrying the reruns of the run it came from (";rc=<n>", for n > 0): a rerun (its
+-- listener died holding it) that waits for its key or is handed back is still a rerun when
+-- it starts again (counted toward its crash limit, run in quarantine), not a first run.
+local function with_reruns(record, reruns)
+  local n = tonumber(reruns or '0') or 0
+  if n <= 0 and not string.find(record, ';rc=', 1, true) then return record end  -- most
+  local head, rest = string.match(record, '^([^:]*)(:.*)$')
+  head = string.gsub(head, ';rc=[^;]*', '')
+  if n > 0 then head = head .. ';rc=' .. string.format('%d', n) end
+  return head .. rest
+end
+
+-- The reruns a pending timer's record carries (with_reruns), as run record text.
+local function record_reruns(record)
+  if not string.find(record, ';rc=', 1, true) then return '0' end
+  local n = record_option(record, 'rc')
+  return is_count(n) and n or '0'
+end
+
 -- The "|due|" part of a run record for a timer taken from a waiting queue: the due time
 -- it had before a gate held it (";w="), so the listener that takes it waits for that time
 -- if it has not come (a timer claimed ahead of its due time and held back may be handed

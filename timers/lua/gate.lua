@@ -46,11 +46,11 @@ local parked_key = sys_key(ARGV[1], 'parked')
 local counts = {waited = 0, rate_limited = 0, held_ms = 0}
 
 -- Hold the run back: no longer running, its timer pending again in `queue`.
-local function hold(token, id, record, due, queue, p, rk)
+local function hold(token, id, record, due, queue, p, rk, reruns)
   redis.call('ZREM', rk, token)
   redis.call('HDEL', KEYS[2], token)
   if redis.call('HEXISTS', KEYS[3], id) == 1 then return 'replaced' end
-  record = with_waited_from(record, due)
+  record = with_reruns(with_waited_from(record, due), reruns)
   redis.call('HSET', KEYS[3], id, record)
   redis.call('ZADD', queue, flow_score(record, tonumber(record_option(record, 'w'))), id)
   parked_write(ARGV[1], id, p)
@@ -99,7 +99,7 @@ local function take_rate(name, interval, burst)
 end
 
 local function gate(token, key, limit, rate, interval, burst)
-  local _, _, due, id, record = run_read(redis.call('HGET', KEYS[2], token))
+  local reruns, _, due, id, record = run_read(redis.call('HGET', KEYS[2], token))
   local rk = record and running_key_for(KEYS[1], record_group(record))
   if not record or not redis.call('ZSCORE', rk, token) then return 'lost' end
   due = tonumber(record_option(record, 'w') or due) or tonumber(due)
@@ -129,7 +129,8 @@ local function gate(token, key, limit, rate, interval, burst)
   if key ~= '' and not take_slot(token, id, record, due, key, limit, p.state == 'C') then
     counts.waited = counts.waited + 1
     local waiting = {state = 'c', a = limit, b = lease, c = 0, name = key}
-    local status = hold(token, id, record, due, sys_key(ARGV[1], 'waitk|' .. key), waiting, rk)
+    local status = hold(token, id, record, due, sys_key(ARGV[1], 'waitk|' .. key), waiting, rk,
+      reruns)
     if status == 'wait' then outrank_next(ARGV[1], key, flow_score(record, due), ARGV[2]) end
     promote_key(ARGV[1], key, limit, now)
     return status
@@ -142,7 +143,8 @@ local function gate(token, key, limit, rate, interval, burst)
     end
     counts.rate_limited = counts.rate_limited + 1
     local waiting = {state = 'r', a = interval, b = burst, c = 0, name = rate}
-    local status = hold(token, id, record, due, sys_key(ARGV[1], 'waitr|' .. rate), waiting, rk)
+    local status = hold(token, id, record, due, sys_key(ARGV[1], 'waitr|' .. rate), waiting, rk,
+      reruns)
     promote_rate(ARGV[1], rate, interval, burst, now)
     return status
   end
