@@ -84,7 +84,8 @@ def test_every_call_and_the_listeners_work_on_a_sharded_cluster(
     with Timers(cluster.url) as t:
         kept = t.schedule("record.hit", ["cancelled"], in_=60)
         assert t.get(kept) is not None and t.cancel(kept) and t.get(kept) is None
-        assert t.stats().pending == MANY
+        counts = t.stats()  # the first may fire already, on a loaded machine
+        assert counts.pending + counts.running + counts.fired == MANY, counts
         holders = {node_of(cluster, f"{s}|due") for s in SHARDS}
         assert holders == {p.port for p in cluster.primaries}  # the shards use every primary
         for primary in cluster.primaries:  # each listener hears every primary's events
