@@ -197,7 +197,8 @@ class Executor:
             return lacking  # before a recurrence's steps: the listener that runs it takes them
         recurring = Option.RECURRENCE in record.options
         after = await self._turn_before(run, attempt, record, recurring) if run.follows else None
-        context.enter_run(run, record, attempt.started_ms, self._fence_of(run))  # current()
+        fence = self._fence_of(run)  # asked by the thread before the call, and by the task
+        context.enter_run(run, record, attempt.started_ms, fence)  # timers.current()
         # a recurrence's next occurrence is scheduled first, whatever becomes of this one
         # (even a task this listener cannot import must not end the chain)
         skip = (await self.recurrences.before_run(run, record, attempt.started_ms)
@@ -228,7 +229,6 @@ class Executor:
                                                     policy, run.reruns)
             else:
                 own = self.turns.of(run.token)
-                fence = self._fence_of(run)
                 outcome = await self.runner.call(fn, record.args, policy.timeout, own, after,
                                                  fence)
                 if outcome.kind == "stale":  # the thread found the lease not fresh
