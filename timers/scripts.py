@@ -17,6 +17,7 @@ order its header documents); :class:`Scripts` runs those calls on a redis-py cli
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -58,12 +59,72 @@ def _lua(name: str) -> str:
     return resources.files("timers").joinpath("lua", f"{name}.lua").read_text("utf-8")
 
 
+_DEFINITION = re.compile(r"^local\s+(?:function\s+([A-Za-z_]\w*)|([A-Za-z_][\w\s,]*?)\s*=)")
+_NAME = re.compile(r"[A-Za-z_]\w*")
+_COMMENT = re.compile(r"--[^\n]*")
+
+
+class _Definition(NamedTuple):
+    names: frozenset[str]
+    text: str
+    uses: frozenset[str]
+
+
+def _definitions(text: str) -> list[_Definition]:
+    """The top-level ``local`` definitions of a helper file, in order: each runs from its
+    ``local`` line to the next one (comments between go with the one above), with the names
+    it defines and the names it uses. The file's opening comment goes with none."""
+    found: list[_Definition] = []
+    names: frozenset[str] = frozenset()
+    lines: list[str] = []
+    for line in text.splitlines(keepends=True):
+        match = _DEFINITION.match(line)
+        if match is not None:
+            if names:
+                found.append(_chunk(names, lines))
+            defined = match.group(1) or match.group(2)
+            names, lines = frozenset(part.strip() for part in defined.split(",")), []
+        lines.append(line)
+    if names:
+        found.append(_chunk(names, lines))
+    return found
+
+
+def _chunk(names: frozenset[str], lines: list[str]) -> _Definition:
+    text = "".join(lines)
+    return _Definition(names, text, frozenset(_NAME.findall(_COMMENT.sub("", text))) - names)
+
+
+@cache
+def _helpers() -> tuple[_Definition, ...]:
+    return tuple(d for name in PRELUDES for d in _definitions(_lua(name)))
+
+
+def helpers_for(body: str) -> str:
+    """The shared helpers ``body`` uses, directly or through another helper, in the order
+    the helper files define them: only those, since Redis runs a script's every top-level
+    ``local function`` on each call (each makes a closure, about 0.3 µs apiece)."""
+    helpers = _helpers()
+    wanted = set(_NAME.findall(_COMMENT.sub("", body)))
+    needed: set[int] = set()
+    changed = True
+    while changed:
+        changed = False
+        for index, helper in enumerate(helpers):
+            if index not in needed and helper.names & wanted:
+                needed.add(index)
+                wanted |= helper.uses
+                changed = True
+    return "".join(helper.text for index, helper in enumerate(helpers) if index in needed)
+
+
 @cache
 def source(name: ScriptName) -> str:
-    """The script as sent to Redis: its shebang line, then the prelude, then its body."""
+    """The script as sent to Redis: its shebang line, then the shared helpers it uses
+    (from ``lua/prelude.lua`` and ``lua/flow.lua``), then its body."""
     text = _lua(name)
     shebang, _, body = text.partition("\n") if text.startswith("#!") else ("", "", text)
-    prelude = "".join(_lua(name) for name in PRELUDES)
+    prelude = helpers_for(body)
     return f"{shebang}\n{prelude}{body}" if shebang else prelude + body
 
 

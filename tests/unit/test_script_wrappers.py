@@ -15,6 +15,7 @@ import pytest
 from timers import Timers
 from timers.keys import Keyspace
 from timers.scripts import (
+    PRELUDES,
     SCRIPT_NAMES,
     GateRun,
     Invocation,
@@ -23,6 +24,7 @@ from timers.scripts import (
     ScriptCalls,
     ScriptName,
     Scripts,
+    helpers_for,
     source,
     without_shebang,
 )
@@ -124,17 +126,32 @@ def test_each_wrapper_sends_the_documented_args(name: ScriptName) -> None:
 
 
 @pytest.mark.parametrize("name", SCRIPT_NAMES)
-def test_the_prelude_is_in_each_script_once_right_after_its_shebang(name: ScriptName) -> None:
+def test_each_script_gets_the_helpers_it_uses_once_right_after_its_shebang(
+        name: ScriptName) -> None:
     raw = resources.files("timers").joinpath("lua", f"{name}.lua").read_text("utf-8")
-    prelude = resources.files("timers").joinpath("lua", "prelude.lua").read_text("utf-8")
+    helpers = "".join(resources.files("timers").joinpath("lua", f"{f}.lua").read_text("utf-8")
+                      for f in PRELUDES)
+    defined = re.findall(r"^local function (\w+)", helpers, re.MULTILINE)
     loaded = source(name)
-    shebang = raw.partition("\n")[0]
+    shebang, _, body = raw.partition("\n")
     assert shebang == ("#!lua flags=allow-oom" if name in ALLOW_OOM else "#!lua")
-    assert loaded.startswith(shebang + "\n" + prelude)
-    assert loaded.count(prelude) == 1
-    assert loaded.count("local function withdraw(") == 1
-    assert loaded.endswith(raw.partition("\n")[2])
+    assert loaded.startswith(shebang + "\n")
+    assert loaded.endswith(body)
+    included = without_shebang(loaded)[:-len(body)]
+    code = re.sub(r"--[^\n]*", "", body + included)
+    for helper in defined:
+        used = re.search(rf"\b{helper}\(", code)
+        count = included.count(f"local function {helper}(")
+        assert count == (1 if used else 0), (helper, count)
     assert not without_shebang(loaded).startswith("#!")
+
+
+def test_a_script_that_uses_no_helper_gets_none() -> None:
+    assert helpers_for("return redis.call('PING')\n") == ""
+    assert "local function redis_now()" in helpers_for("local now = redis_now()\n")
+    withdraw = helpers_for("withdraw(KEYS[1], KEYS[2], ARGV[1], ARGV[2])\n")
+    assert "local function due_key_for(" in withdraw  # withdraw calls it
+    assert "local function pend(" not in withdraw
 
 
 def test_scripts_register_each_script_once_and_run(fake: fakeredis.FakeRedis) -> None:
