@@ -49,10 +49,11 @@ class _Spent:
 def _redis_note(ctx: Context, what: str, spent: _Spent, n: int, wall: float) -> float:
     """Note what Redis spent per timer; returns the script execution time per timer."""
     cpu_us = spent.cpu_s / n * 1e6
-    scripts = spent.calls["evalsha"] + spent.calls["eval"]
-    script_us = (spent.usec["evalsha"] + spent.usec["eval"]) / n
+    script_commands = ("fcall", "evalsha", "eval")
+    scripts = sum(spent.calls[c] for c in script_commands)
+    script_us = sum(spent.usec[c] for c in script_commands) / n
     nested = sorted(((spent.usec[c] / n, c) for c in spent.calls
-                     if c not in ("evalsha", "eval")), reverse=True)
+                     if c not in script_commands), reverse=True)
     inside = ", ".join(f"{c.upper()} {us:.1f}" for us, c in nested if us >= 0.1)
     ctx.results.note(
         f"schedule, {what}: {wall / n * 1e6:.1f} us wall per timer; Redis CPU {cpu_us:.1f} us "

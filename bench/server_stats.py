@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import redis
 
-from timers.scripts import SCRIPT_NAMES, source
+from timers.scripts import SCRIPT_NAMES, script_library, source
 
 # -- the server -------------------------------------------------------------------------
 
@@ -61,9 +61,12 @@ class ServerSample:
 
 
 def script_names() -> dict[str, str]:
-    """SHA1 of each of timers' Lua scripts -> its name, to name EVALSHA calls."""
-    return {hashlib.sha1(source(name).encode(), usedforsecurity=False).hexdigest(): name
-            for name in SCRIPT_NAMES}
+    """SHA1 of each of timers' Lua scripts, and its function name in the library -> the
+    script's name, to name EVALSHA and FCALL calls."""
+    library = script_library()[0]
+    return {**{hashlib.sha1(source(name).encode(), usedforsecurity=False).hexdigest(): name
+               for name in SCRIPT_NAMES},
+            **{f"{library}_{name}": name for name in SCRIPT_NAMES}}
 
 
 _MONITOR_LINE = re.compile(r'^\+[\d.]+ \[\d+ ([^\]]+)\] "([^"]*)"(?: "([^"]*)")?')
@@ -74,7 +77,7 @@ class CommandMonitor:
 
     Commands that scripts call (client ``lua``) are left out: INFO commandstats counts
     them too, and they are not traffic. So are ``ignore`` (our own measuring commands).
-    EVALSHA calls are named after the timers script they run, e.g. ``evalsha claim``.
+    Script calls are named after the timers script they run, e.g. ``fcall claim``.
     """
 
     def __init__(self, host: str, port: int, ignore: Sequence[str] = ("info",)) -> None:
@@ -99,7 +102,7 @@ class CommandMonitor:
                 name = match.group(2).lower()
                 if name in self.ignore:
                     continue
-                if name == "evalsha" and match.group(3):
+                if name in ("evalsha", "fcall") and match.group(3):
                     name += " " + self._scripts.get(match.group(3), match.group(3)[:8])
                 self.counts[name] += 1
 

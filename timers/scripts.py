@@ -17,6 +17,8 @@ order its header documents); :class:`Scripts` runs those calls on a redis-py cli
 
 from __future__ import annotations
 
+import inspect
+import os
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -25,6 +27,7 @@ from importlib import resources
 from typing import Any, Literal, NamedTuple
 
 from timers.keys import DEFAULT_GROUP, Keyspace
+from timers.lua_library import AsyncFunction, Function, library
 
 ScriptName = Literal[
     "schedule", "reschedule", "cancel", "claim", "renew", "finish", "heartbeat", "forget",
@@ -134,20 +137,34 @@ def without_shebang(text: str) -> str:
 
 
 def _reads_shebang(client: Any) -> bool:
-    return not type(client).__module__.startswith("fakeredis")
+    return not any(kind.__module__.startswith("fakeredis") for kind in type(client).__mro__)
+
+
+EVAL_ONLY_ENV = "TIMERS_EVAL_ONLY"
+"""Set to 1 to run every script by EVALSHA, never as a function of the library."""
+
+
+@cache
+def script_library() -> tuple[str, str]:
+    """``(name, code)`` of the function library of every script (:mod:`timers.lua_library`)."""
+    helpers = "".join(_lua(name) for name in PRELUDES)
+    return library(helpers, tuple((name, _lua(name)) for name in SCRIPT_NAMES))
 
 
 def register(client: Any, name: ScriptName) -> Any:
-    """``register_script`` one script on a redis-py client, sync or asyncio."""
+    """One script on a redis-py client, sync or asyncio: a function of the library (see
+    :mod:`timers.lua_library`), run by EVALSHA where the server refuses functions."""
     text = source(name)
-    return client.register_script(text if _reads_shebang(client) else without_shebang(text))
+    script = client.register_script(text if _reads_shebang(client) else without_shebang(text))
+    if os.environ.get(EVAL_ONLY_ENV) == "1":
+        return script
+    library_name, code = script_library()
+    kind = AsyncFunction if inspect.iscoroutinefunction(client.execute_command) else Function
+    return kind(client, f"{library_name}_{name}", code, script)
 
 
 def register_all(client: Any) -> dict[ScriptName, Any]:
-    """``register_script`` each script on a redis-py client, sync or asyncio.
-
-    The returned objects run by EVALSHA and fall back to EVAL after a server restart.
-    """
+    """Each script on a redis-py client, sync or asyncio (:func:`register`)."""
     return {name: register(client, name) for name in SCRIPT_NAMES}
 
 

@@ -12,16 +12,21 @@ import redis
 from tests.conftest import wait_until
 from tests.integration.helpers import TASKS
 from timers import Timers, TimerSpec
-from timers.scripts import source
+from timers.scripts import script_library, source
 
 pytestmark = pytest.mark.integration
 
 CLAIM_SHA = hashlib.sha1(source("claim").encode()).hexdigest()
 
 
+CLAIM_FUNCTION = f"{script_library()[0]}_claim"
+
+
 def claims_logged(r: redis.Redis) -> int:
+    """Claims the server ran, as a function of the library or by EVALSHA."""
     return sum(1 for entry in r.slowlog_get(10_000)
-               if entry["command"].startswith(f"EVALSHA {CLAIM_SHA}".encode()))
+               if entry["command"].startswith((f"FCALL {CLAIM_FUNCTION} ".encode(),
+                                               f"EVALSHA {CLAIM_SHA}".encode())))
 
 
 def test_a_full_listener_whose_runs_end_sends_no_claim_when_nothing_is_due(

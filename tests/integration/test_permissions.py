@@ -92,7 +92,7 @@ def test_permissions_revoked_under_a_running_listener_stop_it(
     timers_client.schedule("ok.hit", ["before"], in_=0)
     wait_until(lambda: len(done(r)) == 1 or listener.poll() is not None, 15,
                message="the listener to fire a timer")
-    r.execute_command("ACL", "SETUSER", "revoked", "-evalsha", "-eval")
+    r.execute_command("ACL", "SETUSER", "revoked", "-@scripting")  # EVAL*, FCALL, FUNCTION
     timers_client.schedule("ok.hit", ["after"], in_=0)
     assert listener.wait(20) == 1
     output = processes.output(listener)

@@ -1,7 +1,9 @@
 """What the Redis user must be allowed, tried for real and harmlessly, and the ACL rule to
 add when it is not.
 
-A listener needs EVAL/EVALSHA (every claim and ending is a script), SUBSCRIBE to the
+A listener needs EVAL/EVALSHA (every claim and ending is a script; where the user may
+also run FUNCTION LOAD and FCALL, the scripts run as functions of one library, which costs
+Redis less per call: see :mod:`timers.lua_library`), SUBSCRIBE to the
 ``expired`` keyevent channel and the wake channel, and PUBLISH to the wake channel. Redis 7
 creates users without channel access by default. ``ACL DRYRUN`` would tell, but only an
 admin may run it; so each is tried: ``EVAL 'return 1' 0``, ``EVALSHA`` of the same,
