@@ -20,7 +20,8 @@ by ``FCALL`` with the same KEYS and ARGV, under the same flags its shebang gives
 - A client whose server refuses functions (an ACL without ``FUNCTION``/``FCALL``, a
   server older than 7) runs the same scripts by ``EVALSHA``, as before: the first refusal
   decides for that client. Pipelines (several calls in one round trip) keep ``EVALSHA``,
-  whose scripts redis-py loads before a transaction starts.
+  whose scripts redis-py loads before a transaction starts; so does Redis Cluster, where
+  redis-py asks a node for an FCALL's keys (``COMMAND GETKEYS``) before each call.
 """
 
 from __future__ import annotations

@@ -26,6 +26,7 @@ from functools import cache
 from importlib import resources
 from typing import Any, Literal, NamedTuple
 
+from timers.cluster import is_cluster
 from timers.keys import DEFAULT_GROUP, Keyspace
 from timers.lua_library import AsyncFunction, Function, library
 
@@ -153,10 +154,12 @@ def script_library() -> tuple[str, str]:
 
 def register(client: Any, name: ScriptName) -> Any:
     """One script on a redis-py client, sync or asyncio: a function of the library (see
-    :mod:`timers.lua_library`), run by EVALSHA where the server refuses functions."""
+    :mod:`timers.lua_library`), run by EVALSHA where the server refuses functions and on
+    Redis Cluster (whose redis-py client finds an FCALL's slot by asking a node for its
+    keys first: a round trip more per call)."""
     text = source(name)
     script = client.register_script(text if _reads_shebang(client) else without_shebang(text))
-    if os.environ.get(EVAL_ONLY_ENV) == "1":
+    if os.environ.get(EVAL_ONLY_ENV) == "1" or is_cluster(client):
         return script
     library_name, code = script_library()
     kind = AsyncFunction if inspect.iscoroutinefunction(client.execute_command) else Function

@@ -60,7 +60,8 @@ def paused(redis_url: str) -> Iterator[redis.Redis]:
 
 async def _until_a_script_waits_on(server: redis.Redis, within: float = 10.0) -> None:
     deadline = time.monotonic() + within
-    while not any(c.get("cmd") in ("function|load", "fcall", "evalsha", "eval") for c in server.client_list()):
+    script_commands = ("function|load", "fcall", "evalsha", "eval")
+    while not any(c.get("cmd") in script_commands for c in server.client_list()):
         assert time.monotonic() < deadline, "no script call reached the paused server"
         await asyncio.sleep(0.01)
 
