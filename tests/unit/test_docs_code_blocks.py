@@ -31,65 +31,19 @@ import inspect
 import json
 import re
 import shlex
-import textwrap
 import warnings
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
 import typer.main
 import yaml
 
+from tests.docs_blocks import Block, blocks_of, pages
 from tests.unit.conftest import ROOT
 from timers.cli import app
 
 NOWHERE = "redis://nowhere.invalid:1/0"
 GENERATED = {"docs/reference/cli.md": "test_docs_cli_reference.py"}
-
-FENCE = re.compile(r"^(?P<indent>[ ]*)```(?P<info>[^\n`]*)\n(?P<body>.*?)^(?P=indent)```[ \t]*$",
-                   re.M | re.S)
-MARK = re.compile(r"<!--\s*test:\s*(?:(?P<kind>compile|skip)|by\s+(?P<by>\S+?))\s*:\s*"
-                  r"(?P<why>\S.*?)\s*-->")
-
-
-@dataclass(frozen=True)
-class Block:
-    page: str
-    line: int
-    lang: str
-    code: str
-    mark: str  # "", "compile", "skip" or "by"
-    by: str
-    why: str
-
-    @property
-    def id(self) -> str:
-        return f"{self.page}:{self.line}:{self.lang or 'text'}"
-
-
-def pages() -> list[Path]:
-    return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
-
-
-def blocks_of(path: Path) -> list[Block]:
-    text = path.read_text()
-    page = str(path.relative_to(ROOT))
-    found = []
-    for match in FENCE.finditer(text):
-        before = text[:match.start()].rstrip().rsplit("\n", 1)[-1]
-        mark = MARK.fullmatch(before.strip())
-        indent = len(match["indent"])
-        code = textwrap.dedent("\n".join(line[indent:] if line[:indent].isspace() else line
-                                         for line in match["body"].split("\n")))
-        found.append(Block(
-            page=page, line=text.count("\n", 0, match.start()) + 1,
-            lang=match["info"].strip().split(" ")[0], code=code,
-            mark=(mark["kind"] or "by") if mark else "", by=(mark["by"] or "") if mark else "",
-            why=mark["why"] if mark else ""))
-    return found
-
-
 BLOCKS = [block for path in pages() for block in blocks_of(path)
           if block.page not in GENERATED]
 RUN = [b for b in BLOCKS if b.mark == ""]
