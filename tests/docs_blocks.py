@@ -3,10 +3,15 @@
 
 from __future__ import annotations
 
+import ast
+import asyncio
+import inspect
 import re
 import textwrap
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -51,3 +56,19 @@ def blocks_of(path: Path) -> list[Block]:
             mark=(mark["kind"] or "by") if mark else "", by=(mark["by"] or "") if mark else "",
             why=mark["why"] if mark else ""))
     return found
+
+
+def run_python(code: str, name: str, namespace: dict[str, Any] | None = None) -> Any:
+    """Run ``code`` in ``namespace`` (default: a fresh one named after ``name``), a
+    top-level ``await`` in ``asyncio.run``; the namespace after it."""
+    compiled = compile(code, name, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+    if namespace is None:
+        namespace = {"__name__": re.sub(r"\W", "_", name)}
+    if compiled.co_flags & inspect.CO_COROUTINE:
+        with warnings.catch_warnings():
+            # a block that awaits and also shows a sync call: both run in the one loop
+            warnings.filterwarnings("ignore", "a sync timers call inside a running event loop")
+            asyncio.run(eval(compiled, namespace))
+    else:
+        exec(compiled, namespace)
+    return namespace

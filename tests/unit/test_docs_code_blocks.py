@@ -26,19 +26,17 @@ lines are checked by ``test_docs_cli_reference.py``, which says when the page is
 from __future__ import annotations
 
 import ast
-import asyncio
 import inspect
 import json
 import re
 import shlex
-import warnings
 from typing import Any
 
 import pytest
 import typer.main
 import yaml
 
-from tests.docs_blocks import Block, blocks_of, pages
+from tests.docs_blocks import Block, blocks_of, pages, run_python
 from tests.unit.conftest import ROOT
 from timers.cli import app
 
@@ -92,19 +90,6 @@ def in_memory() -> Any:
     from timers.testing import TimersTest
 
     return TimersTest("tasks", search_path=str(ROOT))
-
-
-def run_python(code: str, name: str) -> dict[str, Any]:
-    compiled = compile(code, name, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
-    namespace: dict[str, Any] = {"__name__": name.replace("/", "_").replace(".", "_")}
-    if compiled.co_flags & inspect.CO_COROUTINE:
-        with warnings.catch_warnings():
-            # a block that awaits and also shows a sync call: both run in the one loop
-            warnings.filterwarnings("ignore", "a sync timers call inside a running event loop")
-            asyncio.run(eval(compiled, namespace))
-    else:
-        exec(compiled, namespace)
-    return namespace
 
 
 @pytest.mark.parametrize("block", of("python"))
