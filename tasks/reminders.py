@@ -21,5 +21,5 @@ def email(user_id: int, subject: str, body: str = "") -> None:
 
 @task(retries=3, backoff=[30, 300, 3600], timeout=20, max_lateness=3600)
 def morning_digest(user_id: int) -> None:
-    """Send a user's morning digest (here: log it); the README's retries example."""
+    """Send a user's morning digest (here: log it); the retries example of docs/guides/tasks.md."""
     log.info("morning digest for user %s", user_id)

@@ -1,4 +1,4 @@
-"""Recurring jobs (see the README's "Recurring timers")."""
+"""Recurring jobs (see docs/guides/recurrences.md)."""
 
 from __future__ import annotations
 

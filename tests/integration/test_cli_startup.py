@@ -1,7 +1,7 @@
 """``timers --version``, ``timers schedule --help`` and ``timers schedule`` in a fresh
 interpreter: what each loads. The listener's machinery stays out of all three, and the
 first two load no command module but their own (start-up time is measured, not asserted:
-see the README's "Command line")."""
+see docs/guides/command-line.md)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""The deployment files the README shows are the ones tested: ``docs/deploy/Dockerfile``'s
-command runs as PID 1 of a pid namespace (``unshare --pid --fork``, as root; else as a
-child subreaper, which Linux re-parents orphans to the same way), and
+"""The deployment files docs/guides/deploying.md shows are the ones tested (the page's
+copies are compared with them by tests/unit/test_docs_code_blocks.py):
+``docs/deploy/Dockerfile``'s command runs as PID 1 of a pid namespace (``unshare --pid
+--fork``, as root; else as a child subreaper, which Linux re-parents orphans to the same way), and
 ``docs/deploy/timers.service`` passes ``systemd-analyze verify``.
 
 As PID 1 the supervisor reaps what a crashed child leaves behind (0 zombies), waits for a
@@ -37,7 +38,7 @@ SUBREAPER = ("import ctypes, os, sys; ctypes.CDLL(None).prctl(36, 1, 0, 0, 0); "
 
 
 def dockerfile() -> tuple[dict[str, str], list[str]]:
-    """The ``ENV`` settings and the exec-form ``CMD`` of the README's Dockerfile."""
+    """The ``ENV`` settings and the exec-form ``CMD`` of docs/deploy/Dockerfile."""
     env: dict[str, str] = {}
     command: list[str] = []
     for line in (DEPLOY / "Dockerfile").read_text().splitlines():
@@ -215,12 +216,3 @@ def test_the_systemd_unit_verifies(tmp_path: Path) -> None:
     assert result.stderr == "", result.stderr  # (a bad KillMode= is only a warning)
     command = re.search(r"^ExecStart=/srv/myapp/.venv/bin/timers (.*)$", unit, re.M)
     assert command is not None and "--processes" in command[1]
-
-
-def test_the_readme_shows_the_deploy_files() -> None:
-    readme = (ROOT / "README.md").read_text()
-    for name in ("timers.service", "Dockerfile"):
-        text = (DEPLOY / name).read_text()
-        body = "\n".join(line for line in text.splitlines()
-                         if not line.startswith("# ") or "README" not in line)
-        assert body.strip() in readme, f"README's copy of docs/deploy/{name} differs"

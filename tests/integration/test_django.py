@@ -1,7 +1,7 @@
-"""A real Django project under gunicorn (WSGI), written to a temporary folder as the README
-sets one up: a sync view and an async view schedule timers through the process's one
-client, and a listener started with ``--setup`` (``django.setup()`` before the tasks
-package is imported) runs tasks that write rows with the ORM."""
+"""A real Django project under gunicorn (WSGI), written to a temporary folder as
+docs/guides/web-apps.md sets one up: a sync view and an async view schedule timers through
+the process's one client, and a listener started with ``--setup`` (``django.setup()``
+before the tasks package is imported) runs tasks that write rows with the ORM."""
 
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ FILES = {
         os.environ.setdefault("DJANGO_SETTINGS_MODULE", "djproj.settings")
         application = get_wsgi_application()
     """,
-    # the README's listener setup: django.setup() before the tasks package is imported
+    # the guide's listener setup: django.setup() before the tasks package is imported
     "djproj/timers_setup.py": """
         import os
         import django
@@ -76,7 +76,7 @@ FILES = {
         class Note(models.Model):
             text = models.CharField(max_length=100)
     """,
-    # the README's views: the sync API, in an async view through sync_to_async
+    # the guide's views: the sync API, in an async view through sync_to_async
     "notes/views.py": """
         from asgiref.sync import sync_to_async
         from django.http import HttpResponse

@@ -302,9 +302,9 @@ def default_timers(redis_url: str) -> Iterator[None]:
     timers._default = saved
 
 
-def test_module_level_schedule_takes_max_lateness_as_the_readme_shows(
+def test_module_level_schedule_takes_max_lateness_as_the_tasks_guide_shows(
         default_timers: None, timers_client: Timers, r: redis.Redis, listen) -> None:
-    """README: ``timers.schedule("reminders.good_morning", [42], at=eight_am,
+    """docs/guides/tasks.md: ``timers.schedule("reminders.good_morning", [42], at=eight_am,
     max_lateness=1800)``."""
     listener = listen()
     past = datetime.now(UTC) - timedelta(seconds=10)

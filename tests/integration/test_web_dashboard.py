@@ -1,7 +1,7 @@
 """The dashboard in a real browser (headless Chromium driven by Playwright, the system's
 ``chromium``: .ci/run installs it), against ``timers web`` serving a real server with real
 timers. Each page's screenshot is saved in the test's temporary directory, or under docs/
-for the README with ``TIMERS_SCREENSHOTS=docs`` (so a test run leaves the checkout clean)."""
+for the docs with ``TIMERS_SCREENSHOTS=docs`` (so a test run leaves the checkout clean)."""
 
 from __future__ import annotations
 

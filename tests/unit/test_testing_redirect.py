@@ -34,7 +34,7 @@ def test_async_timers_made_inside_the_test_go_to_its_server(
     monkeypatch.setenv("TIMERS_REDIS_URL", NOWHERE)
 
     async def app_lifespan() -> str:
-        async with AsyncTimers() as client:  # as the README's FastAPI lifespan does
+        async with AsyncTimers() as client:  # as the web apps guide's FastAPI lifespan does
             return await client.schedule("reminders.sms", [3], in_=60)
 
     with TimersTest() as t:

@@ -1,5 +1,5 @@
-"""The README's FastAPI and Flask examples ("In web apps"), as written, tested with the
-``timers_test`` fixture the way the README's testing section says an app's tests do: the
+"""The FastAPI, Flask and Django examples of docs/guides/web-apps.md, as written, tested with the
+``timers_test`` fixture the way the testing guide says an app's tests do: the
 FastAPI app makes its own ``AsyncTimers()`` in its lifespan, the Flask app uses the
 module-level ``timers.schedule``; both land on the test's in-memory server. In process:
 the apps run under their frameworks' test clients, no server is started."""
@@ -20,9 +20,12 @@ from timers.testing import TimersTest
 NOWHERE = "redis://nowhere.invalid:1/0"  # an example that reached a real server would fail
 
 
-def readme_block(heading: str) -> str:
-    """The first Python block after ``heading`` in the README."""
-    section = (ROOT / "README.md").read_text().split(f"\n{heading}", 1)[1]
+PAGE = "docs/guides/web-apps.md"
+
+
+def page_block(heading: str) -> str:
+    """The first Python block after ``heading`` in the page."""
+    section = (ROOT / PAGE).read_text().split(f"\n{heading}", 1)[1]
     found = re.search(r"```python\n(.*?)```", section, re.S)
     assert found is not None, heading
     return found.group(1)
@@ -51,9 +54,9 @@ def no_real_redis(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_the_fastapi_example_as_written(timers_test: TimersTest, tmp_path: Path) -> None:
     from fastapi.testclient import TestClient
 
-    code = readme_block("### FastAPI (or any ASGI app): make the client in the lifespan")
+    code = page_block("## FastAPI (or any ASGI app): make the client in the lifespan")
     assert code.startswith("# app.py\n") and "AsyncTimers()" in code
-    app = load(code, "readme_fastapi_app", tmp_path).app
+    app = load(code, "docs_fastapi_app", tmp_path).app
     with TestClient(app) as client:  # runs the lifespan: it makes AsyncTimers() itself
         reply = client.post("/signup/42")
     assert reply.status_code == 200, reply.text
@@ -68,9 +71,9 @@ def test_the_fastapi_example_as_written(timers_test: TimersTest, tmp_path: Path)
 
 
 def test_the_flask_example_as_written(timers_test: TimersTest, tmp_path: Path) -> None:
-    code = readme_block("### Flask, gunicorn (threads)")
+    code = page_block("## Flask, gunicorn (threads)")
     assert code.startswith("# app.py\n") and "timers.schedule(" in code
-    app = load(code, "readme_flask_app", tmp_path).app
+    app = load(code, "docs_flask_app", tmp_path).app
     reply = app.test_client().post("/signup/7")
     assert reply.status_code == 200, reply.get_data(as_text=True)
     assert reply.get_json() == {"timer": "welcome-sms-7"}
@@ -80,7 +83,7 @@ def test_the_flask_example_as_written(timers_test: TimersTest, tmp_path: Path) -
 
 
 def test_the_django_views_as_written(timers_test: TimersTest, tmp_path: Path) -> None:
-    """The README's Django views (a sync view, and an async view through sync_to_async),
+    """The guide's Django views (a sync view, and an async view through sync_to_async),
     called with Django's request factory: both timers land on the test's server."""
     pytest.importorskip("django", reason="Django is in the dev extra: pip install -e '.[dev]'")
     import asyncio
@@ -92,9 +95,9 @@ def test_the_django_views_as_written(timers_test: TimersTest, tmp_path: Path) ->
     if not settings.configured:
         settings.configure(ALLOWED_HOSTS=["*"], USE_TZ=True)
         django.setup()
-    code = readme_block("**Async views.**")
+    code = page_block("**Async views.**")
     assert code.startswith("# notes/views.py\n") and "sync_to_async(timers.schedule)" in code
-    views = load(code, "readme_django_views", tmp_path)
+    views = load(code, "docs_django_views", tmp_path)
     request = RequestFactory().get("/")
     assert views.sync_view(request, 1).status_code == 200
     assert asyncio.run(views.async_view(request, 2)).status_code == 200

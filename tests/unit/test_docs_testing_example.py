@@ -1,6 +1,6 @@
-"""The README's testing example, copied into a fresh project outside this repository,
-passes under ``python -m pytest`` (the ``timers_test`` fixture comes from the installed
-package's pytest plugin)."""
+"""The testing guide's complete example (docs/guides/testing.md), copied into a fresh
+project outside this repository, passes under ``python -m pytest`` (the ``timers_test``
+fixture comes from the installed package's pytest plugin)."""
 
 from __future__ import annotations
 
@@ -18,10 +18,7 @@ BLOCK = re.compile(r"```python\n(.*?)```", re.DOTALL)
 
 def example_files() -> dict[str, str]:
     """The example's files: each code block between the markers starts ``# <path>``."""
-    for name in ("README.md", "README-testing.md"):
-        text = (ROOT / name).read_text()
-        if START in text:
-            break
+    text = (ROOT / "docs" / "guides" / "testing.md").read_text()
     section = text.split(START, 1)[1].split(END, 1)[0]
     files = {}
     for block in BLOCK.findall(section):
@@ -31,7 +28,7 @@ def example_files() -> dict[str, str]:
     return files
 
 
-def test_the_readme_testing_example_passes_in_a_fresh_project(tmp_path: Path) -> None:
+def test_the_testing_guide_s_example_passes_in_a_fresh_project(tmp_path: Path) -> None:
     files = example_files()
     assert {"tasks/emails.py", "signup.py", "test_signup.py"} <= set(files)
     project = tmp_path / "shop"

@@ -1,0 +1,98 @@
+"""The Python API reference (docs/reference/*.md, rendered by mkdocstrings from the
+docstrings) names every public name of ``timers``: a name added to ``__all__`` without a
+``::: module.Name`` line (or its module's) fails here, and a line whose name the code no
+longer has fails ``mkdocs build --strict``. The ``>>>`` examples of the docstrings it
+renders run here too, against an in-memory server."""
+
+from __future__ import annotations
+
+import doctest
+import importlib
+import inspect
+import re
+import types
+from typing import Any
+
+import pytest
+
+import timers
+from tests.docs_blocks import run_python
+from tests.unit.conftest import ROOT
+from timers import exceptions
+
+REFERENCE = ROOT / "docs" / "reference"
+
+
+def directives() -> set[str]:
+    """Each ``::: dotted.path`` of the reference pages, and each member listed under one."""
+    found: set[str] = set()
+    for page in REFERENCE.glob("*.md"):
+        text = page.read_text()
+        for match in re.finditer(r"^::: (\S+)\n((?:    .*\n|\n)*)", text, re.M):
+            path, options = match[1], match[2]
+            found.add(path)
+            found.update(f"{path}.{name}" for name in re.findall(r"^ +- (\w+)$", options, re.M))
+    return found
+
+
+def resolve(path: str) -> Any:
+    """The object ``path`` names (a module, or a name in one)."""
+    try:
+        return importlib.import_module(path)
+    except ImportError:
+        module, _, name = path.rpartition(".")
+        return getattr(importlib.import_module(module), name)
+
+
+def test_every_public_name_is_in_the_reference() -> None:
+    shown = {id(resolve(path)) for path in directives()}
+    missing = [name for name in timers.__all__
+               if id(getattr(timers, name)) not in shown
+               and not (hasattr(exceptions, name) and id(exceptions) in shown)]
+    assert missing == []
+
+
+def test_the_testing_helpers_are_in_the_reference() -> None:
+    shown = directives()
+    assert {"timers.testing.TimersTest", "timers.testing.timer_context",
+            "timers.pytest_plugin.timers_test"} <= shown
+
+
+def rendered_modules() -> list[types.ModuleType]:
+    """The modules whose docstrings the reference pages render (in part or whole)."""
+    found = {}
+    for path in directives():
+        value = resolve(path)
+        module = value if inspect.ismodule(value) else inspect.getmodule(value)
+        assert module is not None, path
+        found[module.__name__] = module
+    return [found[name] for name in sorted(found)]
+
+
+def docstring_examples() -> list[doctest.DocTest]:
+    tests = [test for module in rendered_modules()
+             for test in doctest.DocTestFinder(exclude_empty=True).find(module)]
+    return [test for test in tests if test.examples]
+
+
+def test_the_rendered_docstrings_show_examples() -> None:
+    names = {test.name for test in docstring_examples()}
+    assert {"timers", "timers.aio", "timers.policy"} <= names
+
+
+@pytest.mark.parametrize("test", [pytest.param(t, id=t.name) for t in docstring_examples()])
+def test_a_docstring_s_examples_run(test: doctest.DocTest,
+                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each example in turn, in one namespace that has ``timers`` (as a reader's would);
+    an example that shows a value must give it."""
+    from timers.testing import TimersTest
+
+    monkeypatch.setenv("TIMERS_REDIS_URL", "redis://nowhere.invalid:1/0")
+    namespace = {"__name__": test.name, "timers": timers}
+    with TimersTest("tasks", search_path=str(ROOT)):
+        for example in test.examples:
+            if example.want.strip():
+                value = eval(compile(example.source, test.name, "eval"), namespace)
+                assert repr(value) == example.want.strip(), example.source
+            else:
+                run_python(example.source, test.name, namespace)
