@@ -256,6 +256,12 @@ class ShardedOperations:
         shards = yield from self.shards()
         return (yield from gather([tasks.task_flow(s.keys, task) for s in shards]))
 
+    def announced_tasks(self) -> Operation[set[str]]:
+        """The task paths the live listeners announce, over every shard."""
+        shards = yield from self.shards()
+        parts = yield from gather([tasks.announced_tasks(s.keys) for s in shards])
+        return set().union(*parts)
+
     def running_runs(self) -> Operation[list[tasks.Running]]:
         """Every run under way, over every shard."""
         shards = yield from self.shards()

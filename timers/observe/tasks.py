@@ -18,6 +18,7 @@ from typing import Any
 
 from timers.encoding import Record, as_text
 from timers.exceptions import MalformedTimerKey
+from timers.fleet import decode_task_set
 from timers.flow.views import parked_entries
 from timers.keys import DEFAULT_GROUP, Keyspace
 from timers.ops_base import Call, Operation, pairs
@@ -163,3 +164,9 @@ def task_flow(keys: Keyspace, task: str) -> Operation[TaskFlow]:
         if shown.running or shown.waiting or named[(kind, name)] or shown.next_slot_ms:
             limits.append(shown)
     return TaskFlow(task, limits, running)
+
+
+def announced_tasks(keys: Keyspace) -> Operation[set[str]]:
+    """The task paths the live listeners announce (``P|tasks``, :mod:`timers.fleet`)."""
+    (sets,) = yield [Call(command=("HVALS", keys.task_sets))]
+    return {task for value in sets for task in decode_task_set(as_text(value))}

@@ -97,9 +97,12 @@ class Site:
 
 
 def _read(reader: Callable[..., dict[str, Any]], *args: Any) -> Any:
-    """``reader``'s context, a bad query parameter answered 400 saying what it must be."""
+    """``reader``'s context, a bad query parameter answered 400 saying what it must be, a
+    task nothing knows 404."""
     try:
         return reader(*args)
+    except LookupError as exc:
+        raise HTTPException(404, str(exc)) from None
     except ValueError as exc:
         if isinstance(exc, MalformedTimerKey | InvalidTimer):
             raise

@@ -1,7 +1,8 @@
 """What each dashboard page shows, read through :class:`timers.Timers` (and its run
 history through :class:`timers.web.reads.RunHistory`): one function per page, returning
 the template's context. Query parameters are checked here; a bad one is a ValueError
-whose message never repeats what was sent (the page answers 400 with it)."""
+whose message never repeats what was sent (the page answers 400 with it); a task nothing
+knows is a LookupError (404), so no link can put words of its own on a page."""
 
 from __future__ import annotations
 
@@ -163,6 +164,7 @@ class Dashboard:
 
 def overview(d: Dashboard) -> dict[str, Any]:
     snap = d.snapshot()
+    announced = sorted(d.timers.run(d.timers.ops.announced_tasks()))
     now_s = snap.redis_ms / 1000
     rates = per_minute(list(d.samples), now_s)
     busiest: dict[str, int] = {}
@@ -170,7 +172,7 @@ def overview(d: Dashboard) -> dict[str, Any]:
         for task, n in x["busiest_tasks"]:
             busiest[task] = busiest.get(task, 0) + n
     return {"snap": snap, "soon": [snap.due_within(w) for w in SOON_MS],
-            "rates": rates, "busiest": sorted(busiest.items(), key=lambda t: -t[1]),
+            "rates": rates, "announced": announced, "busiest": sorted(busiest.items(), key=lambda t: -t[1]),
             "latest": d.samples[-1] if d.samples else None,
             "listeners": [{**x, "age": _age(snap.redis_ms, x)} for x in snap.listeners],
             **d.charts(now_s)}
@@ -233,8 +235,12 @@ def task_page(d: Dashboard, query: Any) -> dict[str, Any]:
     flows = t.run(t.ops.task_flow(task))
     found = t.run(t.ops.filter_task(task, PAGE))
     failures = [f for f in t.failed(FAILURES_LOOKED_AT) if f.record.task == task][:PAGE]
-    snap = d.snapshot()
     runs = d.history.runs(task=task, limit=PAGE)
+    if not (found or failures or runs or any(f.limits or f.running for f in flows)) \
+            and task not in t.run(t.ops.announced_tasks()):
+        raise LookupError("no such task: no live listener announces it and no timer, run "
+                          "or failure of it was found")
+    snap = d.snapshot()
     groups = sorted({p.group for p in found} | {r.group for f in flows for r in f.running})
     return {"task": task, "limits": merged_limits(flows),
             "running": [r for f in flows for r in f.running], "found": found,
