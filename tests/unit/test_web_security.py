@@ -226,7 +226,7 @@ def test_malformed_or_non_ascii_input_is_a_4xx_that_says_what_it_is(timers: Time
                        ("/timers?group=" + "g" * 65, "group must be 1 to 64"),
                        ("/timers?priority=1001", "priority must be a whole number"),
                        ("/timers?priority=-0x1", "priority must be a whole number"),
-                       ("/timers?priority=５", "priority must be a whole number"),
+                       ("/timers?priority=\uff15", "priority must be a whole number"),
                        ("/timers?page=101", "page must be a whole number"),
                        ("/timers?task=r%C3%A9", "task must be a task path")]:
         reply = c.get(path)

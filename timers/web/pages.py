@@ -172,7 +172,8 @@ def overview(d: Dashboard) -> dict[str, Any]:
         for task, n in x["busiest_tasks"]:
             busiest[task] = busiest.get(task, 0) + n
     return {"snap": snap, "soon": [snap.due_within(w) for w in SOON_MS],
-            "rates": rates, "announced": announced, "busiest": sorted(busiest.items(), key=lambda t: -t[1]),
+            "rates": rates, "announced": announced,
+            "busiest": sorted(busiest.items(), key=lambda t: -t[1]),
             "latest": d.samples[-1] if d.samples else None,
             "listeners": [{**x, "age": _age(snap.redis_ms, x)} for x in snap.listeners],
             **d.charts(now_s)}
