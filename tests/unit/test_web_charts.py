@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -73,7 +73,8 @@ def test_a_gap_breaks_the_line_and_no_data_says_so() -> None:
 def test_bars_are_drawn_for_counts_and_zero_draws_nothing() -> None:
     svg = str(render(Chart("c", "t", "runs / min", T0, 60,
                            [Series("runs", "runs", [3, 0, None, 6])], bars=True)))
-    assert len(re.findall(r'<rect class="series-runs" x=', svg)) == 2 + 1  # 2 bars, 1 key
+    assert len(re.findall(r'<rect class="bar series-runs" x=', svg)) == 2
+    assert len(re.findall(r'<rect class="key series-runs" x=', svg)) == 1  # the legend
 
 
 def test_every_text_is_escaped() -> None:
@@ -96,6 +97,8 @@ def test_a_counter_that_drops_was_reset_never_a_negative_rate() -> None:
     assert all(r.runs >= 0 and r.failures >= 0 for r in rows)
     assert [(r.minute, r.runs, r.failures) for r in rows] == [(T0, 33, 3), (T0 + 60, 11, 1)]
     assert per_minute(samples[:1], T0) is None
+    burst = per_minute([Sample(T0, 0, 0, 0), Sample(T0 + 6, 33, 0, 0)], T0 + 6)
+    assert burst == (33, 0)  # 33 runs seen in 6 s: not 330 a minute
 
 
 def test_minutes_without_samples_are_gaps_and_lateness_is_the_worst_sampled() -> None:
@@ -181,7 +184,9 @@ def test_recurrences_read_as_people_say_them() -> None:
     assert interval_words(5) == "5s" and interval_words(90) == "1m 30s"
     assert interval_words(7200) == "2h" and interval_words(0.25) == "250ms"
     now = datetime.now(UTC)
-    assert recurrence_state(False, False, now) == "waiting"
-    assert recurrence_state(False, True, None) == "running"
-    assert recurrence_state(False, False, None) == "idle"
-    assert recurrence_state(True, False, now) == "paused"
+    assert recurrence_state(False, False, now + timedelta(seconds=5), now) == "waiting"
+    assert recurrence_state(False, False, now - timedelta(seconds=5), now) == "overdue"
+    assert recurrence_state(False, True, None, now) == "running"
+    assert recurrence_state(False, True, now, now) == "running"
+    assert recurrence_state(False, False, None, now) == "idle"
+    assert recurrence_state(True, False, now, now) == "paused"

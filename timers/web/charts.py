@@ -149,7 +149,7 @@ def render(chart: Chart, width: int = WIDTH, height: int = HEIGHT) -> Markup:
         kind = escape(s.kind)
         for stretch in _runs(s.values):
             if chart.bars:
-                parts += [f'<rect class="series-{kind}" x="{x_of(i) - bar_w / 2:.1f}" '
+                parts += [f'<rect class="bar series-{kind}" x="{x_of(i) - bar_w / 2:.1f}" '
                           f'y="{y_of(v):.1f}" width="{bar_w:.1f}" '
                           f'height="{height - BOTTOM - y_of(v):.1f}"/>'
                           for i, v in stretch if v > 0]
@@ -163,7 +163,7 @@ def render(chart: Chart, width: int = WIDTH, height: int = HEIGHT) -> Markup:
                              f'points="{points}"/>')
     x = max(LEFT + 8, 4 + 7 * len(chart.unit) + 16)
     for s in chart.series:  # the legend, along the top
-        parts.append(f'<rect class="series-{escape(s.kind)}" x="{x}" y="6" width="10" '
+        parts.append(f'<rect class="key series-{escape(s.kind)}" x="{x}" y="6" width="10" '
                      f'height="10"/><text class="legend" x="{x + 14}" y="15">'
                      f"{escape(s.label)}</text>")
         x += 24 + 7 * len(s.label)

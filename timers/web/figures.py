@@ -65,7 +65,9 @@ def _ended(a: Sample, b: Sample) -> tuple[int, int]:
 def per_minute(samples: Sequence[Sample], now_s: float,
                window_s: float = RATE_WINDOW_S) -> tuple[float, float] | None:
     """(runs, failures) per minute over the samples of the last ``window_s`` seconds;
-    None with fewer than two or no time between them."""
+    None with fewer than two or no time between them. Samples less than a minute apart
+    count as a minute: a burst seen over a few seconds is not stretched to a minute's
+    rate."""
     recent = [s for s in samples if s.at_s >= now_s - window_s]
     if len(recent) < 2 or recent[-1].at_s <= recent[0].at_s:
         return None
@@ -73,7 +75,7 @@ def per_minute(samples: Sequence[Sample], now_s: float,
     for a, b in itertools.pairwise(recent):
         ended, failed = _ended(a, b)
         runs, failures = runs + ended, failures + failed
-    span = (recent[-1].at_s - recent[0].at_s) / 60
+    span = max(recent[-1].at_s - recent[0].at_s, 60.0) / 60
     return runs / span, failures / span
 
 

@@ -18,7 +18,7 @@ from timers.due import format_duration
 from timers.exceptions import MalformedTimerKey
 from timers.flow.names import DEFAULT_GROUP
 from timers.observe import browse
-from timers.observe.snapshot import SOON_MS, FleetSnapshot
+from timers.observe.snapshot import OVERDUE_AFTER_MS, SOON_MS, FleetSnapshot
 from timers.observe.tasks import Limit, Running, TaskFlow
 from timers.web.charts import render
 from timers.web.figures import (
@@ -153,7 +153,7 @@ class Dashboard:
                     f"keyspace's counters; lateness: the worst live listener's last minute), "
                     f"as {NOT_AVAILABLE}.")
         prefix = "task-" if task else ""
-        return {"charts_note": note, "charts": [render(c) for c in (
+        return {"charts_note": note, "charts": [(c.title, render(c)) for c in (
             throughput_chart(f"{prefix}chart-hour", "Runs and failures, last hour", hour,
                              now_s, 60),
             lateness_chart(f"{prefix}chart-lateness", "Lateness, last hour (p50 and p99)",
@@ -258,15 +258,20 @@ def history_page(d: Dashboard, query: Any) -> dict[str, Any]:
             "runs": d.history.runs(task=task, failed=failed, limit=100)}
 
 
-def recurrence_state(paused: bool, running: bool, next_due: datetime | None) -> str:
-    """``paused``, ``running`` (an occurrence runs now), ``waiting`` (the next one is
-    pending) or ``idle`` (none pending and none running: between a run's start and its
-    successor's scheduling, or its last occurrence was cancelled)."""
+def recurrence_state(paused: bool, running: bool, next_due: datetime | None,
+                     now: datetime) -> str:
+    """``paused``, ``running`` (an occurrence runs now), ``overdue`` (its next one is due
+    and no listener has claimed it), ``waiting`` (the next one is pending) or ``idle``
+    (none pending and none running: between a run's start and its successor's
+    scheduling, or its last occurrence was cancelled)."""
     if paused:
         return "paused"
     if running:
         return "running"
-    return "waiting" if next_due is not None else "idle"
+    if next_due is None:
+        return "idle"
+    late = (now - next_due).total_seconds() * 1000
+    return "overdue" if late > OVERDUE_AFTER_MS else "waiting"
 
 
 def recurrence_names(running: list[Running]) -> set[str]:
@@ -291,4 +296,5 @@ def recurrences(d: Dashboard) -> dict[str, Any]:
         "r": r, "schedule": f"cron {r.cron} ({r.tz})" if r.cron is not None else
         f"every {interval_words(r.interval.total_seconds() if r.interval else 0)}",
         "next": "-" if r.next_due is None else in_words((r.next_due - now).total_seconds()),
-        "state": recurrence_state(r.paused, r.name in running, r.next_due)} for r in found]}
+        "state": recurrence_state(r.paused, r.name in running, r.next_due, now)}
+        for r in found]}
