@@ -21,6 +21,7 @@ from timers.exceptions import MalformedTimerKey
 from timers.fleet import decode_task_set
 from timers.flow.views import parked_entries
 from timers.keys import DEFAULT_GROUP, Keyspace
+from timers.operations import listener_groups
 from timers.ops_base import Call, Operation, pairs
 from timers.runs import Run
 
@@ -50,10 +51,13 @@ class Running:
 
 
 def running_runs(keys: Keyspace) -> Operation[list[Running]]:
-    """Every run under way in every group, in lease order. Two round trips."""
-    now, queues = yield [Call(command=("TIME",)), Call(command=("SMEMBERS", keys.queues))]
+    """Every run under way in every group (the groups with a due index, and those the
+    listeners' heartbeats name), in lease order. Three round trips."""
+    now, queues, infos = yield [Call(command=("TIME",)), Call(command=("SMEMBERS", keys.queues)),
+                                Call(command=("HGETALL", keys.listener_info))]
     now_ms = int(now[0]) * 1000 + int(now[1]) // 1000
-    groups = sorted({DEFAULT_GROUP, *(as_text(q).rpartition("|")[0] for q in queues)} - {""})
+    groups = sorted({DEFAULT_GROUP, *listener_groups(infos),
+                     *(as_text(q).rpartition("|")[0] for q in queues)} - {""})
     heads = yield [Call(command=("ZRANGEBYSCORE", keys.running_of(g), now_ms, "+inf",
                                  "WITHSCORES")) for g in groups]
     tokens = [(g, as_text(t), float(s)) for g, head in zip(groups, heads, strict=True)

@@ -1,0 +1,97 @@
+"""What the dashboard's pending, task and recurrence pages read (fakeredis + lupa, the
+scripts claiming and gating as a listener would): every group and priority merged, held-back
+timers with them; a task's limits and what waits on them; the runs under way."""
+
+from __future__ import annotations
+
+import fakeredis
+import pytest
+
+from tests.unit.flow_helpers import KS, LEASE, add, claim, s
+from timers import Timers
+from timers.observe import browse
+from timers.observe.tasks import announced_tasks, running_runs, task_flow
+from timers.scripts import GateRun, Scripts
+from timers.web.pages import recurrence_names
+
+__all__ = ["s"]  # the fixture
+
+
+def test_a_page_merges_every_group_and_priority_soonest_first(
+        s: Scripts, producer: Timers) -> None:
+    add(s, "a", "t.f:[1]", 30_000)
+    add(s, "b", "t.f;g=billing;p=5:[2]", 10_000)
+    add(s, "c", "t.f;g=billing:[3]", 20_000)
+    add(s, "d", "t.f;p=-3:[4]", 40_000)
+    page = producer.run(browse.page(KS, 0, 10))
+    assert [t.id for t in page] == ["b", "c", "a", "d"]
+    assert [(t.group, t.priority, t.args) for t in page][:2] == [("billing", 5, [2]),
+                                                                 ("billing", 0, [3])]
+    assert [t.id for t in producer.run(browse.page(KS, 1, 2))] == ["c", "a"]
+    assert [t.id for t in producer.run(browse.page(KS, 0, 10, "billing"))] == ["b", "c"]
+    assert [t.id for t in producer.run(browse.page(KS, 0, 10, "billing", 5))] == ["b"]
+    assert [t.id for t in producer.run(browse.page(KS, 0, 10, None, -3))] == ["d"]
+    with pytest.raises(ValueError, match="first 2,500 timers"):
+        producer.run(browse.page(KS, browse.MERGE_DEPTH, 1))
+
+
+def test_held_back_timers_are_on_the_page_saying_what_they_wait_for(
+        s: Scripts, producer: Timers) -> None:
+    for i in range(3):
+        add(s, f"t{i}", "t.f:", -30 + i)
+    add(s, "later", "other.g;g=billing:", 60_000)
+    runs = claim(s)
+    s.gate(LEASE, [GateRun(r.token, "dev:1", 1, "", 1, 1) for r in runs])
+    page = producer.run(browse.page(KS, 0, 10))
+    assert [t.id for t in page] == ["t1", "t2", "later"]  # t0 runs
+    assert [t.wait.describe() if t.wait else None for t in page] == [
+        "waiting for key dev:1 (1/1 running)", "waiting for key dev:1 (1/1 running), 1 ahead",
+        None]
+    assert [t.id for t in producer.run(browse.page(KS, 0, 10, "default"))] == ["t1", "t2"]
+    assert [t.id for t in producer.run(browse.filter_task(KS, "t.f", 10))] == ["t1", "t2"]
+    assert [t.id for t in producer.run(browse.filter_task(KS, "other.g", 10))] == ["later"]
+
+
+def test_a_task_wide_key_shows_its_limit_who_runs_and_who_waits(
+        s: Scripts, producer: Timers) -> None:
+    for i in range(3):
+        add(s, f"t{i}", "t.f:", -30 + i)
+    runs = claim(s)
+    s.gate(LEASE, [GateRun(r.token, "task:t.f", 2, "", 1, 1) for r in runs])
+    flow = producer.run(task_flow(KS, "t.f"))
+    assert [(x.kind, x.name, x.limit, x.running, x.waiting, x.waiting_here)
+            for x in flow.limits] == [("key", "task:t.f", "2 at once", 2, 1, 1)]
+    assert sorted(r.run.timer_id for r in flow.running) == ["t0", "t1"]
+    other = producer.run(task_flow(KS, "nobody.else"))
+    assert other.limits == [] and other.running == []
+
+
+def test_a_rate_limit_shows_its_interval_and_what_waits_on_it(
+        s: Scripts, producer: Timers) -> None:
+    for i in range(3):
+        add(s, f"t{i}", "t.f:", -30 + i)
+    runs = claim(s)
+    s.gate(LEASE, [GateRun(r.token, "", 1, "task:t.f", 60_000, 1) for r in runs])
+    flow = producer.run(task_flow(KS, "t.f"))
+    (rate,) = flow.limits
+    assert (rate.kind, rate.name, rate.limit) == ("rate", "task:t.f",
+                                                 "1 every 60,000 ms (burst 1)")
+    assert rate.waiting_here >= 1 and rate.next_slot_ms is not None
+
+
+def test_the_runs_under_way_name_their_recurrence(
+        s: Scripts, producer: Timers, fake: fakeredis.FakeRedis) -> None:
+    fake.hset(KS.listener_info, "me", '{"groups": ["default", "billing"]}')
+    add(s, "nightly@1", "t.f;r=nightly%20report:", -10)
+    add(s, "plain", "t.f;g=billing:", -10)
+    claim(s, groups=("default", "billing"))
+    running = producer.run(running_runs(KS))
+    assert sorted((r.run.timer_id, r.group) for r in running) == [
+        ("nightly@1", "default"), ("plain", "billing")]
+    assert recurrence_names(running) == {"nightly report"}
+
+
+def test_the_announced_tasks_are_read_from_every_task_set(
+        fake: fakeredis.FakeRedis, producer: Timers) -> None:
+    fake.hset(KS.task_sets, mapping={"aa": "a.x\nb.y", "bb": "b.y\nc.z"})
+    assert producer.run(announced_tasks(KS)) == {"a.x", "b.y", "c.z"}
