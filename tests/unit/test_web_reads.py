@@ -4,6 +4,8 @@ timers with them; a task's limits and what waits on them; the runs under way."""
 
 from __future__ import annotations
 
+import re
+
 import fakeredis
 import pytest
 
@@ -12,7 +14,7 @@ from timers import Timers
 from timers.observe import browse
 from timers.observe.tasks import announced_tasks, running_runs, task_flow
 from timers.scripts import GateRun, Scripts
-from timers.web.pages import recurrence_names
+from timers.web.pages import Dashboard, overview, recurrence_names
 
 __all__ = ["s"]  # the fixture
 
@@ -95,3 +97,19 @@ def test_the_announced_tasks_are_read_from_every_task_set(
         fake: fakeredis.FakeRedis, producer: Timers) -> None:
     fake.hset(KS.task_sets, mapping={"aa": "a.x\nb.y", "bb": "b.y\nc.z"})
     assert producer.run(announced_tasks(KS)) == {"a.x", "b.y", "c.z"}
+
+
+def test_the_overview_never_shows_a_negative_rate_after_a_redis_restart(
+        fake: fakeredis.FakeRedis, producer: Timers) -> None:
+    producer.warn_in_event_loop = False
+    d = Dashboard(producer, spacing_s=0)
+    fake.hset(KS.stats, mapping={"fired": 1000, "failed": 10, "retried": 5})
+    assert overview(d)["rates"] is None  # one sample: no rate yet
+    fake.hset(KS.stats, mapping={"fired": 1003, "failed": 10, "retried": 5})
+    assert overview(d)["rates"] == (3, 0)
+    fake.delete(KS.stats)  # Redis restarted without its data ...
+    fake.hset(KS.stats, mapping={"fired": 2})  # ... and two runs ended since
+    rates = overview(d)["rates"]
+    assert rates == (5, 0)
+    hour = overview(d)["charts"][0][1]
+    assert "-" not in "".join(re.findall(r'text-anchor="end">([^<]+)<', str(hour)))

@@ -120,8 +120,8 @@ class Dashboard:
     """One keyspace's dashboard: the client it reads with, its run history, and the
     samples of the keyspace's counters it keeps for the charts."""
 
-    def __init__(self, timers: Timers) -> None:
-        self.timers = timers
+    def __init__(self, timers: Timers, spacing_s: float = SAMPLE_SPACING_S) -> None:
+        self.timers, self.spacing_s = timers, spacing_s
         self.history = RunHistory(timers)
         self.samples: deque[Sample] = deque(maxlen=SAMPLES_KEPT)
         self.started_s: float | None = None
@@ -130,7 +130,7 @@ class Dashboard:
         """The keyspace now; kept as a sample when the last one is old enough."""
         snap = self.timers.run(self.timers.ops.snapshot())
         sample = Sample.of(snap)
-        if not self.samples or sample.at_s - self.samples[-1].at_s >= SAMPLE_SPACING_S \
+        if not self.samples or sample.at_s - self.samples[-1].at_s >= self.spacing_s \
                 or sample.at_s < self.samples[-1].at_s:
             self.samples.append(sample)
         if self.started_s is None:
