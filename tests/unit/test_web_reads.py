@@ -5,16 +5,21 @@ timers with them; a task's limits and what waits on them; the runs under way."""
 from __future__ import annotations
 
 import re
+import time
 
 import fakeredis
 import pytest
+from starlette.testclient import TestClient
 
 from tests.unit.flow_helpers import KS, LEASE, add, claim, s
 from timers import Timers
 from timers.observe import browse
 from timers.observe.tasks import announced_tasks, running_runs, task_flow
 from timers.scripts import GateRun, Scripts
+from timers.web.app import create_app
+from timers.web.auth import Guard
 from timers.web.pages import Dashboard, overview, recurrence_names
+from timers.web.reads import NOT_AVAILABLE, HistoryRecord, MinuteStats
 
 __all__ = ["s"]  # the fixture
 
@@ -113,3 +118,50 @@ def test_the_overview_never_shows_a_negative_rate_after_a_redis_restart(
     assert rates == (5, 0)
     hour = overview(d)["charts"][0][1]
     assert "-" not in "".join(re.findall(r'text-anchor="end">([^<]+)<', str(hour)))
+
+
+class WithHistory(Timers):
+    """A client with the run-history API the dashboard is written against (its records
+    as the history's own dataclasses would carry them)."""
+
+    asked: list[tuple[object, ...]]
+
+    def history(self, task: str | None = None, since: float | None = None,
+                failed: bool = False, limit: int = 100) -> list[HistoryRecord]:
+        self.asked.append(("history", task, failed, limit))
+        rows = [HistoryRecord("sms-1", "reminders.sms", "completed", NOW - 30, "web-1", 41,
+                              12.5, 1, 3.0),
+                HistoryRecord("<b>x</b>", "reminders.sms", "dead", NOW - 60, "web-2", 42,
+                              80.0, 3, 9.0, "SMSError: <i>gateway down</i>")]
+        return [r for r in rows if r.outcome == "dead" or not failed][:limit]
+
+    def series(self, task: str | None = None, minutes: int = 60) -> list[MinuteStats]:
+        self.asked.append(("series", task, minutes))
+        first = (NOW // 60 - minutes + 1) * 60
+        return [MinuteStats(first + 60 * i, 10 + i % 3, i % 2, 4.0, 40.0 + i, 10.0, 90.0)
+                for i in range(minutes)]
+
+
+NOW = time.time()
+
+
+def test_with_run_history_the_pages_show_it_and_chart_it(fake: fakeredis.FakeRedis) -> None:
+    t = WithHistory(fake)
+    with t:
+        t.warn_in_event_loop = False
+        t.asked = []
+        t.schedule("reminders.sms", [1], in_=600)
+        c = TestClient(create_app(t, Guard()), base_url="http://127.0.0.1:8080")
+        page = c.get("/history").text
+        assert "sms-1" in page and "completed" in page and "web-2:42" in page
+        assert "&lt;i&gt;gateway down&lt;/i&gt;" in page and "<b>x</b>" not in page
+        assert NOT_AVAILABLE not in page
+        failed = c.get("/history?failed=1&task=reminders.sms").text
+        assert "sms-1" not in failed and "SMSError" in failed
+        assert ("history", "reminders.sms", True, 100) in t.asked
+        overview = c.get("/").text
+        assert "From the run history." in overview
+        assert overview.count('class="bar series-runs"') == 60 + 96  # every minute, every 15
+        task = c.get("/task?name=reminders.sms").text
+        assert 'id="task-chart-lateness"' in task and 'id="task-runs"' in task
+        assert ("series", "reminders.sms", 1440) in t.asked

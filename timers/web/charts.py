@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from markupsafe import Markup, escape
 
 WIDTH, HEIGHT = 640, 200
-LEFT, RIGHT, TOP, BOTTOM = 56, 12, 24, 28
+LEFT, RIGHT, TOP, BOTTOM = 56, 28, 24, 28
 """Margins (px) around the plot area: the value axis' labels on the left, time below."""
 TIME_STEPS_S = (60, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400)
 """Spacings of the time ticks, the first that gives at most :data:`MAX_TIME_TICKS`."""
