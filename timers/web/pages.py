@@ -239,8 +239,9 @@ def task_page(d: Dashboard, query: Any) -> dict[str, Any]:
     runs = d.history.runs(task=task, limit=PAGE)
     if not (found or failures or runs or any(f.limits or f.running for f in flows)) \
             and task not in t.run(t.ops.announced_tasks()):
-        raise LookupError("no such task: no live listener announces it and no timer, run "
-                          "or failure of it was found")
+        raise LookupError(f"no such task: no live listener announces it, and no timer of it "
+                          f"(among the first {browse.FILTER_WINDOW:,} of each queue), run "
+                          f"under way or failure was found")
     snap = d.snapshot()
     groups = sorted({p.group for p in found} | {r.group for f in flows for r in f.running})
     return {"task": task, "limits": merged_limits(flows),
