@@ -4,11 +4,14 @@ timers with them; a task's limits and what waits on them; the runs under way."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import re
 import time
 
 import fakeredis
 import pytest
+import redis
 from starlette.testclient import TestClient
 
 from tests.unit.flow_helpers import KS, LEASE, add, claim, s
@@ -16,7 +19,8 @@ from timers import Timers
 from timers.observe import browse
 from timers.observe.tasks import announced_tasks, running_runs, task_flow
 from timers.scripts import GateRun, Scripts
-from timers.web.app import create_app
+from timers.server import free_port
+from timers.web.app import Site, create_app
 from timers.web.auth import Guard
 from timers.web.pages import Dashboard, overview, recurrence_names
 from timers.web.reads import NOT_AVAILABLE, HistoryRecord, MinuteStats
@@ -166,3 +170,27 @@ def test_with_run_history_the_pages_show_it_and_chart_it(fake: fakeredis.FakeRed
         task = c.get("/task?name=reminders.sms").text
         assert 'id="task-chart-lateness"' in task and 'id="task-runs"' in task
         assert ("series", "reminders.sms", 1440) in t.asked
+
+
+def test_the_dashboard_samples_while_it_serves_and_a_redis_away_stops_nothing(
+        producer: Timers) -> None:
+    producer.warn_in_event_loop = False
+    away = Timers(redis.Redis(port=free_port(), socket_connect_timeout=0.2))
+    away.warn_in_event_loop = False
+
+    async def serve_a_while(site: Site, rounds: int = 500) -> int:
+        sampler = asyncio.create_task(site.sample_while_serving(every_s=0.01))
+        for _ in range(rounds):
+            await asyncio.sleep(0.01)
+            if site.reads.samples or sampler.done():
+                break
+        assert not sampler.done()  # (an error would have ended it)
+        sampler.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await sampler
+        return len(site.reads.samples)
+
+    assert asyncio.run(serve_a_while(Site(producer, Guard()))) == 1
+    assert asyncio.run(serve_a_while(Site(away, Guard()), 20)) == 0  # and still sampling
+    with TestClient(create_app(producer, Guard()), base_url="http://127.0.0.1:8080") as c:
+        assert c.get("/").status_code == 200  # the lifespan starts and stops its sampler
