@@ -89,7 +89,9 @@ class Site:
 
     async def sample_while_serving(self, every_s: float = SAMPLE_EVERY_S) -> None:
         """Read the keyspace every ``every_s`` seconds for the charts (a Redis away is
-        skipped: the chart shows a gap)."""
+        skipped: the chart shows a gap); nothing to do when the client keeps run history."""
+        if self.reads.history.available:
+            return
         while True:
             with contextlib.suppress(TimersError):
                 await run_in_threadpool(self.reads.snapshot)
