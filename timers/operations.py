@@ -367,7 +367,7 @@ class Operations(FailureOperations, RecurrenceOperations):
             Call(command=("HGETALL", self.keys.listener_info)),
             Call(command=("HLEN", self.keys.next_in_line)),
         ]
-        flow = yield from views.flow_counts(self.keys, _listener_groups(infos))
+        flow = yield from views.flow_counts(self.keys, listener_groups(infos))
         items = counters.items() if isinstance(counters, dict) else pairs(counters)
         return Stats(
             flow.pending,
@@ -392,7 +392,7 @@ def _exist(timer_ids: Sequence[str]) -> str:
     return "exists on the primary" if len(timer_ids) == 1 else "exist on the primary"
 
 
-def _listener_groups(infos: Any) -> set[str]:
+def listener_groups(infos: Any) -> set[str]:
     """The groups the listeners' heartbeats name (dead ones' too: their runs count)."""
     items = infos.items() if isinstance(infos, dict) else pairs(infos)
     out: set[str] = set()

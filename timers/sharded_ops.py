@@ -21,7 +21,7 @@ from timers.exceptions import NotReplicated, ServerOutOfMemory
 from timers.failure_ops import Failure, RetrySummary
 from timers.flow.names import DEFAULT_GROUP
 from timers.keys import Keyspace, configured_prefix
-from timers.observe import browse
+from timers.observe import browse, tasks
 from timers.observe.snapshot import FleetSnapshot, read_snapshot
 from timers.operations import Operations, PendingTimer, Prepared, Stats, TimerSpec
 from timers.ops_base import Operation, Request
@@ -228,13 +228,15 @@ class ShardedOperations:
         parts = yield from gather([read_snapshot(s.keys) for s in shards])
         return parts[0] if len(parts) == 1 else merge_snapshots(parts)
 
-    def browse_page(self, offset: int, limit: int) -> Operation[list[PendingTimer]]:
-        """Timers ``offset`` to ``offset + limit`` of the default due index, soonest first
-        over every shard."""
+    def browse_page(self, offset: int, limit: int, group: str | None = None,
+                    priority: int | None = None) -> Operation[list[PendingTimer]]:
+        """Timers ``offset`` to ``offset + limit`` of every group and priority (or of
+        ``group``, of ``priority``), held-back ones too, soonest first over every shard."""
         shards = yield from self.shards()
         if len(shards) == 1:
-            return (yield from browse.page(shards[0].keys, offset, limit))
-        parts = yield from gather([browse.page(s.keys, 0, offset + limit) for s in shards])
+            return (yield from browse.page(shards[0].keys, offset, limit, group, priority))
+        parts = yield from gather([browse.page(s.keys, 0, offset + limit, group, priority)
+                                   for s in shards])
         return _soonest(parts)[offset:offset + limit]
 
     def search_id_prefix(self, prefix: str,
@@ -248,6 +250,23 @@ class ShardedOperations:
         shards = yield from self.shards()
         parts = yield from gather([browse.filter_task(s.keys, task, limit) for s in shards])
         return _soonest(parts)[:limit]
+
+    def task_flow(self, task: str) -> Operation[list[tasks.TaskFlow]]:
+        """The limits ``task``'s runs meet and its runs under way, per shard."""
+        shards = yield from self.shards()
+        return (yield from gather([tasks.task_flow(s.keys, task) for s in shards]))
+
+    def announced_tasks(self) -> Operation[set[str]]:
+        """The task paths the live listeners announce, over every shard."""
+        shards = yield from self.shards()
+        parts = yield from gather([tasks.announced_tasks(s.keys) for s in shards])
+        return set().union(*parts)
+
+    def running_runs(self) -> Operation[list[tasks.Running]]:
+        """Every run under way, over every shard."""
+        shards = yield from self.shards()
+        parts = yield from gather([tasks.running_runs(s.keys) for s in shards])
+        return [r for part in parts for r in part]
 
     # -- recurrences ------------------------------------------------------------------
 

@@ -24,7 +24,10 @@ from timers.web.security import allowed_hosts, host_name
 
 TOKEN = "s3cret-token"
 BASE = "http://127.0.0.1:8080"
-PAGES = ["/", "/timers", "/timer?id=kept", "/dead", "/recurrences"]
+PAGES = ["/", "/timers", "/timers?group=default&priority=0", "/timer?id=kept", "/dead",
+         "/recurrences", "/task?name=reminders.sms", "/history"]
+MARK = "Call555-0100"
+"""Words a link might try to put on a page."""
 
 
 @pytest.fixture
@@ -141,7 +144,9 @@ def test_every_response_carries_the_security_headers_and_scripts_carry_the_nonce
                c.get("/", headers={"Host": "evil.example"}), c.get("/no-such-page"),
                c.get("/live")]
     log_in(c)
-    replies += [c.get("/"), c.get("/timers?page=abc"), c.post("/act", data={})]
+    replies += [c.get(path) for path in PAGES] + [c.get("/task?name=no.such"),
+                                                  c.get("/history?failed=2")]
+    replies += [c.get("/timers?page=abc"), c.get("/"), c.post("/act", data={})]
     for reply in replies:
         h = reply.headers
         policy = h["content-security-policy"]
@@ -149,13 +154,16 @@ def test_every_response_carries_the_security_headers_and_scripts_carry_the_nonce
         assert "default-src 'none'" in policy
         assert (h["x-frame-options"], h["x-content-type-options"], h["referrer-policy"]) == (
             "DENY", "nosniff", "no-referrer"), reply.request.url
-    overview = replies[-3]
+    overview = replies[-2]
     nonce = re.search(r"'nonce-([^']+)'", overview.headers["content-security-policy"])
     assert nonce is not None
     tags = re.findall(r"<(script|style)([^>]*)>", overview.text)
     assert {t for t, _ in tags} == {"script", "style"}
     assert all(f'nonce="{nonce.group(1)}"' in attrs for _, attrs in tags)
-    assert re.search(r"<[^>]*\s(style|on\w+)=", overview.text) is None  # no inline CSS/JS
+    for reply in replies:  # no inline CSS or JS on any page, charts included
+        assert re.search(r"<[^>]*\s(style|on\w+)=", reply.text) is None, reply.request.url
+    assert "<svg" in overview.text and "<script" not in overview.text.split("<main>")[1] \
+        .split("<script nonce=")[0]
     assert nonce.group(1) not in c.get("/").headers["content-security-policy"]  # per reply
 
 
@@ -177,6 +185,26 @@ def test_no_text_from_the_query_string_becomes_the_notice(timers: Timers) -> Non
     assert "555-0100" not in c.get("/").text
 
 
+def test_no_text_from_the_query_string_is_put_on_any_page(timers: Timers) -> None:
+    """A link cannot put words on a page: unknown parameters are ignored, a bad value's
+    error says what the value must be without repeating it, a task nothing knows is 404
+    without its name."""
+    c = client(timers, token=None)
+    for path in PAGES:
+        sep = "&" if "?" in path else "?"
+        page = c.get(f"{path}{sep}said={MARK}&note={MARK}&error={MARK}")
+        assert page.status_code == 200 and MARK not in page.text, path
+    for path in (f"/task?name={MARK}", f"/task?name=x.{MARK}", f"/history?task=x{MARK}é",
+                 f"/timers?group={MARK}é", f"/timers?priority={MARK}",
+                 f"/history?failed={MARK}", f"/timers?page={MARK}"):
+        reply = c.get(path)
+        assert 400 <= reply.status_code < 500 and MARK not in reply.text, path
+    for path in ("/task?name=x.Call5550100", "/timer?id=Call5550100"):
+        unknown = c.get(path)
+        assert unknown.status_code == 404 and "5550100" not in unknown.text, path
+    assert c.get("/task?name=x.Call5550100").text.startswith("no such task: ")
+
+
 # -- malformed input -------------------------------------------------------------------
 
 
@@ -188,6 +216,21 @@ def test_malformed_or_non_ascii_input_is_a_4xx_that_says_what_it_is(timers: Time
         assert reply.status_code == 400, page
         assert reply.text.startswith("page must be a whole number"), page
     assert c.get("/timers?page=2").status_code == 200
+    for path, said in [("/task", "name must be a task path"),
+                       ("/task?name=é.sms", "name must be a task path"),
+                       ("/task?name=a..b", "name must be a task path"),
+                       ("/task?name=" + "a" * 301, "name must be a task path"),
+                       ("/history?task=%00", "task must be a task path"),
+                       ("/history?failed=yes", "failed must be 1"),
+                       ("/timers?group=²", "group must be 1 to 64"),
+                       ("/timers?group=" + "g" * 65, "group must be 1 to 64"),
+                       ("/timers?priority=1001", "priority must be a whole number"),
+                       ("/timers?priority=-0x1", "priority must be a whole number"),
+                       ("/timers?priority=\uff15", "priority must be a whole number"),
+                       ("/timers?page=101", "page must be a whole number"),
+                       ("/timers?task=r%C3%A9", "task must be a task path")]:
+        reply = c.get(path)
+        assert reply.status_code == 400 and reply.text.startswith(said), path
     for cookie in ("é", "²", "\u00ff" * 64):
         other = TestClient(c.app, base_url=BASE, follow_redirects=False)
         reply = other.get("/", headers={"Cookie": f"{COOKIE}={cookie}; {NOTE_COOKIE}={cookie}"
@@ -235,3 +278,18 @@ def test_a_timer_page_while_redis_is_away_says_so_rather_than_not_pending() -> N
     away.warn_in_event_loop = False
     reply = client(away, token=None).get("/timer?id=kept")
     assert reply.status_code == 503 and "Not pending" not in reply.text
+
+
+def test_every_page_escapes_what_it_shows(fake: fakeredis.FakeRedis, timers: Timers) -> None:
+    hostile = "<script>alert(1)</script>"
+    with Timers(fake) as t:
+        t.warn_in_event_loop = False
+        t.schedule("reminders.sms", {"note": hostile}, in_=600, id=hostile, key=hostile)
+        t.every(hostile, "reminders.sms", [hostile], interval=60)
+        fake.hset("timers|parked", "junk", f"c|1|1000|0|{hostile}")  # another app's junk
+        c = client(t, token=None)
+        for path in [*PAGES, "/timers?task=reminders.sms", "/timers?q=%3Cscript",
+                     "/timer?id=%3Cscript%3Ealert(1)%3C/script%3E"]:
+            page = c.get(path)
+            assert page.status_code == 200 and "<script>alert" not in page.text, path
+        assert "&lt;script&gt;alert(1)&lt;/script&gt;" in c.get("/timers").text

@@ -58,8 +58,9 @@ def _scrape_reader(url: str | None, prefix: str) -> Any:
 def web(url: UrlOption = None, prefix: PrefixOption = DEFAULT_PREFIX,
         port: PortOption = 8080, host: HostOption = "127.0.0.1", auth: AuthOption = None,
         read_only: ReadOnlyOption = False, allow_host: AllowHostOption = None) -> None:
-    """Serve a dashboard of the keyspace: overview, pending timers, a timer's page with
-    cancel / reschedule / run now, dead timers with retry and purge, recurrences."""
+    """Serve a dashboard of the keyspace: overview with charts, pending timers of every
+    group, a timer's page with cancel / reschedule / run now, a page per task (its limits
+    and what waits on them), run history, dead timers with retry and purge, recurrences."""
     uvicorn, create_app, guard_class, allowed_hosts = _web()
     token = auth or os.environ.get(TOKEN_ENV) or None
     try:

@@ -215,7 +215,7 @@ def find_many(keys: Keyspace, escaped_ids: Iterable[str]) -> Operation[list[Foun
     return out
 
 
-def _due_indexes(keys: Keyspace, queues: Iterable[Any], group: str | None) -> list[str]:
+def due_indexes(keys: Keyspace, queues: Iterable[Any], group: str | None) -> list[str]:
     """The due index of every (group, priority) in ``P|queues``, and the plain one."""
     out = [keys.due] if group in (None, DEFAULT_GROUP) else []
     for member in queues:
@@ -225,7 +225,7 @@ def _due_indexes(keys: Keyspace, queues: Iterable[Any], group: str | None) -> li
     return list(dict.fromkeys(out))
 
 
-def _parked_entries(reply: Any) -> dict[str, Parked]:
+def parked_entries(reply: Any) -> dict[str, Parked]:
     items = reply.items() if isinstance(reply, dict) else pairs(reply)
     out = {}
     for escaped, value in items:
@@ -243,8 +243,8 @@ def find_pending(keys: Keyspace, limit: int, group: str | None = None) -> Operat
         # An admin read: the whole parked hash, to name every queue that has waiting timers.
         Call(command=("HGETALL", keys.parked)),
     ]
-    sources = _due_indexes(keys, queues, group)
-    sources += sorted({p.queue(keys) for p in _parked_entries(parked_reply).values()
+    sources = due_indexes(keys, queues, group)
+    sources += sorted({p.queue(keys) for p in parked_entries(parked_reply).values()
                        if p.waiting})
     heads = yield [Call(command=("ZRANGE", source, 0, limit - 1)) for source in sources]
     found = yield from find_many(keys, (as_text(i) for head in heads for i in head))
@@ -287,7 +287,7 @@ def flow_counts(keys: Keyspace, listener_groups: Iterable[str] = ()) -> Operatio
         name, _, priority = as_text(member).rpartition("|")
         if priority.lstrip("-").isdigit():
             indexes.append((name, keys.due_index(name, int(priority))))
-    parked = {i: p for i, p in _parked_entries(parked_reply).items() if p.waiting}
+    parked = {i: p for i, p in parked_entries(parked_reply).items() if p.waiting}
     groups = sorted({DEFAULT_GROUP, *listener_groups, *(g for g, _ in indexes)})
     replies = yield [*(Call(command=("ZCARD", index)) for _, index in indexes),
                      *(Call(command=("ZCARD", keys.running_of(g))) for g in groups),

@@ -1,12 +1,12 @@
-"""The dashboard's pages and actions (Starlette). Every figure is read through
-:class:`timers.Timers` and :mod:`timers.observe`; every page escapes what it shows."""
+"""The dashboard's routes, actions and middleware (Starlette). What each page reads is in
+:mod:`timers.web.pages`; every page escapes what it shows."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
-from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import UTC, datetime
 from importlib import resources
 from typing import Any
@@ -34,60 +34,42 @@ from timers.exceptions import (
     TimerAlreadyPending,
     TimersError,
 )
-from timers.observe import browse
-from timers.observe.snapshot import SOON_MS, FleetSnapshot
+from timers.observe.snapshot import FleetSnapshot
+from timers.web import pages
 from timers.web.auth import COOKIE, NOTE_COOKIE, Guard, LoginGate, refused
 from timers.web.reads import ACTIONS, TimerView, dead_timers
 from timers.web.security import LOCAL_HOSTS, SecurityHeaders
 
-PAGE = 50
-MAX_PAGE = 10**9
-HISTORY = 120
-"""Snapshots kept for the overview's curves (one per refresh of any open page)."""
+SAMPLE_EVERY_S = 15.0
+"""How often the dashboard samples the keyspace for its charts while it serves (also on
+each page read), when the client has no run history."""
 
 
 def _templates() -> Jinja2Templates:
     folder = str(resources.files("timers.web").joinpath("templates"))
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(folder), autoescape=True)
     env.filters["json"] = lambda value: json.dumps(value, ensure_ascii=False, indent=1)
-    env.filters["when"] = lambda dt: "-" if dt is None else dt.astimezone(UTC).strftime(
-        "%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
+    env.filters["when"] = _when
+    env.filters["epoch"] = lambda s: "-" if s is None else _when(
+        datetime.fromtimestamp(s, UTC))
+    env.filters["ms"] = lambda v: "-" if v is None else f"{v:,.1f} ms"
+    env.filters["args"] = pages.args_text
+    env.filters["count"] = lambda n: f"{n:,}"
     return Jinja2Templates(env=env)
 
 
-class Dashboard:
-    """One keyspace's dashboard: the client it reads with and who may act."""
+def _when(dt: datetime | None) -> str:
+    return "-" if dt is None else dt.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
+
+
+class Site:
+    """The dashboard's pages: the reads (:class:`timers.web.pages.Dashboard`), who may
+    act, and the templates."""
 
     def __init__(self, timers: Timers, guard: Guard) -> None:
         self.timers, self.guard = timers, guard
+        self.reads = pages.Dashboard(timers)
         self.templates = _templates()
-        self.history: deque[tuple[int, int, float | None, float | None]] = deque(
-            maxlen=HISTORY)
-
-    def snapshot(self) -> FleetSnapshot:
-        snap = self.timers.run(self.timers.ops.snapshot())
-        late = [(x.get("lateness_p50_ms"), x.get("lateness_p99_ms")) for x in snap.listeners]
-        p50 = max((a for a, _ in late if a is not None), default=None)
-        p99 = max((b for _, b in late if b is not None), default=None)
-        self.history.append((snap.redis_ms, snap.counters.get("fired", 0), p50, p99))
-        return snap
-
-    def fired_per_minute(self) -> float | None:
-        if len(self.history) < 2 or self.history[-1][0] <= self.history[0][0]:
-            return None
-        (t0, f0, *_), (t1, f1, *_) = self.history[0], self.history[-1]
-        return (f1 - f0) * 60_000 / (t1 - t0)
-
-    def curve(self, at: int) -> str:
-        """SVG polyline points of history column ``at`` (2: p50, 3: p99), 300x60."""
-        values = [row[at] for row in self.history]
-        known = [v for v in values if v is not None]
-        if len(known) < 2:
-            return ""
-        top = max(max(known), 1e-9)
-        step = 300 / max(len(values) - 1, 1)
-        return " ".join(f"{i * step:.1f},{60 - 58 * v / top:.1f}"
-                        for i, v in enumerate(values) if v is not None)
 
     def page(self, request: Request, name: str, status_code: int = 200,
              **context: Any) -> Response:
@@ -105,33 +87,37 @@ class Dashboard:
             response.delete_cookie(NOTE_COOKIE, httponly=True, samesite="strict")
         return response
 
-
-def _overview_context(d: Dashboard) -> dict[str, Any]:
-    snap = d.snapshot()
-    now = snap.redis_ms
-    return {"snap": snap, "soon": [snap.due_within(w) for w in SOON_MS],
-            "per_minute": d.fired_per_minute(), "p50": d.curve(2), "p99": d.curve(3),
-            "latest": d.history[-1] if d.history else None,
-            "listeners": [{**x, "age": _age(now, x)} for x in snap.listeners]}
-
-
-def _age(now_ms: int, listener: dict[str, Any]) -> str:
-    beat = listener.get("heartbeat_ms")
-    return "-" if not isinstance(beat, int | float) else f"{max(now_ms - beat, 0) / 1000:.0f} s"
+    async def sample_while_serving(self, every_s: float = SAMPLE_EVERY_S) -> None:
+        """Read the keyspace every ``every_s`` seconds for the charts (a Redis away is
+        skipped: the chart shows a gap); nothing to do when the client keeps run history."""
+        if self.reads.history.available:
+            return
+        while True:
+            with contextlib.suppress(TimersError):
+                await run_in_threadpool(self.reads.snapshot)
+            await asyncio.sleep(every_s)
 
 
-def routes(d: Dashboard) -> list[Route]:
-    async def overview(request: Request) -> Response:
-        return d.page(request, "overview.html", **await run_in_threadpool(_overview_context, d))
+def _read(reader: Callable[..., dict[str, Any]], *args: Any) -> Any:
+    """``reader``'s context, a bad query parameter answered 400 saying what it must be, a
+    task nothing knows 404."""
+    try:
+        return reader(*args)
+    except LookupError as exc:
+        raise HTTPException(404, str(exc)) from None
+    except ValueError as exc:
+        if isinstance(exc, MalformedTimerKey | InvalidTimer):
+            raise
+        raise HTTPException(400, str(exc)) from None
 
-    async def live(request: Request) -> Response:
-        return d.page(request, "_live.html", **await run_in_threadpool(_overview_context, d))
 
-    async def timers_page(request: Request) -> Response:
-        offset = (_page_number(request) - 1) * PAGE
-        return d.page(request, "timers.html",
-                      **await run_in_threadpool(_list_context, d, request.query_params,
-                                                offset))
+def routes(d: Site) -> list[Route]:
+    def page(template: str, reader: Callable[..., dict[str, Any]], with_query: bool = True
+             ) -> Callable[[Request], Any]:
+        async def endpoint(request: Request) -> Response:
+            args = (d.reads, request.query_params) if with_query else (d.reads,)
+            return d.page(request, template, **await run_in_threadpool(_read, reader, *args))
+        return endpoint
 
     async def timer(request: Request) -> Response:
         view = await run_in_threadpool(TimerView.read, d.timers,
@@ -141,40 +127,19 @@ def routes(d: Dashboard) -> list[Route]:
 
     async def dead(request: Request) -> Response:
         return d.page(request, "dead.html",
-                      failures=await run_in_threadpool(dead_timers, d.timers, PAGE))
+                      failures=await run_in_threadpool(dead_timers, d.timers, pages.PAGE))
 
-    async def recurrences(request: Request) -> Response:
-        return d.page(request, "recurrences.html",
-                      recurrences=await run_in_threadpool(d.timers.recurrences))
-
-    return [Route("/", overview), Route("/live", live), Route("/timers", timers_page),
-            Route("/timer", timer), Route("/dead", dead), Route("/recurrences", recurrences),
+    return [Route("/", page("overview.html", pages.overview, False)),
+            Route("/live", page("_live.html", pages.overview, False)),
+            Route("/timers", page("timers.html", pages.pending)),
+            Route("/task", page("task.html", pages.task_page)),
+            Route("/history", page("history.html", pages.history_page)),
+            Route("/timer", timer), Route("/dead", dead),
+            Route("/recurrences", page("recurrences.html", pages.recurrences, False)),
             *action_routes(d)]
 
 
-def _page_number(request: Request) -> int:
-    """The ``page`` asked for (1 if none); 400 for anything but a whole number from 1."""
-    text = request.query_params.get("page", "1")
-    if not (text.isascii() and text.isdigit() and 1 <= int(text) <= MAX_PAGE):
-        raise HTTPException(400, f"page must be a whole number from 1 to {MAX_PAGE:,}")
-    return int(text)
-
-
-def _list_context(d: Dashboard, query: Any, offset: int) -> dict[str, Any]:
-    prefix, task = query.get("q", "").strip(), query.get("task", "").strip()
-    complete = True
-    if prefix:
-        found, complete = d.timers.run(d.timers.ops.search_id_prefix(prefix, PAGE))
-    elif task:
-        found = d.timers.run(d.timers.ops.filter_task(task, PAGE))
-    else:
-        found = d.timers.run(d.timers.ops.browse_page(offset, PAGE))
-    return {"found": found, "q": prefix, "task": task, "complete": complete,
-            "page_no": offset // PAGE + 1, "more": len(found) == PAGE and not (prefix or task),
-            "now": datetime.now(UTC), "window": browse.FILTER_WINDOW}
-
-
-def action_routes(d: Dashboard) -> list[Route]:
+def action_routes(d: Site) -> list[Route]:
     async def act(request: Request) -> Response:
         form = await request.form()
         fields = {k: str(v) for k, v in form.items()}
@@ -261,13 +226,24 @@ def create_app(timers: Timers, guard: Guard | None = None, *,
     :func:`timers.web.security.allowed_hosts`. ``metrics``: what a scrape of ``/metrics``
     reads (default: a snapshot through ``timers``; ``timers web`` gives one with short
     timeouts, :class:`timers.observe.fleet_metrics.KeyspaceReader`)."""
-    dashboard = Dashboard(timers, guard or Guard())
+    site = Site(timers, guard or Guard())
     read = metrics or (lambda: timers.run(timers.ops.snapshot()))
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        sampler = asyncio.create_task(site.sample_while_serving())
+        try:
+            yield
+        finally:
+            sampler.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sampler
+
     return Starlette(
-        routes=routes(dashboard) + metrics_route(read),
+        routes=routes(site) + metrics_route(read), lifespan=lifespan,
         middleware=[Middleware(SecurityHeaders),
                     Middleware(TrustedHostMiddleware, allowed_hosts=list(hosts),
                                www_redirect=False),
-                    Middleware(AuthenticationMiddleware, backend=LoginGate(dashboard.guard),
+                    Middleware(AuthenticationMiddleware, backend=LoginGate(site.guard),
                                on_error=refused)],
         exception_handlers={kind: _error for kind, _, _ in ERRORS})
