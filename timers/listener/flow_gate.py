@@ -145,8 +145,8 @@ class FlowGate:
         """None: start the run. Else the run is not this listener's to run any more: its
         timer waits for its key or rate limit (or its lease was lost, or its id was
         scheduled again)."""
-        if self.shards > 1:
-            _per_shard(record.task, self.shards)
+        if self.shards > 1 and not (record.options.get(Option.KEY) and policy.rate is None):
+            _per_shard(record.task, self.shards)  # a producer's key= alone is exact
         if run.token in self.holding:  # screened at its claim: its key and slot are settled
             return None
         try:
@@ -203,11 +203,14 @@ _WARNED: set[str] = set()
 
 
 def _per_shard(task: str, shards: int) -> None:
-    """Say once per task that its limits hold per shard on a sharded prefix."""
+    """Say once per task that its limits hold per shard on a sharded prefix (all but a
+    concurrency key given at schedule time: see :mod:`timers.shards`)."""
     if task in _WARNED:
         return
     _WARNED.add(task)
-    log.warning("task %s has a concurrency key or rate limit, and the prefix is split into %d "
-                "shards: the limit is counted in each shard, so up to %d times it can run at "
-                "once fleet-wide. For an exact limit, give such timers a prefix of one shard "
+    log.warning("task %s has a rate limit or a concurrency limit it works out itself, and the "
+                "prefix is split into %d shards: the limit is counted in each shard, so up to "
+                "%d times it can run at once fleet-wide. For an exact concurrency limit, give "
+                "the key when scheduling (key=...: the timer then lives in its key's shard); "
+                "for an exact rate, give such timers a prefix of one shard "
                 "(TIMERS_PREFIX=... TIMERS_SHARDS=1)", task, shards, shards)
