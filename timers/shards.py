@@ -21,13 +21,16 @@ count its own N. The rule:
    ``reschedule`` still find it from the id alone, in one round trip.
 2. A rate is counted in the shard of its timers: a rate shared by many keys (a task's
    ``rate=`` with a ``key=`` per device) would need every such key in one shard. A
-   rate-limited task's throughput is its rate, so one shard is enough for it: its timers,
-   and the concurrency keys they carry, belong in the shard of the rate's name. A
-   producer does not know a task's declared rate (only listeners import tasks): that
-   placement, and that of a key the task works out from its args, is made at the timer's
-   first claim (**not yet built**: until then such limits are counted per shard, and the
-   limit of a rate or of a task-computed key is exact on one shard only).
-3. Everything else lives in the shard of its id.
+   rate-limited task's throughput is its rate, so one shard is enough for it: a timer with
+   a rate lives in the shard of the rate's name (:func:`shard_of_key` of it), and so does
+   every concurrency key its task's timers carry; the rate wins over the key.
+3. A limit the task declares (a key function, ``concurrency=`` per task, ``rate=``) is
+   known to listeners only (producers do not import tasks): the timer is to move to its
+   limit's shard once, at its first claim, leaving a forward entry that ``get``,
+   ``cancel`` and ``reschedule`` follow in a second round trip. **Not built yet**: until
+   then such limits are counted per shard (exact on one shard only), and a listener logs
+   that once per task.
+4. Everything else lives in the shard of its id.
 
 ``S`` is fixed the first time a prefix is used and stored in Redis (``shards.lua``, in
 the one-shard keyspace of the prefix: ``{timers}|shards``). On a cluster the default is
