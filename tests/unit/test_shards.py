@@ -21,6 +21,7 @@ from tests.unit.sample_tasks import mod
 from timers import Listener, Timers, TimerSpec
 from timers.exceptions import TimersError
 from timers.keys import Keyspace
+from timers.listener.flow_gate import _WARNED
 from timers.shards import (
     MAX_SHARDS,
     ShardLayout,
@@ -239,6 +240,11 @@ def _limited(i: int) -> None:
     """One at a time fleet-wide: a limit that shards weaken."""
 
 
+@timers.task(concurrency=1)
+def _keyed(i: int) -> None:
+    """One at a time per key given when scheduling: exact on any number of shards."""
+
+
 def test_a_listener_says_once_that_limits_hold_per_shard_and_its_burst_ends(
         caplog: pytest.LogCaptureFixture) -> None:
     """(A burst's lane that finished first once kept its loops going, and the burst never
@@ -259,3 +265,24 @@ def test_a_listener_says_once_that_limits_hold_per_shard_and_its_burst_ends(
         assert t.stats().fired == 5
     said = [r.getMessage() for r in caplog.records if "counted in each shard" in r.getMessage()]
     assert len(said) == 1 and "task lim.one" in said[0] and "prefix is split into 4" in said[0]
+
+
+def test_a_listener_says_nothing_of_shards_for_timers_in_their_keys_shard(
+        caplog: pytest.LogCaptureFixture) -> None:
+    server = fakeredis.FakeServer()
+    past = datetime.now(UTC) - timedelta(seconds=1)
+    _WARNED.discard("lim.keyed")
+    with Timers(fakeredis.FakeRedis(server=server), shards=4) as t:
+        t.schedule_many(TimerSpec("lim.keyed", [i], at=past, key=f"dev-{i % 3}")
+                        for i in range(9))
+
+        async def burst() -> None:
+            listener = Listener(fakeredis.FakeAsyncRedis(server=server),
+                                registry={"lim.keyed": _keyed})
+            await asyncio.wait_for(listener.run(burst=True), 15)
+            await listener.redis.aclose()
+
+        with caplog.at_level("WARNING", logger="timers.listener"):
+            asyncio.run(burst())
+        assert t.stats().fired == 9
+    assert not [r for r in caplog.records if "counted in each shard" in r.getMessage()]
