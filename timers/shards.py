@@ -23,7 +23,8 @@ count its own N. The rule:
    ``rate=`` with a ``key=`` per device) would need every such key in one shard. A
    rate-limited task's throughput is its rate, so one shard is enough for it: a timer with
    a rate lives in the shard of the rate's name (:func:`shard_of_key` of it), and so does
-   every concurrency key its task's timers carry; the rate wins over the key.
+   every concurrency key its task's timers carry; the rate wins over the key. A rate is
+   the task's declaration, so that placement is rule 3's.
 3. A limit the task declares (a key function, ``concurrency=`` per task, ``rate=``) is
    known to listeners only (producers do not import tasks): the timer is to move to its
    limit's shard once, at its first claim, leaving a forward entry that ``get``,
