@@ -99,6 +99,7 @@ from __future__ import annotations
 import os
 import unicodedata
 from dataclasses import dataclass
+from functools import cached_property
 
 from redis.keyspace_notifications import KeyeventChannel
 
@@ -106,6 +107,10 @@ DEFAULT_PREFIX = "timers"
 DEFAULT_GROUP = "default"
 """The group of a timer that names none; its keys are the plain ``P|due`` and ``P|run``."""
 PREFIX_ENV = "TIMERS_PREFIX"
+SCRIPT_KEY_NAMES = ("due", "rec", "run", "runrec", "queues", "parked", "held", "next",
+                    "ungatedt", "barred", "near")
+"""What follows ``P|`` in each of :attr:`Keyspace.script_keys` (``lua/prelude.lua``'s
+``sys_key`` finds a key by this name among the KEYS it was given)."""
 
 
 def check_prefix(prefix: str, name: str = "prefix") -> str:
@@ -258,6 +263,18 @@ class Keyspace:
     def shards(self) -> str:
         """string: how many shards the prefix is split into (see :mod:`timers.shards`)."""
         return self.prefix + "|shards"
+
+    @cached_property
+    def script_keys(self) -> tuple[str, ...]:
+        """The keys the shared Lua helpers (``lua/prelude.lua``, ``lua/flow.lua``) may
+        touch in any script, in the order of :data:`SCRIPT_KEY_NAMES`: each script that
+        uses the helpers is given them as the last of its KEYS, so no helper builds a
+        key name (on Redis Cluster only KEYS are checked before a script runs)."""
+        named = {"due": self.due, "rec": self.records, "run": self.running,
+                 "runrec": self.running_records, "queues": self.queues,
+                 "parked": self.parked, "held": self.held, "next": self.next_in_line,
+                 "ungatedt": self.ungated_tokens, "barred": self.barred, "near": self.near}
+        return tuple(named[name] for name in SCRIPT_KEY_NAMES)
 
     @property
     def wake_channel(self) -> str:

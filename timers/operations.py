@@ -41,6 +41,7 @@ from timers.ops_base import Call, Operation, Request, live_heartbeats, ms_to_dat
 from timers.recurrence_ops import RecurrenceOperations
 from timers.replication import Replication
 from timers.scripts import NewTimer, ScriptCalls
+from timers.shards import id_in_shard
 from timers.timer_ids import new_timer_id
 from timers.wire import Option, ScheduleMode
 
@@ -144,6 +145,9 @@ class Prepared:
     record: str
     due: DueSpec
     replace: bool
+    route: str | None = None
+    """The concurrency key the producer gave: the timer lives in that key's shard
+    (:mod:`timers.shards`)."""
 
 
 class Operations(FailureOperations, RecurrenceOperations):
@@ -154,12 +158,16 @@ class Operations(FailureOperations, RecurrenceOperations):
         keyspace: Keyspace,
         max_args_bytes: int = DEFAULT_MAX_ARGS_BYTES,
         group: str = DEFAULT_GROUP,
+        shard: tuple[int, int] = (0, 1),
     ) -> None:
         self.keys = keyspace
         self.group = check_group(group)
         """The group of timers scheduled without one."""
         self.calls = ScriptCalls(keyspace)
         self.max_args_bytes = max_args_bytes
+        self.shard = shard
+        """(this keyspace's shard, the prefix's shard count): a generated id made here
+        falls in this shard."""
 
     # -- schedule ---------------------------------------------------------------------
 
@@ -182,7 +190,7 @@ class Operations(FailureOperations, RecurrenceOperations):
             timer_id, replace = new_timer_id(), False
         else:
             timer_id, replace = (check_id if retry else check_user_id)(spec.id), True
-        return Prepared(timer_id, escape_id(timer_id), record, due, replace)
+        return Prepared(timer_id, escape_id(timer_id), record, due, replace, spec.key)
 
     def _schedule_call(self, batch: Sequence[Prepared], how: str | None = None) -> Call:
         timers = [NewTimer(p.escaped, p.record, p.due[0], p.due[1],
@@ -258,10 +266,10 @@ class Operations(FailureOperations, RecurrenceOperations):
                 for index, due in zip(chunk, reply[1:], strict=True):
                     if due is None:
                         old = prepared[index]
-                        fresh = new_timer_id()
+                        fresh = id_in_shard(*self.shard, new_timer_id)
                         prepared[index] = Prepared(
-                            fresh, escape_id(fresh), old.record, old.due, old.replace
-                        )
+                            fresh, escape_id(fresh), old.record, old.due, old.replace,
+                            old.route)
                         retry.append(index)
                     else:
                         written.append(prepared[index].timer_id)

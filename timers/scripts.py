@@ -240,6 +240,13 @@ class ScriptCalls:
     def __init__(self, keys: Keyspace) -> None:
         self.keys = keys
 
+    def _shared(self, script: ScriptName, keys: Sequence[str], args: Sequence[Any],
+                *also: Keyspace) -> Invocation:
+        """A script that uses the shared helpers: its KEYS, then the keys the helpers may
+        touch (:attr:`Keyspace.script_keys`) of this keyspace and of ``also``."""
+        shared = [key for k in (self.keys, *also) for key in k.script_keys]
+        return Invocation(script, (*keys, *shared), tuple(args))
+
     def _occurrence_key(self, name_field: str, due_ms: int, record: str) -> str:
         return self.keys.timer_key(f"{name_field}@{due_ms}:{record}")
 
@@ -249,22 +256,23 @@ class ScriptCalls:
         args: list[Any] = [k.timer_key_start, k.wake_channel]
         for t in timers:
             args += [t.escaped_id, t.record, t.mode, t.ms, t.how]
-        return Invocation("schedule", tuple(keys), tuple(args))
+        return self._shared("schedule", tuple(keys), tuple(args))
 
     def reschedule(self, escaped_id: str, mode: str, ms: int) -> Invocation:
         k = self.keys
-        return Invocation("reschedule", (k.due, k.records),
-                          (k.timer_key_start, k.wake_channel, escaped_id, mode, ms))
+        return self._shared("reschedule", (k.due, k.records),
+                            (k.timer_key_start, k.wake_channel, escaped_id, mode, ms))
 
     def cancel(self, escaped_id: str) -> Invocation:
         k = self.keys
-        return Invocation("cancel", (k.due, k.records), (k.timer_key_start, escaped_id))
+        return self._shared("cancel", (k.due, k.records),
+                            (k.timer_key_start, escaped_id, k.wake_channel))
 
     def claim(self, *, limit: int, lease_ms: int, horizon_ms: int, listener_id: str,
               event_ids: Iterable[str] = (), groups: Sequence[str] = (DEFAULT_GROUP,),
               keyed_tasks: Sequence[str] = ()) -> Invocation:
         k = self.keys
-        return Invocation(
+        return self._shared(
             "claim", (k.due, k.records, k.running, k.running_records, k.sequence, k.stats,
                       k.near),
             (k.timer_key_start, limit, lease_ms, horizon_ms, listener_id, ",".join(groups),
@@ -272,28 +280,28 @@ class ScriptCalls:
 
     def renew(self, lease_ms: int, tokens: Iterable[str]) -> Invocation:
         k = self.keys
-        return Invocation("renew", (k.running, k.running_records),
-                          (lease_ms, k.timer_key_start, *tokens))
+        return self._shared("renew", (k.running, k.running_records),
+                            (lease_ms, k.timer_key_start, *tokens))
 
     def gate(self, lease_ms: int, runs: Iterable[GateRun]) -> Invocation:
         k = self.keys
         args: list[Any] = [k.timer_key_start, k.wake_channel, lease_ms]
         for run in runs:
             args += [run.token, run.key, run.limit, run.rate, run.interval_ms, run.burst]
-        return Invocation("gate", (k.running, k.running_records, k.records, k.stats),
-                          tuple(args))
+        return self._shared("gate", (k.running, k.running_records, k.records, k.stats),
+                            tuple(args))
 
     def peek(self, limit: int, groups: Sequence[str]) -> Invocation:
         k = self.keys
-        return Invocation("park", (k.due, k.records, k.stats),
-                          (k.timer_key_start, "peek", limit, ",".join(groups)))
+        return self._shared("park", (k.due, k.records, k.stats),
+                            (k.timer_key_start, "peek", limit, ",".join(groups)))
 
     def park(self, lease_ms: int, timers: Iterable[ParkTimer]) -> Invocation:
         k = self.keys
         args: list[Any] = [k.timer_key_start, "park", lease_ms, k.wake_channel]
         for timer in timers:
             args.extend(timer)
-        return Invocation("park", (k.due, k.records, k.stats), tuple(args))
+        return self._shared("park", (k.due, k.records, k.stats), tuple(args))
 
     def shards(self, wanted: int | str, store: bool) -> Invocation:
         """``self.keys`` is the prefix's one-shard keyspace (see :mod:`timers.shards`)."""
@@ -303,7 +311,7 @@ class ScriptCalls:
 
     def near(self, limit: int) -> Invocation:
         k = self.keys
-        return Invocation("near", (k.due, k.records, k.near), (k.timer_key_start, limit))
+        return self._shared("near", (k.due, k.records, k.near), (k.timer_key_start, limit))
 
     def finish(self, *, retention_ms: int, endings: Iterable[Ending],
                taker: Taker = NO_TAKER) -> Invocation:
@@ -313,7 +321,7 @@ class ScriptCalls:
                            "1" if taker.follow else "0"]
         for ending in endings:
             args.extend(ending)
-        return Invocation(
+        return self._shared(
             "finish", (k.running, k.running_records, k.stats, k.failures, k.failure_records,
                        k.due, k.records, k.failure_index, k.sequence), tuple(args))
 
@@ -330,11 +338,11 @@ class ScriptCalls:
         """Move pending timers (escaped ids) or, with ``dead``, dead timers (failure ids)
         of ``tasks`` (empty: any) from this prefix to ``to``'s (``lua/move.lua``)."""
         k = self.keys
-        return Invocation("move", (
+        return self._shared("move", (
             k.due, k.records, k.failures, k.failure_records, k.failure_index,
             to.due, to.records, to.failures, to.failure_records, to.failure_index,
         ), (k.timer_key_start, to.timer_key_start, to.wake_channel, ",".join(tasks),
-            "d" if dead else "p", *ids))
+            "d" if dead else "p", *ids), to)
 
     def forget(self, failure_id: str, read_as: str) -> Invocation:
         k = self.keys
@@ -348,7 +356,7 @@ class ScriptCalls:
         keys = (k.recurrences, k.recurrence_states, k.due, k.records,
                 self._occurrence_key(name_field, due_if_withdrawn, record),
                 self._occurrence_key(name_field, due_otherwise, record))
-        return Invocation("cron_declare", keys, (
+        return self._shared("cron_declare", keys, (
             k.timer_key_start, k.wake_channel, name_field, definition, read_state, paused,
             version, anchor_ms, record, due_if_withdrawn, due_otherwise))
 
@@ -361,20 +369,20 @@ class ScriptCalls:
         keys = [k.recurrence_states, k.due, k.records, k.running_of(group)]
         if successor_ms is not None:
             keys.append(self._occurrence_key(name_field, successor_ms, record))
-        return Invocation("cron_next", tuple(keys), (
+        return self._shared("cron_next", tuple(keys), (
             k.timer_key_start, k.wake_channel, name_field, version, due_ms,
             -1 if successor_ms is None else successor_ms, record, int(defer), take, release))
 
     def cron_pause(self, name_field: str) -> Invocation:
         k = self.keys
-        return Invocation("cron_pause", (k.recurrence_states, k.due, k.records),
-                          (k.timer_key_start, name_field))
+        return self._shared("cron_pause", (k.recurrence_states, k.due, k.records),
+                            (k.timer_key_start, name_field, k.wake_channel))
 
     def cron_remove(self, name_field: str) -> Invocation:
         k = self.keys
-        return Invocation("cron_remove",
-                          (k.recurrences, k.recurrence_states, k.due, k.records),
-                          (k.timer_key_start, name_field))
+        return self._shared("cron_remove",
+                            (k.recurrences, k.recurrence_states, k.due, k.records),
+                            (k.timer_key_start, name_field, k.wake_channel))
 
 
 class Scripts:

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace as copy_with
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from timers.cluster import is_cluster, keyspace_for
 from timers.cron import Recurrence
-from timers.encoding import DEFAULT_MAX_ARGS_BYTES
-from timers.exceptions import NotReplicated, ServerOutOfMemory
+from timers.encoding import DEFAULT_MAX_ARGS_BYTES, escape_id
+from timers.exceptions import InvalidTimer, NotReplicated, ServerOutOfMemory
 from timers.failure_ops import Failure, RetrySummary
 from timers.flow.names import DEFAULT_GROUP
 from timers.keys import Keyspace, configured_prefix
@@ -27,7 +28,14 @@ from timers.operations import Operations, PendingTimer, Prepared, Stats, TimerSp
 from timers.ops_base import Operation, Request
 from timers.replication import Replication
 from timers.shard_views import merge_snapshots, merge_stats, unique_listeners
-from timers.shards import ShardLayout, configured_shards, read_layout, shard_of
+from timers.shards import (
+    ShardLayout,
+    configured_shards,
+    id_in_shard,
+    read_layout,
+    shard_of,
+    shard_of_key,
+)
 
 T = TypeVar("T")
 
@@ -60,6 +68,26 @@ def _advance(operation: Operation[Any], index: int, reply: list[Any] | None,
         results[index] = done.value
 
 
+def placed(item: Prepared, count: int) -> Prepared:
+    """``item`` with an id in the shard of its concurrency key, if it has one (the
+    placement rule of :mod:`timers.shards`): a generated id is drawn again until it falls
+    there (every one, in turn, so a batch's ids still sort in its order); an id the
+    producer chose that does not fall there is an :class:`InvalidTimer`."""
+    if item.route is None or count == 1:
+        return item
+    shard = shard_of_key(item.route, count)
+    if item.replace and shard_of(item.timer_id, count) == shard:
+        return item
+    if item.replace:
+        raise InvalidTimer(
+            f"timer id {item.timer_id!r} with key {item.route!r}: on {count} shards a keyed "
+            f"timer lives in its key's shard, and its id must say so: put the key in "
+            f"braces in the id (id={item.timer_id + '{' + item.route + '}'!r}), or let "
+            f"timers make the id")
+    fresh = id_in_shard(shard, count)
+    return copy_with(item, timer_id=fresh, escaped=escape_id(fresh))
+
+
 class ShardedOperations:
     """:class:`Operations` over every shard of a prefix."""
 
@@ -78,8 +106,9 @@ class ShardedOperations:
         """The operations of each shard, reading the layout on first use."""
         if self.layout is None:
             layout = yield from read_layout(self.home, self.prefix, self.cluster, self.asked)
-            self._shards = [Operations(k, self.max_args_bytes, self.group)
-                            for k in layout.keyspaces]
+            self._shards = [Operations(k, self.max_args_bytes, self.group,
+                                       (i, layout.count))
+                            for i, k in enumerate(layout.keyspaces)]
             self.layout = layout
         return self._shards
 
@@ -105,6 +134,7 @@ class ShardedOperations:
         shard is written before a :class:`NotReplicated` names the ids of the shards
         whose replicas fell short."""
         shards = yield from self.shards()
+        prepared = [placed(item, len(shards)) for item in prepared]
         by_shard: dict[int, list[int]] = defaultdict(list)
         for index, item in enumerate(prepared):
             by_shard[shard_of(item.timer_id, len(shards))].append(index)

@@ -6,7 +6,32 @@ A prefix of ``S`` shards has ``S`` keyspaces, each its own hash tag: ``{timers#0
 lives in its timer's shard, so every script stays a single-slot script. A timer's shard
 comes from its id alone (:func:`shard_of`), so ``cancel``, ``get`` and ``reschedule`` go to
 one shard in one round trip; an id ending in ``@<digits>`` (a recurrence's occurrence,
-``<name>@<due ms>``) goes to the shard of what precedes it, beside its recurrence's state.
+``<name>@<due ms>``) goes to the shard of what precedes it, beside its recurrence's state;
+an id with a tag ``…{tag}…`` goes to the shard of the tag.
+
+**Where a limit lives** (design invariant 11: a limit of N is N on any number of shards).
+A limit's state (a concurrency key's slots and queue, a rate's GCRA state and queue) is in
+one shard, and every timer it holds back must be in that shard too, or each shard would
+count its own N. The rule:
+
+1. A timer scheduled with a concurrency key (``key=``) lives in the shard of its key
+   (:func:`shard_of_key`). Its id says so: a generated id is drawn until it falls in the
+   key's shard (:func:`id_in_shard`), and an id the producer chose must fall there (give
+   it the key as a tag, ``f"order-42{{{key}}}"``), so ``get``, ``cancel`` and
+   ``reschedule`` still find it from the id alone, in one round trip.
+2. A rate is counted in the shard of its timers: a rate shared by many keys (a task's
+   ``rate=`` with a ``key=`` per device) would need every such key in one shard. A
+   rate-limited task's throughput is its rate, so one shard is enough for it: a timer with
+   a rate lives in the shard of the rate's name (:func:`shard_of_key` of it), and so does
+   every concurrency key its task's timers carry; the rate wins over the key. A rate is
+   the task's declaration, so that placement is rule 3's.
+3. A limit the task declares (a key function, ``concurrency=`` per task, ``rate=``) is
+   known to listeners only (producers do not import tasks): the timer is to move to its
+   limit's shard once, at its first claim, leaving a forward entry that ``get``,
+   ``cancel`` and ``reschedule`` follow in a second round trip. **Not built yet**: until
+   then such limits are counted per shard (exact on one shard only), and a listener logs
+   that once per task.
+4. Everything else lives in the shard of its id.
 
 ``S`` is fixed the first time a prefix is used and stored in Redis (``shards.lua``, in
 the one-shard keyspace of the prefix: ``{timers}|shards``). On a cluster the default is
@@ -21,6 +46,7 @@ from __future__ import annotations
 import os
 import re
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -32,6 +58,7 @@ from timers.exceptions import TimersError
 from timers.keys import Keyspace
 from timers.ops_base import Call, Operation
 from timers.scripts import ScriptCalls
+from timers.timer_ids import new_timer_id
 
 SHARDS_ENV = "TIMERS_SHARDS"
 SLOTS = 16384
@@ -71,17 +98,45 @@ def configured_shards(shards: int | None = None) -> int | None:
 
 
 def routing_part(timer_id: str) -> str:
-    """What of a timer id picks its shard: all of it, or, for ``<name>@<digits>``, the
-    name."""
+    """What of a timer id picks its shard: all of it; for ``<name>@<digits>``, the name;
+    and of that, for a name with a tag ``…{tag}…`` (the first ``{`` and the next ``}``,
+    with something between), the tag alone, as Redis reads a hash tag: ``order-42{dev-7}``
+    goes to the shard of concurrency key ``dev-7``."""
     match = _OCCURRENCE.match(timer_id)
-    return match.group(1) if match else timer_id
+    name = match.group(1) if match else timer_id
+    start = name.find("{")
+    if start >= 0:
+        end = name.find("}", start + 1)
+        if end > start + 1:
+            return name[start + 1:end]
+    return name
+
+
+def _crc_shard(text: str, count: int) -> int:
+    return zlib.crc32(text.encode("utf-8", "surrogatepass")) % count
 
 
 def shard_of(timer_id: str, count: int) -> int:
     """The shard (0 to ``count`` - 1) of a timer id or recurrence name."""
     if count == 1:
         return 0
-    return zlib.crc32(routing_part(timer_id).encode("utf-8", "surrogatepass")) % count
+    return _crc_shard(routing_part(timer_id), count)
+
+
+def shard_of_key(key: str, count: int) -> int:
+    """The shard of concurrency key ``key``: where its slots, its queue and every timer
+    scheduled with it live (the placement rule above)."""
+    return 0 if count == 1 else _crc_shard(key, count)
+
+
+def id_in_shard(shard: int, count: int, new_id: Callable[[], str] = new_timer_id) -> str:
+    """A fresh generated id whose shard is ``shard``: ids are drawn until one falls there
+    (``count`` draws on average, each a few µs); they still sort in the order they were
+    made."""
+    while True:
+        timer_id = new_id()
+        if shard_of(timer_id, count) == shard:
+            return timer_id
 
 
 def shard_prefix(prefix: str, index: int, count: int) -> str:

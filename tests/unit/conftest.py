@@ -10,6 +10,7 @@ from typing import Any
 import fakeredis
 import pytest
 
+from tests.unit.declared_keys import Undeclared, checking
 from timers import Timers
 from timers.keys import Keyspace
 from timers.scripts import ScriptName, register_all
@@ -42,3 +43,15 @@ def own_signal_handlers() -> Iterator[None]:
     yield
     for sig, handler in saved.items():
         signal.signal(sig, handler)
+
+
+@pytest.fixture(autouse=True)
+def every_key_declared() -> Iterator[Undeclared]:
+    """Fail a test in which a script touched a key it was not given in KEYS (invariant 11:
+    on Redis Cluster only KEYS are checked before a script runs)."""
+    with checking(Undeclared()) as undeclared:
+        yield undeclared
+    if undeclared.found:
+        seen = sorted(set(undeclared.found))
+        pytest.fail(f"{len(seen)} key(s) touched by a script without being in its KEYS: "
+                    + "; ".join(f"{s} {c} {k}" for s, c, k in seen[:12]), pytrace=False)

@@ -95,6 +95,8 @@ def expected_keys(name: ScriptName) -> list[str]:
             taken = timer_keys if "+i" in index else timer_keys[:1]
             out += taken
             del timer_keys[:len(taken)]
+        elif label in ("shared keys", "new shared keys"):  # the shared helpers' keys
+            out += (Keyspace("q") if label.startswith("new") else KS).script_keys
         else:
             out.append(LABELS[label])
     return out

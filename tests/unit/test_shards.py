@@ -21,6 +21,7 @@ from tests.unit.sample_tasks import mod
 from timers import Listener, Timers, TimerSpec
 from timers.exceptions import TimersError
 from timers.keys import Keyspace
+from timers.listener.flow_gate import _WARNED
 from timers.shards import (
     MAX_SHARDS,
     ShardLayout,
@@ -28,6 +29,7 @@ from timers.shards import (
     check_shards,
     configured_shards,
     shard_of,
+    shard_of_key,
     shard_prefix,
 )
 
@@ -117,6 +119,46 @@ def test_every_call_works_over_four_shards(fake: fakeredis.FakeRedis) -> None:
         assert fake.zscore(SHARDS[shard_of(generated, 4)].due, generated) is not None
 
 
+def test_a_keys_timers_all_live_in_the_keys_shard_and_are_found_by_id(
+        fake: fakeredis.FakeRedis) -> None:
+    devices = [f"device-{d}" for d in range(12)]
+    with Timers(fake, shards=4) as t:
+        ids = t.schedule_many(TimerSpec("a.b", [i], in_=60, key=devices[i % 12])
+                              for i in range(240))
+        assert ids == sorted(ids)  # still in the order they were made
+        for i, timer_id in enumerate(ids):
+            home = SHARDS[shard_of_key(devices[i % 12], 4)]
+            assert fake.zscore(home.due, timer_id) is not None
+        assert {shard_of_key(d, 4) for d in devices} == {0, 1, 2, 3}  # keys spread
+        assert t.get(ids[7]) is not None and t.reschedule(ids[7], in_=5)
+        assert t.cancel(ids[7]) and t.get(ids[7]) is None
+        one = t.schedule("a.b", in_=60, key="device-3")
+        assert shard_of(one, 4) == shard_of_key("device-3", 4)
+
+
+def test_a_chosen_id_with_a_key_must_name_the_keys_shard(fake: fakeredis.FakeRedis) -> None:
+    with Timers(fake, shards=4) as t:
+        wrong = next(f"order-{i}" for i in range(100)
+                     if shard_of(f"order-{i}", 4) != shard_of_key("dev-7", 4))
+        with pytest.raises(timers.InvalidTimer, match="in braces"):
+            t.schedule_many([TimerSpec("a.b", in_=60, id="fine", key=None),
+                             TimerSpec("a.b", in_=60, id=wrong, key="dev-7")])
+        assert t.stats().pending == 0  # all or nothing
+        tagged = wrong + "{dev-7}"
+        assert t.schedule("a.b", in_=60, id=tagged, key="dev-7") == tagged
+        assert fake.zscore(SHARDS[shard_of_key("dev-7", 4)].due, tagged) is not None
+        assert t.cancel(tagged)
+    with Timers(fake) as one:  # one shard: any id goes with any key
+        fake.delete("timers|shards")
+        assert one.schedule("a.b", in_=60, id="x", key="dev-7") == "x"
+
+
+def test_an_id_routes_by_its_tag_and_an_occurrence_by_its_name() -> None:
+    assert shard_of("order-9{dev-7}", 16) == shard_of_key("dev-7", 16)
+    assert shard_of("daily{dev-7}@1764000000000", 16) == shard_of_key("dev-7", 16)
+    assert shard_of("a{}b", 16) == shard_of("a{}b", 16) != -1  # an empty tag: the whole id
+
+
 def test_recurrences_live_beside_their_occurrences_over_four_shards(
         fake: fakeredis.FakeRedis) -> None:
     with Timers(fake, shards=4) as t:
@@ -198,6 +240,11 @@ def _limited(i: int) -> None:
     """One at a time fleet-wide: a limit that shards weaken."""
 
 
+@timers.task(concurrency=1)
+def _keyed(i: int) -> None:
+    """One at a time per key given when scheduling: exact on any number of shards."""
+
+
 def test_a_listener_says_once_that_limits_hold_per_shard_and_its_burst_ends(
         caplog: pytest.LogCaptureFixture) -> None:
     """(A burst's lane that finished first once kept its loops going, and the burst never
@@ -218,3 +265,24 @@ def test_a_listener_says_once_that_limits_hold_per_shard_and_its_burst_ends(
         assert t.stats().fired == 5
     said = [r.getMessage() for r in caplog.records if "counted in each shard" in r.getMessage()]
     assert len(said) == 1 and "task lim.one" in said[0] and "prefix is split into 4" in said[0]
+
+
+def test_a_listener_says_nothing_of_shards_for_timers_in_their_keys_shard(
+        caplog: pytest.LogCaptureFixture) -> None:
+    server = fakeredis.FakeServer()
+    past = datetime.now(UTC) - timedelta(seconds=1)
+    _WARNED.discard("lim.keyed")
+    with Timers(fakeredis.FakeRedis(server=server), shards=4) as t:
+        t.schedule_many(TimerSpec("lim.keyed", [i], at=past, key=f"dev-{i % 3}")
+                        for i in range(9))
+
+        async def burst() -> None:
+            listener = Listener(fakeredis.FakeAsyncRedis(server=server),
+                                registry={"lim.keyed": _keyed})
+            await asyncio.wait_for(listener.run(burst=True), 15)
+            await listener.redis.aclose()
+
+        with caplog.at_level("WARNING", logger="timers.listener"):
+            asyncio.run(burst())
+        assert t.stats().fired == 9
+    assert not [r for r in caplog.records if "counted in each shard" in r.getMessage()]

@@ -21,6 +21,7 @@ from timers.listener.retrying import RETRYABLE
 from timers.policy import TaskPolicy, policy_of
 from timers.runs import Outcome, Run
 from timers.scripts import GateRun, Scripts
+from timers.shards import shard_of_key
 from timers.wire import ClaimSource, Option
 
 GO = "go"
@@ -111,6 +112,8 @@ class FlowGate:
         """Runs the gate held back so far (the parker weighs whether parking pays)."""
         self.shards = 1
         """The prefix's shards: a limit is counted in each (see :meth:`_per_shard`)."""
+        self.shard = 0
+        """The shard this gate's lane serves."""
         self.on_held: Callable[[int], None] = lambda count: None
         """Told how many claimed runs :meth:`screen` held back (they never start)."""
 
@@ -145,7 +148,7 @@ class FlowGate:
         """None: start the run. Else the run is not this listener's to run any more: its
         timer waits for its key or rate limit (or its lease was lost, or its id was
         scheduled again)."""
-        if self.shards > 1:
+        if self.shards > 1 and not self._exact(record, policy):
             _per_shard(record.task, self.shards)
         if run.token in self.holding:  # screened at its claim: its key and slot are settled
             return None
@@ -171,6 +174,15 @@ class FlowGate:
                 self.holding.add(run.token)
             return None
         return Outcome("held", "", _HELD_MESSAGES.get(status, status))
+
+    def _exact(self, record: Record, policy: TaskPolicy) -> bool:
+        """Whether the run's limit is one limit fleet-wide on a sharded prefix: only a
+        concurrency key given at schedule time, with no rate, whose timer lives in its
+        key's shard (:mod:`timers.shards`; not: a recurrence's occurrence, whose shard is
+        its recurrence's, or a timer scheduled by an older producer)."""
+        escaped = record.options.get(Option.KEY)
+        return bool(escaped) and policy.rate is None and shard_of_key(
+            unescape_key(escaped or ""), self.shards) == self.shard
 
     def _start_asking(self) -> None:
         task = asyncio.get_running_loop().create_task(self._ask())
@@ -203,11 +215,14 @@ _WARNED: set[str] = set()
 
 
 def _per_shard(task: str, shards: int) -> None:
-    """Say once per task that its limits hold per shard on a sharded prefix."""
+    """Say once per task that its limits hold per shard on a sharded prefix (all but a
+    concurrency key given at schedule time: see :mod:`timers.shards`)."""
     if task in _WARNED:
         return
     _WARNED.add(task)
-    log.warning("task %s has a concurrency key or rate limit, and the prefix is split into %d "
-                "shards: the limit is counted in each shard, so up to %d times it can run at "
-                "once fleet-wide. For an exact limit, give such timers a prefix of one shard "
-                "(TIMERS_PREFIX=... TIMERS_SHARDS=1)", task, shards, shards)
+    log.warning("task %s has a rate limit, a concurrency limit it works out itself or a timer "
+                "outside its key's shard, and the prefix is split into %d shards: the limit is "
+                "counted in each shard, so up to %d times it can run at once fleet-wide. For "
+                "an exact concurrency limit, give the key when scheduling (key=...: the timer "
+                "then lives in its key's shard); for an exact rate, give such timers a prefix "
+                "of one shard (TIMERS_PREFIX=... TIMERS_SHARDS=1)", task, shards, shards)

@@ -69,6 +69,7 @@ def lanes_of(root: Listener, layout: ShardLayout) -> list[Listener]:
     hub = EventHub([lane.events for lane in lanes])
     for lane in lanes:
         lane.events.hub, lane.flow.shards = hub, len(lanes)
+        lane.flow.shard = lane.shard_index
     return lanes
 
 

@@ -12,6 +12,7 @@
 -- KEYS[7]  near: hash, "quiet" and "quietn" (a burst's keys deleted ahead, see below);
 --          declared, so that while a cluster migrates the slot the call goes where the
 --          hash is, instead of writing a second copy that fails the migration (BUSYKEY)
+-- KEYS[8..]  shared keys: timers/keys.py Keyspace.script_keys (the helpers' keys)
 -- ARGV[1]  timer key start "<prefix>:"
 -- ARGV[2]  limit: the most timers to claim
 -- ARGV[3]  lease ms

@@ -8,6 +8,7 @@
 -- KEYS[4]  records: hash, escaped id -> record
 -- KEYS[5]  expiring key of the next occurrence if the pending one is withdrawn
 -- KEYS[6]  expiring key of the next occurrence if none was pending
+-- KEYS[7..]  shared keys: timers/keys.py Keyspace.script_keys (the helpers' keys)
 -- ARGV[1]  timer key start "<prefix>:"
 -- ARGV[2]  wake channel
 -- ARGV[3]  escaped name

@@ -8,6 +8,7 @@
 -- KEYS[4]  running: zset, run token -> lease deadline ms, of the running occurrence's
 --          group (a group's runs are leased in "<running>|<group>", see prelude.lua)
 -- KEYS[5]  the expiring key of the next occurrence (only when ARGV[6] is not -1)
+-- KEYS[5 or 6..] shared keys: timers/keys.py Keyspace.script_keys (the helpers' keys)
 -- ARGV[1]  timer key start "<prefix>:"
 -- ARGV[2]  wake channel
 -- ARGV[3]  escaped name

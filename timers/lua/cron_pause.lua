@@ -4,8 +4,10 @@
 -- KEYS[1]  recurrence states: hash, escaped name -> "v|last|prev|paused|run|anchor"
 -- KEYS[2]  due index: zset, escaped id -> due ms
 -- KEYS[3]  records: hash, escaped id -> record
+-- KEYS[4..]  shared keys: timers/keys.py Keyspace.script_keys (the helpers' keys)
 -- ARGV[1]  timer key start "<prefix>:"
 -- ARGV[2]  escaped name
+-- ARGV[3]  wake channel
 --
 -- The pending occurrence "<name>@<last>" is named by the state and its key by the stored
 -- record, so both are built here (as in cancel.lua). Once it is withdrawn, last goes back
@@ -19,7 +21,7 @@ if not state then return -1 end
 if state.paused == '1' then return 0 end
 if withdraw(KEYS[2], KEYS[3], ARGV[1], occurrence(ARGV[2], state.last)) then
   unpark(ARGV[1], occurrence(ARGV[2], state.last))
-  wake(sys_key(ARGV[1], 'wake'))
+  wake(ARGV[3])
   state.last = state.prev
 end
 state.paused = '1'

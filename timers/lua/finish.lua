@@ -12,6 +12,7 @@
 -- KEYS[7]  records: hash, escaped id -> record
 -- KEYS[8]  failure index: zset (all scores 0) of dead timers' failure ids "<id>:<token>"
 -- KEYS[9]  sequence: counter that numbers run tokens
+-- KEYS[10..]  shared keys: timers/keys.py Keyspace.script_keys (the helpers' keys)
 -- ARGV[1]  timer key start "<prefix>:"
 -- ARGV[2]  wake channel
 -- ARGV[3]  failure retention ms: older failure records are trimmed, a few per call

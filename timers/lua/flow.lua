@@ -77,14 +77,14 @@ local function flow_score(record, due)
 end
 
 local function note_ungated(key_start, id, token, record, due)
-  redis.call('ZADD', sys_key(key_start, 'ungated|' .. barrier_of(record)),
+  redis.call('ZADD', flow_key(key_start, 'ungated', barrier_of(record)),
     flow_score(record, due), id)
   redis.call('HSET', sys_key(key_start, 'ungatedt'), id, token)
 end
 
 local function drop_ungated(key_start, id, record)
   if redis.call('HDEL', sys_key(key_start, 'ungatedt'), id) == 1 then
-    redis.call('ZREM', sys_key(key_start, 'ungated|' .. barrier_of(record)), id)
+    redis.call('ZREM', flow_key(key_start, 'ungated', barrier_of(record)), id)
   end
 end
 
@@ -92,7 +92,7 @@ end
 -- task that a listener claimed and has not gated yet. Earlier entries whose run is gone
 -- or lapsed are dropped on the way.
 local function barred(key_start, id, record, score, now)
-  local index = sys_key(key_start, 'ungated|' .. barrier_of(record))
+  local index = flow_key(key_start, 'ungated', barrier_of(record))
   local tokens = sys_key(key_start, 'ungatedt')
   while true do
     local head = redis.call('ZRANGE', index, 0, 0, 'WITHSCORES')
@@ -176,7 +176,7 @@ end
 -- rate slot already (the gate must see that one).
 local function hand_next(key_start, key, holder)
   if not (taker and taker.follow) then return end
-  local queue = sys_key(key_start, 'waitk|' .. key)
+  local queue = flow_key(key_start, 'waitk', key)
   local parked = sys_key(key_start, 'parked')
   local records = sys_key(key_start, 'rec')
   while true do
@@ -212,7 +212,7 @@ local function outrank_next(key_start, key, score, channel)
   local next_key = sys_key(key_start, 'next')
   if redis.call('EXISTS', next_key) == 0 then return end  -- most calls
   local runs = sys_key(key_start, 'runrec')
-  for _, holder in ipairs(redis.call('ZRANGE', sys_key(key_start, 'slots|' .. key), 0, -1)) do
+  for _, holder in ipairs(redis.call('ZRANGE', flow_key(key_start, 'slots', key), 0, -1)) do
     local successor = redis.call('HGET', next_key, holder)
     local record = successor and select(5, run_read(redis.call('HGET', runs, successor)))
     if record and score < flow_score(record, tonumber(record_option(record, 'w') or '') or 0) then
@@ -250,7 +250,7 @@ local function transfer_slot(key_start, token, rerun, lease_until)
   redis.call('HDEL', sys_key(key_start, 'next'), token)
   local key = string.match(held, '^%d+|%d+|(.+)$')
   if not key then return false end
-  local slots = sys_key(key_start, 'slots|' .. key)
+  local slots = flow_key(key_start, 'slots', key)
   if redis.call('ZREM', slots, token) == 0 then return false end
   redis.call('ZADD', slots, lease_until, rerun)
   redis.call('HSET', held_key, rerun, held)
@@ -263,8 +263,8 @@ end
 -- can, straight into a run of the taker's, holding the slot. Lapsed holders (a dead
 -- listener's runs) free their slots here.
 local function promote_key(key_start, key, limit, now)
-  local slots = sys_key(key_start, 'slots|' .. key)
-  local queue = sys_key(key_start, 'waitk|' .. key)
+  local slots = flow_key(key_start, 'slots', key)
+  local queue = flow_key(key_start, 'waitk', key)
   local records = sys_key(key_start, 'rec')
   free_lapsed_slots(key_start, slots, now)
   while redis.call('ZCARD', slots) < limit do
@@ -308,9 +308,9 @@ end
 -- timer holds it already (the pacer): the head goes back into its due index at that
 -- slot's time, and the limit's tat moves one interval on.
 local function promote_rate(key_start, name, interval, burst, now)
-  local state = sys_key(key_start, 'rate|' .. name)
+  local state = flow_key(key_start, 'rate', name)
   if redis.call('HEXISTS', state, 'pacer') == 1 then return end
-  local queue = sys_key(key_start, 'waitr|' .. name)
+  local queue = flow_key(key_start, 'waitr', name)
   local records = sys_key(key_start, 'rec')
   while true do
     local id, p, record = pop_waiting(key_start, queue)
@@ -341,7 +341,7 @@ local function pass_slot(key_start, token, held, key, now)
   local until_ms = record and redis.call('ZSCORE',
     running_key_for(sys_key(key_start, 'run'), record_group(record)), successor)
   if not until_ms or tonumber(until_ms) <= now then return end
-  redis.call('ZADD', sys_key(key_start, 'slots|' .. key), until_ms, successor)
+  redis.call('ZADD', flow_key(key_start, 'slots', key), until_ms, successor)
   redis.call('HSET', sys_key(key_start, 'held'), successor, held)
   local waited_from = tonumber(record_option(record, 'w') or '')
   if waited_from and taker then
@@ -359,7 +359,7 @@ local function release_slot(key_start, token, now)
   redis.call('HDEL', held_key, token)
   local limit, key = string.match(held, '^(%d+)|%d+|(.+)$')
   if not limit then return end
-  redis.call('ZREM', sys_key(key_start, 'slots|' .. key), token)
+  redis.call('ZREM', flow_key(key_start, 'slots', key), token)
   pass_slot(key_start, token, held, key, now)
   promote_key(key_start, key, tonumber(limit), now)
 end
@@ -382,7 +382,7 @@ local function keep_slot_for(key_start, token, id, until_ms)
   local held_key = sys_key(key_start, 'held')
   local limit, lease, key =
     string.match(redis.call('HGET', held_key, token) or '', '^(%d+)|(%d+)|(.+)$')
-  local slots = limit and sys_key(key_start, 'slots|' .. key)
+  local slots = limit and flow_key(key_start, 'slots', key)
   if not limit or not redis.call('ZSCORE', slots, token) then return false end
   redis.call('HDEL', held_key, token)
   redis.call('HDEL', sys_key(key_start, 'next'), token)  -- handed back too, with this one
@@ -402,15 +402,15 @@ local function unpark(key_start, id)
   redis.call('HDEL', parked, id)
   local now = redis_now()
   if p.state == 'c' then
-    redis.call('ZREM', sys_key(key_start, 'waitk|' .. p.name), id)
+    redis.call('ZREM', flow_key(key_start, 'waitk', p.name), id)
   elseif p.state == 'C' then
-    if redis.call('ZREM', sys_key(key_start, 'slots|' .. p.name), 'w:' .. id) == 1 then
+    if redis.call('ZREM', flow_key(key_start, 'slots', p.name), 'w:' .. id) == 1 then
       promote_key(key_start, p.name, p.a, now)
     end
   elseif p.state == 'r' then
-    redis.call('ZREM', sys_key(key_start, 'waitr|' .. p.name), id)
+    redis.call('ZREM', flow_key(key_start, 'waitr', p.name), id)
   else
-    local state = sys_key(key_start, 'rate|' .. p.name)
+    local state = flow_key(key_start, 'rate', p.name)
     if redis.call('HGET', state, 'pacer') == id then
       redis.call('HDEL', state, 'pacer')
       promote_rate(key_start, p.name, p.a, p.b, now)

@@ -7,6 +7,7 @@
 -- KEYS[2]  running records: hash, run token -> "reruns@<listener>|due|<id>:<record>"
 -- KEYS[3]  records: hash, escaped id -> record
 -- KEYS[4]  stats: hash of counters
+-- KEYS[5..]  shared keys: timers/keys.py Keyspace.script_keys (the helpers' keys)
 -- ARGV[1]  timer key start "<prefix>:"
 -- ARGV[2]  wake channel
 -- ARGV[3]  lease ms of a slot (renewed with the run's lease)
@@ -61,7 +62,7 @@ end
 -- (in the key's queue, by queue score and then id, or claimed and not gated yet:
 -- flow.lua's order barrier).
 local function take_slot(token, id, record, due, key, limit, kept)
-  local slots = sys_key(ARGV[1], 'slots|' .. key)
+  local slots = flow_key(ARGV[1], 'slots', key)
   if redis.call('ZSCORE', slots, token) then return true end  -- handed over with it
   if kept and redis.call('ZREM', slots, 'w:' .. id) == 1 then
     redis.call('ZADD', slots, ms_text(now + lease), token)
@@ -69,7 +70,7 @@ local function take_slot(token, id, record, due, key, limit, kept)
   end
   free_lapsed_slots(ARGV[1], slots, now)
   local score = flow_score(record, due)
-  local head = redis.call('ZRANGE', sys_key(ARGV[1], 'waitk|' .. key), 0, 0, 'WITHSCORES')
+  local head = redis.call('ZRANGE', flow_key(ARGV[1], 'waitk', key), 0, 0, 'WITHSCORES')
   local head_score = tonumber(head[2])
   local waits_ahead = head[1] ~= nil
     and (head_score < score or (head_score == score and head[1] < id))
@@ -86,9 +87,9 @@ end
 
 -- Whether rate limit `name` has a slot now for a run nobody waits ahead of (taken if so).
 local function take_rate(name, interval, burst)
-  local state = sys_key(ARGV[1], 'rate|' .. name)
+  local state = flow_key(ARGV[1], 'rate', name)
   if redis.call('HEXISTS', state, 'pacer') == 1
-      or redis.call('EXISTS', sys_key(ARGV[1], 'waitr|' .. name)) == 1 then
+      or redis.call('EXISTS', flow_key(ARGV[1], 'waitr', name)) == 1 then
     return false
   end
   local tat = math.max(tonumber(redis.call('HGET', state, 'tat') or '0') or 0, now)
@@ -107,7 +108,7 @@ local function gate(token, key, limit, rate, interval, burst)
   local p = parked_read(redis.call('HGET', parked_key, id)) or {state = ''}
   redis.call('HDEL', parked_key, id)
   if p.state == 'R' then  -- this run holds its rate slot: the next in line may follow
-    local state = sys_key(ARGV[1], 'rate|' .. p.name)
+    local state = flow_key(ARGV[1], 'rate', p.name)
     if redis.call('HGET', state, 'pacer') == id then redis.call('HDEL', state, 'pacer') end
     -- the next slot is an interval after this start, give or take RATE_JITTER_MS: a start
     -- late by more than that (a restart, a stalled listener) pushes the next slot back, so
@@ -129,7 +130,7 @@ local function gate(token, key, limit, rate, interval, burst)
   if key ~= '' and not take_slot(token, id, record, due, key, limit, p.state == 'C') then
     counts.waited = counts.waited + 1
     local waiting = {state = 'c', a = limit, b = lease, c = 0, name = key}
-    local status = hold(token, id, record, due, sys_key(ARGV[1], 'waitk|' .. key), waiting, rk,
+    local status = hold(token, id, record, due, flow_key(ARGV[1], 'waitk', key), waiting, rk,
       reruns)
     if status == 'wait' then outrank_next(ARGV[1], key, flow_score(record, due), ARGV[2]) end
     promote_key(ARGV[1], key, limit, now)
@@ -137,13 +138,13 @@ local function gate(token, key, limit, rate, interval, burst)
   end
   if rate ~= '' and not paid and not take_rate(rate, interval, burst) then
     if key ~= '' then  -- a slot it was handed with passes on as that run's would
-      redis.call('ZREM', sys_key(ARGV[1], 'slots|' .. key), token)
+      redis.call('ZREM', flow_key(ARGV[1], 'slots', key), token)
       release_slot(ARGV[1], token, now)
       promote_key(ARGV[1], key, limit, now)
     end
     counts.rate_limited = counts.rate_limited + 1
     local waiting = {state = 'r', a = interval, b = burst, c = 0, name = rate}
-    local status = hold(token, id, record, due, sys_key(ARGV[1], 'waitr|' .. rate), waiting, rk,
+    local status = hold(token, id, record, due, flow_key(ARGV[1], 'waitr', rate), waiting, rk,
       reruns)
     promote_rate(ARGV[1], rate, interval, burst, now)
     return status

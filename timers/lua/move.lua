@@ -13,6 +13,8 @@
 -- KEYS[8]  new failures: zset
 -- KEYS[9]  new failure records: hash
 -- KEYS[10] new failure index: zset
+-- KEYS[11..]  shared keys: Keyspace.script_keys of the old prefix (timers/keys.py)
+-- KEYS[..]   new shared keys: those of the new prefix (the helpers find them by name)
 -- ARGV[1]  old timer key start "<old prefix>:"
 -- ARGV[2]  new timer key start "<new prefix>:"
 -- ARGV[3]  new wake channel

@@ -7,6 +7,7 @@
 -- KEYS[3]  near: hash, "until", and where an unfinished pass stopped ("sweep", "index",
 --          "cursor"); declared, so that while a cluster migrates the slot the call goes
 --          where the hash is, instead of writing a second copy (BUSYKEY)
+-- KEYS[4..]  shared keys: timers/keys.py Keyspace.script_keys (the helpers' keys)
 -- ARGV[1]  timer key start "<prefix>:"
 -- ARGV[2]  limit: the most timers to look at in this call, over all due indexes
 --

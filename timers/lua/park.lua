@@ -15,6 +15,7 @@
 -- KEYS[1]  due index: zset, escaped id -> due ms (the plain one; see prelude.lua)
 -- KEYS[2]  records: hash, escaped id -> record
 -- KEYS[3]  stats: hash of counters
+-- KEYS[4..]  shared keys: timers/keys.py Keyspace.script_keys (the helpers' keys)
 -- ARGV[1]  timer key start "<prefix>:"
 -- ARGV[2]  mode: "peek" or "park"
 -- ARGV[3]  peek: the most timers to read; park: lease ms of a slot kept for a promoted one
@@ -74,7 +75,7 @@ local function park(id, record, key, limit)
   local waiting = with_waited_from(record, due)
   redis.call('HSET', KEYS[2], id, waiting)
   local score = flow_score(waiting, tonumber(record_option(waiting, 'w')))
-  redis.call('ZADD', sys_key(ARGV[1], 'waitk|' .. key), score, id)
+  redis.call('ZADD', flow_key(ARGV[1], 'waitk', key), score, id)
   outrank_next(ARGV[1], key, score, ARGV[4])
   parked_write(ARGV[1], id, {state = 'c', a = limit, b = lease, c = 0, name = key})
   touched[key] = limit

@@ -70,9 +70,33 @@ local function record_priority(record)
   return p
 end
 
--- The system key "P|<name>" of the prefix whose timer keys start with key_start ("P:").
+-- The system key "P|<name>" of the prefix whose timer keys start with key_start ("P:"),
+-- taken from KEYS: a script that uses these helpers is given, as the last of its KEYS,
+-- every key of timers/keys.py Keyspace.script_keys of each prefix it touches (on Redis
+-- Cluster only KEYS are checked before a script runs: a key touched without being
+-- declared fails part-way through a slot migration). Found by name once per script.
+local script_keys = nil
+
 local function sys_key(key_start, name)
-  return string.sub(key_start, 1, -2) .. '|' .. name
+  if not script_keys then
+    script_keys = {}
+    for i = #KEYS, 1, -1 do
+      local prefix, key_name = string.match(KEYS[i], '^([^:|]+)|(%a+)$')
+      if not prefix then break end
+      script_keys[prefix .. ':' .. key_name] = KEYS[i]
+    end
+  end
+  local key = script_keys[key_start .. name]
+  if not key then error('timers: key ' .. name .. ' of ' .. key_start .. ' not in KEYS') end
+  return key
+end
+
+-- A flow key "P|<family>|<name>" (a concurrency key's slots or queue, a rate's state or
+-- queue, an order barrier): named after data only a script reads (a record, a held
+-- slot), so built here, in the keyspace's hash tag. Not declared yet (issue 28 finding 7:
+-- what is left, see docs/state-machine.md "Cluster").
+local function flow_key(key_start, family, name)
+  return string.sub(key_start, 1, -2) .. '|' .. family .. '|' .. name
 end
 
 -- The due index that holds `record`, given the plain one, and its "<group>|<p>" name in

@@ -5,6 +5,7 @@
 -- KEYS[1]  running: the plain running zset, run token -> lease deadline ms (a group's
 --          runs are in "<it>|<group>", see prelude.lua)
 -- KEYS[2]  running records: hash, run token -> "reruns@<listener>|due|<id>:<record>"
+-- KEYS[3..]  shared keys: timers/keys.py Keyspace.script_keys (the helpers' keys)
 -- ARGV[1]  lease ms (an integer)
 -- ARGV[2]  timer key start "<prefix>:"
 -- ARGV[3..] run tokens
@@ -40,7 +41,7 @@ for i = 3, #ARGV do
   elseif slots_held then
     local key = string.match(redis.call('HGET', held_key, ARGV[i]) or '', '^%d+|%d+|(.+)$')
     if key then
-      redis.call('ZADD', sys_key(ARGV[2], 'slots|' .. key), 'XX', lease_until, ARGV[i])
+      redis.call('ZADD', flow_key(ARGV[2], 'slots', key), 'XX', lease_until, ARGV[i])
     end
   end
 end

@@ -4,6 +4,7 @@
 --
 -- KEYS[1]  due index: zset, escaped id -> due ms
 -- KEYS[2]  records: hash, escaped id -> record
+-- KEYS[3..]  shared keys: timers/keys.py Keyspace.script_keys (the helpers' keys)
 -- ARGV[1]  timer key start "<prefix>:"
 -- ARGV[2]  wake channel
 -- ARGV[3]  escaped id

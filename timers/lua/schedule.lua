@@ -5,6 +5,7 @@
 -- KEYS[1]    due index: zset, escaped id -> due ms (Redis clock)
 -- KEYS[2]    records: hash, escaped id -> record "task[;opts]:args"
 -- KEYS[2+i]  the new expiring key of timer i ("<prefix>:<id>:<record>")
+-- KEYS[3+n..] shared keys: timers/keys.py Keyspace.script_keys (the helpers' keys)
 -- ARGV[1]    timer key start "<prefix>:"
 -- ARGV[2]    wake channel
 -- ARGV[3..]  five values per timer i, in the order of KEYS[2+i]: escaped id, record,
@@ -24,9 +25,10 @@
 -- pending with another record (the same record means this very call was retried: its
 -- due time is returned), or where "k" found the id pending.
 local now = redis_now()
-local n = #KEYS - 2
-if #ARGV ~= 2 + 5 * n then
-  return redis.error_reply('ERR timers schedule: ' .. #ARGV .. ' args for ' .. n .. ' timers')
+local n = math.floor((#ARGV - 2) / 5)
+if #ARGV ~= 2 + 5 * n or #KEYS < 2 + n then
+  return redis.error_reply('ERR timers schedule: ' .. #ARGV .. ' args for ' .. (#KEYS - 2) ..
+    ' keys')
 end
 local dues = {}
 for i = 1, n do
