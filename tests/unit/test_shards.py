@@ -19,12 +19,11 @@ import timers
 from tests.unit.conftest import ROOT, SAMPLE_TASKS
 from tests.unit.sample_tasks import mod
 from timers import Listener, Timers, TimerSpec
-from timers.exceptions import TimersError
+from timers.exceptions import ShardLayoutMismatch, TimersError
 from timers.keys import Keyspace
 from timers.shards import (
     MAX_SHARDS,
     ShardLayout,
-    ShardLayoutMismatch,
     check_shards,
     configured_shards,
     shard_of,

@@ -41,7 +41,8 @@ from timers.listener.due_tracker import DueTracker
 from timers.listener.endings import Ending
 from timers.listener.quarantine import is_suspect
 from timers.listener.retrying import RETRYABLE
-from timers.listener.turns import Turn, Turns
+from timers.listener.runner import Turn
+from timers.listener.turns import Turns
 from timers.policy import DEFAULT_POLICY, TaskPolicy, policy_of
 from timers.runs import Fired, Outcome, Run, failure_entry
 from timers.wire import EndingKind, Option

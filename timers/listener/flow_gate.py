@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from timers.encoding import Args, Record, as_text
+from timers.exceptions import FlowKeyError
 from timers.flow.declared import KeySpec, key_for
 from timers.flow.names import DEFAULT_GROUP, unescape_key
 from timers.listener.retrying import RETRYABLE
@@ -29,10 +30,6 @@ HANDED = frozenset({ClaimSource.HANDOFF.label, ClaimSource.NEXT.label})
 run before them (:mod:`timers.listener.turns`)."""
 TASK_KEY = "task:"
 """Start of the key (or rate limit name) of a task-wide limit: ``task:<path>``."""
-
-
-class FlowKeyError(Exception):
-    """A task's ``key=`` or ``rate_key=`` function failed or returned no usable key."""
 
 
 def _call_key(make: KeySpec, args: Args, what: str) -> str:

@@ -19,11 +19,12 @@ import redis.exceptions
 
 from timers.cluster import is_cluster
 from timers.encoding import as_text
+from timers.exceptions import ShardLayoutMismatch
 from timers.listener.due_tracker import DueTracker
 from timers.listener.event_hub import EventHub
 from timers.listener.retrying import RETRYABLE, ReconnectDelays, pause
 from timers.scripts import Scripts
-from timers.shards import ShardLayout, ShardLayoutMismatch, resolve_layout, wanted_count
+from timers.shards import ShardLayout, resolve_layout, wanted_count
 
 if TYPE_CHECKING:
     from timers.keys import Keyspace
