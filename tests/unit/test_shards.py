@@ -174,7 +174,7 @@ def test_subscribed_awaited_before_the_run_is_set_once_the_lanes_listen() -> Non
         subscribed, stop = listener.subscribed, asyncio.Event()
         task = asyncio.create_task(listener.run(stop))
         await asyncio.wait_for(subscribed.wait(), 10)
-        assert len(listener._lanes) == 4
+        assert len(listener.lanes) == 4
         stop.set()
         await task
         await listener.redis.aclose()

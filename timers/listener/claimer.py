@@ -48,30 +48,31 @@ class ClaimerHooks:
     """Start one claimed run."""
     give_up: Callable[[BaseException], None]
     """A permanent error: stop the listener."""
-    keyed_tasks: Callable[[], Sequence[str]] = tuple
+    keyed_tasks: Callable[[], Sequence[str]]
     """The tasks with a concurrency key or cap (claims note theirs for the order barrier)."""
 
 
 class Claimer:
-    """Claims due timers for one listener; :meth:`run` is its sweep loop."""
+    """Claims due timers for one listener; :meth:`run` is its sweep loop.
+
+    ``poke``: set to sweep now (an event, a wake, a freed slot in a burst, stop).
+    ``parker``: parks the due backlog that flow limits hold back. ``ahead_share``: the most
+    a claim ahead of the due time takes (half the listener's slots): the listeners that
+    wake for one burst each take a share of its first timers. Under keys, each keeps the
+    keys of the runs it starts (their next runs are handed to it), so one listener taking
+    all its slots' worth would run most keys alone. ``outage``: shared with the lane's
+    other loops."""
 
     def __init__(self, scripts: Scripts, groups: Sequence[str], listener_id: str,
                  lease: float, clock: Clock, tracker: DueTracker, hooks: ClaimerHooks,
-                 stopping: asyncio.Event) -> None:
+                 stopping: asyncio.Event, *, poke: asyncio.Event, parker: Parker,
+                 ahead_share: int, outage: Outage) -> None:
         self.scripts, self.groups, self.listener_id = scripts, tuple(groups), listener_id
         self.lease, self.clock, self.tracker = lease, clock, tracker
         self.hooks, self.stopping = hooks, stopping
+        self.poke, self.parker, self.ahead_share, self.outage = poke, parker, ahead_share, outage
         self.memory = MemoryGuard()
-        self.poke = asyncio.Event()
-        """Set to sweep now (an event, a wake, a freed slot in a burst, stop)."""
         self.slot_freed = asyncio.Event()
-        self.outage = Outage()
-        self.parker: Parker | None = None
-        self.ahead_share = MAX_BATCH
-        """The most a claim ahead of the due time takes (half the listener's slots): the
-        listeners that wake for one burst each take a share of its first timers. Under
-        keys, each keeps the keys of the runs it starts (their next runs are handed to it),
-        so one listener taking all its slots' worth would run most keys alone."""
 
     async def run(self, burst: bool) -> None:
         """Claim as timers come due until stopped (``burst``: until nothing is due)."""
@@ -118,7 +119,7 @@ class Claimer:
         """While due timers remain that flow limits hold back, park them without claiming
         (see :mod:`timers.listener.parker`); a failure leaves them to the claims."""
         passes = 0
-        while (self.parker is not None and self.tracker.backlogged and self.parker.wanted()
+        while (self.tracker.backlogged and self.parker.wanted()
                and passes < PARK_PASSES and not self.stopping.is_set()):
             passes += 1
             try:
@@ -161,7 +162,7 @@ class Claimer:
         self.tracker.backlogged = next_due != -1 and next_due <= now_us // 1000 + horizon_ms
         items = reply[3:]
         runs = [Run.parse(items[i], items[i + 1], items[i + 2]) for i in range(0, len(items), 3)]
-        if runs and self.parker is not None and self.parker.wanted():
+        if runs and self.parker.wanted():
             # gates hold runs back (a backlog for busy keys): those held back now are not
             # started at all. Otherwise each run asks at its start, and the next claim
             # goes out meanwhile.

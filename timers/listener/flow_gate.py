@@ -95,21 +95,21 @@ class FlowGate:
     """Asks ``gate.lua`` about the runs that have limits.
 
     The runs of one claim start together, so their questions are gathered for one turn
-    of the event loop and sent in one script call.
+    of the event loop and sent in one script call. ``on_held`` is told how many claimed
+    runs :meth:`screen` held back (they never start); ``shards``: the prefix's, where a
+    limit is counted in each (see :func:`_per_shard`).
     """
 
-    def __init__(self, scripts: Scripts, lease: float) -> None:
+    def __init__(self, scripts: Scripts, lease: float, *, on_held: Callable[[int], None],
+                 shards: int) -> None:
         self.scripts, self.lease = scripts, lease
+        self.on_held, self.shards = on_held, shards
         self._asked: list[tuple[GateRun, asyncio.Future[str]]] = []
         self.holding: set[str] = set()
         """Tokens of runs that went holding a concurrency key slot (until they end)."""
         self._tasks: set[asyncio.Task[None]] = set()
         self.held = 0
         """Runs the gate held back so far (the parker weighs whether parking pays)."""
-        self.shards = 1
-        """The prefix's shards: a limit is counted in each (see :meth:`_per_shard`)."""
-        self.on_held: Callable[[int], None] = lambda count: None
-        """Told how many claimed runs :meth:`screen` held back (they never start)."""
 
     async def screen(self, runs: list[Run], resolve: Callable[[str], Callable[..., Any]]
                      ) -> list[Run]:
