@@ -20,6 +20,7 @@ from timers.flow.declared import KeySpec, key_for
 from timers.flow.names import DEFAULT_GROUP, unescape_key
 from timers.listener.retrying import RETRYABLE
 from timers.policy import TaskPolicy, policy_of
+from timers.run_record import record_head
 from timers.runs import Outcome, Run
 from timers.scripts import GateRun, Scripts
 from timers.wire import ClaimSource, Option
@@ -28,6 +29,7 @@ GO = "go"
 HANDED = frozenset({ClaimSource.HANDOFF.label, ClaimSource.NEXT.label})
 """Runs ``finish.lua`` handed over holding their key's slot, or to take it over from the
 run before them (:mod:`timers.listener.turns`)."""
+_KEY_MARK = f"{Option.KEY}="
 TASK_KEY = "task:"
 """Start of the key (or rate limit name) of a task-wide limit: ``task:<path>``."""
 
@@ -70,9 +72,8 @@ def key_only_limit(record_text: str, resolve: Callable[[str], Callable[..., Any]
     weighs it; None when a run must decide for itself: a recurrence (it schedules its next
     occurrence first), a task of another group (the run moves it), a rate limit, no limit,
     or any error (a dead timer, a refusal, a key function failing)."""
-    head = record_text.partition(":")[0]  # "task;option=value;…": read before any args
-    task, _, options = head.partition(";")
-    keyed = f"{Option.KEY}=" in options
+    task, options = record_head(record_text)  # read before any args
+    keyed = _KEY_MARK in options
     try:
         policy = policy_of(resolve(task))
         if not (keyed or policy.flow_limited):
