@@ -6,6 +6,14 @@ named first, then the head of the due index, then runs whose lease lapsed. Every
 goes through this one claim, whichever path found it, so each runs once however many
 listeners race for it. It sweeps at start and whenever poked (after every resubscribe,
 which covers events lost while the listener was away).
+
+On a full Redis (``maxmemory`` reached under ``noeviction``) the claim script, which
+declares no ``allow-oom`` flag, is refused before its first write; renewals and endings
+declare it and go on. The claimer then stops claiming (the leases are kept), says so once
+(:class:`MemoryGuard`), and claims again as soon as memory frees: a refused claim costs
+Redis next to nothing (it is turned away before it runs), so it is tried again every
+:data:`OOM_RETRY` seconds, and a timer held back by a full server starts within that long
+of memory being free (invariant 10).
 """
 
 from __future__ import annotations
@@ -21,7 +29,6 @@ from timers.clock import Clock
 from timers.listener.due_tracker import CLAIM_LEAD_MS, DueTracker
 from timers.listener.endings import MAX_BATCH
 from timers.listener.leases import still_held
-from timers.listener.memory_guard import MemoryGuard
 from timers.listener.parker import Parker
 from timers.listener.permissions import is_permanent
 from timers.listener.retrying import RETRYABLE, ConnectionState, Outage, ReconnectDelays, pause
@@ -32,6 +39,30 @@ log = logging.getLogger("timers.listener")
 
 PARK_PASSES = 5
 """Parking passes after one claim at most (each reads the head of the backlog)."""
+OOM_RETRY = 0.02
+"""Seconds between claims a full server refuses."""
+
+
+class MemoryGuard:
+    """Logs a full server once when claims start being refused and once when they succeed
+    again; tells the sweep loop how long to wait before the next try."""
+
+    def __init__(self) -> None:
+        self.full = False
+
+    def refused(self, exc: BaseException) -> float:
+        """A claim was refused for want of memory: the seconds to wait before trying again."""
+        if not self.full:
+            self.full = True
+            log.warning("Redis is out of memory (maxmemory reached, %s): not claiming new "
+                        "timers until it frees; leases kept", str(exc).rstrip(". ") or "OOM")
+        return OOM_RETRY
+
+    def claimed(self) -> None:
+        """A claim went through: memory is back, if it was short."""
+        if self.full:
+            self.full = False
+            log.warning("Redis has memory again: claiming timers")
 
 
 @dataclass(frozen=True)

@@ -36,9 +36,9 @@ import redis.asyncio
 
 from timers.clock import Clock, SystemClock
 from timers.cluster import database_of, is_cluster, keyspace_for
+from timers.flow.names import served_groups
 from timers.keys import configured_prefix
 from timers.listener.connection import check_limits, client_of
-from timers.listener.groups import served_groups
 from timers.listener.lanes import Lane, Shared, lanes_for, shard_note
 from timers.listener.loop_watch import LoopWatch
 from timers.listener.peers import Peers
