@@ -64,6 +64,8 @@ BACKUP_SWEEP_MS = 20.0
 """How long after a due time a listener sweeps a shard another live listener sweeps first
 (the one it would have done is late, stopped or dead)."""
 FLUSH_GRACE = 5.0  # s a batch of endings already sent may take to be answered at shutdown
+HEARTBEAT_TTL_MS = round(HEARTBEAT_INTERVAL * HEARTBEAT_MISSES * 1000)
+"""How long a heartbeat says the listener is alive (a few missed beats)."""
 HAND_BACK_GRACE_MS = 1000
 """A run handed back at the end may still be going in its thread until the process exits
 (a thread cannot be stopped): a concurrency key slot it holds stays held this long, and
@@ -403,9 +405,8 @@ class Lane:
         digest, task_list = peers.announcement() if alive else ("", "")
         if alive and not self.task_list_sent:
             task_list = task_list or encode_task_set(shared.loader.task_names())
-        live = await self.scripts.heartbeat(
-            shared.id, round(HEARTBEAT_INTERVAL * HEARTBEAT_MISSES * 1000), info, digest,
-            task_list)
+        live = await self.scripts.heartbeat(shared.id, HEARTBEAT_TTL_MS, info, digest,
+                                            task_list)
         if alive:
             if task_list:
                 self.task_list_sent = True
