@@ -32,6 +32,7 @@ from timers.listener.executor import Executor
 from timers.listener.leases import HeldRuns
 from timers.listener.retrying import Outage
 from timers.listener.runner import Runner
+from timers.listener.turns import Turns
 from timers.policy import task
 from timers.runs import Outcome, Run
 from timers.scripts import Scripts, Taker
@@ -153,7 +154,8 @@ def execute(task_name: str, args: Any, due_ms: float = REDIS_NOW_MS,
         runner = Runner(2)
         try:
             executor = Executor(resolve, runner, NoQuarantine(), NoRecurrences(),
-                                tracker_on_redis_clock(), NoSleep())
+                                tracker_on_redis_clock(), NoSleep(), flow=None, name="",
+                                turns=Turns(), fence=None, peers=None)
             done = await executor.execute(Run("7", "t", record, round(due_ms), 0, "sweep"))
         finally:
             runner.shutdown()

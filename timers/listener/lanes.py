@@ -201,11 +201,12 @@ class Lane:
         self.executor = Executor(loader.resolve, shared.runner,
                                  Quarantine(loader, listener_name(shared.id)),
                                  RecurrenceHook(shared.redis, keys, self.scripts), self.tracker,
-                                 shared.precise, self.flow,
-                                 f"listener {shared.id} (package {loader.package!r}, "
-                                 f"groups {', '.join(shared.groups)})",
-                                 self.turns, Fence(self.held, self.scripts, shared.lease),
-                                 shared.peers)
+                                 shared.precise, flow=self.flow,
+                                 name=f"listener {shared.id} (package {loader.package!r}, "
+                                      f"groups {', '.join(shared.groups)})",
+                                 turns=self.turns,
+                                 fence=Fence(self.held, self.scripts, shared.lease),
+                                 peers=shared.peers)
 
     # -- serving ----------------------------------------------------------------------
 
