@@ -48,8 +48,8 @@ def record_head(record: str) -> tuple[str, str]:
     """(task, options) of a record ``task[;opt=value…]:args``, its args unread; options
     is ``""`` or ``";opt=value…"``."""
     head = record.partition(":")[0]
-    task, sep, options = head.partition(";")
-    return task, sep + options
+    split = head.find(";")
+    return (head, "") if split < 0 else (head[:split], head[split:])
 
 
 def record_option(record: str, name: str) -> str | None:
