@@ -30,10 +30,57 @@ Hierarchy::
     ├── WrongEventLoop (RuntimeError)  an AsyncTimers used from an event loop other than
     │                                the one that first used it (nothing was sent)
     ├── NotInTimer                   timers.current() called outside a timer's task
-    └── ServerNotFound               no Redis/Valkey server binary for an embedded server
+    ├── ServerNotFound               no Redis/Valkey server binary for an embedded server
+    ├── BadShardCount (ValueError)   a shard count (``shards=``, ``$TIMERS_SHARDS``) not 1-1024
+    ├── ShardLayoutMismatch (ValueError)  a shard count other than the prefix's, or garbled
+    ├── CannotConnect                ``timers listen``: the server did not answer a PING
+    ├── MemoryLimitTooLow            ``--max-memory-per-child`` below the listener's own size
+    ├── StillDue                     :mod:`timers.testing`: timers kept coming due
+    ├── UserError                    the CLI: a problem to report in one line
+    ├── FlowKeyError                 a task's ``key=``/``rate_key=`` function failed
+    └── the runner's signals, raised and caught inside the listener (never seen outside):
+        ├── Overran                  a plain function ran past its timeout in its thread
+        ├── Stale                    a run's lease was not known to hold at its start
+        └── Revoked                  a run next in line was asked back before it started
+
+Every exception class of the package is defined here (a test checks it).
 """
 
 from __future__ import annotations
+
+__all__ = [
+    "BadShardCount",
+    "CannotConnect",
+    "EvictionUnsafe",
+    "FlowKeyError",
+    "InvalidArgs",
+    "InvalidDueTime",
+    "InvalidTask",
+    "InvalidTimer",
+    "InvalidTimerId",
+    "MalformedTimerKey",
+    "MemoryLimitTooLow",
+    "NotInTimer",
+    "NotReplicated",
+    "Overran",
+    "PermissionMissing",
+    "PoolExhausted",
+    "Revoked",
+    "ServerError",
+    "ServerNotFound",
+    "ServerOutOfMemory",
+    "ServerTimeout",
+    "ServerUnavailable",
+    "ShardLayoutMismatch",
+    "Stale",
+    "StillDue",
+    "TaskRefused",
+    "TasksUnavailable",
+    "TimerAlreadyPending",
+    "TimersError",
+    "UserError",
+    "WrongEventLoop",
+]
 
 
 class TimersError(Exception):
@@ -161,3 +208,47 @@ class EvictionUnsafe(TimersError):
 
 class PermissionMissing(TimersError):
     """The Redis user may not do what a listener cannot work without (run scripts)."""
+
+
+class BadShardCount(TimersError, ValueError):
+    """A shard count (``shards=``, ``$TIMERS_SHARDS``) that is not 1 to 1024."""
+
+
+class ShardLayoutMismatch(TimersError, ValueError):
+    """A client asked for a shard count other than the one the prefix has, or the stored
+    count is garbled."""
+
+
+class CannotConnect(TimersError):
+    """The listener's server did not answer a PING."""
+
+
+class MemoryLimitTooLow(TimersError):
+    """The listener holds more memory at start than ``--max-memory-per-child``: every
+    child would be replaced after its first run."""
+
+
+class StillDue(TimersError):
+    """Timers kept coming due while :meth:`TimersTest.run_due` or ``run_all`` ran them: a
+    task that schedules a timer due at once, every time it runs?"""
+
+
+class UserError(TimersError):
+    """A problem to report in one line (the command line's)."""
+
+
+class FlowKeyError(TimersError):
+    """A task's ``key=`` or ``rate_key=`` function failed or returned no usable key."""
+
+
+class Overran(TimersError):
+    """A plain function ran past its timeout in its thread (the runner's, internal)."""
+
+
+class Stale(TimersError):
+    """A run's lease was not known to hold when a thread was about to call its function
+    (the process stalled): the function was not called (the runner's, internal)."""
+
+
+class Revoked(TimersError):
+    """A run next in line was asked back before it started (the runner's, internal)."""

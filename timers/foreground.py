@@ -21,7 +21,7 @@ from typing import Protocol
 
 import redis
 
-from timers.exceptions import TimersError
+from timers.exceptions import CannotConnect
 from timers.listener.connection import listener_client
 from timers.listener.orphans import (
     SAME_STOP_WINDOW,
@@ -34,10 +34,6 @@ from timers.server_errors import cannot_connect
 
 log = logging.getLogger("timers")
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
-
-
-class CannotConnect(TimersError):
-    """The listener's server did not answer a PING."""
 
 
 class Stoppable(Protocol):

@@ -10,10 +10,12 @@ from typing import Any, Literal
 from timers.encoding import Args, Record, as_text, unescape_id
 from timers.exceptions import MalformedTimerKey
 from timers.keys import DEFAULT_GROUP
+from timers.run_record import decode, record_option
 from timers.tracebacks import from_task_frames
 from timers.wire import ClaimSource, FailureRecord, Option, kept_options
 
 MAX_MESSAGE = 2000
+_WAITED_MARK = f";{Option.WAITED_FROM}="
 MAX_TRACEBACK = 8000
 
 OutcomeKind = Literal[
@@ -43,17 +45,15 @@ class Run:
         """Read a claim reply item ``token, "reruns@<listener>|due|<id>:<record>", source``
         where source is ``e``, ``s``, ``h``, ``r@<listener that died>`` or ``n@<token of
         the run it follows>``."""
-        raw = as_text(text)
-        reruns, due, entry = raw.split("|", 2)
-        escaped, _, record = entry.partition(":")
+        reruns, _, due_ms, escaped, record = decode(as_text(text))
         found_by, died_on = ClaimSource.read(as_text(source))
         follows = died_on if found_by is ClaimSource.NEXT else ""
         return cls(
             token=as_text(token),
             escaped_id=escaped,
             record_text=record,
-            due_ms=int(due),
-            reruns=int(reruns.partition("@")[0]),
+            due_ms=due_ms,
+            reruns=reruns,
             source=found_by.label,
             died_on="" if follows else died_on,
             follows=follows,
@@ -70,27 +70,18 @@ class Run:
         """The decoded record; :class:`MalformedTimerKey` if it was stored broken."""
         return Record.decode(self.record_text)
 
-    def _option(self, name: str) -> str | None:
-        """One option of the record (``;name=value``), read without decoding its args."""
-        head = self.record_text.partition(":")[0]
-        for option in head.split(";")[1:]:
-            key, _, value = option.partition("=")
-            if key == name:
-                return value
-        return None
-
     @property
     def previous_attempts(self) -> int:
         """Failed attempts before this run, from the record's options (``;a=N``): the
         listener asks for it on every run."""
-        value = self._option(Option.ATTEMPTS)
+        value = record_option(self.record_text, Option.ATTEMPTS)
         return int(value) if value and value.isascii() and value.isdigit() else 0
 
     @property
     def original_due_ms(self) -> int:
         """The timer's own due time: a retry's record keeps it (``;d=ms``), while
         :attr:`due_ms` is the due time of this attempt."""
-        value = self._option(Option.ORIGINAL_DUE)
+        value = record_option(self.record_text, Option.ORIGINAL_DUE)
         try:
             return int(value) if value is not None and value.isascii() else self.waited_from_ms
         except ValueError:
@@ -100,9 +91,9 @@ class Run:
     def waited_from_ms(self) -> int:
         """The due time its lateness counts from: the one it had before a concurrency key
         or a rate limit held it back (``;w=ms``), else this run's."""
-        if ";w=" not in self.record_text:  # most runs: no need to read the options
+        if _WAITED_MARK not in self.record_text:  # most runs: no need to read the options
             return self.due_ms
-        value = self._option(Option.WAITED_FROM)
+        value = record_option(self.record_text, Option.WAITED_FROM)
         return int(value) if value and value.isascii() and value.isdigit() else self.due_ms
 
     @property

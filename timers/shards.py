@@ -54,7 +54,7 @@ from typing import Any
 from redis.crc import key_slot
 
 from timers.cluster import hash_tagged
-from timers.exceptions import TimersError
+from timers.exceptions import BadShardCount, ShardLayoutMismatch
 from timers.keys import Keyspace
 from timers.ops_base import Call, Operation
 from timers.scripts import ScriptCalls
@@ -66,15 +66,6 @@ ONE_PER_PRIMARY = "auto"
 """What a cluster asks ``shards.lua`` for by default: a shard per primary serving slots."""
 MAX_SHARDS = 1024
 _OCCURRENCE = re.compile(r"^(.+)@[0-9]+$", re.DOTALL)
-
-
-class BadShardCount(TimersError, ValueError):
-    """A shard count (``shards=``, ``$TIMERS_SHARDS``) that is not 1 to 1024."""
-
-
-class ShardLayoutMismatch(TimersError, ValueError):
-    """A client asked for a shard count other than the one the prefix has, or the stored
-    count is garbled."""
 
 
 def check_shards(value: object, name: str = "shards") -> int:

@@ -62,7 +62,7 @@ from timers import connect
 from timers.client import AsyncTimers, Timers
 from timers.context import TimerContext, entered
 from timers.encoding import Record, as_text, is_occurrence_id
-from timers.exceptions import TimersError
+from timers.exceptions import StillDue
 from timers.failure_ops import Failure
 from timers.flow.views import Parked, group_of, priority_of
 from timers.keys import DEFAULT_GROUP, DEFAULT_PREFIX
@@ -84,11 +84,6 @@ MAX_BURSTS = 100
 """Listener bursts one :meth:`TimersTest.run_due` may take before it gives up."""
 _ALL = 1_000_000
 """As many pending timers as a test can have (listings are limited)."""
-
-
-class StillDue(TimersError):
-    """Timers kept coming due while :meth:`TimersTest.run_due` or ``run_all`` ran them: a
-    task that schedules a timer due at once, every time it runs?"""
 
 
 class TimersTest:

@@ -74,7 +74,7 @@ def test_a_full_server_keeps_leases_stops_claims_and_resumes(
                message="renewals on the full server")
     # the later timers come due while the server is full: their claims are refused
     assert listener.listener is not None
-    wait_until(lambda: listener.listener.claimer.memory.full, 10,
+    wait_until(lambda: listener.listener.lanes[0].claimer.memory.full, 10,
                message="a refused claim")
     assert sorted(tag for tag, _ in calls(r)) == sorted(held), "no claim, no rerun under OOM"
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import redis
 
-import timers.listener.lifecycle
+import timers.listener.lanes
 from tests.conftest import wait_until
 from tests.integration.helpers import (
     KEYS,
@@ -53,7 +53,7 @@ def test_plain_tasks_past_their_timeout_keep_their_slots_and_delay_no_timeout(
     (0.02 s, same timeout and retry) come due behind them. The hogs' threads keep their
     slots, so the brief timers wait unclaimed instead of queueing for a thread: each runs
     once and succeeds, none is recorded as timed out without having started."""
-    monkeypatch.setattr(timers.listener.lifecycle, "HEARTBEAT_INTERVAL", 0.1)
+    monkeypatch.setattr(timers.listener.lanes, "HEARTBEAT_INTERVAL", 0.1)
     caplog.set_level(logging.WARNING, logger="timers")
     listener = start_listener(tasks="tests.retry_tasks", concurrency=2)
     hogs, briefs = ["hog0", "hog1"], [f"brief{i}" for i in range(4)]

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from timers import run_record
 from timers.encoding import as_text
 from timers.keys import Keyspace
 from timers.scripts import Invocation, ScriptCalls
@@ -26,16 +27,17 @@ class Claimed:
 
     @property
     def reruns(self) -> int:
-        return int(self.run.split("|", 2)[0].partition("@")[0])
+        return run_record.decode(self.run)[0]
 
     @property
     def due_ms(self) -> int:
-        return int(self.run.split("|", 2)[1])
+        return run_record.decode(self.run)[2]
 
     @property
     def entry(self) -> str:
         """``<escaped id>:<record>``"""
-        return self.run.split("|", 2)[2]
+        _, _, _, escaped, record = run_record.decode(self.run)
+        return f"{escaped}:{record}"
 
 
 @dataclass(frozen=True)

@@ -41,7 +41,8 @@ import fakeredis
 import fakeredis._socket._base as fake_base
 import fakeredis.commands_mixins.server_mixin as fake_server
 
-from timers.encoding import as_text
+from timers import run_record
+from timers.encoding import Record, as_text
 from timers.keys import DEFAULT_GROUP, Keyspace
 from timers.runs import Run
 from timers.scripts import GateRun, NewTimer, ParkTimer, Scripts, Taker
@@ -160,13 +161,12 @@ def record_of(task: str, group: str, priority: int, key: str) -> str:
 
 
 def record_options(record: str) -> dict[str, str]:
-    head = record.partition(":")[0]
-    return dict(o.partition("=")[::2] for o in head.split(";")[1:])
+    return dict(Record.decode(record).options)
 
 
 def limits_of(record: str) -> tuple[str, int, str, int, int] | None:
     """What the listener asks the gate (``flow_gate.flow_limits``), or None."""
-    task = record.partition(";")[0].partition(":")[0]
+    task = run_record.record_head(record)[0]
     key = record_options(record).get("k", "")
     limit = KEY_LIMITS.get(key, 1)
     if task != RATED:
@@ -384,7 +384,7 @@ class World:
         waiting_runs: dict[str, str] = {}
         for token, text in self.r.hgetall(KS.running_records).items():
             token_text = as_text(token)
-            timer_id = as_text(text).split("|", 2)[2].partition(":")[0]
+            timer_id = run_record.decode(as_text(text))[3]
             if (token_text not in self.executing and token_text != run.token
                     and not any(token_text in li.nexts for li in self.listeners)
                     and self.lease_held(Run.parse(token, text, "s"))):
@@ -424,7 +424,7 @@ class World:
             options = record_options(run.record_text)
             options.pop("w", None)
             options["a"] = str(int(options.get("a", "0")) + 1)
-            task = run.record_text.partition(";")[0].partition(":")[0]
+            task = run_record.record_head(run.record_text)[0]
             retry = task + "".join(f";{k}={v}" for k, v in options.items()) + ":[]"
             ending = (token, "retry", f"{run.escaped_id}:{retry}", str(delay_ms))
         freeing = token in listener.holding
@@ -484,8 +484,7 @@ class World:
     # -- whole-world checks
 
     def check_nothing_lost(self) -> None:
-        runs = {as_text(v).split("|", 2)[2].partition(":")[0]
-                for v in self.r.hvals(KS.running_records)}
+        runs = {run_record.decode(as_text(v))[3] for v in self.r.hvals(KS.running_records)}
         pending = {as_text(k) for k in self.r.hkeys(KS.records)}
         for timer in self.timers.values():
             if timer.status == "live" and timer.id not in runs and timer.id not in pending:

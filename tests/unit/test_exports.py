@@ -63,3 +63,30 @@ def test_a_producer_import_loads_none_of_the_listener() -> None:
 
 def test_an_unknown_attribute_of_timers_is_an_attribute_error() -> None:
     assert not hasattr(timers, "Listner")
+
+
+def test_every_exception_class_of_timers_is_in_timers_exceptions() -> None:
+    """One home for errors: each is defined in :mod:`timers.exceptions`, listed in its
+    ``__all__``, and derives from :class:`timers.TimersError` (warnings aside)."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    import timers.exceptions
+
+    defined_elsewhere = set()
+    for info in pkgutil.walk_packages(timers.__path__, "timers."):
+        if info.name == "timers.__main__":
+            continue
+        module = importlib.import_module(info.name)
+        for value in vars(module).values():
+            if (inspect.isclass(value) and issubclass(value, BaseException)
+                    and not issubclass(value, Warning)
+                    and value.__module__ == info.name != "timers.exceptions"):
+                defined_elsewhere.add(f"{info.name}.{value.__qualname__}")
+    assert defined_elsewhere == set()
+    errors = {name for name, value in vars(timers.exceptions).items()
+              if inspect.isclass(value) and issubclass(value, BaseException)}
+    assert set(timers.exceptions.__all__) == errors
+    assert all(issubclass(getattr(timers.exceptions, name), timers.TimersError)
+               for name in errors)

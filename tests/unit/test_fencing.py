@@ -13,8 +13,7 @@ import pytest
 from tests.unit.test_next_in_line_runs import Log, until
 from timers.listener import leases
 from timers.listener.leases import HeldRuns
-from timers.listener.runner import Runner
-from timers.listener.turns import Turn
+from timers.listener.runner import Runner, Turn
 
 
 class Clock:

@@ -39,6 +39,7 @@ from timers.listener.endings import Ending
 from timers.listener.executor import Executor
 from timers.listener.peers import Peers
 from timers.listener.runner import Runner
+from timers.listener.turns import Turns
 from timers.ops_base import Operation
 from timers.runs import Run
 from timers.scripts import Scripts
@@ -138,7 +139,8 @@ def run_lacking(view: FleetView, options: dict[str, str] | None = None) -> Any:
         runner = Runner(2)
         try:
             executor = Executor(resolve, runner, NoQuarantine(), NoRecurrences(),
-                                tracker_on_redis_clock(), NoSleep(), name="listener me",
+                                tracker_on_redis_clock(), NoSleep(), flow=None,
+                                name="listener me", turns=Turns(), fence=None,
                                 peers=FakePeers(view))
             return await executor.execute(Run("7", "t", record, round(REDIS_NOW_MS), 0,
                                               "sweep"))

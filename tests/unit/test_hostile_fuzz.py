@@ -2,7 +2,7 @@
 listener neither raises nor imports or runs anything outside its tasks package, and every
 key in the timers namespace that names no runnable timer is recorded as rejected.
 
-fakeredis publishes no keyspace events, so events are fed to ``listener.events.handle`` as
+fakeredis publishes no keyspace events, so events are fed to ``listener.lanes[0].events.handle`` as
 the subscription would deliver them (``tests/integration/test_hostile.py`` sends the same
 names through a real server).
 """
@@ -156,7 +156,7 @@ def listener() -> Listener:
 
 
 def feed(listener: Listener, channel: bytes, data: bytes) -> None:
-    listener.events.handle({"type": "message", "pattern": None, "channel": channel,
+    listener.lanes[0].events.handle({"type": "message", "pattern": None, "channel": channel,
                             "data": data})
 
 
@@ -176,14 +176,15 @@ def clean_calls() -> Iterator[None]:
 @given(key=hostile_keys())
 def test_a_hostile_key_is_rejected_once_and_nothing_else_happens(
         listener: Listener, key: bytes) -> None:
-    written = len(listener.endings)
-    listener.events.pending.clear()
+    written = len(listener.lanes[0].endings)
+    listener.lanes[0].events.pending.clear()
     with traps() as found:
         feed(listener, EXPIRED, key)
     assert found.calls == [] and mod.CALLS == []
     assert found.new_modules_outside(SAMPLE_TASKS) == set()
-    assert listener.events.pending == {}, "a rejected key must not reach the claim"
-    ((token, kind, failure_id, data),) = [e.wire() for e in listener.endings.queued()[written:]]
+    assert listener.lanes[0].events.pending == {}, "a rejected key must not reach the claim"
+    endings = listener.lanes[0].endings.queued()[written:]
+    ((token, kind, failure_id, data),) = [e.wire() for e in endings]
     assert (token, kind) == ("", "reject")
     assert failure_id
     record = json.loads(data)
@@ -200,19 +201,19 @@ def test_a_hostile_key_is_rejected_once_and_nothing_else_happens(
                       st.binary(max_size=200).map(lambda b: b"timers|" + b)))
 def test_no_event_makes_the_listener_raise_import_or_run_anything(
         listener: Listener, channel: bytes, data: bytes) -> None:
-    written = len(listener.endings)
-    listener.events.pending.clear()
+    written = len(listener.lanes[0].endings)
+    listener.lanes[0].events.pending.clear()
     with traps() as found:
         feed(listener, channel, data)
-    new_endings = listener.endings.queued()[written:]
+    new_endings = listener.lanes[0].endings.queued()[written:]
     assert found.calls == [] and mod.CALLS == []
     assert found.new_modules_outside(SAMPLE_TASKS) == set()
     if channel == EXPIRED and data.startswith(PREFIX):
         # one outcome: to the claim (a runnable name) or recorded as rejected
-        assert len(new_endings) + len(listener.events.pending) == 1
-        assert bool(listener.events.pending) == runnable(data)
+        assert len(new_endings) + len(listener.lanes[0].events.pending) == 1
+        assert bool(listener.lanes[0].events.pending) == runnable(data)
     else:
-        assert new_endings == [] and listener.events.pending == {}
+        assert new_endings == [] and listener.lanes[0].events.pending == {}
 
 
 # -- the whole listener -----------------------------------------------------------------

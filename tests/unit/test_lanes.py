@@ -7,8 +7,7 @@ from collections import Counter
 from typing import Any
 
 from timers.keys import Keyspace
-from timers.listener.event_hub import EventHub
-from timers.listener.events import Channels
+from timers.listener.events import Channels, EventHub
 from timers.listener.lanes import BACKUP_SWEEP_MS, sweep_defer_ms
 
 

@@ -59,8 +59,8 @@ def stall_endings(server: fakeredis.FakeServer, taken: bytes, stall: float
         return [items[i] for i in range(0, len(items), 3) if items[i + 2].startswith(taken)]
 
     def before(listener: Listener) -> None:
-        listener.endings.scripts.finish = stalled(  # type: ignore[method-assign]
-            listener.endings.scripts.finish, server, listener.lease * stall, handed,
+        listener.lanes[0].endings.scripts.finish = stalled(  # type: ignore[method-assign]
+            listener.lanes[0].endings.scripts.finish, server, listener.lease * stall, handed,
             when=lambda reply: len(reply) > 1)
 
     return before
@@ -87,10 +87,10 @@ def test_claimed_runs_whose_screen_was_read_after_their_lease_lapsed_are_not_run
     producer.schedule("mod.add", [7], at=PAST, id="screened", key="k")
 
     def stall_screen(listener: Listener) -> None:
-        assert listener.claimer.parker is not None
-        listener.claimer.parker.wanted = lambda: True  # type: ignore[method-assign]
-        listener.flow.scripts.gate = stalled(  # type: ignore[method-assign]
-            listener.flow.scripts.gate, server, listener.lease,
+        assert listener.lanes[0].claimer.parker is not None
+        listener.lanes[0].claimer.parker.wanted = lambda: True  # type: ignore[method-assign]
+        listener.lanes[0].flow.scripts.gate = stalled(  # type: ignore[method-assign]
+            listener.lanes[0].flow.scripts.gate, server, listener.lease,
             lambda args, reply: [run.token for run in args[1]])
 
     caplog.set_level("WARNING", logger="timers")
@@ -122,8 +122,8 @@ def test_a_claim_read_after_its_lease_lapsed_and_was_taken_over_is_not_run(
     producer.schedule("mod.add", [1, 2], at=PAST, id="taken-over")
 
     def delay_reply(listener: Listener) -> None:
-        listener.claimer.scripts.claim = stalled(  # type: ignore[method-assign]
-            listener.claimer.scripts.claim, server, listener.lease,
+        listener.lanes[0].claimer.scripts.claim = stalled(  # type: ignore[method-assign]
+            listener.lanes[0].claimer.scripts.claim, server, listener.lease,
             lambda args, reply: reply[3::3])
 
     caplog.set_level("WARNING", logger="timers")

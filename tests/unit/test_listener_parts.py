@@ -30,10 +30,12 @@ from timers.listener.events import (
 )
 from timers.listener.executor import Executor
 from timers.listener.leases import HeldRuns
+from timers.listener.retrying import Outage
 from timers.listener.runner import Runner
+from timers.listener.turns import Turns
 from timers.policy import task
 from timers.runs import Outcome, Run
-from timers.scripts import Scripts
+from timers.scripts import Scripts, Taker
 from timers.wire import EndingKind, FailureRecord, Option
 
 KEYS = Keyspace()
@@ -89,7 +91,8 @@ def test_while_the_sweep_is_behind_expired_events_are_left_to_it_and_wakes_still
     tracker = DueTracker(ManualClock())
     pokes: list[None] = []
     source = EventSource(fakeredis.FakeAsyncRedis(), CHANNELS, KEYS, refuse_unknown, tracker,
-                         lambda: pokes.append(None), lambda rejected: None, asyncio.Event())
+                         lambda: pokes.append(None), lambda rejected: None, asyncio.Event(),
+                         revoke=lambda token: None, outage=Outage())
     tracker.backlogged = True  # the last claim was full: the due index has more due
     source.handle(message(CHANNELS.expired, key))
     assert source.take(10) == [] and pokes == []
@@ -151,7 +154,8 @@ def execute(task_name: str, args: Any, due_ms: float = REDIS_NOW_MS,
         runner = Runner(2)
         try:
             executor = Executor(resolve, runner, NoQuarantine(), NoRecurrences(),
-                                tracker_on_redis_clock(), NoSleep())
+                                tracker_on_redis_clock(), NoSleep(), flow=None, name="",
+                                turns=Turns(), fence=None, peers=None)
             done = await executor.execute(Run("7", "t", record, round(due_ms), 0, "sweep"))
         finally:
             runner.shutdown()
@@ -213,7 +217,9 @@ def test_the_writer_writes_endings_in_batches_and_forgets_them_once_written(
             return await finish(**kwargs)
 
         scripts.finish = counted  # type: ignore[method-assign]
-        writer = EndingWriter(scripts, KEYS, 3600, HeldRuns(), asyncio.Event())
+        writer = EndingWriter(scripts, KEYS, 3600, HeldRuns(), asyncio.Event(),
+                              taker=lambda tokens: Taker(), on_handed=lambda runs, n: None,
+                              on_written=lambda: None, outage=Outage())
         for i in range(5):
             producer.schedule("mod.add", [i], in_=0, id=f"t{i}")
         reply = await scripts.claim(limit=10, lease_ms=60_000, horizon_ms=8, listener_id="me")

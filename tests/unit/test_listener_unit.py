@@ -1,7 +1,7 @@
 """The listener on fakeredis: runs due timers once, records every bad ending, and keeps going.
 
 fakeredis publishes no keyspace events, so timers reach the listener through its sweeper;
-events are fed to ``listener.events.handle`` directly, as the subscription would.
+events are fed to ``listener.lanes[0].events.handle`` directly, as the subscription would.
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ def run_burst(
 
 
 def expired(listener: Listener, key: bytes) -> None:
-    listener.events.handle({"type": "message", "channel": EXPIRED, "data": key})
+    listener.lanes[0].events.handle({"type": "message", "channel": EXPIRED, "data": key})
 
 
 def failures_by_id(producer: Timers) -> dict[str, Failure]:
@@ -323,9 +323,9 @@ def test_keys_outside_the_prefix_are_ignored(
         for key in (b"other:id:mod.add:[1]", b"timers|due", b"timersx:id:mod.add:[1]",
                     b"\xff\xfe", b"", b"session:123"):
             expired(listener, key)
-        listener.events.handle({"type": "message", "channel": b"other-channel",
+        listener.lanes[0].events.handle({"type": "message", "channel": b"other-channel",
                                 "data": b"timers:%zz:mod.add:[1]"})
-        listener.events.handle({"type": "subscribe", "channel": EXPIRED, "data": 1})
+        listener.lanes[0].events.handle({"type": "subscribe", "channel": EXPIRED, "data": 1})
 
     run_burst(server, before=feed)
     assert producer.failed() == []
@@ -360,17 +360,17 @@ def test_an_event_for_a_timer_not_yet_due_does_not_run_it(
 def test_a_wake_message_moves_the_next_due_time_earlier() -> None:
     async def scenario() -> None:
         listener = make_listener(fakeredis.FakeServer())
-        tracker = listener.tracker
+        tracker = listener.lanes[0].tracker
         tracker.observe_heads(10_000_000.0, None)
 
-        listener.events.handle({"type": "message", "channel": WAKE, "data": b"5000000"})
+        listener.lanes[0].events.handle({"type": "message", "channel": WAKE, "data": b"5000000"})
         assert tracker.next_due_ms == 5_000_000
-        listener.events.handle({"type": "message", "channel": WAKE, "data": b"8000000"})
+        listener.lanes[0].events.handle({"type": "message", "channel": WAKE, "data": b"8000000"})
         assert tracker.next_due_ms == 5_000_000
-        listener.events.handle({"type": "message", "channel": WAKE, "data": "4000000"})
+        listener.lanes[0].events.handle({"type": "message", "channel": WAKE, "data": "4000000"})
         assert tracker.next_due_ms == 4_000_000
         for garbage in (b"soon", b"", b"\xff"):
-            listener.events.handle({"type": "message", "channel": WAKE, "data": garbage})
+            listener.lanes[0].events.handle({"type": "message", "channel": WAKE, "data": garbage})
         assert tracker.next_due_ms == 4_000_000
         await listener.redis.aclose()
 
@@ -416,13 +416,13 @@ def test_a_claim_ahead_of_the_due_time_takes_half_the_listeners_slots(
                 all_fired.set()
 
         listener = make_listener(server, max_sleep=60.0, concurrency=4, observer=observe)
-        claim = listener.claimer.scripts.claim
+        claim = listener.lanes[0].claimer.scripts.claim
 
         async def recording_claim(**kwargs: Any) -> Any:
-            limits.append((kwargs["limit"], listener.claimer._claiming_ahead()))
+            limits.append((kwargs["limit"], listener.lanes[0].claimer._claiming_ahead()))
             return await claim(**kwargs)
 
-        listener.claimer.scripts.claim = recording_claim  # type: ignore[method-assign]
+        listener.lanes[0].claimer.scripts.claim = recording_claim  # type: ignore[method-assign]
         stop = asyncio.Event()
         running = asyncio.create_task(listener.run(stop))
         async with asyncio.timeout(DEADLINE):
@@ -451,7 +451,7 @@ def test_an_ending_on_its_way_at_shutdown_is_not_written_twice(
     async def scenario() -> None:
         stop = asyncio.Event()
         listener = make_listener(server)
-        finish = listener.endings.scripts.finish
+        finish = listener.lanes[0].endings.scripts.finish
 
         async def written_then_slow(**kwargs: Any) -> Any:
             reply = await finish(**kwargs)
@@ -459,7 +459,7 @@ def test_an_ending_on_its_way_at_shutdown_is_not_written_twice(
             await asyncio.sleep(0.5)  # the reply is on its way while the listener stops
             return reply
 
-        listener.endings.scripts.finish = written_then_slow  # type: ignore[method-assign]
+        listener.lanes[0].endings.scripts.finish = written_then_slow  # type: ignore[method-assign]
         await asyncio.wait_for(listener.run(stop), DEADLINE)
 
     caplog.set_level("ERROR", logger="timers")

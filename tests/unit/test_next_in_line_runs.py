@@ -10,8 +10,8 @@ import threading
 from typing import Any
 
 from tests.conftest import wait_until
-from timers.listener.runner import Runner
-from timers.listener.turns import Turn, Turns
+from timers.listener.runner import Runner, Turn
+from timers.listener.turns import Turns
 from timers.runs import Run
 
 WAIT = 10.0

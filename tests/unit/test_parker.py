@@ -55,7 +55,8 @@ def resolve(task: str) -> Any:
 
 @pytest.fixture
 def parker() -> Parker:
-    return Parker(None, ("default",), 30.0, resolve, FlowGate(None, 30.0))  # type: ignore[arg-type]
+    flow = FlowGate(None, 30.0, on_held=lambda count: None, shards=1, shard=0)  # type: ignore[arg-type]
+    return Parker(None, ("default",), 30.0, resolve, flow)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(("record", "expected"), [
@@ -81,7 +82,7 @@ def test_parking_is_wanted_once_gates_hold_runs_and_rests_after_an_empty_pass() 
         async def peek(self, limit: int, groups: Any) -> list[bytes]:
             return [b"id1", b"5", b"d.plain:"]
 
-    flow = FlowGate(None, 30.0)  # type: ignore[arg-type]
+    flow = FlowGate(None, 30.0, on_held=lambda count: None, shards=1, shard=0)  # type: ignore[arg-type]
     parker = Parker(NothingToPark(), ("default",), 30.0, resolve, flow)  # type: ignore[arg-type]
     assert not parker.wanted()
     flow.held = 1
@@ -135,7 +136,7 @@ def screened(fake: fakeredis.FakeRedis, records: list[str], reruns: int = 0,
         client = fakeredis.FakeAsyncRedis(server=fake.connection_pool.connection_kwargs[
             "server"])
         scripts = Scripts(client, Keyspace())
-        flow = FlowGate(scripts, 30.0)
+        flow = FlowGate(scripts, 30.0, on_held=lambda count: None, shards=1, shard=0)
         flow.on_held = told.append
         reply = await scripts.claim(limit=50, lease_ms=30_000, horizon_ms=0, listener_id="me")
         items = reply[3:]
@@ -189,7 +190,7 @@ def test_reruns_and_a_failed_gate_call_leave_every_run_to_ask_at_its_start(
 
 def test_a_run_the_screen_let_go_is_not_gated_again_at_its_start() -> None:
     """Gated twice, a run would find its key full with its own slot and wait behind it."""
-    flow = FlowGate(None, 30.0)  # type: ignore[arg-type]  # any gate call would fail
+    flow = FlowGate(None, 30.0, on_held=lambda count: None, shards=1, shard=0)  # type: ignore[arg-type]  # any gate call would fail
     run = Run("9", "t0", 'd.per_device:[7,"on"]', due_ms=1, reruns=0, source="sweep")
     flow.holding.add("9")  # as screen leaves a run it let go
     record = run.record()

@@ -24,8 +24,9 @@ from tests.unit.sample_tasks import mod
 from timers import Listener, Timers, TimerSpec
 from timers.cli import app
 from timers.cli.errors import run_app
+from timers.exceptions import MemoryLimitTooLow
 from timers.listener import RecycleLimits
-from timers.listener.recycling import MemoryLimitTooLow, Recycler
+from timers.listener.recycling import Recycler
 from timers.listener.supervisor import ListenOptions, RestartBudget, Supervisor
 
 # Each fake child takes the next number (child-0, child-1, ...) and plays the role at that

@@ -19,13 +19,12 @@ import timers
 from tests.unit.conftest import ROOT, SAMPLE_TASKS
 from tests.unit.sample_tasks import mod
 from timers import Listener, Timers, TimerSpec
-from timers.exceptions import TimersError
+from timers.exceptions import ShardLayoutMismatch, TimersError
 from timers.keys import Keyspace
 from timers.listener.flow_gate import _WARNED
 from timers.shards import (
     MAX_SHARDS,
     ShardLayout,
-    ShardLayoutMismatch,
     check_shards,
     configured_shards,
     shard_of,
@@ -217,7 +216,7 @@ def test_subscribed_awaited_before_the_run_is_set_once_the_lanes_listen() -> Non
         subscribed, stop = listener.subscribed, asyncio.Event()
         task = asyncio.create_task(listener.run(stop))
         await asyncio.wait_for(subscribed.wait(), 10)
-        assert len(listener._lanes) == 4
+        assert len(listener.lanes) == 4
         stop.set()
         await task
         await listener.redis.aclose()

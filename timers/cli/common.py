@@ -16,7 +16,7 @@ import typer
 from typer import core as typer_core
 
 from timers.connect import URL_ENV, configured_url
-from timers.exceptions import TimersError
+from timers.exceptions import TimersError, UserError
 from timers.keys import DEFAULT_PREFIX, PREFIX_ENV, configured_prefix
 from timers.logs import IDENTITY, JsonFormatter
 from timers.redact import mask_secrets, safe_url
@@ -75,10 +75,6 @@ PrefixOption = Annotated[str, typer.Option(
     "--prefix", metavar="PREFIX", callback=prefix_callback, show_default=False,
     help=f"Key prefix of the timers: apps sharing one Redis use distinct prefixes "
          f"[default: ${PREFIX_ENV} or timers]")]
-
-
-class UserError(Exception):
-    """A problem to report in one line."""
 
 
 @dataclass

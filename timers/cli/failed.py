@@ -13,17 +13,9 @@ from typing import Annotated
 
 import typer
 
-from timers.cli.common import (
-    PrefixOption,
-    UrlOption,
-    UserError,
-    clip,
-    friendly,
-    open_timers,
-    printable,
-)
+from timers.cli.common import PrefixOption, UrlOption, clip, friendly, open_timers, printable
 from timers.due import parse_duration
-from timers.exceptions import TimerAlreadyPending
+from timers.exceptions import TimerAlreadyPending, UserError
 from timers.failure_ops import failure_group
 from timers.fleet import read_fleet
 from timers.keys import DEFAULT_PREFIX

@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal
 import typer
 
 from timers.cli import listen_metrics
-from timers.cli.common import PrefixOption, UrlOption, UserError, friendly
+from timers.cli.common import PrefixOption, UrlOption, friendly
 from timers.cli.listen_logs import (
     LogFiresOption,
     LogFormatOption,
@@ -26,7 +26,8 @@ from timers.cli.listen_logs import (
 )
 from timers.cli.listen_metrics import MetricsHostOption, MetricsPortOption
 from timers.connect import configured_url
-from timers.exceptions import EvictionUnsafe, PermissionMissing
+from timers.exceptions import EvictionUnsafe, PermissionMissing, UserError
+from timers.flow.names import served_groups
 from timers.foreground import (
     WAIT_FOR_REDIS,
     run_in_foreground,
@@ -35,7 +36,6 @@ from timers.foreground import (
 )
 from timers.keys import DEFAULT_PREFIX
 from timers.listener import DEFAULT_CONCURRENCY, DEFAULT_LEASE, Listener
-from timers.listener.groups import served_groups
 from timers.listener.orphans import supervisor_pid
 from timers.listener.recycling import RecycleLimits, check_memory_limit, report_fd
 from timers.listener.supervisor import ListenOptions, Supervisor

@@ -12,7 +12,8 @@ from typing import Annotated
 
 import typer
 
-from timers.cli.common import ERRORS, UserError
+from timers.cli.common import ERRORS
+from timers.exceptions import UserError
 from timers.listener import Listener
 from timers.listener.supervisor import Supervisor
 from timers.logs import IDENTITY, LOG_FORMAT_ENV, LogFormat, configure, configured_format, identify

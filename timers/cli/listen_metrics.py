@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
-from timers.cli.common import UserError
+from timers.exceptions import UserError
 from timers.listener import Listener
 from timers.listener.orphans import supervisor_pid
 from timers.listener.supervisor import Supervisor

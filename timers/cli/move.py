@@ -7,8 +7,9 @@ from typing import Annotated
 
 import typer
 
-from timers.cli.common import PrefixOption, UrlOption, UserError, friendly, open_timers
+from timers.cli.common import PrefixOption, UrlOption, friendly, open_timers
 from timers.cluster import hash_tagged, is_cluster, keyspace_for
+from timers.exceptions import UserError
 from timers.keys import DEFAULT_PREFIX, check_prefix
 from timers.move_ops import move_timers
 

@@ -8,9 +8,9 @@ from typing import Annotated, Any
 
 import typer
 
-from timers.cli.common import PrefixOption, UrlOption, UserError, friendly, one_line
+from timers.cli.common import PrefixOption, UrlOption, friendly, one_line
 from timers.client import configured_url
-from timers.exceptions import TimersError
+from timers.exceptions import TimersError, UserError
 from timers.keys import DEFAULT_PREFIX
 from timers.observe.serving import http_url
 from timers.redact import safe_url

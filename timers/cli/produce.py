@@ -14,13 +14,13 @@ import typer
 from timers.cli.common import (
     PrefixOption,
     UrlOption,
-    UserError,
     friendly,
     open_timers,
     parse_args_json,
     printable,
 )
 from timers.due import parse_delay
+from timers.exceptions import UserError
 from timers.keys import DEFAULT_PREFIX
 
 

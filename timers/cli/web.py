@@ -7,7 +7,8 @@ from typing import Annotated, Any
 
 import typer
 
-from timers.cli.common import PrefixOption, UrlOption, UserError, friendly, open_timers
+from timers.cli.common import PrefixOption, UrlOption, friendly, open_timers
+from timers.exceptions import UserError
 from timers.keys import DEFAULT_PREFIX
 from timers.observe.serving import http_url, listening_socket
 

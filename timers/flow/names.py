@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 import unicodedata
+from collections.abc import Sequence
 
 from timers.exceptions import InvalidTimer, MalformedTimerKey
 from timers.keys import DEFAULT_GROUP as DEFAULT_GROUP
@@ -45,6 +46,17 @@ def configured_group(group: str | None = None) -> str:
     if from_env is None:
         return DEFAULT_GROUP
     return check_group(from_env, f"${GROUP_ENV}")
+
+
+def served_groups(groups: Sequence[str] | None = None) -> tuple[str, ...]:
+    """The groups a listener serves, each checked, in the order given, without repeats:
+    the ones it is given, else ``$TIMERS_GROUP``, else the default group. It claims only
+    timers of those groups (invariant 9)."""
+    if not groups:
+        return (configured_group(),)
+    if isinstance(groups, str):
+        groups = [groups]
+    return tuple(dict.fromkeys(check_group(group) for group in groups))
 
 
 def check_priority(priority: object) -> int:

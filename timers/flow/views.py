@@ -24,6 +24,7 @@ from timers.flow.disagreement import Disagreement
 from timers.flow.names import DEFAULT_GROUP, escape_key, unescape_key
 from timers.keys import Keyspace
 from timers.ops_base import Call, Operation, ms_to_datetime, pairs
+from timers.run_record import record_option
 from timers.wire import FLOW_DUE_SPAN, Option
 
 SCAN_COUNT = 1000
@@ -259,7 +260,7 @@ def find_by_key(keys: Keyspace, key: str, limit: int) -> Operation[list[Found]]:
         Call(command=("ZRANGE", keys.key_queue(key), 0, limit - 1)),
         Call(command=("ZRANGE", keys.slots(key), 0, -1)),
     ]
-    mark = f"{Option.KEY}={escape_key(key)}"
+    escaped_key = escape_key(key)
     named = [as_text(h)[2:] for h in holders if as_text(h).startswith("w:")]
     cursor: Any = 0
     while True:
@@ -267,7 +268,7 @@ def find_by_key(keys: Keyspace, key: str, limit: int) -> Operation[list[Found]]:
         cursor, entries = reply[0], reply[1]
         items = entries.items() if isinstance(entries, dict) else pairs(entries)
         named += [as_text(i) for i, record in items
-                  if mark in as_text(record).split(":", 1)[0].split(";")[1:]]
+                  if record_option(as_text(record), Option.KEY) == escaped_key]
         if int(cursor) == 0:
             break
     waiting = [as_text(i) for i in queue]

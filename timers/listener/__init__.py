@@ -28,6 +28,10 @@ def __getattr__(name: str) -> Any:
         from timers.listener.recycling import RecycleLimits
 
         return RecycleLimits
+    if name == "HEARTBEAT_INTERVAL":
+        from timers.wire import HEARTBEAT_INTERVAL
+
+        return HEARTBEAT_INTERVAL
     if name in __all__:
         from timers.listener import lifecycle
 

@@ -6,6 +6,14 @@ named first, then the head of the due index, then runs whose lease lapsed. Every
 goes through this one claim, whichever path found it, so each runs once however many
 listeners race for it. It sweeps at start and whenever poked (after every resubscribe,
 which covers events lost while the listener was away).
+
+On a full Redis (``maxmemory`` reached under ``noeviction``) the claim script, which
+declares no ``allow-oom`` flag, is refused before its first write; renewals and endings
+declare it and go on. The claimer then stops claiming (the leases are kept), says so once
+(:class:`MemoryGuard`), and claims again as soon as memory frees: a refused claim costs
+Redis next to nothing (it is turned away before it runs), so it is tried again every
+:data:`OOM_RETRY` seconds, and a timer held back by a full server starts within that long
+of memory being free (invariant 10).
 """
 
 from __future__ import annotations
@@ -21,7 +29,6 @@ from timers.clock import Clock
 from timers.listener.due_tracker import CLAIM_LEAD_MS, DueTracker
 from timers.listener.endings import MAX_BATCH
 from timers.listener.leases import still_held
-from timers.listener.memory_guard import MemoryGuard
 from timers.listener.parker import Parker
 from timers.listener.permissions import is_permanent
 from timers.listener.retrying import RETRYABLE, ConnectionState, Outage, ReconnectDelays, pause
@@ -32,6 +39,30 @@ log = logging.getLogger("timers.listener")
 
 PARK_PASSES = 5
 """Parking passes after one claim at most (each reads the head of the backlog)."""
+OOM_RETRY = 0.02
+"""Seconds between claims a full server refuses."""
+
+
+class MemoryGuard:
+    """Logs a full server once when claims start being refused and once when they succeed
+    again; tells the sweep loop how long to wait before the next try."""
+
+    def __init__(self) -> None:
+        self.full = False
+
+    def refused(self, exc: BaseException) -> float:
+        """A claim was refused for want of memory: the seconds to wait before trying again."""
+        if not self.full:
+            self.full = True
+            log.warning("Redis is out of memory (maxmemory reached, %s): not claiming new "
+                        "timers until it frees; leases kept", str(exc).rstrip(". ") or "OOM")
+        return OOM_RETRY
+
+    def claimed(self) -> None:
+        """A claim went through: memory is back, if it was short."""
+        if self.full:
+            self.full = False
+            log.warning("Redis has memory again: claiming timers")
 
 
 @dataclass(frozen=True)
@@ -48,30 +79,31 @@ class ClaimerHooks:
     """Start one claimed run."""
     give_up: Callable[[BaseException], None]
     """A permanent error: stop the listener."""
-    keyed_tasks: Callable[[], Sequence[str]] = tuple
+    keyed_tasks: Callable[[], Sequence[str]]
     """The tasks with a concurrency key or cap (claims note theirs for the order barrier)."""
 
 
 class Claimer:
-    """Claims due timers for one listener; :meth:`run` is its sweep loop."""
+    """Claims due timers for one listener; :meth:`run` is its sweep loop.
+
+    ``poke``: set to sweep now (an event, a wake, a freed slot in a burst, stop).
+    ``parker``: parks the due backlog that flow limits hold back. ``ahead_share``: the most
+    a claim ahead of the due time takes (half the listener's slots): the listeners that
+    wake for one burst each take a share of its first timers. Under keys, each keeps the
+    keys of the runs it starts (their next runs are handed to it), so one listener taking
+    all its slots' worth would run most keys alone. ``outage``: shared with the lane's
+    other loops."""
 
     def __init__(self, scripts: Scripts, groups: Sequence[str], listener_id: str,
                  lease: float, clock: Clock, tracker: DueTracker, hooks: ClaimerHooks,
-                 stopping: asyncio.Event) -> None:
+                 stopping: asyncio.Event, *, poke: asyncio.Event, parker: Parker,
+                 ahead_share: int, outage: Outage) -> None:
         self.scripts, self.groups, self.listener_id = scripts, tuple(groups), listener_id
         self.lease, self.clock, self.tracker = lease, clock, tracker
         self.hooks, self.stopping = hooks, stopping
+        self.poke, self.parker, self.ahead_share, self.outage = poke, parker, ahead_share, outage
         self.memory = MemoryGuard()
-        self.poke = asyncio.Event()
-        """Set to sweep now (an event, a wake, a freed slot in a burst, stop)."""
         self.slot_freed = asyncio.Event()
-        self.outage = Outage()
-        self.parker: Parker | None = None
-        self.ahead_share = MAX_BATCH
-        """The most a claim ahead of the due time takes (half the listener's slots): the
-        listeners that wake for one burst each take a share of its first timers. Under
-        keys, each keeps the keys of the runs it starts (their next runs are handed to it),
-        so one listener taking all its slots' worth would run most keys alone."""
 
     async def run(self, burst: bool) -> None:
         """Claim as timers come due until stopped (``burst``: until nothing is due)."""
@@ -118,7 +150,7 @@ class Claimer:
         """While due timers remain that flow limits hold back, park them without claiming
         (see :mod:`timers.listener.parker`); a failure leaves them to the claims."""
         passes = 0
-        while (self.parker is not None and self.tracker.backlogged and self.parker.wanted()
+        while (self.tracker.backlogged and self.parker.wanted()
                and passes < PARK_PASSES and not self.stopping.is_set()):
             passes += 1
             try:
@@ -161,7 +193,7 @@ class Claimer:
         self.tracker.backlogged = next_due != -1 and next_due <= now_us // 1000 + horizon_ms
         items = reply[3:]
         runs = [Run.parse(items[i], items[i + 1], items[i + 2]) for i in range(0, len(items), 3)]
-        if runs and self.parker is not None and self.parker.wanted():
+        if runs and self.parker.wanted():
             # gates hold runs back (a backlog for busy keys): those held back now are not
             # started at all. Otherwise each run asks at its start, and the next claim
             # goes out meanwhile.

@@ -93,27 +93,29 @@ class Ending:
 
 
 class EndingWriter:
-    """Writes endings in batches; each is kept here until Redis has it."""
+    """Writes endings in batches; each is kept here until Redis has it.
+
+    ``taker``: what the listener may be handed for a batch of endings of these run tokens
+    (its free slots, reserved till the reply): timers a freed concurrency key slot lets go,
+    as runs of its own; ``on_handed`` is called with the runs handed over and the slots
+    reserved for them (:class:`~timers.listener.handoff.Handoff`); ``on_written`` after
+    each batch is written."""
 
     def __init__(self, scripts: Scripts, keys: Keyspace, failure_retention: float,
-                 held: HeldRuns, closed: asyncio.Event, clock: Clock | None = None) -> None:
+                 held: HeldRuns, closed: asyncio.Event, clock: Clock | None = None, *,
+                 taker: Callable[[list[str]], Taker],
+                 on_handed: Callable[[list[Run], int], None],
+                 on_written: Callable[[], None], outage: Outage) -> None:
         self.scripts, self.keys, self.held = scripts, keys, held
         self.clock = clock or SystemClock()
         self.failure_retention = failure_retention
         self.closed = closed
         self.eviction_policy: str | None = None
         """Named when late finishes are reported (see :mod:`timers.listener.eviction`)."""
+        self.taker, self.on_handed, self.on_written = taker, on_handed, on_written
+        self.outage = outage
         self.ready = asyncio.Event()
-        self.outage = Outage()
         self._queue: list[Ending] = []
-        self.on_written: Callable[[], None] = lambda: None
-        """Called after each batch is written."""
-        self.taker: Callable[[list[str]], Taker] = lambda tokens: Taker()
-        """What the listener may be handed for a batch of endings of these run tokens (its
-        free slots, reserved till the reply): timers a freed concurrency key slot lets go,
-        as runs of its own."""
-        self.on_handed: Callable[[list[Run], int], None] = lambda runs, reserved: None
-        """Called with the runs handed over and the slots reserved for them."""
 
     def add(self, ending: Ending) -> None:
         self._queue.append(ending)

@@ -3,6 +3,17 @@
 An expired timer key names its timer id, which goes to the next claim; a wake message
 moves the next due time earlier. :func:`classify` decides what one message means and
 does nothing else; :class:`EventSource` keeps the subscription and acts on the result.
+
+With several lanes (:mod:`timers.listener.lanes`), an :class:`EventHub` keeps one
+subscription per Redis node. Every lane would otherwise subscribe to the ``expired``
+events of its shard's node, and each message of a node would be read once per lane there
+(16 times over on one server with 16 shards). Instead the lanes are grouped by the node
+that holds their shard; the first lane of each group subscribes, for its group, to the
+node's ``expired`` events and to the group's wake channels, and hands each message to the
+lane it names (by the timer key's prefix, or the wake channel). The groups follow the
+cluster: a lane whose shard moved (a failover, a migration) lands in another group, and
+the subscriptions of the groups it left and joined are made again (see
+:meth:`EventSource.run`).
 """
 
 from __future__ import annotations
@@ -13,9 +24,9 @@ import itertools
 import logging
 import math
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
 import redis
 import redis.asyncio
@@ -25,7 +36,6 @@ from timers.encoding import Entry, as_text, escape_id
 from timers.exceptions import MalformedTimerKey, TaskRefused
 from timers.keys import DEFAULT_GROUP, Keyspace
 from timers.listener.due_tracker import DueTracker
-from timers.listener.event_hub import EventHub
 from timers.listener.permissions import SWEEP_ONLY_MAX_SLEEP, SWEEPER_ONLY, explain
 from timers.listener.retrying import RETRYABLE, ConnectionState, Outage, ReconnectDelays, pause
 from timers.wire import Option
@@ -130,28 +140,83 @@ def classify(message: Mapping[str, Any], channels: Channels,
     return Due(escaped)
 
 
+class Routed(Protocol):
+    """What an :class:`EventHub` needs of a lane's event source."""
+
+    @property
+    def channels(self) -> Channels: ...
+
+    def holder(self) -> str | None: ...
+
+    def handle(self, message: Mapping[str, Any]) -> None: ...
+
+
+S = TypeVar("S", bound=Routed)
+
+
+class EventHub(Generic[S]):
+    """Routes one node's messages to the lanes' event sources (see the module doc)."""
+
+    def __init__(self, sources: Sequence[S] = ()) -> None:
+        self.sources: list[S] = []
+        self._by_start: dict[bytes, S] = {}
+        self._by_wake: dict[bytes, S] = {}
+        for source in sources:
+            self.join(source)
+
+    def join(self, source: S) -> None:
+        """Route ``source``'s messages to it (a lane's source joins as it is made)."""
+        self.sources.append(source)
+        self._by_start[source.channels.timer_key_start] = source
+        self._by_wake[source.channels.wake] = source
+
+    def group_of(self, source: S) -> list[S]:
+        """The lanes whose shards are on the node ``source``'s shard is on (in lane order)."""
+        mine = source.holder()
+        return [s for s in self.sources if s is source or s.holder() == mine]
+
+    def channels_for(self, source: S) -> tuple[bytes, ...]:
+        """What ``source`` subscribes to: nothing unless it is its group's first lane."""
+        group = self.group_of(source)
+        if group[0] is not source:
+            return ()
+        return (source.channels.expired, *(s.channels.wake for s in group))
+
+    def dispatch(self, message: Mapping[str, Any]) -> None:
+        """Hand ``message`` to the lane it concerns (none: another app's key, say)."""
+        channel, data = message.get("channel"), message.get("data")
+        target = self._by_wake.get(channel) if isinstance(channel, bytes) else None
+        if target is None and isinstance(data, bytes):
+            target = self._by_start.get(data[:data.find(b":") + 1])
+        if target is not None:
+            target.handle(message)
+
+
 class EventSource:
     """Keeps the subscription, hands timer ids to the claim and rejections onward.
 
     ``poke`` wakes the sweep; ``reject`` receives each :class:`Rejected` key (and logs
-    it if it records it)."""
+    it if it records it); ``revoke`` the token of each run next in line that a timer
+    outranked. ``outage`` is shared with the lane's other loops (one warning for all).
+    ``hub``: the listener's lanes share one subscription per node through it (None: this
+    source is the listener's only one); the source joins it here. ``subscribed``: set
+    while the subscription is up (the listener's own event for its first lane)."""
 
     def __init__(self, client: redis.asyncio.Redis, channels: Channels, keys: Keyspace,
                  resolve: Callable[[str], object], tracker: DueTracker,
                  poke: Callable[[], None], reject: Callable[[Rejected], None],
-                 stopping: asyncio.Event) -> None:
+                 stopping: asyncio.Event, *, revoke: Callable[[str], object],
+                 outage: Outage, hub: EventHub[EventSource] | None = None,
+                 subscribed: asyncio.Event | None = None) -> None:
         self.redis, self.channels, self.keys = client, channels, keys
         self.resolve, self.tracker = resolve, tracker
         self.poke, self.reject, self.stopping = poke, reject, stopping
+        self.revoke, self.outage, self.hub = revoke, outage, hub
         self.pending: dict[str, None] = {}
         """Escaped ids named by events, oldest first, not yet passed to a claim."""
-        self.subscribed = asyncio.Event()
-        self.outage = Outage()
-        self.on_revoke: Callable[[str], object] = lambda token: None
-        """Told the token of each run next in line that a timer outranked."""
-        self.hub: EventHub | None = None
-        """The listener's lanes share one subscription per node through it (None: this
-        source is the listener's only one)."""
+        self.subscribed = subscribed or asyncio.Event()
+        if hub is not None:
+            hub.join(self)
 
     def holder(self) -> str | None:
         """``host:port`` of the cluster node holding this source's shard (None: not a
@@ -193,7 +258,7 @@ class EventSource:
                 self.tracker.note_due(event.due_ms)
             self.poke()
         elif isinstance(event, Revoke):
-            self.on_revoke(event.token)
+            self.revoke(event.token)
         elif isinstance(event, Due):
             self.pending[event.escaped_id] = None
             self.poke()

@@ -41,7 +41,8 @@ from timers.listener.due_tracker import DueTracker
 from timers.listener.endings import Ending
 from timers.listener.quarantine import is_suspect
 from timers.listener.retrying import RETRYABLE
-from timers.listener.turns import Turn, Turns
+from timers.listener.runner import Turn
+from timers.listener.turns import Turns
 from timers.policy import DEFAULT_POLICY, TaskPolicy, policy_of
 from timers.runs import Fired, Outcome, Run, failure_entry
 from timers.wire import EndingKind, Option
@@ -127,14 +128,14 @@ class Executor:
 
     def __init__(self, resolve: Callable[[str], Callable[..., Any]], runner: Caller,
                  quarantine: Isolator, recurrences: RecurrenceSteps, tracker: DueTracker,
-                 sleeper: Sleeper, flow: Admitter | None = None, name: str = "",
-                 turns: Turns | None = None, fence: Fencer | None = None,
-                 peers: PeerView | None = None) -> None:
+                 sleeper: Sleeper, *, flow: Admitter | None, name: str, turns: Turns,
+                 fence: Fencer | None, peers: PeerView | None) -> None:
         self.resolve, self.runner, self.quarantine = resolve, runner, quarantine
         self.recurrences, self.tracker, self.sleeper = recurrences, tracker, sleeper
         self.flow, self.name = flow, name
-        """``name``: how a refusal names this listener (its id and groups)."""
-        self.turns = turns or Turns()
+        """``flow``: the gate of runs with limits (None: no limits, tests). ``name``: how
+        a refusal names this listener (its id and groups)."""
+        self.turns = turns
         """Runs next in line on a key slot and the runs they follow."""
         self.fence = fence
         """Starts a run only while its lease holds (invariant 12); None: unfenced (tests)."""

@@ -15,10 +15,12 @@ from collections.abc import Callable
 from typing import Any
 
 from timers.encoding import Args, Record, as_text
+from timers.exceptions import FlowKeyError
 from timers.flow.declared import KeySpec, key_for
 from timers.flow.names import DEFAULT_GROUP, unescape_key
 from timers.listener.retrying import RETRYABLE
 from timers.policy import TaskPolicy, policy_of
+from timers.run_record import record_head
 from timers.runs import Outcome, Run
 from timers.scripts import GateRun, Scripts
 from timers.shards import shard_of_key
@@ -28,12 +30,9 @@ GO = "go"
 HANDED = frozenset({ClaimSource.HANDOFF.label, ClaimSource.NEXT.label})
 """Runs ``finish.lua`` handed over holding their key's slot, or to take it over from the
 run before them (:mod:`timers.listener.turns`)."""
+_KEY_MARK = f"{Option.KEY}="
 TASK_KEY = "task:"
 """Start of the key (or rate limit name) of a task-wide limit: ``task:<path>``."""
-
-
-class FlowKeyError(Exception):
-    """A task's ``key=`` or ``rate_key=`` function failed or returned no usable key."""
 
 
 def _call_key(make: KeySpec, args: Args, what: str) -> str:
@@ -74,9 +73,8 @@ def key_only_limit(record_text: str, resolve: Callable[[str], Callable[..., Any]
     weighs it; None when a run must decide for itself: a recurrence (it schedules its next
     occurrence first), a task of another group (the run moves it), a rate limit, no limit,
     or any error (a dead timer, a refusal, a key function failing)."""
-    head = record_text.partition(":")[0]  # "task;option=value;…": read before any args
-    task, _, options = head.partition(";")
-    keyed = f"{Option.KEY}=" in options
+    task, options = record_head(record_text)  # read before any args
+    keyed = _KEY_MARK in options
     try:
         policy = policy_of(resolve(task))
         if not (keyed or policy.flow_limited):
@@ -99,23 +97,22 @@ class FlowGate:
     """Asks ``gate.lua`` about the runs that have limits.
 
     The runs of one claim start together, so their questions are gathered for one turn
-    of the event loop and sent in one script call.
+    of the event loop and sent in one script call. ``on_held`` is told how many claimed
+    runs :meth:`screen` held back (they never start); ``shards``: the prefix's, where a
+    limit is counted in each (see :func:`_per_shard`); ``shard``: its lane's.
     """
 
-    def __init__(self, scripts: Scripts, lease: float) -> None:
+    def __init__(self, scripts: Scripts, lease: float, *, on_held: Callable[[int], None],
+                 shards: int, shard: int) -> None:
         self.scripts, self.lease = scripts, lease
+        self.on_held, self.shards, self.shard = on_held, shards, shard
+        """``shard``: the one this gate's lane serves."""
         self._asked: list[tuple[GateRun, asyncio.Future[str]]] = []
         self.holding: set[str] = set()
         """Tokens of runs that went holding a concurrency key slot (until they end)."""
         self._tasks: set[asyncio.Task[None]] = set()
         self.held = 0
         """Runs the gate held back so far (the parker weighs whether parking pays)."""
-        self.shards = 1
-        """The prefix's shards: a limit is counted in each (see :meth:`_per_shard`)."""
-        self.shard = 0
-        """The shard this gate's lane serves."""
-        self.on_held: Callable[[int], None] = lambda count: None
-        """Told how many claimed runs :meth:`screen` held back (they never start)."""
 
     async def screen(self, runs: list[Run], resolve: Callable[[str], Callable[..., Any]]
                      ) -> list[Run]:

@@ -17,18 +17,21 @@ from timers.scripts import Taker
 
 
 class Handoff:
-    """The slots kept for a batch of endings in flight, and what becomes of its runs."""
+    """The slots kept for a batch of endings in flight, and what becomes of its runs.
+
+    ``free_slots``: the listener's; ``start`` and ``hand_back`` a handed run;
+    ``slot_freed``: told when a batch's reserved slots come back; ``holding``: the tokens of
+    this listener's runs that hold a concurrency key slot (the flow gate's set)."""
 
     def __init__(self, listener_id: str, groups: Sequence[str], lease: float,
                  free_slots: Callable[[], int], stopping: asyncio.Event,
-                 start: Callable[[Run], None], hand_back: Callable[[Run], None]) -> None:
+                 start: Callable[[Run], None], hand_back: Callable[[Run], None], *,
+                 slot_freed: Callable[[], None], holding: set[str]) -> None:
         self.listener_id, self.groups, self.lease = listener_id, tuple(groups), lease
         self.free_slots, self.stopping = free_slots, stopping
         self.start, self.hand_back = start, hand_back
+        self.slot_freed, self.holding = slot_freed, holding
         self.reserved = 0
-        self.slot_freed: Callable[[], None] = lambda: None
-        self.holding: set[str] = set()
-        """Tokens of this listener's runs that hold a concurrency key slot."""
 
     def taker(self, tokens: list[str]) -> Taker:
         """What a batch of endings of ``tokens`` may hand over: one run per slot it frees,

@@ -1,89 +1,434 @@
 """A listener's lanes: one per shard of the prefix (see :mod:`timers.shards`).
 
-Every listener serves every shard, with no leader: a lane has the shard's own claims and
-due-driven sweep, event subscription (on the node that holds the shard, since a cluster's
-``expired`` events are node-local), wake channel, endings, leases, near keys and heartbeat.
-The lanes of a listener share one runner (``--concurrency`` counts the runs of every lane),
-the tasks, the stop and abort flags and the tally. With one shard the listener is its own
-only lane, as it always was.
+Every listener serves every shard, with no leader: a :class:`Lane` has the shard's own
+claims and due-driven sweep, event subscription (on the node that holds the shard, since
+a cluster's ``expired`` events are node-local), wake channel, endings, leases, near keys
+and heartbeat, and runs the timers it claims. The lanes of a listener share a
+:class:`Shared`: one runner (``--concurrency`` counts the runs of every lane), the tasks,
+the stop and abort flags, the tally and the recycler. With one shard the listener has one
+lane.
+
+A lane's way out (:meth:`Lane.serve`'s end): its running tasks get ``shutdown_timeout``
+seconds, the rest are handed back, and its loops end after the endings already on their
+way.
 """
 
 from __future__ import annotations
 
-import copy
+import asyncio
+import contextlib
+import json
 import logging
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+import os
+import socket
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
-import redis.exceptions
+import redis.asyncio
 
-from timers.cluster import is_cluster
+from timers.clock import Clock
+from timers.cron import RecurrenceHook
 from timers.encoding import as_text
+from timers.fleet import encode_task_set
+from timers.keys import Keyspace
+from timers.listener.claimer import Claimer, ClaimerHooks
+from timers.listener.crashes import listener_name
 from timers.listener.due_tracker import DueTracker
-from timers.listener.event_hub import EventHub
-from timers.listener.retrying import RETRYABLE, ReconnectDelays, pause
+from timers.listener.endings import Ending, EndingWriter
+from timers.listener.events import Channels, EventHub, EventSource, Rejected
+from timers.listener.executor import Executed, Executor
+from timers.listener.flow_gate import FlowGate
+from timers.listener.handoff import Handoff
+from timers.listener.leases import Fence, HeldRuns, LeaseKeeper, sync_twin
+from timers.listener.near_keys import keep_near_keys
+from timers.listener.parker import Parker
+from timers.listener.peers import Peers
+from timers.listener.permissions import explain
+from timers.listener.precise import PreciseSleeper
+from timers.listener.quarantine import Quarantine
+from timers.listener.recycling import RecycleLimits, Recycler, report_fd
+from timers.listener.retrying import RETRYABLE, Outage, beat_until
+from timers.listener.runner import Runner
+from timers.listener.tally import RunTally
+from timers.listener.turns import Turns
+from timers.loader import TaskLoader
+from timers.runs import Fired, Run, rejected_entry
 from timers.scripts import Scripts
-from timers.shards import ShardLayout, ShardLayoutMismatch, resolve_layout, wanted_count
-
-if TYPE_CHECKING:
-    from timers.keys import Keyspace
-    from timers.listener.lifecycle import Listener
+from timers.shards import ShardLayout
+from timers.wire import HEARTBEAT_INTERVAL, HEARTBEAT_MISSES, ClaimSource, EndingKind
 
 log = logging.getLogger("timers.listener")
 
 BACKUP_SWEEP_MS = 20.0
 """How long after a due time a listener sweeps a shard another live listener sweeps first
 (the one it would have done is late, stopped or dead)."""
+FLUSH_GRACE = 5.0  # s a batch of endings already sent may take to be answered at shutdown
+HEARTBEAT_TTL_MS = round(HEARTBEAT_INTERVAL * HEARTBEAT_MISSES * 1000)
+"""How long a heartbeat says the listener is alive (a few missed beats)."""
+HAND_BACK_GRACE_MS = 1000
+"""A run handed back at the end may still be going in its thread until the process exits
+(a thread cannot be stopped): a concurrency key slot it holds stays held this long, and
+its timer comes due again then, so the key never runs two at once (``finish.lua``)."""
 
 
-async def read_layout(root: Listener) -> ShardLayout | None:
-    """The prefix's layout, fixed now if this is its first use; tried until Redis answers
-    (None: the listener was stopped first). A layout other than ``shards`` asked for is
-    an error (:class:`timers.shards.ShardLayoutMismatch`)."""
-    wanted, store = wanted_count(is_cluster(root.redis), root.shards)
-    call = root._scripts.calls.shards(wanted, store)
-    delays, told = ReconnectDelays(), False
-    while not root._stopping.is_set():
+class Shared:
+    """What the lanes of one listener share, and what spans them: the listener's free
+    slots, a freed slot, stop and abort. The listener makes it and its lanes."""
+
+    def __init__(self, client: redis.asyncio.Redis, db: int, listener_id: str,
+                 groups: Sequence[str], *, concurrency: int, lease: float,
+                 shutdown_timeout: float, failure_retention: float, clock: Clock,
+                 max_sleep: float, loader: TaskLoader, peers: Peers,
+                 observer: Callable[[Fired], None] | None,
+                 recycle: RecycleLimits | None) -> None:
+        self.redis, self.db, self.id, self.groups = client, db, listener_id, groups
+        self.concurrency, self.lease, self.shutdown_timeout = concurrency, lease, shutdown_timeout
+        self.failure_retention, self.clock, self.max_sleep = failure_retention, clock, max_sleep
+        self.loader, self.peers, self.observer = loader, peers, observer
+        self.started_at, self.ended_count = time.time(), 0
+        """Runs this listener ended, however they ended (Stats.fired counts the good)."""
+        self.crashed = False
+        """A loop died of a bug or a permanent error stopped it: exit nonzero."""
+        self.burst = False
+        """Until nothing is due (set by :meth:`Listener.run`)."""
+        self.tally = RunTally()
+        """How runs ended, for the log (``tally.log_fires``: a line per fired timer)."""
+        self.stopping = asyncio.Event()  # stop claiming
+        self.aborting = asyncio.Event()
+        self.lanes: list[Lane] = []
+        """One per shard, in shard order (the list is the listener's: refilled in place
+        once the layout is read)."""
+        self.runner = Runner(concurrency, on_free=self.slot_freed)
+        self.precise = PreciseSleeper()
+        self.recycler = Recycler(recycle, self.stop_claiming, report_fd())
+
+    def running_count(self) -> int:
+        """Runs going (a run next in line takes its place when the one before it ends)."""
+        return sum(len(lane.running) - lane.turns.waiting for lane in self.lanes)
+
+    def free_slots(self) -> int:
+        """Of the concurrency, what no lane's run, stuck task or handoff holds."""
+        lanes = self.lanes
+        if len(lanes) == 1:
+            lane = lanes[0]
+            return (self.concurrency - len(lane.running) + lane.turns.waiting
+                    - self.runner.stuck - lane.handoff.reserved)
+        return (self.concurrency - self.running_count() - self.runner.stuck
+                - sum(lane.handoff.reserved for lane in lanes))
+
+    def slot_freed(self) -> None:
+        """A run ended (or a handoff's reserved slots came back): every lane may claim."""
+        for lane in self.lanes:
+            lane.claimer.slot_freed.set()
+
+    def stop(self) -> None:
+        """Stop claiming, let running tasks finish, hand the rest back (sets flags only)."""
+        self.recycler.hurry.set()
+        self.stop_claiming()
+
+    def stop_claiming(self) -> None:
+        self.stopping.set()
+        for lane in self.lanes:
+            lane.stopping.set()
+            lane.claimer.poke.set()
+        self.slot_freed()
+
+    def abort(self) -> None:
+        """Like :meth:`stop`, without waiting for running tasks: they are handed back."""
+        self.aborting.set()
+        self.stop()
+
+    def describe(self) -> dict[str, Any]:
+        """The listener as ``timers listeners`` shows it (every lane heartbeats the same,
+        in its own shard)."""
+        return {"id": self.id, "host": socket.gethostname(), "pid": os.getpid(),
+                "started": round(self.started_at), "running": self.running_count(),
+                "fired": self.ended_count, "concurrency": self.concurrency,
+                "tasks": self.loader.package, "stuck": self.runner.stuck,
+                "groups": self.groups, "task_set": self.peers.digest,
+                **self.tally.recent.summary(),
+                **self.recycler.heartbeat_info(self.stopping.is_set())}
+
+
+class Lane:
+    """One shard's work in a listener: claims, events, gates, runs, endings, leases,
+    heartbeat. ``announces``: its heartbeat carries the listener's task list as
+    :class:`Peers` tracks it (the listener's only lane; with several shards, each lane
+    sends the list with every heartbeat). ``hub``, ``shards``: several lanes' one
+    subscription per node, and how many there are. ``subscribed``: the event its
+    subscription sets (the listener's own, for the first lane)."""
+
+    def __init__(self, shared: Shared, keys: Keyspace, index: int, *, announces: bool,
+                 shards: int = 1, hub: EventHub[EventSource] | None = None,
+                 subscribed: asyncio.Event | None = None) -> None:
+        self.shared, self.keys, self.index, self.announces = shared, keys, index, announces
+        # the shared parts each run uses, one attribute away
+        self.lanes, self.runner, self.tally = shared.lanes, shared.runner, shared.tally
+        self.recycler, self.burst = shared.recycler, False
+        self.scripts = Scripts(shared.redis, keys)
+        self.tracker = DueTracker(shared.clock, max_sleep=shared.max_sleep)
+        self.closed = asyncio.Event()  # running tasks are done: stop renewing leases too
+        self.stopping = asyncio.Event()  # this lane's loops end (all lanes' on stop)
+        self.running: dict[str, Run] = {}
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.held = HeldRuns(shared.lease)  # tokens whose lease we keep: running or unflushed
+        self.turns = Turns()  # runs next in line on a key slot, and those they follow
+        self.task_list_sent = False  # this lane's heartbeat stored the task list
+        self.rejecting: set[asyncio.Task[None]] = set()  # expired keys checked with peers
+        loader, outage, poke = shared.loader, Outage(), asyncio.Event()
+        self.flow = FlowGate(self.scripts, shared.lease, on_held=shared.tally.held_back,
+                             shards=shards, shard=index)
+        self.handoff = Handoff(shared.id, shared.groups, shared.lease, shared.free_slots,
+                               shared.stopping, self.start, self.hand_back_now,
+                               slot_freed=shared.slot_freed, holding=self.flow.holding)
+        self.endings = EndingWriter(self.scripts, keys, shared.failure_retention, self.held,
+                                    self.closed, shared.clock, taker=self.handoff.taker,
+                                    on_handed=self.handoff.handed,
+                                    on_written=self._after_endings_written, outage=outage)
+        self.events = EventSource(shared.redis, Channels.of(keys, shared.db, shared.groups),
+                                  keys, loader.resolve, self.tracker, poke.set, self._reject,
+                                  self.stopping, revoke=self._revoke, outage=outage, hub=hub,
+                                  subscribed=subscribed)
+        self.claimer = Claimer(
+            self.scripts, shared.groups, shared.id, shared.lease, shared.clock, self.tracker,
+            ClaimerHooks(free_slots=shared.free_slots, take_event_ids=self.events.take,
+                         busy=self.busy, start=self.start, give_up=self._give_up,
+                         keyed_tasks=loader.keyed_tasks),
+            shared.stopping, poke=poke,
+            parker=Parker(self.scripts, shared.groups, shared.lease, loader.resolve, self.flow),
+            ahead_share=max(1, shared.concurrency // 2), outage=outage)
+        self.executor = Executor(loader.resolve, shared.runner,
+                                 Quarantine(loader, listener_name(shared.id)),
+                                 RecurrenceHook(shared.redis, keys, self.scripts), self.tracker,
+                                 shared.precise, flow=self.flow,
+                                 name=f"listener {shared.id} (package {loader.package!r}, "
+                                      f"groups {', '.join(shared.groups)})",
+                                 turns=self.turns,
+                                 fence=Fence(self.held, self.scripts, shared.lease),
+                                 peers=shared.peers)
+
+    # -- serving ----------------------------------------------------------------------
+
+    async def serve(self, events: bool) -> None:
+        """Claim, run and finish this shard's timers until the listener stops (or, in a
+        burst, nothing is due); then wait for its runs, hand back the rest, end its loops."""
+        shared = self.shared
+        self.burst = shared.burst
+        keeper = LeaseKeeper(sync_twin(shared.redis, min(15.0, max(1.0, shared.lease))),
+                             self.keys, shared.lease, self.held).start()
+        loops = [
+            asyncio.create_task(self.events.run() if events else self.events.run_without(),
+                                name="timers-events"),
+            asyncio.create_task(self.endings.run(), name="timers-finish"),
+            asyncio.create_task(self._heartbeat_loop(), name="timers-heartbeat"),
+        ]
+        for loop_task in loops:
+            loop_task.add_done_callback(self._loop_ended)
         try:
-            reply = await root._scripts.run(call)
-        except RETRYABLE as exc:
-            if isinstance(exc, redis.exceptions.ResponseError) and "timers shards" in str(exc):
-                # a garbled stored count: no retry mends it
-                raise ShardLayoutMismatch(str(exc).removeprefix("timers shards: ")) from None
-            if not told:
-                log.warning("cannot read the prefix's shard layout yet (%s); will keep "
-                            "trying", exc)
-                told = True
-            await pause(delays.next(), root._stopping)
-            continue
-        return resolve_layout(root.keys, root.prefix, root.shards, reply)
-    return None
+            await self.claimer.run(self.burst)
+        finally:
+            self.stopping.set()  # this lane's events, heartbeat and near keys
+            if not self.burst or len(self.lanes) == 1:
+                shared.stopping.set()  # (a burst's lanes end each when its shard is done)
+            await self.drain()
+            self.closed.set()
+            await asyncio.to_thread(keeper.close)
+            await self._end_loops(loops)
+            await self.endings.flush_remaining(shared.clock)
+            with contextlib.suppress(*RETRYABLE):
+                await self.heartbeat(alive=False)
+
+    def _loop_ended(self, task: asyncio.Task[None]) -> None:
+        """A loop must only end on stop: if one dies of a bug, stop rather than limp on
+        (``--processes`` restarts the listener; alone, it exits nonzero)."""
+        if task.cancelled() or self.closed.is_set():
+            return
+        exc = task.exception()
+        if exc is not None:
+            log.critical("%s loop died: %r; stopping the listener", task.get_name(), exc,
+                         exc_info=exc)
+            self.shared.crashed = True
+            self.shared.abort()
+
+    def _give_up(self, exc: BaseException) -> None:
+        """A permanent error (:func:`~timers.listener.permissions.is_permanent`): stop."""
+        log.error("cannot claim timers: %s; stopping", explain(exc, self.keys))
+        self.shared.crashed = True
+        self.shared.stop()
+
+    async def drain(self) -> None:
+        """Wait for running tasks, then hand back the runs that did not finish."""
+        shared = self.shared
+        running = [t for t in self.tasks if not t.done()]
+        await self.recycler.wait_for_runs(running, lambda: self.heartbeat(alive=True))
+        running = [t for t in running if not t.done()]
+        if running and not shared.aborting.is_set():
+            log.info("waiting up to %gs for %d running task(s)", shared.shutdown_timeout,
+                     len(running))
+            waiter = asyncio.create_task(shared.aborting.wait())
+            everything: asyncio.Future[Any] = asyncio.gather(*running, return_exceptions=True)
+            either: list[asyncio.Future[Any]] = [everything, waiter]
+            await asyncio.wait(either, timeout=shared.shutdown_timeout,
+                               return_when=asyncio.FIRST_COMPLETED)
+            waiter.cancel()
+        unfinished = list(self.running.values())
+        for run in unfinished:
+            self.running.pop(run.token, None)
+            self.endings.add(Ending.release(run.token, HAND_BACK_GRACE_MS))
+        for task in self.tasks:
+            task.cancel()
+        if unfinished:
+            self.tally.hand_back([run.timer_id for run in unfinished])
+
+    async def _end_loops(self, loops: list[asyncio.Task[None]]) -> None:
+        """Cancel the loops, but let a batch of endings on its way finish first: a write
+        cancelled after Redis ran it would be sent again and count as late finishes."""
+        writers = [t for t in loops if t.get_name() == "timers-finish"]
+        self.endings.ready.set()  # the writer sees the close flag and ends after its batch
+        await asyncio.wait(writers, timeout=FLUSH_GRACE)
+        for loop_task in loops:
+            loop_task.cancel()
+        await asyncio.gather(*loops, return_exceptions=True)
+
+    # -- runs -------------------------------------------------------------------------
+
+    def hand_back_now(self, run: Run) -> None:
+        self.held.hold(run.token, run.timer_id)
+        self.endings.add(Ending.release(run.token))
+
+    def start(self, run: Run) -> None:
+        if run.source == ClaimSource.RECOVERED.label:
+            done = self.endings.unwritten_ending_of(run)
+            if done is not None:
+                # This listener ran the timer but could not write the ending before the
+                # lease lapsed (Redis stalled): the run happened, so end the new claim the
+                # same way instead of running the task twice.
+                log.warning("timer %s: lease lapsed while its ending was on its way; "
+                            "not running it again", run.timer_id)
+                self.held.hold(run.token, run.timer_id)
+                self.endings.add(done.for_run(run))
+                return
+        self.running[run.token] = run
+        self.held.hold(run.token, run.timer_id)
+        self.turns.start(run)
+        task = asyncio.create_task(self._run_one(run))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    def _after_endings_written(self) -> None:
+        if self.burst:
+            self.claimer.poke.set()  # the sweep loop decides whether the burst is over
+
+    def busy(self) -> bool:
+        """Runs going, events waiting, or endings not written yet (a retry due at once is
+        due only once its ending is written: a burst is not over before then)."""
+        return bool(self.running or self.events.pending or len(self.endings))
+
+    def _revoke(self, token: str) -> None:
+        self.turns.revoke(token, self.runner.revoke)
+
+    async def _run_one(self, run: Run) -> None:
+        try:
+            done = await self.executor.execute(run)
+        except asyncio.CancelledError:
+            return  # shutting down: drain hands this run back
+        finally:
+            self.running.pop(run.token, None)
+            self.turns.end(run.token)
+            self.shared.slot_freed()
+            if self.burst:
+                self.claimer.poke.set()  # the sweep loop decides whether the burst is over
+        self.tally.ended(done)
+        if done.ending is None:  # held back by a flow gate: the run is no longer ours
+            self.held.release([run.token])
+            return
+        self.endings.add(done.ending)
+        if done.report is not None:
+            shared = self.shared
+            shared.ended_count += 1
+            self._report(done)
+            self.recycler.after_run(shared.ended_count)
+
+    def _report(self, done: Executed) -> None:
+        observer = self.shared.observer
+        if observer is None or done.report is None:
+            return
+        try:
+            observer(done.report)
+        except Exception:
+            log.exception("observer failed")
+
+    # -- rejected event keys ----------------------------------------------------------
+
+    def _reject(self, event: Rejected) -> None:
+        """Record an expired key that names no timer this listener can run; unless it
+        names a well-formed timer that another live listener can run (it claims it)."""
+        screened = (self.shared.peers.screen(event.key, self.keys.timer_key_start.encode())
+                    if event.escaped_id is not None else "reject")
+        if screened == "reject":
+            self._record_rejected(event)
+        elif screened == "ask":  # the view in hand is old: read it again first
+            task = asyncio.create_task(self._reject_unless_run_elsewhere(event))
+            self.rejecting.add(task)
+            task.add_done_callback(self.rejecting.discard)
+
+    async def _reject_unless_run_elsewhere(self, event: Rejected) -> None:
+        peers = self.shared.peers
+        with contextlib.suppress(*RETRYABLE):
+            await peers.view()
+        if peers.run_elsewhere(event.key, self.keys.timer_key_start.encode()):
+            log.debug("expired key %r: another live listener runs its task", event.key[:120])
+            return
+        self._record_rejected(event)
+
+    def _record_rejected(self, event: Rejected) -> None:
+        log.warning("rejected expired key %r: %s", event.key[:120], event.reason)
+        failure_id, failure = rejected_entry(event.key, event.reason,
+                                             self.tracker.redis_time_ms(), event.escaped_id)
+        self.endings.add(Ending("", EndingKind.REJECT, failure_id=failure_id, failure=failure))
+        self.tally.rejected()
+
+    # -- heartbeat --------------------------------------------------------------------
+
+    async def _heartbeat_loop(self) -> None:
+        """The heartbeat, and the near keys alongside (a turn every few seconds each)."""
+        await asyncio.gather(
+            beat_until(self.stopping, lambda: self.heartbeat(alive=True), HEARTBEAT_INTERVAL),
+            keep_near_keys(self.scripts, self.stopping))
+
+    async def heartbeat(self, alive: bool) -> None:
+        """Say the listener is alive (or gone) in this lane's shard; with several shards,
+        learn whether it sweeps this one first."""
+        shared = self.shared
+        info = json.dumps(shared.describe()) if alive else ""
+        peers = shared.peers
+        digest, task_list = peers.announcement() if alive else ("", "")
+        if alive and not self.task_list_sent:
+            task_list = task_list or encode_task_set(shared.loader.task_names())
+        live = await self.scripts.heartbeat(shared.id, HEARTBEAT_TTL_MS, info, digest,
+                                            task_list)
+        if alive:
+            if task_list:
+                self.task_list_sent = True
+                if self.announces:
+                    peers.announced()
+            self.recycler.published()
+            if self.announces and not task_list:
+                await peers.check_stored()
+            if len(self.lanes) > 1:
+                self.tracker.defer_ms = sweep_defer_ms(live, self.index, shared.id)
 
 
-def lanes_of(root: Listener, layout: ShardLayout) -> list[Listener]:
-    """The listener's lanes for ``layout``: the listener itself for one shard."""
-    if layout.count == 1:
-        return [root]
-    lanes = [_lane(root, keys, index) for index, keys in enumerate(layout.keyspaces)]
-    lanes[0].events.subscribed = root.events.subscribed  # what `Listener.subscribed` gives
-    hub = EventHub([lane.events for lane in lanes])
-    for lane in lanes:
-        lane.events.hub, lane.flow.shards = hub, len(lanes)
-        lane.flow.shard = lane.shard_index
-    return lanes
+def lanes_for(shared: Shared, layout: ShardLayout, subscribed: asyncio.Event) -> list[Lane]:
+    """A lane per shard of ``layout`` (of several), with one subscription per node."""
+    hub: EventHub[EventSource] = EventHub()
+    return [Lane(shared, keys, index, announces=False, shards=layout.count, hub=hub,
+                 subscribed=subscribed if index == 0 else None)
+            for index, keys in enumerate(layout.keyspaces)]
 
 
-def _lane(root: Listener, keys: Keyspace, index: int) -> Listener:
-    lane = copy.copy(root)  # shares the runner, loader, tally, recycler, flags, lanes list
-    lane.keys, lane.shard_index = keys, index
-    lane._scripts = Scripts(root.redis, keys)
-    lane.tracker = DueTracker(root.clock, max_sleep=root.tracker.max_sleep)
-    lane._new_lane_state()
-    lane._wire_parts()
-    return lane
-
-
-def shard_note(lanes: list[Listener]) -> str:
+def shard_note(lanes: Sequence[Lane]) -> str:
     """For the start-up line: ``" over 16 shards"`` when there are several."""
     return f" over {len(lanes)} shards" if len(lanes) > 1 else ""
 

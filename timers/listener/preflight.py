@@ -1,24 +1,24 @@
-"""Checks a listener makes of the server before it claims anything."""
+"""Checks a listener makes of the server before it claims anything, and the shard layout
+it reads there."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
-from typing import TYPE_CHECKING
 
 import redis
 import redis.asyncio
+import redis.exceptions
 
 from timers.check import ENABLE_EVENTS, expired_events_on
 from timers.encoding import as_text
+from timers.exceptions import ShardLayoutMismatch
+from timers.keys import Keyspace
 from timers.listener.eviction import judge, read_policy
-from timers.listener.lanes import lanes_of, read_layout
-from timers.listener.permissions import SWEEP_ONLY_MAX_SLEEP, check_at_start
-from timers.listener.retrying import RETRYABLE
-
-if TYPE_CHECKING:
-    from timers.listener.lifecycle import Listener
+from timers.listener.retrying import RETRYABLE, ReconnectDelays, pause
+from timers.scripts import Scripts
+from timers.shards import ShardLayout, resolve_layout, wanted_count
 
 log = logging.getLogger("timers.listener")
 
@@ -53,25 +53,26 @@ async def eviction_policy(client: redis.asyncio.Redis, allow_eviction: bool) -> 
     return policy
 
 
-async def preflight(self: Listener) -> bool:
-    """Load the tasks and check the server before any claim; False: no events (the
-    Redis user may not subscribe, the sweeper works alone)."""
-    try:
-        # the whole tasks package, off the loop
-        await asyncio.to_thread(self.loader.load_at_start, self._tasks_optional)
-        await warn_if_events_off(self.redis)
-        self.endings.eviction_policy = await eviction_policy(self.redis,
-                                                             self.allow_eviction)
-        missing = await check_at_start(self.redis, self.keys, self.db)
-        layout = await read_layout(self)
-        if layout is not None:
-            self._lanes[:] = lanes_of(self, layout)
-        self.recycler.start(asyncio.get_running_loop())  # the tasks are loaded: RSS
-    except Exception:
-        if self._owns_client:
-            await self.redis.aclose()
-        raise
-    if missing:
-        for lane in self._lanes:
-            lane.tracker.max_sleep = min(lane.tracker.max_sleep, SWEEP_ONLY_MAX_SLEEP)
-    return "events" not in missing
+async def read_layout(scripts: Scripts, keys: Keyspace, prefix: str, shards: int | None,
+                      cluster: bool, stopping: asyncio.Event) -> ShardLayout | None:
+    """The prefix's layout, fixed now if this is its first use; tried until Redis answers
+    (None: the listener was stopped first). A layout other than ``shards`` asked for is
+    an error (:class:`timers.exceptions.ShardLayoutMismatch`)."""
+    wanted, store = wanted_count(cluster, shards)
+    call = scripts.calls.shards(wanted, store)
+    delays, told = ReconnectDelays(), False
+    while not stopping.is_set():
+        try:
+            reply = await scripts.run(call)
+        except RETRYABLE as exc:
+            if isinstance(exc, redis.exceptions.ResponseError) and "timers shards" in str(exc):
+                # a garbled stored count: no retry mends it
+                raise ShardLayoutMismatch(str(exc).removeprefix("timers shards: ")) from None
+            if not told:
+                log.warning("cannot read the prefix's shard layout yet (%s); will keep "
+                            "trying", exc)
+                told = True
+            await pause(delays.next(), stopping)
+            continue
+        return resolve_layout(keys, prefix, shards, reply)
+    return None

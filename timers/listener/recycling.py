@@ -31,7 +31,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from timers.exceptions import TimersError
+from timers.exceptions import MemoryLimitTooLow
 from timers.listener.retrying import RETRYABLE
 
 log = logging.getLogger("timers.listener")
@@ -86,11 +86,6 @@ class RecycleLimits:
             if megabytes >= self.max_memory_mb:
                 return f"{megabytes:.0f} MB of memory (limit {self.max_memory_mb:g} MB)"
         return None
-
-
-class MemoryLimitTooLow(TimersError):
-    """The listener holds more memory at start than ``--max-memory-per-child``: every
-    child would be replaced after its first run."""
 
 
 def check_memory_limit(limit_mb: float | None) -> None:

@@ -18,7 +18,7 @@ from types import CodeType
 from typing import Any
 
 from timers.encoding import Args
-from timers.listener.turns import Revoked, Turn
+from timers.exceptions import Overran, Revoked, Stale
 from timers.runs import OK, Outcome
 
 log = logging.getLogger("timers.listener")
@@ -82,6 +82,25 @@ class Job:
         self.fence: Callable[[], bool] | None = None
         """Checked in the thread right before the call: False (the run's lease is not known
         to hold, e.g. after the process was paused) and the call is not made (:class:`Stale`)."""
+
+
+class Turn:
+    """One followed run: its pool job once its function is handed to a thread, and
+    whether it has ended."""
+
+    __slots__ = ("ended", "job", "revoked", "started")
+
+    def __init__(self) -> None:
+        self.job: Job | None = None
+        self.started = asyncio.Event()
+        """Set once its function is handed to a thread, or once it ended without that."""
+        self.ended = asyncio.Event()
+        self.revoked = False
+        """Asked back before it started: it waits in its key's queue again."""
+
+    def handed_to_thread(self, job: Job) -> None:
+        self.job = job
+        self.started.set()
 
 
 def task_name(fn: Callable[..., Any]) -> str:
@@ -263,15 +282,6 @@ class ThreadPool:
             self._jobs.put(None)
 
 
-class _Overran(Exception):
-    """A plain function ran past its timeout in its thread."""
-
-
-class Stale(Exception):
-    """A run's lease was not known to hold when a thread was about to call its function
-    (the process stalled): the function was not called."""
-
-
 class Runner:
     """Runs task callables; never raises: every ending is an :class:`Outcome`.
 
@@ -359,7 +369,7 @@ class Runner:
                 del self.on_loop[key]
 
     async def _wait(self, job: Job, limit: float) -> Any:
-        """The job's result, or :class:`_Overran` once it has run ``limit`` s in a thread;
+        """The job's result, or :class:`Overran` once it has run ``limit`` s in a thread;
         a job still queued for a thread is not timed."""
         while True:
             started = job.started
@@ -370,7 +380,7 @@ class Runner:
         if job.future.done():
             return job.future.result()
         self._pool.abandon(job)
-        raise _Overran
+        raise Overran
 
     def revoke(self, job: Job) -> bool:
         """Withdraw a run next in line whose function has not started (its caller gets
@@ -390,7 +400,7 @@ _NO_CODE = (lambda: None).__code__
 
 
 def _failed(exc: BaseException, limit: float | None, expired: bool) -> Outcome:
-    if isinstance(exc, _Overran) or expired:
+    if isinstance(exc, Overran) or expired:
         return Outcome("error", "TimeoutError", f"task did not finish within {limit} s")
     return Outcome("error", type(exc).__qualname__, str(exc),
                    "".join(traceback.format_exception(exc)))

@@ -3,51 +3,24 @@
 Along with a run that holds a key's slot, ``finish.lua`` may hand the listener the key's
 next waiting timer as the run next in line after it (source ``next``,
 :attr:`Run.follows`): that one must start only once the first has ended, and then at
-once. Each run that may be followed has a :class:`Turn`: the pool job its function runs
-in, and whether it has ended. A plain function next in line is queued on that job and
-starts in the same thread the moment the function before it returns (no event loop hop,
-no Redis round trip: the slot passes on when the first run's ending is written, while the
-second runs). Anything else next in line waits for the first run to end.
+once. Each run that may be followed has a :class:`~timers.listener.runner.Turn`: the pool
+job its function runs in, and whether it has ended. A plain function next in line is queued
+on that job and starts in the same thread the moment the function before it returns (no
+event loop hop, no Redis round trip: the slot passes on when the first run's ending is
+written, while the second runs). Anything else next in line waits for the first run to end.
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
+from timers.listener.runner import Job, Turn
 from timers.runs import Run
 from timers.wire import ClaimSource
-
-if TYPE_CHECKING:
-    from timers.listener.runner import Job
 
 FOLLOWED = frozenset({ClaimSource.HANDOFF.label, ClaimSource.NEXT.label})
 """Sources of runs that hold a key slot handed over by ``finish.lua``: only those may have
 a run next in line after them."""
-
-
-class Turn:
-    """One followed run: its pool job once its function is handed to a thread, and
-    whether it has ended."""
-
-    __slots__ = ("ended", "job", "revoked", "started")
-
-    def __init__(self) -> None:
-        self.job: Job | None = None
-        self.started = asyncio.Event()
-        """Set once its function is handed to a thread, or once it ended without that."""
-        self.ended = asyncio.Event()
-        self.revoked = False
-        """Asked back before it started: it waits in its key's queue again."""
-
-    def handed_to_thread(self, job: Job) -> None:
-        self.job = job
-        self.started.set()
-
-
-class Revoked(Exception):
-    """A run next in line was asked back before it started."""
 
 
 class Turns:
