@@ -187,6 +187,28 @@ def rejected_entry(
 
 
 @dataclass(frozen=True)
+class RunFacts:
+    """What the run history and the task's series keep of a run that ended (Redis ms).
+
+    ``ends``: the timer ended with it (completed, skipped, dead), so its history record
+    is kept; else (a failure that will retry) it only counts in the series. ``ran``: it
+    counts as a run in the series (a skipped occurrence does not); ``failed``: as a
+    failure. ``keep``: its task keeps history (``@task(history=False)`` does not)."""
+
+    escaped_id: str
+    task: str
+    ended_ms: int
+    duration_ms: int | None
+    attempts: int
+    lateness_ms: int | None
+    ends: bool = True
+    ran: bool = True
+    failed: bool = False
+    error: str = ""
+    keep: bool = True
+
+
+@dataclass(frozen=True)
 class Fired:
     """What a listener reports to its observer after each run (the demo and bench use it)."""
 

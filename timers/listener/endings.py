@@ -19,9 +19,10 @@ from timers.clock import Clock, SystemClock
 from timers.encoding import entry_text
 from timers.keys import Keyspace
 from timers.listener.eviction import report_late_finishes
+from timers.listener.history import OFF, HistoryPolicy, ends, history_text, series_of
 from timers.listener.leases import HeldRuns, still_held
 from timers.listener.retrying import RETRYABLE, ConnectionState, Outage, ReconnectDelays, pause
-from timers.runs import Run
+from timers.runs import Run, RunFacts
 from timers.scripts import Scripts, Taker
 from timers.wire import EndingKind, FailureRecord
 
@@ -49,6 +50,9 @@ class Ending:
     grace_ms: int = 0
     """RELEASE of a run whose task may still be going: how long its concurrency key slot
     stays held (``finish.lua``)."""
+    facts: RunFacts | None = None
+    """OK, SKIP, FAIL and RETRY of a run that started: what its history record and its
+    task's series keep (:mod:`timers.listener.history`)."""
 
     @classmethod
     def of(cls, run: Run, kind: EndingKind, **fields: Any) -> Ending:
@@ -96,8 +100,11 @@ class EndingWriter:
     """Writes endings in batches; each is kept here until Redis has it."""
 
     def __init__(self, scripts: Scripts, keys: Keyspace, failure_retention: float,
-                 held: HeldRuns, closed: asyncio.Event, clock: Clock | None = None) -> None:
+                 held: HeldRuns, closed: asyncio.Event, clock: Clock | None = None,
+                 history: HistoryPolicy = OFF, listener_id: str = "") -> None:
         self.scripts, self.keys, self.held = scripts, keys, held
+        self.history, self.listener_id = history, listener_id
+        """What the endings keep of their runs, and the name their records give."""
         self.clock = clock or SystemClock()
         self.failure_retention = failure_retention
         self.closed = closed
@@ -158,11 +165,12 @@ class EndingWriter:
         # that crosses the ending drops them quietly.
         self.held.ending(tokens)
         taker = self.taker(tokens)
+        wires, series = self._with_history(batch)
         sent = self.clock.monotonic()
         try:
             reply = await self.scripts.finish(
-                retention_ms=round(self.failure_retention * 1000),
-                endings=[ending.wire() for ending in batch], taker=taker)
+                retention_ms=round(self.failure_retention * 1000), endings=wires,
+                taker=taker, history=self.history.wire, series=series)
         except BaseException:
             self.held.ending(tokens, sent=False)
             self.on_handed([], taker.take)
@@ -177,6 +185,23 @@ class EndingWriter:
         self.on_handed(handed, taker.take)
         self.on_written()
         report_late_finishes(int(reply[0] or 0), self.eviction_policy)
+
+    def _with_history(self, batch: list[Ending]) -> tuple[list[tuple[str, ...]],
+                                                         list[tuple[str, str]]]:
+        """Each ending's ``finish.lua`` values, with its history record when it ends its
+        timer (and its task keeps history); the batch's series entries."""
+        keeps = self.history.keeps
+        wires: list[tuple[str, ...]] = []
+        for ending in batch:
+            facts = ending.facts
+            if keeps and facts is not None and facts.ends and facts.keep and ends(ending.kind):
+                wires.append((*ending.wire(),
+                              history_text(facts, ending.kind, self.listener_id)))
+            else:
+                wires.append(ending.wire())
+        if not self.history.series:
+            return wires, []
+        return wires, series_of([e.facts for e in batch if e.facts is not None])
 
     async def _still_held(self, runs: list[Run], lease_ms: int, waited: float) -> list[Run]:
         """Handed runs read late: only those still this listener's. A run next in line

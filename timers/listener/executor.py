@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from timers import context
@@ -43,7 +43,7 @@ from timers.listener.quarantine import is_suspect
 from timers.listener.retrying import RETRYABLE
 from timers.listener.turns import Turn, Turns
 from timers.policy import DEFAULT_POLICY, TaskPolicy, policy_of
-from timers.runs import Fired, Outcome, Run, failure_entry
+from timers.runs import Fired, Outcome, Run, RunFacts, failure_entry
 from timers.wire import EndingKind, Option
 
 log = logging.getLogger("timers.listener")
@@ -188,7 +188,8 @@ class Executor:
         report = Fired(run.timer_id, attempt.task, run.waited_from_ms, attempt.started_ms,
                        attempt.ended_ms or self.tracker.redis_now_ms(), run.source, run.attempt,
                        outcome, group)
-        return Executed(ending, report)
+        facts = _facts(run, ending, report, attempt.policy)
+        return Executed(ending if facts is None else replace(ending, facts=facts), report)
 
     async def _attempt(self, run: Run, attempt: _Attempt) -> Outcome:
         record = attempt.record = run.record()
@@ -405,6 +406,26 @@ class Admitter(Protocol):
 
 
 _TAKEN = Outcome("taken", "", "another listener took the run over after its lease lapsed")
+
+
+_COUNTED = {EndingKind.OK, EndingKind.SKIP, EndingKind.FAIL, EndingKind.RETRY}
+
+
+def _facts(run: Run, ending: Ending, report: Fired, policy: TaskPolicy) -> RunFacts | None:
+    """What the history and the series keep of a run (None: a run that neither ended its
+    timer nor failed, or whose task does not read)."""
+    if ending.kind not in _COUNTED or report.task is None:
+        return None
+    ran = ending.kind is not EndingKind.SKIP
+    failed = ending.kind in (EndingKind.FAIL, EndingKind.RETRY)
+    outcome = report.outcome
+    return RunFacts(
+        escaped_id=run.escaped_id, task=report.task, ended_ms=round(report.finished_ms),
+        duration_ms=max(0, round(report.finished_ms - report.started_ms)) if ran else None,
+        attempts=run.attempt, lateness_ms=round(report.lateness_ms) if ran else None,
+        ends=ending.kind is not EndingKind.RETRY, ran=ran, failed=failed,
+        error=f"{outcome.error_type}: {outcome.message}" if failed else "",
+        keep=policy.history)
 
 
 def _internal_error(exc: Exception) -> Outcome:

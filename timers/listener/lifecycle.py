@@ -46,6 +46,7 @@ from timers.listener.executor import Executed, Executor
 from timers.listener.flow_gate import FlowGate
 from timers.listener.groups import served_groups
 from timers.listener.handoff import Handoff
+from timers.listener.history import HistoryPolicy
 from timers.listener.info import heartbeat
 from timers.listener.lanes import shard_note
 from timers.listener.leases import Fence, HeldRuns, LeaseKeeper, sync_twin
@@ -88,7 +89,9 @@ class Listener:
     ``search_path``, by default the working directory); ``registry`` adds callables by
     explicit name. ``shards``: as for :class:`timers.Timers` (it serves every shard).
     ``quarantine_ahead``: start the process quarantine children fork from at start-up
-    (``timers listen`` does), not at the first rerun after a listener died.
+    (``timers listen`` does), not at the first rerun after a listener died. ``history``:
+    how long ended timers' records are kept and whether per-task series are written
+    (default: 7 days, 100,000 records per shard, series on).
     """
 
     def __init__(
@@ -111,6 +114,7 @@ class Listener:
         groups: Sequence[str] | None = None,
         shards: int | None = None,
         quarantine_ahead: bool = False,
+        history: HistoryPolicy | None = None,
     ) -> None:
         check_limits(concurrency, lease)
         self.shards, self.groups = configured_shards(shards), served_groups(groups)
@@ -122,6 +126,8 @@ class Listener:
                                  os.getcwd() if search_path is None else search_path)
         self.concurrency, self.lease, self.shutdown_timeout = concurrency, lease, shutdown_timeout
         self.failure_retention = failure_retention
+        self.history = HistoryPolicy() if history is None else history
+        """What the run history and the series keep (:mod:`timers.listener.history`)."""
         self.clock = clock or SystemClock()
         self.tracker = DueTracker(self.clock, max_sleep=max_sleep)
         self.observer, self.allow_eviction = observer, allow_eviction
@@ -161,7 +167,8 @@ class Listener:
     def _wire_parts(self) -> None:
         """The parts of one shard's lane: its claims, events, endings and gates."""
         self.endings = EndingWriter(self._scripts, self.keys, self.failure_retention,
-                                    self._held, self._closed, self.clock)
+                                    self._held, self._closed, self.clock, self.history,
+                                    self.id)
         self.endings.on_written = self._after_endings_written
         self.handoff = Handoff(self.id, self.groups, self.lease, self._free_slots,
                                self._stopping, self._start, self._hand_back_now)
