@@ -80,7 +80,7 @@ def finish_batch(r: redis.Redis, calls: ScriptCalls, finish: Any, claim: Any, sc
     for k in range(0, len(items), 3):
         token, run = items[k].decode(), items[k + 1].decode()
         escaped = run.split("|", 2)[2].split(":", 1)[0]
-        endings.append((token, "ok", "", "", f"{escaped}:{record_text(now_ms)}")
+        endings.append((token, "ok", "", "", escaped, record_text(now_ms))
                        if history else (token, "ok", "", ""))
     slot = MinuteSlot(now_ms // 60_000, len(endings), 0, {2: len(endings)}, {1: len(endings)})
     call = calls.finish(retention_ms=86_400_000, endings=endings,

@@ -74,8 +74,8 @@ key                 type    holds
 ``P|ungatedt``      hash    id → run token of those.
 ``P|barred``        hash    concurrency key → its limit: a key whose queue head waits
                             behind the order barrier (promoted when it lifts).
-``P|hist``          zset    escaped id -> end time in ms of its newest end (completed,
-                            skipped, dead, cancelled): the run history, trimmed from
+``P|hist``          zset    escaped id -> when its newest end (completed, skipped, dead,
+                            cancelled) was written, ms: the run history, trimmed from
                             its head by age and count (``timers/lua/history.lua``).
 ``P|histrec``       hash    escaped id -> :class:`timers.wire.HistoryRecord` text
                             ``ki|ended|duration|attempts|lateness|listener|task|error``.
@@ -267,7 +267,7 @@ class Keyspace:
 
     @property
     def history(self) -> str:
-        """zset: escaped id -> end ms of its newest end."""
+        """zset: escaped id -> when its newest end was written (ms)."""
         return self.prefix + "|hist"
 
     @property

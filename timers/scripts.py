@@ -235,7 +235,8 @@ NO_TAKER = Taker()
 """Hand nothing over."""
 
 Ending = Sequence[str]
-"""One ending for ``finish.lua``: ``(token, kind, a, b)`` (see its header)."""
+"""One ending for ``finish.lua``: ``(token, kind, a, b)``, or with its history record
+``(token, kind, a, b, escaped id, record)`` (see its header)."""
 
 
 class ScriptCalls:
@@ -319,8 +320,8 @@ class ScriptCalls:
                taker: Taker = NO_TAKER, history: tuple[int, int] = DEFAULT_RETENTION,
                series: Sequence[tuple[str, str]] = ()) -> Invocation:
         """``history``: (age ms, count) the history keeps; ``series``: (task, minute slot
-        text) to add to the tasks' rings. An ending is ``(token, kind, a, b)`` or with a
-        fifth value, its history record (see ``lua/finish.lua``)."""
+        text) to add to the tasks' rings. An ending is ``(token, kind, a, b)`` or with
+        two more values, its escaped id and history record (see ``lua/finish.lua``)."""
         k = self.keys
         args: list[Any] = [k.timer_key_start, k.wake_channel, retention_ms, taker.listener_id,
                            ",".join(taker.groups), taker.take, taker.lease_ms,
@@ -330,7 +331,7 @@ class ScriptCalls:
         for ending in endings:
             args.extend(ending)
             if len(ending) == 4:
-                args.append("")
+                args += ("", "")
         return Invocation(
             "finish", (k.running, k.running_records, k.stats, k.failures, k.failure_records,
                        k.due, k.records, k.failure_index, k.sequence, k.history,

@@ -9,6 +9,7 @@ The Lua scripts spell the same words (``timers/lua/*.lua``); the tests in
 from __future__ import annotations
 
 import json
+from bisect import bisect_left
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from enum import StrEnum
@@ -339,10 +340,7 @@ SERIES_MINUTES = 1440
 
 def bucket_of(ms: float) -> int:
     """The histogram bucket of a value in ms."""
-    for index, bound in enumerate(HISTOGRAM_BOUNDS_MS):
-        if ms <= bound:
-            return index
-    return len(HISTOGRAM_BOUNDS_MS)
+    return bisect_left(HISTOGRAM_BOUNDS_MS, ms)
 
 
 def histogram_percentile(counts: Mapping[int, int], p: float) -> float:

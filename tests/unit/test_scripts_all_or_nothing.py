@@ -140,8 +140,9 @@ def test_renew_and_heartbeat_with_bad_numbers_write_nothing(
     assert snapshot(fake) == before
 
 
-def ending(token: str, kind: str, a: str = "", b: str = "", h: str = "") -> list[str]:
-    return [token, kind, a, b, h]
+def ending(token: str, kind: str, a: str = "", b: str = "", hid: str = "",
+           record: str = "") -> list[str]:
+    return [token, kind, a, b, hid, record]
 
 
 BAD_ENDINGS: dict[str, Callable[[str], list[str]]] = {
@@ -152,10 +153,12 @@ BAD_ENDINGS: dict[str, Callable[[str], list[str]]] = {
     "failure without an id": lambda t: ending(t, "fail", "", "{}"),
     "reject with a token": lambda t: ending(t, "reject", "x", "{}"),
     "ok without a token": lambda t: ending("", "ok"),
-    "a value missing": lambda t: [t, "ok", "", ""],
-    "history record that does not read": lambda t: ending(t, "ok", h="x:co|1|2"),
+    "a value missing": lambda t: [t, "ok", "", "", ""],
+    "history record that does not read": lambda t: ending(t, "ok", "", "", "x", "co|1|2"),
+    "history record without an id": lambda t: ending(t, "ok", "", "", "",
+                                                     "co|1|2|1|3|me|a.b|"),
     "history record of a retry": lambda t: ending(
-        t, "retry", "due:a.b:[1]", "10", h="due:co|1|2|1|3|me|a.b|"),
+        t, "retry", "due:a.b:[1]", "10", "due", "co|1|2|1|3|me|a.b|"),
 }
 
 

@@ -19,7 +19,7 @@ from timers.clock import Clock, SystemClock
 from timers.encoding import entry_text
 from timers.keys import Keyspace
 from timers.listener.eviction import report_late_finishes
-from timers.listener.history import OFF, HistoryPolicy, ends, history_text, series_of
+from timers.listener.history import ENDS, OFF, HistoryPolicy, history_text, series_of
 from timers.listener.leases import HeldRuns, still_held
 from timers.listener.retrying import RETRYABLE, ConnectionState, Outage, ReconnectDelays, pause
 from timers.runs import Run, RunFacts
@@ -50,9 +50,6 @@ class Ending:
     grace_ms: int = 0
     """RELEASE of a run whose task may still be going: how long its concurrency key slot
     stays held (``finish.lua``)."""
-    facts: RunFacts | None = None
-    """OK, SKIP, FAIL and RETRY of a run that started: what its history record and its
-    task's series keep (:mod:`timers.listener.history`)."""
 
     @classmethod
     def of(cls, run: Run, kind: EndingKind, **fields: Any) -> Ending:
@@ -105,6 +102,8 @@ class EndingWriter:
         self.scripts, self.keys, self.held = scripts, keys, held
         self.history, self.listener_id = history, listener_id
         """What the endings keep of their runs, and the name their records give."""
+        self._facts: dict[str, RunFacts] = {}
+        """Run token -> what the history and series keep of it, till its ending is written."""
         self.clock = clock or SystemClock()
         self.failure_retention = failure_retention
         self.closed = closed
@@ -122,9 +121,16 @@ class EndingWriter:
         self.on_handed: Callable[[list[Run], int], None] = lambda runs, reserved: None
         """Called with the runs handed over and the slots reserved for them."""
 
-    def add(self, ending: Ending) -> None:
+    def add(self, ending: Ending, facts: RunFacts | None = None) -> None:
+        """Queue an ending; ``facts``: what the history and the series keep of its run."""
         self._queue.append(ending)
+        if facts is not None:
+            self._facts[ending.token] = facts
         self.ready.set()
+
+    def facts_of(self, ending: Ending) -> RunFacts | None:
+        """The facts queued with an ending not written yet."""
+        return self._facts.get(ending.token)
 
     def __len__(self) -> int:
         return len(self._queue)
@@ -178,6 +184,9 @@ class EndingWriter:
         waited = self.clock.monotonic() - sent
         self.held.release(tokens)
         del self._queue[: len(batch)]
+        if self._facts:
+            for ending in batch:
+                self._facts.pop(ending.token, None)
         items = reply[1:]
         handed = [Run.parse(*items[i:i + 3]) for i in range(0, len(items), 3)]
         if handed and waited > taker.lease_ms / 2000:
@@ -190,18 +199,24 @@ class EndingWriter:
                                                          list[tuple[str, str]]]:
         """Each ending's ``finish.lua`` values, with its history record when it ends its
         timer (and its task keeps history); the batch's series entries."""
-        keeps = self.history.keeps
+        known = self._facts
+        if not known:
+            return [ending.wire() for ending in batch], []
+        keeps, listener = self.history.keeps, self.listener_id
         wires: list[tuple[str, ...]] = []
+        ran = []
         for ending in batch:
-            facts = ending.facts
-            if keeps and facts is not None and facts.ends and facts.keep and ends(ending.kind):
-                wires.append((*ending.wire(),
-                              history_text(facts, ending.kind, self.listener_id)))
+            facts = known.get(ending.token)
+            if facts is None:
+                wires.append(ending.wire())
+                continue
+            ran.append(facts)
+            if keeps and facts.ends and facts.keep and ending.kind in ENDS:
+                wires.append((*ending.wire(), facts.escaped_id,
+                              history_text(facts, ending.kind, listener)))
             else:
                 wires.append(ending.wire())
-        if not self.history.series:
-            return wires, []
-        return wires, series_of([e.facts for e in batch if e.facts is not None])
+        return wires, series_of(ran) if self.history.series else []
 
     async def _still_held(self, runs: list[Run], lease_ms: int, waited: float) -> list[Run]:
         """Handed runs read late: only those still this listener's. A run next in line

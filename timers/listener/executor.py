@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from timers import context
@@ -104,6 +104,8 @@ class Executed:
 
     ending: Ending | None
     report: Fired | None
+    facts: RunFacts | None = None
+    """What the history and the series keep of the run (:mod:`timers.listener.history`)."""
 
 
 @dataclass
@@ -188,8 +190,7 @@ class Executor:
         report = Fired(run.timer_id, attempt.task, run.waited_from_ms, attempt.started_ms,
                        attempt.ended_ms or self.tracker.redis_now_ms(), run.source, run.attempt,
                        outcome, group)
-        facts = _facts(run, ending, report, attempt.policy)
-        return Executed(ending if facts is None else replace(ending, facts=facts), report)
+        return Executed(ending, report, _facts(run, ending, report, attempt.policy))
 
     async def _attempt(self, run: Run, attempt: _Attempt) -> Outcome:
         record = attempt.record = run.record()
@@ -414,18 +415,20 @@ _COUNTED = {EndingKind.OK, EndingKind.SKIP, EndingKind.FAIL, EndingKind.RETRY}
 def _facts(run: Run, ending: Ending, report: Fired, policy: TaskPolicy) -> RunFacts | None:
     """What the history and the series keep of a run (None: a run that neither ended its
     timer nor failed, or whose task does not read)."""
-    if ending.kind not in _COUNTED or report.task is None:
+    kind = ending.kind
+    if kind not in _COUNTED or report.task is None:
         return None
-    ran = ending.kind is not EndingKind.SKIP
-    failed = ending.kind in (EndingKind.FAIL, EndingKind.RETRY)
+    if kind is EndingKind.SKIP:
+        return RunFacts(run.escaped_id, report.task, int(report.finished_ms), None,
+                        report.attempt, None, True, False, False, "", policy.history)
+    failed = kind is not EndingKind.OK
     outcome = report.outcome
-    return RunFacts(
-        escaped_id=run.escaped_id, task=report.task, ended_ms=round(report.finished_ms),
-        duration_ms=max(0, round(report.finished_ms - report.started_ms)) if ran else None,
-        attempts=run.attempt, lateness_ms=round(report.lateness_ms) if ran else None,
-        ends=ending.kind is not EndingKind.RETRY, ran=ran, failed=failed,
-        error=f"{outcome.error_type}: {outcome.message}" if failed else "",
-        keep=policy.history)
+    started = report.started_ms
+    return RunFacts(run.escaped_id, report.task, int(report.finished_ms),
+                    max(0, int(report.finished_ms - started)), report.attempt,
+                    int(started - report.due_ms), kind is not EndingKind.RETRY, True, failed,
+                    f"{outcome.error_type}: {outcome.message}" if failed else "",
+                    policy.history)
 
 
 def _internal_error(exc: Exception) -> Outcome:

@@ -17,15 +17,12 @@ from timers.runs import RunFacts
 from timers.wire import (
     DEFAULT_HISTORY_AGE,
     DEFAULT_HISTORY_COUNT,
+    HISTORY_ERROR_CHARS,
     EndingKind,
     EndKind,
-    HistoryRecord,
     MinuteSlot,
     bucket_of,
 )
-
-_ENDS = {EndingKind.OK: EndKind.COMPLETED, EndingKind.SKIP: EndKind.SKIPPED,
-         EndingKind.FAIL: EndKind.DEAD}
 
 
 @dataclass(frozen=True)
@@ -57,13 +54,20 @@ OFF = HistoryPolicy(0, 0, series=False)
 """Keeps nothing."""
 
 
+ENDS = {EndingKind.OK: EndKind.COMPLETED.letter, EndingKind.SKIP: EndKind.SKIPPED.letter,
+        EndingKind.FAIL: EndKind.DEAD.letter}
+"""The endings that end their timer, and the letters their history records say it with."""
+
+
 def history_text(facts: RunFacts, kind: EndingKind, listener: str) -> str:
-    """The ending's fifth ``finish.lua`` value: ``<escaped id>:<record>``."""
-    record = HistoryRecord(
-        id="", task=facts.task, outcome=_ENDS[kind], ended_at=facts.ended_ms / 1000,
-        listener=listener, duration_ms=facts.duration_ms, attempts=facts.attempts,
-        lateness_ms=facts.lateness_ms, error=facts.error)
-    return f"{facts.escaped_id}:{record.encode()}"
+    """The ending's history record (:meth:`timers.wire.HistoryRecord.encode`'s text, made
+    in one step: it is made per run)."""
+    error = facts.error
+    if error:
+        error = error[:HISTORY_ERROR_CHARS].replace("\n", " ")
+    duration, late = facts.duration_ms, facts.lateness_ms
+    return (f"{ENDS[kind]}|{facts.ended_ms}|{'' if duration is None else duration}|"
+            f"{facts.attempts}|{'' if late is None else late}|{listener}|{facts.task}|{error}")
 
 
 def series_of(facts: Sequence[RunFacts]) -> list[tuple[str, str]]:
@@ -72,12 +76,13 @@ def series_of(facts: Sequence[RunFacts]) -> list[tuple[str, str]]:
     for run in facts:
         if not run.ran:
             continue
-        minute = run.ended_ms // 60_000
-        slot = slots.get((run.task, minute))
+        key = (run.task, run.ended_ms // 60_000)
+        slot = slots.get(key)
         if slot is None:
-            slot = slots[(run.task, minute)] = MinuteSlot(minute)
+            slot = slots[key] = MinuteSlot(key[1])
         slot.runs += 1
-        slot.failures += run.failed
+        if run.failed:
+            slot.failures += 1
         if run.lateness_ms is not None:
             late = bucket_of(run.lateness_ms)
             slot.lateness[late] = slot.lateness.get(late, 0) + 1
@@ -85,8 +90,3 @@ def series_of(facts: Sequence[RunFacts]) -> list[tuple[str, str]]:
             took = bucket_of(run.duration_ms)
             slot.duration[took] = slot.duration.get(took, 0) + 1
     return [(task, slot.encode()) for (task, _), slot in slots.items()]
-
-
-def ends(kind: EndingKind) -> bool:
-    """Whether an ending of this kind ends its timer (history keeps it)."""
-    return kind in _ENDS

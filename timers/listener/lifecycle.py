@@ -355,7 +355,7 @@ class Listener:
                 log.warning("timer %s: lease lapsed while its ending was on its way; "
                             "not running it again", run.timer_id)
                 self._held.hold(run.token, run.timer_id)
-                self.endings.add(done.for_run(run))
+                self.endings.add(done.for_run(run), self.endings.facts_of(done))
                 return
         self._running[run.token] = run
         self._held.hold(run.token, run.timer_id)
@@ -388,7 +388,7 @@ class Listener:
         if done.ending is None:  # held back by a flow gate: the run is no longer ours
             self._held.release([run.token])
             return
-        self.endings.add(done.ending)
+        self.endings.add(done.ending, done.facts)
         if done.report is not None:
             self._root.ended_count += 1
             self._report(done)

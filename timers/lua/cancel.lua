@@ -32,7 +32,7 @@ if record then
     local now = redis_now()
     local attempts = string.match(record, '^[^:]*;a=(%d+)') or '0'
     history_add(KEYS[3], KEYS[4], ARGV[2], table.concat(
-      {'ca', string.format('%.0f', now), '', attempts, '', ARGV[3], task, ''}, '|'))
+      {'ca', string.format('%.0f', now), '', attempts, '', ARGV[3], task, ''}, '|'), now)
     history_trim(KEYS[3], KEYS[4], now, age, count, 2)
   end
   wake(sys_key(ARGV[1], 'wake'))

@@ -31,10 +31,10 @@
 --          a few more per call than it adds, O(log n) each
 -- ARGV[11] S: how many series entries follow
 -- ARGV[12..11+2S] per series entry: task, minute slot text (added to the task's ring)
--- then five values per ending: token, kind, a, b, h, where h is "" or, for an ending
--- that ends its timer (ok, skip, fail), "<escaped id>:<history record>": kept in the
--- history when the ending is written (not for a late finish: the run that holds the
--- timer now ends it). The first four:
+-- then six values per ending: token, kind, a, b, id, record, where id and record are ""
+-- or, for an ending that ends its timer (ok, skip, fail), its escaped id and history
+-- record: kept in the history (score: now) when the ending is written (not for a late
+-- finish: the run that holds the timer now ends it). The first four:
 --   token "ok"      "" ""             the run succeeded
 --   token "skip"    "" ""             the run was skipped on purpose (counted only)
 --   token "fail"    failure-id JSON   the run failed for good: record it. A dead timer's
@@ -118,7 +118,7 @@ if not retention or not is_count(ARGV[6]) or not is_count(ARGV[7])
 end
 local SERIES = 12  -- the first series entry's first value
 local FIRST = SERIES + 2 * tonumber(ARGV[11])  -- the first ending's first value
-local STRIDE = 5
+local STRIDE = 6
 if FIRST > #ARGV + 1 or (#ARGV - FIRST + 1) % STRIDE ~= 0 then
   return redis.error_reply('ERR timers finish: bad arguments')
 end
@@ -131,11 +131,11 @@ local history_age, history_count = tonumber(ARGV[9]), tonumber(ARGV[10])
 local keep_history = history_age > 0 and history_count > 0
 local released = {}
 for i = FIRST, #ARGV, STRIDE do
-  local token, kind, h = ARGV[i], ARGV[i + 1], ARGV[i + 4]
+  local token, kind, hid = ARGV[i], ARGV[i + 1], ARGV[i + 4]
   local bad = bad_ending((i - FIRST) / STRIDE + 1, token, kind, ARGV[i + 2], ARGV[i + 3])
   if bad then return bad end
-  if h ~= '' and not ((kind == 'ok' or kind == 'skip' or kind == 'fail')
-      and history_text_ok(string.match(h, '^[^:]+:(.*)$') or '')) then
+  if (hid ~= '' or ARGV[i + 5] ~= '') and not ((kind == 'ok' or kind == 'skip' or
+      kind == 'fail') and hid ~= '' and history_text_ok(ARGV[i + 5])) then
     return redis.error_reply('ERR timers finish: bad history record of ending ' ..
       ((i - FIRST) / STRIDE + 1))
   end
@@ -199,16 +199,15 @@ local slots_held = redis.call('EXISTS', sys_key(ARGV[1], 'held')) == 1
 
 local kept = 0  -- history records written
 
-local function end_run(token, kind, a, b, release, h)
+local function end_run(token, kind, a, b, release, hid, htext)
   if not unlease(token) then
     redis.call('HDEL', KEYS[2], token)
     counts.late_finishes = counts.late_finishes + 1
     return
   end
   redis.call('HDEL', KEYS[2], token)
-  if h ~= '' and keep_history then
-    local id, text = string.match(h, '^([^:]+):(.*)$')
-    history_add(KEYS[10], KEYS[11], id, text)
+  if hid ~= '' and keep_history then
+    history_add(KEYS[10], KEYS[11], hid, htext, now)
     kept = kept + 1
   end
   local grace = kind == 'release' and tonumber(a) or 0
@@ -273,7 +272,8 @@ for i = FIRST, #ARGV, STRIDE do
   if ARGV[i + 1] == 'reject' then
     reject(ARGV[i + 2], ARGV[i + 3])
   elseif released[i] ~= false then
-    end_run(ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], released[i], ARGV[i + 4])
+    end_run(ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], released[i], ARGV[i + 4],
+      ARGV[i + 5])
   end
 end
 for i = SERIES, FIRST - 1, 2 do series_add(KEYS[12], KEYS[13], ARGV[i], ARGV[i + 1]) end

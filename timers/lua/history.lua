@@ -2,7 +2,7 @@
 -- cancel.lua (put after flow.lua). timers/keys.py names the keys; timers/wire.py is the
 -- codec of both values (HistoryRecord, MinuteSlot): the scripts only check their shape.
 --
---   P|hist      zset  escaped id -> end time ms of its newest end: the history, oldest
+--   P|hist      zset  escaped id -> when its newest end was written (ms): the history, oldest
 --                     first; trimmed from its head by age and by count
 --   P|histrec   hash  escaped id -> "ki|ended ms|duration|attempts|lateness|listener|
 --                     task|error" (ki: co completed, sk skipped, de dead, ca cancelled)
@@ -26,10 +26,10 @@ local function series_text_ok(text)
   return string.match(text, '^%d+ %d+ %d+ l[%d=,]* d[%d=,]*$') ~= nil
 end
 
--- Keep one ended timer's record (it replaces an older end of the same id).
-local function history_add(hist_key, rec_key, id, text)
-  local ended = tonumber(string.match(text, '^%l%l|(%d+)|'))
-  redis.call('ZADD', hist_key, ended, id)
+-- Keep one ended timer's record (it replaces an older end of the same id), ordered by
+-- `at` (Redis ms).
+local function history_add(hist_key, rec_key, id, text, at)
+  redis.call('ZADD', hist_key, at, id)
   redis.call('HSET', rec_key, id, text)
 end
 
