@@ -154,7 +154,7 @@ BAD_ENDINGS: dict[str, Callable[[str], list[str]]] = {
     "reject with a token": lambda t: ending(t, "reject", "x", "{}"),
     "ok without a token": lambda t: ending("", "ok"),
     "a value missing": lambda t: [t, "ok", "", "", ""],
-    "history record that does not read": lambda t: ending(t, "ok", "", "", "x", "co|1|2"),
+    "history record that does not read": lambda t: ending(t, "ok", "", "", "x", "c"),
     "history record without an id": lambda t: ending(t, "ok", "", "", "",
                                                      "co|1|2|1|3|me|a.b|"),
     "history record of a retry": lambda t: ending(

@@ -34,7 +34,9 @@
 -- then six values per ending: token, kind, a, b, id, record, where id and record are ""
 -- or, for an ending that ends its timer (ok, skip, fail), its escaped id and history
 -- record: kept in the history (score: now) when the ending is written (not for a late
--- finish: the run that holds the timer now ends it). The first four:
+-- finish: the run that holds the timer now ends it). The record is stored, never parsed
+-- here (its readers skip one that does not read), so only its first field is checked.
+-- The first four:
 --   token "ok"      "" ""             the run succeeded
 --   token "skip"    "" ""             the run was skipped on purpose (counted only)
 --   token "fail"    failure-id JSON   the run failed for good: record it. A dead timer's
@@ -135,7 +137,7 @@ for i = FIRST, #ARGV, STRIDE do
   local bad = bad_ending((i - FIRST) / STRIDE + 1, token, kind, ARGV[i + 2], ARGV[i + 3])
   if bad then return bad end
   if (hid ~= '' or ARGV[i + 5] ~= '') and not ((kind == 'ok' or kind == 'skip' or
-      kind == 'fail') and hid ~= '' and history_text_ok(ARGV[i + 5])) then
+      kind == 'fail') and hid ~= '' and string.sub(ARGV[i + 5], 3, 3) == '|') then
     return redis.error_reply('ERR timers finish: bad history record of ending ' ..
       ((i - FIRST) / STRIDE + 1))
   end
@@ -197,7 +199,8 @@ end
 
 local slots_held = redis.call('EXISTS', sys_key(ARGV[1], 'held')) == 1
 
-local kept = 0  -- history records written
+local kept = 0  -- history records to write, as ZADD and HSET arguments (one call each)
+local history_scores, history_texts = {}, {}
 
 local function end_run(token, kind, a, b, release, hid, htext)
   if not unlease(token) then
@@ -207,8 +210,9 @@ local function end_run(token, kind, a, b, release, hid, htext)
   end
   redis.call('HDEL', KEYS[2], token)
   if hid ~= '' and keep_history then
-    history_add(KEYS[10], KEYS[11], hid, htext, now)
     kept = kept + 1
+    history_scores[2 * kept - 1], history_scores[2 * kept] = now, hid
+    history_texts[2 * kept - 1], history_texts[2 * kept] = hid, htext
   end
   local grace = kind == 'release' and tonumber(a) or 0
   if grace > 0 and release and slots_held and redis.call('HEXISTS', KEYS[7], release[1]) == 0
@@ -275,6 +279,10 @@ for i = FIRST, #ARGV, STRIDE do
     end_run(ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], released[i], ARGV[i + 4],
       ARGV[i + 5])
   end
+end
+if kept > 0 then
+  redis.call('ZADD', KEYS[10], unpack(history_scores))
+  redis.call('HSET', KEYS[11], unpack(history_texts))
 end
 for i = SERIES, FIRST - 1, 2 do series_add(KEYS[12], KEYS[13], ARGV[i], ARGV[i + 1]) end
 history_trim(KEYS[10], KEYS[11], now, history_age, history_count, 2 * kept + 8)

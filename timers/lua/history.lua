@@ -16,11 +16,6 @@
 
 local SERIES_SLOTS = 1440
 
--- Whether a history record text reads (its shape only).
-local function history_text_ok(text)
-  return string.match(text, '^%l%l|%d+|%d*|%d+|%-?%d*|[^|]*|[^|]+|') ~= nil
-end
-
 -- Whether a series slot text reads.
 local function series_text_ok(text)
   return string.match(text, '^%d+ %d+ %d+ l[%d=,]* d[%d=,]*$') ~= nil
