@@ -526,7 +526,7 @@ def _pending_status(timer_id: str, timer: PendingTimer, now_ms: int,
 
 
 def _ended_detail(record: HistoryRecord) -> str:
-    when = views.utc_text(ms_to_datetime(record.ended_at * 1000))
+    when = views.utc_text(ms_to_datetime(record.ended * 1000))
     if record.outcome is EndKind.CANCELLED:
         return f"cancelled {when} by {record.listener or '?'}"
     took = "" if record.duration_ms is None else f", ran {record.duration_ms} ms"

@@ -177,7 +177,7 @@ class ShardedOperations:
         """Every shard's newest ends, newest first."""
         shards = yield from self.shards()
         parts = yield from gather([s.history(task, since, failed, limit) for s in shards])
-        merged = sorted((r for part in parts for r in part), key=lambda r: r.ended_at,
+        merged = sorted((r for part in parts for r in part), key=lambda r: r.ended,
                         reverse=True)
         return merged[:max(limit, 0)]
 

@@ -277,7 +277,7 @@ HISTORY_ERROR_CHARS = 200
 class HistoryRecord:
     """One ended timer, as kept for the history's retention (newest end of each id).
 
-    Times are Redis times, in epoch seconds; ``duration_ms`` and ``lateness_ms`` are None
+    ``ended`` is a Redis time in epoch seconds; ``duration_ms`` and ``lateness_ms`` are None
     for a timer that never ran (cancelled, skipped). ``listener`` is the id
     (``host:pid:…``) of the listener that ended it, or for a cancel the ``host:pid`` of
     the process that cancelled it. ``error`` (``ErrorType: message``, clipped to
@@ -287,7 +287,7 @@ class HistoryRecord:
     id: str
     task: str
     outcome: EndKind
-    ended_at: float
+    ended: float
     listener: str = ""
     duration_ms: int | None = None
     attempts: int = 0
@@ -298,11 +298,22 @@ class HistoryRecord:
     def failed(self) -> bool:
         return self.outcome is EndKind.DEAD
 
+    @property
+    def host(self) -> str:
+        """The host of :attr:`listener` (``host:pid:…``)."""
+        return self.listener.split(":", 1)[0]
+
+    @property
+    def pid(self) -> int | None:
+        """The process id of :attr:`listener`, None when it names none."""
+        part = self.listener.split(":")[1:2]
+        return int(part[0]) if part and part[0].isdigit() else None
+
     def encode(self) -> str:
         """The stored text: ``ki|ended ms|duration|attempts|lateness|listener|task|error``
         (an absent number is empty); the escaped id is the field it is stored under."""
         return "|".join((
-            self.outcome.letter, str(round(self.ended_at * 1000)), _num(self.duration_ms),
+            self.outcome.letter, str(round(self.ended * 1000)), _num(self.duration_ms),
             str(self.attempts), _num(self.lateness_ms), self.listener.replace("|", "_"),
             self.task, self.error[:HISTORY_ERROR_CHARS].replace("\n", " ")))
 

@@ -70,9 +70,11 @@ def test_each_end_state_reads_back_with_how_when_where(
     done = producer.status("ok")
     assert done.state is TimerState.COMPLETED and done.ended is not None
     assert done.ended.listener == listener.id and done.ended.attempts == 1
+    host, pid, _ = listener.id.split(":")
+    assert (done.ended.host, done.ended.pid) == (host, int(pid))
     assert done.ended.duration_ms is not None and done.ended.lateness_ms is not None
     assert done.ended.lateness_ms > 0  # due in 2001
-    assert abs(done.ended.ended_at - time.time()) < 60
+    assert abs(done.ended.ended - time.time()) < 60
     dead = producer.status("dead")
     assert dead.state is TimerState.DEAD and dead.ended is not None
     assert dead.ended.error == "ValueError: bad input"
@@ -95,7 +97,7 @@ def test_history_lists_newest_first_and_filters(
     everything = producer.history()
     assert everything[0].id == "a2"
     assert {r.id for r in everything} == {"a1", "b1", "g1", "a2"}
-    assert [r.ended_at for r in everything] == sorted((r.ended_at for r in everything),
+    assert [r.ended for r in everything] == sorted((r.ended for r in everything),
                                                       reverse=True)
     assert [r.id for r in producer.history(task="mod.add")] == ["a2", "a1"]
     assert [r.id for r in producer.history(failed=True)] == ["b1"]

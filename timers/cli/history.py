@@ -29,7 +29,7 @@ def _ms(value: int | None) -> str:
 
 
 def _row(record: HistoryRecord) -> tuple[str, ...]:
-    ended = datetime.fromtimestamp(record.ended_at, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+    ended = datetime.fromtimestamp(record.ended, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
     return (ended, record.outcome.value, printable(record.id), printable(record.task),
             str(record.attempts), _ms(record.duration_ms), _ms(record.lateness_ms),
             printable(record.listener or "-"), clip(printable(record.error), 80))

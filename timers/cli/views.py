@@ -97,7 +97,7 @@ def show_ended(found: TimerStatus) -> None:
         typer.echo("(its history record is past retention; timers failed shows the rest)")
         return
     typer.echo(f"task:     {printable(record.task)}")
-    typer.echo(f"ended:    {when(datetime.fromtimestamp(record.ended_at, UTC))}")
+    typer.echo(f"ended:    {when(datetime.fromtimestamp(record.ended, UTC))}")
     label = "by:" if record.outcome is EndKind.CANCELLED else "listener:"
     typer.echo(f"{label:<10}{printable(record.listener or '?')}")
     typer.echo(f"attempts: {record.attempts}")
