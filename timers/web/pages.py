@@ -164,12 +164,14 @@ class Dashboard:
 
 def _history_rates(d: Dashboard, now_s: float) -> tuple[float, float] | None:
     """(runs, failures) per minute from the run history's last full minute and the
-    current one so far, where the client keeps it (its sampler then does not run)."""
+    current one so far, where the client keeps it (its sampler then does not run); None
+    when it has no runs there."""
     minutes = d.history.minutes(minutes=2)
-    if not minutes:
+    runs = sum(m.runs for m in minutes or ())
+    if not runs:  # nothing known yet: as without samples
         return None
     span = 1 + (now_s % 60) / 60
-    return (sum(m.runs for m in minutes) / span, sum(m.failures for m in minutes) / span)
+    return runs / span, sum(m.failures for m in minutes or ()) / span
 
 
 def overview(d: Dashboard) -> dict[str, Any]:
