@@ -51,6 +51,8 @@ RESULTS = BENCH / "RESULTS.md"
 BEGIN = "<!-- same-sitting comparison: written by python -m bench.compare -->"
 END = "<!-- end of the same-sitting comparison -->"
 WORKING_TREE = "working tree"
+HISTORY_OFF = "history off"
+"""The working tree, its listener keeping no run history and no series."""
 SCENARIOS = ("single", "bulk", "async", "fire_sync", "fire_async")
 
 
@@ -237,9 +239,10 @@ class Side:
 
 
 def timers_side(name: str, python: str, cwd: Path, url: str, sink: str, n: int,
-                seconds: float) -> Side:
+                seconds: float, env: dict[str, str] | None = None) -> Side:
     base = ["--url", url]
-    return Side(name, [python, "-P", str(BENCH / "side.py")], cwd, dict(os.environ), {
+    return Side(name, [python, "-P", str(BENCH / "side.py")], cwd,
+                {**os.environ, **(env or {})}, {
         "single": ["single", *base, "--seconds", str(seconds)],
         "bulk": ["bulk", *base, "--n", str(n)],
         "async": ["async", *base, "--seconds", str(seconds)],
@@ -490,6 +493,9 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--against", metavar="REV", help="an earlier commit (any git revision)")
     p.add_argument("--peers", action="store_true", help="Huey, Celery and (with node) BullMQ")
+    p.add_argument("--history-off", action="store_true",
+                   help="also the working tree with its listener keeping no run history "
+                        "and no series (the cost of both, same sitting)")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--fail-below", type=float, metavar="RATIO",
                    help="exit 1 when a gated figure new/old is below RATIO (e.g. 0.97)")
@@ -504,8 +510,8 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
                    help="splice the table into this file (default bench/RESULTS.md)")
     p.add_argument("--no-write", action="store_true", help="print only")
     opts = p.parse_args(argv)
-    if not opts.against and not opts.peers:
-        p.error("nothing to compare with: give --against REV and/or --peers")
+    if not opts.against and not opts.peers and not opts.history_off:
+        p.error("nothing to compare with: give --against REV, --peers and/or --history-off")
     if opts.only:
         unknown = [s for s in opts.only.split(",") if s not in SCENARIOS]
         if unknown:
@@ -548,6 +554,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                                      opts.seconds))
         sides.append(timers_side(WORKING_TREE, sys.executable, REPO, broker.url, sink.url,
                                  opts.n, opts.seconds))
+        if opts.history_off:
+            sides.append(timers_side(HISTORY_OFF, sys.executable, REPO, broker.url, sink.url,
+                                     opts.n, opts.seconds, {"BENCH_HISTORY": "off"}))
         if py_peers:
             sides += [python_peer(p, py_peers, broker.url, sink.url, opts.n, opts.seconds)
                       for p in ("huey", "celery")]

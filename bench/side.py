@@ -42,6 +42,8 @@ PREFIX = "bench"
 HOUR = 3600.0
 SINK_LIST = "bench:pushed"
 SINK_ENV = "BENCH_SINK_URL"
+HISTORY_ENV = "BENCH_HISTORY"
+"""``off``: the listener keeps no run history and no series (``compare --history-off``)."""
 PAYLOAD = "p" * 100
 ARGS = {"user_id": 1, "text": "x" * 87}
 """Exactly 100 bytes as compact JSON (the bench's ``args_100``)."""
@@ -148,9 +150,14 @@ async def _listen(url: str, ready: Path, max_seconds: float) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    options: dict[str, Any] = {}
+    if os.environ.get(HISTORY_ENV) == "off":  # (only given to a tree that has the option)
+        from timers.listener.history import OFF
+
+        options["history"] = OFF
     listener = Listener(url, prefix=PREFIX, registry={"push": push, "apush": apush,
                                                       "noop": noop},
-                        shutdown_timeout=5.0)
+                        shutdown_timeout=5.0, **options)
 
     async def mark_ready() -> None:
         await listener.subscribed.wait()

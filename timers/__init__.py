@@ -59,9 +59,17 @@ if typing.TYPE_CHECKING:
     from timers.eviction import EvictionWarning
     from timers.flow.rates import Rate
     from timers.listener import Listener
-    from timers.operations import Failure, PendingTimer, RetrySummary, Stats, TimerSpec
+    from timers.operations import (
+        Failure,
+        PendingTimer,
+        RetrySummary,
+        Stats,
+        TimerSpec,
+        TimerStatus,
+    )
     from timers.policy import Backoff, TaskPolicy, registered, task
     from timers.runs import Fired
+    from timers.wire import HistoryRecord, MinuteStats, TimerState
 
 __all__ = [
     "AsyncTimers",
@@ -70,6 +78,7 @@ __all__ = [
     "EvictionWarning",
     "Failure",
     "Fired",
+    "HistoryRecord",
     "InvalidArgs",
     "InvalidDueTime",
     "InvalidTask",
@@ -77,6 +86,7 @@ __all__ = [
     "InvalidTimerId",
     "Listener",
     "MalformedTimerKey",
+    "MinuteStats",
     "NotInTimer",
     "NotReplicated",
     "PendingTimer",
@@ -97,6 +107,8 @@ __all__ = [
     "TimerAlreadyPending",
     "TimerContext",
     "TimerSpec",
+    "TimerState",
+    "TimerStatus",
     "Timers",
     "TimersError",
     "WrongEventLoop",
@@ -105,13 +117,17 @@ __all__ = [
     "current",
     "every",
     "get",
+    "history",
     "pause",
     "registered",
     "reschedule",
     "resume",
     "schedule",
     "schedule_many",
+    "series",
+    "status",
     "task",
+    "tasks_seen",
     "unschedule_recurring",
 ]
 
@@ -133,6 +149,10 @@ _LAZY: dict[str, str] = {
     "TaskPolicy": "timers.policy",
     "TimerContext": "timers.context",
     "TimerSpec": "timers.operations",
+    "TimerStatus": "timers.operations",
+    "HistoryRecord": "timers.wire",
+    "MinuteStats": "timers.wire",
+    "TimerState": "timers.wire",
     "Timers": "timers.client",
     "current": "timers.context",
     "registered": "timers.policy",
@@ -237,6 +257,27 @@ def cancel(id: str, *, replicas: int | None = None,
 def get(id: str) -> PendingTimer | None:
     """The pending timer with this id, or None."""
     return _instance().get(id)
+
+
+def status(id: str) -> TimerStatus:
+    """Where the timer is, whatever its state; see :meth:`Timers.status`."""
+    return _instance().status(id)
+
+
+def history(task: str | None = None, since: float | None = None, failed: bool = False,
+            limit: int = 100) -> list[HistoryRecord]:
+    """Ended timers, newest end first; see :meth:`Timers.history`."""
+    return _instance().history(task, since, failed, limit)
+
+
+def series(task: str | None = None, minutes: int = 60) -> list[MinuteStats]:
+    """Per-minute runs, failures and percentiles, oldest first; see :meth:`Timers.series`."""
+    return _instance().series(task, minutes)
+
+
+def tasks_seen() -> list[str]:
+    """The tasks with a series (runs ended in the last 24 h)."""
+    return _instance().tasks_seen()
 
 
 def every(

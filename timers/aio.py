@@ -25,11 +25,13 @@ from timers.cron import CatchUp, Recurrence
 from timers.encoding import Args
 from timers.exceptions import WrongEventLoop
 from timers.loops import PerLoop
-from timers.operations import PendingTimer, TimerSpec
+from timers.operations import PendingTimer, TimerSpec, TimerStatus
+from timers.wire import HistoryRecord, MinuteStats
 
 __all__ = [
-    "aclose", "cancel", "configure", "every", "get", "pause", "reschedule", "resume",
-    "schedule", "schedule_many", "unschedule_recurring",
+    "aclose", "cancel", "configure", "every", "get", "history", "pause", "reschedule",
+    "resume", "schedule", "schedule_many", "series", "status", "tasks_seen",
+    "unschedule_recurring",
 ]
 
 ONE_LOOP_CLIENT = (
@@ -162,6 +164,28 @@ async def cancel(id: str, *, replicas: int | None = None,
 async def get(id: str) -> PendingTimer | None:
     """The pending timer with this id, or None."""
     return await _instance().get(id)
+
+
+async def status(id: str) -> TimerStatus:
+    """Where the timer is, whatever its state; see :meth:`timers.Timers.status`."""
+    return await _instance().status(id)
+
+
+async def history(task: str | None = None, since: float | None = None, failed: bool = False,
+                  limit: int = 100) -> list[HistoryRecord]:
+    """Ended timers, newest end first; see :meth:`timers.Timers.history`."""
+    return await _instance().history(task, since, failed, limit)
+
+
+async def series(task: str | None = None, minutes: int = 60) -> list[MinuteStats]:
+    """Per-minute runs, failures and percentiles, oldest first; see
+    :meth:`timers.Timers.series`."""
+    return await _instance().series(task, minutes)
+
+
+async def tasks_seen() -> list[str]:
+    """The tasks with a series (runs ended in the last 24 h)."""
+    return await _instance().tasks_seen()
 
 
 async def every(

@@ -26,12 +26,14 @@ from timers.operations import (
     RetrySummary,
     Stats,
     TimerSpec,
+    TimerStatus,
 )
 from timers.replication import ReplicaPolicy, Replication, in_memory
 from timers.scripts import register_all
 from timers.server_errors import out_of_memory, translate
 from timers.sharded_ops import operations_for
 from timers.transport import run_async
+from timers.wire import HistoryRecord, MinuteStats
 
 __all__ = ["AsyncTimers"]
 
@@ -181,6 +183,27 @@ class AsyncTimers:
     async def get(self, id: str) -> PendingTimer | None:
         """The pending timer with this id, or None."""
         return await self.run(self.ops.get(id))
+
+    async def status(self, id: str) -> TimerStatus:
+        """Where the timer is: pending, waiting (on a key, a rate, a group or a retry),
+        running (where), completed, skipped, dead, cancelled, or unknown (never existed
+        or ended longer ago than the history keeps); see :class:`TimerStatus`."""
+        return await self.run(self.ops.status(id))
+
+    async def history(self, task: str | None = None, since: float | None = None,
+                      failed: bool = False,
+                      limit: int = 100) -> builtins.list[HistoryRecord]:
+        """Ended timers, newest end first (see :meth:`Timers.history`)."""
+        return await self.run(self.ops.history(task, since, failed, limit))
+
+    async def series(self, task: str | None = None,
+                     minutes: int = 60) -> builtins.list[MinuteStats]:
+        """Per-minute figures of a task or of all, oldest first (see :meth:`Timers.series`)."""
+        return await self.run(self.ops.series(task, minutes))
+
+    async def tasks_seen(self) -> builtins.list[str]:
+        """The tasks with a series: runs of them ended in the last 24 h."""
+        return await self.run(self.ops.tasks_seen())
 
     async def list(self, limit: int = 100, group: str | None = None,
                    key: str | None = None) -> builtins.list[PendingTimer]:

@@ -28,12 +28,14 @@ from timers.operations import (
     RetrySummary,
     Stats,
     TimerSpec,
+    TimerStatus,
 )
 from timers.replication import ReplicaPolicy, in_memory
 from timers.scripts import register_all
 from timers.server_errors import out_of_memory, translate
 from timers.sharded_ops import operations_for
 from timers.transport import run_sync
+from timers.wire import HistoryRecord, MinuteStats
 
 __all__ = ["URL_ENV", "AsyncTimers", "Timers", "configured_url"]
 
@@ -197,6 +199,30 @@ class Timers:
     def get(self, id: str) -> PendingTimer | None:
         """The pending timer with this id, or None."""
         return self.run(self.ops.get(id))
+
+    def status(self, id: str) -> TimerStatus:
+        """Where the timer is: pending, waiting (on a key, a rate, a group or a retry),
+        running (where), completed, skipped, dead, cancelled, or unknown (never existed
+        or ended longer ago than the history keeps); see :class:`TimerStatus`."""
+        return self.run(self.ops.status(id))
+
+    def history(self, task: str | None = None, since: float | None = None,
+                failed: bool = False, limit: int = 100) -> builtins.list[HistoryRecord]:
+        """Ended timers (completed, skipped, dead, cancelled), newest end first: of
+        ``task`` only, ended at or after ``since`` (epoch seconds), only dead ones
+        (``failed``); at most ``limit``. The newest end of each id, kept as long as the
+        listeners' history retention says."""
+        return self.run(self.ops.history(task, since, failed, limit))
+
+    def series(self, task: str | None = None, minutes: int = 60) -> builtins.list[MinuteStats]:
+        """Per minute of the last ``minutes`` (at most 1440), oldest first, the current
+        minute last: runs, failures, lateness and duration p50/p99 of ``task`` (None: every
+        task summed); zeros for a minute without runs."""
+        return self.run(self.ops.series(task, minutes))
+
+    def tasks_seen(self) -> builtins.list[str]:
+        """The tasks with a series: runs of them ended in the last 24 h."""
+        return self.run(self.ops.tasks_seen())
 
     def list(self, limit: int = 100, group: str | None = None,
              key: str | None = None) -> builtins.list[PendingTimer]:

@@ -74,6 +74,17 @@ key                 type    holds
 ``P|ungatedt``      hash    id → run token of those.
 ``P|barred``        hash    concurrency key → its limit: a key whose queue head waits
                             behind the order barrier (promoted when it lifts).
+``P|hist``          zset    escaped id -> when its newest end (completed, skipped, dead,
+                            cancelled) was written, ms: the run history, trimmed from
+                            its head by age and count (``timers/lua/history.lua``).
+``P|histrec``       hash    escaped id -> :class:`timers.wire.HistoryRecord` text
+                            ``ki|ended|duration|attempts|lateness|listener|task|error``.
+``P|histcfg``       string  ``<age ms> <count>``: the listeners' history retention, for
+                            ``cancel.lua`` (written by each listener at start-up).
+``P|series``        hash    ``<task>|<minute mod 1440>`` -> :class:`timers.wire.MinuteSlot`
+                            text: a ring of 24 h of minute slots per task (runs,
+                            failures, lateness and duration histograms).
+``P|seriest``       hash    task -> last minute written: the tasks with a series.
 ``P|shards``        string  the shard count of the prefix (:mod:`timers.shards`); kept
                             in the one-shard keyspace ``P`` of the prefix. Shard ``i`` of
                             ``S`` > 1 has the keyspace ``{P#i.k}`` (``k`` spreads the
@@ -258,6 +269,31 @@ class Keyspace:
         "quiet" and "quietn" (how far a burst's keys were deleted ahead of their expiry:
         every key due by "quiet" ms, then "quietn" timers beyond it; claim.lua)."""
         return self.prefix + "|near"
+
+    @property
+    def history(self) -> str:
+        """zset: escaped id -> when its newest end was written (ms)."""
+        return self.prefix + "|hist"
+
+    @property
+    def history_records(self) -> str:
+        """hash: escaped id -> history record text."""
+        return self.prefix + "|histrec"
+
+    @property
+    def history_retention(self) -> str:
+        """string: ``<age ms> <count>`` the listeners keep the history to."""
+        return self.prefix + "|histcfg"
+
+    @property
+    def series(self) -> str:
+        """hash: ``<task>|<minute slot>`` -> minute slot text."""
+        return self.prefix + "|series"
+
+    @property
+    def series_tasks(self) -> str:
+        """hash: task -> last minute written."""
+        return self.prefix + "|seriest"
 
     @property
     def shards(self) -> str:

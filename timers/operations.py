@@ -8,7 +8,10 @@ is also what makes it testable without a server.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import socket
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -36,6 +39,7 @@ from timers.flow import views
 from timers.flow.names import DEFAULT_GROUP, check_group
 from timers.flow.options import flow_options, read_flow
 from timers.flow.views import Found, GroupCounts, WaitState
+from timers.history_ops import HistoryOperations, redis_ms
 from timers.keys import Keyspace
 from timers.ops_base import Call, Operation, Request, live_heartbeats, ms_to_datetime, pairs
 from timers.recurrence_ops import RecurrenceOperations
@@ -43,11 +47,11 @@ from timers.replication import Replication
 from timers.scripts import NewTimer, ScriptCalls
 from timers.shards import id_in_shard
 from timers.timer_ids import new_timer_id
-from timers.wire import Option, ScheduleMode
+from timers.wire import EndKind, HistoryRecord, Option, ScheduleMode, TimerState
 
 __all__ = [
     "Call", "Failure", "Operation", "Operations", "PendingTimer", "Request", "RetrySummary",
-    "Stats", "TimerSpec", "new_timer_id",
+    "Stats", "TimerSpec", "TimerStatus", "new_timer_id",
 ]
 SCHEDULE_CHUNK = 500
 """Timers per schedule script call in :meth:`Operations.schedule_many`."""
@@ -97,6 +101,34 @@ class PendingTimer:
             return None
         end = now if self.wait is not None and self.wait.waiting else self.due
         return max(0.0, (end - self.waited_from).total_seconds())
+
+
+@dataclass(frozen=True)
+class TimerStatus:
+    """Where one timer is: ``state``, and what that state knows.
+
+    - pending / waiting: ``timer`` (its due time, args …); waiting says ``waiting_on``:
+      ``key``, ``rate``, ``group`` (due, and no live listener serves its group, or the
+      releases disagree on it) or ``retry`` (a failed attempt's backoff);
+    - running: ``listener`` (its id, ``host:pid:…``) and ``since`` (the due time of the
+      run: it started at or after it; the start itself is not stored), ``attempt``;
+    - completed, skipped, dead, cancelled: ``ended`` (its history record); a dead timer
+      past the history's retention whose failure record is kept: ``failure``;
+    - unknown: never existed, or ended longer ago than the history and failure records
+      keep.
+    ``detail`` says it in one line.
+    """
+
+    id: str
+    state: TimerState
+    detail: str = ""
+    waiting_on: str | None = None
+    timer: PendingTimer | None = None
+    listener: str | None = None
+    since: datetime | None = None
+    attempt: int | None = None
+    ended: HistoryRecord | None = None
+    failure: Failure | None = None
 
 
 @dataclass(frozen=True)
@@ -150,7 +182,7 @@ class Prepared:
     (:mod:`timers.shards`)."""
 
 
-class Operations(FailureOperations, RecurrenceOperations):
+class Operations(FailureOperations, RecurrenceOperations, HistoryOperations):
     """Builds requests for one keyspace and reads their replies."""
 
     def __init__(
@@ -331,7 +363,7 @@ class Operations(FailureOperations, RecurrenceOperations):
         """Cancel a pending timer; with ``replication``, confirm it on the replicas
         (:class:`NotReplicated` if it was cancelled and too few have that)."""
         escaped = escape_id(check_id(timer_id))
-        call = Call.of(self.calls.cancel(escaped))
+        call = Call.of(self.calls.cancel(escaped, f"{socket.gethostname()}:{os.getpid()}"))
         if replication is None:
             (reply,) = yield [call]
             return int(reply) == 1
@@ -344,6 +376,51 @@ class Operations(FailureOperations, RecurrenceOperations):
         """The pending timer with this id, in whichever group, waiting or not."""
         found = yield from views.find_many(self.keys, [escape_id(check_id(timer_id))])
         return pending_of(found[0]) if found else None
+
+    def status(self, timer_id: str) -> Operation[TimerStatus]:
+        """Where the timer is (see :class:`TimerStatus`): running, pending or waiting,
+        else how it ended, else unknown. Three to five round trips; the running runs are
+        read whole (``P|runrec``: as many as the fleet runs at once), the rest by id."""
+        escaped = escape_id(check_id(timer_id))
+        now, runs, ended, beats, infos = yield [
+            Call(command=("TIME",)),
+            Call(command=("HGETALL", self.keys.running_records)),
+            Call(command=("HGET", self.keys.history_records, escaped)),
+            Call(command=("ZRANGE", self.keys.listeners, 0, -1, "WITHSCORES")),
+            Call(command=("HGETALL", self.keys.listener_info)),
+        ]
+        running = _running_of(runs, escaped)
+        if running is not None:
+            listener, due_ms, attempt = running
+            since = ms_to_datetime(due_ms)
+            return TimerStatus(timer_id, TimerState.RUNNING,
+                               f"running on {listener} (due {views.utc_text(since)}, attempt "
+                               f"{attempt})", listener=listener, since=since, attempt=attempt)
+        found = yield from views.find_many(self.keys, [escaped])
+        if found:
+            served = {g for _, beat in live_heartbeats(redis_ms(now), beats, infos)
+                      for g in (beat.get("groups") or [DEFAULT_GROUP]) if isinstance(g, str)}
+            return _pending_status(timer_id, pending_of(found[0]), redis_ms(now), served)
+        record = self._ended(escaped, ended)
+        if record is not None:
+            return TimerStatus(timer_id, TimerState(record.outcome.value),
+                               _ended_detail(record), ended=record)
+        failures = yield from self.get_failures(timer_id)
+        dead = [f for f in failures if f.record.kind != "rejected"]
+        if dead:
+            return TimerStatus(timer_id, TimerState.DEAD,
+                               f"dead ({dead[0].record.error_type}: "
+                               f"{dead[0].record.message[:200]}); its history record is "
+                               "past retention, its failure record is kept", failure=dead[0])
+        return TimerStatus(timer_id, TimerState.UNKNOWN,
+                           "unknown: never existed, or ended longer ago than the history "
+                           "keeps")
+
+    @staticmethod
+    def _ended(escaped: str, value: Any) -> HistoryRecord | None:
+        if value is None:
+            return None
+        return HistoryRecord.decode(unescape_id(escaped), as_text(value))
 
     # -- listings ---------------------------------------------------------------------
 
@@ -412,6 +489,59 @@ def listener_groups(infos: Any) -> set[str]:
         if isinstance(groups, list):  # another app's junk there must not stop `stats`
             out.update(g for g in groups if isinstance(g, str))
     return out
+
+
+def _running_of(runs: Any, escaped: str) -> tuple[str, int, int] | None:
+    """(listener, due ms, attempt) of a run of the timer in ``HGETALL P|runrec``."""
+    items = runs.items() if isinstance(runs, dict) else pairs(runs)
+    for _, value in items:
+        text = as_text(value)
+        head, _, entry = text.partition("|")
+        due, _, rest = entry.partition("|")
+        if not rest.startswith(escaped + ":"):
+            continue
+        reruns, _, listener = head.partition("@")
+        record = rest[len(escaped) + 1:]
+        attempts = 0
+        with contextlib.suppress(MalformedTimerKey, ValueError):
+            attempts = int(Record.decode(record).options.get(Option.ATTEMPTS, "0"))
+        try:
+            return listener, int(due), attempts + int(reruns or 0) + 1
+        except ValueError:
+            continue
+    return None
+
+
+def _pending_status(timer_id: str, timer: PendingTimer, now_ms: int,
+                    served: set[str]) -> TimerStatus:
+    wait = timer.wait
+    if wait is not None:
+        return TimerStatus(timer_id, TimerState.WAITING, wait.describe(),
+                           waiting_on=wait.kind, timer=timer)
+    due_ms = timer.due.timestamp() * 1000
+    if due_ms <= now_ms and timer.group not in served:
+        return TimerStatus(timer_id, TimerState.WAITING,
+                           f"waiting for a listener of group {timer.group} (due "
+                           f"{views.utc_text(timer.due)}; no live listener serves it)",
+                           waiting_on="group", timer=timer)
+    if timer.attempts:
+        return TimerStatus(timer_id, TimerState.WAITING,
+                           f"waiting to retry: attempt {timer.attempts + 1} due "
+                           f"{views.utc_text(timer.due)} ({timer.attempts} failed)",
+                           waiting_on="retry", timer=timer)
+    return TimerStatus(timer_id, TimerState.PENDING, f"pending, due {views.utc_text(timer.due)}",
+                       timer=timer)
+
+
+def _ended_detail(record: HistoryRecord) -> str:
+    when = views.utc_text(ms_to_datetime(record.ended * 1000))
+    if record.outcome is EndKind.CANCELLED:
+        return f"cancelled {when} by {record.listener or '?'}"
+    took = "" if record.duration_ms is None else f", ran {record.duration_ms} ms"
+    late = "" if record.lateness_ms is None else f", started {record.lateness_ms} ms late"
+    error = f": {record.error}" if record.error else ""
+    return (f"{record.outcome.value} {when} on {record.listener or '?'} (attempt "
+            f"{record.attempts}{took}{late}){error}")
 
 
 def pending_of(found: Found) -> PendingTimer:

@@ -26,6 +26,9 @@ Flow control, fleet-wide (enforced in Redis by every listener together):
   ``burst`` starts may go back to back.
 - ``group=``: the task's timers run only on listeners serving that group.
 
+``history=False`` (or ``0``): the run history keeps none of the task's ended timers (a
+chatty task's records would push out the others'); its per-minute series is kept.
+
 The decorator only attaches the policy to the function (the function is still found by its
 path in the tasks package); with ``name=`` it is also registered under that name, for
 listeners built with ``registry=timers.registered()``.
@@ -93,6 +96,9 @@ class TaskPolicy:
     """Starts spread evenly at this rate, fleet-wide (per ``rate_key`` value if given)."""
     rate_key: KeySpec | None = None
     burst: int = 1
+    history: bool = True
+    """Whether the run history keeps this task's ended timers (``False`` or ``0``: none;
+    its series is kept either way). How long is the listener's (``--history-age``)."""
 
     def __post_init__(self) -> None:
         concurrency, rate, burst = check_flow(self.group, self.concurrency, self.key,
@@ -154,6 +160,7 @@ def task(
     rate: str | Rate | None = None,
     rate_key: KeySpec | None = None,
     burst: int = 1,
+    history: bool = True,
 ) -> Callable[[F], F]: ...
 
 
@@ -172,6 +179,7 @@ def task(
     rate: str | Rate | None = None,
     rate_key: KeySpec | None = None,
     burst: int = 1,
+    history: bool = True,
 ) -> Any:
     """Give a task a retry/timeout/lateness policy and flow limits (see the module
     docstring); usable bare or with arguments."""
@@ -189,6 +197,7 @@ def task(
         rate=rate,  # type: ignore[arg-type]  # parsed to a Rate by TaskPolicy
         rate_key=rate_key,
         burst=burst,
+        history=bool(history),
     )
 
     def decorate(func: F) -> F:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from timers.encoding import Args, Record, as_text, unescape_id
 from timers.exceptions import MalformedTimerKey
@@ -175,6 +175,28 @@ def rejected_entry(
         failed_at=now_ms,
     )
     return failure_id, record
+
+
+class RunFacts(NamedTuple):
+    """What the run history and the task's series keep of a run that ended (Redis ms).
+
+    ``ends``: the timer ended with it (completed, skipped, dead), so its history record
+    is kept; else (a failure that will retry) it only counts in the series. ``ran``: it
+    counts as a run in the series (a skipped occurrence does not); ``failed``: as a
+    failure. ``keep``: its task keeps history (``@task(history=False)`` does not). A
+    tuple: one is made per run, on the listener's hot path."""
+
+    escaped_id: str
+    task: str
+    ended_ms: int
+    duration_ms: int | None
+    attempts: int
+    lateness_ms: int | None
+    ends: bool = True
+    ran: bool = True
+    failed: bool = False
+    error: str = ""
+    keep: bool = True
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ from typing import Any, Literal, NamedTuple
 from timers.cluster import is_cluster
 from timers.keys import DEFAULT_GROUP, Keyspace
 from timers.lua_library import AsyncFunction, Function, library
+from timers.wire import DEFAULT_HISTORY_AGE, DEFAULT_HISTORY_COUNT
 
 ScriptName = Literal[
     "schedule", "reschedule", "cancel", "claim", "renew", "finish", "heartbeat", "forget",
@@ -54,9 +55,9 @@ SCRIPT_NAMES: tuple[ScriptName, ...] = (
     "shards",
     "move",
 )
-PRELUDES = ("prelude", "flow")
-"""``lua/prelude.lua`` and ``lua/flow.lua``: helpers shared by the scripts, included into
-each once, in this order."""
+PRELUDES = ("prelude", "flow", "history")
+"""``lua/prelude.lua``, ``lua/flow.lua`` and ``lua/history.lua``: helpers shared by the
+scripts, included into each once, in this order."""
 
 
 def _lua(name: str) -> str:
@@ -125,7 +126,7 @@ def helpers_for(body: str) -> str:
 @cache
 def source(name: ScriptName) -> str:
     """The script as sent to Redis: its shebang line, then the shared helpers it uses
-    (from ``lua/prelude.lua`` and ``lua/flow.lua``), then its body."""
+    (from the helper files of :data:`PRELUDES`), then its body."""
     text = _lua(name)
     shebang, _, body = text.partition("\n") if text.startswith("#!") else ("", "", text)
     prelude = helpers_for(body)
@@ -227,11 +228,15 @@ class Taker(NamedTuple):
     """Whether it also takes runs next in line (``finish.lua``'s ARGV[8])."""
 
 
+DEFAULT_RETENTION = (round(DEFAULT_HISTORY_AGE * 1000), DEFAULT_HISTORY_COUNT)
+"""The history's (age ms, count) when no listener stored its own (``P|histcfg``)."""
+
 NO_TAKER = Taker()
 """Hand nothing over."""
 
 Ending = Sequence[str]
-"""One ending for ``finish.lua``: ``(token, kind, a, b)`` (see its header)."""
+"""One ending for ``finish.lua``: ``(token, kind, a, b)``, or with its history record
+``(token, kind, a, b, escaped id, record)`` (see its header)."""
 
 
 class ScriptCalls:
@@ -263,10 +268,15 @@ class ScriptCalls:
         return self._shared("reschedule", (k.due, k.records),
                             (k.timer_key_start, k.wake_channel, escaped_id, mode, ms))
 
-    def cancel(self, escaped_id: str) -> Invocation:
+    def cancel(self, escaped_id: str, canceller: str = "",
+               retention: tuple[int, int] = DEFAULT_RETENTION) -> Invocation:
+        """``canceller``: ``host:pid`` of who cancels; ``retention``: (age ms, count) of
+        the history when no listener stored its own."""
         k = self.keys
-        return self._shared("cancel", (k.due, k.records),
-                            (k.timer_key_start, escaped_id, k.wake_channel))
+        return self._shared("cancel", (k.due, k.records, k.history, k.history_records,
+                                       k.history_retention),
+                            (k.timer_key_start, escaped_id, canceller.replace("|", "_"),
+                             f"{retention[0]} {retention[1]}", k.wake_channel))
 
     def claim(self, *, limit: int, lease_ms: int, horizon_ms: int, listener_id: str,
               event_ids: Iterable[str] = (), groups: Sequence[str] = (DEFAULT_GROUP,),
@@ -314,16 +324,26 @@ class ScriptCalls:
         return self._shared("near", (k.due, k.records, k.near), (k.timer_key_start, limit))
 
     def finish(self, *, retention_ms: int, endings: Iterable[Ending],
-               taker: Taker = NO_TAKER) -> Invocation:
+               taker: Taker = NO_TAKER, history: tuple[int, int] = DEFAULT_RETENTION,
+               series: Sequence[tuple[str, str]] = ()) -> Invocation:
+        """``history``: (age ms, count) the history keeps; ``series``: (task, minute slot
+        text) to add to the tasks' rings. An ending is ``(token, kind, a, b)`` or with
+        two more values, its escaped id and history record (see ``lua/finish.lua``)."""
         k = self.keys
         args: list[Any] = [k.timer_key_start, k.wake_channel, retention_ms, taker.listener_id,
                            ",".join(taker.groups), taker.take, taker.lease_ms,
-                           "1" if taker.follow else "0"]
+                           "1" if taker.follow else "0", history[0], history[1], len(series)]
+        for task, text in series:
+            args += [task, text]
         for ending in endings:
             args.extend(ending)
+            if len(ending) == 4:
+                args += ("", "")
         return self._shared(
             "finish", (k.running, k.running_records, k.stats, k.failures, k.failure_records,
-                       k.due, k.records, k.failure_index, k.sequence), tuple(args))
+                       k.due, k.records, k.failure_index, k.sequence, k.history,
+                       k.history_records, k.series, k.series_tasks,
+                       k.history_retention), tuple(args))
 
     def heartbeat(self, listener_id: str, ttl_ms: int, info: str, task_set: str = "",
                   task_list: str = "") -> Invocation:
@@ -413,8 +433,9 @@ class Scripts:
     def reschedule(self, escaped_id: str, mode: str, ms: int) -> Any:
         return self.run(self.calls.reschedule(escaped_id, mode, ms))
 
-    def cancel(self, escaped_id: str) -> Any:
-        return self.run(self.calls.cancel(escaped_id))
+    def cancel(self, escaped_id: str, canceller: str = "",
+               retention: tuple[int, int] = DEFAULT_RETENTION) -> Any:
+        return self.run(self.calls.cancel(escaped_id, canceller, retention))
 
     def claim(self, *, limit: int, lease_ms: int, horizon_ms: int, listener_id: str,
               event_ids: Iterable[str] = (), groups: Sequence[str] = (DEFAULT_GROUP,),
@@ -447,10 +468,11 @@ class Scripts:
         return self.run(self.calls.near(limit))
 
     def finish(self, *, retention_ms: int, endings: Iterable[Ending],
-               taker: Taker = NO_TAKER) -> Any:
+               taker: Taker = NO_TAKER, history: tuple[int, int] = DEFAULT_RETENTION,
+               series: Sequence[tuple[str, str]] = ()) -> Any:
         """Reply: ``[late finishes, (token, run, source)…]``: the runs handed over."""
         return self.run(self.calls.finish(retention_ms=retention_ms, endings=endings,
-                                          taker=taker))
+                                          taker=taker, history=history, series=series))
 
     def heartbeat(self, listener_id: str, ttl_ms: int, info: str, task_set: str = "",
                   task_list: str = "") -> Any:

@@ -21,10 +21,18 @@ from timers.encoding import DEFAULT_MAX_ARGS_BYTES, escape_id
 from timers.exceptions import InvalidTimer, NotReplicated, ServerOutOfMemory
 from timers.failure_ops import Failure, RetrySummary
 from timers.flow.names import DEFAULT_GROUP
+from timers.history_ops import merge_slots
 from timers.keys import Keyspace, configured_prefix
 from timers.observe import browse, tasks
 from timers.observe.snapshot import FleetSnapshot, read_snapshot
-from timers.operations import Operations, PendingTimer, Prepared, Stats, TimerSpec
+from timers.operations import (
+    Operations,
+    PendingTimer,
+    Prepared,
+    Stats,
+    TimerSpec,
+    TimerStatus,
+)
 from timers.ops_base import Operation, Request
 from timers.replication import Replication
 from timers.shard_views import merge_snapshots, merge_stats, unique_listeners
@@ -36,6 +44,7 @@ from timers.shards import (
     shard_of,
     shard_of_key,
 )
+from timers.wire import HistoryRecord, MinuteSlot, MinuteStats
 
 T = TypeVar("T")
 
@@ -188,6 +197,31 @@ class ShardedOperations:
     def get(self, timer_id: str) -> Operation[PendingTimer | None]:
         return (yield from self._routed(timer_id, lambda s: s.get(timer_id)))
 
+    def status(self, timer_id: str) -> Operation[TimerStatus]:
+        return (yield from self._routed(timer_id, lambda s: s.status(timer_id)))
+
+    # -- history and series -----------------------------------------------------------
+
+    def history(self, task: str | None = None, since: float | None = None,
+                failed: bool = False, limit: int = 100) -> Operation[list[HistoryRecord]]:
+        """Every shard's newest ends, newest first."""
+        shards = yield from self.shards()
+        parts = yield from gather([s.history(task, since, failed, limit) for s in shards])
+        merged = sorted((r for part in parts for r in part), key=lambda r: r.ended,
+                        reverse=True)
+        return merged[:max(limit, 0)]
+
+    def series(self, task: str | None = None, minutes: int = 60) -> Operation[list[MinuteStats]]:
+        """Per minute, every shard's runs summed and their histograms merged."""
+        shards = yield from self.shards()
+        parts = yield from gather([s.series_slots(task, minutes) for s in shards])
+        return [slot.stats() for slot in _same_minutes(parts)]
+
+    def tasks_seen(self) -> Operation[list[str]]:
+        shards = yield from self.shards()
+        parts = yield from gather([s.tasks_seen() for s in shards])
+        return sorted({task for part in parts for task in part})
+
     # -- views ------------------------------------------------------------------------
 
     def list_pending(self, limit: int = 100, group: str | None = None,
@@ -328,6 +362,19 @@ def operations_for(client: object, prefix: str | None, shards: int | None,
     return ShardedOperations(keyspace_for(client, prefix), configured_prefix(prefix),
                              cluster=is_cluster(client), shards=configured_shards(shards),
                              max_args_bytes=max_args_bytes, group=group)
+
+
+def _same_minutes(parts: Sequence[list[MinuteSlot]]) -> list[MinuteSlot]:
+    """Shards' slots merged minute by minute (a shard read a minute later than another
+    has its window shifted by one: aligned on the latest minute)."""
+    last = max(part[-1].minute for part in parts)
+    count = len(parts[0])
+    wanted = range(last - count + 1, last + 1)
+    aligned = []
+    for part in parts:
+        by_minute = {slot.minute: slot for slot in part}
+        aligned.append([by_minute.get(m, MinuteSlot(m)) for m in wanted])
+    return merge_slots(aligned)
 
 
 def _soonest(parts: Iterable[list[PendingTimer]]) -> list[PendingTimer]:

@@ -53,8 +53,11 @@ def test_schedule_get_list_cancel(redis_url: str, timers_client: Timers) -> None
     assert timer_id in _one_line(again.stderr)
 
     gone = run_cli("get", timer_id, "--url", redis_url)
-    assert gone.returncode == 1
-    assert timer_id in _one_line(gone.stderr)
+    assert gone.returncode == 0, gone.stderr
+    assert "status:   cancelled" in gone.stdout and "reminders.sms" in gone.stdout
+    never = run_cli("get", "never-was", "--url", redis_url)
+    assert never.returncode == 1
+    assert "never-was: unknown" in _one_line(never.stderr)
 
 
 def test_listen_burst_fires_due_timers_then_exits(redis_url: str, r: redis.Redis,

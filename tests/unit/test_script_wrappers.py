@@ -41,7 +41,9 @@ LABELS = {
     "listener info": KS.listener_info, "task sets": KS.task_sets,
     "recurrence definitions": KS.recurrences,
     "recurrence states": KS.recurrence_states, "layout": KS.shards, "queues": KS.queues,
-    "near": KS.near,
+    "near": KS.near, "history": KS.history, "history records": KS.history_records,
+    "history retention": KS.history_retention, "series": KS.series,
+    "series tasks": KS.series_tasks,
     **{f"{age} {label}": getattr(keys, name)
        for age, keys in (("old", KS), ("new", Keyspace("q")))
        for label, name in (("due index", "due"), ("records", "records"),

@@ -55,8 +55,9 @@ def call(scripts: dict[ScriptName, Any], name: ScriptName, keys: list[str],
     return scripts[name](keys=keys, args=args)
 
 
-NO_TAKER = ["me", "default", 0, 0, 0]
-"""finish.lua's listener id, groups, take, lease and follow: hand nothing over."""
+NO_TAKER = ["me", "default", 0, 0, 0, 0, 0, 0]
+"""finish.lua's listener id, groups, take, lease and follow: hand nothing over; then the
+history's age and count (none kept) and no series entries."""
 
 
 def finish_keys(ks: Keyspace) -> list[str]:
@@ -139,8 +140,9 @@ def test_renew_and_heartbeat_with_bad_numbers_write_nothing(
     assert snapshot(fake) == before
 
 
-def ending(token: str, kind: str, a: str = "", b: str = "") -> list[str]:
-    return [token, kind, a, b]
+def ending(token: str, kind: str, a: str = "", b: str = "", hid: str = "",
+           record: str = "") -> list[str]:
+    return [token, kind, a, b, hid, record]
 
 
 BAD_ENDINGS: dict[str, Callable[[str], list[str]]] = {
@@ -151,7 +153,12 @@ BAD_ENDINGS: dict[str, Callable[[str], list[str]]] = {
     "failure without an id": lambda t: ending(t, "fail", "", "{}"),
     "reject with a token": lambda t: ending(t, "reject", "x", "{}"),
     "ok without a token": lambda t: ending("", "ok"),
-    "a value missing": lambda t: [t, "ok", ""],
+    "a value missing": lambda t: [t, "ok", "", "", ""],
+    "history record that does not read": lambda t: ending(t, "ok", "", "", "x", "c"),
+    "history record without an id": lambda t: ending(t, "ok", "", "", "",
+                                                     "co|1|2|1|3|me|a.b|"),
+    "history record of a retry": lambda t: ending(
+        t, "retry", "due:a.b:[1]", "10", "due", "co|1|2|1|3|me|a.b|"),
 }
 
 
@@ -202,6 +209,7 @@ def test_a_release_whose_run_record_does_not_read_keeps_its_lease(
     before = snapshot(fake)
     call(scripts, "finish", finish_keys(ks),
          [ks.timer_key_start, ks.wake_channel, 1000, *NO_TAKER, *ending(busy["token"], "release")])
+    fake.delete(ks.history_retention)  # the listener's history retention, stored by any call
     assert snapshot(fake) == before
 
 

@@ -23,7 +23,7 @@ from timers.server import free_port
 from timers.web.app import Site, create_app
 from timers.web.auth import Guard
 from timers.web.pages import Dashboard, overview, recurrence_names
-from timers.web.reads import NOT_AVAILABLE, HistoryRecord, MinuteStats
+from timers.web.reads import NOT_AVAILABLE, HistoryRecord, MinuteStats, RunHistory
 
 __all__ = ["s"]  # the fixture
 
@@ -190,7 +190,15 @@ def test_the_dashboard_samples_while_it_serves_and_a_redis_away_stops_nothing(
             await sampler
         return len(site.reads.samples)
 
-    assert asyncio.run(serve_a_while(Site(producer, Guard()))) == 1
-    assert asyncio.run(serve_a_while(Site(away, Guard()), 20)) == 0  # and still sampling
+    def without_history(site: Site) -> Site:
+        """As with a client that keeps no run history (the sampler is the charts' source)."""
+        site.reads.history = RunHistory(object())
+        return site
+
+    assert asyncio.run(serve_a_while(without_history(Site(producer, Guard())))) == 1
+    assert asyncio.run(serve_a_while(without_history(Site(away, Guard())), 20)) == 0  # and
+    # still sampling; a client that keeps run history has nothing to sample
+    assert Site(producer, Guard()).reads.history.available
+    asyncio.run(asyncio.wait_for(Site(producer, Guard()).sample_while_serving(0.01), 5))
     with TestClient(create_app(producer, Guard()), base_url="http://127.0.0.1:8080") as c:
         assert c.get("/").status_code == 200  # the lifespan starts and stops its sampler

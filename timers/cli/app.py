@@ -42,6 +42,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "list": ("timers.cli.views", "register"),
     "listeners": ("timers.cli.views", "register"),
     "stats": ("timers.cli.views", "register"),
+    "history": ("timers.cli.history", "register"),
     "failed": ("timers.cli.failed", "failed_app"),
     "cron": ("timers.cli.cron", "cron_app"),
     "top": ("timers.cli.top", "register"),

@@ -26,6 +26,7 @@ from timers.cli.listen_logs import (
 )
 from timers.cli.listen_metrics import MetricsHostOption, MetricsPortOption
 from timers.connect import configured_url
+from timers.due import parse_duration
 from timers.exceptions import EvictionUnsafe, PermissionMissing, UserError
 from timers.flow.names import served_groups
 from timers.foreground import (
@@ -36,11 +37,13 @@ from timers.foreground import (
 )
 from timers.keys import DEFAULT_PREFIX
 from timers.listener import DEFAULT_CONCURRENCY, DEFAULT_LEASE, Listener
+from timers.listener.history import HistoryPolicy
 from timers.listener.orphans import supervisor_pid
 from timers.listener.recycling import RecycleLimits, check_memory_limit, report_fd
 from timers.listener.supervisor import ListenOptions, Supervisor
 from timers.loader import SETUP_ENV, TASKS_ENV, TaskLoader, check_setup, configured_package
 from timers.server_errors import url_address
+from timers.wire import DEFAULT_HISTORY_AGE, DEFAULT_HISTORY_COUNT
 
 TasksOption = Annotated[
     str | None,
@@ -78,6 +81,30 @@ MaxMemoryOption = Annotated[float | None, typer.Option(
          "runs it under a supervisor even without --processes.")]
 
 
+HistoryAgeOption = Annotated[str | None, typer.Option(
+    "--history-age", metavar="DURATION", show_default=False,
+    help="How long ended timers stay in the run history (`timers history`, `timers get`), "
+         "e.g. 7d, 12h; 0 keeps none. Default 7d.")]
+HistoryCountOption = Annotated[int | None, typer.Option(
+    "--history-count", min=0, metavar="N", show_default=False,
+    help="At most this many history records per shard, the oldest dropped first; 0 keeps "
+         "none. Default 100000 (about 13 MB).")]
+SeriesOption = Annotated[bool, typer.Option(
+    "--series/--no-series",
+    help="Write each task's per-minute figures (runs, failures, lateness, duration) for "
+         "the last 24 h.")]
+
+
+def history_policy(age: str | None, count: int | None, series: bool) -> HistoryPolicy:
+    """The listener's history retention from its options (a bad duration: UserError)."""
+    try:
+        seconds_ = DEFAULT_HISTORY_AGE if age is None else parse_duration(age)
+        return HistoryPolicy(seconds_, DEFAULT_HISTORY_COUNT if count is None else count,
+                             series)
+    except ValueError as exc:
+        raise UserError(f"--history-age: {exc}") from None
+
+
 def listen(
     url: UrlOption = None,
     tasks: TasksOption = None,
@@ -113,6 +140,9 @@ def listen(
     metrics_port: MetricsPortOption = None,
     metrics_host: MetricsHostOption = "127.0.0.1",
     wait_for_redis: WaitForRedisOption = WAIT_FOR_REDIS,
+    history_age: HistoryAgeOption = None,
+    history_count: HistoryCountOption = None,
+    series: SeriesOption = True,
 ) -> None:
     """Run timers as they come due (subscribes to expired events and sweeps the due index)."""
     log_format = set_up_logs(log_level, log_format, processes)
@@ -129,7 +159,9 @@ def listen(
                             max_runs_per_child=max_runs_per_child,
                             max_memory_per_child=max_memory_per_child, groups=_served(group),
                             metrics_port=metrics_port, metrics_host=metrics_host,
-                            wait_for_redis=wait_for_redis)
+                            wait_for_redis=wait_for_redis, history_age=history_age,
+                            history_count=history_count, series=series)
+    history_policy(history_age, history_count, series)  # a bad one refused here, once
     if processes > 1 or (report_fd() is None and (options.recycles or _is_init())):
         raise typer.Exit(_supervise(options, processes))
     _listen_here(options)
@@ -171,7 +203,9 @@ def _listen_here(options: ListenOptions) -> None:
                             allow_eviction=options.allow_eviction,
                             recycle=RecycleLimits(options.max_runs_per_child,
                                                   options.max_memory_per_child),
-                            groups=options.groups or None, quarantine_ahead=True)
+                            groups=options.groups or None, quarantine_ahead=True,
+                            history=history_policy(options.history_age,
+                                                   options.history_count, options.series))
     except ValueError as exc:
         raise UserError(str(exc)) from None
     listener_logs(listener, options.log_fires)

@@ -22,7 +22,8 @@ from timers.cli.common import (
 )
 from timers.due import format_duration
 from timers.keys import DEFAULT_GROUP, DEFAULT_PREFIX
-from timers.operations import PendingTimer, Stats
+from timers.operations import PendingTimer, Stats, TimerStatus
+from timers.wire import EndKind, TimerState
 
 IdArgument = Annotated[str, typer.Argument(metavar="ID", help="Timer id.")]
 GroupFilter = Annotated[str | None, typer.Option(
@@ -37,19 +38,30 @@ def when(dt: datetime) -> str:
 
 
 def get(id: IdArgument, url: UrlOption = None, prefix: PrefixOption = DEFAULT_PREFIX) -> None:
-    """Show a pending timer (and what holds it back, if anything); exits 1 if it is not
-    pending."""
+    """Show where a timer is: pending or waiting (and on what), running (where), or how
+    it ended (completed, skipped, dead, cancelled); exits 1 if timers knows nothing of it
+    (never existed, or ended longer ago than the history keeps)."""
     with open_timers(url, prefix) as t:
-        timer = t.get(id)
-    if timer is None:
-        typer.echo(f"{printable(id)} is not pending", err=True)
+        found = t.status(id)
+    if found.state is TimerState.UNKNOWN:
+        typer.echo(f"{printable(id)}: unknown (never existed, or ended longer ago than the "
+                   "history keeps: see timers listen --history-age, --history-count)",
+                   err=True)
         raise typer.Exit(1)
+    if found.timer is None:
+        show_ended(found)
+        return
+    timer = found.timer
     left = timer.seconds_left(datetime.now(UTC))
     typer.echo(f"id:       {printable(timer.id)}")
+    typer.echo(f"status:   {found.state.value}"
+               + (f" ({found.waiting_on})" if found.waiting_on else ""))
     typer.echo(f"task:     {printable(timer.task)}")
     typer.echo(f"args:     {json.dumps(timer.args, ensure_ascii=False)}")
     if timer.wait is None:
         typer.echo(f"due:      {when(timer.due)} (in {format_duration(left)})")
+        if found.waiting_on is not None:
+            typer.echo(f"state:    {printable(found.detail)}")
     else:
         typer.echo(f"state:    {printable(timer.wait.describe())}")
     if timer.waited_from is not None:
@@ -61,6 +73,40 @@ def get(id: IdArgument, url: UrlOption = None, prefix: PrefixOption = DEFAULT_PR
     typer.echo(f"priority: {timer.priority}")
     if timer.key is not None:
         typer.echo(f"key:      {printable(timer.key)}")
+
+
+def show_ended(found: TimerStatus) -> None:
+    """A running or ended timer, as ``timers get`` shows it."""
+    typer.echo(f"id:       {printable(found.id)}")
+    typer.echo(f"status:   {found.state.value}")
+    if found.state is TimerState.RUNNING:
+        typer.echo(f"on:       {printable(found.listener or '?')}")
+        if found.since is not None:
+            typer.echo(f"due:      {when(found.since)} (started at or after it)")
+        typer.echo(f"attempt:  {found.attempt}")
+        return
+    record = found.ended
+    if record is None:  # dead, its history record past retention: its failure record
+        failure = found.failure.record if found.failure is not None else None
+        if failure is not None:
+            typer.echo(f"task:     {printable(failure.task or '?')}")
+            typer.echo(f"ended:    {when(datetime.fromtimestamp(failure.failed_at / 1000, UTC))}")
+            typer.echo(f"attempts: {failure.attempts}")
+            error = clip(f"{failure.error_type}: {failure.message}", 200)
+            typer.echo(f"error:    {printable(error)}")
+        typer.echo("(its history record is past retention; timers failed shows the rest)")
+        return
+    typer.echo(f"task:     {printable(record.task)}")
+    typer.echo(f"ended:    {when(datetime.fromtimestamp(record.ended, UTC))}")
+    label = "by:" if record.outcome is EndKind.CANCELLED else "listener:"
+    typer.echo(f"{label:<10}{printable(record.listener or '?')}")
+    typer.echo(f"attempts: {record.attempts}")
+    if record.duration_ms is not None:
+        typer.echo(f"ran:      {record.duration_ms} ms")
+    if record.lateness_ms is not None:
+        typer.echo(f"late:     {record.lateness_ms} ms (start after its due time)")
+    if record.error:
+        typer.echo(f"error:    {printable(record.error)}")
 
 
 def list_(

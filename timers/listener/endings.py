@@ -19,9 +19,10 @@ from timers.clock import Clock, SystemClock
 from timers.encoding import entry_text
 from timers.keys import Keyspace
 from timers.listener.eviction import report_late_finishes
+from timers.listener.history import ENDS, OFF, HistoryPolicy, history_text, series_of
 from timers.listener.leases import HeldRuns, still_held
 from timers.listener.retrying import RETRYABLE, ConnectionState, Outage, ReconnectDelays, pause
-from timers.runs import Run
+from timers.runs import Run, RunFacts
 from timers.scripts import Scripts, Taker
 from timers.wire import EndingKind, FailureRecord
 
@@ -105,8 +106,13 @@ class EndingWriter:
                  held: HeldRuns, closed: asyncio.Event, clock: Clock | None = None, *,
                  taker: Callable[[list[str]], Taker],
                  on_handed: Callable[[list[Run], int], None],
-                 on_written: Callable[[], None], outage: Outage) -> None:
+                 on_written: Callable[[], None], outage: Outage,
+                 history: HistoryPolicy = OFF, listener_id: str = "") -> None:
         self.scripts, self.keys, self.held = scripts, keys, held
+        self.history, self.listener_id = history, listener_id
+        """What the endings keep of their runs, and the name their records give."""
+        self._facts: dict[str, RunFacts] = {}
+        """Run token -> what the history and series keep of it, till its ending is written."""
         self.clock = clock or SystemClock()
         self.failure_retention = failure_retention
         self.closed = closed
@@ -117,9 +123,16 @@ class EndingWriter:
         self.ready = asyncio.Event()
         self._queue: list[Ending] = []
 
-    def add(self, ending: Ending) -> None:
+    def add(self, ending: Ending, facts: RunFacts | None = None) -> None:
+        """Queue an ending; ``facts``: what the history and the series keep of its run."""
         self._queue.append(ending)
+        if facts is not None:
+            self._facts[ending.token] = facts
         self.ready.set()
+
+    def facts_of(self, ending: Ending) -> RunFacts | None:
+        """The facts queued with an ending not written yet."""
+        return self._facts.get(ending.token)
 
     def __len__(self) -> int:
         return len(self._queue)
@@ -160,11 +173,12 @@ class EndingWriter:
         # that crosses the ending drops them quietly.
         self.held.ending(tokens)
         taker = self.taker(tokens)
+        wires, series = self._with_history(batch)
         sent = self.clock.monotonic()
         try:
             reply = await self.scripts.finish(
-                retention_ms=round(self.failure_retention * 1000),
-                endings=[ending.wire() for ending in batch], taker=taker)
+                retention_ms=round(self.failure_retention * 1000), endings=wires,
+                taker=taker, history=self.history.wire, series=series)
         except BaseException:
             self.held.ending(tokens, sent=False)
             self.on_handed([], taker.take)
@@ -172,6 +186,9 @@ class EndingWriter:
         waited = self.clock.monotonic() - sent
         self.held.release(tokens)
         del self._queue[: len(batch)]
+        if self._facts:
+            for ending in batch:
+                self._facts.pop(ending.token, None)
         items = reply[1:]
         handed = [Run.parse(*items[i:i + 3]) for i in range(0, len(items), 3)]
         if handed and waited > taker.lease_ms / 2000:
@@ -179,6 +196,29 @@ class EndingWriter:
         self.on_handed(handed, taker.take)
         self.on_written()
         report_late_finishes(int(reply[0] or 0), self.eviction_policy)
+
+    def _with_history(self, batch: list[Ending]) -> tuple[list[tuple[str, ...]],
+                                                         list[tuple[str, str]]]:
+        """Each ending's ``finish.lua`` values, with its history record when it ends its
+        timer (and its task keeps history); the batch's series entries."""
+        known = self._facts
+        if not known:
+            return [ending.wire() for ending in batch], []
+        keeps, listener = self.history.keeps, self.listener_id
+        wires: list[tuple[str, ...]] = []
+        ran = []
+        for ending in batch:
+            facts = known.get(ending.token)
+            if facts is None:
+                wires.append(ending.wire())
+                continue
+            ran.append(facts)
+            if keeps and facts.ends and facts.keep and ending.kind in ENDS:
+                wires.append((*ending.wire(), facts.escaped_id,
+                              history_text(facts, ending.kind, listener)))
+            else:
+                wires.append(ending.wire())
+        return wires, series_of(ran) if self.history.series else []
 
     async def _still_held(self, runs: list[Run], lease_ms: int, waited: float) -> list[Run]:
         """Handed runs read late: only those still this listener's. A run next in line

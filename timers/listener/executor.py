@@ -44,7 +44,7 @@ from timers.listener.retrying import RETRYABLE
 from timers.listener.runner import Turn
 from timers.listener.turns import Turns
 from timers.policy import DEFAULT_POLICY, TaskPolicy, policy_of
-from timers.runs import Fired, Outcome, Run, failure_entry
+from timers.runs import Fired, Outcome, Run, RunFacts, failure_entry
 from timers.wire import EndingKind, Option
 
 log = logging.getLogger("timers.listener")
@@ -105,6 +105,8 @@ class Executed:
 
     ending: Ending | None
     report: Fired | None
+    facts: RunFacts | None = None
+    """What the history and the series keep of the run (:mod:`timers.listener.history`)."""
 
 
 @dataclass
@@ -189,7 +191,7 @@ class Executor:
         report = Fired(run.timer_id, attempt.task, run.waited_from_ms, attempt.started_ms,
                        attempt.ended_ms or self.tracker.redis_now_ms(), run.source, run.attempt,
                        outcome, group)
-        return Executed(ending, report)
+        return Executed(ending, report, _facts(run, ending, report, attempt.policy))
 
     async def _attempt(self, run: Run, attempt: _Attempt) -> Outcome:
         record = attempt.record = run.record()
@@ -406,6 +408,28 @@ class Admitter(Protocol):
 
 
 _TAKEN = Outcome("taken", "", "another listener took the run over after its lease lapsed")
+
+
+_COUNTED = {EndingKind.OK, EndingKind.SKIP, EndingKind.FAIL, EndingKind.RETRY}
+
+
+def _facts(run: Run, ending: Ending, report: Fired, policy: TaskPolicy) -> RunFacts | None:
+    """What the history and the series keep of a run (None: a run that neither ended its
+    timer nor failed, or whose task does not read)."""
+    kind = ending.kind
+    if kind not in _COUNTED or report.task is None:
+        return None
+    if kind is EndingKind.SKIP:
+        return RunFacts(run.escaped_id, report.task, int(report.finished_ms), None,
+                        report.attempt, None, True, False, False, "", policy.history)
+    failed = kind is not EndingKind.OK
+    outcome = report.outcome
+    started = report.started_ms
+    return RunFacts(run.escaped_id, report.task, int(report.finished_ms),
+                    max(0, int(report.finished_ms - started)), report.attempt,
+                    int(started - report.due_ms), kind is not EndingKind.RETRY, True, failed,
+                    f"{outcome.error_type}: {outcome.message}" if failed else "",
+                    policy.history)
 
 
 def _internal_error(exc: Exception) -> Outcome:

@@ -40,6 +40,7 @@ from timers.listener.events import Channels, EventHub, EventSource, Rejected
 from timers.listener.executor import Executed, Executor
 from timers.listener.flow_gate import FlowGate
 from timers.listener.handoff import Handoff
+from timers.listener.history import HistoryPolicy
 from timers.listener.leases import Fence, HeldRuns, LeaseKeeper, sync_twin
 from timers.listener.near_keys import keep_near_keys
 from timers.listener.parker import Parker
@@ -81,8 +82,10 @@ class Shared:
                  shutdown_timeout: float, failure_retention: float, clock: Clock,
                  max_sleep: float, loader: TaskLoader, peers: Peers,
                  observer: Callable[[Fired], None] | None,
-                 recycle: RecycleLimits | None) -> None:
+                 recycle: RecycleLimits | None, history: HistoryPolicy) -> None:
         self.redis, self.db, self.id, self.groups = client, db, listener_id, groups
+        self.history = history
+        """What the run history and the series keep (:mod:`timers.listener.history`)."""
         self.concurrency, self.lease, self.shutdown_timeout = concurrency, lease, shutdown_timeout
         self.failure_retention, self.clock, self.max_sleep = failure_retention, clock, max_sleep
         self.loader, self.peers, self.observer = loader, peers, observer
@@ -185,7 +188,8 @@ class Lane:
         self.endings = EndingWriter(self.scripts, keys, shared.failure_retention, self.held,
                                     self.closed, shared.clock, taker=self.handoff.taker,
                                     on_handed=self.handoff.handed,
-                                    on_written=self._after_endings_written, outage=outage)
+                                    on_written=self._after_endings_written, outage=outage,
+                                    history=shared.history, listener_id=shared.id)
         self.events = EventSource(shared.redis, Channels.of(keys, shared.db, shared.groups),
                                   keys, loader.resolve, self.tracker, poke.set, self._reject,
                                   self.stopping, revoke=self._revoke, outage=outage, hub=hub,
@@ -307,7 +311,7 @@ class Lane:
                 log.warning("timer %s: lease lapsed while its ending was on its way; "
                             "not running it again", run.timer_id)
                 self.held.hold(run.token, run.timer_id)
-                self.endings.add(done.for_run(run))
+                self.endings.add(done.for_run(run), self.endings.facts_of(done))
                 return
         self.running[run.token] = run
         self.held.hold(run.token, run.timer_id)
@@ -343,7 +347,7 @@ class Lane:
         if done.ending is None:  # held back by a flow gate: the run is no longer ours
             self.held.release([run.token])
             return
-        self.endings.add(done.ending)
+        self.endings.add(done.ending, done.facts)
         if done.report is not None:
             shared = self.shared
             shared.ended_count += 1

@@ -39,6 +39,7 @@ from timers.cluster import database_of, is_cluster, keyspace_for
 from timers.flow.names import served_groups
 from timers.keys import configured_prefix
 from timers.listener.connection import check_limits, client_of
+from timers.listener.history import HistoryPolicy
 from timers.listener.lanes import Lane, Shared, lanes_for, shard_note
 from timers.listener.loop_watch import LoopWatch
 from timers.listener.peers import Peers
@@ -71,7 +72,9 @@ class Listener:
     ``search_path``, by default the working directory); ``registry`` adds callables by
     explicit name. ``shards``: as for :class:`timers.Timers` (it serves every shard).
     ``quarantine_ahead``: start the process quarantine children fork from at start-up
-    (``timers listen`` does), not at the first rerun after a listener died.
+    (``timers listen`` does), not at the first rerun after a listener died. ``history``:
+    how long ended timers' records are kept and whether per-task series are written
+    (default: 7 days, 100,000 records per shard, series on).
     """
 
     def __init__(
@@ -94,6 +97,7 @@ class Listener:
         groups: Sequence[str] | None = None,
         shards: int | None = None,
         quarantine_ahead: bool = False,
+        history: HistoryPolicy | None = None,
     ) -> None:
         check_limits(concurrency, lease)
         self.shards, self.groups = configured_shards(shards), served_groups(groups)
@@ -105,6 +109,8 @@ class Listener:
                                  os.getcwd() if search_path is None else search_path)
         self.concurrency, self.lease, self.shutdown_timeout = concurrency, lease, shutdown_timeout
         self.failure_retention = failure_retention
+        self.history = HistoryPolicy() if history is None else history
+        """What the run history and the series keep (:mod:`timers.listener.history`)."""
         self.clock = clock or SystemClock()
         self.observer, self.allow_eviction = observer, allow_eviction
         self.quarantine_ahead = quarantine_ahead
@@ -118,7 +124,7 @@ class Listener:
                              shutdown_timeout=shutdown_timeout,
                              failure_retention=failure_retention, clock=self.clock,
                              max_sleep=max_sleep, loader=self.loader, peers=self.peers,
-                             observer=observer, recycle=recycle)
+                             observer=observer, recycle=recycle, history=self.history)
         self.tally: RunTally = self.shared.tally
         """How runs ended, for the log (``tally.log_fires``: a line per fired timer)."""
         self.recycler: Recycler = self.shared.recycler

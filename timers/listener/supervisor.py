@@ -92,6 +92,10 @@ class ListenOptions:
     wait_for_redis: float = WAIT_FOR_REDIS
     """Seconds to wait at start for a server that does not answer (children wait
     without limit: their supervisor reached it already)."""
+    history_age: str | None = None
+    """``--history-age`` as given (a duration)."""
+    history_count: int | None = None
+    series: bool = True
 
     @property
     def recycles(self) -> bool:
@@ -107,7 +111,9 @@ class ListenOptions:
                             ("--lease", self.lease), ("--log-level", self.log_level),
                             ("--log-format", self.log_format),
                             ("--max-runs-per-child", self.max_runs_per_child),
-                            ("--max-memory-per-child", self.max_memory_per_child)):
+                            ("--max-memory-per-child", self.max_memory_per_child),
+                            ("--history-age", self.history_age),
+                            ("--history-count", self.history_count)):
             if value is not None:
                 command += [flag, str(value)]
         for group in self.groups:
@@ -117,6 +123,7 @@ class ListenOptions:
         command += ["--burst"] if self.burst else []
         command += ["--allow-eviction"] if self.allow_eviction else []
         command += ["--log-fires"] if self.log_fires else []
+        command += [] if self.series else ["--no-series"]
         return command
 
 

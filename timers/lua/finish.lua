@@ -12,7 +12,13 @@
 -- KEYS[7]  records: hash, escaped id -> record
 -- KEYS[8]  failure index: zset (all scores 0) of dead timers' failure ids "<id>:<token>"
 -- KEYS[9]  sequence: counter that numbers run tokens
--- KEYS[10..]  shared keys: timers/keys.py Keyspace.script_keys (the helpers' keys)
+-- KEYS[10] history: zset, escaped id -> end ms (history.lua)
+-- KEYS[11] history records: hash, escaped id -> record
+-- KEYS[12] series: hash, "<task>|<slot>" -> minute slot (history.lua)
+-- KEYS[13] series tasks: hash, task -> last minute written
+-- KEYS[14] history retention: string "<age ms> <count>" (set to ARGV[9] ARGV[10], for
+--          cancel.lua)
+-- KEYS[15..]  shared keys: timers/keys.py Keyspace.script_keys (the helpers' keys)
 -- ARGV[1]  timer key start "<prefix>:"
 -- ARGV[2]  wake channel
 -- ARGV[3]  failure retention ms: older failure records are trimmed, a few per call
@@ -21,7 +27,17 @@
 -- ARGV[6]  take: how many timers a freed key slot may hand it as runs (its free slots)
 -- ARGV[7]  lease ms of those runs
 -- ARGV[8]  "1": it also takes runs next in line (see below), "0": not
--- ARGV[9..] four values per ending: token, kind, a, b:
+-- ARGV[9]  history age ms, ARGV[10] history count: the history keeps ended timers that
+--          long and at most that many (either 0: it keeps none); older ones are trimmed,
+--          a few more per call than it adds, O(log n) each
+-- ARGV[11] S: how many series entries follow
+-- ARGV[12..11+2S] per series entry: task, minute slot text (added to the task's ring)
+-- then six values per ending: token, kind, a, b, id, record, where id and record are ""
+-- or, for an ending that ends its timer (ok, skip, fail), its escaped id and history
+-- record: kept in the history (score: now) when the ending is written (not for a late
+-- finish: the run that holds the timer now ends it). The record is stored, never parsed
+-- here (its readers skip one that does not read), so only its first field is checked.
+-- The first four:
 --   token "ok"      "" ""             the run succeeded
 --   token "skip"    "" ""             the run was skipped on purpose (counted only)
 --   token "fail"    failure-id JSON   the run failed for good: record it. A dead timer's
@@ -54,7 +70,8 @@
 -- run it is handed holding a slot also brings the key's next waiting timer, as the run
 -- next in line after it (source "n@<token>", flow.lua's hand_next): the listener starts
 -- it the moment the first ends, and its slot passes on when that ending is written here.
--- allow-oom: it frees leases and adds at most what it frees plus failure records, and a
+-- allow-oom: it frees leases and adds at most what it frees plus failure and history
+-- records (trimmed to their retention) and fixed-size series slots, and a
 -- refused finish would leave runs to lapse and run twice. Every ending is checked before
 -- the first write: a bad one fails the whole call and writes nothing. A handed-back run
 -- whose stored run record does not read keeps its lease, which lapses: it runs again.
@@ -96,17 +113,35 @@ local function released_run(token)
   return false
 end
 
-local FIRST = 9  -- the first ending's first value
 local retention = is_count(ARGV[3]) and tonumber(ARGV[3])
 if not retention or not is_count(ARGV[6]) or not is_count(ARGV[7])
-    or (ARGV[8] ~= '0' and ARGV[8] ~= '1') or (#ARGV - FIRST + 1) % 4 ~= 0 then
+    or (ARGV[8] ~= '0' and ARGV[8] ~= '1') or not is_count(ARGV[9]) or not is_count(ARGV[10])
+    or not is_count(ARGV[11]) then
   return redis.error_reply('ERR timers finish: bad arguments')
 end
+local SERIES = 12  -- the first series entry's first value
+local FIRST = SERIES + 2 * tonumber(ARGV[11])  -- the first ending's first value
+local STRIDE = 6
+if FIRST > #ARGV + 1 or (#ARGV - FIRST + 1) % STRIDE ~= 0 then
+  return redis.error_reply('ERR timers finish: bad arguments')
+end
+for i = SERIES, FIRST - 1, 2 do
+  if ARGV[i] == '' or string.find(ARGV[i], '|', 1, true) or not series_text_ok(ARGV[i + 1]) then
+    return redis.error_reply('ERR timers finish: bad series entry ' .. ((i - SERIES) / 2 + 1))
+  end
+end
+local history_age, history_count = tonumber(ARGV[9]), tonumber(ARGV[10])
+local keep_history = history_age > 0 and history_count > 0
 local released = {}
-for i = FIRST, #ARGV, 4 do
-  local token, kind = ARGV[i], ARGV[i + 1]
-  local bad = bad_ending((i - FIRST) / 4 + 1, token, kind, ARGV[i + 2], ARGV[i + 3])
+for i = FIRST, #ARGV, STRIDE do
+  local token, kind, hid = ARGV[i], ARGV[i + 1], ARGV[i + 4]
+  local bad = bad_ending((i - FIRST) / STRIDE + 1, token, kind, ARGV[i + 2], ARGV[i + 3])
   if bad then return bad end
+  if (hid ~= '' or ARGV[i + 5] ~= '') and not ((kind == 'ok' or kind == 'skip' or
+      kind == 'fail') and hid ~= '' and string.sub(ARGV[i + 5], 3, 3) == '|') then
+    return redis.error_reply('ERR timers finish: bad history record of ending ' ..
+      ((i - FIRST) / STRIDE + 1))
+  end
   if kind == 'release' then released[i] = released_run(token) end
 end
 
@@ -165,13 +200,21 @@ end
 
 local slots_held = redis.call('EXISTS', sys_key(ARGV[1], 'held')) == 1
 
-local function end_run(token, kind, a, b, release)
+local kept = 0  -- history records to write, as ZADD and HSET arguments (one call each)
+local history_scores, history_texts = {}, {}
+
+local function end_run(token, kind, a, b, release, hid, htext)
   if not unlease(token) then
     redis.call('HDEL', KEYS[2], token)
     counts.late_finishes = counts.late_finishes + 1
     return
   end
   redis.call('HDEL', KEYS[2], token)
+  if hid ~= '' and keep_history then
+    kept = kept + 1
+    history_scores[2 * kept - 1], history_scores[2 * kept] = now, hid
+    history_texts[2 * kept - 1], history_texts[2 * kept] = hid, htext
+  end
   local grace = kind == 'release' and tonumber(a) or 0
   if grace > 0 and release and slots_held and redis.call('HEXISTS', KEYS[7], release[1]) == 0
       and keep_slot_for(ARGV[1], token, release[1], now + grace) then
@@ -230,12 +273,23 @@ if tonumber(ARGV[6]) > 0 or ARGV[8] == '1' then
     end}
 end
 
-for i = FIRST, #ARGV, 4 do
+for i = FIRST, #ARGV, STRIDE do
   if ARGV[i + 1] == 'reject' then
     reject(ARGV[i + 2], ARGV[i + 3])
   elseif released[i] ~= false then
-    end_run(ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], released[i])
+    end_run(ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], released[i], ARGV[i + 4],
+      ARGV[i + 5])
   end
+end
+if kept > 0 then
+  redis.call('ZADD', KEYS[10], unpack(history_scores))
+  redis.call('HSET', KEYS[11], unpack(history_texts))
+end
+for i = SERIES, FIRST - 1, 2 do series_add(KEYS[12], KEYS[13], ARGV[i], ARGV[i + 1]) end
+history_trim(KEYS[10], KEYS[11], now, history_age, history_count, 2 * kept + 8)
+local retention_text = ARGV[9] .. ' ' .. ARGV[10]
+if redis.call('GET', KEYS[14]) ~= retention_text then
+  redis.call('SET', KEYS[14], retention_text)
 end
 promote_barred(ARGV[1], now)  -- a run that ended ungated may have lifted the barrier
 if taker then counts.held_ms = taker.held_ms end

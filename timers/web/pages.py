@@ -162,11 +162,23 @@ class Dashboard:
                              1440, 15))]}
 
 
+def _history_rates(d: Dashboard, now_s: float) -> tuple[float, float] | None:
+    """(runs, failures) per minute from the run history's last full minute and the
+    current one so far, where the client keeps it (its sampler then does not run); None
+    when it has no runs there."""
+    minutes = d.history.minutes(minutes=2)
+    runs = sum(m.runs for m in minutes or ())
+    if not runs:  # nothing known yet: as without samples
+        return None
+    span = 1 + (now_s % 60) / 60
+    return runs / span, sum(m.failures for m in minutes or ()) / span
+
+
 def overview(d: Dashboard) -> dict[str, Any]:
     snap = d.snapshot()
     announced = sorted(d.timers.run(d.timers.ops.announced_tasks()))
     now_s = snap.redis_ms / 1000
-    rates = per_minute(list(d.samples), now_s)
+    rates = per_minute(list(d.samples), now_s) or _history_rates(d, now_s)
     busiest: dict[str, int] = {}
     for x in snap.listeners:
         for task, n in x["busiest_tasks"]:

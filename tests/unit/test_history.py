@@ -1,0 +1,221 @@
+"""The run history, ``status`` in every state and the per-task series, on fakeredis: what a
+user reads back after the listener ended timers (``timers history``, ``timers get``)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import fakeredis
+import pytest
+
+from tests.unit.conftest import ROOT, SAMPLE_TASKS
+from tests.unit.helpers import claim, redis_now_ms
+from timers import Listener, Timers
+from timers.listener.history import HistoryPolicy
+from timers.scripts import ScriptCalls, register_all
+from timers.wire import (
+    EndKind,
+    HistoryRecord,
+    MinuteSlot,
+    MinuteStats,
+    TimerState,
+    bucket_of,
+    histogram_percentile,
+)
+
+PAST = datetime(2001, 1, 1, tzinfo=UTC)
+DEADLINE = 15.0
+
+
+@pytest.fixture
+def server() -> fakeredis.FakeServer:
+    return fakeredis.FakeServer()
+
+
+@pytest.fixture
+def fake(server: fakeredis.FakeServer) -> Iterator[fakeredis.FakeRedis]:
+    client = fakeredis.FakeRedis(server=server)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def producer(fake: fakeredis.FakeRedis) -> Timers:
+    return Timers(fake)
+
+
+def run_burst(server: fakeredis.FakeServer, **options: Any) -> Listener:
+    async def scenario() -> Listener:
+        listener = Listener(fakeredis.FakeAsyncRedis(server=server), tasks=SAMPLE_TASKS,
+                            search_path=str(ROOT), **options)
+        await asyncio.wait_for(listener.run(burst=True), DEADLINE)
+        await listener.redis.aclose()
+        return listener
+
+    return asyncio.run(scenario())
+
+
+def test_each_end_state_reads_back_with_how_when_where(
+        server: fakeredis.FakeServer, producer: Timers) -> None:
+    producer.schedule("mod.add", [1, 2], at=PAST, id="ok")
+    producer.schedule("mod.boom", ["bad input"], at=PAST, id="dead")
+    producer.schedule("mod.add", [1], in_=3600, id="off")
+    assert producer.cancel("off")
+    listener = run_burst(server)
+
+    done = producer.status("ok")
+    assert done.state is TimerState.COMPLETED and done.ended is not None
+    assert done.ended.listener == listener.id and done.ended.attempts == 1
+    host, pid, _ = listener.id.split(":")
+    assert (done.ended.host, done.ended.pid) == (host, int(pid))
+    assert done.ended.duration_ms is not None and done.ended.lateness_ms is not None
+    assert done.ended.lateness_ms > 0  # due in 2001
+    assert abs(done.ended.ended - time.time()) < 60
+    dead = producer.status("dead")
+    assert dead.state is TimerState.DEAD and dead.ended is not None
+    assert dead.ended.error == "ValueError: bad input"
+    off = producer.status("off")
+    assert off.state is TimerState.CANCELLED and off.ended is not None
+    assert off.ended.task == "mod.add" and off.ended.duration_ms is None
+    assert ":" in off.ended.listener  # host:pid of who cancelled
+    assert producer.status("never").state is TimerState.UNKNOWN
+
+
+def test_history_lists_newest_first_and_filters(
+        server: fakeredis.FakeServer, producer: Timers) -> None:
+    producer.schedule("mod.add", [1], at=PAST, id="a1")
+    producer.schedule("mod.boom", ["x"], at=PAST, id="b1")
+    producer.schedule("mod.greet", ["you"], at=PAST, id="g1")
+    run_burst(server)
+    producer.schedule("mod.add", [2], in_=60, id="a2")
+    producer.cancel("a2")
+
+    everything = producer.history()
+    assert everything[0].id == "a2"
+    assert {r.id for r in everything} == {"a1", "b1", "g1", "a2"}
+    assert [r.ended for r in everything] == sorted((r.ended for r in everything),
+                                                      reverse=True)
+    assert [r.id for r in producer.history(task="mod.add")] == ["a2", "a1"]
+    assert [r.id for r in producer.history(failed=True)] == ["b1"]
+    assert len(producer.history(limit=2)) == 2
+    assert producer.history(since=time.time() + 60) == []
+
+
+def test_count_retention_keeps_the_newest(server: fakeredis.FakeServer,
+                                          producer: Timers) -> None:
+    producer.schedule_many([{"task": "mod.add", "args": [i], "at": PAST, "id": f"t{i}"}
+                            for i in range(6)])
+    run_burst(server, history=HistoryPolicy(count=2))
+    assert len(producer.history()) == 2
+    assert sum(producer.status(f"t{i}").state is TimerState.COMPLETED for i in range(6)) == 2
+
+
+def test_zero_keeps_none_and_a_task_may_opt_out(server: fakeredis.FakeServer,
+                                                producer: Timers) -> None:
+    producer.schedule("kept.quiet", at=PAST, id="q")
+    producer.schedule("mod.add", [1], at=PAST, id="loud")
+    run_burst(server)
+    assert producer.status("q").state is TimerState.UNKNOWN
+    assert producer.status("loud").state is TimerState.COMPLETED
+    assert "kept.quiet" in producer.tasks_seen()  # its series is kept
+
+    producer.schedule("mod.add", [1], at=PAST, id="later")
+    run_burst(server, history=HistoryPolicy(age=0))
+    assert producer.status("later").state is TimerState.UNKNOWN
+    assert producer.history() == []  # 0 keeps none: what was kept goes too
+    producer.schedule("mod.add", [1], in_=60, id="gone")
+    assert producer.cancel("gone")  # cancel keeps to the listeners' retention
+    assert producer.status("gone").state is TimerState.UNKNOWN
+
+
+def test_age_retention_trims_old_records_a_few_per_call(
+        server: fakeredis.FakeServer, fake: fakeredis.FakeRedis, producer: Timers) -> None:
+    ks = producer.keys
+    old = HistoryRecord("x", "mod.add", EndKind.COMPLETED, 1.0, "h:1:a", 3, 1, 4)
+    for i in range(5):
+        fake.zadd(ks.history, {f"old{i}": 1000})
+        fake.hset(ks.history_records, f"old{i}", old.encode())
+    producer.schedule("mod.add", [1], at=PAST, id="new")
+    run_burst(server, history=HistoryPolicy(age=3600))
+    assert [r.id for r in producer.history()] == ["new"]
+    assert fake.hlen(ks.history_records) == 1
+
+
+def test_waiting_pending_and_running_say_on_what_and_where(
+        server: fakeredis.FakeServer, fake: fakeredis.FakeRedis, producer: Timers) -> None:
+    producer.schedule("kept.flaky", at=PAST, id="retry")
+    run_burst(server)
+    retry = producer.status("retry")
+    assert (retry.state, retry.waiting_on) == (TimerState.WAITING, "retry")
+    assert "attempt 2" in retry.detail
+
+    producer.schedule("mod.add", [1], in_=3600, id="later")
+    assert producer.status("later").state is TimerState.PENDING
+    producer.schedule("mod.add", [1], at=PAST, id="grouped", group="video")
+    grouped = producer.status("grouped")
+    assert (grouped.state, grouped.waiting_on) == (TimerState.WAITING, "group")
+
+    producer.schedule("mod.add", [1], at=PAST, id="busy")
+    (_run,) = claim(register_all(fake), producer.keys, listener="h:42:abc").claimed
+    busy = producer.status("busy")
+    assert (busy.state, busy.listener, busy.attempt) == (TimerState.RUNNING, "h:42:abc", 1)
+    assert busy.since == PAST
+
+
+def test_series_counts_runs_failures_and_percentiles_per_minute(
+        server: fakeredis.FakeServer, producer: Timers) -> None:
+    producer.schedule_many([{"task": "mod.add", "args": [i], "at": PAST} for i in range(3)])
+    producer.schedule("mod.boom", ["x"], at=PAST)
+    run_burst(server)
+    minutes = producer.series("mod.add", minutes=5)
+    assert len(minutes) == 5 and all(isinstance(m, MinuteStats) for m in minutes)
+    assert [m.minute for m in minutes] == sorted(m.minute for m in minutes)
+    assert minutes[-1].minute % 60 == 0 and minutes[-1].minute <= time.time()
+    last = minutes[-1] if minutes[-1].runs else minutes[-2]  # (the minute may have turned)
+    assert (last.runs, last.failures) == (3, 0)
+    assert last.lateness_p50_ms == 3_600_000  # due in 2001: the top bucket, "1 h or more"
+    everything = producer.series(minutes=2)
+    assert sum(m.runs for m in everything) == 4 and sum(m.failures for m in everything) == 1
+    assert sorted(producer.tasks_seen()) == ["mod.add", "mod.boom"]
+    assert sum(m.runs for m in producer.series("mod.greet", minutes=1440)) == 0
+
+
+def test_two_batches_of_one_minute_add_up_in_the_ring(fake: fakeredis.FakeRedis,
+                                                      producer: Timers) -> None:
+    scripts, calls = register_all(fake), ScriptCalls(producer.keys)
+    minute = redis_now_ms(fake) // 60_000
+    first = MinuteSlot(minute, 2, 1, {0: 2}, {3: 1, 4: 1})
+    second = MinuteSlot(minute, 1, 0, {0: 1}, {4: 1})
+    for slot in (first, second):
+        call = calls.finish(retention_ms=1000, endings=[], series=[("t.x", slot.encode())])
+        scripts["finish"](keys=list(call.keys), args=list(call.args))
+    (stored,) = [MinuteSlot.decode(v.decode()) for v in fake.hvals(producer.keys.series)]
+    assert stored == MinuteSlot(minute, 3, 1, {0: 3}, {3: 1, 4: 2})
+    stale = MinuteSlot(minute - 1440, 9, 9)  # a day older: the slot holds a newer minute
+    call = calls.finish(retention_ms=1000, endings=[], series=[("t.x", stale.encode())])
+    scripts["finish"](keys=list(call.keys), args=list(call.args))
+    assert producer.series("t.x", minutes=1)[-1].runs in (0, 3)  # (unless the minute turned)
+    assert MinuteSlot.decode(fake.hvals(producer.keys.series)[0].decode()) == stored
+
+
+def test_histogram_percentiles_and_buckets() -> None:
+    assert bucket_of(0) == 0 and bucket_of(1) == 0 and bucket_of(1.5) == 1
+    assert bucket_of(10**9) == 17
+    assert histogram_percentile({}, 50) == 0.0
+    assert histogram_percentile({2: 100}, 50) == pytest.approx(3.5)  # within (2, 5]
+    assert histogram_percentile({0: 99, 17: 1}, 99) == pytest.approx(1.0)
+    assert histogram_percentile({0: 98, 17: 2}, 99) == 3_600_000
+
+
+def test_sharded_history_and_series_read_every_shard(server: fakeredis.FakeServer) -> None:
+    producer = Timers(fakeredis.FakeRedis(server=server), shards=3)
+    ids = producer.schedule_many([{"task": "mod.add", "args": [i], "at": PAST}
+                                  for i in range(9)])
+    run_burst(server, shards=3)
+    assert {r.id for r in producer.history()} == set(ids)
+    assert all(producer.status(i).state is TimerState.COMPLETED for i in ids)
+    assert sum(m.runs for m in producer.series("mod.add", minutes=2)) == 9
