@@ -8,6 +8,7 @@ and a clean database for each test.
 
 from __future__ import annotations
 
+import signal
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -78,3 +79,13 @@ def redis_url(redis_server: EmbeddedServer) -> Iterator[str]:
     client = redis.Redis.from_url(redis_server.url)
     client.config_set("notify-keyspace-events", "Ex")
     client.close()
+
+
+@pytest.fixture
+def own_signal_handlers() -> Iterator[None]:
+    """Supervisor.run() installs SIGTERM/SIGINT/SIGHUP handlers in this process: put them
+    back."""
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+    yield
+    for sig, handler in saved.items():
+        signal.signal(sig, handler)

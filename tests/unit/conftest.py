@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -32,13 +31,3 @@ def scripts(fake: fakeredis.FakeRedis) -> dict[ScriptName, Any]:
 def producer(fake: fakeredis.FakeRedis) -> Iterator[Timers]:
     with Timers(fake) as t:
         yield t
-
-
-@pytest.fixture
-def own_signal_handlers() -> Iterator[None]:
-    """Supervisor.run() installs SIGTERM/SIGINT/SIGHUP handlers in this process: put them
-    back."""
-    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
-    yield
-    for sig, handler in saved.items():
-        signal.signal(sig, handler)

@@ -1,6 +1,9 @@
 """The ``timers_test`` fixture finds the app's tasks package from the project's root
 (pytest's rootdir, where ``timers_tasks`` is set), wherever pytest was started: an IDE
-often runs one test file with its own directory as the working directory."""
+often runs one test file with its own directory as the working directory.
+
+A fresh pytest process: an integration test (no Redis involved, one server only).
+"""
 
 from __future__ import annotations
 
@@ -11,6 +14,8 @@ from pathlib import Path
 
 TEST = '''
 import timers
+
+pytestmark = [pytest.mark.integration, pytest.mark.one_server]
 
 def test_the_task_runs(timers_test):
     timers.schedule("jobs.hello", ["ann"], in_=0)
