@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,57 @@ import redis
 from timers.server import EmbeddedServer, ServerNotFound, find_server_binary, server_version
 
 ROOT = Path(__file__).resolve().parent.parent
+INTEGRATION = ROOT / "tests" / "integration"
+
+VAGUE_SKIPS = ("unconditional skip", "condition:", "could not import ")
+"""What pytest says for a skip given no reason (``mark.skip``, a string ``skipif``,
+``importorskip``): a reader learns neither why nor what would run it."""
+
+
+def vague_skip(reason: str) -> bool:
+    """True for a skip reason that does not say why in words (see :data:`VAGUE_SKIPS`)."""
+    reason = reason.removeprefix("Skipped: ").strip()
+    return not reason or reason.startswith(VAGUE_SKIPS)
+
+
+def _vague_skip_failure(report: pytest.TestReport | pytest.CollectReport) -> None:
+    """Turn a skip without a reason into a failure that says so."""
+    if not report.skipped or hasattr(report, "wasxfail"):
+        return
+    longrepr = report.longrepr
+    reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+    if vague_skip(reason):
+        report.outcome = "failed"
+        report.longrepr = (f"{report.nodeid}: a skip must say why, in words a reader "
+                           f"understands (and what would run it); got {reason!r}")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test under tests/integration is marked ``integration`` (a new file that forgets
+    its ``pytestmark`` too), so ``-m "not integration"`` is the unit tests alone; runs
+    before ``-m`` selects."""
+    for item in items:
+        if item.path.is_relative_to(INTEGRATION) and not item.get_closest_marker("integration"):
+            item.add_marker(pytest.mark.integration)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+        item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, pytest.TestReport,
+                                                                     pytest.TestReport]:
+    report = yield
+    _vague_skip_failure(report)
+    return report
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(
+        collector: pytest.Collector) -> Generator[None, pytest.CollectReport,
+                                                  pytest.CollectReport]:
+    report = yield
+    _vague_skip_failure(report)
+    return report
 
 
 def pytest_report_header() -> str:
