@@ -92,3 +92,4 @@ def test_the_rule_leaves_everything_as_it_was() -> None:
         pass
     assert [(owner, name, vars(owner).get(name))
             for owner, name, _ in no_processes.GUARDED] == saved
+
