@@ -12,10 +12,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-TEST = '''
-import timers
+import pytest
 
 pytestmark = [pytest.mark.integration, pytest.mark.one_server]
+
+TEST = '''
+import timers
 
 def test_the_task_runs(timers_test):
     timers.schedule("jobs.hello", ["ann"], in_=0)
