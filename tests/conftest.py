@@ -46,14 +46,27 @@ def _vague_skip_failure(report: pytest.TestReport | pytest.CollectReport) -> Non
                            f"understands (and what would run it); got {reason!r}")
 
 
+HEAVY_FILES = {"test_faults.py", "test_shared_prefix.py", "test_claim_load.py",
+               "test_many_listeners.py"}
+"""Integration tests that load both cores themselves (thousands of timers, several
+listeners) and bound lateness or CPU: under ``-n auto --dist loadgroup`` they share one
+worker (group ``heavy``) with the Cluster and Sentinel tests (6 to 8 servers each), so no
+two of them run at once."""
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Every test under tests/integration is marked ``integration`` (a new file that forgets
-    its ``pytestmark`` too), so ``-m "not integration"`` is the unit tests alone; runs
-    before ``-m`` selects."""
+    its ``pytestmark`` too), so ``-m "not integration"`` is the unit tests alone; the heavy
+    ones join the xdist group ``heavy``. Runs before ``-m`` selects and xdist groups."""
     for item in items:
-        if item.path.is_relative_to(INTEGRATION) and not item.get_closest_marker("integration"):
+        if not item.path.is_relative_to(INTEGRATION):
+            continue
+        if not item.get_closest_marker("integration"):
             item.add_marker(pytest.mark.integration)
+        if (item.path.name in HEAVY_FILES or item.get_closest_marker("cluster")
+                or item.get_closest_marker("sentinel")):
+            item.add_marker(pytest.mark.xdist_group("heavy"))
 
 
 @pytest.hookimpl(wrapper=True)
