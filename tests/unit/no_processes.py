@@ -19,6 +19,7 @@ import subprocess
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from multiprocessing import forkserver
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,10 @@ from typing import Any
 # subprocess.Popen (so asyncio's subprocesses, os.popen) goes through subprocess._fork_exec
 # or os.posix_spawn; multiprocessing's spawn and forkserver through
 # _posixsubprocess.fork_exec, its fork context through os.fork; pty.fork through os.forkpty.
+# A fork server already running (an integration test's, in the same xdist worker) forks a
+# new child on request: that request is guarded too (the child is not ours to see in /proc).
 GUARDED: list[tuple[Any, str, str]] = [
+    (forkserver, "connect_to_new_process", "a process (through a fork server)"),
     (subprocess, "_fork_exec", "a subprocess"),
     (_posixsubprocess, "fork_exec", "a process (fork_exec)"),
     (os, "fork", "a process (fork)"),
