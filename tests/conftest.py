@@ -8,8 +8,9 @@ and a clean database for each test.
 
 from __future__ import annotations
 
+import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,70 @@ import redis
 from timers.server import EmbeddedServer, ServerNotFound, find_server_binary, server_version
 
 ROOT = Path(__file__).resolve().parent.parent
+INTEGRATION = ROOT / "tests" / "integration"
+
+VAGUE_SKIPS = ("unconditional skip", "condition:", "could not import ")
+"""What pytest says for a skip given no reason (``mark.skip``, a string ``skipif``,
+``importorskip``): a reader learns neither why nor what would run it."""
+
+
+def vague_skip(reason: str) -> bool:
+    """True for a skip reason that does not say why in words (see :data:`VAGUE_SKIPS`)."""
+    reason = reason.removeprefix("Skipped: ").strip()
+    return not reason or reason.startswith(VAGUE_SKIPS)
+
+
+def _vague_skip_failure(report: pytest.TestReport | pytest.CollectReport) -> None:
+    """Turn a skip without a reason into a failure that says so."""
+    if not report.skipped or hasattr(report, "wasxfail"):
+        return
+    longrepr = report.longrepr
+    reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+    if vague_skip(reason):
+        report.outcome = "failed"
+        report.longrepr = (f"{report.nodeid}: a skip must say why, in words a reader "
+                           f"understands (and what would run it); got {reason!r}")
+
+
+HEAVY_FILES = {"test_faults.py", "test_shared_prefix.py", "test_claim_load.py",
+               "test_many_listeners.py"}
+"""Integration tests that load both cores themselves (thousands of timers, several
+listeners) and bound lateness or CPU: under ``-n auto --dist loadgroup`` they share one
+worker (group ``heavy``) with the Cluster and Sentinel tests (6 to 8 servers each), so no
+two of them run at once."""
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test under tests/integration is marked ``integration`` (a new file that forgets
+    its ``pytestmark`` too), so ``-m "not integration"`` is the unit tests alone; the heavy
+    ones join the xdist group ``heavy``. Runs before ``-m`` selects and xdist groups."""
+    for item in items:
+        if not item.path.is_relative_to(INTEGRATION):
+            continue
+        if not item.get_closest_marker("integration"):
+            item.add_marker(pytest.mark.integration)
+        if (item.path.name in HEAVY_FILES or item.get_closest_marker("cluster")
+                or item.get_closest_marker("sentinel")):
+            item.add_marker(pytest.mark.xdist_group("heavy"))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+        item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, pytest.TestReport,
+                                                                     pytest.TestReport]:
+    report = yield
+    _vague_skip_failure(report)
+    return report
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(
+        collector: pytest.Collector) -> Generator[None, pytest.CollectReport,
+                                                  pytest.CollectReport]:
+    report = yield
+    _vague_skip_failure(report)
+    return report
 
 
 def pytest_report_header() -> str:
@@ -78,3 +143,13 @@ def redis_url(redis_server: EmbeddedServer) -> Iterator[str]:
     client = redis.Redis.from_url(redis_server.url)
     client.config_set("notify-keyspace-events", "Ex")
     client.close()
+
+
+@pytest.fixture
+def own_signal_handlers() -> Iterator[None]:
+    """Supervisor.run() installs SIGTERM/SIGINT/SIGHUP handlers in this process: put them
+    back."""
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+    yield
+    for sig, handler in saved.items():
+        signal.signal(sig, handler)

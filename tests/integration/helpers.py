@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 from collections import Counter
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -117,8 +118,15 @@ def settled(t: Timers) -> bool:
 
 
 def redis_now_ms(r: redis.Redis) -> int:
+    """Now on the Redis clock (``TIME``), in epoch ms: the clock due times, leases and rates
+    are enforced with, to compare them with (never this machine's own)."""
     seconds, micros = r.time()
     return int(seconds) * 1000 + int(micros) // 1000
+
+
+def redis_now(r: redis.Redis) -> datetime:
+    """Now on the Redis clock, as an aware UTC datetime."""
+    return datetime.fromtimestamp(redis_now_ms(r) / 1000, UTC)
 
 
 def lateness_line(label: str, reports: list[Fired]) -> str:

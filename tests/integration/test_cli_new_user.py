@@ -9,14 +9,21 @@ import signal
 import subprocess
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 import redis
 
 from tests.conftest import ROOT, wait_until
-from tests.integration.helpers import TASKS, TIMERS_COMMAND, Processes, run_cli, subprocess_env
+from tests.integration.helpers import (
+    TASKS,
+    TIMERS_COMMAND,
+    Processes,
+    redis_now,
+    run_cli,
+    subprocess_env,
+)
 from timers import Timers
 from timers.check import inspect_server
 from timers.server import free_port, port_free
@@ -139,7 +146,7 @@ def test_get_shows_attempts_and_reschedule_moves_a_timer(redis_url: str,
     assert moved.returncode == 0, moved.stderr
     pending = timers_client.get("move")
     assert pending is not None
-    assert pending.due - datetime.now(UTC) > timedelta(days=1, hours=23)
+    assert pending.due - redis_now(timers_client.redis) > timedelta(days=1, hours=23)
     missing = run_cli("reschedule", "nope", "--at", "2030-01-01T00:00:00Z", "--url", redis_url)
     assert missing.returncode == 1 and missing.stderr.startswith("error: nope is not pending")
 
@@ -150,7 +157,7 @@ def test_a_negative_delay_is_due_now_and_year_9999_is_refused(
                   "--url", redis_url)
     assert now.returncode == 0, now.stderr
     pending = timers_client.get("past")
-    assert pending is not None and pending.due <= datetime.now(UTC)
+    assert pending is not None and pending.due <= redis_now(timers_client.redis)
     far = run_cli("schedule", "reminders.sms", "--at", "9999-01-01T00:00:00Z",
                   "--url", redis_url)
     assert far.returncode == 1

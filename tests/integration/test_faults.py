@@ -30,6 +30,7 @@ from tests.integration.faults import (
     runs_by_timer,
     subscription_losses,
 )
+from tests.integration.helpers import redis_now_ms
 from timers.server import EmbeddedServer
 
 pytestmark = pytest.mark.integration
@@ -156,18 +157,18 @@ def test_client_pause_shorter_than_the_lease_delays_timers_but_runs_each_once(
         make_scenario: MakeScenario) -> None:
     s = make_scenario(lease=5.0)  # a lease must outlast any stall of Redis
     started_listeners(s, 2)
-    paused: list[float] = []
+    paused: list[int] = []
 
     def inject(s: Scenario) -> None:
+        paused.append(redis_now_ms(s.r))  # the Redis clock, which times the pause
         s.r.client_pause(2000)
-        paused.append(time.time())
         s.r.ping()  # answered only once the pause is over
-        paused.append(time.time())
+        paused.append(redis_now_ms(s.r))
 
     main, final = fire_through(s, inject)
 
     assert_each_ran_once(main, final, s)
-    assert paused[1] - paused[0] >= 1.9
+    assert paused[1] - paused[0] >= 2000 - 1, paused  # TIME in whole ms
     # timers due during the pause ran right after it
     assert max(main.lateness_ms) < 2000 + ON_TIME_MS
 

@@ -22,7 +22,15 @@ import pytest
 import redis
 
 from tests.conftest import wait_until
-from tests.integration.helpers import KEYS, TASKS, TIMERS_COMMAND, Processes, runs, settled
+from tests.integration.helpers import (
+    KEYS,
+    TASKS,
+    TIMERS_COMMAND,
+    Processes,
+    redis_now_ms,
+    runs,
+    settled,
+)
 from tests.task_pkg import STARTED
 from tests.task_pkg.flow import SPANS_ENV
 from tests.task_pkg.slow import RELEASE
@@ -288,7 +296,7 @@ def test_a_run_handed_back_at_shutdown_keeps_its_key_until_its_process_is_gone(
         wait_listening(r, 2, first + second, processes)
         first[0].send_signal(signal.SIGTERM)
         assert first[0].wait(10) == 0
-        gone_ms = time.time() * 1000
+        gone_ms = redis_now_ms(r)  # the tasks note their starts on the Redis clock
         r.set(RELEASE, 1)  # the holder, run again, may end
         wait_until(lambda: len(runs(r)) >= 2, 20, message="the holder again, then the next")
         wait_until(lambda: settled(t), 10, message="nothing pending or running")

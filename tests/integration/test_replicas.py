@@ -25,6 +25,7 @@ import redis
 
 from tests.clusters import Cluster, real_cluster
 from tests.conftest import wait_until
+from tests.integration.helpers import redis_now_ms
 from tests.sentinels import Deployment, sentinel_deployment
 from timers import AsyncTimers, NotReplicated, ServerUnavailable, Timers, TimerSpec
 from timers.operations import SCHEDULE_CHUNK
@@ -34,20 +35,32 @@ from timers.shards import shard_of
 pytestmark = [pytest.mark.integration]
 
 TIMEOUT = 0.3
+WINDOW = 2.0
+"""A WAIT's timeout long enough to see several under way at once on a loaded machine."""
 
 
 # -- one server, no replica -----------------------------------------------------------
 
 
-def test_no_replica_raises_within_the_timeout_naming_the_id(redis_url: str) -> None:
+def wait_calls(*clients: redis.Redis) -> int:
+    """How many WAIT commands the servers have run (``INFO commandstats``)."""
+    return sum(int(c.info("commandstats").get("cmdstat_wait", {}).get("calls", 0))
+               for c in clients)
+
+
+def test_no_replica_raises_within_the_timeout_naming_the_id(redis_url: str,
+                                                            r: redis.Redis) -> None:
+    """Within the timeout on the server's clock: one WAIT, held for its timeout and not
+    retried (no wall-clock bound: a loaded machine answers late)."""
     with Timers(redis_url, replicas=1, replicas_timeout=TIMEOUT) as t:
-        start = time.monotonic()
+        waits, start = wait_calls(r), redis_now_ms(r)
         with pytest.raises(NotReplicated) as caught:
             t.schedule("reminders.sms", [1], in_=60, id="order-1")
-        took = time.monotonic() - start
+        took = (redis_now_ms(r) - start) / 1000
         assert caught.value.timer_ids == ["order-1"] and caught.value.acked == 0
         assert "timer 'order-1' exists on the primary" in str(caught.value)
-        assert TIMEOUT <= took < TIMEOUT + 0.5, took
+        assert wait_calls(r) == waits + 1, "one WAIT, given up at its timeout"
+        assert took >= TIMEOUT - 0.002, took  # TIME in whole ms: 1 ms off at each end
         assert t.get("order-1") is not None  # written, not undone
 
         n = SCHEDULE_CHUNK + 10  # two script calls: an explicit MULTI/EXEC, then WAIT
@@ -73,18 +86,26 @@ def test_no_replica_with_fsync_asked_on_a_server_without_waitaof(redis_url: str)
     assert caught.value.acked == 0
 
 
-def test_no_replica_asyncio(redis_url: str) -> None:
+def test_no_replica_asyncio(redis_url: str, r: redis.Redis) -> None:
     async def main() -> None:
-        async with AsyncTimers(redis_url, replicas=1, replicas_timeout=TIMEOUT) as t:
-            start = time.monotonic()
-            results = await asyncio.gather(*(t.schedule("reminders.sms", [i], in_=60)
-                                             for i in range(3)), return_exceptions=True)
-            assert time.monotonic() - start < TIMEOUT + 0.5
-            assert all(isinstance(r, NotReplicated) and len(r.timer_ids) == 1
-                       for r in results), results
-            for r in results:
-                assert isinstance(r, NotReplicated)
-                assert await t.get(r.timer_ids[0]) is not None
+        async with AsyncTimers(redis_url, replicas=1, replicas_timeout=WINDOW) as t:
+            waits = wait_calls(r)
+            gathered = asyncio.gather(*(t.schedule("reminders.sms", [i], in_=60)
+                                        for i in range(3)), return_exceptions=True)
+            # the calls wait at once (every WAIT they sent blocked on the server together),
+            # not one after another: seen within the WAITs' own timeout, no wall-clock bound
+            blocked = 0
+            while not gathered.done():
+                blocked = max(blocked, int(r.info("clients")["blocked_clients"]))
+                await asyncio.sleep(0.01)
+            results = await gathered
+            sent = wait_calls(r) - waits
+            assert 1 <= sent <= 3 and blocked == sent, f"{sent} WAITs, {blocked} at once"
+            assert all(isinstance(e, NotReplicated) and len(e.timer_ids) == 1
+                       for e in results), results
+            for e in results:
+                assert isinstance(e, NotReplicated)
+                assert await t.get(e.timer_ids[0]) is not None
             assert isinstance(await t.schedule("reminders.sms", in_=60, replicas=0), str)
 
     asyncio.run(main())
@@ -293,10 +314,13 @@ def test_replicas_on_a_cluster_wait_on_the_node_that_owns_each_shard(cluster: Cl
         many = t.schedule_many([TimerSpec("reminders.sms", [i], in_=60) for i in range(n)])
         assert t.stats().pending == n + 1
         assert t.reschedule(many[0], in_=120) and t.cancel(one) and not t.cancel(one)
-        start = time.monotonic()
+        nodes = [redis.Redis(port=p.port) for p in cluster.primaries]
+        waits = wait_calls(*nodes)
         with pytest.raises(NotReplicated) as caught:  # each primary has one replica
             t.schedule("reminders.sms", in_=60, replicas=2, replicas_timeout=TIMEOUT)
-        assert time.monotonic() - start < TIMEOUT + 0.5
+        assert wait_calls(*nodes) == waits + 1, "one WAIT, given up at its timeout"
+        for node in nodes:
+            node.close()
         assert caught.value.acked == 1 and t.get(caught.value.timer_ids[0]) is not None
         _wait_goes_to_the_shards_own_primary(cluster, t)
 

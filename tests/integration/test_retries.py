@@ -8,17 +8,23 @@ from __future__ import annotations
 
 import gc
 import json
-import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 import pytest
 import redis
 
 import timers
 from tests.conftest import wait_until
-from tests.integration.helpers import KEYS, ListenerThread, run_cli, settled
+from tests.integration.helpers import (
+    KEYS,
+    ListenerThread,
+    redis_now,
+    redis_now_ms,
+    run_cli,
+    settled,
+)
 from tests.retry_tasks import FIXED, RELEASE, calls, done
 from tests.retry_tasks.late import TASK_MAX_LATENESS
 from tests.retry_tasks.slow import TIMEOUT
@@ -53,10 +59,6 @@ def failures_by_id(t: Timers) -> dict[str | None, dict[str, object]]:
     return {f.timer_id: f.data for f in t.failed()}
 
 
-def now_ms() -> int:
-    return round(time.time() * 1000)
-
-
 # -- retries ----------------------------------------------------------------------------
 
 
@@ -81,11 +83,11 @@ def test_task_failing_twice_is_retried_under_the_same_id_and_then_succeeds(
 def test_task_always_failing_ends_as_one_failure_record(
         timers_client: Timers, r: redis.Redis, listen, redis_url: str) -> None:
     listener = listen()
-    before = now_ms()
+    before = redis_now_ms(r)
     tid = timers_client.schedule("flaky.always", ["dead"], in_=0.05, id="always-1")
     wait_until(lambda: timers_client.failed() and settled(timers_client), 10,
                message="the timer to fail for good")
-    after = now_ms()
+    after = redis_now_ms(r)
 
     assert calls_of(r, "dead") == [1, 2, 3]
     assert attempts_of(listener, tid) == [(1, "error"), (2, "error"), (3, "error")]
@@ -152,7 +154,7 @@ def test_failed_retry_all_and_purge(timers_client: Timers, r: redis.Redis, liste
     wait_until(lambda: len(timers_client.failed()) == 2 and settled(timers_client), 10,
                message="two failures")
     # a failure record from 8 days ago, as a listener of that time would have written it
-    old_ms = now_ms() - 8 * 86400 * 1000
+    old_ms = redis_now_ms(r) - 8 * 86400 * 1000
     r.zadd(KEYS.failures, {"ancient": old_ms})
     r.hset(KEYS.failure_records, "ancient", json.dumps({
         "id": "ancient", "task": "flaky.until_fixed", "args": ["ancient"], "kind": "error",
@@ -241,7 +243,7 @@ def test_a_timer_deep_into_its_retries_is_retried_at_the_capped_delay(
         wait_until(retried, 5, message="attempt 1101 to end (retried) instead of hanging")
         pending = timers_client.get("deep")
         assert pending is not None and pending.attempts == 1101
-        seconds_left = pending.seconds_left(datetime.now(UTC))
+        seconds_left = pending.seconds_left(redis_now(r))
         assert 1700 < seconds_left <= 3600
         assert attempts_of(listener, "deep") == [(1101, "error")]
         assert timers_client.stats().counters.get("retried") == 1
@@ -259,7 +261,7 @@ def test_a_timer_deep_into_its_retries_is_retried_at_the_capped_delay(
 def test_max_lateness_of_a_timer_and_of_a_task(timers_client: Timers, r: redis.Redis,
                                                listen) -> None:
     listener = listen()
-    past = datetime.now(UTC) - timedelta(seconds=10)
+    past = redis_now(r) - timedelta(seconds=10)
     timers_client.schedule_many([
         # per timer: 10 s late with a 1 s limit is missed, with a 60 s limit it runs
         TimerSpec("ok.hit", ["too-late"], at=past, id="too-late", max_lateness=1),
@@ -307,7 +309,7 @@ def test_module_level_schedule_takes_max_lateness_as_the_tasks_guide_shows(
     """docs/guides/tasks.md: ``timers.schedule("reminders.good_morning", [42], at=eight_am,
     max_lateness=1800)``."""
     listener = listen()
-    past = datetime.now(UTC) - timedelta(seconds=10)
+    past = redis_now(r) - timedelta(seconds=10)
     tid = timers.schedule("ok.hit", ["module-level"], at=past, max_lateness=1)
     wait_until(lambda: listener.reports() and settled(timers_client), 10, message="a run")
     assert [(f.timer_id, f.outcome.kind) for f in listener.reports()] == [(tid, "missed")]

@@ -1,7 +1,7 @@
 """Tasks behind flow limits, which record how many of their kind ran at once themselves.
 
-Each run adds ``[tag, key, pid, start, end, concurrent]`` to ``test:runs`` (times from the
-machine's clock in ms, shared by every process of the test); ``concurrent`` is how many
+Each run adds ``[tag, key, pid, start, end, concurrent]`` to ``test:runs`` (times in epoch ms
+from the Redis clock, ``TIME``: the clock the limits are enforced with); ``concurrent`` is how many
 runs of the same key were inside the task when this one entered it (an INCR/DECR counter
 per key), so a test checks the limit with what the tasks saw, not with timers' books.
 """
@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import os
 import time
+
+import redis
 
 import timers
 from tests.task_pkg import RUNS, STARTED, client
@@ -33,6 +35,12 @@ def _write_span(folder: str, span: list[object]) -> None:
     os.write(fd, (json.dumps(span) + "\n").encode())
 
 
+def redis_ms(r: redis.Redis) -> float:
+    """Now on the Redis clock (``TIME``) in epoch ms: the clock a rate is enforced with."""
+    seconds, micros = r.time()
+    return int(seconds) * 1000 + int(micros) / 1000
+
+
 def _run(tag: str, key: str, seconds: float) -> None:
     folder = os.environ.get(SPANS_ENV)
     if folder:
@@ -41,14 +49,14 @@ def _run(tag: str, key: str, seconds: float) -> None:
         _write_span(folder, [tag, key, os.getpid(), start, time.time() * 1000])
         return
     r = client()
-    start = time.time() * 1000
+    start = redis_ms(r)
     r.rpush(STARTED, json.dumps([tag, key, os.getpid(), start]))
     concurrent = r.incr(ACTIVE + key)
     try:
         time.sleep(seconds)
     finally:
         r.decr(ACTIVE + key)
-    r.rpush(RUNS, json.dumps([tag, key, os.getpid(), start, time.time() * 1000, concurrent]))
+    r.rpush(RUNS, json.dumps([tag, key, os.getpid(), start, redis_ms(r), concurrent]))
 
 
 @timers.task(concurrency=1, key=lambda tag, device, seconds=0.02: f"device:{device}")
@@ -63,11 +71,11 @@ def keyed(tag: str, key: str, seconds: float = 0.0) -> None:
     Waits for ``test:release`` when ``seconds`` is negative."""
     if seconds < 0:
         r = client()
-        r.rpush(STARTED, json.dumps([tag, key, os.getpid(), time.time() * 1000]))
+        r.rpush(STARTED, json.dumps([tag, key, os.getpid(), redis_ms(r)]))
         deadline = time.monotonic() + 20
         while not r.exists(RELEASE) and time.monotonic() < deadline:
             time.sleep(0.01)
-        r.rpush(RUNS, json.dumps([tag, key, os.getpid(), 0, time.time() * 1000, 1]))
+        r.rpush(RUNS, json.dumps([tag, key, os.getpid(), 0, redis_ms(r), 1]))
         return
     _run(tag, key, seconds)
 
@@ -75,7 +83,8 @@ def keyed(tag: str, key: str, seconds: float = 0.0) -> None:
 @timers.task(rate="600/m")
 def paced(tag: str, priority: int) -> None:
     """At most ten starts a second, fleet-wide."""
-    client().rpush(RUNS, json.dumps([tag, priority, os.getpid(), time.time() * 1000]))
+    r = client()
+    r.rpush(RUNS, json.dumps([tag, priority, os.getpid(), redis_ms(r)]))
 
 
 @timers.task(group="video")
@@ -104,7 +113,7 @@ def due_checked(device: int) -> None:
 
 @timers.task(rate="120/m")
 def paced_slowly(tag: str) -> None:
-    """One start every 500 ms, fleet-wide: notes ``[tag, ms at the start]`` (the machine's
-    clock, read first thing: the one Redis enforces the rate with, on this machine)."""
-    started = time.time() * 1000
-    client().rpush(RUNS, json.dumps([tag, started]))
+    """One start every 500 ms, fleet-wide: notes ``[tag, ms at the start]`` (the Redis
+    clock, read first thing: the one the rate is enforced with)."""
+    r = client()
+    r.rpush(RUNS, json.dumps([tag, redis_ms(r)]))

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import signal
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import Any
 
 import fakeredis
 import pytest
 
+from tests.unit import no_processes
 from tests.unit.declared_keys import Undeclared, checking
 from timers import Timers
 from timers.keys import Keyspace
@@ -17,6 +17,33 @@ from timers.scripts import ScriptName, register_all
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE_TASKS = "tests.unit.sample_tasks"
+
+
+def _no_process_or_server(item: pytest.Item) -> Generator[None, object, object]:
+    """Each phase of every unit test (fixtures included, session ones too) runs under
+    :func:`tests.unit.no_processes.forbid`: starting a process or a server fails it."""
+    before = no_processes.children()
+    with no_processes.forbid() as attempts:
+        result = yield
+    problem = no_processes.violations(attempts, before)
+    if problem:
+        pytest.fail(problem, pytrace=False)
+    return result
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Generator[None, object, object]:
+    return (yield from _no_process_or_server(item))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
+    return (yield from _no_process_or_server(item))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item) -> Generator[None, object, object]:
+    return (yield from _no_process_or_server(item))
 
 
 @pytest.fixture
@@ -34,15 +61,6 @@ def producer(fake: fakeredis.FakeRedis) -> Iterator[Timers]:
     with Timers(fake) as t:
         yield t
 
-
-@pytest.fixture
-def own_signal_handlers() -> Iterator[None]:
-    """Supervisor.run() installs SIGTERM/SIGINT/SIGHUP handlers in this process: put them
-    back."""
-    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
-    yield
-    for sig, handler in saved.items():
-        signal.signal(sig, handler)
 
 
 @pytest.fixture(autouse=True)

@@ -219,10 +219,12 @@ def test_a_large_burst_loses_its_keys_a_bounded_batch_a_claim(
     producer: Timers, scripts: dict[str, Any], ks: Keyspace, fake: fakeredis.FakeRedis
 ) -> None:
     # no claim holds Redis for long: 1,000 keys each, each going on where the last stopped
-    producer.schedule_many(TimerSpec("a.b", [i], in_=3, id=f"t{i:04}") for i in range(2_401))
+    # (due in 5 min, within a 10 min horizon: none comes due on a slow, loaded machine)
+    producer.schedule_many(TimerSpec("a.b", [i], in_=300, id=f"t{i:04}")
+                           for i in range(2_401))
     left = []
     for _ in range(3):
-        claim(scripts, ks, limit=1, horizon_ms=5_000)
+        claim(scripts, ks, limit=1, horizon_ms=600_000)
         left.append(len(timer_keys(fake)))
     # the timers claimed meanwhile shift the ranks: a key or two may be left to expire
     assert left[:2] == [1_400, 400] and left[2] <= 2

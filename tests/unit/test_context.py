@@ -13,7 +13,6 @@ import pytest
 
 import timers
 from tests.unit.test_listener_unit import run_burst
-from tests.unit.test_quarantine import recovered
 from timers import Timers
 
 PAST = datetime(2001, 1, 1, tzinfo=UTC)
@@ -62,14 +61,6 @@ def test_a_retry_sees_attempt_2_and_the_same_id(
     assert second["due"] > first["due"], "a retry's own due time is its backoff's end"
     stats = producer.stats()
     assert (stats.pending, stats.fired, stats.failed) == (0, 1, 0)
-
-
-def test_a_quarantined_rerun_sees_its_context_in_the_child(tmp_path: Path) -> None:
-    out = tmp_path / "ctx.jsonl"
-    producer = recovered("ctx.sync_note", [str(out)], reruns=1)
-    (seen,) = lines(out)
-    assert (seen["id"], seen["attempt"]) == ("suspect", 2), "a rerun after a crash counts"
-    assert producer.stats().fired == 1
 
 
 def test_an_occurrence_of_a_recurrence_names_it(

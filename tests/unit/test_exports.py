@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import subprocess
+import importlib
 import sys
 import types
 
 import timers
 import timers.aio
+from tests.unit.fresh_imports import fresh_modules, loaded
 
 
 def _public_members(module: types.ModuleType) -> set[str]:
@@ -51,14 +52,12 @@ LISTENER_SIDE = "timers.listener"  # the package of every listener part (runner,
 def test_a_producer_import_loads_none_of_the_listener() -> None:
     """``import timers`` in a web process that only schedules loads no listener, runner or
     sleeper; ``timers.aio`` and ``timers.Listener`` are still reachable from it."""
-    code = (
-        "import sys, timers\n"
-        f"print(sorted(m for m in sys.modules if m.startswith({LISTENER_SIDE!r})))\n"
-        "print(callable(timers.aio.schedule), timers.Listener.__module__)\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True, timeout=60).stdout.splitlines()
-    assert out == ["[]", "True timers.listener.lifecycle"]
+    with fresh_modules("timers"):
+        fresh = importlib.import_module("timers")
+        assert loaded(LISTENER_SIDE) == []
+        assert callable(fresh.aio.schedule)
+        assert fresh.Listener.__module__ == "timers.listener.lifecycle"
+    assert sys.modules["timers"] is timers, "the fresh copy is gone"
 
 
 def test_an_unknown_attribute_of_timers_is_an_attribute_error() -> None:

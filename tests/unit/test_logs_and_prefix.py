@@ -1,14 +1,13 @@
 """Log lines of ``timers listen`` (formats, fire lines, hand-back ids), ``$TIMERS_PREFIX``
-as the default prefix, and ``listen --help`` as the installed command prints it."""
+as the default prefix, and ``listen --help`` as the installed command prints it (its entry
+point, run in this process)."""
 
 from __future__ import annotations
 
 import json
 import logging
 import os
-import subprocess
 import sys
-from pathlib import Path
 
 import fakeredis
 import fakeredis.aioredis
@@ -16,6 +15,7 @@ import pytest
 
 from timers import AsyncTimers, Timers
 from timers.cli import app
+from timers.cli.app import main
 from timers.cli.errors import run_app
 from timers.keys import configured_prefix
 from timers.listener.endings import Ending
@@ -24,8 +24,6 @@ from timers.listener.tally import RunTally, some_ids
 from timers.logs import TEXT_FORMAT, Identity, JsonFormatter, configured_format
 from timers.runs import Fired, Outcome
 from timers.wire import EndingKind
-
-TIMERS_COMMAND = str(Path(sys.executable).parent / "timers")
 
 
 def record(message: str, **extra: object) -> logging.LogRecord:
@@ -107,23 +105,35 @@ def test_prefix_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
         Timers(fakeredis.FakeRedis())
 
 
-def test_a_bad_prefix_in_the_environment_is_one_line() -> None:
-    env = dict(os.environ, TIMERS_PREFIX="a|b")
-    done = subprocess.run([TIMERS_COMMAND, "stats"], env=env, capture_output=True, text=True,
-                          timeout=30, check=False)
-    assert done.returncode == 2
-    assert done.stderr.startswith("error: invalid value for '--prefix': $TIMERS_PREFIX must "
-                                  "be non-empty and free of ':', '|'"), done.stderr
-    assert len(done.stderr.splitlines()) == 1
+def run_main(argv: list[str], capsys: pytest.CaptureFixture[str],
+             monkeypatch: pytest.MonkeyPatch) -> tuple[int, str, str]:
+    """The installed ``timers`` command (its entry point, :func:`timers.cli.app.main`) run
+    in this process on ``argv``: its exit code, stdout and stderr."""
+    monkeypatch.setattr(sys, "argv", ["timers", *argv])
+    with pytest.raises(SystemExit) as exited:
+        main()
+    out, err = capsys.readouterr()
+    return int(exited.value.code or 0), out, err
+
+
+def test_a_bad_prefix_in_the_environment_is_one_line(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TIMERS_PREFIX", "a|b")
+    code, _, err = run_main(["stats"], capsys, monkeypatch)
+    assert code == 2
+    assert err.startswith("error: invalid value for '--prefix': $TIMERS_PREFIX must "
+                          "be non-empty and free of ':', '|'"), err
+    assert len(err.splitlines()) == 1
 
 
 @pytest.mark.parametrize("columns", ["60", "200"])
-def test_listen_help_shows_the_defaults(columns: str) -> None:
-    env = dict(os.environ, COLUMNS=columns, TERM="xterm-256color")
-    done = subprocess.run([TIMERS_COMMAND, "listen", "--help"], env=env, capture_output=True,
-                          text=True, timeout=30, check=False)
-    text = " ".join(done.stdout.split())
-    assert done.returncode == 0, done.stderr
+def test_listen_help_shows_the_defaults(columns: str, capsys: pytest.CaptureFixture[str],
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", columns)
+    monkeypatch.setenv("TERM", "xterm-256color")
+    code, out, err = run_main(["listen", "--help"], capsys, monkeypatch)
+    text = " ".join(out.split())
+    assert code == 0, err
     assert ("Package whose functions timers may run, found on PYTHONPATH, then in the "
             "working directory [default: $TIMERS_TASKS or tasks]") in text, text
     assert "[default: $TIMERS_PREFIX or timers]" in text

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import itertools
 import json
 import os
@@ -15,6 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 import timers.operations
+import timers.timer_ids as timer_ids_module
 from tests.unit.helpers import claim, redis_now_ms
 from tests.unit.test_encoding import json_args, timer_ids
 from timers import AsyncTimers, Timers, TimerSpec
@@ -29,7 +31,7 @@ from timers.exceptions import (
 from timers.keys import Keyspace
 from timers.operations import SCHEDULE_CHUNK
 from timers.scripts import register_all
-from timers.timer_ids import ALPHABET, IdSequence, new_timer_id
+from timers.timer_ids import ALPHABET, IdSequence
 
 
 @pytest.fixture
@@ -103,17 +105,27 @@ def test_same_due_timers_scheduled_in_one_call_are_claimed_in_schedule_order(
             for m in members] == list(range(200))
 
 
-def test_a_forked_child_does_not_repeat_its_parents_ids() -> None:
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: its next ids, to the parent
-        os.write(write, ",".join(new_timer_id() for _ in range(50)).encode())
-        os._exit(0)
-    os.close(write)
-    parents = {new_timer_id() for _ in range(50)}
-    os.waitpid(pid, 0)
-    childs = set(os.read(read, 10_000).decode().split(","))
-    assert len(childs) == 50 and not parents & childs
+def test_a_forked_child_starts_its_own_sequence(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a fork does to the id sequence, without forking (a real fork:
+    tests/integration/test_fork.py): the module registers its sequence's reset to run in
+    the child, and a reset sequence, at the same millisecond as its parent, makes other ids."""
+    registered: list[dict[str, Any]] = []
+    monkeypatch.setattr(os, "register_at_fork", lambda **hooks: registered.append(hooks))
+    spec = importlib.util.spec_from_file_location("fresh_timer_ids", timer_ids_module.__file__)
+    assert spec is not None and spec.loader is not None
+    fresh = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fresh)
+    assert registered == [{"after_in_child": fresh._SEQUENCE.reset}]
+
+    parent = IdSequence(lambda: 1_700_000_000_000)
+    parent.next()
+    twin, child = IdSequence(parent.wall_ms), IdSequence(parent.wall_ms)
+    for copy in (twin, child):  # what fork copies: the last millisecond and its counter
+        copy._last_ms, copy._counter = parent._last_ms, parent._counter
+    child.reset()  # what the fork hook does in the child
+    parents = [parent.next() for _ in range(50)]
+    assert [twin.next() for _ in range(50)] == parents, "without the reset: the same ids"
+    assert not set(parents) & {child.next() for _ in range(50)}
 
 
 def test_schedule_writes_one_expiring_key_named_by_the_timer(

@@ -3,15 +3,17 @@ order its script's header documents (a wrong order would write to the wrong keys
 
 from __future__ import annotations
 
+import importlib
 import re
-import subprocess
 import sys
+import types
 from importlib import resources
 from pathlib import Path
 
 import fakeredis
 import pytest
 
+from tests.unit.fresh_imports import fresh_modules
 from timers import Timers
 from timers.keys import Keyspace
 from timers.scripts import (
@@ -181,18 +183,13 @@ def test_the_cron_package_alone_loads_no_hook_listener_or_asyncio() -> None:
     """What a producer imports for recurrences (``timers`` itself is stubbed out here: its
     own weight is another module's business)."""
     package = Path(__file__).resolve().parents[2] / "timers"
-    code = (
-        "import sys, types\n"
-        f"stub = types.ModuleType('timers'); stub.__path__ = [{str(package)!r}]\n"
-        "sys.modules['timers'] = stub\n"
-        "from timers.cron import Recurrence, recurrence, plan, State\n"
-        "recurrence('n', 'a.b', cron='0 9 * * *')\n"
-        "heavy = [m for m in ('asyncio', 'timers.cron.hook', 'timers.listener', "
-        "'timers.runner', 'timers.runs') if m in sys.modules]\n"
-        "print(heavy)\n"
-        "from timers.cron import RecurrenceHook\n"
-        "print(RecurrenceHook.__module__)\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True).stdout.split("\n")
-    assert out[:2] == ["[]", "timers.cron.hook"]
+    with fresh_modules("timers", "asyncio"):
+        stub = types.ModuleType("timers")
+        stub.__path__ = [str(package)]
+        sys.modules["timers"] = stub
+        cron = importlib.import_module("timers.cron")
+        cron.recurrence("n", "a.b", cron="0 9 * * *")
+        heavy = ("asyncio", "timers.cron.hook", "timers.listener", "timers.runner",
+                 "timers.runs")
+        assert [m for m in heavy if m in sys.modules] == []
+        assert cron.RecurrenceHook.__module__ == "timers.cron.hook"

@@ -4,8 +4,8 @@ due through the real listener, let time pass, and read what ran, what waits, wha
 from __future__ import annotations
 
 import asyncio
+import importlib
 import json
-import subprocess
 import sys
 from collections.abc import Iterator
 from datetime import timedelta
@@ -17,6 +17,7 @@ import pytest
 import timers
 import timers.aio
 from tests.unit.conftest import ROOT, SAMPLE_TASKS
+from tests.unit.fresh_imports import fresh_modules
 from tests.unit.sample_tasks import mod
 from timers.keys import Keyspace
 from timers.testing import TimersTest, timer_context
@@ -145,14 +146,15 @@ def test_the_pytest_fixture_points_the_defaults_at_memory(timers_test: TimersTes
     assert [p.task for p in timers_test.pending()] == ["reminders.sms"]
 
 
-def test_without_fakeredis_lua_the_import_says_what_to_install() -> None:
-    code = "import sys; sys.modules['lupa'] = None; import timers.testing"
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=60)
-    assert done.returncode != 0
-    assert done.stderr.strip().splitlines()[-1] == (
-        "ImportError: timers.testing needs fakeredis with Lua support: "
+def test_without_fakeredis_lua_the_import_says_what_to_install(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "lupa", None)  # as if not installed
+    with fresh_modules("timers.testing"), pytest.raises(ImportError) as raised:
+        importlib.import_module("timers.testing")
+    assert str(raised.value) == (
+        "timers.testing needs fakeredis with Lua support: "
         "pip install 'redis-timers[testing]' (or fakeredis[lua])")
+    assert raised.value.__cause__ is None and raised.value.__context__ is None
 
 
 def test_the_in_memory_listener_logs_no_warning_about_server_settings(

@@ -1,6 +1,9 @@
 """The testing guide's complete example (docs/guides/testing.md), copied into a fresh
 project outside this repository, passes under ``python -m pytest`` (the ``timers_test``
-fixture comes from the installed package's pytest plugin)."""
+fixture comes from the installed package's pytest plugin).
+
+A fresh pytest process: an integration test (no Redis involved, one server only).
+"""
 
 from __future__ import annotations
 
@@ -10,7 +13,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.unit.conftest import ROOT
+import pytest
+
+from tests.conftest import ROOT
+
+pytestmark = [pytest.mark.integration, pytest.mark.one_server]
 
 START, END = "<!-- testing-example:start -->", "<!-- testing-example:end -->"
 BLOCK = re.compile(r"```python\n(.*?)```", re.DOTALL)

@@ -1,6 +1,10 @@
 """Suspect runs run in quarantine: a run whose listener died holding it runs in a child
 process, so a poison kills only that child (counted as one more crash of its own timer)
-and the innocents cut short with it run once and succeed."""
+and the innocents cut short with it run once and succeed.
+
+Integration tests because quarantine is a process (a fork server and its children); the
+timers themselves live in fakeredis, so the server these tests run on does not matter.
+"""
 
 from __future__ import annotations
 
@@ -15,12 +19,15 @@ import fakeredis
 import pytest
 
 from tests.processes import alive
+from tests.unit.sample_tasks import mod
+from tests.unit.test_context import lines
 from tests.unit.test_crashes import PAST, crash
 from tests.unit.test_listener_unit import make_listener
 from timers import Timers
 from timers.keys import Keyspace
-from timers.listener.quarantine import how_it_died
 from timers.scripts import register_all
+
+pytestmark = [pytest.mark.integration, pytest.mark.one_server]
 
 HERE = f"{socket.gethostname()}:{os.getpid()}"
 
@@ -100,11 +107,6 @@ def test_the_timeout_kills_a_quarantined_task() -> None:
         "TimeoutError", "task did not finish within 0.3 s")
 
 
-def test_how_a_process_died_reads_well() -> None:
-    assert how_it_died(-11) == "killed by SIGSEGV"
-    assert how_it_died(1) == "exit code 1"
-
-
 def test_a_stopping_listener_ends_its_quarantine_process_and_hands_the_run_back(
         tmp_path: Path) -> None:
     server = fakeredis.FakeServer()
@@ -147,3 +149,20 @@ def test_a_quarantined_task_sees_the_listeners_environment_as_it_is_now(
     seen = tmp_path / "env"
     recovered("crash.note_env", [str(seen), "TIMERS_QUARANTINE_PROBE"], 1)
     assert seen.read_text() == "set-later\n"
+
+
+def test_a_poison_timer_below_its_crash_limit_reruns_in_quarantine_not_in_the_listener(
+        ) -> None:
+    mod.CALLS.clear()
+    producer = recovered("mod.add", [1, 2], reruns=2)
+    assert mod.CALLS == [], "a suspect run never runs in the listener process"
+    stats = producer.stats()
+    assert (stats.pending, stats.running, stats.fired, stats.failed) == (0, 0, 1, 0)
+
+
+def test_a_quarantined_rerun_sees_its_context_in_the_child(tmp_path: Path) -> None:
+    out = tmp_path / "ctx.jsonl"
+    producer = recovered("ctx.sync_note", [str(out)], reruns=1)
+    (seen,) = lines(out)
+    assert (seen["id"], seen["attempt"]) == ("suspect", 2), "a rerun after a crash counts"
+    assert producer.stats().fired == 1

@@ -1,11 +1,18 @@
 """``timers server``'s port probe: a port whose last server just stopped (its connections
-in TIME_WAIT) is free; a port something listens on is not. Sockets in this process only."""
+in TIME_WAIT) is free; a port something listens on is not. Sockets in this process only.
+
+A listening socket is a server: an integration test (no Redis involved, one server only).
+"""
 
 from __future__ import annotations
 
 import socket
 
+import pytest
+
 from timers.server import port_free
+
+pytestmark = [pytest.mark.integration, pytest.mark.one_server]
 
 
 def test_a_port_left_in_time_wait_is_free_and_a_listening_one_is_not() -> None:

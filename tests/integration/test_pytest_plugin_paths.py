@@ -1,6 +1,9 @@
 """The ``timers_test`` fixture finds the app's tasks package from the project's root
 (pytest's rootdir, where ``timers_tasks`` is set), wherever pytest was started: an IDE
-often runs one test file with its own directory as the working directory."""
+often runs one test file with its own directory as the working directory.
+
+A fresh pytest process: an integration test (no Redis involved, one server only).
+"""
 
 from __future__ import annotations
 
@@ -8,6 +11,10 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.integration, pytest.mark.one_server]
 
 TEST = '''
 import timers
