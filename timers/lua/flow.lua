@@ -7,7 +7,8 @@
 --                        lease deadline ms: the runs holding a slot of concurrency key
 --   P|waitk|<key>  zset  id -> queue score: timers waiting for a slot of <key>
 --   P|rate|<name>  hash  tat: the theoretical arrival time of rate limit <name> (GCRA);
---                        pacer: the id of the one waiting timer that holds the next slot
+--                        pacer: the id of the one waiting timer that holds the next slot;
+--                        last: ms of its last start (gate.lua)
 --   P|waitr|<name> zset  id -> queue score: timers waiting for rate limit <name>
 --   P|parked       hash  id -> "<state>|a|b|c|<name>" of a timer held back by a gate:
 --                        c|limit|lease|paid|key   waiting for a slot of key
@@ -304,6 +305,34 @@ local function promote_key(key_start, key, limit, now)
   end
 end
 
+-- The Redis clock time by which this server had surely started (INFO's uptime counts
+-- whole seconds, so a second is added), or nil where INFO is refused (an ACL without it)
+-- or unknown (fakeredis): read once per script call.
+local started_by = false
+local function server_started_by(now)
+  if started_by == false then
+    local ok, info = pcall(redis.call, 'INFO', 'server')
+    local up = ok and type(info) == 'string'
+      and tonumber(string.match(info, 'uptime_in_seconds:(%d+)'))
+    started_by = up and (now - up * 1000 + 1000) or nil
+  end
+  return started_by
+end
+
+-- The tat of rate limit `state` (its hash) as a start now must read it: at least `now`,
+-- and at least what a whole burst spent the moment this server started would leave. A
+-- server killed (kill -9, a crash) loses its last second of writes with appendfsync
+-- everysec (more with persistence off), the tat its last starts wrote among them; those
+-- starts came before it went down, so before it started again: no start of the rate
+-- comes within an interval of the server's start (the cost: a rate unused across a
+-- restart waits up to an interval, plus a second, after it).
+local function rate_tat(state, interval, burst, now)
+  local tat = math.max(tonumber(redis.call('HGET', state, 'tat') or '0') or 0, now)
+  local started = server_started_by(now)
+  if started then tat = math.max(tat, started + burst * interval) end
+  return tat
+end
+
 -- Give the next slot of rate limit `name` to the head of its queue, unless a waiting
 -- timer holds it already (the pacer): the head goes back into its due index at that
 -- slot's time, and the limit's tat moves one interval on.
@@ -316,7 +345,7 @@ local function promote_rate(key_start, name, interval, burst, now)
     local id, p, record = pop_waiting(key_start, queue)
     if not id then return end
     if p and p.state == 'r' and record then
-      local tat = math.max(tonumber(redis.call('HGET', state, 'tat') or '0') or 0, now)
+      local tat = rate_tat(state, interval, burst, now)
       local at = math.max(tat - (burst - 1) * interval, now)
       local next_tat = math.max(tat, at) + interval
       redis.call('HSET', state, 'tat', ms_text(next_tat), 'pacer', id)

@@ -91,9 +91,9 @@ local function take_rate(name, interval, burst)
       or redis.call('EXISTS', sys_key(ARGV[1], 'waitr|' .. name)) == 1 then
     return false
   end
-  local tat = math.max(tonumber(redis.call('HGET', state, 'tat') or '0') or 0, now)
+  local tat = rate_tat(state, interval, burst, now)
   if tat - now > (burst - 1) * interval then return false end
-  redis.call('HSET', state, 'tat', ms_text(tat + interval))
+  redis.call('HSET', state, 'tat', ms_text(tat + interval), 'last', ms_text(now))
   redis.call('PEXPIREAT', state, ms_text(tat + interval + 60000))
   return true
 end
@@ -106,9 +106,17 @@ local function gate(token, key, limit, rate, interval, burst)
   drop_ungated(ARGV[1], id, record)
   local p = parked_read(redis.call('HGET', parked_key, id)) or {state = ''}
   redis.call('HDEL', parked_key, id)
+  local slot_lost = false
   if p.state == 'R' then  -- this run holds its rate slot: the next in line may follow
     local state = sys_key(ARGV[1], 'rate|' .. p.name)
     if redis.call('HGET', state, 'pacer') == id then redis.call('HDEL', state, 'pacer') end
+    -- a slot due before this server started may have been taken already, by this very
+    -- timer, in writes a kill of the server lost: it is not paid, the rate is asked again
+    local started = server_started_by(now)
+    slot_lost = started ~= nil and p.c < started
+  end
+  if p.state == 'R' and not slot_lost then
+    local state = sys_key(ARGV[1], 'rate|' .. p.name)
     -- the next slot is an interval after this start, give or take RATE_JITTER_MS: a start
     -- late by more than that (a restart, a stalled listener) pushes the next slot back, so
     -- the timers that waited meanwhile do not start back to back; a start a few ms late
@@ -125,7 +133,7 @@ local function gate(token, key, limit, rate, interval, burst)
   -- full gives it up and asks the rate again when the key lets it go, so starts are never
   -- closer than the interval however long it waited for the key (a paid slot carried
   -- through a key's queue let several paid runs start at once as slots freed).
-  local paid = p.state == 'R'
+  local paid = p.state == 'R' and not slot_lost
   if key ~= '' and not take_slot(token, id, record, due, key, limit, p.state == 'C') then
     counts.waited = counts.waited + 1
     local waiting = {state = 'c', a = limit, b = lease, c = 0, name = key}
@@ -150,6 +158,9 @@ local function gate(token, key, limit, rate, interval, burst)
   end
   if key ~= '' then
     redis.call('HSET', sys_key(ARGV[1], 'held'), token, limit .. '|' .. lease .. '|' .. key)
+  end
+  if paid then  -- the rate's last start (take_rate notes its own)
+    redis.call('HSET', sys_key(ARGV[1], 'rate|' .. p.name), 'last', ms_text(now))
   end
   if record_option(record, 'w') then
     counts.held_ms = counts.held_ms + math.max(now - due, 0)
