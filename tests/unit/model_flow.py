@@ -31,6 +31,7 @@ run only after a renewal finds its lease still held.
 
 from __future__ import annotations
 
+import copy
 import time as real_time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -40,6 +41,8 @@ from typing import Any
 import fakeredis
 import fakeredis._socket._base as fake_base
 import fakeredis.commands_mixins.server_mixin as fake_server
+from fakeredis._commands import SUPPORTED_COMMANDS, Signature
+from fakeredis._socket._fakesocket import FakeSocket
 
 from timers.encoding import as_text
 from timers.keys import DEFAULT_GROUP, Keyspace
@@ -60,10 +63,17 @@ CONCURRENCY = 3
 
 
 class VirtualClock:
-    """The Redis clock of the model, in ms; fakeredis reads it through :func:`redis_clock`."""
+    """The Redis clock of the model, in ms; fakeredis reads it through :func:`redis_clock`,
+    and its ``INFO`` reports the server's uptime from ``boot_ms`` (the server of the model
+    has been up for an hour until a restart sets it)."""
 
     def __init__(self, ms: int = START_MS) -> None:
         self.ms = ms
+        self.boot_ms = ms - 3_600_000
+
+    def info(self) -> bytes:
+        """What ``INFO server`` says of this clock's server (the line the scripts read)."""
+        return f"# Server\r\nuptime_in_seconds:{(self.ms - self.boot_ms) // 1000}\r\n".encode()
 
     def time(self) -> float:
         return self.ms / 1000
@@ -74,16 +84,38 @@ class VirtualClock:
 
 @contextmanager
 def redis_clock(clock: VirtualClock) -> Iterator[None]:
-    """fakeredis reads ``clock`` for TIME and for key expiry while this lasts."""
+    """fakeredis reads ``clock`` for TIME and for key expiry while this lasts, and answers
+    ``INFO`` (which it lacks) with the clock's uptime (:meth:`VirtualClock.info`)."""
     modules = (fake_base, fake_server)
     saved = [getattr(module, "time") for module in modules]  # noqa: B009
     for module in modules:
         setattr(module, "time", clock)  # noqa: B010 (a module attribute, not ours)
+    SUPPORTED_COMMANDS["info"] = Signature("info", "_model_info", (), (bytes,))  # type: ignore[arg-type]
+    FakeSocket._model_info = lambda _socket, *_args: clock.info()  # type: ignore[attr-defined]
     try:
         yield
     finally:
+        SUPPORTED_COMMANDS.pop("info", None)
+        del FakeSocket._model_info  # type: ignore[attr-defined]
         for module, was in zip(modules, saved, strict=True):
             setattr(module, "time", was)  # noqa: B010
+
+
+Snapshot = dict[bytes, Any]
+
+
+def snapshot(server: fakeredis.FakeServer) -> Snapshot:
+    """The data of ``server``'s db 0, copied (what a restart may come back with)."""
+    return copy.deepcopy(dict(server.dbs[0]._dict))
+
+
+def restore(server: fakeredis.FakeServer, data: Snapshot) -> None:
+    """``server``'s db 0 as it was in ``data``: the writes since are lost."""
+    db = server.dbs[0]
+    db._dict.clear()  # not db.clear(): it wakes watchers, under a lock only fakeredis holds
+    db._expiry_heap.clear()
+    for key, item in copy.deepcopy(data).items():
+        db[key] = item
 
 
 # -- what the model expects ---------------------------------------------------------------
