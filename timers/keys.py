@@ -72,7 +72,8 @@ key                 type    holds
                             seen yet, per barrier ``k:<key>`` (a timer's own key) or
                             ``t:<task>`` (a keyed task) (the order barrier,
                             ``timers/lua/flow.lua``).
-``P|ungatedt``      hash    id → run token of those.
+``P|ungatedt``      hash    id → run token of those, or ``r|<barrier>`` for a keyed
+                            timer that waits for its rate limit (its key's order).
 ``P|barred``        hash    concurrency key → its limit: a key whose queue head waits
                             behind the order barrier (promoted when it lifts).
 ``P|shards``        string  the shard count of the prefix (:mod:`timers.shards`); kept

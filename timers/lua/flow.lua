@@ -22,7 +22,9 @@
 --                        gate has not seen them yet, per barrier: "k:<key>" for a timer
 --                        with its own key, "t:<task>" for one of a keyed task (the order
 --                        barrier, below)
---   P|ungatedt     hash  id -> run token of those (a run gone or lapsed no longer bars)
+--   P|ungatedt     hash  id -> run token of those (a run gone or lapsed no longer bars),
+--                        or "r|<b>" for a keyed timer waiting for its rate limit (r, R),
+--                        which keeps its place in its key's order meanwhile
 --   P|barred       hash  key -> limit: keys whose queue head waits behind the barrier
 --   P|next         hash  run token -> the run next in line on its slot: the key's next
 --                        timer, handed to the same listener while the run goes (source
@@ -89,6 +91,13 @@ local function drop_ungated(key_start, id, record)
   end
 end
 
+local function parked_read(value)
+  local state, a, b, c, name =
+    string.match(value or '', '^([cCrR])|(%d+)|(%d+)|(%d+)|(.+)$')
+  if not state then return nil end
+  return {state = state, a = tonumber(a), b = tonumber(b), c = tonumber(c), name = name}
+end
+
 -- Whether timer `id` (its record, its queue score) must wait for an earlier timer of its
 -- task that a listener claimed and has not gated yet. Earlier entries whose run is gone
 -- or lapsed are dropped on the way.
@@ -103,6 +112,12 @@ local function barred(key_start, id, record, score, now)
       return false
     end
     local token = redis.call('HGET', tokens, first)
+    if token and string.sub(token, 1, 2) == 'r|' then  -- waiting for its rate: bars while
+      -- it waits (r) or paces (R)
+      local p = parked_read(redis.call('HGET', sys_key(key_start, 'parked'), first))
+      if p and (p.state == 'r' or p.state == 'R') then return true end
+      token = nil
+    end
     local run = token and redis.call('HGET', sys_key(key_start, 'runrec'), token)
     local run_record = run and select(5, run_read(run))
     local until_ms = run_record and redis.call('ZSCORE', running_key_for(
@@ -111,13 +126,6 @@ local function barred(key_start, id, record, score, now)
     redis.call('ZREM', index, first)
     redis.call('HDEL', tokens, first)
   end
-end
-
-local function parked_read(value)
-  local state, a, b, c, name =
-    string.match(value or '', '^([cCrR])|(%d+)|(%d+)|(%d+)|(.+)$')
-  if not state then return nil end
-  return {state = state, a = tonumber(a), b = tonumber(b), c = tonumber(c), name = name}
 end
 
 local function parked_write(key_start, id, p)
@@ -430,6 +438,12 @@ local function unpark(key_start, id)
   if not p then return end
   redis.call('HDEL', parked, id)
   local now = redis_now()
+  local tokens = sys_key(key_start, 'ungatedt')
+  local barrier = string.match(redis.call('HGET', tokens, id) or '', '^r|(.+)$')
+  if barrier then  -- it no longer holds its key's order while it waits for its rate
+    redis.call('HDEL', tokens, id)
+    redis.call('ZREM', sys_key(key_start, 'ungated|' .. barrier), id)
+  end
   if p.state == 'c' then
     redis.call('ZREM', sys_key(key_start, 'waitk|' .. p.name), id)
   elseif p.state == 'C' then
@@ -438,12 +452,14 @@ local function unpark(key_start, id)
     end
   elseif p.state == 'r' then
     redis.call('ZREM', sys_key(key_start, 'waitr|' .. p.name), id)
+    promote_barred(key_start, now)  -- the keyed timers it held back in its key's order
   else
     local state = sys_key(key_start, 'rate|' .. p.name)
     if redis.call('HGET', state, 'pacer') == id then
       redis.call('HDEL', state, 'pacer')
       promote_rate(key_start, p.name, p.a, p.b, now)
     end
+    promote_barred(key_start, now)
   end
 end
 

@@ -57,22 +57,26 @@ local function hold(token, id, record, due, queue, p, rk, reruns)
   return 'wait'
 end
 
--- A slot of `key` for the run: one kept for it, or a free one nobody waits ahead for
--- (in the key's queue, by queue score and then id, or claimed and not gated yet:
--- flow.lua's order barrier).
+-- A slot of `key` for the run: one kept for it, or a free one, either only while nobody
+-- waits ahead of it (in the key's queue, by queue score and then id, or claimed and not
+-- gated yet, or waiting for its rate limit: flow.lua's order barrier). A kept slot whose
+-- timer finds one ahead of it (come to wait since it was promoted: a higher priority, a
+-- retry due earlier) goes to that one: the run waits in its place (gate then promotes
+-- the key).
 local function take_slot(token, id, record, due, key, limit, kept)
   local slots = sys_key(ARGV[1], 'slots|' .. key)
   if redis.call('ZSCORE', slots, token) then return true end  -- handed over with it
-  if kept and redis.call('ZREM', slots, 'w:' .. id) == 1 then
-    redis.call('ZADD', slots, ms_text(now + lease), token)
-    return true
-  end
-  free_lapsed_slots(ARGV[1], slots, now)
   local score = flow_score(record, due)
   local head = redis.call('ZRANGE', sys_key(ARGV[1], 'waitk|' .. key), 0, 0, 'WITHSCORES')
   local head_score = tonumber(head[2])
   local waits_ahead = head[1] ~= nil
     and (head_score < score or (head_score == score and head[1] < id))
+  if kept and redis.call('ZREM', slots, 'w:' .. id) == 1 then
+    if waits_ahead or barred(ARGV[1], id, record, score, now) then return false end
+    redis.call('ZADD', slots, ms_text(now + lease), token)
+    return true
+  end
+  free_lapsed_slots(ARGV[1], slots, now)
   if redis.call('ZCARD', slots) < limit and not waits_ahead then
     if barred(ARGV[1], id, record, score, now) then
       redis.call('HSET', sys_key(ARGV[1], 'barred'), key, ms_text(limit))
@@ -144,15 +148,21 @@ local function gate(token, key, limit, rate, interval, burst)
     return status
   end
   if rate ~= '' and not paid and not take_rate(rate, interval, burst) then
-    if key ~= '' then  -- a slot it was handed with passes on as that run's would
-      redis.call('ZREM', sys_key(ARGV[1], 'slots|' .. key), token)
-      release_slot(ARGV[1], token, now)
-      promote_key(ARGV[1], key, limit, now)
-    end
     counts.rate_limited = counts.rate_limited + 1
     local waiting = {state = 'r', a = interval, b = burst, c = 0, name = rate}
     local status = hold(token, id, record, due, sys_key(ARGV[1], 'waitr|' .. rate), waiting, rk,
       reruns)
+    if key ~= '' then
+      -- it keeps its place in its key's order while it waits for its rate (the order
+      -- barrier, "r|…": the key's later timers wait behind it), and the slot it took, or
+      -- was handed with, passes on as that run's would: to a timer ahead of it, if any
+      if status == 'wait' then
+        note_ungated(ARGV[1], id, 'r|' .. barrier_of(record), record, due)
+      end
+      redis.call('ZREM', sys_key(ARGV[1], 'slots|' .. key), token)
+      release_slot(ARGV[1], token, now)
+      promote_key(ARGV[1], key, limit, now)
+    end
     promote_rate(ARGV[1], rate, interval, burst, now)
     return status
   end
