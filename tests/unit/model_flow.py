@@ -417,7 +417,11 @@ class World:
                          f"{timer.reruns_started}, this start is not counted as a rerun")
         timer.reruns_started.append(run.reruns)
         if timer.key:
-            running = {e.timer_id for e in self.executing.values() if e.key == timer.key}
+            # a run another listener took over (its token gone from Redis: recovered, its
+            # slot passed to the rerun) is a paused process going on with the run it was
+            # in: invariant 1's one exception (design invariant 12), a late finish
+            running = {e.timer_id for e in self.executing.values() if e.key == timer.key
+                       and self.r.hexists(KS.running_records, e.token)}
             running.add(timer.id)
             if len(running) > KEY_LIMITS[timer.key]:
                 self.violate("key_limit", f"{what}: key {timer.key} (limit "
@@ -477,6 +481,11 @@ class World:
         # thread, before this ending is written (runner.py)
         for following in [n for n in listener.nexts.values() if n.follows == token]:
             del listener.nexts[following.token]
+            if (limits_of(following.record_text) or ("", 0, ""))[2]:
+                # a rate to ask about: it waits for the run before it to end, then asks
+                # the gate (executor.py ``_turn_before``, ``_may_follow_in_thread``)
+                listener.claimed[following.token] = (following, self.now)
+                continue
             if (self.fenced or self.local_fence) \
                     and self.must_ask(listener, following.token, self.now) \
                     and following.token in self.renew(listener, [following.token]):
