@@ -106,14 +106,6 @@ def due_checked(device: int) -> None:
     r.rpush(DUE_CHECKS, json.dumps([due, seconds * 1000 + micros / 1000]))
 
 
-@timers.task(rate="120/m")
-def paced_slowly(tag: str) -> None:
-    """One start every 500 ms, fleet-wide: notes ``[tag, ms at the start]`` (the machine's
-    clock, read first thing: the one Redis enforces the rate with, on this machine)."""
-    started = time.time() * 1000
-    client().rpush(RUNS, json.dumps([tag, started]))
-
-
 RATE_URL_ENV = "TIMERS_TEST_RATE_URL"
 """The listeners' own server, where :func:`paced_on_redis_clock` reads its rate's state."""
 _rate_clients: dict[str, redis.Redis] = {}
