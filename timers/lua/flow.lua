@@ -112,17 +112,16 @@ local function barred(key_start, id, record, score, now)
       return false
     end
     local token = redis.call('HGET', tokens, first)
-    if token and string.sub(token, 1, 2) == 'r|' then  -- waiting for its rate: bars while
-      -- it waits (r) or paces (R)
-      local p = parked_read(redis.call('HGET', sys_key(key_start, 'parked'), first))
-      if p and (p.state == 'r' or p.state == 'R') then return true end
-      token = nil
-    end
+    if token and string.sub(token, 1, 2) == 'r|' then token = nil end  -- no run: rate wait
     local run = token and redis.call('HGET', sys_key(key_start, 'runrec'), token)
     local run_record = run and select(5, run_read(run))
     local until_ms = run_record and redis.call('ZSCORE', running_key_for(
       sys_key(key_start, 'run'), record_group(run_record)), token)
     if until_ms and tonumber(until_ms) > now then return true end
+    -- no live run: it still bars while it waits for its rate (r) or paces (R), claimed or
+    -- not (a pacer's run handed back is pending again, still the rate's pacer)
+    local p = parked_read(redis.call('HGET', sys_key(key_start, 'parked'), first))
+    if p and (p.state == 'r' or p.state == 'R') then return true end
     redis.call('ZREM', index, first)
     redis.call('HDEL', tokens, first)
   end
