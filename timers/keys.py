@@ -58,8 +58,9 @@ key                 type    holds
                             ``key``.
 ``P|waitk|<key>``   zset    id → queue score: timers waiting for a slot of ``key``;
                             score (1000 - priority) * 2^42 + due ms.
-``P|rate|<name>``   hash    ``tat`` (GCRA) and ``pacer`` (the waiting timer that holds
-                            the next slot) of rate limit ``name``.
+``P|rate|<name>``   hash    ``tat`` (GCRA), ``pacer`` (the waiting timer that holds
+                            the next slot) and ``last`` (ms of its last start) of rate
+                            limit ``name``.
 ``P|waitr|<name>``  zset    id → queue score: timers waiting for rate limit ``name``.
 ``P|parked``        hash    id → state of a timer held back by a flow gate (see
                             ``timers/lua/flow.lua``).
@@ -71,7 +72,8 @@ key                 type    holds
                             seen yet, per barrier ``k:<key>`` (a timer's own key) or
                             ``t:<task>`` (a keyed task) (the order barrier,
                             ``timers/lua/flow.lua``).
-``P|ungatedt``      hash    id → run token of those.
+``P|ungatedt``      hash    id → run token of those, or ``r|<barrier>`` for a keyed
+                            timer that waits for its rate limit (its key's order).
 ``P|barred``        hash    concurrency key → its limit: a key whose queue head waits
                             behind the order barrier (promoted when it lifts).
 ``P|hist``          zset    escaped id -> when its newest end (completed, skipped, dead,

@@ -17,6 +17,8 @@ import redis
 import timers
 from tests.task_pkg import RUNS, STARTED, client
 from tests.task_pkg.slow import RELEASE
+from timers.keys import Keyspace
+from timers.listener.flow_gate import TASK_KEY
 
 ACTIVE = "test:active:"
 SPANS_ENV = "TIMERS_TEST_SPANS"
@@ -111,9 +113,21 @@ def due_checked(device: int) -> None:
     r.rpush(DUE_CHECKS, json.dumps([due, seconds * 1000 + micros / 1000]))
 
 
+RATE_URL_ENV = "TIMERS_TEST_RATE_URL"
+"""The listeners' own server, where :func:`paced_on_redis_clock` reads its rate's state."""
+_rate_clients: dict[str, redis.Redis] = {}
+
+
 @timers.task(rate="120/m")
-def paced_slowly(tag: str) -> None:
-    """One start every 500 ms, fleet-wide: notes ``[tag, ms at the start]`` (the Redis
-    clock, read first thing: the one the rate is enforced with)."""
-    r = client()
-    r.rpush(RUNS, json.dumps([tag, redis_ms(r)]))
+def paced_on_redis_clock(tag: str) -> None:
+    """One start every 500 ms, fleet-wide: notes ``[tag, ms]``, the ms of this run's start
+    on the Redis clock as the gate let it go (the rate's ``last``, read from the listeners'
+    server at ``$TIMERS_TEST_RATE_URL``: the rate's next start comes an interval later, so
+    it is still this run's). The time a task reads on entry would add the listener's
+    dispatch (±15 ms on a loaded 2-core machine) to every gap."""
+    url = os.environ[RATE_URL_ENV]
+    rates = _rate_clients.get(url)
+    if rates is None:
+        rates = _rate_clients[url] = redis.Redis.from_url(url, decode_responses=True)
+    last = rates.hget(Keyspace().rate(TASK_KEY + timers.current().task), "last")
+    client().rpush(RUNS, json.dumps([tag, float(last or "nan")]))

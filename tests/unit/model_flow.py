@@ -26,11 +26,17 @@ A virtual listener mirrors the real one:
 - renewals (``leases.py``): a token found lost is no longer renewed, nothing else.
 
 With ``fenced`` the listener is the one the design asks for (invariant 12): it starts any
-run only after a renewal finds its lease still held.
+run only after a renewal finds its lease still held. With ``local_fence`` it is the one in
+``timers/listener`` (``leases.py`` ``HeldRuns``, ``Fence``): it knows how long each lease
+holds (half a lease from the reply that gave it the run, a lease from each renewal that kept
+it) and asks Redis first only when that is a tenth of a lease away or less (after a pause).
+With neither, it is the listener before the fence (it renews first only a claim read more
+than half a lease late).
 """
 
 from __future__ import annotations
 
+import copy
 import time as real_time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -40,6 +46,8 @@ from typing import Any
 import fakeredis
 import fakeredis._socket._base as fake_base
 import fakeredis.commands_mixins.server_mixin as fake_server
+from fakeredis._commands import SUPPORTED_COMMANDS, Signature
+from fakeredis._socket._fakesocket import FakeSocket
 
 from timers import run_record
 from timers.encoding import Record, as_text
@@ -61,10 +69,17 @@ CONCURRENCY = 3
 
 
 class VirtualClock:
-    """The Redis clock of the model, in ms; fakeredis reads it through :func:`redis_clock`."""
+    """The Redis clock of the model, in ms; fakeredis reads it through :func:`redis_clock`,
+    and its ``INFO`` reports the server's uptime from ``boot_ms`` (the server of the model
+    has been up for an hour until a restart sets it)."""
 
     def __init__(self, ms: int = START_MS) -> None:
         self.ms = ms
+        self.boot_ms = ms - 3_600_000
+
+    def info(self) -> bytes:
+        """What ``INFO server`` says of this clock's server (the line the scripts read)."""
+        return f"# Server\r\nuptime_in_seconds:{(self.ms - self.boot_ms) // 1000}\r\n".encode()
 
     def time(self) -> float:
         return self.ms / 1000
@@ -75,16 +90,38 @@ class VirtualClock:
 
 @contextmanager
 def redis_clock(clock: VirtualClock) -> Iterator[None]:
-    """fakeredis reads ``clock`` for TIME and for key expiry while this lasts."""
+    """fakeredis reads ``clock`` for TIME and for key expiry while this lasts, and answers
+    ``INFO`` (which it lacks) with the clock's uptime (:meth:`VirtualClock.info`)."""
     modules = (fake_base, fake_server)
     saved = [getattr(module, "time") for module in modules]  # noqa: B009
     for module in modules:
         setattr(module, "time", clock)  # noqa: B010 (a module attribute, not ours)
+    SUPPORTED_COMMANDS["info"] = Signature("info", "_model_info", (), (bytes,))  # type: ignore[arg-type]
+    FakeSocket._model_info = lambda _socket, *_args: clock.info()  # type: ignore[attr-defined]
     try:
         yield
     finally:
+        SUPPORTED_COMMANDS.pop("info", None)
+        del FakeSocket._model_info  # type: ignore[attr-defined]
         for module, was in zip(modules, saved, strict=True):
             setattr(module, "time", was)  # noqa: B010
+
+
+Snapshot = dict[bytes, Any]
+
+
+def snapshot(server: fakeredis.FakeServer) -> Snapshot:
+    """The data of ``server``'s db 0, copied (what a restart may come back with)."""
+    return copy.deepcopy(dict(server.dbs[0]._dict))
+
+
+def restore(server: fakeredis.FakeServer, data: Snapshot) -> None:
+    """``server``'s db 0 as it was in ``data``: the writes since are lost."""
+    db = server.dbs[0]
+    db._dict.clear()  # not db.clear(): it wakes watchers, under a lock only fakeredis holds
+    db._expiry_heap.clear()
+    for key, item in copy.deepcopy(data).items():
+        db[key] = item
 
 
 # -- what the model expects ---------------------------------------------------------------
@@ -142,6 +179,8 @@ class VListener:
     holding: set[str] = field(default_factory=set)
     held: set[str] = field(default_factory=set)
     """Tokens the renewals keep."""
+    held_until: dict[str, int] = field(default_factory=dict)
+    """Token -> Redis clock ms until which this listener knows its lease holds (the fence)."""
     paused: bool = False
     alive: bool = True
 
@@ -178,11 +217,13 @@ def limits_of(record: str) -> tuple[str, int, str, int, int] | None:
 
 
 class World:
-    def __init__(self, client: fakeredis.FakeRedis, clock: VirtualClock, fenced: bool) -> None:
+    def __init__(self, client: fakeredis.FakeRedis, clock: VirtualClock, fenced: bool,
+                 local_fence: bool = False) -> None:
         self.r = client
         self.clock = clock
         self.s = Scripts(client, KS)
         self.fenced = fenced
+        self.local_fence = local_fence
         self.timers: dict[str, TimerModel] = {}
         self.listeners: list[VListener] = []
         self.executing: dict[str, Executing] = {}
@@ -221,12 +262,24 @@ class World:
             return set()
         lost = {as_text(t) for t in self.s.renew(LEASE_MS, tokens)}
         listener.held -= lost
+        for token in tokens:
+            if token not in lost:
+                listener.held_until[token] = self.now + LEASE_MS
         return lost
+
+    def must_ask(self, listener: VListener, token: str, read_at: int) -> bool:
+        """Whether the listener asks Redis (renews) before it starts run ``token`` whose
+        reply it read at ``read_at``."""
+        if self.fenced:
+            return True
+        if self.local_fence:
+            return listener.held_until.get(token, 0) - self.now <= LEASE_MS // 10
+        return self.now - read_at > LEASE_MS // 2
 
     # -- the producer
 
     def schedule(self, task: str, group: str, priority: int, key: str, in_ms: int) -> str:
-        timer_id = f"t{len(self.timers)}"
+        timer_id = f"t{len(self.timers):03d}"  # ids sort in scheduling order, as generated ones do
         record = record_of(task, group, priority, key)
         reply = self.s.schedule([NewTimer(timer_id, record, "in", in_ms, "n")])
         due = int(reply[1])
@@ -260,6 +313,7 @@ class World:
             run = Run.parse(items[i], items[i + 1], items[i + 2])
             listener.claimed[run.token] = (run, self.now)
             listener.held.add(run.token)
+            listener.held_until[run.token] = self.now + LEASE_MS // 2
             self.note(f"{listener.id} claims {run.timer_id} token {run.token} "
                       f"({run.source}, reruns {run.reruns}, due +{run.due_ms - START_MS})")
         if screen:
@@ -278,13 +332,15 @@ class World:
                 asked.append((run, GateRun(run.token, *limits)))
         if not asked:
             return
+        inherited = self.inherited_slots([g for _, g in asked])
         reply = self.s.gate(LEASE_MS, [g for _, g in asked])
         for (run, _), status in zip(asked, reply, strict=True):
             status = as_text(status)
             self.note(f"{listener.id} screens {run.timer_id} token {run.token}: {status}")
             if status == "go":
                 listener.holding.add(run.token)
-                self.check_fifo(run, "screen")
+                if run.token not in inherited:
+                    self.check_fifo(run, "screen")
             else:
                 del listener.claimed[run.token]
                 listener.held.discard(run.token)
@@ -322,6 +378,7 @@ class World:
                 asked.append((run, GateRun(run.token, *limits)))
         if not asked:
             return
+        inherited = self.inherited_slots([g for _, g in asked])
         reply = self.s.gate(LEASE_MS, [g for _, g in asked])
         for (run, spec), status in zip(asked, reply, strict=True):
             status = as_text(status)
@@ -329,7 +386,8 @@ class World:
             if status == "go":
                 if spec.key:
                     listener.holding.add(run.token)
-                    self.check_fifo(run, "gate")
+                    if run.token not in inherited:
+                        self.check_fifo(run, "gate")
                 self.start(listener, run)
             else:
                 listener.held.discard(run.token)
@@ -337,8 +395,8 @@ class World:
     def _still_ours(self, listener: VListener, run: Run, read_at: int) -> bool:
         """Today's listener renews a run first when its reply was read late (a pause since);
         the fenced one always does."""
-        late = self.now - read_at > LEASE_MS // 2
-        if (self.fenced or late) and run.token in self.renew(listener, [run.token]):
+        if self.must_ask(listener, run.token, read_at) \
+                and run.token in self.renew(listener, [run.token]):
             self.note(f"{listener.id} drops {run.timer_id} token {run.token}: lease lost")
             return False
         return True
@@ -359,7 +417,11 @@ class World:
                          f"{timer.reruns_started}, this start is not counted as a rerun")
         timer.reruns_started.append(run.reruns)
         if timer.key:
-            running = {e.timer_id for e in self.executing.values() if e.key == timer.key}
+            # a run another listener took over (its token gone from Redis: recovered, its
+            # slot passed to the rerun) is a paused process going on with the run it was
+            # in: invariant 1's one exception (design invariant 12), a late finish
+            running = {e.timer_id for e in self.executing.values() if e.key == timer.key
+                       and self.r.hexists(KS.running_records, e.token)}
             running.add(timer.id)
             if len(running) > KEY_LIMITS[timer.key]:
                 self.violate("key_limit", f"{what}: key {timer.key} (limit "
@@ -374,19 +436,27 @@ class World:
                                               run.reruns, run.source)
         listener.executing[run.token] = run
 
+    def inherited_slots(self, asked: list[GateRun]) -> set[str]:
+        """The runs asked about that hold their key's slot already: a rerun given the slot
+        of the run it replaces (``transfer_slot``: the rerun goes first, in the place its
+        first run had), or a run handed over with it."""
+        return {g.token for g in asked
+                if g.key and self.r.zscore(KS.slots(g.key), g.token) is not None}
+
     def check_fifo(self, run: Run, how: str) -> None:
         """A run of a key got its slot: no timer of that key that goes before it (priority,
         due, scheduling order), due, claimed by a live lease or waiting in a flow queue,
         is left waiting."""
         timer = self.timers[run.timer_id]
-        if not timer.key:
-            return
+        if not timer.key or timer.reruns_started:
+            return  # a rerun (its run cut off) goes first: its place is its first run's
         waiting_runs: dict[str, str] = {}
         for token, text in self.r.hgetall(KS.running_records).items():
             token_text = as_text(token)
             timer_id = run_record.decode(as_text(text))[3]
             if (token_text not in self.executing and token_text != run.token
-                    and not any(token_text in li.nexts for li in self.listeners)
+                    and not any(token_text in li.nexts or token_text in li.holding
+                                for li in self.listeners)  # next in line, or screened
                     and self.lease_held(Run.parse(token, text, "s"))):
                 waiting_runs[timer_id] = f"claimed as token {token_text}"
         parked = {as_text(k): as_text(v) for k, v in self.r.hgetall(KS.parked).items()}
@@ -411,7 +481,14 @@ class World:
         # thread, before this ending is written (runner.py)
         for following in [n for n in listener.nexts.values() if n.follows == token]:
             del listener.nexts[following.token]
-            if self.fenced and following.token in self.renew(listener, [following.token]):
+            if (limits_of(following.record_text) or ("", 0, ""))[2]:
+                # a rate to ask about: it waits for the run before it to end, then asks
+                # the gate (executor.py ``_turn_before``, ``_may_follow_in_thread``)
+                listener.claimed[following.token] = (following, self.now)
+                continue
+            if (self.fenced or self.local_fence) \
+                    and self.must_ask(listener, following.token, self.now) \
+                    and following.token in self.renew(listener, [following.token]):
                 self.note(f"{listener.id} drops next {following.timer_id}: lease lost")
                 continue
             listener.holding.add(following.token)
@@ -443,6 +520,7 @@ class World:
         for i in range(0, len(items), 3):
             handed = Run.parse(*items[i:i + 3])
             listener.held.add(handed.token)
+            listener.held_until[handed.token] = self.now + LEASE_MS // 2
             self.note(f"{listener.id} is handed {handed.timer_id} token {handed.token} "
                       f"({handed.source}{' after ' + handed.follows if handed.follows else ''})")
             if handed.source == "next":

@@ -368,7 +368,7 @@ def test_a_rate_slot_not_used_at_its_time_is_not_carried_through_a_keys_queue(
     add(s, "b", "t.f:", -20)
     [b] = claim(s)
     assert gate(s, [b], **both) == ["wait"]  # the key is free, the rate is not
-    add(s, "a", "t.f:", -10)
+    add(s, "a", "t.f;p=5:", -10)  # ahead of b in the key's order (a later one waits behind b)
     [a] = claim(s)
     assert gate(s, [a], key="k", limit=1) == ["go"]  # the key's slot goes to another run
     fake.zadd(KS.due_index(), {"b": 0})  # b's rate slot time has come
@@ -434,3 +434,23 @@ def test_the_barrier_lifts_when_the_earlier_claim_is_gone(
     fake.zadd(KS.running, {a.token: 0})  # a's listener died before its gate
     fake.hdel(KS.running_records, a.token)  # ... and its run is gone
     assert gate(s, [b], key="k", limit=1) == ["go"]
+
+
+def test_a_keyed_timer_waiting_for_its_rate_holds_its_keys_later_timers_until_it_goes(
+        s: Scripts, fake: fakeredis.FakeRedis) -> None:
+    """The rate-wait rule (docs/state-machine.md, invariant 2): a timer of a key waiting for
+    its rate keeps its place in its key's order; cancelling it lets the key's next go."""
+    both = {"key": "k", "limit": 1, "rate": "r", "interval_ms": 60_000, "burst": 1}
+    add(s, "x", "t.f:", -30)
+    [x] = claim(s)
+    assert gate(s, [x], rate="r", interval_ms=60_000, burst=1) == ["go"]
+    add(s, "b", "t.f;k=k:", -20)
+    [b] = claim(s)
+    assert gate(s, [b], **both) == ["wait"]  # the key is free, the rate is not
+    add(s, "c", "u.g;k=k:", -10)  # another task, the same key, after b
+    [c] = claim(s)
+    assert gate(s, [c], key="k", limit=1) == ["wait"]  # behind b in k's order
+    assert s.cancel("b") == 1
+    assert fake.zscore(KS.due_index(), "c") == 0  # promoted: k's slot is kept for it
+    [c] = claim(s)
+    assert gate(s, [c], key="k", limit=1) == ["go"]

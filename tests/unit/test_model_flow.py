@@ -2,12 +2,14 @@
 Lua scripts on fakeredis (``tests/unit/model_flow.py``) with three virtual listeners and
 random interleavings of schedule, claim, park, gate and start, finish (ok, retry, dead),
 renew, a lapse of time, pause and resume, kill, cancel, reschedule, hand-back and a server
-restart, and checks the invariants after every step.
+restart (one that may lose its last writes, for the rate's invariant), and checks the
+invariants after every step.
 
-Each test checks one family of invariants, so each shrinks to its own counterexample; the
-ones today's scripts break are marked ``xfail`` naming the finding of issue 28. ``fenced``
-runs the listener the design asks for (it starts a run only while a renewal finds its lease
-held); the others run a listener that does what ``timers/listener`` does today.
+Each test checks one family of invariants, so each shrinks to its own counterexample.
+``fenced`` runs the listener the design asks for (it starts a run only while a renewal finds
+its lease held); ``local_fence`` the one ``timers/listener`` has (its own fence asks Redis
+only after a pause); the long profile's unfenced listener is the one before the fence
+(finding 1 of issue 28, ``xfail``).
 
 The default run is bounded (a few seconds per test); ``TIMERS_MODEL_LONG=1`` or
 ``-m model_long`` runs the long profile.
@@ -35,10 +37,14 @@ from tests.unit.model_flow import (
     LEASE_MS,
     PLAIN,
     RATED,
+    START_MS,
+    Snapshot,
     VirtualClock,
     VListener,
     World,
     redis_clock,
+    restore,
+    snapshot,
 )
 from timers.keys import DEFAULT_GROUP
 
@@ -56,7 +62,12 @@ pick = st.integers(0, 50)
 
 class FlowModel(RuleBasedStateMachine):
     FENCED = False
+    LOCAL_FENCE = False
     CHECKS: frozenset[str] = frozenset(KINDS)
+    LOSSY = False
+    """Whether a server restart may come back without its last writes (a machine crash
+    with ``appendfsync everysec``, snapshots only): only the rate's invariant is asked to
+    hold then (the others need every acknowledged write kept)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -65,7 +76,9 @@ class FlowModel(RuleBasedStateMachine):
         self._clock.__enter__()
         self.server = fakeredis.FakeServer()
         self.client = fakeredis.FakeRedis(server=self.server)
-        self.world = World(self.client, self.clock, self.FENCED)
+        self.world = World(self.client, self.clock, self.FENCED, self.LOCAL_FENCE)
+        self.snapshots: list[tuple[int, Snapshot]] = []
+        """(Redis clock ms, the data then) after each step, when LOSSY."""
 
     def teardown(self) -> None:
         self.client.close()
@@ -218,11 +231,20 @@ class FlowModel(RuleBasedStateMachine):
         if then_ends and listener.executing:
             self.world.finish(listener, min(listener.executing, key=int), "ok", 0)
 
-    @rule(down_ms=st.sampled_from([100, 2000]))  # 2 s: leases lapse while it is down
-    def restart_server(self, down_ms: int) -> None:
-        """A restart that keeps every write (AOF, appendfsync always): time goes on, the
-        script cache is empty (the wrappers load the scripts again)."""
+    @rule(down_ms=st.sampled_from([10, 100, 2000]),  # 2 s: leases lapse while it is down
+          lost_ms=st.sampled_from([0, 1, 50, 400, 1000]))
+    def restart_server(self, down_ms: int, lost_ms: int) -> None:
+        """A restart: time goes on, the script cache is empty (the wrappers load the scripts
+        again), the server's uptime starts again. It keeps every write (AOF), or with LOSSY
+        comes back with its data as it was ``lost_ms`` before it went down (the last state
+        of a step at least that old)."""
+        if self.LOSSY and lost_ms:
+            kept = [(ms, data) for ms, data in self.snapshots if ms <= self.clock.ms - lost_ms]
+            if kept:
+                restore(self.server, kept[-1][1])
+                self.world.note(f"server lost its writes since +{kept[-1][0] - START_MS}")
         self.clock.ms += down_ms
+        self.clock.boot_ms = self.clock.ms
         self.client.script_flush()
         self.world.note(f"server restarted after {down_ms} ms")
 
@@ -230,6 +252,8 @@ class FlowModel(RuleBasedStateMachine):
 
     @invariant()
     def holds(self) -> None:
+        if self.LOSSY:
+            self.snapshots = [*self.snapshots[-30:], (self.clock.ms, snapshot(self.server))]
         if "lost" in self.CHECKS:
             self.world.check_nothing_lost()
         broken = [v for v in self.world.violations if v.kind in self.CHECKS]
@@ -239,13 +263,15 @@ class FlowModel(RuleBasedStateMachine):
 
 
 def model(kinds: tuple[str, ...], fenced: bool = False, long: bool = False,
-          shrink: bool = True) -> type:
+          shrink: bool = True, lossy: bool = False, local_fence: bool = False) -> type:
     """A test case of the model checking ``kinds`` only; without ``shrink`` a failure is
-    reported as found (the default run of a test known to fail: shrinking a history of the
-    model takes minutes)."""
+    reported as found (shrinking a history of the model takes minutes: the default run
+    reports what it found); with ``lossy`` a restart may lose the server's last writes;
+    ``local_fence``: the listener's own fence (``World.must_ask``)."""
+    name = "_".join(kinds) + "_fenced" * fenced + "_lossy" * lossy + "_fence" * local_fence
     machine: type[FlowModel] = type(
-        f"Model_{'_'.join(kinds)}{'_fenced' if fenced else ''}", (FlowModel,),
-        {"FENCED": fenced, "CHECKS": frozenset(kinds)})
+        f"Model_{name}", (FlowModel,), {"FENCED": fenced, "CHECKS": frozenset(kinds),
+                                        "LOSSY": lossy, "LOCAL_FENCE": local_fence})
     examples, steps = LONG_RUN if long or LONG else SHORT
     case: type = machine.TestCase
     case.settings = settings(  # type: ignore[attr-defined]
@@ -269,17 +295,14 @@ def timed(request: pytest.FixtureRequest) -> Iterator[None]:
 
 # -- the tests -----------------------------------------------------------------------------
 # The default run: every invariant against the fenced listener the design asks for, the
-# fencing invariants against today's listener, and "nothing lost" (which holds today) on
-# its own so that it keeps guarding while the others are expected to fail.
+# rate's through restarts that lose writes, the fencing invariants against today's
+# listener, and "nothing lost" on its own.
 
 TestNothingLost = model(("lost", "cancelled_ran"), fenced=True)
-TestInvariants = pytest.mark.xfail(strict=False, reason=(
-    "findings 1 (a lapsed run stops holding its key's slot), 2 (FIFO per key), 3 (rate with "
-    "concurrency), 8 (keyed timers start early): see docs/state-machine.md"))(
-    model(KINDS, fenced=True, shrink=LONG))
-TestTodaysListener = pytest.mark.xfail(strict=False, reason=(
-    "finding 1: today's listener starts a run next in line without holding its lease"))(
-    model(("fenced", "uncounted"), shrink=LONG))
+TestInvariants = model(KINDS, fenced=True, shrink=LONG)
+TestRateThroughLostWrites = model(("rate",), fenced=True, lossy=True, shrink=LONG)
+TestTodaysListener = model(("fenced", "uncounted"), local_fence=True, shrink=LONG)
+"""The listener as ``timers/listener`` has it: its own fence asks Redis only after a pause."""
 
 # The long profile: one family of invariants per test, each shrinking to its own
 # counterexample (``-m model_long`` or TIMERS_MODEL_LONG=1).
@@ -402,7 +425,7 @@ def test_rate_and_concurrency_starts_keep_the_interval(world: World) -> None:
     world.schedule(RATED, DEFAULT_GROUP, 0, "k1", -40)  # y: k1 free, rate busy: paces at 100
     world.claim(l1, 5, 0, False)
     world.start_due(l1)
-    world.schedule(PLAIN, DEFAULT_GROUP, 0, "k1", -30)  # z: holds k1
+    world.schedule(PLAIN, DEFAULT_GROUP, 5, "k1", -30)  # z: holds k1 (ahead of y: priority)
     world.claim(l1, 5, 0, False)
     world.start_due(l1)
     wait(world, 100, l1)
@@ -415,7 +438,7 @@ def test_rate_and_concurrency_starts_keep_the_interval(world: World) -> None:
     world.claim(l1, 5, 0, False)
     world.start_due(l1)  # w starts at 200
     wait(world, 10, l1)
-    z = next(t for t, r in l1.executing.items() if r.timer_id == "t2")
+    z = next(t for t, r in l1.executing.items() if r.timer_id == "t002")
     world.finish(l1, z, "ok", 0)  # k1 frees: y is handed over and starts at 210
     assert broken(world, "rate") == []
 
@@ -449,3 +472,84 @@ def test_a_rerun_handed_back_is_still_counted_when_it_starts(world: World) -> No
     world.claim(l2, 5, 0, False)
     world.start_due(l2)
     assert broken(world, "uncounted") == []
+
+
+def test_a_rate_keeps_its_interval_when_the_server_lost_its_last_writes(world: World) -> None:
+    """Finding 4 (kill -9 of Redis): a server that comes back without its last second of
+    writes (a machine crash with appendfsync everysec; snapshots only) has forgotten the
+    rate's last start; the next start still comes an interval after it (before: 10 ms)."""
+    world.fenced = True
+    server = world.r.connection_pool.connection_kwargs["server"]
+    l1 = world.spawn((DEFAULT_GROUP,))
+    world.schedule(RATED, DEFAULT_GROUP, 0, "", -50)
+    saved = snapshot(server)
+    world.claim(l1, 5, 0, False)
+    world.start_due(l1)  # t0 starts at 0: its claim and the rate's tat are in the lost writes
+    restore(server, saved)
+    world.clock.ms += 10
+    world.clock.boot_ms = world.clock.ms
+    world.r.script_flush()
+    world.schedule(RATED, DEFAULT_GROUP, 0, "", -5)
+    for _ in range(30):  # 3 s: t0 again and t1, each an interval after the last start
+        world.claim(l1, 5, 0, False)
+        world.start_due(l1)
+        for token in list(l1.executing):
+            world.finish(l1, token, "ok", 0)
+        wait(world, 100, l1)
+    assert broken(world, "rate") == []
+    assert world.timers["t001"].status == "done" and world.timers["t000"].status == "done"
+
+
+def test_a_keyed_timer_waiting_for_its_rate_keeps_its_place_in_its_keys_order(
+        world: World) -> None:
+    """The rate-wait FIFO rule: a timer of a key that waits for its rate limit (T9) is still
+    ahead of the key's later timers (the order barrier, "r|…"): they wait behind it (before:
+    a plain timer of the key took the slot the rated one gave up)."""
+    world.fenced = True
+    l1 = world.spawn((DEFAULT_GROUP,))
+    world.schedule(RATED, DEFAULT_GROUP, 0, "", -50)  # t000 takes the rate's slot at 0
+    world.claim(l1, 5, 0, False)
+    world.start_due(l1)
+    world.schedule(RATED, DEFAULT_GROUP, 0, "k1", -40)  # t001: k1 free, the rate is not
+    world.claim(l1, 5, 0, False)
+    world.start_due(l1)
+    world.schedule(PLAIN, DEFAULT_GROUP, 0, "k1", -30)  # t002: behind t001 in k1's order
+    world.claim(l1, 5, 0, False)
+    world.start_due(l1)
+    for _ in range(5):
+        wait(world, 50, l1)
+        world.claim(l1, 5, 0, False)
+        world.start_due(l1)
+        for token in sorted(l1.executing):
+            world.finish(l1, token, "ok", 0)
+    assert broken(world, "fifo") == []
+    assert [world.timers[t].status for t in ("t000", "t001", "t002")] == ["done"] * 3
+
+
+def test_a_promoted_timer_gives_its_kept_slot_to_one_ahead_that_came_since(
+        world: World) -> None:
+    """A slot kept for a promoted timer (T11) goes to a timer of the key ahead of it that
+    came to wait before it was claimed (a higher priority): the promoted one waits in its
+    place (before: it took the slot over the one ahead)."""
+    world.fenced = True
+    l1, l2 = world.spawn((DEFAULT_GROUP,)), world.spawn((DEFAULT_GROUP,))
+    world.schedule(PLAIN, DEFAULT_GROUP, 0, "k1", -50)  # t000 holds k1
+    for _ in range(3):  # t001 to t003: l1 has no room left when t000 ends
+        world.schedule(PLAIN, DEFAULT_GROUP, 0, "", -50)
+    world.claim(l1, 5, 0, False)
+    world.start_due(l1)
+    world.schedule(PLAIN, DEFAULT_GROUP, 0, "k1", -40)  # t004 waits for k1
+    world.claim(l2, 5, 0, False)
+    world.start_due(l2)
+    holder = next(t for t, r in l1.executing.items() if r.timer_id == "t000")
+    world.finish(l1, holder, "ok", 0)  # nobody takes t004 over: promoted, its slot kept
+    world.schedule(PLAIN, DEFAULT_GROUP, 5, "k1", -10)  # t005: ahead of t004 (priority)
+    world.park(l2, 10)  # t005 waits for k1
+    for _ in range(4):
+        world.claim(l2, 5, 0, False)
+        world.start_due(l2)
+        for token in sorted(l2.executing):
+            world.finish(l2, token, "ok", 0)
+        wait(world, 10, l1, l2)
+    assert broken(world, "fifo") == []
+    assert world.timers["t004"].status == "done" and world.timers["t005"].status == "done"

@@ -7,7 +7,8 @@
 --                        lease deadline ms: the runs holding a slot of concurrency key
 --   P|waitk|<key>  zset  id -> queue score: timers waiting for a slot of <key>
 --   P|rate|<name>  hash  tat: the theoretical arrival time of rate limit <name> (GCRA);
---                        pacer: the id of the one waiting timer that holds the next slot
+--                        pacer: the id of the one waiting timer that holds the next slot;
+--                        last: ms of its last start (gate.lua)
 --   P|waitr|<name> zset  id -> queue score: timers waiting for rate limit <name>
 --   P|parked       hash  id -> "<state>|a|b|c|<name>" of a timer held back by a gate:
 --                        c|limit|lease|paid|key   waiting for a slot of key
@@ -21,7 +22,9 @@
 --                        gate has not seen them yet, per barrier: "k:<key>" for a timer
 --                        with its own key, "t:<task>" for one of a keyed task (the order
 --                        barrier, below)
---   P|ungatedt     hash  id -> run token of those (a run gone or lapsed no longer bars)
+--   P|ungatedt     hash  id -> run token of those (a run gone or lapsed no longer bars),
+--                        or "r|<b>" for a keyed timer waiting for its rate limit (r, R),
+--                        which keeps its place in its key's order meanwhile
 --   P|barred       hash  key -> limit: keys whose queue head waits behind the barrier
 --   P|next         hash  run token -> the run next in line on its slot: the key's next
 --                        timer, handed to the same listener while the run goes (source
@@ -88,6 +91,13 @@ local function drop_ungated(key_start, id, record)
   end
 end
 
+local function parked_read(value)
+  local state, a, b, c, name =
+    string.match(value or '', '^([cCrR])|(%d+)|(%d+)|(%d+)|(.+)$')
+  if not state then return nil end
+  return {state = state, a = tonumber(a), b = tonumber(b), c = tonumber(c), name = name}
+end
+
 -- Whether timer `id` (its record, its queue score) must wait for an earlier timer of its
 -- task that a listener claimed and has not gated yet. Earlier entries whose run is gone
 -- or lapsed are dropped on the way.
@@ -102,21 +112,19 @@ local function barred(key_start, id, record, score, now)
       return false
     end
     local token = redis.call('HGET', tokens, first)
+    if token and string.sub(token, 1, 2) == 'r|' then token = nil end  -- no run: rate wait
     local run = token and redis.call('HGET', sys_key(key_start, 'runrec'), token)
     local run_record = run and select(5, run_read(run))
     local until_ms = run_record and redis.call('ZSCORE', running_key_for(
       sys_key(key_start, 'run'), record_group(run_record)), token)
     if until_ms and tonumber(until_ms) > now then return true end
+    -- no live run: it still bars while it waits for its rate (r) or paces (R), claimed or
+    -- not (a pacer's run handed back is pending again, still the rate's pacer)
+    local p = parked_read(redis.call('HGET', sys_key(key_start, 'parked'), first))
+    if p and (p.state == 'r' or p.state == 'R') then return true end
     redis.call('ZREM', index, first)
     redis.call('HDEL', tokens, first)
   end
-end
-
-local function parked_read(value)
-  local state, a, b, c, name =
-    string.match(value or '', '^([cCrR])|(%d+)|(%d+)|(%d+)|(.+)$')
-  if not state then return nil end
-  return {state = state, a = tonumber(a), b = tonumber(b), c = tonumber(c), name = name}
 end
 
 local function parked_write(key_start, id, p)
@@ -304,6 +312,34 @@ local function promote_key(key_start, key, limit, now)
   end
 end
 
+-- The Redis clock time by which this server had surely started (INFO's uptime counts
+-- whole seconds, so a second is added), or nil where INFO is refused (an ACL without it)
+-- or unknown (fakeredis): read once per script call.
+local started_by = false
+local function server_started_by(now)
+  if started_by == false then
+    local ok, info = pcall(redis.call, 'INFO', 'server')
+    local up = ok and type(info) == 'string'
+      and tonumber(string.match(info, 'uptime_in_seconds:(%d+)'))
+    started_by = up and (now - up * 1000 + 1000) or nil
+  end
+  return started_by
+end
+
+-- The tat of rate limit `state` (its hash) as a start now must read it: at least `now`,
+-- and at least what a whole burst spent the moment this server started would leave. A
+-- server killed (kill -9, a crash) loses its last second of writes with appendfsync
+-- everysec (more with persistence off), the tat its last starts wrote among them; those
+-- starts came before it went down, so before it started again: no start of the rate
+-- comes within an interval of the server's start (the cost: a rate unused across a
+-- restart waits up to an interval, plus a second, after it).
+local function rate_tat(state, interval, burst, now)
+  local tat = math.max(tonumber(redis.call('HGET', state, 'tat') or '0') or 0, now)
+  local started = server_started_by(now)
+  if started then tat = math.max(tat, started + burst * interval) end
+  return tat
+end
+
 -- Give the next slot of rate limit `name` to the head of its queue, unless a waiting
 -- timer holds it already (the pacer): the head goes back into its due index at that
 -- slot's time, and the limit's tat moves one interval on.
@@ -316,7 +352,7 @@ local function promote_rate(key_start, name, interval, burst, now)
     local id, p, record = pop_waiting(key_start, queue)
     if not id then return end
     if p and p.state == 'r' and record then
-      local tat = math.max(tonumber(redis.call('HGET', state, 'tat') or '0') or 0, now)
+      local tat = rate_tat(state, interval, burst, now)
       local at = math.max(tat - (burst - 1) * interval, now)
       local next_tat = math.max(tat, at) + interval
       redis.call('HSET', state, 'tat', ms_text(next_tat), 'pacer', id)
@@ -401,6 +437,12 @@ local function unpark(key_start, id)
   if not p then return end
   redis.call('HDEL', parked, id)
   local now = redis_now()
+  local tokens = sys_key(key_start, 'ungatedt')
+  local barrier = string.match(redis.call('HGET', tokens, id) or '', '^r|(.+)$')
+  if barrier then  -- it no longer holds its key's order while it waits for its rate
+    redis.call('HDEL', tokens, id)
+    redis.call('ZREM', flow_key(key_start, 'ungated', barrier), id)
+  end
   if p.state == 'c' then
     redis.call('ZREM', flow_key(key_start, 'waitk', p.name), id)
   elseif p.state == 'C' then
@@ -409,12 +451,14 @@ local function unpark(key_start, id)
     end
   elseif p.state == 'r' then
     redis.call('ZREM', flow_key(key_start, 'waitr', p.name), id)
+    promote_barred(key_start, now)  -- the keyed timers it held back in its key's order
   else
     local state = flow_key(key_start, 'rate', p.name)
     if redis.call('HGET', state, 'pacer') == id then
       redis.call('HDEL', state, 'pacer')
       promote_rate(key_start, p.name, p.a, p.b, now)
     end
+    promote_barred(key_start, now)
   end
 end
 

@@ -58,22 +58,26 @@ local function hold(token, id, record, due, queue, p, rk, reruns)
   return 'wait'
 end
 
--- A slot of `key` for the run: one kept for it, or a free one nobody waits ahead for
--- (in the key's queue, by queue score and then id, or claimed and not gated yet:
--- flow.lua's order barrier).
+-- A slot of `key` for the run: one kept for it, or a free one, either only while nobody
+-- waits ahead of it (in the key's queue, by queue score and then id, or claimed and not
+-- gated yet, or waiting for its rate limit: flow.lua's order barrier). A kept slot whose
+-- timer finds one ahead of it (come to wait since it was promoted: a higher priority, a
+-- retry due earlier) goes to that one: the run waits in its place (gate then promotes
+-- the key).
 local function take_slot(token, id, record, due, key, limit, kept)
   local slots = flow_key(ARGV[1], 'slots', key)
   if redis.call('ZSCORE', slots, token) then return true end  -- handed over with it
-  if kept and redis.call('ZREM', slots, 'w:' .. id) == 1 then
-    redis.call('ZADD', slots, ms_text(now + lease), token)
-    return true
-  end
-  free_lapsed_slots(ARGV[1], slots, now)
   local score = flow_score(record, due)
   local head = redis.call('ZRANGE', flow_key(ARGV[1], 'waitk', key), 0, 0, 'WITHSCORES')
   local head_score = tonumber(head[2])
   local waits_ahead = head[1] ~= nil
     and (head_score < score or (head_score == score and head[1] < id))
+  if kept and redis.call('ZREM', slots, 'w:' .. id) == 1 then
+    if waits_ahead or barred(ARGV[1], id, record, score, now) then return false end
+    redis.call('ZADD', slots, ms_text(now + lease), token)
+    return true
+  end
+  free_lapsed_slots(ARGV[1], slots, now)
   if redis.call('ZCARD', slots) < limit and not waits_ahead then
     if barred(ARGV[1], id, record, score, now) then
       redis.call('HSET', sys_key(ARGV[1], 'barred'), key, ms_text(limit))
@@ -92,9 +96,9 @@ local function take_rate(name, interval, burst)
       or redis.call('EXISTS', flow_key(ARGV[1], 'waitr', name)) == 1 then
     return false
   end
-  local tat = math.max(tonumber(redis.call('HGET', state, 'tat') or '0') or 0, now)
+  local tat = rate_tat(state, interval, burst, now)
   if tat - now > (burst - 1) * interval then return false end
-  redis.call('HSET', state, 'tat', ms_text(tat + interval))
+  redis.call('HSET', state, 'tat', ms_text(tat + interval), 'last', ms_text(now))
   redis.call('PEXPIREAT', state, ms_text(tat + interval + 60000))
   return true
 end
@@ -107,9 +111,17 @@ local function gate(token, key, limit, rate, interval, burst)
   drop_ungated(ARGV[1], id, record)
   local p = parked_read(redis.call('HGET', parked_key, id)) or {state = ''}
   redis.call('HDEL', parked_key, id)
+  local slot_lost = false
   if p.state == 'R' then  -- this run holds its rate slot: the next in line may follow
     local state = flow_key(ARGV[1], 'rate', p.name)
     if redis.call('HGET', state, 'pacer') == id then redis.call('HDEL', state, 'pacer') end
+    -- a slot due before this server started may have been taken already, by this very
+    -- timer, in writes a kill of the server lost: it is not paid, the rate is asked again
+    local started = server_started_by(now)
+    slot_lost = started ~= nil and p.c < started
+  end
+  if p.state == 'R' and not slot_lost then
+    local state = flow_key(ARGV[1], 'rate', p.name)
     -- the next slot is an interval after this start, give or take RATE_JITTER_MS: a start
     -- late by more than that (a restart, a stalled listener) pushes the next slot back, so
     -- the timers that waited meanwhile do not start back to back; a start a few ms late
@@ -126,7 +138,7 @@ local function gate(token, key, limit, rate, interval, burst)
   -- full gives it up and asks the rate again when the key lets it go, so starts are never
   -- closer than the interval however long it waited for the key (a paid slot carried
   -- through a key's queue let several paid runs start at once as slots freed).
-  local paid = p.state == 'R'
+  local paid = p.state == 'R' and not slot_lost
   if key ~= '' and not take_slot(token, id, record, due, key, limit, p.state == 'C') then
     counts.waited = counts.waited + 1
     local waiting = {state = 'c', a = limit, b = lease, c = 0, name = key}
@@ -137,20 +149,29 @@ local function gate(token, key, limit, rate, interval, burst)
     return status
   end
   if rate ~= '' and not paid and not take_rate(rate, interval, burst) then
-    if key ~= '' then  -- a slot it was handed with passes on as that run's would
-      redis.call('ZREM', flow_key(ARGV[1], 'slots', key), token)
-      release_slot(ARGV[1], token, now)
-      promote_key(ARGV[1], key, limit, now)
-    end
     counts.rate_limited = counts.rate_limited + 1
     local waiting = {state = 'r', a = interval, b = burst, c = 0, name = rate}
     local status = hold(token, id, record, due, flow_key(ARGV[1], 'waitr', rate), waiting, rk,
       reruns)
+    if key ~= '' then
+      -- it keeps its place in its key's order while it waits for its rate (the order
+      -- barrier, "r|…": the key's later timers wait behind it), and the slot it took, or
+      -- was handed with, passes on as that run's would: to a timer ahead of it, if any
+      if status == 'wait' then
+        note_ungated(ARGV[1], id, 'r|' .. barrier_of(record), record, due)
+      end
+      redis.call('ZREM', flow_key(ARGV[1], 'slots', key), token)
+      release_slot(ARGV[1], token, now)
+      promote_key(ARGV[1], key, limit, now)
+    end
     promote_rate(ARGV[1], rate, interval, burst, now)
     return status
   end
   if key ~= '' then
     redis.call('HSET', sys_key(ARGV[1], 'held'), token, limit .. '|' .. lease .. '|' .. key)
+  end
+  if paid then  -- the rate's last start (take_rate notes its own)
+    redis.call('HSET', flow_key(ARGV[1], 'rate', p.name), 'last', ms_text(now))
   end
   if record_option(record, 'w') then
     counts.held_ms = counts.held_ms + math.max(now - due, 0)
