@@ -43,8 +43,8 @@ from bench import (
 from bench.common import REPO, Results, Row, ScenarioTimeout, Sizes, count, hard_limit, render
 from bench.context import Context
 from bench.server_stats import MachineSample, config_value, server_label, wait_for_quiet
+from timers.dev.server import EmbeddedServer
 from timers.listener import DEFAULT_CONCURRENCY
-from timers.server import EmbeddedServer
 
 SCENARIOS: dict[str, ModuleType] = {
     "lateness": lateness,
@@ -73,7 +73,7 @@ How these figures are taken (see each module's docstring in bench/):
   pool). Each child records `Fired` (due ms, start ms, path) from its observer and writes
   them to a file when it exits; it sends nothing to Redis but the listener's own traffic.
 - Lateness is `Fired.lateness_ms`: task start minus due time on the Redis clock as the
-  listener estimates it. Percentiles are nearest-rank (`timers.percentiles`).
+  listener estimates it. Percentiles are nearest-rank (`timers.model.percentiles`).
 - Background timers (the "1,000,000 pending" runs) are in the same prefix, so they sit in
   the same due index and their keys in the same expire table; they are due an hour out.
 - Fire throughput is N / (last task start - due time); the N timers are scheduled before

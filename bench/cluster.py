@@ -24,7 +24,7 @@ from bench.context import Context
 from bench.procs import ListenerProc, merge
 from tests.clusters import real_cluster
 from timers import Timers, TimerSpec
-from timers.percentiles import percentile
+from timers.model.percentiles import percentile
 
 SPREAD_N, SPREAD_S = 2_000, 10.0
 

@@ -535,7 +535,7 @@ def _on_term(signum: int, frame: FrameType | None) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     opts = parse(argv)
-    from timers.server import EmbeddedServer
+    from timers.dev.server import EmbeddedServer
 
     signal.signal(signal.SIGTERM, _on_term)
 

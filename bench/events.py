@@ -19,7 +19,7 @@ import redis
 from bench.common import PREFIX, Deadline, Row, count
 from bench.context import Context
 from timers import TimerSpec
-from timers.keys import Keyspace
+from timers.model.keys import Keyspace
 
 DAY = 86_400.0
 DUE_N = 2_000

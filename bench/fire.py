@@ -13,7 +13,7 @@ from bench.context import Context
 from bench.procs import merge
 from bench.server_stats import ServerSample, cpu_seconds
 from timers import TimerSpec
-from timers.percentiles import percentile
+from timers.model.percentiles import percentile
 
 PEER = "Celery 2,115, SAQ 1,914, Huey 1,641"
 

@@ -23,7 +23,7 @@ from bench.common import Deadline, Row, count, ms, wait_until
 from bench.context import Context
 from bench.procs import ListenerResult, merge
 from timers import TimerSpec
-from timers.percentiles import percentile
+from timers.model.percentiles import percentile
 
 KEYS = 50
 SLEEP_MS = 20

@@ -27,11 +27,11 @@ from typing import Any
 
 import redis
 
-from timers.keys import Keyspace
-from timers.scripts import PRELUDES, NewTimer, ScriptCalls, source
-from timers.server import EmbeddedServer
-from timers.timer_ids import new_timer_id
-from timers.wire import EndKind, HistoryRecord, MinuteSlot
+from timers.dev.server import EmbeddedServer
+from timers.model.keys import Keyspace
+from timers.model.timer_ids import new_timer_id
+from timers.model.wire import EndKind, HistoryRecord, MinuteSlot
+from timers.store.scripts import PRELUDES, NewTimer, ScriptCalls, source
 
 KS = Keyspace("bench")
 LISTENER = f"{socket.gethostname()}:{os.getpid()}:a1b2c3"
@@ -127,7 +127,7 @@ def main() -> None:
         # cleanup: everything past its age, trimmed as finish.lua trims (history.lua)
         trim = r.register_script(
             "#!lua flags=allow-oom\n" + "".join(
-                resources.files("timers").joinpath("lua", f"{name}.lua").read_text("utf-8")
+                resources.files("timers.store").joinpath("lua", f"{name}.lua").read_text("utf-8")
                 for name in PRELUDES) +
             "history_trim(KEYS[1], KEYS[2], tonumber(ARGV[1]), tonumber(ARGV[2]), "
             "tonumber(ARGV[3]), tonumber(ARGV[4]))\nreturn redis.call('ZCARD', KEYS[1])")

@@ -25,7 +25,7 @@ from bench.common import NOOP, Deadline, Row, count, due_at, ms, shares
 from bench.context import Context
 from bench.procs import ListenerProc
 from timers import TimerSpec
-from timers.percentiles import percentile
+from timers.model.percentiles import percentile
 
 PEER = "Celery 1/3, arq 340/590, Huey 564/996 (p50/p99 ms)"
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import timers
 from timers.listener import Listener
-from timers.runs import Fired
+from timers.model.runs import Fired
 
 TASK_LATENESS: list[float] = []
 """Per run whose args end in its due time (epoch ms): the task's own start minus due."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from bench.common import PREFIX, Deadline, Row, count
 from bench.context import Context
-from timers.keys import Keyspace
+from timers.model.keys import Keyspace
 
 TASK = "reminders.sms"
 

@@ -20,8 +20,8 @@ from bench.common import NOOP, Deadline, Row, count, due_at, wait_until
 from bench.context import Context
 from bench.procs import merge
 from timers import TimerSpec
-from timers.observe import browse
-from timers.observe.snapshot import read_snapshot
+from timers.ops import browse
+from timers.ops.snapshot import read_snapshot
 from timers.web.app import Dashboard, _overview_context
 from timers.web.auth import Guard
 

@@ -31,8 +31,8 @@ from bench.fire import NOOP_CPU
 from bench.listener import SINK_ENV, SINK_LIST
 from bench.server_stats import ServerSample, cpu_seconds
 from timers import TimerSpec
-from timers.encoding import as_text
-from timers.server import EmbeddedServer
+from timers.dev.server import EmbeddedServer
+from timers.model.encoding import as_text
 
 PAYLOAD = "p" * 100
 PEERS = {"sink.push": "Celery 2,279, Huey 1,830 (sync task)",

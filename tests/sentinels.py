@@ -18,7 +18,7 @@ from pathlib import Path
 
 import redis
 
-from timers.server import EmbeddedServer
+from timers.dev.server import EmbeddedServer
 
 ROOT = Path(__file__).resolve().parent.parent
 SERVICE = "timers-primary"

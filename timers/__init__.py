@@ -52,14 +52,15 @@ if typing.TYPE_CHECKING:
     import redis
 
     from timers import aio as aio
-    from timers.client import AsyncTimers, Timers
-    from timers.context import TimerContext, current
-    from timers.cron import CatchUp, Recurrence
-    from timers.encoding import Args
-    from timers.eviction import EvictionWarning
-    from timers.flow.rates import Rate
     from timers.listener import Listener
-    from timers.operations import (
+    from timers.listener.context import TimerContext, current
+    from timers.model.cron import CatchUp, Recurrence
+    from timers.model.encoding import Args
+    from timers.model.flow.rates import Rate
+    from timers.model.policy import Backoff, TaskPolicy, registered, task
+    from timers.model.runs import Fired
+    from timers.model.wire import HistoryRecord, MinuteStats, TimerState
+    from timers.ops.operations import (
         Failure,
         PendingTimer,
         RetrySummary,
@@ -67,9 +68,8 @@ if typing.TYPE_CHECKING:
         TimerSpec,
         TimerStatus,
     )
-    from timers.policy import Backoff, TaskPolicy, registered, task
-    from timers.runs import Fired
-    from timers.wire import HistoryRecord, MinuteStats, TimerState
+    from timers.producer.client import AsyncTimers, Timers
+    from timers.store.eviction import EvictionWarning
 
 __all__ = [
     "AsyncTimers",
@@ -136,28 +136,28 @@ __version__ = "0.1.0"
 
 _LAZY: dict[str, str] = {
     "aio": "timers.aio",
-    "AsyncTimers": "timers.client",
-    "Backoff": "timers.policy",
-    "Failure": "timers.operations",
-    "Fired": "timers.runs",
+    "AsyncTimers": "timers.producer.client",
+    "Backoff": "timers.model.policy",
+    "Failure": "timers.ops.operations",
+    "Fired": "timers.model.runs",
     "Listener": "timers.listener",
-    "PendingTimer": "timers.operations",
-    "Rate": "timers.flow.rates",
-    "Recurrence": "timers.cron",
-    "RetrySummary": "timers.operations",
-    "Stats": "timers.operations",
-    "TaskPolicy": "timers.policy",
-    "TimerContext": "timers.context",
-    "TimerSpec": "timers.operations",
-    "TimerStatus": "timers.operations",
-    "HistoryRecord": "timers.wire",
-    "MinuteStats": "timers.wire",
-    "TimerState": "timers.wire",
-    "Timers": "timers.client",
-    "current": "timers.context",
-    "registered": "timers.policy",
-    "task": "timers.policy",
-    "EvictionWarning": "timers.eviction",
+    "PendingTimer": "timers.ops.operations",
+    "Rate": "timers.model.flow.rates",
+    "Recurrence": "timers.model.cron",
+    "RetrySummary": "timers.ops.operations",
+    "Stats": "timers.ops.operations",
+    "TaskPolicy": "timers.model.policy",
+    "TimerContext": "timers.listener.context",
+    "TimerSpec": "timers.ops.operations",
+    "TimerStatus": "timers.ops.operations",
+    "HistoryRecord": "timers.model.wire",
+    "MinuteStats": "timers.model.wire",
+    "TimerState": "timers.model.wire",
+    "Timers": "timers.producer.client",
+    "current": "timers.listener.context",
+    "registered": "timers.model.policy",
+    "task": "timers.model.policy",
+    "EvictionWarning": "timers.store.eviction",
 }
 """The public names imported on first use, and the module each comes from."""
 
@@ -194,7 +194,7 @@ def configure(url: str | redis.Redis | None = None, **options: Any) -> Timers:
             return _default  # a timers.testing.TimersTest keeps its in-memory server
         if _default is not None:
             _default.close()
-        from timers.client import Timers
+        from timers.producer.client import Timers
 
         _default = Timers(url, **options)
         return _default
@@ -205,7 +205,7 @@ def _instance() -> Timers:
     if _default is None:
         with _default_lock:
             if _default is None:
-                from timers.client import Timers
+                from timers.producer.client import Timers
 
                 _default = Timers()
     return _default

@@ -1,6 +1,6 @@
 """``python -m timers``: the same as the ``timers`` command."""
 
-from timers.loader import working_directory_last
+from timers.listener.loader import working_directory_last
 
 working_directory_last()  # PYTHONPATH wins over the working directory, as for `timers`
 

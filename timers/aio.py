@@ -20,13 +20,13 @@ from typing import Any
 
 import redis.asyncio
 
-from timers.client import AsyncTimers
-from timers.cron import CatchUp, Recurrence
-from timers.encoding import Args
 from timers.exceptions import WrongEventLoop
-from timers.loops import PerLoop
-from timers.operations import PendingTimer, TimerSpec, TimerStatus
-from timers.wire import HistoryRecord, MinuteStats
+from timers.model.cron import CatchUp, Recurrence
+from timers.model.encoding import Args
+from timers.model.wire import HistoryRecord, MinuteStats
+from timers.ops.operations import PendingTimer, TimerSpec, TimerStatus
+from timers.producer.client import AsyncTimers
+from timers.producer.loops import PerLoop
 
 __all__ = [
     "aclose", "cancel", "configure", "every", "get", "history", "pause", "reschedule",

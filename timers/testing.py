@@ -21,7 +21,7 @@ How it works, so that a test tests what production does:
   previous ones are back (unclosed) after it. So does every ``Timers``/``AsyncTimers`` the
   app makes inside the block from a URL or from none (a FastAPI lifespan's); one made
   before it, or on a redis-py client of the app's own, raises at its first call instead
-  (:class:`timers.connect.InMemoryServer`).
+  (:class:`timers.store.connect.InMemoryServer`).
 - Flow gates run as in production: a concurrency key's timers run in turn. A rate limit
   holds what is over it (``wait.kind == "rate"``) until :meth:`TimersTest.advance` moves
   its clock (with the due times) to its next slot; ``run_all`` goes slot by slot.
@@ -58,18 +58,18 @@ from typing import Any
 
 import timers
 import timers.aio
-from timers import connect
-from timers.client import AsyncTimers, Timers
-from timers.context import TimerContext, entered
-from timers.encoding import Record, as_text, is_occurrence_id
 from timers.exceptions import StillDue
-from timers.failure_ops import Failure
-from timers.flow.views import Parked, group_of, priority_of
-from timers.keys import DEFAULT_GROUP, DEFAULT_PREFIX
 from timers.listener import Listener
-from timers.loops import PerLoop
-from timers.operations import PendingTimer
-from timers.runs import Fired
+from timers.listener.context import TimerContext, entered
+from timers.model.encoding import Record, as_text, is_occurrence_id
+from timers.model.keys import DEFAULT_GROUP, DEFAULT_PREFIX
+from timers.model.runs import Fired
+from timers.ops.failures import Failure
+from timers.ops.flow_views import Parked, group_of, priority_of
+from timers.ops.operations import PendingTimer
+from timers.producer.client import AsyncTimers, Timers
+from timers.producer.loops import PerLoop
+from timers.store import connect
 
 if importlib.util.find_spec("fakeredis") is None or importlib.util.find_spec("lupa") is None:
     raise ImportError(

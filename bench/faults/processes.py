@@ -17,7 +17,7 @@ import redis
 
 from bench.fault_tasks.ledger import LEDGER_ENV
 from bench.faults.ledger import KILL_FLUSH_GRACE, Signal
-from timers.keys import Keyspace
+from timers.model.keys import Keyspace
 
 REPO = Path(__file__).resolve().parent.parent.parent
 TASKS = "bench.fault_tasks"

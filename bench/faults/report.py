@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from bench.faults.scenario import Result
-from timers.percentiles import percentile
+from timers.model.percentiles import percentile
 
 
 def _ms(value: float) -> str:

@@ -31,7 +31,7 @@ from bench.faults.scenario import (
     main_batch,
 )
 from timers import TimersError
-from timers.server import EmbeddedServer, server_version
+from timers.dev.server import EmbeddedServer, server_version
 
 FAULTS: dict[str, Fault] = {f.name: f for f in CLASSIC_FAULTS + HOSTILE_FAULTS}
 """The faults of a full run, in order."""

@@ -21,8 +21,8 @@ from bench.faults.processes import (
     wait_for,
 )
 from timers import Failure, Timers, TimerSpec
-from timers.keys import Keyspace
-from timers.server import EmbeddedServer
+from timers.dev.server import EmbeddedServer
+from timers.model.keys import Keyspace
 
 TASK = "ledger.mark"
 PROBE_TASK = "probe.none"

@@ -20,7 +20,7 @@ from tests.conftest import ROOT
 from tests.integration.helpers import ListenerThread, Processes
 from tests.task_pkg import URL_ENV
 from timers import Timers
-from timers.server import EmbeddedServer
+from timers.dev.server import EmbeddedServer
 
 
 @pytest.fixture(autouse=True)

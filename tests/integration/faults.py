@@ -26,8 +26,8 @@ from tests.conftest import ROOT, poll
 from tests.fault_tasks.ledger import LEDGER_ENV
 from tests.integration.helpers import subprocess_env
 from timers import Failure, Timers, TimerSpec
-from timers.keys import Keyspace
-from timers.server import EmbeddedServer
+from timers.dev.server import EmbeddedServer
+from timers.model.keys import Keyspace
 
 TASK = "ledger.mark"
 PROBE_TASK = "probe.none"

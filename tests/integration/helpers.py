@@ -20,8 +20,8 @@ import redis
 from tests.conftest import ROOT, wait_until
 from tests.task_pkg import RUNS, STARTED, URL_ENV
 from timers import Fired, Listener, Timers
-from timers.keys import Keyspace
-from timers.percentiles import percentile
+from timers.model.keys import Keyspace
+from timers.model.percentiles import percentile
 
 TASKS = "tests.task_pkg"
 TIMERS_COMMAND = str(Path(sys.executable).parent / "timers")

@@ -1,5 +1,5 @@
 """``AsyncTimers.schedule`` calls in flight at once share round trips on a real server, and
-each caller still gets its own id or its own error (see :mod:`timers.coalesce`)."""
+each caller still gets its own id or its own error (see :mod:`timers.producer.coalesce`)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import redis
 
 from tests.integration.helpers import KEYS
 from timers import AsyncTimers, ServerOutOfMemory, ServerUnavailable
+from timers.dev.server import EmbeddedServer
 from timers.exceptions import InvalidArgs, InvalidTask
-from timers.server import EmbeddedServer
 
 pytestmark = pytest.mark.integration
 

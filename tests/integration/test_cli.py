@@ -14,7 +14,7 @@ import redis
 from tests.conftest import wait_until
 from tests.integration.helpers import TASKS, Processes, run_cli, run_counts, settled
 from timers import Timers, TimerSpec
-from timers.server import free_port
+from timers.dev.server import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.one_server]
 

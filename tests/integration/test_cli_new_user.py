@@ -25,8 +25,8 @@ from tests.integration.helpers import (
     subprocess_env,
 )
 from timers import Timers
-from timers.check import inspect_server
-from timers.server import free_port, port_free
+from timers.dev.server import free_port, port_free
+from timers.store.check import inspect_server
 
 pytestmark = [pytest.mark.integration, pytest.mark.one_server]
 SECRET = "sekret-pw-31337"

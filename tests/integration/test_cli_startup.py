@@ -43,8 +43,8 @@ def test_schedule_loads_no_listener(redis_url: str, timers_client: Timers) -> No
                                 ("--version", "schedule --help", "schedule reminders.sms"))
     assert not {m for m in version if m.startswith("timers.cli.")} - {
         "timers.cli.app", "timers.cli.common", "timers.cli.errors"}
-    assert "timers.client" not in help_ and "timers.cli.produce" in help_
+    assert "timers.producer.client" not in help_ and "timers.cli.produce" in help_
     assert "timers.cli.views" not in help_ and "timers.cli.listen" not in help_
     assert not any(m.startswith("pydantic") for m in version | help_)  # (typer's coercion)
-    assert "timers.client" in schedule
+    assert "timers.producer.client" in schedule
     assert timers_client.get("startup-probe") is not None

@@ -27,9 +27,9 @@ from tests.clusters import Cluster, migrate_slot, real_cluster
 from tests.conftest import wait_until
 from tests.integration.helpers import TIMERS_COMMAND, Processes, run_cli, runs, settled
 from timers import AsyncTimers, Timers, TimerSpec
-from timers.cluster import sync_cluster
-from timers.keys import Keyspace
-from timers.shards import ShardLayout
+from timers.model.keys import Keyspace
+from timers.ops.shards import ShardLayout
+from timers.store.cluster import sync_cluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.cluster, pytest.mark.one_server]
 

@@ -21,9 +21,9 @@ from tests.clusters import Cluster, migrate_slot, real_cluster
 from tests.conftest import wait_until
 from tests.integration.helpers import TIMERS_COMMAND, Processes, settled
 from timers import Timers, TimerSpec
-from timers.cluster import sync_cluster
-from timers.keys import Keyspace
-from timers.shards import ShardLayout, shard_of_key
+from timers.model.keys import Keyspace
+from timers.ops.shards import ShardLayout, shard_of_key
+from timers.store.cluster import sync_cluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.cluster, pytest.mark.one_server]
 
@@ -87,7 +87,7 @@ def test_a_device_runs_one_command_at_a_time_on_three_primaries(
 
 NOT_PLACED_YET = pytest.mark.xfail(
     strict=True, reason="a limit the task declares (a key function, a rate) is placed at the "
-    "timer's first claim: not built yet (timers/shards.py, issue 28 finding 7)")
+    "timer's first claim: not built yet (timers/ops/shards.py, issue 28 finding 7)")
 
 
 @NOT_PLACED_YET

@@ -28,7 +28,7 @@ from tests.conftest import ROOT, wait_until
 from tests.integration.helpers import TIMERS_COMMAND, Processes
 from tests.processes import alive, children_of
 from timers import Timers
-from timers.server import EmbeddedServer, free_port
+from timers.dev.server import EmbeddedServer, free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.one_server]
 DEPLOY = ROOT / "docs" / "deploy"

@@ -18,7 +18,7 @@ import redis
 from tests.conftest import wait_until
 from tests.integration.helpers import Processes, settled
 from timers import Timers
-from timers.server import free_port
+from timers.dev.server import free_port
 
 pytest.importorskip("django", reason="Django is in the dev extra: pip install -e '.[dev]'")
 pytest.importorskip("gunicorn", reason="gunicorn is in the dev extra: pip install -e '.[dev]'")

@@ -27,7 +27,7 @@ from tests.integration.helpers import (
 )
 from tests.task_pkg.slow import RELEASE
 from timers import Timers, TimerSpec
-from timers.encoding import Record, entry_text, escape_id
+from timers.model.encoding import Record, entry_text, escape_id
 
 pytestmark = pytest.mark.integration
 

@@ -21,8 +21,8 @@ from tests.conftest import ROOT, wait_until
 from tests.integration.helpers import ListenerThread, Processes, run_cli
 from tests.retry_tasks import done
 from timers import AsyncTimers, EvictionUnsafe, EvictionWarning, Timers, TimerSpec
-from timers.keys import Keyspace
-from timers.server import EmbeddedServer
+from timers.dev.server import EmbeddedServer
+from timers.model.keys import Keyspace
 
 pytestmark = pytest.mark.integration
 

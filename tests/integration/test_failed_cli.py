@@ -8,9 +8,9 @@ import redis
 
 from tests.integration.helpers import run_cli
 from timers import Timers
-from timers.encoding import escape_id
-from timers.keys import Keyspace
-from timers.runs import Outcome, Run, failure_entry, rejected_entry
+from timers.model.encoding import escape_id
+from timers.model.keys import Keyspace
+from timers.model.runs import Outcome, Run, failure_entry, rejected_entry
 
 pytestmark = [pytest.mark.integration, pytest.mark.one_server]
 KEYS = Keyspace()

@@ -31,7 +31,7 @@ from tests.integration.faults import (
     subscription_losses,
 )
 from tests.integration.helpers import redis_now_ms
-from timers.server import EmbeddedServer
+from timers.dev.server import EmbeddedServer
 
 pytestmark = pytest.mark.integration
 

@@ -35,8 +35,8 @@ from tests.task_pkg import STARTED
 from tests.task_pkg.flow import SPANS_ENV
 from tests.task_pkg.slow import RELEASE
 from timers import PendingTimer, Timers, TimerSpec
-from timers.encoding import Record
-from timers.wire import Option
+from timers.model.encoding import Record
+from timers.model.wire import Option
 
 pytestmark = [pytest.mark.integration, pytest.mark.one_server]
 

@@ -10,9 +10,9 @@ import redis
 from tests.conftest import wait_until
 from tests.integration.helpers import TASKS, run_cli
 from timers import Timers
-from timers.keys import Keyspace
-from timers.runs import Run
-from timers.scripts import GateRun, NewTimer, Scripts
+from timers.model.keys import Keyspace
+from timers.model.runs import Run
+from timers.store.scripts import GateRun, NewTimer, Scripts
 
 pytestmark = [pytest.mark.integration, pytest.mark.one_server]
 

@@ -16,7 +16,7 @@ from tests.integration.test_full_memory import fill, full_url
 from tests.task_pkg import STARTED
 from tests.task_pkg.slow import RELEASE
 from timers import Timers, TimerSpec
-from timers.keys import Keyspace
+from timers.model.keys import Keyspace
 
 pytestmark = [pytest.mark.integration, pytest.mark.one_server]
 KEYS = Keyspace()

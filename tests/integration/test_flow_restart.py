@@ -21,7 +21,7 @@ from tests.integration.helpers import KEYS, TASKS, Processes, runs, settled
 from tests.integration.test_flow import listeners, overlaps
 from tests.task_pkg import STARTED
 from timers import Timers, TimerSpec
-from timers.server import EmbeddedServer
+from timers.dev.server import EmbeddedServer
 
 pytestmark = [pytest.mark.integration, pytest.mark.one_server]
 

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from timers.timer_ids import new_timer_id
+from timers.model.timer_ids import new_timer_id
 
 pytestmark = [pytest.mark.integration, pytest.mark.one_server]
 

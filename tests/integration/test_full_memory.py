@@ -19,8 +19,8 @@ from tests.conftest import ROOT, wait_until
 from tests.integration.helpers import ListenerThread
 from tests.retry_tasks import RELEASE, calls, done
 from timers import Timers, TimerSpec
-from timers.keys import Keyspace
-from timers.server import EmbeddedServer
+from timers.dev.server import EmbeddedServer
+from timers.model.keys import Keyspace
 
 pytestmark = pytest.mark.integration
 

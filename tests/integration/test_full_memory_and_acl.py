@@ -11,8 +11,8 @@ import redis
 
 from tests.integration.helpers import run_cli
 from timers import AsyncTimers, ServerOutOfMemory, Timers, TimerSpec
-from timers.keys import Keyspace
-from timers.scripts import Scripts
+from timers.model.keys import Keyspace
+from timers.store.scripts import Scripts
 
 pytestmark = pytest.mark.integration
 KEYS = Keyspace()

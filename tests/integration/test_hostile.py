@@ -22,7 +22,7 @@ import redis
 from tests.conftest import ROOT, wait_until
 from tests.integration.helpers import TASKS, ListenerThread, run_counts
 from timers import Failure, Timers
-from timers.keys import Keyspace
+from timers.model.keys import Keyspace
 
 pytestmark = pytest.mark.integration
 

@@ -12,7 +12,7 @@ import pytest
 
 from tests.conftest import ROOT
 from tests.integration.helpers import TIMERS_COMMAND, subprocess_env
-from timers.server import free_port
+from timers.dev.server import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.one_server]
 

@@ -17,7 +17,7 @@ from tests.conftest import ROOT, wait_until
 from tests.integration.helpers import TIMERS_COMMAND, Processes, runs, started
 from tests.task_pkg.slow import RELEASE
 from timers import Timers, TimerSpec
-from timers.server import EmbeddedServer, free_port
+from timers.dev.server import EmbeddedServer, free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.one_server]
 

@@ -13,7 +13,7 @@ import redis
 from tests.conftest import wait_until
 from tests.integration.helpers import KEYS, run_counts, settled
 from timers import Timers, TimerSpec
-from timers.encoding import Record, entry_text
+from timers.model.encoding import Record, entry_text
 
 pytestmark = pytest.mark.integration
 

@@ -24,8 +24,8 @@ from tests.unit.test_context import lines
 from tests.unit.test_crashes import PAST, crash
 from tests.unit.test_listener_unit import make_listener
 from timers import Timers
-from timers.keys import Keyspace
-from timers.scripts import register_all
+from timers.model.keys import Keyspace
+from timers.store.scripts import register_all
 
 pytestmark = [pytest.mark.integration, pytest.mark.one_server]
 

@@ -32,7 +32,7 @@ from tests.integration.helpers import (
 )
 from tests.task_pkg.slow import RELEASE
 from timers import Fired, Timers, TimerSpec
-from timers.encoding import escape_id
+from timers.model.encoding import escape_id
 
 pytestmark = pytest.mark.integration
 

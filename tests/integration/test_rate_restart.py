@@ -22,7 +22,7 @@ from tests.integration.test_flow import listeners
 from tests.task_pkg import RUNS
 from tests.task_pkg.flow import RATE_URL_ENV
 from timers import Timers, TimerSpec
-from timers.server import EmbeddedServer
+from timers.dev.server import EmbeddedServer
 
 pytestmark = [pytest.mark.integration, pytest.mark.one_server]
 

@@ -28,9 +28,9 @@ from tests.conftest import wait_until
 from tests.integration.helpers import redis_now_ms
 from tests.sentinels import Deployment, sentinel_deployment
 from timers import AsyncTimers, NotReplicated, ServerUnavailable, Timers, TimerSpec
-from timers.operations import SCHEDULE_CHUNK
-from timers.server import EmbeddedServer
-from timers.shards import shard_of
+from timers.dev.server import EmbeddedServer
+from timers.ops.operations import SCHEDULE_CHUNK
+from timers.ops.shards import shard_of
 
 pytestmark = [pytest.mark.integration]
 

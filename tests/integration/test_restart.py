@@ -17,7 +17,7 @@ from tests.conftest import ROOT, wait_until
 from tests.integration.helpers import lateness_line, run_counts, settled
 from tests.task_pkg import URL_ENV
 from timers import Timers, TimerSpec
-from timers.server import EmbeddedServer
+from timers.dev.server import EmbeddedServer
 
 pytestmark = pytest.mark.integration
 

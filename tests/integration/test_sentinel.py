@@ -22,7 +22,7 @@ from tests.conftest import wait_until
 from tests.integration.helpers import TIMERS_COMMAND, Processes, run_cli, runs, settled
 from tests.sentinels import Deployment, sentinel_deployment
 from timers import Timers, TimerSpec
-from timers.keys import Keyspace
+from timers.model.keys import Keyspace
 
 pytestmark = [pytest.mark.integration, pytest.mark.sentinel, pytest.mark.one_server]
 

@@ -10,7 +10,7 @@ import socket
 
 import pytest
 
-from timers.server import port_free
+from timers.dev.server import port_free
 
 pytestmark = [pytest.mark.integration, pytest.mark.one_server]
 

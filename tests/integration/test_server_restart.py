@@ -13,7 +13,7 @@ import pytest
 from tests.conftest import wait_until
 from tests.integration.helpers import Processes
 from timers import Timers
-from timers.server import free_port
+from timers.dev.server import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.one_server]
 

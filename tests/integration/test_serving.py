@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.conftest import ROOT, wait_until
 from tests.integration.helpers import TASKS, Processes, run_cli
 from timers import Timers
-from timers.server import EmbeddedServer, free_port
+from timers.dev.server import EmbeddedServer, free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.one_server]
 

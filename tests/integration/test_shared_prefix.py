@@ -4,7 +4,7 @@ dead while a live listener can run it (issue 32, item 1).
 Real listener processes: ``tests.app_one`` runs ``billing.charge`` only, ``tests.app_two``
 ``mailing.send`` only; the stray listener imports the repository's example ``tasks``. Each
 claims the other's timers and hands them back, due a little later each time
-(:mod:`timers.fleet`).
+(:mod:`timers.ops.fleet`).
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ import redis
 from tests.conftest import wait_until
 from tests.integration.helpers import Processes, run_cli, runs
 from timers import Timers
-from timers.encoding import Record
-from timers.fleet import handed_over
-from timers.keys import Keyspace
-from timers.operations import TimerSpec
+from timers.model.encoding import Record
+from timers.model.keys import Keyspace
+from timers.ops.fleet import handed_over
+from timers.ops.operations import TimerSpec
 
 KEYS = Keyspace()
 N = 300

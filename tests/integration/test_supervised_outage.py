@@ -18,7 +18,7 @@ from tests.conftest import ROOT, wait_until
 from tests.integration.helpers import Processes, run_cli
 from tests.retry_tasks import done
 from timers import Timers
-from timers.server import EmbeddedServer, free_port
+from timers.dev.server import EmbeddedServer, free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.one_server]
 

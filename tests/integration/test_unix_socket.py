@@ -18,7 +18,7 @@ from tests.conftest import ROOT
 from tests.integration.helpers import Processes
 from tests.retry_tasks import done
 from timers import Timers, TimerSpec
-from timers.server import EmbeddedServer
+from timers.dev.server import EmbeddedServer
 
 pytestmark = pytest.mark.integration
 

@@ -34,7 +34,7 @@ import timers
 from tests.conftest import wait_until
 from tests.integration.helpers import ListenerThread, run_counts, settled
 from timers import AsyncTimers, Timers
-from timers.connect import URL_ENV
+from timers.store.connect import URL_ENV
 
 pytestmark = [pytest.mark.integration, pytest.mark.one_server, pytest.mark.timeout(180)]
 

@@ -25,7 +25,7 @@ from tests.integration.helpers import TIMERS_COMMAND, Processes, runs
 from tests.task_pkg.fail import HEALED
 from tests.task_pkg.slow import RELEASE
 from timers import Timers, TimerSpec
-from timers.server import free_port
+from timers.dev.server import free_port
 from timers.web.reads import NOT_AVAILABLE
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

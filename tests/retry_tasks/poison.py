@@ -7,7 +7,7 @@ import os
 import time
 
 from tests.retry_tasks import COUNTS, client, note_call
-from timers.keys import Keyspace
+from timers.model.keys import Keyspace
 
 
 def die(tag: str, after_fired: int = 0) -> None:

@@ -11,7 +11,7 @@ import time
 
 from tests.slow_import_tasks import IMPORTED
 from tests.task_pkg import RUNS, client
-from timers.keys import Keyspace
+from timers.model.keys import Keyspace
 
 time.sleep(1.0)
 client().rpush(IMPORTED, client().zcard(Keyspace().due))

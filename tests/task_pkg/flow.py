@@ -17,8 +17,8 @@ import redis
 import timers
 from tests.task_pkg import RUNS, STARTED, client
 from tests.task_pkg.slow import RELEASE
-from timers.keys import Keyspace
 from timers.listener.flow_gate import TASK_KEY
+from timers.model.keys import Keyspace
 
 ACTIVE = "test:active:"
 SPANS_ENV = "TIMERS_TEST_SPANS"

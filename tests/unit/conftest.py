@@ -12,8 +12,8 @@ import pytest
 from tests.unit import no_processes
 from tests.unit.declared_keys import Undeclared, checking
 from timers import Timers
-from timers.keys import Keyspace
-from timers.scripts import ScriptName, register_all
+from timers.model.keys import Keyspace
+from timers.store.scripts import ScriptName, register_all
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE_TASKS = "tests.unit.sample_tasks"

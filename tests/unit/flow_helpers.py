@@ -8,9 +8,9 @@ from typing import Any
 import fakeredis
 import pytest
 
-from timers.keys import Keyspace
-from timers.runs import Run
-from timers.scripts import GateRun, NewTimer, Scripts
+from timers.model.keys import Keyspace
+from timers.model.runs import Run
+from timers.store.scripts import GateRun, NewTimer, Scripts
 
 KS = Keyspace()
 LEASE = 10_000

@@ -6,10 +6,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from timers import run_record
-from timers.encoding import as_text
-from timers.keys import Keyspace
-from timers.scripts import Invocation, ScriptCalls
+from timers.model import run_record
+from timers.model.encoding import as_text
+from timers.model.keys import Keyspace
+from timers.store.scripts import Invocation, ScriptCalls
 
 
 def run(scripts: Mapping[Any, Any], call: Invocation) -> Any:

@@ -1,5 +1,5 @@
 """A model of timers' flow control for ``test_model_flow.py``: the real Lua scripts on
-fakeredis, driven through :class:`timers.scripts.Scripts` by virtual listeners that do
+fakeredis, driven through :class:`timers.store.scripts.Scripts` by virtual listeners that do
 with each reply what ``timers/listener/*`` does, on a virtual Redis clock; and a history
 of every start, checked against the invariants of ``docs/state-machine.md``.
 
@@ -49,11 +49,11 @@ import fakeredis.commands_mixins.server_mixin as fake_server
 from fakeredis._commands import SUPPORTED_COMMANDS, Signature
 from fakeredis._socket._fakesocket import FakeSocket
 
-from timers import run_record
-from timers.encoding import Record, as_text
-from timers.keys import DEFAULT_GROUP, Keyspace
-from timers.runs import Run
-from timers.scripts import GateRun, NewTimer, ParkTimer, Scripts, Taker
+from timers.model import run_record
+from timers.model.encoding import Record, as_text
+from timers.model.keys import DEFAULT_GROUP, Keyspace
+from timers.model.runs import Run
+from timers.store.scripts import GateRun, NewTimer, ParkTimer, Scripts, Taker
 
 KS = Keyspace()
 START_MS = 1_700_000_000_000

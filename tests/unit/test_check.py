@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from timers.check import ENABLE_EVENTS, Finding, assess, expired_events_on, verdict
+from timers.store.check import ENABLE_EVENTS, Finding, assess, expired_events_on, verdict
 
 GOOD_CONFIG = {
     "notify-keyspace-events": "Ex",
@@ -137,8 +137,8 @@ def test_verdict_fails_only_on_fail() -> None:
 
 
 def test_permission_findings_fail_without_scripts_and_warn_without_channels() -> None:
-    from timers.check import permission_findings
-    from timers.listener.permissions import Problem
+    from timers.store.check import permission_findings
+    from timers.store.permissions import Problem
 
     assert [f.level for f in permission_findings([])] == ["ok"]
     scripts = Problem("scripts", "the Redis user may not run EVALSHA: add the ACL rule +evalsha")

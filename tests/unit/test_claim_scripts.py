@@ -10,9 +10,9 @@ import fakeredis
 
 from tests.unit.helpers import claim, redis_now_ms, run
 from timers import Timers, TimerSpec
-from timers.encoding import as_text, escape_id
-from timers.keys import Keyspace
-from timers.scripts import ScriptCalls
+from timers.model.encoding import as_text, escape_id
+from timers.model.keys import Keyspace
+from timers.store.scripts import ScriptCalls
 
 PAST = datetime(2001, 1, 1, tzinfo=UTC)
 FAR = 3600.0

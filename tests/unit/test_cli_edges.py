@@ -17,8 +17,8 @@ from timers import Timers
 from timers.cli import app
 from timers.cli import views as cli_views
 from timers.cli.errors import run_app
-from timers.server_errors import cannot_connect, connect_reason, url_address
-from timers.tracebacks import from_task_frames
+from timers.model.tracebacks import from_task_frames
+from timers.store.server_errors import cannot_connect, connect_reason, url_address
 
 TIMERS_DIR = os.path.dirname(os.path.abspath(timers.__file__))
 

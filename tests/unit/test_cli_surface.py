@@ -12,9 +12,9 @@ import typer
 from timers.cli import app
 from timers.cli.common import clip, printable
 from timers.cli.errors import run_app
-from timers.due import due_spec, parse_delay
 from timers.exceptions import InvalidDueTime
-from timers.redact import mask_secrets, safe_url
+from timers.model.due import due_spec, parse_delay
+from timers.model.redact import mask_secrets, safe_url
 
 COMMANDS = [["listen"], ["schedule"], ["reschedule"], ["cancel"], ["get"], ["list"],
             ["listeners"], ["stats"], ["check"], ["demo"], ["server"], ["failed"],

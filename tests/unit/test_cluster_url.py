@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from timers import Timers
-from timers.cluster import hash_tagged, is_cluster_url
+from timers.store.cluster import hash_tagged, is_cluster_url
 
 
 def test_on_a_cluster_the_prefix_becomes_a_hash_tag_unless_it_has_one() -> None:
@@ -38,7 +38,7 @@ def test_a_command_whose_connection_closed_under_it_fails_as_a_lost_connection(
     import redis.asyncio.cluster
     import redis.exceptions
 
-    from timers.cluster import async_cluster
+    from timers.store.cluster import async_cluster
 
     async def closed_under_it(self: object, *args: object, **kwargs: object) -> object:
         raise AttributeError("'NoneType' object has no attribute 'writelines'")

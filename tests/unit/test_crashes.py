@@ -15,12 +15,12 @@ from tests.unit.helpers import claim
 from tests.unit.sample_tasks import mod
 from tests.unit.test_listener_unit import make_listener
 from timers import Timers, task
-from timers.keys import Keyspace
 from timers.listener.crashes import crash_outcome, died_outcome, listener_name
 from timers.listener.quarantine import how_it_died
-from timers.policy import TaskPolicy, policy_of
-from timers.runs import Run
-from timers.scripts import register_all
+from timers.model.keys import Keyspace
+from timers.model.policy import TaskPolicy, policy_of
+from timers.model.runs import Run
+from timers.store.scripts import register_all
 
 PAST = datetime(2001, 1, 1, tzinfo=UTC)
 

@@ -18,13 +18,13 @@ import pytest
 from tests.unit.helpers import claim
 from tests.unit.test_cron_producer import pending
 from timers import Timers
-from timers.cron import State
-from timers.cron.hook import RecurrenceHook
-from timers.encoding import Record, escape_id
 from timers.exceptions import MalformedTimerKey
-from timers.keys import Keyspace
-from timers.runs import OK, Outcome, Run
-from timers.scripts import register_all
+from timers.listener.cron_hook import RecurrenceHook
+from timers.model.cron import State
+from timers.model.encoding import Record, escape_id
+from timers.model.keys import Keyspace
+from timers.model.runs import OK, Outcome, Run
+from timers.store.scripts import register_all
 
 KS = Keyspace()
 DAY = 86_400_000

@@ -1,4 +1,4 @@
-"""What happens to a claimed occurrence: :func:`timers.cron.plan`, with injected times."""
+"""What happens to a claimed occurrence: :func:`timers.model.cron.plan`, with injected times."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from timers.cron import CATCH_UP_VALUES, NONE_GRACE, CatchUp, Step, plan
-from timers.cron.schedule import CronSchedule, IntervalSchedule, to_ms
+from timers.model.cron import CATCH_UP_VALUES, NONE_GRACE, CatchUp, Step, plan
+from timers.model.cron.schedule import CronSchedule, IntervalSchedule, to_ms
 
 ANCHOR = datetime(2025, 1, 1, tzinfo=UTC)
 MINUTE = 60_000

@@ -12,12 +12,12 @@ import pytest
 
 from tests.unit.helpers import claim
 from timers import AsyncTimers, InvalidTimer, Recurrence, Timers
-from timers.cron import State, name_from_option
-from timers.encoding import Entry, Record, as_text, escape_id
 from timers.exceptions import MalformedTimerKey
-from timers.flow.names import DEFAULT_GROUP
-from timers.keys import Keyspace
-from timers.wire import NEAR_HORIZON_MS
+from timers.model.cron import State, name_from_option
+from timers.model.encoding import Entry, Record, as_text, escape_id
+from timers.model.flow.names import DEFAULT_GROUP
+from timers.model.keys import Keyspace
+from timers.model.wire import NEAR_HORIZON_MS
 
 
 @pytest.fixture

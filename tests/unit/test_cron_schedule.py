@@ -17,7 +17,7 @@ from croniter import croniter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from timers.cron.schedule import CronSchedule, IntervalSchedule, from_ms, to_ms, upcoming
+from timers.model.cron.schedule import CronSchedule, IntervalSchedule, from_ms, to_ms, upcoming
 
 BERLIN = ZoneInfo("Europe/Berlin")
 NEW_YORK = ZoneInfo("America/New_York")

@@ -10,8 +10,8 @@ import fakeredis
 
 from tests.unit.declared_keys import NOT_DECLARED_YET, Undeclared, checking
 from timers import Timers, TimerSpec
-from timers.keys import SCRIPT_KEY_NAMES, Keyspace
-from timers.scripts import GateRun, ScriptCalls, Scripts
+from timers.model.keys import SCRIPT_KEY_NAMES, Keyspace
+from timers.store.scripts import GateRun, ScriptCalls, Scripts
 
 KS = Keyspace()
 

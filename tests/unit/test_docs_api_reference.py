@@ -77,7 +77,7 @@ def docstring_examples() -> list[doctest.DocTest]:
 
 def test_the_rendered_docstrings_show_examples() -> None:
     names = {test.name for test in docstring_examples()}
-    assert {"timers", "timers.aio", "timers.policy"} <= names
+    assert {"timers", "timers.aio", "timers.model.policy"} <= names
 
 
 @pytest.mark.parametrize("test", [pytest.param(t, id=t.name) for t in docstring_examples()])

@@ -6,8 +6,8 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from timers.due import due_spec, format_duration, parse_duration
 from timers.exceptions import InvalidDueTime
+from timers.model.due import due_spec, format_duration, parse_duration
 
 # -- due_spec ----------------------------------------------------------------------------
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from timers.clock import ManualClock
 from timers.listener.due_tracker import CLAIM_LEAD_MS, OFFSET_MAX_AGE, DueTracker
+from timers.model.clock import ManualClock
 
 REDIS_NOW_MS = 1_800_000_000_000.0  # what Redis TIME says at the first sample
 LEAD = CLAIM_LEAD_MS / 1000  # the listener claims this many seconds before a due time
@@ -148,7 +148,7 @@ def test_a_slower_sample_within_max_age_is_ignored(clock: ManualClock) -> None:
 
 def test_a_listener_sweeps_late_only_at_the_due_times_it_gave_timers_it_handed_back() -> None:
     """Two apps on one prefix each hand the other's timers back: each gives way on the due
-    times it chose, so the listener with the task claims first (timers.fleet)."""
+    times it chose, so the listener with the task claims first (timers.ops.fleet)."""
     clock = ManualClock()
     tracker = DueTracker(clock)
     tracker.observe_time(1_000_000 * 1000, clock.monotonic(), clock.monotonic())

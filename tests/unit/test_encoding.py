@@ -10,7 +10,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from timers.encoding import (
+from timers.exceptions import (
+    InvalidArgs,
+    InvalidTask,
+    InvalidTimer,
+    InvalidTimerId,
+    MalformedTimerKey,
+)
+from timers.model.encoding import (
     DEFAULT_MAX_ARGS_BYTES,
     MAX_TASK_LENGTH,
     Entry,
@@ -23,14 +30,7 @@ from timers.encoding import (
     escape_id,
     unescape_id,
 )
-from timers.exceptions import (
-    InvalidArgs,
-    InvalidTask,
-    InvalidTimer,
-    InvalidTimerId,
-    MalformedTimerKey,
-)
-from timers.keys import Keyspace
+from timers.model.keys import Keyspace
 
 # Characters that mean something somewhere in a key, a record or a JSON text.
 TRICKY = ':;|%"\\\n\r\t{}[],= \x00/.'

@@ -12,10 +12,10 @@ import pytest
 
 from tests.unit.helpers import claim, run
 from timers import InvalidTimer, TimerAlreadyPending, Timers
-from timers.encoding import Record
-from timers.keys import Keyspace
-from timers.runs import Outcome, Run, failure_entry, rejected_entry
-from timers.scripts import ScriptCalls, ScriptName
+from timers.model.encoding import Record
+from timers.model.keys import Keyspace
+from timers.model.runs import Outcome, Run, failure_entry, rejected_entry
+from timers.store.scripts import ScriptCalls, ScriptName
 
 
 def finish(scripts: dict[ScriptName, Any], ks: Keyspace, *items: tuple[str, str, str, str]

@@ -1,5 +1,5 @@
 """Listeners announce what they can run; one that lacks a task hands its timers back for a
-live listener that has it (:mod:`timers.fleet`, ``lua/heartbeat.lua``, the executor)."""
+live listener that has it (:mod:`timers.ops.fleet`, ``lua/heartbeat.lua``, the executor)."""
 
 from __future__ import annotations
 
@@ -20,8 +20,17 @@ from tests.unit.test_listener_parts import (
     tracker_on_redis_clock,
 )
 from timers import Timers
-from timers.encoding import Record
-from timers.fleet import (
+from timers.listener.endings import Ending
+from timers.listener.executor import Executor
+from timers.listener.peers import Peers
+from timers.listener.runner import Runner
+from timers.listener.turns import Turns
+from timers.model.encoding import Record
+from timers.model.keys import Keyspace
+from timers.model.runs import Run
+from timers.model.wire import EndingKind, Option
+from timers.ops.base import Operation
+from timers.ops.fleet import (
     HAND_OVER_FIRST_MS,
     HAND_OVER_MAX_MS,
     FleetView,
@@ -34,16 +43,7 @@ from timers.fleet import (
     read_fleet,
     task_set_digest,
 )
-from timers.keys import Keyspace
-from timers.listener.endings import Ending
-from timers.listener.executor import Executor
-from timers.listener.peers import Peers
-from timers.listener.runner import Runner
-from timers.listener.turns import Turns
-from timers.ops_base import Operation
-from timers.runs import Run
-from timers.scripts import Scripts
-from timers.wire import EndingKind, Option
+from timers.store.scripts import Scripts
 
 KEYS = Keyspace()
 

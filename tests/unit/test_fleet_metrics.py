@@ -9,6 +9,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
+from timers.dev.server import free_port
 from timers.exceptions import TimersError
 from timers.observe.fleet_metrics import (
     SCRAPE_TIMEOUT,
@@ -16,7 +17,6 @@ from timers.observe.fleet_metrics import (
     KeyspaceReader,
     with_timeouts,
 )
-from timers.server import free_port
 
 
 def test_the_scrape_timeouts_replace_the_urls_own() -> None:

@@ -9,8 +9,8 @@ import pytest
 
 import timers
 from timers import InvalidTimer, Rate, TaskPolicy
-from timers.flow.declared import key_for
-from timers.policy import policy_of
+from timers.model.flow.declared import key_for
+from timers.model.policy import policy_of
 
 
 def declare(**options: Any) -> TaskPolicy:

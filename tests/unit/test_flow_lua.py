@@ -8,8 +8,8 @@ import fakeredis
 import pytest
 
 from tests.unit.flow_helpers import KS, LEASE, add, claim, finish, gate, ids, s
-from timers.runs import Run
-from timers.scripts import GateRun, Scripts, Taker
+from timers.model.runs import Run
+from timers.store.scripts import GateRun, Scripts, Taker
 
 __all__ = ["s"]  # the fixture
 

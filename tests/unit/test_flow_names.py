@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from timers.encoding import Record
 from timers.exceptions import InvalidTimer, MalformedTimerKey
-from timers.flow.names import (
+from timers.model.encoding import Record
+from timers.model.flow.names import (
     DEFAULT_GROUP,
     GROUP_ENV,
     check_group,

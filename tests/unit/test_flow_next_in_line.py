@@ -9,8 +9,8 @@ import pytest
 
 from tests.unit.flow_helpers import KS, LEASE, add, claim, gate, ids, s
 from timers import Timers
-from timers.runs import Run
-from timers.scripts import ParkTimer, ScriptCalls, Scripts, Taker
+from timers.model.runs import Run
+from timers.store.scripts import ParkTimer, ScriptCalls, Scripts, Taker
 
 __all__ = ["s"]  # the fixture
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import fakeredis
 
 from tests.unit.flow_helpers import KS, LEASE, add, claim, finish, gate, s
-from timers.scripts import ParkTimer, Scripts
+from timers.store.scripts import ParkTimer, Scripts
 
 __all__ = ["s"]  # the fixture
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from timers.flow.rates import Rate
+from timers.model.flow.rates import Rate
 
 
 @pytest.mark.parametrize(

@@ -11,9 +11,9 @@ import pytest
 
 import timers
 from timers import AsyncTimers, InvalidTimer, Timers, TimerSpec
-from timers.encoding import Record, as_text, escape_id
-from timers.flow.names import GROUP_ENV
-from timers.keys import Keyspace
+from timers.model.encoding import Record, as_text, escape_id
+from timers.model.flow.names import GROUP_ENV
+from timers.model.keys import Keyspace
 
 FAR = 3600.0
 

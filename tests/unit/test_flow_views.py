@@ -9,8 +9,8 @@ import pytest
 
 from tests.unit.flow_helpers import LEASE, add, claim, s
 from timers import Timers
-from timers.runs import Run
-from timers.scripts import GateRun, Scripts
+from timers.model.runs import Run
+from timers.store.scripts import GateRun, Scripts
 
 __all__ = ["s"]  # the fixture
 

@@ -1,5 +1,5 @@
 """Releases that disagree on a task's group: a timer moves a bounded number of times, then
-waits in its group, saying why (``timers/flow/disagreement.py``), through the real
+waits in its group, saying why (``timers/model/flow/disagreement.py``), through the real
 listener and scripts on an in-memory server."""
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ import pytest
 
 import timers
 from timers import Listener, Timers
-from timers.encoding import Record
-from timers.flow import disagreement
-from timers.keys import Keyspace
-from timers.wire import Option
+from timers.model.encoding import Record
+from timers.model.flow import disagreement
+from timers.model.keys import Keyspace
+from timers.model.wire import Option
 
 
 @timers.task(group="b")

@@ -16,8 +16,7 @@ from tests.unit.conftest import ROOT, SAMPLE_TASKS
 from tests.unit.helpers import claim, redis_now_ms
 from timers import Listener, Timers
 from timers.listener.history import HistoryPolicy
-from timers.scripts import ScriptCalls, register_all
-from timers.wire import (
+from timers.model.wire import (
     EndKind,
     HistoryRecord,
     MinuteSlot,
@@ -26,6 +25,7 @@ from timers.wire import (
     bucket_of,
     histogram_percentile,
 )
+from timers.store.scripts import ScriptCalls, register_all
 
 PAST = datetime(2001, 1, 1, tzinfo=UTC)
 DEADLINE = 15.0

@@ -28,8 +28,8 @@ from hypothesis import strategies as st
 from tests.unit.conftest import ROOT, SAMPLE_TASKS
 from tests.unit.sample_tasks import mod
 from timers import Listener, Timers
-from timers.encoding import Entry, as_text
 from timers.exceptions import MalformedTimerKey
+from timers.model.encoding import Entry, as_text
 
 EXPIRED = b"__keyevent@0__:expired"
 WAKE = b"timers|wake"

@@ -11,7 +11,7 @@ import pytest
 from timers.cli import app
 from timers.cli.common import ERRORS, ErrorOutput
 from timers.cli.errors import asks_for_json, run_app
-from timers.foreground import StopOnSignals
+from timers.listener.foreground import StopOnSignals
 from timers.listener.orphans import watch_parent
 
 

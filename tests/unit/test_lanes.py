@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from timers.keys import Keyspace
 from timers.listener.events import Channels, EventHub
 from timers.listener.lanes import BACKUP_SWEEP_MS, sweep_defer_ms
+from timers.model.keys import Keyspace
 
 
 def firsts(live: list[str], shards: int) -> list[str]:

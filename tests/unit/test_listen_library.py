@@ -11,7 +11,7 @@ import pytest
 import typer.main
 
 from timers.cli import app
-from timers.foreground import StopOnSignals, run_in_foreground
+from timers.listener.foreground import StopOnSignals, run_in_foreground
 from timers.listener.supervisor import ListenOptions, Supervisor
 
 

@@ -7,9 +7,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from timers.listener.endings import Ending
 from timers.listener.executor import Executed
+from timers.model.runs import OK, Fired, Outcome
+from timers.model.wire import EndingKind
 from timers.observe.listener_metrics import ListenerMetrics
-from timers.runs import OK, Fired, Outcome
-from timers.wire import EndingKind
 
 
 def run(kind: EndingKind, lateness_ms: float, source: str = "sweep",

@@ -13,10 +13,7 @@ import pytest
 
 from tests.unit.sample_tasks import mod
 from timers import Timers
-from timers.clock import ManualClock
-from timers.encoding import Record, entry_text
 from timers.exceptions import TaskRefused
-from timers.keys import Keyspace
 from timers.listener.due_tracker import DueTracker
 from timers.listener.endings import Ending, EndingWriter
 from timers.listener.events import (
@@ -33,10 +30,13 @@ from timers.listener.leases import HeldRuns
 from timers.listener.retrying import Outage
 from timers.listener.runner import Runner
 from timers.listener.turns import Turns
-from timers.policy import task
-from timers.runs import Outcome, Run
-from timers.scripts import Scripts, Taker
-from timers.wire import EndingKind, FailureRecord, Option
+from timers.model.clock import ManualClock
+from timers.model.encoding import Record, entry_text
+from timers.model.keys import Keyspace
+from timers.model.policy import task
+from timers.model.runs import Outcome, Run
+from timers.model.wire import EndingKind, FailureRecord, Option
+from timers.store.scripts import Scripts, Taker
 
 KEYS = Keyspace()
 CHANNELS = Channels.of(KEYS, 0)

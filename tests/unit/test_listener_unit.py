@@ -19,7 +19,7 @@ import pytest
 from tests.unit.conftest import ROOT, SAMPLE_TASKS
 from tests.unit.sample_tasks import mod, slow
 from timers import Failure, Fired, Listener, Timers, TimerSpec
-from timers.encoding import as_text
+from timers.model.encoding import as_text
 
 PAST = datetime(2001, 1, 1, tzinfo=UTC)
 FAR = 3600.0

@@ -1,4 +1,4 @@
-"""The scripts as one function library (timers/lua_library.py): the same replies as by
+"""The scripts as one function library (timers/store/lua_library.py): the same replies as by
 EVALSHA, state that lives one call only, a lost library loaded again, EVALSHA where a
 server refuses functions."""
 
@@ -12,13 +12,13 @@ import pytest
 import redis
 
 from timers import Timers
-from timers.keys import Keyspace
-from timers.lua_library import Function, library, state_resets
-from timers.scripts import EVAL_ONLY_ENV, PRELUDES, SCRIPT_NAMES, Scripts, script_library
+from timers.model.keys import Keyspace
+from timers.store.lua_library import Function, library, state_resets
+from timers.store.scripts import EVAL_ONLY_ENV, PRELUDES, SCRIPT_NAMES, Scripts, script_library
 
 
 def _helpers() -> str:
-    return "".join(resources.files("timers").joinpath("lua", f"{name}.lua").read_text("utf-8")
+    return "".join(resources.files("timers.store").joinpath("lua", f"{name}.lua").read_text("utf-8")
                    for name in PRELUDES)
 
 
@@ -56,7 +56,7 @@ def test_each_release_calls_its_own_functions() -> None:
 def test_every_script_is_a_function_with_its_shebang_flags() -> None:
     name, code = script_library()
     for script in SCRIPT_NAMES:
-        raw = resources.files("timers").joinpath("lua", f"{script}.lua").read_text("utf-8")
+        raw = resources.files("timers.store").joinpath("lua", f"{script}.lua").read_text("utf-8")
         flags = "{'allow-oom'}" if "flags=allow-oom" in raw.partition("\n")[0] else "{}"
         assert f"function_name = '{name}_{script}', flags = {flags}," in code
 

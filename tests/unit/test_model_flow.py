@@ -46,7 +46,7 @@ from tests.unit.model_flow import (
     restore,
     snapshot,
 )
-from timers.keys import DEFAULT_GROUP
+from timers.model.keys import DEFAULT_GROUP
 
 LONG = bool(os.environ.get("TIMERS_MODEL_LONG"))
 SHORT = (int(os.environ.get("TIMERS_MODEL_EXAMPLES", "40")), 40)

@@ -9,11 +9,11 @@ import redis
 
 from timers import Timers
 from timers.cli.move import _tag
-from timers.keys import Keyspace
-from timers.move_ops import move_timers
-from timers.operations import TimerSpec
-from timers.scripts import Scripts
-from timers.wire import FailureRecord
+from timers.model.keys import Keyspace
+from timers.model.wire import FailureRecord
+from timers.ops.moves import move_timers
+from timers.ops.operations import TimerSpec
+from timers.store.scripts import Scripts
 
 OLD, NEW = Keyspace("old"), Keyspace("new")
 

@@ -9,10 +9,10 @@ import fakeredis
 
 from tests.unit.helpers import run
 from timers import Timers, TimerSpec
-from timers.encoding import as_text
-from timers.keys import Keyspace
-from timers.scripts import ScriptCalls
-from timers.wire import NEAR_HORIZON_MS
+from timers.model.encoding import as_text
+from timers.model.keys import Keyspace
+from timers.model.wire import NEAR_HORIZON_MS
+from timers.store.scripts import ScriptCalls
 
 
 def timer_keys(fake: fakeredis.FakeRedis) -> set[str]:
@@ -124,7 +124,7 @@ def test_near_refuses_a_bad_limit(scripts: dict[str, Any], ks: Keyspace) -> None
 
 
 def test_the_scripts_and_the_python_side_share_one_horizon() -> None:
-    from timers.scripts import source
+    from timers.store.scripts import source
 
     assert f"local NEAR_HORIZON_MS = {NEAR_HORIZON_MS}\n" in source("near")
 

@@ -12,7 +12,7 @@ from typing import Any
 from tests.conftest import wait_until
 from timers.listener.runner import Runner, Turn
 from timers.listener.turns import Turns
-from timers.runs import Run
+from timers.model.runs import Run
 
 WAIT = 10.0
 

@@ -14,12 +14,12 @@ import pytest
 import redis
 
 import timers
-from timers.keys import Keyspace
 from timers.listener.claimer import Claimer
 from timers.listener.flow_gate import FlowGate
 from timers.listener.parker import Parker
-from timers.runs import Run
-from timers.scripts import ParkTimer, Scripts
+from timers.model.keys import Keyspace
+from timers.model.runs import Run
+from timers.store.scripts import ParkTimer, Scripts
 
 
 @timers.task(concurrency=1, key=lambda device, cmd: f"device:{device}")
@@ -194,4 +194,4 @@ def test_a_run_the_screen_let_go_is_not_gated_again_at_its_start() -> None:
     run = Run("9", "t0", 'd.per_device:[7,"on"]', due_ms=1, reruns=0, source="sweep")
     flow.holding.add("9")  # as screen leaves a run it let go
     record = run.record()
-    assert asyncio.run(flow.admit(run, record, timers.policy.policy_of(per_device))) is None
+    assert asyncio.run(flow.admit(run, record, timers.model.policy.policy_of(per_device))) is None

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from timers.percentiles import percentile
+from timers.model.percentiles import percentile
 
 
 def test_nearest_rank_is_a_measured_value_at_rank_ceil_p_n() -> None:

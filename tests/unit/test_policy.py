@@ -12,7 +12,7 @@ import random
 import pytest
 
 import timers
-from timers.policy import DEFAULT_POLICY, Backoff, TaskPolicy, policy_of, registered, task
+from timers.model.policy import DEFAULT_POLICY, Backoff, TaskPolicy, policy_of, registered, task
 
 # -- Backoff ----------------------------------------------------------------------------
 

@@ -15,12 +15,11 @@ import fakeredis
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-import timers.operations
-import timers.timer_ids as timer_ids_module
+import timers.model.timer_ids as timer_ids_module
+import timers.ops.operations
 from tests.unit.helpers import claim, redis_now_ms
 from tests.unit.test_encoding import json_args, timer_ids
 from timers import AsyncTimers, Timers, TimerSpec
-from timers.encoding import Entry, as_text, is_occurrence_id
 from timers.exceptions import (
     InvalidArgs,
     InvalidDueTime,
@@ -28,10 +27,11 @@ from timers.exceptions import (
     InvalidTimer,
     InvalidTimerId,
 )
-from timers.keys import Keyspace
-from timers.operations import SCHEDULE_CHUNK
-from timers.scripts import register_all
-from timers.timer_ids import ALPHABET, IdSequence
+from timers.model.encoding import Entry, as_text, is_occurrence_id
+from timers.model.keys import Keyspace
+from timers.model.timer_ids import ALPHABET, IdSequence
+from timers.ops.operations import SCHEDULE_CHUNK
+from timers.store.scripts import register_all
 
 
 @pytest.fixture
@@ -82,7 +82,7 @@ def test_generated_ids_are_distinct(producer: Timers) -> None:
 
 def test_a_generated_id_never_starts_with_a_dash() -> None:
     """``timers get -x…`` would read the id as an option."""
-    ids = [timers.operations.new_timer_id() for _ in range(1000)]
+    ids = [timers.ops.operations.new_timer_id() for _ in range(1000)]
     assert not any(i.startswith("-") for i in ids)
     assert all(len(i) == 14 and set(i) <= set(ALPHABET) for i in ids)
 
@@ -184,7 +184,7 @@ def test_a_generated_id_never_overwrites_a_pending_timer(
     producer: Timers, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ids = iter(["fixed-id", "fixed-id", "fresh-id"])
-    monkeypatch.setattr(timers.operations, "new_timer_id", lambda: next(ids))
+    monkeypatch.setattr(timers.ops.operations, "new_timer_id", lambda: next(ids))
 
     first = producer.schedule("a.first", [1], in_=FAR)
     second = producer.schedule("a.second", [2], in_=FAR)
@@ -432,7 +432,7 @@ def bounded_new_ids(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
         made.append(f"gen-{n}")
         return made[-1]
 
-    monkeypatch.setattr(timers.operations, "new_timer_id", new_id)
+    monkeypatch.setattr(timers.ops.operations, "new_timer_id", new_id)
     yield made
 
 
@@ -594,7 +594,7 @@ def test_generated_ids_spell_their_time_and_counter_in_the_ordered_alphabet() ->
     """The one-pass encoding gives the digits a plain base-64 loop gives, in order."""
     import random
 
-    from timers.timer_ids import ALPHABET, COUNTER_CHARS, TIME_CHARS, id_text
+    from timers.model.timer_ids import ALPHABET, COUNTER_CHARS, TIME_CHARS, id_text
 
     def digits(value: int, width: int) -> str:
         out = ""

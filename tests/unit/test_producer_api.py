@@ -22,7 +22,7 @@ from timers import (
     Timers,
     TimerSpec,
 )
-from timers.failure_ops import Failure
+from timers.ops.failures import Failure
 
 # -- bug 6: the occurrence id form is reserved ------------------------------------------
 

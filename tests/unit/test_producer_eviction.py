@@ -12,7 +12,7 @@ import pytest
 import redis
 
 from timers import AsyncTimers, EvictionUnsafe, EvictionWarning, Timers
-from timers.eviction import EvictionGuard, policies
+from timers.store.eviction import EvictionGuard, policies
 
 
 class Server:

@@ -18,16 +18,16 @@ import pytest
 import redis.exceptions
 
 import timers
-import timers.async_client
-import timers.client
+import timers.producer.async_client
+import timers.producer.client
 from timers import AsyncTimers, NotReplicated, ServerError, Timers, TimerSpec
-from timers.keys import Keyspace
-from timers.operations import SCHEDULE_CHUNK, Operations
-from timers.ops_base import Call, Request
-from timers.replication import ReplicaPolicy, Replication
-from timers.scripts import ScriptName
+from timers.model.keys import Keyspace
+from timers.ops.base import Call, Request
+from timers.ops.operations import SCHEDULE_CHUNK, Operations
+from timers.ops.replication import ReplicaPolicy, Replication
+from timers.producer.transport import _commands, _replies, run_async, run_sync
+from timers.store.scripts import ScriptName
 from timers.testing import TimersTest
-from timers.transport import _commands, _replies, run_async, run_sync
 
 
 class FakeWaits:
@@ -63,11 +63,11 @@ class FakeWaits:
 @pytest.fixture
 def transport(monkeypatch: pytest.MonkeyPatch) -> FakeWaits:
     fake = FakeWaits()
-    monkeypatch.setattr(timers.client, "run_sync", fake.sync)
-    monkeypatch.setattr(timers.async_client, "run_async", fake.run_async)
+    monkeypatch.setattr(timers.producer.client, "run_sync", fake.sync)
+    monkeypatch.setattr(timers.producer.async_client, "run_async", fake.run_async)
     # fakeredis plays a server with replicas here (a client on it would not wait, below)
-    monkeypatch.setattr(timers.client, "in_memory", lambda client: False)
-    monkeypatch.setattr(timers.async_client, "in_memory", lambda client: False)
+    monkeypatch.setattr(timers.producer.client, "in_memory", lambda client: False)
+    monkeypatch.setattr(timers.producer.async_client, "in_memory", lambda client: False)
     return fake
 
 

@@ -11,13 +11,14 @@ import fakeredis
 import pytest
 
 from tests.unit.helpers import claim
-from timers import Timers, run_record
-from timers.encoding import Record, escape_id
-from timers.keys import Keyspace
-from timers.runs import Run
-from timers.wire import Option
+from timers import Timers
+from timers.model import run_record
+from timers.model.encoding import Record, escape_id
+from timers.model.keys import Keyspace
+from timers.model.runs import Run
+from timers.model.wire import Option
 
-LUA = Path(run_record.__file__).parent / "lua"
+LUA = Path(run_record.__file__).parents[1] / "store" / "lua"
 
 
 def lua_sources() -> dict[str, str]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from timers.runs import Run
+from timers.model.runs import Run
 
 
 def run_of(record_text: str, reruns: int = 0) -> Run:

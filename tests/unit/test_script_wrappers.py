@@ -15,8 +15,8 @@ import pytest
 
 from tests.unit.fresh_imports import fresh_modules
 from timers import Timers
-from timers.keys import Keyspace
-from timers.scripts import (
+from timers.model.keys import Keyspace
+from timers.store.scripts import (
     PRELUDES,
     SCRIPT_NAMES,
     GateRun,
@@ -86,7 +86,7 @@ EXPIRING_KEYS = {  # the expiring keys each sample must name, in order
 
 def header(name: ScriptName, what: str) -> list[tuple[str, str]]:
     """``(index, label)`` of each ``-- KEYS[n]`` or ``-- ARGV[n]`` line of a script."""
-    text = resources.files("timers").joinpath("lua", f"{name}.lua").read_text("utf-8")
+    text = resources.files("timers.store").joinpath("lua", f"{name}.lua").read_text("utf-8")
     found = re.findall(rf"^-- {what}\[([^\]]+)\]\s+(.*)$", text, re.MULTILINE)
     return [(index, label.split(":")[0].strip()) for index, label in found]
 
@@ -134,8 +134,8 @@ def test_each_wrapper_sends_the_documented_args(name: ScriptName) -> None:
 @pytest.mark.parametrize("name", SCRIPT_NAMES)
 def test_each_script_gets_the_helpers_it_uses_once_right_after_its_shebang(
         name: ScriptName) -> None:
-    raw = resources.files("timers").joinpath("lua", f"{name}.lua").read_text("utf-8")
-    helpers = "".join(resources.files("timers").joinpath("lua", f"{f}.lua").read_text("utf-8")
+    raw = resources.files("timers.store").joinpath("lua", f"{name}.lua").read_text("utf-8")
+    helpers = "".join(resources.files("timers.store").joinpath("lua", f"{f}.lua").read_text("utf-8")
                       for f in PRELUDES)
     defined = re.findall(r"^local function (\w+)", helpers, re.MULTILINE)
     loaded = source(name)
@@ -173,7 +173,7 @@ def test_scripts_register_each_script_once_and_run(fake: fakeredis.FakeRedis) ->
 
 
 def test_the_recurrence_hook_uses_the_scripts_it_is_given(fake: fakeredis.FakeRedis) -> None:
-    from timers.cron.hook import RecurrenceHook
+    from timers.listener.cron_hook import RecurrenceHook
 
     scripts = Scripts(fake, Keyspace())
     assert RecurrenceHook(fake, Keyspace(), scripts).scripts is scripts
@@ -187,9 +187,8 @@ def test_the_cron_package_alone_loads_no_hook_listener_or_asyncio() -> None:
         stub = types.ModuleType("timers")
         stub.__path__ = [str(package)]
         sys.modules["timers"] = stub
-        cron = importlib.import_module("timers.cron")
+        cron = importlib.import_module("timers.model.cron")
         cron.recurrence("n", "a.b", cron="0 9 * * *")
-        heavy = ("asyncio", "timers.cron.hook", "timers.listener", "timers.runner",
-                 "timers.runs")
+        heavy = ("asyncio", "timers.listener.cron_hook", "timers.listener", "timers.runner",
+                 "timers.model.runs")
         assert [m for m in heavy if m in sys.modules] == []
-        assert cron.RecurrenceHook.__module__ == "timers.cron.hook"

@@ -13,8 +13,8 @@ import redis
 
 from tests.unit.helpers import claim
 from timers import InvalidArgs, Timers
-from timers.keys import Keyspace
-from timers.scripts import NewTimer, ScriptCalls, ScriptName
+from timers.model.keys import Keyspace
+from timers.store.scripts import NewTimer, ScriptCalls, ScriptName
 
 FAR = 3600.0
 
@@ -262,7 +262,7 @@ def test_args_nested_too_deeply_are_refused_before_anything_is_sent(
 
 
 def test_the_original_due_time_survives_retries_into_the_failure_record() -> None:
-    from timers.runs import Outcome, Run, failure_entry
+    from timers.model.runs import Outcome, Run, failure_entry
 
     first = Run("7", "t", "a.b:[1]", due_ms=1000, reruns=0, source="s")
     retry = Run("9", "t", "a.b;a=2;d=1000;f=1500:[1]", due_ms=4000, reruns=0, source="s")

@@ -20,9 +20,9 @@ from tests.unit.conftest import ROOT, SAMPLE_TASKS
 from tests.unit.sample_tasks import mod
 from timers import Listener, Timers, TimerSpec
 from timers.exceptions import ShardLayoutMismatch, TimersError
-from timers.keys import Keyspace
 from timers.listener.flow_gate import _WARNED
-from timers.shards import (
+from timers.model.keys import Keyspace
+from timers.ops.shards import (
     MAX_SHARDS,
     ShardLayout,
     check_shards,

@@ -8,7 +8,7 @@ import json
 import fakeredis
 
 from timers import Timers, TimerSpec
-from timers.observe.snapshot import SOON_MS, read_snapshot
+from timers.ops.snapshot import SOON_MS, read_snapshot
 
 
 def test_the_figures_count_what_is_pending_due_overdue_and_forged_beats_read_safely(

@@ -15,11 +15,11 @@ import pytest
 
 from tests.unit.conftest import ROOT, SAMPLE_TASKS
 from timers.exceptions import TaskRefused, TasksUnavailable
-from timers.keys import Keyspace
 from timers.listener.leases import HeldRuns, LeaseKeeper
+from timers.listener.loader import TaskLoader
 from timers.listener.loop_watch import blocker
 from timers.listener.runner import Runner
-from timers.loader import TaskLoader
+from timers.model.keys import Keyspace
 
 # -- imports ---------------------------------------------------------------------------
 

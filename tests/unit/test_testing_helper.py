@@ -19,7 +19,7 @@ import timers.aio
 from tests.unit.conftest import ROOT, SAMPLE_TASKS
 from tests.unit.fresh_imports import fresh_modules
 from tests.unit.sample_tasks import mod
-from timers.keys import Keyspace
+from timers.model.keys import Keyspace
 from timers.testing import TimersTest, timer_context
 
 

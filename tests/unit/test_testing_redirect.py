@@ -12,7 +12,8 @@ import pytest
 import redis
 import redis.asyncio
 
-from timers import AsyncTimers, Timers, TimersError, connect
+from timers import AsyncTimers, Timers, TimersError
+from timers.store import connect
 from timers.testing import TimersTest
 
 NOWHERE = "redis://nowhere.invalid:1/0"  # a test that reached it would fail to resolve

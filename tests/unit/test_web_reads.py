@@ -16,10 +16,10 @@ from starlette.testclient import TestClient
 
 from tests.unit.flow_helpers import KS, LEASE, add, claim, s
 from timers import Timers
-from timers.observe import browse
-from timers.observe.tasks import announced_tasks, running_runs, task_flow
-from timers.scripts import GateRun, Scripts
-from timers.server import free_port
+from timers.dev.server import free_port
+from timers.ops import browse
+from timers.ops.tasks import announced_tasks, running_runs, task_flow
+from timers.store.scripts import GateRun, Scripts
 from timers.web.app import Site, create_app
 from timers.web.auth import Guard
 from timers.web.pages import Dashboard, overview, recurrence_names

@@ -17,7 +17,7 @@ from timers import Timers
 from timers.cli.listen import listen as listen_command
 from timers.cli.observe import metrics as metrics_command
 from timers.cli.web import web as web_command
-from timers.server import free_port
+from timers.dev.server import free_port
 from timers.web.app import create_app
 from timers.web.auth import COOKIE, NOTE_COOKIE, Guard
 from timers.web.security import allowed_hosts, host_name

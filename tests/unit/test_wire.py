@@ -1,13 +1,13 @@
-"""The stored vocabulary of timers/wire.py is the one the Lua scripts and keys.py speak."""
+"""The stored vocabulary of timers/model/wire.py is the one the Lua scripts and keys.py speak."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import timers.keys
-from timers.wire import ClaimSource, Counter, EndingKind, FailureRecord
+import timers.model.keys
+from timers.model.wire import ClaimSource, Counter, EndingKind, FailureRecord
 
-LUA = Path(timers.keys.__file__).parent / "lua"
+LUA = Path(timers.model.keys.__file__).parents[1] / "store" / "lua"
 
 
 def test_every_ending_kind_and_counter_is_a_scripts_word() -> None:
@@ -27,7 +27,7 @@ def test_every_claim_source_is_the_claim_scripts_tag() -> None:
 
 
 def test_the_key_layout_table_lists_every_counter_and_failure_field() -> None:
-    table = timers.keys.__doc__ or ""
+    table = timers.model.keys.__doc__ or ""
     for counter in Counter:
         assert counter in table, counter
     for field in FailureRecord.__dataclass_fields__:

@@ -15,15 +15,15 @@ import redis
 import typer
 from typer import core as typer_core
 
-from timers.connect import URL_ENV, configured_url
 from timers.exceptions import TimersError, UserError
-from timers.keys import DEFAULT_PREFIX, PREFIX_ENV, configured_prefix
-from timers.logs import IDENTITY, JsonFormatter
-from timers.redact import mask_secrets, safe_url
-from timers.server_errors import cannot_connect, url_address
+from timers.listener.logs import IDENTITY, JsonFormatter
+from timers.model.keys import DEFAULT_PREFIX, PREFIX_ENV, configured_prefix
+from timers.model.redact import mask_secrets, safe_url
+from timers.store.connect import URL_ENV, configured_url
+from timers.store.server_errors import cannot_connect, url_address
 
 if TYPE_CHECKING:
-    from timers.client import Timers
+    from timers.producer.client import Timers
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -174,7 +174,7 @@ def friendly(fn: F) -> F:
 def open_timers(url: str | None, prefix: str) -> Timers:
     """A client for a command; a bad URL is a one-line error. (The client is imported
     here, when a command runs, so that the command line starts fast.)"""
-    from timers.client import Timers
+    from timers.producer.client import Timers
 
     try:
         return Timers(url, prefix=prefix)

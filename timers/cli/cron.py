@@ -21,11 +21,11 @@ from timers.cli.common import (
     parse_args_json,
     user_errors,
 )
-from timers.client import Timers
-from timers.cron import CATCH_UP_VALUES, Recurrence
-from timers.due import format_duration, parse_duration
 from timers.exceptions import TimersError
-from timers.keys import DEFAULT_PREFIX
+from timers.model.cron import CATCH_UP_VALUES, Recurrence
+from timers.model.due import format_duration, parse_duration
+from timers.model.keys import DEFAULT_PREFIX
+from timers.producer.client import Timers
 
 cron_app = typer.Typer(
     help="Recurring timers: cron expressions in a time zone, or fixed intervals.",

@@ -14,13 +14,13 @@ from typing import Annotated
 import typer
 
 from timers.cli.common import PrefixOption, UrlOption, clip, friendly, open_timers, printable
-from timers.due import parse_duration
 from timers.exceptions import TimerAlreadyPending, UserError
-from timers.failure_ops import failure_group
-from timers.fleet import read_fleet
-from timers.keys import DEFAULT_PREFIX
-from timers.operations import Failure
-from timers.tracebacks import from_task_frames
+from timers.model.due import parse_duration
+from timers.model.keys import DEFAULT_PREFIX
+from timers.model.tracebacks import from_task_frames
+from timers.ops.failures import failure_group
+from timers.ops.fleet import read_fleet
+from timers.ops.operations import Failure
 
 failed_app = typer.Typer(help="Timers that failed or were refused.", no_args_is_help=False,
                          rich_markup_mode=None)

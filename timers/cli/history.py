@@ -18,10 +18,10 @@ from timers.cli.common import (
     open_timers,
     printable,
 )
-from timers.due import parse_duration
 from timers.exceptions import UserError
-from timers.keys import DEFAULT_PREFIX
-from timers.wire import HistoryRecord
+from timers.model.due import parse_duration
+from timers.model.keys import DEFAULT_PREFIX
+from timers.model.wire import HistoryRecord
 
 
 def _ms(value: int | None) -> str:

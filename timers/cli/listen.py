@@ -25,25 +25,25 @@ from timers.cli.listen_logs import (
     supervise,
 )
 from timers.cli.listen_metrics import MetricsHostOption, MetricsPortOption
-from timers.connect import configured_url
-from timers.due import parse_duration
 from timers.exceptions import EvictionUnsafe, PermissionMissing, UserError
-from timers.flow.names import served_groups
-from timers.foreground import (
+from timers.listener import DEFAULT_CONCURRENCY, DEFAULT_LEASE, Listener
+from timers.listener.foreground import (
     WAIT_FOR_REDIS,
     run_in_foreground,
     wait_for_server,
     wait_for_server_at,
 )
-from timers.keys import DEFAULT_PREFIX
-from timers.listener import DEFAULT_CONCURRENCY, DEFAULT_LEASE, Listener
 from timers.listener.history import HistoryPolicy
+from timers.listener.loader import SETUP_ENV, TASKS_ENV, TaskLoader, check_setup, configured_package
 from timers.listener.orphans import supervisor_pid
 from timers.listener.recycling import RecycleLimits, check_memory_limit, report_fd
 from timers.listener.supervisor import ListenOptions, Supervisor
-from timers.loader import SETUP_ENV, TASKS_ENV, TaskLoader, check_setup, configured_package
-from timers.server_errors import url_address
-from timers.wire import DEFAULT_HISTORY_AGE, DEFAULT_HISTORY_COUNT
+from timers.model.due import parse_duration
+from timers.model.flow.names import served_groups
+from timers.model.keys import DEFAULT_PREFIX
+from timers.model.wire import DEFAULT_HISTORY_AGE, DEFAULT_HISTORY_COUNT
+from timers.store.connect import configured_url
+from timers.store.server_errors import url_address
 
 TasksOption = Annotated[
     str | None,

@@ -1,5 +1,5 @@
 """``timers move``: move timers of chosen tasks to another prefix (see
-:mod:`timers.move_ops`). Parse and print only."""
+:mod:`timers.ops.moves`). Parse and print only."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from typing import Annotated
 import typer
 
 from timers.cli.common import PrefixOption, UrlOption, friendly, open_timers
-from timers.cluster import hash_tagged, is_cluster, keyspace_for
 from timers.exceptions import UserError
-from timers.keys import DEFAULT_PREFIX, check_prefix
-from timers.move_ops import move_timers
+from timers.model.keys import DEFAULT_PREFIX, check_prefix
+from timers.ops.moves import move_timers
+from timers.store.cluster import hash_tagged, is_cluster, keyspace_for
 
 
 def _tag(prefix: str) -> str:

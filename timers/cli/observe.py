@@ -9,11 +9,11 @@ from typing import Annotated, Any
 import typer
 
 from timers.cli.common import PrefixOption, UrlOption, friendly, one_line
-from timers.client import configured_url
 from timers.exceptions import TimersError, UserError
-from timers.keys import DEFAULT_PREFIX
+from timers.model.keys import DEFAULT_PREFIX
+from timers.model.redact import safe_url
 from timers.observe.serving import http_url
-from timers.redact import safe_url
+from timers.store.connect import configured_url
 
 PortOption = Annotated[int, typer.Option("--port", min=1, max=65535, metavar="PORT",
                                          help="Port to serve /metrics on.")]

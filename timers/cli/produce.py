@@ -19,9 +19,9 @@ from timers.cli.common import (
     parse_args_json,
     printable,
 )
-from timers.due import parse_delay
 from timers.exceptions import UserError
-from timers.keys import DEFAULT_PREFIX
+from timers.model.due import parse_delay
+from timers.model.keys import DEFAULT_PREFIX
 
 
 def _parse_at(text: str) -> datetime:

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from timers.cli.common import PrefixOption, UrlOption, friendly, prefix_callback
-from timers.keys import DEFAULT_PREFIX
+from timers.model.keys import DEFAULT_PREFIX
 
 DEMO_PREFIX = "timers-demo"
 DemoPrefixOption = Annotated[str, typer.Option(
@@ -19,7 +19,7 @@ DemoPrefixOption = Annotated[str, typer.Option(
 
 def check(url: UrlOption = None, prefix: PrefixOption = DEFAULT_PREFIX) -> None:
     """Check that a server will fire timers reliably; exits 1 if it will not."""
-    from timers.check import inspect_server, verdict
+    from timers.store.check import inspect_server, verdict
 
     findings = inspect_server(url, prefix)
     for f in findings:
@@ -40,7 +40,7 @@ def demo(
 ) -> None:
     """Start a listener (on an embedded Redis unless a URL is configured) and fire timers;
     removes its keys when done."""
-    from timers.demo import run_demo
+    from timers.dev.demo import run_demo
 
     run_demo(count, url, prefix)
 
@@ -56,7 +56,7 @@ def server(
              "removed when it stops]")] = None,
 ) -> None:
     """Run a Redis server with timers' redis.conf in the foreground, until Ctrl-C."""
-    from timers.server import run_foreground
+    from timers.dev.server import run_foreground
 
     run_foreground(port, typer.echo, data_dir)
 

@@ -2,7 +2,7 @@
 soon, overdue, fires per second, lateness, the busiest tasks and the listeners. ``q`` or
 Ctrl-C quits; when standard output is not a terminal it prints the view once, as text.
 
-Parse and print only: the figures come from :mod:`timers.observe.snapshot` (two round
+Parse and print only: the figures come from :mod:`timers.ops.snapshot` (two round
 trips per refresh) and the listeners' heartbeats.
 """
 
@@ -25,8 +25,8 @@ from rich.table import Table
 from rich.text import Text
 
 from timers.cli.common import PrefixOption, UrlOption, friendly, open_timers
-from timers.keys import DEFAULT_PREFIX
-from timers.observe.snapshot import SOON_MS, FleetSnapshot
+from timers.model.keys import DEFAULT_PREFIX
+from timers.ops.snapshot import SOON_MS, FleetSnapshot
 
 IntervalOption = Annotated[float, typer.Option(
     "--interval", min=0.2, metavar="SECONDS", help="Seconds between refreshes.")]

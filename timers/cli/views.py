@@ -1,7 +1,7 @@
 """``timers get``, ``list``, ``listeners`` and ``stats``: what is pending, waiting, running.
 
 Parse and print only; every group, priority and flow queue is read by
-:mod:`timers.flow.views` through the client.
+:mod:`timers.ops.flow_views` through the client.
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ from timers.cli.common import (
     open_timers,
     printable,
 )
-from timers.due import format_duration
-from timers.keys import DEFAULT_GROUP, DEFAULT_PREFIX
-from timers.operations import PendingTimer, Stats, TimerStatus
-from timers.wire import EndKind, TimerState
+from timers.model.due import format_duration
+from timers.model.keys import DEFAULT_GROUP, DEFAULT_PREFIX
+from timers.model.wire import EndKind, TimerState
+from timers.ops.operations import PendingTimer, Stats, TimerStatus
 
 IdArgument = Annotated[str, typer.Argument(metavar="ID", help="Timer id.")]
 GroupFilter = Annotated[str | None, typer.Option(

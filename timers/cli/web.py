@@ -9,7 +9,7 @@ import typer
 
 from timers.cli.common import PrefixOption, UrlOption, friendly, open_timers
 from timers.exceptions import UserError
-from timers.keys import DEFAULT_PREFIX
+from timers.model.keys import DEFAULT_PREFIX
 from timers.observe.serving import http_url, listening_socket
 
 TOKEN_ENV = "TIMERS_WEB_TOKEN"

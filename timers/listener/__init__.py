@@ -1,7 +1,7 @@
 """The listener package: finds due timers, claims them, runs them, records how they ended.
 
 ``from timers.listener import Listener`` loads the listener on first use, so importing a
-helper module of this package (``timers.listener.permissions`` …) stays light.
+helper module of this package (``timers.store.permissions`` …) stays light.
 See :mod:`timers.listener.lifecycle` for how the parts fit.
 """
 
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
         Listener,
     )
     from timers.listener.recycling import RecycleLimits
-    from timers.wire import HEARTBEAT_INTERVAL
+    from timers.model.wire import HEARTBEAT_INTERVAL
 
 __all__ = ["DEFAULT_CONCURRENCY", "DEFAULT_FAILURE_RETENTION", "DEFAULT_LEASE",
            "HEARTBEAT_INTERVAL", "Listener", "RecycleLimits"]
@@ -29,7 +29,7 @@ def __getattr__(name: str) -> Any:
 
         return RecycleLimits
     if name == "HEARTBEAT_INTERVAL":
-        from timers.wire import HEARTBEAT_INTERVAL
+        from timers.model.wire import HEARTBEAT_INTERVAL
 
         return HEARTBEAT_INTERVAL
     if name in __all__:

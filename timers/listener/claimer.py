@@ -25,15 +25,15 @@ from dataclasses import dataclass
 
 import redis
 
-from timers.clock import Clock
 from timers.listener.due_tracker import CLAIM_LEAD_MS, DueTracker
 from timers.listener.endings import MAX_BATCH
 from timers.listener.leases import still_held
 from timers.listener.parker import Parker
-from timers.listener.permissions import is_permanent
 from timers.listener.retrying import RETRYABLE, ConnectionState, Outage, ReconnectDelays, pause
-from timers.runs import Run
-from timers.scripts import Scripts
+from timers.model.clock import Clock
+from timers.model.runs import Run
+from timers.store.permissions import is_permanent
+from timers.store.scripts import Scripts
 
 log = logging.getLogger("timers.listener")
 

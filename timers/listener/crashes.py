@@ -17,8 +17,8 @@ the task's ``max_crashes``.
 
 from __future__ import annotations
 
-from timers.policy import TaskPolicy
-from timers.runs import Outcome, Run
+from timers.model.policy import TaskPolicy
+from timers.model.runs import Outcome, Run
 
 
 def crash_outcome(run: Run, policy: TaskPolicy) -> Outcome | None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from timers.clock import Clock
+from timers.model.clock import Clock
 
 CLAIM_LEAD_MS = 4.0
 """How long before a due time the listener claims it: more than a claim's round trip plus
@@ -54,7 +54,7 @@ class DueTracker:
     def give_way(self, due_ms: int, ms: float) -> None:
         """This listener handed a timer back for another that has its task, due at
         ``due_ms``: when that is the next due time, it sweeps ``ms`` late, so the other
-        claims it first (:mod:`timers.fleet`). Due times long past are forgotten."""
+        claims it first (:mod:`timers.ops.fleet`). Due times long past are forgotten."""
         if len(self._handed_dues) >= _MAX_HANDED_DUES:
             past = self.redis_now_ms() - 1000
             self._handed_dues = {d: m for d, m in self._handed_dues.items() if d > past}

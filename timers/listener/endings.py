@@ -15,16 +15,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from timers.clock import Clock, SystemClock
-from timers.encoding import entry_text
-from timers.keys import Keyspace
 from timers.listener.eviction import report_late_finishes
 from timers.listener.history import ENDS, OFF, HistoryPolicy, history_text, series_of
 from timers.listener.leases import HeldRuns, still_held
 from timers.listener.retrying import RETRYABLE, ConnectionState, Outage, ReconnectDelays, pause
-from timers.runs import Run, RunFacts
-from timers.scripts import Scripts, Taker
-from timers.wire import EndingKind, FailureRecord
+from timers.model.clock import Clock, SystemClock
+from timers.model.encoding import entry_text
+from timers.model.keys import Keyspace
+from timers.model.runs import Run, RunFacts
+from timers.model.wire import EndingKind, FailureRecord
+from timers.store.scripts import Scripts, Taker
 
 log = logging.getLogger("timers.listener")
 
@@ -76,7 +76,7 @@ class Ending:
     @classmethod
     def wait(cls, run: Run, record_text: str, due_ms: int) -> Ending:
         """Pending again, in the same group, under another record, at ``due_ms``: left
-        unmoved on a group disagreement (:mod:`timers.flow.disagreement`)."""
+        unmoved on a group disagreement (:mod:`timers.model.flow.disagreement`)."""
         return cls.of(run, EndingKind.WAIT, retry_entry=entry_text(run.escaped_id, record_text),
                       retry_delay_ms=due_ms)
 

@@ -31,14 +31,14 @@ from typing import Any, Generic, Protocol, TypeVar
 import redis
 import redis.asyncio
 
-from timers.cluster import is_cluster
-from timers.encoding import Entry, as_text, escape_id
 from timers.exceptions import MalformedTimerKey, TaskRefused
-from timers.keys import DEFAULT_GROUP, Keyspace
 from timers.listener.due_tracker import DueTracker
-from timers.listener.permissions import SWEEP_ONLY_MAX_SLEEP, SWEEPER_ONLY, explain
 from timers.listener.retrying import RETRYABLE, ConnectionState, Outage, ReconnectDelays, pause
-from timers.wire import Option
+from timers.model.encoding import Entry, as_text, escape_id
+from timers.model.keys import DEFAULT_GROUP, Keyspace
+from timers.model.wire import Option
+from timers.store.cluster import is_cluster
+from timers.store.permissions import SWEEP_ONLY_MAX_SLEEP, SWEEPER_ONLY, explain
 
 log = logging.getLogger("timers.listener")
 

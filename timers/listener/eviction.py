@@ -13,9 +13,9 @@ from typing import Any
 
 import redis
 
-from timers.encoding import as_text
-from timers.eviction import ALLKEYS_LOSS, EVICTION_ADVICE
 from timers.exceptions import EvictionUnsafe
+from timers.model.encoding import as_text
+from timers.store.eviction import ALLKEYS_LOSS, EVICTION_ADVICE
 
 __all__ = ["EvictionUnsafe", "judge", "read_policy", "report_late_finishes"]
 

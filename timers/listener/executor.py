@@ -15,18 +15,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from timers import context
-from timers.encoding import Args, Record
 from timers.exceptions import MalformedTimerKey, TaskRefused
-from timers.fleet import (
-    GIVE_WAY_MS,
-    FleetView,
-    Peer,
-    hand_over_delay_ms,
-    handed_back,
-    handed_over,
-)
-from timers.flow.disagreement import (
+from timers.listener import context
+from timers.listener.crashes import crash_outcome
+from timers.listener.due_tracker import DueTracker
+from timers.listener.endings import Ending
+from timers.listener.quarantine import is_suspect
+from timers.listener.retrying import RETRYABLE
+from timers.listener.runner import Turn
+from timers.listener.turns import Turns
+from timers.model.encoding import Args, Record
+from timers.model.flow.disagreement import (
     RECHECK_MS,
     describe,
     group_of,
@@ -35,23 +34,24 @@ from timers.flow.disagreement import (
     moves_of,
     waiting,
 )
-from timers.keys import DEFAULT_GROUP
-from timers.listener.crashes import crash_outcome
-from timers.listener.due_tracker import DueTracker
-from timers.listener.endings import Ending
-from timers.listener.quarantine import is_suspect
-from timers.listener.retrying import RETRYABLE
-from timers.listener.runner import Turn
-from timers.listener.turns import Turns
-from timers.policy import DEFAULT_POLICY, TaskPolicy, policy_of
-from timers.runs import Fired, Outcome, Run, RunFacts, failure_entry
-from timers.wire import EndingKind, Option
+from timers.model.keys import DEFAULT_GROUP
+from timers.model.policy import DEFAULT_POLICY, TaskPolicy, policy_of
+from timers.model.runs import Fired, Outcome, Run, RunFacts, failure_entry
+from timers.model.wire import EndingKind, Option
+from timers.ops.fleet import (
+    GIVE_WAY_MS,
+    FleetView,
+    Peer,
+    hand_over_delay_ms,
+    handed_back,
+    handed_over,
+)
 
 log = logging.getLogger("timers.listener")
 
 
 class RecurrenceSteps(Protocol):
-    """What runs around an occurrence of a recurring timer (see :mod:`timers.cron`)."""
+    """What runs around an occurrence of a recurring timer (see :mod:`timers.model.cron`)."""
 
     async def before_run(self, run: Run, record: Record, started_ms: float) -> Outcome | None:
         ...
@@ -266,7 +266,7 @@ class Executor:
 
     def _handed_back(self, run: Run, record: Record, runner: str) -> Ending:
         """A timer whose task this listener lacks, handed back uncounted for a live
-        listener that has it: due again a little later each time (:mod:`timers.fleet`),
+        listener that has it: due again a little later each time (:mod:`timers.ops.fleet`),
         so the two never pass it to and fro at full speed; and this listener sweeps a
         little after that due time, so the one that has the task claims it first.
         A warning per task."""

@@ -1,7 +1,7 @@
 """The flow gate: whether a claimed run may start now, asked of Redis in one script call.
 
 A run is gated when its timer names a concurrency key (``schedule(key=...)``) or its task
-declares ``concurrency``, ``key`` or ``rate`` (see :mod:`timers.policy`). The decision is
+declares ``concurrency``, ``key`` or ``rate`` (see :mod:`timers.model.policy`). The decision is
 atomic in ``gate.lua`` (fleet-wide, no leader): the run goes, holding a slot until it ends,
 or its timer waits in the key's or the rate limit's queue and the run ends here without an
 attempt counted. Runs with no limits never call Redis here.
@@ -14,17 +14,17 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from timers.encoding import Args, Record, as_text
 from timers.exceptions import FlowKeyError
-from timers.flow.declared import KeySpec, key_for
-from timers.flow.names import DEFAULT_GROUP, unescape_key
 from timers.listener.retrying import RETRYABLE
-from timers.policy import TaskPolicy, policy_of
-from timers.run_record import record_head
-from timers.runs import Outcome, Run
-from timers.scripts import GateRun, Scripts
-from timers.shards import shard_of_key
-from timers.wire import ClaimSource, Option
+from timers.model.encoding import Args, Record, as_text
+from timers.model.flow.declared import KeySpec, key_for
+from timers.model.flow.names import DEFAULT_GROUP, unescape_key
+from timers.model.policy import TaskPolicy, policy_of
+from timers.model.run_record import record_head
+from timers.model.runs import Outcome, Run
+from timers.model.wire import ClaimSource, Option
+from timers.ops.shards import shard_of_key
+from timers.store.scripts import GateRun, Scripts
 
 GO = "go"
 HANDED = frozenset({ClaimSource.HANDOFF.label, ClaimSource.NEXT.label})
@@ -175,7 +175,7 @@ class FlowGate:
     def _exact(self, record: Record, policy: TaskPolicy) -> bool:
         """Whether the run's limit is one limit fleet-wide on a sharded prefix: only a
         concurrency key given at schedule time, with no rate, whose timer lives in its
-        key's shard (:mod:`timers.shards`; not: a recurrence's occurrence, whose shard is
+        key's shard (:mod:`timers.ops.shards`; not: a recurrence's occurrence, whose shard is
         its recurrence's, or a timer scheduled by an older producer)."""
         escaped = record.options.get(Option.KEY)
         return bool(escaped) and policy.rate is None and shard_of_key(
@@ -213,7 +213,7 @@ _WARNED: set[str] = set()
 
 def _per_shard(task: str, shards: int) -> None:
     """Say once per task that its limits hold per shard on a sharded prefix (all but a
-    concurrency key given at schedule time: see :mod:`timers.shards`)."""
+    concurrency key given at schedule time: see :mod:`timers.ops.shards`)."""
     if task in _WARNED:
         return
     _WARNED.add(task)

@@ -12,8 +12,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Sequence
 
-from timers.runs import Run
-from timers.scripts import Taker
+from timers.model.runs import Run
+from timers.store.scripts import Taker
 
 
 class Handoff:

@@ -1,4 +1,4 @@
-"""A listener's lanes: one per shard of the prefix (see :mod:`timers.shards`).
+"""A listener's lanes: one per shard of the prefix (see :mod:`timers.ops.shards`).
 
 Every listener serves every shard, with no leader: a :class:`Lane` has the shard's own
 claims and due-driven sweep, event subscription (on the node that holds the shard, since
@@ -27,13 +27,9 @@ from typing import Any
 
 import redis.asyncio
 
-from timers.clock import Clock
-from timers.cron import RecurrenceHook
-from timers.encoding import as_text
-from timers.fleet import encode_task_set
-from timers.keys import Keyspace
 from timers.listener.claimer import Claimer, ClaimerHooks
 from timers.listener.crashes import listener_name
+from timers.listener.cron_hook import RecurrenceHook
 from timers.listener.due_tracker import DueTracker
 from timers.listener.endings import Ending, EndingWriter
 from timers.listener.events import Channels, EventHub, EventSource, Rejected
@@ -42,10 +38,10 @@ from timers.listener.flow_gate import FlowGate
 from timers.listener.handoff import Handoff
 from timers.listener.history import HistoryPolicy
 from timers.listener.leases import Fence, HeldRuns, LeaseKeeper, sync_twin
+from timers.listener.loader import TaskLoader
 from timers.listener.near_keys import keep_near_keys
 from timers.listener.parker import Parker
 from timers.listener.peers import Peers
-from timers.listener.permissions import explain
 from timers.listener.precise import PreciseSleeper
 from timers.listener.quarantine import Quarantine
 from timers.listener.recycling import RecycleLimits, Recycler, report_fd
@@ -53,11 +49,15 @@ from timers.listener.retrying import RETRYABLE, Outage, beat_until
 from timers.listener.runner import Runner
 from timers.listener.tally import RunTally
 from timers.listener.turns import Turns
-from timers.loader import TaskLoader
-from timers.runs import Fired, Run, rejected_entry
-from timers.scripts import Scripts
-from timers.shards import ShardLayout
-from timers.wire import HEARTBEAT_INTERVAL, HEARTBEAT_MISSES, ClaimSource, EndingKind
+from timers.model.clock import Clock
+from timers.model.encoding import as_text
+from timers.model.keys import Keyspace
+from timers.model.runs import Fired, Run, rejected_entry
+from timers.model.wire import HEARTBEAT_INTERVAL, HEARTBEAT_MISSES, ClaimSource, EndingKind
+from timers.ops.fleet import encode_task_set
+from timers.ops.shards import ShardLayout
+from timers.store.permissions import explain
+from timers.store.scripts import Scripts
 
 log = logging.getLogger("timers.listener")
 
@@ -256,7 +256,7 @@ class Lane:
             self.shared.abort()
 
     def _give_up(self, exc: BaseException) -> None:
-        """A permanent error (:func:`~timers.listener.permissions.is_permanent`): stop."""
+        """A permanent error (:func:`~timers.store.permissions.is_permanent`): stop."""
         log.error("cannot claim timers: %s; stopping", explain(exc, self.keys))
         self.shared.crashed = True
         self.shared.stop()

@@ -18,12 +18,12 @@ from typing import Any
 
 import redis
 
-from timers import cluster, sentinel
-from timers.encoding import as_text
-from timers.keys import Keyspace
 from timers.listener.retrying import RETRYABLE
-from timers.runs import Run
-from timers.scripts import Scripts
+from timers.model.encoding import as_text
+from timers.model.keys import Keyspace
+from timers.model.runs import Run
+from timers.store import cluster, sentinel
+from timers.store.scripts import Scripts
 
 log = logging.getLogger("timers.listener")
 

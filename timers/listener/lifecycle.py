@@ -34,24 +34,24 @@ from typing import Any
 import redis
 import redis.asyncio
 
-from timers.clock import Clock, SystemClock
-from timers.cluster import database_of, is_cluster, keyspace_for
-from timers.flow.names import served_groups
-from timers.keys import configured_prefix
-from timers.listener.connection import check_limits, client_of
 from timers.listener.history import HistoryPolicy
 from timers.listener.lanes import Lane, Shared, lanes_for, shard_note
+from timers.listener.loader import TASKS_ENV, TaskLoader, configured_package
 from timers.listener.loop_watch import LoopWatch
 from timers.listener.peers import Peers
-from timers.listener.permissions import SWEEP_ONLY_MAX_SLEEP, check_at_start
 from timers.listener.preflight import eviction_policy, read_layout, warn_if_events_off
 from timers.listener.quarantine import prestart
 from timers.listener.recycling import RecycleLimits, Recycler
 from timers.listener.retrying import RETRYABLE
 from timers.listener.tally import RunTally
-from timers.loader import TASKS_ENV, TaskLoader, configured_package
-from timers.runs import Fired
-from timers.shards import configured_shards
+from timers.model.clock import Clock, SystemClock
+from timers.model.flow.names import served_groups
+from timers.model.keys import configured_prefix
+from timers.model.runs import Fired
+from timers.ops.shards import configured_shards
+from timers.store.cluster import database_of, is_cluster, keyspace_for
+from timers.store.listener_client import check_limits, client_of
+from timers.store.permissions import SWEEP_ONLY_MAX_SLEEP, check_at_start
 
 log = logging.getLogger("timers.listener")
 QUARANTINE_AHEAD_DELAY = 3.0
@@ -118,7 +118,7 @@ class Listener:
         self.id = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
         self.peers = Peers.over(self.redis, self.keys, self.id, self.loader.package,
                                 self.loader.task_names)
-        """The other live listeners of the prefix and what they run (:mod:`timers.fleet`)."""
+        """The other live listeners of the prefix and what they run (:mod:`timers.ops.fleet`)."""
         self.shared = Shared(self.redis, self.db, self.id, self.groups,
                              concurrency=concurrency, lease=lease,
                              shutdown_timeout=shutdown_timeout,

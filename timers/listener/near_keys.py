@@ -1,6 +1,6 @@
 """Keep the expiring keys of timers that have come within the near horizon.
 
-Timers due further out than :data:`timers.wire.NEAR_HORIZON_MS` are pended without their
+Timers due further out than :data:`timers.model.wire.NEAR_HORIZON_MS` are pended without their
 expiring key (it would only cost memory, and slow Redis's sampling of the keys that are
 about to expire). Every listener calls ``near.lua`` every :data:`NEAR_INTERVAL` seconds,
 which keys the timers that came within the horizon since. Nothing depends on it for
@@ -13,8 +13,8 @@ from __future__ import annotations
 import asyncio
 
 from timers.listener.retrying import beat_until
-from timers.scripts import Scripts
-from timers.wire import NEAR_INTERVAL
+from timers.model.wire import NEAR_INTERVAL
+from timers.store.scripts import Scripts
 
 BATCH = 50
 """Timers keyed per call at most: a backlog (a million timers loaded for one instant, or

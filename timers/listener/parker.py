@@ -21,9 +21,9 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from timers.encoding import as_text
 from timers.listener.flow_gate import FlowGate, key_only_limit
-from timers.scripts import ParkTimer, Scripts
+from timers.model.encoding import as_text
+from timers.store.scripts import ParkTimer, Scripts
 
 log = logging.getLogger("timers.listener")
 

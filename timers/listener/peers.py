@@ -1,4 +1,4 @@
-"""The other live listeners of the prefix, as this listener sees them (:mod:`timers.fleet`).
+"""The other live listeners of the prefix, as this listener sees them (:mod:`timers.ops.fleet`).
 
 :class:`Peers` reads the fleet view at most every :data:`VIEW_MAX_AGE` seconds (one round
 trip, shared by every caller waiting meanwhile) and answers what the executor and the
@@ -17,9 +17,11 @@ from typing import Any, Literal
 
 import redis
 
-from timers.encoding import Entry, as_text
 from timers.exceptions import MalformedTimerKey
-from timers.fleet import (
+from timers.model.encoding import Entry, as_text
+from timers.model.keys import DEFAULT_GROUP, Keyspace
+from timers.model.wire import Option
+from timers.ops.fleet import (
     FleetView,
     Peer,
     encode_task_set,
@@ -27,8 +29,6 @@ from timers.fleet import (
     fleet_from,
     task_set_digest,
 )
-from timers.keys import DEFAULT_GROUP, Keyspace
-from timers.wire import Option
 
 log = logging.getLogger("timers.listener")
 

@@ -11,14 +11,14 @@ import redis
 import redis.asyncio
 import redis.exceptions
 
-from timers.check import ENABLE_EVENTS, expired_events_on
-from timers.encoding import as_text
 from timers.exceptions import ShardLayoutMismatch
-from timers.keys import Keyspace
 from timers.listener.eviction import judge, read_policy
 from timers.listener.retrying import RETRYABLE, ReconnectDelays, pause
-from timers.scripts import Scripts
-from timers.shards import ShardLayout, resolve_layout, wanted_count
+from timers.model.encoding import as_text
+from timers.model.keys import Keyspace
+from timers.ops.shards import ShardLayout, resolve_layout, wanted_count
+from timers.store.check import ENABLE_EVENTS, expired_events_on
+from timers.store.scripts import Scripts
 
 log = logging.getLogger("timers.listener")
 

@@ -32,15 +32,15 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
-from timers import context as timer_context
-from timers.encoding import Args
+from timers.listener import context as timer_context
 from timers.listener.crashes import died_outcome
+from timers.listener.loader import TaskLoader
+from timers.listener.logs import IDENTITY, JsonFormatter, LogFormat, configure
 from timers.listener.orphans import ask_for_signal_on_parent_death
 from timers.listener.runner import Runner
-from timers.loader import TaskLoader
-from timers.logs import IDENTITY, JsonFormatter, LogFormat, configure
-from timers.policy import TaskPolicy
-from timers.runs import MAX_MESSAGE, MAX_TRACEBACK, Outcome
+from timers.model.encoding import Args
+from timers.model.policy import TaskPolicy
+from timers.model.runs import MAX_MESSAGE, MAX_TRACEBACK, Outcome
 
 log = logging.getLogger("timers.listener")
 

@@ -10,7 +10,7 @@ from collections import Counter, deque
 from collections.abc import Callable
 from typing import Any
 
-from timers.percentiles import percentile
+from timers.model.percentiles import percentile
 
 WINDOW = 60.0
 """Seconds of runs the summary covers."""

@@ -17,9 +17,9 @@ from collections.abc import Callable
 from types import CodeType
 from typing import Any
 
-from timers.encoding import Args
 from timers.exceptions import Overran, Revoked, Stale
-from timers.runs import OK, Outcome
+from timers.model.encoding import Args
+from timers.model.runs import OK, Outcome
 
 log = logging.getLogger("timers.listener")
 

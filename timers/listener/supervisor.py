@@ -35,8 +35,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from types import FrameType
 
-from timers.clock import Clock, SystemClock
-from timers.foreground import WAIT_FOR_REDIS
+from timers.listener.foreground import WAIT_FOR_REDIS
 from timers.listener.orphans import SAME_STOP_WINDOW, SUPERVISOR_ENV
 from timers.listener.supervisor_recycling import (
     ChildLinks,
@@ -44,6 +43,7 @@ from timers.listener.supervisor_recycling import (
     SupervisorRecycling,
     exit_reason,
 )
+from timers.model.clock import Clock, SystemClock
 
 log = logging.getLogger("timers.listener.supervisor")
 POLL = 0.2

@@ -23,7 +23,6 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from timers.clock import Clock
 from timers.listener.orphans import SUPERVISOR_ENV
 from timers.listener.recycling import (
     CLAIMING,
@@ -34,6 +33,7 @@ from timers.listener.recycling import (
     STANDBY_ENV,
     TAKE_OVER_SIGNAL,
 )
+from timers.model.clock import Clock
 
 log = logging.getLogger("timers.listener.supervisor")
 

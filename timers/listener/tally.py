@@ -15,11 +15,11 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from timers.due import format_duration
 from timers.listener.executor import Executed
 from timers.listener.recent import RecentRuns
-from timers.runs import Fired
-from timers.wire import EndingKind
+from timers.model.due import format_duration
+from timers.model.runs import Fired
+from timers.model.wire import EndingKind
 
 log = logging.getLogger("timers.listener")
 fires_log = logging.getLogger("timers.fires")

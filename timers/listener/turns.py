@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from timers.listener.runner import Job, Turn
-from timers.runs import Run
-from timers.wire import ClaimSource
+from timers.model.runs import Run
+from timers.model.wire import ClaimSource
 
 FOLLOWED = frozenset({ClaimSource.HANDOFF.label, ClaimSource.NEXT.label})
 """Sources of runs that hold a key slot handed over by ``finish.lua``: only those may have

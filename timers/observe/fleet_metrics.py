@@ -1,6 +1,6 @@
 """The keyspace's state as Prometheus metrics (``timers metrics``): one scrape target for the
 whole fleet, read from Redis at each scrape (two round trips, see
-:mod:`timers.observe.snapshot`), whichever listeners run.
+:mod:`timers.ops.snapshot`), whichever listeners run.
 
 A scrape reads through a :class:`KeyspaceReader`, whose connections give up after
 :data:`SCRAPE_TIMEOUT` seconds: while Redis is paused or away a scrape answers in about
@@ -21,10 +21,10 @@ from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from timers.client import Timers
-from timers.connect import configured_url
 from timers.exceptions import TimersError
-from timers.observe.snapshot import SOON_MS, FleetSnapshot
+from timers.ops.snapshot import SOON_MS, FleetSnapshot
+from timers.producer.client import Timers
+from timers.store.connect import configured_url
 
 log = logging.getLogger("timers.metrics")
 

@@ -28,7 +28,7 @@ from prometheus_client import (
 )
 
 from timers.listener.executor import Executed
-from timers.wire import ClaimSource, EndingKind
+from timers.model.wire import ClaimSource, EndingKind
 
 _multiprocess: Any = multiprocess  # parts of prometheus_client have no types
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"

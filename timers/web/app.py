@@ -23,7 +23,6 @@ from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
 from starlette.templating import Jinja2Templates
 
-from timers.client import Timers
 from timers.exceptions import (
     InvalidTimer,
     MalformedTimerKey,
@@ -34,7 +33,8 @@ from timers.exceptions import (
     TimerAlreadyPending,
     TimersError,
 )
-from timers.observe.snapshot import FleetSnapshot
+from timers.ops.snapshot import FleetSnapshot
+from timers.producer.client import Timers
 from timers.web import pages
 from timers.web.auth import COOKIE, NOTE_COOKIE, Guard, LoginGate, refused
 from timers.web.reads import ACTIONS, TimerView, dead_timers

@@ -14,10 +14,10 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from timers.observe.snapshot import FleetSnapshot
+from timers.model.wire import Counter
+from timers.ops.snapshot import FleetSnapshot
 from timers.web.charts import Chart, Series
 from timers.web.reads import MinuteStats
-from timers.wire import Counter
 
 RATE_WINDOW_S = 300.0
 """The span the "runs / min" figure averages over."""

@@ -12,14 +12,14 @@ from collections import deque
 from datetime import UTC, datetime
 from typing import Any
 
-from timers.client import Timers
-from timers.cron.definition import RECURRENCE_OPTION, name_from_option
-from timers.due import format_duration
 from timers.exceptions import MalformedTimerKey
-from timers.flow.names import DEFAULT_GROUP
-from timers.observe import browse
-from timers.observe.snapshot import OVERDUE_AFTER_MS, SOON_MS, FleetSnapshot
-from timers.observe.tasks import Limit, Running, TaskFlow
+from timers.model.cron.definition import RECURRENCE_OPTION, name_from_option
+from timers.model.due import format_duration
+from timers.model.flow.names import DEFAULT_GROUP
+from timers.ops import browse
+from timers.ops.snapshot import OVERDUE_AFTER_MS, SOON_MS, FleetSnapshot
+from timers.ops.tasks import Limit, Running, TaskFlow
+from timers.producer.client import Timers
 from timers.web.charts import render
 from timers.web.figures import (
     Sample,
@@ -99,7 +99,7 @@ def args_text(args: Any, limit: int = ARGS_SHOWN) -> str:
 
 def interval_words(seconds: float) -> str:
     """``5s``, ``1m 30s``, ``2h``, ``1d 6h``: a recurrence's interval (a fraction of a
-    second as :func:`timers.due.format_duration` gives it)."""
+    second as :func:`timers.model.due.format_duration` gives it)."""
     if seconds != int(seconds) or seconds < 1:
         return format_duration(seconds)
     left, parts = int(seconds), []

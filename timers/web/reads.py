@@ -20,11 +20,11 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
 
-from timers.client import Timers
-from timers.due import parse_delay
 from timers.exceptions import TimersError
-from timers.failure_ops import Failure
-from timers.operations import PendingTimer
+from timers.model.due import parse_delay
+from timers.ops.failures import Failure
+from timers.ops.operations import PendingTimer
+from timers.producer.client import Timers
 
 NOT_AVAILABLE = "run history is not available in this version"
 OUTCOMES = ("completed", "dead", "cancelled")

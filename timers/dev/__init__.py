@@ -1,0 +1,2 @@
+"""Dev tools: the embedded server (`timers server`, the tests), the demo and its tasks.
+"""

@@ -1,0 +1,16 @@
+"""Flow control: which listeners run a timer (groups), how many at once (concurrency keys),
+how fast (rate limits) and in what order (priority).
+
+- :mod:`timers.model.flow.names`: group names, priorities and concurrency keys, checked and escaped
+  for the stored record.
+- :mod:`timers.model.flow.rates`: :class:`Rate`, a rate limit such as ``"100/m"``.
+- :mod:`timers.model.flow.declared`: what ``@timers.task(concurrency=…, key=…, rate=…)`` declares.
+- :mod:`timers.model.flow.options`: the record options a producer writes and reads back.
+"""
+
+from __future__ import annotations
+
+from timers.model.flow.names import DEFAULT_GROUP, GROUP_ENV
+from timers.model.flow.rates import Rate
+
+__all__ = ["DEFAULT_GROUP", "GROUP_ENV", "Rate"]

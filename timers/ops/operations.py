@@ -1,0 +1,564 @@
+"""What every producer and admin operation sends to Redis and how it reads the reply.
+
+Each operation is a generator that yields a :class:`Request` (one round trip: a script call
+or a pipeline) and receives its reply, so the logic exists once and the sync and asyncio
+clients (:mod:`timers.producer.client`) only carry the I/O. Nothing here touches the network, which
+is also what makes it testable without a server.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from timers.exceptions import (
+    InvalidDueTime,
+    InvalidTimer,
+    MalformedTimerKey,
+    ServerOutOfMemory,
+)
+from timers.model.due import DueSpec, due_spec, seconds
+from timers.model.encoding import (
+    DEFAULT_MAX_ARGS_BYTES,
+    Args,
+    Record,
+    as_text,
+    check_id,
+    check_user_id,
+    escape_id,
+    unescape_id,
+)
+from timers.model.flow.names import DEFAULT_GROUP, check_group
+from timers.model.flow.options import flow_options, read_flow
+from timers.model.keys import Keyspace
+from timers.model.timer_ids import new_timer_id
+from timers.model.wire import EndKind, HistoryRecord, Option, ScheduleMode, TimerState
+from timers.ops import flow_views as views
+from timers.ops.base import Call, Operation, Request, live_heartbeats, ms_to_datetime, pairs
+from timers.ops.failures import Failure, FailureOperations, RetrySummary
+from timers.ops.flow_views import Found, GroupCounts, WaitState
+from timers.ops.history import HistoryOperations, redis_ms
+from timers.ops.recurrences import RecurrenceOperations
+from timers.ops.replication import Replication
+from timers.ops.shards import id_in_shard
+from timers.store.scripts import NewTimer, ScriptCalls
+
+__all__ = [
+    "Call", "Failure", "Operation", "Operations", "PendingTimer", "Request", "RetrySummary",
+    "Stats", "TimerSpec", "TimerStatus", "new_timer_id",
+]
+SCHEDULE_CHUNK = 500
+"""Timers per schedule script call in :meth:`Operations.schedule_many`."""
+
+
+@dataclass(frozen=True)
+class TimerSpec:
+    """One timer for :meth:`Timers.schedule_many`; the fields mean what they mean in schedule."""
+
+    task: str
+    args: Args | tuple[Any, ...] = None
+    in_: float | timedelta | None = None
+    at: datetime | None = None
+    id: str | None = None
+    max_lateness: float | timedelta | None = None
+    group: str | None = None
+    """The timer's group (None: the client's, see :class:`timers.Timers`)."""
+    key: str | None = None
+    """A concurrency key: the task's concurrency limit then holds per key."""
+    priority: int = 0
+    """-1000 to 1000: higher runs first among timers waiting for the same slot."""
+
+
+@dataclass(frozen=True)
+class PendingTimer:
+    """A timer waiting for its due time."""
+
+    id: str
+    task: str
+    args: Args
+    due: datetime
+    attempts: int = 0
+    group: str = DEFAULT_GROUP
+    priority: int = 0
+    key: str | None = None
+    wait: WaitState | None = None
+    """Why a flow gate holds it back (a concurrency key or a rate limit), if one does."""
+    waited_from: datetime | None = None
+    """The due time it had before a gate held it back."""
+
+    def seconds_left(self, now: datetime) -> float:
+        return (self.due - now).total_seconds()
+
+    def held_for(self, now: datetime) -> float | None:
+        """Seconds a gate has delayed it so far (None: never held back)."""
+        if self.waited_from is None:
+            return None
+        end = now if self.wait is not None and self.wait.waiting else self.due
+        return max(0.0, (end - self.waited_from).total_seconds())
+
+
+@dataclass(frozen=True)
+class TimerStatus:
+    """Where one timer is: ``state``, and what that state knows.
+
+    - pending / waiting: ``timer`` (its due time, args …); waiting says ``waiting_on``:
+      ``key``, ``rate``, ``group`` (due, and no live listener serves its group, or the
+      releases disagree on it) or ``retry`` (a failed attempt's backoff);
+    - running: ``listener`` (its id, ``host:pid:…``) and ``since`` (the due time of the
+      run: it started at or after it; the start itself is not stored), ``attempt``;
+    - completed, skipped, dead, cancelled: ``ended`` (its history record); a dead timer
+      past the history's retention whose failure record is kept: ``failure``;
+    - unknown: never existed, or ended longer ago than the history and failure records
+      keep.
+    ``detail`` says it in one line.
+    """
+
+    id: str
+    state: TimerState
+    detail: str = ""
+    waiting_on: str | None = None
+    timer: PendingTimer | None = None
+    listener: str | None = None
+    since: datetime | None = None
+    attempt: int | None = None
+    ended: HistoryRecord | None = None
+    failure: Failure | None = None
+
+
+@dataclass(frozen=True)
+class Stats:
+    pending: int
+    running: int
+    failed: int
+    counters: dict[str, int] = field(default_factory=dict)
+    groups: dict[str, GroupCounts] = field(default_factory=dict)
+    """Per group: pending (waiting included), waiting, running."""
+    waiting_keys: dict[str, int] = field(default_factory=dict)
+    """Timers waiting for each concurrency key."""
+    waiting_rates: dict[str, int] = field(default_factory=dict)
+    """Timers waiting for each rate limit."""
+    next_in_line: int = 0
+    """Of ``running``: runs next in line on a concurrency key slot, handed to a listener
+    with the run before them and not started yet (they start as that one ends)."""
+
+    @property
+    def fired(self) -> int:
+        return self.counters.get("fired", 0)
+
+
+def _coerce_spec(item: TimerSpec | Mapping[str, Any]) -> TimerSpec:
+    if isinstance(item, TimerSpec):
+        return item
+    if isinstance(item, Mapping):
+        try:
+            return TimerSpec(**item)
+        except TypeError as exc:
+            raise InvalidTimer(f"bad timer spec {dict(item)!r}: {exc}") from None
+    raise InvalidTimer(f"schedule_many takes TimerSpec or dict items, got {type(item).__name__}")
+
+
+def _id_part(item: object) -> str:
+    timer_id = item.get("id") if isinstance(item, Mapping) else getattr(item, "id", None)
+    return "" if timer_id is None else f" (id {timer_id!r})"
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """One timer validated and encoded, ready to send."""
+
+    timer_id: str
+    escaped: str
+    record: str
+    due: DueSpec
+    replace: bool
+    route: str | None = None
+    """The concurrency key the producer gave: the timer lives in that key's shard
+    (:mod:`timers.ops.shards`)."""
+
+
+class Operations(FailureOperations, RecurrenceOperations, HistoryOperations):
+    """Builds requests for one keyspace and reads their replies."""
+
+    def __init__(
+        self,
+        keyspace: Keyspace,
+        max_args_bytes: int = DEFAULT_MAX_ARGS_BYTES,
+        group: str = DEFAULT_GROUP,
+        shard: tuple[int, int] = (0, 1),
+    ) -> None:
+        self.keys = keyspace
+        self.group = check_group(group)
+        """The group of timers scheduled without one."""
+        self.calls = ScriptCalls(keyspace)
+        self.max_args_bytes = max_args_bytes
+        self.shard = shard
+        """(this keyspace's shard, the prefix's shard count): a generated id made here
+        falls in this shard."""
+
+    # -- schedule ---------------------------------------------------------------------
+
+    def _prepare(
+        self, spec: TimerSpec, options: Mapping[str, str] | None = None, *, retry: bool = False
+    ) -> Prepared:
+        """Validate and encode one timer. ``retry``: a failed timer put back under its own
+        id, which may be an occurrence's (a user's new timer may not take that form)."""
+        group = self.group if spec.group is None else spec.group
+        opts = {**flow_options(group, spec.key, spec.priority), **(options or {})}
+        if spec.max_lateness is not None:
+            limit = seconds(spec.max_lateness, "max_lateness")
+            if limit < 0 or limit > 1e12:
+                raise InvalidDueTime("max_lateness must be 0 or more seconds")
+            opts[Option.MAX_LATENESS] = str(round(limit * 1000))
+        args = list(spec.args) if isinstance(spec.args, tuple) else spec.args
+        record = Record(spec.task, args, opts).encode(self.max_args_bytes)
+        due = due_spec(spec.in_, spec.at)
+        if spec.id is None:
+            timer_id, replace = new_timer_id(), False
+        else:
+            timer_id, replace = (check_id if retry else check_user_id)(spec.id), True
+        return Prepared(timer_id, escape_id(timer_id), record, due, replace, spec.key)
+
+    def _schedule_call(self, batch: Sequence[Prepared], how: str | None = None) -> Call:
+        timers = [NewTimer(p.escaped, p.record, p.due[0], p.due[1],
+                           how or (ScheduleMode.REPLACE if p.replace else ScheduleMode.NEW))
+                  for p in batch]
+        return Call.of(self.calls.schedule(timers), atomic=True)
+
+    def _retry_call(self, task: str, args: Any, timer_id: str, replace: bool,
+                    options: Mapping[str, str]) -> Call:
+        # the timer's own group (absent: the default, not the retrying client's), key
+        # and priority, each checked again as a schedule checks them
+        try:
+            flow = read_flow(options)
+            late_ms = options.get(Option.MAX_LATENESS)
+            max_lateness = None if late_ms is None else int(late_ms) / 1000
+        except (MalformedTimerKey, ValueError) as exc:
+            raise InvalidTimer(f"timer {timer_id}: its failure record's options do not "
+                               f"read ({exc}): not retried") from None
+        spec = TimerSpec(task, args, in_=0, id=timer_id, group=flow.group, key=flow.key,
+                         priority=flow.priority, max_lateness=max_lateness)
+        prepared = self._prepare(spec, retry=True)
+        how = ScheduleMode.REPLACE if replace else ScheduleMode.KEEP
+        return self._schedule_call([prepared], how)
+
+    def schedule_many(
+        self,
+        specs: Iterable[TimerSpec | Mapping[str, Any]],
+        options: Mapping[str, str] | None = None,
+        replication: Replication | None = None,
+    ) -> Operation[list[str]]:
+        """Schedule timers in one round trip; returns their ids in order.
+
+        All or nothing: every timer is validated before anything is sent, and the script
+        calls (one per :data:`SCHEDULE_CHUNK` timers) run in one MULTI/EXEC, which a full
+        server refuses as a whole (:class:`ServerOutOfMemory`, nothing written). A
+        generated id that happens to be pending already is replaced by a fresh one and
+        sent again, never overwritten; should that second round trip fail, the error's
+        ``written`` lists the ids of the first. With ``replication``, each round trip
+        ends with its ``WAIT`` (see :mod:`timers.ops.replication`): too few replicas raise
+        :class:`NotReplicated` naming the ids written, once every timer is written.
+        """
+        return (yield from self._write(self.prepare_all(specs, options), replication))
+
+    def _prepare_nth(
+        self, index: int, item: TimerSpec | Mapping[str, Any], options: Mapping[str, str] | None
+    ) -> Prepared:
+        """:meth:`_prepare` for the ``index``-th timer of a batch: an error names it (its
+        index, and its id if it has one), as the same class of error."""
+        try:
+            return self._prepare(_coerce_spec(item), options)
+        except InvalidTimer as exc:
+            raise type(exc)(f"timer {index}{_id_part(item)}: {exc}") from None
+
+    def _write(self, prepared: list[Prepared],
+               replication: Replication | None = None) -> Operation[list[str]]:
+        """Send prepared timers (see :meth:`schedule_many`)."""
+        todo = list(range(len(prepared)))
+        written: list[str] = []
+        waits = [] if replication is None else replication.calls()
+        short: tuple[int, int | None] | None = None
+        unconfirmed: list[str] = []
+        while todo:
+            chunks = [todo[i : i + SCHEDULE_CHUNK] for i in range(0, len(todo), SCHEDULE_CHUNK)]
+            try:
+                request = [self._schedule_call([prepared[i] for i in c]) for c in chunks]
+                replies = yield request + waits if waits else request
+            except ServerOutOfMemory as exc:
+                exc.written = written
+                raise
+            before = len(written)
+            retry: list[int] = []
+            for chunk, reply in zip(chunks, replies[:len(chunks)], strict=True):
+                for index, due in zip(chunk, reply[1:], strict=True):
+                    if due is None:
+                        old = prepared[index]
+                        fresh = id_in_shard(*self.shard, new_timer_id)
+                        prepared[index] = Prepared(
+                            fresh, escape_id(fresh), old.record, old.due, old.replace,
+                            old.route)
+                        retry.append(index)
+                    else:
+                        written.append(prepared[index].timer_id)
+            todo = retry
+            if replication is not None:
+                missing = replication.shortfall(replies[len(chunks):])
+                if missing is not None:
+                    short = missing if short is None else short
+                    unconfirmed += written[before:]
+        if replication is not None and short is not None:
+            raise replication.error(short, unconfirmed, _exist(unconfirmed))
+        return [p.timer_id for p in prepared]
+
+    def prepare(self, spec: TimerSpec | Mapping[str, Any],
+                options: Mapping[str, str] | None = None) -> Prepared:
+        """Validate and encode one timer for :meth:`write` (errors are the caller's own)."""
+        return self._prepare(_coerce_spec(spec), options)
+
+    def prepare_all(self, specs: Iterable[TimerSpec | Mapping[str, Any]],
+                    options: Mapping[str, str] | None = None) -> list[Prepared]:
+        """:meth:`prepare` for a batch: an error names the timer (index, id)."""
+        return [self._prepare_nth(index, s, options) for index, s in enumerate(specs)]
+
+    def write(self, prepared: list[Prepared],
+              replication: Replication | None = None) -> Operation[list[str]]:
+        """Send timers :meth:`prepare` made, in one round trip (see :meth:`schedule_many`)."""
+        return (yield from self._write(prepared, replication))
+
+    def schedule(
+        self, spec: TimerSpec, options: Mapping[str, str] | None = None,
+        replication: Replication | None = None,
+    ) -> Operation[str]:
+        ids = yield from self._write([self._prepare(_coerce_spec(spec), options)], replication)
+        return ids[0]
+
+    # -- change and read one timer ----------------------------------------------------
+
+    def reschedule(
+        self,
+        timer_id: str,
+        in_: float | timedelta | None = None,
+        at: datetime | None = None,
+        replication: Replication | None = None,
+    ) -> Operation[bool]:
+        """Move a pending timer; with ``replication``, confirm the move on the replicas
+        (:class:`NotReplicated` if it moved and too few have it)."""
+        escaped = escape_id(check_id(timer_id))
+        mode, ms = due_spec(in_, at)
+        call = Call.of(self.calls.reschedule(escaped, mode, ms))
+        if replication is None:
+            (reply,) = yield [call]
+            return reply is not None
+        reply, *waits = yield [call, *replication.calls()]
+        if reply is not None:
+            replication.check(waits, [timer_id], "was moved on the primary")
+        return reply is not None
+
+    def cancel(self, timer_id: str, replication: Replication | None = None) -> Operation[bool]:
+        """Cancel a pending timer; with ``replication``, confirm it on the replicas
+        (:class:`NotReplicated` if it was cancelled and too few have that)."""
+        escaped = escape_id(check_id(timer_id))
+        call = Call.of(self.calls.cancel(escaped, f"{socket.gethostname()}:{os.getpid()}"))
+        if replication is None:
+            (reply,) = yield [call]
+            return int(reply) == 1
+        reply, *waits = yield [call, *replication.calls()]
+        if int(reply) == 1:
+            replication.check(waits, [timer_id], "was cancelled on the primary")
+        return int(reply) == 1
+
+    def get(self, timer_id: str) -> Operation[PendingTimer | None]:
+        """The pending timer with this id, in whichever group, waiting or not."""
+        found = yield from views.find_many(self.keys, [escape_id(check_id(timer_id))])
+        return pending_of(found[0]) if found else None
+
+    def status(self, timer_id: str) -> Operation[TimerStatus]:
+        """Where the timer is (see :class:`TimerStatus`): running, pending or waiting,
+        else how it ended, else unknown. Three to five round trips; the running runs are
+        read whole (``P|runrec``: as many as the fleet runs at once), the rest by id."""
+        escaped = escape_id(check_id(timer_id))
+        now, runs, ended, beats, infos = yield [
+            Call(command=("TIME",)),
+            Call(command=("HGETALL", self.keys.running_records)),
+            Call(command=("HGET", self.keys.history_records, escaped)),
+            Call(command=("ZRANGE", self.keys.listeners, 0, -1, "WITHSCORES")),
+            Call(command=("HGETALL", self.keys.listener_info)),
+        ]
+        running = _running_of(runs, escaped)
+        if running is not None:
+            listener, due_ms, attempt = running
+            since = ms_to_datetime(due_ms)
+            return TimerStatus(timer_id, TimerState.RUNNING,
+                               f"running on {listener} (due {views.utc_text(since)}, attempt "
+                               f"{attempt})", listener=listener, since=since, attempt=attempt)
+        found = yield from views.find_many(self.keys, [escaped])
+        if found:
+            served = {g for _, beat in live_heartbeats(redis_ms(now), beats, infos)
+                      for g in (beat.get("groups") or [DEFAULT_GROUP]) if isinstance(g, str)}
+            return _pending_status(timer_id, pending_of(found[0]), redis_ms(now), served)
+        record = self._ended(escaped, ended)
+        if record is not None:
+            return TimerStatus(timer_id, TimerState(record.outcome.value),
+                               _ended_detail(record), ended=record)
+        failures = yield from self.get_failures(timer_id)
+        dead = [f for f in failures if f.record.kind != "rejected"]
+        if dead:
+            return TimerStatus(timer_id, TimerState.DEAD,
+                               f"dead ({dead[0].record.error_type}: "
+                               f"{dead[0].record.message[:200]}); its history record is "
+                               "past retention, its failure record is kept", failure=dead[0])
+        return TimerStatus(timer_id, TimerState.UNKNOWN,
+                           "unknown: never existed, or ended longer ago than the history "
+                           "keeps")
+
+    @staticmethod
+    def _ended(escaped: str, value: Any) -> HistoryRecord | None:
+        if value is None:
+            return None
+        return HistoryRecord.decode(unescape_id(escaped), as_text(value))
+
+    # -- listings ---------------------------------------------------------------------
+
+    def list_pending(
+        self, limit: int = 100, group: str | None = None, key: str | None = None
+    ) -> Operation[list[PendingTimer]]:
+        """Pending timers of every group (or of ``group``), waiting ones too, soonest
+        first; with ``key``: those waiting for that concurrency key, in queue order, then
+        the pending ones that name it."""
+        if limit <= 0:
+            return []
+        if key is not None:
+            found = yield from views.find_by_key(self.keys, key, limit)
+        else:
+            found = yield from views.find_pending(self.keys, limit, group)
+        out = []
+        for item in found:
+            try:
+                out.append(pending_of(item))
+            except MalformedTimerKey:
+                continue
+        return out
+
+    def stats(self) -> Operation[Stats]:
+        """Counts; ``pending`` and ``running`` over every group, waiting timers included."""
+        failed, counters, infos, following = yield [
+            Call(command=("ZCARD", self.keys.failures)),
+            Call(command=("HGETALL", self.keys.stats)),
+            Call(command=("HGETALL", self.keys.listener_info)),
+            Call(command=("HLEN", self.keys.next_in_line)),
+        ]
+        flow = yield from views.flow_counts(self.keys, listener_groups(infos))
+        items = counters.items() if isinstance(counters, dict) else pairs(counters)
+        return Stats(
+            flow.pending,
+            flow.running,
+            int(failed),
+            {as_text(k): int(v) for k, v in items},
+            flow.groups, flow.waiting_keys, flow.waiting_rates, int(following),
+        )
+
+    def listeners(self) -> Operation[list[dict[str, Any]]]:
+        """The live listeners, from their heartbeats."""
+        now, entries, infos = yield [
+            Call(command=("TIME",)),
+            Call(command=("ZRANGE", self.keys.listeners, 0, -1, "WITHSCORES")),
+            Call(command=("HGETALL", self.keys.listener_info)),
+        ]
+        now_ms = int(now[0]) * 1000 + int(now[1]) // 1000
+        return [beat for _, beat in live_heartbeats(now_ms, entries, infos)]
+
+
+def _exist(timer_ids: Sequence[str]) -> str:
+    return "exists on the primary" if len(timer_ids) == 1 else "exist on the primary"
+
+
+def listener_groups(infos: Any) -> set[str]:
+    """The groups the listeners' heartbeats name (dead ones' too: their runs count)."""
+    items = infos.items() if isinstance(infos, dict) else pairs(infos)
+    out: set[str] = set()
+    for _, value in items:
+        try:
+            groups = json.loads(as_text(value)).get("groups") or []
+        except (ValueError, AttributeError):
+            continue
+        if isinstance(groups, list):  # another app's junk there must not stop `stats`
+            out.update(g for g in groups if isinstance(g, str))
+    return out
+
+
+def _running_of(runs: Any, escaped: str) -> tuple[str, int, int] | None:
+    """(listener, due ms, attempt) of a run of the timer in ``HGETALL P|runrec``."""
+    items = runs.items() if isinstance(runs, dict) else pairs(runs)
+    for _, value in items:
+        text = as_text(value)
+        head, _, entry = text.partition("|")
+        due, _, rest = entry.partition("|")
+        if not rest.startswith(escaped + ":"):
+            continue
+        reruns, _, listener = head.partition("@")
+        record = rest[len(escaped) + 1:]
+        attempts = 0
+        with contextlib.suppress(MalformedTimerKey, ValueError):
+            attempts = int(Record.decode(record).options.get(Option.ATTEMPTS, "0"))
+        try:
+            return listener, int(due), attempts + int(reruns or 0) + 1
+        except ValueError:
+            continue
+    return None
+
+
+def _pending_status(timer_id: str, timer: PendingTimer, now_ms: int,
+                    served: set[str]) -> TimerStatus:
+    wait = timer.wait
+    if wait is not None:
+        return TimerStatus(timer_id, TimerState.WAITING, wait.describe(),
+                           waiting_on=wait.kind, timer=timer)
+    due_ms = timer.due.timestamp() * 1000
+    if due_ms <= now_ms and timer.group not in served:
+        return TimerStatus(timer_id, TimerState.WAITING,
+                           f"waiting for a listener of group {timer.group} (due "
+                           f"{views.utc_text(timer.due)}; no live listener serves it)",
+                           waiting_on="group", timer=timer)
+    if timer.attempts:
+        return TimerStatus(timer_id, TimerState.WAITING,
+                           f"waiting to retry: attempt {timer.attempts + 1} due "
+                           f"{views.utc_text(timer.due)} ({timer.attempts} failed)",
+                           waiting_on="retry", timer=timer)
+    return TimerStatus(timer_id, TimerState.PENDING, f"pending, due {views.utc_text(timer.due)}",
+                       timer=timer)
+
+
+def _ended_detail(record: HistoryRecord) -> str:
+    when = views.utc_text(ms_to_datetime(record.ended * 1000))
+    if record.outcome is EndKind.CANCELLED:
+        return f"cancelled {when} by {record.listener or '?'}"
+    took = "" if record.duration_ms is None else f", ran {record.duration_ms} ms"
+    late = "" if record.lateness_ms is None else f", started {record.lateness_ms} ms late"
+    error = f": {record.error}" if record.error else ""
+    return (f"{record.outcome.value} {when} on {record.listener or '?'} (attempt "
+            f"{record.attempts}{took}{late}){error}")
+
+
+def pending_of(found: Found) -> PendingTimer:
+    """A found timer as the API shows it."""
+    record = found.record
+    waited_from = record.options.get(Option.WAITED_FROM)
+    if waited_from is None and found.wait is not None and found.wait.waiting:
+        waited_from = str(found.due_ms)  # held at its due time, which it keeps
+    return PendingTimer(
+        id=unescape_id(found.escaped),
+        task=record.task,
+        args=record.args,
+        due=ms_to_datetime(found.due_ms),
+        attempts=int(record.options.get(Option.ATTEMPTS, "0")),
+        group=views.group_of(record),
+        priority=views.priority_of(record),
+        key=views.key_of(record),
+        wait=found.wait,
+        waited_from=None if waited_from is None else ms_to_datetime(float(waited_from)),
+    )

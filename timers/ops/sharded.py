@@ -1,0 +1,385 @@
+"""The producer's operations over the shards of a prefix (see :mod:`timers.ops.shards`).
+
+:class:`ShardedOperations` has the API of :class:`timers.ops.operations.Operations`: what names
+a timer (or a recurrence) goes to that one's shard, in the round trips one shard takes;
+views (``list``, ``stats``, ``failed``, ``listeners``, recurrences) read every shard in
+the same round trips as one shard would (:func:`gather` sends the shards' reads as one
+pipeline) and merge them. The layout is read once, by the first operation.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace as copy_with
+from datetime import datetime, timedelta
+from typing import Any, TypeVar
+
+from timers.exceptions import InvalidTimer, NotReplicated, ServerOutOfMemory
+from timers.model.cron import Recurrence
+from timers.model.encoding import DEFAULT_MAX_ARGS_BYTES, escape_id
+from timers.model.flow.names import DEFAULT_GROUP
+from timers.model.keys import Keyspace, configured_prefix
+from timers.model.wire import HistoryRecord, MinuteSlot, MinuteStats
+from timers.ops import browse, tasks
+from timers.ops.base import Operation, Request
+from timers.ops.failures import Failure, RetrySummary
+from timers.ops.history import merge_slots
+from timers.ops.operations import (
+    Operations,
+    PendingTimer,
+    Prepared,
+    Stats,
+    TimerSpec,
+    TimerStatus,
+)
+from timers.ops.replication import Replication
+from timers.ops.shard_views import merge_snapshots, merge_stats, unique_listeners
+from timers.ops.shards import (
+    ShardLayout,
+    configured_shards,
+    id_in_shard,
+    read_layout,
+    shard_of,
+    shard_of_key,
+)
+from timers.ops.snapshot import FleetSnapshot, read_snapshot
+from timers.store.cluster import is_cluster, keyspace_for
+
+T = TypeVar("T")
+
+
+def gather(operations: Sequence[Operation[T]]) -> Operation[list[T]]:
+    """Run operations side by side, each step's requests sent as one round trip (one at
+    a time when a request must be atomic: a transaction cannot span shards)."""
+    results: list[Any] = [None] * len(operations)
+    current: dict[int, Request] = {}
+    for index, operation in enumerate(operations):
+        _advance(operation, index, None, current, results)
+    while current:
+        batches = ([[i] for i in current] if any(c.atomic for r in current.values() for c in r)
+                   else [list(current)])
+        for indexes in batches:
+            replies = yield [call for i in indexes for call in current[i]]
+            start = 0
+            for i in indexes:
+                request = current.pop(i)
+                part, start = replies[start:start + len(request)], start + len(request)
+                _advance(operations[i], i, part, current, results)
+    return results
+
+
+def _advance(operation: Operation[Any], index: int, reply: list[Any] | None,
+             current: dict[int, Request], results: list[Any]) -> None:
+    try:
+        current[index] = next(operation) if reply is None else operation.send(reply)
+    except StopIteration as done:
+        results[index] = done.value
+
+
+def placed(item: Prepared, count: int) -> Prepared:
+    """``item`` with an id in the shard of its concurrency key, if it has one (the
+    placement rule of :mod:`timers.ops.shards`): a generated id is drawn again until it falls
+    there (every one, in turn, so a batch's ids still sort in its order); an id the
+    producer chose that does not fall there is an :class:`InvalidTimer`."""
+    if item.route is None or count == 1:
+        return item
+    shard = shard_of_key(item.route, count)
+    if item.replace and shard_of(item.timer_id, count) == shard:
+        return item
+    if item.replace:
+        raise InvalidTimer(
+            f"timer id {item.timer_id!r} with key {item.route!r}: on {count} shards a keyed "
+            f"timer lives in its key's shard, and its id must say so: put the key in "
+            f"braces in the id (id={item.timer_id + '{' + item.route + '}'!r}), or let "
+            f"timers make the id")
+    fresh = id_in_shard(shard, count)
+    return copy_with(item, timer_id=fresh, escaped=escape_id(fresh))
+
+
+class ShardedOperations:
+    """:class:`Operations` over every shard of a prefix."""
+
+    def __init__(self, home: Keyspace, prefix: str, *, cluster: bool, shards: int | None,
+                 max_args_bytes: int = DEFAULT_MAX_ARGS_BYTES,
+                 group: str = DEFAULT_GROUP) -> None:
+        self.home, self.prefix, self.cluster, self.asked = home, prefix, cluster, shards
+        self.max_args_bytes = max_args_bytes
+        self.template = Operations(home, max_args_bytes, group)
+        """Validates and encodes timers (that needs no shard)."""
+        self.group = self.template.group
+        self.layout: ShardLayout | None = None
+        self._shards: list[Operations] = []
+
+    def shards(self) -> Operation[list[Operations]]:
+        """The operations of each shard, reading the layout on first use."""
+        if self.layout is None:
+            layout = yield from read_layout(self.home, self.prefix, self.cluster, self.asked)
+            self._shards = [Operations(k, self.max_args_bytes, self.group,
+                                       (i, layout.count))
+                            for i, k in enumerate(layout.keyspaces)]
+            self.layout = layout
+        return self._shards
+
+    def _of(self, name: str) -> Operation[Operations]:
+        shards = yield from self.shards()
+        return shards[shard_of(name, len(shards))]
+
+    def _routed(self, name: str, call: Callable[[Operations], Operation[T]]) -> Operation[T]:
+        """``call`` on the operations of the shard of ``name`` (a timer id or recurrence)."""
+        return (yield from call((yield from self._of(name))))
+
+    # -- timers ---------------------------------------------------------------------
+
+    def prepare(self, spec: TimerSpec | Mapping[str, Any],
+                options: Mapping[str, str] | None = None) -> Prepared:
+        return self.template.prepare(spec, options)
+
+    def write(self, prepared: list[Prepared],
+              replication: Replication | None = None) -> Operation[list[str]]:
+        """Send prepared timers, a round trip per shard they fall in; their ids in order.
+        On a full server the error's ``written`` lists every id written before it. With
+        ``replication`` each shard's round trip waits for that shard's replicas; every
+        shard is written before a :class:`NotReplicated` names the ids of the shards
+        whose replicas fell short."""
+        shards = yield from self.shards()
+        prepared = [placed(item, len(shards)) for item in prepared]
+        by_shard: dict[int, list[int]] = defaultdict(list)
+        for index, item in enumerate(prepared):
+            by_shard[shard_of(item.timer_id, len(shards))].append(index)
+        ids = [p.timer_id for p in prepared]
+        written: list[str] = []
+        short: NotReplicated | None = None
+        for shard, indexes in sorted(by_shard.items()):
+            try:
+                got = yield from shards[shard].write([prepared[i] for i in indexes],
+                                                     replication)
+            except ServerOutOfMemory as exc:
+                exc.written = written + list(exc.written or [])
+                raise
+            except NotReplicated as exc:
+                got = [ids[i] for i in indexes]  # (an id replaced after a collision of
+                # generated ids is in the error's timer_ids, not here)
+                short = exc if short is None else short
+                if short is not exc:
+                    short.timer_ids += exc.timer_ids
+            for index, timer_id in zip(indexes, got, strict=True):
+                ids[index] = timer_id
+            written += got
+        if short is not None and replication is not None and len(by_shard) > 1:
+            raise replication.error((short.acked, short.fsynced), short.timer_ids,
+                                    "exist on the primaries" if len(short.timer_ids) > 1
+                                    else "exists on its primary") from None
+        if short is not None:
+            raise short
+        return ids
+
+    def schedule_many(self, specs: Iterable[TimerSpec | Mapping[str, Any]],
+                      options: Mapping[str, str] | None = None,
+                      replication: Replication | None = None) -> Operation[list[str]]:
+        return (yield from self.write(self.template.prepare_all(specs, options), replication))
+
+    def schedule(self, spec: TimerSpec, options: Mapping[str, str] | None = None,
+                 replication: Replication | None = None) -> Operation[str]:
+        ids = yield from self.write([self.prepare(spec, options)], replication)
+        return ids[0]
+
+    def reschedule(self, timer_id: str, in_: float | timedelta | None = None,
+                   at: datetime | None = None,
+                   replication: Replication | None = None) -> Operation[bool]:
+        return (yield from self._routed(
+            timer_id, lambda s: s.reschedule(timer_id, in_, at, replication)))
+
+    def cancel(self, timer_id: str,
+               replication: Replication | None = None) -> Operation[bool]:
+        return (yield from self._routed(timer_id, lambda s: s.cancel(timer_id, replication)))
+
+    def get(self, timer_id: str) -> Operation[PendingTimer | None]:
+        return (yield from self._routed(timer_id, lambda s: s.get(timer_id)))
+
+    def status(self, timer_id: str) -> Operation[TimerStatus]:
+        return (yield from self._routed(timer_id, lambda s: s.status(timer_id)))
+
+    # -- history and series -----------------------------------------------------------
+
+    def history(self, task: str | None = None, since: float | None = None,
+                failed: bool = False, limit: int = 100) -> Operation[list[HistoryRecord]]:
+        """Every shard's newest ends, newest first."""
+        shards = yield from self.shards()
+        parts = yield from gather([s.history(task, since, failed, limit) for s in shards])
+        merged = sorted((r for part in parts for r in part), key=lambda r: r.ended,
+                        reverse=True)
+        return merged[:max(limit, 0)]
+
+    def series(self, task: str | None = None, minutes: int = 60) -> Operation[list[MinuteStats]]:
+        """Per minute, every shard's runs summed and their histograms merged."""
+        shards = yield from self.shards()
+        parts = yield from gather([s.series_slots(task, minutes) for s in shards])
+        return [slot.stats() for slot in _same_minutes(parts)]
+
+    def tasks_seen(self) -> Operation[list[str]]:
+        shards = yield from self.shards()
+        parts = yield from gather([s.tasks_seen() for s in shards])
+        return sorted({task for part in parts for task in part})
+
+    # -- views ------------------------------------------------------------------------
+
+    def list_pending(self, limit: int = 100, group: str | None = None,
+                     key: str | None = None) -> Operation[list[PendingTimer]]:
+        shards = yield from self.shards()
+        parts = yield from gather([s.list_pending(limit, group, key) for s in shards])
+        if len(parts) == 1:
+            return parts[0]
+        return sorted((t for part in parts for t in part), key=lambda t: t.due)[:max(limit, 0)]
+
+    def stats(self) -> Operation[Stats]:
+        shards = yield from self.shards()
+        parts = yield from gather([s.stats() for s in shards])
+        return parts[0] if len(parts) == 1 else merge_stats(parts)
+
+    def listeners(self) -> Operation[list[dict[str, Any]]]:
+        """Each live listener once (a listener heartbeats in every shard)."""
+        shards = yield from self.shards()
+        return unique_listeners((yield from gather([s.listeners() for s in shards])))
+
+    def list_failed(self, limit: int = 100) -> Operation[list[Failure]]:
+        shards = yield from self.shards()
+        parts = yield from gather([s.list_failed(limit) for s in shards])
+        return _latest(parts)[:max(limit, 0)]
+
+    def get_failures(self, timer_id: str) -> Operation[list[Failure]]:
+        """A timer's failures are in its shard; a failure id (``…:…``) may be in any."""
+        shards = yield from self.shards()
+        if ":" not in timer_id or len(shards) == 1:
+            shard = yield from self._of(timer_id)
+            return (yield from shard.get_failures(timer_id))
+        parts = yield from gather([s.get_failures(timer_id) for s in shards])
+        return _latest(parts)
+
+    def get_failure(self, timer_id: str) -> Operation[Failure | None]:
+        found = yield from self.get_failures(timer_id)
+        return found[0] if found else None
+
+    def retry_failure(self, failure: Failure, replace: bool = False) -> Operation[str]:
+        return (yield from self._routed(failure.timer_id or "",
+                                        lambda s: s.retry_failure(failure, replace)))
+
+    def retry_all_failures(self, replace: bool = False,
+                           runnable_only: bool = True) -> Operation[RetrySummary]:
+        retried = pending = not_retryable = unrunnable = 0
+        example: str | None = None
+        for shard in (yield from self.shards()):
+            part = yield from shard.retry_all_failures(replace, runnable_only)
+            retried += part.retried
+            pending += part.pending
+            not_retryable += part.not_retryable
+            unrunnable += part.unrunnable
+            example = example or part.unrunnable_example
+        return RetrySummary(retried, pending, not_retryable, unrunnable, example)
+
+    def purge_failures(self, older_than_ms: int | None = None) -> Operation[int]:
+        removed = 0
+        for shard in (yield from self.shards()):
+            removed += yield from shard.purge_failures(older_than_ms)
+        return removed
+
+    # -- the dashboard's reads -------------------------------------------------------
+
+    def snapshot(self) -> Operation[FleetSnapshot]:
+        """The fleet's figures (``timers top``, metrics, the dashboard), every shard's as
+        one."""
+        shards = yield from self.shards()
+        parts = yield from gather([read_snapshot(s.keys) for s in shards])
+        return parts[0] if len(parts) == 1 else merge_snapshots(parts)
+
+    def browse_page(self, offset: int, limit: int, group: str | None = None,
+                    priority: int | None = None) -> Operation[list[PendingTimer]]:
+        """Timers ``offset`` to ``offset + limit`` of every group and priority (or of
+        ``group``, of ``priority``), held-back ones too, soonest first over every shard."""
+        shards = yield from self.shards()
+        if len(shards) == 1:
+            return (yield from browse.page(shards[0].keys, offset, limit, group, priority))
+        parts = yield from gather([browse.page(s.keys, 0, offset + limit, group, priority)
+                                   for s in shards])
+        return _soonest(parts)[offset:offset + limit]
+
+    def search_id_prefix(self, prefix: str,
+                         limit: int) -> Operation[tuple[list[PendingTimer], bool]]:
+        shards = yield from self.shards()
+        parts = yield from gather([browse.search_id_prefix(s.keys, prefix, limit)
+                                   for s in shards])
+        return _soonest([p[0] for p in parts])[:limit], all(p[1] for p in parts)
+
+    def filter_task(self, task: str, limit: int) -> Operation[list[PendingTimer]]:
+        shards = yield from self.shards()
+        parts = yield from gather([browse.filter_task(s.keys, task, limit) for s in shards])
+        return _soonest(parts)[:limit]
+
+    def task_flow(self, task: str) -> Operation[list[tasks.TaskFlow]]:
+        """The limits ``task``'s runs meet and its runs under way, per shard."""
+        shards = yield from self.shards()
+        return (yield from gather([tasks.task_flow(s.keys, task) for s in shards]))
+
+    def announced_tasks(self) -> Operation[set[str]]:
+        """The task paths the live listeners announce, over every shard."""
+        shards = yield from self.shards()
+        parts = yield from gather([tasks.announced_tasks(s.keys) for s in shards])
+        return set().union(*parts)
+
+    def running_runs(self) -> Operation[list[tasks.Running]]:
+        """Every run under way, over every shard."""
+        shards = yield from self.shards()
+        parts = yield from gather([tasks.running_runs(s.keys) for s in shards])
+        return [r for part in parts for r in part]
+
+    # -- recurrences ------------------------------------------------------------------
+
+    def every(self, spec: Recurrence) -> Operation[Recurrence]:
+        return (yield from self._routed(spec.name, lambda s: s.every(spec)))
+
+    def unschedule_recurring(self, name: str) -> Operation[bool]:
+        return (yield from self._routed(name, lambda s: s.unschedule_recurring(name)))
+
+    def pause(self, name: str) -> Operation[bool]:
+        return (yield from self._routed(name, lambda s: s.pause(name)))
+
+    def resume(self, name: str) -> Operation[bool]:
+        return (yield from self._routed(name, lambda s: s.resume(name)))
+
+    def get_recurrence(self, name: str) -> Operation[Recurrence | None]:
+        return (yield from self._routed(name, lambda s: s.get_recurrence(name)))
+
+    def recurrences(self) -> Operation[list[Recurrence]]:
+        shards = yield from self.shards()
+        parts = yield from gather([s.recurrences() for s in shards])
+        return sorted((r for part in parts for r in part), key=lambda r: r.name)
+
+
+def operations_for(client: object, prefix: str | None, shards: int | None,
+                   max_args_bytes: int, group: str) -> ShardedOperations:
+    """The operations of a client: the configured prefix (hash-tagged on a cluster) and
+    shard count (``shards``, else ``$TIMERS_SHARDS``, else the prefix's)."""
+    return ShardedOperations(keyspace_for(client, prefix), configured_prefix(prefix),
+                             cluster=is_cluster(client), shards=configured_shards(shards),
+                             max_args_bytes=max_args_bytes, group=group)
+
+
+def _same_minutes(parts: Sequence[list[MinuteSlot]]) -> list[MinuteSlot]:
+    """Shards' slots merged minute by minute (a shard read a minute later than another
+    has its window shifted by one: aligned on the latest minute)."""
+    last = max(part[-1].minute for part in parts)
+    count = len(parts[0])
+    wanted = range(last - count + 1, last + 1)
+    aligned = []
+    for part in parts:
+        by_minute = {slot.minute: slot for slot in part}
+        aligned.append([by_minute.get(m, MinuteSlot(m)) for m in wanted])
+    return merge_slots(aligned)
+
+
+def _soonest(parts: Iterable[list[PendingTimer]]) -> list[PendingTimer]:
+    return sorted((t for part in parts for t in part), key=lambda t: t.due)
+
+
+def _latest(parts: Iterable[list[Failure]]) -> list[Failure]:
+    return sorted((f for part in parts for f in part), key=lambda f: f.at, reverse=True)

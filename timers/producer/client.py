@@ -1,0 +1,336 @@
+"""The producer API: :class:`Timers` (sync); :class:`AsyncTimers` (asyncio) is in
+:mod:`timers.producer.async_client`.
+
+Both are thin: they run the operations of :mod:`timers.ops.operations` over a redis-py client.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Iterable, Mapping
+from datetime import datetime, timedelta
+from typing import Any, TypeVar
+
+import redis
+
+from timers.model.cron import CatchUp, Recurrence, recurrence
+from timers.model.encoding import DEFAULT_MAX_ARGS_BYTES, Args
+from timers.model.flow.names import configured_group
+from timers.model.wire import HistoryRecord, MinuteStats
+from timers.ops.operations import (
+    Failure,
+    Operation,
+    PendingTimer,
+    RetrySummary,
+    Stats,
+    TimerSpec,
+    TimerStatus,
+)
+from timers.ops.replication import ReplicaPolicy, in_memory
+from timers.ops.sharded import operations_for
+from timers.producer.async_client import AsyncTimers
+from timers.producer.loops import warn_if_blocking_a_loop
+from timers.producer.transport import run_sync
+from timers.store import connect
+from timers.store.connect import URL_ENV, configured_url, sync_client
+from timers.store.eviction import EvictionGuard
+from timers.store.scripts import register_all
+from timers.store.server_errors import out_of_memory, translate
+
+__all__ = ["URL_ENV", "AsyncTimers", "Timers", "configured_url"]
+
+
+T = TypeVar("T")
+
+
+class Timers:
+    """Schedule, change and inspect timers over a sync redis-py client.
+
+    ``redis`` is a URL, a ``redis.Redis`` the app already manages, or None for
+    ``$TIMERS_REDIS_URL`` (default ``redis://localhost:6379/0``). A client made from a URL
+    shares at most ``max_connections`` connections (default 50) among its callers' threads;
+    a call that finds them all busy waits for one (see :data:`timers.store.connect.POOL_WAIT`).
+    ``group``: of the timers it schedules without one (default ``$TIMERS_GROUP`` or
+    ``default``). ``shards``: how many shards the prefix is split into if this client uses
+    it first (default ``$TIMERS_SHARDS``, else one per primary on a cluster, 1 on one
+    server); see :mod:`timers.ops.shards`. ``strict``: refuse to write into a server whose
+    eviction policy may evict pending timers (``allkeys-*``) rather than warn once; see
+    :mod:`timers.store.eviction`.
+
+    ``replicas=n``: each write (schedule, schedule_many, reschedule, cancel) returns only
+    once ``n`` replicas have it, waiting up to ``replicas_timeout`` seconds (default 1), in
+    the same round trip (``WAIT``; with ``replicas_fsync=True`` also ``WAITAOF``, on disk,
+    where the server has it); else it raises :class:`NotReplicated`, naming the ids it
+    wrote (the write stands on the primary). Each of those methods takes ``replicas`` and
+    ``replicas_timeout`` for one call. See :mod:`timers.ops.replication`.
+    """
+
+    def __init__(
+        self,
+        redis_: str | redis.Redis | redis.RedisCluster | None = None,
+        *,
+        prefix: str | None = None,
+        max_args_bytes: int = DEFAULT_MAX_ARGS_BYTES,
+        max_connections: int | None = None,
+        group: str | None = None,
+        shards: int | None = None,
+        strict: bool = False,
+        replicas: int | None = None,
+        replicas_timeout: float | None = None,
+        replicas_fsync: bool = False,
+    ) -> None:
+        if isinstance(redis_, redis.Redis | redis.RedisCluster):
+            self.redis = redis_
+            self._owns_client = False
+        else:
+            self.redis = sync_client(redis_, max_connections)
+            self._owns_client = True
+        self.ops = operations_for(self.redis, prefix, shards, max_args_bytes,
+                                  configured_group(group))
+        self.keys = self.ops.home
+        """The prefix's one-shard keyspace (its only one unless it is sharded)."""
+        self._scripts = register_all(self.redis)
+        self.replicas = ReplicaPolicy(replicas, replicas_timeout, replicas_fsync,
+                                      in_memory=in_memory(self.redis))
+        """Replicas each write waits for (see :mod:`timers.ops.replication`)."""
+        self.warn_in_event_loop = True
+        """Warn when called on a running event loop's thread (off for in-memory servers)."""
+        self.eviction = EvictionGuard(strict)
+        """The server's eviction policy, read on the first write (see
+        :mod:`timers.store.eviction`)."""
+
+    def _writing(self) -> None:
+        """Before a write: read the eviction policy the first time (warn once, or raise
+        if strict)."""
+        guard = self.eviction
+        if guard.checked and guard.policy is None:  # the common case: one test
+            return
+        if not guard.checked:
+            guard.read_sync(self.redis)
+        guard.refuse_if_strict()
+
+    def run(self, operation: Operation[T]) -> T:
+        """Drive one operation of :class:`Operations` to its result.
+
+        A write Redis refuses for want of memory is raised inside the operation as
+        :class:`ServerOutOfMemory`; any other redis-py error is raised as a
+        :class:`TimersError` (see :mod:`timers.store.server_errors`), the redis-py error as
+        its cause."""
+        if self.warn_in_event_loop:
+            warn_if_blocking_a_loop()
+        if connect.in_memory_server is not None:
+            connect.refuse_outside_test_server(self.redis, "this Timers")
+        try:
+            request = next(operation)
+            while True:
+                try:
+                    reply = run_sync(self.redis, self._scripts, request)
+                except redis.exceptions.OutOfMemoryError as exc:
+                    request = operation.throw(out_of_memory(exc))
+                    continue
+                except redis.exceptions.RedisError as exc:
+                    operation.close()
+                    raise translate(exc, self.redis) from exc
+                request = operation.send(reply)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+
+    def schedule(
+        self,
+        task: str,
+        args: Args | tuple[Any, ...] = None,
+        *,
+        in_: float | timedelta | None = None,
+        at: datetime | None = None,
+        id: str | None = None,
+        max_lateness: float | timedelta | None = None,
+        group: str | None = None,
+        key: str | None = None,
+        priority: int = 0,
+        replicas: int | None = None,
+        replicas_timeout: float | None = None,
+    ) -> str:
+        """Run ``task`` (``"module.function"`` under the tasks package) later; returns the id.
+
+        ``args``: a list (positional), a dict (keyword) or None, as JSON. Give exactly one
+        of ``in_`` (seconds or timedelta, measured on the Redis clock) or ``at`` (aware
+        datetime). With ``id``, a pending timer with that id is replaced atomically.
+        With ``max_lateness`` (seconds), a run that would start later than that after the
+        due time is recorded as missed instead of run. Flow control: ``group`` (default:
+        the client's) picks the listeners that run it, ``key`` is a concurrency key and
+        ``priority`` (-1000 to 1000) orders timers waiting for the same slot.
+        ``replicas`` and ``replicas_timeout`` override the client's (``replicas=0``: do
+        not wait for this one).
+        """
+        spec = TimerSpec(task, args, in_, at, id, max_lateness, group, key, priority)
+        self._writing()
+        return self.run(self.ops.schedule(
+            spec, replication=self.replicas.for_call(replicas, replicas_timeout)))
+
+    def schedule_many(
+        self, specs: Iterable[TimerSpec | Mapping[str, Any]], *,
+        replicas: int | None = None, replicas_timeout: float | None = None,
+    ) -> builtins.list[str]:
+        """Schedule many timers in one round trip; returns their ids in order.
+
+        All or nothing: an invalid timer, or a server out of memory
+        (:class:`ServerOutOfMemory`), fails the whole call with nothing written. With
+        ``replicas``, too few replicas in time raise :class:`NotReplicated` once every
+        timer is written, naming the ids not confirmed."""
+        self._writing()
+        return self.run(self.ops.schedule_many(
+            specs, replication=self.replicas.for_call(replicas, replicas_timeout)))
+
+    def reschedule(
+        self, id: str, *, in_: float | timedelta | None = None, at: datetime | None = None,
+        replicas: int | None = None, replicas_timeout: float | None = None,
+    ) -> bool:
+        """Move a pending timer to a new due time. False if it is not pending."""
+        self._writing()
+        return self.run(self.ops.reschedule(
+            id, in_, at, self.replicas.for_call(replicas, replicas_timeout)))
+
+    def cancel(self, id: str, *, replicas: int | None = None,
+               replicas_timeout: float | None = None) -> bool:
+        """True if the timer was pending: it will now never fire."""
+        return self.run(self.ops.cancel(
+            id, self.replicas.for_call(replicas, replicas_timeout)))
+
+    def get(self, id: str) -> PendingTimer | None:
+        """The pending timer with this id, or None."""
+        return self.run(self.ops.get(id))
+
+    def status(self, id: str) -> TimerStatus:
+        """Where the timer is: pending, waiting (on a key, a rate, a group or a retry),
+        running (where), completed, skipped, dead, cancelled, or unknown (never existed
+        or ended longer ago than the history keeps); see :class:`TimerStatus`."""
+        return self.run(self.ops.status(id))
+
+    def history(self, task: str | None = None, since: float | None = None,
+                failed: bool = False, limit: int = 100) -> builtins.list[HistoryRecord]:
+        """Ended timers (completed, skipped, dead, cancelled), newest end first: of
+        ``task`` only, ended at or after ``since`` (epoch seconds), only dead ones
+        (``failed``); at most ``limit``. The newest end of each id, kept as long as the
+        listeners' history retention says."""
+        return self.run(self.ops.history(task, since, failed, limit))
+
+    def series(self, task: str | None = None, minutes: int = 60) -> builtins.list[MinuteStats]:
+        """Per minute of the last ``minutes`` (at most 1440), oldest first, the current
+        minute last: runs, failures, lateness and duration p50/p99 of ``task`` (None: every
+        task summed); zeros for a minute without runs."""
+        return self.run(self.ops.series(task, minutes))
+
+    def tasks_seen(self) -> builtins.list[str]:
+        """The tasks with a series: runs of them ended in the last 24 h."""
+        return self.run(self.ops.tasks_seen())
+
+    def list(self, limit: int = 100, group: str | None = None,
+             key: str | None = None) -> builtins.list[PendingTimer]:
+        """Pending timers (waiting ones too), soonest first: of every group, or of
+        ``group``; with ``key``, those waiting for that concurrency key, then the rest
+        that name it."""
+        return self.run(self.ops.list_pending(limit, group, key))
+
+    def failed(self, limit: int = 100) -> builtins.list[Failure]:
+        """Failed and refused timers, most recent first."""
+        return self.run(self.ops.list_failed(limit))
+
+    def stats(self) -> Stats:
+        """Counts over every shard: pending (waiting ones too), running, failed, the
+        counters (fired, reruns, …), and per group, key and rate limit what waits."""
+        return self.run(self.ops.stats())
+
+    def get_failure(self, id: str) -> Failure | None:
+        """The latest failure record of a timer id (or a ``:…`` rejected key)."""
+        return self.run(self.ops.get_failure(id))
+
+    def get_failures(self, id: str) -> builtins.list[Failure]:
+        """Every failure record of a timer id (one per dead timer), most recent first."""
+        return self.run(self.ops.get_failures(id))
+
+    def retry_failure(self, failure: Failure, *, replace: bool = False) -> str:
+        """Schedule a failed timer again, due now; returns its id. Raises
+        :class:`TimerAlreadyPending` if its id is pending again, unless ``replace``."""
+        self._writing()
+        return self.run(self.ops.retry_failure(failure, replace))
+
+    def retry_all_failures(self, *, replace: bool = False) -> RetrySummary:
+        """Retry every failed timer; skips (and counts) ids pending again and rejected keys."""
+        self._writing()
+        return self.run(self.ops.retry_all_failures(replace))
+
+    def purge_failures(self, older_than: float | None = None) -> int:
+        """Delete failure records older than ``older_than`` seconds (all if None)."""
+        ms = None if older_than is None else round(older_than * 1000)
+        return self.run(self.ops.purge_failures(ms))
+
+    def listeners(self) -> builtins.list[dict[str, Any]]:
+        """The live listeners, from their heartbeats."""
+        return self.run(self.ops.listeners())
+
+    # -- recurring timers (see timers.model.cron) -------------------------------------------
+
+    def every(
+        self,
+        name: str,
+        task: str,
+        args: Args | tuple[Any, ...] = None,
+        *,
+        cron: str | None = None,
+        interval: float | timedelta | None = None,
+        tz: str = "UTC",
+        catch_up: CatchUp = "latest",
+        max_lateness: float | timedelta | None = None,
+        overlap: bool = True,
+        group: str | None = None,
+        key: str | None = None,
+        priority: int = 0,
+    ) -> Recurrence:
+        """Run ``task`` on a schedule under ``name``: ``cron`` (an expression read in the
+        wall time of ``tz``, e.g. ``"0 9 * * mon-fri"``) or ``interval`` (seconds or a
+        timedelta). Declaring it again unchanged does nothing; changed, it is replaced at
+        once. ``catch_up`` ("latest", "all", "none") says what runs after every listener
+        was down; ``max_lateness`` bounds how late an occurrence may start;
+        ``overlap=False`` skips an occurrence while the previous run is still running.
+        ``group``, ``key`` and ``priority`` are its occurrences', as in :meth:`schedule`
+        (``group`` None: this client's).
+        """
+        spec = recurrence(name, task, args, cron=cron, interval=interval, tz=tz,
+                          catch_up=catch_up, max_lateness=max_lateness, overlap=overlap,
+                          max_args_bytes=self.ops.max_args_bytes,
+                          group=self.ops.group if group is None else group, key=key,
+                          priority=priority)
+        self._writing()
+        return self.run(self.ops.every(spec))
+
+    def unschedule_recurring(self, name: str) -> bool:
+        """Delete a recurrence and its pending occurrence; False if there was none."""
+        return self.run(self.ops.unschedule_recurring(name))
+
+    def pause(self, name: str) -> bool:
+        """Stop a recurrence until :meth:`resume`; False if there is none by that name."""
+        return self.run(self.ops.pause(name))
+
+    def resume(self, name: str) -> bool:
+        """Schedule a paused recurrence again, from now; False if there is none."""
+        self._writing()
+        return self.run(self.ops.resume(name))
+
+    def get_recurrence(self, name: str) -> Recurrence | None:
+        """The recurrence called ``name`` (its definition, state and next run), or None."""
+        return self.run(self.ops.get_recurrence(name))
+
+    def recurrences(self) -> builtins.list[Recurrence]:
+        """Every recurrence, by name."""
+        return self.run(self.ops.recurrences())
+
+    def close(self) -> None:
+        """Close the client's connections, if timers made the client (from a URL)."""
+        if self._owns_client:
+            self.redis.close()
+
+    def __enter__(self) -> Timers:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

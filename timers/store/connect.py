@@ -1,0 +1,157 @@
+"""Making a producer's redis-py client from a URL: which URL, which timeouts, which pool.
+
+A client made from a URL keeps at most ``max_connections`` connections (default 50, or
+``?max_connections=`` in the URL); a call that finds them all in use waits up to
+:data:`POOL_WAIT` seconds (``?timeout=``) for one instead of failing at once, then raises
+:class:`~timers.exceptions.PoolExhausted`. (redis-py's own pool raises as soon as it is full.)
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import redis
+import redis.asyncio
+import redis.asyncio.retry
+import redis.backoff
+import redis.retry
+
+from timers.exceptions import TimersError
+from timers.store import cluster, sentinel
+
+DEFAULT_URL = "redis://localhost:6379/0"
+URL_ENV = "TIMERS_REDIS_URL"
+URL_CLIENT_TIMEOUTS: dict[str, Any] = {"socket_connect_timeout": 5.0, "socket_timeout": 15.0}
+"""Timeouts (s) of a client made from a URL, so a server that accepts and never answers
+raises :class:`ServerTimeout` instead of hanging a producer; the URL's own
+``?socket_timeout=`` … win."""
+DEFAULT_MAX_CONNECTIONS = 50
+POOL_WAIT = 20.0
+"""Seconds a call waits for a free connection of a full pool (see the module docstring)."""
+
+
+RECONNECTS = 1
+"""A call whose connection the server had closed (a restart, Redis's ``timeout`` setting, a
+proxy dropping idle sockets) runs once more, on a new connection, instead of failing. Only
+for a lost connection: a timeout is not retried, so a paused server still raises
+:class:`ServerTimeout` after one ``socket_timeout``. Repeating a call whose first try
+did reach the server writes nothing twice (ids are made before sending; a schedule by id
+replaces), though a repeated ``cancel`` then answers False."""
+
+
+@dataclass(frozen=True)
+class InMemoryServer:
+    """Where every producer client goes while a :class:`timers.testing.TimersTest` (the
+    ``timers_test`` fixture) is active: its in-memory server.
+
+    While :data:`in_memory_server` is set, a client made from a URL (or from none) is a client
+    of that server whatever the URL says, so an app that makes ``Timers()`` or
+    ``AsyncTimers()`` itself (in a FastAPI lifespan, an app factory) is redirected; a
+    client made before the test, or given a redis-py client of the app's own, is refused
+    at its first call (:func:`refuse_outside_test_server`) rather than writing to a real
+    Redis."""
+
+    sync_client: Callable[[], redis.Redis]
+    async_client: Callable[[], redis.asyncio.Redis]
+    serves: Callable[[object], bool]
+    """True for a redis-py client of the test's server."""
+
+
+in_memory_server: InMemoryServer | None = None
+"""The active test's server (set and reset by :class:`timers.testing.TimersTest`)."""
+
+
+def refuse_outside_test_server(client: object, what: str) -> None:
+    """Raise :class:`TimersError` when a test server is active and ``client`` (of the
+    ``what`` that uses it) is not on it."""
+    active = in_memory_server
+    if active is not None and not active.serves(client):
+        raise TimersError(
+            f"{what} uses a Redis client that is not the timers test's in-memory server "
+            f"(made before the test began, or given a redis-py client of the app's own): "
+            f"inside timers_test / TimersTest it would write to a real Redis. Make it "
+            f"inside the test from a URL or none (it then goes to the test's server), or "
+            f"use timers_test.timers")
+
+
+def configured_url(url: str | None = None) -> str:
+    """``url`` if given, else ``$TIMERS_REDIS_URL``, else ``redis://localhost:6379/0``."""
+    return url or os.environ.get(URL_ENV) or DEFAULT_URL
+
+
+def _pool_settings(max_connections: int | None, retry: Any) -> dict[str, Any]:
+    _check_max_connections(max_connections, "max_connections=")
+    return {**URL_CLIENT_TIMEOUTS, "timeout": POOL_WAIT, "retry": retry,
+            "max_connections": max_connections or DEFAULT_MAX_CONNECTIONS}
+
+
+def _reconnect(kind: Any) -> Any:
+    """redis-py's ``Retry`` (sync or asyncio ``kind``) for :data:`RECONNECTS`."""
+    return kind(redis.backoff.NoBackoff(), RECONNECTS,
+                supported_errors=(redis.exceptions.ConnectionError,))
+
+
+def _check_max_connections(value: object, where: str) -> None:
+    """Refuse a pool size below 1 in one line (redis-py would take 0 as its default, 100)."""
+    if value is None:
+        return
+    try:
+        size = int(value)  # type: ignore[call-overload]
+    except (TypeError, ValueError):
+        size = 0
+    if isinstance(value, bool | float) or size < 1:
+        raise ValueError(f"{where} must be a whole number of connections, 1 or more, got "
+                         f"{value!r}")
+
+
+def _checked_url(url: str | None) -> str:
+    """``configured_url(url)``, its ``?max_connections=`` checked as the argument is."""
+    url = configured_url(url)
+    for value in parse_qs(urlsplit(url).query, keep_blank_values=True).get("max_connections", []):
+        _check_max_connections(value, "?max_connections= in the Redis URL")
+    return url
+
+
+def _sentinel_settings(url: str, max_connections: int | None, retry: Any) -> dict[str, Any]:
+    """A Sentinel-watched primary's pool settings (redis-py's Sentinel pool does not block
+    when full: a call beyond ``max_connections`` fails at once)."""
+    size = max_connections or sentinel.SentinelURL.parse(url).max_connections()
+    _check_max_connections(size, "max_connections")
+    return {**URL_CLIENT_TIMEOUTS, "retry": retry,
+            "max_connections": size or DEFAULT_MAX_CONNECTIONS}
+
+
+def sync_client(url: str | None, max_connections: int | None = None) -> redis.Redis:
+    """A sync client over a blocking pool, for ``url`` (see :func:`configured_url`); a
+    ``redis+sentinel://`` URL's follows its primary (:mod:`timers.store.sentinel`). Inside a
+    timers test, a client of its in-memory server instead (see :class:`InMemoryServer`)."""
+    if in_memory_server is not None:
+        return in_memory_server.sync_client()
+    url = configured_url(url)
+    if cluster.is_cluster_url(url):
+        return cluster.sync_cluster(url, **URL_CLIENT_TIMEOUTS)  # type: ignore[return-value]
+    if sentinel.is_sentinel_url(url):
+        return sentinel.sync_primary(url, **_sentinel_settings(
+            url, max_connections, _reconnect(redis.retry.Retry)))
+    return redis.Redis.from_pool(redis.BlockingConnectionPool.from_url(
+        _checked_url(url), **_pool_settings(max_connections, _reconnect(redis.retry.Retry))))
+
+
+def async_client(url: str | None, max_connections: int | None = None) -> redis.asyncio.Redis:
+    """An asyncio client over a blocking pool, for ``url`` (see :func:`configured_url`);
+    inside a timers test, a client of its in-memory server (see :class:`InMemoryServer`)."""
+    if in_memory_server is not None:
+        return in_memory_server.async_client()
+    url = configured_url(url)
+    if cluster.is_cluster_url(url):
+        return cluster.async_cluster(url, **URL_CLIENT_TIMEOUTS)  # type: ignore[return-value]
+    if sentinel.is_sentinel_url(url):
+        return sentinel.async_primary(url, **_sentinel_settings(
+            url, max_connections, _reconnect(redis.asyncio.retry.Retry)))
+    return redis.asyncio.Redis.from_pool(redis.asyncio.BlockingConnectionPool.from_url(
+        _checked_url(url),
+        **_pool_settings(max_connections, _reconnect(redis.asyncio.retry.Retry))))

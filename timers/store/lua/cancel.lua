@@ -1,0 +1,43 @@
+#!lua flags=allow-oom
+-- cancel.lua: remove a pending timer so that it never fires.
+-- State machine: docs/state-machine.md (transitions T3).
+--
+-- KEYS[1]  due index: zset, escaped id -> due ms
+-- KEYS[2]  records: hash, escaped id -> record
+-- KEYS[3]  history: zset, escaped id -> end ms (history.lua)
+-- KEYS[4]  history records: hash, escaped id -> record
+-- KEYS[5]  history retention: string "<age ms> <count>" the listeners keep to
+-- ARGV[1]  timer key start "<prefix>:"
+-- ARGV[2]  escaped id
+-- ARGV[3]  who cancels ("host:pid", no '|'), for its history record
+-- ARGV[4]  the retention "<age ms> <count>" to keep to when KEYS[5] holds none
+-- ARGV[5]  wake channel
+-- KEYS[6..]  shared keys: timers/model/keys.py Keyspace.script_keys (the helpers' keys)
+--
+-- allow-oom: it frees the timer's record and keys, and adds a smaller history record
+-- (none when the retention keeps none), trimming two older ones past the retention.
+-- The timer's key is named by its stored record, so it is built here from ARGV[1]. A timer
+-- waiting for a concurrency key or a rate limit leaves its queue (flow.lua).
+-- Returns 1 when the timer was pending (it will not fire), 0 otherwise.
+local retention = redis.call('GET', KEYS[5]) or ARGV[4]
+local age, count = string.match(retention, '^(%d+) (%d+)$')
+if not age then age, count = string.match(ARGV[4], '^(%d+) (%d+)$') end
+if not age or string.find(ARGV[3], '|', 1, true) then
+  return redis.error_reply('ERR timers cancel: bad arguments')
+end
+local record = withdraw(KEYS[1], KEYS[2], ARGV[1], ARGV[2])
+if record then
+  unpark(ARGV[1], ARGV[2])
+  age, count = tonumber(age), tonumber(count)
+  local task = string.match(record, '^([^;:]+)')
+  if task and age > 0 and count > 0 then
+    local now = redis_now()
+    local attempts = string.match(record, '^[^:]*;a=(%d+)') or '0'
+    history_add(KEYS[3], KEYS[4], ARGV[2], table.concat(
+      {'ca', string.format('%.0f', now), '', attempts, '', ARGV[3], task, ''}, '|'), now)
+    history_trim(KEYS[3], KEYS[4], now, age, count, 2)
+  end
+  wake(ARGV[5])
+  return 1
+end
+return 0

@@ -1,0 +1,302 @@
+#!lua flags=allow-oom
+-- finish.lua: end runs. Count successes, record failures, put retries and handed-back
+-- runs back in the due index.
+-- State machine: docs/state-machine.md (transitions T12 to T14, T16 to T18, T20).
+--
+-- KEYS[1]  running: zset, run token -> lease deadline ms
+-- KEYS[2]  running records: hash, run token -> "reruns@<listener>|due|<id>:<record>"
+-- KEYS[3]  stats: hash of counters
+-- KEYS[4]  failures: zset, failure id -> time of failure ms
+-- KEYS[5]  failure records: hash, failure id -> JSON
+-- KEYS[6]  due index: zset, escaped id -> due ms
+-- KEYS[7]  records: hash, escaped id -> record
+-- KEYS[8]  failure index: zset (all scores 0) of dead timers' failure ids "<id>:<token>"
+-- KEYS[9]  sequence: counter that numbers run tokens
+-- KEYS[10] history: zset, escaped id -> end ms (history.lua)
+-- KEYS[11] history records: hash, escaped id -> record
+-- KEYS[12] series: hash, "<task>|<slot>" -> minute slot (history.lua)
+-- KEYS[13] series tasks: hash, task -> last minute written
+-- KEYS[14] history retention: string "<age ms> <count>" (set to ARGV[9] ARGV[10], for
+--          cancel.lua)
+-- KEYS[15..]  shared keys: timers/model/keys.py Keyspace.script_keys (the helpers' keys)
+-- ARGV[1]  timer key start "<prefix>:"
+-- ARGV[2]  wake channel
+-- ARGV[3]  failure retention ms: older failure records are trimmed, a few per call
+-- ARGV[4]  the finishing listener's id (no '|')
+-- ARGV[5]  the groups it serves, joined by ","
+-- ARGV[6]  take: how many timers a freed key slot may hand it as runs (its free slots)
+-- ARGV[7]  lease ms of those runs
+-- ARGV[8]  "1": it also takes runs next in line (see below), "0": not
+-- ARGV[9]  history age ms, ARGV[10] history count: the history keeps ended timers that
+--          long and at most that many (either 0: it keeps none); older ones are trimmed,
+--          a few more per call than it adds, O(log n) each
+-- ARGV[11] S: how many series entries follow
+-- ARGV[12..11+2S] per series entry: task, minute slot text (added to the task's ring)
+-- then six values per ending: token, kind, a, b, id, record, where id and record are ""
+-- or, for an ending that ends its timer (ok, skip, fail), its escaped id and history
+-- record: kept in the history (score: now) when the ending is written (not for a late
+-- finish: the run that holds the timer now ends it). The record is stored, never parsed
+-- here (its readers skip one that does not read), so only its first field is checked.
+-- The first four:
+--   token "ok"      "" ""             the run succeeded
+--   token "skip"    "" ""             the run was skipped on purpose (counted only)
+--   token "fail"    failure-id JSON   the run failed for good: record it. A dead timer's
+--                                     failure id is "<id>:<token>", one per dead timer,
+--                                     so no later timer with that id can replace it
+--   ""    "reject"  failure-id JSON   an event named no runnable timer: record it only
+--                                     where no record has that id and, for "<id>", no
+--                                     dead timer with that id is recorded (a run's
+--                                     record wins)
+--   token "retry"   entry delay-ms    run "<id>:<record>" again after delay-ms
+--   token "release" grace-ms ""       hand an unfinished run back: pending again, at its
+--                                     old due time, so another listener runs it at once.
+--                                     With grace-ms (a run whose task may still be going
+--                                     in a process about to exit) a concurrency key slot
+--                                     it held is kept for the timer, which comes due again
+--                                     grace-ms from now (its lateness still counting from
+--                                     its old due time): the key runs nothing else while
+--                                     the task may still run, and the timer goes first
+--   token "move"    entry due-ms      pending again as "<id>:<record>" (its task's group
+--                                     differs) at due-ms, uncounted as an attempt
+--   token "wait"    entry due-ms      as "move", in the same group: left unmoved on a
+--                                     group disagreement (timers/model/flow/disagreement.py);
+--                                     counted by neither
+--
+-- A run's lease is in the running set of its record's group (KEYS[1], or "<it>|<group>",
+-- see prelude.lua); a slot of a concurrency key it held is freed, and the next timer
+-- waiting for that key goes back into its due index (flow.lua), or, while ARGV[6] allows
+-- and its group is served, straight to this listener as a run holding the slot: no wake,
+-- no claim, no other listener racing for it (source "h", handed over). With ARGV[8], each
+-- run it is handed holding a slot also brings the key's next waiting timer, as the run
+-- next in line after it (source "n@<token>", flow.lua's hand_next): the listener starts
+-- it the moment the first ends, and its slot passes on when that ending is written here.
+-- allow-oom: it frees leases and adds at most what it frees plus failure and history
+-- records (trimmed to their retention) and fixed-size series slots, and a
+-- refused finish would leave runs to lapse and run twice. Every ending is checked before
+-- the first write: a bad one fails the whole call and writes nothing. A handed-back run
+-- whose stored run record does not read keeps its lease, which lapses: it runs again.
+-- A token no longer held (its lease lapsed and another listener took the run over) is
+-- counted as a late finish and changes nothing else: the run that holds it now decides.
+-- Retries and hand-backs do not overwrite a timer scheduled again under the same id in
+-- the meantime: the newer schedule wins; a run that goes back to pending drops the
+-- rejected-event record of its id (the event was for a timer that runs after all).
+-- A re-added timer's key is named by its record, so it is built here from ARGV[1].
+-- The wake is a PUBLISH by pcall: it cannot fail the writes before it.
+-- Returns {late finishes, then per handed-over run: token, run, "h" or "n@<token>"}.
+local KINDS = {ok = true, skip = true, fail = true, reject = true, retry = true,
+               release = true, move = true, wait = true}
+
+-- An error reply when ending n (token, kind, a, b) does not read, else nil.
+local function bad_ending(n, token, kind, a, b)
+  local bad = not KINDS[kind] or ((token == '') ~= (kind == 'reject'))
+  if kind == 'fail' or kind == 'reject' then
+    bad = bad or a == '' or b == ''
+  elseif kind == 'retry' or kind == 'move' or kind == 'wait' then
+    bad = bad or not string.match(a, '^[^:]+:[^:]+:') or not is_count(b)
+  elseif kind == 'release' then
+    bad = bad or (a ~= '' and not is_count(a))
+  end
+  if bad then
+    return redis.error_reply('ERR timers finish: bad ending ' .. n .. ' (' .. kind .. ')')
+  end
+  return nil
+end
+
+-- What a release hands back, read from the run's record: {id, record, due}; false when
+-- that record does not read (the lease is kept, and lapses); nil when there is none.
+local function released_run(token)
+  local run = redis.call('HGET', KEYS[2], token)
+  if not run then return nil end
+  local reruns, due, id, record = string.match(run, '^(%d*)[^|]*|(%-?%d+)|([^:]+):(.*)$')
+  if due then return {id, with_reruns(record, reruns), tonumber(due)} end
+  redis.log(redis.LOG_WARNING, 'timers: unreadable run record, lease kept: ' .. token)
+  return false
+end
+
+local retention = is_count(ARGV[3]) and tonumber(ARGV[3])
+if not retention or not is_count(ARGV[6]) or not is_count(ARGV[7])
+    or (ARGV[8] ~= '0' and ARGV[8] ~= '1') or not is_count(ARGV[9]) or not is_count(ARGV[10])
+    or not is_count(ARGV[11]) then
+  return redis.error_reply('ERR timers finish: bad arguments')
+end
+local SERIES = 12  -- the first series entry's first value
+local FIRST = SERIES + 2 * tonumber(ARGV[11])  -- the first ending's first value
+local STRIDE = 6
+if FIRST > #ARGV + 1 or (#ARGV - FIRST + 1) % STRIDE ~= 0 then
+  return redis.error_reply('ERR timers finish: bad arguments')
+end
+for i = SERIES, FIRST - 1, 2 do
+  if ARGV[i] == '' or string.find(ARGV[i], '|', 1, true) or not series_text_ok(ARGV[i + 1]) then
+    return redis.error_reply('ERR timers finish: bad series entry ' .. ((i - SERIES) / 2 + 1))
+  end
+end
+local history_age, history_count = tonumber(ARGV[9]), tonumber(ARGV[10])
+local keep_history = history_age > 0 and history_count > 0
+local released = {}
+for i = FIRST, #ARGV, STRIDE do
+  local token, kind, hid = ARGV[i], ARGV[i + 1], ARGV[i + 4]
+  local bad = bad_ending((i - FIRST) / STRIDE + 1, token, kind, ARGV[i + 2], ARGV[i + 3])
+  if bad then return bad end
+  if (hid ~= '' or ARGV[i + 5] ~= '') and not ((kind == 'ok' or kind == 'skip' or
+      kind == 'fail') and hid ~= '' and string.sub(ARGV[i + 5], 3, 3) == '|') then
+    return redis.error_reply('ERR timers finish: bad history record of ending ' ..
+      ((i - FIRST) / STRIDE + 1))
+  end
+  if kind == 'release' then released[i] = released_run(token) end
+end
+
+local now = redis_now()
+local counts = {fired = 0, failed = 0, rejected = 0, retried = 0, handed_back = 0,
+                skipped = 0, late_finishes = 0, routed = 0}
+
+-- Drop the rejected-event record of timer `id`: the failure id of a rejected event is the
+-- escaped timer id itself (a dead timer's is "<id>:<token>", and an escaped id holds no
+-- ':'), so the id alone says which record it is; its JSON is never read here.
+local function drop_rejected(id)
+  if redis.call('HDEL', KEYS[5], id) == 1 then redis.call('ZREM', KEYS[4], id) end
+end
+
+-- Pending again, unless a timer was scheduled under that id meanwhile (it wins).
+local function pend_again(id, record, due)
+  if redis.call('HEXISTS', KEYS[7], id) == 1 then return false end
+  pend(KEYS[6], KEYS[7], ARGV[1], id, record, due, now)
+  drop_rejected(id)
+  return true
+end
+
+local function dead_recorded(id)
+  return #redis.call('ZRANGEBYLEX', KEYS[8], '[' .. id .. ':', '(' .. id .. ';',
+    'LIMIT', 0, 1) > 0
+end
+
+local function reject(id, json)
+  local plain = not string.find(id, ':', 1, true)
+  if not (plain and dead_recorded(id)) and redis.call('HSETNX', KEYS[5], id, json) == 1 then
+    redis.call('ZADD', KEYS[4], now, id)
+    counts.rejected = counts.rejected + 1
+  end
+end
+
+local function fail(failure_id, json)
+  redis.call('ZADD', KEYS[4], now, failure_id)
+  redis.call('HSET', KEYS[5], failure_id, json)
+  local id = string.match(failure_id, '^([^:]+):')
+  if id then
+    redis.call('ZADD', KEYS[8], 0, failure_id)
+    drop_rejected(id)
+  end
+  counts.failed = counts.failed + 1
+end
+
+-- End the run held under token; a token no longer held is a late finish.
+-- Whether the run's lease was still held (it is in its group's running set): removed.
+local function unlease(token)
+  if redis.call('ZREM', KEYS[1], token) == 1 then return true end
+  local record = select(5, run_read(redis.call('HGET', KEYS[2], token)))
+  local group = record and record_group(record) or DEFAULT_GROUP
+  return group ~= DEFAULT_GROUP and
+    redis.call('ZREM', running_key_for(KEYS[1], group), token) == 1
+end
+
+local slots_held = redis.call('EXISTS', sys_key(ARGV[1], 'held')) == 1
+
+local kept = 0  -- history records to write, as ZADD and HSET arguments (one call each)
+local history_scores, history_texts = {}, {}
+
+local function end_run(token, kind, a, b, release, hid, htext)
+  if not unlease(token) then
+    redis.call('HDEL', KEYS[2], token)
+    counts.late_finishes = counts.late_finishes + 1
+    return
+  end
+  redis.call('HDEL', KEYS[2], token)
+  if hid ~= '' and keep_history then
+    kept = kept + 1
+    history_scores[2 * kept - 1], history_scores[2 * kept] = now, hid
+    history_texts[2 * kept - 1], history_texts[2 * kept] = hid, htext
+  end
+  local grace = kind == 'release' and tonumber(a) or 0
+  if grace > 0 and release and slots_held and redis.call('HEXISTS', KEYS[7], release[1]) == 0
+      and keep_slot_for(ARGV[1], token, release[1], now + grace) then
+    release[2], release[3] = with_waited_from(release[2], release[3]), now + grace
+  elseif slots_held then
+    release_slot(ARGV[1], token, now)
+  end
+  if kind == 'ok' then
+    counts.fired = counts.fired + 1
+  elseif kind == 'skip' then
+    counts.skipped = counts.skipped + 1
+  elseif kind == 'fail' then
+    fail(a, b)
+  elseif kind == 'retry' then
+    local id, record = string.match(a, '^([^:]+):(.*)$')
+    if pend_again(id, record, now + tonumber(b)) then counts.retried = counts.retried + 1 end
+  elseif kind == 'move' then
+    local id, moved = string.match(a, '^([^:]+):(.*)$')
+    if pend_again(id, moved, tonumber(b)) then counts.routed = counts.routed + 1 end
+  elseif kind == 'wait' then
+    local id, waiting = string.match(a, '^([^:]+):(.*)$')
+    pend_again(id, waiting, tonumber(b))
+  elseif kind == 'release' and release then
+    if pend_again(release[1], release[2], release[3]) then
+      counts.handed_back = counts.handed_back + 1
+    end
+  end
+end
+
+local function trim_failures(n)
+  local old = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now - retention, 'LIMIT', 0, 2 * n)
+  for _, failure_id in ipairs(old) do
+    redis.call('ZREM', KEYS[4], failure_id)
+    redis.call('HDEL', KEYS[5], failure_id)
+    redis.call('ZREM', KEYS[8], failure_id)
+  end
+end
+
+local handed = {0}
+if tonumber(ARGV[6]) > 0 or ARGV[8] == '1' then
+  local served = {}
+  for group in string.gmatch(ARGV[5], '[^,]+') do served[group] = true end
+  local lease_until = string.format('%.0f', now + tonumber(ARGV[7]))
+  local me = '@' .. string.gsub(ARGV[4], '|', '_')
+  taker = {budget = tonumber(ARGV[6]), served = served, lease_until = lease_until, held_ms = 0,
+    follow = ARGV[8] == '1',
+    start = function(run, group, source)
+      local token = string.format('%.0f', redis.call('INCR', KEYS[9]))
+      redis.call('ZADD', running_key_for(KEYS[1], group), lease_until, token)
+      local held = record_reruns(string.match(run, '^|[^|]*|[^:]*:(.*)$') or '') .. me .. run
+      redis.call('HSET', KEYS[2], token, held)
+      handed[#handed + 1] = token
+      handed[#handed + 1] = held
+      handed[#handed + 1] = source
+      return token
+    end}
+end
+
+for i = FIRST, #ARGV, STRIDE do
+  if ARGV[i + 1] == 'reject' then
+    reject(ARGV[i + 2], ARGV[i + 3])
+  elseif released[i] ~= false then
+    end_run(ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], released[i], ARGV[i + 4],
+      ARGV[i + 5])
+  end
+end
+if kept > 0 then
+  redis.call('ZADD', KEYS[10], unpack(history_scores))
+  redis.call('HSET', KEYS[11], unpack(history_texts))
+end
+for i = SERIES, FIRST - 1, 2 do series_add(KEYS[12], KEYS[13], ARGV[i], ARGV[i + 1]) end
+history_trim(KEYS[10], KEYS[11], now, history_age, history_count, 2 * kept + 8)
+local retention_text = ARGV[9] .. ' ' .. ARGV[10]
+if redis.call('GET', KEYS[14]) ~= retention_text then
+  redis.call('SET', KEYS[14], retention_text)
+end
+promote_barred(ARGV[1], now)  -- a run that ended ungated may have lifted the barrier
+if taker then counts.held_ms = taker.held_ms end
+for name, n in pairs(counts) do
+  if n > 0 then redis.call('HINCRBY', KEYS[3], name, n) end
+end
+if counts.failed + counts.rejected > 0 then trim_failures(counts.failed + counts.rejected) end
+wake(ARGV[2])
+handed[1] = counts.late_finishes
+return handed

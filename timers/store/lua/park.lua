@@ -1,0 +1,91 @@
+#!lua
+-- park.lua: put a backlog of due timers that have a concurrency key into their key's
+-- queue without claiming them, and let the head of each queue go (flow.lua has the queue
+-- states). A burst of timers for a few keys would otherwise be claimed and gated a
+-- listener's free slots at a time, each timer a claim and a gate away from its queue: a
+-- near-full listener takes hundreds of round trips over it, and timers of a key not yet
+-- seen wait behind the whole backlog. The listener reads the backlog with "peek", works
+-- out each timer's key (a task's key is a function of its args, in Python) and parks
+-- them in one call with "park": each goes into its key's queue (by priority, then due
+-- time, its lateness counting from its due time), then each key with free slots promotes
+-- the head of its queue at once, exactly as a gate that held them and a freed slot would.
+-- Claims then take the promoted timers first (due index score 0), one per free slot.
+-- State machine: docs/state-machine.md (transitions T6).
+--
+-- KEYS[1]  due index: zset, escaped id -> due ms (the plain one; see prelude.lua)
+-- KEYS[2]  records: hash, escaped id -> record
+-- KEYS[3]  stats: hash of counters
+-- KEYS[4..]  shared keys: timers/model/keys.py Keyspace.script_keys (the helpers' keys)
+-- ARGV[1]  timer key start "<prefix>:"
+-- ARGV[2]  mode: "peek" or "park"
+-- ARGV[3]  peek: the most timers to read; park: lease ms of a slot kept for a promoted one
+-- ARGV[4]  peek: the groups served, joined by ","; park: the wake channel
+-- ARGV[5..] park: four values per timer: id, the record read, concurrency key, its limit
+-- peek returns {id, due ms, record, ...}: timers due now in the served groups' due
+-- indexes, highest priority first, none that a flow gate holds already. park returns how
+-- many it parked; a timer is skipped unless it is still pending under that record, due,
+-- and in no flow queue.
+-- No allow-oom flag: parking writes. Arguments are checked before the first write.
+local now = redis_now()
+local parked_key = sys_key(ARGV[1], 'parked')
+
+if ARGV[2] == 'peek' then
+  if not is_count(ARGV[3]) then return redis.error_reply('ERR timers park: bad limit') end
+  local limit = tonumber(ARGV[3])
+  local served = {}
+  for group in string.gmatch(ARGV[4] or '', '[^,]+') do served[group] = true end
+  local out = {}
+  for _, index in ipairs(served_due_indexes(KEYS[1], ARGV[1], served)) do
+    if #out >= 3 * limit then break end
+    local due = redis.call('ZRANGEBYSCORE', index[1], '-inf', now, 'WITHSCORES',
+      'LIMIT', 0, limit - #out / 3)
+    for i = 1, #due, 2 do
+      local record = redis.call('HGET', KEYS[2], due[i])
+      if record and redis.call('HEXISTS', parked_key, due[i]) == 0 then
+        out[#out + 1], out[#out + 2], out[#out + 3] = due[i], due[i + 1], record
+      end
+    end
+  end
+  return out
+end
+
+local FIRST = 5  -- the first timer's first value
+if ARGV[2] ~= 'park' or not is_count(ARGV[3]) or (#ARGV - FIRST + 1) % 4 ~= 0 then
+  return redis.error_reply('ERR timers park: bad arguments')
+end
+for i = FIRST, #ARGV, 4 do
+  if ARGV[i] == '' or ARGV[i + 2] == '' or not string.match(ARGV[i + 3], '^[1-9]%d*$') then
+    return redis.error_reply('ERR timers park: bad timer ' .. ((i - FIRST) / 4 + 1))
+  end
+end
+
+local lease = tonumber(ARGV[3])
+local parked = 0
+
+local touched = {}
+
+local function park(id, record, key, limit)
+  if redis.call('HGET', KEYS[2], id) ~= record
+      or redis.call('HEXISTS', parked_key, id) == 1 then return end
+  local index = due_key_for(KEYS[1], record)
+  local due = tonumber(redis.call('ZSCORE', index, id) or '')
+  if not due or due > now then return end
+  redis.call('ZREM', index, id)
+  redis.call('DEL', ARGV[1] .. id .. ':' .. record)
+  local waiting = with_waited_from(record, due)
+  redis.call('HSET', KEYS[2], id, waiting)
+  local score = flow_score(waiting, tonumber(record_option(waiting, 'w')))
+  redis.call('ZADD', flow_key(ARGV[1], 'waitk', key), score, id)
+  outrank_next(ARGV[1], key, score, ARGV[4])
+  parked_write(ARGV[1], id, {state = 'c', a = limit, b = lease, c = 0, name = key})
+  touched[key] = limit
+  parked = parked + 1
+end
+
+for i = FIRST, #ARGV, 4 do
+  park(ARGV[i], ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3]))
+end
+for key, limit in pairs(touched) do promote_key(ARGV[1], key, limit, now) end
+if parked > 0 then redis.call('HINCRBY', KEYS[3], 'waited', parked) end
+wake(ARGV[4])
+return parked

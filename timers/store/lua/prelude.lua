@@ -1,0 +1,241 @@
+-- prelude.lua: helpers shared by every script. timers/store/scripts.py puts this text right
+-- after each script's "#!lua ..." shebang line when it loads the script; a script's own
+-- header (its KEYS and ARGV) follows it.
+--
+-- A timer is three things (see timers/model/keys.py): an entry in the due index (escaped id ->
+-- due ms), its record (escaped id -> record) and, while it is due later than now and
+-- within the near horizon (below), its expiring key "<prefix>:<id>:<record>". That key
+-- is named by the stored record, so the helpers build it from the timer key start "<prefix>:" (same prefix, same hash tag).
+
+-- Redis time: now in ms, and in µs.
+local function redis_now()
+  local t = redis.call('TIME')
+  local s, us = tonumber(t[1]), tonumber(t[2])
+  return s * 1000 + math.floor(us / 1000), s * 1000000 + us
+end
+
+-- Whether a value is an integer (is_int) or an integer of 0 or more (is_count).
+local function is_int(value)
+  return string.match(value or '', '^%-?%d+$') ~= nil
+end
+
+local function is_count(value)
+  return string.match(value or '', '^%d+$') ~= nil
+end
+
+-- An error reply naming the first of ARGV[i], i in indexes, that is not an integer, or
+-- nil: a script checks its numbers before its first write.
+local function not_ints(script, indexes)
+  for _, i in ipairs(indexes) do
+    if not is_int(ARGV[i]) then
+      return redis.error_reply('ERR timers ' .. script .. ': ARGV[' .. i ..
+        '] is not an integer')
+    end
+  end
+  return nil
+end
+
+-- The due ms at the head of a due index, or nil when it is empty.
+local function head_due(due_key)
+  local head = redis.call('ZRANGE', due_key, 0, 0, 'WITHSCORES')
+  return head[2] and tonumber(head[2])
+end
+
+-- Groups and priorities (timers/model/keys.py names the same keys). A record's options
+-- ";g=<group>" and ";p=<priority>" say which due index holds it: the default group at
+-- priority 0 uses the plain due index "P|due"; any other pair uses "P|due|<group>|<p>",
+-- listed in the set "P|queues" as "<group>|<p>" so a claim finds it without a SCAN. A
+-- group's runs are leased in "P|run" (default) or "P|run|<group>": a listener recovers
+-- only runs of the groups it serves. Scripts name these keys from the plain due index or
+-- running key they are given, or from the timer key start "P:" (same prefix, same hash tag).
+local DEFAULT_GROUP = 'default'
+
+-- The value of option `name` in a record "task;opt=value;...:args", or nil.
+local function record_option(record, name)
+  local head = string.match(record, '^[^:]*')
+  return string.match(head, ';' .. name .. '=([^;]*)')
+end
+
+local function record_group(record)
+  if not string.find(record, ';g=', 1, true) then return DEFAULT_GROUP end  -- most do not
+  local group = record_option(record, 'g')
+  if not group or group == '' then return DEFAULT_GROUP end
+  return group
+end
+
+-- An integer in -1000..1000 (anything else reads as 0).
+local function record_priority(record)
+  local p = tonumber(record_option(record, 'p') or '0')
+  if not p or p ~= math.floor(p) or p < -1000 or p > 1000 then return 0 end
+  return p
+end
+
+-- The system key "P|<name>" of the prefix whose timer keys start with key_start ("P:"),
+-- taken from KEYS: a script that uses these helpers is given, as the last of its KEYS,
+-- every key of timers/model/keys.py Keyspace.script_keys of each prefix it touches (on Redis
+-- Cluster only KEYS are checked before a script runs: a key touched without being
+-- declared fails part-way through a slot migration). Found by name once per script.
+local script_keys = nil
+
+local function sys_key(key_start, name)
+  if not script_keys then
+    script_keys = {}
+    for i = #KEYS, 1, -1 do
+      local prefix, key_name = string.match(KEYS[i], '^([^:|]+)|(%a+)$')
+      if not prefix then break end
+      script_keys[prefix .. ':' .. key_name] = KEYS[i]
+    end
+  end
+  local key = script_keys[key_start .. name]
+  if not key then error('timers: key ' .. name .. ' of ' .. key_start .. ' not in KEYS') end
+  return key
+end
+
+-- A flow key "P|<family>|<name>" (a concurrency key's slots or queue, a rate's state or
+-- queue, an order barrier): named after data only a script reads (a record, a held
+-- slot), so built here, in the keyspace's hash tag. Not declared yet (issue 28 finding 7:
+-- what is left, see docs/state-machine.md "Cluster").
+local function flow_key(key_start, family, name)
+  return string.sub(key_start, 1, -2) .. '|' .. family .. '|' .. name
+end
+
+-- The due index that holds `record`, given the plain one, and its "<group>|<p>" name in
+-- the queues set (nil for the plain one).
+local function due_key_for(due_key, record)
+  if not string.find(record, ';[gp]=') then return due_key, nil end  -- most timers
+  local group, priority = record_group(record), record_priority(record)
+  if group == DEFAULT_GROUP and priority == 0 then return due_key, nil end
+  local queue = group .. '|' .. string.format('%d', priority)
+  return due_key .. '|' .. queue, queue
+end
+
+-- The due indexes of the groups in `served` (a set), highest priority first: {key,
+-- priority, "<group>|<p>" name in the queues set or nil}, given the plain due index.
+local function served_due_indexes(due_key, key_start, served)
+  local indexes = {}
+  if served[DEFAULT_GROUP] then indexes[1] = {due_key, 0, nil} end
+  for _, queue in ipairs(redis.call('SMEMBERS', sys_key(key_start, 'queues'))) do
+    local group, priority = string.match(queue, '^(.+)|(%-?%d+)$')
+    if group and served[group] then
+      indexes[#indexes + 1] = {due_key .. '|' .. queue, tonumber(priority), queue}
+    end
+  end
+  table.sort(indexes, function(a, b)
+    if a[2] ~= b[2] then return a[2] > b[2] end
+    return a[1] < b[1]
+  end)
+  return indexes
+end
+
+local function running_key_for(running_key, group)
+  if group == DEFAULT_GROUP then return running_key end
+  return running_key .. '|' .. group
+end
+
+-- A run record "reruns@<listener>|due|<id>:<record>": reruns, listener, due, id, record.
+local function run_read(run)
+  return string.match(run or '', '^(%d+)@?([^|]*)|(%-?%d+)|([^:]+):(.*)$')
+end
+
+-- Wakes: pend() notes the earliest due time that went ahead of its due index's head (as
+-- read before this script added to it); wake() publishes it once, by pcall: a user who
+-- may not publish still writes.
+local index_heads = {}
+local wake_due = nil
+
+local function note_head(index, due)
+  if index_heads[index] == nil then index_heads[index] = head_due(index) or false end
+  local head = index_heads[index]
+  if head == false or due < head then
+    index_heads[index] = due
+    if not wake_due or due < wake_due then wake_due = due end
+  end
+end
+
+local function wake(channel)
+  if wake_due then redis.pcall('PUBLISH', channel, string.format('%.0f', wake_due)) end
+end
+
+-- Withdraw a pending timer: out of its due index and the records, its expiring key
+-- deleted. Returns its record, or false when it was not pending. A timer held back by a
+-- flow gate is not in a due index: the caller takes it out of its queue (unpark).
+local function withdraw(due_key, records_key, key_start, id)
+  local record = redis.call('HGET', records_key, id)
+  if not record then return false end
+  redis.call('ZREM', (due_key_for(due_key, record)), id)
+  redis.call('HDEL', records_key, id)
+  redis.call('DEL', key_start .. id .. ':' .. record)
+  return record
+end
+
+-- The near horizon: only timers due within this many ms from now have their expiring key;
+-- those due later live in their due index and the records alone (half the memory, and
+-- Redis's active expiry samples only near keys, so their events come on time), and
+-- near.lua writes their keys as they come within it. "<prefix>|near" field "horizon"
+-- overrides the default (timers/model/wire.py NEAR_HORIZON_MS, the same value).
+local NEAR_HORIZON_MS = 3600000
+local near_horizon_ms = nil
+
+local function near_horizon(key_start)
+  if not near_horizon_ms then
+    local set = redis.call('HGET', sys_key(key_start, 'near'), 'horizon')
+    near_horizon_ms = is_count(set) and tonumber(set) or NEAR_HORIZON_MS
+  end
+  return near_horizon_ms
+end
+
+-- Set a pending timer's expiring key when it is due after now and within the horizon.
+local function set_near_key(key_start, key, due, now)
+  if due <= now or due > now + near_horizon(key_start) then return false end
+  redis.call('SET', key, '1', 'PXAT', string.format('%.0f', due))
+  return true
+end
+
+-- Pend a timer: `record` under `id`, due at `due` ms (replacing another record pending
+-- under that id, whose key goes), with its expiring key `key` (default: built from
+-- key_start) set when it is due later than now and within the near horizon, in the due
+-- index its record names (given the plain one). The caller calls wake() once it has
+-- pended what it pends. `known` is the record pending under `id` when the caller has
+-- just read it (false: none), so it is not read twice; nil: pend reads it.
+local function pend(due_key, records_key, key_start, id, record, due, now, key, known)
+  local old = known
+  if old == nil then old = redis.call('HGET', records_key, id) end
+  if old ~= record then
+    if old then redis.call('DEL', key_start .. id .. ':' .. old) end
+    redis.call('HSET', records_key, id, record)
+  end
+  key = key or (key_start .. id .. ':' .. record)
+  local due_text = string.format('%.0f', due)
+  if set_near_key(key_start, key, due, now) then
+  elseif old == record then
+    redis.call('DEL', key)
+  end
+  local index, queue = due_key_for(due_key, record)
+  if old and old ~= record then  -- a record of another group or priority moves index
+    local old_index = due_key_for(due_key, old)
+    if old_index ~= index then redis.call('ZREM', old_index, id) end
+  end
+  if queue then redis.call('SADD', sys_key(key_start, 'queues'), queue) end
+  note_head(index, due)
+  redis.call('ZADD', index, due_text, id)
+end
+
+-- A recurrence state "v|last|prev|paused|run|anchor" (timers/model/cron/state.py reads the same
+-- format): a table of its six fields as text, or nil when missing or unreadable.
+local function state_read(raw)
+  if not raw then return nil end
+  local v, last, prev, paused, run, anchor =
+    string.match(raw, '^(%d+)|(%-?%d+)|(%-?%d+)|([01])|([^|]*)|(%-?%d+)$')
+  if not v then return nil end
+  return {v = v, last = last, prev = prev, paused = paused, run = run, anchor = anchor}
+end
+
+local function state_write(states_key, name, s)
+  redis.call('HSET', states_key, name,
+    table.concat({s.v, s.last, s.prev, s.paused, s.run, s.anchor}, '|'))
+end
+
+-- The pending occurrence of recurrence `name` (escaped) due at `due` (text).
+local function occurrence(name, due)
+  return name .. '@' .. due
+end

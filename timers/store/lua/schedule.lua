@@ -1,0 +1,72 @@
+#!lua
+-- schedule.lua: add timers, or replace pending timers that have the same id.
+-- State machine: docs/state-machine.md (transitions T1).
+--
+-- KEYS[1]    due index: zset, escaped id -> due ms (Redis clock)
+-- KEYS[2]    records: hash, escaped id -> record "task[;opts]:args"
+-- KEYS[2+i]  the new expiring key of timer i ("<prefix>:<id>:<record>")
+-- KEYS[3+n..] shared keys: timers/model/keys.py Keyspace.script_keys (the helpers' keys)
+-- ARGV[1]    timer key start "<prefix>:"
+-- ARGV[2]    wake channel
+-- ARGV[3..]  five values per timer i, in the order of KEYS[2+i]: escaped id, record,
+--            mode ("in": ms from now | "at": epoch ms, 0 or later), ms (an integer), and
+--            "r" to replace a pending timer with the same id, "n" to refuse it (generated
+--            ids must be new) or "k" to keep whatever is pending under that id
+--
+-- No allow-oom flag: it needs memory, so a full server refuses it before it starts.
+-- Every timer is checked before the first write: one bad value fails the whole call and
+-- writes nothing. An "in" due time before 1970 counts as 0 (due at once).
+-- The previous key of a replaced timer is named by its stored record, which the caller
+-- cannot know without a read; it is built here from ARGV[1] (same prefix, so the same
+-- hash tag). The due time comes from Redis TIME, never from a client clock. A timer due
+-- now or earlier gets no expiring key: the wake below makes a sweeper fire it at once.
+-- The wake is a PUBLISH by pcall: a user who may not publish still schedules.
+-- Returns {now_ms, due_1, ..., due_n}; due_i is nil where "n" refused an id that is
+-- pending with another record (the same record means this very call was retried: its
+-- due time is returned), or where "k" found the id pending.
+local now = redis_now()
+local n = math.floor((#ARGV - 2) / 5)
+if #ARGV ~= 2 + 5 * n or #KEYS < 2 + n then
+  return redis.error_reply('ERR timers schedule: ' .. #ARGV .. ' args for ' .. (#KEYS - 2) ..
+    ' keys')
+end
+local dues = {}
+for i = 1, n do
+  local base = 2 + (i - 1) * 5
+  local id, record, mode, ms, how =
+    ARGV[base + 1], ARGV[base + 2], ARGV[base + 3], ARGV[base + 4], ARGV[base + 5]
+  local due = is_int(ms) and tonumber(ms)
+  if id == '' or string.find(id, ':', 1, true) or not string.find(record, ':', 1, true)
+      or (mode ~= 'in' and mode ~= 'at') or not due
+      or (how ~= 'r' and how ~= 'n' and how ~= 'k') then
+    return redis.error_reply('ERR timers schedule: bad timer ' .. i .. ' (' .. id .. ')')
+  end
+  if mode == 'in' then due = math.max(now + due, 0) end
+  if due < 0 then
+    return redis.error_reply('ERR timers schedule: due time before 1970 for ' .. id)
+  end
+  dues[i] = due
+end
+
+local out = {now}
+for i = 1, n do
+  local base = 2 + (i - 1) * 5
+  local id, record, how = ARGV[base + 1], ARGV[base + 2], ARGV[base + 5]
+  local due = dues[i]
+  local old = redis.call('HGET', KEYS[2], id)
+  if old and how == 'k' then
+    out[#out + 1] = false
+  elseif old and how == 'n' then
+    if old == record then
+      out[#out + 1] = tonumber(redis.call('ZSCORE', KEYS[1], id))
+    else
+      out[#out + 1] = false
+    end
+  else
+    if old then unpark(ARGV[1], id) end
+    pend(KEYS[1], KEYS[2], ARGV[1], id, record, due, now, KEYS[2 + i], old)
+    out[#out + 1] = due
+  end
+end
+wake(ARGV[2])
+return out
