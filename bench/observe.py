@@ -22,8 +22,7 @@ from bench.procs import merge
 from timers import TimerSpec
 from timers.ops import browse
 from timers.ops.snapshot import read_snapshot
-from timers.web.app import Dashboard, _overview_context
-from timers.web.auth import Guard
+from timers.web.pages import Dashboard, overview
 
 READS = 20
 ROUNDS = 3
@@ -68,11 +67,11 @@ def reads(ctx: Context, n: int) -> None:
     ctx.fresh_db(aof=False)
     loaded, _ = ctx.bulk_load(n, deadline=Deadline(n / 10_000 + 60))
     with ctx.timers() as t:
-        dashboard = Dashboard(t, Guard())
+        dashboard = Dashboard(t)
         for label, read in (
                 ("keyspace snapshot (a metrics scrape, a top refresh)",
                  lambda: t.run(read_snapshot(t.keys))),
-                ("dashboard overview refresh", lambda: _overview_context(dashboard)),
+                ("dashboard overview refresh", lambda: overview(dashboard)),
                 ("dashboard pending page (50 timers)",
                  lambda: t.run(browse.page(t.keys, 0, 50)))):
             commands, millis = _measure(ctx, read)
