@@ -1,7 +1,7 @@
 -- flow.lua: flow-control helpers shared by every script (put after prelude.lua): the
 -- queues where timers held back by a concurrency key or a rate limit wait, and what
 -- lets the head of a queue go again. timers/keys.py names the same keys:
--- State machine: docs/state-machine.md (transitions T11 to T15).
+-- State machine: docs/state-machine.md (transitions T11 to T15, T22).
 --
 --   P|slots|<key>  zset  run token (or "w:<id>", a slot kept for a promoted timer) ->
 --                        lease deadline ms: the runs holding a slot of concurrency key
@@ -29,7 +29,8 @@
 --   P|next         hash  run token -> the run next in line on its slot: the key's next
 --                        timer, handed to the same listener while the run goes (source
 --                        "n@<token>"); it starts as the run ends and takes the slot over
---                        when the run's ending is written (pass_slot)
+--                        when the run's ending is written (pass_slot), or goes back into
+--                        the key's queue when the run's gate holds it (take_back_next)
 --
 -- A waiting timer keeps its record in the records hash (cancel, get and reschedule find
 -- it there) but sits in no due index: nothing polls it. Its queue score orders by

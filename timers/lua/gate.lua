@@ -1,7 +1,7 @@
 #!lua
 -- gate.lua: let claimed runs start, or hold them back for a concurrency key or a rate
 -- limit (flow.lua has the keys and the queue states).
--- State machine: docs/state-machine.md (transitions T7 to T10).
+-- State machine: docs/state-machine.md (transitions T7 to T10, T22).
 --
 -- KEYS[1]  running: the plain running zset (a group's is "<it>|<group>")
 -- KEYS[2]  running records: hash, run token -> "reruns@<listener>|due|<id>:<record>"
