@@ -82,3 +82,26 @@ def test_a_sigterm_hands_back_the_run_and_the_one_next_in_line_and_the_key_stays
     done = runs(r)
     assert [run[0] for run in done] == ["first", "holder", "later"]
     assert done[2][3] >= done[1][4], "the key ran two at once"
+
+
+def test_the_run_next_in_line_after_a_timer_held_for_its_rate_waits_behind_it(
+        r: redis.Redis, redis_url: str, processes: Processes) -> None:
+    """The rate-wait FIFO rule with a real listener: "rated" (key k, two starts a second) is
+    handed over holding k's slot as "holder" ends, with "after" next in line; its rate is
+    spent (r0 started less than 500 ms before), so its gate holds it: "after" goes back
+    into k's queue behind it, and starts only after it (before: at once, ahead of it)."""
+    procs = listeners(processes, redis_url, 1, "--tasks", TASKS)
+    wait_listening(r, 1, procs, processes)
+    with Timers(redis_url) as t:
+        t.schedule("flow.keyed_and_paced", ["r0", "other"], in_=0, key="other", id="r0")
+        wait_until(lambda: len(started(r)) == 1, 10, message="r0 to start")
+        t.schedule("flow.keyed", ["holder", "k", 0.25], in_=0, key="k", id="holder")
+        wait_until(lambda: len(started(r)) == 2, 10, message="the holder to start")
+        t.schedule("flow.keyed_and_paced", ["rated", "k"], in_=0, key="k", id="k1-rated")
+        t.schedule("flow.keyed", ["after", "k"], in_=0, key="k", id="k2-after")
+        wait_until(lambda: len(runs(r)) == 4, 20, message="all four to run")
+        wait_until(lambda: settled(t), 10, message="nothing pending or running")
+        assert t.stats().failed == 0
+    on_k = sorted((run for run in runs(r) if run[1] == "k"), key=lambda run: run[3])
+    assert [run[0] for run in on_k] == ["holder", "rated", "after"]
+    assert max(run[5] for run in on_k) == 1

@@ -101,6 +101,12 @@ def capped_and_paced(tag: str, seconds: float) -> None:
     _run(tag, "capped", seconds)
 
 
+@timers.task(concurrency=1, rate="120/m")
+def keyed_and_paced(tag: str, key: str) -> None:
+    """One at a time per ``schedule(..., key=...)``, two starts a second fleet-wide."""
+    _run(tag, key, 0.0)
+
+
 DUE_CHECKS = "test:due-checks"
 
 

@@ -391,6 +391,21 @@ class World:
                 self.start(listener, run)
             else:
                 listener.held.discard(run.token)
+                self.not_started(listener, run, status in ("wait", "replaced"))
+
+    def not_started(self, listener: VListener, run: Run, taken_back: bool) -> None:
+        """``executor.py`` (``Turns.not_started``): a run next in line after a run its gate
+        held back does not start; it writes no ending when the gate took it back into its
+        key's queue (``gate.lua`` ``take_back_next``), else (a lost lease) it is handed
+        back."""
+        for following in [n for n in listener.nexts.values() if n.follows == run.token]:
+            if not taken_back:
+                self.hand_back(listener, following.token)
+                continue
+            del listener.nexts[following.token]
+            listener.held.discard(following.token)
+            self.note(f"{listener.id} drops next {following.timer_id} token "
+                      f"{following.token}: taken back with {run.timer_id}")
 
     def _still_ours(self, listener: VListener, run: Run, read_at: int) -> bool:
         """Today's listener renews a run first when its reply was read late (a pause since);
@@ -532,7 +547,8 @@ class World:
                 listener.claimed[handed.token] = (handed, self.now)
         self.start_due(listener)
         for handed in nexts:  # its slot is promised from now (the run before it started)
-            self.check_fifo(handed, "next in line")
+            if handed.token in listener.nexts:  # not taken back with a run held at its gate
+                self.check_fifo(handed, "next in line")
 
     def _ended(self, timer: TimerModel, kind: str, ending: tuple[str, str, str, str]) -> None:
         if kind == "ok":

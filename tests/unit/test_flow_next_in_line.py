@@ -121,14 +121,22 @@ def test_a_run_handed_back_with_a_grace_keeps_its_slot_and_drops_its_next_in_lin
     assert ids(runs) == ["c"] and gate(s, runs, key="k", limit=1) == ["wait"]
 
 
-def test_a_slot_its_holder_lost_to_a_rate_limit_passes_to_the_run_next_in_line(
+def test_a_run_next_in_line_goes_back_behind_a_holder_held_for_its_rate(
         s: Scripts, fake: fakeredis.FakeRedis) -> None:
+    """The rate-wait FIFO rule: b, held back for its rate, keeps its place in its key's
+    order, and c, next in line after it, goes back into the key's queue in its place (its
+    run dropped: its listener does not start it) instead of taking the slot past b (before:
+    the slot passed to c)."""
     a, _, _, _ = key_of_four(s)
     b, c = end(s, ok(a))
     fake.hset(KS.rate("r"), "tat", 10**15)  # the rate limit is spent far ahead
     assert gate(s, [b], key="k", limit=1, rate="r", interval_ms=1000, burst=1) == ["wait"]
-    assert slot_holders(fake) == [c.token.encode()]
-    assert gate(s, [c], key="k", limit=1) == ["go"]
+    assert slot_holders(fake) == [] and fake.hlen(NEXT_KEY) == 0
+    assert fake.zrange(KS.key_queue("k"), 0, -1) == [b"c", b"d"]
+    assert fake.hget(KS.parked, "c").startswith(b"c|1|")
+    assert fake.zcard(KS.running) == 0 and fake.hexists(KS.records, "c")
+    assert gate(s, [c], key="k", limit=1) == ["lost"]
+    assert claim(s) == []  # b waits for its rate, c and d behind it for the key
 
 
 def test_no_run_next_in_line_of_a_group_the_listener_does_not_serve(

@@ -193,6 +193,52 @@ def test_failure_times_come_from_the_redis_clock_not_the_local_one() -> None:
     assert f";{Option.FIRST_FAILURE}={round(REDIS_NOW_MS)}" in retry.retry_entry
 
 
+class HoldsFirst:
+    """A flow gate that holds run "1" back with ``status`` and lets the others go."""
+
+    def __init__(self, status: str) -> None:
+        self.status = status
+
+    async def admit(self, run: Run, record: Record, policy: Any) -> Outcome | None:
+        return Outcome("held", self.status, "held") if run.token == "1" else None
+
+
+@pytest.mark.parametrize(("status", "ending"), [("wait", None), ("replaced", None),
+                                                ("lost", "release")])
+def test_a_run_next_in_line_after_a_run_its_gate_held_back_does_not_start(
+        status: str, ending: str | None) -> None:
+    """A rated run handed over holding its key's slot, held back by its gate for its rate:
+    gate.lua took the run next in line after it back into the key's queue (the key's later
+    timers wait behind a timer waiting for its rate), so the listener does not start that
+    one and writes nothing for it (before: it started the moment the held run ended its
+    turn). Held for a lost lease, nothing was taken back: it is handed back, unstarted (it
+    started before, holding no slot)."""
+    record = Record("mod.add", [1, 2], {Option.KEY: "k"}).encode()
+    calls = len(mod.CALLS)
+
+    async def scenario() -> tuple[Any, Any]:
+        runner, turns = Runner(2), Turns()
+        try:
+            executor = Executor(resolve, runner, NoQuarantine(), NoRecurrences(),
+                                tracker_on_redis_clock(), NoSleep(), flow=HoldsFirst(status),
+                                name="", turns=turns, fence=None, peers=None)
+            first = Run("1", "a", record, round(REDIS_NOW_MS), 0, "handoff")
+            following = Run("2", "b", record, round(REDIS_NOW_MS), 0, "next", follows="1")
+            turns.start(first)
+            turns.start(following)
+            after = asyncio.create_task(executor.execute(following))
+            held = await executor.execute(first)
+            turns.end("1")  # as the lane does once the run's task is done
+            return held, await after
+        finally:
+            runner.shutdown()
+
+    held, after = asyncio.run(scenario())
+    assert held.ending is None and after.report is None
+    assert (after.ending.kind.value if after.ending else None) == ending
+    assert len(mod.CALLS) == calls, "the run next in line never called its task"
+
+
 # -- the ending writer -------------------------------------------------------------------
 
 

@@ -553,3 +553,40 @@ def test_a_promoted_timer_gives_its_kept_slot_to_one_ahead_that_came_since(
         wait(world, 10, l1, l2)
     assert broken(world, "fifo") == []
     assert world.timers["t004"].status == "done" and world.timers["t005"].status == "done"
+
+
+@pytest.mark.parametrize("rated_run", ["handed", "next in line"])
+def test_the_run_after_a_keyed_timer_held_for_its_rate_waits_behind_it(
+        world: World, rated_run: str) -> None:
+    """The rate-wait FIFO rule for a rated timer of a key that finish.lua handed to a listener
+    holding the key's slot (a handoff, or a run next in line that got the slot when the run
+    before it ended), with the key's next timer handed along as the run next in line after
+    it: when its gate holds it for its rate, that run does not take the slot past it; it is
+    handed back and waits behind it (before: the slot passed on to it, and the listener
+    started it the moment the rated one was held)."""
+    world.fenced = True
+    l1 = world.spawn((DEFAULT_GROUP,))
+    world.schedule(RATED, DEFAULT_GROUP, 0, "", -50)  # t000 takes the rate's slot at 0
+    world.schedule(PLAIN, DEFAULT_GROUP, 0, "k1", -40)  # t001 holds k1
+    world.claim(l1, 5, 0, False)
+    world.start_due(l1)
+    if rated_run == "next in line":
+        world.schedule(PLAIN, DEFAULT_GROUP, 0, "k1", -35)  # handed over when t001 ends
+    for task in (RATED, PLAIN):  # the rated one, then one behind it in k1's order
+        world.schedule(task, DEFAULT_GROUP, 0, "k1", -30)
+    world.claim(l1, 5, 0, False)
+    world.start_due(l1)  # they wait for k1
+    holder = next(t for t, r in l1.executing.items() if r.timer_id == "t001")
+    world.finish(l1, holder, "ok", 0)  # the next one handed over, the one after it next in line
+    if rated_run == "next in line":
+        handed = next(t for t, r in l1.executing.items() if r.timer_id == "t002")
+        world.finish(l1, handed, "ok", 0)  # the rated one gets the slot; the rate is busy
+    assert broken(world, "fifo") == []
+    for _ in range(6):
+        wait(world, 50, l1)
+        world.claim(l1, 5, 0, False)
+        world.start_due(l1)
+        for token in sorted(l1.executing):
+            world.finish(l1, token, "ok", 0)
+    assert broken(world, "fifo") == [] and broken(world, "key_limit") == []
+    assert all(t.status == "done" for t in world.timers.values()), world.log

@@ -20,6 +20,7 @@ from timers.listener import context
 from timers.listener.crashes import crash_outcome
 from timers.listener.due_tracker import DueTracker
 from timers.listener.endings import Ending
+from timers.listener.flow_gate import TAKES_BACK_NEXT
 from timers.listener.quarantine import is_suspect
 from timers.listener.retrying import RETRYABLE
 from timers.listener.runner import Turn
@@ -170,9 +171,15 @@ class Executor:
             outcome = _internal_error(exc)
         if outcome.kind == "held":
             log.debug("timer %s not started: %s", run.timer_id, outcome.message)
+            # a run next in line after it does not start (its gate took it back, or it is
+            # handed back)
+            self.turns.not_started(run.token, outcome.error_type in TAKES_BACK_NEXT)
             return Executed(None, None)
         if outcome.kind == "revoked":  # a run next in line that a timer outranked
             log.debug("timer %s not started: %s", run.timer_id, outcome.message)
+            own = self.turns.of(run.token)
+            if own is not None and own.taken_back:  # back in its key's queue already
+                return Executed(None, None)
             return Executed(Ending.release(run.token), None)
         if outcome.kind == "taken":  # another listener took the run over: nothing to write
             return Executed(None, None)
@@ -200,6 +207,9 @@ class Executor:
             return lacking  # before a recurrence's steps: the listener that runs it takes them
         recurring = Option.RECURRENCE in record.options
         after = await self._turn_before(run, attempt, record, recurring) if run.follows else None
+        if after is None and run.follows and (own := self.turns.of(run.token)) is not None \
+                and own.revoked:  # it waited for the run before it, which did not start
+            return _TAKEN_BACK
         fence = self._fence_of(run)  # asked by the thread before the call, and by the task
         context.enter_run(run, record, attempt.started_ms, fence)  # timers.current()
         # a recurrence's next occurrence is scheduled first, whatever becomes of this one
@@ -408,6 +418,8 @@ class Admitter(Protocol):
 
 
 _TAKEN = Outcome("taken", "", "another listener took the run over after its lease lapsed")
+_TAKEN_BACK = Outcome("revoked", "", "asked back before it started: the run before it did not "
+                      "start (or it was outranked): waits for its key again")
 
 
 _COUNTED = {EndingKind.OK, EndingKind.SKIP, EndingKind.FAIL, EndingKind.RETRY}

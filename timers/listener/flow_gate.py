@@ -170,7 +170,7 @@ class FlowGate:
             if spec.key:
                 self.holding.add(run.token)
             return None
-        return Outcome("held", "", _HELD_MESSAGES.get(status, status))
+        return Outcome("held", status, _HELD_MESSAGES.get(status, status))
 
     def _exact(self, record: Record, policy: TaskPolicy) -> bool:
         """Whether the run's limit is one limit fleet-wide on a sharded prefix: only a
@@ -199,6 +199,11 @@ class FlowGate:
             if not answer.done():
                 answer.set_result(as_text(status))
 
+
+TAKES_BACK_NEXT = frozenset({"wait", "replaced"})
+"""Gate statuses (a held run's :attr:`Outcome.error_type`) under which ``gate.lua`` took the
+run next in line after the held run, if any, back into its key's queue (``take_back_next``:
+a run next in line follows the run before it only into a start)."""
 
 _HELD_MESSAGES = {
     "wait": "held back by its concurrency key or rate limit: waits in its queue",

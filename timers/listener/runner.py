@@ -88,7 +88,7 @@ class Turn:
     """One followed run: its pool job once its function is handed to a thread, and
     whether it has ended."""
 
-    __slots__ = ("ended", "job", "revoked", "started")
+    __slots__ = ("ended", "job", "revoked", "started", "taken_back")
 
     def __init__(self) -> None:
         self.job: Job | None = None
@@ -97,6 +97,9 @@ class Turn:
         self.ended = asyncio.Event()
         self.revoked = False
         """Asked back before it started: it waits in its key's queue again."""
+        self.taken_back = False
+        """Revoked because the run before it was held back by its gate, which took it back
+        into its key's queue itself (``gate.lua`` ``take_back_next``): no ending to write."""
 
     def handed_to_thread(self, job: Job) -> None:
         self.job = job

@@ -64,6 +64,17 @@ class Turns:
         turn.revoked = True
         return True
 
+    def not_started(self, token: str, taken_back: bool) -> None:
+        """The run under ``token`` was held back by its gate and never starts: the run next
+        in line after it (which waits for it, so has not started either) follows it only
+        into a start, so it does not start. With ``taken_back`` that gate took it back into
+        its key's queue (``gate.lua`` ``take_back_next``): no ending to write; else (the
+        held run's lease was lost) it is handed back."""
+        for follower, before in self._following.items():
+            turn = self._open.get(follower)
+            if before == token and turn is not None:
+                turn.revoked, turn.taken_back = True, taken_back
+
     def end(self, token: str) -> None:
         """The run under ``token`` ended: the run next in line after it may go."""
         turn = self._open.pop(token, None)

@@ -1,7 +1,7 @@
 -- flow.lua: flow-control helpers shared by every script (put after prelude.lua): the
 -- queues where timers held back by a concurrency key or a rate limit wait, and what
 -- lets the head of a queue go again. timers/model/keys.py names the same keys:
--- State machine: docs/state-machine.md (transitions T11 to T15).
+-- State machine: docs/state-machine.md (transitions T11 to T15, T22).
 --
 --   P|slots|<key>  zset  run token (or "w:<id>", a slot kept for a promoted timer) ->
 --                        lease deadline ms: the runs holding a slot of concurrency key
@@ -29,7 +29,8 @@
 --   P|next         hash  run token -> the run next in line on its slot: the key's next
 --                        timer, handed to the same listener while the run goes (source
 --                        "n@<token>"); it starts as the run ends and takes the slot over
---                        when the run's ending is written (pass_slot)
+--                        when the run's ending is written (pass_slot), or goes back into
+--                        the key's queue when the run's gate holds it (take_back_next)
 --
 -- A waiting timer keeps its record in the records hash (cancel, get and reschedule find
 -- it there) but sits in no due index: nothing polls it. Its queue score orders by
@@ -210,6 +211,38 @@ local function hand_next(key_start, key, holder)
     end
     redis.call('ZREM', queue, id)  -- cancelled meanwhile (as pop_waiting drops it)
   end
+end
+
+-- The run next in line after `token` (hand_next), when `token` does not start after all: its
+-- gate held it back for its rate limit (T9), and it keeps its place in its key's order. A
+-- run next in line follows the run before it only into a start: it goes back into its
+-- key's queue, in its place (its queue score, from its ";w=" due), its run dropped, and
+-- the slot does not pass to it. Its listener, told the run before it was held, does not
+-- start it (executor.py). Nothing when it is no longer leased (handed back, or lapsed:
+-- its listener or a claim decides) or a newer timer has its id.
+local function take_back_next(key_start, token, now)
+  local next_key = sys_key(key_start, 'next')
+  local successor = redis.call('HGET', next_key, token)
+  if not successor then return end
+  redis.call('HDEL', next_key, token)
+  local limit, lease, key = string.match(
+    redis.call('HGET', sys_key(key_start, 'held'), token) or '', '^(%d+)|(%d+)|(.+)$')
+  local runs = sys_key(key_start, 'runrec')
+  local reruns, _, due, id, record = run_read(redis.call('HGET', runs, successor))
+  if not (limit and record) then return end
+  local running = running_key_for(sys_key(key_start, 'run'), record_group(record))
+  local until_ms = redis.call('ZSCORE', running, successor)
+  if not until_ms or tonumber(until_ms) <= now then return end
+  redis.call('ZREM', running, successor)
+  redis.call('HDEL', runs, successor)
+  local records = sys_key(key_start, 'rec')
+  if redis.call('HEXISTS', records, id) == 1 then return end
+  record = with_reruns(with_waited_from(record, tonumber(due)), reruns)
+  redis.call('HSET', records, id, record)
+  redis.call('ZADD', flow_key(key_start, 'waitk', key),
+    flow_score(record, tonumber(record_option(record, 'w'))), id)
+  parked_write(key_start, id, {state = 'c', a = tonumber(limit), b = tonumber(lease), c = 0,
+                               name = key})
 end
 
 -- A timer that waits for `key` with queue score `score` (a higher priority, say) ahead

@@ -1,7 +1,7 @@
 #!lua
 -- gate.lua: let claimed runs start, or hold them back for a concurrency key or a rate
 -- limit (flow.lua has the keys and the queue states).
--- State machine: docs/state-machine.md (transitions T7 to T10).
+-- State machine: docs/state-machine.md (transitions T7 to T10, T22).
 --
 -- KEYS[1]  running: the plain running zset (a group's is "<it>|<group>")
 -- KEYS[2]  running records: hash, run token -> "reruns@<listener>|due|<id>:<record>"
@@ -155,11 +155,13 @@ local function gate(token, key, limit, rate, interval, burst)
       reruns)
     if key ~= '' then
       -- it keeps its place in its key's order while it waits for its rate (the order
-      -- barrier, "r|…": the key's later timers wait behind it), and the slot it took, or
-      -- was handed with, passes on as that run's would: to a timer ahead of it, if any
+      -- barrier, "r|…": the key's later timers wait behind it), a run next in line after
+      -- it goes back to wait behind it (take_back_next), and the slot it took, or was
+      -- handed with, goes to the key's queue in order: to a timer ahead of it, if any
       if status == 'wait' then
         note_ungated(ARGV[1], id, 'r|' .. barrier_of(record), record, due)
       end
+      take_back_next(ARGV[1], token, now)
       redis.call('ZREM', flow_key(ARGV[1], 'slots', key), token)
       release_slot(ARGV[1], token, now)
       promote_key(ARGV[1], key, limit, now)
