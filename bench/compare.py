@@ -603,7 +603,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     else "every gated figure passes") + "\n")
     text += "\nEach run (load average and PING round trip taken just before it):\n\n"
     text += "\n".join(f"- {line}" for line in runs_text(runs)) + "\n"
-    notes = command_notes(runs, [n for n in names if n in (WORKING_TREE, gate)])
+    notes = command_notes(runs, [n for n in names if n in (WORKING_TREE, HISTORY_OFF, gate)])
     if notes:
         text += "\nRedis commands per operation (INFO commandstats, median over rounds):\n\n"
         text += "\n".join(f"- {n}" for n in notes) + "\n"

@@ -164,7 +164,7 @@ def test_a_bad_follow_argument_is_refused(s: Scripts, fake: fakeredis.FakeRedis,
                                           follow: str) -> None:
     a, _, _, _ = key_of_four(s)
     args = [KS.timer_key_start, KS.wake_channel, 1000, "me", "default", 1, LEASE, follow,
-            0, 0, 0, a.token, "ok", "", "", "", ""]
+            0, 0, 8, 0, a.token, "ok", "", "", "", ""]
     keys = list(ScriptCalls(KS).finish(retention_ms=1000, endings=[]).keys)
     with pytest.raises(Exception, match="bad arguments"):
         s.script("finish")(keys=keys, args=args)

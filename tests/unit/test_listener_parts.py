@@ -26,6 +26,7 @@ from timers.listener.events import (
     classify,
 )
 from timers.listener.executor import Executor
+from timers.listener.history import HistoryPolicy
 from timers.listener.leases import HeldRuns
 from timers.listener.retrying import Outage
 from timers.listener.runner import Runner
@@ -34,8 +35,8 @@ from timers.model.clock import ManualClock
 from timers.model.encoding import Record, entry_text
 from timers.model.keys import Keyspace
 from timers.model.policy import task
-from timers.model.runs import Outcome, Run
-from timers.model.wire import EndingKind, FailureRecord, Option
+from timers.model.runs import Outcome, Run, RunFacts
+from timers.model.wire import EndingKind, FailureRecord, MinuteSlot, Option, bucket_of
 from timers.store.scripts import Scripts, Taker
 
 KEYS = Keyspace()
@@ -283,6 +284,54 @@ def test_the_writer_writes_endings_in_batches_and_forgets_them_once_written(
     assert (calls, left) == ([2, 2, 1], 0)
     stats = producer.stats()
     assert (stats.fired, stats.running, stats.pending) == (5, 0, 0)
+
+
+def test_the_writer_sends_series_and_a_trim_about_once_a_second_and_at_close(
+        server: fakeredis.FakeServer) -> None:
+    """Between them, a finish call carries only endings and their history records; the
+    series it sends sum every run since the last, exactly per task and minute."""
+    producer = Timers(fakeredis.FakeRedis(server=server))
+
+    async def scenario() -> list[tuple[int, list[tuple[str, str]], int]]:
+        client = fakeredis.FakeAsyncRedis(server=server)
+        scripts = Scripts(client, KEYS)
+        clock = ManualClock()
+        calls: list[tuple[int, list[tuple[str, str]], int]] = []
+        finish = scripts.finish
+
+        async def seen(**kwargs: Any) -> Any:
+            calls.append((len(kwargs["endings"]), list(kwargs["series"]), kwargs["trim"]))
+            return await finish(**kwargs)
+
+        scripts.finish = seen  # type: ignore[method-assign]
+        writer = EndingWriter(scripts, KEYS, 3600, HeldRuns(), asyncio.Event(), clock,
+                              taker=lambda tokens: Taker(), on_handed=lambda runs, n: None,
+                              on_written=lambda: None, outage=Outage(),
+                              history=HistoryPolicy(), listener_id="me")
+        for i in range(5):
+            producer.schedule("mod.add", [i], in_=0, id=f"t{i}")
+        reply = await scripts.claim(limit=10, lease_ms=60_000, horizon_ms=8, listener_id="me")
+        items = reply[3:]
+        runs = [Run.parse(*items[i:i + 3]) for i in range(0, len(items), 3)]
+        for n, run in enumerate(runs):
+            writer.add(Ending.of(run, EndingKind.OK),
+                       RunFacts(run.escaped_id, "mod.add", 60_000 * 5 + n, 3, 1, 2))
+            await writer.flush()  # the first sends what is owed (none), then every second
+            clock.advance(0.4)
+        assert writer.extras_owed
+        await writer.flush_remaining(clock)
+        assert not writer.extras_owed
+        await client.aclose()
+        return calls
+
+    calls = asyncio.run(scenario())
+    one = MinuteSlot(5, 1, 0, {bucket_of(2): 1}, {bucket_of(3): 1}).encode()
+    three = MinuteSlot(5, 3, 0, {bucket_of(2): 3}, {bucket_of(3): 3}).encode()
+    assert calls == [(1, [("mod.add", one)], 2 + 8), (1, [], 0), (1, [], 0),
+                     (1, [("mod.add", three)], 2 * 3 + 8), (1, [], 0),
+                     (0, [("mod.add", one)], 2 + 8)]
+    assert producer.stats().fired == 5
+    assert len(producer.history()) == 5
 
 
 def test_a_failure_record_is_written_as_json_and_read_back_typed() -> None:

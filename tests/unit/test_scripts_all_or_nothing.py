@@ -55,9 +55,9 @@ def call(scripts: dict[ScriptName, Any], name: ScriptName, keys: list[str],
     return scripts[name](keys=keys, args=args)
 
 
-NO_TAKER = ["me", "default", 0, 0, 0, 0, 0, 0]
+NO_TAKER = ["me", "default", 0, 0, 0, 0, 0, 8, 0]
 """finish.lua's listener id, groups, take, lease and follow: hand nothing over; then the
-history's age and count (none kept) and no series entries."""
+history's age and count (none kept), a trim budget of 8 and no series entries."""
 
 
 def finish_keys(ks: Keyspace) -> list[str]:

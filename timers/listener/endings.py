@@ -10,7 +10,9 @@ so that a run recovered after its lease lapsed is ended the same way, not run tw
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -30,6 +32,13 @@ log = logging.getLogger("timers.listener")
 
 MAX_BATCH = 500
 """Endings written per script call (and timers taken per claim)."""
+
+EXTRAS_EVERY = 1.0
+"""Seconds between the finish calls that write the series and trim the history: the calls
+between them write only the endings and their history records (one ZADD, one HSET), and
+the writer sums their runs' series meanwhile, so what each call costs once (the series
+slots' read and merge, the trim's reads, the retention GET) is paid about once a second,
+not once per batch."""
 
 
 @dataclass(frozen=True)
@@ -113,6 +122,12 @@ class EndingWriter:
         """What the endings keep of their runs, and the name their records give."""
         self._facts: dict[str, RunFacts] = {}
         """Run token -> what the history and series keep of it, till its ending is written."""
+        self._unsummed: list[RunFacts] = []
+        """Runs whose endings are written but whose series are not yet (see EXTRAS_EVERY)."""
+        self._kept_since_trim = 0
+        """History records written since the history was last trimmed."""
+        self._extras_at = -math.inf
+        """When (monotonic) the series were last written and the history trimmed."""
         self.clock = clock or SystemClock()
         self.failure_retention = failure_retention
         self.closed = closed
@@ -154,8 +169,14 @@ class EndingWriter:
         while not self.closed.is_set():
             if not self._queue:
                 self.ready.clear()
-                await self.ready.wait()
-                continue
+                if not self.extras_owed:
+                    await self.ready.wait()
+                    continue
+                wait = self._extras_at + EXTRAS_EVERY - self.clock.monotonic()
+                if wait > 0:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self.ready.wait(), wait)
+                    continue
             try:
                 await self.flush()
             except RETRYABLE as exc:
@@ -165,25 +186,46 @@ class EndingWriter:
             state.ok()
             delays.reset()
 
-    async def flush(self) -> None:
-        """Write the first batch of endings in one script call."""
+    @property
+    def extras_owed(self) -> bool:
+        """Whether runs' series or history records are written but not yet summed into the
+        series or trimmed (a call with no endings writes them, EXTRAS_EVERY at the latest)."""
+        return bool(self._unsummed or self._kept_since_trim)
+
+    async def flush(self, final: bool = False) -> None:
+        """Write the first batch of endings in one script call (possibly none: then the
+        series and the trim owed). It writes the series summed since the last such call
+        and trims the history when ``final`` or EXTRAS_EVERY has passed since then."""
         batch = self._queue[:MAX_BATCH]
         tokens = [ending.token for ending in batch]
         # Renewed until the reply is read (the loop may block before it is), and a renewal
         # that crosses the ending drops them quietly.
         self.held.ending(tokens)
         taker = self.taker(tokens)
-        wires, series = self._with_history(batch)
+        wires, ran, kept = self._with_history(batch)
         sent = self.clock.monotonic()
+        extras = final or sent - self._extras_at >= EXTRAS_EVERY
+        series: list[tuple[str, str]] = []
+        trim = 0
+        if extras:
+            if self.history.series:
+                series = series_of(self._unsummed, ran)
+            trim = 2 * (self._kept_since_trim + kept) + 8
         try:
             reply = await self.scripts.finish(
                 retention_ms=round(self.failure_retention * 1000), endings=wires,
-                taker=taker, history=self.history.wire, series=series)
+                taker=taker, history=self.history.wire, series=series, trim=trim)
         except BaseException:
             self.held.ending(tokens, sent=False)
             self.on_handed([], taker.take)
             raise
         waited = self.clock.monotonic() - sent
+        if extras:
+            self._unsummed, self._kept_since_trim, self._extras_at = [], 0, sent
+        else:
+            if self.history.series:
+                self._unsummed += ran
+            self._kept_since_trim += kept
         self.held.release(tokens)
         del self._queue[: len(batch)]
         if self._facts:
@@ -198,15 +240,17 @@ class EndingWriter:
         report_late_finishes(int(reply[0] or 0), self.eviction_policy)
 
     def _with_history(self, batch: list[Ending]) -> tuple[list[tuple[str, ...]],
-                                                         list[tuple[str, str]]]:
+                                                         list[RunFacts], int]:
         """Each ending's ``finish.lua`` values, with its history record when it ends its
-        timer (and its task keeps history); the batch's series entries."""
+        timer (and its task keeps history); the facts of the batch's runs; how many history
+        records the batch carries."""
         known = self._facts
         if not known:
-            return [ending.wire() for ending in batch], []
+            return [ending.wire() for ending in batch], [], 0
         keeps, listener = self.history.keeps, self.listener_id
         wires: list[tuple[str, ...]] = []
         ran = []
+        kept = 0
         for ending in batch:
             facts = known.get(ending.token)
             if facts is None:
@@ -216,9 +260,10 @@ class EndingWriter:
             if keeps and facts.ends and facts.keep and ending.kind in ENDS:
                 wires.append((*ending.wire(), facts.escaped_id,
                               history_text(facts, ending.kind, listener)))
+                kept += 1
             else:
                 wires.append(ending.wire())
-        return wires, series_of(ran) if self.history.series else []
+        return wires, ran, kept
 
     async def _still_held(self, runs: list[Run], lease_ms: int, waited: float) -> list[Run]:
         """Handed runs read late: only those still this listener's. A run next in line
@@ -242,9 +287,9 @@ class EndingWriter:
                               sleep: Callable[[float], Any] = asyncio.sleep) -> None:
         """Write what is left, trying for ``within`` seconds if Redis is away."""
         deadline = clock.monotonic() + within
-        while self._queue and clock.monotonic() < deadline:
+        while (self._queue or self.extras_owed) and clock.monotonic() < deadline:
             try:
-                await self.flush()
+                await self.flush(final=True)
             except RETRYABLE:
                 await sleep(0.2)
         if self._queue:

@@ -70,10 +70,10 @@ def history_text(facts: RunFacts, kind: EndingKind, listener: str) -> str:
             f"{facts.attempts}|{'' if late is None else late}|{listener}|{facts.task}|{error}")
 
 
-def series_of(facts: Sequence[RunFacts]) -> list[tuple[str, str]]:
-    """The batch's runs summed per (task, minute), as ``finish.lua``'s series entries."""
+def series_of(*facts: Sequence[RunFacts]) -> list[tuple[str, str]]:
+    """The runs summed per (task, minute), as ``finish.lua``'s series entries."""
     slots: dict[tuple[str, int], MinuteSlot] = {}
-    for run in facts:
+    for run in (run for part in facts for run in part):
         if not run.ran:
             continue
         key = (run.task, run.ended_ms // 60_000)

@@ -326,20 +326,30 @@ class ScriptCalls:
 
     def finish(self, *, retention_ms: int, endings: Iterable[Ending],
                taker: Taker = NO_TAKER, history: tuple[int, int] = DEFAULT_RETENTION,
-               series: Sequence[tuple[str, str]] = ()) -> Invocation:
+               series: Sequence[tuple[str, str]] = (), trim: int | None = None) -> Invocation:
         """``history``: (age ms, count) the history keeps; ``series``: (task, minute slot
-        text) to add to the tasks' rings. An ending is ``(token, kind, a, b)`` or with
-        two more values, its escaped id and history record (see ``lua/finish.lua``)."""
+        text) to add to the tasks' rings; ``trim``: at most how many records past the
+        retention to drop (0: none, and the retention is not stored; None: a few more than
+        the endings keep). An ending is ``(token, kind, a, b)`` or with two more values, its
+        escaped id and history record (see ``lua/finish.lua``)."""
         k = self.keys
+        wires: list[Any] = []
+        kept = 0
+        for ending in endings:
+            wires.extend(ending)
+            if len(ending) == 4:
+                wires += ("", "")
+            elif ending[4]:
+                kept += 1
+        if trim is None:
+            trim = 2 * kept + 8
         args: list[Any] = [k.timer_key_start, k.wake_channel, retention_ms, taker.listener_id,
                            ",".join(taker.groups), taker.take, taker.lease_ms,
-                           "1" if taker.follow else "0", history[0], history[1], len(series)]
+                           "1" if taker.follow else "0", history[0], history[1], trim,
+                           len(series)]
         for task, text in series:
             args += [task, text]
-        for ending in endings:
-            args.extend(ending)
-            if len(ending) == 4:
-                args += ("", "")
+        args += wires
         return self._shared(
             "finish", (k.running, k.running_records, k.stats, k.failures, k.failure_records,
                        k.due, k.records, k.failure_index, k.sequence, k.history,
@@ -470,10 +480,11 @@ class Scripts:
 
     def finish(self, *, retention_ms: int, endings: Iterable[Ending],
                taker: Taker = NO_TAKER, history: tuple[int, int] = DEFAULT_RETENTION,
-               series: Sequence[tuple[str, str]] = ()) -> Any:
+               series: Sequence[tuple[str, str]] = (), trim: int | None = None) -> Any:
         """Reply: ``[late finishes, (token, run, source)…]``: the runs handed over."""
         return self.run(self.calls.finish(retention_ms=retention_ms, endings=endings,
-                                          taker=taker, history=history, series=series))
+                                          taker=taker, history=history, series=series,
+                                          trim=trim))
 
     def heartbeat(self, listener_id: str, ttl_ms: int, info: str, task_set: str = "",
                   task_list: str = "") -> Any:

@@ -16,8 +16,8 @@
 -- KEYS[11] history records: hash, escaped id -> record
 -- KEYS[12] series: hash, "<task>|<slot>" -> minute slot (history.lua)
 -- KEYS[13] series tasks: hash, task -> last minute written
--- KEYS[14] history retention: string "<age ms> <count>" (set to ARGV[9] ARGV[10], for
---          cancel.lua)
+-- KEYS[14] history retention: string "<age ms> <count>" (set to ARGV[9] ARGV[10] when the
+--          call trims, for cancel.lua)
 -- KEYS[15..]  shared keys: timers/model/keys.py Keyspace.script_keys (the helpers' keys)
 -- ARGV[1]  timer key start "<prefix>:"
 -- ARGV[2]  wake channel
@@ -28,10 +28,17 @@
 -- ARGV[7]  lease ms of those runs
 -- ARGV[8]  "1": it also takes runs next in line (see below), "0": not
 -- ARGV[9]  history age ms, ARGV[10] history count: the history keeps ended timers that
---          long and at most that many (either 0: it keeps none); older ones are trimmed,
---          a few more per call than it adds, O(log n) each
--- ARGV[11] S: how many series entries follow
--- ARGV[12..11+2S] per series entry: task, minute slot text (added to the task's ring)
+--          long and at most that many (either 0: it keeps none)
+-- ARGV[11] trim budget: "0": this call neither trims the history nor stores its
+--          retention; n: records older than the age, then over the count, are dropped,
+--          at most n of each (oldest first, O(log n) each), and KEYS[14] is set. A listener
+--          trims about once a second, with a budget a few more than the records it added
+--          since its last trim, so the history exceeds its retention by at most about a
+--          second's records
+-- ARGV[12] S: how many series entries follow
+-- ARGV[13..12+2S] per series entry: task, minute slot text (added to the task's ring; a
+--          listener sums its runs per task and minute over about a second, so a slot is
+--          written about once a second per task, whatever the batches)
 -- then six values per ending: token, kind, a, b, id, record, where id and record are ""
 -- or, for an ending that ends its timer (ok, skip, fail), its escaped id and history
 -- record: kept in the history (score: now) when the ending is written (not for a late
@@ -116,11 +123,11 @@ end
 local retention = is_count(ARGV[3]) and tonumber(ARGV[3])
 if not retention or not is_count(ARGV[6]) or not is_count(ARGV[7])
     or (ARGV[8] ~= '0' and ARGV[8] ~= '1') or not is_count(ARGV[9]) or not is_count(ARGV[10])
-    or not is_count(ARGV[11]) then
+    or not is_count(ARGV[11]) or not is_count(ARGV[12]) then
   return redis.error_reply('ERR timers finish: bad arguments')
 end
-local SERIES = 12  -- the first series entry's first value
-local FIRST = SERIES + 2 * tonumber(ARGV[11])  -- the first ending's first value
+local SERIES = 13  -- the first series entry's first value
+local FIRST = SERIES + 2 * tonumber(ARGV[12])  -- the first ending's first value
 local STRIDE = 6
 if FIRST > #ARGV + 1 or (#ARGV - FIRST + 1) % STRIDE ~= 0 then
   return redis.error_reply('ERR timers finish: bad arguments')
@@ -286,10 +293,13 @@ if kept > 0 then
   redis.call('HSET', KEYS[11], unpack(history_texts))
 end
 for i = SERIES, FIRST - 1, 2 do series_add(KEYS[12], KEYS[13], ARGV[i], ARGV[i + 1]) end
-history_trim(KEYS[10], KEYS[11], now, history_age, history_count, 2 * kept + 8)
-local retention_text = ARGV[9] .. ' ' .. ARGV[10]
-if redis.call('GET', KEYS[14]) ~= retention_text then
-  redis.call('SET', KEYS[14], retention_text)
+local trim_budget = tonumber(ARGV[11])
+if trim_budget > 0 then
+  history_trim(KEYS[10], KEYS[11], now, history_age, history_count, trim_budget)
+  local retention_text = ARGV[9] .. ' ' .. ARGV[10]
+  if redis.call('GET', KEYS[14]) ~= retention_text then
+    redis.call('SET', KEYS[14], retention_text)
+  end
 end
 promote_barred(ARGV[1], now)  -- a run that ended ungated may have lifted the barrier
 if taker then counts.held_ms = taker.held_ms end
