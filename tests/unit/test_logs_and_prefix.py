@@ -19,8 +19,8 @@ from timers.cli.app import main
 from timers.cli.errors import run_app
 from timers.listener.endings import Ending
 from timers.listener.executor import Executed
-from timers.listener.logs import TEXT_FORMAT, Identity, JsonFormatter, configured_format
 from timers.listener.tally import RunTally, some_ids
+from timers.logs import TEXT_FORMAT, Identity, JsonFormatter, configured_format
 from timers.model.keys import configured_prefix
 from timers.model.runs import Fired, Outcome
 from timers.model.wire import EndingKind
@@ -152,7 +152,7 @@ def test_the_demo_keeps_its_own_prefix(capsys: pytest.CaptureFixture[str],
 def test_a_json_line_with_a_huge_traceback_fits_one_atomic_pipe_write() -> None:
     """Children under --processes share one stderr: a line longer than PIPE_BUF could be
     split by another child's line, and neither would parse."""
-    from timers.listener.logs import MAX_LINE_BYTES, JsonFormatter
+    from timers.logs import MAX_LINE_BYTES, JsonFormatter
 
     try:
         raise ValueError("é" * 3000 + " the end")

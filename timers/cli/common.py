@@ -16,7 +16,7 @@ import typer
 from typer import core as typer_core
 
 from timers.exceptions import TimersError, UserError
-from timers.listener.logs import IDENTITY, JsonFormatter
+from timers.logs import IDENTITY, JsonFormatter
 from timers.model.keys import DEFAULT_PREFIX, PREFIX_ENV, configured_prefix
 from timers.model.redact import mask_secrets, safe_url
 from timers.store.connect import URL_ENV, configured_url

@@ -16,7 +16,7 @@ import typer.main
 
 from timers.cli.common import ERRORS
 from timers.exceptions import TimersError
-from timers.listener.logs import LOG_FORMAT_ENV
+from timers.logs import LOG_FORMAT_ENV
 
 USAGE = 2
 FAILURE = 1

@@ -1,7 +1,7 @@
 """The log options of ``timers listen`` and the lines the command itself writes.
 
 ``--log-format text|json`` (or ``$TIMERS_LOG_FORMAT``) and ``--log-fires`` are set up here
-(the formats are in :mod:`timers.listener.logs`); a supervisor passes them to its children.
+(the formats are in :mod:`timers.logs`); a supervisor passes them to its children.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ import typer
 from timers.cli.common import ERRORS
 from timers.exceptions import UserError
 from timers.listener import Listener
-from timers.listener.logs import (
+from timers.listener.supervisor import Supervisor
+from timers.logs import (
     IDENTITY,
     LOG_FORMAT_ENV,
     LogFormat,
@@ -23,7 +24,6 @@ from timers.listener.logs import (
     configured_format,
     identify,
 )
-from timers.listener.supervisor import Supervisor
 
 log = logging.getLogger("timers.listener.supervisor")
 

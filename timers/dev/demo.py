@@ -47,14 +47,13 @@ def _server(url: str | None) -> Iterator[str]:
 
 
 def demo_keys(client: redis.Redis, keys: Keyspace) -> list[str]:
-    """Every key under the prefix ``keys`` names (its system keys and its timer keys)."""
-    system = [keys.due, keys.records, keys.running, keys.running_records, keys.sequence,
-              keys.failures, keys.failure_records, keys.failure_index, keys.stats,
-              keys.listeners, keys.listener_info, keys.recurrences, keys.recurrence_states,
-              keys.near]
-    pattern = "".join(f"[{c}]" if c in "*?[]\\" else c for c in keys.timer_key_start) + "*"
-    present = [str(k) for k in client.scan_iter(match=pattern, count=1000)]
-    return present + [k for k in system if client.exists(k)]
+    """Every key under the prefix ``keys`` names: its system keys (``P|…``, whatever a
+    release adds) and its timer keys (``P:…``). A SCAN: the demo's own few keys."""
+    found: list[str] = []
+    for start in (keys.timer_key_start, f"{keys.prefix}|"):
+        pattern = "".join(f"[{c}]" if c in "*?[]\\" else c for c in start) + "*"
+        found += [str(k) for k in client.scan_iter(match=pattern, count=1000)]
+    return found
 
 
 @contextlib.contextmanager

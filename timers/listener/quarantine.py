@@ -35,9 +35,9 @@ from typing import Any
 from timers.listener import context as timer_context
 from timers.listener.crashes import died_outcome
 from timers.listener.loader import TaskLoader
-from timers.listener.logs import IDENTITY, JsonFormatter, LogFormat, configure
 from timers.listener.orphans import ask_for_signal_on_parent_death
 from timers.listener.runner import Runner
+from timers.logs import IDENTITY, JsonFormatter, LogFormat, configure
 from timers.model.encoding import Args
 from timers.model.policy import TaskPolicy
 from timers.model.runs import MAX_MESSAGE, MAX_TRACEBACK, Outcome
