@@ -92,7 +92,8 @@ def test_aio_aclose_closes_the_loops_default_and_the_next_call_makes_a_new_one(
         await timers.aio.schedule("record.hit", ["a"], in_=3600)
         assert _connections(r, "aio-aclose") == 1
         await timers.aio.aclose()
-        assert _connections(r, "aio-aclose") == 0
+        wait_until(lambda: _connections(r, "aio-aclose") == 0, 5,
+                   message="the loop's default client to close")
         assert await timers.aio.cancel("nothing") is False
 
     asyncio.run(main())
