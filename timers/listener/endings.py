@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -116,10 +116,15 @@ class EndingWriter:
                  taker: Callable[[list[str]], Taker],
                  on_handed: Callable[[list[Run], int], None],
                  on_written: Callable[[], None], outage: Outage,
-                 history: HistoryPolicy = OFF, listener_id: str = "") -> None:
+                 history: HistoryPolicy = OFF, listener_id: str = "",
+                 task_ages: Callable[[], Mapping[str, int | None]] = dict) -> None:
         self.scripts, self.keys, self.held = scripts, keys, held
         self.history, self.listener_id = history, listener_id
         """What the endings keep of their runs, and the name their records give."""
+        self.task_ages = task_ages
+        """Task -> its own history age ms (None: the listener's), of the tasks this listener
+        runs: stored with the first trim, for ``cancel.lua`` (``P|histtask``)."""
+        self._ages_stored = False
         self._facts: dict[str, RunFacts] = {}
         """Run token -> what the history and series keep of it, till its ending is written."""
         self._unsummed: list[RunFacts] = []
@@ -206,15 +211,20 @@ class EndingWriter:
         sent = self.clock.monotonic()
         extras = final or sent - self._extras_at >= EXTRAS_EVERY
         series: list[tuple[str, str]] = []
+        ages: list[tuple[str, str]] = []
         trim = 0
         if extras:
             if self.history.series:
                 series = series_of(self._unsummed, ran)
             trim = 2 * (self._kept_since_trim + kept) + 8
+            if not self._ages_stored and self.history.keeps:
+                ages = [(task, "" if age is None else str(age))
+                        for task, age in sorted(self.task_ages().items())]
         try:
             reply = await self.scripts.finish(
                 retention_ms=round(self.failure_retention * 1000), endings=wires,
-                taker=taker, history=self.history.wire, series=series, trim=trim)
+                taker=taker, history=self.history.wire, series=series, trim=trim,
+                task_ages=ages)
         except BaseException:
             self.held.ending(tokens, sent=False)
             self.on_handed([], taker.take)
@@ -222,6 +232,7 @@ class EndingWriter:
         waited = self.clock.monotonic() - sent
         if extras:
             self._unsummed, self._kept_since_trim, self._extras_at = [], 0, sent
+            self._ages_stored = True
         else:
             if self.history.series:
                 self._unsummed += ran
@@ -257,9 +268,11 @@ class EndingWriter:
                 wires.append(ending.wire())
                 continue
             ran.append(facts)
-            if keeps and facts.ends and facts.keep and ending.kind in ENDS:
+            age = facts.history_ms
+            if keeps and facts.ends and age != 0 and ending.kind in ENDS:
                 wires.append((*ending.wire(), facts.escaped_id,
-                              history_text(facts, ending.kind, listener)))
+                              history_text(facts, ending.kind, listener),
+                              "" if age is None else str(age)))
                 kept += 1
             else:
                 wires.append(ending.wire())
