@@ -244,6 +244,17 @@ def test_a_cancel_keeps_to_its_tasks_age(
         ks.history, "mod.add") + DEFAULT_HISTORY_AGE * 1000
 
 
+def test_a_listener_stores_its_retention_before_anything_ends(
+        server: fakeredis.FakeServer, fake: fakeredis.FakeRedis, producer: Timers) -> None:
+    ks = producer.keys
+    run_burst(server, history=HistoryPolicy(age=3600, count=9))  # nothing was due
+    assert fake.get(ks.history_retention) == b"3600000 9"
+    assert fake.hget(ks.history_task_ages, "kept.long") == b"2592000000"
+    producer.schedule("mod.add", [1], in_=60, id="off")
+    assert producer.cancel("off")
+    assert fake.zscore(ks.history_expiry, "off") == fake.zscore(ks.history, "off") + 3_600_000
+
+
 @pytest.mark.parametrize(("given", "age"), [
     (True, None), (None, None), (False, 0.0), (0, 0.0), ("7d", 604800.0), (90, 90.0),
     ("1h30m", 5400.0), (timedelta(days=2), 172800.0)])

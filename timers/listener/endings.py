@@ -124,7 +124,10 @@ class EndingWriter:
         self.task_ages = task_ages
         """Task -> its own history age ms (None: the listener's), of the tasks this listener
         runs: stored with the first trim, for ``cancel.lua`` (``P|histtask``)."""
-        self._ages_stored = False
+        self._retention_stored = False
+        """Whether a trim call stored the retention and the tasks' ages in this shard. The
+        first is made at once, endings or not, so a cancel on a shard where nothing ended
+        yet keeps to this listener's retention too."""
         self._facts: dict[str, RunFacts] = {}
         """Run token -> what the history and series keep of it, till its ending is written."""
         self._unsummed: list[RunFacts] = []
@@ -174,7 +177,7 @@ class EndingWriter:
         while not self.closed.is_set():
             if not self._queue:
                 self.ready.clear()
-                if not self.extras_owed:
+                if not self.extras_owed and self._retention_stored:
                     await self.ready.wait()
                     continue
                 wait = self._extras_at + EXTRAS_EVERY - self.clock.monotonic()
@@ -217,7 +220,7 @@ class EndingWriter:
             if self.history.series:
                 series = series_of(self._unsummed, ran)
             trim = 2 * (self._kept_since_trim + kept) + 8
-            if not self._ages_stored and self.history.keeps:
+            if not self._retention_stored and self.history.keeps:
                 ages = [(task, "" if age is None else str(age))
                         for task, age in sorted(self.task_ages().items())]
         try:
@@ -232,7 +235,7 @@ class EndingWriter:
         waited = self.clock.monotonic() - sent
         if extras:
             self._unsummed, self._kept_since_trim, self._extras_at = [], 0, sent
-            self._ages_stored = True
+            self._retention_stored = True
         else:
             if self.history.series:
                 self._unsummed += ran
@@ -298,13 +301,17 @@ class EndingWriter:
 
     async def flush_remaining(self, clock: Clock, within: float = 5.0,
                               sleep: Callable[[float], Any] = asyncio.sleep) -> None:
-        """Write what is left, trying for ``within`` seconds if Redis is away."""
+        """Write what is left, trying for ``within`` seconds if Redis is away (the
+        retention, when nothing else is owed, is tried once)."""
         deadline = clock.monotonic() + within
         while (self._queue or self.extras_owed) and clock.monotonic() < deadline:
             try:
                 await self.flush(final=True)
             except RETRYABLE:
                 await sleep(0.2)
+        if not self._retention_stored:
+            with contextlib.suppress(*RETRYABLE):
+                await self.flush(final=True)
         if self._queue:
             log.error("could not write %d run ending(s) before exit; their leases will lapse "
                       "and they will run again", len(self._queue))
