@@ -2,8 +2,9 @@
 
 Starts its own server (the repository's redis.conf) and prints:
 
-- bytes per kept history record (``MEMORY USAGE`` of ``P|hist`` + ``P|histrec``, every
-  element sampled, over N records written as the listener writes them);
+- bytes per kept history record (``MEMORY USAGE`` of ``P|hist`` + ``P|histexp`` +
+  ``P|histrec``, every element sampled, over N records written as the listener writes
+  them);
 - a finish call of 500 ended runs (``finish.lua``, one batch) with history and series on
   and off, at an empty history and at N records: its time in Redis (``INFO
   commandstats``), median of the rounds;
@@ -45,18 +46,21 @@ def record_text(ended_ms: int) -> str:
 
 
 def fill(r: redis.Redis, n: int, ended_ms: int) -> None:
-    """N records, as finish.lua writes them (ZADD + HSET), oldest first."""
+    """N records, as finish.lua writes them (two ZADD + HSET), oldest first, each kept
+    the default 7 days."""
     step = 10_000
     for start in range(0, n, step):
         pipe = r.pipeline(transaction=False)
         ids = [new_timer_id() for _ in range(min(step, n - start))]
         pipe.zadd(KS.history, {i: ended_ms - n + start + k for k, i in enumerate(ids)})
+        pipe.zadd(KS.history_expiry, {i: ended_ms - n + start + k + 7 * 86_400_000
+                                      for k, i in enumerate(ids)})
         pipe.hset(KS.history_records, mapping={i: record_text(ended_ms) for i in ids})
         pipe.execute()
 
 
 def bytes_per_record(r: redis.Redis, n: int) -> float:
-    used = sum(int(r.memory_usage(k, samples=0) or 0) for k in (KS.history,
+    used = sum(int(r.memory_usage(k, samples=0) or 0) for k in (KS.history, KS.history_expiry,
                                                                  KS.history_records))
     return used / n
 
@@ -115,7 +119,7 @@ def main() -> None:
                       f"{statistics.median(took) / BATCH:.1f} us a run")
 
         batches("empty history")
-        r.delete(KS.history, KS.history_records)
+        r.delete(KS.history, KS.history_expiry, KS.history_records)
         now_ms = int(time.time() * 1000)
         began = time.monotonic()
         fill(r, opts.n, now_ms)
@@ -129,12 +133,12 @@ def main() -> None:
             "#!lua flags=allow-oom\n" + "".join(
                 resources.files("timers.store").joinpath("lua", f"{name}.lua").read_text("utf-8")
                 for name in PRELUDES) +
-            "history_trim(KEYS[1], KEYS[2], tonumber(ARGV[1]), tonumber(ARGV[2]), "
-            "tonumber(ARGV[3]), tonumber(ARGV[4]))\nreturn redis.call('ZCARD', KEYS[1])")
+            "history_trim(KEYS[1], KEYS[2], KEYS[3], tonumber(ARGV[1]), tonumber(ARGV[2]), "
+            "tonumber(ARGV[3]))\nreturn redis.call('ZCARD', KEYS[1])")
+        trimmed = [KS.history, KS.history_expiry, KS.history_records]
         before, began, calls_made, left = redis_usec(r), time.monotonic(), 0, opts.n
         while left > 0:
-            left = int(trim(keys=[KS.history, KS.history_records],
-                            args=[now_ms + 10**7, 1, 10**9, TRIM]))
+            left = int(trim(keys=trimmed, args=[now_ms + 8 * 86_400_000, 10**9, TRIM]))
             calls_made += 1
         spent = redis_usec(r) - before
         print(f"cleanup of {opts.n:,} records past their age: {calls_made:,} trims of up to "
@@ -143,8 +147,7 @@ def main() -> None:
               "wall")
         fill(r, opts.n, now_ms)
         before = redis_usec(r)
-        left = int(trim(keys=[KS.history, KS.history_records],
-                        args=[now_ms, 10**10, opts.n - TRIM, TRIM]))
+        left = int(trim(keys=trimmed, args=[now_ms, opts.n - TRIM, TRIM]))
         print(f"one count trim of {TRIM:,} at {opts.n:,} records: "
               f"{(redis_usec(r) - before) / 1000:.2f} ms in Redis ({left:,} left)")
 

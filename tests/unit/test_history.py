@@ -6,17 +6,23 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import fakeredis
 import pytest
 
+import timers
 from tests.unit.conftest import ROOT, SAMPLE_TASKS
 from tests.unit.helpers import claim, redis_now_ms
 from timers import Listener, Timers
 from timers.listener.history import HistoryPolicy
+from timers.model.encoding import as_text
+from timers.model.keys import Keyspace
+from timers.model.policy import history_age, policy_of
 from timers.model.wire import (
+    DEFAULT_HISTORY_AGE,
+    DEFAULT_HISTORY_COUNT,
     EndKind,
     HistoryRecord,
     MinuteSlot,
@@ -138,11 +144,133 @@ def test_age_retention_trims_old_records_a_few_per_call(
     old = HistoryRecord("x", "mod.add", EndKind.COMPLETED, 1.0, "h:1:a", 3, 1, 4)
     for i in range(5):
         fake.zadd(ks.history, {f"old{i}": 1000})
+        fake.zadd(ks.history_expiry, {f"old{i}": 1000 + 3_600_000})
         fake.hset(ks.history_records, f"old{i}", old.encode())
     producer.schedule("mod.add", [1], at=PAST, id="new")
     run_burst(server, history=HistoryPolicy(age=3600))
     assert [r.id for r in producer.history()] == ["new"]
-    assert fake.hlen(ks.history_records) == 1
+    assert fake.hlen(ks.history_records) == fake.zcard(ks.history_expiry) == 1
+
+
+def let_history_age(fake: fakeredis.FakeRedis, ks: Keyspace, seconds: float) -> None:
+    """As if ``seconds`` had passed for the history: every record ended and expires that
+    much earlier (Redis' clock cannot be moved; ``timers.testing.advance`` moves due
+    times the same way)."""
+    shift = -round(seconds * 1000)
+    for key in (ks.history, ks.history_expiry):
+        for member in fake.zrange(key, 0, -1):
+            fake.zincrby(key, shift, member)
+
+
+def trim(fake: fakeredis.FakeRedis, ks: Keyspace, count: int = DEFAULT_HISTORY_COUNT) -> None:
+    """One listener's trim, as its finish call makes it about once a second."""
+    call = ScriptCalls(ks).finish(retention_ms=1000, endings=[],
+                                  history=(round(DEFAULT_HISTORY_AGE * 1000), count), trim=100)
+    register_all(fake)["finish"](keys=list(call.keys), args=list(call.args))
+
+
+def ended_ids(producer: Timers) -> set[str]:
+    return {r.id for r in producer.history()}
+
+
+def test_a_task_keeps_its_ended_timers_its_own_age(
+        server: fakeredis.FakeServer, fake: fakeredis.FakeRedis, producer: Timers) -> None:
+    ks = producer.keys
+    for task in ("kept.brief", "kept.long", "kept.none", "mod.add"):
+        producer.schedule(task, [1] if task == "mod.add" else None, at=PAST, id=task)
+    run_burst(server)  # the listener's age: the default, 7 days
+    assert ended_ids(producer) == {"kept.brief", "kept.long", "mod.add"}
+    assert producer.status("kept.none").state is TimerState.UNKNOWN  # 0 keeps none
+    ended = {as_text(i): s for i, s in fake.zrange(ks.history, 0, -1, withscores=True)}
+    expires = {as_text(i): s for i, s in fake.zrange(ks.history_expiry, 0, -1,
+                                                      withscores=True)}
+    assert {i: expires[i] - ended[i] for i in ended} == {
+        "kept.brief": 3_600_000, "kept.long": 30 * 86_400_000,
+        "mod.add": DEFAULT_HISTORY_AGE * 1000}
+
+    let_history_age(fake, ks, 2 * 3600)
+    trim(fake, ks)
+    assert ended_ids(producer) == {"kept.long", "mod.add"}  # the shorter age went first
+    gone = producer.status("kept.brief")
+    assert gone.state is TimerState.UNKNOWN and "never existed" in gone.detail
+    let_history_age(fake, ks, 8 * 86400)
+    trim(fake, ks)
+    assert ended_ids(producer) == {"kept.long"}  # kept longer than the listener's 7 days
+    assert producer.status("mod.add").state is TimerState.UNKNOWN
+    let_history_age(fake, ks, 30 * 86400)
+    trim(fake, ks)
+    assert producer.history() == [] and fake.hlen(ks.history_records) == 0
+    assert fake.zcard(ks.history_expiry) == 0
+    assert producer.status("kept.long").state is TimerState.UNKNOWN
+
+
+def test_the_count_bound_drops_the_oldest_ends_whatever_their_age(
+        server: fakeredis.FakeServer, fake: fakeredis.FakeRedis, producer: Timers) -> None:
+    ks = producer.keys
+    producer.schedule_many([{"task": "kept.long", "at": PAST, "id": f"long{i}"}
+                            for i in range(3)])
+    run_burst(server)
+    let_history_age(fake, ks, 60)  # they ended a minute before the others
+    producer.schedule_many([{"task": "kept.brief", "at": PAST, "id": f"brief{i}"}
+                            for i in range(3)])
+    run_burst(server, history=HistoryPolicy(count=4))
+    # the four newest ends: every brief one, though the long ones expire a month later
+    kept = ended_ids(producer)
+    assert len(kept) == 4 and {"brief0", "brief1", "brief2"} < kept
+    assert fake.zcard(ks.history) == fake.zcard(ks.history_expiry) == 4
+    assert fake.hlen(ks.history_records) == 4
+    trim(fake, ks, count=1)
+    (newest,) = producer.history()
+    assert newest.id.startswith("brief")
+    assert fake.zcard(ks.history_expiry) == fake.hlen(ks.history_records) == 1
+
+
+def test_a_cancel_keeps_to_its_tasks_age(
+        server: fakeredis.FakeServer, fake: fakeredis.FakeRedis, producer: Timers) -> None:
+    ks = producer.keys
+    producer.schedule("mod.add", [1], at=PAST, id="first")
+    run_burst(server)  # its first trim stores the tasks' own ages
+    assert fake.hget(ks.history_task_ages, "kept.brief") == b"3600000"
+    assert fake.hget(ks.history_task_ages, "kept.none") == b"0"
+    assert fake.hget(ks.history_task_ages, "mod.add") is None  # the listeners' age
+    for task in ("kept.brief", "kept.none", "mod.add"):
+        producer.schedule(task, [1] if task == "mod.add" else None, in_=3600, id=task)
+        assert producer.cancel(task)
+    assert producer.status("kept.none").state is TimerState.UNKNOWN
+    assert producer.status("kept.brief").state is TimerState.CANCELLED
+    ended = fake.zscore(ks.history, "kept.brief")
+    assert fake.zscore(ks.history_expiry, "kept.brief") == ended + 3_600_000
+    assert fake.zscore(ks.history_expiry, "mod.add") == fake.zscore(
+        ks.history, "mod.add") + DEFAULT_HISTORY_AGE * 1000
+
+
+def test_a_listener_stores_its_retention_before_anything_ends(
+        server: fakeredis.FakeServer, fake: fakeredis.FakeRedis, producer: Timers) -> None:
+    ks = producer.keys
+    run_burst(server, history=HistoryPolicy(age=3600, count=9))  # nothing was due
+    assert fake.get(ks.history_retention) == b"3600000 9"
+    assert fake.hget(ks.history_task_ages, "kept.long") == b"2592000000"
+    producer.schedule("mod.add", [1], in_=60, id="off")
+    assert producer.cancel("off")
+    assert fake.zscore(ks.history_expiry, "off") == fake.zscore(ks.history, "off") + 3_600_000
+
+
+@pytest.mark.parametrize(("given", "age"), [
+    (True, None), (None, None), (False, 0.0), (0, 0.0), ("7d", 604800.0), (90, 90.0),
+    ("1h30m", 5400.0), (timedelta(days=2), 172800.0)])
+def test_history_takes_on_off_or_how_long(given: Any, age: float | None) -> None:
+    assert history_age(given) == age
+    policy = policy_of(timers.task(history=given)(lambda: None))
+    assert policy.history == age
+    assert policy.history_ms == (None if age is None else round(age * 1000))
+
+
+@pytest.mark.parametrize("bad", ["7x", "", "-1h", -5, float("nan"), float("inf"), "1e400",
+                                 [7], 1000 * 365 * 86400])
+def test_a_bad_history_value_fails_at_decoration_with_one_line(bad: Any) -> None:
+    with pytest.raises(ValueError, match=r"^history must be True, False, or how long") as e:
+        timers.task(history=bad)
+    assert "\n" not in str(e.value) and e.value.__cause__ is None
 
 
 def test_waiting_pending_and_running_say_on_what_and_where(

@@ -532,7 +532,7 @@ def test_any_id_and_args_round_trip_through_redis(tid: str, args: Any) -> None:
     assert (entry.id, entry.record.task, entry.record.args) == (tid, "jobs.run", args)
     assert producer.cancel(tid) is True
     # only its history record is left: the timer is gone
-    assert sorted(client.keys("*")) == [b"timers|hist", b"timers|histrec"]
+    assert sorted(client.keys("*")) == [b"timers|hist", b"timers|histexp", b"timers|histrec"]
     ended = producer.status(tid)
     assert (ended.state, ended.ended is not None and ended.ended.id) == ("cancelled", tid)
 

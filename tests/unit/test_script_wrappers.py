@@ -44,7 +44,8 @@ LABELS = {
     "recurrence definitions": KS.recurrences,
     "recurrence states": KS.recurrence_states, "layout": KS.shards, "queues": KS.queues,
     "near": KS.near, "history": KS.history, "history records": KS.history_records,
-    "history retention": KS.history_retention, "series": KS.series,
+    "history retention": KS.history_retention, "history expiry": KS.history_expiry,
+    "history task ages": KS.history_task_ages, "series": KS.series,
     "series tasks": KS.series_tasks,
     **{f"{age} {label}": getattr(keys, name)
        for age, keys in (("old", KS), ("new", Keyspace("q")))

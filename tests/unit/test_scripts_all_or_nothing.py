@@ -55,9 +55,10 @@ def call(scripts: dict[ScriptName, Any], name: ScriptName, keys: list[str],
     return scripts[name](keys=keys, args=args)
 
 
-NO_TAKER = ["me", "default", 0, 0, 0, 0, 0, 8, 0]
+NO_TAKER = ["me", "default", 0, 0, 0, 0, 0, 8, 0, 0]
 """finish.lua's listener id, groups, take, lease and follow: hand nothing over; then the
-history's age and count (none kept), a trim budget of 8 and no series entries."""
+history's age and count (none kept), a trim budget of 8, no series entries and no task
+age entries."""
 
 
 def finish_keys(ks: Keyspace) -> list[str]:
@@ -141,8 +142,8 @@ def test_renew_and_heartbeat_with_bad_numbers_write_nothing(
 
 
 def ending(token: str, kind: str, a: str = "", b: str = "", hid: str = "",
-           record: str = "") -> list[str]:
-    return [token, kind, a, b, hid, record]
+           record: str = "", age: str = "") -> list[str]:
+    return [token, kind, a, b, hid, record, age]
 
 
 BAD_ENDINGS: dict[str, Callable[[str], list[str]]] = {
@@ -153,10 +154,14 @@ BAD_ENDINGS: dict[str, Callable[[str], list[str]]] = {
     "failure without an id": lambda t: ending(t, "fail", "", "{}"),
     "reject with a token": lambda t: ending(t, "reject", "x", "{}"),
     "ok without a token": lambda t: ending("", "ok"),
-    "a value missing": lambda t: [t, "ok", "", "", ""],
+    "a value missing": lambda t: [t, "ok", "", "", "", ""],
     "history record that does not read": lambda t: ending(t, "ok", "", "", "x", "c"),
     "history record without an id": lambda t: ending(t, "ok", "", "", "",
                                                      "co|1|2|1|3|me|a.b|"),
+    "history age of 0": lambda t: ending(t, "ok", "", "", "due", "co|1|2|1|3|me|a.b|", "0"),
+    "history age not a number": lambda t: ending(t, "ok", "", "", "due", "co|1|2|1|3|me|a.b|",
+                                                 "7d"),
+    "history age without a record": lambda t: ending(t, "ok", "", "", "", "", "1000"),
     "history record of a retry": lambda t: ending(
         t, "retry", "due:a.b:[1]", "10", "due", "co|1|2|1|3|me|a.b|"),
 }

@@ -84,11 +84,12 @@ MaxMemoryOption = Annotated[float | None, typer.Option(
 HistoryAgeOption = Annotated[str | None, typer.Option(
     "--history-age", metavar="DURATION", show_default=False,
     help="How long ended timers stay in the run history (`timers history`, `timers get`), "
-         "e.g. 7d, 12h; 0 keeps none. Default 7d.")]
+         "e.g. 7d, 12h, unless their task keeps its own (`@task(history=...)`); 0 keeps "
+         "none of any task. Default 7d.")]
 HistoryCountOption = Annotated[int | None, typer.Option(
     "--history-count", min=0, metavar="N", show_default=False,
     help="At most this many history records per shard, the oldest dropped first; 0 keeps "
-         "none. Default 100000 (about 13 MB).")]
+         "none. Default 100000 (about 32 MB).")]
 SeriesOption = Annotated[bool, typer.Option(
     "--series/--no-series",
     help="Write each task's per-minute figures (runs, failures, lateness, duration) for "

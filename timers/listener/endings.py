@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -116,10 +116,18 @@ class EndingWriter:
                  taker: Callable[[list[str]], Taker],
                  on_handed: Callable[[list[Run], int], None],
                  on_written: Callable[[], None], outage: Outage,
-                 history: HistoryPolicy = OFF, listener_id: str = "") -> None:
+                 history: HistoryPolicy = OFF, listener_id: str = "",
+                 task_ages: Callable[[], Mapping[str, int | None]] = dict) -> None:
         self.scripts, self.keys, self.held = scripts, keys, held
         self.history, self.listener_id = history, listener_id
         """What the endings keep of their runs, and the name their records give."""
+        self.task_ages = task_ages
+        """Task -> its own history age ms (None: the listener's), of the tasks this listener
+        runs: stored with the first trim, for ``cancel.lua`` (``P|histtask``)."""
+        self._retention_stored = False
+        """Whether a trim call stored the retention and the tasks' ages in this shard. The
+        first is made at once, endings or not, so a cancel on a shard where nothing ended
+        yet keeps to this listener's retention too."""
         self._facts: dict[str, RunFacts] = {}
         """Run token -> what the history and series keep of it, till its ending is written."""
         self._unsummed: list[RunFacts] = []
@@ -169,7 +177,7 @@ class EndingWriter:
         while not self.closed.is_set():
             if not self._queue:
                 self.ready.clear()
-                if not self.extras_owed:
+                if not self.extras_owed and self._retention_stored:
                     await self.ready.wait()
                     continue
                 wait = self._extras_at + EXTRAS_EVERY - self.clock.monotonic()
@@ -206,15 +214,20 @@ class EndingWriter:
         sent = self.clock.monotonic()
         extras = final or sent - self._extras_at >= EXTRAS_EVERY
         series: list[tuple[str, str]] = []
+        ages: list[tuple[str, str]] = []
         trim = 0
         if extras:
             if self.history.series:
                 series = series_of(self._unsummed, ran)
             trim = 2 * (self._kept_since_trim + kept) + 8
+            if not self._retention_stored and self.history.keeps:
+                ages = [(task, "" if age is None else str(age))
+                        for task, age in sorted(self.task_ages().items())]
         try:
             reply = await self.scripts.finish(
                 retention_ms=round(self.failure_retention * 1000), endings=wires,
-                taker=taker, history=self.history.wire, series=series, trim=trim)
+                taker=taker, history=self.history.wire, series=series, trim=trim,
+                task_ages=ages)
         except BaseException:
             self.held.ending(tokens, sent=False)
             self.on_handed([], taker.take)
@@ -222,6 +235,7 @@ class EndingWriter:
         waited = self.clock.monotonic() - sent
         if extras:
             self._unsummed, self._kept_since_trim, self._extras_at = [], 0, sent
+            self._retention_stored = True
         else:
             if self.history.series:
                 self._unsummed += ran
@@ -257,9 +271,11 @@ class EndingWriter:
                 wires.append(ending.wire())
                 continue
             ran.append(facts)
-            if keeps and facts.ends and facts.keep and ending.kind in ENDS:
+            age = facts.history_ms
+            if keeps and facts.ends and age != 0 and ending.kind in ENDS:
                 wires.append((*ending.wire(), facts.escaped_id,
-                              history_text(facts, ending.kind, listener)))
+                              history_text(facts, ending.kind, listener),
+                              "" if age is None else str(age)))
                 kept += 1
             else:
                 wires.append(ending.wire())
@@ -285,13 +301,17 @@ class EndingWriter:
 
     async def flush_remaining(self, clock: Clock, within: float = 5.0,
                               sleep: Callable[[float], Any] = asyncio.sleep) -> None:
-        """Write what is left, trying for ``within`` seconds if Redis is away."""
+        """Write what is left, trying for ``within`` seconds if Redis is away (the
+        retention, when nothing else is owed, is tried once)."""
         deadline = clock.monotonic() + within
         while (self._queue or self.extras_owed) and clock.monotonic() < deadline:
             try:
                 await self.flush(final=True)
             except RETRYABLE:
                 await sleep(0.2)
+        if not self._retention_stored:
+            with contextlib.suppress(*RETRYABLE):
+                await self.flush(final=True)
         if self._queue:
             log.error("could not write %d run ending(s) before exit; their leases will lapse "
                       "and they will run again", len(self._queue))

@@ -433,7 +433,7 @@ def _facts(run: Run, ending: Ending, report: Fired, policy: TaskPolicy) -> RunFa
         return None
     if kind is EndingKind.SKIP:
         return RunFacts(run.escaped_id, report.task, int(report.finished_ms), None,
-                        report.attempt, None, True, False, False, "", policy.history)
+                        report.attempt, None, True, False, False, "", policy.history_ms)
     failed = kind is not EndingKind.OK
     outcome = report.outcome
     started = report.started_ms
@@ -441,7 +441,7 @@ def _facts(run: Run, ending: Ending, report: Fired, policy: TaskPolicy) -> RunFa
                     max(0, int(report.finished_ms - started)), report.attempt,
                     int(started - report.due_ms), kind is not EndingKind.RETRY, True, failed,
                     f"{outcome.error_type}: {outcome.message}" if failed else "",
-                    policy.history)
+                    policy.history_ms)
 
 
 def _internal_error(exc: Exception) -> Outcome:

@@ -189,7 +189,8 @@ class Lane:
                                     self.closed, shared.clock, taker=self.handoff.taker,
                                     on_handed=self.handoff.handed,
                                     on_written=self._after_endings_written, outage=outage,
-                                    history=shared.history, listener_id=shared.id)
+                                    history=shared.history, listener_id=shared.id,
+                                    task_ages=loader.history_ages)
         self.events = EventSource(shared.redis, Channels.of(keys, shared.db, shared.groups),
                                   keys, loader.resolve, self.tracker, poke.set, self._reject,
                                   self.stopping, revoke=self._revoke, outage=outage, hub=hub,

@@ -215,6 +215,15 @@ class TaskLoader:
             self._names = tuple(sorted(self._tasks_found(imported=True)))
         return self._names
 
+    def history_ages(self) -> dict[str, int | None]:
+        """Task path -> how long the run history keeps its ended timers, ms, as its
+        ``@task(history=...)`` says (None: the listener's age; 0: none), of every task
+        this loader can run. Empty before :meth:`load`."""
+        if not self._loaded:
+            return {}
+        return {task: policy_of(fn).history_ms
+                for task, fn in self._tasks_found(imported=True).items()}
+
     def resolve(self, task: str) -> Callable[..., Any]:
         """The callable for ``task``, or :class:`TaskRefused` saying why not. Imports
         nothing once the package is loaded."""

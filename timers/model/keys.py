@@ -77,12 +77,19 @@ key                 type    holds
 ``P|barred``        hash    concurrency key → its limit: a key whose queue head waits
                             behind the order barrier (promoted when it lifts).
 ``P|hist``          zset    escaped id -> when its newest end (completed, skipped, dead,
-                            cancelled) was written, ms: the run history, trimmed from
-                            its head by age and count (``timers/store/lua/history.lua``).
+                            cancelled) was written, ms: the run history, read newest
+                            first and trimmed from its head by count
+                            (``timers/store/lua/history.lua``).
+``P|histexp``       zset    escaped id -> when its record expires, ms (its end plus its
+                            task's age, else the listener's): trimmed from its head by
+                            age, so each task keeps its own age in O(log n).
 ``P|histrec``       hash    escaped id -> :class:`timers.model.wire.HistoryRecord` text
                             ``ki|ended|duration|attempts|lateness|listener|task|error``.
 ``P|histcfg``       string  ``<age ms> <count>``: the listeners' history retention, for
-                            ``cancel.lua`` (written by each listener at start-up).
+                            ``cancel.lua`` (written by each listener as it trims).
+``P|histtask``      hash    task -> its own history age ms (``@task(history=...)``; 0:
+                            none kept), for ``cancel.lua`` (written by each listener at
+                            its first trim; a task absent keeps the listeners' age).
 ``P|series``        hash    ``<task>|<minute mod 1440>`` -> :class:`timers.model.wire.MinuteSlot`
                             text: a ring of 24 h of minute slots per task (runs,
                             failures, lateness and duration histograms).
@@ -276,6 +283,16 @@ class Keyspace:
     def history(self) -> str:
         """zset: escaped id -> when its newest end was written (ms)."""
         return self.prefix + "|hist"
+
+    @property
+    def history_expiry(self) -> str:
+        """zset: escaped id -> when its history record expires (ms)."""
+        return self.prefix + "|histexp"
+
+    @property
+    def history_task_ages(self) -> str:
+        """hash: task -> its own history age in ms (0: keeps none)."""
+        return self.prefix + "|histtask"
 
     @property
     def history_records(self) -> str:

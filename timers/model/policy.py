@@ -26,8 +26,18 @@ Flow control, fleet-wide (enforced in Redis by every listener together):
   ``burst`` starts may go back to back.
 - ``group=``: the task's timers run only on listeners serving that group.
 
-``history=False`` (or ``0``): the run history keeps none of the task's ended timers (a
-chatty task's records would push out the others'); its per-minute series is kept.
+``history=``: how long the run history keeps the task's ended timers. ``True`` (or
+``None``, the default): as long as the listener keeps every task's (``timers listen
+--history-age``, default 7 days); a duration, ``"1h"``, ``"30d"``, or a number of seconds:
+that long instead, longer or shorter than the listener's; ``False`` (or ``0``): none (a
+chatty task's records would push out the others'). Its per-minute series is kept either
+way, and the listener's ``--history-count`` bounds every task's records together.
+
+>>> @timers.task(history="30d")   # kept a month, whatever the listener's age
+... def charge(order_id: int) -> None: ...
+
+>>> @timers.task(history=False)   # a heartbeat every second: keep none
+... def ping() -> None: ...
 
 The decorator only attaches the policy to the function (the function is still found by its
 path in the tasks package); with ``name=`` it is also registered under that name, for
@@ -36,17 +46,49 @@ listeners built with ``registry=timers.registered()``.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any, TypeVar, overload
 
+from timers.exceptions import InvalidDueTime
+from timers.model.due import MAX_DELAY_MS, parse_duration
 from timers.model.flow.declared import KeySpec, check_flow
 from timers.model.flow.rates import Rate
 
 F = TypeVar("F", bound=Callable[..., Any])
 POLICY_ATTRIBUTE = "__timers_policy__"
+
+HistorySpec = bool | float | str | timedelta | None
+"""What ``@task(history=...)`` takes: ``True``/``None`` (the listener's age), ``False``/``0``
+(none), or how long: seconds, a duration such as ``"7d"``, or a timedelta."""
+
+
+def history_age(value: HistorySpec) -> float | None:
+    """The seconds a task's ``history=`` keeps its ended timers: None for the listener's
+    age (``True``, ``None``), 0.0 for none (``False``, ``0``), else how long (a number of
+    seconds, a duration such as ``"7d"``, a timedelta). Anything else (negative, not
+    finite, over a hundred years, unreadable) is a ValueError saying what it takes:
+    ``"7d"`` is 604800.0, ``False`` 0.0, ``True`` None."""
+    if value is None or value is True:
+        return None
+    if value is False:
+        return 0.0
+    age = math.nan
+    if isinstance(value, timedelta):
+        age = value.total_seconds()
+    elif isinstance(value, int | float):
+        age = float(value)
+    elif isinstance(value, str):
+        with contextlib.suppress(InvalidDueTime, ValueError):
+            age = parse_duration(value)
+    if not (math.isfinite(age) and 0 <= age * 1000 <= MAX_DELAY_MS):
+        raise ValueError(f"history must be True, False, or how long to keep the task's ended "
+                         f"timers (seconds, or a duration such as '7d'), got {value!r}")
+    return age
 
 
 @dataclass(frozen=True)
@@ -96,9 +138,12 @@ class TaskPolicy:
     """Starts spread evenly at this rate, fleet-wide (per ``rate_key`` value if given)."""
     rate_key: KeySpec | None = None
     burst: int = 1
-    history: bool = True
-    """Whether the run history keeps this task's ended timers (``False`` or ``0``: none;
-    its series is kept either way). How long is the listener's (``--history-age``)."""
+    history: float | None = None
+    """How long (seconds) the run history keeps this task's ended timers: None, the
+    listener's ``--history-age``; 0, none (its series is kept either way). Given as
+    ``@task(history=...)`` takes it (:func:`history_age`)."""
+    history_ms: int | None = field(default=None, init=False, repr=False, compare=False)
+    """:attr:`history` in ms as the run history stores it (at least 1 when not 0)."""
 
     def __post_init__(self) -> None:
         concurrency, rate, burst = check_flow(self.group, self.concurrency, self.key,
@@ -106,6 +151,10 @@ class TaskPolicy:
         object.__setattr__(self, "concurrency", concurrency)
         object.__setattr__(self, "rate", rate)
         object.__setattr__(self, "burst", burst)
+        age = history_age(self.history)
+        object.__setattr__(self, "history", age)
+        object.__setattr__(self, "history_ms",
+                           None if age is None else max(1, round(age * 1000)) if age else 0)
         if self.retries < 0:
             raise ValueError("retries must be 0 or more")
         if self.max_crashes < 1:
@@ -160,7 +209,7 @@ def task(
     rate: str | Rate | None = None,
     rate_key: KeySpec | None = None,
     burst: int = 1,
-    history: bool = True,
+    history: HistorySpec = True,
 ) -> Callable[[F], F]: ...
 
 
@@ -179,7 +228,7 @@ def task(
     rate: str | Rate | None = None,
     rate_key: KeySpec | None = None,
     burst: int = 1,
-    history: bool = True,
+    history: HistorySpec = True,
 ) -> Any:
     """Give a task a retry/timeout/lateness policy and flow limits (see the module
     docstring); usable bare or with arguments."""
@@ -197,7 +246,7 @@ def task(
         rate=rate,  # type: ignore[arg-type]  # parsed to a Rate by TaskPolicy
         rate_key=rate_key,
         burst=burst,
-        history=bool(history),
+        history=history,  # type: ignore[arg-type]  # read by TaskPolicy (history_age)
     )
 
     def decorate(func: F) -> F:

@@ -183,8 +183,9 @@ class RunFacts(NamedTuple):
     ``ends``: the timer ended with it (completed, skipped, dead), so its history record
     is kept; else (a failure that will retry) it only counts in the series. ``ran``: it
     counts as a run in the series (a skipped occurrence does not); ``failed``: as a
-    failure. ``keep``: its task keeps history (``@task(history=False)`` does not). A
-    tuple: one is made per run, on the listener's hot path."""
+    failure. ``history_ms``: how long its task keeps its history record (None: the
+    listener's age; 0: none, ``@task(history=False)``). A tuple: one is made per run, on
+    the listener's hot path."""
 
     escaped_id: str
     task: str
@@ -196,7 +197,7 @@ class RunFacts(NamedTuple):
     ran: bool = True
     failed: bool = False
     error: str = ""
-    keep: bool = True
+    history_ms: int | None = None
 
 
 @dataclass(frozen=True)

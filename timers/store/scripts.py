@@ -237,7 +237,8 @@ NO_TAKER = Taker()
 
 Ending = Sequence[str]
 """One ending for ``finish.lua``: ``(token, kind, a, b)``, or with its history record
-``(token, kind, a, b, escaped id, record)`` (see its header)."""
+``(token, kind, a, b, escaped id, record)`` kept the listener's age, or
+``(token, kind, a, b, escaped id, record, age ms)`` kept its task's (see its header)."""
 
 
 class ScriptCalls:
@@ -275,7 +276,8 @@ class ScriptCalls:
         the history when no listener stored its own."""
         k = self.keys
         return self._shared("cancel", (k.due, k.records, k.history, k.history_records,
-                                       k.history_retention),
+                                       k.history_retention, k.history_expiry,
+                                       k.history_task_ages),
                             (k.timer_key_start, escaped_id, canceller.replace("|", "_"),
                              f"{retention[0]} {retention[1]}", k.wake_channel))
 
@@ -326,21 +328,27 @@ class ScriptCalls:
 
     def finish(self, *, retention_ms: int, endings: Iterable[Ending],
                taker: Taker = NO_TAKER, history: tuple[int, int] = DEFAULT_RETENTION,
-               series: Sequence[tuple[str, str]] = (), trim: int | None = None) -> Invocation:
+               series: Sequence[tuple[str, str]] = (), trim: int | None = None,
+               task_ages: Sequence[tuple[str, str]] = ()) -> Invocation:
         """``history``: (age ms, count) the history keeps; ``series``: (task, minute slot
         text) to add to the tasks' rings; ``trim``: at most how many records past the
         retention to drop (0: none, and the retention is not stored; None: a few more than
-        the endings keep). An ending is ``(token, kind, a, b)`` or with two more values, its
-        escaped id and history record (see ``lua/finish.lua``)."""
+        the endings keep); ``task_ages``: (task, its own age ms or "" for none) to store
+        for ``cancel.lua``. An ending is ``(token, kind, a, b)`` or with two or three more
+        values, its escaped id, history record and its task's age ms (see
+        ``lua/finish.lua``)."""
         k = self.keys
         wires: list[Any] = []
         kept = 0
         for ending in endings:
             wires.extend(ending)
             if len(ending) == 4:
-                wires += ("", "")
-            elif ending[4]:
-                kept += 1
+                wires += ("", "", "")
+            else:
+                if len(ending) == 6:
+                    wires.append("")
+                if ending[4]:
+                    kept += 1
         if trim is None:
             trim = 2 * kept + 8
         args: list[Any] = [k.timer_key_start, k.wake_channel, retention_ms, taker.listener_id,
@@ -349,12 +357,16 @@ class ScriptCalls:
                            len(series)]
         for task, text in series:
             args += [task, text]
+        args.append(len(task_ages))
+        for task, age in task_ages:
+            args += [task, age]
         args += wires
         return self._shared(
             "finish", (k.running, k.running_records, k.stats, k.failures, k.failure_records,
                        k.due, k.records, k.failure_index, k.sequence, k.history,
                        k.history_records, k.series, k.series_tasks,
-                       k.history_retention), tuple(args))
+                       k.history_retention, k.history_expiry, k.history_task_ages),
+            tuple(args))
 
     def heartbeat(self, listener_id: str, ttl_ms: int, info: str, task_set: str = "",
                   task_list: str = "") -> Invocation:
@@ -480,11 +492,12 @@ class Scripts:
 
     def finish(self, *, retention_ms: int, endings: Iterable[Ending],
                taker: Taker = NO_TAKER, history: tuple[int, int] = DEFAULT_RETENTION,
-               series: Sequence[tuple[str, str]] = (), trim: int | None = None) -> Any:
+               series: Sequence[tuple[str, str]] = (), trim: int | None = None,
+               task_ages: Sequence[tuple[str, str]] = ()) -> Any:
         """Reply: ``[late finishes, (token, run, source)…]``: the runs handed over."""
         return self.run(self.calls.finish(retention_ms=retention_ms, endings=endings,
                                           taker=taker, history=history, series=series,
-                                          trim=trim))
+                                          trim=trim, task_ages=task_ages))
 
     def heartbeat(self, listener_id: str, ttl_ms: int, info: str, task_set: str = "",
                   task_list: str = "") -> Any:

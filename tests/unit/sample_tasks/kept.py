@@ -14,3 +14,18 @@ def quiet() -> None:
 def flaky() -> None:
     """Fails; retried in an hour."""
     raise RuntimeError("try later")
+
+
+@timers.task(history="1h")
+def brief() -> None:
+    """Its ended timers are kept an hour, whatever the listener's age."""
+
+
+@timers.task(history=30 * 86400)
+def long() -> None:
+    """Its ended timers are kept 30 days, longer than the listener's default."""
+
+
+@timers.task(history=0)
+def none() -> None:
+    """Its ended timers are not kept (``0`` as ``False``)."""

@@ -18,7 +18,9 @@
 -- KEYS[13] series tasks: hash, task -> last minute written
 -- KEYS[14] history retention: string "<age ms> <count>" (set to ARGV[9] ARGV[10] when the
 --          call trims, for cancel.lua)
--- KEYS[15..]  shared keys: timers/model/keys.py Keyspace.script_keys (the helpers' keys)
+-- KEYS[15] history expiry: zset, escaped id -> when its record expires, ms (history.lua)
+-- KEYS[16] history task ages: hash, task -> its own age ms (set from the task age entries)
+-- KEYS[17..]  shared keys: timers/model/keys.py Keyspace.script_keys (the helpers' keys)
 -- ARGV[1]  timer key start "<prefix>:"
 -- ARGV[2]  wake channel
 -- ARGV[3]  failure retention ms: older failure records are trimmed, a few per call
@@ -28,9 +30,10 @@
 -- ARGV[7]  lease ms of those runs
 -- ARGV[8]  "1": it also takes runs next in line (see below), "0": not
 -- ARGV[9]  history age ms, ARGV[10] history count: the history keeps ended timers that
---          long and at most that many (either 0: it keeps none)
+--          long (unless their task has an age of its own: see the endings) and at most
+--          that many (either 0: it keeps none, whatever the tasks' ages)
 -- ARGV[11] trim budget: "0": this call neither trims the history nor stores its
---          retention; n: records older than the age, then over the count, are dropped,
+--          retention; n: records past their expiry, then over the count, are dropped,
 --          at most n of each (oldest first, O(log n) each), and KEYS[14] is set. A listener
 --          trims about once a second, with a budget a few more than the records it added
 --          since its last trim, so the history exceeds its retention by at most about a
@@ -39,9 +42,13 @@
 -- ARGV[13..12+2S] per series entry: task, minute slot text (added to the task's ring; a
 --          listener sums its runs per task and minute over about a second, so a slot is
 --          written about once a second per task, whatever the batches)
--- then six values per ending: token, kind, a, b, id, record, where id and record are ""
--- or, for an ending that ends its timer (ok, skip, fail), its escaped id and history
--- record: kept in the history (score: now) when the ending is written (not for a late
+-- then T: how many task age entries follow, and per entry: task, its own history age ms
+--          ("": none of its own) stored in KEYS[16] for cancel.lua (or dropped from it);
+--          a listener sends its tasks' once, with its first trim
+-- then seven values per ending: token, kind, a, b, id, record, age, where id, record and
+-- age are "" or, for an ending that ends its timer (ok, skip, fail), its escaped id,
+-- history record and the ms its task keeps it ("": ARGV[9]; else more than 0): kept in
+-- the history (score: now; expiry: now + age) when the ending is written (not for a late
 -- finish: the run that holds the timer now ends it). The record is stored, never parsed
 -- here (its readers skip one that does not read), so only its first field is checked.
 -- The first four:
@@ -127,25 +134,35 @@ if not retention or not is_count(ARGV[6]) or not is_count(ARGV[7])
   return redis.error_reply('ERR timers finish: bad arguments')
 end
 local SERIES = 13  -- the first series entry's first value
-local FIRST = SERIES + 2 * tonumber(ARGV[12])  -- the first ending's first value
-local STRIDE = 6
+local AGES = SERIES + 2 * tonumber(ARGV[12])  -- the task age entries' count
+if AGES > #ARGV or not is_count(ARGV[AGES]) then
+  return redis.error_reply('ERR timers finish: bad arguments')
+end
+local FIRST = AGES + 1 + 2 * tonumber(ARGV[AGES])  -- the first ending's first value
+local STRIDE = 7
 if FIRST > #ARGV + 1 or (#ARGV - FIRST + 1) % STRIDE ~= 0 then
   return redis.error_reply('ERR timers finish: bad arguments')
 end
-for i = SERIES, FIRST - 1, 2 do
+for i = SERIES, AGES - 1, 2 do
   if ARGV[i] == '' or string.find(ARGV[i], '|', 1, true) or not series_text_ok(ARGV[i + 1]) then
     return redis.error_reply('ERR timers finish: bad series entry ' .. ((i - SERIES) / 2 + 1))
+  end
+end
+for i = AGES + 1, FIRST - 1, 2 do
+  if ARGV[i] == '' or (ARGV[i + 1] ~= '' and not is_count(ARGV[i + 1])) then
+    return redis.error_reply('ERR timers finish: bad task age entry ' .. ((i - AGES - 1) / 2 + 1))
   end
 end
 local history_age, history_count = tonumber(ARGV[9]), tonumber(ARGV[10])
 local keep_history = history_age > 0 and history_count > 0
 local released = {}
 for i = FIRST, #ARGV, STRIDE do
-  local token, kind, hid = ARGV[i], ARGV[i + 1], ARGV[i + 4]
+  local token, kind, hid, hage = ARGV[i], ARGV[i + 1], ARGV[i + 4], ARGV[i + 6]
   local bad = bad_ending((i - FIRST) / STRIDE + 1, token, kind, ARGV[i + 2], ARGV[i + 3])
   if bad then return bad end
-  if (hid ~= '' or ARGV[i + 5] ~= '') and not ((kind == 'ok' or kind == 'skip' or
-      kind == 'fail') and hid ~= '' and string.sub(ARGV[i + 5], 3, 3) == '|') then
+  if (hid ~= '' or ARGV[i + 5] ~= '' or hage ~= '') and not ((kind == 'ok' or kind == 'skip'
+      or kind == 'fail') and hid ~= '' and string.sub(ARGV[i + 5], 3, 3) == '|'
+      and (hage == '' or (is_count(hage) and tonumber(hage) > 0))) then
     return redis.error_reply('ERR timers finish: bad history record of ending ' ..
       ((i - FIRST) / STRIDE + 1))
   end
@@ -208,9 +225,9 @@ end
 local slots_held = redis.call('EXISTS', sys_key(ARGV[1], 'held')) == 1
 
 local kept = 0  -- history records to write, as ZADD and HSET arguments (one call each)
-local history_scores, history_texts = {}, {}
+local history_scores, history_expiries, history_texts = {}, {}, {}
 
-local function end_run(token, kind, a, b, release, hid, htext)
+local function end_run(token, kind, a, b, release, hid, htext, hage)
   if not unlease(token) then
     redis.call('HDEL', KEYS[2], token)
     counts.late_finishes = counts.late_finishes + 1
@@ -220,6 +237,8 @@ local function end_run(token, kind, a, b, release, hid, htext)
   if hid ~= '' and keep_history then
     kept = kept + 1
     history_scores[2 * kept - 1], history_scores[2 * kept] = now, hid
+    history_expiries[2 * kept - 1] = now + (hage == '' and history_age or tonumber(hage))
+    history_expiries[2 * kept] = hid
     history_texts[2 * kept - 1], history_texts[2 * kept] = hid, htext
   end
   local grace = kind == 'release' and tonumber(a) or 0
@@ -285,17 +304,25 @@ for i = FIRST, #ARGV, STRIDE do
     reject(ARGV[i + 2], ARGV[i + 3])
   elseif released[i] ~= false then
     end_run(ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], released[i], ARGV[i + 4],
-      ARGV[i + 5])
+      ARGV[i + 5], ARGV[i + 6])
   end
 end
 if kept > 0 then
   redis.call('ZADD', KEYS[10], unpack(history_scores))
+  redis.call('ZADD', KEYS[15], unpack(history_expiries))
   redis.call('HSET', KEYS[11], unpack(history_texts))
 end
-for i = SERIES, FIRST - 1, 2 do series_add(KEYS[12], KEYS[13], ARGV[i], ARGV[i + 1]) end
+for i = SERIES, AGES - 1, 2 do series_add(KEYS[12], KEYS[13], ARGV[i], ARGV[i + 1]) end
+for i = AGES + 1, FIRST - 1, 2 do
+  if ARGV[i + 1] == '' then
+    redis.call('HDEL', KEYS[16], ARGV[i])
+  else
+    redis.call('HSET', KEYS[16], ARGV[i], ARGV[i + 1])
+  end
+end
 local trim_budget = tonumber(ARGV[11])
 if trim_budget > 0 then
-  history_trim(KEYS[10], KEYS[11], now, history_age, history_count, trim_budget)
+  history_trim(KEYS[10], KEYS[15], KEYS[11], now, history_count, trim_budget)
   local retention_text = ARGV[9] .. ' ' .. ARGV[10]
   if redis.call('GET', KEYS[14]) ~= retention_text then
     redis.call('SET', KEYS[14], retention_text)

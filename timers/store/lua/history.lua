@@ -3,11 +3,15 @@
 -- codec of both values (HistoryRecord, MinuteSlot): the scripts only check their shape.
 --
 --   P|hist      zset  escaped id -> when its newest end was written (ms): the history, oldest
---                     first; trimmed from its head by age and by count
+--                     first; read newest first, trimmed from its head by count
+--   P|histexp   zset  escaped id -> when its record expires (ms): its end plus the age its
+--                     task keeps (its own, else the listener's); trimmed from its head by
+--                     age, so tasks of different ages share one O(log n) trim
 --   P|histrec   hash  escaped id -> "ki|ended ms|duration|attempts|lateness|listener|
 --                     task|error" (ki: co completed, sk skipped, de dead, ca cancelled)
 --   P|histcfg   string "<age ms> <count>": the retention the listeners were started with
---                     (cancel.lua keeps to it; a listener trims with its own)
+--                     (cancel.lua keeps to it; a listener trims with its own count)
+--   P|histtask  hash  task -> its own age ms (0: keeps none), for cancel.lua
 --   P|series    hash  "<task>|<minute mod 1440>" -> "<minute> <runs> <failures>
 --                     l<bucket>=<n>,... d<bucket>=<n>,...": a ring of minute slots per
 --                     task (lateness and duration histograms); a slot of an older minute
@@ -21,25 +25,31 @@ local function series_text_ok(text)
   return string.match(text, '^%d+ %d+ %d+ l[%d=,]* d[%d=,]*$') ~= nil
 end
 
--- Keep one ended timer's record (it replaces an older end of the same id), ordered by
--- `at` (Redis ms).
-local function history_add(hist_key, rec_key, id, text, at)
+-- Keep one ended timer's record (it replaces an older end of the same id), ended at `at`
+-- (Redis ms) and kept till `at + age`.
+local function history_add(hist_key, exp_key, rec_key, id, text, at, age)
   redis.call('ZADD', hist_key, at, id)
+  redis.call('ZADD', exp_key, at + age, id)
   redis.call('HSET', rec_key, id, text)
 end
 
--- Drop at most `budget` records older than age ms, then at most `budget` over count
--- (oldest first): O(log n) each, so a call's cost is bounded however long the history.
-local function history_trim(hist_key, rec_key, now, age, count, budget)
-  local old = redis.call('ZRANGEBYSCORE', hist_key, '-inf', now - age, 'LIMIT', 0, budget)
+-- Drop at most `budget` records whose expiry has come, then at most `budget` over count
+-- (oldest end first, whatever their age): O(log n) each, so a call's cost is bounded
+-- however long the history.
+local function history_trim(hist_key, exp_key, rec_key, now, count, budget)
+  local old = redis.call('ZRANGEBYSCORE', exp_key, '-inf', now, 'LIMIT', 0, budget)
   for _, id in ipairs(old) do
     redis.call('ZREM', hist_key, id)
+    redis.call('ZREM', exp_key, id)
     redis.call('HDEL', rec_key, id)
   end
   local over = redis.call('ZCARD', hist_key) - count
   if over > 0 then
     local popped = redis.call('ZPOPMIN', hist_key, math.min(over, budget))
-    for i = 1, #popped, 2 do redis.call('HDEL', rec_key, popped[i]) end
+    for i = 1, #popped, 2 do
+      redis.call('ZREM', exp_key, popped[i])
+      redis.call('HDEL', rec_key, popped[i])
+    end
   end
 end
 
