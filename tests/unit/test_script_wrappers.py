@@ -15,7 +15,7 @@ import pytest
 
 from tests.unit.fresh_imports import fresh_modules
 from timers import Timers
-from timers.model.keys import Keyspace
+from timers.model.keys import SCRIPT_KEY_NAMES, Keyspace
 from timers.store.scripts import (
     PRELUDES,
     SCRIPT_NAMES,
@@ -27,6 +27,7 @@ from timers.store.scripts import (
     ScriptName,
     Scripts,
     helpers_for,
+    shared_key_names,
     source,
     without_shebang,
 )
@@ -100,8 +101,11 @@ def expected_keys(name: ScriptName) -> list[str]:
             taken = timer_keys if "+i" in index else timer_keys[:1]
             out += taken
             del timer_keys[:len(taken)]
-        elif label in ("shared keys", "new shared keys"):  # the shared helpers' keys
-            out += (Keyspace("q") if label.startswith("new") else KS).script_keys
+        elif label in ("shared keys", "new shared keys"):  # the shared keys its code names
+            keyspace = Keyspace("q") if label.startswith("new") else KS
+            out += [key for key_name, key in zip(SCRIPT_KEY_NAMES, keyspace.script_keys,
+                                                 strict=True)
+                    if key_name in shared_key_names(name)]
         else:
             out.append(LABELS[label])
     return out

@@ -274,9 +274,7 @@ class Keyspace:
 
     @property
     def near(self) -> str:
-        """hash: "until" (every timer due by then has its expiring key), "horizon" (ms),
-        "quiet" and "quietn" (how far a burst's keys were deleted ahead of their expiry:
-        every key due by "quiet" ms, then "quietn" timers beyond it; claim.lua)."""
+        """hash: "until" (every timer due by then has its expiring key), "horizon" (ms)."""
         return self.prefix + "|near"
 
     @property

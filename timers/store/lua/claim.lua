@@ -9,10 +9,7 @@
 --          <listener> the id of the listener that claimed the run
 -- KEYS[5]  sequence: counter that numbers run tokens
 -- KEYS[6]  stats: hash of counters
--- KEYS[7]  near: hash, "quiet" and "quietn" (a burst's keys deleted ahead, see below);
---          declared, so that while a cluster migrates the slot the call goes where the
---          hash is, instead of writing a second copy that fails the migration (BUSYKEY)
--- KEYS[8..]  shared keys: timers/model/keys.py Keyspace.script_keys (the helpers' keys)
+-- KEYS[7..]  shared keys: timers/model/keys.py Keyspace.script_keys (the helpers' keys)
 -- ARGV[1]  timer key start "<prefix>:"
 -- ARGV[2]  limit: the most timers to claim
 -- ARGV[3]  lease ms
@@ -157,52 +154,6 @@ else
   for _, index in ipairs(indexes) do claim_due(index[1], '-inf', now_text) end
   for _, index in ipairs(indexes) do claim_due(index[1], '(' .. now_text, horizon_text) end
 end
--- A burst: this claim took all it could, and more timers come due within the horizon.
--- Their expiring keys go now, before they expire: the sweeps that follow take those
--- timers from the due index in due order, while their expired events (one per timer and
--- listener, each read and dropped by listeners busy sweeping) would only slow them.
--- "<prefix>|near" fields "quiet" and "quietn" say how far this went (every key due by
--- "quiet" ms, then "quietn" timers beyond it in due order), so each claim of a burst
--- goes on where the last stopped. A key whose due time has come is left alone: deleting
--- it would expire it, and send its event all the same.
-local QUIET_MAX = 1000  -- keys deleted per claim at most (about 4 ms of Redis time)
-local function quiet_burst()
-  local near_key = KEYS[7]
-  local state = redis.call('HMGET', near_key, 'quiet', 'quietn')
-  local from, skip = tonumber(state[1] or '') or 0, tonumber(state[2] or '') or 0
-  if from < now then  -- those done that have come due since are passed over
-    for _, index in ipairs(indexes) do
-      if skip <= 0 then break end
-      skip = skip - redis.call('ZCOUNT', index[1], '(' .. string.format('%.0f', from), now_text)
-    end
-    from, skip = now, math.max(skip, 0)
-  end
-  if from >= horizon then return end
-  local budget, low = QUIET_MAX, '(' .. string.format('%.0f', from)
-  local left = skip  -- of the timers done already, those not yet passed over
-  for _, index in ipairs(indexes) do
-    if budget <= 0 then break end
-    local count = left > 0 and redis.call('ZCOUNT', index[1], low, horizon_text) or 0
-    if left > 0 and count <= left then
-      left = left - count  -- this index's were all done by earlier claims
-    else
-      local ids = redis.call('ZRANGEBYSCORE', index[1], low, horizon_text,
-        'LIMIT', left, budget)
-      left, budget = 0, budget - #ids
-      for _, id in ipairs(ids) do
-        local record = redis.call('HGET', KEYS[2], id)
-        if record then redis.call('DEL', ARGV[1] .. id .. ':' .. record) end
-      end
-    end
-  end
-  if budget > 0 then  -- every key due by the horizon is gone
-    redis.call('HSET', near_key, 'quiet', horizon_text, 'quietn', 0)
-  else
-    redis.call('HSET', near_key, 'quiet', string.format('%.0f', from), 'quietn',
-      skip + QUIET_MAX)
-  end
-end
-if claimed >= limit then quiet_burst() end
 
 local next_due, next_lease
 for _, index in ipairs(indexes) do

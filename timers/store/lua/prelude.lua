@@ -70,25 +70,15 @@ local function record_priority(record)
   return p
 end
 
--- The system key "P|<name>" of the prefix whose timer keys start with key_start ("P:"),
--- taken from KEYS: a script that uses these helpers is given, as the last of its KEYS,
--- every key of timers/model/keys.py Keyspace.script_keys of each prefix it touches (on Redis
--- Cluster only KEYS are checked before a script runs: a key touched without being
--- declared fails part-way through a slot migration). Found by name once per script.
-local script_keys = nil
-
+-- The system key "P|<name>" of the prefix whose timer keys start with key_start ("P:").
+-- Built from the prefix, not looked up: a script that calls this is given the key among
+-- its KEYS all the same (timers/store/scripts.py declares, per script, the keys of
+-- timers/model/keys.py Keyspace.script_keys its code names here; on Redis Cluster only
+-- KEYS are checked before a script runs, and tests/unit/declared_keys.py fails any
+-- script that touches a key it was not given). A scan of KEYS for it cost some 15 us a
+-- call.
 local function sys_key(key_start, name)
-  if not script_keys then
-    script_keys = {}
-    for i = #KEYS, 1, -1 do
-      local prefix, key_name = string.match(KEYS[i], '^([^:|]+)|(%a+)$')
-      if not prefix then break end
-      script_keys[prefix .. ':' .. key_name] = KEYS[i]
-    end
-  end
-  local key = script_keys[key_start .. name]
-  if not key then error('timers: key ' .. name .. ' of ' .. key_start .. ' not in KEYS') end
-  return key
+  return string.sub(key_start, 1, -2) .. '|' .. name
 end
 
 -- A flow key "P|<family>|<name>" (a concurrency key's slots or queue, a rate's state or
