@@ -241,8 +241,13 @@ class Side:
 def timers_side(name: str, python: str, cwd: Path, url: str, sink: str, n: int,
                 seconds: float, env: dict[str, str] | None = None) -> Side:
     base = ["--url", url]
+    # the working tree's side imports this checkout's timers (whichever tree the venv's
+    # editable install points at); REV's side only what its own venv holds
+    inherited = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    if cwd == REPO:
+        inherited["PYTHONPATH"] = str(REPO)
     return Side(name, [python, "-P", str(BENCH / "side.py")], cwd,
-                {**os.environ, **(env or {})}, {
+                {**inherited, **(env or {})}, {
         "single": ["single", *base, "--seconds", str(seconds)],
         "bulk": ["bulk", *base, "--n", str(n)],
         "async": ["async", *base, "--seconds", str(seconds)],
