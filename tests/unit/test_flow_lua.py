@@ -4,10 +4,13 @@ cancel) and rate limits (spacing, the pacer, order)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import fakeredis
 import pytest
 
 from tests.unit.flow_helpers import KS, LEASE, add, claim, finish, gate, ids, s
+from tests.unit.model_flow import VirtualClock, redis_clock
 from timers.model.runs import Run
 from timers.store.scripts import GateRun, Scripts, Taker
 
@@ -251,6 +254,21 @@ def test_a_gate_for_a_lost_lease_changes_nothing(s: Scripts, fake: fakeredis.Fak
 # -- rate limits ------------------------------------------------------------------------
 
 
+@pytest.fixture
+def clock() -> Iterator[VirtualClock]:
+    """The Redis clock of fakeredis, moved on by the test (a rate slot's time comes)."""
+    virtual = VirtualClock()
+    with redis_clock(virtual):
+        yield virtual
+
+
+def slot_of(fake: fakeredis.FakeRedis, timer_id: str) -> int:
+    """The due time of ``timer_id`` in the default due index: a pacer's rate slot."""
+    slot = fake.zscore(KS.due_index(), timer_id)
+    assert slot is not None
+    return int(slot)
+
+
 def test_a_rate_limit_spaces_starts_and_queues_the_rest_in_order(
         s: Scripts, fake: fakeredis.FakeRedis) -> None:
     for i in range(4):
@@ -265,12 +283,13 @@ def test_a_rate_limit_spaces_starts_and_queues_the_rest_in_order(
     assert fake.hget(KS.stats, "rate_limited") == b"3"
 
 
-def test_the_pacer_goes_and_hands_the_next_slot_on(s: Scripts, fake: fakeredis.FakeRedis) -> None:
+def test_the_pacer_goes_and_hands_the_next_slot_on(
+        s: Scripts, fake: fakeredis.FakeRedis, clock: VirtualClock) -> None:
     for i in range(3):
         add(s, f"t{i}", "t.f:", -40 + i)
     runs = claim(s)
     gate(s, runs, rate="r", interval_ms=1, burst=1)
-    fake.zadd(KS.due, {b"t1": 0})  # its slot time has come
+    clock.ms = slot_of(fake, "t1")  # its slot time has come
     [pacer] = claim(s)
     assert pacer.timer_id == "t1" and pacer.waited_from_ms == runs[1].due_ms
     assert gate(s, [pacer], rate="r", interval_ms=1, burst=1) == ["go"]
@@ -359,8 +378,8 @@ def test_no_handoff_without_free_slots_or_to_a_listener_of_other_groups(
 
 
 def test_a_rate_slot_not_used_at_its_time_is_not_carried_through_a_keys_queue(
-        s: Scripts, fake: fakeredis.FakeRedis) -> None:
-    both = {"key": "k", "limit": 1, "rate": "r", "interval_ms": 60_000, "burst": 1}
+        s: Scripts, fake: fakeredis.FakeRedis, clock: VirtualClock) -> None:
+    both = {"key": "k", "limit": 1, "rate": "r", "interval_ms": 5_000, "burst": 1}  # < LEASE
     add(s, "x", "t.f:", -30)
     [x] = claim(s)
     assert gate(s, [x], **both) == ["go"]
@@ -371,7 +390,7 @@ def test_a_rate_slot_not_used_at_its_time_is_not_carried_through_a_keys_queue(
     add(s, "a", "t.f;p=5:", -10)  # ahead of b in the key's order (a later one waits behind b)
     [a] = claim(s)
     assert gate(s, [a], key="k", limit=1) == ["go"]  # the key's slot goes to another run
-    fake.zadd(KS.due_index(), {"b": 0})  # b's rate slot time has come
+    clock.ms = slot_of(fake, "b")  # b's rate slot time has come
     [b] = claim(s)
     assert gate(s, [b], **both) == ["wait"]  # the key is full: b waits for it
     finish(s, a)
@@ -382,23 +401,48 @@ def test_a_rate_slot_not_used_at_its_time_is_not_carried_through_a_keys_queue(
 
 
 def test_the_next_rate_slot_is_an_interval_after_a_start_even_if_the_rate_lost_its_time(
-        s: Scripts, fake: fakeredis.FakeRedis) -> None:
+        s: Scripts, fake: fakeredis.FakeRedis, clock: VirtualClock) -> None:
     rate = {"rate": "r", "interval_ms": 1_000, "burst": 1}
     add(s, "a", "t.f:", -30)
     add(s, "b", "t.f:", -20)
     add(s, "c", "t.f:", -10)
     runs = claim(s)
     assert gate(s, runs, **rate) == ["go", "wait", "wait"]  # b holds the next slot
-    slot = fake.zscore(KS.due_index(), "b")
-    assert slot is not None
-    fake.zadd(KS.due_index(), {"b": 0})  # its slot came
+    clock.ms = slot_of(fake, "b") + 300  # its slot came (and went: a late start)
     fake.hset(KS.rate("r"), "tat", 0)  # and the rate's own time was lost (a restart)
     [b] = claim(s)
     assert gate(s, [b], **rate) == ["go"]
     # c's slot is an interval after b's start (a late start, or a lost tat, cannot bunch)
-    now_ms = int(fake.time()[0]) * 1000 + int(fake.time()[1]) // 1000
-    c_slot = fake.zscore(KS.due_index(), "c")
-    assert c_slot is not None and c_slot >= now_ms + 1_000 - 50
+    assert slot_of(fake, "c") >= clock.ms + 1_000 - 5
+
+
+def test_a_pacer_gated_before_its_slot_waits_for_it_and_stays_the_pacer(
+        s: Scripts, fake: fakeredis.FakeRedis, clock: VirtualClock) -> None:
+    """T23: a listener whose estimate of the Redis clock runs ahead gates the rate's pacer
+    before its slot; it does not start then (closer than an interval to the start that gave
+    it the slot) but at its slot, still the pacer."""
+    rate = {"rate": "r", "interval_ms": 1_000, "burst": 1}
+    add(s, "a", "t.f:", -30)
+    add(s, "b", "t.f:", -20)
+    add(s, "c", "t.f:", -10)
+    assert gate(s, claim(s), **rate) == ["go", "wait", "wait"]  # b paces, c waits
+    started = clock.ms
+    slot = slot_of(fake, "b")
+    assert slot >= started + 1_000 - 5
+    clock.ms = slot - 10  # its listener's estimate of the Redis clock runs 10 ms ahead
+    reply = s.claim(limit=10, lease_ms=LEASE, horizon_ms=100, listener_id="me")
+    [early] = [Run.parse(*reply[i:i + 3]) for i in range(3, len(reply), 3)]
+    assert early.timer_id == "b" and early.due_ms == slot
+    assert gate(s, [early], **rate) == ["wait"]
+    assert fake.zscore(KS.due_index(), "b") == slot
+    assert fake.hget(KS.rate("r"), "pacer") == b"b"
+    assert fake.zscore(KS.running, early.token) is None  # its run dropped, nothing started
+    assert fake.hget(KS.rate("r"), "last") == b"%d" % started
+    clock.ms = slot
+    [b] = claim(s)
+    assert b.timer_id == "b" and gate(s, [b], **rate) == ["go"]
+    assert fake.hget(KS.rate("r"), "last") == b"%d" % slot
+    assert fake.zrange(KS.due_index(), 0, -1) == [b"c"]  # the next slot is c's
 
 
 def test_a_free_slot_waits_for_an_earlier_timer_claimed_and_not_gated_yet(
@@ -440,7 +484,7 @@ def test_a_keyed_timer_waiting_for_its_rate_holds_its_keys_later_timers_until_it
         s: Scripts, fake: fakeredis.FakeRedis) -> None:
     """The rate-wait rule (docs/state-machine.md, invariant 2): a timer of a key waiting for
     its rate keeps its place in its key's order; cancelling it lets the key's next go."""
-    both = {"key": "k", "limit": 1, "rate": "r", "interval_ms": 60_000, "burst": 1}
+    both = {"key": "k", "limit": 1, "rate": "r", "interval_ms": 5_000, "burst": 1}  # < LEASE
     add(s, "x", "t.f:", -30)
     [x] = claim(s)
     assert gate(s, [x], rate="r", interval_ms=60_000, burst=1) == ["go"]

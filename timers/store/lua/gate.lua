@@ -58,6 +58,23 @@ local function hold(token, id, record, due, queue, p, rk, reruns)
   return 'wait'
 end
 
+-- A pacer gated before its own rate slot (its listener's estimate of the Redis clock ran
+-- ahead of Redis): not paid yet, so its start cannot come closer than an interval (less
+-- RATE_JITTER_MS) to the start that gave it the slot. Its run is dropped; it stays the
+-- rate's pacer (its parked R entry, the rate's `pacer`, its place in its key's order
+-- barrier), pending again at its slot (T23).
+local function too_early(token, id, record, due, slot, rk, reruns)
+  redis.call('ZREM', rk, token)
+  redis.call('HDEL', KEYS[2], token)
+  if redis.call('HEXISTS', KEYS[3], id) == 1 then return 'replaced' end
+  local tokens = sys_key(ARGV[1], 'ungatedt')
+  if redis.call('HGET', tokens, id) == token then  -- noted by its claim: a rate wait again
+    note_ungated(ARGV[1], id, 'r|' .. barrier_of(record), record, due)
+  end
+  pend(sys_key(ARGV[1], 'due'), KEYS[3], ARGV[1], id, with_reruns(record, reruns), slot, now)
+  return 'wait'
+end
+
 -- A slot of `key` for the run: one kept for it, or a free one, either only while nobody
 -- waits ahead of it (in the key's queue, by queue score and then id, or claimed and not
 -- gated yet, or waiting for its rate limit: flow.lua's order barrier). A kept slot whose
@@ -108,8 +125,11 @@ local function gate(token, key, limit, rate, interval, burst)
   local rk = record and running_key_for(KEYS[1], record_group(record))
   if not record or not redis.call('ZSCORE', rk, token) then return 'lost' end
   due = tonumber(record_option(record, 'w') or due) or tonumber(due)
-  drop_ungated(ARGV[1], id, record)
   local p = parked_read(redis.call('HGET', parked_key, id)) or {state = ''}
+  if p.state == 'R' and now < p.c then  -- a pacer come before its slot: not paid yet
+    return too_early(token, id, record, due, p.c, rk, reruns)
+  end
+  drop_ungated(ARGV[1], id, record)
   redis.call('HDEL', parked_key, id)
   local slot_lost = false
   if p.state == 'R' then  -- this run holds its rate slot: the next in line may follow
