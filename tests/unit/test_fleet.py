@@ -141,7 +141,7 @@ def run_lacking(view: FleetView, options: dict[str, str] | None = None) -> Any:
             executor = Executor(resolve, runner, NoQuarantine(), NoRecurrences(),
                                 tracker_on_redis_clock(), NoSleep(), flow=None,
                                 name="listener me", turns=Turns(), fence=None,
-                                peers=FakePeers(view))
+                                peers=FakePeers(view), stopping=asyncio.Event())
             return await executor.execute(Run("7", "t", record, round(REDIS_NOW_MS), 0,
                                               "sweep"))
         finally:

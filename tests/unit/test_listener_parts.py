@@ -148,22 +148,37 @@ def tracker_on_redis_clock() -> DueTracker:
 
 
 def execute(task_name: str, args: Any, due_ms: float = REDIS_NOW_MS,
-            options: dict[str, str] | None = None) -> Ending:
+            options: dict[str, str] | None = None, stopped: bool = False) -> Ending:
     record = Record(task_name, args, options or {}).encode()
 
     async def scenario() -> Ending:
         runner = Runner(2)
+        stopping = asyncio.Event()
+        if stopped:
+            stopping.set()
         try:
             executor = Executor(resolve, runner, NoQuarantine(), NoRecurrences(),
                                 tracker_on_redis_clock(), NoSleep(), flow=None, name="",
-                                turns=Turns(), fence=None, peers=None)
+                                turns=Turns(), fence=None, peers=None,
+                                stopping=stopping)
             done = await executor.execute(Run("7", "t", record, round(due_ms), 0, "sweep"))
         finally:
             runner.shutdown()
-        assert done.report is not None
+        assert (done.report is None) == stopped
+        assert done.ending is not None
         return done.ending
 
     return asyncio.run(scenario())
+
+
+def test_a_run_not_started_when_its_listener_stops_is_handed_back_unstarted() -> None:
+    """A loaded listener claims runs a few ms ahead; the stop comes before their due time:
+    they go back to run elsewhere, never started here (started, then handed back part-run
+    at the shutdown timeout, they ran twice)."""
+    calls = len(mod.CALLS)
+    ending = execute("mod.add", [1, 2], stopped=True)
+    assert (ending.token, ending.kind) == ("7", EndingKind.RELEASE)
+    assert len(mod.CALLS) == calls
 
 
 def test_the_executor_ends_each_run_as_its_task_went() -> None:
@@ -222,7 +237,8 @@ def test_a_run_next_in_line_after_a_run_its_gate_held_back_does_not_start(
         try:
             executor = Executor(resolve, runner, NoQuarantine(), NoRecurrences(),
                                 tracker_on_redis_clock(), NoSleep(), flow=HoldsFirst(status),
-                                name="", turns=turns, fence=None, peers=None)
+                                name="", turns=turns, fence=None, peers=None,
+                                stopping=asyncio.Event())
             first = Run("1", "a", record, round(REDIS_NOW_MS), 0, "handoff")
             following = Run("2", "b", record, round(REDIS_NOW_MS), 0, "next", follows="1")
             turns.start(first)

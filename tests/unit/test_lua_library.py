@@ -102,3 +102,23 @@ def test_a_server_that_refuses_functions_runs_the_scripts_by_evalsha() -> None:
         producer.schedule("a.b", [1], in_=60, id="one")
         producer.schedule("a.b", [2], in_=60, id="two")
         assert {t.id for t in producer.list()} == {"one", "two"}
+
+
+class _CountingLoads(fakeredis.FakeRedis):
+    loads = 0
+
+    def function_load(self, *args: object, **kwargs: object) -> object:
+        type(self).loads += 1
+        return super().function_load(*args, **kwargs)
+
+
+def test_the_library_is_loaded_once_per_server_not_once_per_client() -> None:
+    # loading blocks the server for some 10 ms: a web app's every worker, a listener's
+    # every start, would each pay it again
+    server = fakeredis.FakeServer()
+    for n in range(3):
+        with Timers(_CountingLoads(server=server)) as producer:
+            producer.schedule("a.b", [n], in_=60, id=f"t{n}")
+    assert _CountingLoads.loads == 1
+    with Timers(_CountingLoads(server=server)) as producer:
+        assert {t.id for t in producer.list()} == {"t0", "t1", "t2"}

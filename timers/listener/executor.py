@@ -9,6 +9,7 @@ the listener's :class:`DueTracker`.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
@@ -132,7 +133,8 @@ class Executor:
     def __init__(self, resolve: Callable[[str], Callable[..., Any]], runner: Caller,
                  quarantine: Isolator, recurrences: RecurrenceSteps, tracker: DueTracker,
                  sleeper: Sleeper, *, flow: Admitter | None, name: str, turns: Turns,
-                 fence: Fencer | None, peers: PeerView | None) -> None:
+                 fence: Fencer | None, peers: PeerView | None,
+                 stopping: asyncio.Event) -> None:
         self.resolve, self.runner, self.quarantine = resolve, runner, quarantine
         self.recurrences, self.tracker, self.sleeper = recurrences, tracker, sleeper
         self.flow, self.name = flow, name
@@ -148,6 +150,10 @@ class Executor:
         """Who else can run a task this listener lacks (None: no one is asked)."""
         self._handed_tasks: set[str] = set()
         """Tasks whose timers this listener handed back for another listener (warned of)."""
+        self.stopping = stopping
+        """Set when the listener stops: a run not started by then is handed back unstarted
+        (a loaded listener could otherwise start, after the stop, runs it claimed before
+        it, and hand them back part-run a moment later: a second run elsewhere)."""
 
     async def execute(self, run: Run) -> Executed:
         """Run ``run`` and say how it ended. A cancellation (shutting down) goes through:
@@ -157,6 +163,11 @@ class Executor:
             # claimed a few ms ahead (or handed over from a key's queue before its due
             # time): start at the due time, never before it on the Redis clock
             await self.sleeper.sleep_until(start_at)
+        if self.stopping.is_set():
+            log.debug("timer %s handed back unstarted: the listener is stopping",
+                      run.timer_id)
+            self.turns.not_started(run.token, False)  # its run next in line: not either
+            return Executed(Ending.release(run.token), None)
         attempt = _Attempt(self.tracker.redis_now_ms())
         try:
             outcome = await self._attempt(run, attempt)

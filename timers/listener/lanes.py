@@ -211,7 +211,7 @@ class Lane:
                                       f"groups {', '.join(shared.groups)})",
                                  turns=self.turns,
                                  fence=Fence(self.held, self.scripts, shared.lease),
-                                 peers=shared.peers)
+                                 peers=shared.peers, stopping=shared.stopping)
 
     # -- serving ----------------------------------------------------------------------
 

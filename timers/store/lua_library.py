@@ -10,9 +10,12 @@ by ``FCALL`` with the same KEYS and ARGV, under the same flags its shebang gives
 
 - The library's name, and each function's, carry a digest of the Lua they hold
   (``timers_<digest>_<script>``), so two releases of timers on one server each call
-  their own code. A server that lost the library (a restart without persistence, a
-  ``FUNCTION FLUSH``, a new cluster node) answers "Function not found": the library is
-  loaded and the call sent once more (nothing of it ran).
+  their own code. A client calls the function straight away: a server that does not
+  have the library yet (the first client of this release, a restart without
+  persistence, a ``FUNCTION FLUSH``, a new cluster node) answers "Function not found",
+  and only then is the library loaded and the call sent once more (nothing of it ran).
+  Loading it costs the server some 10 ms, during which it serves nobody: once per
+  server, not once per client (a web app's every worker, every listener start).
 - A helper file's top-level ``local`` that is not a constant (``UPPER_CASE``) is state
   of one call (``index_heads``, ``taker`` …). In a library it would outlive the call, so
   each function sets it back to its first value before its body runs; and it sets the
@@ -40,7 +43,6 @@ _FLAGS = re.compile(r"flags=([\w,-]+)")
 
 _EVAL_ONLY: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
 """Clients whose server refused the library: they run scripts by EVALSHA."""
-_LOADED: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
 
 
 def state_resets(helpers: str) -> str:
@@ -107,8 +109,7 @@ class Function:
                  client: Any = None) -> Any:
         target = self.client if client is None else client
         for attempt in (1, 2):
-            if _EVAL_ONLY.get(target) or (
-                    (attempt == 2 or not _LOADED.get(target)) and not self._load(target)):
+            if _EVAL_ONLY.get(target) or (attempt == 2 and not self._load(target)):
                 return self.fallback(keys=keys, args=args, client=target)
             try:
                 return target.fcall(self.name, len(keys), *keys, *args)
@@ -125,7 +126,6 @@ class Function:
         except redis.exceptions.ResponseError as exc:
             _load_failed(target, exc)
             return False
-        _LOADED[target] = True
         return True
 
 
@@ -136,8 +136,7 @@ class AsyncFunction(Function):
             self, keys: Sequence[Any] = (), args: Sequence[Any] = (), client: Any = None) -> Any:
         target = self.client if client is None else client
         for attempt in (1, 2):
-            if _EVAL_ONLY.get(target) or (
-                    (attempt == 2 or not _LOADED.get(target)) and not await self._aload(target)):
+            if _EVAL_ONLY.get(target) or (attempt == 2 and not await self._aload(target)):
                 return await self.fallback(keys=keys, args=args, client=target)
             try:
                 return await target.fcall(self.name, len(keys), *keys, *args)
@@ -154,5 +153,4 @@ class AsyncFunction(Function):
         except redis.exceptions.ResponseError as exc:
             _load_failed(target, exc)
             return False
-        _LOADED[target] = True
         return True
