@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 import redis
@@ -81,6 +81,9 @@ class ClaimerHooks:
     """A permanent error: stop the listener."""
     keyed_tasks: Callable[[], Sequence[str]]
     """The tasks with a concurrency key or cap (claims note theirs for the order barrier)."""
+    place: Callable[[list[Run]], Awaitable[list[Run]]] | None = None
+    """On a prefix of several shards: moves the claimed runs whose limit lives in another
+    shard there and returns those that stay (:mod:`timers.listener.placer`)."""
 
 
 class Claimer:
@@ -193,6 +196,8 @@ class Claimer:
         self.tracker.backlogged = next_due != -1 and next_due <= now_us // 1000 + horizon_ms
         items = reply[3:]
         runs = [Run.parse(items[i], items[i + 1], items[i + 2]) for i in range(0, len(items), 3)]
+        if runs and self.hooks.place is not None:
+            runs = await self.hooks.place(runs)
         if runs and self.parker.wanted():
             # gates hold runs back (a backlog for busy keys): those held back now are not
             # started at all. Otherwise each run asks at its start, and the next claim

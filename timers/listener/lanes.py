@@ -42,6 +42,7 @@ from timers.listener.loader import TaskLoader
 from timers.listener.near_keys import keep_near_keys
 from timers.listener.parker import Parker
 from timers.listener.peers import Peers
+from timers.listener.placer import Placer
 from timers.listener.precise import PreciseSleeper
 from timers.listener.quarantine import Quarantine
 from timers.listener.recycling import RecycleLimits, Recycler, report_fd
@@ -182,6 +183,11 @@ class Lane:
         loader, outage, poke = shared.loader, Outage(), asyncio.Event()
         self.flow = FlowGate(self.scripts, shared.lease, on_held=shared.tally.held_back,
                              shards=shards, shard=index)
+        self.placer = (Placer(lambda i: self.lanes[i].scripts, index, shards, shared.lease,
+                              loader.resolve, hand_back=self.hand_back_now,
+                              redis_now_ms=self.tracker.redis_now_ms)
+                       if shards > 1 else None)
+        """Moves runs whose limit lives in another shard there (several shards only)."""
         self.handoff = Handoff(shared.id, shared.groups, shared.lease, shared.free_slots,
                                shared.stopping, self.start, self.hand_back_now,
                                slot_freed=shared.slot_freed, holding=self.flow.holding)
@@ -198,9 +204,11 @@ class Lane:
             self.scripts, shared.groups, shared.id, shared.lease, shared.clock, self.tracker,
             ClaimerHooks(free_slots=shared.free_slots, take_event_ids=self.events.take,
                          busy=self.busy, start=self.start, give_up=self._give_up,
-                         keyed_tasks=loader.keyed_tasks),
+                         keyed_tasks=loader.keyed_tasks,
+                         place=None if self.placer is None else self.placer.place),
             shared.stopping, poke=poke,
-            parker=Parker(self.scripts, shared.groups, shared.lease, loader.resolve, self.flow),
+            parker=Parker(self.scripts, shared.groups, shared.lease, loader.resolve, self.flow,
+                          moves=None if self.placer is None else self._moves),
             ahead_share=max(1, shared.concurrency // 2), outage=outage)
         self.executor = Executor(loader.resolve, shared.runner,
                                  Quarantine(loader, listener_name(shared.id)),
@@ -227,6 +235,9 @@ class Lane:
             asyncio.create_task(self.endings.run(), name="timers-finish"),
             asyncio.create_task(self._heartbeat_loop(), name="timers-heartbeat"),
         ]
+        if self.placer is not None:
+            loops.append(asyncio.create_task(
+                self.placer.settle_lapsed_until(self.stopping), name="timers-arrivals"))
         for loop_task in loops:
             loop_task.add_done_callback(self._loop_ended)
         try:
@@ -242,6 +253,9 @@ class Lane:
             await self.endings.flush_remaining(shared.clock)
             with contextlib.suppress(*RETRYABLE):
                 await self.heartbeat(alive=False)
+
+    def _moves(self, record_text: str) -> bool:
+        return self.placer is not None and self.placer.home_of(record_text) is not None
 
     def _loop_ended(self, task: asyncio.Task[None]) -> None:
         """A loop must only end on stop: if one dies of a bug, stop rather than limp on
