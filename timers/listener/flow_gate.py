@@ -226,8 +226,8 @@ _WARNED: set[str] = set()
 
 
 def _per_shard(task: str, shards: int) -> None:
-    """Say once per task that its limits hold per shard on a sharded prefix (all but a
-    concurrency key given at schedule time: see :mod:`timers.ops.shards`)."""
+    """Say once per task that its limits hold per shard on a sharded prefix: a timer that
+    is not in its limit's shard (see :mod:`timers.ops.shards`)."""
     if task in _WARNED:
         return
     _WARNED.add(task)

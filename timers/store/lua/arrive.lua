@@ -11,8 +11,8 @@
 --
 -- KEYS[1]  arrivals: zset, "<from shard>|<run token>" -> deadline ms
 -- KEYS[2]  arrival records: hash, "<from shard>|<run token>" -> "<due>|<id>:<record>"
--- KEYS[3..] "c": two per arrival, in ARGV order: the due index its record names and its
---          expiring key ("<prefix>:<id>:<record>"); "a": none
+-- KEYS[3..] per arrival, "c" only (none for "a"), two each in ARGV order: the due index its
+--          record names and its expiring key ("<prefix>:<id>:<record>")
 -- KEYS[..]  shared keys: timers/model/keys.py Keyspace.script_keys (the helpers' keys)
 -- ARGV[1]  mode: "a" (arrive) or "c" (settle)
 -- ARGV[2]  timer key start "<prefix>:"

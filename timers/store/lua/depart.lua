@@ -6,7 +6,8 @@
 -- KEYS[1]  moves: hash, run token -> the shard it moved to (kept until the arrival is
 --          settled there, then forgotten: "k")
 -- KEYS[2]  stats: hash of counters ("placed": runs moved to their limit's shard)
--- KEYS[3..] "d": one per run, in ARGV order: the running set of its group; else none
+-- KEYS[3..] per run, "d" only (none for "q", "k"), in ARGV order: the running set of its
+--          group
 -- KEYS[..]  shared keys: timers/model/keys.py Keyspace.script_keys (the helpers' keys)
 -- ARGV[1]  mode: "d" (depart), "q" (ask what became of runs), "k" (forget moves)
 -- ARGV[2]  timer key start "<prefix>:"
