@@ -246,3 +246,39 @@ def test_an_arrival_its_mover_left_is_settled_by_another_listener() -> None:
         assert not await fake.exists(SHARDS[0].moves)
         assert zero.moved == 0
     asyncio.run(scenario())
+
+
+def test_a_listener_killed_between_arrive_and_depart_leaves_one_timer_that_runs_once() -> None:
+    """The mover dies after writing the copy: its claim lapses in the source, another
+    listener reruns it there and moves it, the dead one's arrival is dropped: one timer in
+    the target, claimed once."""
+    async def scenario() -> None:
+        fake = fakeredis.FakeAsyncRedis()
+        now = [0.0]
+        await Scripts(fake, SHARDS[0]).schedule([
+            NewTimer("a", f"{TASK}:[{_device_in(1)}]", "in", 0, "n")])
+        (run,) = await _claim_async(fake, SHARDS[0])
+        source = Scripts(fake, SHARDS[0])
+
+        async def killed(*_: Any) -> Any:
+            raise ConnectionError("the listener died here")
+
+        source.depart = killed  # type: ignore[method-assign]
+        dying = Placer([source, Scripts(fake, SHARDS[1])].__getitem__, 0, 2, LEASE_MS / 1000,
+                       _resolve, hand_back=lambda r: None, redis_now_ms=lambda: now[0])
+        assert await dying.place([run]) == []
+        await fake.zadd(SHARDS[0].running, {run.token: 0}, xx=True)  # its lease lapses
+        zero, one = await _placers(fake, [], now)
+        (rerun,) = await _claim_async(fake, SHARDS[0])
+        assert (rerun.escaped_id, rerun.reruns) == ("a", 1)
+        assert await zero.place([rerun]) == []
+        seconds, micros = await fake.time()
+        now[0] = seconds * 1000 + micros / 1000 + LEASE_MS + 1
+        assert await one.settle_lapsed() == 1  # the dead listener's arrival: dropped
+        (moved,) = await _claim_async(fake, SHARDS[1])
+        assert moved.escaped_id == "a" and ";rc=1" in moved.record_text  # a counted rerun
+        assert await _claim_async(fake, SHARDS[1]) == []
+        assert await _claim_async(fake, SHARDS[0]) == []
+        for keys in SHARDS:
+            assert not await fake.exists(keys.arrivals, keys.arrival_records, keys.moves)
+    asyncio.run(scenario())
