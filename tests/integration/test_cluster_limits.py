@@ -11,15 +11,17 @@ from __future__ import annotations
 
 import itertools
 import json
+import signal
 from collections import Counter, defaultdict
 from collections.abc import Iterator
+from datetime import UTC, datetime
 
 import pytest
 import redis
 
 from tests.clusters import Cluster, migrate_slot, real_cluster
 from tests.conftest import wait_until
-from tests.integration.helpers import TIMERS_COMMAND, Processes, settled
+from tests.integration.helpers import TIMERS_COMMAND, Processes, redis_now_ms, settled
 from timers import Timers, TimerSpec
 from timers.model.keys import Keyspace
 from timers.ops.shards import ShardLayout, shard_of_key
@@ -151,3 +153,48 @@ def test_a_slot_move_with_keyed_timers_waiting_fires_each_once(
     print(f"\nslot {slot} moved ({moved} keys, one a batch, 0.1 s apart) with {n} commands "
           f"of one device waiting: each ran once, one at a time; {retried} script calls "
           f"retried by the listeners after redirects ran out mid-move")
+
+
+@pytest.mark.parametrize("fault", ["kill", "pause"])
+def test_a_listener_killed_or_paused_while_it_moves_timers_loses_none_and_runs_none_twice(
+        cluster: Cluster, r: redis.Redis, processes: Processes, fault: str) -> None:
+    """Three listeners move a burst of 48 commands whose device the task works out to
+    their devices' shards (each move: four script calls over two shards); one of them is
+    killed (or stopped for two leases, then let go on) the moment they come due, in the
+    middle of its moves. Every command runs, none twice but a run its listener died in
+    (counted as a rerun), and no move is left unsettled.
+
+    Overlaps of one device's commands are printed, not judged: the same faults give 0 to 4
+    overlapping pairs per burst with the key given when scheduling (no move at all; 6
+    runs of each fault, leases of 2 and 5 s, 2026-11-26), so they are not the moves'."""
+    procs = [processes.spawn(TIMERS_COMMAND, "listen", "--url", cluster.url, "--tasks",
+                             TASKS, "--lease", "2", "--concurrency", "8") for _ in range(3)]
+    with Timers(cluster.url) as t:
+        wait_until(lambda: len(t.listeners()) >= 3, 60, message="3 listeners to start")
+        due_ms = redis_now_ms(r) + 1000
+        t.schedule_many(TimerSpec("flow.device_command", [f"{d}/{i}", d, 0.05],
+                                  at=datetime.fromtimestamp(due_ms / 1000, UTC))
+                        for i in range(12) for d in range(4))
+        wait_until(lambda: redis_now_ms(r) >= due_ms + 5, 5, message="the burst to come due")
+        victim = procs[0]
+        victim.send_signal(signal.SIGKILL if fault == "kill" else signal.SIGSTOP)
+        if fault == "pause":
+            resume_at = redis_now_ms(r) + 4000  # two leases: its claims are taken over
+            wait_until(lambda: redis_now_ms(r) >= resume_at, 10, message="two leases")
+            victim.send_signal(signal.SIGCONT)
+        wait_until(lambda: r.llen("test:runs") >= 48, 120, message="48 commands to run")
+        wait_until(lambda: settled(t), 30, message="nothing pending or running")
+        with sync_cluster(cluster.url) as client:
+            wait_until(lambda: all(client.zcard(k.arrivals) == 0 for k in SHARDS), 30,
+                       message="every move settled")
+        counters = t.stats().counters
+    by_key = spans(r)
+    ran = Counter(tag for runs in by_key.values() for _, _, tag in runs)
+    assert set(ran) == {f"{d}/{i}" for d in range(4) for i in range(12)}
+    twice = sum(n - 1 for n in ran.values())
+    found = {key: overlaps(runs) for key, runs in by_key.items()}
+    print(f"\n48 commands, a listener {'killed' if fault == 'kill' else 'paused 4 s'} as "
+          f"they came due: {counters.get('placed', 0)} moved, {counters.get('reruns', 0)} "
+          f"reruns, {twice} run twice, {sum(map(len, found.values()))} overlaps, "
+          f"{counters.get('late_finishes', 0)} late finishes")
+    assert twice <= counters.get("reruns", 0)
