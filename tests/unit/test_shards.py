@@ -339,3 +339,31 @@ def test_a_timer_moved_to_its_limits_shard_is_found_by_its_id(
         assert t.cancel("moved") and not t.cancel("moved") and t.get("moved") is None
         assert t.status("moved").state is TimerState.CANCELLED
         assert t.status("never").state is TimerState.UNKNOWN
+
+
+@timers.task(concurrency=1)
+def _failing(i: int) -> None:
+    """One at a time fleet-wide, and fails."""
+    raise RuntimeError("no")
+
+
+def test_a_timer_that_died_in_its_limits_shard_is_retried_there(
+        caplog: pytest.LogCaptureFixture) -> None:
+    server = fakeredis.FakeServer()
+    past = datetime.now(UTC) - timedelta(seconds=1)
+    home = shard_of_key("task:lim.fails", 4)
+    timer_id = next(f"f{i}" for i in range(100) if shard_of(f"f{i}", 4) != home)
+    with Timers(fakeredis.FakeRedis(server=server), shards=4) as t:
+        t.schedule("lim.fails", [0], at=past, id=timer_id)
+
+        async def burst() -> None:
+            listener = Listener(fakeredis.FakeAsyncRedis(server=server),
+                                registry={"lim.fails": _failing})
+            await asyncio.wait_for(listener.run(burst=True), 15)
+            await listener.redis.aclose()
+
+        asyncio.run(burst())
+        (failure,) = t.failed()
+        assert t.get_failure(timer_id) is not None  # found in its limit's shard
+        assert t.retry_failure(failure) == timer_id
+        assert t.failed() == [] and t.get(timer_id) is not None

@@ -106,6 +106,8 @@ class Claimer:
         self.hooks, self.stopping = hooks, stopping
         self.poke, self.parker, self.ahead_share, self.outage = poke, parker, ahead_share, outage
         self.memory = MemoryGuard()
+        self.swept = False
+        """A claim was answered: what is due is known."""
         self.slot_freed = asyncio.Event()
 
     async def run(self, burst: bool) -> None:
@@ -135,6 +137,7 @@ class Claimer:
                 await pause(delays.next(), self.poke)
                 continue
             state.ok()
+            self.swept = True
             self.memory.claimed()
             delays.reset()
             if claimed >= limit:
@@ -174,6 +177,13 @@ class Claimer:
     def idle(self) -> bool:
         """Nothing running, nothing named by events, nothing due yet."""
         if self.hooks.busy():
+            return False
+        return self.nothing_due()
+
+    def nothing_due(self) -> bool:
+        """Nothing due yet, as far as this claimer knows (it knows nothing before its
+        first claim)."""
+        if not self.swept:
             return False
         head = self.tracker.next_wake_ms()
         return head is None or head > self.tracker.redis_now_ms()

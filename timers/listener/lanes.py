@@ -185,7 +185,7 @@ class Lane:
                              shards=shards, shard=index)
         self.placer = (Placer(lambda i: self.lanes[i].scripts, index, shards, shared.lease,
                               loader.resolve, hand_back=self.hand_back_now,
-                              redis_now_ms=self.tracker.redis_now_ms)
+                              redis_now_ms=self.tracker.redis_now_ms, arrived=self._arrived)
                        if shards > 1 else None)
         """Moves runs whose limit lives in another shard there (several shards only)."""
         self.handoff = Handoff(shared.id, shared.groups, shared.lease, shared.free_slots,
@@ -336,12 +336,35 @@ class Lane:
 
     def _after_endings_written(self) -> None:
         if self.burst:
-            self.claimer.poke.set()  # the sweep loop decides whether the burst is over
+            self._poke_bursts()  # the sweep loop decides whether the burst is over
+
+    def _poke_bursts(self) -> None:
+        """In a burst, this lane's sweep loop looks again whether the burst is over; with
+        several shards, every lane's (a lane's burst ends only with all of theirs: a timer
+        claimed in one may move into another, :mod:`timers.listener.placer`)."""
+        for lane in self.lanes if self.placer is not None else (self,):
+            lane.claimer.poke.set()
 
     def busy(self) -> bool:
         """Runs going, events waiting, or endings not written yet (a retry due at once is
-        due only once its ending is written: a burst is not over before then)."""
-        return bool(self.running or self.events.pending or len(self.endings))
+        due only once its ending is written: a burst is not over before then). With
+        several shards, in a burst: or another lane has any of those, a move under way or
+        something due (a timer it claims may move into this lane's shard)."""
+        if self._busy_here():
+            return True
+        return self.burst and self.placer is not None and any(
+            lane._busy_here() or not lane.claimer.nothing_due()
+            for lane in self.lanes if lane is not self)
+
+    def _busy_here(self) -> bool:
+        return bool(self.running or self.events.pending or len(self.endings)
+                    or (self.placer is not None and self.placer.in_flight))
+
+    def _arrived(self, target: int, due_ms: int) -> None:
+        """A timer moved into shard ``target``: its lane claims it when it is due."""
+        lane = self.lanes[target]
+        lane.tracker.note_due(due_ms)
+        lane.claimer.poke.set()
 
     def _revoke(self, token: str) -> None:
         self.turns.revoke(token, self.runner.revoke)
@@ -356,7 +379,7 @@ class Lane:
             self.turns.end(run.token)
             self.shared.slot_freed()
             if self.burst:
-                self.claimer.poke.set()  # the sweep loop decides whether the burst is over
+                self._poke_bursts()  # the sweep loop decides whether the burst is over
         self.tally.ended(done)
         if done.ending is None:  # held back by a flow gate: the run is no longer ours
             self.held.release([run.token])

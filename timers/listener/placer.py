@@ -71,12 +71,15 @@ class Placer:
 
     def __init__(self, scripts_of: Callable[[int], Scripts], index: int, count: int,
                  lease: float, resolve: Callable[[str], Callable[..., Any]], *,
-                 hand_back: Callable[[Run], None], redis_now_ms: Callable[[], float]) -> None:
+                 hand_back: Callable[[Run], None], redis_now_ms: Callable[[], float],
+                 arrived: Callable[[int, int], None] | None = None) -> None:
         self.scripts_of, self.index, self.count = scripts_of, index, count
         self.lease_ms, self.resolve = round(lease * 1000), resolve
-        self.hand_back, self.redis_now_ms = hand_back, redis_now_ms
+        self.hand_back, self.redis_now_ms, self.arrived = hand_back, redis_now_ms, arrived
         self.moved = 0
         """Runs this lane moved to another shard (their copies settled there)."""
+        self.in_flight = 0
+        """Runs this lane is moving now (a burst is not over meanwhile)."""
 
     # -- where a run belongs ------------------------------------------------------------
 
@@ -118,7 +121,12 @@ class Placer:
             else:
                 moving[home].append(run)
         if moving:
-            staying += await self._move(moving)
+            count = sum(map(len, moving.values()))
+            self.in_flight += count
+            try:
+                staying += await self._move(moving)
+            finally:
+                self.in_flight -= count
         return staying
 
     def _copy(self, run: Run) -> str:
@@ -181,6 +189,8 @@ class Placer:
             committed = [s for s in settles[target] if s.verdict == "c"]
             self.moved += len(committed)
             forget += [s.name.partition("|")[2] for s in committed]
+            if committed and self.arrived is not None:
+                self.arrived(target, 0)  # due: its lane claims it at once
         if forget:
             try:
                 await self.scripts_of(source).departed(forget, forget=True)

@@ -22,7 +22,7 @@ from timers.model.flow.names import DEFAULT_GROUP
 from timers.model.keys import Keyspace, configured_prefix
 from timers.model.wire import HistoryRecord, MinuteSlot, MinuteStats, TimerState
 from timers.ops import browse, tasks
-from timers.ops.base import Operation, Request
+from timers.ops.base import Call, Operation, Request
 from timers.ops.failures import Failure, RetrySummary
 from timers.ops.history import merge_slots
 from timers.ops.operations import (
@@ -278,8 +278,18 @@ class ShardedOperations:
         return found[0] if found else None
 
     def retry_failure(self, failure: Failure, replace: bool = False) -> Operation[str]:
-        return (yield from self._routed(failure.timer_id or "",
-                                        lambda s: s.retry_failure(failure, replace)))
+        """In the shard of the timer id; in the shard that holds the failure record when
+        that is another (a timer that moved to its limit's shard and died there: it is
+        scheduled again there, and found by id as any moved timer is)."""
+        shards = yield from self.shards()
+        home = shard_of(failure.timer_id or "", len(shards))
+        if len(shards) > 1:
+            held = yield [Call(command=("HEXISTS", s.keys.failure_records, failure.failure_id))
+                          for s in shards]
+            holding = [i for i, found in enumerate(held) if int(found)]
+            if holding and home not in holding:
+                home = holding[0]
+        return (yield from shards[home].retry_failure(failure, replace))
 
     def retry_all_failures(self, replace: bool = False,
                            runnable_only: bool = True) -> Operation[RetrySummary]:
