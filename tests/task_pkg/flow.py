@@ -137,3 +137,17 @@ def paced_on_redis_clock(tag: str) -> None:
         rates = _rate_clients[url] = redis.Redis.from_url(url, decode_responses=True)
     last = rates.hget(Keyspace().rate(TASK_KEY + timers.current().task), "last")
     client().rpush(RUNS, json.dumps([tag, float(last or "nan")]))
+
+
+
+@timers.task(rate="600/m")
+def paced_started(tag: str) -> None:
+    """Ten starts a second fleet-wide: notes ``[tag, 0, pid, entry ms, start ms]``: the ms
+    the task entered (the machine's clock, read on the suite's server: the first run of a
+    process pays its connection first) and the ms its listener started it (its due time
+    plus its lateness, on the listener's reading of the Redis clock)."""
+    r = client()
+    entered = redis_ms(r)
+    context = timers.current()
+    started = context.due.timestamp() * 1000 + context.lateness * 1000
+    r.rpush(RUNS, json.dumps([tag, 0, os.getpid(), entered, started]))

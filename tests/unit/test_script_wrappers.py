@@ -19,6 +19,7 @@ from timers.model.keys import SCRIPT_KEY_NAMES, Keyspace
 from timers.store.scripts import (
     PRELUDES,
     SCRIPT_NAMES,
+    Departure,
     GateRun,
     Invocation,
     NewTimer,
@@ -26,6 +27,7 @@ from timers.store.scripts import (
     ScriptCalls,
     ScriptName,
     Scripts,
+    Settle,
     helpers_for,
     shared_key_names,
     source,
@@ -35,7 +37,7 @@ from timers.store.scripts import (
 KS = Keyspace("p")
 CALLS = ScriptCalls(KS)
 ALLOW_OOM = {"renew", "finish", "cancel", "forget", "heartbeat", "reschedule", "cron_pause",
-             "cron_remove", "cron_next", "shards"}
+             "cron_remove", "cron_next", "shards", "depart"}
 LABELS = {
     "due index": KS.due, "records": KS.records, "running": KS.running,
     "running records": KS.running_records, "sequence": KS.sequence, "stats": KS.stats,
@@ -47,7 +49,8 @@ LABELS = {
     "near": KS.near, "history": KS.history, "history records": KS.history_records,
     "history retention": KS.history_retention, "history expiry": KS.history_expiry,
     "history task ages": KS.history_task_ages, "series": KS.series,
-    "series tasks": KS.series_tasks,
+    "series tasks": KS.series_tasks, "arrivals": KS.arrivals,
+    "arrival records": KS.arrival_records, "moves": KS.moves,
     **{f"{age} {label}": getattr(keys, name)
        for age, keys in (("old", KS), ("new", Keyspace("q")))
        for label, name in (("due index", "due"), ("records", "records"),
@@ -77,6 +80,12 @@ SAMPLES: dict[ScriptName, Invocation] = {
     "near": CALLS.near(1000),
     "shards": CALLS.shards(16, True),
     "move": CALLS.move(Keyspace("q"), ["t.f"], False, ["a", "b"]),
+    "arrive": CALLS.settle(100, [Settle("0|7", "c", "a", "t.f;g=v;p=2:[1]")]),
+    "depart": CALLS.depart([Departure("7", "v", 1)]),
+}
+PER_ITEM_KEYS = {  # the keys each sample names per item ("KEYS[3..] per …")
+    "arrive": [KS.due_index("v", 2), KS.timer_key("a:t.f;g=v;p=2:[1]")],
+    "depart": [KS.running_of("v")],
 }
 EXPIRING_KEYS = {  # the expiring keys each sample must name, in order
     "schedule": [KS.timer_key("a:t.f:[1]"), KS.timer_key("b:t.g:[2]")],
@@ -101,6 +110,8 @@ def expected_keys(name: ScriptName) -> list[str]:
             taken = timer_keys if "+i" in index else timer_keys[:1]
             out += taken
             del timer_keys[:len(taken)]
+        elif label.startswith("per "):
+            out += PER_ITEM_KEYS[name]
         elif label in ("shared keys", "new shared keys"):  # the shared keys its code names
             keyspace = Keyspace("q") if label.startswith("new") else KS
             out += [key for key_name, key in zip(SCRIPT_KEY_NAMES, keyspace.script_keys,

@@ -22,6 +22,7 @@ from timers import Listener, Timers, TimerSpec
 from timers.exceptions import ShardLayoutMismatch, TimersError
 from timers.listener.flow_gate import _WARNED
 from timers.model.keys import Keyspace
+from timers.model.wire import TimerState
 from timers.ops.shards import (
     MAX_SHARDS,
     ShardLayout,
@@ -31,6 +32,7 @@ from timers.ops.shards import (
     shard_of_key,
     shard_prefix,
 )
+from timers.store.scripts import NewTimer, Scripts
 
 SHARDS = ShardLayout(Keyspace("timers"), 4, "timers").keyspaces
 
@@ -244,14 +246,20 @@ def _keyed(i: int) -> None:
     """One at a time per key given when scheduling: exact on any number of shards."""
 
 
-def test_a_listener_says_once_that_limits_hold_per_shard_and_its_burst_ends(
+@timers.task(concurrency=1, rate="600/m")
+def _keyed_and_rated(i: int) -> None:
+    """One at a time per key given when scheduling, ten starts a second."""
+
+
+def test_a_listener_moves_a_declared_limits_timers_into_its_shard_and_its_burst_ends(
         caplog: pytest.LogCaptureFixture) -> None:
     """(A burst's lane that finished first once kept its loops going, and the burst never
-    ended: each lane's loops now stop with the lane.)"""
+    ended: each lane's loops now stop with the lane.) A task's own limit lives in one
+    shard: the timers of other shards move there at their first claim (rule 3)."""
     server = fakeredis.FakeServer()
     past = datetime.now(UTC) - timedelta(seconds=1)
     with Timers(fakeredis.FakeRedis(server=server), shards=4) as t:
-        t.schedule_many(TimerSpec("lim.one", [i], at=past) for i in range(5))
+        ids = t.schedule_many(TimerSpec("lim.one", [i], at=past) for i in range(8))
 
         async def burst() -> None:
             listener = Listener(fakeredis.FakeAsyncRedis(server=server),
@@ -261,9 +269,37 @@ def test_a_listener_says_once_that_limits_hold_per_shard_and_its_burst_ends(
 
         with caplog.at_level("WARNING", logger="timers.listener"):
             asyncio.run(burst())
-        assert t.stats().fired == 5
+        assert t.stats().fired == 8
+        home = shard_of_key("task:lim.one", 4)
+        away = sum(1 for i in ids if shard_of(i, 4) != home)
+        assert away and t.stats().counters.get("placed") == away
+        assert all(t.status(i).state is TimerState.COMPLETED for i in ids)  # found by id
     said = [r.getMessage() for r in caplog.records if "counted in each shard" in r.getMessage()]
-    assert len(said) == 1 and "task lim.one" in said[0] and "prefix is split into 4" in said[0]
+    assert said == []
+
+
+def test_a_listener_says_once_that_a_rate_of_keyed_timers_holds_per_shard(
+        caplog: pytest.LogCaptureFixture) -> None:
+    server = fakeredis.FakeServer()
+    past = datetime.now(UTC) - timedelta(seconds=1)
+    rate_home = shard_of_key("task:lim.rated", 4)
+    key = next(k for k in (f"k{i}" for i in range(100)) if shard_of_key(k, 4) != rate_home)
+    _WARNED.discard("lim.rated")
+    with Timers(fakeredis.FakeRedis(server=server), shards=4) as t:
+        t.schedule("lim.rated", [0], at=past, key=key)
+
+        async def burst() -> None:
+            listener = Listener(fakeredis.FakeAsyncRedis(server=server),
+                                registry={"lim.rated": _keyed_and_rated})
+            await asyncio.wait_for(listener.run(burst=True), 15)
+            await listener.redis.aclose()
+
+        with caplog.at_level("WARNING", logger="timers.listener"):
+            asyncio.run(burst())
+        assert t.stats().fired == 1
+        assert "placed" not in t.stats().counters  # a key given when scheduling places it
+    said = [r.getMessage() for r in caplog.records if "counted in each shard" in r.getMessage()]
+    assert len(said) == 1 and "task lim.rated" in said[0] and "prefix is split into 4" in said[0]
 
 
 def test_a_listener_says_nothing_of_shards_for_timers_in_their_keys_shard(
@@ -285,3 +321,49 @@ def test_a_listener_says_nothing_of_shards_for_timers_in_their_keys_shard(
             asyncio.run(burst())
         assert t.stats().fired == 9
     assert not [r for r in caplog.records if "counted in each shard" in r.getMessage()]
+
+
+def test_a_timer_moved_to_its_limits_shard_is_found_by_its_id(
+        fake: fakeredis.FakeRedis) -> None:
+    """A timer whose task declares a limit moves, at its first claim, to the shard of its
+    limit (timers/listener/placer.py): by id, the API looks there in a round trip more."""
+    with Timers(fake, shards=4) as t:
+        t.stats()  # fixes the layout
+        elsewhere = (shard_of("moved", 4) + 1) % 4
+        Scripts(fake, SHARDS[elsewhere]).schedule(
+            [NewTimer("moved", "a.b;sh=0:[1]", "in", 60_000, "n")])
+        found = t.get("moved")
+        assert found is not None and found.args == [1]
+        assert t.status("moved").state is TimerState.PENDING
+        assert t.reschedule("moved", in_=5)
+        assert t.cancel("moved") and not t.cancel("moved") and t.get("moved") is None
+        assert t.status("moved").state is TimerState.CANCELLED
+        assert t.status("never").state is TimerState.UNKNOWN
+
+
+@timers.task(concurrency=1)
+def _failing(i: int) -> None:
+    """One at a time fleet-wide, and fails."""
+    raise RuntimeError("no")
+
+
+def test_a_timer_that_died_in_its_limits_shard_is_retried_there(
+        caplog: pytest.LogCaptureFixture) -> None:
+    server = fakeredis.FakeServer()
+    past = datetime.now(UTC) - timedelta(seconds=1)
+    home = shard_of_key("task:lim.fails", 4)
+    timer_id = next(f"f{i}" for i in range(100) if shard_of(f"f{i}", 4) != home)
+    with Timers(fakeredis.FakeRedis(server=server), shards=4) as t:
+        t.schedule("lim.fails", [0], at=past, id=timer_id)
+
+        async def burst() -> None:
+            listener = Listener(fakeredis.FakeAsyncRedis(server=server),
+                                registry={"lim.fails": _failing})
+            await asyncio.wait_for(listener.run(burst=True), 15)
+            await listener.redis.aclose()
+
+        asyncio.run(burst())
+        (failure,) = t.failed()
+        assert t.get_failure(timer_id) is not None  # found in its limit's shard
+        assert t.retry_failure(failure) == timer_id
+        assert t.failed() == [] and t.get(timer_id) is not None

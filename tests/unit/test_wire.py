@@ -11,7 +11,8 @@ LUA = Path(timers.model.keys.__file__).parents[1] / "store" / "lua"
 
 
 def test_every_ending_kind_and_counter_is_a_scripts_word() -> None:
-    scripts = "".join((LUA / f"{name}.lua").read_text() for name in ("finish", "claim", "gate"))
+    scripts = "".join((LUA / f"{name}.lua").read_text()
+                      for name in ("finish", "claim", "gate", "depart"))
     for kind in EndingKind:
         assert f"'{kind}'" in scripts, kind
     for counter in Counter:

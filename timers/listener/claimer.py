@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 import redis
@@ -81,6 +81,9 @@ class ClaimerHooks:
     """A permanent error: stop the listener."""
     keyed_tasks: Callable[[], Sequence[str]]
     """The tasks with a concurrency key or cap (claims note theirs for the order barrier)."""
+    place: Callable[[list[Run]], Awaitable[list[Run]]] | None = None
+    """On a prefix of several shards: moves the claimed runs whose limit lives in another
+    shard there and returns those that stay (:mod:`timers.listener.placer`)."""
 
 
 class Claimer:
@@ -103,6 +106,8 @@ class Claimer:
         self.hooks, self.stopping = hooks, stopping
         self.poke, self.parker, self.ahead_share, self.outage = poke, parker, ahead_share, outage
         self.memory = MemoryGuard()
+        self.swept = False
+        """A claim was answered: what is due is known."""
         self.slot_freed = asyncio.Event()
 
     async def run(self, burst: bool) -> None:
@@ -132,6 +137,7 @@ class Claimer:
                 await pause(delays.next(), self.poke)
                 continue
             state.ok()
+            self.swept = True
             self.memory.claimed()
             delays.reset()
             if claimed >= limit:
@@ -172,6 +178,13 @@ class Claimer:
         """Nothing running, nothing named by events, nothing due yet."""
         if self.hooks.busy():
             return False
+        return self.nothing_due()
+
+    def nothing_due(self) -> bool:
+        """Nothing due yet, as far as this claimer knows (it knows nothing before its
+        first claim)."""
+        if not self.swept:
+            return False
         head = self.tracker.next_wake_ms()
         return head is None or head > self.tracker.redis_now_ms()
 
@@ -193,6 +206,8 @@ class Claimer:
         self.tracker.backlogged = next_due != -1 and next_due <= now_us // 1000 + horizon_ms
         items = reply[3:]
         runs = [Run.parse(items[i], items[i + 1], items[i + 2]) for i in range(0, len(items), 3)]
+        if runs and self.hooks.place is not None:
+            runs = await self.hooks.place(runs)
         if runs and self.parker.wanted():
             # gates hold runs back (a backlog for busy keys): those held back now are not
             # started at all. Otherwise each run asks at its start, and the next claim

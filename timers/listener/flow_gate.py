@@ -173,13 +173,22 @@ class FlowGate:
         return Outcome("held", status, _HELD_MESSAGES.get(status, status))
 
     def _exact(self, record: Record, policy: TaskPolicy) -> bool:
-        """Whether the run's limit is one limit fleet-wide on a sharded prefix: only a
-        concurrency key given at schedule time, with no rate, whose timer lives in its
-        key's shard (:mod:`timers.ops.shards`; not: a recurrence's occurrence, whose shard is
-        its recurrence's, or a timer scheduled by an older producer)."""
+        """Whether the run's limit is one limit fleet-wide on a sharded prefix: its timer
+        lives in the shard of its limit (:mod:`timers.ops.shards`): a concurrency key given
+        at schedule time, with no rate, in its key's shard; else a limit the task declares,
+        in the shard of its rate, else of its key (placed there at its first claim:
+        :mod:`timers.listener.placer`). Not: a recurrence's occurrence, whose shard is its
+        recurrence's, or a keyed timer scheduled by an older producer."""
         escaped = record.options.get(Option.KEY)
-        return bool(escaped) and policy.rate is None and shard_of_key(
-            unescape_key(escaped or ""), self.shards) == self.shard
+        if escaped:
+            return policy.rate is None and shard_of_key(
+                unescape_key(escaped), self.shards) == self.shard
+        try:
+            limits = flow_limits(record, policy)
+        except FlowKeyError:
+            return True  # the gate reports it
+        return limits is None or shard_of_key(limits[2] or limits[0],
+                                              self.shards) == self.shard
 
     def _start_asking(self) -> None:
         task = asyncio.get_running_loop().create_task(self._ask())
@@ -217,14 +226,14 @@ _WARNED: set[str] = set()
 
 
 def _per_shard(task: str, shards: int) -> None:
-    """Say once per task that its limits hold per shard on a sharded prefix (all but a
-    concurrency key given at schedule time: see :mod:`timers.ops.shards`)."""
+    """Say once per task that its limits hold per shard on a sharded prefix: a timer that
+    is not in its limit's shard (see :mod:`timers.ops.shards`)."""
     if task in _WARNED:
         return
     _WARNED.add(task)
-    log.warning("task %s has a rate limit, a concurrency limit it works out itself or a timer "
-                "outside its key's shard, and the prefix is split into %d shards: the limit is "
-                "counted in each shard, so up to %d times it can run at once fleet-wide. For "
-                "an exact concurrency limit, give the key when scheduling (key=...: the timer "
-                "then lives in its key's shard); for an exact rate, give such timers a prefix "
+    log.warning("task %s has a timer outside the shard of its limit (a recurrence's occurrence, "
+                "a timer with both key= and a rate, or one scheduled by an older producer), and "
+                "the prefix is split into %d shards: its limit is counted in each shard, so up "
+                "to %d times it can run at once fleet-wide. For an exact limit, schedule such "
+                "timers without key= (the task's limit then places them) or give them a prefix "
                 "of one shard (TIMERS_PREFIX=... TIMERS_SHARDS=1)", task, shards, shards)

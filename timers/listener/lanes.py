@@ -42,6 +42,7 @@ from timers.listener.loader import TaskLoader
 from timers.listener.near_keys import keep_near_keys
 from timers.listener.parker import Parker
 from timers.listener.peers import Peers
+from timers.listener.placer import Placer
 from timers.listener.precise import PreciseSleeper
 from timers.listener.quarantine import Quarantine
 from timers.listener.recycling import RecycleLimits, Recycler, report_fd
@@ -182,6 +183,11 @@ class Lane:
         loader, outage, poke = shared.loader, Outage(), asyncio.Event()
         self.flow = FlowGate(self.scripts, shared.lease, on_held=shared.tally.held_back,
                              shards=shards, shard=index)
+        self.placer = (Placer(lambda i: self.lanes[i].scripts, index, shards, shared.lease,
+                              loader.resolve, hand_back=self.hand_back_now,
+                              redis_now_ms=self.tracker.redis_now_ms, arrived=self._arrived)
+                       if shards > 1 else None)
+        """Moves runs whose limit lives in another shard there (several shards only)."""
         self.handoff = Handoff(shared.id, shared.groups, shared.lease, shared.free_slots,
                                shared.stopping, self.start, self.hand_back_now,
                                slot_freed=shared.slot_freed, holding=self.flow.holding)
@@ -199,9 +205,11 @@ class Lane:
             self.scripts, shared.groups, shared.id, shared.lease, shared.clock, self.tracker,
             ClaimerHooks(free_slots=shared.free_slots, take_event_ids=self.events.take,
                          busy=self.busy, start=self.start, give_up=self._give_up,
-                         keyed_tasks=loader.keyed_tasks),
+                         keyed_tasks=loader.keyed_tasks,
+                         place=None if self.placer is None else self.placer.place),
             shared.stopping, poke=poke,
-            parker=Parker(self.scripts, shared.groups, shared.lease, loader.resolve, self.flow),
+            parker=Parker(self.scripts, shared.groups, shared.lease, loader.resolve, self.flow,
+                          moves=None if self.placer is None else self._moves),
             ahead_share=max(1, shared.concurrency // 2), outage=outage)
         self.executor = Executor(loader.resolve, shared.runner,
                                  Quarantine(loader, listener_name(shared.id)),
@@ -228,6 +236,9 @@ class Lane:
             asyncio.create_task(self.endings.run(), name="timers-finish"),
             asyncio.create_task(self._heartbeat_loop(), name="timers-heartbeat"),
         ]
+        if self.placer is not None:
+            loops.append(asyncio.create_task(
+                self.placer.settle_lapsed_until(self.stopping), name="timers-arrivals"))
         for loop_task in loops:
             loop_task.add_done_callback(self._loop_ended)
         try:
@@ -243,6 +254,9 @@ class Lane:
             await self.endings.flush_remaining(shared.clock)
             with contextlib.suppress(*RETRYABLE):
                 await self.heartbeat(alive=False)
+
+    def _moves(self, record_text: str) -> bool:
+        return self.placer is not None and self.placer.home_of(record_text) is not None
 
     def _loop_ended(self, task: asyncio.Task[None]) -> None:
         """A loop must only end on stop: if one dies of a bug, stop rather than limp on
@@ -323,12 +337,35 @@ class Lane:
 
     def _after_endings_written(self) -> None:
         if self.burst:
-            self.claimer.poke.set()  # the sweep loop decides whether the burst is over
+            self._poke_bursts()  # the sweep loop decides whether the burst is over
+
+    def _poke_bursts(self) -> None:
+        """In a burst, this lane's sweep loop looks again whether the burst is over; with
+        several shards, every lane's (a lane's burst ends only with all of theirs: a timer
+        claimed in one may move into another, :mod:`timers.listener.placer`)."""
+        for lane in self.lanes if self.placer is not None else (self,):
+            lane.claimer.poke.set()
 
     def busy(self) -> bool:
         """Runs going, events waiting, or endings not written yet (a retry due at once is
-        due only once its ending is written: a burst is not over before then)."""
-        return bool(self.running or self.events.pending or len(self.endings))
+        due only once its ending is written: a burst is not over before then). With
+        several shards, in a burst: or another lane has any of those, a move under way or
+        something due (a timer it claims may move into this lane's shard)."""
+        if self._busy_here():
+            return True
+        return self.burst and self.placer is not None and any(
+            lane._busy_here() or not lane.claimer.nothing_due()
+            for lane in self.lanes if lane is not self)
+
+    def _busy_here(self) -> bool:
+        return bool(self.running or self.events.pending or len(self.endings)
+                    or (self.placer is not None and self.placer.in_flight))
+
+    def _arrived(self, target: int, due_ms: int) -> None:
+        """A timer moved into shard ``target``: its lane claims it when it is due."""
+        lane = self.lanes[target]
+        lane.tracker.note_due(due_ms)
+        lane.claimer.poke.set()
 
     def _revoke(self, token: str) -> None:
         self.turns.revoke(token, self.runner.revoke)
@@ -343,7 +380,7 @@ class Lane:
             self.turns.end(run.token)
             self.shared.slot_freed()
             if self.burst:
-                self.claimer.poke.set()  # the sweep loop decides whether the burst is over
+                self._poke_bursts()  # the sweep loop decides whether the burst is over
         self.tally.ended(done)
         if done.ending is None:  # held back by a flow gate: the run is no longer ours
             self.held.release([run.token])

@@ -38,9 +38,13 @@ class Parker:
     """Parks the due backlog's timers whose concurrency key is full (see module doc)."""
 
     def __init__(self, scripts: Scripts, groups: Sequence[str], lease: float,
-                 resolve: Callable[[str], Callable[..., Any]], flow: FlowGate) -> None:
+                 resolve: Callable[[str], Callable[..., Any]], flow: FlowGate,
+                 moves: Callable[[str], bool] | None = None) -> None:
         self.scripts, self.groups, self.lease = scripts, tuple(groups), lease
         self.resolve, self.flow = resolve, flow
+        self.moves = moves
+        """On a prefix of several shards: whether a timer (its record) moves to another
+        shard at its claim (:mod:`timers.listener.placer`): it is not parked here."""
         self.parked = 0
         """Timers parked so far (for the tests and the curious)."""
         self._armed_at = 1
@@ -64,4 +68,6 @@ class Parker:
     def _parkable(self, escaped_id: str, due: str, record_text: str) -> ParkTimer | None:
         """The timer with its key and limit, if a gate would weigh only its key."""
         limit = key_only_limit(record_text, self.resolve)
-        return None if limit is None else ParkTimer(escaped_id, record_text, *limit)
+        if limit is None or (self.moves is not None and self.moves(record_text)):
+            return None
+        return ParkTimer(escaped_id, record_text, *limit)

@@ -31,7 +31,8 @@ key                 type    holds
 ``P|stats``         hash    counters (:class:`timers.model.wire.Counter`): fired (ended
                             well), failed, skipped, reruns, rejected, retried,
                             handed_back, late_finishes, routed (moved to their
-                            task's group), waited (held for a concurrency key),
+                            task's group), placed (moved to the shard of
+                            their task's limit), waited (held for a concurrency key),
                             rate_limited (held for a rate limit), held_ms (ms
                             they waited, added as each starts).
 ``P|listeners``     zset    listener id → heartbeat deadline ms: the live listeners.
@@ -94,6 +95,14 @@ key                 type    holds
                             text: a ring of 24 h of minute slots per task (runs,
                             failures, lateness and duration histograms).
 ``P|seriest``       hash    task -> last minute written: the tasks with a series.
+``P|arriving``      zset    ``<from shard>|<run token>`` -> deadline ms: timers moving
+                            into this shard, not settled yet (Cluster: a limit the
+                            task declares lives in one shard; ``lua/arrive.lua``).
+``P|arrivingrec``   hash    ``<from shard>|<run token>`` -> ``<due>|<id>:<record>``: what
+                            each of those pends once its source commits the move.
+``P|moves``         hash    run token -> the shard a run of this shard moved to, noted
+                            by ``lua/depart.lua`` (the move's commit point) until the
+                            arrival is settled there.
 ``P|shards``        string  the shard count of the prefix (:mod:`timers.ops.shards`); kept
                             in the one-shard keyspace ``P`` of the prefix. Shard ``i`` of
                             ``S`` > 1 has the keyspace ``{P#i.k}`` (``k`` spreads the
@@ -230,6 +239,16 @@ class Keyspace:
             return self.due
         return f"{self.due}|{group}|{priority}"
 
+    def due_index_of(self, record: str) -> str:
+        """The due index a record ``task[;opt=value…]:args`` is pended in, read as
+        ``lua/prelude.lua``'s ``due_key_for`` reads it (``;g=``, ``;p=`` in -1000..1000)."""
+        options = dict(part.partition("=")[::2] for part in record.partition(":")[0]
+                       .split(";")[1:])
+        group = options.get("g") or DEFAULT_GROUP
+        text = options.get("p", "0")
+        priority = int(text) if text.lstrip("-").isdigit() and text.count("-") <= 1 else 0
+        return self.due_index(group, priority if -1000 <= priority <= 1000 else 0)
+
     def running_of(self, group: str = DEFAULT_GROUP) -> str:
         return self.running if group == DEFAULT_GROUP else f"{self.running}|{group}"
 
@@ -311,6 +330,21 @@ class Keyspace:
     def series_tasks(self) -> str:
         """hash: task -> last minute written."""
         return self.prefix + "|seriest"
+
+    @property
+    def arrivals(self) -> str:
+        """zset: ``<from shard>|<run token>`` -> deadline ms of a move not settled yet."""
+        return self.prefix + "|arriving"
+
+    @property
+    def arrival_records(self) -> str:
+        """hash: ``<from shard>|<run token>`` -> ``<due>|<id>:<record>`` of that move."""
+        return self.prefix + "|arrivingrec"
+
+    @property
+    def moves(self) -> str:
+        """hash: run token -> the shard the run moved to (until its arrival settles)."""
+        return self.prefix + "|moves"
 
     @property
     def shards(self) -> str:

@@ -59,3 +59,13 @@ def record_option(record: str, name: str) -> str | None:
         if key == name:
             return value
     return None
+
+
+def with_options(record: str, **options: str) -> str:
+    """``record`` with each of ``options`` set (replacing its value if present), its
+    other options and its args text unchanged."""
+    head, colon, args = record.partition(":")
+    parts = head.split(";")
+    kept = [p for p in parts[1:] if p.partition("=")[0] not in options]
+    added = [f"{name}={value}" for name, value in options.items()]
+    return ";".join([parts[0], *kept, *added]) + colon + args

@@ -50,6 +50,9 @@ class Option(StrEnum):
     HANDED_OVER = "ho"
     """How many times listeners lacking the timer's task handed it back for a live listener
     that has it (absent: never); each hand-back waits longer (:mod:`timers.ops.fleet`)."""
+    FROM_SHARD = "sh"
+    """The shard a timer moved from, at its first claim, to the shard its task's limit
+    lives in (Redis Cluster, :mod:`timers.ops.shards` rule 3): it never moves again."""
     RERUNS = "rc"
     """The reruns of the run a timer came from, while it waits for its key or is handed
     back (absent: 0): its next start is still a rerun (its crash count, quarantine)."""
@@ -140,6 +143,8 @@ class Counter(StrEnum):
     """Endings that came after their lease had lapsed."""
     ROUTED = "routed"
     """Timers moved to the group their task declares."""
+    PLACED = "placed"
+    """Runs moved, at their first claim, to the shard their task's limit lives in."""
     WAITED = "waited"
     """Times a due timer waited for a slot of its concurrency key."""
     RATE_LIMITED = "rate_limited"

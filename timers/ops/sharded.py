@@ -20,9 +20,9 @@ from timers.model.cron import Recurrence
 from timers.model.encoding import DEFAULT_MAX_ARGS_BYTES, escape_id
 from timers.model.flow.names import DEFAULT_GROUP
 from timers.model.keys import Keyspace, configured_prefix
-from timers.model.wire import HistoryRecord, MinuteSlot, MinuteStats
+from timers.model.wire import HistoryRecord, MinuteSlot, MinuteStats, TimerState
 from timers.ops import browse, tasks
-from timers.ops.base import Operation, Request
+from timers.ops.base import Call, Operation, Request
 from timers.ops.failures import Failure, RetrySummary
 from timers.ops.history import merge_slots
 from timers.ops.operations import (
@@ -184,21 +184,38 @@ class ShardedOperations:
         ids = yield from self.write([self.prepare(spec, options)], replication)
         return ids[0]
 
+    def _found(self, timer_id: str, call: Callable[[Operations], Operation[T]],
+               found: Callable[[T], bool]) -> Operation[T]:
+        """``call`` on the shard of ``timer_id``; when it does not find the timer there, on
+        every other shard at once (one round trip more): a timer whose task declares a
+        limit moved to its limit's shard at its first claim (:mod:`timers.listener.placer`).
+        The first shard's answer that found it, else the id's own shard's."""
+        shards = yield from self.shards()
+        home = shard_of(timer_id, len(shards))
+        result = yield from call(shards[home])
+        if found(result) or len(shards) == 1:
+            return result
+        others = yield from gather([call(s) for i, s in enumerate(shards) if i != home])
+        return next((other for other in others if found(other)), result)
+
     def reschedule(self, timer_id: str, in_: float | timedelta | None = None,
                    at: datetime | None = None,
                    replication: Replication | None = None) -> Operation[bool]:
-        return (yield from self._routed(
-            timer_id, lambda s: s.reschedule(timer_id, in_, at, replication)))
+        return (yield from self._found(
+            timer_id, lambda s: s.reschedule(timer_id, in_, at, replication), bool))
 
     def cancel(self, timer_id: str,
                replication: Replication | None = None) -> Operation[bool]:
-        return (yield from self._routed(timer_id, lambda s: s.cancel(timer_id, replication)))
+        return (yield from self._found(
+            timer_id, lambda s: s.cancel(timer_id, replication), bool))
 
     def get(self, timer_id: str) -> Operation[PendingTimer | None]:
-        return (yield from self._routed(timer_id, lambda s: s.get(timer_id)))
+        return (yield from self._found(timer_id, lambda s: s.get(timer_id),
+                                       lambda t: t is not None))
 
     def status(self, timer_id: str) -> Operation[TimerStatus]:
-        return (yield from self._routed(timer_id, lambda s: s.status(timer_id)))
+        return (yield from self._found(timer_id, lambda s: s.status(timer_id),
+                                       lambda t: t.state is not TimerState.UNKNOWN))
 
     # -- history and series -----------------------------------------------------------
 
@@ -251,8 +268,8 @@ class ShardedOperations:
         """A timer's failures are in its shard; a failure id (``…:…``) may be in any."""
         shards = yield from self.shards()
         if ":" not in timer_id or len(shards) == 1:
-            shard = yield from self._of(timer_id)
-            return (yield from shard.get_failures(timer_id))
+            return (yield from self._found(timer_id, lambda s: s.get_failures(timer_id),
+                                           bool))
         parts = yield from gather([s.get_failures(timer_id) for s in shards])
         return _latest(parts)
 
@@ -261,8 +278,18 @@ class ShardedOperations:
         return found[0] if found else None
 
     def retry_failure(self, failure: Failure, replace: bool = False) -> Operation[str]:
-        return (yield from self._routed(failure.timer_id or "",
-                                        lambda s: s.retry_failure(failure, replace)))
+        """In the shard of the timer id; in the shard that holds the failure record when
+        that is another (a timer that moved to its limit's shard and died there: it is
+        scheduled again there, and found by id as any moved timer is)."""
+        shards = yield from self.shards()
+        home = shard_of(failure.timer_id or "", len(shards))
+        if len(shards) > 1:
+            held = yield [Call(command=("HEXISTS", s.keys.failure_records, failure.failure_id))
+                          for s in shards]
+            holding = [i for i, found in enumerate(held) if int(found)]
+            if holding and home not in holding:
+                home = holding[0]
+        return (yield from shards[home].retry_failure(failure, replace))
 
     def retry_all_failures(self, replace: bool = False,
                            runnable_only: bool = True) -> Operation[RetrySummary]:

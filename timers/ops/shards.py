@@ -26,11 +26,15 @@ count its own N. The rule:
    every concurrency key its task's timers carry; the rate wins over the key. A rate is
    the task's declaration, so that placement is rule 3's.
 3. A limit the task declares (a key function, ``concurrency=`` per task, ``rate=``) is
-   known to listeners only (producers do not import tasks): the timer is to move to its
-   limit's shard once, at its first claim, leaving a forward entry that ``get``,
-   ``cancel`` and ``reschedule`` follow in a second round trip. **Not built yet**: until
-   then such limits are counted per shard (exact on one shard only), and a listener logs
-   that once per task.
+   known to listeners only (producers do not import tasks): the timer moves to its
+   limit's shard once, at its first claim, before any gate sees it
+   (:mod:`timers.listener.placer`: four steps over the two shards, each atomic in one,
+   ordered so that a crash anywhere leaves it runnable exactly once), and carries
+   ``;sh=<from shard>`` so it never moves again. ``get``, ``cancel``, ``reschedule`` and
+   ``status`` look in the other shards when the id's own does not have it
+   (:mod:`timers.ops.sharded`). Not moved, so still counted per shard: a recurrence's
+   occurrence (it lives beside its recurrence) and a timer given ``key=`` whose task has
+   a rate (rule 1 places it).
 4. Everything else lives in the shard of its id.
 
 ``S`` is fixed the first time a prefix is used and stored in Redis (``shards.lua``, in

@@ -34,7 +34,7 @@ from timers.store.lua_library import AsyncFunction, Function, library
 ScriptName = Literal[
     "schedule", "reschedule", "cancel", "claim", "renew", "finish", "heartbeat", "forget",
     "cron_declare", "cron_next", "cron_pause", "cron_remove", "gate", "park",
-    "near", "shards", "move",
+    "near", "shards", "move", "arrive", "depart",
 ]
 SCRIPT_NAMES: tuple[ScriptName, ...] = (
     "schedule",
@@ -54,6 +54,8 @@ SCRIPT_NAMES: tuple[ScriptName, ...] = (
     "near",
     "shards",
     "move",
+    "arrive",
+    "depart",
 )
 PRELUDES = ("prelude", "flow", "history")
 """``lua/prelude.lua``, ``lua/flow.lua`` and ``lua/history.lua``: helpers shared by the
@@ -234,6 +236,35 @@ class ParkTimer(NamedTuple):
     limit: int
 
 
+class Arrival(NamedTuple):
+    """A claimed run moving into another shard (``arrive.lua`` "a"): the arrival's name
+    ``<from shard>|<run token>``, its due ms, escaped id and the record to pend there."""
+
+    name: str
+    due_ms: int
+    escaped_id: str
+    record: str
+
+
+class Settle(NamedTuple):
+    """How ``arrive.lua`` "c" settles an arrival: ``verdict`` "c" (pend it), "d" (drop it)
+    or "x" (not yet: its deadline moves on); ``escaped_id`` and ``record`` name the keys
+    pending it touches (they are declared)."""
+
+    name: str
+    verdict: str
+    escaped_id: str
+    record: str
+
+
+class Departure(NamedTuple):
+    """A claimed run leaving for the shard of its limit (``depart.lua`` "d")."""
+
+    token: str
+    group: str
+    to: int
+
+
 class Taker(NamedTuple):
     """Who ``finish.lua`` may hand a timer to when a run frees its concurrency key's slot:
     the finishing listener, up to ``take`` runs (its free slots) of the groups it serves."""
@@ -407,6 +438,41 @@ class ScriptCalls:
         ), (k.timer_key_start, to.timer_key_start, to.wake_channel, ",".join(tasks),
             "d" if dead else "p", *ids), to)
 
+    def arrive(self, lease_ms: int, arrivals: Iterable[Arrival]) -> Invocation:
+        """Write moving timers into this shard, inert until settled (``arrive.lua`` "a")."""
+        k = self.keys
+        args: list[Any] = ["a", k.timer_key_start, k.wake_channel, lease_ms]
+        for arrival in arrivals:
+            args.extend(arrival)
+        return self._shared("arrive", (k.arrivals, k.arrival_records), tuple(args))
+
+    def settle(self, lease_ms: int, settles: Iterable[Settle]) -> Invocation:
+        """Pend, drop or keep waiting arrivals (``arrive.lua`` "c")."""
+        k = self.keys
+        args: list[Any] = ["c", k.timer_key_start, k.wake_channel, lease_ms]
+        keys: list[str] = [k.arrivals, k.arrival_records]
+        for one in settles:
+            args += [one.name, one.verdict]
+            keys += [k.due_index_of(one.record), k.timer_key(f"{one.escaped_id}:{one.record}")]
+        return self._shared("arrive", tuple(keys), tuple(args))
+
+    def depart(self, departures: Iterable[Departure]) -> Invocation:
+        """Let claimed runs leave for their limit's shard (``depart.lua`` "d")."""
+        k = self.keys
+        args: list[Any] = ["d", k.timer_key_start]
+        keys: list[str] = [k.moves, k.stats]
+        for one in departures:
+            args += [one.token, one.to]
+            keys.append(k.running_of(one.group))
+        return self._shared("depart", tuple(keys), tuple(args))
+
+    def departed(self, tokens: Iterable[str], forget: bool = False) -> Invocation:
+        """What became of runs that were to leave (``depart.lua`` "q"), or (``forget``)
+        forget the notes of those whose arrival is settled ("k")."""
+        k = self.keys
+        return self._shared("depart", (k.moves, k.stats),
+                            ("k" if forget else "q", k.timer_key_start, *tokens))
+
     def forget(self, failure_id: str, read_as: str) -> Invocation:
         k = self.keys
         return Invocation("forget", (k.failures, k.failure_records, k.failure_index),
@@ -523,6 +589,22 @@ class Scripts:
                   task_list: str = "") -> Any:
         """Reply: the ids of the live listeners (see ``lua/heartbeat.lua``)."""
         return self.run(self.calls.heartbeat(listener_id, ttl_ms, info, task_set, task_list))
+
+    def arrive(self, lease_ms: int, arrivals: Iterable[Arrival]) -> Any:
+        """Reply: per arrival, 1 written or 0 there already."""
+        return self.run(self.calls.arrive(lease_ms, arrivals))
+
+    def settle(self, lease_ms: int, settles: Iterable[Settle]) -> Any:
+        """Reply: per arrival, 1 settled (or its deadline moved) or 0 gone already."""
+        return self.run(self.calls.settle(lease_ms, settles))
+
+    def depart(self, departures: Iterable[Departure]) -> Any:
+        """Reply: per run, 1 left, 0 not held, 2 holds a slot here (stays)."""
+        return self.run(self.calls.depart(departures))
+
+    def departed(self, tokens: Iterable[str], forget: bool = False) -> Any:
+        """Reply: per token 1 left, 2 still held, 0 neither; with ``forget``: a count."""
+        return self.run(self.calls.departed(tokens, forget))
 
     def forget(self, failure_id: str, read_as: str) -> Any:
         return self.run(self.calls.forget(failure_id, read_as))
