@@ -22,7 +22,8 @@
 --                        gate has not seen them yet, per barrier: "k:<key>" for a timer
 --                        with its own key, "t:<task>" for one of a keyed task (the order
 --                        barrier, below)
---   P|ungatedt     hash  id -> run token of those (a run gone or lapsed no longer bars),
+--   P|ungatedt     hash  id -> run token of those (a run gone no longer bars; a lapsed
+--                        one does until a claim recovers it),
 --                        or "r|<b>" for a keyed timer waiting for its rate limit (r, R),
 --                        which keeps its place in its key's order meanwhile
 --   P|barred       hash  key -> limit: keys whose queue head waits behind the barrier
@@ -50,7 +51,8 @@ local FLOW_DUE_SPAN = 4398046511104  -- 2^42 ms: due times up to the year 2109
 -- off (drop_ungated), and a free slot goes to a timer only when no earlier timer of its
 -- barrier (its own key, or its task) is still claimed and ungated (barred): otherwise it waits in its key's queue, in
 -- order, and the key is promoted again once the barrier lifts (promote_barred). A claimed
--- run that is gone or whose lease lapsed no longer bars (its rerun is noted again).
+-- run that is gone no longer bars; one whose lease lapsed does until a claim recovers it
+-- (its rerun is noted again) or it ends.
 -- Ties in score go by id: generated ids sort in the order they were scheduled.
 local function record_task(record)
   return string.match(record, '^[^;:]*')
@@ -100,8 +102,11 @@ local function parked_read(value)
 end
 
 -- Whether timer `id` (its record, its queue score) must wait for an earlier timer of its
--- task that a listener claimed and has not gated yet. Earlier entries whose run is gone
--- or lapsed are dropped on the way.
+-- barrier that a listener claimed and has not gated yet. A claimed run bars while Redis
+-- still has it (its token in its running set), lapsed or not: a run whose lease lapsed is
+-- still its listener's until a claim recovers it (its rerun is noted again, and goes
+-- first) or it is ended or handed back (its listener may renew it, T19, and gate it).
+-- Earlier entries whose run is gone are dropped on the way.
 local function barred(key_start, id, record, score, now)
   local index = flow_key(key_start, 'ungated', barrier_of(record))
   local tokens = sys_key(key_start, 'ungatedt')
@@ -116,10 +121,11 @@ local function barred(key_start, id, record, score, now)
     if token and string.sub(token, 1, 2) == 'r|' then token = nil end  -- no run: rate wait
     local run = token and redis.call('HGET', sys_key(key_start, 'runrec'), token)
     local run_record = run and select(5, run_read(run))
-    local until_ms = run_record and redis.call('ZSCORE', running_key_for(
-      sys_key(key_start, 'run'), record_group(run_record)), token)
-    if until_ms and tonumber(until_ms) > now then return true end
-    -- no live run: it still bars while it waits for its rate (r) or paces (R), claimed or
+    if run_record and redis.call('ZSCORE', running_key_for(
+        sys_key(key_start, 'run'), record_group(run_record)), token) then
+      return true  -- claimed (leased, or lapsed and not recovered yet)
+    end
+    -- no run: it still bars while it waits for its rate (r) or paces (R), claimed or
     -- not (a pacer's run handed back is pending again, still the rate's pacer)
     local p = parked_read(redis.call('HGET', sys_key(key_start, 'parked'), first))
     if p and (p.state == 'r' or p.state == 'R') then return true end
