@@ -618,3 +618,35 @@ def test_a_claimed_run_whose_lease_lapsed_keeps_its_place_in_its_keys_order(
         wait(world, 50, l1, l2)
     assert broken(world, "fifo") == [] and broken(world, "key_limit") == []
     assert [world.timers[t].status for t in ("t000", "t001")] == ["done"] * 2, world.log
+
+
+def test_a_run_next_in_line_whose_lease_lapsed_still_takes_the_slot_over(
+        world: World) -> None:
+    """A run next in line whose lease lapsed (its listener stalled) is still its listener's
+    until a claim recovers it: when the run before it ends, the slot passes to it (and to
+    its rerun, if a claim recovers it), not to the key's later timers. Found by the model
+    (seed 6): the slot went to the head of the key's queue as a handoff, the stalled
+    listener renewed the run next in line and its gate held it behind the later ones."""
+    world.fenced = True
+    l1 = world.spawn((DEFAULT_GROUP,))
+    world.schedule(PLAIN, DEFAULT_GROUP, 0, "k1", -50)  # t000 holds k1
+    world.schedule(RATED, DEFAULT_GROUP, 0, "k1", -40)  # t001: handed over when t000 ends
+    world.schedule(RATED, DEFAULT_GROUP, 0, "k1", -30)  # t002: next in line after t001
+    world.schedule(PLAIN, DEFAULT_GROUP, 0, "k1", -20)  # t003, t004: behind them
+    world.schedule(PLAIN, DEFAULT_GROUP, 0, "k1", -10)
+    world.claim(l1, 5, 0, False)
+    world.start_due(l1)  # t000 goes, the others wait for k1
+    holder = next(t for t, r in l1.executing.items() if r.timer_id == "t000")
+    world.finish(l1, holder, "ok", 0)  # t001 handed over (it goes), t002 next in line
+    wait(world, 1500)  # l1 stalls past its leases; nobody claims
+    rated = next(t for t, r in l1.executing.items() if r.timer_id == "t001")
+    world.finish(l1, rated, "ok", 0)  # t002 renewed and gated: it must have the slot
+    assert broken(world, "fifo") == []
+    for _ in range(6):
+        wait(world, 50, l1)
+        world.claim(l1, 5, 0, False)
+        world.start_due(l1)
+        for token in sorted(l1.executing):
+            world.finish(l1, token, "ok", 0)
+    assert broken(world, "fifo") == [] and broken(world, "key_limit") == []
+    assert all(t.status == "done" for t in world.timers.values()), world.log

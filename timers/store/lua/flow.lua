@@ -405,8 +405,10 @@ local function promote_rate(key_start, name, interval, burst, now)
 end
 
 -- The run next in line after `token` (hand_next) takes over the slot `token` held
--- (`held`: its "limit|lease|key"), for as long as its own lease, unless it is no longer
--- leased (handed back, or its lease lapsed); and the taker may get the one after it.
+-- (`held`: its "limit|lease|key"), for as long as its own lease, unless it is gone (handed
+-- back, recovered); and the taker may get the one after it. A run next in line whose
+-- lease lapsed takes it too: it is still its listener's (which may renew it, T19, and go
+-- on) until a claim recovers it, and then the slot passes to its rerun (transfer_slot).
 local function pass_slot(key_start, token, held, key, now)
   local next_key = sys_key(key_start, 'next')
   local successor = redis.call('HGET', next_key, token)
@@ -415,7 +417,7 @@ local function pass_slot(key_start, token, held, key, now)
   local record = select(5, run_read(redis.call('HGET', sys_key(key_start, 'runrec'), successor)))
   local until_ms = record and redis.call('ZSCORE',
     running_key_for(sys_key(key_start, 'run'), record_group(record)), successor)
-  if not until_ms or tonumber(until_ms) <= now then return end
+  if not until_ms then return end
   redis.call('ZADD', flow_key(key_start, 'slots', key), until_ms, successor)
   redis.call('HSET', sys_key(key_start, 'held'), successor, held)
   local waited_from = tonumber(record_option(record, 'w') or '')
