@@ -252,9 +252,15 @@ class World:
         return listener
 
     def lease_held(self, run: Run) -> bool:
+        score = self.lease_until(run)
+        return score is not None and score > self.now
+
+    def lease_until(self, run: Run) -> float | None:
+        """The lease deadline of ``run`` in Redis (past when it lapsed), or None when its
+        token is gone from its running set (ended, handed back, recovered)."""
         group = record_options(run.record_text).get("g", DEFAULT_GROUP)
         score = self.r.zscore(KS.running_of(group), run.token)
-        return score is not None and score > self.now
+        return None if score is None else float(score)
 
     def renew(self, listener: VListener, tokens: list[str]) -> set[str]:
         """Renew ``tokens``; the lost ones (no longer renewed)."""
@@ -460,20 +466,24 @@ class World:
 
     def check_fifo(self, run: Run, how: str) -> None:
         """A run of a key got its slot: no timer of that key that goes before it (priority,
-        due, scheduling order), due, claimed by a live lease or waiting in a flow queue,
-        is left waiting."""
+        due, scheduling order), due, claimed (by a live lease, or by one that lapsed and
+        that no claim recovered yet: its listener may renew it and go on) or waiting in a
+        flow queue, is left waiting."""
         timer = self.timers[run.timer_id]
         if not timer.key or timer.reruns_started:
             return  # a rerun (its run cut off) goes first: its place is its first run's
+        slots = {as_text(m) for m in self.r.zrange(KS.slots(timer.key), 0, -1)}
         waiting_runs: dict[str, str] = {}
         for token, text in self.r.hgetall(KS.running_records).items():
             token_text = as_text(token)
             timer_id = run_record.decode(as_text(text))[3]
             if (token_text not in self.executing and token_text != run.token
+                    and token_text not in slots  # holds a slot: not waiting for one
                     and not any(token_text in li.nexts or token_text in li.holding
                                 for li in self.listeners)  # next in line, or screened
-                    and self.lease_held(Run.parse(token, text, "s"))):
-                waiting_runs[timer_id] = f"claimed as token {token_text}"
+                    and self.lease_until(Run.parse(token, text, "s")) is not None):
+                lapsed = "" if self.lease_held(Run.parse(token, text, "s")) else " (lapsed)"
+                waiting_runs[timer_id] = f"claimed as token {token_text}{lapsed}"
         parked = {as_text(k): as_text(v) for k, v in self.r.hgetall(KS.parked).items()}
         for other in self.timers.values():
             if (other.id == timer.id or other.key != timer.key or other.status != "live"

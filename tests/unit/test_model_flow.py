@@ -590,3 +590,63 @@ def test_the_run_after_a_keyed_timer_held_for_its_rate_waits_behind_it(
             world.finish(l1, token, "ok", 0)
     assert broken(world, "fifo") == [] and broken(world, "key_limit") == []
     assert all(t.status == "done" for t in world.timers.values()), world.log
+
+
+def test_a_claimed_run_whose_lease_lapsed_keeps_its_place_in_its_keys_order(
+        world: World) -> None:
+    """The order barrier counts a claimed run whose lease lapsed until a claim recovers it
+    or it ends: its listener (stalled past its lease) may renew it (T19) and gate it. Found
+    by the model: a keyed timer parked while the earlier claimed run had lapsed was promoted
+    past it (the barrier dropped it as lapsed), its listener renewed it, and the promoted
+    timer took the key's slot by screen while the earlier one, held again, waited."""
+    world.fenced = True
+    l1, l2 = world.spawn((DEFAULT_GROUP,)), world.spawn((DEFAULT_GROUP,))
+    world.schedule(PLAIN, DEFAULT_GROUP, 5, "k1", 20)  # t000: due after t001
+    world.schedule(RATED, DEFAULT_GROUP, 5, "k1", 0)  # t001: first in k1's order
+    world.claim(l2, 5, 0, False)  # t001 claimed, not gated yet (rated: no screen)
+    wait(world, 1500)  # l2 stalls past its lease; nobody claims
+    world.park(l1, 10)  # t000 waits for k1, behind t001's lapsed run
+    world.renew(l2, sorted(l2.held))  # l2 goes on: t001's lapsed run is its own again
+    world.claim(l1, 5, 0, False, screen=True)  # t000, if promoted, takes k1 by screen
+    assert broken(world, "fifo") == []
+    for _ in range(6):
+        for listener in (l1, l2):
+            world.claim(listener, 5, 0, False)
+            world.start_due(listener)
+            for token in sorted(listener.executing):
+                world.finish(listener, token, "ok", 0)
+        wait(world, 50, l1, l2)
+    assert broken(world, "fifo") == [] and broken(world, "key_limit") == []
+    assert [world.timers[t].status for t in ("t000", "t001")] == ["done"] * 2, world.log
+
+
+def test_a_run_next_in_line_whose_lease_lapsed_still_takes_the_slot_over(
+        world: World) -> None:
+    """A run next in line whose lease lapsed (its listener stalled) is still its listener's
+    until a claim recovers it: when the run before it ends, the slot passes to it (and to
+    its rerun, if a claim recovers it), not to the key's later timers. Found by the model
+    (seed 6): the slot went to the head of the key's queue as a handoff, the stalled
+    listener renewed the run next in line and its gate held it behind the later ones."""
+    world.fenced = True
+    l1 = world.spawn((DEFAULT_GROUP,))
+    world.schedule(PLAIN, DEFAULT_GROUP, 0, "k1", -50)  # t000 holds k1
+    world.schedule(RATED, DEFAULT_GROUP, 0, "k1", -40)  # t001: handed over when t000 ends
+    world.schedule(RATED, DEFAULT_GROUP, 0, "k1", -30)  # t002: next in line after t001
+    world.schedule(PLAIN, DEFAULT_GROUP, 0, "k1", -20)  # t003, t004: behind them
+    world.schedule(PLAIN, DEFAULT_GROUP, 0, "k1", -10)
+    world.claim(l1, 5, 0, False)
+    world.start_due(l1)  # t000 goes, the others wait for k1
+    holder = next(t for t, r in l1.executing.items() if r.timer_id == "t000")
+    world.finish(l1, holder, "ok", 0)  # t001 handed over (it goes), t002 next in line
+    wait(world, 1500)  # l1 stalls past its leases; nobody claims
+    rated = next(t for t, r in l1.executing.items() if r.timer_id == "t001")
+    world.finish(l1, rated, "ok", 0)  # t002 renewed and gated: it must have the slot
+    assert broken(world, "fifo") == []
+    for _ in range(6):
+        wait(world, 50, l1)
+        world.claim(l1, 5, 0, False)
+        world.start_due(l1)
+        for token in sorted(l1.executing):
+            world.finish(l1, token, "ok", 0)
+    assert broken(world, "fifo") == [] and broken(world, "key_limit") == []
+    assert all(t.status == "done" for t in world.timers.values()), world.log

@@ -22,7 +22,8 @@
 --                        gate has not seen them yet, per barrier: "k:<key>" for a timer
 --                        with its own key, "t:<task>" for one of a keyed task (the order
 --                        barrier, below)
---   P|ungatedt     hash  id -> run token of those (a run gone or lapsed no longer bars),
+--   P|ungatedt     hash  id -> run token of those (a run gone no longer bars; a lapsed
+--                        one does until a claim recovers it),
 --                        or "r|<b>" for a keyed timer waiting for its rate limit (r, R),
 --                        which keeps its place in its key's order meanwhile
 --   P|barred       hash  key -> limit: keys whose queue head waits behind the barrier
@@ -50,7 +51,8 @@ local FLOW_DUE_SPAN = 4398046511104  -- 2^42 ms: due times up to the year 2109
 -- off (drop_ungated), and a free slot goes to a timer only when no earlier timer of its
 -- barrier (its own key, or its task) is still claimed and ungated (barred): otherwise it waits in its key's queue, in
 -- order, and the key is promoted again once the barrier lifts (promote_barred). A claimed
--- run that is gone or whose lease lapsed no longer bars (its rerun is noted again).
+-- run that is gone no longer bars; one whose lease lapsed does until a claim recovers it
+-- (its rerun is noted again) or it ends.
 -- Ties in score go by id: generated ids sort in the order they were scheduled.
 local function record_task(record)
   return string.match(record, '^[^;:]*')
@@ -100,8 +102,11 @@ local function parked_read(value)
 end
 
 -- Whether timer `id` (its record, its queue score) must wait for an earlier timer of its
--- task that a listener claimed and has not gated yet. Earlier entries whose run is gone
--- or lapsed are dropped on the way.
+-- barrier that a listener claimed and has not gated yet. A claimed run bars while Redis
+-- still has it (its token in its running set), lapsed or not: a run whose lease lapsed is
+-- still its listener's until a claim recovers it (its rerun is noted again, and goes
+-- first) or it is ended or handed back (its listener may renew it, T19, and gate it).
+-- Earlier entries whose run is gone are dropped on the way.
 local function barred(key_start, id, record, score, now)
   local index = flow_key(key_start, 'ungated', barrier_of(record))
   local tokens = sys_key(key_start, 'ungatedt')
@@ -116,10 +121,11 @@ local function barred(key_start, id, record, score, now)
     if token and string.sub(token, 1, 2) == 'r|' then token = nil end  -- no run: rate wait
     local run = token and redis.call('HGET', sys_key(key_start, 'runrec'), token)
     local run_record = run and select(5, run_read(run))
-    local until_ms = run_record and redis.call('ZSCORE', running_key_for(
-      sys_key(key_start, 'run'), record_group(run_record)), token)
-    if until_ms and tonumber(until_ms) > now then return true end
-    -- no live run: it still bars while it waits for its rate (r) or paces (R), claimed or
+    if run_record and redis.call('ZSCORE', running_key_for(
+        sys_key(key_start, 'run'), record_group(run_record)), token) then
+      return true  -- claimed (leased, or lapsed and not recovered yet)
+    end
+    -- no run: it still bars while it waits for its rate (r) or paces (R), claimed or
     -- not (a pacer's run handed back is pending again, still the rate's pacer)
     local p = parked_read(redis.call('HGET', sys_key(key_start, 'parked'), first))
     if p and (p.state == 'r' or p.state == 'R') then return true end
@@ -399,8 +405,10 @@ local function promote_rate(key_start, name, interval, burst, now)
 end
 
 -- The run next in line after `token` (hand_next) takes over the slot `token` held
--- (`held`: its "limit|lease|key"), for as long as its own lease, unless it is no longer
--- leased (handed back, or its lease lapsed); and the taker may get the one after it.
+-- (`held`: its "limit|lease|key"), for as long as its own lease, unless it is gone (handed
+-- back, recovered); and the taker may get the one after it. A run next in line whose
+-- lease lapsed takes it too: it is still its listener's (which may renew it, T19, and go
+-- on) until a claim recovers it, and then the slot passes to its rerun (transfer_slot).
 local function pass_slot(key_start, token, held, key, now)
   local next_key = sys_key(key_start, 'next')
   local successor = redis.call('HGET', next_key, token)
@@ -409,7 +417,7 @@ local function pass_slot(key_start, token, held, key, now)
   local record = select(5, run_read(redis.call('HGET', sys_key(key_start, 'runrec'), successor)))
   local until_ms = record and redis.call('ZSCORE',
     running_key_for(sys_key(key_start, 'run'), record_group(record)), successor)
-  if not until_ms or tonumber(until_ms) <= now then return end
+  if not until_ms then return end
   redis.call('ZADD', flow_key(key_start, 'slots', key), until_ms, successor)
   redis.call('HSET', sys_key(key_start, 'held'), successor, held)
   local waited_from = tonumber(record_option(record, 'w') or '')
