@@ -204,6 +204,18 @@ def test_a_task_keeps_its_ended_timers_its_own_age(
     assert producer.status("kept.long").state is TimerState.UNKNOWN
 
 
+def test_a_record_past_its_age_reads_unknown_before_any_trim(
+        server: fakeredis.FakeServer, fake: fakeredis.FakeRedis, producer: Timers) -> None:
+    # no listener running: nothing trims, but the retention holds for what status says
+    producer.schedule("kept.brief", None, at=PAST, id="brief")
+    run_burst(server)
+    assert producer.status("brief").state is TimerState.COMPLETED
+    let_history_age(fake, producer.keys, 2 * 3600)  # its task keeps its ends an hour
+    gone = producer.status("brief")
+    assert gone.state is TimerState.UNKNOWN and "never existed" in gone.detail
+    assert fake.hexists(producer.keys.history_records, "brief")  # not trimmed yet
+
+
 def test_the_count_bound_drops_the_oldest_ends_whatever_their_age(
         server: fakeredis.FakeServer, fake: fakeredis.FakeRedis, producer: Timers) -> None:
     ks = producer.keys

@@ -382,13 +382,16 @@ class Operations(FailureOperations, RecurrenceOperations, HistoryOperations):
         else how it ended, else unknown. Three to five round trips; the running runs are
         read whole (``P|runrec``: as many as the fleet runs at once), the rest by id."""
         escaped = escape_id(check_id(timer_id))
-        now, runs, ended, beats, infos = yield [
+        now, runs, ended, expiry, beats, infos = yield [
             Call(command=("TIME",)),
             Call(command=("HGETALL", self.keys.running_records)),
             Call(command=("HGET", self.keys.history_records, escaped)),
+            Call(command=("ZSCORE", self.keys.history_expiry, escaped)),
             Call(command=("ZRANGE", self.keys.listeners, 0, -1, "WITHSCORES")),
             Call(command=("HGETALL", self.keys.listener_info)),
         ]
+        if expiry is not None and float(expiry) <= redis_ms(now):
+            ended = None  # past its retention: listeners trim it within about a second
         running = _running_of(runs, escaped)
         if running is not None:
             listener, due_ms, attempt = running
