@@ -5,6 +5,7 @@ listener claims them. What ran and when is what the tasks wrote (tests/task_pkg/
 from __future__ import annotations
 
 import json
+import os
 from collections import defaultdict
 
 import pytest
@@ -18,7 +19,11 @@ from timers import Timers, TimerSpec
 
 pytestmark = [pytest.mark.integration, pytest.mark.one_server]
 
-DEVICES, COMMANDS, ROUNDS = 3, 10, 3
+DEVICES, COMMANDS = 3, 10
+ROUNDS = int(os.environ.get("TIMERS_TEST_FIFO_ROUNDS", "3"))
+"""Rounds per listener setup (a soak: ``TIMERS_TEST_FIFO_ROUNDS=10``, 20 in all)."""
+EARLY_COUNT = int(os.environ.get("TIMERS_TEST_EARLY_COUNT", "2000"))
+"""Keyed timers in the never-early test (a soak: ``TIMERS_TEST_EARLY_COUNT=20000``)."""
 
 
 def starts_by_device(r: redis.Redis) -> dict[str, list[int]]:
@@ -60,11 +65,14 @@ def test_keyed_timers_never_start_before_their_due_time(
 
     procs = listeners(processes, redis_url, 2, "--tasks", TASKS)
     wait_listening(r, 2, procs, processes)
-    count = 2_000
+    count = EARLY_COUNT
+    spread_ms = max(3_000, count * 3 // 2)  # 2,000 over 3 s; 20,000 over 30 s
     with Timers(redis_url) as t:
-        t.schedule_many(TimerSpec("flow.due_checked", [i % 20], in_=0.5 + (i * 7 % 3000) / 1000)
+        t.schedule_many(TimerSpec("flow.due_checked", [i % 20],
+                                  in_=0.5 + (i * 7 % spread_ms) / 1000)
                         for i in range(count))
-        wait_until(lambda: r.llen(DUE_CHECKS) == count, 90, message="every timer to run")
+        wait_until(lambda: r.llen(DUE_CHECKS) == count, 90 + count / 100,
+                   message="every timer to run")
         wait_until(lambda: settled(t), 20, message="nothing pending or running")
     checks = [json.loads(item) for item in r.lrange(DUE_CHECKS, 0, -1)]
     early = [(due, start) for due, start in checks if start < due]
