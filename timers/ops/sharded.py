@@ -185,29 +185,40 @@ class ShardedOperations:
         return ids[0]
 
     def _found(self, timer_id: str, call: Callable[[Operations], Operation[T]],
-               found: Callable[[T], bool]) -> Operation[T]:
+               found: Callable[[T], bool], one_at_a_time: bool = False) -> Operation[T]:
         """``call`` on the shard of ``timer_id``; when it does not find the timer there, on
         every other shard at once (one round trip more): a timer whose task declares a
         limit moved to its limit's shard at its first claim (:mod:`timers.listener.placer`).
-        The first shard's answer that found it, else the id's own shard's."""
+        The first shard's answer that found it, else the id's own shard's.
+        ``one_at_a_time``: a shard per round trip (a write that waits for its shard's
+        replicas: its ``WAIT`` must go to that shard's primary, with its write alone)."""
         shards = yield from self.shards()
         home = shard_of(timer_id, len(shards))
         result = yield from call(shards[home])
         if found(result) or len(shards) == 1:
             return result
-        others = yield from gather([call(s) for i, s in enumerate(shards) if i != home])
-        return next((other for other in others if found(other)), result)
+        others = [s for i, s in enumerate(shards) if i != home]
+        if one_at_a_time:
+            for shard in others:
+                other = yield from call(shard)
+                if found(other):
+                    return other
+            return result
+        answers = yield from gather([call(s) for s in others])
+        return next((other for other in answers if found(other)), result)
 
     def reschedule(self, timer_id: str, in_: float | timedelta | None = None,
                    at: datetime | None = None,
                    replication: Replication | None = None) -> Operation[bool]:
         return (yield from self._found(
-            timer_id, lambda s: s.reschedule(timer_id, in_, at, replication), bool))
+            timer_id, lambda s: s.reschedule(timer_id, in_, at, replication), bool,
+            one_at_a_time=replication is not None))
 
     def cancel(self, timer_id: str,
                replication: Replication | None = None) -> Operation[bool]:
         return (yield from self._found(
-            timer_id, lambda s: s.cancel(timer_id, replication), bool))
+            timer_id, lambda s: s.cancel(timer_id, replication), bool,
+            one_at_a_time=replication is not None))
 
     def get(self, timer_id: str) -> Operation[PendingTimer | None]:
         return (yield from self._found(timer_id, lambda s: s.get(timer_id),
