@@ -82,15 +82,17 @@ def run_fleet(timers_client: Timers, r: redis.Redis, processes: Processes, redis
 
 def check_recycled(t: Timers, r: redis.Redis, count: int, counts: list[int],
                    output: str) -> list[str]:
-    """Every timer once, none handed back, never fewer than 2 claiming, no restart; the
+    """Every timer once, none cut short, never fewer than 2 claiming, no restart; the
     recycle lines."""
     ran = run_counts(r)
     assert len(ran) == count and set(ran.values()) == {1}, \
         f"{len(ran)} of {count} timers ran; ran twice: {[t for t, n in ran.items() if n > 1][:5]}"
     counters = t.stats().counters
     assert counters.get("fired") == count, counters
-    assert counters.get("handed_back", 0) == counters.get("reruns", 0) == 0, \
-        f"a recycled child finishes its runs: {counters}"
+    # a recycled child finishes what it started (nothing cut: no reruns); a run it had
+    # claimed but not started when it began to drain goes back unstarted, to run once
+    # elsewhere (every timer ran once, above)
+    assert counters.get("reruns", 0) == 0, f"a recycled child finishes its runs: {counters}"
     assert len(counts) > 50, f"only {len(counts)} heartbeat samples"
     assert min(counts) >= 2, f"claiming children per 100 ms sample: {counts}"
     lines = output.splitlines()
