@@ -314,9 +314,10 @@ class Supervisor(SupervisorRecycling):
         deadline = self.clock.monotonic() + self.shutdown_timeout + 10
         while self.clock.monotonic() < deadline:
             # a child takes a signal within SAME_STOP_WINDOW of its first as the same stop:
-            # an escalation waits until that has passed
+            # an escalation waits until that has passed, by the child's clock too (a loaded
+            # child may handle the first signal late: twice the window)
             if forwarded < max(self.signals_received, 1) and (
-                    not forwarded or self.clock.monotonic() - last >= SAME_STOP_WINDOW):
+                    not forwarded or self.clock.monotonic() - last >= 2 * SAME_STOP_WINDOW):
                 forwarded, last = forwarded + 1, self.clock.monotonic()
                 for child in children:
                     if child.poll() is None:
