@@ -8,6 +8,7 @@ one server only. The child's side: ``tests/unit/test_recycling.py``.
 
 from __future__ import annotations
 
+import logging
 import signal
 import sys
 import textwrap
@@ -89,8 +90,9 @@ FAKE_CHILD = textwrap.dedent("""
     if role == "sleeper":
         time.sleep(60)
     if role == "patient":
-        wait_for(lambda: (here / "log").exists()
-                 and "standby ready" in (here / "log").read_text())
+        # the supervisor took the standby's word (its own log says so): a pipe read order
+        # between two children is not the order they wrote in
+        wait_for(lambda: (here / "supervisor-saw-standby").exists())
         role = "recycler"
     if role in ("recycler", "crasher", "stubborn"):
         say("claiming")
@@ -126,6 +128,13 @@ def fake_supervisor(tmp_path: Path, roles: str, max_restarts: int = 0,
                       budget=RestartBudget(max_restarts=max_restarts, window=3600))
 
 
+def mark_ready_standby(tmp_path: Path, record: logging.LogRecord) -> bool:
+    """Touch ``supervisor-saw-standby`` once the supervisor logs a ready standby."""
+    if record.getMessage().endswith("is ready"):
+        (tmp_path / "supervisor-saw-standby").touch()
+    return True
+
+
 def events(tmp_path: Path) -> list[str]:
     return (tmp_path / "log").read_text().splitlines()
 
@@ -151,7 +160,8 @@ def test_a_recycled_child_is_replaced_before_it_exits_and_costs_no_restart(
 
 def test_a_ready_standby_takes_over_at_once_and_a_new_one_starts(
         tmp_path: Path, own_signal_handlers: None, caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level("INFO", logger="timers.listener.supervisor")
+    caplog.set_level("DEBUG", logger="timers.listener.supervisor")
+    caplog.handler.addFilter(lambda record: mark_ready_standby(tmp_path, record))
     supervisor = fake_supervisor(tmp_path, "patient", standby=True)
     assert supervisor.run() == 0
     # the slot's child and the standby start together: either may be child-0

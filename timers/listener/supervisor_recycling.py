@@ -144,7 +144,9 @@ class SupervisorRecycling:
     def _on_message(self, child: subprocess.Popen[bytes], message: str) -> None:
         kind, _, detail = message.partition(" ")
         if child is self.standby:
-            self.standby_ready = self.standby_ready or kind == STANDBY
+            if kind == STANDBY and not self.standby_ready:
+                self.standby_ready = True
+                log.debug("standby listener (pid %d) is ready", child.pid)
             return
         slot = next((s for s, c in self.children.items() if c is child), None)
         if slot is None:
