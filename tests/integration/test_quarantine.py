@@ -21,6 +21,7 @@ import pytest
 from tests.processes import alive
 from tests.unit.sample_tasks import mod
 from tests.unit.test_context import lines
+from tests.unit.helpers import claim
 from tests.unit.test_crashes import PAST, crash
 from tests.unit.test_listener_unit import make_listener
 from timers import Timers
@@ -166,3 +167,54 @@ def test_a_quarantined_rerun_sees_its_context_in_the_child(tmp_path: Path) -> No
     (seen,) = lines(out)
     assert (seen["id"], seen["attempt"]) == ("suspect", 2), "a rerun after a crash counts"
     assert producer.stats().fired == 1
+
+
+SLOW_IMPORT = """
+import time
+from pathlib import Path
+log = Path(__file__).parent.parent / "imports"
+with log.open("a") as out:
+    out.write(f"start {time.time()}\\n")
+time.sleep(0.3)  # an import that takes a while: the load being measured
+with log.open("a") as out:
+    out.write(f"end {time.time()}\\n")
+
+
+def ok(n):
+    return n
+"""
+
+
+def test_suspects_load_in_quarantine_one_at_a_time(tmp_path: Path) -> None:
+    """Three runs of a dead listener: their quarantine children import the tasks package
+    one after another (on a small machine, all at once took every core from the listener,
+    and its other timers ran late); all three then run and succeed."""
+    package = tmp_path / "slowload"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "work.py").write_text(SLOW_IMPORT)
+    server = fakeredis.FakeServer()
+    fake = fakeredis.FakeRedis(server=server)
+    ks, scripts = Keyspace(), register_all(fake)
+    producer = Timers(fake)
+    for i in range(3):
+        producer.schedule("work.ok", [i], at=PAST, id=f"suspect-{i}")
+    claimed = claim(scripts, ks, listener="web-0:100:ab").claimed
+    assert len(claimed) == 3
+    for run in claimed:
+        fake.zadd(ks.running, {run.token: 0}, xx=True)  # its listener died: lease lapsed
+
+    async def scenario() -> None:
+        listener = make_listener(server, tasks="slowload", search_path=str(tmp_path))
+        await asyncio.wait_for(listener.run(burst=True), 30)
+        await listener.redis.aclose()
+
+    asyncio.run(scenario())
+    assert producer.stats().fired == 3
+    marks = [line.split() for line in (tmp_path / "imports").read_text().splitlines()]
+    imports = [(float(a[1]), float(b[1])) for a, b in zip(marks[::2], marks[1::2], strict=True)]
+    assert [a[0] for a in marks] == ["start", "end"] * (len(marks) // 2), marks
+    # the listener's own import, then one per child, none overlapping another
+    assert len(imports) == 4, imports
+    for (_, end), (start, _) in zip(imports, imports[1:], strict=False):
+        assert start >= end, f"two imports overlapped: {imports}"

@@ -49,7 +49,33 @@ EXIT_GRACE = 2.0
 
 STARTED = Outcome("ok", "", "started")
 """The child's first message: the task is loaded and starts now."""
+
+LOADING_AT_ONCE = 1
+"""Quarantine children of one listener process that load at once (from their fork until
+they say they start the task, or :data:`LOADING_TURN` seconds). A listener killed holding
+32 runs leaves 32 suspects to a peer: loading them all at once (an interpreter's share of
+imports each) took both cores of a 2-core machine for 1 to 2 s, and every other timer ran
+late meanwhile. One at a time, loading takes one core and the listener keeps the other;
+tasks that started run side by side as before."""
+
+LOADING_TURN = 5.0
+"""Seconds a loading child holds its turn at most: a tasks package whose import hangs
+delays other suspects by this much, not for ever."""
+
 _context: Any = None
+_turns: dict[asyncio.AbstractEventLoop, asyncio.Semaphore] = {}
+
+
+def _loading_turns() -> asyncio.Semaphore:
+    """The turns to load of this event loop's quarantine children (one loop per listener
+    process; a test may run several loops one after another)."""
+    loop = asyncio.get_running_loop()
+    turns = _turns.get(loop)
+    if turns is None:
+        for old in [other for other in _turns if other.is_closed()]:
+            del _turns[old]
+        turns = _turns[loop] = asyncio.Semaphore(LOADING_AT_ONCE)
+    return turns
 
 
 def _mp_context() -> Any:
@@ -139,11 +165,15 @@ class Quarantine:
                                   args=(*target, json.dumps(args), sender, dict(os.environ),
                                         _portable(timer_context.current_or_none()),
                                         ChildLogs.here()))
+        first: asyncio.Future[Outcome | None] | None = None
         try:
-            await asyncio.to_thread(process.start)
-            sender.close()
+            async with _loading_turns():
+                await asyncio.to_thread(process.start)
+                sender.close()
+                first = asyncio.ensure_future(_message(process, receiver))
+                await asyncio.wait({first}, timeout=LOADING_TURN)
             # the timeout counts from when the task starts, not while the child loads it
-            outcome = await _message(process, receiver)
+            outcome = await first
             started = outcome is STARTED
             if started:
                 try:
@@ -156,6 +186,10 @@ class Quarantine:
                 await _exited(process, EXIT_GRACE)
             return outcome, process.exitcode, started
         finally:
+            if first is not None and not first.done():
+                first.cancel()  # (its readers go before the pipe closes)
+                with contextlib.suppress(asyncio.CancelledError):
+                    await first
             sender.close()
             _end(process, receiver)
 
