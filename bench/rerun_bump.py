@@ -86,7 +86,7 @@ def main() -> None:
             [os.environ.get("PYTHONPATH", ""), tmp])}
         command = [sys.executable, "-m", "timers", "listen", "--url", server.url,
                    "--lease", str(LEASE), "--tasks", "rerunapp"]
-        listeners = [subprocess.Popen(command, cwd=tmp, env=env, stderr=open(Path(tmp) / "log", "ab"))
+        listeners = [subprocess.Popen(command, cwd=tmp, env=env, stderr=subprocess.DEVNULL)
                      for _ in range(2)]
         client = redis.Redis.from_url(server.url)
         timers = Timers(client)
