@@ -8,13 +8,14 @@ from __future__ import annotations
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import redis
 
+from tests.conftest import poll
 from timers.dev.server import EmbeddedServer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -44,13 +45,9 @@ def _node(stack: ExitStack, tmp: Path, n: int) -> EmbeddedServer:
         "--cluster-node-timeout", str(NODE_TIMEOUT_MS), "--appendonly", "no")))
 
 
-def _wait(condition: object, what: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():  # type: ignore[operator]
-            return
-        time.sleep(0.05)
-    raise RuntimeError(f"the test cluster did not {what} in time")
+def _wait(condition: Callable[[], object], what: str, timeout: float = 30.0) -> None:
+    if not poll(condition, timeout, 0.05):
+        raise RuntimeError(f"the test cluster did not {what} in time")
 
 
 def _state_ok(servers: list[EmbeddedServer]) -> bool:
@@ -125,7 +122,7 @@ def migrate_slot(cluster: Cluster, slot: int, to_port: int, batch: int = 100,
         while keys := src.execute_command("CLUSTER", "GETKEYSINSLOT", slot, batch):
             src.execute_command("MIGRATE", "127.0.0.1", to_port, "", 0, 10_000, "KEYS", *keys)
             moved += len(keys)
-            time.sleep(pause)
+            time.sleep(pause)  # a slower move, as asked: the pace of the scenario, not a wait
         for server in cluster.primaries:
             with redis.Redis(port=server.port) as r:
                 r.execute_command("CLUSTER", "SETSLOT", slot, "NODE", dst_id)

@@ -8,6 +8,7 @@ and a clean database for each test.
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import time
 from collections.abc import Callable, Generator, Iterator
@@ -105,6 +106,23 @@ def wait_until(
     if not value:
         pytest.fail(f"timed out after {timeout}s waiting for {message}")
     return value
+
+
+async def wait_until_async(
+    condition: Callable[[], Any], within: float = 10.0, interval: float = 0.01,
+    message: str = "condition",
+) -> Any:
+    """:func:`wait_until` inside an event loop: the loop runs on between the polls (a
+    condition that a task of the same loop makes true can come true); ``within``: the
+    deadline, seconds."""
+    deadline = time.monotonic() + within
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {within}s waiting for {message}")
+        await asyncio.sleep(interval)
 
 
 def poll(condition: Callable[[], Any], timeout: float, interval: float = 0.01) -> Any:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ from pathlib import Path
 
 import redis
 
+from tests.conftest import poll
 from timers.dev.server import EmbeddedServer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -66,18 +66,14 @@ def _sentinel_config(directory: Path, primary_port: int, n: int) -> Path:
 def _wait_watching(deployment: Deployment, timeout: float = 30.0) -> None:
     """Until every sentinel knows the replica and the other sentinels (a failover needs
     both: the replica to promote, a quorum to agree)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        ready = 0
-        for s in deployment.sentinels:
-            with redis.Redis(port=s.port, decode_responses=True) as client:
-                replicas = client.execute_command("SENTINEL", "REPLICAS", SERVICE)
-                others = client.execute_command("SENTINEL", "SENTINELS", SERVICE)
-                ready += bool(replicas) and len(others) >= SENTINELS - 1
-        if ready == SENTINELS:
-            return
-        time.sleep(0.1)
-    raise RuntimeError("the sentinels did not find the replica and each other in time")
+    def watching(sentinel: EmbeddedServer) -> bool:
+        with redis.Redis(port=sentinel.port, decode_responses=True) as client:
+            replicas = client.execute_command("SENTINEL", "REPLICAS", SERVICE)
+            others = client.execute_command("SENTINEL", "SENTINELS", SERVICE)
+        return bool(replicas) and len(others) >= SENTINELS - 1
+
+    if not poll(lambda: all(watching(s) for s in deployment.sentinels), timeout, 0.1):
+        raise RuntimeError("the sentinels did not find the replica and each other in time")
 
 
 @contextmanager

@@ -22,7 +22,7 @@ def hit(tag: str) -> None:
 async def slow(tag: str, seconds: float) -> None:
     """Take ``seconds``, then record the run with its start and end."""
     started = time.time()
-    await asyncio.sleep(seconds)
+    await asyncio.sleep(seconds)  # the work itself, not a wait for an outcome
     _record(tag, started)
 
 

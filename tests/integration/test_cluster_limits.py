@@ -22,7 +22,9 @@ import redis
 from tests.clusters import Cluster, migrate_slot, real_cluster
 from tests.conftest import wait_until
 from tests.integration.helpers import TIMERS_COMMAND, Processes, redis_now_ms, settled
+from tests.integration.rate_starts import RateStarts
 from timers import Timers, TimerSpec
+from timers.listener.flow_gate import TASK_KEY
 from timers.model.keys import Keyspace
 from timers.ops.shards import ShardLayout, shard_of_key
 from timers.store.cluster import sync_cluster
@@ -32,6 +34,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.cluster, pytest.mark.one_serv
 TASKS = "tests.task_pkg"
 PRIMARIES = 3
 SHARDS = ShardLayout(Keyspace("{timers}"), PRIMARIES, "timers").keyspaces
+JITTER_MS = 5  # gate.lua RATE_JITTER_MS: how much closer than its interval a start may come
 
 
 @pytest.fixture
@@ -102,24 +105,30 @@ def test_a_device_whose_key_the_task_works_out_runs_one_command_at_a_time(
 
 def test_a_rate_limited_tasks_starts_keep_their_interval_across_shards(
         cluster: Cluster, r: redis.Redis, processes: Processes) -> None:
+    """The starts are the gate's own, on the Redis clock of the rate's primary (each
+    ``last`` it writes, read off ``MONITOR``: :class:`RateStarts`): the listeners' reading
+    of that clock and the tasks' own entry add their dispatch, and are only reported."""
     start_listeners(processes, cluster.url, 3)
     n = 30
+    rate = TASK_KEY + "flow.paced_started"
+    rate_key = SHARDS[shard_of_key(rate, PRIMARIES)].rate(rate)  # the shard of its rate
     with Timers(cluster.url) as t:
+        node = t.redis.get_node_from_key(rate_key)  # type: ignore[attr-defined]
+    with RateStarts(f"redis://127.0.0.1:{node.port}/0", rate_key) as gate_starts, \
+            Timers(cluster.url) as t:
         t.schedule_many(TimerSpec("flow.paced_started", [f"p{i}"], in_=1.0) for i in range(n))
         wait_until(lambda: r.llen("test:runs") >= n, 60, message=f"{n} starts")
         placed = t.stats().counters.get("placed", 0)
     done = [json.loads(raw) for raw in r.lrange("test:runs", 0, -1)]
     assert len({tag for tag, *_ in done}) == n == len(done)
+    assert len(gate_starts.times()) == n, gate_starts.times()
     gaps = {what: [b - a for a, b in itertools.pairwise(sorted(float(run[i]) for run in done))]
             for what, i in (("entered", 3), ("started", 4))}
     print(f"\n{n} starts of a 600/m task (100 ms apart) on 3 primaries ({placed} moved to "
-          f"the rate's shard at their first claim): closest {min(gaps['started']):.1f} ms "
-          f"apart as their listeners started them, {min(gaps['entered']):.1f} ms as the "
-          f"tasks entered")
-    # a task's own entry adds its process's dispatch to the gap (docs/state-machine.md
-    # invariant 3, "Left"; the first run of each process also connects first)
-    assert min(gaps["started"]) >= 100 - 5 - 5  # the rate's jitter allowance, the clock's
-    # reading
+          f"the rate's shard at their first claim): closest {min(gate_starts.gaps()):.1f} ms "
+          f"apart on the gate's clock, {min(gaps['started']):.1f} ms as their listeners "
+          f"started them, {min(gaps['entered']):.1f} ms as the tasks entered")
+    assert min(gate_starts.gaps()) >= 100 - JITTER_MS
 
 
 def test_a_slot_move_with_keyed_timers_waiting_fires_each_once(

@@ -10,7 +10,6 @@ which stays up, so their own bookkeeping is not part of the outage.
 from __future__ import annotations
 
 import json
-import time
 from collections import Counter
 
 import pytest
@@ -20,6 +19,7 @@ from tests.conftest import wait_until
 from tests.integration.helpers import KEYS, TASKS, Processes, runs, settled
 from tests.integration.test_flow import listeners, overlaps
 from tests.task_pkg import STARTED
+from tests.task_pkg.flow import ACTIVE
 from timers import Timers, TimerSpec
 from timers.dev.server import EmbeddedServer
 
@@ -27,6 +27,12 @@ pytestmark = [pytest.mark.integration, pytest.mark.one_server]
 
 DEVICES = 15
 COMMANDS = 300  # 20 per device, 50 ms each: a second of work per device
+
+
+def running_commands(r: redis.Redis) -> int:
+    """Commands inside the task now, by their own per-device counters (``flow.ACTIVE``)."""
+    keys = r.keys(ACTIVE + "*")
+    return sum(int(n or 0) for n in r.mget(keys)) if keys else 0
 
 
 def test_device_commands_survive_a_redis_restart_mid_run_one_at_a_time(
@@ -43,7 +49,12 @@ def test_device_commands_survive_a_redis_restart_mid_run_one_at_a_time(
     wait_until(lambda: r.llen(STARTED) >= 60, 20, message="60 commands to start")
     waiting = broker.zcard(KEYS.key_queue("device:0"))
     own_server.stop(keep_data=True)
-    time.sleep(1.0)  # the outage: listeners retry, running tasks end meanwhile
+    # the outage lasts until every listener lost its connection (it retries) and every
+    # command running at the stop has ended (they count themselves on the suite's server)
+    wait_until(lambda: all("connection to Redis lost" in processes.output(p) for p in procs),
+               20, message="every listener to lose its connection")
+    wait_until(lambda: running_commands(r) == 0, 20,
+               message="the commands running at the stop to end")
     own_server.start()
     assert own_server.url == url, "the server came back on another port"
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from collections.abc import Iterator
 
 import pytest
 import redis
 
+from tests.conftest import wait_until_async
 from timers import AsyncTimers, PoolExhausted, Timers
 
 pytestmark = pytest.mark.integration
@@ -59,11 +59,10 @@ def paused(redis_url: str) -> Iterator[redis.Redis]:
 
 
 async def _until_a_script_waits_on(server: redis.Redis, within: float = 10.0) -> None:
-    deadline = time.monotonic() + within
     script_commands = ("function|load", "fcall", "evalsha", "eval")
-    while not any(c.get("cmd") in script_commands for c in server.client_list()):
-        assert time.monotonic() < deadline, "no script call reached the paused server"
-        await asyncio.sleep(0.01)
+    await wait_until_async(
+        lambda: any(c.get("cmd") in script_commands for c in server.client_list()), within,
+        message="a script call to reach the paused server")
 
 
 def test_a_pool_that_stays_busy_past_its_wait_raises_pool_exhausted_and_writes_nothing(

@@ -11,13 +11,12 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import fakeredis
 import pytest
 
+from tests.conftest import wait_until_async
 from tests.processes import alive
 from tests.unit.sample_tasks import mod
 from tests.unit.test_context import lines
@@ -121,7 +120,7 @@ def test_a_stopping_listener_ends_its_quarantine_process_and_hands_the_run_back(
     async def scenario() -> None:
         listener = make_listener(server, shutdown_timeout=0.2)
         running = asyncio.create_task(listener.run())
-        await wait_for(lambda: trace.exists(), "the quarantined task to start")
+        await wait_until_async(trace.exists, message="the quarantined task to start")
         listener.stop()
         await asyncio.wait_for(running, 10)
         await listener.redis.aclose()
@@ -131,13 +130,6 @@ def test_a_stopping_listener_ends_its_quarantine_process_and_hands_the_run_back(
     assert not alive(pid), "the quarantine process ended with the listener"
     stats = producer.stats()
     assert (stats.pending, stats.running, stats.fired, stats.failed) == (1, 0, 0, 0)
-
-
-async def wait_for(condition: Callable[[], bool], what: str, seconds: float = 10.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.02)
 
 
 def test_a_quarantined_task_sees_the_listeners_environment_as_it_is_now(

@@ -6,8 +6,9 @@ The listeners use a server of their own, filled in advance (``fill:*`` keys) wit
 Each time the rate's next slot is given to a timer (its pacer) and a listener has claimed
 it, the test caps memory under what is used (one ``CONFIG SET``: the server is full at
 once, between the claim and the gate), so the gate is refused and the run handed back
-(``finish.lua`` ``release``, which a full server lets through). Memory stays short for
-a few intervals, while claims and gates are refused, and is then freed (the cap lifted).
+(``finish.lua`` ``release``, which a full server lets through). Memory stays short until
+the pacer's slot lies a few intervals behind on the Redis clock, while claims and gates
+are refused, and is then freed (the cap lifted).
 
 The starts are the gate's own (every ``last`` it writes to the rate's hash, read off
 ``MONITOR``: :class:`RateStarts`); the bound is the interval less the gate's 5 ms of
@@ -21,14 +22,13 @@ from __future__ import annotations
 
 import itertools
 import json
-import time
 from collections import Counter
 
 import pytest
 import redis
 
 from tests.conftest import wait_until
-from tests.integration.helpers import KEYS, TASKS, Processes, settled
+from tests.integration.helpers import KEYS, TASKS, Processes, redis_now_ms, settled
 from tests.integration.rate_starts import RateStarts
 from tests.integration.test_flow import listeners
 from tests.task_pkg import RUNS
@@ -45,8 +45,10 @@ INTERVAL_MS = 100  # 600/m
 JITTER_MS = 5  # gate.lua RATE_JITTER_MS: how much closer than its interval a start may come
 HAND_BACKS = 3
 """Full-memory episodes in which a claimed pacer was handed back."""
-FULL_FOR = 0.35
-"""Seconds each episode keeps the server full (the scenario, not a wait for a condition)."""
+FULL_FOR_INTERVALS = 3
+"""Each episode keeps the server full until the handed-back pacer's slot lies this many of
+the rate's intervals in the past on the Redis clock: once memory frees, the slot it had
+been given is long past (what the pacer's floor is for)."""
 
 
 def runs_seen(r: redis.Redis) -> list[tuple[str, float]]:
@@ -66,20 +68,26 @@ def pacer_claimed(broker: redis.Redis) -> bool:
 
 
 def full_while_the_pacer_is_claimed(broker: redis.Redis) -> bool:
-    """Fill the server the moment a listener has claimed the rate's pacer, keep it full for
-    :data:`FULL_FOR` seconds, then free it. Whether the pacer was handed back (else its
-    gate came first)."""
+    """Fill the server the moment a listener has claimed the rate's pacer, keep it full
+    until the pacer's slot is :data:`FULL_FOR_INTERVALS` intervals past on the Redis clock,
+    then free it. Whether the pacer was handed back (else its gate came first)."""
     wait_until(lambda: pacer_claimed(broker), 10, interval=0.0002,
                message="a listener to claim the rate's pacer")
+    # the rate's next slot is an interval after the pacer's (flow.lua promote_rate); read
+    # now, it may already be a later pacer's: the wait below is then only longer
+    tat = broker.hget(KEYS.rate(TASK_KEY + TASK), "tat")
+    assert tat is not None, "a pacer without its rate's state"
+    next_slot = float(tat)
     before = handed_back(broker)
     broker.config_set("maxmemory", int(broker.info("memory")["used_memory"]) - 500_000)
-    full_since = time.monotonic()
     try:
         with pytest.raises(redis.exceptions.OutOfMemoryError):
             broker.set("fill:probe", "x")
         wait_until(lambda: handed_back(broker) > before or not pacer_claimed(broker), 5,
                    message="the pacer handed back, or gated")
-        time.sleep(max(0.0, FULL_FOR - (time.monotonic() - full_since)))
+        slot_past = next_slot - INTERVAL_MS + FULL_FOR_INTERVALS * INTERVAL_MS
+        wait_until(lambda: redis_now_ms(broker) >= slot_past, 5, interval=0.005,
+                   message=f"the pacer's slot {FULL_FOR_INTERVALS} intervals past, by TIME")
     finally:
         broker.config_set("maxmemory", 0)
     return handed_back(broker) > before

@@ -34,6 +34,9 @@ TIMERS = 16
 TASK = "flow.paced_on_redis_clock"  # 120/m
 INTERVAL_MS = 500
 JITTER_MS = 5  # gate.lua RATE_JITTER_MS: how much closer than its interval a start may come
+OUTAGE = 2 * INTERVAL_MS / 1000
+"""Seconds the server stays down (the scenario's own length, not a wait for an outcome):
+two of the rate's intervals, so slots fall due while it is away."""
 
 
 def test_a_rate_limit_keeps_its_interval_through_a_redis_restart(
@@ -49,7 +52,9 @@ def test_a_rate_limit_keeps_its_interval_through_a_redis_restart(
                             for i in range(TIMERS))
         wait_until(lambda: r.llen(RUNS) >= 4, 20, message="4 starts")
         own_server.stop(keep_data=True)
-        time.sleep(1.0)  # the outage itself (the scenario, not a wait for a condition)
+        time.sleep(OUTAGE)
+        wait_until(lambda: all("connection to Redis lost" in processes.output(p)
+                               for p in procs), 20, message="every listener to see the outage")
         own_server.start()
         assert own_server.url == url, "the server came back on another port"
         wait_until(lambda: len({json.loads(x)[0] for x in r.lrange(RUNS, 0, -1)}) >= TIMERS,

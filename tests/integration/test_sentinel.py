@@ -87,7 +87,7 @@ def _scheduler(url: str, errors: list[str], done: threading.Event, ids: list[str
                 ids.append(tag)
             except Exception as exc:  # the test counts what a producer sees
                 errors.append(f"{type(exc).__name__}: {exc}")
-                time.sleep(0.001)
+                time.sleep(0.001)  # a producer's pause before its next try, not a wait
 
 
 def test_kill_9_of_the_primary_mid_run_loses_nothing_replicated(

@@ -24,6 +24,7 @@ from timers.listener.supervisor import RestartBudget, Supervisor
 pytestmark = [pytest.mark.integration, pytest.mark.one_server]
 
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(60)"]
+"""A child that stays alive until it is signalled (its sleep is the role, not a wait)."""
 
 
 # -- Supervisor -------------------------------------------------------------------------
@@ -52,7 +53,7 @@ def test_giving_up_stops_the_healthy_children_too(tmp_path: Path,
             os.close(os.open({str(marker)!r}, os.O_CREAT | os.O_EXCL))
         except FileExistsError:
             sys.exit(3)
-        time.sleep(60)
+        time.sleep(60)  # the healthy child: alive until it is stopped
     """)]
     supervisor = Supervisor(command, 2, shutdown_timeout=5,
                             budget=RestartBudget(max_restarts=2, window=3600))

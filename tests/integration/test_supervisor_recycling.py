@@ -25,14 +25,19 @@ pytestmark = [pytest.mark.integration, pytest.mark.one_server]
 # place in the comma-separated list (the last role for any later child). Roles:
 #   recycler     asks to be replaced, waits for the go-ahead (SIGUSR1), drains, exits 0
 #   crasher      the same, but dies with code 3 once told to stop claiming
-#   stubborn     asks to be replaced and then just sleeps (a stop signal kills it)
+#   stubborn     asks to be replaced and then just sleeps (a stop signal kills it); notes
+#                "told" if the go-ahead comes all the same
 #   replacement  says it claims, waits for the supervisor to reap child 0, then stops it
-#   quiet        never says it claims; stops the supervisor after a moment
+#   quiet        never says it claims; stops the supervisor after a window of 0.5 s in
+#                which the old child must not be told to drain
 #   patient      a recycler that asks only once the standby is ready
 #   sleeper      just sleeps (a stop signal kills it)
 # A standby child (``$TIMERS_STANDBY``) says it is ready, waits for SIGUSR2, claims, waits
 # for the supervisor to reap child 0, then stops it; a later standby just sleeps. With the
-# role dying-standby in the list, every standby exits 3 at once.
+# role dying-standby in the list, every standby exits 3 at once (the slot's child and the
+# standby start together: a slot child that drew that role's number just sleeps).
+# A child that "just sleeps" (time.sleep(60)) plays a live child until it is signalled: the
+# sleep is the role, not a wait for something. Waits for an outcome poll it (wait_for).
 FAKE_CHILD = textwrap.dedent("""
     import os, signal, sys, time
     from pathlib import Path
@@ -48,11 +53,17 @@ FAKE_CHILD = textwrap.dedent("""
     (here / f"pid-{n}").write_text(str(os.getpid()))
     fd = int(os.environ["TIMERS_RECYCLE_FD"])
     told = []
-    signal.signal(signal.SIGUSR1, lambda *_: told.append(True))
 
     def note(what):
         with open(here / "log", "a") as log:
             log.write(f"{n} {what}\\n")
+
+    def go_ahead(*_):
+        told.append(True)
+        if role == "stubborn":
+            note("told")
+
+    signal.signal(signal.SIGUSR1, go_ahead)
 
     def say(message):
         os.write(fd, (message + "\\n").encode())
@@ -105,18 +116,20 @@ FAKE_CHILD = textwrap.dedent("""
         note("told")
         if role == "crasher":
             sys.exit(3)
-        time.sleep(0.3)  # finishing its runs
+        time.sleep(0.3)  # the runs it still finishes (its drain takes that long)
         note("exits")
         sys.exit(0)
     if role == "replacement":
-        time.sleep(0.2)  # starting up
+        time.sleep(0.2)  # its start-up takes that long: the old child claims meanwhile
         note("claims")
         say("claiming")
         old = (here / "pid-0").read_text()
         wait_for(lambda: not os.path.exists(f"/proc/{old}"))  # the supervisor reaped it
         stop_supervisor()
-    time.sleep(0.5)
-    stop_supervisor()
+    if role == "quiet":
+        time.sleep(0.5)  # the window in which the old child must not be told
+        stop_supervisor()
+    time.sleep(60)  # a role of no slot child (dying-standby): alive until it is stopped
 """)
 
 

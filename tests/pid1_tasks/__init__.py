@@ -10,15 +10,18 @@ import subprocess
 import sys
 from pathlib import Path
 
-ORPHAN = ("import os, sys, time; time.sleep(float(sys.argv[2]) / 2); "
-          "open(sys.argv[1], 'w').write(os.readlink('/proc/self')); "
+ORPHAN = ("import os, sys, time; deadline = time.monotonic() + 20\n"
+          "while os.getppid() == int(sys.argv[3]) and time.monotonic() < deadline:\n"
+          "    time.sleep(0.01)\n"
+          "open(sys.argv[1], 'w').write(os.readlink('/proc/self'))\n"
           "time.sleep(float(sys.argv[2]) / 2)")
-"""Writes its pid as /proc shows it (the host's, in a pid namespace) once its listener is
-gone, then lives on for a while."""
+"""Waits until its listener (pid ``argv[3]``) is gone (it is re-parented), writes its pid
+as /proc shows it (the host's, in a pid namespace), then lives on for ``argv[2] / 2``
+seconds (that sleep is its lifetime, not a wait)."""
 
 
 def orphan_then_crash(directory: str, seconds: float) -> None:
-    """The first time: start a process that outlives this listener by ``seconds``, then
+    """The first time: start a process that outlives this listener by ``seconds / 2``, then
     kill this listener process (a crash); the process is re-parented to PID 1. Later runs
     (after the lease) only note that they ran."""
     crashed = Path(directory, "crashed")
@@ -27,7 +30,7 @@ def orphan_then_crash(directory: str, seconds: float) -> None:
         return
     crashed.write_text("")
     subprocess.Popen([sys.executable, "-c", ORPHAN, str(Path(directory, "orphan")),
-                      str(seconds)])
+                      str(seconds), str(os.getpid())])
     os.kill(os.getpid(), signal.SIGKILL)
 
 

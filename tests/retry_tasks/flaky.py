@@ -43,7 +43,7 @@ def fail_when_released(tag: str, seconds: float = 10.0) -> None:
     r = client()
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline and not r.exists(RELEASE):
-        time.sleep(0.01)
+        time.sleep(0.01)  # polls for the release, with the deadline above
     raise Flaky(f"{tag} failed after its release")
 
 

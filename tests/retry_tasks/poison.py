@@ -17,7 +17,7 @@ def die(tag: str, after_fired: int = 0) -> None:
     stats = Keyspace().stats
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and int(client().hget(stats, "fired") or 0) < after_fired:
-        time.sleep(0.01)
+        time.sleep(0.01)  # polls, with the deadline above
     os._exit(1)
 
 
@@ -28,7 +28,7 @@ def die_amid(tag: str, others: int) -> None:
         r = client()
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and int(r.hlen(COUNTS)) < others + 1:
-            time.sleep(0.01)
+            time.sleep(0.01)  # polls, with the deadline above
     os._exit(1)
 
 

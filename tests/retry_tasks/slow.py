@@ -17,7 +17,7 @@ def _wait_for_release(seconds: float) -> str:
     while time.monotonic() < deadline:
         if r.exists(RELEASE):
             return "released"
-        time.sleep(0.01)
+        time.sleep(0.01)  # polls for the release, with the deadline above
     return "deadline"
 
 
@@ -37,7 +37,7 @@ def overrun(tag: str, seconds: float = 10.0) -> None:
 async def _sleep(tag: str, seconds: float) -> None:
     note_call(tag)
     try:
-        await asyncio.sleep(seconds)
+        await asyncio.sleep(seconds)  # the work itself, not a wait for an outcome
     except asyncio.CancelledError:
         note_done(tag, "cancelled")
         raise
@@ -61,7 +61,7 @@ async def sleepy_retried(tag: str, seconds: float = 5.0) -> None:
 def overrun_retried(tag: str, seconds: float = 1.0) -> None:
     """A plain function that always runs ``seconds``, past its timeout, with one retry."""
     note_call(tag)
-    time.sleep(seconds)
+    time.sleep(seconds)  # the work itself, not a wait for an outcome
     note_done(tag)
 
 
@@ -69,7 +69,7 @@ def overrun_retried(tag: str, seconds: float = 1.0) -> None:
 def brief(tag: str) -> None:
     """A plain function well within its timeout, with one retry."""
     note_call(tag)
-    time.sleep(0.02)
+    time.sleep(0.02)  # the work itself, not a wait for an outcome
     note_done(tag)
 
 
@@ -77,5 +77,5 @@ def nap(tag: str, seconds: float = 0.5) -> None:
     """An ordinary task that takes ``seconds``: long enough to be in flight when a poison
     kills its process."""
     note_call(tag)
-    time.sleep(seconds)
+    time.sleep(seconds)  # the work itself, not a wait for an outcome
     note_done(tag)

@@ -13,7 +13,7 @@ from tests.slow_import_tasks import IMPORTED
 from tests.task_pkg import RUNS, client
 from timers.model.keys import Keyspace
 
-time.sleep(1.0)
+time.sleep(1.0)  # the slow import itself, not a wait for an outcome
 client().rpush(IMPORTED, client().zcard(Keyspace().due))
 
 

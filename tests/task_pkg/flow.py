@@ -47,7 +47,7 @@ def _run(tag: str, key: str, seconds: float) -> None:
     folder = os.environ.get(SPANS_ENV)
     if folder:
         start = time.time() * 1000
-        time.sleep(seconds)
+        time.sleep(seconds)  # the work itself, not a wait for an outcome
         _write_span(folder, [tag, key, os.getpid(), start, time.time() * 1000])
         return
     r = client()
@@ -55,7 +55,7 @@ def _run(tag: str, key: str, seconds: float) -> None:
     r.rpush(STARTED, json.dumps([tag, key, os.getpid(), start]))
     concurrent = r.incr(ACTIVE + key)
     try:
-        time.sleep(seconds)
+        time.sleep(seconds)  # the work itself, not a wait for an outcome
     finally:
         r.decr(ACTIVE + key)
     r.rpush(RUNS, json.dumps([tag, key, os.getpid(), start, redis_ms(r), concurrent]))
@@ -76,7 +76,7 @@ def keyed(tag: str, key: str, seconds: float = 0.0) -> None:
         r.rpush(STARTED, json.dumps([tag, key, os.getpid(), redis_ms(r)]))
         deadline = time.monotonic() + 20
         while not r.exists(RELEASE) and time.monotonic() < deadline:
-            time.sleep(0.01)
+            time.sleep(0.01)  # polls for the release, with the deadline above
         r.rpush(RUNS, json.dumps([tag, key, os.getpid(), 0, redis_ms(r), 1]))
         return
     _run(tag, key, seconds)

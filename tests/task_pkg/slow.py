@@ -20,5 +20,5 @@ def block(tag: str, seconds: float = 20.0) -> None:
         if r.exists(RELEASE):
             r.rpush(RUNS, json.dumps([tag, "released"]))
             return
-        time.sleep(0.02)
+        time.sleep(0.02)  # polls for the release, with the deadline above
     r.rpush(RUNS, json.dumps([tag, "deadline"]))

@@ -64,7 +64,7 @@ def test_a_function_whose_lease_is_stale_in_its_thread_is_not_called() -> None:
         await until(lambda: log.order() == ["start a"])
         following = asyncio.create_task(
             runner.call(log.task("b"), [], after=turn, fence=fresh.is_set))
-        await asyncio.sleep(0)
+        await until(lambda: turn.job is not None and turn.job.then is not None)  # b chained
         log.gate.set()  # a returns while b's lease is not known to hold (a stall)
         outcomes = await asyncio.gather(first, following)
         assert outcomes[0].ok and outcomes[1].kind == "stale"

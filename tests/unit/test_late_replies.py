@@ -43,7 +43,7 @@ def stalled(call: Callable[..., Any], server: fakeredis.FakeServer, seconds: flo
         reply = await call(*args, **kwargs)
         if when(reply):
             take_over(server, taken(args, reply))
-            await asyncio.sleep(seconds)
+            await asyncio.sleep(seconds)  # the stall itself (the fake link's), not a wait
         return reply
 
     return call_then_stall

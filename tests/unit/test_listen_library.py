@@ -10,6 +10,7 @@ import signal
 import pytest
 import typer.main
 
+from tests.conftest import wait_until_async
 from timers.cli import app
 from timers.listener.foreground import StopOnSignals, run_in_foreground
 from timers.listener.supervisor import ListenOptions, Supervisor
@@ -96,8 +97,10 @@ def test_signals_reach_a_foreground_listener(sig: signal.Signals) -> None:
     target = FakeListener()
 
     async def main() -> None:
+        default = signal.getsignal(sig)
         task = asyncio.create_task(run_in_foreground(target))  # type: ignore[arg-type]
-        await asyncio.sleep(0)
+        await wait_until_async(lambda: signal.getsignal(sig) != default,
+                               message="the listener's signal handlers")
         os.kill(os.getpid(), sig)
         await asyncio.wait_for(target.stopped.wait(), 5)
         os.kill(os.getpid(), sig)

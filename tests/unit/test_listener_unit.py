@@ -456,7 +456,9 @@ def test_an_ending_on_its_way_at_shutdown_is_not_written_twice(
         async def written_then_slow(**kwargs: Any) -> Any:
             reply = await finish(**kwargs)
             stop.set()
-            await asyncio.sleep(0.5)  # the reply is on its way while the listener stops
+            # a slow reply (the fake link's latency, not a wait for an outcome): it is on
+            # its way while the listener stops
+            await asyncio.sleep(0.5)
             return reply
 
         listener.lanes[0].endings.scripts.finish = written_then_slow  # type: ignore[method-assign]

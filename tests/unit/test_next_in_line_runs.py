@@ -15,6 +15,9 @@ from timers.listener.turns import Turns
 from timers.model.runs import Run
 
 WAIT = 10.0
+QUIET = 0.05
+"""Seconds in which a run that must not start yet is given the chance to (the event loop
+and the pool's threads run on): long against the microseconds a wrong start would take."""
 
 
 class Log:
@@ -58,7 +61,8 @@ def test_the_run_next_in_line_starts_in_the_same_thread_ahead_of_queued_runs() -
         await until(lambda: log.order() == ["start a"])
         queued = asyncio.create_task(runner.call(log.task("x"), []))  # waits for a thread
         following = asyncio.create_task(runner.call(log.task("b"), [], after=turn))
-        await asyncio.sleep(0.05)
+        await until(lambda: turn.job is not None and turn.job.then is not None)  # b chained
+        await asyncio.sleep(QUIET)
         assert log.order() == ["start a"]  # b never starts before a returns
         log.gate.set()
         outcomes = await asyncio.gather(first, following, queued)
@@ -117,7 +121,7 @@ def test_a_coroutine_next_in_line_waits_for_the_run_before_it_to_end() -> None:
 
         following = asyncio.create_task(runner.call(b, [], after=turn))
         assert (await first).ok
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(QUIET)
         assert log.order() == ["start a", "end a"]  # a returned, but has not ended yet
         turn.ended.set()
         assert (await following).ok

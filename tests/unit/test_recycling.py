@@ -14,6 +14,7 @@ import re
 import fakeredis
 import pytest
 
+from tests.conftest import wait_until_async
 from tests.unit.conftest import ROOT, SAMPLE_TASKS
 from tests.unit.sample_tasks import mod
 from timers import Listener, Timers, TimerSpec
@@ -23,6 +24,9 @@ from timers.exceptions import MemoryLimitTooLow
 from timers.listener import RecycleLimits
 from timers.listener.recycling import Recycler
 from timers.listener.supervisor import ListenOptions
+
+QUIET = 0.1
+"""Seconds in which a drain that must go on is given the chance to end wrongly."""
 
 # -- the child's side ---------------------------------------------------------------------
 
@@ -91,10 +95,14 @@ def test_draining_waits_for_every_run_unless_a_stop_signal_comes() -> None:
         async def publish() -> None:
             published.append(recycler.state(stopping=True))
 
-        quick = asyncio.create_task(asyncio.sleep(0.05))
-        endless = asyncio.create_task(asyncio.sleep(3600))
+        quick_ends = asyncio.Event()
+        quick = asyncio.create_task(quick_ends.wait())  # a run, ended below
+        endless = asyncio.create_task(asyncio.Event().wait())  # a run that never ends
         waiting = asyncio.create_task(recycler.wait_for_runs([quick, endless], publish))
-        await asyncio.sleep(0.2)
+        await wait_until_async(lambda: published, message="the recycler to say it drains")
+        quick_ends.set()
+        await quick
+        await asyncio.sleep(QUIET)  # a chance to stop waiting wrongly, once a run ended
         still_waiting = not waiting.done()  # no shutdown timeout: the endless run goes on
         recycler.hurry.set()  # SIGTERM: the ordinary shutdown takes over
         await asyncio.wait_for(waiting, 5)

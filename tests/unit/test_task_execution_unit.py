@@ -57,6 +57,7 @@ def test_load_raises_when_the_package_cannot_be_imported() -> None:
 
 
 def test_a_job_queued_behind_a_stuck_thread_is_not_timed_until_it_starts() -> None:
+    limit = 0.05  # the jobs' timeout, seconds
     release = threading.Event()
     freed: list[int] = []
 
@@ -65,10 +66,12 @@ def test_a_job_queued_behind_a_stuck_thread_is_not_timed_until_it_starts() -> No
 
     async def main() -> None:
         runner = Runner(1, on_free=lambda: freed.append(runner.stuck))
-        first = await runner.call(hog, [], limit=0.05)
+        first = await runner.call(hog, [], limit=limit)
         assert (first.error_type, runner.stuck) == ("TimeoutError", 1)
-        queued = asyncio.create_task(runner.call(lambda: "done", [], limit=0.05))
-        await asyncio.sleep(0.2)  # several of its timeouts, all spent waiting for the thread
+        queued = asyncio.create_task(runner.call(lambda: "done", [], limit=limit))
+        # a window of several of its timeouts, all spent waiting for the thread: a job timed
+        # from its queueing would have timed out in it
+        await asyncio.sleep(4 * limit)
         assert not queued.done()
         release.set()
         outcome = await queued

@@ -14,6 +14,7 @@ import pytest
 import redis
 from starlette.testclient import TestClient
 
+from tests.conftest import wait_until_async
 from tests.unit.flow_helpers import KS, LEASE, add, claim, s
 from timers import Timers
 from timers.dev.server import free_port
@@ -178,12 +179,15 @@ def test_the_dashboard_samples_while_it_serves_and_a_redis_away_stops_nothing(
     away = Timers(redis.Redis(port=free_port(), socket_connect_timeout=0.2))
     away.warn_in_event_loop = False
 
-    async def serve_a_while(site: Site, rounds: int = 500) -> int:
-        sampler = asyncio.create_task(site.sample_while_serving(every_s=0.01))
-        for _ in range(rounds):
-            await asyncio.sleep(0.01)
-            if site.reads.samples or sampler.done():
-                break
+    every_s = 0.01
+
+    async def serve_a_while(site: Site, redis_away: bool = False) -> int:
+        sampler = asyncio.create_task(site.sample_while_serving(every_s=every_s))
+        if redis_away:  # a window of some 20 sampling rounds: none may end the sampler
+            await asyncio.sleep(20 * every_s)
+        else:
+            await wait_until_async(lambda: site.reads.samples or sampler.done(), 5,
+                                   message="a first sample")
         assert not sampler.done()  # (an error would have ended it)
         sampler.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -196,7 +200,8 @@ def test_the_dashboard_samples_while_it_serves_and_a_redis_away_stops_nothing(
         return site
 
     assert asyncio.run(serve_a_while(without_history(Site(producer, Guard())))) == 1
-    assert asyncio.run(serve_a_while(without_history(Site(away, Guard())), 20)) == 0  # and
+    assert asyncio.run(serve_a_while(without_history(Site(away, Guard())),
+                                     redis_away=True)) == 0  # and
     # still sampling; a client that keeps run history has nothing to sample
     assert Site(producer, Guard()).reads.history.available
     asyncio.run(asyncio.wait_for(Site(producer, Guard()).sample_while_serving(0.01), 5))

@@ -27,7 +27,7 @@ def note(path: str, word: str = "ran") -> None:
 
 
 async def async_note(path: str) -> None:
-    await asyncio.sleep(0)
+    await asyncio.sleep(0)  # an await point (no time): a coroutine task that yields once
     note(path, "async")
 
 
@@ -37,13 +37,13 @@ def fail(message: str) -> None:
 
 @task(timeout=0.3)
 def too_slow(seconds: float = 30.0) -> None:
-    time.sleep(seconds)
+    time.sleep(seconds)  # the work itself, past its timeout: not a wait
 
 
 def linger(path: str, seconds: float = 30.0) -> None:
     """Note the pid, then take ``seconds``: still running when the listener stops."""
     note(path, "lingering")
-    time.sleep(seconds)
+    time.sleep(seconds)  # the work itself, not a wait for an outcome
 
 
 def note_env(path: str, name: str) -> None:

@@ -26,7 +26,7 @@ def sync_note(path: str) -> None:
 
 
 async def async_note(path: str) -> None:
-    await asyncio.sleep(0)
+    await asyncio.sleep(0)  # an await point (no time): a coroutine task that yields once
     _write(path, "async")
 
 

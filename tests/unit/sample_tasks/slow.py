@@ -8,5 +8,5 @@ DONE: list[float] = []
 
 
 async def work(seconds: float) -> None:
-    await asyncio.sleep(seconds)
+    await asyncio.sleep(seconds)  # the work itself, not a wait for an outcome
     DONE.append(seconds)
