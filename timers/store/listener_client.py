@@ -3,14 +3,19 @@
 ``unix://`` URLs make redis-py use a Unix socket connection, which takes no TCP options
 (``socket_keepalive``, ``socket_connect_timeout`` …): passing them raised a TypeError on
 the first command.
+
+Its connections pack commands with hiredis (in C) rather than redis-py's asyncio packer
+(in Python, per argument): a finish call carries some 130 arguments (a batch of endings),
+and packing it in Python cost the listener more than running the script cost Redis.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import hiredis
 import redis.asyncio
-from redis.asyncio.connection import UnixDomainSocketConnection, parse_url
+from redis.asyncio.connection import AbstractConnection, UnixDomainSocketConnection, parse_url
 
 from timers.store import cluster, sentinel
 from timers.store.connect import configured_url
@@ -32,10 +37,49 @@ def listener_client(url: str) -> redis.asyncio.Redis:
     if cluster.is_cluster_url(url):
         return cluster.async_cluster(url, **options, socket_keepalive=True)  # type: ignore[return-value]
     if sentinel.is_sentinel_url(url):
-        return sentinel.async_primary(url, **options, socket_keepalive=True)
+        return packing_in_c(sentinel.async_primary(url, **options, socket_keepalive=True))
     if not _is_unix(url):
         options["socket_keepalive"] = True
-    return redis.asyncio.Redis.from_url(url, **options)
+    return packing_in_c(redis.asyncio.Redis.from_url(url, **options))
+
+
+class _PackedInC:
+    """Mixed into a redis-py asyncio connection class: :meth:`pack_command` by hiredis.
+    A command whose name holds a space (``"FUNCTION LOAD"``: redis-py splits it) or an
+    argument hiredis does not take (redis-py refuses it with its own error) goes the
+    usual way."""
+
+    def pack_command(self, *args: Any) -> list[bytes]:
+        first = args[0]
+        if (isinstance(first, str) and " " not in first) or (
+                isinstance(first, bytes) and b" " not in first):
+            try:
+                return [hiredis.pack_command(args)]
+            except TypeError:
+                pass
+        return super().pack_command(*args)  # type: ignore[misc, no-any-return]
+
+
+_PACKED: dict[str, type[AbstractConnection]] = {}
+
+
+def _packed_in_c(kind: type[AbstractConnection]) -> type[AbstractConnection]:
+    """``kind`` packing with hiredis, made once per class; same name (``sync_twin`` finds
+    the sync class of that name)."""
+    if issubclass(kind, _PackedInC):
+        return kind
+    key = f"{kind.__module__}.{kind.__qualname__}"
+    if key not in _PACKED:
+        _PACKED[key] = type(kind.__name__, (_PackedInC, kind), {"__module__": __name__})
+    return _PACKED[key]
+
+
+def packing_in_c(client: redis.asyncio.Redis) -> redis.asyncio.Redis:
+    """``client``, whose connections (those its pool makes from now on) pack commands with
+    hiredis."""
+    pool = client.connection_pool
+    pool.connection_class = _packed_in_c(pool.connection_class)
+    return client
 
 
 def _is_unix(url: str) -> bool:

@@ -61,6 +61,18 @@ local keyed = {}
 for task in string.gmatch(ARGV[7] or '', '[^,]+') do keyed[task] = true end
 local any_keyed = next(keyed) ~= nil
 
+-- Note a claimed keyed timer (a keyed task's, or one with a key of its own) as claimed and
+-- not gated yet (flow.lua's order barrier).
+local function note_keyed(token, run)
+  if any_keyed or string.find(run, ';k=', 1, true) then
+    local _, _, due, id, record = run_read(run)
+    if record and (keyed[record_task(record)] or record_option(record, 'k')) then
+      note_ungated(ARGV[1], id, token, record,
+        tonumber(record_option(record, 'w') or due) or 0)
+    end
+  end
+end
+
 local function start(run, source, group)
   local token = string.format('%.0f', redis.call('INCR', KEYS[5]))
   redis.call('ZADD', running_key_for(KEYS[3], group), lease_until, token)
@@ -69,41 +81,115 @@ local function start(run, source, group)
   out[#out + 1] = run
   out[#out + 1] = source
   claimed = claimed + 1
-  if any_keyed or string.find(run, ';k=', 1, true) then
-    local _, _, due, id, record = run_read(run)
-    if record and (keyed[record_task(record)] or record_option(record, 'k')) then
-      note_ungated(ARGV[1], id, token, record,
-        tonumber(record_option(record, 'w') or due) or 0)
-    end
-  end
+  note_keyed(token, run)
   return token
 end
 
-local function take(id, due_text, source)
-  local record = withdraw(KEYS[1], KEYS[2], ARGV[1], id)
-  if record then
+-- Send `values` as the arguments of one command (after `key`, if any), in as few calls as
+-- Lua's stack lets unpack() pass.
+local CHUNK = 2000  -- even: pairs stay together
+local function call_all(command, key, values)
+  for first = 1, #values, CHUNK do
+    local last = math.min(first + CHUNK - 1, #values)
+    if key then
+      redis.call(command, key, unpack(values, first, last))
+    else
+      redis.call(command, unpack(values, first, last))
+    end
+  end
+end
+
+-- The replies of a command that answers one value per member, over `members`, chunked so.
+local function read_all(command, key, members)
+  local out = {}
+  for first = 1, #members, CHUNK do
+    local last = math.min(first + CHUNK - 1, #members)
+    local got = redis.call(command, key, unpack(members, first, last))
+    for i = 1, #got do out[first + i - 1] = got[i] end
+  end
+  return out
+end
+
+local function append(lists, name, ...)
+  local list = lists[name]
+  if not list then list = {}; lists[name] = list end
+  for i = 1, select('#', ...) do list[#list + 1] = select(i, ...) end
+end
+
+-- Claim pending timers, each {id, due text, source, record}: each out of its due index
+-- and the records, its expiring key deleted, and started under a new token (T4, T5): a
+-- few calls for them all, not seven per timer. `stale`: ids of due index `index` that
+-- have no record, dropped from it.
+local function take_all(takes, index, stale)
+  local n = #takes
+  local zrem, leases = {}, {}
+  if stale then for _, id in ipairs(stale) do append(zrem, index, id) end end
+  if n == 0 then
+    for key, ids in pairs(zrem) do call_all('ZREM', key, ids) end
+    return
+  end
+  local first = redis.call('INCRBY', KEYS[5], n) - n
+  local ids, timer_keys, runs = {}, {}, {}
+  for i, t in ipairs(takes) do
+    local id, due_text, record = t[1], t[2], t[4]
+    append(zrem, (due_key_for(KEYS[1], record)), id)
+    ids[i] = id
+    timer_keys[i] = ARGV[1] .. id .. ':' .. record
     -- a timer promoted from a key's queue sits at score 0 (claimed first): its run is due
     -- at the due time it had (";w="), so its listener waits if that has not come yet
     local waited_from = tonumber(record_option(record, 'w') or '')
     if waited_from and waited_from > tonumber(due_text) then
       due_text = string.format('%.0f', waited_from)
     end
-    start(record_reruns(record) .. me .. '|' .. due_text .. '|' .. id .. ':' .. record, source,
-      record_group(record))
+    local run = record_reruns(record) .. me .. '|' .. due_text .. '|' .. id .. ':' .. record
+    local token = string.format('%.0f', first + i)
+    append(leases, running_key_for(KEYS[3], record_group(record)), lease_until, token)
+    runs[2 * i - 1], runs[2 * i] = token, run
+    out[#out + 1] = token
+    out[#out + 1] = run
+    out[#out + 1] = t[3]
+    note_keyed(token, run)
   end
+  claimed = claimed + n
+  for key, members in pairs(zrem) do call_all('ZREM', key, members) end
+  call_all('HDEL', KEYS[2], ids)
+  call_all('DEL', nil, timer_keys)
+  for key, entries in pairs(leases) do call_all('ZADD', key, entries) end
+  call_all('HSET', KEYS[4], runs)
 end
 
+-- The named ids, read in one HMGET and one ZMSCORE per due index: those due within the
+-- horizon are claimed, in the order named (each once), up to the limit.
 local function claim_named()
+  if #ARGV < 8 or claimed >= limit then return end
+  local ids, seen = {}, {}
   for i = 8, #ARGV do
-    if claimed >= limit then return end
-    local record = redis.call('HGET', KEYS[2], ARGV[i])
-    if record and served[record_group(record)] then
-      local score = redis.call('ZSCORE', (due_key_for(KEYS[1], record)), ARGV[i])
-      if score and tonumber(score) <= horizon then
-        take(ARGV[i], string.format('%.0f', tonumber(score)), 'e')
-      end
+    if not seen[ARGV[i]] then
+      seen[ARGV[i]] = true
+      ids[#ids + 1] = ARGV[i]
     end
   end
+  local records = read_all('HMGET', KEYS[2], ids)
+  local by_index, scores = {}, {}
+  for i, id in ipairs(ids) do
+    local record = records[i]
+    if record and served[record_group(record)] then
+      append(by_index, (due_key_for(KEYS[1], record)), id)
+    end
+  end
+  for index, members in pairs(by_index) do
+    local got = read_all('ZMSCORE', index, members)
+    for i, id in ipairs(members) do scores[id] = got[i] end
+  end
+  local takes = {}
+  for i, id in ipairs(ids) do
+    if claimed + #takes >= limit then break end
+    local score = scores[id] and tonumber(scores[id])
+    if score and score <= horizon then
+      takes[#takes + 1] = {id, string.format('%.0f', score), 'e', records[i]}
+    end
+  end
+  take_all(takes)
 end
 
 local function recover_lapsed(running)
@@ -137,11 +223,19 @@ local function claim_due(index, low, high)
   if claimed >= limit then return end
   local due = redis.call('ZRANGEBYSCORE', index, low, high, 'WITHSCORES',
     'LIMIT', 0, limit - claimed)
-  for i = 1, #due, 2 do
-    local before = claimed
-    take(due[i], due[i + 1], 's')
-    if claimed == before then redis.call('ZREM', index, due[i]) end  -- no record
+  if #due == 0 then return end
+  local ids = {}
+  for i = 1, #due, 2 do ids[#ids + 1] = due[i] end
+  local records = read_all('HMGET', KEYS[2], ids)
+  local takes, stale = {}, {}
+  for i, id in ipairs(ids) do
+    if records[i] then
+      takes[#takes + 1] = {id, due[2 * i], 's', records[i]}
+    else
+      stale[#stale + 1] = id  -- no record
+    end
   end
+  take_all(takes, index, stale)
 end
 
 claim_named()
