@@ -60,6 +60,14 @@ def spans(r: redis.Redis) -> dict[str, list[tuple[float, float, str]]]:
     return {key: sorted(runs) for key, runs in by_key.items()}
 
 
+def unended(r: redis.Redis, killed: int | None) -> int:
+    """Runs whose task noted its start and not yet its end (a killed process's never end)."""
+    ended = {(tag, pid, start) for tag, _, pid, start, *_ in map(json.loads, r.lrange(
+        "test:runs", 0, -1))}
+    return sum(1 for tag, _, pid, start in map(json.loads, r.lrange("test:started", 0, -1))
+               if pid != killed and (tag, pid, start) not in ended)
+
+
 def overlaps(runs: list[tuple[float, float, str]]) -> list[tuple[str, str]]:
     """Pairs of runs (in start order) where the later started before the earlier ended."""
     return [(a[2], b[2]) for a, b in itertools.pairwise(runs) if b[0] < a[1]]
@@ -171,11 +179,12 @@ def test_a_listener_killed_or_paused_while_it_moves_timers_loses_none_and_runs_n
     their devices' shards (each move: four script calls over two shards); one of them is
     killed (or stopped for two leases, then let go on) the moment they come due, in the
     middle of its moves. Every command runs, none twice but a run its listener died in
-    (counted as a rerun), and no move is left unsettled.
-
-    Overlaps of one device's commands are printed, not judged: the same faults give 0 to 4
-    overlapping pairs per burst with the key given when scheduling (no move at all; 6
-    runs of each fault, leases of 2 and 5 s, 2026-11-26), so they are not the moves'."""
+    (counted as a rerun), no move is left unsettled, and a device never runs two commands
+    at once but for the run a paused listener was in, which goes on when it resumes
+    beside its rerun and the device's next commands: counted as a late finish ("paused
+    past lease" in ``timers stats``). Before, 0 to 4 pairs of a device's commands ran at
+    once per burst, every one two reruns in quarantine: one handed over holding the slot,
+    one next in line after it that did not wait for it."""
     procs = [processes.spawn(TIMERS_COMMAND, "listen", "--url", cluster.url, "--tasks",
                              TASKS, "--lease", "2", "--concurrency", "8") for _ in range(3)]
     with Timers(cluster.url) as t:
@@ -186,24 +195,47 @@ def test_a_listener_killed_or_paused_while_it_moves_timers_loses_none_and_runs_n
                         for i in range(12) for d in range(4))
         wait_until(lambda: redis_now_ms(r) >= due_ms + 5, 5, message="the burst to come due")
         victim = procs[0]
+        paused_at = redis_now_ms(r)
         victim.send_signal(signal.SIGKILL if fault == "kill" else signal.SIGSTOP)
+        resumed_at = paused_at
         if fault == "pause":
             resume_at = redis_now_ms(r) + 4000  # two leases: its claims are taken over
             wait_until(lambda: redis_now_ms(r) >= resume_at, 10, message="two leases")
+            resumed_at = redis_now_ms(r)
             victim.send_signal(signal.SIGCONT)
         wait_until(lambda: r.llen("test:runs") >= 48, 120, message="48 commands to run")
         wait_until(lambda: settled(t), 30, message="nothing pending or running")
         with sync_cluster(cluster.url) as client:
             wait_until(lambda: all(client.zcard(k.arrivals) == 0 for k in SHARDS), 30,
                        message="every move settled")
+        wait_until(lambda: unended(r, victim.pid if fault == "kill" else None) == 0, 30,
+                   message="every run started to end (the paused listener's too)")
         counters = t.stats().counters
-    by_key = spans(r)
-    ran = Counter(tag for runs in by_key.values() for _, _, tag in runs)
+    runs = [json.loads(raw) for raw in r.lrange("test:runs", 0, -1)]
+    ran = Counter(tag for tag, *_ in runs)
     assert set(ran) == {f"{d}/{i}" for d in range(4) for i in range(12)}
     twice = sum(n - 1 for n in ran.values())
-    found = {key: overlaps(runs) for key, runs in by_key.items()}
+    # the runs the stopped listener was in (a killed one's never end: not in test:runs)
+    paused = {i for i, (_, _, pid, start, end, _) in enumerate(runs)
+              if pid == victim.pid and start < resumed_at and end > paused_at}
+    at_once = [(i, j) for i, j in itertools.combinations(range(len(runs)), 2)
+               if runs[i][1] == runs[j][1]
+               and max(runs[i][3], runs[j][3]) < min(runs[i][4], runs[j][4])]
+    beside_paused = [pair for pair in at_once if paused & set(pair)]
+    others = [(runs[i][:5], runs[j][:5]) for i, j in at_once if not paused & {i, j}]
+    late = counters.get("late_finishes", 0)
     print(f"\n48 commands, a listener {'killed' if fault == 'kill' else 'paused 4 s'} as "
           f"they came due: {counters.get('placed', 0)} moved, {counters.get('reruns', 0)} "
-          f"reruns, {twice} run twice, {sum(map(len, found.values()))} overlaps, "
-          f"{counters.get('late_finishes', 0)} late finishes")
+          f"reruns, {twice} run twice, {len(others)} pairs of a device's commands at once "
+          f"({len(beside_paused)} more beside {len(paused)} paused run(s)), {late} late "
+          f"finishes")
     assert twice <= counters.get("reruns", 0)
+    assert others == [], f"two commands of one device at once: {others}"
+    # a paused run that overlaps another went on past its lease: its rerun ran meanwhile,
+    # and its ending, written after that, was counted late
+    overlapping_paused = paused & {i for pair in beside_paused for i in pair}
+    with Timers(cluster.url) as t:  # its ending is written after the task's note
+        wait_until(lambda: t.stats().counters.get("late_finishes", 0)
+                   >= len(overlapping_paused), 10,
+                   message=f"{len(overlapping_paused)} paused run(s) counted late: "
+                           f"{[runs[i] for i in overlapping_paused]}")

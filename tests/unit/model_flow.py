@@ -498,7 +498,11 @@ class World:
                              f"{timer.key}'s slot by {how} while {other.id} (order "
                              f"{other.order()}) ahead of it is {where}")
 
-    def finish(self, listener: VListener, token: str, kind: str, delay_ms: int) -> None:
+    def finish(self, listener: VListener, token: str, kind: str, delay_ms: int,
+               gate: bool = True) -> None:
+        """End run ``token``; the runs handed along start (or ask their gate) at once,
+        or, without ``gate``, at the listener's next ``start_due`` (it stalled between
+        reading the reply and gating them)."""
         run = listener.executing.pop(token)
         self.executing.pop(token, None)
         timer = self.timers[run.timer_id]
@@ -555,7 +559,8 @@ class World:
                 if not (limits_of(handed.record_text) or ("", 0, "x"))[2]:
                     self.check_fifo(handed, "handoff")
                 listener.claimed[handed.token] = (handed, self.now)
-        self.start_due(listener)
+        if gate:
+            self.start_due(listener)
         for handed in nexts:  # its slot is promised from now (the run before it started)
             if handed.token in listener.nexts:  # not taken back with a run held at its gate
                 self.check_fifo(handed, "next in line")

@@ -256,6 +256,75 @@ def test_a_run_next_in_line_after_a_run_its_gate_held_back_does_not_start(
     assert len(mod.CALLS) == calls, "the run next in line never called its task"
 
 
+class Quarantined:
+    """Quarantine that notes each start and end; the first run it is given waits for
+    ``release`` (a rerun whose child runs a while)."""
+
+    def __init__(self) -> None:
+        self.order: list[str] = []
+        self.release = asyncio.Event()
+
+    async def run(self, timer_id: str, *args: Any) -> Outcome:
+        first = not self.order
+        self.order.append(f"start {timer_id}")
+        if first:
+            await self.release.wait()
+        self.order.append(f"end {timer_id}")
+        return Outcome("ok", "", "")
+
+
+@pytest.mark.parametrize("first_reruns", [0, 1])
+def test_a_rerun_next_in_line_starts_in_quarantine_only_once_the_run_before_it_ended(
+        first_reruns: int) -> None:
+    """A key's waiting timers that were reruns (their listener died holding them) handed
+    over as a run holding the key's slot and the run next in line after it: the second
+    runs in quarantine (a child process), and starts only once the first has ended, as
+    any run next in line (before, it went to its quarantine child at once: two commands
+    of one device at once on a 3-primary cluster after a listener was killed or paused,
+    tests/integration/test_cluster_limits.py)."""
+    record = Record("mod.add", [1, 2], {Option.KEY: "k"}).encode()
+    quarantine = Quarantined()
+    blocker = asyncio.Event()
+
+    async def scenario() -> list[str]:
+        runner, turns = Runner(2), Turns()
+        try:
+            executor = Executor(resolve, runner, quarantine, NoRecurrences(),
+                                tracker_on_redis_clock(), NoSleep(), flow=None, name="",
+                                turns=turns, fence=None, peers=None,
+                                stopping=asyncio.Event())
+            loop = asyncio.get_running_loop()
+            if not first_reruns:  # the first runs in a thread, held until released
+                quarantine.order.append("start 1")
+                TASKS["held"] = lambda: asyncio.run_coroutine_threadsafe(
+                    blocker.wait(), loop).result(10)
+            first = Run("1", "1", Record("held", []).encode() if not first_reruns
+                        else record, round(REDIS_NOW_MS), first_reruns, "handoff")
+            following = Run("2", "2", record, round(REDIS_NOW_MS), 1, "next", follows="1")
+            turns.start(first)
+            turns.start(following)
+            before = asyncio.create_task(executor.execute(first))
+            after = asyncio.create_task(executor.execute(following))
+            await asyncio.sleep(0.1)
+            seen = list(quarantine.order)
+            quarantine.release.set()
+            blocker.set()
+            assert (await before).ending is not None
+            if not first_reruns:
+                quarantine.order.append("end 1")
+            turns.end("1")  # as the lane does once the run's task is done
+            done = await asyncio.wait_for(after, 10)
+            assert done.ending is not None and done.ending.kind is EndingKind.OK
+            return seen
+        finally:
+            TASKS.pop("held", None)
+            runner.shutdown()
+
+    seen = asyncio.run(scenario())
+    assert seen == ["start 1"], "the rerun next in line started while the run before it ran"
+    assert quarantine.order == ["start 1", "end 1", "start 2", "end 2"]
+
+
 # -- the ending writer -------------------------------------------------------------------
 
 

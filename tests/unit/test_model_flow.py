@@ -143,12 +143,14 @@ class FlowModel(RuleBasedStateMachine):
             self.world.park(listener, limit)
 
     @rule(i=pick, j=pick, kind=st.sampled_from(["ok", "ok", "ok", "retry", "dead"]),
-          delay=st.sampled_from([0, 40]))
-    def finish(self, i: int, j: int, kind: str, delay: int) -> None:
+          delay=st.sampled_from([0, 40]), gate=st.sampled_from([True, True, False]))
+    def finish(self, i: int, j: int, kind: str, delay: int, gate: bool) -> None:
+        """A run ends; the runs handed along are gated at once, or (``gate`` False) at the
+        listener's next start of due runs: a stall may come between."""
         listener = self._listener(i)
         if listener is not None and listener.executing:
             tokens = sorted(listener.executing)
-            self.world.finish(listener, tokens[j % len(tokens)], kind, delay)
+            self.world.finish(listener, tokens[j % len(tokens)], kind, delay, gate)
 
     @rule(i=pick)
     def renew(self, i: int) -> None:
@@ -643,6 +645,47 @@ def test_a_run_next_in_line_whose_lease_lapsed_still_takes_the_slot_over(
     world.finish(l1, rated, "ok", 0)  # t002 renewed and gated: it must have the slot
     assert broken(world, "fifo") == []
     for _ in range(6):
+        wait(world, 50, l1)
+        world.claim(l1, 5, 0, False)
+        world.start_due(l1)
+        for token in sorted(l1.executing):
+            world.finish(l1, token, "ok", 0)
+    assert broken(world, "fifo") == [] and broken(world, "key_limit") == []
+    assert all(t.status == "done" for t in world.timers.values()), world.log
+
+
+def test_a_lapsed_run_next_in_line_goes_back_in_its_place_when_the_run_before_it_is_held(
+        world: World) -> None:
+    """T22 with a lapsed lease: a rated run handed over holding its key's slot, with the
+    key's next timer as the run next in line after it; its listener stalls past their
+    leases between reading that reply and gating them (nobody claims meanwhile), then
+    gates the rated one, which its rate holds (another timer paces it). The run next in
+    line must go back into the key's queue in its place, its listener dropping it
+    unstarted. Before, take_back_next left it claimed, lapsed, in neither the key's queue
+    nor the order barrier: the key's slot went to the later timer behind it."""
+    world.fenced = True
+    l1 = world.spawn((DEFAULT_GROUP,))
+    world.schedule(RATED, DEFAULT_GROUP, 0, "", -50)  # t000 takes the rate's slot at 0
+    world.schedule(PLAIN, DEFAULT_GROUP, 0, "k1", -40)  # t001 holds k1
+    world.schedule(RATED, DEFAULT_GROUP, 0, "", -45)  # t002 paces the rate (its next slot)
+    world.claim(l1, 5, 0, False)
+    world.start_due(l1)
+    world.schedule(RATED, DEFAULT_GROUP, 0, "k1", -30)  # t003: handed over when t001 ends
+    world.schedule(PLAIN, DEFAULT_GROUP, 0, "k1", -20)  # t004: next in line after it
+    world.schedule(PLAIN, DEFAULT_GROUP, 0, "k1", -10)  # t005: behind them
+    world.claim(l1, 5, 0, False)
+    world.start_due(l1)  # they wait for k1
+    holder = next(t for t, r in l1.executing.items() if r.timer_id == "t001")
+    world.finish(l1, holder, "ok", 0, gate=False)  # t003 handed over, t004 next in line
+    wait(world, 1500)  # l1 stalls past their leases before it gates t003; nobody claims
+    world.start_due(l1)  # t003 (renewed: nobody recovered it) is held for its rate
+    for _ in range(2):  # claims by event, one run each (no room left to recover a run):
+        world.claim(l1, 1, 0, True)  # the pacer t002, then t003 at the slot it paces for
+        world.start_due(l1)
+        for token in sorted(l1.executing):
+            world.finish(l1, token, "ok", 0)  # t003 ends: k1's slot goes on
+        wait(world, 100, l1)
+    for _ in range(8):
         wait(world, 50, l1)
         world.claim(l1, 5, 0, False)
         world.start_due(l1)

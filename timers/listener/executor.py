@@ -346,9 +346,11 @@ class Executor:
                            recurring: bool) -> Turn | None:
         """For a run next in line on a key slot: the turn of the run before it, when this
         one may start in that run's thread as it ends (:mod:`timers.listener.turns`). Else
-        it waits here for that run to end, and its start counts from then."""
+        it waits here for that run to end, and its start counts from then: so does a
+        rerun, which runs in quarantine (a child process), never in that thread."""
         after = self.turns.before(run)
-        if after is None or (not recurring and self._may_follow_in_thread(record)):
+        if after is None or (not recurring and not is_suspect(run.reruns)
+                             and self._may_follow_in_thread(record)):
             return after
         await after.ended.wait()
         attempt.started_ms = self.tracker.redis_now_ms()

@@ -224,9 +224,11 @@ end
 -- run next in line follows the run before it only into a start: it goes back into its
 -- key's queue, in its place (its queue score, from its ";w=" due), its run dropped, and
 -- the slot does not pass to it. Its listener, told the run before it was held, does not
--- start it (executor.py). Nothing when it is no longer leased (handed back, or lapsed:
--- its listener or a claim decides) or a newer timer has its id.
-local function take_back_next(key_start, token, now)
+-- start it (executor.py). A lapsed one nobody recovered goes back too: it is still that
+-- listener's (the one gating the run before it), which never starts it now, and it keeps
+-- its place ahead of the key's later timers. Nothing when it is gone (handed back, or
+-- recovered by a claim: its rerun decides) or a newer timer has its id.
+local function take_back_next(key_start, token)
   local next_key = sys_key(key_start, 'next')
   local successor = redis.call('HGET', next_key, token)
   if not successor then return end
@@ -237,9 +239,7 @@ local function take_back_next(key_start, token, now)
   local reruns, _, due, id, record = run_read(redis.call('HGET', runs, successor))
   if not (limit and record) then return end
   local running = running_key_for(sys_key(key_start, 'run'), record_group(record))
-  local until_ms = redis.call('ZSCORE', running, successor)
-  if not until_ms or tonumber(until_ms) <= now then return end
-  redis.call('ZREM', running, successor)
+  if redis.call('ZREM', running, successor) == 0 then return end
   redis.call('HDEL', runs, successor)
   local records = sys_key(key_start, 'rec')
   if redis.call('HEXISTS', records, id) == 1 then return end

@@ -181,7 +181,7 @@ local function gate(token, key, limit, rate, interval, burst)
       if status == 'wait' then
         note_ungated(ARGV[1], id, 'r|' .. barrier_of(record), record, due)
       end
-      take_back_next(ARGV[1], token, now)
+      take_back_next(ARGV[1], token)
       redis.call('ZREM', flow_key(ARGV[1], 'slots', key), token)
       release_slot(ARGV[1], token, now)
       promote_key(ARGV[1], key, limit, now)
