@@ -693,3 +693,40 @@ def test_a_lapsed_run_next_in_line_goes_back_in_its_place_when_the_run_before_it
             world.finish(l1, token, "ok", 0)
     assert broken(world, "fifo") == [] and broken(world, "key_limit") == []
     assert all(t.status == "done" for t in world.timers.values()), world.log
+
+
+def test_a_run_next_in_line_after_a_recovered_run_waits_behind_its_rerun(
+        world: World) -> None:
+    """A run holding its key's slot, with the key's next timer as the run next in line
+    after it; its listener stalls past both leases, then a claim recovers the first run:
+    its rerun takes the slot over. The run next in line goes back into the key's queue,
+    behind the rerun, and when the paused first run's task returns it does not follow it
+    into a start. Before, it stayed claimed and leased to its listener with no slot to
+    follow, and started as the paused task returned, while the rerun ran: two runs of a
+    key of limit 1 at once (found by the model test)."""
+    world.fenced = True
+    l1 = world.spawn((DEFAULT_GROUP,))
+    world.schedule(PLAIN, DEFAULT_GROUP, 0, "k1", -50)  # t000 holds k1
+    world.schedule(PLAIN, DEFAULT_GROUP, 0, "k1", -40)  # t001: handed over as t000 ends
+    world.schedule(PLAIN, DEFAULT_GROUP, 0, "k1", -30)  # t002: next in line after t001
+    world.claim(l1, 5, 0, False)
+    world.start_due(l1)
+    (first,) = l1.executing
+    world.finish(l1, first, "ok", 0)
+    (paused,) = l1.executing  # t001's run; t002's is next in line after it
+    assert l1.executing[paused].timer_id == "t001" and l1.nexts, world.log
+    wait(world, 1500)  # l1 stalls past both leases
+    world.claim(l1, 1, 0, False)  # ... and then recovers t001's run itself: a rerun
+    world.start_due(l1)
+    assert any(r.timer_id == "t001" and t != paused for t, r in l1.executing.items()), \
+        world.log
+    wait(world, 300, l1)
+    world.finish(l1, paused, "ok", 0)  # the paused task returns, late
+    for _ in range(8):
+        wait(world, 50, l1)
+        for token in sorted(l1.executing):
+            world.finish(l1, token, "ok", 0)
+        world.claim(l1, 5, 0, False)
+        world.start_due(l1)
+    assert broken(world, "key_limit") == [] and broken(world, "fifo") == [], world.log
+    assert all(t.status == "done" for t in world.timers.values()), world.log

@@ -287,14 +287,16 @@ end
 
 -- The slot `token` holds (a run whose lease lapsed, recovered by a claim) passes to its
 -- rerun `rerun`, with the rerun's lease: the rerun goes first, ahead of the key's waiting
--- timers and of a run next in line that was handed along with the old run (that one, if
--- still leased, waits for the slot like any other). Whether there was a slot to pass.
+-- timers and of a run next in line that was handed along with the old run: that one goes
+-- back into the key's queue in its place (take_back_next; its listener, which renews it,
+-- hears it is lost and never starts it), else it would follow the old run's end into a
+-- start while the rerun holds the slot. Whether there was a slot to pass.
 local function transfer_slot(key_start, token, rerun, lease_until)
   local held_key = sys_key(key_start, 'held')
   local held = redis.call('HGET', held_key, token)
   if not held then return false end
+  take_back_next(key_start, token)  -- its run next in line waits again, behind the rerun
   redis.call('HDEL', held_key, token)
-  redis.call('HDEL', sys_key(key_start, 'next'), token)
   local key = string.match(held, '^%d+|%d+|(.+)$')
   if not key then return false end
   local slots = flow_key(key_start, 'slots', key)
