@@ -33,23 +33,30 @@ local function history_add(hist_key, exp_key, rec_key, id, text, at, age)
   redis.call('HSET', rec_key, id, text)
 end
 
+-- Run `command` on `key` with ids[first..last] as its arguments, a thousand at a time
+-- (unpack's stack is bounded).
+local function each_thousand(command, key, ids)
+  for first = 1, #ids, 1000 do
+    redis.call(command, key, unpack(ids, first, math.min(first + 999, #ids)))
+  end
+end
+
 -- Drop at most `budget` records whose expiry has come, then at most `budget` over count
 -- (oldest end first, whatever their age): O(log n) each, so a call's cost is bounded
--- however long the history.
+-- however long the history. Each key's dropped ids go in one command (per thousand): a
+-- command per id cost some 2 us of Lua call overhead apiece.
 local function history_trim(hist_key, exp_key, rec_key, now, count, budget)
   local old = redis.call('ZRANGEBYSCORE', exp_key, '-inf', now, 'LIMIT', 0, budget)
-  for _, id in ipairs(old) do
-    redis.call('ZREM', hist_key, id)
-    redis.call('ZREM', exp_key, id)
-    redis.call('HDEL', rec_key, id)
-  end
+  each_thousand('ZREM', hist_key, old)
+  each_thousand('ZREM', exp_key, old)
+  each_thousand('HDEL', rec_key, old)
   local over = redis.call('ZCARD', hist_key) - count
   if over > 0 then
     local popped = redis.call('ZPOPMIN', hist_key, math.min(over, budget))
-    for i = 1, #popped, 2 do
-      redis.call('ZREM', exp_key, popped[i])
-      redis.call('HDEL', rec_key, popped[i])
-    end
+    local ids = {}
+    for i = 1, #popped, 2 do ids[#ids + 1] = popped[i] end
+    each_thousand('ZREM', exp_key, ids)
+    each_thousand('HDEL', rec_key, ids)
   end
 end
 
