@@ -101,14 +101,19 @@ def test_a_dead_listeners_run_next_in_line_gets_no_slot_and_both_run_again_in_or
     for token in (b.token, c.token):  # the listener died: both leases lapse
         fake.zadd(KS.running, {token: 1})
     fake.zadd(KS.slots("k"), {b.token: 1})
-    runs = sorted(claim(s), key=lambda run: run.timer_id)
+    runs = claim(s)
     # b's slot passed to b's rerun (the cut command goes first); c, handed to the dead
-    # listener, got none: it runs again after b, and d still waits behind it
-    assert ids(runs) == ["b", "c"] and fake.hlen(NEXT_KEY) == 0
-    assert [run.source for run in runs] == ["recovered", "recovered"]
-    assert gate(s, runs, key="k", limit=1) == ["go", "wait"]
+    # listener (which may have started it in b's thread as b returned), went back into
+    # the key's queue as a rerun, in its place: it runs again after b, d still behind it
+    assert ids(runs) == ["b"] and fake.hlen(NEXT_KEY) == 0
+    assert [run.source for run in runs] == ["recovered"]
+    assert gate(s, runs, key="k", limit=1) == ["go"]
     assert slot_holders(fake) == [runs[0].token.encode()]
     assert fake.zrange(KS.key_queue("k"), 0, -1) == [b"c", b"d"]
+    assert b";rc=1" in fake.hget(KS.records, "c") and fake.zcard(KS.running) == 1
+    assert fake.hget(KS.stats, "reruns") == b"2", "b and c each counted as a rerun"
+    again = end(s, ok(runs[0]))  # b's rerun ends: c is handed over, d next in line
+    assert ids(again) == ["c", "d"] and again[0].reruns == 1 and again[1].reruns == 0
 
 
 def test_a_run_handed_back_with_a_grace_keeps_its_slot_and_drops_its_next_in_line(

@@ -206,7 +206,9 @@ local function recover_lapsed(running)
       local rerun = start((tonumber(reruns) + 1) .. me .. '|' .. rest, 'r@' .. held_by,
         record_group(record))
       -- the rerun keeps the key slot the cut run held: it goes before the key's next
-      if not transfer_slot(ARGV[1], token, rerun, lease_until) then
+      local passed, took_back = transfer_slot(ARGV[1], token, rerun, lease_until)
+      if took_back then redis.call('HINCRBY', KEYS[6], 'reruns', 1) end
+      if not passed then
         release_slot(ARGV[1], token, now)
       end
     else

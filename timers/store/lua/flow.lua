@@ -227,28 +227,33 @@ end
 -- start it (executor.py). A lapsed one nobody recovered goes back too: it is still that
 -- listener's (the one gating the run before it), which never starts it now, and it keeps
 -- its place ahead of the key's later timers. Nothing when it is gone (handed back, or
--- recovered by a claim: its rerun decides) or a newer timer has its id.
-local function take_back_next(key_start, token)
+-- recovered by a claim: its rerun decides) or a newer timer has its id. `cut`: the run
+-- before it was recovered (its listener died or stalled past its lease), so this one may
+-- have started in that listener's thread as the run before it returned: it goes back as
+-- a rerun (reruns + 1: counted, and run in quarantine). Whether it took one back.
+local function take_back_next(key_start, token, cut)
   local next_key = sys_key(key_start, 'next')
   local successor = redis.call('HGET', next_key, token)
-  if not successor then return end
+  if not successor then return false end
   redis.call('HDEL', next_key, token)
   local limit, lease, key = string.match(
     redis.call('HGET', sys_key(key_start, 'held'), token) or '', '^(%d+)|(%d+)|(.+)$')
   local runs = sys_key(key_start, 'runrec')
   local reruns, _, due, id, record = run_read(redis.call('HGET', runs, successor))
-  if not (limit and record) then return end
+  if not (limit and record) then return false end
   local running = running_key_for(sys_key(key_start, 'run'), record_group(record))
-  if redis.call('ZREM', running, successor) == 0 then return end
+  if redis.call('ZREM', running, successor) == 0 then return false end
   redis.call('HDEL', runs, successor)
   local records = sys_key(key_start, 'rec')
-  if redis.call('HEXISTS', records, id) == 1 then return end
+  if redis.call('HEXISTS', records, id) == 1 then return false end
+  if cut then reruns = tonumber(reruns) + 1 end
   record = with_reruns(with_waited_from(record, tonumber(due)), reruns)
   redis.call('HSET', records, id, record)
   redis.call('ZADD', flow_key(key_start, 'waitk', key),
     flow_score(record, tonumber(record_option(record, 'w'))), id)
   parked_write(key_start, id, {state = 'c', a = tonumber(limit), b = tonumber(lease), c = 0,
                                name = key})
+  return true
 end
 
 -- A timer that waits for `key` with queue score `score` (a higher priority, say) ahead
@@ -288,22 +293,24 @@ end
 -- The slot `token` holds (a run whose lease lapsed, recovered by a claim) passes to its
 -- rerun `rerun`, with the rerun's lease: the rerun goes first, ahead of the key's waiting
 -- timers and of a run next in line that was handed along with the old run: that one goes
--- back into the key's queue in its place (take_back_next; its listener, which renews it,
--- hears it is lost and never starts it), else it would follow the old run's end into a
--- start while the rerun holds the slot. Whether there was a slot to pass.
+-- back into the key's queue in its place, as a rerun (take_back_next with `cut`: it may
+-- have started in the old run's thread; its listener, which renews it, hears it is lost
+-- and does not start it now), else it would follow the old run's end into a start while
+-- the rerun holds the slot. Whether there was a slot to pass, and whether a run next in
+-- line went back.
 local function transfer_slot(key_start, token, rerun, lease_until)
   local held_key = sys_key(key_start, 'held')
   local held = redis.call('HGET', held_key, token)
-  if not held then return false end
-  take_back_next(key_start, token)  -- its run next in line waits again, behind the rerun
+  if not held then return false, false end
+  local took = take_back_next(key_start, token, true)  -- it waits again, behind the rerun
   redis.call('HDEL', held_key, token)
   local key = string.match(held, '^%d+|%d+|(.+)$')
-  if not key then return false end
+  if not key then return false, took end
   local slots = flow_key(key_start, 'slots', key)
-  if redis.call('ZREM', slots, token) == 0 then return false end
+  if redis.call('ZREM', slots, token) == 0 then return false, took end
   redis.call('ZADD', slots, lease_until, rerun)
   redis.call('HSET', held_key, rerun, held)
-  return true
+  return true, took
 end
 
 -- Promote waiting timers of concurrency key `key` while it has free slots: each goes
