@@ -9,6 +9,7 @@ timers themselves live in fakeredis, so the server these tests run on does not m
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import socket
 from pathlib import Path
@@ -18,9 +19,9 @@ import pytest
 
 from tests.conftest import wait_until_async
 from tests.processes import alive
+from tests.unit.helpers import claim
 from tests.unit.sample_tasks import mod
 from tests.unit.test_context import lines
-from tests.unit.helpers import claim
 from tests.unit.test_crashes import PAST, crash
 from tests.unit.test_listener_unit import make_listener
 from timers import Timers
@@ -208,5 +209,5 @@ def test_suspects_load_in_quarantine_one_at_a_time(tmp_path: Path) -> None:
     assert [a[0] for a in marks] == ["start", "end"] * (len(marks) // 2), marks
     # the listener's own import, then one per child, none overlapping another
     assert len(imports) == 4, imports
-    for (_, end), (start, _) in zip(imports, imports[1:], strict=False):
+    for (_, end), (start, _) in itertools.pairwise(imports):
         assert start >= end, f"two imports overlapped: {imports}"
