@@ -334,8 +334,21 @@ class Operations(FailureOperations, RecurrenceOperations, HistoryOperations):
         self, spec: TimerSpec, options: Mapping[str, str] | None = None,
         replication: Replication | None = None,
     ) -> Operation[str]:
-        ids = yield from self._write([self._prepare(_coerce_spec(spec), options)], replication)
-        return ids[0]
+        prepared = self._prepare(_coerce_spec(spec), options)
+        if replication is not None:
+            ids = yield from self._write([prepared], replication)
+            return ids[0]
+        while True:  # what _write does for one timer, in fewer steps (the common call)
+            try:
+                (reply,) = yield [self._schedule_call((prepared,))]
+            except ServerOutOfMemory as exc:
+                exc.written = []
+                raise
+            if reply[1] is not None:
+                return prepared.timer_id
+            fresh = id_in_shard(*self.shard, new_timer_id)  # a generated id was taken
+            prepared = Prepared(fresh, escape_id(fresh), prepared.record, prepared.due,
+                                prepared.replace, prepared.route)
 
     # -- change and read one timer ----------------------------------------------------
 
