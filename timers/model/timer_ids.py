@@ -20,11 +20,11 @@ back within a process, and a forked child starts its own sequence.
 
 from __future__ import annotations
 
-import base64
 import os
 import secrets
 import threading
 import time
+from binascii import b2a_base64
 from collections.abc import Callable
 
 ALPHABET = "-0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ_abcdefghijklmnopqrstuvwxyz"
@@ -46,7 +46,8 @@ def id_text(ms: int, counter: int) -> str:
     zeros), mapped onto the ordered alphabet: a quarter of a digit-by-digit loop's cost on
     every schedule."""
     number = (ms << (6 * COUNTER_CHARS)) | counter
-    return base64.b64encode(number.to_bytes(12, "big"))[2:].translate(_FROM_BASE64).decode()
+    return b2a_base64(number.to_bytes(12, "big"), newline=False)[2:].translate(
+        _FROM_BASE64).decode()
 
 
 class IdSequence:

@@ -31,6 +31,7 @@ from timers.model.encoding import (
     as_text,
     check_id,
     check_user_id,
+    encode_record,
     escape_id,
     unescape_id,
 )
@@ -195,6 +196,8 @@ class Operations(FailureOperations, RecurrenceOperations, HistoryOperations):
         self.keys = keyspace
         self.group = check_group(group)
         """The group of timers scheduled without one."""
+        self._own_options = flow_options(self.group, None, 0)
+        """The record options of a timer with no group, key or priority of its own."""
         self.calls = ScriptCalls(keyspace)
         self.max_args_bytes = max_args_bytes
         self.shard = shard
@@ -208,15 +211,21 @@ class Operations(FailureOperations, RecurrenceOperations, HistoryOperations):
     ) -> Prepared:
         """Validate and encode one timer. ``retry``: a failed timer put back under its own
         id, which may be an occurrence's (a user's new timer may not take that form)."""
-        group = self.group if spec.group is None else spec.group
-        opts = {**flow_options(group, spec.key, spec.priority), **(options or {})}
+        if (spec.group is None and spec.key is None and type(spec.priority) is int
+                and spec.priority == 0):  # most timers: the client's group, checked once
+            opts = dict(self._own_options)
+        else:
+            group = self.group if spec.group is None else spec.group
+            opts = flow_options(group, spec.key, spec.priority)
+        if options:
+            opts.update(options)
         if spec.max_lateness is not None:
             limit = seconds(spec.max_lateness, "max_lateness")
             if limit < 0 or limit > 1e12:
                 raise InvalidDueTime("max_lateness must be 0 or more seconds")
             opts[Option.MAX_LATENESS] = str(round(limit * 1000))
         args = list(spec.args) if isinstance(spec.args, tuple) else spec.args
-        record = Record(spec.task, args, opts).encode(self.max_args_bytes)
+        record = encode_record(spec.task, args, opts, self.max_args_bytes)
         due = due_spec(spec.in_, spec.at)
         if spec.id is None:
             timer_id, replace = new_timer_id(), False
