@@ -15,7 +15,7 @@ import socket
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from timers.exceptions import (
     InvalidDueTime,
@@ -169,9 +169,9 @@ def _id_part(item: object) -> str:
     return "" if timer_id is None else f" (id {timer_id!r})"
 
 
-@dataclass(frozen=True)
-class Prepared:
-    """One timer validated and encoded, ready to send."""
+class Prepared(NamedTuple):
+    """One timer validated and encoded, ready to send (a named tuple: a frozen dataclass
+    took 2 us to make, once per timer of every schedule)."""
 
     timer_id: str
     escaped: str

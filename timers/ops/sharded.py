@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import replace as copy_with
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
@@ -94,7 +93,7 @@ def placed(item: Prepared, count: int) -> Prepared:
             f"braces in the id (id={item.timer_id + '{' + item.route + '}'!r}), or let "
             f"timers make the id")
     fresh = id_in_shard(shard, count)
-    return copy_with(item, timer_id=fresh, escaped=escape_id(fresh))
+    return item._replace(timer_id=fresh, escaped=escape_id(fresh))
 
 
 class ShardedOperations:
