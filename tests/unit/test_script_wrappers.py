@@ -29,6 +29,7 @@ from timers.store.scripts import (
     Scripts,
     Settle,
     helpers_for,
+    schedule_key_names,
     shared_key_names,
     source,
     without_shebang,
@@ -114,9 +115,11 @@ def expected_keys(name: ScriptName) -> list[str]:
             out += PER_ITEM_KEYS[name]
         elif label in ("shared keys", "new shared keys"):  # the shared keys its code names
             keyspace = Keyspace("q") if label.startswith("new") else KS
+            wanted = (schedule_key_names(replace=True, flow=False) if name == "schedule"
+                      else shared_key_names(name))  # (its sample replaces: "r")
             out += [key for key_name, key in zip(SCRIPT_KEY_NAMES, keyspace.script_keys,
                                                  strict=True)
-                    if key_name in shared_key_names(name)]
+                    if key_name in wanted]
         else:
             out.append(LABELS[label])
     return out
@@ -131,6 +134,20 @@ def test_each_wrapper_sends_keys_in_the_order_of_its_script_header(name: ScriptN
     call = SAMPLES[name]
     assert call.script == name
     assert list(call.keys) == expected_keys(name)
+
+
+def test_a_schedule_is_given_only_the_shared_keys_its_timers_may_touch() -> None:
+    def shared(*timers: NewTimer) -> list[str]:
+        return list(CALLS.schedule(timers).keys[2 + len(timers):])
+
+    new = NewTimer("a", "t.f:[1]", "in", 5, "n")
+    assert shared(new) == [KS.near]
+    assert shared(new, NewTimer("b", "t.f;g=video:[1]", "in", 5, "k")) == [KS.queues, KS.near]
+    assert shared(new, NewTimer("c", "t.f;p=3:[1]", "at", 5, "n")) == [KS.queues, KS.near]
+    everything = [key for name, key in zip(SCRIPT_KEY_NAMES, KS.script_keys, strict=True)
+                  if name in shared_key_names("schedule") and name not in ("due", "rec")]
+    assert shared(NewTimer("d", "t.f:[1]", "in", 5, "r"), new) == everything
+    assert {"near", "queues"} <= set(shared_key_names("schedule"))
 
 
 @pytest.mark.parametrize("name", SCRIPT_NAMES)

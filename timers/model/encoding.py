@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -145,6 +146,19 @@ def decode_args(text: str) -> Args:
     return value
 
 
+def encode_record(task: str, args: Args, options: Mapping[str, str],
+                  max_args_bytes: int = DEFAULT_MAX_ARGS_BYTES) -> str:
+    """A record ``task[;key=value…]:args`` (:meth:`Record.encode`, without making the
+    :class:`Record`), each part checked."""
+    head = check_task(task)
+    if options:
+        for key, value in sorted(options.items()):
+            if not _OPT_KEY_RE.fullmatch(key) or not _OPT_VALUE_RE.fullmatch(value):
+                raise InvalidTimer(f"bad timer option {key}={value!r}")
+            head += f";{key}={value}"
+    return head + ":" + encode_args(args, max_args_bytes)
+
+
 @dataclass(frozen=True)
 class Record:
     """What a timer runs: a task path, its args, and small options (e.g. attempts so far)."""
@@ -154,12 +168,7 @@ class Record:
     options: dict[str, str] = field(default_factory=dict)
 
     def encode(self, max_args_bytes: int = DEFAULT_MAX_ARGS_BYTES) -> str:
-        head = check_task(self.task)
-        for key, value in sorted(self.options.items()):
-            if not _OPT_KEY_RE.fullmatch(key) or not _OPT_VALUE_RE.fullmatch(value):
-                raise InvalidTimer(f"bad timer option {key}={value!r}")
-            head += f";{key}={value}"
-        return head + ":" + encode_args(self.args, max_args_bytes)
+        return encode_record(self.task, self.args, self.options, max_args_bytes)
 
     @classmethod
     def decode(cls, text: str) -> Record:

@@ -20,11 +20,10 @@ back within a process, and a forked child starts its own sequence.
 
 from __future__ import annotations
 
-import base64
 import os
-import secrets
 import threading
 import time
+from binascii import b2a_base64
 from collections.abc import Callable
 
 ALPHABET = "-0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ_abcdefghijklmnopqrstuvwxyz"
@@ -34,6 +33,7 @@ TIME_CHARS = 7
 COUNTER_CHARS = 7
 _COUNTER_START = 1 << (6 * COUNTER_CHARS - 1)
 """A millisecond's counter starts below this, leaving as many ids again within it."""
+_COUNTER_LAST = 2 * _COUNTER_START - 1
 
 
 _FROM_BASE64 = bytes.maketrans(
@@ -46,7 +46,8 @@ def id_text(ms: int, counter: int) -> str:
     zeros), mapped onto the ordered alphabet: a quarter of a digit-by-digit loop's cost on
     every schedule."""
     number = (ms << (6 * COUNTER_CHARS)) | counter
-    return base64.b64encode(number.to_bytes(12, "big"))[2:].translate(_FROM_BASE64).decode()
+    return b2a_base64(number.to_bytes(12, "big"), newline=False)[2:].translate(
+        _FROM_BASE64).decode()
 
 
 class IdSequence:
@@ -58,21 +59,34 @@ class IdSequence:
         self._lock = threading.Lock()
         self._last_ms = 0
         self._counter = 0
+        self._random = b""
+        """Random bytes not used yet: counter starts are drawn from them."""
+
+    def _start(self) -> int:
+        """A random counter start below :data:`_COUNTER_START`: 41 bits from
+        ``os.urandom``, read for 64 starts at a time (a system call each start cost about
+        a microsecond of every schedule)."""
+        if not self._random:
+            self._random = os.urandom(6 * 64)
+        chunk, self._random = self._random[:6], self._random[6:]
+        return int.from_bytes(chunk, "big") >> (48 - _COUNTER_START.bit_length() + 1)
 
     def next(self) -> str:
         with self._lock:
             now = max(self.wall_ms(), self._last_ms)
-            if now != self._last_ms or self._counter >= 2 * _COUNTER_START - 1:
+            if now != self._last_ms or self._counter >= _COUNTER_LAST:
                 if now == self._last_ms:  # 2^29 ids in one ms: borrow the next ms
                     now += 1
-                self._last_ms, self._counter = now, secrets.randbelow(_COUNTER_START)
+                self._last_ms, self._counter = now, self._start()
             else:
                 self._counter += 1
             return id_text(now, self._counter)
 
     def reset(self) -> None:
-        """Start afresh (a forked child must not repeat its parent's sequence)."""
+        """Start afresh (a forked child must not repeat its parent's sequence, nor use
+        its random bytes)."""
         self._last_ms = self._counter = 0
+        self._random = b""
 
 
 _SEQUENCE = IdSequence()

@@ -15,7 +15,7 @@ import socket
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from timers.exceptions import (
     InvalidDueTime,
@@ -31,6 +31,7 @@ from timers.model.encoding import (
     as_text,
     check_id,
     check_user_id,
+    encode_record,
     escape_id,
     unescape_id,
 )
@@ -168,9 +169,9 @@ def _id_part(item: object) -> str:
     return "" if timer_id is None else f" (id {timer_id!r})"
 
 
-@dataclass(frozen=True)
-class Prepared:
-    """One timer validated and encoded, ready to send."""
+class Prepared(NamedTuple):
+    """One timer validated and encoded, ready to send (a named tuple: a frozen dataclass
+    took 2 us to make, once per timer of every schedule)."""
 
     timer_id: str
     escaped: str
@@ -195,6 +196,8 @@ class Operations(FailureOperations, RecurrenceOperations, HistoryOperations):
         self.keys = keyspace
         self.group = check_group(group)
         """The group of timers scheduled without one."""
+        self._own_options = flow_options(self.group, None, 0)
+        """The record options of a timer with no group, key or priority of its own."""
         self.calls = ScriptCalls(keyspace)
         self.max_args_bytes = max_args_bytes
         self.shard = shard
@@ -208,15 +211,21 @@ class Operations(FailureOperations, RecurrenceOperations, HistoryOperations):
     ) -> Prepared:
         """Validate and encode one timer. ``retry``: a failed timer put back under its own
         id, which may be an occurrence's (a user's new timer may not take that form)."""
-        group = self.group if spec.group is None else spec.group
-        opts = {**flow_options(group, spec.key, spec.priority), **(options or {})}
+        if (spec.group is None and spec.key is None and type(spec.priority) is int
+                and spec.priority == 0):  # most timers: the client's group, checked once
+            opts = dict(self._own_options)
+        else:
+            group = self.group if spec.group is None else spec.group
+            opts = flow_options(group, spec.key, spec.priority)
+        if options:
+            opts.update(options)
         if spec.max_lateness is not None:
             limit = seconds(spec.max_lateness, "max_lateness")
             if limit < 0 or limit > 1e12:
                 raise InvalidDueTime("max_lateness must be 0 or more seconds")
             opts[Option.MAX_LATENESS] = str(round(limit * 1000))
         args = list(spec.args) if isinstance(spec.args, tuple) else spec.args
-        record = Record(spec.task, args, opts).encode(self.max_args_bytes)
+        record = encode_record(spec.task, args, opts, self.max_args_bytes)
         due = due_spec(spec.in_, spec.at)
         if spec.id is None:
             timer_id, replace = new_timer_id(), False
@@ -334,8 +343,21 @@ class Operations(FailureOperations, RecurrenceOperations, HistoryOperations):
         self, spec: TimerSpec, options: Mapping[str, str] | None = None,
         replication: Replication | None = None,
     ) -> Operation[str]:
-        ids = yield from self._write([self._prepare(_coerce_spec(spec), options)], replication)
-        return ids[0]
+        prepared = self._prepare(_coerce_spec(spec), options)
+        if replication is not None:
+            ids = yield from self._write([prepared], replication)
+            return ids[0]
+        while True:  # what _write does for one timer, in fewer steps (the common call)
+            try:
+                (reply,) = yield [self._schedule_call((prepared,))]
+            except ServerOutOfMemory as exc:
+                exc.written = []
+                raise
+            if reply[1] is not None:
+                return prepared.timer_id
+            fresh = id_in_shard(*self.shard, new_timer_id)  # a generated id was taken
+            prepared = Prepared(fresh, escape_id(fresh), prepared.record, prepared.due,
+                                prepared.replace, prepared.route)
 
     # -- change and read one timer ----------------------------------------------------
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import replace as copy_with
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
@@ -94,7 +93,7 @@ def placed(item: Prepared, count: int) -> Prepared:
             f"braces in the id (id={item.timer_id + '{' + item.route + '}'!r}), or let "
             f"timers make the id")
     fresh = id_in_shard(shard, count)
-    return copy_with(item, timer_id=fresh, escaped=escape_id(fresh))
+    return item._replace(timer_id=fresh, escaped=escape_id(fresh))
 
 
 class ShardedOperations:
@@ -110,6 +109,9 @@ class ShardedOperations:
         self.group = self.template.group
         self.layout: ShardLayout | None = None
         self._shards: list[Operations] = []
+        self._single: Operations | None = None
+        """The only shard's operations, once the layout says there is one: a timer's
+        operations go there straight (no routing, no merging)."""
 
     def shards(self) -> Operation[list[Operations]]:
         """The operations of each shard, reading the layout on first use."""
@@ -119,6 +121,7 @@ class ShardedOperations:
                                        (i, layout.count))
                             for i, k in enumerate(layout.keyspaces)]
             self.layout = layout
+            self._single = self._shards[0] if len(self._shards) == 1 else None
         return self._shards
 
     def _of(self, name: str) -> Operation[Operations]:
@@ -137,6 +140,14 @@ class ShardedOperations:
 
     def write(self, prepared: list[Prepared],
               replication: Replication | None = None) -> Operation[list[str]]:
+        """Send prepared timers, a round trip per shard they fall in; their ids in order
+        (:meth:`_write`; on one shard, that shard's :meth:`Operations.write` straight)."""
+        if self._single is not None:
+            return self._single.write(prepared, replication)
+        return self._write(prepared, replication)
+
+    def _write(self, prepared: list[Prepared],
+               replication: Replication | None = None) -> Operation[list[str]]:
         """Send prepared timers, a round trip per shard they fall in; their ids in order.
         On a full server the error's ``written`` lists every id written before it. With
         ``replication`` each shard's round trip waits for that shard's replicas; every
@@ -177,11 +188,24 @@ class ShardedOperations:
     def schedule_many(self, specs: Iterable[TimerSpec | Mapping[str, Any]],
                       options: Mapping[str, str] | None = None,
                       replication: Replication | None = None) -> Operation[list[str]]:
-        return (yield from self.write(self.template.prepare_all(specs, options), replication))
+        if self._single is not None:  # one shard: what write() does, without its routing
+            return self._single.schedule_many(specs, options, replication)
+        return self._schedule_many(specs, options, replication)
+
+    def _schedule_many(self, specs: Iterable[TimerSpec | Mapping[str, Any]],
+                       options: Mapping[str, str] | None,
+                       replication: Replication | None) -> Operation[list[str]]:
+        return (yield from self._write(self.template.prepare_all(specs, options), replication))
 
     def schedule(self, spec: TimerSpec, options: Mapping[str, str] | None = None,
                  replication: Replication | None = None) -> Operation[str]:
-        ids = yield from self.write([self.prepare(spec, options)], replication)
+        if self._single is not None:
+            return self._single.schedule(spec, options, replication)
+        return self._schedule(spec, options, replication)
+
+    def _schedule(self, spec: TimerSpec, options: Mapping[str, str] | None,
+                  replication: Replication | None) -> Operation[str]:
+        ids = yield from self._write([self.prepare(spec, options)], replication)
         return ids[0]
 
     def _found(self, timer_id: str, call: Callable[[Operations], Operation[T]],

@@ -29,7 +29,7 @@ def run_sync(client: Any, scripts: Mapping[ScriptName, Any], request: Request) -
     script = request[0].script if len(request) == 1 else None
     if script is not None:
         call = request[0]
-        return [scripts[script](keys=list(call.keys), args=list(call.args))]
+        return [scripts[script](keys=call.keys, args=call.args)]
     if request and request[-1].after:
         return _waiting_sync(client, scripts, request)
     if is_cluster(client):
@@ -77,7 +77,7 @@ async def run_async(
     script = request[0].script if len(request) == 1 else None
     if script is not None:
         call = request[0]
-        return [await scripts[script](keys=list(call.keys), args=list(call.args))]
+        return [await scripts[script](keys=call.keys, args=call.args)]
     if request and request[-1].after:
         return await _waiting_async(client, scripts, request)
     if is_cluster(client):

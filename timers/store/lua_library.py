@@ -109,10 +109,11 @@ class Function:
                  client: Any = None) -> Any:
         target = self.client if client is None else client
         for attempt in (1, 2):
-            if _EVAL_ONLY.get(target) or (attempt == 2 and not self._load(target)):
+            if ((_EVAL_ONLY and _EVAL_ONLY.get(target))  # (empty: no weak reference made)
+                    or (attempt == 2 and not self._load(target))):
                 return self.fallback(keys=keys, args=args, client=target)
-            try:
-                return target.fcall(self.name, len(keys), *keys, *args)
+            try:  # (redis-py's fcall() sends just this)
+                return target.execute_command("FCALL", self.name, len(keys), *keys, *args)
             except redis.exceptions.ResponseError as exc:
                 if _refused(exc):
                     _EVAL_ONLY[target] = True
@@ -136,10 +137,12 @@ class AsyncFunction(Function):
             self, keys: Sequence[Any] = (), args: Sequence[Any] = (), client: Any = None) -> Any:
         target = self.client if client is None else client
         for attempt in (1, 2):
-            if _EVAL_ONLY.get(target) or (attempt == 2 and not await self._aload(target)):
+            if ((_EVAL_ONLY and _EVAL_ONLY.get(target))
+                    or (attempt == 2 and not await self._aload(target))):
                 return await self.fallback(keys=keys, args=args, client=target)
             try:
-                return await target.fcall(self.name, len(keys), *keys, *args)
+                return await target.execute_command("FCALL", self.name, len(keys), *keys,
+                                                    *args)
             except redis.exceptions.ResponseError as exc:
                 if _refused(exc):
                     _EVAL_ONLY[target] = True

@@ -152,6 +152,27 @@ def shared_key_names(name: ScriptName) -> tuple[str, ...]:
     return tuple(n for n in SCRIPT_KEY_NAMES if n in used)
 
 
+SCHEDULE_NEW_KEYS = ("near",)
+"""The shared keys ``schedule.lua`` touches for new timers (``pend``: the near horizon)."""
+SCHEDULE_FLOW_KEYS = ("queues",)
+"""… and for a timer with a group or priority (``pend`` lists its due index)."""
+
+
+@cache
+def schedule_key_names(replace: bool, flow: bool) -> tuple[str, ...]:
+    """The names (as :func:`shared_key_names`) of the shared keys a ``schedule.lua`` call
+    is given: every one its code names when a timer may replace a pending one
+    (``replace``: mode "r", whose ``unpark`` may pass a held slot on), else the near
+    horizon's, and the queues set's when a timer may have a group or priority (``flow``).
+    The due index and the records are its first KEYS already. Each key more costs Redis
+    about 1k instructions a call."""
+    if replace:
+        wanted = set(shared_key_names("schedule")) - {"due", "rec"}
+    else:
+        wanted = {*SCHEDULE_NEW_KEYS, *(SCHEDULE_FLOW_KEYS if flow else ())}
+    return tuple(n for n in SCRIPT_KEY_NAMES if n in wanted)
+
+
 def without_shebang(text: str) -> str:
     """The script without its ``#!lua …`` first line (for servers that cannot read it)."""
     return text.partition("\n")[2] if text.startswith("#!") else text
@@ -294,6 +315,8 @@ class ScriptCalls:
 
     def __init__(self, keys: Keyspace) -> None:
         self.keys = keys
+        self._schedule_fixed: tuple[str, str, str, str] | None = None
+        self._schedule_keys: dict[tuple[bool, bool], tuple[str, ...]] = {}
 
     def _shared(self, script: ScriptName, keys: Sequence[str], args: Sequence[Any],
                 *also: Keyspace) -> Invocation:
@@ -310,12 +333,32 @@ class ScriptCalls:
         return self.keys.timer_key(f"{name_field}@{due_ms}:{record}")
 
     def schedule(self, timers: Sequence[NewTimer]) -> Invocation:
-        k = self.keys
-        keys = [k.due, k.records, *(k.timer_key(f"{t.escaped_id}:{t.record}") for t in timers)]
-        args: list[Any] = [k.timer_key_start, k.wake_channel]
+        """The call adding ``timers``: its shared keys are those its timers may touch
+        (:func:`schedule_key_names`)."""
+        fixed = self._schedule_fixed
+        if fixed is None:
+            k = self.keys
+            fixed = self._schedule_fixed = (k.due, k.records, k.timer_key_start,
+                                            k.wake_channel)
+        due, records, start, wake = fixed
+        keys = [due, records]
+        args: list[Any] = [start, wake]
+        replace = flow = False
         for t in timers:
-            args += [t.escaped_id, t.record, t.mode, t.ms, t.how]
-        return self._shared("schedule", tuple(keys), tuple(args))
+            keys.append(f"{start}{t.escaped_id}:{t.record}")
+            args += t
+            replace = replace or t.how == "r"
+            flow = flow or ";g=" in t.record or ";p=" in t.record
+        keys += self._schedule_shared(replace, flow)
+        return Invocation("schedule", tuple(keys), tuple(args))
+
+    def _schedule_shared(self, replace: bool, flow: bool) -> tuple[str, ...]:
+        shared = self._schedule_keys.get((replace, flow))
+        if shared is None:
+            named = dict(zip(SCRIPT_KEY_NAMES, self.keys.script_keys, strict=True))
+            shared = tuple(named[name] for name in schedule_key_names(replace, flow))
+            self._schedule_keys[(replace, flow)] = shared
+        return shared
 
     def reschedule(self, escaped_id: str, mode: str, ms: int) -> Invocation:
         k = self.keys

@@ -92,7 +92,9 @@ end
 -- The due index that holds `record`, given the plain one, and its "<group>|<p>" name in
 -- the queues set (nil for the plain one).
 local function due_key_for(due_key, record)
-  if not string.find(record, ';[gp]=') then return due_key, nil end  -- most timers
+  if not (string.find(record, ';g=', 1, true) or string.find(record, ';p=', 1, true)) then
+    return due_key, nil  -- most timers (plain finds: a pattern cost 8k instructions)
+  end
   local group, priority = record_group(record), record_priority(record)
   if group == DEFAULT_GROUP and priority == 0 then return due_key, nil end
   local queue = group .. '|' .. string.format('%d', priority)
@@ -174,10 +176,11 @@ local function near_horizon(key_start)
   return near_horizon_ms
 end
 
--- Set a pending timer's expiring key when it is due after now and within the horizon.
-local function set_near_key(key_start, key, due, now)
+-- Set a pending timer's expiring key when it is due after now and within the horizon
+-- (`due_text`: `due` formatted, when the caller has it).
+local function set_near_key(key_start, key, due, now, due_text)
   if due <= now or due > now + near_horizon(key_start) then return false end
-  redis.call('SET', key, '1', 'PXAT', string.format('%.0f', due))
+  redis.call('SET', key, '1', 'PXAT', due_text or string.format('%.0f', due))
   return true
 end
 
@@ -196,7 +199,7 @@ local function pend(due_key, records_key, key_start, id, record, due, now, key, 
   end
   key = key or (key_start .. id .. ':' .. record)
   local due_text = string.format('%.0f', due)
-  if set_near_key(key_start, key, due, now) then
+  if set_near_key(key_start, key, due, now, due_text) then
   elseif old == record then
     redis.call('DEL', key)
   end

@@ -5,7 +5,10 @@
 -- KEYS[1]    due index: zset, escaped id -> due ms (Redis clock)
 -- KEYS[2]    records: hash, escaped id -> record "task[;opts]:args"
 -- KEYS[2+i]  the new expiring key of timer i ("<prefix>:<id>:<record>")
--- KEYS[3+n..] shared keys: timers/model/keys.py Keyspace.script_keys (the helpers' keys)
+-- KEYS[3+n..] shared keys: of timers/model/keys.py Keyspace.script_keys, those the call's
+--            timers may touch (timers/store/scripts.py schedule_key_names): "P|near";
+--            "P|queues" if one has a group or priority; all the helpers name if one
+--            may replace ("r"), which may pass a held slot on
 -- ARGV[1]    timer key start "<prefix>:"
 -- ARGV[2]    wake channel
 -- ARGV[3..]  five values per timer i, in the order of KEYS[2+i]: escaped id, record,
@@ -24,6 +27,7 @@
 -- Returns {now_ms, due_1, ..., due_n}; due_i is nil where "n" refused an id that is
 -- pending with another record (the same record means this very call was retried: its
 -- due time is returned), or where "k" found the id pending.
+local call, find, tonumber = redis.call, string.find, tonumber  -- (a global read costs more)
 local now = redis_now()
 local n = math.floor((#ARGV - 2) / 5)
 if #ARGV ~= 2 + 5 * n or #KEYS < 2 + n then
@@ -35,14 +39,16 @@ for i = 1, n do
   local base = 2 + (i - 1) * 5
   local id, record, mode, ms, how =
     ARGV[base + 1], ARGV[base + 2], ARGV[base + 3], ARGV[base + 4], ARGV[base + 5]
-  local due = is_int(ms) and tonumber(ms)
-  if id == '' or string.find(id, ':', 1, true) or not string.find(record, ':', 1, true)
+  local due = find(ms, '^%-?%d+$') and tonumber(ms)
+  if id == '' or find(id, ':', 1, true) or not find(record, ':', 1, true)
       or (mode ~= 'in' and mode ~= 'at') or not due
       or (how ~= 'r' and how ~= 'n' and how ~= 'k') then
     return redis.error_reply('ERR timers schedule: bad timer ' .. i .. ' (' .. id .. ')')
   end
-  if mode == 'in' then due = math.max(now + due, 0) end
-  if due < 0 then
+  if mode == 'in' then
+    due = now + due
+    if due < 0 then due = 0 end
+  elseif due < 0 then
     return redis.error_reply('ERR timers schedule: due time before 1970 for ' .. id)
   end
   dues[i] = due
@@ -53,12 +59,12 @@ for i = 1, n do
   local base = 2 + (i - 1) * 5
   local id, record, how = ARGV[base + 1], ARGV[base + 2], ARGV[base + 5]
   local due = dues[i]
-  local old = redis.call('HGET', KEYS[2], id)
+  local old = call('HGET', KEYS[2], id)
   if old and how == 'k' then
     out[#out + 1] = false
   elseif old and how == 'n' then
     if old == record then
-      out[#out + 1] = tonumber(redis.call('ZSCORE', KEYS[1], id))
+      out[#out + 1] = tonumber(call('ZSCORE', KEYS[1], id))
     else
       out[#out + 1] = false
     end
