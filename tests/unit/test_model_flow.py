@@ -352,6 +352,17 @@ def broken(world: World, kind: str) -> list[str]:
     return [v.text for v in world.violations if v.kind == kind]
 
 
+def drain(world: World, listener: VListener, rounds: int) -> None:
+    """``rounds`` times: 50 ms on (the listener renewing), then it claims, starts what is
+    due and lets every run it holds end ok."""
+    for _ in range(rounds):
+        wait(world, 50, listener)
+        world.claim(listener, 5, 0, False)
+        world.start_due(listener)
+        for token in sorted(listener.executing):
+            world.finish(listener, token, "ok", 0)
+
+
 def wait(world: World, ms: int, *renewing: VListener) -> None:
     """Time goes on; the listeners given renew their leases meanwhile."""
     while ms > 0:
@@ -518,12 +529,7 @@ def test_a_keyed_timer_waiting_for_its_rate_keeps_its_place_in_its_keys_order(
     world.schedule(PLAIN, DEFAULT_GROUP, 0, "k1", -30)  # t002: behind t001 in k1's order
     world.claim(l1, 5, 0, False)
     world.start_due(l1)
-    for _ in range(5):
-        wait(world, 50, l1)
-        world.claim(l1, 5, 0, False)
-        world.start_due(l1)
-        for token in sorted(l1.executing):
-            world.finish(l1, token, "ok", 0)
+    drain(world, l1, 5)
     assert broken(world, "fifo") == []
     assert [world.timers[t].status for t in ("t000", "t001", "t002")] == ["done"] * 3
 
@@ -584,12 +590,7 @@ def test_the_run_after_a_keyed_timer_held_for_its_rate_waits_behind_it(
         handed = next(t for t, r in l1.executing.items() if r.timer_id == "t002")
         world.finish(l1, handed, "ok", 0)  # the rated one gets the slot; the rate is busy
     assert broken(world, "fifo") == []
-    for _ in range(6):
-        wait(world, 50, l1)
-        world.claim(l1, 5, 0, False)
-        world.start_due(l1)
-        for token in sorted(l1.executing):
-            world.finish(l1, token, "ok", 0)
+    drain(world, l1, 6)
     assert broken(world, "fifo") == [] and broken(world, "key_limit") == []
     assert all(t.status == "done" for t in world.timers.values()), world.log
 
@@ -644,12 +645,7 @@ def test_a_run_next_in_line_whose_lease_lapsed_still_takes_the_slot_over(
     rated = next(t for t, r in l1.executing.items() if r.timer_id == "t001")
     world.finish(l1, rated, "ok", 0)  # t002 renewed and gated: it must have the slot
     assert broken(world, "fifo") == []
-    for _ in range(6):
-        wait(world, 50, l1)
-        world.claim(l1, 5, 0, False)
-        world.start_due(l1)
-        for token in sorted(l1.executing):
-            world.finish(l1, token, "ok", 0)
+    drain(world, l1, 6)
     assert broken(world, "fifo") == [] and broken(world, "key_limit") == []
     assert all(t.status == "done" for t in world.timers.values()), world.log
 
@@ -685,12 +681,7 @@ def test_a_lapsed_run_next_in_line_goes_back_in_its_place_when_the_run_before_it
         for token in sorted(l1.executing):
             world.finish(l1, token, "ok", 0)  # t003 ends: k1's slot goes on
         wait(world, 100, l1)
-    for _ in range(8):
-        wait(world, 50, l1)
-        world.claim(l1, 5, 0, False)
-        world.start_due(l1)
-        for token in sorted(l1.executing):
-            world.finish(l1, token, "ok", 0)
+    drain(world, l1, 8)
     assert broken(world, "fifo") == [] and broken(world, "key_limit") == []
     assert all(t.status == "done" for t in world.timers.values()), world.log
 
@@ -722,11 +713,8 @@ def test_a_run_next_in_line_after_a_recovered_run_waits_behind_its_rerun(
         world.log
     wait(world, 300, l1)
     world.finish(l1, paused, "ok", 0)  # the paused task returns, late
-    for _ in range(8):
-        wait(world, 50, l1)
-        for token in sorted(l1.executing):
-            world.finish(l1, token, "ok", 0)
-        world.claim(l1, 5, 0, False)
-        world.start_due(l1)
+    for token in sorted(l1.executing):
+        world.finish(l1, token, "ok", 0)
+    drain(world, l1, 8)
     assert broken(world, "key_limit") == [] and broken(world, "fifo") == [], world.log
     assert all(t.status == "done" for t in world.timers.values()), world.log
