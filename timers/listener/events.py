@@ -30,6 +30,12 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import redis
 import redis.asyncio
+from redis._parsers import _AsyncHiredisParser
+
+try:
+    from redis._parsers.hiredis import NOT_ENOUGH_DATA as _NOT_ENOUGH_DATA
+except ImportError:  # pragma: no cover - a redis-py whose hiredis reader says False
+    _NOT_ENOUGH_DATA = False
 
 from timers.exceptions import MalformedTimerKey, TaskRefused
 from timers.listener.due_tracker import DueTracker
@@ -322,7 +328,14 @@ class EventSource:
                     return
                 if self.hub is not None and self._channels_now() != channels:
                     return  # a shard moved into or out of this node's group: subscribe anew
-            message = await pubsub.get_message(timeout=PUBSUB_POLL)
+            reply = buffered_reply(pubsub)
+            if reply is NO_REPLY:
+                message = await pubsub.get_message(timeout=PUBSUB_POLL)
+            elif type(reply) is list and len(reply) == 3 and reply[0] == b"message":
+                message = {"type": "message", "pattern": None, "channel": reply[1],
+                           "data": reply[2]}
+            else:
+                message = await _other_reply(pubsub, reply)
             if message is not None:
                 try:
                     self._deliver(message)
@@ -335,6 +348,45 @@ class EventSource:
         """The events loop of a listener whose user may not subscribe: nothing to do."""
         self.subscribed.set()
         await self.stopping.wait()
+
+
+NO_REPLY: Any = object()
+"""From :func:`buffered_reply`: no whole reply in hand."""
+
+
+def buffered_reply(pubsub: Any) -> Any:
+    """The next reply the subscription's connection has read from the socket already, or
+    :data:`NO_REPLY` (then ``get_message`` waits for one).
+
+    When ``expired`` events flood in (a burst coming due), each socket read brings hundreds
+    of messages, and redis-py's ``get_message`` costs far more per message than parsing it
+    (a health check, a retry wrapper, a timeout context, its metrics hook, several
+    coroutines): the listener takes the replies hiredis has parsed straight from its
+    reader. With another parser, always :data:`NO_REPLY`: ``get_message`` reads
+    everything."""
+    parser = getattr(pubsub.connection, "_parser", None)
+    reader = getattr(parser, "_reader", None) if isinstance(parser, _AsyncHiredisParser) \
+        else None
+    if reader is None:
+        return NO_REPLY
+    try:
+        reply = reader.gets()
+    except Exception:  # a protocol error: get_message meets it again and deals with it
+        return NO_REPLY
+    return NO_REPLY if reply is False or reply is _NOT_ENOUGH_DATA else reply
+
+
+async def _other_reply(pubsub: Any, reply: Any) -> Any:
+    """What ``get_message`` makes of a reply :func:`buffered_reply` took that is not a
+    message: an error raised, a health check's pong dropped, the rest through redis-py's
+    ``handle_message`` (which keeps its subscription state)."""
+    if isinstance(reply, list) and reply and isinstance(reply[0], redis.ConnectionError):
+        reply = reply[0]
+    if isinstance(reply, Exception):
+        raise reply
+    if pubsub.connection.health_check_interval and reply in pubsub.health_check_response:
+        return None
+    return await pubsub.handle_message(reply)
 
 
 def _address(pubsub: Any) -> str | None:
