@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import contextvars
 import functools
 import inspect
@@ -294,7 +293,9 @@ class Runner:
 
     def __init__(self, threads: int, on_free: Callable[[], None] | None = None) -> None:
         self._pool = ThreadPool(threads, on_free)
-        self._is_async: dict[Callable[..., Any], bool] = {}
+        self._on_loop_as: dict[Callable[..., Any], tuple[CodeType, str] | None] = {}
+        """Each function called so far: None if a plain function (called in a thread),
+        else the key an ``async def`` counts under in :attr:`on_loop` while it runs."""
         self.on_loop: collections.Counter[tuple[CodeType, str]] = collections.Counter()
         """The code of each ``async def`` task running on the event loop, with its name
         (for naming what blocks the loop)."""
@@ -324,9 +325,13 @@ class Runner:
         if problem is not None:
             return Outcome("bad_args", "TypeError", problem)
         positional, keywords = ([], args) if isinstance(args, dict) else (args or [], {})
-        is_async = self._is_async.get(fn)
-        if is_async is None:
-            is_async = self._is_async[fn] = inspect.iscoroutinefunction(fn)
+        try:
+            loop_key = self._on_loop_as[fn]
+        except KeyError:
+            loop_key = self._on_loop_as[fn] = (
+                (getattr(fn, "__code__", None) or _NO_CODE, task_name(fn))
+                if inspect.iscoroutinefunction(fn) else None)
+        is_async = loop_key is not None
         if after is not None:
             await (after.ended if is_async else after.started).wait()
             if turn is not None and turn.revoked:
@@ -335,9 +340,12 @@ class Runner:
         if is_async and fence is not None and not fence():
             return STALE
         try:
-            if is_async:
-                async with deadline or contextlib.nullcontext():
-                    await self._on_loop(fn, positional, keywords)
+            if loop_key is not None:
+                if deadline is None:
+                    await self._on_loop(fn, loop_key, positional, keywords)
+                else:
+                    async with deadline:
+                        await self._on_loop(fn, loop_key, positional, keywords)
             else:
                 job = self._pool.submit(fn, list(positional), dict(keywords),
                                         after.job if after else None, turn is not None, fence)
@@ -348,7 +356,7 @@ class Runner:
                 except asyncio.CancelledError:
                     self._pool.withdraw(job)  # not started yet: no thread takes it up now
                     raise
-                if inspect.isawaitable(result):
+                if result is not None and inspect.isawaitable(result):
                     async with asyncio.timeout(limit):
                         await result
         except asyncio.CancelledError:
@@ -361,8 +369,8 @@ class Runner:
             return _failed(exc, limit, deadline is not None and deadline.expired())
         return OK
 
-    async def _on_loop(self, fn: Callable[..., Any], args: Any, kwargs: dict[str, Any]) -> None:
-        key = (getattr(fn, "__code__", None) or _NO_CODE, task_name(fn))
+    async def _on_loop(self, fn: Callable[..., Any], key: tuple[CodeType, str], args: Any,
+                       kwargs: dict[str, Any]) -> None:
         self.on_loop[key] += 1
         try:
             await fn(*args, **kwargs)
