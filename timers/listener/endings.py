@@ -95,11 +95,18 @@ class Ending:
 
     def wire(self) -> tuple[str, str, str, str]:
         """The four finish-script arguments: token, kind and two kind-specific fields."""
-        if self.kind in (EndingKind.RETRY, EndingKind.MOVE, EndingKind.WAIT):
-            return self.token, self.kind.value, self.retry_entry, str(self.retry_delay_ms)
+        kind = self.kind
+        if kind in _REQUEUED:
+            return self.token, _TEXT[kind], self.retry_entry, str(self.retry_delay_ms)
         if self.failure is not None:
-            return self.token, self.kind.value, self.failure_id, self.failure.to_json()
-        return self.token, self.kind.value, str(self.grace_ms) if self.grace_ms else "", ""
+            return self.token, _TEXT[kind], self.failure_id, self.failure.to_json()
+        return self.token, _TEXT[kind], str(self.grace_ms) if self.grace_ms else "", ""
+
+
+_REQUEUED = frozenset({EndingKind.RETRY, EndingKind.MOVE, EndingKind.WAIT})
+"""The endings that schedule their timer again under a record they carry."""
+_TEXT = {kind: kind.value for kind in EndingKind}
+"""Each kind's wire text, read once (``kind.value`` is a property call each time)."""
 
 
 class EndingWriter:

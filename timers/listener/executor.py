@@ -216,7 +216,7 @@ class Executor:
         lacking = await self._lacking(record)
         if lacking is not None and lacking.kind == "passed":
             return lacking  # before a recurrence's steps: the listener that runs it takes them
-        recurring = Option.RECURRENCE in record.options
+        recurring = _RECURRENCE in record.options
         after = await self._turn_before(run, attempt, record, recurring) if run.follows else None
         if after is None and run.follows and (own := self.turns.of(run.token)) is not None \
                 and own.revoked:  # it waited for the run before it, which did not start
@@ -243,7 +243,7 @@ class Executor:
                 outcome = crashed
             elif missed is not None:
                 outcome = Outcome("missed", "Missed", missed)
-            elif (self.flow and (policy.flow_limited or Option.KEY in record.options)
+            elif (self.flow and (policy.flow_limited or _KEY in record.options)
                   and (held := await self.flow.admit(run, record, policy))):
                 outcome = held
             elif (stale := await self._unfenced(run, after)) is not None:
@@ -388,7 +388,7 @@ class Executor:
                policy: TaskPolicy) -> Ending:
         """A run's ending: ok, skipped, a retry after a backoff, or a failure record."""
         if outcome.ok:
-            return Ending.of(run, EndingKind.OK)
+            return Ending.of(run, _OK)
         if outcome.kind == "skipped":
             log.info("timer %s skipped: %s", run.timer_id, outcome.message)
             return Ending.of(run, EndingKind.SKIP)
@@ -436,6 +436,10 @@ _TAKEN_BACK = Outcome("revoked", "", "asked back before it started: the run befo
 
 
 _COUNTED = {EndingKind.OK, EndingKind.SKIP, EndingKind.FAIL, EndingKind.RETRY}
+# Members read once: reading one off its enum class costs as much as a dict lookup ten
+# times over (Python 3.11), and the run path reads several per fire.
+_OK, _SKIP, _RETRY = EndingKind.OK, EndingKind.SKIP, EndingKind.RETRY
+_RECURRENCE, _KEY, _MAX_LATENESS = Option.RECURRENCE, Option.KEY, Option.MAX_LATENESS
 
 
 def _facts(run: Run, ending: Ending, report: Fired, policy: TaskPolicy) -> RunFacts | None:
@@ -444,15 +448,15 @@ def _facts(run: Run, ending: Ending, report: Fired, policy: TaskPolicy) -> RunFa
     kind = ending.kind
     if kind not in _COUNTED or report.task is None:
         return None
-    if kind is EndingKind.SKIP:
+    if kind is _SKIP:
         return RunFacts(run.escaped_id, report.task, int(report.finished_ms), None,
                         report.attempt, None, True, False, False, "", policy.history_ms)
-    failed = kind is not EndingKind.OK
+    failed = kind is not _OK
     outcome = report.outcome
     started = report.started_ms
     return RunFacts(run.escaped_id, report.task, int(report.finished_ms),
                     max(0, int(report.finished_ms - started)), report.attempt,
-                    int(started - report.due_ms), kind is not EndingKind.RETRY, True, failed,
+                    int(started - report.due_ms), kind is not _RETRY, True, failed,
                     f"{outcome.error_type}: {outcome.message}" if failed else "",
                     policy.history_ms)
 
@@ -464,9 +468,9 @@ def _internal_error(exc: Exception) -> Outcome:
 def _missed(record: Record, policy: TaskPolicy, lateness_ms: float) -> str | None:
     """Why a run is too late to start, or None. The timer's own limit beats the task's."""
     limit_ms: float | None = None
-    if Option.MAX_LATENESS in record.options:
+    if _MAX_LATENESS in record.options:
         with contextlib.suppress(ValueError):
-            limit_ms = float(record.options[Option.MAX_LATENESS])
+            limit_ms = float(record.options[_MAX_LATENESS])
     elif policy.max_lateness is not None:
         limit_ms = policy.max_lateness * 1000
     if limit_ms is None or lateness_ms <= limit_ms:

@@ -68,6 +68,7 @@ BACKUP_SWEEP_MS = 20.0
 FLUSH_GRACE = 5.0  # s a batch of endings already sent may take to be answered at shutdown
 HEARTBEAT_TTL_MS = round(HEARTBEAT_INTERVAL * HEARTBEAT_MISSES * 1000)
 """How long a heartbeat says the listener is alive (a few missed beats)."""
+_RECOVERED = ClaimSource.RECOVERED.label
 HAND_BACK_GRACE_MS = 1000
 """A run handed back at the end may still be going in its thread until the process exits
 (a thread cannot be stopped): a concurrency key slot it holds stays held this long, and
@@ -317,7 +318,7 @@ class Lane:
         self.endings.add(Ending.release(run.token))
 
     def start(self, run: Run) -> None:
-        if run.source == ClaimSource.RECOVERED.label:
+        if run.source == _RECOVERED:
             done = self.endings.unwritten_ending_of(run)
             if done is not None:
                 # This listener ran the timer but could not write the ending before the

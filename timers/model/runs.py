@@ -16,6 +16,10 @@ from timers.model.wire import ClaimSource, FailureRecord, Option, kept_options
 
 MAX_MESSAGE = 2000
 _WAITED_MARK = f";{Option.WAITED_FROM}="
+_ATTEMPTS, _ORIGINAL_DUE = Option.ATTEMPTS, Option.ORIGINAL_DUE
+_LABELS = {source.value: source.label for source in ClaimSource}
+"""A claim reply's source tag -> the run's :attr:`Run.source` (an unknown tag: a sweep)."""
+_SWEEP, _NEXT = ClaimSource.SWEEP.label, ClaimSource.NEXT.label
 MAX_TRACEBACK = 8000
 
 OutcomeKind = Literal[
@@ -46,18 +50,11 @@ class Run:
         where source is ``e``, ``s``, ``h``, ``r@<listener that died>`` or ``n@<token of
         the run it follows>``."""
         reruns, _, due_ms, escaped, record = decode(as_text(text))
-        found_by, died_on = ClaimSource.read(as_text(source))
-        follows = died_on if found_by is ClaimSource.NEXT else ""
-        return cls(
-            token=as_text(token),
-            escaped_id=escaped,
-            record_text=record,
-            due_ms=due_ms,
-            reruns=reruns,
-            source=found_by.label,
-            died_on="" if follows else died_on,
-            follows=follows,
-        )
+        tag, _, died_on = as_text(source).partition("@")
+        label = _LABELS.get(tag, _SWEEP)  # as ClaimSource.read, without an enum call
+        follows = died_on if label == _NEXT else ""
+        return cls(as_text(token), escaped, record, due_ms, reruns, label,
+                   "" if follows else died_on, follows)
 
     @property
     def timer_id(self) -> str:
@@ -74,14 +71,14 @@ class Run:
     def previous_attempts(self) -> int:
         """Failed attempts before this run, from the record's options (``;a=N``): the
         listener asks for it on every run."""
-        value = record_option(self.record_text, Option.ATTEMPTS)
+        value = record_option(self.record_text, _ATTEMPTS)
         return int(value) if value and value.isascii() and value.isdigit() else 0
 
     @property
     def original_due_ms(self) -> int:
         """The timer's own due time: a retry's record keeps it (``;d=ms``), while
         :attr:`due_ms` is the due time of this attempt."""
-        value = record_option(self.record_text, Option.ORIGINAL_DUE)
+        value = record_option(self.record_text, _ORIGINAL_DUE)
         try:
             return int(value) if value is not None and value.isascii() else self.waited_from_ms
         except ValueError:

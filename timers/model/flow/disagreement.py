@@ -33,11 +33,12 @@ MAX_MOVES = 10
 """Moves a timer makes in all; after these it waits in its group until one agrees."""
 RECHECK_MS = 60_000
 """How long a timer left unmoved waits before a listener of its group looks again."""
+_GROUP = Option.GROUP  # read once: group_of is on every run's path
 
 
 def group_of(record: Record) -> str:
     """The group a record names (absent: the default group)."""
-    return record.options.get(Option.GROUP) or DEFAULT_GROUP
+    return record.options.get(_GROUP) or DEFAULT_GROUP
 
 
 def moves_of(record: Record) -> int:
