@@ -213,7 +213,7 @@ class Executor:
 
     async def _attempt(self, run: Run, attempt: _Attempt) -> Outcome:
         record = attempt.record = run.record()
-        lacking = await self._lacking(record)
+        lacking = None if self._can_run(record.task) else await self._lacking(record)
         if lacking is not None and lacking.kind == "passed":
             return lacking  # before a recurrence's steps: the listener that runs it takes them
         recurring = _RECURRENCE in record.options
@@ -246,7 +246,8 @@ class Executor:
             elif (self.flow and (policy.flow_limited or _KEY in record.options)
                   and (held := await self.flow.admit(run, record, policy))):
                 outcome = held
-            elif (stale := await self._unfenced(run, after)) is not None:
+            elif (self.fence is not None and not self.fence.fresh(run.token)
+                  and (stale := await self._unfenced(run, after)) is not None):
                 outcome = stale
             elif is_suspect(run.reruns):  # its listener died holding it: in a child
                 outcome = await self.quarantine.run(run.timer_id, record.task, fn, record.args,
@@ -268,6 +269,17 @@ class Executor:
         if recurring:
             await self.recurrences.after_run(run, record, outcome)
         return outcome
+
+    def _can_run(self, task: str) -> bool:
+        """Whether :meth:`_lacking` has nothing to say: no one is asked, or this listener
+        has the task (the common case, answered without a coroutine)."""
+        if self.peers is None:
+            return True
+        try:
+            self.resolve(task)
+        except TaskRefused:
+            return False
+        return True
 
     async def _lacking(self, record: Record) -> Outcome | None:
         """None when this listener can run ``record``'s task (or no one is asked). Else,
