@@ -13,8 +13,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from timers.exceptions import MalformedTimerKey, TaskRefused
 from timers.listener import context
@@ -100,10 +99,10 @@ class Sleeper(Protocol):
         ...
 
 
-@dataclass(frozen=True)
-class Executed:
+class Executed(NamedTuple):
     """A run's ending (None: a flow gate held its timer back, nothing to write), and what
-    the observer hears of it (None: handed back or held back unrun)."""
+    the observer hears of it (None: handed back or held back unrun). A tuple: one is made
+    per run, on the listener's hot path (a frozen dataclass costs several times more)."""
 
     ending: Ending | None
     report: Fired | None
@@ -111,12 +110,16 @@ class Executed:
     """What the history and the series keep of the run (:mod:`timers.listener.history`)."""
 
 
-@dataclass
 class _Attempt:
-    started_ms: float
-    ended_ms: float | None = None
-    record: Record | None = None
-    policy: TaskPolicy = DEFAULT_POLICY
+    """One run's attempt as the executor learns it (made per run: slots, no dataclass)."""
+
+    __slots__ = ("ended_ms", "policy", "record", "started_ms")
+
+    def __init__(self, started_ms: float) -> None:
+        self.started_ms = started_ms
+        self.ended_ms: float | None = None
+        self.record: Record | None = None
+        self.policy: TaskPolicy = DEFAULT_POLICY
 
     @property
     def task(self) -> str | None:
