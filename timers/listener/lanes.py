@@ -332,9 +332,9 @@ class Lane:
         self.running[run.token] = run
         self.held.hold(run.token, run.timer_id)
         self.turns.start(run)
-        task = asyncio.create_task(self._run_one(run))
-        self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
+        # (_run_one takes its task out of the set as it ends: a done callback would cost
+        # each run one more turn of the event loop)
+        self.tasks.add(asyncio.create_task(self._run_one(run)))
 
     def _after_endings_written(self) -> None:
         if self.burst:
@@ -377,6 +377,7 @@ class Lane:
         except asyncio.CancelledError:
             return  # shutting down: drain hands this run back
         finally:
+            self.tasks.discard(asyncio.current_task())
             self.running.pop(run.token, None)
             self.turns.end(run.token)
             self.shared.slot_freed()

@@ -70,7 +70,8 @@ class RunTally:
         if done.ending is None:
             self.counts["held back"] += 1
             return
-        label = _OUTCOMES.get(done.ending.kind, str(done.ending.kind))
+        kind = done.ending.kind
+        label = _OUTCOMES.get(kind) or str(kind)
         self.counts[label] += 1
         if done.report is not None:
             self.recent.started(done.report.lateness_ms, done.report.task or "")
