@@ -22,9 +22,9 @@ Hierarchy::
     │   └── ServerTimeout (TimeoutError)     Redis accepted but did not answer in time
     ├── ServerError                  Redis answered a command with an error
     │   ├── ServerOutOfMemory        Redis refused a write: it is at its ``maxmemory``
-    │   └── KeysNotDeclared          a script kept asking for keys it was not given (Redis
-    │                                Cluster: the shard's state kept changing), or for one
-    │                                outside its shard's slot
+    │   └── KeysNotDeclared          Redis Cluster: a script asked for a key outside its
+    │                                shard's slot, or (the cause of a redis-py
+    │                                TryAgainError) kept asking for keys it was not given
     ├── EvictionUnsafe               the server may evict pending timers (``allkeys-*``):
     │                                a strict producer, or a listener, refuses it
     ├── NotReplicated                a write done on the primary, not confirmed on the
@@ -164,10 +164,11 @@ class ServerOutOfMemory(ServerError):
 
 
 class KeysNotDeclared(ServerError):
-    """A script call on Redis Cluster kept asking for keys it was not given (each call
-    named more: the shard's state kept changing between calls), or asked for a key
-    outside its shard's slot. Nothing of the refused calls was written: a script asks
-    before its first write (``timers/store/declare.py``)."""
+    """A script call on Redis Cluster asked for a key outside its shard's slot; or, as the
+    ``__cause__`` of a redis-py ``TryAgainError`` (retried as a cluster's own
+    ``-TRYAGAIN``), it kept asking for keys it was not given (each call named more: the
+    shard's state kept changing between calls). Nothing of the refused calls was written:
+    a script asks before its first write (``timers/store/declare.py``)."""
 
 
 class NotReplicated(TimersError):

@@ -9,9 +9,11 @@ from typing import Any
 
 import fakeredis
 import pytest
+import redis.exceptions
 
 from timers import Timers, TimerSpec
 from timers.exceptions import KeysNotDeclared
+from timers.listener.retrying import RETRYABLE
 from timers.model.keys import Keyspace
 from timers.ops.base import Call
 from timers.producer.transport import run_async, run_sync
@@ -56,9 +58,12 @@ def test_a_script_that_asks_for_a_key_is_called_again_with_it(
 def test_a_script_that_keeps_asking_fails_clearly_after_a_few_calls(
         fake: fakeredis.FakeRedis) -> None:
     script = _declaring(fake, ASKS_FOREVER)
-    with pytest.raises(KeysNotDeclared, match=f"after {MAX_CALLS} calls"):
+    # as a cluster's -TRYAGAIN, which a listener's loops outlive: they call again later
+    with pytest.raises(redis.exceptions.TryAgainError, match=f"after {MAX_CALLS} calls") as raised:
         script(keys=["k1"])
     assert script.runner.calls == MAX_CALLS
+    assert isinstance(raised.value, RETRYABLE)
+    assert isinstance(raised.value.__cause__, KeysNotDeclared)
 
 
 def test_a_key_outside_the_slot_of_the_call_is_not_sent_on_a_cluster(
@@ -131,3 +136,26 @@ def test_a_renewal_asks_for_the_slot_and_group_of_its_runs_and_extends_them(
     assert scripts.renew(60_000, tokens) == [tokens[1]]  # the one held back runs no more
     assert fake.zscore(f"{KS.prefix}|slots|dev-1", tokens[0]) > before
     assert fake.zscore(KS.running_of("video"), tokens[0]) > before
+
+
+def test_a_claim_asks_at_once_for_timers_that_come_due_within_a_second(
+        fake: fakeredis.FakeRedis) -> None:
+    """Time moves between two calls of a claim: timers that come due meanwhile must not
+    make the next call ask again (under a steady stream it would ask on every call)."""
+    with Timers(fake) as t:
+        now_id = t.schedule("a.b", [1], in_=-1, group="video")
+        soon_id = t.schedule("a.b", [2], in_=0.5, group="video")
+        later_id = t.schedule("a.b", [3], in_=5, group="video")
+    call = ScriptCalls(KS).claim(limit=10, lease_ms=5000, horizon_ms=0, listener_id="h:1:a",
+                                 groups=("video",))
+    runner = Scripts(fake, KS).script("claim").runner  # (not called again by itself)
+    keys = list(call.keys)
+    reply = runner(keys=keys, args=list(call.args))
+    while (more := asked_keys(reply)) is not None:  # level by level: the index, then keys
+        keys += [key.decode() for key in more]
+        reply = runner(keys=keys, args=list(call.args))
+    declared = " ".join(keys)
+    assert f":{now_id}:" in declared and f":{soon_id}:" in declared
+    assert f":{later_id}:" not in declared
+    assert [reply[i + 1].decode().split("|")[2] for i in range(3, len(reply), 3)] == [
+        f"{now_id}:a.b;g=video:[1]"]

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import redis.exceptions
 from redis.crc import key_slot
 
 from timers.exceptions import KeysNotDeclared
@@ -53,10 +54,17 @@ def with_asked(script: str, keys: Sequence[Any], asked: Sequence[Any],
     return [*keys, *more]
 
 
-def too_many(script: str, asked: Sequence[Any]) -> KeysNotDeclared:
-    return KeysNotDeclared(f"script {script} still asked for keys after {MAX_CALLS} calls "
-                           f"(the shard's state kept changing): "
-                           f"{[_text(k) for k in asked][:5]}")
+def too_many(script: str, asked: Sequence[Any]) -> redis.exceptions.TryAgainError:
+    """The error for a call that still asked for keys after :data:`MAX_CALLS` calls (the
+    shard's state kept changing under it): redis-py's ``TryAgainError``, as for Redis
+    Cluster's own ``-TRYAGAIN`` during a slot migration, so that a listener's loops outlive
+    it and call again a little later; its ``__cause__`` is a
+    :class:`~timers.exceptions.KeysNotDeclared` that says which keys."""
+    message = (f"script {script} still asked for keys after {MAX_CALLS} calls (the "
+               f"shard's state kept changing): {[_text(k) for k in asked][:5]}")
+    error = redis.exceptions.TryAgainError(message)
+    error.__cause__ = KeysNotDeclared(message)
+    return error
 
 
 def _bytes(key: Any) -> bytes:

@@ -240,6 +240,46 @@ local function claim_due(index, low, high)
   take_all(takes, index, stale)
 end
 
+-- declare {
+-- what claims take: each timer's due index, key, running set, order barrier
+local function need_claimed(id, record)
+  need_timer(ARGV[1], id, record)
+  need(running_key_for(KEYS[3], record_group(record)))
+  if (any_keyed and keyed[record_task(record)]) or record_option(record, 'k') then
+    need(flow_key(ARGV[1], 'ungated', barrier_of(record)))
+  end
+end
+for i = 8, #ARGV do
+  local record = redis.call('HGET', KEYS[2], ARGV[i])
+  if record and served[record_group(record)] then need_claimed(ARGV[i], record) end
+end
+-- (twice the limit, a little later: DECLARE_SLACK_MS)
+local lapsed_by = string.format('%.0f', now + DECLARE_SLACK_MS)
+local due_by = string.format('%.0f', horizon + DECLARE_SLACK_MS)
+for group in pairs(served) do  -- lapsed runs: run again, their slots passed on
+  local running = running_key_for(KEYS[3], group)
+  if need(running) then
+    for _, token in ipairs(redis.call('ZRANGEBYSCORE', running, '-inf', lapsed_by, 'LIMIT',
+        0, 2 * limit)) do
+      local _, _, _, id, record = run_read(redis.call('HGET', KEYS[4], token))
+      if record then need_claimed(id, record) end
+      need_release(ARGV[1], token)
+      need_taken_back(ARGV[1], token)
+    end
+  end
+end
+for _, index in ipairs(served_due_indexes(KEYS[1], ARGV[1], served)) do
+  if need(index[1]) then
+    for _, id in ipairs(redis.call('ZRANGEBYSCORE', index[1], '-inf', due_by, 'LIMIT', 0,
+        2 * limit)) do
+      local record = redis.call('HGET', KEYS[2], id)
+      if record then need_claimed(id, record) end
+    end
+  end
+end
+local asked = keys_asked()
+if asked then return asked end
+-- declare }
 claim_named()
 for group in pairs(served) do recover_lapsed(running_key_for(KEYS[3], group)) end
 local indexes = served_due_indexes(KEYS[1], ARGV[1], served)

@@ -16,6 +16,11 @@
 -- to name the records it holds) is read only once declared: it asks level by level.
 -- The need_* helpers below mirror the flow helpers of flow.lua, one each.
 
+-- A declare part that reads a window of time (the timers due by now, the runs lapsed by
+-- now) asks for twice as many as the body may take, due up to this much later: the next
+-- call, a round trip later, finds a few more due, and must not ask again for them.
+local DECLARE_SLACK_MS = 1000
+
 local declared_keys = nil
 local asked_list = nil
 local asked_set = nil
