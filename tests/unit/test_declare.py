@@ -52,7 +52,7 @@ def test_a_script_that_asks_for_a_key_is_called_again_with_it(
     script = _declaring(fake, ASKS_FOR_ITS_SECOND_KEY)
     assert script(keys=["{a}"], args=["v"]) == [b"set", b"{a}:more"]
     assert fake.get("{a}:more") == b"v"
-    assert script.runner.calls == 2
+    assert script.runner.calls == script.last_calls == 2  # (a claimer reads it: its clock)
 
 
 def test_a_script_that_keeps_asking_fails_clearly_after_a_few_calls(

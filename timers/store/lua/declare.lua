@@ -20,19 +20,26 @@
 -- now) asks for twice as many as the body may take, due up to this much later: the next
 -- call, a round trip later, finds a few more due, and must not ask again for them.
 local DECLARE_SLACK_MS = 1000
+-- ... and this many more (a claim's window: other listeners claim from it meanwhile).
+local DECLARE_WINDOW = 100
 
 local declared_keys = nil
 local asked_list = nil
 local asked_set = nil
 
--- Whether `key` is one of KEYS; when not, it is noted to be asked for (and the script
--- must not read it).
-local function need(key)
+-- Whether `key` is one of KEYS.
+local function is_declared(key)
   if declared_keys == nil then
     declared_keys = {}
     for i = 1, #KEYS do declared_keys[KEYS[i]] = true end
   end
-  if declared_keys[key] then return true end
+  return declared_keys[key] == true
+end
+
+-- Whether `key` is one of KEYS; when not, it is noted to be asked for (and the script
+-- must not read it).
+local function need(key)
+  if is_declared(key) then return true end
   if asked_set == nil then asked_set, asked_list = {}, {} end
   if not asked_set[key] then
     asked_set[key] = true
