@@ -21,7 +21,10 @@ Hierarchy::
     │   ├── PoolExhausted                    no free connection in the pool in time
     │   └── ServerTimeout (TimeoutError)     Redis accepted but did not answer in time
     ├── ServerError                  Redis answered a command with an error
-    │   └── ServerOutOfMemory        Redis refused a write: it is at its ``maxmemory``
+    │   ├── ServerOutOfMemory        Redis refused a write: it is at its ``maxmemory``
+    │   └── KeysNotDeclared          Redis Cluster: a script asked for a key outside its
+    │                                shard's slot, or (the cause of a redis-py
+    │                                TryAgainError) kept asking for keys it was not given
     ├── EvictionUnsafe               the server may evict pending timers (``allkeys-*``):
     │                                a strict producer, or a listener, refuses it
     ├── NotReplicated                a write done on the primary, not confirmed on the
@@ -58,6 +61,7 @@ __all__ = [
     "InvalidTask",
     "InvalidTimer",
     "InvalidTimerId",
+    "KeysNotDeclared",
     "MalformedTimerKey",
     "MemoryLimitTooLow",
     "NotInTimer",
@@ -157,6 +161,14 @@ class ServerOutOfMemory(ServerError):
     def __init__(self, message: str, written: list[str] | None = None) -> None:
         super().__init__(message)
         self.written: list[str] = list(written or [])
+
+
+class KeysNotDeclared(ServerError):
+    """A script call on Redis Cluster asked for a key outside its shard's slot; or, as the
+    ``__cause__`` of a redis-py ``TryAgainError`` (retried as a cluster's own
+    ``-TRYAGAIN``), it kept asking for keys it was not given (each call named more: the
+    shard's state kept changing between calls). Nothing of the refused calls was written:
+    a script asks before its first write (``timers/store/declare.py``)."""
 
 
 class NotReplicated(TimersError):

@@ -7,7 +7,9 @@ arguments are compared with the KEYS the script or function was given. A key not
 them is an undeclared key: on Redis Cluster the server checks only KEYS before it runs a
 script, so an undeclared key that a slot migration has moved already fails the script
 part-way (``-ASK`` inside a script), or is written anew on the old node and then refused
-by ``MIGRATE`` (``BUSYKEY``).
+by ``MIGRATE`` (``BUSYKEY``). Keys named from data only a script reads (a timer's
+expiring key, a key's queue …) it asks for before its first write (``lua/declare.lua``):
+fakeredis runs every script so, and this check proves each script's asking complete.
 """
 
 from __future__ import annotations
@@ -29,16 +31,6 @@ ALL_KEYS = frozenset({"DEL", "EXISTS", "UNLINK", "MGET", "TOUCH"})
 argument."""
 
 
-NOT_DECLARED_YET = re.compile(
-    r"^[^:|]+(?::"                                      # a timer's expiring key
-    r"|\|(?:slots|waitk|waitr|rate|ungated)\|"           # a key's, a rate's, a barrier's
-    r"|\|due\|[^|]+\|-?[0-9]+$|\|run\|[^|]+$)",          # a group's due index, running set
-    re.DOTALL)
-"""The keys the scripts still name from data only they read (a stored record, a held
-slot, the queues set): issue 28 finding 7, what is left (docs/state-machine.md,
-"Cluster"). Every other key a script touches must be one of its KEYS."""
-
-
 def key_arguments(command: str, args: tuple[bytes, ...]) -> tuple[bytes, ...]:
     """The key arguments of one command as a script sends it."""
     if command in NO_KEYS or not args:
@@ -55,8 +47,6 @@ class Undeclared:
     running: list[tuple[str, set[bytes]]] = field(default_factory=list)
     """The scripts running (a script may not call another; a stack all the same): each
     one's name and KEYS."""
-    allow_known: bool = True
-    """Let the keys of :data:`NOT_DECLARED_YET` pass."""
 
 
 def _as_bytes(value: Any) -> bytes:
@@ -65,7 +55,8 @@ def _as_bytes(value: Any) -> bytes:
 
 @cache
 def _names() -> dict[bytes, str]:
-    return {without_shebang(source(name)).encode(): name for name in SCRIPT_NAMES}
+    return {without_shebang(source(name, declare)).encode(): name
+            for name in SCRIPT_NAMES for declare in (False, True)}
 
 
 _FUNCTION = re.compile(r"^timers_[0-9a-f]+_(.+)$")
@@ -89,8 +80,7 @@ def checking(into: Undeclared) -> Iterator[Undeclared]:
         script, declared = into.running[-1] if into.running else ("?", set())
         name = _as_bytes(command).decode().upper()
         for key in key_arguments(name, tuple(_as_bytes(a) for a in args)):
-            if key not in declared and not (
-                    into.allow_known and NOT_DECLARED_YET.match(key.decode(errors="replace"))):
+            if key not in declared:
                 into.found.append((script, name, key.decode(errors="replace")))
 
     def run(self: Any, script: bytes, numkeys: int, *keys_and_args: bytes) -> Any:

@@ -7,11 +7,17 @@ see :mod:`timers.ops.replication`) is sent as one plain pipeline on one connecti
 calls (in an explicit MULTI/EXEC when there is more than one), then the ``after`` calls,
 which count the writes of that connection. On a cluster that connection is to the node
 that owns the slot of the request's keys.
+
+Where scripts declare their keys (Redis Cluster: :mod:`timers.store.declare`), a script
+call of a pipeline whose reply asks for keys wrote nothing: it is sent again, with those
+keys, after the rest of its request (with the request's ``after`` calls, which count its
+writes then), so it is not atomic with the rest of its request any more.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import weakref
 from collections.abc import Mapping
 from typing import Any
@@ -21,11 +27,85 @@ import redis.exceptions
 
 from timers.ops.base import Call, Request
 from timers.store.cluster import is_cluster
+from timers.store.declare import MAX_CALLS, Declaring, asked_keys, too_many, with_asked
 from timers.store.scripts import ScriptName
 
 
 def run_sync(client: Any, scripts: Mapping[ScriptName, Any], request: Request) -> list[Any]:
     """Send ``request`` and return one reply per call."""
+    replies = _send_sync(client, scripts, request)
+    if len(request) > 1 and _declaring(scripts, request):
+        for _ in range(MAX_CALLS):
+            again = _asked(client, request, replies)
+            if again is None:
+                break
+            request, indexes, sub = again
+            replies = _merged(request, replies, indexes, _send_sync(client, scripts, sub))
+        else:
+            _raise_if_asking(request, replies)
+    return replies
+
+
+async def run_async(
+    client: Any, scripts: Mapping[ScriptName, Any], request: Request
+) -> list[Any]:
+    """:func:`run_sync` on an asyncio client."""
+    replies = await _send_async(client, scripts, request)
+    if len(request) > 1 and _declaring(scripts, request):
+        for _ in range(MAX_CALLS):
+            again = _asked(client, request, replies)
+            if again is None:
+                break
+            request, indexes, sub = again
+            replies = _merged(request, replies, indexes,
+                              await _send_async(client, scripts, sub))
+        else:
+            _raise_if_asking(request, replies)
+    return replies
+
+
+def _declaring(scripts: Mapping[ScriptName, Any], request: Request) -> bool:
+    return any(isinstance(scripts[c.script], Declaring) for c in request if c.script)
+
+
+def _asked(client: Any, request: Request,
+           replies: list[Any]) -> tuple[Request, list[int], Request] | None:
+    """When script calls of ``request`` asked for keys: the request with those keys added
+    to them, their indexes, and what to send again (they, then the ``after`` calls)."""
+    indexes = [i for i, (call, reply) in enumerate(zip(request, replies, strict=True))
+               if call.script is not None and not call.after
+               and asked_keys(reply) is not None]
+    if not indexes:
+        return None
+    request = list(request)
+    for i in indexes:
+        call = request[i]
+        keys = with_asked(str(call.script), call.keys, asked_keys(replies[i]) or [],
+                          is_cluster(client))
+        request[i] = dataclasses.replace(call, keys=tuple(keys))
+    return request, indexes, [request[i] for i in indexes] + [c for c in request if c.after]
+
+
+def _merged(request: Request, replies: list[Any], indexes: list[int],
+            again: list[Any]) -> list[Any]:
+    """``replies`` with those of the calls sent again, and of the ``after`` calls."""
+    merged = list(replies)
+    for i, reply in zip(indexes, again, strict=False):
+        merged[i] = reply
+    after = [i for i, call in enumerate(request) if call.after]
+    for i, reply in zip(after, again[len(indexes):], strict=True):
+        merged[i] = reply
+    return merged
+
+
+def _raise_if_asking(request: Request, replies: list[Any]) -> None:
+    for call, reply in zip(request, replies, strict=True):
+        asked = asked_keys(reply) if call.script is not None and not call.after else None
+        if asked is not None:
+            raise too_many(str(call.script), asked)
+
+
+def _send_sync(client: Any, scripts: Mapping[ScriptName, Any], request: Request) -> list[Any]:
     script = request[0].script if len(request) == 1 else None
     if script is not None:
         call = request[0]
@@ -71,7 +151,7 @@ def _loaded(client: Any, script: Any, reload: bool) -> None:
         shas.add(script.sha)
 
 
-async def run_async(
+async def _send_async(
     client: Any, scripts: Mapping[ScriptName, Any], request: Request
 ) -> list[Any]:
     script = request[0].script if len(request) == 1 else None

@@ -29,6 +29,7 @@ from typing import Any, Literal, NamedTuple
 from timers.model.keys import DEFAULT_GROUP, SCRIPT_KEY_NAMES, Keyspace
 from timers.model.wire import DEFAULT_HISTORY_AGE, DEFAULT_HISTORY_COUNT
 from timers.store.cluster import is_cluster
+from timers.store.declare import AsyncDeclaring, Declaring
 from timers.store.lua_library import AsyncFunction, Function, library
 
 ScriptName = Literal[
@@ -57,13 +58,25 @@ SCRIPT_NAMES: tuple[ScriptName, ...] = (
     "arrive",
     "depart",
 )
-PRELUDES = ("prelude", "flow", "history")
-"""``lua/prelude.lua``, ``lua/flow.lua`` and ``lua/history.lua``: helpers shared by the
-scripts, included into each once, in this order."""
+PRELUDES = ("prelude", "flow", "history", "declare")
+"""``lua/prelude.lua``, ``lua/flow.lua``, ``lua/history.lua`` and ``lua/declare.lua``:
+helpers shared by the scripts, included into each once, in this order."""
 
 
 def _lua(name: str) -> str:
     return resources.files("timers.store").joinpath("lua", f"{name}.lua").read_text("utf-8")
+
+
+_DECLARE_PART = re.compile(r"^[ \t]*-- declare \{\n.*?^[ \t]*-- declare \}\n",
+                           re.MULTILINE | re.DOTALL)
+
+
+def _script_text(name: str, declare: bool) -> str:
+    """A script's file, with its declare part (``-- declare {`` to ``-- declare }``: the
+    keys it needs and was not given, asked for before its first write; see
+    ``lua/declare.lua``) kept or cut out."""
+    text = _lua(name)
+    return text if declare else _DECLARE_PART.sub("", text)
 
 
 _DEFINITION = re.compile(r"^local\s+(?:function\s+([A-Za-z_]\w*)|([A-Za-z_][\w\s,]*?)\s*=)")
@@ -126,10 +139,11 @@ def helpers_for(body: str) -> str:
 
 
 @cache
-def source(name: ScriptName) -> str:
+def source(name: ScriptName, declare: bool = False) -> str:
     """The script as sent to Redis: its shebang line, then the shared helpers it uses
-    (from the helper files of :data:`PRELUDES`), then its body."""
-    text = _lua(name)
+    (from the helper files of :data:`PRELUDES`), then its body; with its declare part
+    (the keys it asks for) when ``declare`` (:func:`declares_keys`)."""
+    text = _script_text(name, declare)
     shebang, _, body = text.partition("\n") if text.startswith("#!") else ("", "", text)
     prelude = helpers_for(body)
     return f"{shebang}\n{prelude}{body}" if shebang else prelude + body
@@ -186,26 +200,49 @@ EVAL_ONLY_ENV = "TIMERS_EVAL_ONLY"
 """Set to 1 to run every script by EVALSHA, never as a function of the library."""
 
 
+DECLARE_KEYS_ENV = "TIMERS_DECLARE_KEYS"
+"""Set to 1 to have every script ask for the keys it needs and was not given (as on Redis
+Cluster) on any server."""
+
+
+def declares_keys(client: Any) -> bool:
+    """Whether scripts on ``client`` run their declare part (``lua/declare.lua``): on Redis
+    Cluster, where only KEYS are checked before a script runs, and on fakeredis, so that
+    the unit tests' check (``tests/unit/declared_keys.py``) proves each part complete. A
+    single server needs none of it, and pays nothing for it: the part is cut out."""
+    return (is_cluster(client) or not _reads_shebang(client)
+            or os.environ.get(DECLARE_KEYS_ENV) == "1")
+
+
 @cache
-def script_library() -> tuple[str, str]:
+def script_library(declare: bool = False) -> tuple[str, str]:
     """``(name, code)`` of the function library of every script
-    (:mod:`timers.store.lua_library`)."""
+    (:mod:`timers.store.lua_library`), with their declare parts when ``declare``."""
     helpers = "".join(_lua(name) for name in PRELUDES)
-    return library(helpers, tuple((name, _lua(name)) for name in SCRIPT_NAMES))
+    return library(helpers, tuple((name, _script_text(name, declare))
+                                  for name in SCRIPT_NAMES))
 
 
 def register(client: Any, name: ScriptName) -> Any:
     """One script on a redis-py client, sync or asyncio: a function of the library (see
     :mod:`timers.store.lua_library`), run by EVALSHA where the server refuses functions and on
     Redis Cluster (whose redis-py client finds an FCALL's slot by asking a node for its
-    keys first: a round trip more per call)."""
-    text = source(name)
+    keys first: a round trip more per call). Where scripts declare their keys
+    (:func:`declares_keys`), it is called again with the keys a call asks for
+    (:class:`timers.store.declare.Declaring`)."""
+    declare = declares_keys(client)
+    text = source(name, declare)
     script = client.register_script(text if _reads_shebang(client) else without_shebang(text))
     if os.environ.get(EVAL_ONLY_ENV) == "1" or is_cluster(client):
-        return script
-    library_name, code = script_library()
-    kind = AsyncFunction if inspect.iscoroutinefunction(client.execute_command) else Function
-    return kind(client, f"{library_name}_{name}", code, script)
+        runner: Any = script
+    else:
+        library_name, code = script_library(declare)
+        kind = AsyncFunction if inspect.iscoroutinefunction(client.execute_command) else Function
+        runner = kind(client, f"{library_name}_{name}", code, script)
+    if not declare:
+        return runner
+    asynchronous = inspect.iscoroutinefunction(client.execute_command)
+    return (AsyncDeclaring if asynchronous else Declaring)(name, runner, is_cluster(client))
 
 
 def register_all(client: Any) -> dict[ScriptName, Any]:

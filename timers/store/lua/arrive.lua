@@ -51,6 +51,26 @@ end
 if mode == 'c' and #KEYS < 2 + 2 * n then
   return redis.error_reply('ERR timers arrive: two keys per arrival')
 end
+-- declare {
+if mode == 'c' then  -- each arrival pended: its keys, and those of a timer it replaces
+  local records = sys_key(key_start, 'rec')
+  for i = 1, n do
+    local base = 4 + (i - 1) * per
+    local payload = ARGV[base + 2] == 'c' and redis.call('HGET', KEYS[2], ARGV[base + 1])
+    local _, id, record = string.match(payload or '', '^(%-?%d+)|([^:]+):(.*)$')
+    if id and need(records) then
+      need_timer(key_start, id, record)
+      local old = redis.call('HGET', records, id)
+      if old then
+        need_timer(key_start, id, old)
+        need_unpark(key_start, id)
+      end
+    end
+  end
+end
+local asked = keys_asked()
+if asked then return asked end
+-- declare }
 local now = redis_now()
 local deadline = string.format('%.0f', now + lease)
 local out = {}

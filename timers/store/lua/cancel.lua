@@ -29,6 +29,11 @@ if not age then age, count = string.match(ARGV[4], '^(%d+) (%d+)$') end
 if not age or string.find(ARGV[3], '|', 1, true) then
   return redis.error_reply('ERR timers cancel: bad arguments')
 end
+-- declare {
+need_withdraw(ARGV[1], KEYS[2], ARGV[2])
+local asked = keys_asked()
+if asked then return asked end
+-- declare }
 local record = withdraw(KEYS[1], KEYS[2], ARGV[1], ARGV[2])
 if record then
   unpark(ARGV[1], ARGV[2])

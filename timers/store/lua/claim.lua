@@ -60,6 +60,9 @@ for group in string.gmatch(ARGV[6] or '', '[^,]+') do served[group] = true end
 local keyed = {}
 for task in string.gmatch(ARGV[7] or '', '[^,]+') do keyed[task] = true end
 local any_keyed = next(keyed) ~= nil
+-- Where keys are checked: whether a claimed timer's expiring key was given (a timer whose
+-- key was not is left for the next claim; see the declare part below); nil elsewhere.
+local only_declared = nil
 
 -- Note a claimed keyed timer (a keyed task's, or one with a key of its own) as claimed and
 -- not gated yet (flow.lua's order barrier).
@@ -185,7 +188,8 @@ local function claim_named()
   for i, id in ipairs(ids) do
     if claimed + #takes >= limit then break end
     local score = scores[id] and tonumber(scores[id])
-    if score and score <= horizon then
+    if score and score <= horizon and not (only_declared
+        and not only_declared(ARGV[1] .. id .. ':' .. records[i])) then
       takes[#takes + 1] = {id, string.format('%.0f', score), 'e', records[i]}
     end
   end
@@ -232,7 +236,9 @@ local function claim_due(index, low, high)
   local takes, stale = {}, {}
   for i, id in ipairs(ids) do
     if records[i] then
-      takes[#takes + 1] = {id, due[2 * i], 's', records[i]}
+      if not only_declared or only_declared(ARGV[1] .. id .. ':' .. records[i]) then
+        takes[#takes + 1] = {id, due[2 * i], 's', records[i]}
+      end
     else
       stale[#stale + 1] = id  -- no record
     end
@@ -240,6 +246,69 @@ local function claim_due(index, low, high)
   take_all(takes, index, stale)
 end
 
+-- declare {
+-- A claimed timer's expiring key is named by a window of its due index, which moves
+-- between two calls (other listeners claim, more timers come due): so this call claims
+-- only the timers whose key it was given, and asks for the keys of a window (a due
+-- index's, or the named ids') only when it was given none of them (its first call), else
+-- it would ask on every call.
+local window_found, window_missing = {}, {}
+local function need_window(window, key)
+  if is_declared(key) then
+    window_found[window] = true
+  else
+    window_missing[window] = window_missing[window] or {}
+    table.insert(window_missing[window], key)
+  end
+end
+local function need_started(record)  -- a run started: its running set, its order barrier
+  need(running_key_for(KEYS[3], record_group(record)))
+  if (any_keyed and keyed[record_task(record)]) or record_option(record, 'k') then
+    need(flow_key(ARGV[1], 'ungated', barrier_of(record)))
+  end
+end
+local function need_claimed(id, record, window)  -- a pending timer claimed
+  need((due_key_for(KEYS[1], record)))
+  need_started(record)
+  need_window(window, ARGV[1] .. id .. ':' .. record)
+end
+for i = 8, #ARGV do
+  local record = redis.call('HGET', KEYS[2], ARGV[i])
+  if record and served[record_group(record)] then need_claimed(ARGV[i], record, '') end
+end
+-- (more than the limit, a little later: DECLARE_SLACK_MS, DECLARE_WINDOW)
+local lapsed_by = string.format('%.0f', now + DECLARE_SLACK_MS)
+local due_by = string.format('%.0f', horizon + DECLARE_SLACK_MS)
+for group in pairs(served) do  -- lapsed runs: run again, their slots passed on
+  local running = running_key_for(KEYS[3], group)
+  if need(running) then
+    for _, token in ipairs(redis.call('ZRANGEBYSCORE', running, '-inf', lapsed_by, 'LIMIT',
+        0, 2 * limit + DECLARE_WINDOW)) do
+      local record = select(5, run_read(redis.call('HGET', KEYS[4], token)))
+      if record then need_started(record) end
+      need_release(ARGV[1], token)
+      need_taken_back(ARGV[1], token)
+    end
+  end
+end
+for _, index in ipairs(served_due_indexes(KEYS[1], ARGV[1], served)) do
+  if need(index[1]) then
+    for _, id in ipairs(redis.call('ZRANGEBYSCORE', index[1], '-inf', due_by, 'LIMIT', 0,
+        2 * limit + DECLARE_WINDOW)) do
+      local record = redis.call('HGET', KEYS[2], id)
+      if record then need_claimed(id, record, index[1]) end
+    end
+  end
+end
+for window, keys in pairs(window_missing) do
+  if not window_found[window] then
+    for _, key in ipairs(keys) do need(key) end
+  end
+end
+only_declared = is_declared
+local asked = keys_asked()
+if asked then return asked end
+-- declare }
 claim_named()
 for group in pairs(served) do recover_lapsed(running_key_for(KEYS[3], group)) end
 local indexes = served_due_indexes(KEYS[1], ARGV[1], served)

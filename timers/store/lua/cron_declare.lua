@@ -48,6 +48,19 @@ elseif def == ARGV[4] and ARGV[6] == 'keep' then
   return {0, tonumber(state.v), pending and tonumber(state.last) or -1}
 end
 if (raw or '') ~= ARGV[5] then return {-1, 0, -1} end
+-- declare {
+if state.last ~= '0' then need_withdraw(ARGV[1], KEYS[4], occurrence(ARGV[3], state.last)) end
+for _, due_text in ipairs({ARGV[10], ARGV[11]}) do
+  if due_text ~= '-1' then  -- the occurrence pended, and one pending under its id
+    local id = occurrence(ARGV[3], due_text)
+    local old = redis.call('HGET', KEYS[4], id)
+    if old then need_timer(ARGV[1], id, old) end
+    need_timer(ARGV[1], id, ARGV[9])
+  end
+end
+local asked = keys_asked()
+if asked then return asked end
+-- declare }
 
 local now = redis_now()
 if ARGV[6] ~= 'keep' then state.paused = ARGV[6] end

@@ -38,6 +38,16 @@ local state = state_read(redis.call('HGET', KEYS[1], ARGV[3]))
 if not state then return {'gone', ''} end
 if state.v ~= ARGV[4] then return {'stale', ''} end
 if state.paused == '1' then return {'paused', ''} end
+-- declare {
+if tonumber(ARGV[6]) ~= -1 then  -- the next occurrence's due index; one pending under its id
+  local id = occurrence(ARGV[3], ARGV[6])
+  need((due_key_for(KEYS[2], ARGV[7])))
+  local old = redis.call('HGET', KEYS[3], id)
+  if old then need_timer(ARGV[1], id, old) end
+end
+local asked = keys_asked()
+if asked then return asked end
+-- declare }
 
 local now = redis_now()
 local run, last = state.run, state.last

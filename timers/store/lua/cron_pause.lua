@@ -19,6 +19,11 @@
 local state = state_read(redis.call('HGET', KEYS[1], ARGV[2]))
 if not state then return -1 end
 if state.paused == '1' then return 0 end
+-- declare {
+need_withdraw(ARGV[1], KEYS[3], occurrence(ARGV[2], state.last))
+local asked = keys_asked()
+if asked then return asked end
+-- declare }
 if withdraw(KEYS[2], KEYS[3], ARGV[1], occurrence(ARGV[2], state.last)) then
   unpark(ARGV[1], occurrence(ARGV[2], state.last))
   wake(ARGV[3])

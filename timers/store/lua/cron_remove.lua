@@ -16,6 +16,14 @@
 -- allow-oom: it only frees memory.
 -- Returns 1 when the recurrence existed, 0 otherwise.
 local raw = redis.call('HGET', KEYS[2], ARGV[2])
+-- declare {
+local declared_state = state_read(raw)
+if declared_state then
+  need_withdraw(ARGV[1], KEYS[4], occurrence(ARGV[2], declared_state.last))
+end
+local asked = keys_asked()
+if asked then return asked end
+-- declare }
 local existed = redis.call('HDEL', KEYS[1], ARGV[2])
 redis.call('HDEL', KEYS[2], ARGV[2])
 local state = state_read(raw)

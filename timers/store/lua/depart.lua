@@ -53,6 +53,15 @@ for i = 1, n do
     return redis.error_reply('ERR timers depart: bad token or shard')
   end
 end
+-- declare {
+for i = 1, n do  -- each run's order barrier, and the keys it may have held back
+  local record = select(5, run_read(redis.call('HGET', runrec, ARGV[1 + 2 * i])))
+  if record then need(flow_key(key_start, 'ungated', barrier_of(record))) end
+end
+need_barred(key_start)
+local asked = keys_asked()
+if asked then return asked end
+-- declare }
 local now = redis_now()
 local out, left = {}, 0
 for i = 1, n do

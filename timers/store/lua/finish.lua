@@ -169,6 +169,26 @@ for i = FIRST, #ARGV, STRIDE do
   if kind == 'release' then released[i] = released_run(token) end
 end
 
+-- declare {
+for i = FIRST, #ARGV, STRIDE do  -- each run's group, the slot it holds, where it goes
+  local token, kind, a = ARGV[i], ARGV[i + 1], ARGV[i + 2]
+  if kind ~= 'reject' then
+    need_run(ARGV[1], token)
+    need_release(ARGV[1], token)
+    if kind == 'retry' or kind == 'move' or kind == 'wait' then
+      local id, record = string.match(a, '^([^:]+):(.*)$')
+      need_timer(ARGV[1], id, record)
+    elseif kind == 'release' and released[i] then
+      local id, record, due = released[i][1], released[i][2], released[i][3]
+      need_timer(ARGV[1], id, record)
+      need_timer(ARGV[1], id, with_waited_from(record, due))
+    end
+  end
+end
+need_barred(ARGV[1])
+local asked = keys_asked()
+if asked then return asked end
+-- declare }
 local now = redis_now()
 local counts = {fired = 0, failed = 0, rejected = 0, retried = 0, handed_back = 0,
                 skipped = 0, late_finishes = 0, routed = 0}

@@ -201,6 +201,31 @@ local function gate(token, key, limit, rate, interval, burst)
   return 'go'
 end
 
+-- declare {
+local runs = (#ARGV - 3) / 6
+for i = 4, #ARGV, 6 do  -- each run's group, queues, slots and rate, and what they let go
+  local token, key, limit, rate = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2]), ARGV[i + 3]
+  local reruns, _, due, id, record = run_read(redis.call('HGET', KEYS[2], token))
+  if record then
+    need(running_key_for(KEYS[1], record_group(record)))
+    due = tonumber(record_option(record, 'w') or due) or tonumber(due)
+    need_timer(ARGV[1], id, with_reruns(record, reruns))  -- pended again (too early)
+    need_barrier(ARGV[1], record)
+    need_promoted(ARGV[1], id, with_reruns(with_waited_from(record, due), reruns))  -- held
+    local p = parked_read(redis.call('HGET', parked_key, id))
+    if p and (p.state == 'R' or p.state == 'r') then need_rate(ARGV[1], p.name, runs + 1) end
+  end
+  if key ~= '' then
+    need_key(ARGV[1], key, limit)
+    need_release(ARGV[1], token)
+    need_taken_back(ARGV[1], token)
+  end
+  if rate ~= '' then need_rate(ARGV[1], rate, runs + 1) end
+end
+need_barred(ARGV[1])
+local asked = keys_asked()
+if asked then return asked end
+-- declare }
 local out = {}
 for i = 4, #ARGV, 6 do
   out[#out + 1] = gate(ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2]), ARGV[i + 3],

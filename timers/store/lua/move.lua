@@ -43,6 +43,19 @@ for task in string.gmatch(ARGV[4], '[^,]+') do
   tasks = tasks or {}
   tasks[task] = true
 end
+-- declare {
+if ARGV[5] == 'p' then  -- each pending timer's due indexes and keys, here and there
+  for i = 6, #ARGV do
+    local record = redis.call('HGET', KEYS[2], ARGV[i])
+    if record then
+      need_timer(ARGV[1], ARGV[i], record)
+      need_timer(ARGV[2], ARGV[i], record)
+    end
+  end
+end
+local asked = keys_asked()
+if asked then return asked end
+-- declare }
 local now = redis_now()
 local moved, gone, other, held, taken = 0, 0, 0, 0, 0
 

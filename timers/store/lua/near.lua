@@ -68,9 +68,10 @@ local function next_batch(index, cursor, limit)
     'WITHSCORES', 'LIMIT', 0, limit)
 end
 
--- Key up to `budget` timers of `index` from `cursor`; returns the new cursor, or nil
--- when the index is keyed through the sweep's end.
-local function key_index(index, cursor)
+-- Key up to `budget` timers of `index` from `cursor` (`key_one(key, due)`: set_near_key,
+-- or in the declare part need); returns the new cursor, or nil when the index is keyed
+-- through the sweep's end.
+local function key_index(index, cursor, key_one)
   while budget > 0 do
     local limit = budget
     local due = next_batch(index, cursor, limit)
@@ -79,7 +80,7 @@ local function key_index(index, cursor)
       local when = tonumber(due[i + 1])
       if when > sweep then past_end = true break end
       local record = redis.call('HGET', KEYS[2], due[i])
-      if record then set_near_key(ARGV[1], ARGV[1] .. due[i] .. ':' .. record, when, now) end
+      if record then key_one(ARGV[1] .. due[i] .. ':' .. record, when) end
       cursor = due[i + 1] .. ' ' .. due[i]
       budget = budget - 1
     end
@@ -93,8 +94,24 @@ for i, index in ipairs(indexes) do
   if index == state[3] then position = i end
 end
 if state[3] and indexes[position] ~= state[3] then cursor = nil end  -- its queue went
+-- declare {
+local all_declared = true
+for i = position, #indexes do all_declared = need(indexes[i]) and all_declared end
+if all_declared then  -- the same walk, each key it would write asked for: twice as far
+  local declare_budget, declare_cursor = budget, cursor  -- (now moves on: DECLARE_SLACK_MS)
+  budget = 2 * budget
+  for i = position, #indexes do
+    declare_cursor = key_index(indexes[i], declare_cursor, need)
+    if declare_cursor then break end
+  end
+  budget = declare_budget
+end
+local asked = keys_asked()
+if asked then return asked end
+-- declare }
+local function set_key(key, due) set_near_key(ARGV[1], key, due, now) end
 for i = position, #indexes do
-  cursor = key_index(indexes[i], cursor)
+  cursor = key_index(indexes[i], cursor, set_key)
   if cursor then
     redis.call('HSET', near_key, 'index', indexes[i], 'cursor', cursor, 'sweep', sweep_text)
     return {fmt(from), 0}

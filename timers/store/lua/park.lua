@@ -34,6 +34,11 @@ if ARGV[2] == 'peek' then
   local limit = tonumber(ARGV[3])
   local served = {}
   for group in string.gmatch(ARGV[4] or '', '[^,]+') do served[group] = true end
+  -- declare {
+  for _, index in ipairs(served_due_indexes(KEYS[1], ARGV[1], served)) do need(index[1]) end
+  local asked = keys_asked()
+  if asked then return asked end
+  -- declare }
   local out = {}
   for _, index in ipairs(served_due_indexes(KEYS[1], ARGV[1], served)) do
     if #out >= 3 * limit then break end
@@ -59,6 +64,20 @@ for i = FIRST, #ARGV, 4 do
   end
 end
 
+-- declare {
+for i = FIRST, #ARGV, 4 do  -- each timer's due index and key; as it waits, if promoted
+  local id, record = ARGV[i], ARGV[i + 1]
+  if redis.call('HGET', KEYS[2], id) == record then
+    local index = (due_key_for(KEYS[1], record))
+    need_timer(ARGV[1], id, record)
+    local due = need(index) and tonumber(redis.call('ZSCORE', index, id) or '')
+    if due then need_promoted(ARGV[1], id, with_waited_from(record, due)) end
+  end
+  need_key(ARGV[1], ARGV[i + 2], tonumber(ARGV[i + 3]))
+end
+local asked = keys_asked()
+if asked then return asked end
+-- declare }
 local lease = tonumber(ARGV[3])
 local parked = 0
 

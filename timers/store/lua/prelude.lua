@@ -83,8 +83,8 @@ end
 
 -- A flow key "P|<family>|<name>" (a concurrency key's slots or queue, a rate's state or
 -- queue, an order barrier): named after data only a script reads (a record, a held
--- slot), so built here, in the keyspace's hash tag. Not declared yet (issue 28 finding 7:
--- what is left, see docs/state-machine.md "Cluster").
+-- slot), so built here, in the keyspace's hash tag. Where keys are checked (Redis
+-- Cluster), a script asks for those it needs before its first write (declare.lua).
 local function flow_key(key_start, family, name)
   return string.sub(key_start, 1, -2) .. '|' .. family .. '|' .. name
 end

@@ -19,6 +19,17 @@ if not is_count(ARGV[1]) then return redis.error_reply('ERR timers renew: bad le
 local lease_until = string.format('%.0f', redis_now() + tonumber(ARGV[1]))
 local held_key = sys_key(ARGV[2], 'held')
 local slots_held = redis.call('EXISTS', held_key) == 1
+-- declare {
+for i = 3, #ARGV do  -- each run's group's running set, the slot of a key it holds
+  need_run(ARGV[2], ARGV[i])
+  if slots_held then
+    local key = string.match(redis.call('HGET', held_key, ARGV[i]) or '', '^%d+|%d+|(.+)$')
+    if key then need(flow_key(ARGV[2], 'slots', key)) end
+  end
+end
+local asked = keys_asked()
+if asked then return asked end
+-- declare }
 
 -- Whether the run is still leased (in its group's running set), its lease extended.
 local function extend(token)

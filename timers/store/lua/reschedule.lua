@@ -28,6 +28,12 @@ if ARGV[4] == 'in' then due = math.max(now + due, 0) end
 if due < 0 then return redis.error_reply('ERR timers reschedule: due time before 1970') end
 local record = redis.call('HGET', KEYS[2], ARGV[3])
 if not record then return false end
+-- declare {
+need_withdraw(ARGV[1], KEYS[2], ARGV[3])
+need_timer(ARGV[1], ARGV[3], without_waited_from(record))
+local asked = keys_asked()
+if asked then return asked end
+-- declare }
 unpark(ARGV[1], ARGV[3])  -- a timer held back by a flow gate goes through it again
 local fresh = without_waited_from(record)
 if fresh ~= record then withdraw(KEYS[1], KEYS[2], ARGV[1], ARGV[3]) end

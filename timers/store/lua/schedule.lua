@@ -54,6 +54,20 @@ for i = 1, n do
   dues[i] = due
 end
 
+-- declare {
+for i = 1, n do  -- each timer's due index; the keys of one it replaces, and its queue
+  local base = 2 + (i - 1) * 5
+  local id = ARGV[base + 1]
+  need((due_key_for(KEYS[1], ARGV[base + 2])))
+  local old = ARGV[base + 5] == 'r' and call('HGET', KEYS[2], id)
+  if old then
+    need_timer(ARGV[1], id, old)
+    need_unpark(ARGV[1], id)
+  end
+end
+local asked = keys_asked()
+if asked then return asked end
+-- declare }
 local out = {now}
 for i = 1, n do
   local base = 2 + (i - 1) * 5

@@ -1,0 +1,161 @@
+"""A script that needs keys it was not given asks for them before its first write, and its
+caller calls it again with them (``timers/store/declare.py``, ``lua/declare.lua``): on
+Redis Cluster only KEYS are checked before a script runs."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import fakeredis
+import pytest
+import redis.exceptions
+
+from timers import Timers, TimerSpec
+from timers.exceptions import KeysNotDeclared
+from timers.listener.retrying import RETRYABLE
+from timers.model.keys import Keyspace
+from timers.ops.base import Call
+from timers.producer.transport import run_async, run_sync
+from timers.store.declare import MAX_CALLS, AsyncDeclaring, Declaring, asked_keys
+from timers.store.scripts import GateRun, ScriptCalls, Scripts, declares_keys, source
+
+KS = Keyspace()
+
+ASKS_FOR_ITS_SECOND_KEY = """
+if not KEYS[2] then return {{'timers:keys'}, KEYS[1] .. ':more'} end
+redis.call('SET', KEYS[2], ARGV[1])
+return {'set', KEYS[2]}
+"""
+
+ASKS_FOREVER = "return {{'timers:keys'}, 'k' .. (#KEYS + 1)}"
+
+
+class Counting:
+    """A registered script that counts its calls."""
+
+    def __init__(self, script: Any) -> None:
+        self.inner, self.calls = script, 0
+        self.sha, self.script = script.sha, script.script
+
+    def __call__(self, keys: Any = (), args: Any = (), client: Any = None) -> Any:
+        self.calls += 1
+        return self.inner(keys=keys, args=args, client=client)
+
+
+def _declaring(fake: fakeredis.FakeRedis, lua: str, cluster: bool = False) -> Declaring:
+    return Declaring("test", Counting(fake.register_script(lua)), cluster)
+
+
+def test_a_script_that_asks_for_a_key_is_called_again_with_it(
+        fake: fakeredis.FakeRedis) -> None:
+    script = _declaring(fake, ASKS_FOR_ITS_SECOND_KEY)
+    assert script(keys=["{a}"], args=["v"]) == [b"set", b"{a}:more"]
+    assert fake.get("{a}:more") == b"v"
+    assert script.runner.calls == script.last_calls == 2  # (a claimer reads it: its clock)
+
+
+def test_a_script_that_keeps_asking_fails_clearly_after_a_few_calls(
+        fake: fakeredis.FakeRedis) -> None:
+    script = _declaring(fake, ASKS_FOREVER)
+    # as a cluster's -TRYAGAIN, which a listener's loops outlive: they call again later
+    with pytest.raises(redis.exceptions.TryAgainError, match=f"after {MAX_CALLS} calls") as raised:
+        script(keys=["k1"])
+    assert script.runner.calls == MAX_CALLS
+    assert isinstance(raised.value, RETRYABLE)
+    assert isinstance(raised.value.__cause__, KeysNotDeclared)
+
+
+def test_a_key_outside_the_slot_of_the_call_is_not_sent_on_a_cluster(
+        fake: fakeredis.FakeRedis) -> None:
+    script = _declaring(fake, ASKS_FOR_ITS_SECOND_KEY.replace(
+        "KEYS[1] .. ':more'", "'{other}:more'"), cluster=True)
+    with pytest.raises(KeysNotDeclared, match="outside its shard's slot"):
+        script(keys=["{a}"], args=["v"])
+    assert script.runner.calls == 1
+    assert fake.get("{other}:more") is None
+
+
+def test_a_key_asked_for_again_is_a_clear_error(fake: fakeredis.FakeRedis) -> None:
+    script = _declaring(fake, "return {{'timers:keys'}, KEYS[1]}")
+    with pytest.raises(KeysNotDeclared, match="given already"):
+        script(keys=["k1"])
+
+
+def test_asyncio_callers_call_again_too() -> None:
+    fake = fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer())
+    script = AsyncDeclaring("test", fake.register_script(ASKS_FOR_ITS_SECOND_KEY))
+    assert asyncio.run(script(keys=["{a}"], args=["v"])) == [b"set", b"{a}:more"]
+
+
+def test_a_pipeline_sends_again_only_the_calls_that_asked(fake: fakeredis.FakeRedis) -> None:
+    asks, plain = _declaring(fake, ASKS_FOR_ITS_SECOND_KEY), _declaring(fake, "return 7")
+    scripts: Any = {"renew": asks, "heartbeat": plain}
+    request = [Call(script="heartbeat"), Call(script="renew", keys=("{a}",), args=("v",)),
+               Call(command=("GET", "{a}:more"))]
+    assert run_sync(fake, scripts, request) == [7, [b"set", b"{a}:more"], None]
+    assert (plain.runner.calls, asks.runner.calls) == (0, 1)  # sent again alone
+    assert fake.get("{a}:more") == b"v"
+
+
+def test_an_asyncio_pipeline_sends_again_the_calls_that_asked() -> None:
+    fake = fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer())
+    scripts: Any = {"renew": AsyncDeclaring("renew", fake.register_script(
+        ASKS_FOR_ITS_SECOND_KEY)), "heartbeat": AsyncDeclaring(
+        "heartbeat", fake.register_script("return 7"))}
+    request = [Call(script="renew", keys=("{a}",), args=("v",)), Call(script="heartbeat")]
+    assert asyncio.run(run_async(fake, scripts, request)) == [[b"set", b"{a}:more"], 7]
+
+
+def test_no_plain_reply_reads_as_asking() -> None:
+    for reply in ([], [1, 2], [b"a", [b"b"]], [b"timers:keys", b"k"], b"timers:keys", None,
+                  0):
+        assert asked_keys(reply) is None
+    assert asked_keys([[b"timers:keys"], b"k"]) == [b"k"]
+
+
+def test_a_single_server_runs_scripts_without_their_declare_part(
+        fake: fakeredis.FakeRedis) -> None:
+    assert "keys_asked()" in source("renew", declare=True)
+    assert "keys_asked" not in source("renew")
+    assert "-- declare {" not in source("renew")
+    assert declares_keys(fake)  # the unit tests run it, so their check proves it complete
+
+
+def test_a_renewal_asks_for_the_slot_and_group_of_its_runs_and_extends_them(
+        fake: fakeredis.FakeRedis) -> None:
+    with Timers(fake) as t:
+        t.schedule_many([TimerSpec("a.b", [i], in_=-1, key="dev-1", group="video")
+                         for i in range(2)])
+    scripts = Scripts(fake, KS)
+    reply = scripts.run(ScriptCalls(KS).claim(limit=10, lease_ms=5000, horizon_ms=0,
+                                              listener_id="h:1:a", groups=("video",)))
+    tokens = [reply[i] for i in range(3, len(reply), 3)]
+    assert scripts.gate(5000, [GateRun(tok, "dev-1", 1) for tok in tokens]) == [b"go", b"wait"]
+    before = fake.zscore(f"{KS.prefix}|slots|dev-1", tokens[0])
+    assert scripts.renew(60_000, tokens) == [tokens[1]]  # the one held back runs no more
+    assert fake.zscore(f"{KS.prefix}|slots|dev-1", tokens[0]) > before
+    assert fake.zscore(KS.running_of("video"), tokens[0]) > before
+
+
+def test_a_claim_asks_at_once_for_timers_that_come_due_within_a_second(
+        fake: fakeredis.FakeRedis) -> None:
+    """Time moves between two calls of a claim: timers that come due meanwhile must not
+    make the next call ask again (under a steady stream it would ask on every call)."""
+    with Timers(fake) as t:
+        now_id = t.schedule("a.b", [1], in_=-1, group="video")
+        soon_id = t.schedule("a.b", [2], in_=0.5, group="video")
+        later_id = t.schedule("a.b", [3], in_=5, group="video")
+    call = ScriptCalls(KS).claim(limit=10, lease_ms=5000, horizon_ms=0, listener_id="h:1:a",
+                                 groups=("video",))
+    runner = Scripts(fake, KS).script("claim").runner  # (not called again by itself)
+    keys = list(call.keys)
+    reply = runner(keys=keys, args=list(call.args))
+    while (more := asked_keys(reply)) is not None:  # level by level: the index, then keys
+        keys += [key.decode() for key in more]
+        reply = runner(keys=keys, args=list(call.args))
+    declared = " ".join(keys)
+    assert f":{now_id}:" in declared and f":{soon_id}:" in declared
+    assert f":{later_id}:" not in declared
+    assert [reply[i + 1].decode().split("|")[2] for i in range(3, len(reply), 3)] == [
+        f"{now_id}:a.b;g=video:[1]"]
