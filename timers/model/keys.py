@@ -15,7 +15,7 @@ key                 type    holds
                             the expiring key is gone.
 ``P|run``           zset    run token → lease deadline in ms: timers being run.
 ``P|runrec``        hash    run token → ``reruns@<listener>|due|<id>:<record>``.
-``P|seq``           string  counter that numbers run tokens.
+``P|seq``           string  counter that numbers run tokens (and history batches).
 ``P|fail``          zset    failure id → time of the last failure in ms.
 ``P|failrec``       hash    failure id → JSON :class:`timers.model.wire.FailureRecord`: id,
                             task, args, record, kind, error_type, message, traceback,
@@ -85,8 +85,9 @@ key                 type    holds
 ``P|histexp``       zset    batch id -> when its records expire, ms (its end plus its
                             task's age, else the listener's): trimmed from its head by
                             age, so each task keeps its own age in O(log n) per batch.
-``P|histb``         hash    batch id -> the escaped ids it wrote, joined by ``:``; field
-                            ``n``: the last batch number.
+``P|histb``         hash    batch id -> the escaped ids it wrote, joined by ``:``. A batch
+                            id is ``:`` and a number of ``P|seq`` (its first run's token,
+                            or drawn for a cancel), so none repeats.
 ``P|histrec``       hash    escaped id -> ``<batch id>|`` and its newest end's
                             :class:`timers.model.wire.HistoryRecord` text
                             ``ki|ended|duration|attempts|lateness|listener|task|error``

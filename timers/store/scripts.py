@@ -372,7 +372,8 @@ class ScriptCalls:
         k = self.keys
         return self._shared("cancel", (k.due, k.records, k.history, k.history_records,
                                        k.history_retention, k.history_expiry,
-                                       k.history_task_ages, k.history_batches),
+                                       k.history_task_ages, k.history_batches,
+                                       k.sequence),
                             (k.timer_key_start, escaped_id, canceller.replace("|", "_"),
                              f"{retention[0]} {retention[1]}", k.wake_channel))
 

@@ -11,12 +11,13 @@
 -- KEYS[7]  history task ages: hash, task -> its own age ms (0: keeps none), which
 --          replaces the listeners' age for that task's timers
 -- KEYS[8]  history batches: hash, batch id -> the escaped ids it wrote (history.lua)
+-- KEYS[9]  sequence: counter that numbers run tokens and history batches
 -- ARGV[1]  timer key start "<prefix>:"
 -- ARGV[2]  escaped id
 -- ARGV[3]  who cancels ("host:pid", no '|'), for its history record
 -- ARGV[4]  the retention "<age ms> <count>" to keep to when KEYS[5] holds none
 -- ARGV[5]  wake channel
--- KEYS[9..]  shared keys: timers/model/keys.py Keyspace.script_keys (the helpers' keys)
+-- KEYS[10..]  shared keys: timers/model/keys.py Keyspace.script_keys (the helpers' keys)
 --
 -- allow-oom: it frees the timer's record and keys, and adds a smaller history record (a
 -- batch of one; none when the retention or its task's own age keeps none), trimming about
@@ -41,7 +42,7 @@ if record then
   if task and age > 0 and count > 0 then
     local now = redis_now()
     local attempts = string.match(record, '^[^:]*;a=(%d+)') or '0'
-    history_add(KEYS[3], KEYS[6], KEYS[4], KEYS[8], ARGV[2], table.concat(
+    history_add(KEYS[3], KEYS[6], KEYS[4], KEYS[8], KEYS[9], ARGV[2], table.concat(
       {'ca', string.format('%.0f', now), '', attempts, '', ARGV[3], task, ''}, '|'), now, age)
     history_trim(KEYS[3], KEYS[6], KEYS[4], KEYS[8], now, count, 2)
   end

@@ -11,7 +11,7 @@
 -- KEYS[6]  due index: zset, escaped id -> due ms
 -- KEYS[7]  records: hash, escaped id -> record
 -- KEYS[8]  failure index: zset (all scores 0) of dead timers' failure ids "<id>:<token>"
--- KEYS[9]  sequence: counter that numbers run tokens
+-- KEYS[9]  sequence: counter that numbers run tokens (and names history batches)
 -- KEYS[10] history: zset, batch id -> end ms (history.lua)
 -- KEYS[11] history records: hash, escaped id -> "<batch id>|<record>"
 -- KEYS[12] series: hash, "<task>|<slot>" -> minute slot (history.lua)
@@ -245,7 +245,7 @@ local function end_run(token, kind, a, b, release, hid, htext, hage)
     kept = kept + 1
     local batch = history_batches[hage]
     if not batch then
-      batch = {history_batch(KEYS[17]),
+      batch = {history_batch(KEYS[9], token),
                string.format('%.0f', now + (hage == '' and history_age or tonumber(hage))), {}}
       history_batches[hage] = batch
       history_order[#history_order + 1] = batch

@@ -5,15 +5,16 @@
 -- The history is indexed by batch, not by record: a finish call writes one batch per
 -- distinct age among the records it keeps (usually one), a cancel a batch of one. Per
 -- record, only its HSET field is written; per batch, one entry in each zset and one in
--- P|histb. A batch id is ":<n>" (n from the "n" field of P|histb; no escaped id holds ':').
+-- P|histb. A batch id is ":<n>" (no escaped id holds ':'), n a number of the keyspace's
+-- sequence (P|seq, which numbers run tokens): a finish batch's is its first run's token
+-- (a run ends once), a cancel's is drawn from the sequence; so no two batches share one.
 --
 --   P|hist      zset  batch id -> its end ms: the history, oldest first; read newest
 --                     first, trimmed from its head by count
 --   P|histexp   zset  batch id -> when its records expire (ms): its end plus the age its
 --                     task keeps (its own, else the listener's); trimmed from its head by
 --                     age, so tasks of different ages share one O(log n) trim
---   P|histb     hash  batch id -> the escaped ids it wrote, joined by ':'; "n": the last
---                     batch number
+--   P|histb     hash  batch id -> the escaped ids it wrote, joined by ':'
 --   P|histrec   hash  escaped id -> "<batch id>|ki|ended ms|duration|attempts|lateness|
 --                     listener|task|error" (ki: co completed, sk skipped, de dead, ca
 --                     cancelled): the newest end of each id; a newer end rewrites the field
@@ -38,9 +39,11 @@ local function series_text_ok(text)
   return string.match(text, '^%d+ %d+ %d+ l[%d=,]* d[%d=,]*$') ~= nil
 end
 
--- A new batch id (":<n>").
-local function history_batch(batch_key)
-  return ':' .. string.format('%.0f', redis.call('HINCRBY', batch_key, 'n', 1))
+-- The id of a new batch: named after `token`, a run token of the batch (a number of
+-- `seq_key`), else (`token` nil or not a number) a number drawn from `seq_key`.
+local function history_batch(seq_key, token)
+  if token and string.match(token, '^%d+$') then return ':' .. token end
+  return ':' .. string.format('%.0f', redis.call('INCR', seq_key))
 end
 
 -- Index batch `batch` (the escaped ids it wrote, joined by ':'), ended at `at` and kept till
@@ -53,8 +56,8 @@ end
 
 -- Keep one ended timer's record, a batch of one (it replaces an older end of the same id),
 -- ended at `at` (Redis ms) and kept till `at + age`.
-local function history_add(hist_key, exp_key, rec_key, batch_key, id, text, at, age)
-  local batch = history_batch(batch_key)
+local function history_add(hist_key, exp_key, rec_key, batch_key, seq_key, id, text, at, age)
+  local batch = history_batch(seq_key, nil)
   redis.call('HSET', rec_key, id, batch .. '|' .. text)
   history_index(hist_key, exp_key, batch_key, batch, id, string.format('%.0f', at),
     string.format('%.0f', at + age))
