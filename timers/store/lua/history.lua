@@ -47,11 +47,14 @@ local function history_batch(seq_key, token)
 end
 
 -- Index batch `batch` (the escaped ids it wrote, joined by ':'), ended at `at` and kept till
--- `expiry` (both ms as text).
+-- `expiry` (both ms as text). Should the id be indexed already (the sequence was reset), the
+-- ids are added to that batch's, which takes the newer times: no record is left unindexed.
 local function history_index(hist_key, exp_key, batch_key, batch, ids_text, at, expiry)
   redis.call('ZADD', hist_key, at, batch)
   redis.call('ZADD', exp_key, expiry, batch)
-  redis.call('HSET', batch_key, batch, ids_text)
+  if redis.call('HSETNX', batch_key, batch, ids_text) == 0 then
+    redis.call('HSET', batch_key, batch, redis.call('HGET', batch_key, batch) .. ':' .. ids_text)
+  end
 end
 
 -- Keep one ended timer's record, a batch of one (it replaces an older end of the same id),
