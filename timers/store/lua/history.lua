@@ -74,74 +74,104 @@ local function each_thousand(command, key, ids)
   end
 end
 
--- The ids of index member `member` whose record it still names: a batch's (read from
--- P|histb), or for a member of the previous release's index (an escaped id), that id
--- unless a newer end rewrote its record with a batch prefix.
-local function history_live(rec_key, batch_key, member)
-  local live = {}
-  if string.sub(member, 1, 1) ~= ':' then
-    local text = redis.call('HGET', rec_key, member)
-    if text and string.sub(text, 1, 1) ~= ':' then live[1] = member end
-    return live
+-- Of index members `members` (oldest first), the first whose ids number about `most` in
+-- all (at least one member), and the ids each still names: {member, its live ids, how many
+-- ids it lists}. A batch's ids are read from P|histb, kept where their record's prefix
+-- names it; a member of the previous release's index (an escaped id) names its id unless
+-- a newer end rewrote the record with a batch prefix. A few commands in all (a thousand
+-- elements each), not a few per member: a command costs Redis some 7,500 instructions.
+local function history_lives(rec_key, batch_key, members, most)
+  local batches = {}
+  for _, member in ipairs(members) do
+    if string.sub(member, 1, 1) == ':' then batches[#batches + 1] = member end
   end
-  local ids_text = redis.call('HGET', batch_key, member)
-  if not ids_text then return live end
-  local ids = {}
-  for id in string.gmatch(ids_text, '[^:]+') do ids[#ids + 1] = id end
-  local prefix = member .. '|'
-  local n = #prefix
+  local lists = {}
+  for first = 1, #batches, 1000 do
+    local last = math.min(first + 999, #batches)
+    local texts = redis.call('HMGET', batch_key, unpack(batches, first, last))
+    for i = 1, last - first + 1 do lists[batches[first + i - 1]] = texts[i] end
+  end
+  local taken, ids, owner, listed = {}, {}, {}, 0
+  for _, member in ipairs(members) do
+    if listed >= most and #taken > 0 then break end
+    local one = {member, {}, 0}
+    taken[#taken + 1] = one
+    if string.sub(member, 1, 1) ~= ':' then
+      ids[#ids + 1], owner[#ids + 1] = member, one
+    elseif lists[member] then
+      for id in string.gmatch(lists[member], '[^:]+') do
+        ids[#ids + 1], owner[#ids + 1] = id, one
+      end
+    end
+    one[3] = #ids - listed
+    listed = #ids
+  end
   for first = 1, #ids, 1000 do
     local last = math.min(first + 999, #ids)
     local values = redis.call('HMGET', rec_key, unpack(ids, first, last))
     for i = 1, last - first + 1 do
-      local value = values[i]
-      if value and string.sub(value, 1, n) == prefix then live[#live + 1] = ids[first + i - 1] end
+      local value, one = values[i], owner[first + i - 1]
+      if value then
+        local member = one[1]
+        local live
+        if string.sub(member, 1, 1) == ':' then
+          live = string.sub(value, 1, #member + 1) == member .. '|'
+        else
+          live = string.sub(value, 1, 1) ~= ':'
+        end
+        if live then one[2][#one[2] + 1] = ids[first + i - 1] end
+      end
     end
   end
-  return live
+  return taken
 end
 
--- Drop index member `member` and its live records, or, with `most` less than its live
--- records, only its first `most` (the member stays, naming the rest). The number of
--- records dropped, and the work done (ids looked at).
-local function history_drop(hist_key, exp_key, rec_key, batch_key, member, most)
-  local live = history_live(rec_key, batch_key, member)
-  if most and most < #live then
-    local rest = {}
-    for i = most + 1, #live do rest[#rest + 1] = live[i] end
-    for i = #live, most + 1, -1 do live[i] = nil end
-    each_thousand('HDEL', rec_key, live)
-    redis.call('HSET', batch_key, member, table.concat(rest, ':'))
-    return #live, #live + #rest
+-- Drop the records of `taken` (history_lives) and their index entries; with `over`, only
+-- that many records (oldest first): a member whose live ids are more than what is left of
+-- it keeps the rest, its P|histb list rewritten. The number of records dropped.
+local function history_drop(hist_key, exp_key, rec_key, batch_key, taken, over)
+  local gone, members, batches = {}, {}, {}
+  for _, one in ipairs(taken) do
+    local member, live = one[1], one[2]
+    if over and over - #gone < #live then
+      local rest = {}
+      for i = 1, #live do
+        if i <= over - #gone then gone[#gone + 1] = live[i] else rest[#rest + 1] = live[i] end
+      end
+      redis.call('HSET', batch_key, member, table.concat(rest, ':'))
+      break
+    end
+    for i = 1, #live do gone[#gone + 1] = live[i] end
+    members[#members + 1] = member
+    if string.sub(member, 1, 1) == ':' then batches[#batches + 1] = member end
+    if over and #gone >= over then break end
   end
-  each_thousand('HDEL', rec_key, live)
-  redis.call('ZREM', hist_key, member)
-  redis.call('ZREM', exp_key, member)
-  redis.call('HDEL', batch_key, member)
-  return #live, math.max(#live, 1)
+  each_thousand('HDEL', rec_key, gone)
+  each_thousand('ZREM', hist_key, members)
+  each_thousand('ZREM', exp_key, members)
+  each_thousand('HDEL', batch_key, batches)
+  return #gone
 end
 
 -- Drop records whose expiry has come, then records over count (oldest end first, whatever
--- their age), looking at about `budget` records for each: whole batches past their expiry,
--- and for the count, the oldest batches (the last one in part, so the count holds
--- exactly). O(log n) per batch plus O(1) per record, so a call's cost is bounded however
--- long the history.
+-- their age), about `budget` of each: whole batches past their expiry, and for the count,
+-- the oldest batches (the last one in part, so the count holds exactly). O(log n) per
+-- batch plus O(1) per record, in a few commands, so a call's cost is bounded however long
+-- the history.
 local function history_trim(hist_key, exp_key, rec_key, batch_key, now, count, budget)
-  local work = 0
   local old = redis.call('ZRANGEBYSCORE', exp_key, '-inf', now, 'LIMIT', 0, budget)
-  for _, member in ipairs(old) do
-    if work >= budget then break end
-    local _, looked = history_drop(hist_key, exp_key, rec_key, batch_key, member, nil)
-    work = work + looked
+  if #old > 0 then
+    history_drop(hist_key, exp_key, rec_key, batch_key,
+      history_lives(rec_key, batch_key, old, budget), nil)
   end
-  local over = redis.call('HLEN', rec_key) - count
-  work = 0
-  while over > 0 and work < budget do
-    local head = redis.call('ZRANGE', hist_key, 0, 0)
+  local over = math.min(redis.call('HLEN', rec_key) - count, budget)
+  local looked = 0  -- ids looked at: stale ones (rewritten by a newer end) drop nothing
+  while over > 0 and looked < budget do
+    local head = redis.call('ZRANGE', hist_key, 0, over - 1)
     if #head == 0 then break end
-    local dropped, looked = history_drop(hist_key, exp_key, rec_key, batch_key, head[1], over)
-    over = over - dropped
-    work = work + looked
+    local taken = history_lives(rec_key, batch_key, head, over)
+    over = over - history_drop(hist_key, exp_key, rec_key, batch_key, taken, over)
+    for _, one in ipairs(taken) do looked = looked + math.max(one[3], 1) end
   end
 end
 
