@@ -80,21 +80,23 @@ end
 -- names it; a member of the previous release's index (an escaped id) names its id unless
 -- a newer end rewrote the record with a batch prefix. A few commands in all (a thousand
 -- elements each), not a few per member: a command costs Redis some 7,500 instructions.
+-- Each taken: {member, its live ids, how many ids it lists, "<member>|"}.
 local function history_lives(rec_key, batch_key, members, most)
   local batches = {}
   for _, member in ipairs(members) do
     if string.sub(member, 1, 1) == ':' then batches[#batches + 1] = member end
   end
-  local lists = {}
-  for first = 1, #batches, 1000 do
-    local last = math.min(first + 999, #batches)
-    local texts = redis.call('HMGET', batch_key, unpack(batches, first, last))
-    for i = 1, last - first + 1 do lists[batches[first + i - 1]] = texts[i] end
-  end
+  local lists, read = {}, 0  -- the lists of batches[1..read], read 64 at a time
   local taken, ids, owner, listed = {}, {}, {}, 0
   for _, member in ipairs(members) do
     if listed >= most and #taken > 0 then break end
-    local one = {member, {}, 0}
+    if string.sub(member, 1, 1) == ':' and lists[member] == nil and read < #batches then
+      local last = math.min(read + 64, #batches)
+      local texts = redis.call('HMGET', batch_key, unpack(batches, read + 1, last))
+      for i = 1, last - read do lists[batches[read + i]] = texts[i] or false end
+      read = last
+    end
+    local one = {member, {}, 0, member .. '|'}
     taken[#taken + 1] = one
     if string.sub(member, 1, 1) ~= ':' then
       ids[#ids + 1], owner[#ids + 1] = member, one
@@ -111,15 +113,11 @@ local function history_lives(rec_key, batch_key, members, most)
     local values = redis.call('HMGET', rec_key, unpack(ids, first, last))
     for i = 1, last - first + 1 do
       local value, one = values[i], owner[first + i - 1]
-      if value then
-        local member = one[1]
-        local live
-        if string.sub(member, 1, 1) == ':' then
-          live = string.sub(value, 1, #member + 1) == member .. '|'
-        else
-          live = string.sub(value, 1, 1) ~= ':'
-        end
-        if live then one[2][#one[2] + 1] = ids[first + i - 1] end
+      -- a batch's record starts with "<batch>|"; an old member's, with no ':'
+      if value and (string.find(value, one[4], 1, true) == 1
+          or (string.byte(one[4]) ~= 58 and string.byte(value) ~= 58)) then
+        local live = one[2]
+        live[#live + 1] = ids[first + i - 1]
       end
     end
   end
@@ -159,7 +157,8 @@ end
 -- batch plus O(1) per record, in a few commands, so a call's cost is bounded however long
 -- the history.
 local function history_trim(hist_key, exp_key, rec_key, batch_key, now, count, budget)
-  local old = redis.call('ZRANGEBYSCORE', exp_key, '-inf', now, 'LIMIT', 0, budget)
+  local old = redis.call('ZRANGEBYSCORE', exp_key, '-inf', now, 'LIMIT', 0,
+    math.min(budget, 256))
   if #old > 0 then
     history_drop(hist_key, exp_key, rec_key, batch_key,
       history_lives(rec_key, batch_key, old, budget), nil)
@@ -167,7 +166,7 @@ local function history_trim(hist_key, exp_key, rec_key, batch_key, now, count, b
   local over = math.min(redis.call('HLEN', rec_key) - count, budget)
   local looked = 0  -- ids looked at: stale ones (rewritten by a newer end) drop nothing
   while over > 0 and looked < budget do
-    local head = redis.call('ZRANGE', hist_key, 0, over - 1)
+    local head = redis.call('ZRANGE', hist_key, 0, math.min(over, 256) - 1)
     if #head == 0 then break end
     local taken = history_lives(rec_key, batch_key, head, over)
     over = over - history_drop(hist_key, exp_key, rec_key, batch_key, taken, over)
