@@ -201,6 +201,27 @@ def test_a_newer_end_of_an_id_replaces_its_older_one_and_outlives_its_batch(
     assert producer.history() == [] and fake.hlen(ks.history_batches) == 0
 
 
+def test_a_batch_id_met_again_keeps_both_batches_records_indexed(
+        fake: fakeredis.FakeRedis, producer: Timers) -> None:
+    # the sequence that names batches was reset (say, its key deleted): the next batch id
+    # is one the history holds already, and no record may be left out of the index
+    ks = producer.keys
+    now = redis_now_ms(fake)
+    old = HistoryRecord("older", "mod.add", EndKind.COMPLETED, now / 1000 - 1, "h:1:a")
+    fake.hset(ks.history_records, "older", f":5|{old.encode()}")
+    fake.hset(ks.history_batches, ":5", "older")
+    fake.zadd(ks.history, {":5": now - 1000})
+    fake.zadd(ks.history_expiry, {":5": now - 1000 + 3_600_000})
+    fake.set(ks.sequence, 4)
+    producer.schedule("mod.add", [1], in_=60, id="newer")
+    assert producer.cancel("newer")  # its batch: ":5" again
+    assert fake.hget(ks.history_batches, ":5") == b"older:newer"
+    assert {r.id for r in producer.history()} == {"older", "newer"}
+    let_history_age(fake, ks, 30 * 86400)
+    trim(fake, ks)
+    assert producer.history() == [] and fake.hlen(ks.history_records) == 0
+
+
 def let_history_age(fake: fakeredis.FakeRedis, ks: Keyspace, seconds: float) -> None:
     """As if ``seconds`` had passed for the history: every record ended and expires that
     much earlier (Redis' clock cannot be moved; ``timers.testing.advance`` moves due
