@@ -3,13 +3,14 @@
 Starts its own server (the repository's redis.conf) and prints:
 
 - bytes per kept history record (``MEMORY USAGE`` of ``P|hist`` + ``P|histexp`` +
-  ``P|histrec``, every element sampled, over N records written as the listener writes
-  them);
+  ``P|histb`` + ``P|histrec``, every element sampled, over N records written as the
+  listener writes them, in batches of ``--batch`` records: one per finish call);
 - a finish call of 500 ended runs (``finish.lua``, one batch) with history and series on
   and off, at an empty history and at N records: its time in Redis (``INFO
   commandstats``), median of the rounds;
 - the cleanup: N records dropped by the trim finish.lua runs (``history.lua``), in calls
-  of 1,008 (what a batch of 500 endings may trim), the time per call and in all.
+  of 1,008 (what a batch of 500 endings may trim), the time per call and in all, and one
+  count trim of 1,008 records at N: O(log n) per batch, so flat in N.
 - a series ring of a task that ran every minute for 24 h: bytes (``MEMORY USAGE``).
 
 Records carry a generated id, ``reminders.sms``, this host's listener id and small
@@ -37,6 +38,7 @@ from timers.store.scripts import PRELUDES, NewTimer, ScriptCalls, source
 KS = Keyspace("bench")
 LISTENER = f"{socket.gethostname()}:{os.getpid()}:a1b2c3"
 BATCH = 500
+HISTORY_KEYS = (KS.history, KS.history_expiry, KS.history_batches, KS.history_records)
 TRIM = 2 * BATCH + 8
 
 
@@ -45,23 +47,28 @@ def record_text(ended_ms: int) -> str:
                          3, 1, 12).encode()
 
 
-def fill(r: redis.Redis, n: int, ended_ms: int) -> None:
-    """N records, as finish.lua writes them (two ZADD + HSET), oldest first, each kept
-    the default 7 days."""
-    step = 10_000
+def fill(r: redis.Redis, n: int, ended_ms: int, batch: int) -> None:
+    """N records, as finish.lua writes them (``history.lua``: per record an HSET field
+    prefixed by its batch; per batch of ``batch`` records a ``P|hist`` and a ``P|histexp``
+    entry and a ``P|histb`` field), oldest first, each kept the default 7 days."""
+    step = 10_000 // batch * batch
     for start in range(0, n, step):
         pipe = r.pipeline(transaction=False)
         ids = [new_timer_id() for _ in range(min(step, n - start))]
-        pipe.zadd(KS.history, {i: ended_ms - n + start + k for k, i in enumerate(ids)})
-        pipe.zadd(KS.history_expiry, {i: ended_ms - n + start + k + 7 * 86_400_000
-                                      for k, i in enumerate(ids)})
-        pipe.hset(KS.history_records, mapping={i: record_text(ended_ms) for i in ids})
+        first = int(r.incrby(KS.sequence, len(ids))) - len(ids)  # batch ids: a run token each
+        groups = {f":{first + k + 1}": ids[k:k + batch] for k in range(0, len(ids), batch)}
+        pipe.zadd(KS.history, {b: ended_ms - n + start + k
+                               for k, b in enumerate(groups)})
+        pipe.zadd(KS.history_expiry, {b: ended_ms - n + start + k + 7 * 86_400_000
+                                      for k, b in enumerate(groups)})
+        pipe.hset(KS.history_batches, mapping={b: ":".join(g) for b, g in groups.items()})
+        pipe.hset(KS.history_records, mapping={i: f"{b}|{record_text(ended_ms)}"
+                                               for b, g in groups.items() for i in g})
         pipe.execute()
 
 
 def bytes_per_record(r: redis.Redis, n: int) -> float:
-    used = sum(int(r.memory_usage(k, samples=0) or 0) for k in (KS.history, KS.history_expiry,
-                                                                 KS.history_records))
+    used = sum(int(r.memory_usage(k, samples=0) or 0) for k in HISTORY_KEYS)
     return used / n
 
 
@@ -100,6 +107,8 @@ def main() -> None:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--n", type=int, default=1_000_000)
     p.add_argument("--rounds", type=int, default=7)
+    p.add_argument("--batch", type=int, default=8,
+                   help="records per history batch (per finish call) in the filled history")
     opts = p.parse_args()
     with EmbeddedServer() as server:
         r = redis.Redis.from_url(server.url)
@@ -119,11 +128,12 @@ def main() -> None:
                       f"{statistics.median(took) / BATCH:.1f} us a run")
 
         batches("empty history")
-        r.delete(KS.history, KS.history_expiry, KS.history_records)
+        r.delete(*HISTORY_KEYS)
         now_ms = int(time.time() * 1000)
         began = time.monotonic()
-        fill(r, opts.n, now_ms)
-        print(f"filled {opts.n:,} records in {time.monotonic() - began:.1f} s")
+        fill(r, opts.n, now_ms, opts.batch)
+        print(f"filled {opts.n:,} records (batches of {opts.batch}) in "
+              f"{time.monotonic() - began:.1f} s")
         print(f"bytes per kept record (MEMORY USAGE, every element): "
               f"{bytes_per_record(r, opts.n):.1f}")
         batches(f"{opts.n:,} records")
@@ -133,9 +143,9 @@ def main() -> None:
             "#!lua flags=allow-oom\n" + "".join(
                 resources.files("timers.store").joinpath("lua", f"{name}.lua").read_text("utf-8")
                 for name in PRELUDES) +
-            "history_trim(KEYS[1], KEYS[2], KEYS[3], tonumber(ARGV[1]), tonumber(ARGV[2]), "
-            "tonumber(ARGV[3]))\nreturn redis.call('ZCARD', KEYS[1])")
-        trimmed = [KS.history, KS.history_expiry, KS.history_records]
+            "history_trim(KEYS[1], KEYS[2], KEYS[3], KEYS[4], tonumber(ARGV[1]), "
+            "tonumber(ARGV[2]), tonumber(ARGV[3]))\nreturn redis.call('HLEN', KEYS[3])")
+        trimmed = [KS.history, KS.history_expiry, KS.history_records, KS.history_batches]
         before, began, calls_made, left = redis_usec(r), time.monotonic(), 0, opts.n
         while left > 0:
             left = int(trim(keys=trimmed, args=[now_ms + 8 * 86_400_000, 10**9, TRIM]))
@@ -145,7 +155,7 @@ def main() -> None:
               f"{TRIM:,}, {spent / 1e6:.2f} s in Redis ({spent / calls_made / 1000:.2f} ms a "
               f"call, {spent / opts.n:.2f} us a record), {time.monotonic() - began:.1f} s "
               "wall")
-        fill(r, opts.n, now_ms)
+        fill(r, opts.n, now_ms, opts.batch)
         before = redis_usec(r)
         left = int(trim(keys=trimmed, args=[now_ms, opts.n - TRIM, TRIM]))
         print(f"one count trim of {TRIM:,} at {opts.n:,} records: "

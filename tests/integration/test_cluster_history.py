@@ -14,6 +14,7 @@ from tests.clusters import Cluster, real_cluster
 from tests.conftest import wait_until
 from tests.integration.helpers import TASKS, run_cli
 from timers import Timers
+from timers.model.encoding import escape_id
 from timers.model.keys import Keyspace
 from timers.model.wire import TimerState
 from timers.ops.shards import ShardLayout, shard_of
@@ -86,11 +87,15 @@ def test_history_status_and_series_read_every_shard(cluster: Cluster) -> None:
         with sync_cluster(url) as client:
             for index, keys in enumerate(SHARDS):
                 mine = {i for i in (*done, dead, cancelled) if shard_of(i, PRIMARIES) == index}
+                kept = {escape_id(i) for i in mine}
+                assert {k.decode() for k in client.hkeys(keys.history_records)} == kept, index
                 ends = dict(client.zrange(keys.history, 0, -1, withscores=True))
                 expiries = dict(client.zrange(keys.history_expiry, 0, -1, withscores=True))
-                assert {i.decode() for i in ends} == mine, index
-                assert {i: expiries[i] - ends[i] for i in ends} == {
-                    i: 2 * 86_400_000 for i in ends}
+                listed_ids = {i for b in client.hmget(keys.history_batches, list(ends))
+                              for i in b.decode().split(":")}
+                assert listed_ids == kept, index  # every record indexed by its batch there
+                assert {b: expiries[b] - ends[b] for b in ends} == {
+                    b: 2 * 86_400_000 for b in ends}
                 assert client.get(keys.history_retention) == b"172800000 100000", index
 
         # the listener's series: the runs of every shard, summed per task

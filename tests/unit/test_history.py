@@ -152,6 +152,76 @@ def test_age_retention_trims_old_records_a_few_per_call(
     assert fake.hlen(ks.history_records) == fake.zcard(ks.history_expiry) == 1
 
 
+def test_records_of_the_previous_release_still_read_and_are_trimmed(
+        server: fakeredis.FakeServer, fake: fakeredis.FakeRedis, producer: Timers) -> None:
+    # the previous release indexed each record by its escaped id, its value unprefixed
+    ks = producer.keys
+    now = redis_now_ms(fake)
+    for name, ended in (("legacy%3Aone", now - 2000), ("legacy2", now - 1000)):
+        record = HistoryRecord("x", "mod.add", EndKind.COMPLETED, ended / 1000, "h:1:a", 3, 1, 4)
+        fake.zadd(ks.history, {name: ended})
+        fake.zadd(ks.history_expiry, {name: ended + 3_600_000})
+        fake.hset(ks.history_records, name, record.encode())
+    producer.schedule("mod.add", [1], at=PAST, id="new")
+    producer.schedule("mod.add", [1], at=PAST, id="legacy2")  # a newer end of an old id
+    run_burst(server)
+    listed = producer.history()  # newest end first; the two new ends share a batch
+    assert {r.id for r in listed[:2]} == {"new", "legacy2"} and len(listed) == 3
+    assert (listed[2].id, listed[2].ended) == ("legacy:one", (now - 2000) / 1000)
+    assert producer.status("legacy:one").state is TimerState.COMPLETED
+    newer = producer.status("legacy2").ended
+    assert newer is not None and newer.ended > now / 1000  # the new end, not the old
+    trim(fake, ks, count=2)  # the oldest: the old index entries, which name no new record
+    assert {r.id for r in producer.history()} == {"new", "legacy2"}
+    assert not fake.hexists(ks.history_records, "legacy%3Aone")
+    let_history_age(fake, ks, 2 * 3600)  # past the old entries' hour, not the 7 days
+    trim(fake, ks)
+    assert {r.id for r in producer.history()} == {"new", "legacy2"}
+    for key in (ks.history, ks.history_expiry):  # the old entries are gone, not the new
+        assert {as_text(m)[0] for m in fake.zrange(key, 0, -1)} == {":"}
+
+
+def test_a_newer_end_of_an_id_replaces_its_older_one_and_outlives_its_batch(
+        server: fakeredis.FakeServer, fake: fakeredis.FakeRedis, producer: Timers) -> None:
+    ks = producer.keys
+    producer.schedule_many([{"task": "mod.add", "args": [1], "at": PAST, "id": i}
+                            for i in ("again", "other")])
+    run_burst(server)
+    first = producer.status("again").ended
+    producer.schedule("kept.brief", None, at=PAST, id="again")
+    run_burst(server)
+    assert sorted(r.id for r in producer.history()) == ["again", "other"]  # once each
+    newer = producer.status("again").ended
+    assert newer is not None and newer.task == "kept.brief" and first is not None
+    trim(fake, ks, count=1)  # drops "other", and the first batch with it
+    assert [(r.id, r.task) for r in producer.history()] == [("again", "kept.brief")]
+    assert fake.zcard(ks.history) == fake.hlen(ks.history_records) == 1
+    let_history_age(fake, ks, 2 * 3600)  # its task keeps an hour
+    trim(fake, ks)
+    assert producer.history() == [] and fake.hlen(ks.history_batches) == 0
+
+
+def test_a_batch_id_met_again_keeps_both_batches_records_indexed(
+        fake: fakeredis.FakeRedis, producer: Timers) -> None:
+    # the sequence that names batches was reset (say, its key deleted): the next batch id
+    # is one the history holds already, and no record may be left out of the index
+    ks = producer.keys
+    now = redis_now_ms(fake)
+    old = HistoryRecord("older", "mod.add", EndKind.COMPLETED, now / 1000 - 1, "h:1:a")
+    fake.hset(ks.history_records, "older", f":5|{old.encode()}")
+    fake.hset(ks.history_batches, ":5", "older")
+    fake.zadd(ks.history, {":5": now - 1000})
+    fake.zadd(ks.history_expiry, {":5": now - 1000 + 3_600_000})
+    fake.set(ks.sequence, 4)
+    producer.schedule("mod.add", [1], in_=60, id="newer")
+    assert producer.cancel("newer")  # its batch: ":5" again
+    assert fake.hget(ks.history_batches, ":5") == b"older:newer"
+    assert {r.id for r in producer.history()} == {"older", "newer"}
+    let_history_age(fake, ks, 30 * 86400)
+    trim(fake, ks)
+    assert producer.history() == [] and fake.hlen(ks.history_records) == 0
+
+
 def let_history_age(fake: fakeredis.FakeRedis, ks: Keyspace, seconds: float) -> None:
     """As if ``seconds`` had passed for the history: every record ended and expires that
     much earlier (Redis' clock cannot be moved; ``timers.testing.advance`` moves due
@@ -160,6 +230,17 @@ def let_history_age(fake: fakeredis.FakeRedis, ks: Keyspace, seconds: float) -> 
     for key in (ks.history, ks.history_expiry):
         for member in fake.zrange(key, 0, -1):
             fake.zincrby(key, shift, member)
+
+
+def scores_by_id(fake: fakeredis.FakeRedis, ks: Keyspace, key: str) -> dict[str, float]:
+    """Each kept record's score in history index ``key`` (``P|hist`` or ``P|histexp``):
+    its batch's, the batch its stored value names."""
+    out = {}
+    for field, value in fake.hgetall(ks.history_records).items():
+        score = fake.zscore(key, as_text(value).split("|", 1)[0])
+        if score is not None:
+            out[as_text(field)] = score
+    return out
 
 
 def trim(fake: fakeredis.FakeRedis, ks: Keyspace, count: int = DEFAULT_HISTORY_COUNT) -> None:
@@ -181,9 +262,8 @@ def test_a_task_keeps_its_ended_timers_its_own_age(
     run_burst(server)  # the listener's age: the default, 7 days
     assert ended_ids(producer) == {"kept.brief", "kept.long", "mod.add"}
     assert producer.status("kept.none").state is TimerState.UNKNOWN  # 0 keeps none
-    ended = {as_text(i): s for i, s in fake.zrange(ks.history, 0, -1, withscores=True)}
-    expires = {as_text(i): s for i, s in fake.zrange(ks.history_expiry, 0, -1,
-                                                      withscores=True)}
+    ended = scores_by_id(fake, ks, ks.history)
+    expires = scores_by_id(fake, ks, ks.history_expiry)
     assert {i: expires[i] - ended[i] for i in ended} == {
         "kept.brief": 3_600_000, "kept.long": 30 * 86_400_000,
         "mod.add": DEFAULT_HISTORY_AGE * 1000}
@@ -229,12 +309,14 @@ def test_the_count_bound_drops_the_oldest_ends_whatever_their_age(
     # the four newest ends: every brief one, though the long ones expire a month later
     kept = ended_ids(producer)
     assert len(kept) == 4 and {"brief0", "brief1", "brief2"} < kept
-    assert fake.zcard(ks.history) == fake.zcard(ks.history_expiry) == 4
-    assert fake.hlen(ks.history_records) == 4
+    assert fake.hlen(ks.history_records) == 4  # the oldest batch was cut to its newest
+    assert len(scores_by_id(fake, ks, ks.history)) == 4
+    assert len(scores_by_id(fake, ks, ks.history_expiry)) == 4
     trim(fake, ks, count=1)
     (newest,) = producer.history()
     assert newest.id.startswith("brief")
-    assert fake.zcard(ks.history_expiry) == fake.hlen(ks.history_records) == 1
+    assert fake.hlen(ks.history_records) == 1
+    assert fake.zcard(ks.history) == fake.zcard(ks.history_expiry) == 1  # one batch left
 
 
 def test_a_cancel_keeps_to_its_tasks_age(
@@ -250,10 +332,10 @@ def test_a_cancel_keeps_to_its_tasks_age(
         assert producer.cancel(task)
     assert producer.status("kept.none").state is TimerState.UNKNOWN
     assert producer.status("kept.brief").state is TimerState.CANCELLED
-    ended = fake.zscore(ks.history, "kept.brief")
-    assert fake.zscore(ks.history_expiry, "kept.brief") == ended + 3_600_000
-    assert fake.zscore(ks.history_expiry, "mod.add") == fake.zscore(
-        ks.history, "mod.add") + DEFAULT_HISTORY_AGE * 1000
+    ended = scores_by_id(fake, ks, ks.history)
+    expires = scores_by_id(fake, ks, ks.history_expiry)
+    assert expires["kept.brief"] == ended["kept.brief"] + 3_600_000
+    assert expires["mod.add"] == ended["mod.add"] + DEFAULT_HISTORY_AGE * 1000
 
 
 def test_a_listener_stores_its_retention_before_anything_ends(
@@ -264,7 +346,8 @@ def test_a_listener_stores_its_retention_before_anything_ends(
     assert fake.hget(ks.history_task_ages, "kept.long") == b"2592000000"
     producer.schedule("mod.add", [1], in_=60, id="off")
     assert producer.cancel("off")
-    assert fake.zscore(ks.history_expiry, "off") == fake.zscore(ks.history, "off") + 3_600_000
+    assert (scores_by_id(fake, ks, ks.history_expiry)["off"]
+            == scores_by_id(fake, ks, ks.history)["off"] + 3_600_000)
 
 
 @pytest.mark.parametrize(("given", "age"), [

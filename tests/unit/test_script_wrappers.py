@@ -49,7 +49,8 @@ LABELS = {
     "recurrence states": KS.recurrence_states, "layout": KS.shards, "queues": KS.queues,
     "near": KS.near, "history": KS.history, "history records": KS.history_records,
     "history retention": KS.history_retention, "history expiry": KS.history_expiry,
-    "history task ages": KS.history_task_ages, "series": KS.series,
+    "history task ages": KS.history_task_ages, "history batches": KS.history_batches,
+    "series": KS.series,
     "series tasks": KS.series_tasks, "arrivals": KS.arrivals,
     "arrival records": KS.arrival_records, "moves": KS.moves,
     **{f"{age} {label}": getattr(keys, name)

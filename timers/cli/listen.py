@@ -89,7 +89,7 @@ HistoryAgeOption = Annotated[str | None, typer.Option(
 HistoryCountOption = Annotated[int | None, typer.Option(
     "--history-count", min=0, metavar="N", show_default=False,
     help="At most this many history records per shard, the oldest dropped first; 0 keeps "
-         "none. Default 100000 (about 32 MB).")]
+         "none. Default 100000 (about 18 MB).")]
 SeriesOption = Annotated[bool, typer.Option(
     "--series/--no-series",
     help="Write each task's per-minute figures (runs, failures, lateness, duration) for "

@@ -15,7 +15,7 @@ key                 type    holds
                             the expiring key is gone.
 ``P|run``           zset    run token → lease deadline in ms: timers being run.
 ``P|runrec``        hash    run token → ``reruns@<listener>|due|<id>:<record>``.
-``P|seq``           string  counter that numbers run tokens.
+``P|seq``           string  counter that numbers run tokens (and history batches).
 ``P|fail``          zset    failure id → time of the last failure in ms.
 ``P|failrec``       hash    failure id → JSON :class:`timers.model.wire.FailureRecord`: id,
                             task, args, record, kind, error_type, message, traceback,
@@ -77,15 +77,24 @@ key                 type    holds
                             timer that waits for its rate limit (its key's order).
 ``P|barred``        hash    concurrency key → its limit: a key whose queue head waits
                             behind the order barrier (promoted when it lifts).
-``P|hist``          zset    escaped id -> when its newest end (completed, skipped, dead,
-                            cancelled) was written, ms: the run history, read newest
-                            first and trimmed from its head by count
+``P|hist``          zset    batch id ``:<n>`` -> when it was written, ms: the run
+                            history indexed by batch (the ends, completed, skipped, dead,
+                            cancelled, one finish call wrote with one age, or one cancel),
+                            read newest first and trimmed from its head by count
                             (``timers/store/lua/history.lua``).
-``P|histexp``       zset    escaped id -> when its record expires, ms (its end plus its
+``P|histexp``       zset    batch id -> when its records expire, ms (its end plus its
                             task's age, else the listener's): trimmed from its head by
-                            age, so each task keeps its own age in O(log n).
-``P|histrec``       hash    escaped id -> :class:`timers.model.wire.HistoryRecord` text
-                            ``ki|ended|duration|attempts|lateness|listener|task|error``.
+                            age, so each task keeps its own age in O(log n) per batch.
+``P|histb``         hash    batch id -> the escaped ids it wrote, joined by ``:``. A batch
+                            id is ``:`` and a number of ``P|seq`` (its first run's token,
+                            or drawn for a cancel), so none repeats.
+``P|histrec``       hash    escaped id -> ``<batch id>|`` and its newest end's
+                            :class:`timers.model.wire.HistoryRecord` text
+                            ``ki|ended|duration|attempts|lateness|listener|task|error``
+                            (:class:`timers.model.wire.StoredHistory`); a batch's
+                            record is one whose prefix names it. The previous release's
+                            records (no prefix) are indexed by escaped id in ``P|hist``
+                            and ``P|histexp``, and read and trimmed the same way.
 ``P|histcfg``       string  ``<age ms> <count>``: the listeners' history retention, for
                             ``cancel.lua`` (written by each listener as it trims).
 ``P|histtask``      hash    task -> its own history age ms (``@task(history=...)``; 0:
@@ -298,13 +307,18 @@ class Keyspace:
 
     @property
     def history(self) -> str:
-        """zset: escaped id -> when its newest end was written (ms)."""
+        """zset: history batch id -> when it was written (ms) (``lua/history.lua``)."""
         return self.prefix + "|hist"
 
     @property
     def history_expiry(self) -> str:
-        """zset: escaped id -> when its history record expires (ms)."""
+        """zset: history batch id -> when its records expire (ms)."""
         return self.prefix + "|histexp"
+
+    @property
+    def history_batches(self) -> str:
+        """hash: history batch id -> the escaped ids it wrote, joined by ``:``."""
+        return self.prefix + "|histb"
 
     @property
     def history_task_ages(self) -> str:

@@ -336,6 +336,43 @@ class HistoryRecord:
             return None
 
 
+HISTORY_BATCH_START = ":"
+"""How a history batch id starts (``:<n>``); no escaped timer id holds ``:``."""
+
+
+@dataclass(frozen=True)
+class StoredHistory:
+    """A ``P|histrec`` value: ``<batch id>|`` and the :class:`HistoryRecord` text, as
+    ``timers/store/lua/history.lua`` writes it; the previous release's value, the record
+    text alone, reads with ``batch`` None (it is indexed by its escaped id instead)."""
+
+    batch: str | None
+    record: HistoryRecord | None
+    """None when the record text does not read."""
+
+    def encode(self) -> str:
+        """The stored text (the record must be there)."""
+        assert self.record is not None
+        text = self.record.encode()
+        return text if self.batch is None else f"{self.batch}|{text}"
+
+    @classmethod
+    def decode(cls, timer_id: str, text: str) -> StoredHistory:
+        """A stored value back, for timer ``timer_id``."""
+        batch: str | None = None
+        if text.startswith(HISTORY_BATCH_START):
+            batch, _, text = text.partition("|")
+        return cls(batch, HistoryRecord.decode(timer_id, text))
+
+    def of(self, member: str) -> HistoryRecord | None:
+        """The record when this value is the one index member ``member`` wrote (a batch id,
+        or for the previous release's index, the escaped id itself), else None: a newer
+        end rewrote it (the record is listed under its own batch)."""
+        if member.startswith(HISTORY_BATCH_START):
+            return self.record if self.batch == member else None
+        return self.record if self.batch is None else None
+
+
 def _num(value: int | None) -> str:
     return "" if value is None else str(value)
 

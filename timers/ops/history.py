@@ -1,9 +1,10 @@
 """Reads of the run history and the per-task series (written by the listeners'
 ``finish.lua`` and by ``cancel.lua``; see ``timers/store/lua/history.lua``).
 
-``history`` pages through the history zset newest first (``ZREVRANGEBYSCORE`` then
-``HMGET``, O(log n + page)); ``series`` reads one ring slot per task and minute
-(``HMGET``), so a day of one task is one round trip of 1,440 fields.
+``history`` pages through the history's batches newest first (``ZREVRANGEBYSCORE``, then
+``HMGET`` of their ids in ``P|histb``, then of their records, keeping each record its
+batch still names: O(log n + page) per page); ``series`` reads one ring slot per task
+and minute (``HMGET``), so a day of one task is one round trip of 1,440 fields.
 """
 
 from __future__ import annotations
@@ -14,13 +15,22 @@ from typing import Any
 from timers.exceptions import MalformedTimerKey
 from timers.model.encoding import as_text, unescape_id
 from timers.model.keys import Keyspace
-from timers.model.wire import SERIES_MINUTES, HistoryRecord, MinuteSlot, MinuteStats
+from timers.model.wire import (
+    HISTORY_BATCH_START,
+    SERIES_MINUTES,
+    HistoryRecord,
+    MinuteSlot,
+    MinuteStats,
+    StoredHistory,
+)
 from timers.ops.base import Call, Operation, pairs
 
 HISTORY_PAGE = 1000
 """History records read per round trip while a filter (task, failed) skips some."""
 HISTORY_SCAN = 100_000
 """At most this many records are looked at per shard for one filtered ``history`` call."""
+BATCH_PAGE = 256
+"""History batches read per round trip (each names one record or more)."""
 
 
 def redis_ms(reply: Sequence[Any]) -> int:
@@ -28,14 +38,18 @@ def redis_ms(reply: Sequence[Any]) -> int:
     return int(reply[0]) * 1000 + int(reply[1]) // 1000
 
 
-def _record(field: Any, value: Any) -> HistoryRecord | None:
+def _timer_id(escaped: str) -> str:
+    try:
+        return unescape_id(escaped)
+    except MalformedTimerKey:
+        return escaped
+
+
+def _stored(field: Any, value: Any) -> StoredHistory | None:
     if value is None:
         return None
-    try:
-        timer_id = unescape_id(as_text(field))
-    except MalformedTimerKey:
-        timer_id = as_text(field)
-    return HistoryRecord.decode(timer_id, as_text(value))
+    escaped = as_text(field)
+    return StoredHistory.decode(_timer_id(escaped), as_text(value))
 
 
 def merge_slots(parts: Sequence[Sequence[MinuteSlot]]) -> list[MinuteSlot]:
@@ -63,29 +77,58 @@ class HistoryOperations:
             return []
         low = "-inf" if since is None else str(round(since * 1000))
         filtered = task is not None or failed
-        page = max(limit, HISTORY_PAGE) if filtered else limit
         out: list[HistoryRecord] = []
-        offset = 0
-        while len(out) < limit and offset < HISTORY_SCAN:
-            (ids,) = yield [Call(command=("ZREVRANGEBYSCORE", self.keys.history, "+inf", low,
-                                          "LIMIT", offset, page))]
-            if not ids:
+        seen: set[str] = set()  # an id twice in one batch (it ended twice in one call)
+        offset = looked = 0
+        while len(out) < limit and looked < HISTORY_SCAN:
+            want = HISTORY_PAGE if filtered else limit - len(out)
+            (members,) = yield [Call(command=("ZREVRANGEBYSCORE", self.keys.history, "+inf",
+                                              low, "LIMIT", offset, min(want, BATCH_PAGE)))]
+            if not members:
                 break
-            (values,) = yield [Call(command=("HMGET", self.keys.history_records, *ids))]
-            for field, value in zip(ids, values, strict=True):
-                record = _record(field, value)
-                if (record is not None and (task is None or record.task == task)
-                        and (not failed or record.failed)):
-                    out.append(record)
-            if len(ids) < page:
+            entries = yield from self._entries([as_text(m) for m in members])
+            start = 0
+            while start < len(entries) and len(out) < limit:
+                chunk = entries[start:start + (HISTORY_PAGE if filtered else limit - len(out))]
+                start += len(chunk)
+                (values,) = yield [Call(command=("HMGET", self.keys.history_records,
+                                                 *(escaped for _, escaped in chunk)))]
+                for (member, escaped), value in zip(chunk, values, strict=True):
+                    stored = _stored(escaped, value)
+                    record = None if stored is None else stored.of(member)
+                    if (record is not None and escaped not in seen
+                            and (task is None or record.task == task)
+                            and (not failed or record.failed)):
+                        seen.add(escaped)
+                        out.append(record)
+            looked += start
+            if len(members) < min(want, BATCH_PAGE):
                 break
-            offset += page
+            offset += len(members)
         return out[:limit]
+
+    def _entries(self, members: list[str]) -> Operation[list[tuple[str, str]]]:
+        """(index member, escaped id) of each record the history index members name, in
+        their order: a batch's ids (``P|histb``), or the previous release's member, an
+        escaped id, itself."""
+        batches = [m for m in members if m.startswith(HISTORY_BATCH_START)]
+        lists: dict[str, str] = {}
+        if batches:
+            (texts,) = yield [Call(command=("HMGET", self.keys.history_batches, *batches))]
+            lists = {b: as_text(t) for b, t in zip(batches, texts, strict=True) if t is not None}
+        entries: list[tuple[str, str]] = []
+        for member in members:
+            if not member.startswith(HISTORY_BATCH_START):
+                entries.append((member, member))
+            elif member in lists:
+                entries.extend((member, escaped) for escaped in lists[member].split(":"))
+        return entries
 
     def history_of(self, timer_id_escaped: str) -> Operation[HistoryRecord | None]:
         """The newest end of one timer (escaped id), if the history keeps it."""
         (value,) = yield [Call(command=("HGET", self.keys.history_records, timer_id_escaped))]
-        return _record(timer_id_escaped, value)
+        stored = _stored(timer_id_escaped, value)
+        return None if stored is None else stored.record
 
     def tasks_seen(self) -> Operation[list[str]]:
         """The tasks with a series (runs ended in the last 24 h), by name."""

@@ -39,7 +39,14 @@ from timers.model.flow.names import DEFAULT_GROUP, check_group
 from timers.model.flow.options import flow_options, read_flow
 from timers.model.keys import Keyspace
 from timers.model.timer_ids import new_timer_id
-from timers.model.wire import EndKind, HistoryRecord, Option, ScheduleMode, TimerState
+from timers.model.wire import (
+    EndKind,
+    HistoryRecord,
+    Option,
+    ScheduleMode,
+    StoredHistory,
+    TimerState,
+)
 from timers.ops import flow_views as views
 from timers.ops.base import Call, Operation, Request, live_heartbeats, ms_to_datetime, pairs
 from timers.ops.failures import Failure, FailureOperations, RetrySummary
@@ -401,8 +408,9 @@ class Operations(FailureOperations, RecurrenceOperations, HistoryOperations):
 
     def status(self, timer_id: str) -> Operation[TimerStatus]:
         """Where the timer is (see :class:`TimerStatus`): running, pending or waiting,
-        else how it ended, else unknown. Three to five round trips; the running runs are
-        read whole (``P|runrec``: as many as the fleet runs at once), the rest by id."""
+        else how it ended, else unknown. Three to six round trips; the running runs are
+        read whole (``P|runrec``: as many as the fleet runs at once), the rest by id (an
+        ended timer's expiry by the batch its history record names)."""
         escaped = escape_id(check_id(timer_id))
         now, runs, ended, expiry, beats, infos = yield [
             Call(command=("TIME",)),
@@ -412,8 +420,12 @@ class Operations(FailureOperations, RecurrenceOperations, HistoryOperations):
             Call(command=("ZRANGE", self.keys.listeners, 0, -1, "WITHSCORES")),
             Call(command=("HGETALL", self.keys.listener_info)),
         ]
+        stored = None if ended is None else StoredHistory.decode(unescape_id(escaped),
+                                                                 as_text(ended))
+        if stored is not None and stored.batch is not None:
+            (expiry,) = yield [Call(command=("ZSCORE", self.keys.history_expiry, stored.batch))]
         if expiry is not None and float(expiry) <= redis_ms(now):
-            ended = None  # past its retention: listeners trim it within about a second
+            stored = None  # past its retention: listeners trim it within about a second
         running = _running_of(runs, escaped)
         if running is not None:
             listener, due_ms, attempt = running
@@ -426,7 +438,7 @@ class Operations(FailureOperations, RecurrenceOperations, HistoryOperations):
             served = {g for _, beat in live_heartbeats(redis_ms(now), beats, infos)
                       for g in (beat.get("groups") or [DEFAULT_GROUP]) if isinstance(g, str)}
             return _pending_status(timer_id, pending_of(found[0]), redis_ms(now), served)
-        record = self._ended(escaped, ended)
+        record = None if stored is None else stored.record
         if record is not None:
             return TimerStatus(timer_id, TimerState(record.outcome.value),
                                _ended_detail(record), ended=record)
@@ -440,12 +452,6 @@ class Operations(FailureOperations, RecurrenceOperations, HistoryOperations):
         return TimerStatus(timer_id, TimerState.UNKNOWN,
                            "unknown: never existed, or ended longer ago than the history "
                            "keeps")
-
-    @staticmethod
-    def _ended(escaped: str, value: Any) -> HistoryRecord | None:
-        if value is None:
-            return None
-        return HistoryRecord.decode(unescape_id(escaped), as_text(value))
 
     # -- listings ---------------------------------------------------------------------
 

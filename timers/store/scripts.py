@@ -409,7 +409,8 @@ class ScriptCalls:
         k = self.keys
         return self._shared("cancel", (k.due, k.records, k.history, k.history_records,
                                        k.history_retention, k.history_expiry,
-                                       k.history_task_ages),
+                                       k.history_task_ages, k.history_batches,
+                                       k.sequence),
                             (k.timer_key_start, escaped_id, canceller.replace("|", "_"),
                              f"{retention[0]} {retention[1]}", k.wake_channel))
 
@@ -496,7 +497,8 @@ class ScriptCalls:
             "finish", (k.running, k.running_records, k.stats, k.failures, k.failure_records,
                        k.due, k.records, k.failure_index, k.sequence, k.history,
                        k.history_records, k.series, k.series_tasks,
-                       k.history_retention, k.history_expiry, k.history_task_ages),
+                       k.history_retention, k.history_expiry, k.history_task_ages,
+                       k.history_batches),
             tuple(args))
 
     def heartbeat(self, listener_id: str, ttl_ms: int, info: str, task_set: str = "",

@@ -4,22 +4,24 @@
 --
 -- KEYS[1]  due index: zset, escaped id -> due ms
 -- KEYS[2]  records: hash, escaped id -> record
--- KEYS[3]  history: zset, escaped id -> end ms (history.lua)
--- KEYS[4]  history records: hash, escaped id -> record
+-- KEYS[3]  history: zset, batch id -> end ms (history.lua)
+-- KEYS[4]  history records: hash, escaped id -> "<batch id>|<record>"
 -- KEYS[5]  history retention: string "<age ms> <count>" the listeners keep to
--- KEYS[6]  history expiry: zset, escaped id -> when its record expires, ms
+-- KEYS[6]  history expiry: zset, batch id -> when its records expire, ms
 -- KEYS[7]  history task ages: hash, task -> its own age ms (0: keeps none), which
 --          replaces the listeners' age for that task's timers
+-- KEYS[8]  history batches: hash, batch id -> the escaped ids it wrote (history.lua)
+-- KEYS[9]  sequence: counter that numbers run tokens and history batches
 -- ARGV[1]  timer key start "<prefix>:"
 -- ARGV[2]  escaped id
 -- ARGV[3]  who cancels ("host:pid", no '|'), for its history record
 -- ARGV[4]  the retention "<age ms> <count>" to keep to when KEYS[5] holds none
 -- ARGV[5]  wake channel
--- KEYS[8..]  shared keys: timers/model/keys.py Keyspace.script_keys (the helpers' keys)
+-- KEYS[10..]  shared keys: timers/model/keys.py Keyspace.script_keys (the helpers' keys)
 --
--- allow-oom: it frees the timer's record and keys, and adds a smaller history record
--- (none when the retention or its task's own age keeps none), trimming two older ones
--- past the retention.
+-- allow-oom: it frees the timer's record and keys, and adds a smaller history record (a
+-- batch of one; none when the retention or its task's own age keeps none), trimming about
+-- two older ones past the retention.
 -- The timer's key is named by its stored record, so it is built here from ARGV[1]. A timer
 -- waiting for a concurrency key or a rate limit leaves its queue (flow.lua).
 -- Returns 1 when the timer was pending (it will not fire), 0 otherwise.
@@ -45,9 +47,9 @@ if record then
   if task and age > 0 and count > 0 then
     local now = redis_now()
     local attempts = string.match(record, '^[^:]*;a=(%d+)') or '0'
-    history_add(KEYS[3], KEYS[6], KEYS[4], ARGV[2], table.concat(
+    history_add(KEYS[3], KEYS[6], KEYS[4], KEYS[8], KEYS[9], ARGV[2], table.concat(
       {'ca', string.format('%.0f', now), '', attempts, '', ARGV[3], task, ''}, '|'), now, age)
-    history_trim(KEYS[3], KEYS[6], KEYS[4], now, count, 2)
+    history_trim(KEYS[3], KEYS[6], KEYS[4], KEYS[8], now, count, 2)
   end
   wake(ARGV[5])
   return 1

@@ -11,16 +11,17 @@
 -- KEYS[6]  due index: zset, escaped id -> due ms
 -- KEYS[7]  records: hash, escaped id -> record
 -- KEYS[8]  failure index: zset (all scores 0) of dead timers' failure ids "<id>:<token>"
--- KEYS[9]  sequence: counter that numbers run tokens
--- KEYS[10] history: zset, escaped id -> end ms (history.lua)
--- KEYS[11] history records: hash, escaped id -> record
+-- KEYS[9]  sequence: counter that numbers run tokens (and names history batches)
+-- KEYS[10] history: zset, batch id -> end ms (history.lua)
+-- KEYS[11] history records: hash, escaped id -> "<batch id>|<record>"
 -- KEYS[12] series: hash, "<task>|<slot>" -> minute slot (history.lua)
 -- KEYS[13] series tasks: hash, task -> last minute written
 -- KEYS[14] history retention: string "<age ms> <count>" (set to ARGV[9] ARGV[10] when the
 --          call trims, for cancel.lua)
--- KEYS[15] history expiry: zset, escaped id -> when its record expires, ms (history.lua)
+-- KEYS[15] history expiry: zset, batch id -> when its records expire, ms (history.lua)
 -- KEYS[16] history task ages: hash, task -> its own age ms (set from the task age entries)
--- KEYS[17..]  shared keys: timers/model/keys.py Keyspace.script_keys (the helpers' keys)
+-- KEYS[17] history batches: hash, batch id -> the escaped ids it wrote (history.lua)
+-- KEYS[18..]  shared keys: timers/model/keys.py Keyspace.script_keys (the helpers' keys)
 -- ARGV[1]  timer key start "<prefix>:"
 -- ARGV[2]  wake channel
 -- ARGV[3]  failure retention ms: older failure records are trimmed, a few per call
@@ -34,7 +35,8 @@
 --          that many (either 0: it keeps none, whatever the tasks' ages)
 -- ARGV[11] trim budget: "0": this call neither trims the history nor stores its
 --          retention; n: records past their expiry, then over the count, are dropped,
---          at most n of each (oldest first, O(log n) each), and KEYS[14] is set. A listener
+--          about n of each looked at (whole batches by age, oldest first, O(log n) per
+--          batch: history.lua's history_trim), and KEYS[14] is set. A listener
 --          trims about once a second, with a budget a few more than the records it added
 --          since its last trim, so the history exceeds its retention by at most about a
 --          second's records
@@ -48,7 +50,8 @@
 -- then seven values per ending: token, kind, a, b, id, record, age, where id, record and
 -- age are "" or, for an ending that ends its timer (ok, skip, fail), its escaped id,
 -- history record and the ms its task keeps it ("": ARGV[9]; else more than 0): kept in
--- the history (score: now; expiry: now + age) when the ending is written (not for a late
+-- the history when the ending is written, in this call's batch of its age (one per
+-- distinct age: end now, expiry now + age; history.lua) (not for a late
 -- finish: the run that holds the timer now ends it). The record is stored, never parsed
 -- here (its readers skip one that does not read), so only its first field is checked.
 -- The first four:
@@ -244,12 +247,12 @@ end
 
 local slots_held = redis.call('EXISTS', sys_key(ARGV[1], 'held')) == 1
 
-local kept = 0  -- history records to write, as ZADD and HSET arguments (one call each)
-local history_scores, history_expiries, history_texts = {}, {}, {}
--- The scores as text, made once per call and per task age, not once per record (a number
--- passed to redis.call is formatted anew each time): 10% less Redis work per ending.
-local now_text = nil
-local expiry_texts = {}
+local kept = 0  -- history records to write, as HSET arguments (one call)
+local history_texts = {}
+-- This call's history batches, one per distinct age: age -> {batch id, expiry text, its
+-- ids}, and in the order made. The scores are text, made once per batch (a number passed
+-- to redis.call is formatted anew each time).
+local history_batches, history_order = {}, {}
 
 local function end_run(token, kind, a, b, release, hid, htext, hage)
   if not unlease(token) then
@@ -260,16 +263,16 @@ local function end_run(token, kind, a, b, release, hid, htext, hage)
   redis.call('HDEL', KEYS[2], token)
   if hid ~= '' and keep_history then
     kept = kept + 1
-    now_text = now_text or string.format('%.0f', now)
-    history_scores[2 * kept - 1], history_scores[2 * kept] = now_text, hid
-    local expiry = expiry_texts[hage]
-    if not expiry then
-      expiry = string.format('%.0f', now + (hage == '' and history_age or tonumber(hage)))
-      expiry_texts[hage] = expiry
+    local batch = history_batches[hage]
+    if not batch then
+      batch = {history_batch(KEYS[9], token),
+               string.format('%.0f', now + (hage == '' and history_age or tonumber(hage))), {}}
+      history_batches[hage] = batch
+      history_order[#history_order + 1] = batch
     end
-    history_expiries[2 * kept - 1] = expiry
-    history_expiries[2 * kept] = hid
-    history_texts[2 * kept - 1], history_texts[2 * kept] = hid, htext
+    local ids = batch[3]
+    ids[#ids + 1] = hid
+    history_texts[2 * kept - 1], history_texts[2 * kept] = hid, batch[1] .. '|' .. htext
   end
   local grace = kind == 'release' and tonumber(a) or 0
   if grace > 0 and release and slots_held and redis.call('HEXISTS', KEYS[7], release[1]) == 0
@@ -338,9 +341,12 @@ for i = FIRST, #ARGV, STRIDE do
   end
 end
 if kept > 0 then
-  redis.call('ZADD', KEYS[10], unpack(history_scores))
-  redis.call('ZADD', KEYS[15], unpack(history_expiries))
-  redis.call('HSET', KEYS[11], unpack(history_texts))
+  each_thousand('HSET', KEYS[11], history_texts)  -- field, value pairs: 1000 is even
+  local now_text = string.format('%.0f', now)
+  for _, batch in ipairs(history_order) do
+    history_index(KEYS[10], KEYS[15], KEYS[17], batch[1], table.concat(batch[3], ':'),
+      now_text, batch[2])
+  end
 end
 for i = SERIES, AGES - 1, 2 do series_add(KEYS[12], KEYS[13], ARGV[i], ARGV[i + 1]) end
 for i = AGES + 1, FIRST - 1, 2 do
@@ -352,7 +358,7 @@ for i = AGES + 1, FIRST - 1, 2 do
 end
 local trim_budget = tonumber(ARGV[11])
 if trim_budget > 0 then
-  history_trim(KEYS[10], KEYS[15], KEYS[11], now, history_count, trim_budget)
+  history_trim(KEYS[10], KEYS[15], KEYS[11], KEYS[17], now, history_count, trim_budget)
   local retention_text = ARGV[9] .. ' ' .. ARGV[10]
   if redis.call('GET', KEYS[14]) ~= retention_text then
     redis.call('SET', KEYS[14], retention_text)

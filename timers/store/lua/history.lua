@@ -2,13 +2,23 @@
 -- cancel.lua (put after flow.lua). timers/model/keys.py names the keys; timers/model/wire.py is the
 -- codec of both values (HistoryRecord, MinuteSlot): the scripts only check their shape.
 --
---   P|hist      zset  escaped id -> when its newest end was written (ms): the history, oldest
---                     first; read newest first, trimmed from its head by count
---   P|histexp   zset  escaped id -> when its record expires (ms): its end plus the age its
+-- The history is indexed by batch, not by record: a finish call writes one batch per
+-- distinct age among the records it keeps (usually one), a cancel a batch of one. Per
+-- record, only its HSET field is written; per batch, one entry in each zset and one in
+-- P|histb. A batch id is ":<n>" (no escaped id holds ':'), n a number of the keyspace's
+-- sequence (P|seq, which numbers run tokens): a finish batch's is its first run's token
+-- (a run ends once), a cancel's is drawn from the sequence; so no two batches share one.
+--
+--   P|hist      zset  batch id -> its end ms: the history, oldest first; read newest
+--                     first, trimmed from its head by count
+--   P|histexp   zset  batch id -> when its records expire (ms): its end plus the age its
 --                     task keeps (its own, else the listener's); trimmed from its head by
 --                     age, so tasks of different ages share one O(log n) trim
---   P|histrec   hash  escaped id -> "ki|ended ms|duration|attempts|lateness|listener|
---                     task|error" (ki: co completed, sk skipped, de dead, ca cancelled)
+--   P|histb     hash  batch id -> the escaped ids it wrote, joined by ':'
+--   P|histrec   hash  escaped id -> "<batch id>|ki|ended ms|duration|attempts|lateness|
+--                     listener|task|error" (ki: co completed, sk skipped, de dead, ca
+--                     cancelled): the newest end of each id; a newer end rewrites the field
+--                     with its own batch, so a batch drops only the ids it still names
 --   P|histcfg   string "<age ms> <count>": the retention the listeners were started with
 --                     (cancel.lua keeps to it; a listener trims with its own count)
 --   P|histtask  hash  task -> its own age ms (0: keeps none), for cancel.lua
@@ -17,6 +27,10 @@
 --                     task (lateness and duration histograms); a slot of an older minute
 --                     is overwritten, so its size is fixed
 --   P|seriest   hash  task -> the last minute written: the tasks that have a series
+--
+-- The previous release indexed each record: P|hist and P|histexp members that are escaped
+-- ids (no ':' first), their P|histrec values without a batch prefix. Those still read, and
+-- are trimmed as batches of one (their record is dropped unless a newer end rewrote it).
 
 local SERIES_SLOTS = 1440
 
@@ -25,12 +39,31 @@ local function series_text_ok(text)
   return string.match(text, '^%d+ %d+ %d+ l[%d=,]* d[%d=,]*$') ~= nil
 end
 
--- Keep one ended timer's record (it replaces an older end of the same id), ended at `at`
--- (Redis ms) and kept till `at + age`.
-local function history_add(hist_key, exp_key, rec_key, id, text, at, age)
-  redis.call('ZADD', hist_key, at, id)
-  redis.call('ZADD', exp_key, at + age, id)
-  redis.call('HSET', rec_key, id, text)
+-- The id of a new batch: named after `token`, a run token of the batch (a number of
+-- `seq_key`), else (`token` nil or not a number) a number drawn from `seq_key`.
+local function history_batch(seq_key, token)
+  if token and string.match(token, '^%d+$') then return ':' .. token end
+  return ':' .. string.format('%.0f', redis.call('INCR', seq_key))
+end
+
+-- Index batch `batch` (the escaped ids it wrote, joined by ':'), ended at `at` and kept till
+-- `expiry` (both ms as text). Should the id be indexed already (the sequence was reset), the
+-- ids are added to that batch's, which takes the newer times: no record is left unindexed.
+local function history_index(hist_key, exp_key, batch_key, batch, ids_text, at, expiry)
+  redis.call('ZADD', hist_key, at, batch)
+  redis.call('ZADD', exp_key, expiry, batch)
+  if redis.call('HSETNX', batch_key, batch, ids_text) == 0 then
+    redis.call('HSET', batch_key, batch, redis.call('HGET', batch_key, batch) .. ':' .. ids_text)
+  end
+end
+
+-- Keep one ended timer's record, a batch of one (it replaces an older end of the same id),
+-- ended at `at` (Redis ms) and kept till `at + age`.
+local function history_add(hist_key, exp_key, rec_key, batch_key, seq_key, id, text, at, age)
+  local batch = history_batch(seq_key, nil)
+  redis.call('HSET', rec_key, id, batch .. '|' .. text)
+  history_index(hist_key, exp_key, batch_key, batch, id, string.format('%.0f', at),
+    string.format('%.0f', at + age))
 end
 
 -- Run `command` on `key` with ids[first..last] as its arguments, a thousand at a time
@@ -41,22 +74,103 @@ local function each_thousand(command, key, ids)
   end
 end
 
--- Drop at most `budget` records whose expiry has come, then at most `budget` over count
--- (oldest end first, whatever their age): O(log n) each, so a call's cost is bounded
--- however long the history. Each key's dropped ids go in one command (per thousand): a
--- command per id cost some 2 us of Lua call overhead apiece.
-local function history_trim(hist_key, exp_key, rec_key, now, count, budget)
-  local old = redis.call('ZRANGEBYSCORE', exp_key, '-inf', now, 'LIMIT', 0, budget)
-  each_thousand('ZREM', hist_key, old)
-  each_thousand('ZREM', exp_key, old)
-  each_thousand('HDEL', rec_key, old)
-  local over = redis.call('ZCARD', hist_key) - count
-  if over > 0 then
-    local popped = redis.call('ZPOPMIN', hist_key, math.min(over, budget))
-    local ids = {}
-    for i = 1, #popped, 2 do ids[#ids + 1] = popped[i] end
-    each_thousand('ZREM', exp_key, ids)
-    each_thousand('HDEL', rec_key, ids)
+-- Of index members `members` (oldest first), the first whose ids number about `most` in
+-- all (at least one member), and the ids each still names: {member, its live ids, how many
+-- ids it lists}. A batch's ids are read from P|histb, kept where their record's prefix
+-- names it; a member of the previous release's index (an escaped id) names its id unless
+-- a newer end rewrote the record with a batch prefix. A few commands in all (a thousand
+-- elements each), not a few per member: a command costs Redis some 7,500 instructions.
+-- Each taken: {member, its live ids, how many ids it lists, "<member>|"}.
+local function history_lives(rec_key, batch_key, members, most)
+  local batches = {}
+  for _, member in ipairs(members) do
+    if string.sub(member, 1, 1) == ':' then batches[#batches + 1] = member end
+  end
+  local lists, read = {}, 0  -- the lists of batches[1..read], read 64 at a time
+  local taken, ids, owner, listed = {}, {}, {}, 0
+  for _, member in ipairs(members) do
+    if listed >= most and #taken > 0 then break end
+    if string.sub(member, 1, 1) == ':' and lists[member] == nil and read < #batches then
+      local last = math.min(read + 64, #batches)
+      local texts = redis.call('HMGET', batch_key, unpack(batches, read + 1, last))
+      for i = 1, last - read do lists[batches[read + i]] = texts[i] or false end
+      read = last
+    end
+    local one = {member, {}, 0, member .. '|'}
+    taken[#taken + 1] = one
+    if string.sub(member, 1, 1) ~= ':' then
+      ids[#ids + 1], owner[#ids + 1] = member, one
+    elseif lists[member] then
+      for id in string.gmatch(lists[member], '[^:]+') do
+        ids[#ids + 1], owner[#ids + 1] = id, one
+      end
+    end
+    one[3] = #ids - listed
+    listed = #ids
+  end
+  for first = 1, #ids, 1000 do
+    local last = math.min(first + 999, #ids)
+    local values = redis.call('HMGET', rec_key, unpack(ids, first, last))
+    for i = 1, last - first + 1 do
+      local value, one = values[i], owner[first + i - 1]
+      -- a batch's record starts with "<batch>|"; an old member's, with no ':'
+      if value and (string.find(value, one[4], 1, true) == 1
+          or (string.byte(one[4]) ~= 58 and string.byte(value) ~= 58)) then
+        local live = one[2]
+        live[#live + 1] = ids[first + i - 1]
+      end
+    end
+  end
+  return taken
+end
+
+-- Drop the records of `taken` (history_lives) and their index entries; with `over`, only
+-- that many records (oldest first): a member whose live ids are more than what is left of
+-- it keeps the rest, its P|histb list rewritten. The number of records dropped.
+local function history_drop(hist_key, exp_key, rec_key, batch_key, taken, over)
+  local gone, members, batches = {}, {}, {}
+  for _, one in ipairs(taken) do
+    local member, live = one[1], one[2]
+    if over and over - #gone < #live then
+      local rest = {}
+      for i = 1, #live do
+        if i <= over - #gone then gone[#gone + 1] = live[i] else rest[#rest + 1] = live[i] end
+      end
+      redis.call('HSET', batch_key, member, table.concat(rest, ':'))
+      break
+    end
+    for i = 1, #live do gone[#gone + 1] = live[i] end
+    members[#members + 1] = member
+    if string.sub(member, 1, 1) == ':' then batches[#batches + 1] = member end
+    if over and #gone >= over then break end
+  end
+  each_thousand('HDEL', rec_key, gone)
+  each_thousand('ZREM', hist_key, members)
+  each_thousand('ZREM', exp_key, members)
+  each_thousand('HDEL', batch_key, batches)
+  return #gone
+end
+
+-- Drop records whose expiry has come, then records over count (oldest end first, whatever
+-- their age), about `budget` of each: whole batches past their expiry, and for the count,
+-- the oldest batches (the last one in part, so the count holds exactly). O(log n) per
+-- batch plus O(1) per record, in a few commands, so a call's cost is bounded however long
+-- the history.
+local function history_trim(hist_key, exp_key, rec_key, batch_key, now, count, budget)
+  local old = redis.call('ZRANGEBYSCORE', exp_key, '-inf', now, 'LIMIT', 0,
+    math.min(budget, 256))
+  if #old > 0 then
+    history_drop(hist_key, exp_key, rec_key, batch_key,
+      history_lives(rec_key, batch_key, old, budget), nil)
+  end
+  local over = math.min(redis.call('HLEN', rec_key) - count, budget)
+  local looked = 0  -- ids looked at: stale ones (rewritten by a newer end) drop nothing
+  while over > 0 and looked < budget do
+    local head = redis.call('ZRANGE', hist_key, 0, math.min(over, 256) - 1)
+    if #head == 0 then break end
+    local taken = history_lives(rec_key, batch_key, head, over)
+    over = over - history_drop(hist_key, exp_key, rec_key, batch_key, taken, over)
+    for _, one in ipairs(taken) do looked = looked + math.max(one[3], 1) end
   end
 end
 
