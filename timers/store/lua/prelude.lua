@@ -189,13 +189,14 @@ end
 -- key_start) set when it is due later than now and within the near horizon, in the due
 -- index its record names (given the plain one). The caller calls wake() once it has
 -- pended what it pends. `known` is the record pending under `id` when the caller has
--- just read it (false: none), so it is not read twice; nil: pend reads it.
-local function pend(due_key, records_key, key_start, id, record, due, now, key, known)
+-- just read it (false: none), so it is not read twice; nil: pend reads it. `stored`: the
+-- caller has just written `record` under `id` where none was (HSETNX; `known` false).
+local function pend(due_key, records_key, key_start, id, record, due, now, key, known, stored)
   local old = known
   if old == nil then old = redis.call('HGET', records_key, id) end
   if old ~= record then
     if old then redis.call('DEL', key_start .. id .. ':' .. old) end
-    redis.call('HSET', records_key, id, record)
+    if not stored then redis.call('HSET', records_key, id, record) end
   end
   key = key or (key_start .. id .. ':' .. record)
   local due_text = string.format('%.0f', due)
