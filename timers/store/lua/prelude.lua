@@ -200,7 +200,8 @@ local function pend(due_key, records_key, key_start, id, record, due, now, key, 
     if not stored then redis.call('HSET', records_key, id, record) end
   end
   key = key or (key_start .. id .. ':' .. record)
-  local due_text = string.format('%.0f', due)
+  local due_text = (due % 1 == 0 and due > -1e15 and due < 1e15)  -- a whole number: its
+    and string.format('%d', due) or string.format('%.0f', due)  -- digits (%.0f: 2k more)
   if set_near_key(key_start, key, due, now, due_text) then
   elseif old == record then
     redis.call('DEL', key)
