@@ -138,7 +138,9 @@ class AsyncTimers:
         with ``replicas`` their ``WAIT`` too."""
         self._loop.claim()
         spec = TimerSpec(task, args, in_, at, id, max_lateness, group, key, priority)
-        await self._writing()
+        guard = self.eviction
+        if not guard.checked or guard.policy is not None:  # (else no coroutine to await)
+            await self._writing()
         wanted = self.replicas.for_call(replicas, replicas_timeout)
         coalescer = self._coalescer if wanted is None else self._waiting(wanted)
         return await coalescer.schedule(self.ops.prepare(spec))
