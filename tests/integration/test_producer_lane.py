@@ -1,17 +1,18 @@
 """A sync client made from a URL sends its script calls on a connection of its own when it
-is free (:class:`timers.store.connect.Lane`): it must never hold back the rest of the
-pool, never read one call's reply as another's, and never share a socket with a forked
-child."""
+is free (:class:`timers.store.connect.Lane`), an asyncio one packs them with hiredis
+(:class:`timers.store.connect.AsyncLane`): neither may hold back the rest of the pool,
+read one call's reply as another's, or share a socket with a forked child."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Iterator
 
 import pytest
 import redis
 
-from timers import ServerTimeout, Timers
+from timers import AsyncTimers, ServerTimeout, Timers
 
 pytestmark = pytest.mark.integration
 
@@ -56,6 +57,25 @@ def test_after_a_script_call_timed_out_the_next_reads_its_own_reply(
         assert t.schedule("a.b", in_=60, id="next") == "next"
         assert t.reschedule("next", in_=30)
         assert t.cancel("next") and not t.cancel("next")
+
+
+def test_after_an_async_script_call_timed_out_the_next_read_their_own_replies(
+        redis_url: str, r: redis.Redis, pauser: redis.Redis) -> None:
+    async def scenario() -> None:
+        async with AsyncTimers(f"{redis_url}?socket_timeout=0.3") as t:
+            await t.schedule("a.b", in_=60)  # connections made, the library loaded
+            pauser.execute_command("CLIENT", "PAUSE", 5000, "WRITE")
+            with pytest.raises(ServerTimeout):
+                await t.schedule("a.b", ["late"], in_=60, id="late")
+            pauser.execute_command("CLIENT", "UNPAUSE")
+            written = r.zscore("timers|due", "late") is not None
+            assert await t.cancel("late") is written and not await t.cancel("late")
+            ids = await asyncio.gather(*(t.schedule("a.b", [i], in_=60, id=f"n{i}")
+                                         for i in range(20)))
+            assert ids == [f"n{i}" for i in range(20)]
+            assert await t.cancel("n7") and not await t.cancel("n7")
+
+    asyncio.run(scenario())
 
 
 def test_a_forked_child_schedules_on_its_own_connection(

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+import hiredis
 import redis
 import redis.asyncio
 import redis.asyncio.retry
@@ -221,3 +222,44 @@ class Lane:
             raise AssertionError("unreachable")
         finally:
             self._lock.release()
+
+
+class AsyncLane:
+    """The script calls of an asyncio client made from a plain ``redis://`` URL, packed
+    by hiredis: redis-py's asyncio connection packs each command in Python, argument by
+    argument, which for a coalesced call of 100 timers (600 arguments) was about a fifth
+    of ``AsyncTimers``' CPU. The call takes a connection from the client's pool and gives
+    it back as ``execute_command`` does, under the same rules as :class:`Lane`."""
+
+    def __init__(self, client: redis.asyncio.Redis) -> None:
+        self.pool: Any = client.connection_pool
+
+    @classmethod
+    def of(cls, client: object) -> AsyncLane | None:
+        """A lane for a client :func:`async_client` made for a plain URL, or None."""
+        if (type(client) is not redis.asyncio.Redis or client.single_connection_client
+                or type(client.connection_pool) is not redis.asyncio.BlockingConnectionPool):
+            return None
+        return cls(client)
+
+    async def execute_command(self, *args: Any) -> Any:
+        """``await client.execute_command(*args)``, its command packed by hiredis."""
+        packed = hiredis.pack_command(args)
+        connection = await self.pool.get_connection()
+        try:
+            for attempt in range(RECONNECTS + 1):
+                try:
+                    await connection.send_packed_command(packed)
+                    return await connection.read_response()
+                except redis.exceptions.ResponseError:
+                    raise  # the whole reply was read: the connection stays
+                except redis.exceptions.ConnectionError:
+                    await connection.disconnect()
+                    if attempt == RECONNECTS:
+                        raise
+                except BaseException:
+                    await connection.disconnect(nowait=True)
+                    raise
+            raise AssertionError("unreachable")
+        finally:
+            await self.pool.release(connection)

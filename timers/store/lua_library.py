@@ -140,13 +140,13 @@ class AsyncFunction(Function):
     async def __call__(
             self, keys: Sequence[Any] = (), args: Sequence[Any] = (), client: Any = None) -> Any:
         target = self.client if client is None else client
+        execute = self.execute if client is None else client.execute_command
         for attempt in (1, 2):
             if ((_EVAL_ONLY and _EVAL_ONLY.get(target))
                     or (attempt == 2 and not await self._aload(target))):
                 return await self.fallback(keys=keys, args=args, client=target)
             try:
-                return await target.execute_command("FCALL", self.name, len(keys), *keys,
-                                                    *args)
+                return await execute("FCALL", self.name, len(keys), *keys, *args)
             except redis.exceptions.ResponseError as exc:
                 if _refused(exc):
                     _EVAL_ONLY[target] = True
