@@ -206,9 +206,10 @@ class Lane:
             connection = self._connection
             if connection is None or connection.pid != os.getpid():
                 connection = self._connection = self.pool.get_connection()
+            packed = [hiredis.pack_command(args)]
             for attempt in range(RECONNECTS + 1):
                 try:
-                    connection.send_command(*args)
+                    connection.send_packed_command(packed)
                     return connection.read_response()
                 except redis.exceptions.ResponseError:
                     raise  # the whole reply was read: the connection stays
@@ -244,7 +245,7 @@ class AsyncLane:
 
     async def execute_command(self, *args: Any) -> Any:
         """``await client.execute_command(*args)``, its command packed by hiredis."""
-        packed = hiredis.pack_command(args)
+        packed = [hiredis.pack_command(args)]
         connection = await self.pool.get_connection()
         try:
             for attempt in range(RECONNECTS + 1):
