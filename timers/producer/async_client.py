@@ -30,8 +30,9 @@ from timers.producer.coalesce import Coalescer
 from timers.producer.loops import LoopBinding
 from timers.producer.transport import run_async
 from timers.store import connect
-from timers.store.connect import async_client
+from timers.store.connect import AsyncLane, async_client
 from timers.store.eviction import EvictionGuard
+from timers.store.lua_library import Function
 from timers.store.scripts import register_all
 from timers.store.server_errors import out_of_memory, translate
 
@@ -77,6 +78,11 @@ class AsyncTimers:
         self.keys = self.ops.home
         """The prefix's one-shard keyspace (its only one unless it is sharded)."""
         self._scripts = register_all(self.redis)
+        lane = AsyncLane.of(self.redis) if self._owns_client else None
+        if lane is not None:  # script calls packed by hiredis
+            for function in self._scripts.values():
+                if isinstance(function, Function):
+                    function.execute = lane.execute_command
         self.replicas = ReplicaPolicy(replicas, replicas_timeout, replicas_fsync,
                                       in_memory=in_memory(self.redis))
         """Replicas each write waits for (see :mod:`timers.ops.replication`)."""
@@ -138,7 +144,9 @@ class AsyncTimers:
         with ``replicas`` their ``WAIT`` too."""
         self._loop.claim()
         spec = TimerSpec(task, args, in_, at, id, max_lateness, group, key, priority)
-        await self._writing()
+        guard = self.eviction
+        if not guard.checked or guard.policy is not None:  # (else no coroutine to await)
+            await self._writing()
         wanted = self.replicas.for_call(replicas, replicas_timeout)
         coalescer = self._coalescer if wanted is None else self._waiting(wanted)
         return await coalescer.schedule(self.ops.prepare(spec))

@@ -32,8 +32,9 @@ from timers.producer.async_client import AsyncTimers
 from timers.producer.loops import warn_if_blocking_a_loop
 from timers.producer.transport import run_sync
 from timers.store import connect
-from timers.store.connect import URL_ENV, configured_url, sync_client
+from timers.store.connect import URL_ENV, Lane, configured_url, sync_client
 from timers.store.eviction import EvictionGuard
+from timers.store.lua_library import Function
 from timers.store.scripts import register_all
 from timers.store.server_errors import out_of_memory, translate
 
@@ -90,6 +91,11 @@ class Timers:
         self.keys = self.ops.home
         """The prefix's one-shard keyspace (its only one unless it is sharded)."""
         self._scripts = register_all(self.redis)
+        lane = Lane.of(self.redis) if self._owns_client else None
+        if lane is not None:  # script calls on a connection of their own when it is free
+            for function in self._scripts.values():
+                if isinstance(function, Function):
+                    function.execute = lane.execute_command
         self.replicas = ReplicaPolicy(replicas, replicas_timeout, replicas_fsync,
                                       in_memory=in_memory(self.redis))
         """Replicas each write waits for (see :mod:`timers.ops.replication`)."""

@@ -39,15 +39,16 @@ class Coalescer(Generic[P]):
         self._turn_pending = False
         self._in_flight: set[asyncio.Task[None]] = set()
 
-    async def schedule(self, prepared: P) -> str:
-        """Queue one timer and wait for its id (or its batch's error)."""
+    def schedule(self, prepared: P) -> asyncio.Future[str]:
+        """Queue one timer: the future of its id (or of its batch's error), to await (a
+        future, not a coroutine: one frame less on every call)."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[str] = loop.create_future()
         self._queue.append((prepared, future))
         if not self._turn_pending:
             self._turn_pending = True
             loop.call_soon(self._send_queued)
-        return await future
+        return future
 
     def _send_queued(self) -> None:
         self._turn_pending = False

@@ -35,9 +35,7 @@ BLOCKING_CALL = (
 def warn_if_blocking_a_loop() -> None:
     """Warn (a RuntimeWarning, once per calling line) when a sync call is made on a thread
     whose event loop is running: an ``async def`` endpoint calling ``timers.schedule``."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
+    if asyncio._get_running_loop() is None:  # (no RuntimeError raised on every sync call)
         return
     warnings.warn(BLOCKING_CALL, RuntimeWarning, stacklevel=_first_frame_outside_timers())
 
@@ -64,6 +62,9 @@ class LoopBinding:
         """Bind to the running loop if unbound; raise :class:`WrongEventLoop` if bound to
         another (or to one that is gone)."""
         loop = asyncio.get_running_loop()
+        bound = self._loop
+        if bound is not None and bound() is loop:  # every call but the first
+            return
         with self._lock:
             if self._loop is None:
                 self._loop = weakref.ref(loop)

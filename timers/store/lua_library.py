@@ -104,16 +104,20 @@ class Function:
         self.fallback = fallback
         self.sha: str = fallback.sha
         self.script: str = fallback.script
+        self.execute: Any = client.execute_command
+        """What sends this client's FCALL: its ``execute_command``, or that of a
+        :class:`timers.store.connect.Lane` of it."""
 
     def __call__(self, keys: Sequence[Any] = (), args: Sequence[Any] = (),
                  client: Any = None) -> Any:
         target = self.client if client is None else client
+        execute = self.execute if client is None else client.execute_command
         for attempt in (1, 2):
             if ((_EVAL_ONLY and _EVAL_ONLY.get(target))  # (empty: no weak reference made)
                     or (attempt == 2 and not self._load(target))):
                 return self.fallback(keys=keys, args=args, client=target)
             try:  # (redis-py's fcall() sends just this)
-                return target.execute_command("FCALL", self.name, len(keys), *keys, *args)
+                return execute("FCALL", self.name, len(keys), *keys, *args)
             except redis.exceptions.ResponseError as exc:
                 if _refused(exc):
                     _EVAL_ONLY[target] = True
@@ -136,13 +140,13 @@ class AsyncFunction(Function):
     async def __call__(
             self, keys: Sequence[Any] = (), args: Sequence[Any] = (), client: Any = None) -> Any:
         target = self.client if client is None else client
+        execute = self.execute if client is None else client.execute_command
         for attempt in (1, 2):
             if ((_EVAL_ONLY and _EVAL_ONLY.get(target))
                     or (attempt == 2 and not await self._aload(target))):
                 return await self.fallback(keys=keys, args=args, client=target)
             try:
-                return await target.execute_command("FCALL", self.name, len(keys), *keys,
-                                                    *args)
+                return await execute("FCALL", self.name, len(keys), *keys, *args)
             except redis.exceptions.ResponseError as exc:
                 if _refused(exc):
                     _EVAL_ONLY[target] = True

@@ -35,9 +35,10 @@ local function not_ints(script, indexes)
   return nil
 end
 
--- The due ms at the head of a due index, or nil when it is empty.
+-- The due ms at the head of a due index, or nil when it is empty. (The ranks are text: a
+-- number argument of redis.call costs Redis a snprintf("%.17g"), some 4k instructions.)
 local function head_due(due_key)
-  local head = redis.call('ZRANGE', due_key, 0, 0, 'WITHSCORES')
+  local head = redis.call('ZRANGE', due_key, '0', '0', 'WITHSCORES')
   return head[2] and tonumber(head[2])
 end
 
@@ -189,16 +190,18 @@ end
 -- key_start) set when it is due later than now and within the near horizon, in the due
 -- index its record names (given the plain one). The caller calls wake() once it has
 -- pended what it pends. `known` is the record pending under `id` when the caller has
--- just read it (false: none), so it is not read twice; nil: pend reads it.
-local function pend(due_key, records_key, key_start, id, record, due, now, key, known)
+-- just read it (false: none), so it is not read twice; nil: pend reads it. `stored`: the
+-- caller has just written `record` under `id` where none was (HSETNX; `known` false).
+local function pend(due_key, records_key, key_start, id, record, due, now, key, known, stored)
   local old = known
   if old == nil then old = redis.call('HGET', records_key, id) end
   if old ~= record then
     if old then redis.call('DEL', key_start .. id .. ':' .. old) end
-    redis.call('HSET', records_key, id, record)
+    if not stored then redis.call('HSET', records_key, id, record) end
   end
   key = key or (key_start .. id .. ':' .. record)
-  local due_text = string.format('%.0f', due)
+  local due_text = (due % 1 == 0 and due > -1e15 and due < 1e15)  -- a whole number: its
+    and string.format('%d', due) or string.format('%.0f', due)  -- digits (%.0f: 2k more)
   if set_near_key(key_start, key, due, now, due_text) then
   elseif old == record then
     redis.call('DEL', key)

@@ -72,20 +72,18 @@ local out = {now}
 for i = 1, n do
   local base = 2 + (i - 1) * 5
   local id, record, how = ARGV[base + 1], ARGV[base + 2], ARGV[base + 5]
-  local due = dues[i]
-  local old = call('HGET', KEYS[2], id)
-  if old and how == 'k' then
-    out[#out + 1] = false
-  elseif old and how == 'n' then
-    if old == record then
-      out[#out + 1] = tonumber(call('ZSCORE', KEYS[1], id))
-    else
-      out[#out + 1] = false
-    end
-  else
+  if how == 'r' then
+    local old = call('HGET', KEYS[2], id)
     if old then unpark(ARGV[1], id) end
-    pend(KEYS[1], KEYS[2], ARGV[1], id, record, due, now, KEYS[2 + i], old)
-    out[#out + 1] = due
+    pend(KEYS[1], KEYS[2], ARGV[1], id, record, dues[i], now, KEYS[2 + i], old)
+    out[#out + 1] = dues[i]
+  elseif call('HSETNX', KEYS[2], id, record) == 1 then  -- new: its record written
+    pend(KEYS[1], KEYS[2], ARGV[1], id, record, dues[i], now, KEYS[2 + i], false, true)
+    out[#out + 1] = dues[i]
+  elseif how == 'n' and call('HGET', KEYS[2], id) == record then
+    out[#out + 1] = tonumber(call('ZSCORE', KEYS[1], id))  -- this very call, retried
+  else
+    out[#out + 1] = false  -- "k", or "n" meeting another timer's id
   end
 end
 wake(ARGV[2])
