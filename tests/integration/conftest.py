@@ -39,6 +39,15 @@ def r(redis_url: str) -> Iterator[redis.Redis]:
 
 
 @pytest.fixture
+def paused(redis_url: str) -> Iterator[redis.Redis]:
+    """A second client that can pause the server; unpaused afterwards whatever happens."""
+    client = redis.Redis.from_url(redis_url)
+    yield client
+    client.execute_command("CLIENT", "UNPAUSE")
+    client.close()
+
+
+@pytest.fixture
 def timers_client(redis_url: str) -> Iterator[Timers]:
     with Timers(redis_url) as t:
         yield t

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Iterator
 
 import pytest
 import redis
@@ -33,23 +32,14 @@ def test_a_small_pool_serves_script_calls_and_reads_alike_without_waiting(
         assert t.cancel(ids[0]) and not t.cancel(ids[0])
 
 
-@pytest.fixture
-def pauser(redis_url: str) -> Iterator[redis.Redis]:
-    """A second client that can pause the server; unpaused afterwards whatever happens."""
-    client = redis.Redis.from_url(redis_url)
-    yield client
-    client.execute_command("CLIENT", "UNPAUSE")
-    client.close()
-
-
 def test_after_a_script_call_timed_out_the_next_reads_its_own_reply(
-        redis_url: str, r: redis.Redis, pauser: redis.Redis) -> None:
+        redis_url: str, r: redis.Redis, paused: redis.Redis) -> None:
     with Timers(f"{redis_url}?socket_timeout=0.3") as t:
         t.schedule("a.b", in_=60)  # the lane's connection is made
-        pauser.execute_command("CLIENT", "PAUSE", 5000, "WRITE")
+        paused.execute_command("CLIENT", "PAUSE", 5000, "WRITE")
         with pytest.raises(ServerTimeout):
             t.schedule("a.b", ["late"], in_=60, id="late")
-        pauser.execute_command("CLIENT", "UNPAUSE")
+        paused.execute_command("CLIENT", "UNPAUSE")
         # the connection that waited was dropped, with whatever reply was to come on it:
         # each call after reads its own
         written = r.zscore("timers|due", "late") is not None
@@ -60,14 +50,14 @@ def test_after_a_script_call_timed_out_the_next_reads_its_own_reply(
 
 
 def test_after_an_async_script_call_timed_out_the_next_read_their_own_replies(
-        redis_url: str, r: redis.Redis, pauser: redis.Redis) -> None:
+        redis_url: str, r: redis.Redis, paused: redis.Redis) -> None:
     async def scenario() -> None:
         async with AsyncTimers(f"{redis_url}?socket_timeout=0.3") as t:
             await t.schedule("a.b", in_=60)  # connections made, the library loaded
-            pauser.execute_command("CLIENT", "PAUSE", 5000, "WRITE")
+            paused.execute_command("CLIENT", "PAUSE", 5000, "WRITE")
             with pytest.raises(ServerTimeout):
                 await t.schedule("a.b", ["late"], in_=60, id="late")
-            pauser.execute_command("CLIENT", "UNPAUSE")
+            paused.execute_command("CLIENT", "UNPAUSE")
             written = r.zscore("timers|due", "late") is not None
             assert await t.cancel("late") is written and not await t.cancel("late")
             ids = await asyncio.gather(*(t.schedule("a.b", [i], in_=60, id=f"n{i}")

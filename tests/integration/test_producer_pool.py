@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Iterator
 
 import pytest
 import redis
@@ -47,15 +46,6 @@ def test_three_hundred_threads_scheduling_at_once_all_succeed_with_the_defaults(
             thread.join(60)
     assert errors == []
     assert r.zcard("timers|due") == 300
-
-
-@pytest.fixture
-def paused(redis_url: str) -> Iterator[redis.Redis]:
-    """A second client that can pause the server; unpaused afterwards whatever happens."""
-    client = redis.Redis.from_url(redis_url)
-    yield client
-    client.execute_command("CLIENT", "UNPAUSE")
-    client.close()
 
 
 async def _until_a_script_waits_on(server: redis.Redis, within: float = 10.0) -> None:
