@@ -30,8 +30,13 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import redis
 import redis.asyncio
-from redis._parsers import _AsyncHiredisParser
 
+try:  # redis-py's own parser class: private, so its absence only turns the fast read off
+    from redis._parsers import _AsyncHiredisParser as _parser_class
+
+    _HIREDIS_PARSER: type[Any] | None = _parser_class
+except ImportError:  # pragma: no cover - a redis-py that moved it
+    _HIREDIS_PARSER = None
 try:
     from redis._parsers.hiredis import NOT_ENOUGH_DATA as _NOT_ENOUGH_DATA
 except ImportError:  # pragma: no cover - a redis-py whose hiredis reader says False
@@ -365,8 +370,9 @@ def buffered_reply(pubsub: Any) -> Any:
     reader. With another parser, always :data:`NO_REPLY`: ``get_message`` reads
     everything."""
     parser = getattr(pubsub.connection, "_parser", None)
-    reader = getattr(parser, "_reader", None) if isinstance(parser, _AsyncHiredisParser) \
-        else None
+    reader = (getattr(parser, "_reader", None)
+              if _HIREDIS_PARSER is not None and isinstance(parser, _HIREDIS_PARSER)
+              else None)
     if reader is None:
         return NO_REPLY
     try:
