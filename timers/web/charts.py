@@ -110,65 +110,100 @@ def _runs(values: Sequence[float | None]) -> list[list[tuple[int, float]]]:
 def render(chart: Chart, width: int = WIDTH, height: int = HEIGHT) -> Markup:
     """The chart as an ``<svg>`` element (markup safe to put in a page as is)."""
     known = [v for s in chart.series for v in s.values if v is not None and math.isfinite(v)]
-    ticks = nice_ticks(max(known, default=0.0))
-    top = ticks[-1]
-    plot_w, plot_h = width - LEFT - RIGHT, height - TOP - BOTTOM
-    slots = max(chart.count, 1)
-    span_s = slots * chart.step_s
-    end_s = chart.start_s + span_s
-
-    def x_of(i: float) -> float:
-        return LEFT + plot_w * (i + (0.5 if chart.bars else 0)) / (slots if chart.bars
-                                                                    else max(slots - 1, 1))
-
-    def y_of(v: float) -> float:
-        return TOP + plot_h * (1 - min(max(v, 0.0), top) / top)
-
+    frame = _Frame(chart, width, height, nice_ticks(max(known, default=0.0)))
     parts = [f'<svg id="{escape(chart.id)}" class="chart" role="img" width="{width}" '
              f'height="{height}" viewBox="0 0 {width} {height}" '
              f'xmlns="http://www.w3.org/2000/svg">',
              f"<title>{escape(chart.title)} ({escape(chart.unit)})</title>",
-             f'<text class="unit" x="4" y="14">{escape(chart.unit)}</text>']
-    for t in ticks:  # the value axis: a grid line and a label per tick
-        y = y_of(t)
-        parts.append(f'<line class="grid" x1="{LEFT}" y1="{y:.1f}" x2="{width - RIGHT}" '
-                     f'y2="{y:.1f}"/><text class="tick" x="{LEFT - 6}" y="{y + 4:.1f}" '
-                     f'text-anchor="end">{escape(number_text(t))}</text>')
-    for at in time_ticks(chart.start_s, end_s):  # the time axis
-        x = LEFT + plot_w * (at - chart.start_s) / span_s
-        parts.append(f'<line class="axis" x1="{x:.1f}" y1="{height - BOTTOM}" x2="{x:.1f}" '
-                     f'y2="{height - BOTTOM + 4}"/><text class="tick" x="{x:.1f}" '
-                     f'y="{height - BOTTOM + 16}" text-anchor="middle">'
-                     f"{escape(time_text(at, span_s))}</text>")
-    parts.append(f'<line class="axis" x1="{LEFT}" y1="{height - BOTTOM}" '
-                 f'x2="{width - RIGHT}" y2="{height - BOTTOM}"/>'
-                 f'<line class="axis" x1="{LEFT}" y1="{TOP}" x2="{LEFT}" '
-                 f'y2="{height - BOTTOM}"/>')
-    bar_w = max(plot_w / slots - 1, 1)
+             f'<text class="unit" x="4" y="14">{escape(chart.unit)}</text>',
+             *frame.value_axis(), *frame.time_axis(), frame.axes()]
     for s in chart.series:
-        kind = escape(s.kind)
-        for stretch in _runs(s.values):
-            if chart.bars:
-                parts += [f'<rect class="bar series-{kind}" x="{x_of(i) - bar_w / 2:.1f}" '
-                          f'y="{y_of(v):.1f}" width="{bar_w:.1f}" '
-                          f'height="{height - BOTTOM - y_of(v):.1f}"/>'
-                          for i, v in stretch if v > 0]
-            elif len(stretch) == 1:
-                i, v = stretch[0]
-                parts.append(f'<circle class="series-{kind}" cx="{x_of(i):.1f}" '
-                             f'cy="{y_of(v):.1f}" r="2"/>')
-            else:
-                points = " ".join(f"{x_of(i):.1f},{y_of(v):.1f}" for i, v in stretch)
-                parts.append(f'<polyline class="series-{kind}" fill="none" '
-                             f'points="{points}"/>')
-    x = max(LEFT + 8, 4 + 7 * len(chart.unit) + 16)
-    for s in chart.series:  # the legend, along the top
-        parts.append(f'<rect class="key series-{escape(s.kind)}" x="{x}" y="6" width="10" '
-                     f'height="10"/><text class="legend" x="{x + 14}" y="15">'
-                     f"{escape(s.label)}</text>")
-        x += 24 + 7 * len(s.label)
+        parts += frame.marks(s)
+    parts += frame.legend()
     if not known:
-        parts.append(f'<text class="empty" x="{LEFT + plot_w / 2:.1f}" '
-                     f'y="{TOP + plot_h / 2:.1f}" text-anchor="middle">no data yet</text>')
+        parts.append(f'<text class="empty" x="{LEFT + frame.plot_w / 2:.1f}" '
+                     f'y="{TOP + frame.plot_h / 2:.1f}" text-anchor="middle">no data yet</text>')
     parts.append("</svg>")
     return Markup("".join(parts))
+
+
+class _Frame:
+    """Where a chart's values go in its plot area, and the SVG of each of its parts."""
+
+    def __init__(self, chart: Chart, width: int, height: int, ticks: list[float]) -> None:
+        self.chart, self.width, self.height, self.ticks = chart, width, height, ticks
+        self.plot_w, self.plot_h = width - LEFT - RIGHT, height - TOP - BOTTOM
+        self.slots = max(chart.count, 1)
+        self.span_s = self.slots * chart.step_s
+
+    def x_of(self, i: float) -> float:
+        """The x of step ``i``: a bar's middle, or a line's point (first and last at the
+        plot's edges)."""
+        bars = self.chart.bars
+        return LEFT + self.plot_w * (i + (0.5 if bars else 0)) / (
+            self.slots if bars else max(self.slots - 1, 1))
+
+    def y_of(self, v: float) -> float:
+        """The y of value ``v`` on the one scale, from 0 to the top tick."""
+        top = self.ticks[-1]
+        return TOP + self.plot_h * (1 - min(max(v, 0.0), top) / top)
+
+    def value_axis(self) -> list[str]:
+        """A grid line and a label per tick."""
+        out = []
+        for t in self.ticks:
+            y = self.y_of(t)
+            out.append(f'<line class="grid" x1="{LEFT}" y1="{y:.1f}" x2="{self.width - RIGHT}" '
+                       f'y2="{y:.1f}"/><text class="tick" x="{LEFT - 6}" y="{y + 4:.1f}" '
+                       f'text-anchor="end">{escape(number_text(t))}</text>')
+        return out
+
+    def time_axis(self) -> list[str]:
+        """A mark and a label per round time."""
+        start_s, bottom = self.chart.start_s, self.height - BOTTOM
+        out = []
+        for at in time_ticks(start_s, start_s + self.span_s):
+            x = LEFT + self.plot_w * (at - start_s) / self.span_s
+            out.append(f'<line class="axis" x1="{x:.1f}" y1="{bottom}" x2="{x:.1f}" '
+                       f'y2="{bottom + 4}"/><text class="tick" x="{x:.1f}" '
+                       f'y="{bottom + 16}" text-anchor="middle">'
+                       f"{escape(time_text(at, self.span_s))}</text>")
+        return out
+
+    def axes(self) -> str:
+        """The two axis lines."""
+        bottom = self.height - BOTTOM
+        return (f'<line class="axis" x1="{LEFT}" y1="{bottom}" '
+                f'x2="{self.width - RIGHT}" y2="{bottom}"/>'
+                f'<line class="axis" x1="{LEFT}" y1="{TOP}" x2="{LEFT}" '
+                f'y2="{bottom}"/>')
+
+    def marks(self, s: Series) -> list[str]:
+        """One series: bars, or a line per stretch of known values (a dot for one)."""
+        kind, out = escape(s.kind), []
+        bar_w = max(self.plot_w / self.slots - 1, 1)
+        for stretch in _runs(s.values):
+            if self.chart.bars:
+                out += [f'<rect class="bar series-{kind}" x="{self.x_of(i) - bar_w / 2:.1f}" '
+                        f'y="{self.y_of(v):.1f}" width="{bar_w:.1f}" '
+                        f'height="{self.height - BOTTOM - self.y_of(v):.1f}"/>'
+                        for i, v in stretch if v > 0]
+            elif len(stretch) == 1:
+                i, v = stretch[0]
+                out.append(f'<circle class="series-{kind}" cx="{self.x_of(i):.1f}" '
+                           f'cy="{self.y_of(v):.1f}" r="2"/>')
+            else:
+                points = " ".join(f"{self.x_of(i):.1f},{self.y_of(v):.1f}" for i, v in stretch)
+                out.append(f'<polyline class="series-{kind}" fill="none" '
+                           f'points="{points}"/>')
+        return out
+
+    def legend(self) -> list[str]:
+        """A swatch and a label per series, along the top, after the unit."""
+        x, out = max(LEFT + 8, 4 + 7 * len(self.chart.unit) + 16), []
+        for s in self.chart.series:
+            out.append(f'<rect class="key series-{escape(s.kind)}" x="{x}" y="6" width="10" '
+                       f'height="10"/><text class="legend" x="{x + 14}" y="15">'
+                       f"{escape(s.label)}</text>")
+            x += 24 + 7 * len(s.label)
+        return out
