@@ -22,7 +22,7 @@ from timers.model.keys import DEFAULT_GROUP, Keyspace
 from timers.model.runs import Run
 from timers.ops.base import Call, Operation, pairs
 from timers.ops.fleet import decode_task_set
-from timers.ops.flow_views import parked_entries
+from timers.ops.flow_views import Parked, parked_entries
 from timers.ops.operations import listener_groups
 
 TASK_KEY = "task:"
@@ -121,11 +121,38 @@ def task_flow(keys: Keyspace, task: str) -> Operation[TaskFlow]:
                                            Call(command=("HGETALL", keys.held))]
     now_ms = int(now[0]) * 1000 + int(now[1]) // 1000
     parked = parked_entries(parked_reply)
-    held = {as_text(t): as_text(v).split("|", 2) for t, v in _items(held_reply)}
     ids = list(parked)
     (records,) = (yield [Call(command=("HMGET", keys.records, *ids))]) if ids else ([],)
-    named: dict[tuple[str, str], set[tuple[int, int]]] = {
-        ("key", TASK_KEY + task): set(), ("rate", TASK_KEY + task): set()}
+    named, waits = _limits_met(task, parked, records, held_reply,
+                               {r.run.token for r in running})
+    order = sorted(named)
+    replies = yield [call for kind, name in order for call in _state_calls(keys, kind, name,
+                                                                          now_ms)]
+    limits = []
+    for i, (kind, name) in enumerate(order):
+        first, waiting = replies[2 * i], int(replies[2 * i + 1])
+        text, here = _limit_text(kind, named[(kind, name)]), waits.get((kind, name), 0)
+        if kind == "key":
+            shown = Limit(kind, name, text, running=int(first), waiting=waiting,
+                          waiting_here=here)
+        else:
+            tat = float(first) if first is not None else None
+            shown = Limit(kind, name, text, waiting=waiting, waiting_here=here,
+                          next_slot_ms=tat if tat is not None and tat > now_ms else None)
+        if shown.running or shown.waiting or named[(kind, name)] or shown.next_slot_ms:
+            limits.append(shown)
+    return TaskFlow(task, limits, running)
+
+
+_Named = dict[tuple[str, str], set[tuple[int, int]]]
+
+
+def _limits_met(task: str, parked: dict[str, Parked], records: list[Any], held_reply: Any,
+                own_tokens: set[str]) -> tuple[_Named, dict[tuple[str, str], int]]:
+    """The limits (kind, name) ``task`` meets, each with the (limit, burst) values seen,
+    and how many of the task's timers wait on each: its task-wide key and rate, the keys and
+    rates its waiting timers are parked on, and the keys its runs hold a slot of."""
+    named: _Named = {("key", TASK_KEY + task): set(), ("rate", TASK_KEY + task): set()}
     waits: dict[tuple[str, str], int] = {}
     for p, value in zip(parked.values(), records, strict=True):
         kind = "key" if p.is_key else "rate"
@@ -138,36 +165,22 @@ def task_flow(keys: Keyspace, task: str) -> Operation[TaskFlow]:
         kind = "key" if p.is_key else "rate"
         if (kind, p.name) in named:
             named[(kind, p.name)].add((p.a, p.b) if kind == "rate" else (p.a, 0))
-    own_tokens = {r.run.token for r in running}
+    held = {as_text(t): as_text(v).split("|", 2) for t, v in _items(held_reply)}
     for token, parts in held.items():
         if len(parts) == 3 and parts[0].isdigit() and (
                 token in own_tokens or ("key", parts[2]) in named):
             named.setdefault(("key", parts[2]), set()).add((int(parts[0]), 0))
-    order = sorted(named)
-    calls: list[Call] = []
-    for kind, name in order:
-        if kind == "key":
-            calls += [Call(command=("ZCOUNT", keys.slots(name), f"({now_ms}", "+inf")),
-                      Call(command=("ZCARD", keys.key_queue(name)))]
-        else:
-            calls += [Call(command=("HGET", keys.rate(name), "tat")),
-                      Call(command=("ZCARD", keys.rate_queue(name)))]
-    replies = yield calls
-    limits = []
-    for i, (kind, name) in enumerate(order):
-        first, waiting = replies[2 * i], int(replies[2 * i + 1])
-        if kind == "key":
-            shown = Limit(kind, name, _limit_text(kind, named[(kind, name)]),
-                          running=int(first), waiting=waiting,
-                          waiting_here=waits.get((kind, name), 0))
-        else:
-            tat = float(first) if first is not None else None
-            shown = Limit(kind, name, _limit_text(kind, named[(kind, name)]), waiting=waiting,
-                          waiting_here=waits.get((kind, name), 0),
-                          next_slot_ms=tat if tat is not None and tat > now_ms else None)
-        if shown.running or shown.waiting or named[(kind, name)] or shown.next_slot_ms:
-            limits.append(shown)
-    return TaskFlow(task, limits, running)
+    return named, waits
+
+
+def _state_calls(keys: Keyspace, kind: str, name: str, now_ms: int) -> list[Call]:
+    """What a limit's state is read with: a key's live slots and queue, a rate's next
+    arrival time (``tat``) and queue."""
+    if kind == "key":
+        return [Call(command=("ZCOUNT", keys.slots(name), f"({now_ms}", "+inf")),
+                Call(command=("ZCARD", keys.key_queue(name)))]
+    return [Call(command=("HGET", keys.rate(name), "tat")),
+            Call(command=("ZCARD", keys.rate_queue(name)))]
 
 
 def announced_tasks(keys: Keyspace) -> Operation[set[str]]:
