@@ -66,7 +66,7 @@ from timers.model.keys import DEFAULT_GROUP, DEFAULT_PREFIX
 from timers.model.runs import Fired
 from timers.ops.failures import Failure
 from timers.ops.flow_views import Parked, group_of, priority_of
-from timers.ops.operations import PendingTimer
+from timers.ops.pending import PendingTimer
 from timers.producer.client import AsyncTimers, Timers
 from timers.producer.loops import PerLoop
 from timers.store import connect

@@ -19,7 +19,7 @@ from timers.ops.flow_views import (
     parked_entries,
     priority_of,
 )
-from timers.ops.operations import PendingTimer, pending_of
+from timers.ops.pending import PendingTimer, pending_of
 
 SCAN_COUNT = 1000
 SEARCH_SCANS = 10

@@ -8,7 +8,6 @@ is also what makes it testable without a server.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import socket
@@ -27,34 +26,30 @@ from timers.model.due import DueSpec, due_spec, seconds
 from timers.model.encoding import (
     DEFAULT_MAX_ARGS_BYTES,
     Args,
-    Record,
     as_text,
     check_id,
     check_user_id,
     encode_record,
     escape_id,
-    unescape_id,
 )
 from timers.model.flow.names import DEFAULT_GROUP, check_group
 from timers.model.flow.options import flow_options, read_flow
 from timers.model.keys import Keyspace
 from timers.model.timer_ids import new_timer_id
 from timers.model.wire import (
-    EndKind,
-    HistoryRecord,
     Option,
     ScheduleMode,
-    StoredHistory,
-    TimerState,
 )
 from timers.ops import flow_views as views
-from timers.ops.base import Call, Operation, Request, live_heartbeats, ms_to_datetime, pairs
+from timers.ops.base import Call, Operation, Request, live_heartbeats, pairs
 from timers.ops.failures import Failure, FailureOperations, RetrySummary
-from timers.ops.flow_views import Found, GroupCounts, WaitState
-from timers.ops.history import HistoryOperations, redis_ms
+from timers.ops.flow_views import GroupCounts
+from timers.ops.history import HistoryOperations
+from timers.ops.pending import PendingTimer, pending_of
 from timers.ops.recurrences import RecurrenceOperations
 from timers.ops.replication import Replication
 from timers.ops.shards import id_in_shard
+from timers.ops.status import StatusOperations, TimerStatus
 from timers.store.scripts import NewTimer, ScriptCalls
 
 __all__ = [
@@ -83,60 +78,6 @@ class TimerSpec:
     """-1000 to 1000: higher runs first among timers waiting for the same slot."""
 
 
-@dataclass(frozen=True)
-class PendingTimer:
-    """A timer waiting for its due time."""
-
-    id: str
-    task: str
-    args: Args
-    due: datetime
-    attempts: int = 0
-    group: str = DEFAULT_GROUP
-    priority: int = 0
-    key: str | None = None
-    wait: WaitState | None = None
-    """Why a flow gate holds it back (a concurrency key or a rate limit), if one does."""
-    waited_from: datetime | None = None
-    """The due time it had before a gate held it back."""
-
-    def seconds_left(self, now: datetime) -> float:
-        return (self.due - now).total_seconds()
-
-    def held_for(self, now: datetime) -> float | None:
-        """Seconds a gate has delayed it so far (None: never held back)."""
-        if self.waited_from is None:
-            return None
-        end = now if self.wait is not None and self.wait.waiting else self.due
-        return max(0.0, (end - self.waited_from).total_seconds())
-
-
-@dataclass(frozen=True)
-class TimerStatus:
-    """Where one timer is: ``state``, and what that state knows.
-
-    - pending / waiting: ``timer`` (its due time, args …); waiting says ``waiting_on``:
-      ``key``, ``rate``, ``group`` (due, and no live listener serves its group, or the
-      releases disagree on it) or ``retry`` (a failed attempt's backoff);
-    - running: ``listener`` (its id, ``host:pid:…``) and ``since`` (the due time of the
-      run: it started at or after it; the start itself is not stored), ``attempt``;
-    - completed, skipped, dead, cancelled: ``ended`` (its history record); a dead timer
-      past the history's retention whose failure record is kept: ``failure``;
-    - unknown: never existed, or ended longer ago than the history and failure records
-      keep.
-    ``detail`` says it in one line.
-    """
-
-    id: str
-    state: TimerState
-    detail: str = ""
-    waiting_on: str | None = None
-    timer: PendingTimer | None = None
-    listener: str | None = None
-    since: datetime | None = None
-    attempt: int | None = None
-    ended: HistoryRecord | None = None
-    failure: Failure | None = None
 
 
 @dataclass(frozen=True)
@@ -190,7 +131,8 @@ class Prepared(NamedTuple):
     (:mod:`timers.ops.shards`)."""
 
 
-class Operations(FailureOperations, RecurrenceOperations, HistoryOperations):
+class Operations(FailureOperations, RecurrenceOperations, HistoryOperations,
+                 StatusOperations):
     """Builds requests for one keyspace and reads their replies."""
 
     def __init__(
@@ -406,52 +348,6 @@ class Operations(FailureOperations, RecurrenceOperations, HistoryOperations):
         found = yield from views.find_many(self.keys, [escape_id(check_id(timer_id))])
         return pending_of(found[0]) if found else None
 
-    def status(self, timer_id: str) -> Operation[TimerStatus]:
-        """Where the timer is (see :class:`TimerStatus`): running, pending or waiting,
-        else how it ended, else unknown. Three to six round trips; the running runs are
-        read whole (``P|runrec``: as many as the fleet runs at once), the rest by id (an
-        ended timer's expiry by the batch its history record names)."""
-        escaped = escape_id(check_id(timer_id))
-        now, runs, ended, expiry, beats, infos = yield [
-            Call(command=("TIME",)),
-            Call(command=("HGETALL", self.keys.running_records)),
-            Call(command=("HGET", self.keys.history_records, escaped)),
-            Call(command=("ZSCORE", self.keys.history_expiry, escaped)),
-            Call(command=("ZRANGE", self.keys.listeners, 0, -1, "WITHSCORES")),
-            Call(command=("HGETALL", self.keys.listener_info)),
-        ]
-        stored = None if ended is None else StoredHistory.decode(unescape_id(escaped),
-                                                                 as_text(ended))
-        if stored is not None and stored.batch is not None:
-            (expiry,) = yield [Call(command=("ZSCORE", self.keys.history_expiry, stored.batch))]
-        if expiry is not None and float(expiry) <= redis_ms(now):
-            stored = None  # past its retention: listeners trim it within about a second
-        running = _running_of(runs, escaped)
-        if running is not None:
-            listener, due_ms, attempt = running
-            since = ms_to_datetime(due_ms)
-            return TimerStatus(timer_id, TimerState.RUNNING,
-                               f"running on {listener} (due {views.utc_text(since)}, attempt "
-                               f"{attempt})", listener=listener, since=since, attempt=attempt)
-        found = yield from views.find_many(self.keys, [escaped])
-        if found:
-            served = {g for _, beat in live_heartbeats(redis_ms(now), beats, infos)
-                      for g in (beat.get("groups") or [DEFAULT_GROUP]) if isinstance(g, str)}
-            return _pending_status(timer_id, pending_of(found[0]), redis_ms(now), served)
-        record = None if stored is None else stored.record
-        if record is not None:
-            return TimerStatus(timer_id, TimerState(record.outcome.value),
-                               _ended_detail(record), ended=record)
-        failures = yield from self.get_failures(timer_id)
-        dead = [f for f in failures if f.record.kind != "rejected"]
-        if dead:
-            return TimerStatus(timer_id, TimerState.DEAD,
-                               f"dead ({dead[0].record.error_type}: "
-                               f"{dead[0].record.message[:200]}); its history record is "
-                               "past retention, its failure record is kept", failure=dead[0])
-        return TimerStatus(timer_id, TimerState.UNKNOWN,
-                           "unknown: never existed, or ended longer ago than the history "
-                           "keeps")
 
     # -- listings ---------------------------------------------------------------------
 
@@ -522,74 +418,4 @@ def listener_groups(infos: Any) -> set[str]:
     return out
 
 
-def _running_of(runs: Any, escaped: str) -> tuple[str, int, int] | None:
-    """(listener, due ms, attempt) of a run of the timer in ``HGETALL P|runrec``."""
-    items = runs.items() if isinstance(runs, dict) else pairs(runs)
-    for _, value in items:
-        text = as_text(value)
-        head, _, entry = text.partition("|")
-        due, _, rest = entry.partition("|")
-        if not rest.startswith(escaped + ":"):
-            continue
-        reruns, _, listener = head.partition("@")
-        record = rest[len(escaped) + 1:]
-        attempts = 0
-        with contextlib.suppress(MalformedTimerKey, ValueError):
-            attempts = int(Record.decode(record).options.get(Option.ATTEMPTS, "0"))
-        try:
-            return listener, int(due), attempts + int(reruns or 0) + 1
-        except ValueError:
-            continue
-    return None
 
-
-def _pending_status(timer_id: str, timer: PendingTimer, now_ms: int,
-                    served: set[str]) -> TimerStatus:
-    wait = timer.wait
-    if wait is not None:
-        return TimerStatus(timer_id, TimerState.WAITING, wait.describe(),
-                           waiting_on=wait.kind, timer=timer)
-    due_ms = timer.due.timestamp() * 1000
-    if due_ms <= now_ms and timer.group not in served:
-        return TimerStatus(timer_id, TimerState.WAITING,
-                           f"waiting for a listener of group {timer.group} (due "
-                           f"{views.utc_text(timer.due)}; no live listener serves it)",
-                           waiting_on="group", timer=timer)
-    if timer.attempts:
-        return TimerStatus(timer_id, TimerState.WAITING,
-                           f"waiting to retry: attempt {timer.attempts + 1} due "
-                           f"{views.utc_text(timer.due)} ({timer.attempts} failed)",
-                           waiting_on="retry", timer=timer)
-    return TimerStatus(timer_id, TimerState.PENDING, f"pending, due {views.utc_text(timer.due)}",
-                       timer=timer)
-
-
-def _ended_detail(record: HistoryRecord) -> str:
-    when = views.utc_text(ms_to_datetime(record.ended * 1000))
-    if record.outcome is EndKind.CANCELLED:
-        return f"cancelled {when} by {record.listener or '?'}"
-    took = "" if record.duration_ms is None else f", ran {record.duration_ms} ms"
-    late = "" if record.lateness_ms is None else f", started {record.lateness_ms} ms late"
-    error = f": {record.error}" if record.error else ""
-    return (f"{record.outcome.value} {when} on {record.listener or '?'} (attempt "
-            f"{record.attempts}{took}{late}){error}")
-
-
-def pending_of(found: Found) -> PendingTimer:
-    """A found timer as the API shows it."""
-    record = found.record
-    waited_from = record.options.get(Option.WAITED_FROM)
-    if waited_from is None and found.wait is not None and found.wait.waiting:
-        waited_from = str(found.due_ms)  # held at its due time, which it keeps
-    return PendingTimer(
-        id=unescape_id(found.escaped),
-        task=record.task,
-        args=record.args,
-        due=ms_to_datetime(found.due_ms),
-        attempts=int(record.options.get(Option.ATTEMPTS, "0")),
-        group=views.group_of(record),
-        priority=views.priority_of(record),
-        key=views.key_of(record),
-        wait=found.wait,
-        waited_from=None if waited_from is None else ms_to_datetime(float(waited_from)),
-    )

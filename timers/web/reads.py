@@ -23,7 +23,7 @@ from urllib.parse import urlencode
 from timers.exceptions import TimersError
 from timers.model.due import parse_delay
 from timers.ops.failures import Failure
-from timers.ops.operations import PendingTimer
+from timers.ops.pending import PendingTimer
 from timers.producer.client import Timers
 
 NOT_AVAILABLE = "run history is not available in this version"
