@@ -30,9 +30,9 @@ from typing import Any
 import redis
 
 from timers.dev.server import EmbeddedServer
+from timers.model.history import EndKind, HistoryRecord, MinuteSlot
 from timers.model.keys import Keyspace
 from timers.model.timer_ids import new_timer_id
-from timers.model.wire import EndKind, HistoryRecord, MinuteSlot
 from timers.store.scripts import PRELUDES, NewTimer, ScriptCalls, source
 
 KS = Keyspace("bench")

@@ -57,9 +57,9 @@ if typing.TYPE_CHECKING:
     from timers.model.cron import CatchUp, Recurrence
     from timers.model.encoding import Args
     from timers.model.flow.rates import Rate
+    from timers.model.history import HistoryRecord, MinuteStats, TimerState
     from timers.model.policy import Backoff, TaskPolicy, registered, task
     from timers.model.runs import Fired
-    from timers.model.wire import HistoryRecord, MinuteStats, TimerState
     from timers.ops.operations import (
         Failure,
         PendingTimer,
@@ -150,9 +150,9 @@ _LAZY: dict[str, str] = {
     "TimerContext": "timers.listener.context",
     "TimerSpec": "timers.ops.operations",
     "TimerStatus": "timers.ops.status",
-    "HistoryRecord": "timers.model.wire",
-    "MinuteStats": "timers.model.wire",
-    "TimerState": "timers.model.wire",
+    "HistoryRecord": "timers.model.history",
+    "MinuteStats": "timers.model.history",
+    "TimerState": "timers.model.history",
     "Timers": "timers.producer.client",
     "current": "timers.listener.context",
     "registered": "timers.model.policy",

@@ -23,7 +23,7 @@ import redis.asyncio
 from timers.exceptions import WrongEventLoop
 from timers.model.cron import CatchUp, Recurrence
 from timers.model.encoding import Args
-from timers.model.wire import HistoryRecord, MinuteStats
+from timers.model.history import HistoryRecord, MinuteStats
 from timers.ops.operations import PendingTimer, TimerSpec, TimerStatus
 from timers.producer.client import AsyncTimers
 from timers.producer.loops import PerLoop

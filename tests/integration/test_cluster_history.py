@@ -15,8 +15,8 @@ from tests.conftest import wait_until
 from tests.integration.helpers import TASKS, run_cli
 from timers import Timers
 from timers.model.encoding import escape_id
+from timers.model.history import TimerState
 from timers.model.keys import Keyspace
-from timers.model.wire import TimerState
 from timers.ops.shards import ShardLayout, shard_of
 from timers.store.cluster import sync_cluster
 

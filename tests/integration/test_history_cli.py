@@ -7,7 +7,7 @@ from __future__ import annotations
 from tests.conftest import wait_until
 from tests.integration.helpers import TASKS, run_cli
 from timers import Timers
-from timers.model.wire import TimerState
+from timers.model.history import TimerState
 
 
 def burst(redis_url: str, *options: str) -> None:

@@ -18,9 +18,7 @@ from tests.unit.helpers import claim, redis_now_ms
 from timers import Listener, Timers
 from timers.listener.history import HistoryPolicy
 from timers.model.encoding import as_text
-from timers.model.keys import Keyspace
-from timers.model.policy import history_age, policy_of
-from timers.model.wire import (
+from timers.model.history import (
     DEFAULT_HISTORY_AGE,
     DEFAULT_HISTORY_COUNT,
     EndKind,
@@ -31,6 +29,8 @@ from timers.model.wire import (
     bucket_of,
     histogram_percentile,
 )
+from timers.model.keys import Keyspace
+from timers.model.policy import history_age, policy_of
 from timers.store.scripts import ScriptCalls, register_all
 
 PAST = datetime(2001, 1, 1, tzinfo=UTC)

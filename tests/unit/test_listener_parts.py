@@ -33,10 +33,11 @@ from timers.listener.runner import Runner
 from timers.listener.turns import Turns
 from timers.model.clock import ManualClock
 from timers.model.encoding import Record, entry_text
+from timers.model.history import MinuteSlot, bucket_of
 from timers.model.keys import Keyspace
 from timers.model.policy import task
 from timers.model.runs import Outcome, Run, RunFacts
-from timers.model.wire import EndingKind, FailureRecord, MinuteSlot, Option, bucket_of
+from timers.model.wire import EndingKind, FailureRecord, Option
 from timers.store.scripts import Scripts, Taker
 
 KEYS = Keyspace()

@@ -21,8 +21,8 @@ from tests.unit.sample_tasks import mod
 from timers import Listener, Timers, TimerSpec
 from timers.exceptions import ShardLayoutMismatch, TimersError
 from timers.listener.flow_gate import _WARNED
+from timers.model.history import TimerState
 from timers.model.keys import Keyspace
-from timers.model.wire import TimerState
 from timers.ops.shards import (
     MAX_SHARDS,
     ShardLayout,

@@ -20,8 +20,8 @@ from timers.cli.common import (
 )
 from timers.exceptions import UserError
 from timers.model.due import parse_duration
+from timers.model.history import HistoryRecord
 from timers.model.keys import DEFAULT_PREFIX
-from timers.model.wire import HistoryRecord
 
 
 def _ms(value: int | None) -> str:

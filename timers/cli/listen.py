@@ -40,8 +40,8 @@ from timers.listener.recycling import RecycleLimits, check_memory_limit, report_
 from timers.listener.supervisor import ListenOptions, Supervisor
 from timers.model.due import parse_duration
 from timers.model.flow.names import served_groups
+from timers.model.history import DEFAULT_HISTORY_AGE, DEFAULT_HISTORY_COUNT
 from timers.model.keys import DEFAULT_PREFIX
-from timers.model.wire import DEFAULT_HISTORY_AGE, DEFAULT_HISTORY_COUNT
 from timers.store.connect import configured_url
 from timers.store.server_errors import url_address
 

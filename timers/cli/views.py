@@ -21,8 +21,8 @@ from timers.cli.common import (
     printable,
 )
 from timers.model.due import format_duration
+from timers.model.history import EndKind, TimerState
 from timers.model.keys import DEFAULT_GROUP, DEFAULT_PREFIX
-from timers.model.wire import EndKind, TimerState
 from timers.ops.operations import PendingTimer, Stats, TimerStatus
 
 IdArgument = Annotated[str, typer.Argument(metavar="ID", help="Timer id.")]

@@ -1,9 +1,9 @@
 """What a listener keeps of the runs it ends: history records and per-task series.
 
 Both ride in the batched ``finish.lua`` call that writes the endings (no round trip of
-their own): each ending that ends its timer carries its :class:`timers.model.wire.HistoryRecord`
+their own): each ending that ends its timer carries its :class:`timers.model.history.HistoryRecord`
 text, and the batch's runs are summed here per task and minute into one
-:class:`timers.model.wire.MinuteSlot` each, which the script adds to the task's ring
+:class:`timers.model.history.MinuteSlot` each, which the script adds to the task's ring
 (``timers/store/lua/history.lua``).
 """
 
@@ -13,16 +13,16 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from timers.model.runs import RunFacts
-from timers.model.wire import (
+from timers.model.history import (
     DEFAULT_HISTORY_AGE,
     DEFAULT_HISTORY_COUNT,
     HISTORY_ERROR_CHARS,
-    EndingKind,
     EndKind,
     MinuteSlot,
     bucket_of,
 )
+from timers.model.runs import RunFacts
+from timers.model.wire import EndingKind
 
 
 @dataclass(frozen=True)
@@ -60,7 +60,7 @@ ENDS = {EndingKind.OK: EndKind.COMPLETED.letter, EndingKind.SKIP: EndKind.SKIPPE
 
 
 def history_text(facts: RunFacts, kind: EndingKind, listener: str) -> str:
-    """The ending's history record (:meth:`timers.model.wire.HistoryRecord.encode`'s text, made
+    """The ending's history record (:meth:`timers.model.history.HistoryRecord.encode`'s text, made
     in one step: it is made per run)."""
     error = facts.error
     if error:

@@ -89,9 +89,9 @@ key                 type    holds
                             id is ``:`` and a number of ``P|seq`` (its first run's token,
                             or drawn for a cancel), so none repeats.
 ``P|histrec``       hash    escaped id -> ``<batch id>|`` and its newest end's
-                            :class:`timers.model.wire.HistoryRecord` text
+                            :class:`timers.model.history.HistoryRecord` text
                             ``ki|ended|duration|attempts|lateness|listener|task|error``
-                            (:class:`timers.model.wire.StoredHistory`); a batch's
+                            (:class:`timers.model.history.StoredHistory`); a batch's
                             record is one whose prefix names it. The previous release's
                             records (no prefix) are indexed by escaped id in ``P|hist``
                             and ``P|histexp``, and read and trimmed the same way.
@@ -100,7 +100,7 @@ key                 type    holds
 ``P|histtask``      hash    task -> its own history age ms (``@task(history=...)``; 0:
                             none kept), for ``cancel.lua`` (written by each listener at
                             its first trim; a task absent keeps the listeners' age).
-``P|series``        hash    ``<task>|<minute mod 1440>`` -> :class:`timers.model.wire.MinuteSlot`
+``P|series``        hash    ``<task>|<minute mod 1440>`` -> :class:`timers.model.history.MinuteSlot`
                             text: a ring of 24 h of minute slots per task (runs,
                             failures, lateness and duration histograms).
 ``P|seriest``       hash    task -> last minute written: the tasks with a series.

@@ -14,8 +14,7 @@ from typing import Any
 
 from timers.exceptions import MalformedTimerKey
 from timers.model.encoding import as_text, unescape_id
-from timers.model.keys import Keyspace
-from timers.model.wire import (
+from timers.model.history import (
     HISTORY_BATCH_START,
     SERIES_MINUTES,
     HistoryRecord,
@@ -23,6 +22,7 @@ from timers.model.wire import (
     MinuteStats,
     StoredHistory,
 )
+from timers.model.keys import Keyspace
 from timers.ops.base import Call, Operation, pairs
 
 HISTORY_PAGE = 1000

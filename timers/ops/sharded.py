@@ -18,8 +18,8 @@ from timers.exceptions import InvalidTimer, NotReplicated, ServerOutOfMemory
 from timers.model.cron import Recurrence
 from timers.model.encoding import DEFAULT_MAX_ARGS_BYTES, escape_id
 from timers.model.flow.names import DEFAULT_GROUP
+from timers.model.history import HistoryRecord, MinuteSlot, MinuteStats, TimerState
 from timers.model.keys import Keyspace, configured_prefix
-from timers.model.wire import HistoryRecord, MinuteSlot, MinuteStats, TimerState
 from timers.ops import browse, tasks
 from timers.ops.base import Call, Operation, Request
 from timers.ops.failures import Failure, RetrySummary

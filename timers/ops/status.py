@@ -13,8 +13,9 @@ from typing import Any
 from timers.exceptions import MalformedTimerKey
 from timers.model.encoding import Record, as_text, check_id, escape_id, unescape_id
 from timers.model.flow.names import DEFAULT_GROUP
+from timers.model.history import EndKind, HistoryRecord, StoredHistory, TimerState
 from timers.model.keys import Keyspace
-from timers.model.wire import EndKind, HistoryRecord, Option, StoredHistory, TimerState
+from timers.model.wire import Option
 from timers.ops import flow_views as views
 from timers.ops.base import Call, Operation, live_heartbeats, ms_to_datetime, pairs
 from timers.ops.failures import Failure

@@ -13,7 +13,7 @@ import redis.asyncio
 from timers.model.cron import CatchUp, Recurrence, recurrence
 from timers.model.encoding import DEFAULT_MAX_ARGS_BYTES, Args
 from timers.model.flow.names import configured_group
-from timers.model.wire import HistoryRecord, MinuteStats
+from timers.model.history import HistoryRecord, MinuteStats
 from timers.ops.operations import (
     Failure,
     Operation,

@@ -26,8 +26,8 @@ from functools import cache
 from importlib import resources
 from typing import Any, Literal, NamedTuple
 
+from timers.model.history import DEFAULT_HISTORY_AGE, DEFAULT_HISTORY_COUNT
 from timers.model.keys import DEFAULT_GROUP, SCRIPT_KEY_NAMES, Keyspace
-from timers.model.wire import DEFAULT_HISTORY_AGE, DEFAULT_HISTORY_COUNT
 from timers.store.cluster import is_cluster
 from timers.store.declare import AsyncDeclaring, Declaring
 from timers.store.lua_library import AsyncFunction, Function, library

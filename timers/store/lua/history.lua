@@ -1,5 +1,5 @@
 -- history.lua: the run history and the per-task series, shared by finish.lua and
--- cancel.lua (put after flow.lua). timers/model/keys.py names the keys; timers/model/wire.py is the
+-- cancel.lua (put after flow.lua). timers/model/keys.py names the keys; timers/model/history.py is the
 -- codec of both values (HistoryRecord, MinuteSlot): the scripts only check their shape.
 --
 -- The history is indexed by batch, not by record: a finish call writes one batch per
