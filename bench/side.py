@@ -182,6 +182,17 @@ async def _listen(url: str, ready: Path, max_seconds: float) -> None:
             await client.aclose()
 
 
+def run_listener(main: Any) -> None:
+    """Run the listener on the event loop ``timers listen`` picks by default (uvloop when
+    installed, ``$TIMERS_LOOP`` to choose), or on asyncio's in a tree without the choice."""
+    try:
+        from timers.listener.event_loop import run
+    except ImportError:
+        asyncio.run(main)
+    else:
+        run(main)
+
+
 def fire(url: str, sink_url: str, task: str, n: int, timeout: float) -> dict[str, float]:
     from timers import Timers, TimerSpec
 
@@ -259,7 +270,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--ready", type=Path)
     opts = parser.parse_args(argv)
     if opts.scenario == "listen":
-        asyncio.run(_listen(opts.url, opts.ready, opts.seconds))
+        run_listener(_listen(opts.url, opts.ready, opts.seconds))
         return
     if opts.scenario == "single":
         out = single(opts.url, opts.seconds, opts.n * 10)

@@ -20,6 +20,7 @@ import redis
 from tests.conftest import ROOT, wait_until
 from tests.task_pkg import RUNS, STARTED, URL_ENV
 from timers import Fired, Listener, Timers
+from timers.listener import event_loop
 from timers.model.keys import Keyspace
 from timers.model.percentiles import percentile
 
@@ -30,6 +31,9 @@ KEYS = Keyspace()
 
 class ListenerThread:
     """A :class:`Listener` running on its own event loop in a thread, its runs observed.
+
+    The loop is the one ``timers listen`` would run (uvloop when installed, asyncio's
+    with ``$TIMERS_LOOP=asyncio``).
 
     ``fired`` collects every :class:`Fired` report, in the order the runs ended.
     """
@@ -58,7 +62,7 @@ class ListenerThread:
 
     def _main(self) -> None:
         try:
-            asyncio.run(self._run())
+            event_loop.run(self._run())
         except BaseException as exc:  # reported by stop()
             self.error = exc
         finally:

@@ -26,7 +26,8 @@ from timers.cli.listen_logs import (
 )
 from timers.cli.listen_metrics import MetricsHostOption, MetricsPortOption
 from timers.exceptions import EvictionUnsafe, PermissionMissing, UserError
-from timers.listener import DEFAULT_CONCURRENCY, DEFAULT_LEASE, Listener
+from timers.listener import DEFAULT_CONCURRENCY, DEFAULT_LEASE, Listener, event_loop
+from timers.listener.event_loop import LOOP_ENV, LoopChoice
 from timers.listener.foreground import (
     WAIT_FOR_REDIS,
     run_in_foreground,
@@ -79,6 +80,11 @@ MaxMemoryOption = Annotated[float | None, typer.Option(
     "--max-memory-per-child", min=1, metavar="MB", show_default=False,
     help="Replace a listener process once its resident memory reaches MB megabytes; "
          "runs it under a supervisor even without --processes.")]
+LoopOption = Annotated[LoopChoice | None, typer.Option(
+    "--loop", case_sensitive=False, show_default=False,
+    help=f"The event loop of the listener processes: uvloop (installed by "
+         f"'pip install redis-timers[fast]'), asyncio's own, or auto: uvloop when it is "
+         f"installed [default: ${LOOP_ENV} or auto]")]
 
 
 HistoryAgeOption = Annotated[str | None, typer.Option(
@@ -144,9 +150,16 @@ def listen(
     history_age: HistoryAgeOption = None,
     history_count: HistoryCountOption = None,
     series: SeriesOption = True,
+    loop: LoopOption = None,
 ) -> None:
     """Run timers as they come due (subscribes to expired events and sweeps the due index)."""
     log_format = set_up_logs(log_level, log_format, processes)
+    try:
+        event_loop.chosen_loop(loop)  # a loop that cannot be had: refused here, once
+    except ValueError as exc:
+        raise UserError(f"--loop: {exc}" if loop else f"${LOOP_ENV}: {exc}") from None
+    if loop is not None:  # the environment carries it to every process the listener starts
+        os.environ[LOOP_ENV] = loop
     if setup is not None:  # the environment carries it to every process the listener starts
         try:
             check_setup(setup)
@@ -212,7 +225,8 @@ def _listen_here(options: ListenOptions) -> None:
     listener_logs(listener, options.log_fires)
     listener.loader.load()  # a package that cannot be imported: refused before any wait
     metrics = listen_metrics.record(listener, options.metrics_port, options.metrics_host)
-    asyncio.run(_listen(listener, options, url_address(configured_url(options.url)), metrics))
+    event_loop.run(_listen(listener, options, url_address(configured_url(options.url)),
+                           metrics))
     listener.tally.log_stopped()
     # Threads of tasks that outlived the shutdown timeout were handed back; don't wait
     # for them at interpreter exit.
@@ -227,8 +241,8 @@ async def _listen(listener: Listener, options: ListenOptions, where: str,
     if not await wait_for_server(listener.redis, where, wait=wait):
         return  # stopped by a signal before the server answered
     logging.getLogger("timers").info(
-        "starting on %s (tasks package %r, concurrency %d)",
-        where, listener.loader.package, listener.concurrency)
+        "starting on %s (tasks package %r, concurrency %d, event loop %s)",
+        where, listener.loader.package, listener.concurrency, event_loop.loop_name())
     done = asyncio.Event()
     sampler = listen_metrics.sample(metrics, listener, done) if metrics else None
     try:

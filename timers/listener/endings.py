@@ -23,6 +23,7 @@ from timers.listener.leases import HeldRuns, still_held
 from timers.listener.retrying import RETRYABLE, ConnectionState, Outage, ReconnectDelays, pause
 from timers.model.clock import Clock, SystemClock
 from timers.model.encoding import entry_text
+from timers.model.fast_init import fast_init
 from timers.model.keys import Keyspace
 from timers.model.runs import Run, RunFacts
 from timers.model.wire import EndingKind, FailureRecord
@@ -41,6 +42,7 @@ slots' read and merge, the trim's reads, the retention GET) is paid about once a
 not once per batch."""
 
 
+@fast_init  # made once or more per run
 @dataclass(frozen=True)
 class Ending:
     """How one run ended (``token`` is empty for a rejected event key)."""

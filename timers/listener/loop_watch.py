@@ -41,7 +41,8 @@ def blocker(frame: FrameType | None, tasks: Iterable[tuple[CodeType, str]]) -> s
 class LoopWatch:
     """Warns when ``loop`` has not run a callback for ``threshold`` seconds.
 
-    ``running`` gives the code and name of the ``async def`` tasks now on the loop.
+    ``running`` gives the code and name of the ``async def`` tasks that may be on the loop
+    (those called so far: the innermost whose code is on the loop's stack is named).
     """
 
     def __init__(self, loop: asyncio.AbstractEventLoop,

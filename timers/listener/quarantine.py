@@ -33,6 +33,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from timers.listener import context as timer_context
+from timers.listener import event_loop
 from timers.listener.crashes import died_outcome
 from timers.listener.loader import TaskLoader
 from timers.listener.orphans import ask_for_signal_on_parent_death
@@ -296,10 +297,11 @@ def _child(package: str, search_path: str | None, task: str, pickled: bytes, arg
     ask_for_signal_on_parent_death(signal.SIGKILL)
     if logs is not None:
         logs.configure()
-    timer_context.enter(timer)  # asyncio.run copies it into the task's context
-    try:
-        outcome = asyncio.run(_run_in_child(package, search_path, task, pickled, args_json,
-                                            lambda: sender.send("started")))
+    timer_context.enter(timer)  # the run copies it into the task's context
+    try:  # on the listener's kind of event loop ($TIMERS_LOOP came with the environment)
+        outcome = event_loop.run(_run_in_child(package, search_path, task, pickled,
+                                               args_json, lambda: sender.send("started")),
+                                 _loop_of_listener())
         sender.send((outcome.kind, outcome.error_type, outcome.message[:MAX_MESSAGE],
                      outcome.traceback[-MAX_TRACEBACK:]))
     except PARENT_GONE as exc:
@@ -309,6 +311,15 @@ def _child(package: str, search_path: str | None, task: str, pickled: bytes, arg
     finally:
         with contextlib.suppress(OSError):
             sender.close()
+
+
+def _loop_of_listener() -> str:
+    """The listener's kind of event loop; asyncio's if ``$TIMERS_LOOP`` names none that
+    this process can have (a listener started through the API does not check it)."""
+    try:
+        return event_loop.chosen_loop()
+    except ValueError:
+        return "asyncio"
 
 
 async def _run_in_child(package: str, search_path: str | None, task: str, pickled: bytes,

@@ -295,10 +295,13 @@ class Runner:
         self._pool = ThreadPool(threads, on_free)
         self._on_loop_as: dict[Callable[..., Any], tuple[CodeType, str] | None] = {}
         """Each function called so far: None if a plain function (called in a thread),
-        else the key an ``async def`` counts under in :attr:`on_loop` while it runs."""
-        self.on_loop: collections.Counter[tuple[CodeType, str]] = collections.Counter()
-        """The code of each ``async def`` task running on the event loop, with its name
-        (for naming what blocks the loop)."""
+        else an ``async def``'s code and name (:meth:`async_tasks`)."""
+
+    def async_tasks(self) -> list[tuple[CodeType, str]]:
+        """The code and name of each ``async def`` task called so far: one whose code is
+        on the event loop's stack is running there (for naming what blocks the loop; no
+        count of the running ones is kept per run)."""
+        return [key for key in list(self._on_loop_as.values()) if key is not None]
 
     @property
     def stuck(self) -> int:
@@ -342,10 +345,10 @@ class Runner:
         try:
             if loop_key is not None:
                 if deadline is None:
-                    await self._on_loop(fn, loop_key, positional, keywords)
+                    await fn(*positional, **keywords)
                 else:
                     async with deadline:
-                        await self._on_loop(fn, loop_key, positional, keywords)
+                        await fn(*positional, **keywords)
             else:
                 job = self._pool.submit(fn, list(positional), dict(keywords),
                                         after.job if after else None, turn is not None, fence)
@@ -368,16 +371,6 @@ class Runner:
         except BaseException as exc:  # a task's failure is data
             return _failed(exc, limit, deadline is not None and deadline.expired())
         return OK
-
-    async def _on_loop(self, fn: Callable[..., Any], key: tuple[CodeType, str], args: Any,
-                       kwargs: dict[str, Any]) -> None:
-        self.on_loop[key] += 1
-        try:
-            await fn(*args, **kwargs)
-        finally:
-            self.on_loop[key] -= 1
-            if self.on_loop[key] <= 0:
-                del self.on_loop[key]
 
     async def _wait(self, job: Job, limit: float) -> Any:
         """The job's result, or :class:`Overran` once it has run ``limit`` s in a thread;

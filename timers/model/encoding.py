@@ -27,6 +27,7 @@ from timers.exceptions import (
     InvalidTimerId,
     MalformedTimerKey,
 )
+from timers.model.fast_init import fast_init
 
 MAX_TASK_LENGTH = 200
 MAX_ID_BYTES = 512
@@ -173,6 +174,7 @@ def encode_record(task: str, args: Args, options: Mapping[str, str],
     return head + ":" + encode_args(args, max_args_bytes)
 
 
+@fast_init  # made once or more per run
 @dataclass(frozen=True)
 class Record:
     """What a timer runs: a task path, its args, and small options (e.g. attempts so far)."""

@@ -9,6 +9,7 @@ from typing import Any, Literal, NamedTuple
 
 from timers.exceptions import MalformedTimerKey
 from timers.model.encoding import Args, Record, as_text, unescape_id
+from timers.model.fast_init import fast_init
 from timers.model.keys import DEFAULT_GROUP
 from timers.model.run_record import decode, record_option
 from timers.model.tracebacks import from_task_frames
@@ -28,6 +29,7 @@ OutcomeKind = Literal[
 ]
 
 
+@fast_init  # made once or more per run
 @dataclass(frozen=True)
 class Run:
     """One claimed run: which timer, when it was due, how it was found."""
@@ -197,6 +199,7 @@ class RunFacts(NamedTuple):
     history_ms: int | None = None
 
 
+@fast_init  # made once or more per run
 @dataclass(frozen=True)
 class Fired:
     """What a listener reports to its observer after each run (the demo and bench use it)."""
