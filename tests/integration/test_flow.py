@@ -327,16 +327,32 @@ def test_a_rate_of_600_a_minute_across_three_listeners_spaces_300_timers_due_at_
                                   id=f"p{i:03}", in_=1.0, priority=5 if i % 3 == 0 else 0)
                         for i in range(300))  # one script call: one due time for all
 
+    # The priority order holds among the timers waiting for the rate: a timer still in its
+    # due index, or claimed and not gated yet, is not waiting yet (the state machine's FIFO
+    # rule). Note how many had started once every other one waited (or was the pacer).
+    rate_queue = KEYS.rate_queue("task:flow.paced")
+    queued = wait_until(lambda: (started := len(runs(r))) + r.zcard(rate_queue) + 1 >= 300
+                        and started, 30, 0.005, message="the paced timers to queue")
     wait_until(lambda: len(runs(r)) >= 300, 60, message="300 paced timers to run")
     done = sorted(runs(r), key=lambda run: run[3])
     assert Counter(run[0] for run in done) == {f"p{i:03}": 1 for i in range(300)}
     starts = [run[3] for run in done]
-    busiest = max(sum(1 for s in starts[i:] if s < start + 1000)
+    # noted as each task enters: up to ~100 ms after its gate let it go on a loaded machine,
+    # so any 900 ms by the tasks' clocks (the gate's own times are checked in
+    # test_rate_kill.py and test_rate_restart.py)
+    busiest = max(sum(1 for s in starts[i:] if s < start + 900)
                   for i, start in enumerate(starts))
-    assert busiest <= 11, f"{busiest} starts in one second (10 a second + a burst of 1)"
-    order = [(-run[1], run[0]) for run in done[2:]]  # the first two went before a queue formed
-    assert order == sorted(order), "not in priority order, then due order"
-    print(f"\n300 timers at 600/m: busiest second {busiest} starts, "
+    assert busiest <= 11, f"{busiest} starts in 900 ms (10 a second + a burst of 1)"
+    # after those, and the pacer chosen then: priority order, then due (= id) order. A task
+    # notes its start as it enters, after its listener's dispatch (up to ~100 ms on a
+    # loaded machine), so two starts 100 ms apart by the gate may be noted the other way
+    # round: only such close pairs may be out of order.
+    later = done[int(queued) + 1:]
+    out_of_order = [(a[0], b[0], b[3] - a[3]) for i, a in enumerate(later)
+                    for b in later[i + 1:] if (-a[1], a[0]) > (-b[1], b[0])]
+    assert all(gap < 150 for _, _, gap in out_of_order), (
+        f"not in priority order, then due order: {out_of_order[:5]}")
+    print(f"\n300 timers at 600/m: busiest 900 ms {busiest} starts, "
           f"{(starts[-1] - starts[0]) / 1000:.1f} s first to last (ideal 29.9 s)")
 
 
