@@ -384,15 +384,21 @@ def test_in_a_burst_the_writer_lets_a_batch_grow_unless_an_ending_may_free_a_slo
         scripts = Scripts(client, KEYS)
         calls: list[int] = []
         finish = scripts.finish
+        wrote, finished = asyncio.Event(), [0]
 
         async def counted(**kwargs: Any) -> Any:
             calls.append(len(kwargs["endings"]))
-            return await finish(**kwargs)
+            try:
+                return await finish(**kwargs)
+            finally:
+                finished[0] += 1
+                wrote.set()
 
         async def written(n: int) -> None:
             async with asyncio.timeout(10):
-                while len(calls) < n:
-                    await asyncio.sleep(0.005)
+                while finished[0] < n:
+                    wrote.clear()
+                    await wrote.wait()
 
         scripts.finish = counted  # type: ignore[method-assign]
         closed = asyncio.Event()
