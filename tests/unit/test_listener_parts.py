@@ -372,6 +372,75 @@ def test_the_writer_writes_endings_in_batches_and_forgets_them_once_written(
     assert (stats.fired, stats.running, stats.pending) == (5, 0, 0)
 
 
+def test_in_a_burst_the_writer_lets_a_batch_grow_unless_an_ending_may_free_a_slot(
+        server: fakeredis.FakeServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Endings that come within GATHER of the last call wait out the rest of it and go
+    in one call; an ending that may free a flow slot (its key's next run waits for it) is
+    written at once, with those queued before it."""
+    monkeypatch.setattr("timers.listener.endings.GATHER", 0.5)
+    producer = Timers(fakeredis.FakeRedis(server=server))
+
+    async def scenario() -> tuple[list[int], float, float]:
+        client = fakeredis.FakeAsyncRedis(server=server)
+        scripts = Scripts(client, KEYS)
+        calls: list[int] = []
+        finish = scripts.finish
+        wrote, finished = asyncio.Event(), [0]
+
+        async def counted(**kwargs: Any) -> Any:
+            calls.append(len(kwargs["endings"]))
+            try:
+                return await finish(**kwargs)
+            finally:
+                finished[0] += 1
+                wrote.set()
+
+        async def written(n: int) -> None:
+            async with asyncio.timeout(10):
+                while finished[0] < n:
+                    wrote.clear()
+                    await wrote.wait()
+
+        scripts.finish = counted  # type: ignore[method-assign]
+        closed = asyncio.Event()
+        writer = EndingWriter(scripts, KEYS, 3600, HeldRuns(), closed, ManualClock(),
+                              taker=lambda tokens: Taker(), on_handed=lambda runs, n: None,
+                              on_written=lambda: None, outage=Outage())
+        for i in range(5):
+            producer.schedule("mod.add", [i], in_=0, id=f"t{i}")
+        reply = await scripts.claim(limit=10, lease_ms=60_000, horizon_ms=8, listener_id="me")
+        items = reply[3:]
+        runs = [Run.parse(*items[i:i + 3]) for i in range(0, len(items), 3)]
+        task = asyncio.create_task(writer.run())
+        loop = asyncio.get_running_loop()
+        writer.add(Ending.of(runs[0], EndingKind.OK))  # nothing before it: at once
+        await written(1)
+        start = loop.time()
+        writer.add(Ending.of(runs[1], EndingKind.OK))
+        await asyncio.sleep(0.05)
+        writer.add(Ending.of(runs[2], EndingKind.OK))
+        await written(2)
+        gathered = loop.time() - start
+        start = loop.time()
+        writer.add(Ending.of(runs[3], EndingKind.OK))
+        await asyncio.sleep(0.05)
+        writer.add(Ending.of(runs[4], EndingKind.OK), prompt=True)
+        await written(3)
+        prompt = loop.time() - start
+        closed.set()
+        writer.ready.set()
+        await asyncio.wait_for(task, 10)
+        await client.aclose()
+        return calls, gathered, prompt
+
+    calls, gathered, prompt = asyncio.run(scenario())
+    assert calls == [1, 2, 2]
+    assert gathered >= 0.45
+    assert prompt < 0.45
+    stats = producer.stats()
+    assert (stats.fired, stats.running, stats.pending) == (5, 0, 0)
+
+
 def test_the_writer_sends_series_and_a_trim_about_once_a_second_and_at_close(
         server: fakeredis.FakeServer) -> None:
     """Between them, a finish call carries only endings and their history records; the

@@ -41,6 +41,15 @@ the writer sums their runs' series meanwhile, so what each call costs once (the 
 slots' read and merge, the trim's reads, the retention GET) is paid about once a second,
 not once per batch."""
 
+GATHER = 0.004
+"""Seconds at least between the starts of two batches :meth:`EndingWriter.run` writes: a
+batch that comes sooner after the last waits out the rest, so in a burst each script call
+carries more endings (a finish call costs Redis some 140k instructions before its first
+ending, and the listener a round trip). Not when GATHER_ENOUGH endings are queued, nor for
+an ending that may free a flow slot (its key's or task's next run waits for it) or hands
+a run back: those are written at once, as is a lone ending."""
+GATHER_ENOUGH = 64
+
 
 @fast_init  # made once or more per run
 @dataclass(frozen=True)
@@ -105,6 +114,9 @@ class Ending:
         return self.token, _TEXT[kind], str(self.grace_ms) if self.grace_ms else "", ""
 
 
+_GATHERED = frozenset({EndingKind.OK, EndingKind.SKIP, EndingKind.FAIL, EndingKind.RETRY,
+                       EndingKind.REJECT})
+"""The endings that may wait for others (:data:`GATHER`): a hand-back is written at once."""
 _REQUEUED = frozenset({EndingKind.RETRY, EndingKind.MOVE, EndingKind.WAIT})
 """The endings that schedule their timer again under a record they carry."""
 _TEXT = {kind: kind.value for kind in EndingKind}
@@ -154,10 +166,20 @@ class EndingWriter:
         self.outage = outage
         self.ready = asyncio.Event()
         self._queue: list[Ending] = []
+        self._sent_at = -math.inf
+        """When (monotonic) :meth:`run` last sent a batch."""
+        self._prompt = False
+        """An ending queued is to be written without waiting for others."""
+        self._hurry = asyncio.Event()
+        """Set when such an ending is queued: it ends the wait for others."""
 
-    def add(self, ending: Ending, facts: RunFacts | None = None) -> None:
-        """Queue an ending; ``facts``: what the history and the series keep of its run."""
+    def add(self, ending: Ending, facts: RunFacts | None = None, prompt: bool = False) -> None:
+        """Queue an ending; ``facts``: what the history and the series keep of its run;
+        ``prompt``: write it without waiting for others (see :data:`GATHER`)."""
         self._queue.append(ending)
+        if prompt or ending.kind not in _GATHERED:
+            self._prompt = True
+            self._hurry.set()
         if facts is not None:
             self._facts[ending.token] = facts
         self.ready.set()
@@ -194,6 +216,12 @@ class EndingWriter:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(self.ready.wait(), wait)
                     continue
+            wait = self._sent_at + GATHER - self.clock.monotonic()
+            if wait > 0 and not self._prompt and len(self._queue) < GATHER_ENOUGH:
+                self._hurry.clear()  # in a burst: let the batch grow a little
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._hurry.wait(), wait)
+            self._sent_at, self._prompt = self.clock.monotonic(), False
             try:
                 await self.flush()
             except RETRYABLE as exc:

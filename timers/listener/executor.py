@@ -108,6 +108,10 @@ class Executed(NamedTuple):
     report: Fired | None
     facts: RunFacts | None = None
     """What the history and the series keep of the run (:mod:`timers.listener.history`)."""
+    prompt: bool = False
+    """Its ending is to be written without waiting for others (:data:`~timers.listener.
+    endings.GATHER`): the run went through a flow gate, so writing it may free a slot and
+    hand over the next run waiting for it."""
 
 
 class _Attempt:
@@ -212,7 +216,10 @@ class Executor:
         report = Fired(run.timer_id, attempt.task, run.waited_from_ms, attempt.started_ms,
                        attempt.ended_ms or self.tracker.redis_now_ms(), run.source, run.attempt,
                        outcome, group)
-        return Executed(ending, report, _facts(run, ending, report, attempt.policy))
+        record = attempt.record
+        return Executed(ending, report, _facts(run, ending, report, attempt.policy),
+                        record is not None and (attempt.policy.flow_limited
+                                                or _KEY in record.options))
 
     async def _attempt(self, run: Run, attempt: _Attempt) -> Outcome:
         record = attempt.record = run.record()

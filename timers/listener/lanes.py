@@ -387,7 +387,7 @@ class Lane:
         if done.ending is None:  # held back by a flow gate: the run is no longer ours
             self.held.release([run.token])
             return
-        self.endings.add(done.ending, done.facts)
+        self.endings.add(done.ending, done.facts, done.prompt)
         if done.report is not None:
             shared = self.shared
             shared.ended_count += 1
