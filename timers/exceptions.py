@@ -43,8 +43,7 @@ Hierarchy::
     ├── FlowKeyError                 a task's ``key=``/``rate_key=`` function failed
     └── the runner's signals, raised and caught inside the listener (never seen outside):
         ├── Overran                  a plain function ran past its timeout in its thread
-        ├── Stale                    a run's lease was not known to hold at its start
-        └── Revoked                  a run next in line was asked back before it started
+        └── Stale                    a run's lease was not known to hold at its start
 
 Every exception class of the package is defined here (a test checks it).
 """
@@ -69,7 +68,6 @@ __all__ = [
     "Overran",
     "PermissionMissing",
     "PoolExhausted",
-    "Revoked",
     "ServerError",
     "ServerNotFound",
     "ServerOutOfMemory",
@@ -260,7 +258,3 @@ class Overran(TimersError):
 class Stale(TimersError):
     """A run's lease was not known to hold when a thread was about to call its function
     (the process stalled): the function was not called (the runner's, internal)."""
-
-
-class Revoked(TimersError):
-    """A run next in line was asked back before it started (the runner's, internal)."""

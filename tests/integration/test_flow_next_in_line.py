@@ -1,7 +1,8 @@
 """The run next in line on a key slot, on a real server with real listener processes: a
 key's next timer is handed to the listener along with the run before it and starts in
 its thread the moment that one returns; a higher-priority timer that arrives meanwhile
-still goes first; a SIGTERM hands both back, and the key never runs two at once.
+goes right after it, ahead of the key's other waiting timers; a SIGTERM hands both back,
+and the key never runs two at once.
 
 What ran, where and when is what the tasks wrote (tests/task_pkg/flow.py)."""
 
@@ -41,7 +42,7 @@ def first_then_holder_then(t: Timers, r: redis.Redis, tags: list[str]) -> None:
                message="the holder, handed over as the first run ended")
 
 
-def test_a_higher_priority_timer_goes_before_the_run_already_next_in_line(
+def test_a_higher_priority_timer_goes_right_after_the_run_already_next_in_line(
         r: redis.Redis, redis_url: str, processes: Processes) -> None:
     procs = listeners(processes, redis_url, 1, "--tasks", TASKS)
     wait_listening(r, 1, procs, processes)
@@ -52,14 +53,16 @@ def test_a_higher_priority_timer_goes_before_the_run_already_next_in_line(
         wait_until(lambda: r.zcard(KEYS.key_queue("k")) == 3, 10,
                    message="low0 to be next in line")
         t.schedule("flow.keyed", ["high", "k"], in_=0, key="k", id="high", priority=10)
-        # high waits ahead of low0, which is asked back and waits again in its place
-        wait_until(lambda: r.zcard(KEYS.key_queue("k")) == 5, 10,
-                   message="high and low0 to wait in the queue")
+        # high waits at the head of the queue; low0 keeps its turn (it was given the
+        # slot when it was handed along with the holder)
+        wait_until(lambda: r.zcard(KEYS.key_queue("k")) == 4, 10,
+                   message="high to wait in the queue")
+        assert r.zrange(KEYS.key_queue("k"), 0, 0) == ["high"]
         r.set(RELEASE, 1)
         wait_until(lambda: len(runs(r)) == 7, 20, message="all seven to run")
         wait_until(lambda: settled(t), 10, message="nothing pending or running")
         assert t.stats().failed == 0
-    assert [run[0] for run in runs(r)] == ["first", "holder", "high", *lows]
+    assert [run[0] for run in runs(r)] == ["first", "holder", "low0", "high", *lows[1:]]
 
 
 def test_a_sigterm_hands_back_the_run_and_the_one_next_in_line_and_the_key_stays_single(

@@ -176,40 +176,30 @@ def test_a_bad_follow_argument_is_refused(s: Scripts, fake: fakeredis.FakeRedis,
     assert slot_holders(fake) == [a.token.encode()]
 
 
-def asked_back(pubsub: object) -> list[str]:
-    """The "x:<token>" messages on the wake channel so far (wakes are numbers)."""
-    out = []
-    while (message := pubsub.get_message(timeout=0.01)) is not None:  # type: ignore[attr-defined]
-        if message["type"] == "message" and message["data"].startswith(b"x:"):
-            out.append(message["data"][2:].decode())
-    return out
-
-
-def test_a_timer_that_outranks_the_run_next_in_line_asks_it_back(
+def test_a_timer_that_outranks_the_run_next_in_line_goes_right_after_it(
         s: Scripts, fake: fakeredis.FakeRedis) -> None:
+    """The FIFO rule at each giving of the key's slot: c was handed next in line after b
+    (T13) before "high" and "parked" came to wait ahead of d, so c keeps its turn (nothing
+    asks it back) and they go right after it, by priority, before every other waiting
+    timer of the key."""
     a, _, _, _ = key_of_four(s)
-    _, following = end(s, ok(a))
-    pubsub = fake.pubsub()
-    pubsub.subscribe(KS.wake_channel)
-    add(s, "late", "t.f:", -1)  # due after c, same priority: behind it
+    b, c = end(s, ok(a))
+    add(s, "late", "t.f:", -1)  # due after d, same priority: behind it
     assert gate(s, claim(s), key="k", limit=1) == ["wait"]
-    assert asked_back(pubsub) == []
     add(s, "high", "t.f;p=5:", -1)
     assert gate(s, claim(s), key="k", limit=1) == ["wait"]
-    assert asked_back(pubsub) == [following.token]
     add(s, "parked", "t.f;p=7:", -1)  # parked straight from the due index (a backlog)
     assert s.park(LEASE, [ParkTimer("parked", "t.f;p=7:", "k", 1)]) == 1
-    assert asked_back(pubsub) == [following.token]
-
-
-def test_no_run_is_asked_back_where_none_is_next_in_line(
-        s: Scripts, fake: fakeredis.FakeRedis) -> None:
-    key_of_four(s)
-    pubsub = fake.pubsub()
-    pubsub.subscribe(KS.wake_channel)
-    add(s, "high", "t.f;p=5:", -1)
-    assert gate(s, claim(s), key="k", limit=1) == ["wait"]
-    assert asked_back(pubsub) == []
+    assert fake.hget(NEXT_KEY, b.token) == c.token.encode()
+    started = ids([b, c])
+    holder, following = b, c
+    while handed := end(s, ok(holder)):  # each ending gives the slot on, and hands one
+        [after] = handed
+        assert after.follows == following.token and slot_holders(fake) == [
+            following.token.encode()]
+        started.append(after.timer_id)
+        holder, following = following, after
+    assert started == ["b", "c", "parked", "high", "d", "late"]
 
 
 def test_stats_count_the_run_next_in_line_among_the_running_and_say_so(

@@ -21,7 +21,6 @@ from timers.listener.events import (
     Due,
     EventSource,
     Rejected,
-    Revoke,
     Wake,
     classify,
 )
@@ -78,9 +77,6 @@ def test_classify_names_what_each_message_means() -> None:
     assert isinstance(bad, Rejected) and bad.escaped_id is None
     assert classify(message(CHANNELS.wake, b"123.5"), CHANNELS, refuse_unknown) == Wake(123.5)
     assert classify(message(CHANNELS.wake, b"nan"), CHANNELS, refuse_unknown) == Wake(None)
-    # a run next in line asked back (flow.lua's outrank_next); a forged one at worst sends
-    # a run that has not started back to its queue
-    assert classify(message(CHANNELS.wake, b"x:42"), CHANNELS, refuse_unknown) == Revoke("42")
     assert classify(message(expired, b"session:1"), CHANNELS, refuse_unknown) is None
     assert classify(message(b"other", key), CHANNELS, refuse_unknown) is None
     assert classify(message(expired, 1, "subscribe"), CHANNELS, refuse_unknown) is None
@@ -94,7 +90,7 @@ def test_while_the_sweep_is_behind_expired_events_are_left_to_it_and_wakes_still
     pokes: list[None] = []
     source = EventSource(fakeredis.FakeAsyncRedis(), CHANNELS, KEYS, refuse_unknown, tracker,
                          lambda: pokes.append(None), lambda rejected: None, asyncio.Event(),
-                         revoke=lambda token: None, outage=Outage())
+                         outage=Outage())
     tracker.backlogged = True  # the last claim was full: the due index has more due
     source.handle(message(CHANNELS.expired, key))
     assert source.take(10) == [] and pokes == []
@@ -103,6 +99,26 @@ def test_while_the_sweep_is_behind_expired_events_are_left_to_it_and_wakes_still
     tracker.backlogged = False  # caught up: an event may be the only news of a due timer
     source.handle(message(CHANNELS.expired, key))
     assert source.take(10) == ["t1"] and len(pokes) == 2
+
+
+def test_a_wake_that_is_no_due_time_is_ignored_quietly(caplog: pytest.LogCaptureFixture,
+                                                       ) -> None:
+    """During a rolling upgrade an older release's listener may still publish "x:<token>"
+    on the wake channel (it asked a run next in line back): this release ignores it, with
+    one debug line, and goes on reading the channel."""
+    tracker = DueTracker(ManualClock())
+    pokes: list[None] = []
+    source = EventSource(fakeredis.FakeAsyncRedis(), CHANNELS, KEYS, refuse_unknown, tracker,
+                         lambda: pokes.append(None), lambda rejected: None, asyncio.Event(),
+                         outage=Outage())
+    with caplog.at_level("DEBUG", logger="timers"):
+        assert classify(message(CHANNELS.wake, b"x:42"), CHANNELS, refuse_unknown) is None
+        caplog.clear()
+        source.handle(message(CHANNELS.wake, b"x:42"))
+    assert pokes == [] and source.take(10) == [] and tracker.next_due_ms is None
+    assert [record.levelname for record in caplog.records] == ["DEBUG"]
+    source.handle(message(CHANNELS.wake, b"123"))  # the next wake still counts
+    assert tracker.next_due_ms == 123 and len(pokes) == 1
 
 
 # -- the executor ------------------------------------------------------------------------

@@ -85,19 +85,6 @@ class Wake:
 
 
 @dataclass(frozen=True)
-class Revoke:
-    """A timer now waits for a key ahead of the run next in line for it: that run, if it
-    is this listener's and has not started, goes back to wait (``flow.lua``,
-    ``outrank_next``). At worst a forged one sends a run back to its queue."""
-
-    token: str
-
-
-REVOKE_PREFIX = b"x:"
-"""How a :class:`Revoke` reads on the wake channel (a wake is a number)."""
-
-
-@dataclass(frozen=True)
 class Due:
     """An expired timer key naming a runnable timer: claim it next."""
 
@@ -113,7 +100,7 @@ class Rejected:
     escaped_id: str | None
 
 
-Event = Wake | Revoke | Due | Rejected | None
+Event = Wake | Due | Rejected | None
 
 
 def classify(message: Mapping[str, Any], channels: Channels,
@@ -130,12 +117,14 @@ def classify(message: Mapping[str, Any], channels: Channels,
     if isinstance(data, str):
         data = data.encode("utf-8", "surrogateescape")
     if channel == channels.wake:
-        if data.startswith(REVOKE_PREFIX):
-            return Revoke(data[len(REVOKE_PREFIX):].decode("ascii", "replace"))
         try:
             due = float(data)
         except ValueError:
-            return Wake(None)
+            # no wake of this release (each is a due time): an older release's "x:<token>",
+            # say, which asked a run next in line back; nothing to do
+            log.debug("ignored a message on the wake channel that is not a due time: %r",
+                      data[:40])
+            return None
         return Wake(due if math.isfinite(due) else None)
     if channel != channels.expired or not data.startswith(channels.timer_key_start):
         return None
@@ -207,8 +196,8 @@ class EventSource:
     """Keeps the subscription, hands timer ids to the claim and rejections onward.
 
     ``poke`` wakes the sweep; ``reject`` receives each :class:`Rejected` key (and logs
-    it if it records it); ``revoke`` the token of each run next in line that a timer
-    outranked. ``outage`` is shared with the lane's other loops (one warning for all).
+    it if it records it). ``outage`` is shared with the lane's other loops (one warning
+    for all).
     ``hub``: the listener's lanes share one subscription per node through it (None: this
     source is the listener's only one); the source joins it here. ``subscribed``: set
     while the subscription is up (the listener's own event for its first lane)."""
@@ -216,13 +205,13 @@ class EventSource:
     def __init__(self, client: redis.asyncio.Redis, channels: Channels, keys: Keyspace,
                  resolve: Callable[[str], object], tracker: DueTracker,
                  poke: Callable[[], None], reject: Callable[[Rejected], None],
-                 stopping: asyncio.Event, *, revoke: Callable[[str], object],
-                 outage: Outage, hub: EventHub[EventSource] | None = None,
+                 stopping: asyncio.Event, *, outage: Outage,
+                 hub: EventHub[EventSource] | None = None,
                  subscribed: asyncio.Event | None = None) -> None:
         self.redis, self.channels, self.keys = client, channels, keys
         self.resolve, self.tracker = resolve, tracker
         self.poke, self.reject, self.stopping = poke, reject, stopping
-        self.revoke, self.outage, self.hub = revoke, outage, hub
+        self.outage, self.hub = outage, hub
         self.pending: dict[str, None] = {}
         """Escaped ids named by events, oldest first, not yet passed to a claim."""
         self.subscribed = subscribed or asyncio.Event()
@@ -268,8 +257,6 @@ class EventSource:
             if event.due_ms is not None:
                 self.tracker.note_due(event.due_ms)
             self.poke()
-        elif isinstance(event, Revoke):
-            self.revoke(event.token)
         elif isinstance(event, Due):
             self.pending[event.escaped_id] = None
             self.poke()

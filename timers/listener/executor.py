@@ -193,7 +193,8 @@ class Executor:
             # handed back)
             self.turns.not_started(run.token, outcome.error_type in TAKES_BACK_NEXT)
             return Executed(None, None)
-        if outcome.kind == "revoked":  # a run next in line that a timer outranked
+        if outcome.kind == "revoked":  # a run next in line that did not start (the run
+            # before it did not, or its listener stalled)
             log.debug("timer %s not started: %s", run.timer_id, outcome.message)
             own = self.turns.of(run.token)
             if own is not None and own.taken_back:  # back in its key's queue already
@@ -454,7 +455,7 @@ class Admitter(Protocol):
 
 _TAKEN = Outcome("taken", "", "another listener took the run over after its lease lapsed")
 _TAKEN_BACK = Outcome("revoked", "", "asked back before it started: the run before it did not "
-                      "start (or it was outranked): waits for its key again")
+                      "start: waits for its key again")
 
 
 _COUNTED = {EndingKind.OK, EndingKind.SKIP, EndingKind.FAIL, EndingKind.RETRY}

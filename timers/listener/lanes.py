@@ -200,7 +200,7 @@ class Lane:
                                     task_ages=loader.history_ages)
         self.events = EventSource(shared.redis, Channels.of(keys, shared.db, shared.groups),
                                   keys, loader.resolve, self.tracker, poke.set, self._reject,
-                                  self.stopping, revoke=self._revoke, outage=outage, hub=hub,
+                                  self.stopping, outage=outage, hub=hub,
                                   subscribed=subscribed)
         self.claimer = Claimer(
             self.scripts, shared.groups, shared.id, shared.lease, shared.clock, self.tracker,
@@ -367,9 +367,6 @@ class Lane:
         lane = self.lanes[target]
         lane.tracker.note_due(due_ms)
         lane.claimer.poke.set()
-
-    def _revoke(self, token: str) -> None:
-        self.turns.revoke(token, self.runner.revoke)
 
     async def _run_one(self, run: Run) -> None:
         try:

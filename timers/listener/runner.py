@@ -16,7 +16,7 @@ from collections.abc import Callable
 from types import CodeType
 from typing import Any
 
-from timers.exceptions import Overran, Revoked, Stale
+from timers.exceptions import Overran, Stale
 from timers.model.encoding import Args
 from timers.model.runs import OK, Outcome
 
@@ -95,7 +95,8 @@ class Turn:
         """Set once its function is handed to a thread, or once it ended without that."""
         self.ended = asyncio.Event()
         self.revoked = False
-        """Asked back before it started: it waits in its key's queue again."""
+        """Asked back before it started (the run before it never started: its gate held
+        it): it waits in its key's queue again."""
         self.taken_back = False
         """Revoked because the run before it was held back by its gate, which took it back
         into its key's queue itself (``gate.lua`` ``take_back_next``): no ending to write."""
@@ -364,8 +365,6 @@ class Runner:
                         await result
         except asyncio.CancelledError:
             raise
-        except Revoked:
-            return REVOKED
         except Stale:
             return STALE
         except BaseException as exc:  # a task's failure is data
@@ -386,15 +385,6 @@ class Runner:
         self._pool.abandon(job)
         raise Overran
 
-    def revoke(self, job: Job) -> bool:
-        """Withdraw a run next in line whose function has not started (its caller gets
-        :data:`REVOKED`); False if it has started."""
-        if not self._pool.withdraw(job):
-            return False
-        if not job.future.done():
-            job.future.set_exception(Revoked())
-        return True
-
     def shutdown(self) -> None:
         """Let idle threads end; threads still running a task end when it returns."""
         self._pool.shutdown()
@@ -409,6 +399,7 @@ def _failed(exc: BaseException, limit: float | None, expired: bool) -> Outcome:
     return Outcome("error", type(exc).__qualname__, str(exc),
                    "".join(traceback.format_exception(exc)))
 
-REVOKED = Outcome("revoked", "", "asked back before it started: waits for its key again")
+REVOKED = Outcome("revoked", "", "asked back before it started: the run before it did not "
+                  "start: waits for its key again")
 STALE = Outcome("stale", "", "its lease was not known to hold at its start (the listener "
                 "stalled): not started before it is revalidated")

@@ -12,9 +12,7 @@ written, while the second runs). Anything else next in line waits for the first 
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from timers.listener.runner import Job, Turn
+from timers.listener.runner import Turn
 from timers.model.runs import Run
 from timers.model.wire import ClaimSource
 
@@ -51,18 +49,6 @@ class Turns:
     def before(self, run: Run) -> Turn | None:
         """The turn of the run ``run`` follows, while that one has not ended."""
         return self._open.get(run.follows) if run.follows else None
-
-    def revoke(self, token: str, withdraw: Callable[[Job], bool]) -> bool:
-        """Ask back the run next in line under ``token`` if it has not started (its job,
-        if any, withdrawn from the pool by ``withdraw``). Whether it was."""
-        turn = self._open.get(token)
-        before = self._following.get(token)
-        if turn is None or before not in self._followed or turn.revoked:
-            return False
-        if turn.job is not None and not withdraw(turn.job):
-            return False  # started already: it runs, and the outranking timer goes next
-        turn.revoked = True
-        return True
 
     def not_started(self, token: str, taken_back: bool) -> None:
         """The run under ``token`` was held back by its gate and never starts: the run next

@@ -124,8 +124,8 @@ The flow keys (``queues`` onward) are also named by ``timers/store/lua/prelude.l
 step.
 
 Channels: ``P|wake`` carries the due time of a newly scheduled timer that is earlier than
-the head of ``P|due``, or ``x:<token>``: a run next in line asked back by a timer that
-waits ahead of it; ``__keyevent@<db>__:expired`` carries expired key names.
+the head of ``P|due`` (a listener ignores anything else on it);
+``__keyevent@<db>__:expired`` carries expired key names.
 
 System names use ``|`` after the prefix and timer keys use ``:``, so no timer id can ever
 name a system key, and the listener can tell timer keys from everything else by their

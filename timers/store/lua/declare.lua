@@ -114,19 +114,13 @@ local function need_heads(key_start, queue, state, n)
   end
 end
 
--- flow.lua promote_key (and hand_next, pass_slot, outrank_next) for concurrency key
--- `key` of `limit` slots: its slots and queue, the runs next in line after those holding
--- it, and the timers it may promote: at most a slot each, freed and taken again within
--- one call, and a run next in line each.
+-- flow.lua promote_key (and hand_next) for concurrency key `key` of `limit` slots: its
+-- slots and queue, and the timers it may promote: at most a slot each, freed and taken
+-- again within one call, and a run next in line each. (A run next in line already handed
+-- after a holder is read only when that holder's slot is released or passed on:
+-- need_release.)
 local function need_key(key_start, key, limit)
-  local slots = flow_key(key_start, 'slots', key)
-  local next_key = sys_key(key_start, 'next')
-  if need(slots) and need(next_key) then
-    for _, holder in ipairs(redis.call('ZRANGE', slots, 0, -1)) do
-      local successor = redis.call('HGET', next_key, holder)
-      if successor then need_run(key_start, successor) end
-    end
-  end
+  need(flow_key(key_start, 'slots', key))
   need_heads(key_start, flow_key(key_start, 'waitk', key), 'c', 4 * (limit or 1) + 4)
 end
 

@@ -256,23 +256,6 @@ local function take_back_next(key_start, token, cut)
   return true
 end
 
--- A timer that waits for `key` with queue score `score` (a higher priority, say) ahead
--- of a run already next in line for the key (hand_next) asks that run back: "x:<token>"
--- on the wake channel. Its listener hands it back unless it has started, and it waits
--- again in its place; the slot then goes to the head of the queue.
-local function outrank_next(key_start, key, score, channel)
-  local next_key = sys_key(key_start, 'next')
-  if redis.call('EXISTS', next_key) == 0 then return end  -- most calls
-  local runs = sys_key(key_start, 'runrec')
-  for _, holder in ipairs(redis.call('ZRANGE', flow_key(key_start, 'slots', key), 0, -1)) do
-    local successor = redis.call('HGET', next_key, holder)
-    local record = successor and select(5, run_read(redis.call('HGET', runs, successor)))
-    if record and score < flow_score(record, tonumber(record_option(record, 'w') or '') or 0) then
-      redis.pcall('PUBLISH', channel, 'x:' .. successor)
-    end
-  end
-end
-
 -- Free the slots of `key` whose lease lapsed and that no run holds any more: a slot kept
 -- for a promoted timer ("w:<id>") that was not claimed in time, or one whose run record is
 -- gone. A run whose lease lapsed still holds its slot (its process may only be paused and

@@ -24,8 +24,6 @@
 -- (the newer timer wins), as a retry would be.
 -- No allow-oom flag: holding a timer back writes. Every value is checked first.
 -- A run that goes after waiting adds its wait (now - its ";w=" due) to the held_ms counter.
--- A timer held back ahead of a key's run next in line asks that run back (flow.lua's
--- outrank_next, on the wake channel).
 -- Returns one status per run: "go", "wait" (held back), "lost" (lease gone) or
 -- "replaced".
 if not is_count(ARGV[3]) or (#ARGV - 3) % 6 ~= 0 then
@@ -164,7 +162,6 @@ local function gate(token, key, limit, rate, interval, burst)
     local waiting = {state = 'c', a = limit, b = lease, c = 0, name = key}
     local status = hold(token, id, record, due, flow_key(ARGV[1], 'waitk', key), waiting, rk,
       reruns)
-    if status == 'wait' then outrank_next(ARGV[1], key, flow_score(record, due), ARGV[2]) end
     promote_key(ARGV[1], key, limit, now)
     return status
   end

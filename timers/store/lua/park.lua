@@ -93,9 +93,8 @@ local function park(id, record, key, limit)
   redis.call('DEL', ARGV[1] .. id .. ':' .. record)
   local waiting = with_waited_from(record, due)
   redis.call('HSET', KEYS[2], id, waiting)
-  local score = flow_score(waiting, tonumber(record_option(waiting, 'w')))
-  redis.call('ZADD', flow_key(ARGV[1], 'waitk', key), score, id)
-  outrank_next(ARGV[1], key, score, ARGV[4])
+  redis.call('ZADD', flow_key(ARGV[1], 'waitk', key),
+    flow_score(waiting, tonumber(record_option(waiting, 'w'))), id)
   parked_write(ARGV[1], id, {state = 'c', a = limit, b = lease, c = 0, name = key})
   touched[key] = limit
   parked = parked + 1
