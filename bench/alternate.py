@@ -61,7 +61,7 @@ def figures(table: str) -> dict[str, list[tuple[str, float]]]:
     for line in table.splitlines():
         if line.startswith("- ") and ": per " in line:  # a note: "- Fire: …: per fire, …"
             scenario, _, text = line[2:].partition(": per ")
-            line = f"| {scenario} | per {text.split(';')[0].split(' (')[0]} | {text} |"
+            line = f"| {scenario} | per {text.split(',')[0]} | {text} |"
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if len(cells) < 3 or not line.startswith("|") or set(cells[0]) <= {"-", " "} \
                 or cells[0] == "Scenario":
