@@ -350,6 +350,22 @@ def server() -> fakeredis.FakeServer:
     return fakeredis.FakeServer()
 
 
+def _writer(scripts: Scripts, closed: asyncio.Event, *clock: Any) -> EndingWriter:
+    """An ending writer of its own, handing nothing over (``clock``: a manual one)."""
+    return EndingWriter(scripts, KEYS, 3600, HeldRuns(), closed, *clock,
+                        taker=lambda tokens: Taker(), on_handed=lambda runs, n: None,
+                        on_written=lambda: None, outage=Outage())
+
+
+async def _five_claimed(producer: Timers, scripts: Scripts) -> list[Run]:
+    """Five timers due now (``t0`` to ``t4``), claimed."""
+    for i in range(5):
+        producer.schedule("mod.add", [i], in_=0, id=f"t{i}")
+    reply = await scripts.claim(limit=10, lease_ms=60_000, horizon_ms=8, listener_id="me")
+    items = reply[3:]
+    return [Run.parse(*items[i:i + 3]) for i in range(0, len(items), 3)]
+
+
 def test_the_writer_writes_endings_in_batches_and_forgets_them_once_written(
         server: fakeredis.FakeServer, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("timers.listener.endings.MAX_BATCH", 2)
@@ -366,14 +382,8 @@ def test_the_writer_writes_endings_in_batches_and_forgets_them_once_written(
             return await finish(**kwargs)
 
         scripts.finish = counted  # type: ignore[method-assign]
-        writer = EndingWriter(scripts, KEYS, 3600, HeldRuns(), asyncio.Event(),
-                              taker=lambda tokens: Taker(), on_handed=lambda runs, n: None,
-                              on_written=lambda: None, outage=Outage())
-        for i in range(5):
-            producer.schedule("mod.add", [i], in_=0, id=f"t{i}")
-        reply = await scripts.claim(limit=10, lease_ms=60_000, horizon_ms=8, listener_id="me")
-        items = reply[3:]
-        runs = [Run.parse(*items[i:i + 3]) for i in range(0, len(items), 3)]
+        writer = _writer(scripts, asyncio.Event())
+        runs = await _five_claimed(producer, scripts)
         for run in runs:
             writer.add(Ending.of(run, EndingKind.OK))
         assert writer.unwritten_ending_of(runs[0]) is not None
@@ -419,14 +429,8 @@ def test_in_a_burst_the_writer_lets_a_batch_grow_unless_an_ending_may_free_a_slo
 
         scripts.finish = counted  # type: ignore[method-assign]
         closed = asyncio.Event()
-        writer = EndingWriter(scripts, KEYS, 3600, HeldRuns(), closed, ManualClock(),
-                              taker=lambda tokens: Taker(), on_handed=lambda runs, n: None,
-                              on_written=lambda: None, outage=Outage())
-        for i in range(5):
-            producer.schedule("mod.add", [i], in_=0, id=f"t{i}")
-        reply = await scripts.claim(limit=10, lease_ms=60_000, horizon_ms=8, listener_id="me")
-        items = reply[3:]
-        runs = [Run.parse(*items[i:i + 3]) for i in range(0, len(items), 3)]
+        writer = _writer(scripts, closed, ManualClock())
+        runs = await _five_claimed(producer, scripts)
         task = asyncio.create_task(writer.run())
         loop = asyncio.get_running_loop()
         writer.add(Ending.of(runs[0], EndingKind.OK))  # nothing before it: at once
