@@ -183,8 +183,8 @@ async def _listen(url: str, ready: Path, max_seconds: float) -> None:
 
 
 def run_listener(main: Any) -> None:
-    """Run the listener on the event loop ``timers listen`` picks by default (asyncio's unless
-    ``$TIMERS_LOOP`` says otherwise), or on asyncio's in a tree without the choice."""
+    """Run the listener on the event loop ``timers listen`` picks by default (uvloop when
+    installed, ``$TIMERS_LOOP`` to choose), or on asyncio's in a tree without the choice."""
     try:
         from timers.listener.event_loop import run
     except ImportError:

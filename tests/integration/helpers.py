@@ -32,8 +32,8 @@ KEYS = Keyspace()
 class ListenerThread:
     """A :class:`Listener` running on its own event loop in a thread, its runs observed.
 
-    The loop is the one ``timers listen`` would run (asyncio's; uvloop with
-    ``$TIMERS_LOOP=uvloop``).
+    The loop is the one ``timers listen`` would run (uvloop when installed, asyncio's
+    with ``$TIMERS_LOOP=asyncio``).
 
     ``fired`` collects every :class:`Fired` report, in the order the runs ended.
     """

@@ -1,6 +1,5 @@
-"""The listener's event loop: asyncio's unless asked for another (``--loop uvloop``, or
-``auto``: uvloop when installed), a loop that cannot be had refused before the listener
-starts."""
+"""The listener's event loop: uvloop when installed (``--loop auto``, the default),
+asyncio's on request, a loop that cannot be had refused before the listener starts."""
 
 from __future__ import annotations
 
@@ -30,19 +29,16 @@ def no_uvloop(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_auto_is_uvloop_when_installed_and_asyncio_otherwise(
         monkeypatch: pytest.MonkeyPatch, no_uvloop: None) -> None:
     monkeypatch.delenv(LOOP_ENV, raising=False)
-    assert chosen_loop("auto") == "asyncio"
+    assert chosen_loop() == chosen_loop("auto") == "asyncio"
     assert chosen_loop("asyncio") == "asyncio"
 
 
 @needs_uvloop
-def test_auto_picks_an_installed_uvloop_and_asyncio_is_the_default(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_auto_picks_an_installed_uvloop(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(LOOP_ENV, raising=False)
-    assert chosen_loop() == "asyncio", "uvloop only when asked for"
-    assert chosen_loop("auto") == chosen_loop("uvloop") == "uvloop"
-    monkeypatch.setenv(LOOP_ENV, "auto")
-    assert chosen_loop() == "uvloop", "$TIMERS_LOOP asks for it"
+    assert chosen_loop() == chosen_loop("auto") == chosen_loop("uvloop") == "uvloop"
     monkeypatch.setenv(LOOP_ENV, "asyncio")
+    assert chosen_loop() == "asyncio", "$TIMERS_LOOP turns it off"
     assert chosen_loop("uvloop") == "uvloop", "the option wins over the environment"
 
 

@@ -82,9 +82,9 @@ MaxMemoryOption = Annotated[float | None, typer.Option(
          "runs it under a supervisor even without --processes.")]
 LoopOption = Annotated[LoopChoice | None, typer.Option(
     "--loop", case_sensitive=False, show_default=False,
-    help=f"The event loop of the listener processes: asyncio's own, uvloop (installed by "
-         f"'pip install redis-timers[fast]'), or auto: uvloop when it is installed "
-         f"[default: ${LOOP_ENV} or asyncio]")]
+    help=f"The event loop of the listener processes: uvloop (installed by "
+         f"'pip install redis-timers[fast]'), asyncio's own, or auto: uvloop when it is "
+         f"installed [default: ${LOOP_ENV} or auto]")]
 
 
 HistoryAgeOption = Annotated[str | None, typer.Option(

@@ -2,12 +2,13 @@
 
 uvloop (the ``fast`` extra: ``pip install 'redis-timers[fast]'``) runs the same asyncio
 code on libuv, with less CPU per callback and per socket read. ``timers listen`` runs on
-asyncio's own loop unless told otherwise: ``--loop uvloop`` (or ``auto``: uvloop when it is
-installed), or ``$TIMERS_LOOP``. Not the default: on a connection closed under it (a
-cluster's slot moving to another node), uvloop raises ``RuntimeError`` where asyncio's
-loop lets redis-py raise ``ConnectionError``, which the listener outlives; the
-``RuntimeError`` stops the listener. The choice travels in the environment to every process the
-listener starts (a supervisor's listeners, quarantine processes).
+it whenever it is installed (``--loop auto``, the default); ``--loop asyncio`` (or
+``$TIMERS_LOOP``) keeps asyncio's own. A write to a connection closed under it, which
+uvloop refuses with ``RuntimeError`` where asyncio's loop lets redis-py raise
+``ConnectionError``, is raised as the ``ConnectionError`` it is by the listener's
+connections (:mod:`timers.store.listener_client`), so the listener outlives it on either
+loop. The choice travels in the environment to every process the listener starts (a
+supervisor's listeners, quarantine processes).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any, Literal, TypeVar, get_args
 
 LOOP_ENV = "TIMERS_LOOP"
 """``auto``, ``asyncio`` or ``uvloop``: the loop of ``timers listen`` without ``--loop``
-(unset: ``asyncio``)."""
+(unset: ``auto``)."""
 
 LoopChoice = Literal["auto", "asyncio", "uvloop"]
 CHOICES: tuple[str, ...] = get_args(LoopChoice)
@@ -29,10 +30,10 @@ T = TypeVar("T")
 
 
 def chosen_loop(choice: str | None = None) -> Literal["asyncio", "uvloop"]:
-    """The loop to run for ``choice`` (None: ``$TIMERS_LOOP``, else ``asyncio``): ``auto`` is
+    """The loop to run for ``choice`` (None: ``$TIMERS_LOOP``, else ``auto``): ``auto`` is
     uvloop when it can be imported. ValueError: an unknown name, or uvloop asked for and
     not installed."""
-    name = (choice or os.environ.get(LOOP_ENV) or "asyncio").strip().lower()
+    name = (choice or os.environ.get(LOOP_ENV) or "auto").strip().lower()
     if name not in CHOICES:
         raise ValueError(f"unknown event loop {name!r}: one of {', '.join(CHOICES)}")
     installed = importlib.util.find_spec("uvloop") is not None

@@ -11,12 +11,14 @@ node-local), so a listener subscribes on that node, and again after any change.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
 import redis
 import redis.asyncio
 import redis.asyncio.cluster
+import redis.asyncio.connection
 import redis.cluster
 import redis.exceptions
 
@@ -48,6 +50,18 @@ class _AsyncCluster(redis.asyncio.cluster.RedisCluster):
                 raise
             raise redis.exceptions.ConnectionError(
                 f"connection closed under a command ({exc})") from exc
+
+
+def set_connection_class(client: redis.asyncio.cluster.RedisCluster,
+                         make: Callable[[type[Any]], type[Any]]) -> None:
+    """Have every connection ``client`` opens from now on be of class ``make(its class)``:
+    the nodes it knows, and those it finds later (made from its connection settings)."""
+    kwargs = client.connection_kwargs
+    kwargs["connection_class"] = make(kwargs.get("connection_class")
+                                      or redis.asyncio.connection.Connection)
+    for node in [*client.startup_nodes, *client.nodes_manager.startup_nodes.values(),
+                 *client.nodes_manager.nodes_cache.values()]:
+        node.connection_class = make(node.connection_class)
 
 
 def is_cluster_url(url: object) -> bool:

@@ -7,6 +7,13 @@ the first command.
 Its connections pack commands with hiredis (in C) rather than redis-py's asyncio packer
 (in Python, per argument): a finish call carries some 130 arguments (a batch of endings),
 and packing it in Python cost the listener more than running the script cost Redis.
+
+They also raise a write to a connection closed under it as the ``ConnectionError`` it is.
+On uvloop's loop such a write (a cluster client closing a node's connections after one
+command failed, while another command of the same client was about to write; a slot
+moving to another primary does it) raises ``RuntimeError`` ("the handler is closed"),
+which redis-py passes on; asyncio's loop lets the write go and redis-py raises
+``ConnectionError``, which the listener's loops retry.
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ from typing import Any
 
 import hiredis
 import redis.asyncio
+import redis.exceptions
 from redis.asyncio.connection import AbstractConnection, UnixDomainSocketConnection, parse_url
 
 from timers.store import cluster, sentinel
@@ -35,7 +43,9 @@ def listener_client(url: str) -> redis.asyncio.Redis:
         "protocol": 2,
     }
     if cluster.is_cluster_url(url):
-        return cluster.async_cluster(url, **options, socket_keepalive=True)  # type: ignore[return-value]
+        client = cluster.async_cluster(url, **options, socket_keepalive=True)
+        cluster.set_connection_class(client, listener_connection)
+        return client  # type: ignore[return-value]
     if sentinel.is_sentinel_url(url):
         return packing_in_c(sentinel.async_primary(url, **options, socket_keepalive=True))
     if not _is_unix(url):
@@ -43,11 +53,23 @@ def listener_client(url: str) -> redis.asyncio.Redis:
     return packing_in_c(redis.asyncio.Redis.from_url(url, **options))
 
 
-class _PackedInC:
+class _ListenerConnection:
     """Mixed into a redis-py asyncio connection class: :meth:`pack_command` by hiredis.
     A command whose name holds a space (``"FUNCTION LOAD"``: redis-py splits it) or an
     argument hiredis does not take (redis-py refuses it with its own error) goes the
-    usual way."""
+    usual way. A write to a transport closed under it is a ``ConnectionError``
+    (:meth:`send_packed_command`)."""
+
+    async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        """redis-py's, with uvloop's ``RuntimeError`` on a closed transport raised as the
+        lost connection it is (redis-py has disconnected the connection by then)."""
+        try:
+            await super().send_packed_command(command, check_health)  # type: ignore[misc]
+        except RuntimeError as exc:
+            if "closed" not in str(exc):
+                raise
+            raise redis.exceptions.ConnectionError(
+                f"connection closed under a command ({exc})") from exc
 
     def pack_command(self, *args: Any) -> list[bytes]:
         first = args[0]
@@ -63,22 +85,22 @@ class _PackedInC:
 _PACKED: dict[str, type[AbstractConnection]] = {}
 
 
-def _packed_in_c(kind: type[AbstractConnection]) -> type[AbstractConnection]:
-    """``kind`` packing with hiredis, made once per class; same name (``sync_twin`` finds
-    the sync class of that name)."""
-    if issubclass(kind, _PackedInC):
+def listener_connection(kind: type[AbstractConnection]) -> type[AbstractConnection]:
+    """``kind`` as the listener's connections are (:class:`_ListenerConnection`), made once
+    per class; same name (``sync_twin`` finds the sync class of that name)."""
+    if issubclass(kind, _ListenerConnection):
         return kind
     key = f"{kind.__module__}.{kind.__qualname__}"
     if key not in _PACKED:
-        _PACKED[key] = type(kind.__name__, (_PackedInC, kind), {"__module__": __name__})
+        _PACKED[key] = type(kind.__name__, (_ListenerConnection, kind), {"__module__": __name__})
     return _PACKED[key]
 
 
 def packing_in_c(client: redis.asyncio.Redis) -> redis.asyncio.Redis:
-    """``client``, whose connections (those its pool makes from now on) pack commands with
-    hiredis."""
+    """``client``, whose connections (those its pool makes from now on) are the listener's:
+    packing commands with hiredis, a write on a closed transport a ``ConnectionError``."""
     pool = client.connection_pool
-    pool.connection_class = _packed_in_c(pool.connection_class)
+    pool.connection_class = listener_connection(pool.connection_class)
     return client
 
 
