@@ -16,8 +16,10 @@ from pathlib import Path
 
 import fakeredis
 import pytest
+import redis
 
-from tests.conftest import wait_until_async
+from tests.conftest import wait_until, wait_until_async
+from tests.integration.helpers import TIMERS_COMMAND, Processes
 from tests.processes import alive
 from tests.unit.helpers import claim
 from tests.unit.sample_tasks import mod
@@ -211,3 +213,34 @@ def test_suspects_load_in_quarantine_one_at_a_time(tmp_path: Path) -> None:
     assert len(imports) == 4, imports
     for (_, end), (start, _) in itertools.pairwise(imports):
         assert start >= end, f"two imports overlapped: {imports}"
+
+
+def test_quarantine_children_fork_with_the_tasks_package_imported(
+        tmp_path: Path, redis_url: str, processes: Processes) -> None:
+    """A real listener reruns three runs of a dead one, each in a quarantine child: the
+    tasks package is imported twice in all (the listener, and the fork server the children
+    fork from), not once more per child, which took a small machine's cores from the
+    listener's other timers."""
+    package = tmp_path / "slowload"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "work.py").write_text(SLOW_IMPORT)
+    r = redis.Redis.from_url(redis_url)
+    ks, scripts = Keyspace(), register_all(r)
+    producer = Timers(r)
+    for i in range(3):
+        producer.schedule("work.ok", [i], at=PAST, id=f"suspect-{i}")
+    claimed = claim(scripts, ks, listener="web-0:100:ab").claimed
+    assert len(claimed) == 3
+    for run in claimed:
+        r.zadd(ks.running, {run.token: 0}, xx=True)  # its listener died: lease lapsed
+    env = {**processes.env(), "PYTHONPATH": os.pathsep.join(
+        [str(tmp_path), processes.env().get("PYTHONPATH", "")])}
+    listener = processes.spawn(TIMERS_COMMAND, "listen", "--url", redis_url, "--tasks", "slowload",
+                               env=env)
+    wait_until(lambda: producer.stats().fired == 3, timeout=30,
+               message=f"three reruns: {processes.output(listener)}")
+    marks = (tmp_path / "imports").read_text().split()[::2]
+    assert marks == ["start", "end", "start", "end"], (
+        f"the listener's import and the fork server's, no child's: {marks}")
+    assert producer.stats().failed == 0

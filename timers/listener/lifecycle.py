@@ -219,7 +219,7 @@ class Listener:
         starts up itself (a listener that only runs a burst never pays for it), and well
         before a rerun is likely (a listener died: its leases lapse after ``--lease``)."""
         await asyncio.sleep(min(QUARANTINE_AHEAD_DELAY, self.lease / 2))
-        await asyncio.to_thread(prestart)
+        await asyncio.to_thread(prestart, self.loader)
 
     def stop(self) -> None:
         """Stop claiming, let running tasks finish, hand the rest back (sets flags only)."""

@@ -5,8 +5,9 @@ that killed it, or an innocent that was running alongside the poison. Run in the
 again, the poison would kill it once more, with every innocent it holds, and the
 innocents' crash counts would climb with the poison's until they were recorded dead too.
 
-So a suspect run goes to a child process (``forkserver``: no fork of a threaded process).
-The child loads the tasks package as the listener does (:class:`TaskLoader`), runs the
+So a suspect run goes to a child process (``forkserver``: no fork of a threaded process),
+forked with the tasks package imported (:mod:`timers.listener.fork_server`). The child
+loads the tasks package as the listener does (:class:`TaskLoader`), runs the
 task with :class:`Runner` and sends its :class:`Outcome` back over a pipe. A child that
 exits without one is one more crash of this timer only: it runs again in a new child
 until its crashes (``reruns`` plus the ones here) reach the task's ``max_crashes``, and
@@ -33,7 +34,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from timers.listener import context as timer_context
-from timers.listener import event_loop
+from timers.listener import event_loop, fork_server
 from timers.listener.crashes import died_outcome
 from timers.listener.loader import TaskLoader
 from timers.listener.orphans import ask_for_signal_on_parent_death
@@ -87,17 +88,15 @@ def _mp_context() -> Any:
     return _context
 
 
-def prestart() -> None:
-    """Start the process quarantine children fork from, with timers imported in it
-    (blocking: call it off the event loop). A listener's first rerun otherwise starts a
-    Python interpreter and imports timers while its other timers come due: on a 2-core
-    machine every timer ran late for 1 to 2 s after a listener was killed. The tasks
-    package is not imported there: each child imports it after it has set up its logs, so
-    what an import prints goes through the listener's log format."""
-    from multiprocessing import forkserver
-
+def prestart(loader: TaskLoader) -> None:
+    """Start the process quarantine children fork from, with timers and ``loader``'s tasks
+    package imported in it (blocking: call it off the event loop;
+    :mod:`timers.listener.fork_server`). A listener's first rerun otherwise starts a
+    Python interpreter and imports timers while its other timers come due (on a 2-core
+    machine every timer ran late for 1 to 2 s after a listener was killed), and each
+    child imported the tasks package."""
     _mp_context()
-    forkserver.ensure_running()
+    fork_server.ensure_running(loader.package, loader.search_path, ChildLogs.here())
 
 
 def is_suspect(reruns: int) -> bool:
@@ -156,6 +155,12 @@ class Quarantine:
                 pickled = pickle.dumps(fn)
         return (self.loader.package, self.loader.search_path, task, pickled)
 
+    def _start(self, process: Any) -> None:
+        """Start a child (blocking): the fork server first, with the tasks package, if it
+        was not started yet (or died)."""
+        prestart(self.loader)
+        process.start()
+
     async def _once(self, target: tuple[str, str | None, str, bytes], args: Args,
                     limit: float | None) -> tuple[Outcome | None, int | None, bool]:
         """One child: its outcome, or None and its exit code if it died without one; and
@@ -169,7 +174,7 @@ class Quarantine:
         first: asyncio.Future[Outcome | None] | None = None
         try:
             async with _loading_turns():
-                await asyncio.to_thread(process.start)
+                await asyncio.to_thread(self._start, process)
                 sender.close()
                 first = asyncio.ensure_future(_message(process, receiver))
                 await asyncio.wait({first}, timeout=LOADING_TURN)
@@ -328,6 +333,7 @@ async def _run_in_child(package: str, search_path: str | None, task: str, pickle
         if pickled:
             fn = pickle.loads(pickled)
         else:
+            fork_server.forget_other_package(package, search_path)
             loader = TaskLoader(package, None, search_path)
             loader.load()
             fn = loader.resolve(task)
