@@ -12,6 +12,9 @@ Starts its own server (the repository's redis.conf) and prints:
   of 1,008 (what a batch of 500 endings may trim), the time per call and in all, and one
   count trim of 1,008 records at N: O(log n) per batch, so flat in N.
 - a series ring of a task that ran every minute for 24 h: bytes (``MEMORY USAGE``).
+- a task's own count (``@task(history_count=N)``): bytes per kept record with and without
+  one, ``--counted`` records written through finish.lua in calls of 500 endings (with one,
+  N large enough to keep them all: the task's zset then holds one entry per record).
 
 Records carry a generated id, ``reminders.sms``, this host's listener id and small
 numbers: a completed run's record (a dead one adds up to 200 characters of error).
@@ -78,8 +81,9 @@ def redis_usec(r: redis.Redis, command: str = "cmdstat_evalsha") -> float:
 
 
 def finish_batch(r: redis.Redis, calls: ScriptCalls, finish: Any, claim: Any, schedule: Any,
-                 history: bool) -> float:
-    """Schedule, claim and finish BATCH runs; the finish call's Redis time in µs."""
+                 history: bool, keep: str = "") -> float:
+    """Schedule, claim and finish BATCH runs; the finish call's Redis time in µs. ``keep``:
+    each ending's keep value (``"|<count>"``: its task has a count of its own)."""
     ids = [new_timer_id() for _ in range(BATCH)]
     call = calls.schedule([NewTimer(i, "reminders.sms:[1]", "in", -1, "n") for i in ids])
     schedule(keys=list(call.keys), args=list(call.args))
@@ -91,7 +95,7 @@ def finish_batch(r: redis.Redis, calls: ScriptCalls, finish: Any, claim: Any, sc
     for k in range(0, len(items), 3):
         token, run = items[k].decode(), items[k + 1].decode()
         escaped = run.split("|", 2)[2].split(":", 1)[0]
-        endings.append((token, "ok", "", "", escaped, record_text(now_ms))
+        endings.append((token, "ok", "", "", escaped, record_text(now_ms), keep)
                        if history else (token, "ok", "", ""))
     slot = MinuteSlot(now_ms // 60_000, len(endings), 0, {2: len(endings)}, {1: len(endings)})
     call = calls.finish(retention_ms=86_400_000, endings=endings,
@@ -102,6 +106,26 @@ def finish_batch(r: redis.Redis, calls: ScriptCalls, finish: Any, claim: Any, sc
     return redis_usec(r) - before
 
 
+def counted_cost(r: redis.Redis, calls: ScriptCalls, scripts: tuple[Any, Any, Any],
+                 n: int) -> None:
+    """Bytes per kept record of ``n`` records written by finish.lua, without a task count
+    and with one (that keeps them all); the history emptied before each."""
+    task_zset = KS.history_task("reminders.sms")
+    per = {}
+    for label, keep in (("without a count", ""), ("with a count", f"|{10**9}")):
+        r.delete(*HISTORY_KEYS, task_zset)
+        for _ in range(n // BATCH):
+            finish_batch(r, calls, *scripts, history=True, keep=keep)
+        kept = int(r.hlen(KS.history_records))
+        used = sum(int(r.memory_usage(k, samples=0) or 0) for k in (*HISTORY_KEYS, task_zset))
+        per[label] = used / kept
+        print(f"{kept:,} records written by finish.lua in calls of {BATCH}, {label}: "
+              f"{per[label]:.1f} bytes a record (the task's zset: "
+              f"{int(r.memory_usage(task_zset, samples=0) or 0) / kept:.1f})")
+    print(f"a task's own count costs {per['with a count'] - per['without a count']:.1f} "
+          "bytes a kept record")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -109,6 +133,10 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--batch", type=int, default=8,
                    help="records per history batch (per finish call) in the filled history")
+    p.add_argument("--counted", type=int, default=5_000,
+                   help="records written with and without a task count (0: skip)")
+    p.add_argument("--counted-only", action="store_true",
+                   help="measure only the task count's bytes per record")
     opts = p.parse_args()
     with EmbeddedServer() as server:
         r = redis.Redis.from_url(server.url)
@@ -117,6 +145,12 @@ def main() -> None:
         claim = r.register_script(source("claim"))
         schedule = r.register_script(source("schedule"))
         print(f"server {server.version}; N = {opts.n:,}")
+        if opts.counted:
+            counted_cost(r, calls, (finish, claim, schedule), opts.counted)
+            r.delete(*HISTORY_KEYS)
+        if opts.counted_only:
+            r.close()
+            return
 
         def batches(label: str) -> None:
             for history in (True, False):

@@ -114,3 +114,23 @@ def test_history_status_and_series_read_every_shard(cluster: Cluster) -> None:
     assert got.returncode == 0 and "status:   dead" in got.stdout, got.stdout + got.stderr
     unknown = run_cli("get", "never-was", "--url", url)
     assert unknown.returncode == 1 and "never-was: unknown" in unknown.stderr
+
+
+def test_a_task_count_holds_per_shard(cluster: Cluster) -> None:
+    url = cluster.url
+    counted = ids_on_every_shard("n", 4)  # four on each shard: each keeps its newest three
+    with Timers(url) as t:
+        t.schedule_many([{"task": "record.counted", "args": [i], "in_": 0, "id": i}
+                         for i in counted])
+        burst(url)
+        kept = {r.id for r in t.history(task="record.counted")}
+        assert len(kept) == 3 * PRIMARIES
+        assert sum(t.status(i).state is TimerState.UNKNOWN for i in counted) == PRIMARIES
+        off = ids_on_every_shard("off", 1)[0]
+        t.schedule("record.counted", [off], in_=3600, id=off)
+        assert t.cancel(off)  # its shard's task zset is asked for, then written
+        assert off in {r.id for r in t.history(task="record.counted")}
+        with sync_cluster(url) as client:
+            for index, keys in enumerate(SHARDS):
+                assert client.zcard(keys.history_task("record.counted")) == 3, index
+                assert client.hlen(keys.history_records) == 3, index

@@ -53,3 +53,25 @@ def test_a_listener_process_writes_series_and_zero_keeps_no_history(
     assert wait_until(lambda: sum(m.runs for m in timers_client.series("record.hit", 2)) == 5,
                       5.0)
     assert timers_client.tasks_seen() == ["record.hit"]
+
+
+def test_a_task_count_keeps_its_newest_ends(redis_url: str, timers_client: Timers) -> None:
+    def ended(tags: range) -> None:
+        timers_client.schedule_many([{"task": "record.counted", "args": [f"c{i}"], "in_": 0,
+                                      "id": f"c{i}"} for i in tags])
+
+    ended(range(7))
+    timers_client.schedule("record.hit", ["other"], in_=0, id="other")
+    burst(redis_url)
+    ended(range(7, 10))  # ten runs of it in all, these three the newest
+    burst(redis_url)
+
+    listed = run_cli("history", "--task", "record.counted", "--url", redis_url).stdout
+    assert {line.split()[3] for line in listed.splitlines()[1:]} == {"c7", "c8", "c9"}
+    past = run_cli("get", "c0", "--url", redis_url)
+    assert past.returncode == 1 and "c0: unknown" in past.stderr
+    assert timers_client.status("other").state is TimerState.COMPLETED  # no count of its own
+    timers_client.schedule("record.counted", ["off"], in_=3600, id="off")
+    assert timers_client.cancel("off")  # a cancel counts too
+    kept = {r.id for r in timers_client.history(task="record.counted")}
+    assert len(kept) == 3 and "off" in kept

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 
+import timers
 from tests.task_pkg import RUNS, client
 
 
@@ -22,3 +23,9 @@ def late(tag: str, due_ms: float) -> None:
     """Append ``[tag, ms late]`` to ``test:runs``: how long after ``due_ms`` (epoch ms, this
     machine's clock, which the test's Redis servers share) the task started."""
     client().rpush(RUNS, json.dumps([tag, time.time() * 1000 - due_ms]))
+
+
+@timers.task(history_count=3)
+def counted(tag: str) -> None:
+    """As :func:`hit`; the run history keeps at most its three newest ended timers."""
+    client().rpush(RUNS, json.dumps([tag]))

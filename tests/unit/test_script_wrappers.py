@@ -50,6 +50,7 @@ LABELS = {
     "near": KS.near, "history": KS.history, "history records": KS.history_records,
     "history retention": KS.history_retention, "history expiry": KS.history_expiry,
     "history task ages": KS.history_task_ages, "history batches": KS.history_batches,
+    "history task counts": KS.history_task_counts,
     "series": KS.series,
     "series tasks": KS.series_tasks, "arrivals": KS.arrivals,
     "arrival records": KS.arrival_records, "moves": KS.moves,

@@ -164,6 +164,14 @@ BAD_ENDINGS: dict[str, Callable[[str], list[str]]] = {
     "history age without a record": lambda t: ending(t, "ok", "", "", "", "", "1000"),
     "history record of a retry": lambda t: ending(
         t, "retry", "due:a.b:[1]", "10", "due", "co|1|2|1|3|me|a.b|"),
+    "history count of 0": lambda t: ending(t, "ok", "", "", "due", "co|1|2|1|3|me|a.b|", "|0"),
+    "history count not a number": lambda t: ending(t, "ok", "", "", "due",
+                                                   "co|1|2|1|3|me|a.b|", "1000|many"),
+    "history count without a record": lambda t: ending(t, "ok", "", "", "", "", "|3"),
+    "history count with a record naming no task": lambda t: ending(
+        t, "ok", "", "", "due", "co|1|2|1|3|me||", "|3"),
+    "history count with a record whose end is not a number": lambda t: ending(
+        t, "ok", "", "", "due", "co|soon|2|1|3|me|a.b|", "|3"),
 }
 
 
@@ -181,6 +189,30 @@ def test_finish_with_one_bad_ending_writes_nothing_not_even_the_good_ones(
         call(scripts, "finish", finish_keys(ks),
              [ks.timer_key_start, ks.wake_channel, "1h", *NO_TAKER,
               *ending(busy["token"], "ok")])
+    assert snapshot(fake) == before
+
+
+BAD_TASK_ENTRIES = {
+    "count not a number": [("a.b", "", "3"), ("c.d", "", "three")],
+    "age not a number": [("a.b", "1h", "")],
+    "no task": [("", "", "3")],
+    "task with a bar": [("a|b", "", "3")],
+    "task twice": [("a.b", "", "3"), ("a.b", "", "")],
+}
+
+
+@pytest.mark.parametrize("bad", BAD_TASK_ENTRIES.values(), ids=BAD_TASK_ENTRIES.keys())
+def test_finish_with_one_bad_task_entry_writes_nothing(
+    busy: dict[str, str], scripts: dict[ScriptName, Any], ks: Keyspace,
+    fake: fakeredis.FakeRedis, bad: list[tuple[str, str, str]],
+) -> None:
+    fake.hset(ks.history_task_counts, "c.d", "5")  # a count the bad call would remove
+    fake.zadd(ks.history_task("c.d"), {"old": 1})
+    before = snapshot(fake)
+    good = ScriptCalls(ks).finish(retention_ms=1000, endings=[(busy["token"], "ok", "", "")],
+                                  trim=8, task_retention=[("c.d", "", ""), *bad])
+    with pytest.raises(redis.ResponseError, match="timers finish: bad task entry"):
+        call(scripts, "finish", list(good.keys), list(good.args))
     assert snapshot(fake) == before
 
 

@@ -94,7 +94,8 @@ HistoryAgeOption = Annotated[str | None, typer.Option(
          "none of any task. Default 7d.")]
 HistoryCountOption = Annotated[int | None, typer.Option(
     "--history-count", min=0, metavar="N", show_default=False,
-    help="At most this many history records per shard, the oldest dropped first; 0 keeps "
+    help="At most this many history records per shard, the oldest dropped first, whatever "
+         "their task (a task may keep fewer of its own: `@task(history_count=N)`); 0 keeps "
          "none. Default 100000 (about 18 MB).")]
 SeriesOption = Annotated[bool, typer.Option(
     "--series/--no-series",

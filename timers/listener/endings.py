@@ -138,13 +138,15 @@ class EndingWriter:
                  on_handed: Callable[[list[Run], int], None],
                  on_written: Callable[[], None], outage: Outage,
                  history: HistoryPolicy = OFF, listener_id: str = "",
-                 task_ages: Callable[[], Mapping[str, int | None]] = dict) -> None:
+                 task_retention: Callable[[], Mapping[str, tuple[int | None, int | None]]]
+                 = dict) -> None:
         self.scripts, self.keys, self.held = scripts, keys, held
         self.history, self.listener_id = history, listener_id
         """What the endings keep of their runs, and the name their records give."""
-        self.task_ages = task_ages
-        """Task -> its own history age ms (None: the listener's), of the tasks this listener
-        runs: stored with the first trim, for ``cancel.lua`` (``P|histtask``)."""
+        self.task_retention = task_retention
+        """Task -> its own history age ms (None: the listener's) and count (None: the
+        listener's only), of the tasks this listener runs: stored with the first trim, for
+        ``cancel.lua`` (``P|histtask``, ``P|histtaskn``)."""
         self._retention_stored = False
         """Whether a trim call stored the retention and the tasks' ages in this shard. The
         first is made at once, endings or not, so a cancel on a shard where nothing ended
@@ -251,20 +253,21 @@ class EndingWriter:
         sent = self.clock.monotonic()
         extras = final or sent - self._extras_at >= EXTRAS_EVERY
         series: list[tuple[str, str]] = []
-        ages: list[tuple[str, str]] = []
+        retention: list[tuple[str, str, str]] = []
         trim = 0
         if extras:
             if self.history.series:
                 series = series_of(self._unsummed, ran)
             trim = 2 * (self._kept_since_trim + kept) + 8
             if not self._retention_stored and self.history.keeps:
-                ages = [(task, "" if age is None else str(age))
-                        for task, age in sorted(self.task_ages().items())]
+                retention = [(task, "" if age is None else str(age),
+                              "" if count is None else str(count))
+                             for task, (age, count) in sorted(self.task_retention().items())]
         try:
             reply = await self.scripts.finish(
                 retention_ms=round(self.failure_retention * 1000), endings=wires,
                 taker=taker, history=self.history.wire, series=series, trim=trim,
-                task_ages=ages)
+                task_retention=retention)
         except BaseException:
             self.held.ending(tokens, sent=False)
             self.on_handed([], taker.take)
@@ -308,11 +311,12 @@ class EndingWriter:
                 wires.append(ending.wire())
                 continue
             ran.append(facts)
-            age = facts.history_ms
-            if keeps and facts.ends and age != 0 and ending.kind in ENDS:
+            age, count = facts.history_ms, facts.history_count
+            if keeps and facts.ends and age != 0 and count != 0 and ending.kind in ENDS:
+                keep = "" if age is None else str(age)
                 wires.append((*ending.wire(), facts.escaped_id,
                               history_text(facts, ending.kind, listener),
-                              "" if age is None else str(age)))
+                              keep if count is None else f"{keep}|{count}"))
                 kept += 1
             else:
                 wires.append(ending.wire())

@@ -473,7 +473,8 @@ def _facts(run: Run, ending: Ending, report: Fired, policy: TaskPolicy) -> RunFa
         return None
     if kind is _SKIP:
         return RunFacts(run.escaped_id, report.task, int(report.finished_ms), None,
-                        report.attempt, None, True, False, False, "", policy.history_ms)
+                        report.attempt, None, True, False, False, "", policy.history_ms,
+                        policy.history_count)
     failed = kind is not _OK
     outcome = report.outcome
     started = report.started_ms
@@ -481,7 +482,7 @@ def _facts(run: Run, ending: Ending, report: Fired, policy: TaskPolicy) -> RunFa
                     max(0, int(report.finished_ms - started)), report.attempt,
                     int(started - report.due_ms), kind is not _RETRY, True, failed,
                     f"{outcome.error_type}: {outcome.message}" if failed else "",
-                    policy.history_ms)
+                    policy.history_ms, policy.history_count)
 
 
 def _internal_error(exc: Exception) -> Outcome:

@@ -197,7 +197,7 @@ class Lane:
                                     on_handed=self.handoff.handed,
                                     on_written=self._after_endings_written, outage=outage,
                                     history=shared.history, listener_id=shared.id,
-                                    task_ages=loader.history_ages)
+                                    task_retention=loader.history_retention)
         self.events = EventSource(shared.redis, Channels.of(keys, shared.db, shared.groups),
                                   keys, loader.resolve, self.tracker, poke.set, self._reject,
                                   self.stopping, outage=outage, hub=hub,

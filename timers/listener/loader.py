@@ -215,14 +215,18 @@ class TaskLoader:
             self._names = tuple(sorted(self._tasks_found(imported=True)))
         return self._names
 
-    def history_ages(self) -> dict[str, int | None]:
-        """Task path -> how long the run history keeps its ended timers, ms, as its
-        ``@task(history=...)`` says (None: the listener's age; 0: none), of every task
-        this loader can run. Empty before :meth:`load`."""
+    def history_retention(self) -> dict[str, tuple[int | None, int | None]]:
+        """Task path -> (how long the run history keeps its ended timers, ms, as its
+        ``@task(history=...)`` says (None: the listener's age; 0: none); how many at most,
+        as its ``@task(history_count=...)`` says (None: the listener's count only)), of
+        every task this loader can run. Empty before :meth:`load`."""
         if not self._loaded:
             return {}
-        return {task: policy_of(fn).history_ms
-                for task, fn in self._tasks_found(imported=True).items()}
+        out = {}
+        for task, fn in self._tasks_found(imported=True).items():
+            policy = policy_of(fn)
+            out[task] = (policy.history_ms, policy.history_count)
+        return out
 
     def resolve(self, task: str) -> Callable[..., Any]:
         """The callable for ``task``, or :class:`TaskRefused` saying why not. Imports

@@ -100,6 +100,17 @@ key                 type    holds
 ``P|histtask``      hash    task -> its own history age ms (``@task(history=...)``; 0:
                             none kept), for ``cancel.lua`` (written by each listener at
                             its first trim; a task absent keeps the listeners' age).
+``P|histtaskn``     hash    task -> its own history count (``@task(history_count=N)``;
+                            0: none kept), of the tasks that have one, for ``cancel.lua``
+                            (written like ``P|histtask``; a task written without one is
+                            dropped, with its ``P|hist|n|<t>``).
+``P|hist|n|<t>``    zset    escaped id -> end ms: the kept records of task ``t``, a
+                            task with a count of its own (none for the others),
+                            trimmed to the count as it is written, oldest first (each
+                            popped id's record is dropped if it is still this task's).
+                            Named from ``P|hist`` by the scripts; members whose records
+                            the listener-wide trims dropped stay until popped, at most
+                            the count of them.
 ``P|series``        hash    ``<task>|<minute mod 1440>`` -> :class:`timers.model.history.MinuteSlot`
                             text: a ring of 24 h of minute slots per task (runs,
                             failures, lateness and duration histograms).
@@ -324,6 +335,16 @@ class Keyspace:
     def history_task_ages(self) -> str:
         """hash: task -> its own history age in ms (0: keeps none)."""
         return self.prefix + "|histtask"
+
+    @property
+    def history_task_counts(self) -> str:
+        """hash: task -> its own history count (0: keeps none), of the tasks with one."""
+        return self.prefix + "|histtaskn"
+
+    def history_task(self, task: str) -> str:
+        """zset: escaped id -> end ms of the kept records of ``task``, a task with a history
+        count of its own (the scripts name it from :attr:`history` the same way)."""
+        return f"{self.history}|n|{task}"
 
     @property
     def history_records(self) -> str:

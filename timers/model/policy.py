@@ -39,6 +39,15 @@ way, and the listener's ``--history-count`` bounds every task's records together
 >>> @timers.task(history=False)   # a heartbeat every second: keep none
 ... def ping() -> None: ...
 
+``history_count=N``: at most the N newest ended timers of this task are kept (per shard,
+like the listener's ``--history-count``), on top of the ages and the listener's count;
+``0`` keeps none (as ``history=False``); ``None`` (the default): only the listener's count
+bounds them. A task without one costs the history nothing more; one with one, a sorted
+set entry per kept record.
+
+>>> @timers.task(history_count=1000)   # a chatty task: its last thousand ends are enough
+... def poll_feed(feed_id: int) -> None: ...
+
 The decorator only attaches the policy to the function (the function is still found by its
 path in the tasks package); with ``name=`` it is also registered under that name, for
 listeners built with ``registry=timers.registered()``.
@@ -61,6 +70,9 @@ from timers.model.flow.rates import Rate
 
 F = TypeVar("F", bound=Callable[..., Any])
 POLICY_ATTRIBUTE = "__timers_policy__"
+
+MAX_HISTORY_COUNT = 10**9
+"""The most ``@task(history_count=...)`` takes (a bound on a number sent to Redis)."""
 
 HistorySpec = bool | float | str | timedelta | None
 """What ``@task(history=...)`` takes: ``True``/``None`` (the listener's age), ``False``/``0``
@@ -89,6 +101,19 @@ def history_age(value: HistorySpec) -> float | None:
         raise ValueError(f"history must be True, False, or how long to keep the task's ended "
                          f"timers (seconds, or a duration such as '7d'), got {value!r}")
     return age
+
+
+def history_count_of(value: object) -> int | None:
+    """``@task(history_count=...)`` checked: None (only the listener's count applies) or
+    a whole number of 0 or more, at most :data:`MAX_HISTORY_COUNT`; anything else is a
+    ValueError saying what it takes."""
+    if value is None:
+        return None
+    if (isinstance(value, bool) or not isinstance(value, int)
+            or not 0 <= value <= MAX_HISTORY_COUNT):
+        raise ValueError(f"history_count must be None or a whole number from 0 to "
+                         f"{MAX_HISTORY_COUNT}, got {value!r}")
+    return value
 
 
 @dataclass(frozen=True)
@@ -144,6 +169,10 @@ class TaskPolicy:
     ``@task(history=...)`` takes it (:func:`history_age`)."""
     history_ms: int | None = field(default=None, init=False, repr=False, compare=False)
     """:attr:`history` in ms as the run history stores it (at least 1 when not 0)."""
+    history_count: int | None = None
+    """At most this many of the task's ended timers are kept in the run history, per
+    shard (the newest; 0: none); None: only the listener's ``--history-count`` applies.
+    Given as ``@task(history_count=...)`` (:func:`history_count_of`)."""
 
     def __post_init__(self) -> None:
         concurrency, rate, burst = check_flow(self.group, self.concurrency, self.key,
@@ -155,6 +184,7 @@ class TaskPolicy:
         object.__setattr__(self, "history", age)
         object.__setattr__(self, "history_ms",
                            None if age is None else max(1, round(age * 1000)) if age else 0)
+        history_count_of(self.history_count)
         if self.retries < 0:
             raise ValueError("retries must be 0 or more")
         if self.max_crashes < 1:
@@ -210,6 +240,7 @@ def task(
     rate_key: KeySpec | None = None,
     burst: int = 1,
     history: HistorySpec = True,
+    history_count: int | None = None,
 ) -> Callable[[F], F]: ...
 
 
@@ -229,6 +260,7 @@ def task(
     rate_key: KeySpec | None = None,
     burst: int = 1,
     history: HistorySpec = True,
+    history_count: int | None = None,
 ) -> Any:
     """Give a task a retry/timeout/lateness policy and flow limits (see the module
     docstring); usable bare or with arguments."""
@@ -247,6 +279,7 @@ def task(
         rate_key=rate_key,
         burst=burst,
         history=history,  # type: ignore[arg-type]  # read by TaskPolicy (history_age)
+        history_count=history_count,
     )
 
     def decorate(func: F) -> F:

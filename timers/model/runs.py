@@ -183,8 +183,9 @@ class RunFacts(NamedTuple):
     is kept; else (a failure that will retry) it only counts in the series. ``ran``: it
     counts as a run in the series (a skipped occurrence does not); ``failed``: as a
     failure. ``history_ms``: how long its task keeps its history record (None: the
-    listener's age; 0: none, ``@task(history=False)``). A tuple: one is made per run, on
-    the listener's hot path."""
+    listener's age; 0: none, ``@task(history=False)``); ``history_count``: how many of its
+    task's records the history keeps at most (None: the listener's count only; 0: none).
+    A tuple: one is made per run, on the listener's hot path."""
 
     escaped_id: str
     task: str
@@ -197,6 +198,7 @@ class RunFacts(NamedTuple):
     failed: bool = False
     error: str = ""
     history_ms: int | None = None
+    history_count: int | None = None
 
 
 @fast_init  # made once or more per run

@@ -410,7 +410,7 @@ class ScriptCalls:
         return self._shared("cancel", (k.due, k.records, k.history, k.history_records,
                                        k.history_retention, k.history_expiry,
                                        k.history_task_ages, k.history_batches,
-                                       k.sequence),
+                                       k.sequence, k.history_task_counts),
                             (k.timer_key_start, escaped_id, canceller.replace("|", "_"),
                              f"{retention[0]} {retention[1]}", k.wake_channel))
 
@@ -461,13 +461,14 @@ class ScriptCalls:
     def finish(self, *, retention_ms: int, endings: Iterable[Ending],
                taker: Taker = NO_TAKER, history: tuple[int, int] = DEFAULT_RETENTION,
                series: Sequence[tuple[str, str]] = (), trim: int | None = None,
-               task_ages: Sequence[tuple[str, str]] = ()) -> Invocation:
+               task_retention: Sequence[tuple[str, str, str]] = ()) -> Invocation:
         """``history``: (age ms, count) the history keeps; ``series``: (task, minute slot
         text) to add to the tasks' rings; ``trim``: at most how many records past the
         retention to drop (0: none, and the retention is not stored; None: a few more than
-        the endings keep); ``task_ages``: (task, its own age ms or "" for none) to store
-        for ``cancel.lua``. An ending is ``(token, kind, a, b)`` or with two or three more
-        values, its escaped id, history record and its task's age ms (see
+        the endings keep); ``task_retention``: (task, its own age ms, its own count; ""
+        for none) to store for ``cancel.lua``. An ending is ``(token, kind, a, b)`` or
+        with two or three more values, its escaped id, history record and its task's age
+        ms, with ``|<count>`` when its task has a count of its own (see
         ``lua/finish.lua``)."""
         k = self.keys
         wires: list[Any] = []
@@ -489,16 +490,16 @@ class ScriptCalls:
                            len(series)]
         for task, text in series:
             args += [task, text]
-        args.append(len(task_ages))
-        for task, age in task_ages:
-            args += [task, age]
+        args.append(len(task_retention))
+        for task, age, count in task_retention:
+            args += [task, age, count]
         args += wires
         return self._shared(
             "finish", (k.running, k.running_records, k.stats, k.failures, k.failure_records,
                        k.due, k.records, k.failure_index, k.sequence, k.history,
                        k.history_records, k.series, k.series_tasks,
                        k.history_retention, k.history_expiry, k.history_task_ages,
-                       k.history_batches),
+                       k.history_batches, k.history_task_counts),
             tuple(args))
 
     def heartbeat(self, listener_id: str, ttl_ms: int, info: str, task_set: str = "",
@@ -661,11 +662,11 @@ class Scripts:
     def finish(self, *, retention_ms: int, endings: Iterable[Ending],
                taker: Taker = NO_TAKER, history: tuple[int, int] = DEFAULT_RETENTION,
                series: Sequence[tuple[str, str]] = (), trim: int | None = None,
-               task_ages: Sequence[tuple[str, str]] = ()) -> Any:
+               task_retention: Sequence[tuple[str, str, str]] = ()) -> Any:
         """Reply: ``[late finishes, (token, run, source)…]``: the runs handed over."""
         return self.run(self.calls.finish(retention_ms=retention_ms, endings=endings,
                                           taker=taker, history=history, series=series,
-                                          trim=trim, task_ages=task_ages))
+                                          trim=trim, task_retention=task_retention))
 
     def heartbeat(self, listener_id: str, ttl_ms: int, info: str, task_set: str = "",
                   task_list: str = "") -> Any:

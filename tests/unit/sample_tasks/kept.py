@@ -29,3 +29,13 @@ def long() -> None:
 @timers.task(history=0)
 def none() -> None:
     """Its ended timers are not kept (``0`` as ``False``)."""
+
+
+@timers.task(history_count=3)
+def counted() -> None:
+    """At most its three newest ended timers are kept."""
+
+
+@timers.task(history_count=0)
+def uncounted() -> None:
+    """None of its ended timers are kept (a count of 0)."""

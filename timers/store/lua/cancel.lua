@@ -12,16 +12,18 @@
 --          replaces the listeners' age for that task's timers
 -- KEYS[8]  history batches: hash, batch id -> the escaped ids it wrote (history.lua)
 -- KEYS[9]  sequence: counter that numbers run tokens and history batches
+-- KEYS[10] history task counts: hash, task -> its own count (0: keeps none): its records
+--          are also kept in its task zset (history.lua), trimmed to that count
 -- ARGV[1]  timer key start "<prefix>:"
 -- ARGV[2]  escaped id
 -- ARGV[3]  who cancels ("host:pid", no '|'), for its history record
 -- ARGV[4]  the retention "<age ms> <count>" to keep to when KEYS[5] holds none
 -- ARGV[5]  wake channel
--- KEYS[10..]  shared keys: timers/model/keys.py Keyspace.script_keys (the helpers' keys)
+-- KEYS[11..]  shared keys: timers/model/keys.py Keyspace.script_keys (the helpers' keys)
 --
 -- allow-oom: it frees the timer's record and keys, and adds a smaller history record (a
--- batch of one; none when the retention or its task's own age keeps none), trimming about
--- two older ones past the retention.
+-- batch of one; none when the retention or its task's own age or count keeps none),
+-- trimming about two older ones past the retention, and its task's zset to its count.
 -- The timer's key is named by its stored record, so it is built here from ARGV[1]. A timer
 -- waiting for a concurrency key or a rate limit leaves its queue (flow.lua).
 -- Returns 1 when the timer was pending (it will not fire), 0 otherwise.
@@ -32,7 +34,11 @@ if not age or string.find(ARGV[3], '|', 1, true) then
   return redis.error_reply('ERR timers cancel: bad arguments')
 end
 -- declare {
-need_withdraw(ARGV[1], KEYS[2], ARGV[2])
+local withdrawn = need_withdraw(ARGV[1], KEYS[2], ARGV[2])
+local withdrawn_task = withdrawn and string.match(withdrawn, '^([^;:]+)')
+if withdrawn_task and redis.call('HEXISTS', KEYS[10], withdrawn_task) == 1 then
+  need(history_task_key(KEYS[3], withdrawn_task))
+end
 local asked = keys_asked()
 if asked then return asked end
 -- declare }
@@ -41,14 +47,22 @@ if record then
   unpark(ARGV[1], ARGV[2])
   age, count = tonumber(age), tonumber(count)
   local task = string.match(record, '^([^;:]+)')
+  local own_count = nil  -- its task's own count, if it has one
   if task and age > 0 and count > 0 then
     age = tonumber(redis.call('HGET', KEYS[7], task)) or age
+    own_count = tonumber(redis.call('HGET', KEYS[10], task))
   end
-  if task and age > 0 and count > 0 then
+  if task and age > 0 and count > 0 and own_count ~= 0 then
     local now = redis_now()
+    local ended = string.format('%.0f', now)
     local attempts = string.match(record, '^[^:]*;a=(%d+)') or '0'
     history_add(KEYS[3], KEYS[6], KEYS[4], KEYS[8], KEYS[9], ARGV[2], table.concat(
-      {'ca', string.format('%.0f', now), '', attempts, '', ARGV[3], task, ''}, '|'), now, age)
+      {'ca', ended, '', attempts, '', ARGV[3], task, ''}, '|'), now, age)
+    if own_count then
+      local key = history_task_key(KEYS[3], task)
+      redis.call('ZADD', key, ended, ARGV[2])
+      history_task_trim(key, KEYS[4], task, own_count, 8)
+    end
     history_trim(KEYS[3], KEYS[6], KEYS[4], KEYS[8], now, count, 2)
   end
   wake(ARGV[5])

@@ -19,9 +19,10 @@
 -- KEYS[14] history retention: string "<age ms> <count>" (set to ARGV[9] ARGV[10] when the
 --          call trims, for cancel.lua)
 -- KEYS[15] history expiry: zset, batch id -> when its records expire, ms (history.lua)
--- KEYS[16] history task ages: hash, task -> its own age ms (set from the task age entries)
+-- KEYS[16] history task ages: hash, task -> its own age ms (set from the task entries)
 -- KEYS[17] history batches: hash, batch id -> the escaped ids it wrote (history.lua)
--- KEYS[18..]  shared keys: timers/model/keys.py Keyspace.script_keys (the helpers' keys)
+-- KEYS[18] history task counts: hash, task -> its own count (set from the task entries)
+-- KEYS[19..]  shared keys: timers/model/keys.py Keyspace.script_keys (the helpers' keys)
 -- ARGV[1]  timer key start "<prefix>:"
 -- ARGV[2]  wake channel
 -- ARGV[3]  failure retention ms: older failure records are trimmed, a few per call
@@ -44,16 +45,24 @@
 -- ARGV[13..12+2S] per series entry: task, minute slot text (added to the task's ring; a
 --          listener sums its runs per task and minute over about a second, so a slot is
 --          written about once a second per task, whatever the batches)
--- then T: how many task age entries follow, and per entry: task, its own history age ms
---          ("": none of its own) stored in KEYS[16] for cancel.lua (or dropped from it);
---          a listener sends its tasks' once, with its first trim
--- then seven values per ending: token, kind, a, b, id, record, age, where id, record and
--- age are "" or, for an ending that ends its timer (ok, skip, fail), its escaped id,
--- history record and the ms its task keeps it ("": ARGV[9]; else more than 0): kept in
--- the history when the ending is written, in this call's batch of its age (one per
--- distinct age: end now, expiry now + age; history.lua) (not for a late
--- finish: the run that holds the timer now ends it). The record is stored, never parsed
--- here (its readers skip one that does not read), so only its first field is checked.
+-- then T: how many task entries follow, and per entry: task, its own history age ms
+--          ("": none of its own) stored in KEYS[16] for cancel.lua (or dropped from it),
+--          its own history count ("": none) stored in KEYS[18] and its task zset
+--          (history.lua) trimmed to it, or, "", dropped from KEYS[18] with its zset (a
+--          count removed leaves nothing behind); a listener sends its tasks' once, with
+--          its first trim
+-- then seven values per ending: token, kind, a, b, id, record, keep, where id, record and
+-- keep are "" or, for an ending that ends its timer (ok, skip, fail), its escaped id,
+-- history record and "<age>" or "<age>|<count>": the ms its task keeps it ("": ARGV[9];
+-- else more than 0) and how many of its task's records are kept at most, when its task
+-- has a count of its own (1 or more): kept in the history when the ending is written, in
+-- this call's batch of its age (one per distinct age: end now, expiry now + age;
+-- history.lua) (not for a late finish: the run that holds the timer now ends it), and
+-- with a count, in its task's zset (score: the record's end), which is then trimmed to
+-- the count. The count rides with each ending, not read from KEYS[18]: a task without
+-- one costs no command, and none of its text is parsed. The record is stored, never
+-- parsed here (its readers skip one that does not read), so only its first field is
+-- checked, and with a count its end and task.
 -- The first four:
 --   token "ok"      "" ""             the run succeeded
 --   token "skip"    "" ""             the run was skipped on purpose (counted only)
@@ -137,11 +146,11 @@ if not retention or not is_count(ARGV[6]) or not is_count(ARGV[7])
   return redis.error_reply('ERR timers finish: bad arguments')
 end
 local SERIES = 13  -- the first series entry's first value
-local AGES = SERIES + 2 * tonumber(ARGV[12])  -- the task age entries' count
+local AGES = SERIES + 2 * tonumber(ARGV[12])  -- the task entries' count
 if AGES > #ARGV or not is_count(ARGV[AGES]) then
   return redis.error_reply('ERR timers finish: bad arguments')
 end
-local FIRST = AGES + 1 + 2 * tonumber(ARGV[AGES])  -- the first ending's first value
+local FIRST = AGES + 1 + 3 * tonumber(ARGV[AGES])  -- the first ending's first value
 local STRIDE = 7
 if FIRST > #ARGV + 1 or (#ARGV - FIRST + 1) % STRIDE ~= 0 then
   return redis.error_reply('ERR timers finish: bad arguments')
@@ -151,24 +160,42 @@ for i = SERIES, AGES - 1, 2 do
     return redis.error_reply('ERR timers finish: bad series entry ' .. ((i - SERIES) / 2 + 1))
   end
 end
-for i = AGES + 1, FIRST - 1, 2 do
-  if ARGV[i] == '' or (ARGV[i + 1] ~= '' and not is_count(ARGV[i + 1])) then
-    return redis.error_reply('ERR timers finish: bad task age entry ' .. ((i - AGES - 1) / 2 + 1))
+local entry_tasks = {}
+for i = AGES + 1, FIRST - 1, 3 do
+  if ARGV[i] == '' or string.find(ARGV[i], '|', 1, true) or entry_tasks[ARGV[i]]
+      or (ARGV[i + 1] ~= '' and not is_count(ARGV[i + 1]))
+      or (ARGV[i + 2] ~= '' and not is_count(ARGV[i + 2])) then
+    return redis.error_reply('ERR timers finish: bad task entry ' .. ((i - AGES - 1) / 3 + 1))
   end
+  entry_tasks[ARGV[i]] = true
 end
 local history_age, history_count = tonumber(ARGV[9]), tonumber(ARGV[10])
 local keep_history = history_age > 0 and history_count > 0
 local released = {}
+-- Per ending index: its age ("" or ms: its keep value without a count); for an ending
+-- whose task has a count of its own, {task, end ms, count} (as text)
+local ages, counted = {}, {}
 for i = FIRST, #ARGV, STRIDE do
   local token, kind, hid, hage = ARGV[i], ARGV[i + 1], ARGV[i + 4], ARGV[i + 6]
   local bad = bad_ending((i - FIRST) / STRIDE + 1, token, kind, ARGV[i + 2], ARGV[i + 3])
   if bad then return bad end
-  if (hid ~= '' or ARGV[i + 5] ~= '' or hage ~= '') and not ((kind == 'ok' or kind == 'skip'
-      or kind == 'fail') and hid ~= '' and string.sub(ARGV[i + 5], 3, 3) == '|'
+  local hcount, has = nil, hid ~= '' or ARGV[i + 5] ~= '' or hage ~= ''
+  if hage ~= '' and string.find(hage, '|', 1, true) then
+    hage, hcount = string.match(hage, '^(%d*)|(%d+)$')
+  end
+  local ok = hage ~= nil
+  if ok and hcount then
+    local ended, task = history_text_task(ARGV[i + 5])
+    ok = ended ~= nil and tonumber(hcount) > 0
+    counted[i] = {task, ended, hcount}
+  end
+  if has and not (ok and (kind == 'ok' or kind == 'skip' or kind == 'fail') and hid ~= ''
+      and string.sub(ARGV[i + 5], 3, 3) == '|'
       and (hage == '' or (is_count(hage) and tonumber(hage) > 0))) then
     return redis.error_reply('ERR timers finish: bad history record of ending ' ..
       ((i - FIRST) / STRIDE + 1))
   end
+  ages[i] = hage
   if kind == 'release' then released[i] = released_run(token) end
 end
 
@@ -189,6 +216,12 @@ for i = FIRST, #ARGV, STRIDE do  -- each run's group, the slot it holds, where i
   end
 end
 need_barred(ARGV[1])
+for _, one in pairs(counted) do need(history_task_key(KEYS[10], one[1])) end
+for i = AGES + 1, FIRST - 1, 3 do  -- a task zset trimmed, or dropped with its count
+  if ARGV[i + 2] ~= '' or redis.call('HEXISTS', KEYS[18], ARGV[i]) == 1 then
+    need(history_task_key(KEYS[10], ARGV[i]))
+  end
+end
 local asked = keys_asked()
 if asked then return asked end
 -- declare }
@@ -253,8 +286,10 @@ local history_texts = {}
 -- ids}, and in the order made. The scores are text, made once per batch (a number passed
 -- to redis.call is formatted anew each time).
 local history_batches, history_order = {}, {}
+-- The task zsets this call adds to: task -> {ZADD arguments, count}, in the order met.
+local task_adds, task_order = {}, {}
 
-local function end_run(token, kind, a, b, release, hid, htext, hage)
+local function end_run(token, kind, a, b, release, hid, htext, hage, hcounted)
   if not unlease(token) then
     redis.call('HDEL', KEYS[2], token)
     counts.late_finishes = counts.late_finishes + 1
@@ -273,6 +308,17 @@ local function end_run(token, kind, a, b, release, hid, htext, hage)
     local ids = batch[3]
     ids[#ids + 1] = hid
     history_texts[2 * kept - 1], history_texts[2 * kept] = hid, batch[1] .. '|' .. htext
+    if hcounted then
+      local adds = task_adds[hcounted[1]]
+      if not adds then
+        adds = {{}, hcounted[3]}
+        task_adds[hcounted[1]] = adds
+        task_order[#task_order + 1] = hcounted[1]
+      end
+      local args = adds[1]
+      args[#args + 1], args[#args + 2] = hcounted[2], hid
+      adds[2] = hcounted[3]
+    end
   end
   local grace = kind == 'release' and tonumber(a) or 0
   if grace > 0 and release and slots_held and redis.call('HEXISTS', KEYS[7], release[1]) == 0
@@ -337,7 +383,7 @@ for i = FIRST, #ARGV, STRIDE do
     reject(ARGV[i + 2], ARGV[i + 3])
   elseif released[i] ~= false then
     end_run(ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], released[i], ARGV[i + 4],
-      ARGV[i + 5], ARGV[i + 6])
+      ARGV[i + 5], ages[i], counted[i])
   end
 end
 if kept > 0 then
@@ -347,13 +393,25 @@ if kept > 0 then
     history_index(KEYS[10], KEYS[15], KEYS[17], batch[1], table.concat(batch[3], ':'),
       now_text, batch[2])
   end
+  for _, task in ipairs(task_order) do  -- each counted task's records, then its trim
+    local key, adds = history_task_key(KEYS[10], task), task_adds[task]
+    each_thousand('ZADD', key, adds[1])  -- score, member pairs: 1000 is even
+    history_task_trim(key, KEYS[11], task, tonumber(adds[2]), #adds[1] / 2 + 1000)
+  end
 end
 for i = SERIES, AGES - 1, 2 do series_add(KEYS[12], KEYS[13], ARGV[i], ARGV[i + 1]) end
-for i = AGES + 1, FIRST - 1, 2 do
-  if ARGV[i + 1] == '' then
-    redis.call('HDEL', KEYS[16], ARGV[i])
+for i = AGES + 1, FIRST - 1, 3 do
+  local task, age, count = ARGV[i], ARGV[i + 1], ARGV[i + 2]
+  if age == '' then
+    redis.call('HDEL', KEYS[16], task)
   else
-    redis.call('HSET', KEYS[16], ARGV[i], ARGV[i + 1])
+    redis.call('HSET', KEYS[16], task, age)
+  end
+  if count ~= '' then
+    redis.call('HSET', KEYS[18], task, count)
+    history_task_trim(history_task_key(KEYS[10], task), KEYS[11], task, tonumber(count), 1000)
+  elseif redis.call('HDEL', KEYS[18], task) == 1 then
+    redis.call('DEL', history_task_key(KEYS[10], task))
   end
 end
 local trim_budget = tonumber(ARGV[11])

@@ -22,6 +22,15 @@
 --   P|histcfg   string "<age ms> <count>": the retention the listeners were started with
 --                     (cancel.lua keeps to it; a listener trims with its own count)
 --   P|histtask  hash  task -> its own age ms (0: keeps none), for cancel.lua
+--   P|histtaskn hash  task -> its own count (@task(history_count=N); 0: keeps none), of
+--                     the tasks that have one, for cancel.lua
+--   P|hist|n|<task>  zset  escaped id -> end ms: the kept records of a task with a count
+--                     of its own (none for the others: they cost nothing more), named
+--                     from P|hist (same hash tag); trimmed to the count as it is written,
+--                     the oldest first, each popped id's record dropped if it is still
+--                     this task's. Records the listener-wide trims drop leave members
+--                     here; harmless: they are the oldest, popped first, and the zset
+--                     holds at most its count
 --   P|series    hash  "<task>|<minute mod 1440>" -> "<minute> <runs> <failures>
 --                     l<bucket>=<n>,... d<bucket>=<n>,...": a ring of minute slots per
 --                     task (lateness and duration histograms); a slot of an older minute
@@ -172,6 +181,48 @@ local function history_trim(hist_key, exp_key, rec_key, batch_key, now, count, b
     over = over - history_drop(hist_key, exp_key, rec_key, batch_key, taken, over)
     for _, one in ipairs(taken) do looked = looked + math.max(one[3], 1) end
   end
+end
+
+-- The zset of the kept records of `task`, a task with a count of its own: "P|hist|n|<task>"
+-- (`hist_key` is P|hist; a task name holds no '|').
+local function history_task_key(hist_key, task)
+  return hist_key .. '|n|' .. task
+end
+
+-- The end ms and the task of a history record text "ki|ended|duration|attempts|lateness|
+-- listener|task|error" (as finish.lua is given it), or nil when it does not read.
+local function history_text_task(text)
+  return string.match(text, '^%a%a|(%d+)|[^|]*|[^|]*|[^|]*|[^|]*|([^|]+)|')
+end
+
+-- The task a stored record (P|histrec: "<batch id>|" and a record text, or the previous
+-- release's, without the batch) names, or nil.
+local function history_record_task(value)
+  if string.byte(value) == 58 then value = string.match(value, '^[^|]*|(.*)$') or '' end
+  return select(2, history_text_task(value))
+end
+
+-- Trim task zset `key` of `task` to `count`, popping at most `most` of its oldest ids:
+-- each one's record is dropped from `rec_key` if it is still this task's (the same id
+-- may have ended since under another task). Their batches' index entries stay: a batch
+-- whose ids name no record of it drops nothing more when the history trims reach it
+-- (history_lives). O(log n) per id popped, in a few commands.
+local function history_task_trim(key, rec_key, task, count, most)
+  local over = math.min(redis.call('ZCARD', key) - count, most)
+  if over <= 0 then return end
+  local popped = redis.call('ZPOPMIN', key, string.format('%d', over))
+  local ids, gone = {}, {}
+  for i = 1, #popped, 2 do ids[#ids + 1] = popped[i] end
+  for first = 1, #ids, 1000 do
+    local last = math.min(first + 999, #ids)
+    local values = redis.call('HMGET', rec_key, unpack(ids, first, last))
+    for i = 1, last - first + 1 do
+      if values[i] and history_record_task(values[i]) == task then
+        gone[#gone + 1] = ids[first + i - 1]
+      end
+    end
+  end
+  each_thousand('HDEL', rec_key, gone)
 end
 
 -- "i=n,..." histogram text -> table; merged into `into` when given.
