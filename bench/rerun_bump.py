@@ -5,12 +5,14 @@ each due 300 ms after it is scheduled; its task RPUSHes how late it started. Fiv
 in, 30 one-second timers come due and both listeners start them; half a second later one
 listener is ``kill -9``ed. Its runs lapse two seconds on and the other listener reruns
 them, each in a quarantine child process (:mod:`timers.listener.quarantine`). Printed:
-probe lateness p50/p99/max before the kill and in the 3 s the reruns start in (the
-probes the dead listener held, due before the kill and rerun a lease late, left out).
+the listeners' CPU per timer at the steady rate (both processes, the 4 s before the slow
+timers), probe lateness p50/p99/max before the kill and in the 3 s the reruns start in
+(the probes the dead listener held, due before the kill and rerun a lease late, left out).
 
 The tasks package imports a set of standard modules, as an app's does (the quarantine
-fork server imports it once; before it did, each quarantine child imported it again). Run one side per call; compare commits by running each
-alternately, with ``PYTHONPATH`` naming the code to measure::
+fork server imports it once; before it did, each quarantine child imported it again).
+Run one side per call; compare commits by running each alternately, with ``PYTHONPATH``
+naming the code to measure (from a folder that holds no ``timers/``)::
 
     PYTHONPATH=. python -m bench.rerun_bump
 """
@@ -69,6 +71,13 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
+def _cpu_s(pid: int) -> float:
+    """CPU seconds (user and system) process ``pid`` has used."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def produce(timers: Timers, stop: threading.Event) -> None:
     """Schedule the probe at :data:`RATE` per second until ``stop``."""
     start, i = time.monotonic(), 0
@@ -99,7 +108,10 @@ def main() -> None:
         producer = threading.Thread(target=produce, args=(timers, stop))
         t0 = time.time() * 1000
         producer.start()
-        time.sleep(KILL_AT - 0.5)
+        time.sleep(1.0)
+        cpu0, cpu0_ms = [_cpu_s(p.pid) for p in listeners], time.time() * 1000
+        time.sleep(KILL_AT - 1.5)
+        cpu1, cpu1_ms = [_cpu_s(p.pid) for p in listeners], time.time() * 1000
         for _ in range(30):
             timers.schedule("app.slow", [], in_=0)
         time.sleep(0.5)
@@ -120,7 +132,10 @@ def main() -> None:
         reruns = [late for at, late, rerun in rows if not rerun and at - late > kill_ms + 50
                   and kill_ms + LEASE * 1000 <= at < kill_ms + (LEASE + 3) * 1000]
         stats = timers.stats()
+        steady = sum(1 for at, _, _ in rows if cpu0_ms <= at < cpu1_ms)
+        cpu_us = (sum(cpu1) - sum(cpu0)) / max(steady, 1) * 1e6
         print(json.dumps({
+            "cpu_us_per_timer": round(cpu_us, 1),
             "before_p50": statistics.median(before), "before_p99": percentile(before, 0.99),
             "before_max": max(before), "reruns_p50": statistics.median(reruns),
             "reruns_p99": percentile(reruns, 0.99), "reruns_max": max(reruns),
