@@ -70,6 +70,7 @@ def test_a_task_count_keeps_its_newest_ends(redis_url: str, timers_client: Timer
     assert {line.split()[3] for line in listed.splitlines()[1:]} == {"c7", "c8", "c9"}
     past = run_cli("get", "c0", "--url", redis_url)
     assert past.returncode == 1 and "c0: unknown" in past.stderr
+    assert "history_count=" in past.stderr, "it names where a task's count is set"
     assert timers_client.status("other").state is TimerState.COMPLETED  # no count of its own
     timers_client.schedule("record.counted", ["off"], in_=3600, id="off")
     assert timers_client.cancel("off")  # a cancel counts too

@@ -45,7 +45,8 @@ def get(id: IdArgument, url: UrlOption = None, prefix: PrefixOption = DEFAULT_PR
         found = t.status(id)
     if found.state is TimerState.UNKNOWN:
         typer.echo(f"{printable(id)}: unknown (never existed, or ended longer ago than the "
-                   "history keeps: see timers listen --history-age, --history-count)",
+                   "history keeps: see timers listen --history-age, --history-count, and "
+                   "a task's history= and history_count=)",
                    err=True)
         raise typer.Exit(1)
     if found.timer is None:
