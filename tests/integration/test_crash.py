@@ -13,7 +13,7 @@ from tests.integration.helpers import TASKS, Processes, runs, settled, started
 from tests.task_pkg.slow import RELEASE
 from timers import Timers
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.one_server]
 
 
 def test_timer_runs_again_after_its_listener_is_killed_mid_task(

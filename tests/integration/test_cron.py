@@ -22,7 +22,7 @@ from tests.cron_tasks import RELEASE, RUNS, STARTED
 from tests.integration.helpers import ListenerThread, Processes, lateness_line
 from timers import Fired, Recurrence, Timers
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.one_server]
 
 TASKS = "tests.cron_tasks"
 StartListener = Callable[..., ListenerThread]

@@ -4,10 +4,14 @@ process's history options."""
 
 from __future__ import annotations
 
+import pytest
+
 from tests.conftest import wait_until
 from tests.integration.helpers import TASKS, run_cli
 from timers import Timers
 from timers.model.history import TimerState
+
+pytestmark = [pytest.mark.integration, pytest.mark.one_server]
 
 
 def burst(redis_url: str, *options: str) -> None:

@@ -23,7 +23,7 @@ from tests.retry_tasks import calls, done
 from tests.retry_tasks.poison import STARTS
 from timers import Timers, TimerSpec
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.one_server]
 
 ORDINARY = 200
 

@@ -14,7 +14,7 @@ import pytest
 from tests.conftest import ROOT
 from tests.integration.helpers import subprocess_env
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.one_server]
 
 CHILD = textwrap.dedent("""\
     import multiprocessing, os, sys

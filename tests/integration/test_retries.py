@@ -30,7 +30,7 @@ from tests.retry_tasks.late import TASK_MAX_LATENESS
 from tests.retry_tasks.slow import TIMEOUT
 from timers import Timers, TimerSpec
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.one_server]
 
 TASKS = "tests.retry_tasks"
 

@@ -15,7 +15,7 @@ from tests.conftest import wait_until
 from tests.integration.helpers import TIMERS_COMMAND, Processes, runs, settled
 from timers import Timers, TimerSpec
 
-pytestmark = [pytest.mark.integration]
+pytestmark = [pytest.mark.integration, pytest.mark.one_server]
 
 
 def test_a_killed_listeners_shards_fire_through_the_others(

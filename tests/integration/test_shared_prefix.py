@@ -15,6 +15,7 @@ import time
 from collections import Counter
 from typing import Any
 
+import pytest
 import redis
 
 from tests.conftest import wait_until
@@ -24,6 +25,8 @@ from timers.model.encoding import Record
 from timers.model.keys import Keyspace
 from timers.ops.fleet import handed_over
 from timers.ops.operations import TimerSpec
+
+pytestmark = [pytest.mark.integration, pytest.mark.one_server]
 
 KEYS = Keyspace()
 N = 300

@@ -40,7 +40,7 @@ from tests.retry_tasks.slow import TIMEOUT
 from tests.slow_import_tasks import IMPORTED
 from timers import Listener, TasksUnavailable, Timers
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.one_server]
 
 
 # -- row 5: plain tasks past their timeout ----------------------------------------------
