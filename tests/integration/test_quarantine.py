@@ -179,25 +179,31 @@ def ok(n):
     return n
 """
 
-
-def test_suspects_load_in_quarantine_one_at_a_time(tmp_path: Path) -> None:
-    """Three runs of a dead listener: their quarantine children import the tasks package
-    one after another (on a small machine, all at once took every core from the listener,
-    and its other timers ran late); all three then run and succeed."""
+def three_suspects_of_slowload(tmp_path: Path, client: redis.Redis) -> Timers:
+    """A tasks package ``slowload`` in ``tmp_path`` whose import takes a while (it notes
+    each import in ``tmp_path/imports``), and three timers of it whose listener died
+    holding them (their leases lapsed): a producer on ``client``."""
     package = tmp_path / "slowload"
     package.mkdir()
     (package / "__init__.py").write_text("")
     (package / "work.py").write_text(SLOW_IMPORT)
-    server = fakeredis.FakeServer()
-    fake = fakeredis.FakeRedis(server=server)
-    ks, scripts = Keyspace(), register_all(fake)
-    producer = Timers(fake)
+    ks, scripts = Keyspace(), register_all(client)
+    producer = Timers(client)
     for i in range(3):
         producer.schedule("work.ok", [i], at=PAST, id=f"suspect-{i}")
     claimed = claim(scripts, ks, listener="web-0:100:ab").claimed
     assert len(claimed) == 3
     for run in claimed:
-        fake.zadd(ks.running, {run.token: 0}, xx=True)  # its listener died: lease lapsed
+        client.zadd(ks.running, {run.token: 0}, xx=True)  # its listener died: lease lapsed
+    return producer
+
+
+def test_suspects_load_in_quarantine_one_at_a_time(tmp_path: Path) -> None:
+    """Three runs of a dead listener: their quarantine children import the tasks package
+    one after another (on a small machine, all at once took every core from the listener,
+    and its other timers ran late); all three then run and succeed."""
+    server = fakeredis.FakeServer()
+    producer = three_suspects_of_slowload(tmp_path, fakeredis.FakeRedis(server=server))
 
     async def scenario() -> None:
         listener = make_listener(server, tasks="slowload", search_path=str(tmp_path))
@@ -221,19 +227,7 @@ def test_quarantine_children_fork_with_the_tasks_package_imported(
     tasks package is imported twice in all (the listener, and the fork server the children
     fork from), not once more per child, which took a small machine's cores from the
     listener's other timers."""
-    package = tmp_path / "slowload"
-    package.mkdir()
-    (package / "__init__.py").write_text("")
-    (package / "work.py").write_text(SLOW_IMPORT)
-    r = redis.Redis.from_url(redis_url)
-    ks, scripts = Keyspace(), register_all(r)
-    producer = Timers(r)
-    for i in range(3):
-        producer.schedule("work.ok", [i], at=PAST, id=f"suspect-{i}")
-    claimed = claim(scripts, ks, listener="web-0:100:ab").claimed
-    assert len(claimed) == 3
-    for run in claimed:
-        r.zadd(ks.running, {run.token: 0}, xx=True)  # its listener died: lease lapsed
+    producer = three_suspects_of_slowload(tmp_path, redis.Redis.from_url(redis_url))
     env = {**processes.env(), "PYTHONPATH": os.pathsep.join(
         [str(tmp_path), processes.env().get("PYTHONPATH", "")])}
     listener = processes.spawn(TIMERS_COMMAND, "listen", "--url", redis_url, "--tasks", "slowload",
