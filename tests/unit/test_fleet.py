@@ -231,13 +231,19 @@ def test_a_listener_sends_its_task_list_once_and_again_when_it_is_gone() -> None
     peers.announced()
     assert peers.announcement() == (digest, "")
     sync = fakeredis.FakeRedis(server=server)
-    Scripts(sync, KEYS).heartbeat("me", 30_000, json.dumps({"task_set": digest}), digest,
-                                  listed)
-    asyncio.run(peers.check_stored())
-    assert not peers.resend
+    scripts = Scripts(sync, KEYS)
+    info = json.dumps({"task_set": digest})
+    stored, *_ = scripts.heartbeat("me", 30_000, info, digest, listed)
+    assert stored == 1
+    stored, *_ = scripts.heartbeat("me", 30_000, info, digest, "")
+    assert stored == 1 and not peers.resend
     sync.delete(KEYS.task_sets)  # a flush, a failover that lost it
-    asyncio.run(peers.check_stored())
+    stored, *_ = scripts.heartbeat("me", 30_000, info, digest, "")
+    assert stored == 0, "the heartbeat says the list is gone"
+    peers.gone_from_server()
     assert peers.announcement() == (digest, listed)
+    stored, *_ = scripts.heartbeat("me", 30_000, info, digest, listed)
+    assert stored == 1 and sync.hexists(KEYS.task_sets, digest)
 
 
 def test_an_expired_key_of_a_task_another_listener_runs_is_left_to_it() -> None:

@@ -447,16 +447,16 @@ class Lane:
         digest, task_list = peers.announcement() if alive else ("", "")
         if alive and not self.task_list_sent:
             task_list = task_list or encode_task_set(shared.loader.task_names())
-        live = await self.scripts.heartbeat(shared.id, HEARTBEAT_TTL_MS, info, digest,
-                                            task_list)
+        stored, *live = await self.scripts.heartbeat(shared.id, HEARTBEAT_TTL_MS, info,
+                                                     digest, task_list)
         if alive:
             if task_list:
                 self.task_list_sent = True
                 if self.announces:
                     peers.announced()
             self.recycler.published()
-            if self.announces and not task_list:
-                await peers.check_stored()
+            if self.announces and not int(stored):
+                peers.gone_from_server()
             if len(self.lanes) > 1:
                 self.tracker.defer_ms = sweep_defer_ms(live, self.index, shared.id)
 

@@ -42,10 +42,8 @@ class Peers:
     """This listener's view of the others of its prefix, and its own announcement."""
 
     def __init__(self, me: str, package: str, tasks: Callable[[], tuple[str, ...]],
-                 read: Reader, stored: Callable[[str], Awaitable[bool]] | None = None,
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
+                 read: Reader, monotonic: Callable[[], float] = time.monotonic) -> None:
         self.me, self.package, self._tasks, self._read = me, package, tasks, read
-        self._stored = stored
         self._monotonic = monotonic
         self._view: FleetView | None = None
         self._read_at = -1e9
@@ -67,10 +65,7 @@ class Peers:
             for call in fleet_calls(keys):
                 pipe.execute_command(*call.command)
             return list(await pipe.execute())
-
-        async def stored(digest: str) -> bool:
-            return bool(await client.hexists(keys.task_sets, digest))
-        return cls(me, package, tasks, read, stored)
+        return cls(me, package, tasks, read)
 
     # -- the announcement -------------------------------------------------------------
 
@@ -95,16 +90,11 @@ class Peers:
         """The heartbeat that carried the list was written."""
         self.resend = False
 
-    async def check_stored(self) -> None:
-        """After a heartbeat: if the list is gone from ``P|tasks`` (a flush, a failover
-        that lost it), send it with the next one. One HEXISTS."""
-        if self._stored is None or not self._tasks():
-            return
-        try:
-            if not await self._stored(self.digest):
-                self.resend = True
-        except redis.exceptions.ResponseError:
-            self.resend = True  # (not readable: send it each time, as a heartbeat may)
+    def gone_from_server(self) -> None:
+        """A heartbeat found this listener's task list gone from ``P|tasks`` (a flush, a
+        failover that lost it): send it with the next one."""
+        if self._tasks():
+            self.resend = True
 
     # -- the view ---------------------------------------------------------------------
 
@@ -139,7 +129,7 @@ class Peers:
                 self._unreadable = True
                 log.warning("cannot read the other listeners' heartbeats (%s): a timer whose "
                             "task this listener lacks is refused, not handed to a listener "
-                            "that has it. Allow +time +zrange +hgetall +hexists on the "
+                            "that has it. Allow +time +zrange +hgetall on the "
                             "prefix's keys", exc)
         if sent >= self._read_at:  # (a slower read sent earlier does not replace it)
             self._view, self._read_at = view, sent

@@ -230,6 +230,7 @@ NEAR_HORIZON_MS = 3_600_000
 """Only timers due within this long (ms) have their expiring key; the rest wait in their
 due index and the records, and listeners write their keys as they come within it
 (``lua/near.lua``; ``lua/prelude.lua`` has the same value)."""
-NEAR_INTERVAL = 5.0
+NEAR_INTERVAL = 30.0
 """Seconds between a listener's calls of ``near.lua`` (each keys the timers that came
-within the horizon since the last one)."""
+within the horizon since the last one). A timer gets its key between 59.5 and 60 minutes
+before its due time; an idle listener sends one call in 30 s for it (every 5 s was 6)."""

@@ -670,7 +670,8 @@ class Scripts:
 
     def heartbeat(self, listener_id: str, ttl_ms: int, info: str, task_set: str = "",
                   task_list: str = "") -> Any:
-        """Reply: the ids of the live listeners (see ``lua/heartbeat.lua``)."""
+        """Reply: ``[stored, id, …]``: 1 if the task list of ``task_set`` is stored (or
+        none is named) else 0, then the ids of the live listeners (``lua/heartbeat.lua``)."""
         return self.run(self.calls.heartbeat(listener_id, ttl_ms, info, task_set, task_list))
 
     def arrive(self, lease_ms: int, arrivals: Iterable[Arrival]) -> Any:

@@ -12,8 +12,10 @@
 -- ARGV[5]  the task paths of that digest, one a line: written under it (a listener sends
 --          them on its first heartbeat, and again if it finds them gone), or "" (sent)
 --
--- Returns the ids of the live listeners (lanes of a sharded prefix share each shard's
--- sweeping out by them: see timers/listener/lanes.py).
+-- Returns {stored, id, id, ...}: 1 if the task list of the digest in ARGV[4] is stored
+-- (or none is named), else 0 (a flush or a failover lost it: the listener sends it with
+-- its next heartbeat); then the ids of the live listeners (lanes of a sharded prefix
+-- share each shard's sweeping out by them: see timers/listener/lanes.py).
 --
 -- When a listener goes (or lapses), the task sets no live listener's JSON names any more
 -- are dropped: the hash holds one entry per distinct release running, no history.
@@ -55,4 +57,6 @@ if dropped and redis.call('EXISTS', KEYS[3]) == 1 then
     if not named[digest] then redis.call('HDEL', KEYS[3], digest) end
   end
 end
-return redis.call('ZRANGE', KEYS[1], 0, -1)
+local reply = {(ARGV[4] == '' or redis.call('HEXISTS', KEYS[3], ARGV[4]) == 1) and 1 or 0}
+for _, id in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do reply[#reply + 1] = id end
+return reply
