@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import timers
-from timers.listener import Listener
+from timers.listener import Listener, collector
 from timers.model.runs import Fired
 
 TASK_LATENESS: list[float] = []
@@ -135,6 +135,7 @@ async def listen(
     async def mark_ready() -> None:
         nonlocal cpu_ready
         await listener.subscribed.wait()
+        collector.tune()  # as `timers listen` does once the app is imported
         cpu_ready = _cpu()
         _write(ready, str(os.getpid()))
 

@@ -170,6 +170,12 @@ async def _listen(url: str, ready: Path, max_seconds: float) -> None:
 
     async def mark_ready() -> None:
         await listener.subscribed.wait()
+        try:  # as `timers listen` does once the app is imported (trees that do)
+            from timers.listener.collector import tune
+        except ImportError:
+            pass
+        else:
+            tune()
         _write(ready, str(os.getpid()))
 
     async def watchdog() -> None:

@@ -12,9 +12,10 @@ import pytest
 import redis
 
 from tests.conftest import wait_until
-from tests.integration.helpers import TASKS, Processes, run_cli, run_counts, settled
+from tests.integration.helpers import TASKS, Processes, run_cli, run_counts, runs, settled
 from timers import Timers, TimerSpec
 from timers.dev.server import free_port
+from timers.listener.collector import YOUNG_THRESHOLD
 
 pytestmark = [pytest.mark.integration, pytest.mark.one_server]
 
@@ -82,6 +83,18 @@ def test_listen_burst_fires_due_timers_then_exits(redis_url: str, r: redis.Redis
     assert "Traceback" not in burst.stderr
     assert run_counts(r) == Counter({tid: 1 for tid in due_now})
     assert timers_client.get("later") is not None, "a timer not yet due stays pending"
+
+
+def test_listen_runs_tasks_with_the_app_frozen_out_of_the_collector_s_reach(
+        redis_url: str, r: redis.Redis, timers_client: Timers) -> None:
+    timers_client.schedule("record.collector_state", ["gc"], in_=0)
+
+    burst = run_cli("listen", "--burst", "--url", redis_url, "--tasks", TASKS, url=redis_url)
+
+    assert burst.returncode == 0, burst.stdout + burst.stderr
+    (tag, young, frozen), = runs(r)
+    assert (tag, young) == ("gc", YOUNG_THRESHOLD)
+    assert frozen > 10_000, "the listener's and the app's objects are frozen"
 
 
 def test_listen_burst_records_a_failing_timer_for_timers_failed(

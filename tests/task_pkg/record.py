@@ -29,3 +29,11 @@ def late(tag: str, due_ms: float) -> None:
 def counted(tag: str) -> None:
     """As :func:`hit`; the run history keeps at most its three newest ended timers."""
     client().rpush(RUNS, json.dumps([tag]))
+
+
+def collector_state(tag: str) -> None:
+    """Append ``[tag, young collection threshold, objects frozen]`` of the process it runs
+    in to ``test:runs``."""
+    import gc
+
+    client().rpush(RUNS, json.dumps([tag, gc.get_threshold()[0], gc.get_freeze_count()]))

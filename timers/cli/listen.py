@@ -26,7 +26,7 @@ from timers.cli.listen_logs import (
 )
 from timers.cli.listen_metrics import MetricsHostOption, MetricsPortOption
 from timers.exceptions import EvictionUnsafe, PermissionMissing, UserError
-from timers.listener import DEFAULT_CONCURRENCY, DEFAULT_LEASE, Listener, event_loop
+from timers.listener import DEFAULT_CONCURRENCY, DEFAULT_LEASE, Listener, collector, event_loop
 from timers.listener.event_loop import LOOP_ENV, LoopChoice
 from timers.listener.foreground import (
     WAIT_FOR_REDIS,
@@ -226,6 +226,7 @@ def _listen_here(options: ListenOptions) -> None:
     listener_logs(listener, options.log_fires)
     listener.loader.load()  # a package that cannot be imported: refused before any wait
     metrics = listen_metrics.record(listener, options.metrics_port, options.metrics_host)
+    collector.tune()  # the app is imported: what it holds now lasts the process
     event_loop.run(_listen(listener, options, url_address(configured_url(options.url)),
                            metrics))
     listener.tally.log_stopped()
