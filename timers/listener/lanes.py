@@ -211,7 +211,8 @@ class Lane:
             shared.stopping, poke=poke,
             parker=Parker(self.scripts, shared.groups, shared.lease, loader.resolve, self.flow,
                           moves=None if self.placer is None else self._moves),
-            ahead_share=max(1, shared.concurrency // 2), outage=outage)
+            ahead_share=max(1, shared.concurrency // 2), outage=outage,
+            gather=max(1, shared.concurrency // 4))
         self.executor = Executor(loader.resolve, shared.runner,
                                  Quarantine(loader, listener_name(shared.id)),
                                  RecurrenceHook(shared.redis, keys, self.scripts), self.tracker,
