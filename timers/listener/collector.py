@@ -13,7 +13,7 @@ and moves the rest out of the collector's reach for good (``gc.freeze``: a full
 collection no longer walks it) and raises the young threshold to
 :data:`YOUNG_THRESHOLD`, so a young collection comes after that many more container
 objects are alive, not 700. Objects in reference cycles still go at the next collection;
-the same burst then ran 4-6 young collections and no full one (6-13 ms in all).
+the same burst then ran 4-9 young collections and no full one (5-13 ms in all).
 Only ``timers listen`` does this: a :class:`~timers.Listener` inside an application
 leaves that process's collector as it is.
 """
