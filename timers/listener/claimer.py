@@ -144,13 +144,12 @@ class Claimer:
     def __init__(self, scripts: Scripts, groups: Sequence[str], listener_id: str,
                  lease: float, clock: Clock, tracker: DueTracker, hooks: ClaimerHooks,
                  stopping: asyncio.Event, *, poke: asyncio.Event, parker: Parker,
-                 ahead_share: int, outage: Outage, gather: int = 1,
-                 gauge: CpuGauge | None = None) -> None:
+                 ahead_share: int, outage: Outage, gather: int = 1) -> None:
         self.scripts, self.groups, self.listener_id = scripts, tuple(groups), listener_id
         self.lease, self.clock, self.tracker = lease, clock, tracker
         self.hooks, self.stopping = hooks, stopping
         self.poke, self.parker, self.ahead_share, self.outage = poke, parker, ahead_share, outage
-        self.gather, self.gauge = gather, gauge or CpuGauge()
+        self.gather, self.gauge = gather, CpuGauge()
         self.memory = MemoryGuard()
         self.swept = False
         """A claim was answered: what is due is known."""
