@@ -91,7 +91,9 @@ def test_every_call_and_the_listeners_work_on_a_sharded_cluster(
         assert holders == {p.port for p in cluster.primaries}  # the shards use every primary
         for primary in cluster.primaries:  # each listener hears every primary's events
             with redis.Redis(port=primary.port) as node:
-                assert node.pubsub_numsub(EXPIRED)[0][1] >= 3
+                # (a listener's heartbeat can come before its subscriptions to every node)
+                wait_until(lambda node=node: node.pubsub_numsub(EXPIRED)[0][1] >= 3, 10,
+                           message=f"3 listeners to subscribe on node {primary.port}")
         wait_until(lambda: r.llen("test:runs") >= MANY, last_due - time.time() + 30,
                    message=f"{MANY:,} timers to fire")
         wait_until(lambda: settled(t), 10, message="nothing pending or running")
