@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import fakeredis
 import pytest
@@ -204,6 +205,52 @@ def test_one_listener_serves_every_shard_and_its_failures_merge() -> None:
         assert t.get_failure("bad1") is not None
         assert t.retry_all_failures().retried == 3
         assert t.stats().pending == 3 and t.stats().failed == 0
+    mod.CALLS.clear()
+
+
+def test_lanes_that_take_the_slots_while_another_gathers_leave_it_claiming_nothing(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A busy lane waits a moment for slots to gather (:mod:`timers.listener.claimer`);
+    the other lanes may take them meanwhile. It then claims nothing and waits for a
+    slot: once, a claim for a negative count failed, the lane's loop died, and a burst
+    never ended (the others waited for that shard)."""
+    from timers.listener import claimer
+
+    left: list[int] = []  # free slots as the gathering lane claims again
+    gathering: list[claimer.Claimer] = []
+
+    async def others_take_the_slots(self: claimer.Claimer) -> None:
+        if gathering[:1] not in ([], [self]):
+            return  # one lane gathers; the others claim meanwhile
+        gathering[:] = [self]
+        for _ in range(50):
+            await asyncio.sleep(0)
+        left.append(self.hooks.free_slots())
+
+    made = claimer.Claimer.__init__
+
+    def gathering_always(self: claimer.Claimer, *args: Any, **kwargs: Any) -> None:
+        made(self, *args, **kwargs)
+        self.gather = 1_000  # more than there are: every claim in the backlog gathers
+
+    monkeypatch.setattr(claimer.Claimer, "__init__", gathering_always)
+    monkeypatch.setattr(claimer.CpuGauge, "busy", lambda self: True)
+    monkeypatch.setattr(claimer.Claimer, "gather_slots", others_take_the_slots)
+    server = fakeredis.FakeServer()
+    mod.CALLS.clear()
+    past = datetime.now(UTC) - timedelta(seconds=1)
+    with Timers(fakeredis.FakeRedis(server=server), shards=4) as t:
+        for _ in range(5):
+            t.schedule_many(TimerSpec("mod.add", [i], at=past) for i in range(60))
+
+        async def burst() -> None:
+            listener = _listener(server)
+            await asyncio.wait_for(listener.run(burst=True), 30)
+            await listener.redis.aclose()
+
+        asyncio.run(burst())
+        assert len(mod.CALLS) == 300 and t.stats().pending == 0
+        assert min(left) < 0, "the other lanes took more than the free slots meanwhile"
     mod.CALLS.clear()
 
 

@@ -170,8 +170,11 @@ class Claimer:
                     and self.gauge.busy()):
                 await self.gather_slots()
             self.poke.clear()
+            # (another lane may have taken the slots meanwhile: free_slots counts theirs)
             limit = min(self.hooks.free_slots(), MAX_BATCH,
                         self.ahead_share if self._claiming_ahead() else MAX_BATCH)
+            if limit <= 0:
+                continue
             try:
                 claimed = await self.claim(limit)
             except redis.exceptions.OutOfMemoryError as exc:

@@ -245,6 +245,9 @@ class Lane:
             loop_task.add_done_callback(self._loop_ended)
         try:
             await self.claimer.run(self.burst)
+        except BaseException:
+            shared.stopping.set()  # every lane stops: a shard left unserved must not hang
+            raise  # a burst, or go unnoticed
         finally:
             self.stopping.set()  # this lane's events, heartbeat and near keys
             if not self.burst or len(self.lanes) == 1:
