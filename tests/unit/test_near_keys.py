@@ -25,8 +25,13 @@ def key_of(fake: fakeredis.FakeRedis, ks: Keyspace, timer_id: str) -> str:
 
 
 def near(scripts: dict[str, Any], ks: Keyspace, limit: int = 1000) -> tuple[int, bool]:
-    until, reached = run(scripts, ScriptCalls(ks).near(limit))
+    until, reached, _ = run(scripts, ScriptCalls(ks).near(limit))
     return int(until), bool(int(reached))
+
+
+def keyed(scripts: dict[str, Any], ks: Keyspace) -> int:
+    """How many keys one ``near.lua`` call wrote."""
+    return int(run(scripts, ScriptCalls(ks).near(1000))[2])
 
 
 def test_a_timer_within_the_horizon_has_its_key_one_beyond_it_has_not(
@@ -51,7 +56,10 @@ def test_near_keys_the_timers_that_came_within_the_horizon_and_no_others(
     assert key_of(fake, ks, "x") not in timer_keys(fake)
     until, reached = near(scripts, ks)
     assert reached and key_of(fake, ks, "x") not in timer_keys(fake)  # still beyond
+    assert keyed(scripts, ks) == 0
     fake.hset(ks.near, "horizon", 20_000)
+    # the timers come within it: x, and t3 and t4 (keyed when scheduled, written again)
+    assert keyed(scripts, ks) == 3
     until_after, reached = near(scripts, ks)
     assert reached and until_after > until
     assert key_of(fake, ks, "x") in timer_keys(fake)
@@ -212,3 +220,19 @@ def test_a_garbled_sweep_state_restarts_the_sweep_instead_of_failing_every_call(
             calls += 1
             assert calls < 20
     assert timer_keys(fake) == {key_of(fake, ks, t) for t in ids}
+
+
+def test_turns_that_find_nothing_to_key_slow_down_and_one_that_keys_speeds_them_up() -> None:
+    """An idle listener's keying turns back off from every NEAR_INTERVAL to every
+    NEAR_BACKOFF intervals; a turn that keys timers (or fails) brings them back."""
+    from timers.listener.near_keys import NEAR_BACKOFF, next_interval
+    from timers.model.wire import NEAR_INTERVAL
+
+    waits, interval = [], NEAR_INTERVAL
+    for _ in range(8):
+        interval = next_interval(interval, 0)
+        waits.append(interval)
+    assert waits[0] == 2 * NEAR_INTERVAL and waits == sorted(waits)
+    assert waits[-1] == NEAR_BACKOFF * NEAR_INTERVAL  # no slower than that
+    assert next_interval(waits[-1], 3) == NEAR_INTERVAL
+    assert next_interval(waits[-1], None) == NEAR_INTERVAL

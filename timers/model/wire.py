@@ -232,5 +232,7 @@ due index and the records, and listeners write their keys as they come within it
 (``lua/near.lua``; ``lua/prelude.lua`` has the same value)."""
 NEAR_INTERVAL = 30.0
 """Seconds between a listener's calls of ``near.lua`` (each keys the timers that came
-within the horizon since the last one). A timer gets its key between 59.5 and 60 minutes
-before its due time; an idle listener sends one call in 30 s for it (every 5 s was 6)."""
+within the horizon since the last one) while there are timers to key: a timer gets its
+key between 59.5 and 60 minutes before its due time. Turns that key nothing slow down
+to one in 5 minutes (``timers/listener/near_keys.py``), so an idle listener sends its
+heartbeats and little else."""

@@ -655,8 +655,9 @@ class Scripts:
         return self.run(self.calls.park(lease_ms, timers))
 
     def near(self, limit: int) -> Any:
-        """Reply: ``[until, reached]``: keys written up to ``until`` ms; ``reached`` 1
-        when that is now + the near horizon (else call again)."""
+        """Reply: ``[until, reached, keyed]``: keys written up to ``until`` ms;
+        ``reached`` 1 when that is now + the near horizon (else call again); ``keyed``: how
+        many keys this call wrote."""
         return self.run(self.calls.near(limit))
 
     def finish(self, *, retention_ms: int, endings: Iterable[Ending],

@@ -23,7 +23,7 @@
 -- nothing). Timers pended during a sweep need nothing from it: pend() keys those within
 -- the horizon, and those beyond it are due after "sweep". A timer due by now gets no key
 -- (the sweeper has it).
--- Returns {until after the call, 1 if it reached now + horizon else 0}.
+-- Returns {until after the call, 1 if it reached now + horizon else 0, keys written}.
 if not is_count(ARGV[2]) or tonumber(ARGV[2]) < 1 then
   return redis.error_reply('ERR timers near: bad limit')
 end
@@ -38,7 +38,7 @@ local sweep = tonumber(state[2] or '')
 local function fmt(ms) return string.format('%.0f', ms) end
 
 if not sweep then
-  if from >= target then return {fmt(from), 1} end
+  if from >= target then return {fmt(from), 1, 0} end
   sweep, state[3], state[4] = target, nil, nil
 end
 local sweep_text = fmt(sweep)
@@ -109,14 +109,17 @@ end
 local asked = keys_asked()
 if asked then return asked end
 -- declare }
-local function set_key(key, due) set_near_key(ARGV[1], key, due, now) end
+local keyed = 0
+local function set_key(key, due)
+  if set_near_key(ARGV[1], key, due, now) then keyed = keyed + 1 end
+end
 for i = position, #indexes do
   cursor = key_index(indexes[i], cursor, set_key)
   if cursor then
     redis.call('HSET', near_key, 'index', indexes[i], 'cursor', cursor, 'sweep', sweep_text)
-    return {fmt(from), 0}
+    return {fmt(from), 0, keyed}
   end
 end
 redis.call('HDEL', near_key, 'index', 'cursor', 'sweep')
 redis.call('HSET', near_key, 'until', sweep_text)
-return {sweep_text, sweep >= target and 1 or 0}
+return {sweep_text, sweep >= target and 1 or 0, keyed}
