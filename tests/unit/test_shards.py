@@ -211,21 +211,26 @@ def test_one_listener_serves_every_shard_and_its_failures_merge() -> None:
 def test_lanes_that_take_the_slots_while_another_gathers_leave_it_claiming_nothing(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """A busy lane waits a moment for slots to gather (:mod:`timers.listener.claimer`);
-    the other lanes may take them meanwhile. It then claims nothing and waits for a
-    slot: once, a claim for a negative count failed, the lane's loop died, and a burst
-    never ended (the others waited for that shard)."""
-    from timers.listener import claimer
+    the other lanes may take them meanwhile, more than were free (each claims for the
+    slots it saw free). It then claims nothing and waits for a slot: once, a claim for a
+    negative count failed, the lane's loop died, and a burst never ended (the others
+    waited for that shard)."""
+    from timers.listener import claimer, lanes
 
-    left: list[int] = []  # free slots as the gathering lane claims again
-    gathering: list[claimer.Claimer] = []
+    taken = [0]  # slots the other lanes took beyond the free ones, as the gathering ends
+    counted = lanes.Shared.free_slots
+
+    def free_slots(self: lanes.Shared) -> int:
+        over, taken[0] = taken[0], 0
+        return counted(self) - over
+
+    overtaken: set[int] = set()
 
     async def others_take_the_slots(self: claimer.Claimer) -> None:
-        if gathering[:1] not in ([], [self]):
-            return  # one lane gathers; the others claim meanwhile
-        gathering[:] = [self]
-        for _ in range(50):
-            await asyncio.sleep(0)
-        left.append(self.hooks.free_slots())
+        await asyncio.sleep(0)
+        if id(self) not in overtaken:  # once per lane: the count it reads next
+            overtaken.add(id(self))
+            taken[0] = self.hooks.free_slots() + 3
 
     made = claimer.Claimer.__init__
 
@@ -233,6 +238,7 @@ def test_lanes_that_take_the_slots_while_another_gathers_leave_it_claiming_nothi
         made(self, *args, **kwargs)
         self.gather = 1_000  # more than there are: every claim in the backlog gathers
 
+    monkeypatch.setattr(lanes.Shared, "free_slots", free_slots)
     monkeypatch.setattr(claimer.Claimer, "__init__", gathering_always)
     monkeypatch.setattr(claimer.CpuGauge, "busy", lambda self: True)
     monkeypatch.setattr(claimer.Claimer, "gather_slots", others_take_the_slots)
@@ -240,8 +246,7 @@ def test_lanes_that_take_the_slots_while_another_gathers_leave_it_claiming_nothi
     mod.CALLS.clear()
     past = datetime.now(UTC) - timedelta(seconds=1)
     with Timers(fakeredis.FakeRedis(server=server), shards=4) as t:
-        for _ in range(5):
-            t.schedule_many(TimerSpec("mod.add", [i], at=past) for i in range(60))
+        t.schedule_many(TimerSpec("mod.add", [i], at=past) for i in range(200))
 
         async def burst() -> None:
             listener = _listener(server)
@@ -249,8 +254,9 @@ def test_lanes_that_take_the_slots_while_another_gathers_leave_it_claiming_nothi
             await listener.redis.aclose()
 
         asyncio.run(burst())
-        assert len(mod.CALLS) == 300 and t.stats().pending == 0
-        assert min(left) < 0, "the other lanes took more than the free slots meanwhile"
+        assert len(overtaken) >= 2, "lanes were overtaken as they gathered"
+        assert sorted(mod.CALLS) == [("add", (i, 0)) for i in range(200)]  # each once
+        assert t.stats().pending == 0
     mod.CALLS.clear()
 
 
