@@ -165,17 +165,20 @@ class Executor:
     async def execute(self, run: Run) -> Executed:
         """Run ``run`` and say how it ended. A cancellation (shutting down) goes through:
         the listener hands the run back."""
-        start_at = self.tracker.monotonic_when_due(run.due_ms)
-        if start_at > self.tracker.clock.monotonic():
+        tracker = self.tracker
+        start_at = tracker.monotonic_when_due(run.due_ms)
+        now = tracker.clock.monotonic()
+        if start_at > now:
             # claimed a few ms ahead (or handed over from a key's queue before its due
             # time): start at the due time, never before it on the Redis clock
             await self.sleeper.sleep_until(start_at)
+            now = tracker.clock.monotonic()
         if self.stopping.is_set():
             log.debug("timer %s handed back unstarted: the listener is stopping",
                       run.timer_id)
             self.turns.not_started(run.token, False)  # its run next in line: not either
             return Executed(Ending.release(run.token), None)
-        attempt = _Attempt(self.tracker.redis_now_ms())
+        attempt = _Attempt(tracker.redis_ms_at(now))
         try:
             outcome = await self._attempt(run, attempt)
         except MalformedTimerKey as exc:
@@ -224,7 +227,11 @@ class Executor:
 
     async def _attempt(self, run: Run, attempt: _Attempt) -> Outcome:
         record = attempt.record = run.record()
-        lacking = None if self._can_run(record.task) else await self._lacking(record)
+        try:
+            found: Callable[..., Any] | None = self.resolve(record.task)
+        except TaskRefused:
+            found = None
+        lacking = None if found is not None else await self._lacking(record)
         if lacking is not None and lacking.kind == "passed":
             return lacking  # before a recurrence's steps: the listener that runs it takes them
         recurring = _RECURRENCE in record.options
@@ -239,7 +246,7 @@ class Executor:
         skip = (await self.recurrences.before_run(run, record, attempt.started_ms)
                 if recurring else None)
         try:
-            fn = self.resolve(record.task)
+            fn = found if found is not None else self.resolve(record.task)  # refused: says why
             attempt.policy = policy = policy_of(fn)
             missed = _missed(record, policy, attempt.started_ms - run.waited_from_ms)
             crashed = crash_outcome(run, policy)
@@ -280,17 +287,6 @@ class Executor:
         if recurring:
             await self.recurrences.after_run(run, record, outcome)
         return outcome
-
-    def _can_run(self, task: str) -> bool:
-        """Whether :meth:`_lacking` has nothing to say: no one is asked, or this listener
-        has the task (the common case, answered without a coroutine)."""
-        if self.peers is None:
-            return True
-        try:
-            self.resolve(task)
-        except TaskRefused:
-            return False
-        return True
 
     async def _lacking(self, record: Record) -> Outcome | None:
         """None when this listener can run ``record``'s task (or no one is asked). Else,

@@ -176,7 +176,7 @@ class Lane:
         self.closed = asyncio.Event()  # running tasks are done: stop renewing leases too
         self.stopping = asyncio.Event()  # this lane's loops end (all lanes' on stop)
         self.running: dict[str, Run] = {}
-        self.tasks: set[asyncio.Task[None]] = set()
+        self.tasks: dict[str, asyncio.Task[None]] = {}  # each running run's, by its token
         self.held = HeldRuns(shared.lease)  # tokens whose lease we keep: running or unflushed
         self.turns = Turns()  # runs next in line on a key slot, and those they follow
         self.task_list_sent = False  # this lane's heartbeat stored the task list
@@ -284,7 +284,7 @@ class Lane:
     async def drain(self) -> None:
         """Wait for running tasks, then hand back the runs that did not finish."""
         shared = self.shared
-        running = [t for t in self.tasks if not t.done()]
+        running = [t for t in self.tasks.values() if not t.done()]
         await self.recycler.wait_for_runs(running, lambda: self.heartbeat(alive=True))
         running = [t for t in running if not t.done()]
         if running and not shared.aborting.is_set():
@@ -300,7 +300,7 @@ class Lane:
         for run in unfinished:
             self.running.pop(run.token, None)
             self.endings.add(Ending.release(run.token, HAND_BACK_GRACE_MS))
-        for task in self.tasks:
+        for task in self.tasks.values():
             task.cancel()
         if unfinished:
             self.tally.hand_back([run.timer_id for run in unfinished])
@@ -338,7 +338,7 @@ class Lane:
         self.turns.start(run)
         # (_run_one takes its task out of the set as it ends: a done callback would cost
         # each run one more turn of the event loop)
-        self.tasks.add(asyncio.create_task(self._run_one(run)))
+        self.tasks[run.token] = asyncio.create_task(self._run_one(run))
 
     def _after_endings_written(self) -> None:
         if self.burst:
@@ -378,9 +378,10 @@ class Lane:
         except asyncio.CancelledError:
             return  # shutting down: drain hands this run back
         finally:
-            self.tasks.discard(asyncio.current_task())
-            self.running.pop(run.token, None)
-            self.turns.end(run.token)
+            token = run.token
+            self.tasks.pop(token, None)
+            self.running.pop(token, None)
+            self.turns.end(token)
             self.shared.slot_freed()
             if self.burst:
                 self._poke_bursts()  # the sweep loop decides whether the burst is over
@@ -392,7 +393,8 @@ class Lane:
         if done.report is not None:
             shared = self.shared
             shared.ended_count += 1
-            self._report(done)
+            if shared.observer is not None:
+                self._report(done)
             self.recycler.after_run(shared.ended_count)
 
     def _report(self, done: Executed) -> None:

@@ -13,7 +13,7 @@ import inspect
 import logging
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import redis
@@ -49,6 +49,7 @@ class HeldRuns:
 
     def __init__(self, lease: float = 15.0) -> None:
         self.lease = lease
+        self._margin = lease / 10  # how long a lease must hold yet for a run to start
         self._lock = threading.Lock()
         self._runs: dict[str, str] = {}
         self._until: dict[str, float] = {}  # token -> monotonic time its lease holds to
@@ -71,7 +72,7 @@ class HeldRuns:
         """Whether ``token`` is held and its lease known to hold for a tenth of a lease yet:
         a run may start. False after a stall longer than the renewals allow for."""
         until = self._until.get(token)
-        return until is not None and time.monotonic() + self.lease / 10 < until
+        return until is not None and time.monotonic() + self._margin < until
 
     def release(self, tokens: Iterable[str]) -> dict[str, str]:
         """Stop keeping ``tokens``; returns those that were held, with their timer ids."""
@@ -213,10 +214,9 @@ class Fence:
 
     def __init__(self, held: HeldRuns, scripts: Scripts, lease: float) -> None:
         self.held, self.scripts, self.lease = held, scripts, lease
-
-    def fresh(self, token: str) -> bool:
-        """Whether the run under ``token`` may start now without asking Redis."""
-        return self.held.fresh(token)
+        self.fresh: Callable[[str], bool] = held.fresh
+        """Whether the run under ``token`` may start now without asking Redis (asked
+        twice per run: the held runs' own check, with no call in between)."""
 
     async def revalidate(self, run: Run) -> bool:
         """Whether ``run``'s lease is still this listener's, asked of Redis (and renewed);
