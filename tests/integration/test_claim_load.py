@@ -33,7 +33,9 @@ def test_a_full_listener_whose_runs_end_sends_no_claim_when_nothing_is_due(
         r: redis.Redis, redis_url: str, start_listener) -> None:
     # concurrency 1: the listener is full during each run; ten timers 250 ms apart, so
     # nothing is due when a run ends. A claim per timer takes it; one more per run end
-    # (the old behaviour) doubles that.
+    # (the old behaviour: 21 in all) doubles that. A loaded host adds an empty claim now
+    # and then (an expired event read after the sweep took its timer): 11-12 quiet, 15
+    # once in a full CI run.
     start_listener(tasks=TASKS, concurrency=1)
     r.config_set("slowlog-log-slower-than", 0)
     r.config_set("slowlog-max-len", 10_000)
@@ -49,4 +51,4 @@ def test_a_full_listener_whose_runs_end_sends_no_claim_when_nothing_is_due(
         r.config_set("slowlog-log-slower-than", 10_000)
         r.config_set("slowlog-max-len", 128)
     print(f"\n{claims} claims for 10 timers due one at a time, concurrency 1")
-    assert claims <= 14, f"{claims} claims for 10 timers due one at a time"
+    assert claims <= 16, f"{claims} claims for 10 timers due one at a time"
