@@ -107,6 +107,8 @@ class Shared:
         self.runner = Runner(concurrency, on_free=self.slot_freed)
         self.precise = PreciseSleeper()
         self.recycler = Recycler(recycle, self.stop_claiming, report_fd())
+        self.work_started: Callable[[], None] = _nothing
+        """Called as a run starts with none going in its lane (the loop watch's wake)."""
 
     def running_count(self) -> int:
         """Runs going (a run next in line takes its place when the one before it ends)."""
@@ -333,6 +335,8 @@ class Lane:
                 self.held.hold(run.token, run.timer_id)
                 self.endings.add(done.for_run(run), self.endings.facts_of(done))
                 return
+        if not self.running:
+            self.shared.work_started()
         self.running[run.token] = run
         self.held.hold(run.token, run.timer_id)
         self.turns.start(run)
@@ -487,3 +491,7 @@ def sweep_defer_ms(live: Iterable[Any], shard: int, me: str) -> float:
     listeners; every listener sweeps every shard, the others later."""
     ids = sorted({as_text(i) for i in live or []} | {me})
     return 0.0 if ids[shard % len(ids)] == me else BACKUP_SWEEP_MS
+
+
+def _nothing() -> None:
+    """:attr:`Shared.work_started` before the listener runs (nothing watches yet)."""

@@ -170,7 +170,9 @@ class Listener:
         log.info("listening: tasks package %r loaded, prefix %r%s, concurrency %d, lease %g s",
                  self.loader.package, self.prefix, shard_note(self.lanes), self.concurrency,
                  self.lease)
-        watch = LoopWatch(asyncio.get_running_loop(), shared.runner.async_tasks).start()
+        watch = LoopWatch(asyncio.get_running_loop(), shared.runner.async_tasks,
+                          busy=lambda: any(lane.running for lane in self.lanes)).start()
+        shared.work_started = watch.work_started
         watcher = asyncio.create_task(self._watch(stop)) if stop is not None else None
         try:
             ended = await asyncio.gather(*(lane.serve(events) for lane in self.lanes),
