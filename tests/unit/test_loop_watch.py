@@ -19,6 +19,21 @@ QUIET_WINDOW = 0.3
 """Seconds a resting watch is watched for a probe (it rests until a run starts)."""
 
 
+def counted_probes(loop: asyncio.AbstractEventLoop,
+                   monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """When each callback was posted to ``loop`` from another thread (the watch's
+    probes), from now on."""
+    probes: list[float] = []
+    posted = loop.call_soon_threadsafe
+
+    def counted(callback: Any, *args: Any) -> Any:
+        probes.append(time.monotonic())
+        return posted(callback, *args)
+
+    monkeypatch.setattr(loop, "call_soon_threadsafe", counted)
+    return probes
+
+
 def test_an_idle_watch_rests_and_the_first_run_wakes_it_to_name_a_blocking_task(
         monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     monkeypatch.setattr(loop_watch, "REST_AFTER", 0.05)
@@ -28,14 +43,7 @@ def test_an_idle_watch_rests_and_the_first_run_wakes_it_to_name_a_blocking_task(
 
     async def scenario() -> None:
         loop = asyncio.get_running_loop()
-        probes: list[float] = []
-        posted = loop.call_soon_threadsafe
-
-        def counted(callback: Any, *args: Any) -> Any:
-            probes.append(time.monotonic())
-            return posted(callback, *args)
-
-        monkeypatch.setattr(loop, "call_soon_threadsafe", counted)
+        probes = counted_probes(loop, monkeypatch)
         busy = [False]
         watch = LoopWatch(loop, lambda: [(blocking_task.__code__, "blocking.task")],
                           threshold=0.2, busy=lambda: busy[0]).start()
@@ -67,14 +75,7 @@ def test_a_watch_told_nothing_of_runs_never_rests(monkeypatch: pytest.MonkeyPatc
 
     async def scenario() -> None:
         loop = asyncio.get_running_loop()
-        probes: list[float] = []
-        posted = loop.call_soon_threadsafe
-
-        def counted(callback: Any, *args: Any) -> Any:
-            probes.append(time.monotonic())
-            return posted(callback, *args)
-
-        monkeypatch.setattr(loop, "call_soon_threadsafe", counted)
+        probes = counted_probes(loop, monkeypatch)
         watch = LoopWatch(loop, lambda: [], threshold=0.04).start()
         try:
             await wait_until_async(lambda: len(probes) >= 5, 5,
