@@ -33,7 +33,7 @@ from timers.listener.cron_hook import RecurrenceHook
 from timers.listener.due_tracker import DueTracker
 from timers.listener.endings import Ending, EndingWriter
 from timers.listener.events import Channels, EventHub, EventSource, Rejected
-from timers.listener.executor import Executed, Executor
+from timers.listener.executor import Executor
 from timers.listener.flow_gate import FlowGate
 from timers.listener.handoff import Handoff
 from timers.listener.history import HistoryPolicy
@@ -398,17 +398,8 @@ class Lane:
             shared = self.shared
             shared.ended_count += 1
             if shared.observer is not None:
-                self._report(done)
+                _tell(shared.observer, done.report)
             self.recycler.after_run(shared.ended_count)
-
-    def _report(self, done: Executed) -> None:
-        observer = self.shared.observer
-        if observer is None or done.report is None:
-            return
-        try:
-            observer(done.report)
-        except Exception:
-            log.exception("observer failed")
 
     # -- rejected event keys ----------------------------------------------------------
 
@@ -495,3 +486,11 @@ def sweep_defer_ms(live: Iterable[Any], shard: int, me: str) -> float:
 
 def _nothing() -> None:
     """:attr:`Shared.work_started` before the listener runs (nothing watches yet)."""
+
+
+def _tell(observer: Callable[[Fired], None], report: Fired) -> None:
+    """Hand a run's report to the listener's observer; its failure is logged, not raised."""
+    try:
+        observer(report)
+    except Exception:
+        log.exception("observer failed")
