@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 
 import timers
@@ -12,6 +13,11 @@ from tests.task_pkg import RUNS, client
 def hit(tag: str, *extra: object) -> None:
     """Append ``[tag, *extra]`` to ``test:runs``."""
     client().rpush(RUNS, json.dumps([tag, *extra]))
+
+
+def hit_pid(tag: str) -> None:
+    """Append ``[tag, pid]`` to ``test:runs``: which process ran it."""
+    client().rpush(RUNS, json.dumps([tag, os.getpid()]))
 
 
 async def ahit(tag: str, *extra: object) -> None:
