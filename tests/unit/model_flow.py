@@ -285,14 +285,24 @@ class World:
     # -- the producer
 
     def schedule(self, task: str, group: str, priority: int, key: str, in_ms: int) -> str:
-        timer_id = f"t{len(self.timers):03d}"  # ids sort in scheduling order, as generated ones do
-        record = record_of(task, group, priority, key)
-        reply = self.s.schedule([NewTimer(timer_id, record, "in", in_ms, "n")])
-        due = int(reply[1])
-        self.timers[timer_id] = TimerModel(timer_id, len(self.timers), priority, key,
-                                           task == RATED, group, due, record)
-        self.note(f"schedule {timer_id} {record} due +{due - START_MS}")
-        return timer_id
+        return self.schedule_many([(task, group, priority, key, in_ms)])[0]
+
+    def schedule_many(self, timers: list[tuple[str, str, int, str, int]]) -> list[str]:
+        """Schedule ``(task, group, priority, key, in_ms)`` timers in one call (with more
+        than one, the script writes the new ones as a batch)."""
+        first, new = len(self.timers), []
+        for n, (task, group, priority, key, in_ms) in enumerate(timers):
+            # ids sort in scheduling order, as generated ones do
+            new.append(NewTimer(f"t{first + n:03d}", record_of(task, group, priority, key),
+                                "in", in_ms, "n"))
+        reply = self.s.schedule(new)
+        for timer, (task, group, priority, key, _), due in zip(new, timers, reply[1:],
+                                                               strict=True):
+            tid = timer.escaped_id
+            self.timers[tid] = TimerModel(tid, len(self.timers), priority, key, task == RATED,
+                                          group, int(due), timer.record)
+            self.note(f"schedule {tid} {timer.record} due +{int(due) - START_MS}")
+        return [timer.escaped_id for timer in new]
 
     def cancel(self, timer_id: str) -> None:
         if self.s.cancel(timer_id) == 1:

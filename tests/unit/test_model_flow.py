@@ -91,8 +91,9 @@ class FlowModel(RuleBasedStateMachine):
         """Two listeners, and a backlog of timers due (a burst on a fresh server)."""
         self.world.spawn((DEFAULT_GROUP, "g2"))
         self.world.spawn((DEFAULT_GROUP,))
-        for task, key, priority, in_ms in backlog:
-            self.world.schedule(task, DEFAULT_GROUP, priority, key, in_ms)
+        if backlog:  # in one call, as schedule_many sends a burst
+            self.world.schedule_many([(task, DEFAULT_GROUP, priority, key, in_ms)
+                                      for task, key, priority, in_ms in backlog])
 
     def _listener(self, i: int) -> VListener | None:
         alive = [li for li in self.world.listeners if li.alive]
@@ -107,6 +108,14 @@ class FlowModel(RuleBasedStateMachine):
           in_ms=st.sampled_from([-50, 0, 0, 10, 30, 200]))
     def schedule(self, task: str, group: str, priority: int, key: str, in_ms: int) -> None:
         self.world.schedule(task, group, priority, key, in_ms)
+
+    @rule(timers=st.lists(st.tuples(st.sampled_from([PLAIN, RATED]),
+                                    st.sampled_from([DEFAULT_GROUP, "g2"]),
+                                    st.sampled_from([0, 5]), st.sampled_from(KEYS),
+                                    st.sampled_from([-50, 0, 30, 200])),
+                          min_size=2, max_size=4))
+    def schedule_many(self, timers: list[tuple[str, str, int, str, int]]) -> None:
+        self.world.schedule_many(timers)
 
     @precondition(lambda self: self.world.timers)
     @rule(i=pick)

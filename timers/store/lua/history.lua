@@ -75,14 +75,6 @@ local function history_add(hist_key, exp_key, rec_key, batch_key, seq_key, id, t
     string.format('%.0f', at + age))
 end
 
--- Run `command` on `key` with ids[first..last] as its arguments, a thousand at a time
--- (unpack's stack is bounded).
-local function each_thousand(command, key, ids)
-  for first = 1, #ids, 1000 do
-    redis.call(command, key, unpack(ids, first, math.min(first + 999, #ids)))
-  end
-end
-
 -- Of index members `members` (oldest first), the first whose ids number about `most` in
 -- all (at least one member), and the ids each still names: {member, its live ids, how many
 -- ids it lists}. A batch's ids are read from P|histb, kept where their record's prefix

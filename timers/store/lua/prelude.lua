@@ -42,6 +42,14 @@ local function head_due(due_key)
   return head[2] and tonumber(head[2])
 end
 
+-- Run `command` on `key` with ids[first..last] as its arguments, a thousand at a time
+-- (unpack's stack is bounded).
+local function each_thousand(command, key, ids)
+  for first = 1, #ids, 1000 do
+    redis.call(command, key, unpack(ids, first, math.min(first + 999, #ids)))
+  end
+end
+
 -- Groups and priorities (timers/model/keys.py names the same keys). A record's options
 -- ";g=<group>" and ";p=<priority>" say which due index holds it: the default group at
 -- priority 0 uses the plain due index "P|due"; any other pair uses "P|due|<group>|<p>",
@@ -93,9 +101,10 @@ end
 -- The due index that holds `record`, given the plain one, and its "<group>|<p>" name in
 -- the queues set (nil for the plain one).
 local function due_key_for(due_key, record)
-  if not (string.find(record, ';g=', 1, true) or string.find(record, ';p=', 1, true)) then
-    return due_key, nil  -- most timers (plain finds: a pattern cost 8k instructions)
-  end
+  if not string.find(record, ';', 1, true) or not (string.find(record, ';g=', 1, true)
+      or string.find(record, ';p=', 1, true)) then
+    return due_key, nil  -- most timers: one plain find (a C call costs some 700
+  end                    -- instructions, a pattern 1,200 and more)
   local group, priority = record_group(record), record_priority(record)
   if group == DEFAULT_GROUP and priority == 0 then return due_key, nil end
   local queue = group .. '|' .. string.format('%d', priority)
@@ -180,7 +189,9 @@ end
 -- Set a pending timer's expiring key when it is due after now and within the horizon
 -- (`due_text`: `due` formatted, when the caller has it).
 local function set_near_key(key_start, key, due, now, due_text)
-  if due <= now or due > now + near_horizon(key_start) then return false end
+  if due <= now or due > now + (near_horizon_ms or near_horizon(key_start)) then
+    return false
+  end
   redis.call('SET', key, '1', 'PXAT', due_text or string.format('%.0f', due))
   return true
 end
@@ -192,12 +203,22 @@ end
 -- pended what it pends. `known` is the record pending under `id` when the caller has
 -- just read it (false: none), so it is not read twice; nil: pend reads it. `stored`: the
 -- caller has just written `record` under `id` where none was (HSETNX; `known` false).
-local function pend(due_key, records_key, key_start, id, record, due, now, key, known, stored)
+-- `batch` (pend_batch()): the record and the due entry are added to it, written by
+-- pend_flush() with one command per key rather than two per timer; a caller batches
+-- only timers whose ids are distinct and not pending, and flushes before anything
+-- else reads or writes them.
+local function pend(due_key, records_key, key_start, id, record, due, now, key, known, stored,
+                    batch)
   local old = known
   if old == nil then old = redis.call('HGET', records_key, id) end
   if old ~= record then
     if old then redis.call('DEL', key_start .. id .. ':' .. old) end
-    if not stored then redis.call('HSET', records_key, id, record) end
+    if batch then
+      local records = batch.records
+      records[#records + 1], records[#records + 2] = id, record
+    elseif not stored then
+      redis.call('HSET', records_key, id, record)
+    end
   end
   key = key or (key_start .. id .. ':' .. record)
   local due_text = (due % 1 == 0 and due > -1e15 and due < 1e15)  -- a whole number: its
@@ -213,7 +234,32 @@ local function pend(due_key, records_key, key_start, id, record, due, now, key, 
   end
   if queue then redis.call('SADD', sys_key(key_start, 'queues'), queue) end
   note_head(index, due)
-  redis.call('ZADD', index, due_text, id)
+  if batch then
+    local entries = batch.entries[index]
+    if not entries then
+      entries = {}
+      batch.entries[index] = entries
+      batch.indexes[#batch.indexes + 1] = index
+    end
+    entries[#entries + 1], entries[#entries + 2] = due_text, id
+  else
+    redis.call('ZADD', index, due_text, id)
+  end
+end
+
+-- An empty batch for pend(): records (id, record pairs), and per due index its entries
+-- (due, id pairs), the indexes in the order first met.
+local function pend_batch()
+  return {records = {}, entries = {}, indexes = {}}
+end
+
+-- Write what pend() added to `batch`: one HSET of the records, one ZADD per due index (a
+-- thousand arguments a command).
+local function pend_flush(records_key, batch)
+  each_thousand('HSET', records_key, batch.records)  -- field, value pairs: 1000 is even
+  for _, index in ipairs(batch.indexes) do
+    each_thousand('ZADD', index, batch.entries[index])  -- score, member pairs
+  end
 end
 
 -- A recurrence state "v|last|prev|paused|run|anchor" (timers/model/cron/state.py reads the same
