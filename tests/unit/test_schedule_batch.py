@@ -84,3 +84,14 @@ def test_new_timers_with_a_repeated_id_and_a_pending_one_in_one_call() -> None:
     assert fake.smembers(KS.queues) == {b"g2|5"}
     assert not fake.exists(f"{KS.timer_key_start}c:a.b:[3]")
     assert fake.exists(f"{KS.timer_key_start}c:a.b:[4]")
+
+
+def test_a_retried_call_of_a_grouped_timer_replies_its_due_time() -> None:
+    """The same call sent again (its reply was lost): the timer's due time, read from the
+    due index its record names, not a reply cut short."""
+    scripts = Scripts(fakeredis.FakeRedis(), KS)
+    call = [NewTimer("g", "a.b;g=g2;p=5:[2]", "at", NOW_MS + 90_000, "n"),
+            NewTimer("h", "a.b:[1]", "at", NOW_MS + 60_000, "n")]
+    assert scripts.schedule(call)[1:] == [NOW_MS + 90_000, NOW_MS + 60_000]
+    assert scripts.schedule(call)[1:] == [NOW_MS + 90_000, NOW_MS + 60_000]
+    assert scripts.schedule(call[:1])[1:] == [NOW_MS + 90_000]
