@@ -57,8 +57,10 @@ from timers.model.runs import Fired, Run, rejected_entry
 from timers.model.wire import HEARTBEAT_INTERVAL, HEARTBEAT_MISSES, ClaimSource, EndingKind
 from timers.ops.fleet import encode_task_set
 from timers.ops.shards import ShardLayout
+from timers.store.listener_client import ReservedConnection
+from timers.store.lua_library import AsyncFunction
 from timers.store.permissions import explain
-from timers.store.scripts import Scripts
+from timers.store.scripts import ScriptName, Scripts
 
 log = logging.getLogger("timers.listener")
 
@@ -84,8 +86,13 @@ class Shared:
                  shutdown_timeout: float, failure_retention: float, clock: Clock,
                  max_sleep: float, loader: TaskLoader, peers: Peers,
                  observer: Callable[[Fired], None] | None,
-                 recycle: RecycleLimits | None, history: HistoryPolicy) -> None:
+                 recycle: RecycleLimits | None, history: HistoryPolicy,
+                 owns_client: bool = False) -> None:
         self.redis, self.db, self.id, self.groups = client, db, listener_id, groups
+        self.owns_client = owns_client
+        """The listener made the client (from a URL): its hot script calls may each keep a
+        connection of it aside (:meth:`reserve`)."""
+        self.reserved: list[ReservedConnection] = []
         self.history = history
         """What the run history and the series keep (:mod:`timers.listener.history`)."""
         self.concurrency, self.lease, self.shutdown_timeout = concurrency, lease, shutdown_timeout
@@ -109,6 +116,26 @@ class Shared:
         self.recycler = Recycler(recycle, self.stop_claiming, report_fd())
         self.work_started: Callable[[], None] = _nothing
         """Called as a run starts with none going in its lane (the loop watch's wake)."""
+
+    def reserve(self, scripts: Scripts, *names: ScriptName) -> None:
+        """Each script of ``names`` sent on a connection of its own
+        (:class:`~timers.store.listener_client.ReservedConnection`): a lane's claims and its
+        batches of endings, each sent one at a time. Only on a client the listener made
+        for a plain URL; :meth:`close_reserved` closes them."""
+        if not self.owns_client:
+            return
+        for name in names:
+            function = scripts.script(name)
+            reserved = ReservedConnection.of(self.redis)
+            if reserved is None or not isinstance(function, AsyncFunction):
+                return
+            function.execute = reserved.execute_command
+            self.reserved.append(reserved)
+
+    async def close_reserved(self) -> None:
+        """Close the connections :meth:`reserve` kept aside."""
+        for reserved in self.reserved:
+            await reserved.aclose()
 
     def running_count(self) -> int:
         """Runs going (a run next in line takes its place when the one before it ends)."""
@@ -174,6 +201,7 @@ class Lane:
         self.lanes, self.runner, self.tally = shared.lanes, shared.runner, shared.tally
         self.recycler, self.burst = shared.recycler, False
         self.scripts = Scripts(shared.redis, keys)
+        shared.reserve(self.scripts, "claim", "finish")
         self.tracker = DueTracker(shared.clock, max_sleep=shared.max_sleep)
         self.closed = asyncio.Event()  # running tasks are done: stop renewing leases too
         self.stopping = asyncio.Event()  # this lane's loops end (all lanes' on stop)

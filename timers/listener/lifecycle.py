@@ -124,7 +124,8 @@ class Listener:
                              shutdown_timeout=shutdown_timeout,
                              failure_retention=failure_retention, clock=self.clock,
                              max_sleep=max_sleep, loader=self.loader, peers=self.peers,
-                             observer=observer, recycle=recycle, history=self.history)
+                             observer=observer, recycle=recycle, history=self.history,
+                             owns_client=self._owns_client)
         self.tally: RunTally = self.shared.tally
         """How runs ended, for the log (``tally.log_fires``: a line per fired timer)."""
         self.recycler: Recycler = self.shared.recycler
@@ -185,6 +186,7 @@ class Listener:
             self.recycler.close(asyncio.get_running_loop())
             shared.runner.shutdown()
             shared.precise.close()
+            await shared.close_reserved()
             if self._owns_client:
                 await self.redis.aclose()
         for outcome in ended:
