@@ -8,8 +8,10 @@ its own reply."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib.util
-from collections.abc import Callable, Coroutine
+import time
+from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
 
 import pytest
@@ -55,19 +57,36 @@ def test_a_write_on_a_connection_closed_under_it_is_a_connection_error_and_the_n
 # -- the connections kept aside for claims and endings (ReservedConnection) ---------------
 
 
-def _reserved(client: redis.asyncio.Redis) -> ReservedConnection:
+@contextlib.asynccontextmanager
+async def _reserved_on(url: str) -> AsyncIterator[tuple[redis.asyncio.Redis, ReservedConnection]]:
+    """A listener's client for ``url`` and a connection kept aside of it, both closed after."""
+    client = listener_client(url)
     reserved = ReservedConnection.of(client)
     assert reserved is not None, "a client made from a plain URL keeps one aside"
-    return reserved
+    try:
+        yield client, reserved
+    finally:
+        await reserved.aclose()
+        await client.aclose()
+
+
+async def _sent(reserved: ReservedConnection) -> None:
+    """Until the call under way on ``reserved`` has been written out (5 s at most)."""
+    deadline = time.monotonic() + 5
+    while True:
+        connection = reserved._connection
+        if (reserved._busy and connection is not None and connection.is_connected
+                and connection._writer.transport.get_write_buffer_size() == 0):
+            return
+        assert time.monotonic() < deadline, "the call was never sent"
+        await asyncio.sleep(0.005)
 
 
 @pytest.mark.parametrize("loop", LOOPS)
 def test_a_reserved_call_past_the_timeout_raises_and_the_next_reads_its_own_reply(
         redis_url: str, paused: redis.Redis, loop: str) -> None:
     async def main() -> None:
-        client = listener_client(f"{redis_url}?socket_timeout=0.3")
-        reserved = _reserved(client)
-        try:
+        async with _reserved_on(f"{redis_url}?socket_timeout=0.3") as (_client, reserved):
             assert await reserved.execute_command("SET", "k", "before") == b"OK"
             paused.execute_command("CLIENT", "PAUSE", 3000, "ALL")
             with pytest.raises(redis.exceptions.TimeoutError):
@@ -76,9 +95,6 @@ def test_a_reserved_call_past_the_timeout_raises_and_the_next_reads_its_own_repl
             # the connection that waited was dropped with the reply still to come on it
             assert await reserved.execute_command("ECHO", "mine") == b"mine"
             assert await reserved.execute_command("GET", "k") == b"before"
-        finally:
-            await reserved.aclose()
-            await client.aclose()
 
     _run(loop, main)
 
@@ -87,18 +103,13 @@ def test_a_reserved_call_past_the_timeout_raises_and_the_next_reads_its_own_repl
 def test_a_reserved_connection_killed_by_the_server_is_made_again_for_the_same_call(
         redis_url: str, r: redis.Redis, loop: str) -> None:
     async def main() -> None:
-        client = listener_client(redis_url)
-        reserved = _reserved(client)
-        try:
+        async with _reserved_on(redis_url) as (_client, reserved):
             assert await reserved.execute_command("CLIENT", "SETNAME", "reserved-one")
             assert r.execute_command("CLIENT", "KILL", "USER", "default") >= 1
             # (the kill closed the test's own client too; it reconnects)
             assert await reserved.execute_command("ECHO", "again") == b"again"
             names = [c["name"] for c in r.client_list()]
             assert "reserved-one" not in names, "a new connection, not the killed one"
-        finally:
-            await reserved.aclose()
-            await client.aclose()
 
     _run(loop, main)
 
@@ -107,21 +118,16 @@ def test_a_reserved_connection_killed_by_the_server_is_made_again_for_the_same_c
 def test_a_reserved_call_cancelled_midway_leaves_no_reply_for_the_next(
         redis_url: str, paused: redis.Redis, loop: str) -> None:
     async def main() -> None:
-        client = listener_client(redis_url)
-        reserved = _reserved(client)
-        try:
+        async with _reserved_on(redis_url) as (_client, reserved):
             await reserved.execute_command("SET", "k", "v")
             paused.execute_command("CLIENT", "PAUSE", 2000, "ALL")
             call = asyncio.ensure_future(reserved.execute_command("ECHO", "cancelled"))
-            await asyncio.sleep(0.1)
+            await _sent(reserved)  # its reply is still to come when it is cancelled
             call.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await call
             paused.execute_command("CLIENT", "UNPAUSE")
             assert await reserved.execute_command("ECHO", "next") == b"next"
-        finally:
-            await reserved.aclose()
-            await client.aclose()
 
     _run(loop, main)
 
@@ -129,17 +135,12 @@ def test_a_reserved_call_cancelled_midway_leaves_no_reply_for_the_next(
 def test_calls_made_while_the_reserved_connection_is_busy_go_through_the_client(
         redis_url: str) -> None:
     async def main() -> None:
-        client = listener_client(redis_url)
-        reserved = _reserved(client)
-        try:
+        async with _reserved_on(redis_url) as (client, reserved):
             replies = await asyncio.gather(
                 *(reserved.execute_command("ECHO", str(i)) for i in range(20)))
             assert replies == [str(i).encode() for i in range(20)]
             # one went on the reserved connection, the others on the client's pool
             assert len(client.connection_pool._available_connections) >= 1
-        finally:
-            await reserved.aclose()
-            await client.aclose()
 
     asyncio.run(main())
 
