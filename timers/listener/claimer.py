@@ -139,17 +139,18 @@ class Claimer:
     keys of the runs it starts (their next runs are handed to it), so one listener taking
     all its slots' worth would run most keys alone. ``outage``: shared with the lane's
     other loops. ``gather``: the free slots a claim in a backlog waits for while the
-    process is busy (:meth:`gather_slots`)."""
+    process is busy (:meth:`gather_slots`), as ``gauge`` tells (the listener's)."""
 
     def __init__(self, scripts: Scripts, groups: Sequence[str], listener_id: str,
                  lease: float, clock: Clock, tracker: DueTracker, hooks: ClaimerHooks,
                  stopping: asyncio.Event, *, poke: asyncio.Event, parker: Parker,
-                 ahead_share: int, outage: Outage, gather: int = 1) -> None:
+                 ahead_share: int, outage: Outage, gather: int = 1,
+                 gauge: CpuGauge | None = None) -> None:
         self.scripts, self.groups, self.listener_id = scripts, tuple(groups), listener_id
         self.lease, self.clock, self.tracker = lease, clock, tracker
         self.hooks, self.stopping = hooks, stopping
         self.poke, self.parker, self.ahead_share, self.outage = poke, parker, ahead_share, outage
-        self.gather, self.gauge = gather, CpuGauge()
+        self.gather, self.gauge = gather, gauge or CpuGauge()
         self.memory = MemoryGuard()
         self.swept = False
         """A claim was answered: what is due is known."""

@@ -64,7 +64,7 @@ class RecurrenceSteps(Protocol):
 class Caller(Protocol):
     async def call(self, fn: Callable[..., Any], args: Args, limit: float | None = None,
                    turn: Turn | None = None, after: Turn | None = None,
-                   fence: Callable[[], bool] | None = None) -> Outcome:
+                   fence: Callable[[], bool] | None = None, prompt: bool = False) -> Outcome:
         ...
 
 
@@ -272,12 +272,13 @@ class Executor:
                                                     policy, run.reruns)
             else:
                 own = self.turns.of(run.token)
+                prompt = policy.flow_limited or _KEY in record.options
                 outcome = await self.runner.call(fn, record.args, policy.timeout, own, after,
-                                                 fence)
+                                                 fence, prompt)
                 if outcome.kind == "stale":  # the thread found the lease not fresh
                     outcome = (await self._unfenced(run, after, checked=True)
                                or await self.runner.call(fn, record.args, policy.timeout, own,
-                                                         None, fence))
+                                                         None, fence, prompt))
                 if own is not None:
                     self._timed_by_thread(attempt, own, after is not None)
         except TaskRefused as exc:

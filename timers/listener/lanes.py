@@ -27,7 +27,7 @@ from typing import Any
 
 import redis.asyncio
 
-from timers.listener.claimer import Claimer, ClaimerHooks
+from timers.listener.claimer import Claimer, ClaimerHooks, CpuGauge
 from timers.listener.crashes import listener_name
 from timers.listener.cron_hook import RecurrenceHook
 from timers.listener.due_tracker import DueTracker
@@ -111,7 +111,10 @@ class Shared:
         self.lanes: list[Lane] = []
         """One per shard, in shard order (the list is the listener's: refilled in place
         once the layout is read)."""
-        self.runner = Runner(concurrency, on_free=self.slot_freed)
+        self.cpu = CpuGauge()
+        """Whether the process's CPU bounds its runs (its claims and its threads' results
+        are gathered in longer batches then)."""
+        self.runner = Runner(concurrency, on_free=self.slot_freed, busy=self.cpu.busy)
         self.precise = PreciseSleeper()
         self.recycler = Recycler(recycle, self.stop_claiming, report_fd())
         self.work_started: Callable[[], None] = _nothing
@@ -242,7 +245,7 @@ class Lane:
             parker=Parker(self.scripts, shared.groups, shared.lease, loader.resolve, self.flow,
                           moves=None if self.placer is None else self._moves),
             ahead_share=max(1, shared.concurrency // 2), outage=outage,
-            gather=max(1, shared.concurrency // 4))
+            gather=max(1, shared.concurrency // 4), gauge=shared.cpu)
         self.executor = Executor(loader.resolve, shared.runner,
                                  Quarantine(loader, listener_name(shared.id)),
                                  RecurrenceHook(shared.redis, keys, self.scripts), self.tracker,

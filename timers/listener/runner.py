@@ -67,7 +67,7 @@ class Job:
     and ``finished``."""
 
     __slots__ = ("abandoned", "args", "cancelled", "context", "ended", "fence", "finished",
-                 "fn", "future", "guarded", "kwargs", "started", "then")
+                 "fn", "future", "guarded", "kwargs", "prompt", "started", "then")
 
     def __init__(self, future: asyncio.Future[Any], fn: Callable[..., Any], args: list[Any],
                  kwargs: dict[str, Any]) -> None:
@@ -76,11 +76,14 @@ class Job:
         self.started: float | None = None
         self.ended: float | None = None
         """Monotonic, when its function returned (a guarded job's)."""
-        self.abandoned = self.cancelled = self.finished = self.guarded = False
+        self.abandoned = self.cancelled = self.finished = self.guarded = self.prompt = False
         self.then: Job | None = None
         self.fence: Callable[[], bool] | None = None
         """Checked in the thread right before the call: False (the run's lease is not known
         to hold, e.g. after the process was paused) and the call is not made (:class:`Stale`)."""
+        # self.prompt: its result wakes the loop at once, even while results are gathered
+        # (:data:`DELIVERY_GATHER_S`): a run through a flow limit, whose ending frees a slot
+        # another run waits for
 
 
 class Turn:
@@ -110,6 +113,11 @@ def task_name(fn: Callable[..., Any]) -> str:
     return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', fn)}"
 
 
+DELIVERY_GATHER_S = 0.005
+"""While the process is busy, how long results wait to be handed to the event loop
+together (:class:`ThreadPool`)."""
+
+
 class ThreadPool:
     """Threads that run plain task functions and hand results back to the event loop.
 
@@ -118,33 +126,50 @@ class ThreadPool:
     timers that halves the cost of a call. Threads start as they are needed, up to
     ``size``, and are daemons: a task still running at exit does not hold the process.
 
+    While ``busy()`` says the process's CPU bounds its runs, the batches are made longer:
+    the first result after a quiet spell still wakes the loop at once, and those that
+    follow within :data:`DELIVERY_GATHER_S` are handed over together when it ends (a
+    ``prompt`` job's at once). Each wake of the loop is a hand-over of the interpreter
+    between threads, and in a burst of short plain tasks those hand-overs, not the
+    Python either side runs, were most of a run's CPU; a result waiting a few ms costs
+    nothing there, as its run's ending would wait for the CPU anyway. A process whose
+    tasks wait (on the network, a sleep) is not busy: each result wakes the loop.
+
     A job whose caller gave up on it at its timeout (:meth:`abandon`) still holds its
     thread: it counts in :attr:`stuck` until the function returns, and ``on_free`` is
     called (on the loop) when it does.
     """
 
-    def __init__(self, size: int, on_free: Callable[[], None] | None = None) -> None:
+    def __init__(self, size: int, on_free: Callable[[], None] | None = None,
+                 busy: Callable[[], bool] | None = None) -> None:
         self.size = size
         self.on_free = on_free
+        self.busy = busy
         self.stuck = 0
         self._jobs: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
         self._results: collections.deque[tuple[Job, bool, Any]] = collections.deque()
         self._lock = threading.Lock()
         self._wake_pending = False
+        """A wake of the loop for the results is on its way."""
+        self._gathering = False
+        """Results are handed over by :attr:`_timer` (the process is busy): a thread
+        wakes the loop only for a prompt job's."""
+        self._timer: asyncio.TimerHandle | None = None
         self._threads: list[threading.Thread] = []
         self._idle = 0
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def submit(self, fn: Callable[..., Any], args: list[Any], kwargs: dict[str, Any],
                after: Job | None = None, guarded: bool = False,
-               fence: Callable[[], bool] | None = None) -> Job:
+               fence: Callable[[], bool] | None = None, prompt: bool = False) -> Job:
         """Queue a call; with ``after`` (a job not finished yet), start it in that job's
         thread the moment that job's function returns. ``guarded``: it may be withdrawn
         (:meth:`withdraw`) up to the moment a thread starts it. ``fence``: asked in the
-        thread right before the call; False and the call is not made (:class:`Stale`)."""
+        thread right before the call; False and the call is not made (:class:`Stale`).
+        ``prompt``: its result is handed to the loop at once, never gathered."""
         loop = self._loop = asyncio.get_running_loop()
         job = Job(loop.create_future(), fn, args, kwargs)
-        job.guarded, job.fence = guarded, fence
+        job.guarded, job.fence, job.prompt = guarded, fence, prompt
         if after is not None:
             with self._lock:
                 if not (after.finished or after.abandoned or after.then):
@@ -225,8 +250,9 @@ class ThreadPool:
             job.ended = time.monotonic()
         with self._lock:
             self._results.append(result)
-            wake = not self._wake_pending
-            self._wake_pending = True
+            wake = not self._wake_pending and (job.prompt or not self._gathering)
+            if wake:
+                self._wake_pending = True
             return self._done(job), wake
 
     def _done(self, job: Job) -> Job | None:
@@ -238,11 +264,20 @@ class ThreadPool:
             self._idle += 1
         return chained
 
-    def _deliver(self) -> None:
+    def _deliver(self, timed: bool = False) -> None:
+        """(On the loop.) Hand the results queued to their callers; ``timed``: called by
+        :attr:`_timer`. While the process is busy, the results that come next are
+        gathered until the timer (see the class)."""
+        busy = self.busy is not None and self.busy()
         with self._lock:
             self._wake_pending = False
             ready = list(self._results)
             self._results.clear()
+            self._gathering = gather = busy and bool(ready)
+        if timed:
+            self._timer = None
+        if gather and self._timer is None and self._loop is not None:
+            self._timer = self._loop.call_later(DELIVERY_GATHER_S, self._deliver, True)
         freed = 0
         for job, ok, value in ready:
             if job.abandoned:
@@ -289,11 +324,13 @@ class Runner:
     """Runs task callables; never raises: every ending is an :class:`Outcome`.
 
     ``on_free`` is called on the event loop when a thread stuck past its timeout returns
-    and so frees its task slot.
+    and so frees its task slot. ``busy``: whether the process's CPU bounds its runs (then
+    plain functions' results are handed back in longer batches: see :class:`ThreadPool`).
     """
 
-    def __init__(self, threads: int, on_free: Callable[[], None] | None = None) -> None:
-        self._pool = ThreadPool(threads, on_free)
+    def __init__(self, threads: int, on_free: Callable[[], None] | None = None,
+                 busy: Callable[[], bool] | None = None) -> None:
+        self._pool = ThreadPool(threads, on_free, busy)
         self._on_loop_as: dict[Callable[..., Any], tuple[CodeType, str] | None] = {}
         """Each function called so far: None if a plain function (called in a thread),
         else an ``async def``'s code and name (:meth:`async_tasks`)."""
@@ -311,7 +348,7 @@ class Runner:
 
     async def call(self, fn: Callable[..., Any], args: Args, limit: float | None = None,
                    turn: Turn | None = None, after: Turn | None = None,
-                   fence: Callable[[], bool] | None = None) -> Outcome:
+                   fence: Callable[[], bool] | None = None, prompt: bool = False) -> Outcome:
         """Call ``fn`` with ``args``; with ``limit`` (seconds), stop waiting after that long.
 
         A coroutine is cancelled at its timeout. A plain function's timeout counts from when
@@ -324,6 +361,8 @@ class Runner:
         starts in that run's thread as its function returns, a coroutine once it ended.
         ``fence``: whether the run's lease still holds, asked right before a plain function
         is called in its thread (and before a coroutine starts): if not, :data:`STALE`.
+        ``prompt``: a plain function's result is handed back at once, never gathered (a
+        run through a flow limit: its ending frees a slot another run may wait for).
         """
         problem = _bind_error(fn, args)
         if problem is not None:
@@ -352,7 +391,8 @@ class Runner:
                         await fn(*positional, **keywords)
             else:
                 job = self._pool.submit(fn, list(positional), dict(keywords),
-                                        after.job if after else None, turn is not None, fence)
+                                        after.job if after else None, turn is not None, fence,
+                                        prompt)
                 if turn is not None:
                     turn.handed_to_thread(job)
                 try:

@@ -1,0 +1,82 @@
+"""How plain functions' results reach the event loop (:class:`timers.listener.runner.
+ThreadPool`): each at once while the process is not busy; while it is, the first at once
+and the next ones gathered for a moment, except a prompt job's."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from timers.listener import runner as runner_module
+from timers.listener.runner import Job, ThreadPool
+
+WINDOW = 30.0
+"""The gathering window in these tests: far longer than any of them waits."""
+
+
+@pytest.fixture(autouse=True)
+def long_window(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(runner_module, "DELIVERY_GATHER_S", WINDOW)
+
+
+async def handed_back(job: Job, seconds: float = 5.0) -> Any:
+    return await asyncio.wait_for(asyncio.shield(job.future), seconds)
+
+
+async def over_in_its_thread(job: Job, seconds: float = 5.0) -> None:
+    """Wait until ``job``'s result is queued for the loop (its thread marked it finished
+    under the pool's lock, after queueing it), then let a wake on its way arrive."""
+    deadline = asyncio.get_running_loop().time() + seconds
+    while not job.finished:
+        assert asyncio.get_running_loop().time() < deadline, "the job did not finish"
+        await asyncio.sleep(0.001)
+    for _ in range(20):
+        await asyncio.sleep(0.001)
+
+
+def test_a_result_reaches_the_loop_at_once_while_the_process_is_not_busy() -> None:
+    async def scenario() -> None:
+        pool = ThreadPool(2, busy=lambda: False)
+        for _ in range(3):
+            assert await handed_back(pool.submit(lambda: "ok", [], {})) == "ok"
+        pool.shutdown()
+
+    asyncio.run(scenario())
+
+
+def test_while_busy_the_first_result_comes_at_once_and_the_next_wait_for_the_window(
+) -> None:
+    async def scenario() -> None:
+        pool = ThreadPool(2, busy=lambda: True)
+        assert await handed_back(pool.submit(lambda: "first", [], {})) == "first"
+        gathered = pool.submit(lambda: "ok", [], {})
+        await over_in_its_thread(gathered)
+        assert not gathered.future.done(), "handed over at once though results gather"
+        prompt = pool.submit(lambda: "prompt", [], {}, prompt=True)
+        assert await handed_back(prompt) == "prompt"
+        assert gathered.future.done(), "the prompt job's wake hands over all that waits"
+        assert await handed_back(gathered) == "ok"
+        pool.shutdown()
+
+    asyncio.run(scenario())
+
+
+def test_results_gathered_are_handed_over_when_the_window_ends(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(runner_module, "DELIVERY_GATHER_S", 0.05)
+    busy = [True]
+
+    async def scenario() -> None:
+        pool = ThreadPool(2, busy=lambda: busy[0])
+        await handed_back(pool.submit(lambda: "first", [], {}))
+        busy[0] = False
+        assert await handed_back(pool.submit(lambda: "next", [], {})) == "next"
+        # the window ended with a result to hand over; the process is not busy now: the
+        # one after that wakes the loop itself (the 30 s window would hold it otherwise)
+        monkeypatch.setattr(runner_module, "DELIVERY_GATHER_S", WINDOW)
+        assert await handed_back(pool.submit(lambda: "third", [], {})) == "third"
+        pool.shutdown()
+
+    asyncio.run(scenario())
