@@ -1,6 +1,7 @@
 """How plain functions' results reach the event loop (:class:`timers.listener.runner.
 ThreadPool`): each at once while the process is not busy; while it is, the first at once
-and the next ones gathered for a moment, except a prompt job's."""
+and the next ones gathered for a moment, up to a quarter of the pool's threads, except a
+prompt job's."""
 
 from __future__ import annotations
 
@@ -49,7 +50,7 @@ def test_a_result_reaches_the_loop_at_once_while_the_process_is_not_busy() -> No
 def test_while_busy_the_first_result_comes_at_once_and_the_next_wait_for_the_window(
 ) -> None:
     async def scenario() -> None:
-        pool = ThreadPool(2, busy=lambda: True)
+        pool = ThreadPool(8, busy=lambda: True)  # 2 results waiting wake the loop
         assert await handed_back(pool.submit(lambda: "first", [], {})) == "first"
         gathered = pool.submit(lambda: "ok", [], {})
         await over_in_its_thread(gathered)
@@ -69,7 +70,7 @@ def test_results_gathered_are_handed_over_when_the_window_ends(
     busy = [True]
 
     async def scenario() -> None:
-        pool = ThreadPool(2, busy=lambda: busy[0])
+        pool = ThreadPool(8, busy=lambda: busy[0])
         await handed_back(pool.submit(lambda: "first", [], {}))
         busy[0] = False
         assert await handed_back(pool.submit(lambda: "next", [], {})) == "next"
@@ -77,6 +78,30 @@ def test_results_gathered_are_handed_over_when_the_window_ends(
         # one after that wakes the loop itself (the 30 s window would hold it otherwise)
         monkeypatch.setattr(runner_module, "DELIVERY_GATHER_S", WINDOW)
         assert await handed_back(pool.submit(lambda: "third", [], {})) == "third"
+        pool.shutdown()
+
+    asyncio.run(scenario())
+
+
+def test_while_busy_a_quarter_of_the_threads_worth_of_results_wakes_the_loop() -> None:
+    async def scenario() -> None:
+        pool = ThreadPool(8, busy=lambda: True)
+        await handed_back(pool.submit(lambda: "first", [], {}))
+        waiting = pool.submit(lambda: "second", [], {})
+        await over_in_its_thread(waiting)
+        assert not waiting.future.done()
+        assert await handed_back(pool.submit(lambda: "third", [], {})) == "third"
+        assert await handed_back(waiting) == "second"
+        pool.shutdown()
+
+    asyncio.run(scenario())
+
+
+def test_a_pool_of_four_threads_or_fewer_never_gathers() -> None:
+    async def scenario() -> None:
+        pool = ThreadPool(4, busy=lambda: True)
+        for _ in range(3):
+            assert await handed_back(pool.submit(lambda: "ok", [], {})) == "ok"
         pool.shutdown()
 
     asyncio.run(scenario())

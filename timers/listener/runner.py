@@ -128,11 +128,12 @@ class ThreadPool:
 
     While ``busy()`` says the process's CPU bounds its runs, the batches are made longer:
     the first result after a quiet spell still wakes the loop at once, and those that
-    follow within :data:`DELIVERY_GATHER_S` are handed over together when it ends (a
-    ``prompt`` job's at once). Each wake of the loop is a hand-over of the interpreter
-    between threads, and in a burst of short plain tasks those hand-overs, not the
-    Python either side runs, were most of a run's CPU; a result waiting a few ms costs
-    nothing there, as its run's ending would wait for the CPU anyway. A process whose
+    follow within :data:`DELIVERY_GATHER_S` are handed over together when it ends, or
+    once :attr:`enough` are waiting (a ``prompt`` job's at once). Each wake of the loop
+    is a hand-over of the interpreter between threads, and in a burst of short plain
+    tasks those hand-overs, not the Python either side runs, were most of a run's CPU; a
+    result waiting a few ms costs nothing there, as its run's ending would wait for the
+    CPU anyway. A process whose
     tasks wait (on the network, a sleep) is not busy: each result wakes the loop.
 
     A job whose caller gave up on it at its timeout (:meth:`abandon`) still holds its
@@ -145,6 +146,10 @@ class ThreadPool:
         self.size = size
         self.on_free = on_free
         self.busy = busy
+        self.enough = max(1, size // 4)
+        """Results waiting that wake the loop even while they are gathered: as many as the
+        free slots a claim in a backlog waits for (:meth:`timers.listener.claimer.Claimer.
+        gather_slots`); so a small pool (4 threads or fewer) never gathers."""
         self.stuck = 0
         self._jobs: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
         self._results: collections.deque[tuple[Job, bool, Any]] = collections.deque()
@@ -250,7 +255,8 @@ class ThreadPool:
             job.ended = time.monotonic()
         with self._lock:
             self._results.append(result)
-            wake = not self._wake_pending and (job.prompt or not self._gathering)
+            wake = not self._wake_pending and (
+                job.prompt or not self._gathering or len(self._results) >= self.enough)
             if wake:
                 self._wake_pending = True
             return self._done(job), wake
