@@ -97,9 +97,9 @@ def test_while_busy_a_quarter_of_the_threads_worth_of_results_wakes_the_loop() -
     asyncio.run(scenario())
 
 
-def test_a_pool_of_four_threads_or_fewer_never_gathers() -> None:
+def test_a_pool_of_fewer_than_eight_threads_never_gathers() -> None:
     async def scenario() -> None:
-        pool = ThreadPool(4, busy=lambda: True)
+        pool = ThreadPool(7, busy=lambda: True)
         for _ in range(3):
             assert await handed_back(pool.submit(lambda: "ok", [], {})) == "ok"
         pool.shutdown()

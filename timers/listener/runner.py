@@ -76,14 +76,15 @@ class Job:
         self.started: float | None = None
         self.ended: float | None = None
         """Monotonic, when its function returned (a guarded job's)."""
-        self.abandoned = self.cancelled = self.finished = self.guarded = self.prompt = False
+        self.abandoned = self.cancelled = self.finished = self.guarded = False
+        self.prompt = False
+        """Its result wakes the loop at once, even while results are gathered
+        (:class:`ThreadPool`): a run through a flow limit, whose ending may free a slot
+        another run waits for."""
         self.then: Job | None = None
         self.fence: Callable[[], bool] | None = None
         """Checked in the thread right before the call: False (the run's lease is not known
         to hold, e.g. after the process was paused) and the call is not made (:class:`Stale`)."""
-        # self.prompt: its result wakes the loop at once, even while results are gathered
-        # (:data:`DELIVERY_GATHER_S`): a run through a flow limit, whose ending frees a slot
-        # another run waits for
 
 
 class Turn:
@@ -133,8 +134,8 @@ class ThreadPool:
     is a hand-over of the interpreter between threads, and in a burst of short plain
     tasks those hand-overs, not the Python either side runs, were most of a run's CPU; a
     result waiting a few ms costs nothing there, as its run's ending would wait for the
-    CPU anyway. A process whose
-    tasks wait (on the network, a sleep) is not busy: each result wakes the loop.
+    CPU anyway. A process whose tasks wait (on the network, a sleep) is not busy: each
+    result wakes the loop.
 
     A job whose caller gave up on it at its timeout (:meth:`abandon`) still holds its
     thread: it counts in :attr:`stuck` until the function returns, and ``on_free`` is
@@ -149,7 +150,7 @@ class ThreadPool:
         self.enough = max(1, size // 4)
         """Results waiting that wake the loop even while they are gathered: as many as the
         free slots a claim in a backlog waits for (:meth:`timers.listener.claimer.Claimer.
-        gather_slots`); so a small pool (4 threads or fewer) never gathers."""
+        gather_slots`); so a pool of fewer than 8 threads never gathers."""
         self.stuck = 0
         self._jobs: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
         self._results: collections.deque[tuple[Job, bool, Any]] = collections.deque()
