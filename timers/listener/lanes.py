@@ -129,8 +129,10 @@ class Shared:
             return
         for name in names:
             function = scripts.script(name)
+            if not isinstance(function, AsyncFunction):
+                continue
             reserved = ReservedConnection.of(self.redis)
-            if reserved is None or not isinstance(function, AsyncFunction):
+            if reserved is None:
                 return
             function.execute = reserved.execute_command
             self.reserved.append(reserved)
