@@ -1,4 +1,4 @@
-"""How plain functions' results reach the event loop (:class:`timers.listener.runner.
+"""How plain functions' results reach the event loop (:class:`timers.listener.thread_pool.
 ThreadPool`): each at once while the process is not busy; while it is, the first at once
 and the next ones gathered for a moment, up to a quarter of the pool's threads, except a
 prompt job's."""
@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from timers.listener import runner as runner_module
-from timers.listener.runner import Job, ThreadPool
+from timers.listener import thread_pool as pool_module
+from timers.listener.thread_pool import Job, ThreadPool
 
 WINDOW = 30.0
 """The gathering window in these tests: far longer than any of them waits."""
@@ -19,7 +19,7 @@ WINDOW = 30.0
 
 @pytest.fixture(autouse=True)
 def long_window(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(runner_module, "DELIVERY_GATHER_S", WINDOW)
+    monkeypatch.setattr(pool_module, "DELIVERY_GATHER_S", WINDOW)
 
 
 async def handed_back(job: Job, seconds: float = 5.0) -> Any:
@@ -66,7 +66,7 @@ def test_while_busy_the_first_result_comes_at_once_and_the_next_wait_for_the_win
 
 def test_results_gathered_are_handed_over_when_the_window_ends(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(runner_module, "DELIVERY_GATHER_S", 0.05)
+    monkeypatch.setattr(pool_module, "DELIVERY_GATHER_S", 0.05)
     busy = [True]
 
     async def scenario() -> None:
@@ -76,7 +76,7 @@ def test_results_gathered_are_handed_over_when_the_window_ends(
         assert await handed_back(pool.submit(lambda: "next", [], {})) == "next"
         # the window ended with a result to hand over; the process is not busy now: the
         # one after that wakes the loop itself (the 30 s window would hold it otherwise)
-        monkeypatch.setattr(runner_module, "DELIVERY_GATHER_S", WINDOW)
+        monkeypatch.setattr(pool_module, "DELIVERY_GATHER_S", WINDOW)
         assert await handed_back(pool.submit(lambda: "third", [], {})) == "third"
         pool.shutdown()
 
