@@ -10,7 +10,9 @@
 //   async   100 add() calls in flight (100 loops awaiting add) for SECONDS;
 //   fire    N jobs due at one instant (addBulk with their delay), one Worker process
 //           (concurrency 50, a child of this one) whose async processor RPUSHes
-//           "seq,due_ms,start_ms" to the second server SINK with its own ioredis client.
+//           "seq,due_ms,start_ms" to the second server SINK with its own ioredis client;
+//   alone   the floor under fire: that processor's RPUSH alone, N calls from 50 loops
+//           (its concurrency) on one ioredis client, no BullMQ around it.
 "use strict";
 const fs = require("fs");
 const { spawn } = require("child_process");
@@ -166,6 +168,26 @@ async function fire(url, sinkUrl, n, timeout) {
            late_enqueue_ms: lateEnqueue };
 }
 
+async function alone(sinkUrl, n, width = 50) {
+  const sink = new IORedis(sinkUrl);
+  const push = (seq) => {
+    const startMs = Date.now() + (performance.now() % 1);
+    return sink.rpush(SINK_LIST, `${seq},0,${startMs.toFixed(3)}`);
+  };
+  await Promise.all(Array.from({ length: width }, (_, i) => push(i)));
+  const per = Math.floor(n / width);
+  const c0 = cpuUs();
+  const start = performance.now();
+  async function loop() {
+    for (let i = 0; i < per; i++) await push(i);
+  }
+  await Promise.all(Array.from({ length: width }, loop));
+  const wall = (performance.now() - start) / 1000;
+  const cpu = cpuUs() - c0;
+  sink.disconnect();
+  return { rate: per * width / wall, n: per * width, worker_cpu_us: cpu / (per * width) };
+}
+
 async function main() {
   const [scenario, url, sinkUrl, nText, secondsText] = process.argv.slice(2);
   const n = Number(nText || 20000);
@@ -176,6 +198,7 @@ async function main() {
   else if (scenario === "bulk") out = await bulk(url, n);
   else if (scenario === "async") out = await inFlight(url, seconds, n * 100);
   else if (scenario === "fire") out = await fire(url, sinkUrl, n, 10 + n / 500);
+  else if (scenario === "alone") out = await alone(sinkUrl, n);
   else throw new Error(`unknown scenario ${scenario}`);
   process.stdout.write(JSON.stringify(out) + "\n");
   process.exit(0);

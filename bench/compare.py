@@ -18,6 +18,11 @@ the sides alternating, say whether a change made things faster. This tool:
   the working tree to each other side (new/old, timers/peer), the load average and the
   PING round trip measured before each run, and splices the table into ``bench/RESULTS.md``
   (between the markers of the "Same sitting" section; the rest of the file is kept);
+- with ``--peers``, also measures the floor under the fires in the same rounds: the
+  bench's task alone, with nothing of a task library around it (``redis-py alone``: the
+  same ``push``/``apush`` from 32 threads / 50 coroutines; ``ioredis alone``: BullMQ's
+  processor's RPUSH from 50 loops), and says what each worker spends of its own per fire
+  (its CPU per fire less its task's);
 - runs the ``async def`` fires with 50 runs at once on every side (the listener's
   ``concurrency``, BullMQ's worker ``concurrency``), the sync fires with each library's
   default (32 threads for a listener);
@@ -54,6 +59,12 @@ RESULTS = BENCH / "RESULTS.md"
 BEGIN = "<!-- same-sitting comparison: written by python -m bench.compare -->"
 END = "<!-- end of the same-sitting comparison -->"
 WORKING_TREE = "working tree"
+REDIS_PY_ALONE = "redis-py alone"
+"""The fires' Python task with nothing of timers around it (the floor of a Python worker)."""
+IOREDIS_ALONE = "ioredis alone"
+"""BullMQ's processor's RPUSH with nothing of BullMQ around it (the floor of its worker)."""
+FLOORS = {WORKING_TREE: REDIS_PY_ALONE, "bullmq": IOREDIS_ALONE}
+"""Whose floor each side's fires stand on: a Python listener's task is redis-py's call."""
 HISTORY_OFF = "history off"
 """The working tree, its listener keeping no run history and no series."""
 SCENARIOS = ("single", "bulk", "async", "fire_sync", "fire_async")
@@ -277,6 +288,42 @@ def bullmq_side(folder: Path, url: str, sink: str, n: int, seconds: float) -> Si
     })
 
 
+def floor_sides(python: str, sink: str, n: int, bull: Path | None) -> list[Side]:
+    """The task alone under the fires: the working tree's (redis-py) and, with node,
+    BullMQ's (ioredis): the same calls, the same number at once, nothing around them."""
+    base = ["--url", sink, "--sink", sink, "--n", str(n)]
+    sides = [Side(REDIS_PY_ALONE, [python, "-P", str(BENCH / "side.py")], REPO,
+                  {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+                  | {"PYTHONPATH": str(REPO)}, {
+                      "fire_sync": ["alone", "--task", "push", *base],
+                      "fire_async": ["alone", "--task", "apush", *base]})]
+    if bull is not None:
+        sides.append(Side(IOREDIS_ALONE, ["node", str(BENCH / "bullmq_side.cjs")], bull,
+                          dict(os.environ, NODE_PATH=str(bull / "node_modules")),
+                          {"fire_async": ["alone", sink, sink, str(n)]}))
+    return sides
+
+
+def own_cpu_notes(runs: Sequence[Run]) -> list[str]:
+    """Per fires scenario, what each worker spends of its own per fire: the median of its
+    CPU per fire less the median of its floor's (the task alone), in the same rounds."""
+    got = spreads(runs)
+    notes = []
+    for scenario in ("fire_sync", "fire_async"):
+        parts = []
+        for side, floor in FLOORS.items():
+            worker = got.get((scenario, side, "worker_cpu_us"))
+            task = got.get((scenario, floor, "worker_cpu_us"))
+            if worker is None or task is None:
+                continue
+            parts.append(f"{side} {number(worker.median - task.median)} us of its own per fire "
+                         f"({number(worker.median)} us in all, its task alone "
+                         f"{number(task.median)} us)")
+        if parts:
+            notes.append(f"{scenario}: " + "; ".join(parts))
+    return notes
+
+
 def _run(argv: list[str], **kwargs: Any) -> None:
     print("  $ " + " ".join(argv), flush=True)
     subprocess.run(argv, check=True, **kwargs)
@@ -419,7 +466,7 @@ class Bench:
             error = (f"the last timer was scheduled {figures['late_enqueue_ms']:.0f} ms after "
                      "the due time: the figures would measure the producer")
         done_n = max(figures.get("n", 0.0), 1.0)
-        if "server_cpu_us" not in figures and figures:
+        if "server_cpu_us" not in figures and figures and side.name not in FLOORS.values():
             figures["server_cpu_us"] = (self.server_cpu() - before_cpu) / done_n * 1e6
         after_cmd = self.commandstats()
         commands = {c: ((calls - before_cmd.get(c, (0, 0.0))[0]) / done_n,
@@ -570,6 +617,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                       for p in ("huey", "celery")]
         if bull:
             sides.append(bullmq_side(bull, broker.url, sink.url, opts.n, opts.seconds))
+        if opts.peers:
+            sides += floor_sides(sys.executable, sink.url, opts.n, bull)
         server = f"{broker.version} ({broker.binary}), config {opts.config.name}"
         print(f"sides: {', '.join(s.name for s in sides)}; server {server}", flush=True)
         runs = sitting(bench, sides, scenarios, opts.rounds, opts.n, opts.seconds,
@@ -611,6 +660,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                     else "every gated figure passes") + "\n")
     text += "\nEach run (load average and PING round trip taken just before it):\n\n"
     text += "\n".join(f"- {line}" for line in runs_text(runs)) + "\n"
+    own = own_cpu_notes(runs)
+    if own:
+        text += ("\nWhat each worker spends of its own per fire (its CPU per fire less its "
+                 "task's alone, medians):\n\n" + "\n".join(f"- {n}" for n in own) + "\n")
     notes = command_notes(runs, [n for n in names if n in (WORKING_TREE, HISTORY_OFF, gate)])
     if notes:
         text += "\nRedis commands per operation (INFO commandstats, median over rounds):\n\n"

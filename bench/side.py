@@ -15,7 +15,10 @@ Scenarios (each bounded in count and time):
 - ``fire``: ``--n`` timers due at one instant, one listener process (``listen``, a child of
   this one) with ``--task push`` (a plain function) or ``apush`` (``async def``): each run
   RPUSHes ``seq,due_ms,start_ms`` to a second server (``--sink``). Fires/s is
-  N / (last start - due), first start is the first start - due, by the tasks' own clock.
+  N / (last start - due), first start is the first start - due, by the tasks' own clock;
+- ``alone``: the floor under ``fire``: the same task ``--n`` times with nothing of timers
+  around it, ``push`` from 32 threads, ``apush`` from 50 coroutines on the event loop a
+  listener runs (uvloop when installed).
 
 Every timer has 100-byte args and the ``bench`` prefix; producers' timers are an hour out.
 """
@@ -258,6 +261,59 @@ def fire(url: str, sink_url: str, task: str, n: int, timeout: float) -> dict[str
             "late_enqueue_ms": late_enqueue}
 
 
+def alone(sink_url: str, task: str, n: int) -> dict[str, float]:
+    """The floor under ``fire``: ``push`` by 32 threads or ``apush`` by 50 coroutines, ``n``
+    calls in all to ``sink_url``, each connected before the clock starts: {rate, n,
+    worker_cpu_us} (this process's CPU per call, as a listener's is taken)."""
+    os.environ[SINK_ENV] = sink_url
+    if task == "push":
+        import threading
+
+        width = 32
+        per = n // width
+        push(0, 0, PAYLOAD)
+
+        def calls() -> None:
+            for i in range(per):
+                push(i, 0, PAYLOAD)
+
+        threads = [threading.Thread(target=calls) for _ in range(width)]
+        c0, start = cpu_s(), time.perf_counter()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        wall, cpu = time.perf_counter() - start, cpu_s() - c0
+        return {"rate": per * width / wall, "n": per * width,
+                "worker_cpu_us": cpu / (per * width) * 1e6}
+
+    async def coroutines() -> dict[str, float]:
+        width = ASYNC_CONCURRENCY
+        per = n // width
+        await asyncio.gather(*(apush(0, 0, PAYLOAD) for _ in range(width)))
+
+        async def calls() -> None:
+            for i in range(per):
+                await apush(i, 0, PAYLOAD)
+
+        c0, start = cpu_s(), time.perf_counter()
+        await asyncio.gather(*(calls() for _ in range(width)))
+        wall, cpu = time.perf_counter() - start, cpu_s() - c0
+        client = _sink.pop("async", None)
+        if client is not None:
+            await client.aclose()
+        return {"rate": per * width / wall, "n": per * width,
+                "worker_cpu_us": cpu / (per * width) * 1e6}
+
+    result: dict[str, float] = {}
+
+    async def main() -> None:
+        result.update(await coroutines())
+
+    run_listener(main())
+    return result
+
+
 def _server_cpu(r: redis.Redis) -> float:
     info = r.info("cpu")
     return float(info["used_cpu_sys"]) + float(info["used_cpu_user"])
@@ -277,7 +333,8 @@ def fire_figures(starts: list[float], due_ms: int, n: int, listener_cpu: float,
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="side.py")
-    parser.add_argument("scenario", choices=["single", "bulk", "async", "fire", "listen"])
+    parser.add_argument("scenario", choices=["single", "bulk", "async", "fire", "listen",
+                                             "alone"])
     parser.add_argument("--url", required=True)
     parser.add_argument("--sink")
     parser.add_argument("--task", default="push", choices=["push", "apush"])
@@ -289,7 +346,9 @@ def main(argv: list[str] | None = None) -> None:
     if opts.scenario == "listen":
         run_listener(_listen(opts.url, opts.ready, opts.seconds))
         return
-    if opts.scenario == "single":
+    if opts.scenario == "alone":
+        out = alone(opts.sink, opts.task, opts.n)
+    elif opts.scenario == "single":
         out = single(opts.url, opts.seconds, opts.n * 10)
     elif opts.scenario == "bulk":
         out = bulk(opts.url, opts.n)

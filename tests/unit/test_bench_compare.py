@@ -5,12 +5,15 @@ from __future__ import annotations
 from bench.compare import (
     BEGIN,
     END,
+    IOREDIS_ALONE,
+    REDIS_PY_ALONE,
     WORKING_TREE,
     Figure,
     Run,
     Spread,
     fails,
     markdown,
+    own_cpu_notes,
     ratio,
     splice,
     table_lines,
@@ -80,3 +83,22 @@ def test_splice_replaces_only_its_own_section() -> None:
     assert twice.count(BEGIN) == 1 and twice.count(END) == 1
     assert twice.startswith(document) and twice.endswith("more after\n")
     assert splice("", "x").startswith(BEGIN)
+
+
+def test_each_worker_own_cpu_is_its_median_less_its_task_alone() -> None:
+    def fire(round_: int, side: str, cpu: float) -> Run:
+        return Run(round_, "fire_async", side, {"rate": 1.0, "worker_cpu_us": cpu},
+                   load1=1.0, ping_us=80.0, at="12:00:00")
+
+    runs = [fire(1, WORKING_TREE, 200.0), fire(2, WORKING_TREE, 260.0),
+            fire(3, WORKING_TREE, 220.0), fire(1, REDIS_PY_ALONE, 100.0),
+            fire(2, REDIS_PY_ALONE, 140.0), fire(1, "bullmq", 180.0),
+            fire(1, IOREDIS_ALONE, 30.0)]
+    assert own_cpu_notes(runs) == [
+        "fire_async: working tree 100 us of its own per fire (220 us in all, its task alone "
+        "120 us); bullmq 150 us of its own per fire (180 us in all, its task alone 30.0 us)"]
+    # a side without its floor (or the floor without its side) says nothing
+    assert own_cpu_notes([r for r in runs if r.side != IOREDIS_ALONE]) == [
+        "fire_async: working tree 100 us of its own per fire (220 us in all, its task alone "
+        "120 us)"]
+    assert own_cpu_notes([r for r in runs if r.side not in (REDIS_PY_ALONE, "bullmq")]) == []
