@@ -263,8 +263,10 @@ def fire(url: str, sink_url: str, task: str, n: int, timeout: float) -> dict[str
 
 def alone(sink_url: str, task: str, n: int) -> dict[str, float]:
     """The floor under ``fire``: ``push`` by 32 threads or ``apush`` by 50 coroutines, ``n``
-    calls in all to ``sink_url``, each connected before the clock starts: {rate, n,
-    worker_cpu_us} (this process's CPU per call, as a listener's is taken)."""
+    calls in all to ``sink_url``, the client made before the clock starts (the coroutines'
+    50 connections too; the threads' pool connects as they first call, as a listener's
+    does): {rate, n, worker_cpu_us} (this process's CPU per call, as a listener's is
+    taken)."""
     os.environ[SINK_ENV] = sink_url
     if task == "push":
         import threading
