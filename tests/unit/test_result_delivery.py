@@ -37,9 +37,14 @@ async def over_in_its_thread(job: Job, seconds: float = 5.0) -> None:
         await asyncio.sleep(0.001)
 
 
-def test_a_result_reaches_the_loop_at_once_while_the_process_is_not_busy() -> None:
+@pytest.mark.parametrize(("threads", "busy"), [(2, False), (8, False), (7, True)],
+                         ids=["not busy", "not busy, 8 threads", "busy, 7 threads"])
+def test_each_result_reaches_the_loop_at_once_unless_a_busy_pool_of_8_or_more_gathers(
+        threads: int, busy: bool) -> None:
+    """Not busy, every result is handed over as it comes; a pool of fewer than 8 threads
+    never gathers, busy or not (each result waits for the window otherwise)."""
     async def scenario() -> None:
-        pool = ThreadPool(2, busy=lambda: False)
+        pool = ThreadPool(threads, busy=lambda: busy)
         for _ in range(3):
             assert await handed_back(pool.submit(lambda: "ok", [], {})) == "ok"
         pool.shutdown()
@@ -92,16 +97,6 @@ def test_while_busy_a_quarter_of_the_threads_worth_of_results_wakes_the_loop() -
         assert not waiting.future.done()
         assert await handed_back(pool.submit(lambda: "third", [], {})) == "third"
         assert await handed_back(waiting) == "second"
-        pool.shutdown()
-
-    asyncio.run(scenario())
-
-
-def test_a_pool_of_fewer_than_eight_threads_never_gathers() -> None:
-    async def scenario() -> None:
-        pool = ThreadPool(7, busy=lambda: True)
-        for _ in range(3):
-            assert await handed_back(pool.submit(lambda: "ok", [], {})) == "ok"
         pool.shutdown()
 
     asyncio.run(scenario())

@@ -117,13 +117,17 @@ class Executed(NamedTuple):
 class _Attempt:
     """One run's attempt as the executor learns it (made per run: slots, no dataclass)."""
 
-    __slots__ = ("ended_ms", "policy", "record", "started_ms")
+    __slots__ = ("ended_ms", "limited", "policy", "record", "started_ms")
 
     def __init__(self, started_ms: float) -> None:
         self.started_ms = started_ms
         self.ended_ms: float | None = None
         self.record: Record | None = None
         self.policy: TaskPolicy = DEFAULT_POLICY
+        self.limited = False
+        """The run goes through the flow gate: its task limits its runs, or its timer has
+        a key (decided once per run; its ending is written promptly, see
+        :attr:`Executed.prompt`)."""
 
     @property
     def task(self) -> str | None:
@@ -220,13 +224,12 @@ class Executor:
         report = Fired(run.timer_id, attempt.task, run.waited_from_ms, attempt.started_ms,
                        attempt.ended_ms or self.tracker.redis_now_ms(), run.source, run.attempt,
                        outcome, group)
-        record = attempt.record
         return Executed(ending, report, _facts(run, ending, report, attempt.policy),
-                        record is not None and (attempt.policy.flow_limited
-                                                or _KEY in record.options))
+                        attempt.limited)
 
     async def _attempt(self, run: Run, attempt: _Attempt) -> Outcome:
         record = attempt.record = run.record()
+        attempt.limited = _KEY in record.options
         try:
             found: Callable[..., Any] | None = self.resolve(record.task)
         except TaskRefused:
@@ -248,6 +251,7 @@ class Executor:
         try:
             fn = found if found is not None else self.resolve(record.task)  # refused: says why
             attempt.policy = policy = policy_of(fn)
+            attempt.limited = limited = policy.flow_limited or attempt.limited
             missed = _missed(record, policy, attempt.started_ms - run.waited_from_ms)
             crashed = crash_outcome(run, policy)
             if skip is not None:
@@ -261,7 +265,7 @@ class Executor:
                 outcome = crashed
             elif missed is not None:
                 outcome = Outcome("missed", "Missed", missed)
-            elif (self.flow and (policy.flow_limited or _KEY in record.options)
+            elif (self.flow and limited
                   and (held := await self.flow.admit(run, record, policy))):
                 outcome = held
             elif (self.fence is not None and not self.fence.fresh(run.token)
@@ -272,13 +276,12 @@ class Executor:
                                                     policy, run.reruns)
             else:
                 own = self.turns.of(run.token)
-                prompt = policy.flow_limited or _KEY in record.options
                 outcome = await self.runner.call(fn, record.args, policy.timeout, own, after,
-                                                 fence, prompt)
+                                                 fence, limited)
                 if outcome.kind == "stale":  # the thread found the lease not fresh
                     outcome = (await self._unfenced(run, after, checked=True)
                                or await self.runner.call(fn, record.args, policy.timeout, own,
-                                                         None, fence, prompt))
+                                                         None, fence, limited))
                 if own is not None:
                     self._timed_by_thread(attempt, own, after is not None)
         except TaskRefused as exc:
