@@ -5,6 +5,7 @@ cancel) and rate limits (spacing, the pacer, order)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from itertools import pairwise
 
 import fakeredis
 import pytest
@@ -443,6 +444,60 @@ def test_a_pacer_gated_before_its_slot_waits_for_it_and_stays_the_pacer(
     assert b.timer_id == "b" and gate(s, [b], **rate) == ["go"]
     assert fake.hget(KS.rate("r"), "last") == b"%d" % slot
     assert fake.zrange(KS.due_index(), 0, -1) == [b"c"]  # the next slot is c's
+
+
+@pytest.mark.parametrize("away_ms", [120_000, 20_000])
+def test_a_rate_keeps_its_interval_after_its_pacer_waited_long(
+        s: Scripts, fake: fakeredis.FakeRedis, clock: VirtualClock, away_ms: int) -> None:
+    """Listeners away while a pacer waits for its slot (and the run of the last start
+    lapses): when they come back with new timers, one start per interval on the gate's
+    clock. Two minutes away: the rate's hash used to expire (a minute after its `tat`) with
+    its `pacer`, a second pacer was promoted and both were paid at once (1 ms apart). 20 s
+    away, the hash evicted (an `allkeys-*` policy): only the rate's own pacer is paid."""
+    rate = {"rate": "r", "interval_ms": 100, "burst": 1}
+    for i in range(4):
+        add(s, f"t{i}", "t.f:", -40 + i)
+    assert gate(s, claim(s), **rate) == ["go", "wait", "wait", "wait"]
+    starts = [clock.ms]
+    if away_ms < 60_000:
+        fake.delete(KS.rate("r"))
+    clock.ms += away_ms
+    add(s, "n1", "t.f:", -1)
+    add(s, "n2", "t.f:", -1)
+    for _ in range(600):  # a listener claiming and gating what is due, every ms
+        runs = claim(s)
+        for run, status in zip(runs, gate(s, runs, **rate) if runs else [], strict=True):
+            if status == "go":
+                starts.append(clock.ms)
+                finish(s, run)
+        clock.ms += 1
+    assert len(starts) == 7  # t0 (and its rerun: its lease lapsed), t1 to t3, n1, n2
+    gaps = [b - a for a, b in pairwise(starts)]
+    assert min(gaps) >= 100 - 5, gaps
+    clock.ms += 61_000  # and with nothing left to pace, the rate leaves nothing behind
+    assert not fake.exists(KS.rate("r"))
+
+
+def test_a_pacer_cancelled_after_a_long_wait_hands_the_rate_to_the_next_timer(
+        s: Scripts, fake: fakeredis.FakeRedis, clock: VirtualClock) -> None:
+    """The rate's hash keeps its pacer however long it waits: cancelled two minutes on,
+    its slot goes to the next waiting timer (with the pacer forgotten, that one waited
+    in its queue until another timer of the rate came). Without a pacer, the hash is gone
+    a minute after its last slot."""
+    rate = {"rate": "r", "interval_ms": 100, "burst": 1}
+    for i in range(4):
+        add(s, f"t{i}", "t.f:", -40 + i)
+    [t0, *_] = runs = claim(s)
+    assert gate(s, runs, **rate) == ["go", "wait", "wait", "wait"]
+    finish(s, t0)
+    clock.ms += 120_000
+    assert s.cancel("t1") == 1  # the pacer
+    [t2] = claim(s)
+    assert t2.timer_id == "t2" and gate(s, [t2], **rate) == ["go"]
+    finish(s, t2)
+    assert s.cancel("t3") == 1  # the next pacer: nothing waits for the rate now
+    clock.ms += 61_000
+    assert not fake.exists(KS.rate("r"))
 
 
 def test_a_free_slot_waits_for_an_earlier_timer_claimed_and_not_gated_yet(

@@ -371,6 +371,19 @@ local function rate_tat(state, interval, burst, now)
   return tat
 end
 
+-- Rate limit `state` (its hash) is kept for as long as it has a pacer, which may wait for
+-- its slot any time (listeners away or busy): with the pacer forgotten, a second pacer
+-- and a start beside them would be let go. Without one it expires a minute after its tat,
+-- when reading it or its absence comes to the same (rate_tat).
+local function rate_keep(state)
+  if redis.call('HEXISTS', state, 'pacer') == 1 then
+    redis.call('PERSIST', state)
+  else
+    local tat = tonumber(redis.call('HGET', state, 'tat') or '0') or 0
+    redis.call('PEXPIREAT', state, ms_text(tat + 60000))
+  end
+end
+
 -- Give the next slot of rate limit `name` to the head of its queue, unless a waiting
 -- timer holds it already (the pacer): the head goes back into its due index at that
 -- slot's time, and the limit's tat moves one interval on.
@@ -387,7 +400,7 @@ local function promote_rate(key_start, name, interval, burst, now)
       local at = math.max(tat - (burst - 1) * interval, now)
       local next_tat = math.max(tat, at) + interval
       redis.call('HSET', state, 'tat', ms_text(next_tat), 'pacer', id)
-      redis.call('PEXPIREAT', state, ms_text(next_tat + 60000))
+      redis.call('PERSIST', state)  -- rate_keep
       p.state, p.c = 'R', at
       parked_write(key_start, id, p)
       pend(sys_key(key_start, 'due'), records, key_start, id, record, at, now)
@@ -489,6 +502,7 @@ local function unpark(key_start, id)
     local state = flow_key(key_start, 'rate', p.name)
     if redis.call('HGET', state, 'pacer') == id then
       redis.call('HDEL', state, 'pacer')
+      rate_keep(state)
       promote_rate(key_start, p.name, p.a, p.b, now)
     end
     promote_barred(key_start, now)

@@ -129,34 +129,34 @@ local function gate(token, key, limit, rate, interval, burst)
   end
   drop_ungated(ARGV[1], id, record)
   redis.call('HDEL', parked_key, id)
-  local slot_lost = false
-  if p.state == 'R' then  -- this run holds its rate slot: the next in line may follow
+  local paid = false
+  if p.state == 'R' then
+    -- only the rate's one pacer is paid (its slot came after the rate's last start); a
+    -- slot due before this server started may have been taken already, by this very
+    -- timer, in writes a kill of the server lost. A run not paid asks the rate again.
     local state = flow_key(ARGV[1], 'rate', p.name)
-    if redis.call('HGET', state, 'pacer') == id then redis.call('HDEL', state, 'pacer') end
-    -- a slot due before this server started may have been taken already, by this very
-    -- timer, in writes a kill of the server lost: it is not paid, the rate is asked again
-    local started = server_started_by(now)
-    slot_lost = started ~= nil and p.c < started
-  end
-  if p.state == 'R' and not slot_lost then
-    local state = flow_key(ARGV[1], 'rate', p.name)
-    -- the next slot is an interval after this start, give or take RATE_JITTER_MS: a start
-    -- late by more than that (a restart, a stalled listener) pushes the next slot back, so
-    -- the timers that waited meanwhile do not start back to back; a start a few ms late
-    -- keeps the rate's pace (a 500/s rate would lose a fifth of its starts otherwise)
-    local tat = tonumber(redis.call('HGET', state, 'tat') or '0') or 0
-    local floor = now + p.a - RATE_JITTER_MS
-    if tat < floor then
-      redis.call('HSET', state, 'tat', ms_text(floor))
-      redis.call('PEXPIREAT', state, ms_text(floor + 60000))
+    if redis.call('HGET', state, 'pacer') == id then
+      redis.call('HDEL', state, 'pacer')
+      local started = server_started_by(now)
+      paid = started == nil or p.c >= started
     end
-    promote_rate(ARGV[1], p.name, p.a, p.b, now)
+    if paid then
+      -- the next slot is an interval after this start, give or take RATE_JITTER_MS: a
+      -- start late by more than that (a restart, a stalled listener) pushes the next slot
+      -- back, so the timers that waited meanwhile do not start back to back; a start a few
+      -- ms late keeps the rate's pace (a 500/s rate would lose a fifth of its starts
+      -- otherwise)
+      local tat = tonumber(redis.call('HGET', state, 'tat') or '0') or 0
+      local floor = now + p.a - RATE_JITTER_MS
+      if tat < floor then redis.call('HSET', state, 'tat', ms_text(floor)) end
+    end
+    rate_keep(state)
+    if paid then promote_rate(ARGV[1], p.name, p.a, p.b, now) end
   end
   -- A rate slot is paid for only at its own time: a run given one (R) that finds its key
   -- full gives it up and asks the rate again when the key lets it go, so starts are never
   -- closer than the interval however long it waited for the key (a paid slot carried
   -- through a key's queue let several paid runs start at once as slots freed).
-  local paid = p.state == 'R' and not slot_lost
   if key ~= '' and not take_slot(token, id, record, due, key, limit, p.state == 'C') then
     counts.waited = counts.waited + 1
     local waiting = {state = 'c', a = limit, b = lease, c = 0, name = key}
