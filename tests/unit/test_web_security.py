@@ -19,7 +19,7 @@ from timers.cli.observe import metrics as metrics_command
 from timers.cli.web import web as web_command
 from timers.dev.server import free_port
 from timers.web.app import create_app
-from timers.web.auth import COOKIE, NOTE_COOKIE, Guard
+from timers.web.auth import COOKIE, NOTE_COOKIE, Backoff, Guard
 from timers.web.security import allowed_hosts, host_name
 
 TOKEN = "s3cret-token"
@@ -38,9 +38,10 @@ def timers(fake: fakeredis.FakeRedis) -> Iterator[Timers]:
         yield t
 
 
-def client(t: Timers, token: str | None = TOKEN, **options: object) -> TestClient:
-    app = create_app(t, Guard(token=token), **options)  # type: ignore[arg-type]
-    return TestClient(app, base_url=BASE, follow_redirects=False)
+def client(t: Timers, token: str | None = TOKEN, guard: Guard | None = None,
+           address: str = "testclient", **options: object) -> TestClient:
+    app = create_app(t, guard or Guard(token=token), **options)  # type: ignore[arg-type]
+    return TestClient(app, base_url=BASE, follow_redirects=False, client=(address, 50000))
 
 
 def log_in(c: TestClient) -> None:
@@ -71,6 +72,7 @@ def test_with_a_token_every_page_live_and_metrics_need_the_login(timers: Timers)
     scrape = c.get("/metrics", headers={"Authorization": f"Bearer {TOKEN}"})
     assert scrape.status_code == 200 and "timers_pending" in scrape.text
     assert c.get("/metrics", headers={"Authorization": "Bearer wrong"}).status_code == 401
+    c = client(timers)  # (a new dashboard: that wrong token backed this client off)
     log_in(c)
     for path in [*PAGES, "/live", "/metrics"]:
         assert c.get(path).status_code == 200, path
@@ -96,13 +98,65 @@ def test_without_a_token_the_pages_show_to_anyone(timers: Timers) -> None:
 
 
 def test_a_wrong_login_answers_403_on_the_response(timers: Timers) -> None:
-    c = client(timers)
     for wrong in ("nope", "s3cret-tokén", "²", ""):
-        reply = c.post("/login", data={"token": wrong})
+        reply = client(timers).post("/login", data={"token": wrong})
         assert reply.status_code == 403 and 'id="wrong-token"' in reply.text, wrong
         assert COOKIE not in reply.cookies
-    right = c.post("/login", data={"token": TOKEN})
+    right = client(timers).post("/login", data={"token": TOKEN})
     assert right.status_code == 303 and COOKIE in right.cookies
+
+
+class Clock:
+    """The backoff's clock, moved on by the test."""
+
+    def __init__(self) -> None:
+        self.s = 1000.0
+
+    def __call__(self) -> float:
+        return self.s
+
+
+def test_wrong_tokens_back_their_client_off_exponentially(timers: Timers) -> None:
+    clock = Clock()
+    guard = Guard(token=TOKEN, backoff=Backoff(clock=clock))
+    c, other = client(timers, guard=guard), client(timers, guard=guard, address="10.0.0.2")
+    for wait in (1, 2, 4, 8):
+        assert c.post("/login", data={"token": "guess"}).status_code == 403
+        for offered in ("guess", TOKEN):  # not even the right token is looked at
+            reply = c.post("/login", data={"token": offered})
+            assert (reply.status_code, reply.headers["retry-after"]) == (429, str(wait))
+            assert COOKIE not in reply.cookies and "try again in" in reply.text
+        clock.s += wait - 0.5
+        assert c.post("/login", data={"token": TOKEN}).status_code == 429
+        clock.s += 0.5
+    assert other.post("/login", data={"token": "guess"}).status_code == 403  # its own
+    assert c.post("/login", data={"token": TOKEN}).status_code == 303  # and forgotten:
+    assert c.post("/login", data={"token": "typo"}).status_code == 403
+    assert c.post("/login", data={"token": "typo"}).headers["retry-after"] == "1"
+    # a scraper's bearer token is a guess like any other
+    c = client(timers, guard=Guard(token=TOKEN, backoff=Backoff(clock=clock)))
+    wrong = {"Authorization": "Bearer guess"}
+    assert c.get("/metrics", headers=wrong).status_code == 401
+    reply = c.get("/metrics", headers={"Authorization": f"Bearer {TOKEN}"})
+    assert (reply.status_code, reply.headers["retry-after"]) == (429, "1")
+    assert "timers_pending" not in reply.text
+    clock.s += 1
+    assert c.get("/metrics", headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 200
+
+
+def test_the_backoff_is_capped_and_remembers_a_bounded_number_of_clients() -> None:
+    clock = Clock()
+    backoff = Backoff(first_s=1, most_s=60, clients=3, clock=clock)
+    for _ in range(100):
+        backoff.failed("a")
+    assert backoff.wait_s("a") == 60
+    clock.s += 60 + 60  # quiet for the longest wait after its own: forgotten
+    backoff.failed("a")
+    assert backoff.wait_s("a") == 1
+    for address in ("b", "c", "d"):
+        backoff.failed(address)
+    assert backoff.wait_s("a") == 0 and backoff.wait_s("d") == 1  # the least recent went
+    assert len(backoff._failing) == 3
 
 
 # -- the Host allowlist ----------------------------------------------------------------
@@ -139,10 +193,14 @@ def test_the_allowlist_holds_the_local_names_the_bind_address_and_the_extra_name
 
 def test_every_response_carries_the_security_headers_and_scripts_carry_the_nonce(
         timers: Timers) -> None:
-    c = client(timers)
+    clock = Clock()
+    c = client(timers, guard=Guard(token=TOKEN, backoff=Backoff(clock=clock)))
     replies = [c.get("/"), c.get("/login"), c.post("/login", data={"token": "x"}),
+               c.post("/login", data={"token": "x"}),  # backed off: 429
                c.get("/", headers={"Host": "evil.example"}), c.get("/no-such-page"),
                c.get("/live")]
+    assert replies[3].status_code == 429
+    clock.s += 1
     log_in(c)
     replies += [c.get(path) for path in PAGES] + [c.get("/task?name=no.such"),
                                                   c.get("/history?failed=2")]
@@ -234,7 +292,7 @@ def test_malformed_or_non_ascii_input_is_a_4xx_that_says_what_it_is(timers: Time
     for cookie in ("é", "²", "\u00ff" * 64):
         other = TestClient(c.app, base_url=BASE, follow_redirects=False)
         reply = other.get("/", headers={"Cookie": f"{COOKIE}={cookie}; {NOTE_COOKIE}={cookie}"
-                                        .encode()})
+                                        .encode()})  # type: ignore[arg-type]
         assert reply.status_code == 303, cookie  # not logged in: to the login page
     for bad_csrf in ("é", "²" * 64, ""):
         reply = c.post("/act", data={"action": "cancel", "id": "kept", "csrf": bad_csrf})

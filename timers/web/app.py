@@ -36,7 +36,16 @@ from timers.exceptions import (
 from timers.ops.snapshot import FleetSnapshot
 from timers.producer.client import Timers
 from timers.web import pages
-from timers.web.auth import COOKIE, NOTE_COOKIE, Guard, LoginGate, refused
+from timers.web.auth import (
+    COOKIE,
+    NOTE_COOKIE,
+    BackedOff,
+    Guard,
+    LoginGate,
+    client_of,
+    refused,
+    too_many,
+)
 from timers.web.reads import ACTIONS, TimerView, dead_timers
 from timers.web.security import LOCAL_HOSTS, SecurityHeaders
 
@@ -159,9 +168,11 @@ def action_routes(d: Site) -> list[Route]:
         if request.method == "GET":
             return d.page(request, "login.html", failed=False)
         form = await request.form()
-        cookie = d.guard.cookie_for(str(form.get("token", "")))
+        try:
+            cookie = d.guard.cookie_for(str(form.get("token", "")), client_of(request))
+        except BackedOff as exc:
+            return too_many(exc)
         if cookie is None:
-            await asyncio.sleep(0.2)  # a wrong token costs the guesser
             return d.page(request, "login.html", status_code=403, failed=True)
         response = RedirectResponse("/", status_code=303)
         response.set_cookie(COOKIE, cookie, httponly=True, samesite="strict")

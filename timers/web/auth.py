@@ -8,7 +8,8 @@ and are refused under ``--read-only`` (then the token only lets one look). Witho
 the dashboard only shows, to whoever reaches it (it binds 127.0.0.1 by default).
 
 Every value offered (token, cookie, CSRF token, notice cookie) is compared as bytes, so text
-of any alphabet is refused like any other wrong value, never an error.
+of any alphabet is refused like any other wrong value, never an error, and in constant time.
+Wrong tokens (on the login page or as a bearer) back their client off (:class:`Backoff`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,11 @@ import base64
 import binascii
 import hashlib
 import hmac
+import math
 import secrets
+import time
+from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from starlette.authentication import (
@@ -46,6 +51,58 @@ def _same(offered: str, expected: str) -> bool:
 
 
 @dataclass
+class Backoff:
+    """Wrong tokens per client address: after ``n`` in a row a client waits
+    ``first_s * 2**(n-1)`` seconds (at most ``most_s``) before its next token is looked at;
+    meanwhile it is answered 429 with ``Retry-After``. A right token forgets the client, as
+    do ``most_s`` quiet seconds after its wait. Memory is bounded: the ``clients`` addresses
+    that failed last are remembered, the least recent forgotten first."""
+
+    first_s: float = 1.0
+    most_s: float = 300.0
+    clients: int = 10_000
+    clock: Callable[[], float] = time.monotonic
+    _failing: OrderedDict[str, tuple[int, float]] = field(default_factory=OrderedDict,
+                                                          repr=False)
+    """Client address -> (wrong tokens in a row, when on ``clock`` it may try again)."""
+
+    def wait_s(self, client: str) -> float:
+        """Seconds ``client`` must wait before its next token is looked at (0: now)."""
+        failures, until = self._failing.get(client, (0, 0.0))
+        now = self.clock()
+        if failures and now >= until + self.most_s:
+            del self._failing[client]
+        return max(until - now, 0.0)
+
+    def failed(self, client: str) -> None:
+        """``client`` offered a wrong token: it waits twice as long as after the last."""
+        self.wait_s(client)  # forgotten if quiet long enough
+        failures = min(self._failing.pop(client, (0, 0.0))[0] + 1, 64)
+        self._failing[client] = (failures, self.clock()
+                                 + min(self.first_s * 2 ** (failures - 1), self.most_s))
+        while len(self._failing) > self.clients:
+            self._failing.popitem(last=False)
+
+    def succeeded(self, client: str) -> None:
+        """``client`` offered the right token: no wait any more."""
+        self._failing.pop(client, None)
+
+
+class BackedOff(AuthenticationError):
+    """A client that offered a wrong token too recently (answered 429)."""
+
+    def __init__(self, wait_s: float) -> None:
+        self.retry_after = max(math.ceil(wait_s), 1)
+        super().__init__(f"too many wrong tokens from this address: try again in "
+                         f"{self.retry_after} s")
+
+
+def client_of(conn: HTTPConnection) -> str:
+    """The address a request came from (behind a proxy: the proxy's, shared by all)."""
+    return conn.client.host if conn.client else ""
+
+
+@dataclass
 class Guard:
     """The dashboard's token (None: no login, show only) and its signing secret."""
 
@@ -53,6 +110,8 @@ class Guard:
     read_only: bool = False
     secret: bytes = field(default_factory=lambda: secrets.token_bytes(32))
     """Per process: cookies and CSRF tokens of an earlier run no longer count."""
+    backoff: Backoff = field(default_factory=Backoff)
+    """Who offered wrong tokens lately, and how long each must wait."""
 
     @property
     def actions_allowed(self) -> bool:
@@ -62,21 +121,36 @@ class Guard:
     def _sign(self, purpose: str) -> str:
         return hmac.new(self.secret, purpose.encode(), hashlib.sha256).hexdigest()
 
-    def cookie_for(self, offered: str) -> str | None:
-        """The login cookie's value for a correct token, else None."""
-        if self.token is None or not _same(offered, self.token):
+    def cookie_for(self, offered: str, client: str) -> str | None:
+        """The login cookie's value for a correct token offered by ``client``, else None.
+        Raises :class:`BackedOff` while ``client`` must wait (``offered`` not looked at)."""
+        if not self.token_is(offered, client):
             return None
         return self._sign("login")
+
+    def token_is(self, offered: str, client: str) -> bool:
+        """Whether ``offered`` is the token; a wrong one backs ``client`` off. Raises
+        :class:`BackedOff` while ``client`` must wait (``offered`` not looked at)."""
+        if self.token is None:
+            return False
+        wait = self.backoff.wait_s(client)
+        if wait > 0:
+            raise BackedOff(wait)
+        if _same(offered, self.token):
+            self.backoff.succeeded(client)
+            return True
+        self.backoff.failed(client)
+        return False
 
     def logged_in(self, cookie: str | None) -> bool:
         """True for the login cookie of this process."""
         return cookie is not None and _same(cookie, self._sign("login"))
 
-    def bearer(self, header: str | None) -> bool:
-        """True for an ``Authorization: Bearer TOKEN`` header with the token."""
+    def bearer(self, header: str | None, client: str) -> bool:
+        """True for an ``Authorization: Bearer TOKEN`` header with the token (a wrong one
+        backs ``client`` off, see :meth:`token_is`)."""
         scheme, _, offered = (header or "").partition(" ")
-        return (self.token is not None and scheme.lower() == "bearer"
-                and _same(offered.strip(), self.token))
+        return scheme.lower() == "bearer" and self.token_is(offered.strip(), client)
 
     @property
     def csrf(self) -> str:
@@ -126,7 +200,7 @@ class LoginGate(AuthenticationBackend):
         if self.guard.token is None:
             return AuthCredentials(["read"]), SimpleUser("anyone")
         if (self.guard.logged_in(conn.cookies.get(COOKIE))
-                or self.guard.bearer(conn.headers.get("authorization"))):
+                or self.guard.bearer(conn.headers.get("authorization"), client_of(conn))):
             return AuthCredentials(["read"]), SimpleUser("token")
         if conn.url.path in PUBLIC_PATHS:
             return None
@@ -135,10 +209,19 @@ class LoginGate(AuthenticationBackend):
 
 def refused(conn: HTTPConnection, exc: AuthenticationError) -> Response:
     """The answer to a visitor without the login: a page opened in a browser goes to the
-    login page; ``/live`` and ``/metrics`` answer 401, a form post 403 (one line each)."""
+    login page; ``/live`` and ``/metrics`` answer 401, a form post 403 (one line each); a
+    client backed off for wrong tokens, 429 with ``Retry-After``."""
+    if isinstance(exc, BackedOff):
+        return too_many(exc)
     if conn.url.path in ("/live", "/metrics"):
         return PlainTextResponse(f"{exc}: log in, or send Authorization: Bearer TOKEN",
                                  status_code=401, headers={"WWW-Authenticate": "Bearer"})
     if conn.scope.get("method") in ("GET", "HEAD"):
         return RedirectResponse("/login", status_code=303)
     return PlainTextResponse(f"refused: {exc}", status_code=403)
+
+
+def too_many(exc: BackedOff) -> Response:
+    """429 with ``Retry-After``: the client offered wrong tokens too recently."""
+    return PlainTextResponse(f"refused: {exc}", status_code=429,
+                             headers={"Retry-After": str(exc.retry_after)})
