@@ -10,6 +10,7 @@ import re
 import signal
 import socket
 import time
+import urllib.error
 import urllib.request
 
 import pytest
@@ -127,3 +128,28 @@ def test_a_bad_allow_host_is_one_error_line_and_exit_1(redis_url: str) -> None:
                                               "'dash.example.com:8080' is not a host name "
                                               "(give it without a port, e.g. "
                                               "dashboard.example.com)\n")
+
+
+@pytest.mark.parametrize("allowed", ["*", "dash.example.com"])
+def test_allow_host_star_says_at_start_that_the_host_check_is_off(
+        redis_url: str, processes: Processes, allowed: str) -> None:
+    port = free_port()
+    proc = processes.timers("web", "--url", redis_url, "--port", str(port),
+                            "--allow-host", allowed)
+    url = f"http://127.0.0.1:{port}/"
+    said = wait_until(lambda: "Ctrl-C stops" in processes.output(proc)
+                      and processes.output(proc), 20, message="timers web to start")
+    warned = [line for line in said.splitlines() if "Host check" in line]
+    foreign = urllib.request.Request(url, headers={"Host": "evil.example"})
+    try:
+        with urllib.request.urlopen(foreign, timeout=10) as reply:
+            status = reply.status
+    except urllib.error.HTTPError as exc:
+        status = exc.code
+    if allowed == "*":  # the check is off indeed, and the one line says so
+        assert status == 200
+        assert warned == ["warning: --allow-host '*' turns the Host check off: a page on "
+                          "any site can read the dashboard through DNS rebinding (name the "
+                          "hosts instead)"]
+    else:
+        assert (status, warned) == (400, [])

@@ -68,6 +68,10 @@ def web(url: UrlOption = None, prefix: PrefixOption = DEFAULT_PREFIX,
         hosts = allowed_hosts(host, allow_host or ())
     except ValueError as exc:
         raise UserError(f"not a name to answer to: {exc}") from None
+    if "*" in hosts:
+        typer.echo("warning: --allow-host '*' turns the Host check off: a page on any site "
+                   "can read the dashboard through DNS rebinding (name the hosts instead)",
+                   err=True)
     with open_timers(url, prefix) as t:
         t.stats()  # a bad URL or a server away: say so now, not on the first page
         app = create_app(t, guard_class(token=token, read_only=read_only), hosts=hosts,
