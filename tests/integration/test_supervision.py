@@ -8,15 +8,20 @@ from __future__ import annotations
 
 import os
 import signal
+import textwrap
+import time
+from pathlib import Path
 
 import pytest
 import redis
 
 from tests.conftest import wait_until
-from tests.integration.helpers import Processes, run_cli, settled
+from tests.integration.helpers import TIMERS_COMMAND, Processes, run_cli, settled
 from tests.processes import alive, children_of
 from tests.retry_tasks import RELEASE, calls, done
 from timers import Timers, TimerSpec
+from timers.model.keys import Keyspace
+from timers.store.scripts import Scripts
 
 pytestmark = [pytest.mark.integration, pytest.mark.one_server]
 
@@ -184,3 +189,92 @@ def test_children_stop_and_hand_back_when_the_supervisor_is_killed(
                message="another listener to run the handed-back timers")
     assert sorted(tag for tag, how in done(r)) == tags, "each ran to the end once"
     assert timers_client.stats().counters.get("reruns", 0) == 0, "no lease had to lapse"
+
+
+def descendants_of(pid: int) -> set[int]:
+    """Every live process below ``pid`` (children, theirs, …), from /proc."""
+    found, todo = set(), [pid]
+    while todo:
+        kids = children_of(todo.pop())
+        found |= kids
+        todo += kids
+    return found
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGSEGV], ids=lambda s: s.name)
+def test_every_descendant_exits_within_seconds_when_the_supervisor_dies(
+        timers_client: Timers, r: redis.Redis, redis_url: str, processes: Processes,
+        sig: signal.Signals) -> None:
+    """A supervisor killed while its listeners run tasks, one of them reruns in a
+    quarantine child (a run whose listener died): the listeners, their fork servers and the
+    quarantine child are all gone within 5 s (the shutdown timeout is 30 s: an orphaned
+    listener lets its tasks go on 2 s, then hands them back)."""
+    tags = [f"held-{i}" for i in range(3)]
+    timers_client.schedule_many(TimerSpec("slow.hold", [tag, 60], in_=0, id=tag)
+                                for tag in tags)
+    timers_client.schedule("slow.hold", ["rerun", 60], in_=0, id="rerun")
+    scripts = Scripts(redis.Redis.from_url(redis_url), Keyspace())
+    # a listener that claims it and dies at once: its rerun goes to a quarantine child
+    scripts.claim(limit=1, lease_ms=1, horizon_ms=0, listener_id="dead", groups=("default",),
+                  event_ids=["rerun"])
+    supervisor = processes.timers("listen", "--processes", "3", "--url", redis_url,
+                                  "--tasks", TASKS, "--shutdown-timeout", "30")
+
+    def quarantined() -> set[int]:
+        """The quarantine children: forked by a fork server (a listener's grandchild)."""
+        return {pid for listener in children_of(supervisor.pid)
+                for server in children_of(listener) for pid in children_of(server)}
+
+    wait_until(lambda: (len(calls(r)) == len(tags) + 1 and quarantined())
+               or supervisor.poll() is not None, 30,
+               message="the tasks to start, the rerun in a quarantine child")
+    assert supervisor.poll() is None, processes.output(supervisor)
+    everyone = descendants_of(supervisor.pid)
+    assert len(children_of(supervisor.pid)) == 3 and quarantined() <= everyone
+    try:
+        killed = time.monotonic()
+        os.kill(supervisor.pid, sig)
+        wait_until(lambda: not any(alive(pid) for pid in everyone), 5,
+                   message=f"every one of {len(everyone)} descendants to exit")
+        print(f"\n{len(everyone)} descendants gone {time.monotonic() - killed:.2f} s after "
+              f"{sig.name}")
+    finally:
+        for pid in everyone:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+    stats = timers_client.stats()
+    assert (stats.pending, stats.running) == (len(tags) + 1, 0), "handed back, none lost"
+
+
+def test_a_child_still_starting_exits_when_the_supervisor_dies(
+        redis_url: str, processes: Processes, tmp_path: Path) -> None:
+    """``kill -9`` of the supervisor while its children import a slow tasks package (a
+    model that loads for a minute): they used to ask for the kernel's signal only once
+    listening, and went on importing, then listened as orphans."""
+    package = tmp_path / "slow_start_tasks"
+    package.mkdir()
+    (package / "__init__.py").write_text(textwrap.dedent(f"""
+        import os, pathlib, time
+        if os.environ.get("TIMERS_SUPERVISOR_PID"):  # in a child only
+            pathlib.Path({str(tmp_path)!r}, f"importing-{{os.getpid()}}").touch()
+            time.sleep(60)  # the slow import itself
+        def noop() -> None:
+            pass
+    """))
+    env = processes.env()
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), env["PYTHONPATH"]])
+    supervisor = processes.spawn(TIMERS_COMMAND, "listen", "--processes", "2", "--url",
+                                 redis_url, "--tasks", "slow_start_tasks", env=env)
+    wait_until(lambda: len(list(tmp_path.glob("importing-*"))) == 2
+               or supervisor.poll() is not None, 30, message="the children to import")
+    assert supervisor.poll() is None, processes.output(supervisor)
+    everyone = descendants_of(supervisor.pid)
+    assert len(everyone) == 2
+    try:
+        os.kill(supervisor.pid, signal.SIGKILL)
+        wait_until(lambda: not any(alive(pid) for pid in everyone), 5,
+                   message="the children still starting to exit")
+    finally:
+        for pid in everyone:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)

@@ -78,12 +78,19 @@ def test_the_supervisor_seen_gone_after_its_death_signal_is_the_same_graceful_st
     handler()  # PR_SET_PDEATHSIG's SIGTERM
     now[0] = 5.0  # the parent watch notices later than the same-stop window
     parents = iter([42, 1])
-    asyncio.run(asyncio.wait_for(watch_parent(42, handler.stop_once,
-                                              getppid=lambda: next(parents),
-                                              interval=0.001), 5))
-    assert target.calls == ["stop"], "no abort: the tasks finish as the line says"
+
+    async def watch() -> None:
+        watching = asyncio.create_task(watch_parent(
+            42, handler.stop_once, target.abort, getppid=lambda: next(parents),
+            interval=0.001, grace=0.2))
+        await asyncio.sleep(0.1)
+        assert target.calls == ["stop"], "no abort yet: the tasks get the grace"
+        await watching
+
+    asyncio.run(asyncio.wait_for(watch(), 5))
+    assert target.calls == ["stop", "abort"], "then handed back, as the line says"
     (line,) = [r.getMessage() for r in caplog.records if "is gone" in r.getMessage()]
-    assert "running tasks get the shutdown timeout to finish" in line
+    assert "running tasks get 0.2 s (at most the shutdown timeout) to finish" in line
     assert "handed back" in line
     alone = Target()
     StopOnSignals(alone).stop_once()

@@ -71,10 +71,11 @@ def test_exit_reason_names_codes_and_signals(code: int, reason: str) -> None:
 
 
 def test_the_parent_watch_stops_a_child_whose_supervisor_is_gone() -> None:
-    """The fallback to PR_SET_PDEATHSIG: a changed parent pid (re-parented) stops the child."""
-    stopped: list[bool] = []
+    """The fallback to PR_SET_PDEATHSIG: a changed parent pid (re-parented) stops the child,
+    and aborts the stop after the grace (nobody is left to stop it later)."""
+    calls: list[str] = []
     parents = iter([42, 42, 1])
     asyncio.run(asyncio.wait_for(
-        watch_parent(42, lambda: stopped.append(True), getppid=lambda: next(parents),
-                     interval=0.001), 5))
-    assert stopped == [True]
+        watch_parent(42, lambda: calls.append("stop"), lambda: calls.append("abort"),
+                     getppid=lambda: next(parents), interval=0.001, grace=0.001), 5))
+    assert calls == ["stop", "abort"]

@@ -22,12 +22,7 @@ from typing import Protocol
 import redis
 
 from timers.exceptions import CannotConnect
-from timers.listener.orphans import (
-    SAME_STOP_WINDOW,
-    ask_for_signal_on_parent_death,
-    supervisor_pid,
-    watch_parent,
-)
+from timers.listener.orphans import SAME_STOP_WINDOW, supervisor_pid, watch_parent
 from timers.model.redact import mask_secrets
 from timers.store.listener_client import listener_client
 from timers.store.server_errors import cannot_connect
@@ -173,9 +168,9 @@ async def run_in_foreground(listener: ForegroundListener, *, burst: bool = False
     handler = StopOnSignals(listener, SAME_STOP_WINDOW if parent is not None else 0.0)
     handler.install(loop)
     watcher = None
-    if parent is not None:
-        ask_for_signal_on_parent_death()
-        watcher = asyncio.create_task(watch_parent(parent, handler.stop_once))
+    if parent is not None:  # (PR_SET_PDEATHSIG was asked for at the process's start)
+        watcher = asyncio.create_task(watch_parent(parent, handler.stop_once,
+                                                   listener.abort))
     try:
         await listener.run(burst=burst)
     finally:

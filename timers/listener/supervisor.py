@@ -13,8 +13,9 @@ child takes its slot at once (or a new one starts), the old child stops claiming
 replacement claims and finishes its runs. Its exit 0 is no crash: no restart, nothing taken
 from the budget.
 
-Should the supervisor itself die, even by ``kill -9``, its children stop gracefully too:
-each knows its pid (``$TIMERS_SUPERVISOR_PID``, see :mod:`timers.listener.orphans`).
+Should the supervisor itself die, even by ``kill -9``, its children exit within seconds
+too (their running tasks get 2 s, the rest is handed back): each knows its pid
+(``$TIMERS_SUPERVISOR_PID``, see :mod:`timers.listener.orphans`).
 
 As a container's PID 1 (or a child subreaper, ``PR_SET_CHILD_SUBREAPER``) every process
 orphaned inside it is re-parented to the supervisor: a task's subprocess whose listener
