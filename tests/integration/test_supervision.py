@@ -201,14 +201,18 @@ def descendants_of(pid: int) -> set[int]:
     return found
 
 
-@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGSEGV], ids=lambda s: s.name)
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGSEGV, signal.SIGTERM,
+                                 signal.SIGINT], ids=lambda s: s.name)
 def test_every_descendant_exits_within_seconds_when_the_supervisor_dies(
         timers_client: Timers, r: redis.Redis, redis_url: str, processes: Processes,
         sig: signal.Signals) -> None:
     """A supervisor killed while its listeners run tasks, one of them reruns in a
     quarantine child (a run whose listener died): the listeners, their fork servers and the
     quarantine child are all gone within 5 s (the shutdown timeout is 30 s: an orphaned
-    listener lets its tasks go on 2 s, then hands them back)."""
+    listener lets its tasks go on 2 s, then hands them back). SIGTERM and SIGINT stop the
+    supervisor gracefully (its children get the shutdown timeout, 2 s here), and it exits
+    only once every one of them is gone."""
+    shutdown = "30" if sig in (signal.SIGKILL, signal.SIGSEGV) else "2"
     tags = [f"held-{i}" for i in range(3)]
     timers_client.schedule_many(TimerSpec("slow.hold", [tag, 60], in_=0, id=tag)
                                 for tag in tags)
@@ -218,7 +222,7 @@ def test_every_descendant_exits_within_seconds_when_the_supervisor_dies(
     scripts.claim(limit=1, lease_ms=1, horizon_ms=0, listener_id="dead", groups=("default",),
                   event_ids=["rerun"])
     supervisor = processes.timers("listen", "--processes", "3", "--url", redis_url,
-                                  "--tasks", TASKS, "--shutdown-timeout", "30")
+                                  "--tasks", TASKS, "--shutdown-timeout", shutdown)
 
     def quarantined() -> set[int]:
         """The quarantine children: forked by a fork server (a listener's grandchild)."""
