@@ -39,7 +39,6 @@ from timers.web import pages
 from timers.web.auth import (
     COOKIE,
     NOTE_COOKIE,
-    BackedOff,
     Guard,
     LoginGate,
     client_of,
@@ -168,10 +167,10 @@ def action_routes(d: Site) -> list[Route]:
         if request.method == "GET":
             return d.page(request, "login.html", failed=False)
         form = await request.form()
-        try:
-            cookie = d.guard.cookie_for(str(form.get("token", "")), client_of(request))
-        except BackedOff as exc:
-            return too_many(exc)
+        client = client_of(request)
+        if (wait := d.guard.wait_s(client)) > 0:  # its token is not looked at
+            return too_many(wait)
+        cookie = d.guard.cookie_for(str(form.get("token", "")), client)
         if cookie is None:
             return d.page(request, "login.html", status_code=403, failed=True)
         response = RedirectResponse("/", status_code=303)

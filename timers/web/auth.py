@@ -88,13 +88,9 @@ class Backoff:
         self._failing.pop(client, None)
 
 
-class BackedOff(AuthenticationError):
-    """A client that offered a wrong token too recently (answered 429)."""
-
-    def __init__(self, wait_s: float) -> None:
-        self.retry_after = max(math.ceil(wait_s), 1)
-        super().__init__(f"too many wrong tokens from this address: try again in "
-                         f"{self.retry_after} s")
+RETRY_AFTER = "timers.retry_after"
+"""Where :class:`LoginGate` leaves, in a request's scope, the seconds a client backed off
+must wait (for :func:`refused`)."""
 
 
 def client_of(conn: HTTPConnection) -> str:
@@ -121,21 +117,22 @@ class Guard:
     def _sign(self, purpose: str) -> str:
         return hmac.new(self.secret, purpose.encode(), hashlib.sha256).hexdigest()
 
+    def wait_s(self, client: str) -> float:
+        """Seconds ``client`` must wait before a token it offers is looked at (0: now)."""
+        return self.backoff.wait_s(client)
+
     def cookie_for(self, offered: str, client: str) -> str | None:
-        """The login cookie's value for a correct token offered by ``client``, else None.
-        Raises :class:`BackedOff` while ``client`` must wait (``offered`` not looked at)."""
+        """The login cookie's value for a correct token offered by ``client``, else None
+        (see :meth:`token_is`)."""
         if not self.token_is(offered, client):
             return None
         return self._sign("login")
 
     def token_is(self, offered: str, client: str) -> bool:
-        """Whether ``offered`` is the token; a wrong one backs ``client`` off. Raises
-        :class:`BackedOff` while ``client`` must wait (``offered`` not looked at)."""
+        """Whether ``offered`` is the token; a wrong one backs ``client`` off. Ask only
+        once :meth:`wait_s` is 0."""
         if self.token is None:
             return False
-        wait = self.backoff.wait_s(client)
-        if wait > 0:
-            raise BackedOff(wait)
         if _same(offered, self.token):
             self.backoff.succeeded(client)
             return True
@@ -199,8 +196,13 @@ class LoginGate(AuthenticationBackend):
         login and have none."""
         if self.guard.token is None:
             return AuthCredentials(["read"]), SimpleUser("anyone")
-        if (self.guard.logged_in(conn.cookies.get(COOKIE))
-                or self.guard.bearer(conn.headers.get("authorization"), client_of(conn))):
+        if self.guard.logged_in(conn.cookies.get(COOKIE)):
+            return AuthCredentials(["read"]), SimpleUser("token")
+        header, client = conn.headers.get("authorization"), client_of(conn)
+        if header and (wait := self.guard.wait_s(client)) > 0:
+            conn.scope[RETRY_AFTER] = wait
+            raise AuthenticationError(backed_off(wait))
+        if self.guard.bearer(header, client):
             return AuthCredentials(["read"]), SimpleUser("token")
         if conn.url.path in PUBLIC_PATHS:
             return None
@@ -211,8 +213,8 @@ def refused(conn: HTTPConnection, exc: AuthenticationError) -> Response:
     """The answer to a visitor without the login: a page opened in a browser goes to the
     login page; ``/live`` and ``/metrics`` answer 401, a form post 403 (one line each); a
     client backed off for wrong tokens, 429 with ``Retry-After``."""
-    if isinstance(exc, BackedOff):
-        return too_many(exc)
+    if RETRY_AFTER in conn.scope:
+        return too_many(conn.scope[RETRY_AFTER])
     if conn.url.path in ("/live", "/metrics"):
         return PlainTextResponse(f"{exc}: log in, or send Authorization: Bearer TOKEN",
                                  status_code=401, headers={"WWW-Authenticate": "Bearer"})
@@ -221,7 +223,16 @@ def refused(conn: HTTPConnection, exc: AuthenticationError) -> Response:
     return PlainTextResponse(f"refused: {exc}", status_code=403)
 
 
-def too_many(exc: BackedOff) -> Response:
+def backed_off(wait_s: float) -> str:
+    """What a client backed off for ``wait_s`` more seconds is told."""
+    return f"too many wrong tokens from this address: try again in {_seconds(wait_s)} s"
+
+
+def _seconds(wait_s: float) -> int:
+    return max(math.ceil(wait_s), 1)
+
+
+def too_many(wait_s: float) -> Response:
     """429 with ``Retry-After``: the client offered wrong tokens too recently."""
-    return PlainTextResponse(f"refused: {exc}", status_code=429,
-                             headers={"Retry-After": str(exc.retry_after)})
+    return PlainTextResponse(f"refused: {backed_off(wait_s)}", status_code=429,
+                             headers={"Retry-After": str(_seconds(wait_s))})
