@@ -97,15 +97,16 @@ def newest_listener(lines: list[dict[str, Any]], listener_pids: set[int]) -> int
 
 
 def judge(lines: list[dict[str, Any]], listener_pids: set[int]) -> dict[str, Any]:
-    """What the ledger shows: starts with an older token after a newer one of the same
-    timer (stale starts), runs taken over before they ended whose ``still_held()`` still
-    said True at their end, by context, and how many runs were taken over."""
+    """What the ledger shows, in the order of its monotonic times: starts with an older
+    token after a newer one of the same timer (stale starts), runs taken over (a newer
+    token of their timer started) before they ended whose ``still_held()`` still said
+    True at their end, and how many runs were taken over before they ended, by context."""
     newest: dict[str, int] = {}
     stale_starts: list[dict[str, Any]] = []
     taken_over: dict[tuple[str, int], bool] = {}  # (id, token) -> a newer token started
     held_stale: list[dict[str, Any]] = []
     taken: dict[str, int] = {"listener": 0, "quarantine": 0}
-    for line in lines:
+    for line in sorted(lines, key=lambda line: line["t"]):
         key = (line["id"], line["token"])
         context = "listener" if line["pid"] in listener_pids else "quarantine"
         if line["ev"] == "start":

@@ -2,9 +2,9 @@
 ``still_held()`` as they start and as they end: a ledger of every run, in whichever
 process ran it (the listener's event loop or a thread of it, or a quarantine child).
 
-Each line of the ledger file is ``{"ev": "start"|"end", "id", "token", "held", "pid", "t"}``
-(``t``: the system-wide monotonic clock),
-written with one ``O_APPEND`` write: the file's order is the order the events happened.
+Each line of the ledger file is ``{"ev": "start"|"end", "id", "token", "held", "pid", "t"}``,
+``t`` on the system-wide monotonic clock, read before ``still_held()`` is asked (one
+``O_APPEND`` write a line).
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ import timers
 def note(ledger: str, event: str) -> None:
     """Append one ledger line for the running timer."""
     timer = timers.current()
+    noted = time.monotonic()  # before still_held() is asked
     line = json.dumps({"ev": event, "id": timer.id, "token": timer.fencing_token,
-                       "held": timer.still_held(), "pid": os.getpid(),
-                       "t": time.monotonic()}) + "\n"
+                       "held": timer.still_held(), "pid": os.getpid(), "t": noted}) + "\n"
     fd = os.open(ledger, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     try:
         os.write(fd, line.encode())

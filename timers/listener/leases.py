@@ -103,12 +103,14 @@ class HeldRuns:
             self._ending.difference_update(tokens)
             for token in tokens:
                 self._until.pop(token, None)
-                self._unheld(token)
+            if self._shared:
+                for token in tokens:
+                    self._unheld(token)
             return {t: self._runs.pop(t) for t in tokens if t in self._runs}
 
     def _unheld(self, token: str) -> None:
         """(Under the lock.) ``token`` is not held any more: its shared cell says so."""
-        cell = self._shared.pop(token, None) if self._shared else None
+        cell = self._shared.pop(token, None)
         if cell is not None:
             cell.value = 0.0
 
@@ -131,7 +133,8 @@ class HeldRuns:
         with self._lock:
             timer_id = self._runs.pop(token, None)
             self._until.pop(token, None)
-            self._unheld(token)
+            if self._shared:
+                self._unheld(token)
             if token in self._ending:
                 self._ending.discard(token)
                 return None
