@@ -44,7 +44,10 @@ def seconds(command: int) -> float:
 
 
 def is_long(timer_id: str) -> bool:
+    """Whether the command of ``timer_id`` (``d<device>-c<command>``) outlasts the lease."""
     return seconds(int(timer_id.rpartition("c")[2])) > 2
+
+
 PAUSE = 4.0
 """Seconds a listener is stopped: twice its lease."""
 
