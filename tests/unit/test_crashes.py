@@ -1,6 +1,6 @@
-"""Poison timers: a run whose listener died counts a crash; at the task's limit the timer is
-recorded dead ("its listener went away N times while holding it (last: listener host:pid)"),
-not run."""
+"""Poison timers: a timer is dead of crashes only on deaths seen (a quarantine child that
+exits without an outcome), never of lapsed leases: a listener stopped past its lease lives.
+A lapse is counted (``reruns``) and makes the run a suspect, run in quarantine."""
 
 from __future__ import annotations
 
@@ -15,11 +15,11 @@ from tests.unit.helpers import claim
 from tests.unit.sample_tasks import mod
 from tests.unit.test_listener_unit import make_listener
 from timers import Timers, task
-from timers.listener.crashes import crash_outcome, died_outcome, listener_name
-from timers.listener.quarantine import how_it_died
+from timers.listener.crashes import died_outcome, listener_name
+from timers.listener.quarantine import Quarantine, how_it_died
 from timers.model.keys import Keyspace
 from timers.model.policy import TaskPolicy, policy_of
-from timers.model.runs import Run
+from timers.model.runs import Outcome, Run
 from timers.store.scripts import register_all
 
 PAST = datetime(2001, 1, 1, tzinfo=UTC)
@@ -44,15 +44,7 @@ def test_the_claim_counts_crashes_and_names_the_listener_that_died(
     assert (run.reruns, run.died_on, run.source) == (2, "host-b:22:bb", "recovered")
 
 
-def test_the_crash_limit_ends_a_run_as_dead() -> None:
-    policy = TaskPolicy(max_crashes=3)
-    run = Run("1", "t", "a.b:[]", 0, 2, "recovered", "web-1:4242:ab12cd")
-    assert crash_outcome(run, policy) is None
-    dead = crash_outcome(Run("1", "t", "a.b:[]", 0, 3, "recovered", "web-1:4242:ab12cd"),
-                         policy)
-    assert dead is not None and dead.kind == "crashed"
-    assert dead.message == ("its listener went away 3 times while holding it "
-                            "(last: listener web-1:4242)")
+def test_listener_name_is_host_and_pid() -> None:
     assert listener_name("web-1:4242:ab12cd") == "web-1:4242"
 
 
@@ -61,8 +53,8 @@ def test_a_dead_timers_message_counts_each_kind_of_crash_for_what_it_was() -> No
         "its process died 3 times in quarantine (last: exit code 1 on h:1)")
     assert died_outcome(1, "exit code 1 on h:1", lapses=1, before_start=1).message == (
         "its process died once in quarantine (last: exit code 1 on h:1), 1 quarantine "
-        "process(es) died before starting it, after its listener went away once while "
-        "holding it")
+        "process(es) died before starting it, after its lease lapsed once (its listener "
+        "died or stalled)")
 
 
 def test_max_crashes_is_a_task_option() -> None:
@@ -75,32 +67,78 @@ def test_max_crashes_is_a_task_option() -> None:
         TaskPolicy(max_crashes=0)
 
 
-def test_a_listener_records_a_poison_timer_dead_instead_of_running_it() -> None:
-    """At its crash limit a run is recorded dead at the claim (a rerun below the limit runs
-    in quarantine, a process: tests/integration/test_quarantine.py)."""
+def test_lapsed_leases_alone_never_make_a_timer_dead(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A timer whose lease lapsed 5 times (its listeners stopped past their lease, or
+    died: a lapse cannot tell) is past a crash limit of 3 in lapses, yet nothing was seen
+    to die: it runs, in quarantine (here a stand-in: unit tests start no processes), and
+    completes. Before, it was recorded dead at the claim ("its listener went away 5
+    times while holding it"): pauses counted as deaths."""
     server = fakeredis.FakeServer()
     fake = fakeredis.FakeRedis(server=server)
     ks, scripts = Keyspace(), register_all(fake)
     producer = Timers(fake)
-    producer.schedule("mod.add", [1, 2], at=PAST, id="poison")
-    mod.CALLS.clear()
-    for i in range(3):
+    producer.schedule("mod.add", [1, 2], at=PAST, id="paused")
+    for i in range(5):
         crash(fake, ks, scripts, f"web-{i}:{100 + i}:ab")
+    quarantined: list[tuple[str, int]] = []
+
+    async def in_quarantine(self: Quarantine, timer_id: str, token: str, task: str,
+                            *args: Any) -> Outcome:
+        quarantined.append((timer_id, args[-1]))
+        return Outcome("ok", "", "")
+
+    monkeypatch.setattr(Quarantine, "run", in_quarantine)
 
     async def scenario() -> None:
         listener = make_listener(server)
         await asyncio.wait_for(listener.run(burst=True), 15)
         await listener.redis.aclose()
 
+    mod.CALLS.clear()
     asyncio.run(scenario())
     assert mod.CALLS == [], "a suspect run never runs in the listener process"
+    assert quarantined == [("paused", 5)]
     stats = producer.stats()
-    assert (stats.pending, stats.running, stats.fired, stats.failed) == (0, 0, 0, 1)
-    (failure,) = producer.failed()
-    assert failure.timer_id == "poison"
-    assert failure.data["message"] == ("its listener went away 3 times while holding it "
-                                       "(last: listener web-2:102)")
-    mod.CALLS.clear()
+    assert (stats.pending, stats.running, stats.fired, stats.failed) == (0, 0, 1, 0)
+    assert stats.counters.get("reruns") == 5, "lapses stay counted"
+
+
+class Dying(Quarantine):
+    """Quarantine whose children each die (exit code 1) after they said they started,
+    or end with ``outcomes`` first; no process (unit tests start none)."""
+
+    def __init__(self, *outcomes: Outcome) -> None:
+        super().__init__(None, "h:1")  # type: ignore[arg-type]
+        self.outcomes = list(outcomes)
+        self.children = 0
+
+    def _target(self, task: str, fn: Any) -> tuple[str, str | None, str, bytes]:
+        return ("", None, task, b"")
+
+    async def _once(self, target: Any, args: Any, limit: float | None,
+                    cell: Any = None) -> tuple[Outcome | None, int | None, bool]:
+        self.children += 1
+        if self.outcomes:
+            return self.outcomes.pop(0), 0, True
+        return None, 1, True
+
+
+@pytest.mark.parametrize("reruns", [1, 5])
+def test_only_deaths_seen_in_quarantine_count_toward_max_crashes(reruns: int) -> None:
+    """However many leases lapsed before, a poison in quarantine dies ``max_crashes``
+    times there, each seen, before it is dead; a child that found its lease stale
+    started nothing and died of nothing: handed back to the executor, uncounted."""
+    quarantine = Dying()
+    outcome = asyncio.run(quarantine.run("t", "9", "a.b", lambda: None, [],
+                                         TaskPolicy(max_crashes=3), reruns))
+    assert quarantine.children == 3
+    assert outcome.kind == "crashed" and outcome.message.startswith(
+        "its process died 3 times in quarantine (last: exit code 1 in a quarantine process "
+        "on h:1), after its lease lapsed")
+    stale = Dying(Outcome("stale", "", "not held"))
+    assert asyncio.run(stale.run("t", "9", "a.b", lambda: None, [], TaskPolicy(max_crashes=1),
+                                 reruns)).kind == "stale"
+    assert stale.children == 1
 
 
 def test_how_a_process_died_reads_well() -> None:

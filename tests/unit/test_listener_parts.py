@@ -342,6 +342,66 @@ def test_a_rerun_next_in_line_starts_in_quarantine_only_once_the_run_before_it_e
     assert quarantine.order == ["start 1", "end 1", "start 2", "end 2"]
 
 
+class StaleChild:
+    """Quarantine whose first child finds the run's lease stale (the listener stalled
+    after handing it over) and starts nothing; later children run it."""
+
+    def __init__(self) -> None:
+        self.children = 0
+
+    async def run(self, timer_id: str, token: str, *args: Any) -> Outcome:
+        self.children += 1
+        return Outcome("stale", "", "not held") if self.children == 1 else Outcome("ok", "", "")
+
+
+class Revalidated:
+    """A fence whose local check passes before the child, and whose Redis check says
+    ``held``."""
+
+    def __init__(self, held: bool) -> None:
+        self.held = held
+        self.asked = 0
+
+    def fresh(self, token: str) -> bool:
+        return True
+
+    async def revalidate(self, run: Run) -> bool:
+        self.asked += 1
+        return self.held
+
+
+@pytest.mark.parametrize("held", [False, True])
+def test_a_rerun_whose_child_found_its_lease_stale_is_revalidated_before_it_starts(
+        held: bool) -> None:
+    """The quarantine child checks the lease right before the task's code; when it was
+    not known to hold there, the listener asks Redis, as for a stale start in a thread:
+    taken over, nothing is written (the run is the other listener's now); still held, a
+    new child runs it. Before, the child ran it whatever the lease."""
+    record = Record("mod.add", [1, 2], {Option.KEY: "k"}).encode()
+    quarantine, fence = StaleChild(), Revalidated(held)
+
+    async def scenario() -> Any:
+        runner = Runner(1)
+        try:
+            executor = Executor(resolve, runner, quarantine, NoRecurrences(),
+                                tracker_on_redis_clock(), NoSleep(), flow=None, name="",
+                                turns=Turns(), fence=fence, peers=None,
+                                stopping=asyncio.Event())
+            return await executor.execute(Run("1", "7", record, round(REDIS_NOW_MS), 1,
+                                              "recovered"))
+        finally:
+            runner.shutdown()
+
+    done = asyncio.run(scenario())
+    assert fence.asked == 1
+    if held:
+        assert quarantine.children == 2
+        assert done.ending is not None and done.ending.kind is EndingKind.OK
+    else:
+        assert quarantine.children == 1
+        assert done.ending is None and done.report is None, "taken over: nothing written"
+
+
 # -- the ending writer -------------------------------------------------------------------
 
 

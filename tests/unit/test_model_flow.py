@@ -480,7 +480,8 @@ def test_a_keyed_timer_handed_over_does_not_start_before_its_due_time(world: Wor
 def test_a_rerun_handed_back_is_still_counted_when_it_starts(world: World) -> None:
     """A rerun (its listener stalled past its lease) that another listener claims and then
     hands back unstarted (stopping, or out of memory) keeps its reruns (";rc="): its next
-    start is counted as a rerun, toward its crash limit (before: reruns 0 again)."""
+    start is counted as a rerun, in quarantine (before: reruns 0 again, in the listener).
+    A rerun is never a crash: only deaths seen in quarantine are (test_crashes.py)."""
     world.fenced = True
     l1, l2 = world.spawn((DEFAULT_GROUP,)), world.spawn((DEFAULT_GROUP,))
     world.schedule(PLAIN, DEFAULT_GROUP, 0, "k1", -50)

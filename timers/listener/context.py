@@ -62,10 +62,11 @@ class TimerContext:
 
     def still_held(self) -> bool:
         """Whether this run's lease is still known to be this listener's (a local check, no
-        round trip): False once the process stalled past what its renewals allow for (a
-        pause, a swap storm), when another listener may have taken the run over. A task
-        that drives a device can check it before each step that must not be done twice.
-        Always True in a quarantine child process and in a test's context."""
+        round trip): False once the listener stalled past what its renewals allow for (a
+        pause, a swap storm), when another listener may have taken the run over, or once
+        it learnt the run was taken over. A task that drives a device can check it before
+        each step that must not be done twice. The same in a quarantine child process,
+        which reads its listener's lease of the run; always True in a test's context."""
         return self.lease_check is None or self.lease_check()
 
 

@@ -1,44 +1,34 @@
-"""Poison timers: a run whose listener died counts a crash; past the task's limit the timer
-is recorded dead instead of run again.
+"""Poison timers: a timer is dead of crashes only on deaths seen, never of lapsed leases.
 
 The claim script re-claims a run whose lease lapsed with ``reruns + 1`` and names the
-listener that held it. A task that kills its process (``os._exit``, a segfault in a C
-extension) would otherwise run after every lease lapse, forever, and take down every
-listener that picks it up, with the unrelated timers those listeners held. Such a suspect
-run therefore runs again in a child process (:mod:`timers.listener.quarantine`), which counts its
-further crashes without taking the listener down.
+listener that held it. A lapse says a listener died *or* stalled past its lease (a pause,
+a swap storm): it is counted (``reruns`` in ``timers stats``) and makes the run a suspect,
+but it is no evidence of a death, and a run that lapsed before it started (held next in
+line, handed back, held at its gate) died of nothing. So a suspect runs again in a child
+process (:mod:`timers.listener.quarantine`), where its listener sees each death itself: a
+child that exits without an outcome. Only those deaths count toward the task's
+``max_crashes``; a poison still stops (after its first death, every run of it is a
+suspect), and a timer whose listener was paused never ends dead for it.
 
-What a dead timer's record says is what is known, in two counts: how many times its own
-start died in quarantine (a child that sent "started" and then died), and how many times a
-listener holding it went away (a lapsed lease: the listener may have died of another run
-before this one started, so that is not counted as a start that died). Both count towards
-the task's ``max_crashes``.
+What a dead timer's record says is what is known: how many of its starts died in
+quarantine, how many children died before they started it, and, as context, how many
+lapsed leases came before.
 """
 
 from __future__ import annotations
 
-from timers.model.policy import TaskPolicy
-from timers.model.runs import Outcome, Run
-
-
-def crash_outcome(run: Run, policy: TaskPolicy) -> Outcome | None:
-    """The ending of a run that must not start because its listener died too often, or None."""
-    if run.reruns < policy.max_crashes:
-        return None
-    last = listener_name(run.died_on) or "unknown"
-    return Outcome("crashed", "ProcessDied", f"its listener went away {times(run.reruns)} "
-                   f"while holding it (last: listener {last})")
+from timers.model.runs import Outcome
 
 
 def died_outcome(died: int, last: str, lapses: int = 0, before_start: int = 0) -> Outcome:
     """A timer dead of crashes in quarantine: ``died`` starts that died there (the last
-    one ``last``, how and where), after ``lapses`` listeners holding it went away, and
-    ``before_start`` quarantine processes that died before they started it."""
+    one ``last``, how and where), and ``before_start`` quarantine processes that died
+    before they started it; ``lapses``: leases of it that lapsed before (not crashes)."""
     parts = [f"its process died {times(died)} in quarantine (last: {last})"]
     if before_start:
         parts.append(f"{before_start} quarantine process(es) died before starting it")
     if lapses:
-        parts.append(f"after its listener went away {times(lapses)} while holding it")
+        parts.append(f"after its lease lapsed {times(lapses)} (its listener died or stalled)")
     return Outcome("crashed", "ProcessDied", ", ".join(parts))
 
 

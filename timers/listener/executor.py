@@ -1,8 +1,9 @@
 """The executor: runs one claimed timer and says how it ended.
 
 It decodes the record, runs a recurrence's steps around the run, resolves the task,
-applies its policy (too late to start, crashed too often), calls it (in a quarantine
-child when its listener died holding it), and turns the outcome into an :class:`Ending`:
+applies its policy (too late to start), calls it (in a quarantine child when a lease of
+it lapsed before: its listener died or stalled; the child counts the deaths it sees
+toward ``max_crashes``), and turns the outcome into an :class:`Ending`:
 ok, skipped, a retry after a backoff, or a failure record. Times are Redis times, from
 the listener's :class:`DueTracker`.
 """
@@ -17,7 +18,6 @@ from typing import Any, NamedTuple, Protocol
 
 from timers.exceptions import MalformedTimerKey, TaskRefused
 from timers.listener import context
-from timers.listener.crashes import crash_outcome
 from timers.listener.due_tracker import DueTracker
 from timers.listener.endings import Ending
 from timers.listener.flow_gate import TAKES_BACK_NEXT
@@ -79,8 +79,12 @@ class Fencer(Protocol):
 
 
 class Isolator(Protocol):
-    async def run(self, timer_id: str, task: str, fn: Callable[..., Any], args: Args,
-                  policy: TaskPolicy, reruns: int) -> Outcome:
+    """Runs a suspect run in a child process (:class:`timers.listener.quarantine.
+    Quarantine`); ``stale``: the child found its lease not known to hold and started
+    nothing."""
+
+    async def run(self, timer_id: str, token: str, task: str, fn: Callable[..., Any],
+                  args: Args, policy: TaskPolicy, reruns: int) -> Outcome:
         ...
 
 
@@ -253,7 +257,6 @@ class Executor:
             attempt.policy = policy = policy_of(fn)
             attempt.limited = limited = policy.flow_limited or attempt.limited
             missed = _missed(record, policy, attempt.started_ms - run.waited_from_ms)
-            crashed = crash_outcome(run, policy)
             if skip is not None:
                 outcome = skip
             elif policy.group is not None and group_of(record) != policy.group:
@@ -261,8 +264,6 @@ class Executor:
                            if may_move(record) else Outcome(
                                "disagreed", "GroupDisagreement",
                                describe(record.task, policy.group, group_of(record))))
-            elif crashed is not None:
-                outcome = crashed
             elif missed is not None:
                 outcome = Outcome("missed", "Missed", missed)
             elif (self.flow and limited
@@ -271,9 +272,8 @@ class Executor:
             elif (self.fence is not None and not self.fence.fresh(run.token)
                   and (stale := await self._unfenced(run, after)) is not None):
                 outcome = stale
-            elif is_suspect(run.reruns):  # its listener died holding it: in a child
-                outcome = await self.quarantine.run(run.timer_id, record.task, fn, record.args,
-                                                    policy, run.reruns)
+            elif is_suspect(run.reruns):  # a lease of it lapsed: in a child
+                outcome = await self._quarantined(run, record, fn, policy)
             else:
                 own = self.turns.of(run.token)
                 outcome = await self.runner.call(fn, record.args, policy.timeout, own, after,
@@ -291,6 +291,21 @@ class Executor:
         if recurring:
             await self.recurrences.after_run(run, record, outcome)
         return outcome
+
+    async def _quarantined(self, run: Run, record: Record, fn: Callable[..., Any],
+                           policy: TaskPolicy) -> Outcome:
+        """A suspect run in a quarantine child, which checks the lease right before the
+        task's code; a child that found it not known to hold started nothing, and the run
+        is revalidated as a thread's stale start is: not started if taken over (or, next
+        in line, handed back), else in a new child."""
+        while True:
+            outcome = await self.quarantine.run(run.timer_id, run.token, record.task, fn,
+                                                record.args, policy, run.reruns)
+            if outcome.kind != "stale" or self.fence is None:
+                return outcome
+            unfenced = await self._unfenced(run, None, checked=True)
+            if unfenced is not None:
+                return unfenced
 
     async def _lacking(self, record: Record) -> Outcome | None:
         """None when this listener can run ``record``'s task (or no one is asked). Else,

@@ -8,8 +8,10 @@ server imports it once, as it starts (a few seconds into the listener's life, of
 event loop): each child forks with the package in it and imports nothing more.
 
 The fork server is a new interpreter started by the listener; what it is to import
-reaches it in the environment of its start (:data:`PRELOAD_ENV`, set only while it
-starts), read when this module is imported there (multiprocessing's preload). It logs
+reaches it in multiprocessing's preload list (:data:`SPEC_PREFIX`: the one channel into
+its start that changes nothing the listener's task threads read, as setting its
+environment did: a task ended dead of a ``KeyError`` reading it), read when this module is
+imported there (multiprocessing's preload). It logs
 as the listener's quarantine children do, so what an import prints reads like the
 listener's own lines. An import that fails there is left to each child, which imports
 the package itself and reports the error as a refused run, as before.
@@ -24,15 +26,20 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
 import sys
 import threading
 from multiprocessing import forkserver
+from types import FrameType
 from typing import Any
 
-PRELOAD_ENV = "TIMERS_FORK_SERVER_PRELOAD"
-"""JSON ``{"parent": pid, "package": ..., "search_path": ..., "logs": [level, format,
-listener]}``: what the fork server about to start imports."""
+PRELOAD = "timers.listener.quarantine"
+"""What the fork server imports first (this module with it)."""
+
+SPEC_PREFIX = "_timers_fork_server_spec_"
+"""An entry of the fork server's preload list: this prefix, then the hex of the JSON
+``{"package": ..., "search_path": ..., "logs": [level, format, listener]}`` that says what
+it imports. No module has that name: multiprocessing's import of it fails quietly, after
+:func:`_preload` has read it from the list."""
 
 PRELOADED: tuple[str, str | None] | None = None
 """In the fork server and its children: (package, search path) imported at its start."""
@@ -45,14 +52,11 @@ def ensure_running(package: str, search_path: str | None, logs: Any) -> None:
     """Start the fork server, unless it runs: importing ``package`` (found on
     ``search_path``) as it starts, logging as ``logs`` (a ``ChildLogs``) says. Blocking:
     call it off the event loop."""
-    with _lock:
-        os.environ[PRELOAD_ENV] = json.dumps({
-            "parent": os.getpid(), "package": package, "search_path": search_path,
-            "logs": [logs.level, logs.format, logs.listener]})
-        try:
-            forkserver.ensure_running()
-        finally:
-            os.environ.pop(PRELOAD_ENV, None)
+    spec = json.dumps({"package": package, "search_path": search_path,
+                       "logs": [logs.level, logs.format, logs.listener]})
+    with _lock:  # (multiprocessing restarts a fork server that died with the same list)
+        forkserver.set_forkserver_preload([PRELOAD, SPEC_PREFIX + spec.encode().hex()])
+        forkserver.ensure_running()
 
 
 def forget_other_package(package: str, search_path: str | None) -> None:
@@ -66,18 +70,30 @@ def forget_other_package(package: str, search_path: str | None) -> None:
         del sys.modules[module]
 
 
+def _spec_given() -> str | None:
+    """In the fork server, while multiprocessing's ``main`` imports its preload list: the
+    spec the listener put in that list (None in any other process)."""
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code is forkserver.main.__code__:
+            for name in frame.f_locals.get("preload") or ():
+                if isinstance(name, str) and name.startswith(SPEC_PREFIX):
+                    return bytes.fromhex(name[len(SPEC_PREFIX):]).decode()
+            return None
+        frame = frame.f_back
+    return None
+
+
 def _preload() -> None:
     """In the fork server, as multiprocessing imports this module there: import the tasks
     package the listener that started it named. Nothing escapes: a fork server that died
     of an app's import would take every quarantine child with it."""
     global PRELOADED
-    raw = os.environ.pop(PRELOAD_ENV, None)
-    if not raw:
-        return
     try:
+        raw = _spec_given()
+        if raw is None:
+            return
         spec = json.loads(raw)
-        if spec.get("parent") != os.getppid():
-            return  # not the fork server of the listener that set it
         from timers.listener.loader import TaskLoader
         from timers.logs import IDENTITY, configure
 

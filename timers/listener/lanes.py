@@ -249,7 +249,7 @@ class Lane:
             ahead_share=max(1, shared.concurrency // 2), outage=outage,
             gather=max(1, shared.concurrency // 4), gauge=shared.cpu)
         self.executor = Executor(loader.resolve, shared.runner,
-                                 Quarantine(loader, listener_name(shared.id)),
+                                 Quarantine(loader, listener_name(shared.id), self.held),
                                  RecurrenceHook(shared.redis, keys, self.scripts), self.tracker,
                                  shared.precise, flow=self.flow,
                                  name=f"listener {shared.id} (package {loader.package!r}, "

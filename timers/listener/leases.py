@@ -14,7 +14,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, Protocol
 
 import redis
 
@@ -45,15 +45,22 @@ class HeldRuns:
     when it is held; each renewal that keeps it makes it fresh for a lease from when the
     renewal was sent. A stall (the process paused, a blocked loop, renewals failing) lets
     that lapse, and the run is revalidated in Redis before it starts.
+
+    A run that starts in another process (a quarantine child) gets the same check from a
+    shared cell (:meth:`share`): its lease's end as known here, on the system-wide
+    monotonic clock (``CLOCK_MONOTONIC``, the same in every process of the machine), kept
+    up to date by every renewal and 0 once the run is released or lost.
     """
 
     def __init__(self, lease: float = 15.0) -> None:
         self.lease = lease
-        self._margin = lease / 10  # how long a lease must hold yet for a run to start
+        self.margin = lease / 10
+        """How long a lease must hold yet for a run to start (seconds)."""
         self._lock = threading.Lock()
         self._runs: dict[str, str] = {}
         self._until: dict[str, float] = {}  # token -> monotonic time its lease holds to
         self._ending: set[str] = set()  # held, with their ending on its way to Redis
+        self._shared: dict[str, SharedUntil] = {}  # token -> its cell in another process
 
     def hold(self, token: str, timer_id: str) -> None:
         with self._lock:
@@ -64,15 +71,31 @@ class HeldRuns:
         """A renewal sent at monotonic ``sent`` kept ``tokens``: each holds a lease from then."""
         until = sent + self.lease
         with self._lock:
+            shared = self._shared
             for token in tokens:
                 if token in self._runs:
                     self._until[token] = until
+                    if shared and token in shared:
+                        shared[token].value = until
 
     def fresh(self, token: str) -> bool:
         """Whether ``token`` is held and its lease known to hold for a tenth of a lease yet:
         a run may start. False after a stall longer than the renewals allow for."""
         until = self._until.get(token)
-        return until is not None and time.monotonic() + self._margin < until
+        return until is not None and time.monotonic() + self.margin < until
+
+    def share(self, token: str, cell: SharedUntil) -> None:
+        """Keep ``cell.value`` at the monotonic time ``token``'s lease is known to hold to
+        (0: not held), for a process that starts the run: it starts it only while that is
+        more than :attr:`margin` away (:func:`fresh_in`), as :meth:`fresh` says here."""
+        with self._lock:
+            cell.value = self._until.get(token, 0.0)
+            self._shared[token] = cell
+
+    def unshare(self, token: str) -> None:
+        """Stop keeping ``token``'s shared cell (its process ended)."""
+        with self._lock:
+            self._shared.pop(token, None)
 
     def release(self, tokens: Iterable[str]) -> dict[str, str]:
         """Stop keeping ``tokens``; returns those that were held, with their timer ids."""
@@ -80,7 +103,16 @@ class HeldRuns:
             self._ending.difference_update(tokens)
             for token in tokens:
                 self._until.pop(token, None)
+            if self._shared:
+                for token in tokens:
+                    self._unheld(token)
             return {t: self._runs.pop(t) for t in tokens if t in self._runs}
+
+    def _unheld(self, token: str) -> None:
+        """(Under the lock.) ``token`` is not held any more: its shared cell says so."""
+        cell = self._shared.pop(token, None)
+        if cell is not None:
+            cell.value = 0.0
 
     def ending(self, tokens: Iterable[str], sent: bool = True) -> None:
         """Mark ``tokens`` as having their ending on its way (``sent=False``: no longer).
@@ -101,6 +133,8 @@ class HeldRuns:
         with self._lock:
             timer_id = self._runs.pop(token, None)
             self._until.pop(token, None)
+            if self._shared:
+                self._unheld(token)
             if token in self._ending:
                 self._ending.discard(token)
                 return None
@@ -117,6 +151,19 @@ class HeldRuns:
     def __len__(self) -> int:
         with self._lock:
             return len(self._runs)
+
+
+class SharedUntil(Protocol):
+    """A float shared with another process (a ``multiprocessing`` ``RawValue('d')``)."""
+
+    value: float
+
+
+def fresh_in(cell: SharedUntil, margin: float) -> bool:
+    """In the process that starts a run: whether its lease, as shared by the listener
+    (:meth:`HeldRuns.share`), holds for ``margin`` seconds yet: the check of
+    :meth:`HeldRuns.fresh`, made where the run's code is."""
+    return time.monotonic() + margin < cell.value
 
 
 def sync_twin(client: Any, socket_timeout: float) -> redis.Redis | redis.RedisCluster:

@@ -1,20 +1,25 @@
 """Suspect runs run in quarantine: in a child process, so a poison kills only itself.
 
-A run with ``reruns >= 1`` was held by a listener that died. The task may be the poison
-that killed it, or an innocent that was running alongside the poison. Run in the listener
-again, the poison would kill it once more, with every innocent it holds, and the
-innocents' crash counts would climb with the poison's until they were recorded dead too.
+A run with ``reruns >= 1`` was held by a listener whose lease lapsed: it died, or stalled
+past its lease. The task may be the poison that killed it, or an innocent that was
+running alongside the poison. Run in the listener again, the poison would kill it once
+more, with every innocent it holds.
 
 So a suspect run goes to a child process (``forkserver``: no fork of a threaded process),
 forked with the tasks package imported (:mod:`timers.listener.fork_server`). The child
 loads the tasks package as the listener does (:class:`TaskLoader`), runs the
-task with :class:`Runner` and sends its :class:`Outcome` back over a pipe. A child that
-exits without one is one more crash of this timer only: it runs again in a new child
-until its crashes (``reruns`` plus the ones here) reach the task's ``max_crashes``, and
-then ends dead, its record saying how many of its starts died here and how many listeners
-holding it went away before (:mod:`timers.listener.crashes`). The listener holds the lease
-throughout; the task's timeout kills the child. Non-suspect runs never come here: they
-keep the in-process path.
+task with :class:`Runner` and sends its :class:`Outcome` back over a pipe. Here a death
+is seen, not inferred: a child that exits without an outcome is one crash of this timer
+(a lapse is not: the listener that held it may have lived). It runs again in a new child
+until those deaths reach the task's ``max_crashes``, and then ends dead
+(:mod:`timers.listener.crashes`).
+
+The listener holds the lease throughout and shares how long it holds with the child
+(:meth:`HeldRuns.share`): the child checks it right before the task's code, as a thread
+does in the listener, and its ``timers.current().still_held()`` reads it too. A child
+whose lease was not known to hold at the start runs nothing and says so (``stale``): the
+listener revalidates the run, as for a stale start in a thread. The task's timeout kills
+the child. Non-suspect runs never come here: they keep the in-process path.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import json
 import logging
 import multiprocessing
@@ -36,6 +42,7 @@ from typing import Any
 from timers.listener import context as timer_context
 from timers.listener import event_loop, fork_server
 from timers.listener.crashes import died_outcome
+from timers.listener.leases import HeldRuns, SharedUntil, fresh_in
 from timers.listener.loader import TaskLoader
 from timers.listener.orphans import ask_for_signal_on_parent_death
 from timers.listener.runner import Runner
@@ -84,7 +91,7 @@ def _mp_context() -> Any:
     global _context
     if _context is None:
         _context = multiprocessing.get_context("forkserver")
-        _context.set_forkserver_preload(["timers.listener.quarantine"])
+        _context.set_forkserver_preload([fork_server.PRELOAD])
     return _context
 
 
@@ -100,7 +107,8 @@ def prestart(loader: TaskLoader) -> None:
 
 
 def is_suspect(reruns: int) -> bool:
-    """A run whose listener died while holding it: run it in quarantine."""
+    """A run whose listener's lease lapsed while it held it (the listener died, or stalled):
+    run it in quarantine, where a death is seen."""
     return reruns >= 1
 
 
@@ -115,36 +123,49 @@ def how_it_died(exitcode: int | None) -> str:
 
 
 class Quarantine:
-    """Runs suspect runs in child processes; ``where`` names the listener (``host:pid``)."""
+    """Runs suspect runs in child processes; ``where`` names the listener (``host:pid``);
+    ``held``: the runs whose leases this listener keeps (None: the children start their
+    task unfenced, tests)."""
 
-    def __init__(self, loader: TaskLoader, where: str) -> None:
+    def __init__(self, loader: TaskLoader, where: str, held: HeldRuns | None = None) -> None:
         self.loader = loader
         self.where = where
+        self.held = held
 
-    async def run(self, timer_id: str, task: str, fn: Callable[..., Any], args: Args,
-                  policy: TaskPolicy, reruns: int) -> Outcome:
-        """Run ``task`` in a child until it ends with an outcome or its crashes reach
-        ``policy.max_crashes``: the ``reruns`` before (listeners that went away holding it)
-        plus the children here that died, each counted as what it was (a start that
-        died, or a child that died before it started the task)."""
+    async def run(self, timer_id: str, token: str, task: str, fn: Callable[..., Any],
+                  args: Args, policy: TaskPolicy, reruns: int) -> Outcome:
+        """Run ``task`` (run ``token``) in a child until it ends with an outcome or the
+        children that died here reach ``policy.max_crashes``, each counted as what it was
+        (a start that died, or a child that died before it started the task). ``reruns``
+        (lapsed leases before) is told in a dead timer's record, never counted as a crash.
+        A child that found the lease not known to hold starts nothing: ``stale``."""
         died = before_start = 0
         target = self._target(task, fn)
-        while True:
-            outcome, exitcode, started = await self._once(target, args, policy.timeout)
-            if outcome is not None:
-                return outcome
-            if started:
-                died += 1
-            else:
-                before_start += 1
-            crashes = reruns + died + before_start
-            how = how_it_died(exitcode)
-            log.warning("timer %s (%s): its quarantine process died (%s)%s, crash %d of %d",
-                        timer_id, task, how, "" if started else " before starting it",
-                        crashes, policy.max_crashes)
-            if crashes >= policy.max_crashes:
-                where = f"{how} in a quarantine process on {self.where}"
-                return died_outcome(died, where, reruns, before_start)
+        held = self.held
+        cell: SharedUntil | None = None
+        if held is not None:
+            cell = _mp_context().RawValue("d", 0.0)
+            held.share(token, cell)
+        try:
+            while True:
+                outcome, exitcode, started = await self._once(target, args, policy.timeout,
+                                                              cell)
+                if outcome is not None:
+                    return outcome
+                if started:
+                    died += 1
+                else:
+                    before_start += 1
+                crashes, how = died + before_start, how_it_died(exitcode)
+                log.warning("timer %s (%s): its quarantine process died (%s)%s, crash %d of "
+                            "%d", timer_id, task, how, "" if started else " before starting it",
+                            crashes, policy.max_crashes)
+                if crashes >= policy.max_crashes:
+                    where = f"{how} in a quarantine process on {self.where}"
+                    return died_outcome(died, where, reruns, before_start)
+        finally:
+            if held is not None:
+                held.unshare(token)
 
     def _target(self, task: str, fn: Callable[..., Any]) -> tuple[str, str | None, str, bytes]:
         """What the child resolves: the task path in the package, or a registered
@@ -162,15 +183,18 @@ class Quarantine:
         process.start()
 
     async def _once(self, target: tuple[str, str | None, str, bytes], args: Args,
-                    limit: float | None) -> tuple[Outcome | None, int | None, bool]:
+                    limit: float | None, cell: SharedUntil | None = None,
+                    ) -> tuple[Outcome | None, int | None, bool]:
         """One child: its outcome, or None and its exit code if it died without one; and
-        whether it started the task."""
+        whether it started the task. ``cell``: the run's lease as this listener knows it
+        (:meth:`HeldRuns.share`), which the child checks before the task's code."""
         context = _mp_context()
         receiver, sender = context.Pipe(duplex=False)
+        lease = None if cell is None or self.held is None else (cell, self.held.margin)
         process = context.Process(target=_child, name="timers-quarantine", daemon=True,
                                   args=(*target, json.dumps(args), sender, dict(os.environ),
                                         _portable(timer_context.current_or_none()),
-                                        ChildLogs.here()))
+                                        ChildLogs.here(), lease))
         first: asyncio.Future[Outcome | None] | None = None
         try:
             async with _loading_turns():
@@ -287,7 +311,8 @@ PARENT_GONE = (BrokenPipeError, ConnectionResetError, EOFError)
 def _child(package: str, search_path: str | None, task: str, pickled: bytes, args_json: str,
            sender: Connection, environ: dict[str, str],
            timer: timer_context.TimerContext | None = None,
-           logs: ChildLogs | None = None) -> None:
+           logs: ChildLogs | None = None,
+           lease: tuple[SharedUntil, float] | None = None) -> None:
     """In the child: resolve the task as the listener does, run it, send the outcome.
 
     The fork server was started at the first quarantined run and kept the environment of
@@ -295,17 +320,19 @@ def _child(package: str, search_path: str | None, task: str, pickled: bytes, arg
     and its :func:`timers.current` context. It logs as the listener does (``logs``). If the
     listener went away (its end of the pipe closed: a timeout, a shutdown), the child says
     so in one line and exits: nobody is left to read an outcome, and a task not started
-    yet is not started.
+    yet is not started. ``lease``: the cell the listener keeps the run's lease in and the
+    margin it must hold by (:func:`fresh_in`); the task starts only while it does.
     """
     os.environ.clear()
     os.environ.update(environ)
     ask_for_signal_on_parent_death(signal.SIGKILL)
     if logs is not None:
         logs.configure()
-    timer_context.enter(timer)  # the run copies it into the task's context
+    held = None if lease is None else functools.partial(fresh_in, *lease)
     try:  # on the listener's kind of event loop ($TIMERS_LOOP came with the environment)
         outcome = event_loop.run(_run_in_child(package, search_path, task, pickled,
-                                               args_json, lambda: sender.send("started")),
+                                               args_json, lambda: sender.send("started"),
+                                               timer, held),
                                  _loop_of_listener())
         sender.send((outcome.kind, outcome.error_type, outcome.message[:MAX_MESSAGE],
                      outcome.traceback[-MAX_TRACEBACK:]))
@@ -328,7 +355,15 @@ def _loop_of_listener() -> str:
 
 
 async def _run_in_child(package: str, search_path: str | None, task: str, pickled: bytes,
-                        args_json: str, started: Callable[[], None]) -> Outcome:
+                        args_json: str, started: Callable[[], None],
+                        timer: timer_context.TimerContext | None = None,
+                        held: Callable[[], bool] | None = None) -> Outcome:
+    """The child's run (no process of its own: a test calls it as it is): resolve the
+    task, say it starts, and call it under the fence ``held`` (None: unfenced), which the
+    task's ``timers.current().still_held()`` reads too; :data:`~timers.listener.runner.
+    STALE` and nothing called when the lease is not known to hold at its start."""
+    if timer is not None:  # the run copies it into the task's context
+        timer_context.enter(dataclasses.replace(timer, lease_check=held))
     try:
         if pickled:
             fn = pickle.loads(pickled)
@@ -342,12 +377,12 @@ async def _run_in_child(package: str, search_path: str | None, task: str, pickle
     started()
     runner = Runner(1)
     try:
-        return await runner.call(fn, json.loads(args_json))
+        return await runner.call(fn, json.loads(args_json), fence=held)
     finally:
         runner.shutdown()
 
 
 def _portable(timer: timer_context.TimerContext | None) -> timer_context.TimerContext | None:
-    """The context a child gets: without the parent's lease check, which cannot cross
-    processes (in the child, ``still_held()`` answers True; the parent keeps the lease)."""
+    """The context a child gets: without the parent's lease check, a function that cannot
+    cross processes (the child checks the shared lease instead: :func:`_run_in_child`)."""
     return dataclasses.replace(timer, lease_check=None) if timer is not None else None
