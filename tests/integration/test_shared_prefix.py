@@ -212,7 +212,7 @@ def test_timers_move_moves_1000_timers_to_the_prefix_whose_listener_runs_them(
         print(f"\n{done.stdout.strip()} (the command took {took:.1f} s)")
         assert done.returncode == 0, done.stderr
         assert done.stdout.strip() == ("moved 1000 pending timer(s) and 100 dead one(s) "
-                                       "from 'timers' to 'mail'")
+                                       "from 'timers' to 'mail', left 0")
         left = timers_client.list(limit=2000)
         assert {p.task for p in left} == {"billing.charge"} and len(left) == 100
         moved = mail.list(limit=2000)
