@@ -258,7 +258,7 @@ def test_an_expired_key_of_a_task_another_listener_runs_is_left_to_it() -> None:
 
     peers = Peers("me", "app_a", lambda: ("a.b",), read, monotonic=lambda: clock[0])
     theirs, nobodys = b"timers:t1:x.y:[1]", b"timers:t2:no.one:[1]"
-    assert peers.screen(theirs, b"timers:") == "ask", "nothing known yet: read first"
+    assert peers.screen(theirs, b"timers:") == "reject", "not serving yet: nothing known"
     asyncio.run(peers.view())
     beat(Scripts(sync, KEYS), "b", "app_b", ["x.y"])  # b announces after that read
     assert peers.screen(theirs, b"timers:") == "ask", "a young view may predate b"

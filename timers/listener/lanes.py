@@ -440,9 +440,11 @@ class Lane:
     def _reject(self, event: Rejected) -> None:
         """Record an expired key that names no timer this listener can run; unless it
         names a well-formed timer that another live listener can run (it claims it)."""
-        if event.escaped_id is None:
+        screened = (self.shared.peers.screen(event.key, self.keys.timer_key_start.encode())
+                    if event.escaped_id is not None else "reject")
+        if screened == "reject":
             self._record_rejected(event)
-        elif self.shared.peers.screen(event.key, self.keys.timer_key_start.encode()) == "ask":
+        elif screened == "ask":  # on a view read after it came
             task = asyncio.create_task(self._reject_unless_run_elsewhere(event))
             self.rejecting.add(task)
             task.add_done_callback(self.rejecting.discard)

@@ -165,12 +165,15 @@ class Peers:
         group = entry.record.options.get(Option.GROUP) or DEFAULT_GROUP
         return bool(view.runners(entry.record.task, group, exclude=self.me))
 
-    def screen(self, key: bytes, key_start: bytes) -> Literal["elsewhere", "ask"]:
+    def screen(self, key: bytes, key_start: bytes) -> Literal["elsewhere", "reject", "ask"]:
         """What to do with an expired key naming a task this listener lacks, from the view
-        in hand: leave it to another listener that runs it (``elsewhere``), or ``ask`` a
-        view read after now (:meth:`fresh_view`) before recording it as rejected, which is
-        for good: the view in hand may have been read before that listener announced its
-        tasks (at start, both listeners starting together)."""
+        in hand: leave it to another listener that runs it (``elsewhere``), record it as
+        rejected (no view read yet: not serving yet), or ``ask`` a view read after now
+        (:meth:`fresh_view`) first: a rejection is for good, and the view in hand, however
+        young, may have been read before that listener announced its tasks (two listeners
+        starting together)."""
+        if self._view is None:
+            return "reject"
         return "elsewhere" if self.run_elsewhere(key, key_start) else "ask"
 
     async def warn_other_packages(self) -> None:
