@@ -54,17 +54,9 @@ class Walk:
 
 
 @dataclass
-class MoveSummary:
-    """What a move did, and what it left and why."""
+class MoveSummary(Walk):
+    """What a move did (its walks' moves), and what its last walk left and why."""
 
-    moved: int = 0
-    """Pending timers now under the new prefix."""
-    dead_moved: int = 0
-    """Dead timers' failure records now under the new prefix."""
-    held: int = 0
-    """Left: a flow limit holds them."""
-    taken: int = 0
-    """Left: the new prefix has a timer (or a dead one) with that id already."""
     running: int = 0
     """Left: runs of the tasks still in flight under the old prefix when the wait ended
     (each ends there or comes back pending; a second move moves those)."""
