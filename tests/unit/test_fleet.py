@@ -79,6 +79,10 @@ def test_a_heartbeat_stores_the_task_list_once_and_the_view_reads_who_runs_what(
     assert view.packages() == {"app_a", "app_b"}
     assert not view.may_run("nobody.has")
     assert "b (package 'app_b', groups default)" in view.describe(exclude="a")
+    beat(scripts, "c", "app_c", ["bulk.send"], groups=("bulk",))
+    view = drive(fake, read_fleet(KEYS))
+    assert view.may_run_anywhere("bulk.send") and view.may_run_anywhere("mail.send")
+    assert not view.may_run_anywhere("nobody.has"), "timers move refuses to move it there"
 
 
 def test_a_task_set_no_live_listener_names_is_dropped_when_its_listener_goes(
@@ -105,6 +109,7 @@ def test_a_listener_that_announced_nothing_is_unknown_not_a_runner() -> None:
     assert view.runners("any.task") == []
     assert view.may_run("any.task"), "it might run it: a retry is not skipped for it"
     assert FleetView().may_run("any.task"), "no live listener: one started later may"
+    assert view.may_run_anywhere("any.task") and FleetView().may_run_anywhere("any.task")
 
 
 def test_hand_backs_wait_longer_each_time_and_are_bounded() -> None:

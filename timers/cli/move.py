@@ -10,6 +10,7 @@ import typer
 from timers.cli.common import PrefixOption, UrlOption, friendly, open_timers
 from timers.exceptions import UserError
 from timers.model.keys import DEFAULT_PREFIX, check_prefix
+from timers.ops.fleet import read_fleet
 from timers.ops.moves import MOVE_WAIT_S, MoveSummary, move_all
 from timers.store.cluster import hash_tagged, is_cluster, keyspace_for
 
@@ -56,7 +57,8 @@ def move(
     """Move pending timers (and with --dead, dead ones) of chosen tasks from the prefix to
     another on the same server, each timer atomically: apps that shared a prefix by mistake
     get one each. Walks again until nothing is left to move, and prints how many it moved
-    and how many it left, by reason; running it again is safe and moves only what is left."""
+    and how many it left, by reason; running it again is safe and moves only what is left.
+    Refuses a task no live listener of the new prefix runs while some are live."""
     try:
         check_prefix(to_prefix, "--to-prefix")
     except ValueError as exc:
@@ -74,6 +76,12 @@ def move(
             if shards is not None and int(shards) > 1:
                 raise UserError(f"prefix {keys.prefix!r} is split into {int(shards)} shards: "
                                 f"timers move works on prefixes of one shard")
+        fleet = t.run(read_fleet(target))
+        for name in task or ():
+            if not fleet.may_run_anywhere(name):
+                raise UserError(f"no live listener of {to_prefix!r} runs {name!r} "
+                                f"({fleet.describe()}): its timers would be refused there; "
+                                f"start one that does first")
         done = move_all(t.run, source, target, task or (), dead, wait)
     typer.echo(summary_line(done, prefix, to_prefix, dead))
 
