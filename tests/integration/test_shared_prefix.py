@@ -205,6 +205,12 @@ def test_timers_move_moves_1000_timers_to_the_prefix_whose_listener_runs_them(
         schedule(timers_client, "mailing.send", "two", 1000, 15.0)
         schedule(timers_client, "billing.charge", "one", 100, 15.0)
         due = {p.id: p.due for p in timers_client.list(limit=2000)}
+        refused = run_cli("move", "--to-prefix", "mail", "--task", "billing.charge",
+                          "--url", processes.url)
+        assert refused.returncode == 1 and refused.stdout == ""
+        assert "no live listener of 'mail' runs 'billing.charge'" in refused.stderr
+        assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+        assert len(timers_client.list(limit=2000)) == 1100, "nothing moved"
         started = time.monotonic()
         done = run_cli("move", "--to-prefix", "mail", "--task", "mailing.send", "--dead",
                        "--url", processes.url)
@@ -212,7 +218,7 @@ def test_timers_move_moves_1000_timers_to_the_prefix_whose_listener_runs_them(
         print(f"\n{done.stdout.strip()} (the command took {took:.1f} s)")
         assert done.returncode == 0, done.stderr
         assert done.stdout.strip() == ("moved 1000 pending timer(s) and 100 dead one(s) "
-                                       "from 'timers' to 'mail'")
+                                       "from 'timers' to 'mail', left 0")
         left = timers_client.list(limit=2000)
         assert {p.task for p in left} == {"billing.charge"} and len(left) == 100
         moved = mail.list(limit=2000)

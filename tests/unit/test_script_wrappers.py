@@ -53,7 +53,7 @@ LABELS = {
     "history task counts": KS.history_task_counts,
     "series": KS.series,
     "series tasks": KS.series_tasks, "arrivals": KS.arrivals,
-    "arrival records": KS.arrival_records, "moves": KS.moves,
+    "arrival records": KS.arrival_records, "moves": KS.moves, "walked index": KS.due,
     **{f"{age} {label}": getattr(keys, name)
        for age, keys in (("old", KS), ("new", Keyspace("q")))
        for label, name in (("due index", "due"), ("records", "records"),
@@ -82,7 +82,7 @@ SAMPLES: dict[ScriptName, Invocation] = {
     "park": CALLS.park(100, [ParkTimer("a", "t.f:[1]", "device:7", 1)]),
     "near": CALLS.near(1000),
     "shards": CALLS.shards(16, True),
-    "move": CALLS.move(Keyspace("q"), ["t.f"], False, ["a", "b"]),
+    "move": CALLS.move(Keyspace("q"), ["t.f"], False, KS.due, 50, ("1000", "a")),
     "arrive": CALLS.settle(100, [Settle("0|7", "c", "a", "t.f;g=v;p=2:[1]")]),
     "depart": CALLS.depart([Departure("7", "v", 1)]),
 }

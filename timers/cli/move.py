@@ -10,7 +10,8 @@ import typer
 from timers.cli.common import PrefixOption, UrlOption, friendly, open_timers
 from timers.exceptions import UserError
 from timers.model.keys import DEFAULT_PREFIX, check_prefix
-from timers.ops.moves import move_timers
+from timers.ops.fleet import read_fleet
+from timers.ops.moves import MOVE_WAIT_S, MoveSummary, move_all
 from timers.store.cluster import hash_tagged, is_cluster, keyspace_for
 
 
@@ -21,6 +22,22 @@ def _tag(prefix: str) -> str:
     return tagged[start + 1:tagged.find("}", start + 2)]
 
 
+def summary_line(done: MoveSummary, prefix: str, to_prefix: str, dead: bool) -> str:
+    """What a move did and what it left, with each reason's count, in one line."""
+    line = f"moved {done.moved} pending timer(s)"
+    if dead:
+        line += f" and {done.dead_moved} dead one(s)"
+    line += f" from {prefix!r} to {to_prefix!r}, left {done.left}"
+    reasons = [(done.held, "held by a concurrency key or rate limit"),
+               (done.taken, f"id taken under {to_prefix!r}"),
+               (done.running, f"still running under {prefix!r}")]
+    if done.left:
+        line += " (" + ", ".join(f"{why}: {n}" for n, why in reasons if n) + ")"
+    if done.held or done.running:
+        line += "; run it again to move those that are pending by then"
+    return line
+
+
 def move(
     to_prefix: Annotated[str, typer.Option(
         "--to-prefix", metavar="PREFIX", help="The prefix to move the timers to.")],
@@ -29,12 +46,19 @@ def move(
         "default: every task).")] = None,
     dead: Annotated[bool, typer.Option(
         "--dead", help="Also move the records of dead timers of those tasks.")] = False,
+    wait: Annotated[float, typer.Option(
+        "--wait", metavar="SECONDS", min=0,
+        help="How long to wait for runs of those tasks in flight under the prefix to end "
+        "or come back pending (then moved); those still running after it are left and "
+        "counted.")] = MOVE_WAIT_S,
     url: UrlOption = None,
     prefix: PrefixOption = DEFAULT_PREFIX,
 ) -> None:
     """Move pending timers (and with --dead, dead ones) of chosen tasks from the prefix to
     another on the same server, each timer atomically: apps that shared a prefix by mistake
-    get one each. Run it again to move timers that were running meanwhile."""
+    get one each. Walks again until nothing is left to move, and prints how many it moved
+    and how many it left, by reason; running it again is safe and moves only what is left.
+    Refuses a task no live listener of the new prefix runs while some are live."""
     try:
         check_prefix(to_prefix, "--to-prefix")
     except ValueError as exc:
@@ -52,17 +76,14 @@ def move(
             if shards is not None and int(shards) > 1:
                 raise UserError(f"prefix {keys.prefix!r} is split into {int(shards)} shards: "
                                 f"timers move works on prefixes of one shard")
-        done = t.run(move_timers(source, target, task or (), dead))
-    line = f"moved {done.moved} pending timer(s)"
-    if dead:
-        line += f" and {done.dead_moved} dead one(s)"
-    line += f" from {prefix!r} to {to_prefix!r}"
-    if done.held:
-        line += (f"; left {done.held} a concurrency key or rate limit holds back (run it "
-                 f"again once they are due again)")
-    if done.taken:
-        line += f"; left {done.taken} whose id {to_prefix!r} has already"
-    typer.echo(line)
+        fleet = t.run(read_fleet(target))
+        for name in task or ():
+            if not fleet.may_run_anywhere(name):
+                raise UserError(f"no live listener of {to_prefix!r} runs {name!r} "
+                                f"({fleet.describe()}): its timers would be refused there; "
+                                f"start one that does first")
+        done = move_all(t.run, source, target, task or (), dead, wait)
+    typer.echo(summary_line(done, prefix, to_prefix, dead))
 
 
 def register(app: typer.Typer) -> None:

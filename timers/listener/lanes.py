@@ -444,7 +444,7 @@ class Lane:
                     if event.escaped_id is not None else "reject")
         if screened == "reject":
             self._record_rejected(event)
-        elif screened == "ask":  # the view in hand is old: read it again first
+        elif screened == "ask":  # on a view read after it came
             task = asyncio.create_task(self._reject_unless_run_elsewhere(event))
             self.rejecting.add(task)
             task.add_done_callback(self.rejecting.discard)
@@ -452,7 +452,7 @@ class Lane:
     async def _reject_unless_run_elsewhere(self, event: Rejected) -> None:
         peers = self.shared.peers
         with contextlib.suppress(*RETRYABLE):
-            await peers.view()
+            await peers.fresh_view()
         if peers.run_elsewhere(event.key, self.keys.timer_key_start.encode()):
             log.debug("expired key %r: another live listener runs its task", event.key[:120])
             return

@@ -168,15 +168,13 @@ class Peers:
     def screen(self, key: bytes, key_start: bytes) -> Literal["elsewhere", "reject", "ask"]:
         """What to do with an expired key naming a task this listener lacks, from the view
         in hand: leave it to another listener that runs it (``elsewhere``), record it as
-        rejected (no view read yet, or a fresh one shows no such listener), or ``ask``
-        again (:meth:`view`) first."""
+        rejected (no view read yet: not serving yet), or ``ask`` a view read after now
+        (:meth:`fresh_view`) first: a rejection is for good, and the view in hand, however
+        young, may have been read before that listener announced its tasks (two listeners
+        starting together)."""
         if self._view is None:
             return "reject"
-        if self.run_elsewhere(key, key_start):
-            return "elsewhere"
-        if self._monotonic() - self._read_at <= VIEW_MAX_AGE:
-            return "reject"
-        return "ask"
+        return "elsewhere" if self.run_elsewhere(key, key_start) else "ask"
 
     async def warn_other_packages(self) -> None:
         """At start: warn when the prefix's heartbeats show another tasks package."""

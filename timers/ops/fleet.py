@@ -128,6 +128,11 @@ class FleetView:
         return any(p.runs(task, group) or (p.tasks is None and p.serves(group))
                    for p in self.peers)
 
+    def may_run_anywhere(self, task: str) -> bool:
+        """Whether some live listener can run ``task`` in a group it serves, or might (it did
+        not say what it runs); True when no listener is live (one that starts later may)."""
+        return not self.peers or any(p.tasks is None or task in p.tasks for p in self.peers)
+
     def describe(self, exclude: str | None = None, limit: int = 5) -> str:
         """The listeners seen (but ``exclude``), for a refusal: ``other live listeners:
         a (package …, groups …); …``."""

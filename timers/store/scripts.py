@@ -510,16 +510,18 @@ class ScriptCalls:
         return Invocation("heartbeat", (k.listeners, k.listener_info, k.task_sets),
                           (listener_id, ttl_ms, info, task_set, task_list))
 
-    def move(self, to: Keyspace, tasks: Sequence[str], dead: bool,
-             ids: Sequence[str]) -> Invocation:
-        """Move pending timers (escaped ids) or, with ``dead``, dead timers (failure ids)
-        of ``tasks`` (empty: any) from this prefix to ``to``'s (``lua/move.lua``)."""
+    def move(self, to: Keyspace, tasks: Sequence[str], dead: bool, index: str, page: int,
+             after: tuple[str, str] = ("", "")) -> Invocation:
+        """Move the pending timers (or, with ``dead``, dead timers) of ``tasks`` (empty:
+        any) among the ``page`` entries of ``index`` (one of this prefix's due indexes, or
+        its failure index) after the cursor ``after`` (score, member; empty: from the
+        start) from this prefix to ``to``'s (``lua/move.lua``)."""
         k = self.keys
         return self._shared("move", (
             k.due, k.records, k.failures, k.failure_records, k.failure_index,
-            to.due, to.records, to.failures, to.failure_records, to.failure_index,
+            to.due, to.records, to.failures, to.failure_records, to.failure_index, index,
         ), (k.timer_key_start, to.timer_key_start, to.wake_channel, ",".join(tasks),
-            "d" if dead else "p", *ids), to)
+            "d" if dead else "p", page, *after), to)
 
     def arrive(self, lease_ms: int, arrivals: Iterable[Arrival]) -> Invocation:
         """Write moving timers into this shard, inert until settled (``arrive.lua`` "a")."""
