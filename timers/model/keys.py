@@ -342,9 +342,20 @@ class Keyspace:
         return self.prefix + "|histtaskn"
 
     def history_task(self, task: str) -> str:
-        """zset: escaped id -> end ms of the kept records of ``task``, a task with a history
-        count of its own (the scripts name it from :attr:`history` the same way)."""
+        """zset: escaped id -> end ms of the kept records of ``task``: its index (the
+        scripts name it from :attr:`history` the same way)."""
         return f"{self.history}|n|{task}"
+
+    @property
+    def history_failed(self) -> str:
+        """zset: escaped id -> end ms of the kept dead ends (the scripts name it from
+        :attr:`history` the same way)."""
+        return self.history + "f"
+
+    @property
+    def history_cursor(self) -> str:
+        """string: the end ms through which every history batch is indexed (``trim.lua``)."""
+        return self.prefix + "|histix"
 
     @property
     def history_records(self) -> str:
