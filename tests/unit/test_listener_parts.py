@@ -475,7 +475,8 @@ def test_the_writer_sends_series_and_the_retention_about_once_a_second_and_at_cl
         finish = scripts.finish
 
         async def seen(**kwargs: Any) -> Any:
-            calls.append((len(kwargs["endings"]), list(kwargs["series"]), kwargs["store_retention"]))
+            calls.append((len(kwargs["endings"]), list(kwargs["series"]),
+                          kwargs["store_retention"]))
             return await finish(**kwargs)
 
         scripts.finish = seen  # type: ignore[method-assign]

@@ -261,11 +261,14 @@ local function history_plan(hist_key, exp_key, rec_key, batch_key, cursor_key, n
   end
   local cursor = redis.call('GET', cursor_key)
   local from = cursor and ('(' .. cursor) or '-inf'
-  local page = redis.call('ZRANGEBYSCORE', hist_key, from, now, 'WITHSCORES', 'LIMIT', 0, head)
-  local unindexed, scores, at = {}, {}, {}
-  for i = 1, #page, 2 do
+  -- a page of `head` batches, and the score of the one after it (nil: none)
+  local page = redis.call('ZRANGEBYSCORE', hist_key, from, now, 'WITHSCORES', 'LIMIT', 0,
+    head + 1)
+  local after = page[2 * head + 2]
+  local unindexed, scores, last_score = {}, {}, nil
+  for i = 1, math.min(#page, 2 * head), 2 do
     local member = page[i]
-    at[member] = page[i + 1]
+    last_score = page[i + 1]
     if string.sub(member, 1, 2) ~= '::' then
       unindexed[#unindexed + 1] = member
       scores[#unindexed] = page[i + 1]
@@ -273,19 +276,19 @@ local function history_plan(hist_key, exp_key, rec_key, batch_key, cursor_key, n
   end
   local taken = history_lives(rec_key, batch_key, unindexed, budget)
   local whole = #taken == #unindexed
-  local last  -- the score through which this page is indexed
-  if whole and #page < 2 * head then
-    last = now
-  elseif whole then
-    last = tonumber(page[#page])
+  local moved  -- the score through which every batch is indexed after this step
+  if whole and not after then
+    moved = now - 1  -- (a batch may still be written at `now`)
   else
-    last = tonumber(at[taken[#taken][1]])
+    -- the last score taken, or the one before when the next batch has it too
+    local last = tonumber(whole and last_score or scores[#taken])
+    local next_score = tonumber(whole and after or scores[#taken + 1])
+    moved = next_score == last and last - 1 or last
+    if cursor and moved <= tonumber(cursor) then moved = last end
   end
-  local moved = last - 1
-  if cursor and moved <= tonumber(cursor) then moved = last end
   if cursor and moved <= tonumber(cursor) and #taken == 0 then return nil end
   return {step = 'index', taken = taken, cursor = string.format('%.0f', moved),
-          more = not (whole and #page < 2 * head), tasks = history_taken_tasks(taken, {})}
+          more = not (whole and not after), tasks = history_taken_tasks(taken, {})}
 end
 
 -- Do a history_plan: the records dropped or indexed.
