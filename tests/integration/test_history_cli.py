@@ -4,12 +4,20 @@ process's history options."""
 
 from __future__ import annotations
 
+import hashlib
+import time
+
 import pytest
+import redis
 
 from tests.conftest import wait_until
-from tests.integration.helpers import TASKS, run_cli
+from tests.history_layout import records_of, write_history
+from tests.integration.helpers import TASKS, Processes, run_cli
 from timers import Timers
+from timers.listener.history import TRIM_BUDGET
 from timers.model.history import TimerState
+from timers.model.keys import DEFAULT_PREFIX, Keyspace
+from timers.store.scripts import script_library, source
 
 pytestmark = [pytest.mark.integration, pytest.mark.one_server]
 
@@ -80,3 +88,61 @@ def test_a_task_count_keeps_its_newest_ends(redis_url: str, timers_client: Timer
     assert timers_client.cancel("off")  # a cancel counts too
     kept = {r.id for r in timers_client.history(task="record.counted")}
     assert len(kept) == 3 and "off" in kept
+
+
+TRIM_SHA = hashlib.sha1(source("trim").encode()).hexdigest()
+TRIM_FUNCTION = f"{script_library()[0]}_trim"
+
+
+def trim_calls_us(r: redis.Redis) -> list[int]:
+    """How long (µs) each trim call the server logged took, as a function of the library or
+    by EVALSHA."""
+    return [int(entry["duration"]) for entry in r.slowlog_get(100_000)
+            if entry["command"].startswith((f"FCALL {TRIM_FUNCTION} ".encode(),
+                                            f"EVALSHA {TRIM_SHA}".encode()))]
+
+
+def test_an_idle_listener_trims_a_lowered_count_in_short_steps(
+        redis_url: str, processes: Processes) -> None:
+    # 200,000 records (a tenth written by the previous release, without the index), then a
+    # listener started with --history-count 20000 and nothing to run: it gets there within
+    # the deadline, in calls that each hold Redis a few ms at most.
+    r = redis.Redis.from_url(redis_url)
+    keys = Keyspace(DEFAULT_PREFIX)
+    seconds, micros = r.time()
+    now = seconds * 1000 + micros // 1000
+    write_history(r, keys, records_of(20_000, now - 120_000, prefix="o", dead_every=100),
+                  ended_ms=now - 120_000, expiry_ms=now + 86_400_000, indexed=False)
+    write_history(r, keys, records_of(180_000, now - 100_000, dead_every=100),
+                  ended_ms=now - 100_000, expiry_ms=now + 86_400_000)
+    assert r.hlen(keys.history_records) == 200_000
+    r.config_set("slowlog-log-slower-than", 0)
+    r.config_set("slowlog-max-len", 100_000)
+    r.slowlog_reset()
+    try:
+        processes.timers("listen", "--url", redis_url, "--tasks", TASKS,
+                         "--history-count", "20000")
+        started = time.monotonic()
+        wait_until(lambda: r.hlen(keys.history_records) == 20_000, 120,
+                   message="the history trimmed to 20,000 records")
+        took = time.monotonic() - started
+        calls = trim_calls_us(r)
+    finally:
+        r.config_set("slowlog-log-slower-than", 10_000)
+        r.config_set("slowlog-max-len", 128)
+    print(f"\n200,000 -> 20,000 records idle in {took:.1f} s (listener start included), "
+          f"{len(calls)} trim calls, slowest {max(calls)} us, 95th percentile "
+          f"{sorted(calls)[len(calls) * 95 // 100]} us, median {sorted(calls)[len(calls) // 2]} us")
+    assert len(calls) >= 180_000 // TRIM_BUDGET
+    # SLOWLOG times a call on the wall clock: on a loaded host (2 cores, load 10 to 14) a
+    # call of about 1 ms reads 5 to 23 ms now and then (1 to 3 in 100), Redis descheduled
+    # during it; calls that did more work would read so every time
+    slow = sorted(calls)[len(calls) * 95 // 100]
+    assert slow <= 5_000, f"the 95th percentile trim call held Redis {slow} us"
+    assert max(calls) <= 50_000, f"a trim call held Redis {max(calls)} us"
+    # what is kept is the newest, and its indexes hold it and nothing more
+    assert r.zcard(keys.history_task("reminders.sms")) == 20_000
+    assert r.zcard(keys.history_failed) == 200
+    with Timers(redis_url) as t:
+        assert len(t.history(failed=True, limit=1000)) == 200
+    r.close()
