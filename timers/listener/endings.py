@@ -145,8 +145,8 @@ class EndingWriter:
         """What the endings keep of their runs, and the name their records give."""
         self.task_retention = task_retention
         """Task -> its own history age ms (None: the listener's) and count (None: the
-        listener's only), of the tasks this listener runs: stored with the first trim, for
-        ``cancel.lua`` (``P|histtask``, ``P|histtaskn``)."""
+        listener's only), of the tasks this listener runs: stored with its first finish
+        call, for ``cancel.lua`` (``P|histtask``, ``P|histtaskn``)."""
         self._retention_stored = False
         """Whether a trim call stored the retention and the tasks' ages in this shard. The
         first is made at once, endings or not, so a cancel on a shard where nothing ended
