@@ -312,7 +312,7 @@ local function end_run(token, kind, a, b, release, hid, htext, hage, hindexed)
     end
     local args = adds[1]
     args[#args + 1], args[#args + 2] = hindexed[2], hid
-    adds[2] = hindexed[3]
+    adds[2] = hindexed[3] or adds[2]
     if kind == 'fail' then
       dead_adds[#dead_adds + 1], dead_adds[#dead_adds + 2] = hindexed[2], hid
     end
