@@ -1,13 +1,17 @@
--- history.lua: the run history and the per-task series, shared by finish.lua and
--- cancel.lua (put after flow.lua). timers/model/keys.py names the keys; timers/model/history.py is the
--- codec of both values (HistoryRecord, MinuteSlot): the scripts only check their shape.
+-- history.lua: the run history and the per-task series, shared by finish.lua, cancel.lua
+-- and trim.lua (put after flow.lua). timers/model/keys.py names the keys;
+-- timers/model/history.py is the codec of both values (HistoryRecord, MinuteSlot): the
+-- scripts only check their shape.
 --
--- The history is indexed by batch, not by record: a finish call writes one batch per
--- distinct age among the records it keeps (usually one), a cancel a batch of one. Per
--- record, only its HSET field is written; per batch, one entry in each zset and one in
--- P|histb. A batch id is ":<n>" (no escaped id holds ':'), n a number of the keyspace's
--- sequence (P|seq, which numbers run tokens): a finish batch's is its first run's token
--- (a run ends once), a cancel's is drawn from the sequence; so no two batches share one.
+-- The history is indexed by batch: a finish call writes one batch per distinct age among
+-- the records it keeps (usually one), a cancel a batch of one. Per record, its HSET field
+-- and its entry in its task's zset (and, dead, in P|histf) are written; per batch, one
+-- entry in each of P|hist and P|histexp and one in P|histb. A batch id is "::<n>" (no
+-- escaped id holds ':'), n a number of the keyspace's sequence (P|seq, which numbers run
+-- tokens): a finish batch's is its first run's token (a run ends once), a cancel's is
+-- drawn from the sequence; so no two batches share one. Records over the bounds of the
+-- listeners are dropped by trim.lua (history_plan, history_upkeep), a bounded step per
+-- call, their index entries with them.
 --
 --   P|hist      zset  batch id -> its end ms: the history, oldest first; read newest
 --                     first, trimmed from its head by count
@@ -24,22 +28,27 @@
 --   P|histtask  hash  task -> its own age ms (0: keeps none), for cancel.lua
 --   P|histtaskn hash  task -> its own count (@task(history_count=N); 0: keeps none), of
 --                     the tasks that have one, for cancel.lua
---   P|hist|n|<task>  zset  escaped id -> end ms: the kept records of a task with a count
---                     of its own (none for the others: they cost nothing more), named
---                     from P|hist (same hash tag); trimmed to the count as it is written,
---                     the oldest first, each popped id's record dropped if it is still
---                     this task's. Records the listener-wide trims drop leave members
---                     here; harmless: they are the oldest, popped first, and the zset
---                     holds at most its count
+--   P|hist|n|<task>  zset  escaped id -> end ms: the kept records of a task, its index
+--                     (`timers history --task`), named from P|hist (same hash tag); for a
+--                     task with a count of its own, trimmed to the count as it is
+--                     written, the oldest first, each popped id's record dropped if it is
+--                     still this task's. An id that ends again under another task leaves
+--                     its entry here (readers check each entry against its record)
+--   P|histf     zset  escaped id -> end ms: the kept dead ends (`--failed`); an entry
+--                     whose id ended since otherwise goes when its old batch is dropped
+--   P|histix    string  the end ms through which every P|hist batch is indexed: batches
+--                     past it with an id not starting "::" were written before the
+--                     indexes, and trim.lua indexes them when nothing else is owed
 --   P|series    hash  "<task>|<minute mod 1440>" -> "<minute> <runs> <failures>
 --                     l<bucket>=<n>,... d<bucket>=<n>,...": a ring of minute slots per
 --                     task (lateness and duration histograms); a slot of an older minute
 --                     is overwritten, so its size is fixed
 --   P|seriest   hash  task -> the last minute written: the tasks that have a series
 --
--- The previous release indexed each record: P|hist and P|histexp members that are escaped
--- ids (no ':' first), their P|histrec values without a batch prefix. Those still read, and
--- are trimmed as batches of one (their record is dropped unless a newer end rewrote it).
+-- Older releases wrote batch ids ":<n>" (not in the task and dead indexes) or indexed each
+-- record (P|hist and P|histexp members that are escaped ids, no ':' first, their P|histrec
+-- values without a batch prefix). Those still read, are trimmed as batches (of one), and
+-- are indexed past P|histix.
 
 local SERIES_SLOTS = 1440
 
