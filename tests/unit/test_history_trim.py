@@ -61,7 +61,7 @@ async def steps(server: fakeredis.FakeServer, ks: Keyspace, count: int,
                              budget=budget)
     done: list[int] = []
     while True:
-        n, more, _ = await trimmer.step()
+        n, more = await trimmer.step()
         done.append(n)
         if not more:
             break

@@ -36,8 +36,8 @@ Redis about a millisecond (``bench/history_cost.py --trim-idle``)."""
 TRIM_PAUSE = 0.005
 """Seconds between two trim calls while more is owed: Redis serves others between them."""
 TRIM_EVERY = 1.0
-"""Seconds at most between two trim calls when none is owed (sooner when a record
-expires): another listener's writes or a lowered bound are seen within this."""
+"""Seconds between two trim calls when none is owed: a record past its age, another
+listener's writes over the count, are seen within this."""
 
 
 @dataclass(frozen=True)
@@ -111,7 +111,7 @@ class HistoryTrimmer:
     """Keeps one shard's run history to this listener's bounds (:class:`HistoryPolicy`;
     one that keeps none drops all), idle or not: a loop of ``trim.lua`` calls, each
     bounded (about :data:`TRIM_BUDGET` records), repeated after :data:`TRIM_PAUSE` while
-    one says more is owed, else after :data:`TRIM_EVERY` or when the next record expires.
+    one says more is owed, else after :data:`TRIM_EVERY`.
     Each call is atomic and idempotent, so listeners sharing a prefix trim side by side.
     The same calls index the records written before the index existed (``history.lua``
     history_plan)."""
@@ -122,11 +122,10 @@ class HistoryTrimmer:
         self.count = policy.wire[1]
         self.outage = outage
 
-    async def step(self) -> tuple[int, bool, float]:
-        """One call: (records dropped or indexed, whether more is owed now, seconds to the
-        next expiry or inf)."""
-        done, more, wait = await self.scripts.trim(self.count, self.budget)
-        return int(done), bool(int(more)), math.inf if int(wait) < 0 else int(wait) / 1000
+    async def step(self) -> tuple[int, bool]:
+        """One call: (records dropped or indexed, whether more is owed now)."""
+        done, more = await self.scripts.trim(self.count, self.budget)
+        return int(done), bool(int(more))
 
     async def run(self) -> None:
         """Trim until the listener closes."""
@@ -134,15 +133,14 @@ class HistoryTrimmer:
         state = ConnectionState("trimming the run history", self.outage)
         while not self.closed.is_set():
             try:
-                _, more, expiry = await self.step()
+                _, more = await self.step()
             except RETRYABLE as exc:
                 state.failed(exc)
                 await pause(delays.next(), self.closed)
                 continue
             state.ok()
             delays.reset()
-            await pause(TRIM_PAUSE if more else max(TRIM_PAUSE, min(TRIM_EVERY, expiry)),
-                        self.closed)
+            await pause(TRIM_PAUSE if more else TRIM_EVERY, self.closed)
 
     async def settle(self, clock: Clock, within: float = 5.0) -> None:
         """Trim till nothing is owed, for ``within`` seconds at most (a burst's end)."""

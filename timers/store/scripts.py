@@ -682,8 +682,7 @@ class Scripts:
                                           task_retention=task_retention))
 
     def trim(self, count: int, budget: int) -> Any:
-        """Reply: ``[records dropped or indexed, 1 if more is owed, ms to the next expiry
-        or -1]`` (``lua/trim.lua``)."""
+        """Reply: ``[records dropped or indexed, 1 if more is owed]`` (``lua/trim.lua``)."""
         return self.run(self.calls.trim(count, budget))
 
     def heartbeat(self, listener_id: str, ttl_ms: int, info: str, task_set: str = "",

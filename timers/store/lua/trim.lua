@@ -16,8 +16,7 @@
 -- ARGV[1]  count: the most records kept (the calling listener's --history-count)
 -- ARGV[2]  budget: about how many records one call drops or indexes
 --
--- Returns {records dropped or indexed, 1 if more is owed now else 0, ms until the next
--- expiry (-1: none)}.
+-- Returns {records dropped or indexed, 1 if more is owed now else 0}.
 if not is_count(ARGV[1]) or not is_count(ARGV[2]) or tonumber(ARGV[2]) < 1 then
   return redis.error_reply('ERR timers trim: bad arguments')
 end
@@ -36,7 +35,4 @@ if plan then
   done = history_upkeep(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[6], plan)
   if plan.more then more = 1 end
 end
-local next_expiry = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
-local wait = -1
-if #next_expiry > 0 then wait = math.max(0, tonumber(next_expiry[2]) - now) end
-return {done, more, wait}
+return {done, more}
