@@ -66,10 +66,10 @@ def listed(producer: Timers, task: str) -> set[str]:
 
 def task_entries(fake: fakeredis.FakeRedis, ks: Keyspace,
                  *entries: tuple[str, str, str]) -> None:
-    """A listener's first trim, storing its tasks' own ages and counts (task, age ms or "",
-    count or "")."""
+    """A listener's first finish call, storing its tasks' own ages and counts (task, age ms
+    or "", count or "")."""
     call = ScriptCalls(ks).finish(
-        retention_ms=1000, endings=[], trim=100, task_retention=entries,
+        retention_ms=1000, endings=[], store_retention=True, task_retention=entries,
         history=(round(DEFAULT_HISTORY_AGE * 1000), DEFAULT_HISTORY_COUNT))
     register_all(fake)["finish"](keys=list(call.keys), args=list(call.args))
 
@@ -91,7 +91,7 @@ def test_a_task_count_keeps_the_newest_of_its_ends_and_no_other_tasks(
     assert fake.hlen(ks.history_records) == 3 + 5
     assert fake.zcard(ks.history_task(COUNTED)) == 3
     assert fake.hget(ks.history_task_counts, COUNTED) == b"3"  # for cancel.lua
-    assert not fake.exists(ks.history_task("mod.add"))  # nothing written for it
+    assert fake.zcard(ks.history_task("mod.add")) == 5  # its index: all kept
     assert fake.hget(ks.history_task_counts, "mod.add") is None
 
 
@@ -120,7 +120,7 @@ def test_a_newer_end_of_the_id_under_another_task_outlives_the_count(
     assert listed(producer, COUNTED) == {"c0", "c1", "c2"}
 
 
-def test_a_count_changed_applies_at_once_and_one_removed_leaves_nothing_behind(
+def test_a_count_changed_applies_at_once_and_one_removed_leaves_the_tasks_index(
         server: fakeredis.FakeServer, fake: fakeredis.FakeRedis, producer: Timers) -> None:
     ks = producer.keys
     run_ids(producer, server, COUNTED, "c0", "c1", "c2")
@@ -130,12 +130,12 @@ def test_a_count_changed_applies_at_once_and_one_removed_leaves_nothing_behind(
     assert fake.hget(ks.history_task_counts, COUNTED) == b"1"
 
     task_entries(fake, ks, (COUNTED, "", ""))  # redeployed without a count
-    assert not fake.exists(ks.history_task(COUNTED))
+    assert fake.zrange(ks.history_task(COUNTED), 0, -1) == [b"c3"]  # its index
     assert fake.hget(ks.history_task_counts, COUNTED) is None
     assert listed(producer, COUNTED) == {"c3"}  # what was kept stays, as any task's
     producer.schedule(COUNTED, in_=3600, id="off")
     assert producer.cancel("off")  # the cancel keeps to no count of its own now
-    assert not fake.exists(ks.history_task(COUNTED))
+    assert fake.zcard(ks.history_task(COUNTED)) == 2
     assert listed(producer, COUNTED) == {"c3", "off"}
 
 

@@ -521,21 +521,22 @@ def test_in_a_burst_the_writer_lets_a_batch_grow_unless_an_ending_may_free_a_slo
     assert (stats.fired, stats.running, stats.pending) == (5, 0, 0)
 
 
-def test_the_writer_sends_series_and_a_trim_about_once_a_second_and_at_close(
+def test_the_writer_sends_series_and_the_retention_about_once_a_second_and_at_close(
         server: fakeredis.FakeServer) -> None:
     """Between them, a finish call carries only endings and their history records; the
     series it sends sum every run since the last, exactly per task and minute."""
     producer = Timers(fakeredis.FakeRedis(server=server))
 
-    async def scenario() -> list[tuple[int, list[tuple[str, str]], int]]:
+    async def scenario() -> list[tuple[int, list[tuple[str, str]], bool]]:
         client = fakeredis.FakeAsyncRedis(server=server)
         scripts = Scripts(client, KEYS)
         clock = ManualClock()
-        calls: list[tuple[int, list[tuple[str, str]], int]] = []
+        calls: list[tuple[int, list[tuple[str, str]], bool]] = []
         finish = scripts.finish
 
         async def seen(**kwargs: Any) -> Any:
-            calls.append((len(kwargs["endings"]), list(kwargs["series"]), kwargs["trim"]))
+            calls.append((len(kwargs["endings"]), list(kwargs["series"]),
+                          kwargs["store_retention"]))
             return await finish(**kwargs)
 
         scripts.finish = seen  # type: ignore[method-assign]
@@ -562,9 +563,9 @@ def test_the_writer_sends_series_and_a_trim_about_once_a_second_and_at_close(
     calls = asyncio.run(scenario())
     one = MinuteSlot(5, 1, 0, {bucket_of(2): 1}, {bucket_of(3): 1}).encode()
     three = MinuteSlot(5, 3, 0, {bucket_of(2): 3}, {bucket_of(3): 3}).encode()
-    assert calls == [(1, [("mod.add", one)], 2 + 8), (1, [], 0), (1, [], 0),
-                     (1, [("mod.add", three)], 2 * 3 + 8), (1, [], 0),
-                     (0, [("mod.add", one)], 2 + 8)]
+    assert calls == [(1, [("mod.add", one)], True), (1, [], False), (1, [], False),
+                     (1, [("mod.add", three)], True), (1, [], False),
+                     (0, [("mod.add", one)], True)]
     assert producer.stats().fired == 5
     assert len(producer.history()) == 5
 

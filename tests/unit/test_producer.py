@@ -531,10 +531,11 @@ def test_any_id_and_args_round_trip_through_redis(tid: str, args: Any) -> None:
     entry = Entry.decode(as_text(key)[len("timers:"):])
     assert (entry.id, entry.record.task, entry.record.args) == (tid, "jobs.run", args)
     assert producer.cancel(tid) is True
-    # only its history record is left (and the sequence that named its batch): the timer
-    # is gone
+    # only its history record is left (with its task's index, and the sequence that named
+    # its batch): the timer is gone
     assert sorted(client.keys("*")) == [b"timers|hist", b"timers|histb", b"timers|histexp",
-                                        b"timers|histrec", b"timers|seq"]
+                                        b"timers|histrec", b"timers|hist|n|jobs.run",
+                                        b"timers|seq"]
     ended = producer.status(tid)
     assert (ended.state, ended.ended is not None and ended.ended.id) == ("cancelled", tid)
 

@@ -38,7 +38,7 @@ from timers.store.scripts import (
 KS = Keyspace("p")
 CALLS = ScriptCalls(KS)
 ALLOW_OOM = {"renew", "finish", "cancel", "forget", "heartbeat", "reschedule", "cron_pause",
-             "cron_remove", "cron_next", "shards", "depart"}
+             "cron_remove", "cron_next", "shards", "depart", "trim"}
 LABELS = {
     "due index": KS.due, "records": KS.records, "running": KS.running,
     "running records": KS.running_records, "sequence": KS.sequence, "stats": KS.stats,
@@ -50,7 +50,8 @@ LABELS = {
     "near": KS.near, "history": KS.history, "history records": KS.history_records,
     "history retention": KS.history_retention, "history expiry": KS.history_expiry,
     "history task ages": KS.history_task_ages, "history batches": KS.history_batches,
-    "history task counts": KS.history_task_counts,
+    "history task counts": KS.history_task_counts, "history dead ends": KS.history_failed,
+    "index cursor": KS.history_cursor,
     "series": KS.series,
     "series tasks": KS.series_tasks, "arrivals": KS.arrivals,
     "arrival records": KS.arrival_records, "moves": KS.moves, "walked index": KS.due,
@@ -85,6 +86,7 @@ SAMPLES: dict[ScriptName, Invocation] = {
     "move": CALLS.move(Keyspace("q"), ["t.f"], False, KS.due, 50, ("1000", "a")),
     "arrive": CALLS.settle(100, [Settle("0|7", "c", "a", "t.f;g=v;p=2:[1]")]),
     "depart": CALLS.depart([Departure("7", "v", 1)]),
+    "trim": CALLS.trim(100, 250),
 }
 PER_ITEM_KEYS = {  # the keys each sample names per item ("KEYS[3..] per …")
     "arrive": [KS.due_index("v", 2), KS.timer_key("a:t.f;g=v;p=2:[1]")],

@@ -55,9 +55,9 @@ def call(scripts: dict[ScriptName, Any], name: ScriptName, keys: list[str],
     return scripts[name](keys=keys, args=args)
 
 
-NO_TAKER = ["me", "default", 0, 0, 0, 0, 0, 8, 0, 0]
+NO_TAKER = ["me", "default", 0, 0, 0, 0, 0, 1, 0, 0]
 """finish.lua's listener id, groups, take, lease and follow: hand nothing over; then the
-history's age and count (none kept), a trim budget of 8, no series entries and no task
+history's age and count (none kept), the retention stored, no series entries and no task
 age entries."""
 
 
@@ -210,7 +210,7 @@ def test_finish_with_one_bad_task_entry_writes_nothing(
     fake.zadd(ks.history_task("c.d"), {"old": 1})
     before = snapshot(fake)
     good = ScriptCalls(ks).finish(retention_ms=1000, endings=[(busy["token"], "ok", "", "")],
-                                  trim=8, task_retention=[("c.d", "", ""), *bad])
+                                  store_retention=True, task_retention=[("c.d", "", ""), *bad])
     with pytest.raises(redis.ResponseError, match="timers finish: bad task entry"):
         call(scripts, "finish", list(good.keys), list(good.args))
     assert snapshot(fake) == before

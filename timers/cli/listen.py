@@ -96,7 +96,8 @@ HistoryCountOption = Annotated[int | None, typer.Option(
     "--history-count", min=0, metavar="N", show_default=False,
     help="At most this many history records per shard, the oldest dropped first, whatever "
          "their task (a task may keep fewer of its own: `@task(history_count=N)`); 0 keeps "
-         "none. Default 100000 (about 18 MB).")]
+         "none. The listener keeps both bounds, idle or not, a few hundred records per "
+         "call. Default 100000 (about 28 MB).")]
 SeriesOption = Annotated[bool, typer.Option(
     "--series/--no-series",
     help="Write each task's per-minute figures (runs, failures, lateness, duration) for "

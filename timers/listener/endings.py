@@ -35,11 +35,11 @@ MAX_BATCH = 500
 """Endings written per script call (and timers taken per claim)."""
 
 EXTRAS_EVERY = 1.0
-"""Seconds between the finish calls that write the series and trim the history: the calls
-between them write only the endings and their history records (one ZADD, one HSET), and
+"""Seconds between the finish calls that write the series and store the history's
+retention: the calls between them write only the endings and their history records, and
 the writer sums their runs' series meanwhile, so what each call costs once (the series
-slots' read and merge, the trim's reads, the retention GET) is paid about once a second,
-not once per batch."""
+slots' read and merge, the retention GET) is paid about once a second, not once per
+batch. The history is trimmed by :class:`timers.listener.history.HistoryTrimmer`."""
 
 GATHER = 0.004
 """Seconds at least between the starts of two batches :meth:`EndingWriter.run` writes: a
@@ -145,8 +145,8 @@ class EndingWriter:
         """What the endings keep of their runs, and the name their records give."""
         self.task_retention = task_retention
         """Task -> its own history age ms (None: the listener's) and count (None: the
-        listener's only), of the tasks this listener runs: stored with the first trim, for
-        ``cancel.lua`` (``P|histtask``, ``P|histtaskn``)."""
+        listener's only), of the tasks this listener runs: stored with its first finish
+        call, for ``cancel.lua`` (``P|histtask``, ``P|histtaskn``)."""
         self._retention_stored = False
         """Whether a trim call stored the retention and the tasks' ages in this shard. The
         first is made at once, endings or not, so a cancel on a shard where nothing ended
@@ -155,10 +155,8 @@ class EndingWriter:
         """Run token -> what the history and series keep of it, till its ending is written."""
         self._unsummed: list[RunFacts] = []
         """Runs whose endings are written but whose series are not yet (see EXTRAS_EVERY)."""
-        self._kept_since_trim = 0
-        """History records written since the history was last trimmed."""
         self._extras_at = -math.inf
-        """When (monotonic) the series were last written and the history trimmed."""
+        """When (monotonic) the series and the retention were last written."""
         self.clock = clock or SystemClock()
         self.failure_retention = failure_retention
         self.closed = closed
@@ -235,30 +233,28 @@ class EndingWriter:
 
     @property
     def extras_owed(self) -> bool:
-        """Whether runs' series or history records are written but not yet summed into the
-        series or trimmed (a call with no endings writes them, EXTRAS_EVERY at the latest)."""
-        return bool(self._unsummed or self._kept_since_trim)
+        """Whether runs' endings are written but not yet summed into the series (a call
+        with no endings writes them, EXTRAS_EVERY at the latest)."""
+        return bool(self._unsummed)
 
     async def flush(self, final: bool = False) -> None:
         """Write the first batch of endings in one script call (possibly none: then the
-        series and the trim owed). It writes the series summed since the last such call
-        and trims the history when ``final`` or EXTRAS_EVERY has passed since then."""
+        series owed). It writes the series summed since the last such call and stores the
+        retention when ``final`` or EXTRAS_EVERY has passed since then."""
         batch = self._queue[:MAX_BATCH]
         tokens = [ending.token for ending in batch]
         # Renewed until the reply is read (the loop may block before it is), and a renewal
         # that crosses the ending drops them quietly.
         self.held.ending(tokens)
         taker = self.taker(tokens)
-        wires, ran, kept = self._with_history(batch)
+        wires, ran = self._with_history(batch)
         sent = self.clock.monotonic()
         extras = final or sent - self._extras_at >= EXTRAS_EVERY
         series: list[tuple[str, str]] = []
         retention: list[tuple[str, str, str]] = []
-        trim = 0
         if extras:
             if self.history.series:
                 series = series_of(self._unsummed, ran)
-            trim = 2 * (self._kept_since_trim + kept) + 8
             if not self._retention_stored and self.history.keeps:
                 retention = [(task, "" if age is None else str(age),
                               "" if count is None else str(count))
@@ -266,7 +262,7 @@ class EndingWriter:
         try:
             reply = await self.scripts.finish(
                 retention_ms=round(self.failure_retention * 1000), endings=wires,
-                taker=taker, history=self.history.wire, series=series, trim=trim,
+                taker=taker, history=self.history.wire, series=series, store_retention=extras,
                 task_retention=retention)
         except BaseException:
             self.held.ending(tokens, sent=False)
@@ -274,12 +270,10 @@ class EndingWriter:
             raise
         waited = self.clock.monotonic() - sent
         if extras:
-            self._unsummed, self._kept_since_trim, self._extras_at = [], 0, sent
+            self._unsummed, self._extras_at = [], sent
             self._retention_stored = True
-        else:
-            if self.history.series:
-                self._unsummed += ran
-            self._kept_since_trim += kept
+        elif self.history.series:
+            self._unsummed += ran
         self.held.release(tokens)
         del self._queue[: len(batch)]
         if self._facts:
@@ -294,17 +288,15 @@ class EndingWriter:
         report_late_finishes(int(reply[0] or 0), self.eviction_policy)
 
     def _with_history(self, batch: list[Ending]) -> tuple[list[tuple[str, ...]],
-                                                         list[RunFacts], int]:
+                                                         list[RunFacts]]:
         """Each ending's ``finish.lua`` values, with its history record when it ends its
-        timer (and its task keeps history); the facts of the batch's runs; how many history
-        records the batch carries."""
+        timer (and its task keeps history); the facts of the batch's runs."""
         known = self._facts
         if not known:
-            return [ending.wire() for ending in batch], [], 0
+            return [ending.wire() for ending in batch], []
         keeps, listener = self.history.keeps, self.listener_id
         wires: list[tuple[str, ...]] = []
         ran = []
-        kept = 0
         for ending in batch:
             facts = known.get(ending.token)
             if facts is None:
@@ -317,10 +309,9 @@ class EndingWriter:
                 wires.append((*ending.wire(), facts.escaped_id,
                               history_text(facts, ending.kind, listener),
                               keep if count is None else f"{keep}|{count}"))
-                kept += 1
             else:
                 wires.append(ending.wire())
-        return wires, ran, kept
+        return wires, ran
 
     async def _still_held(self, runs: list[Run], lease_ms: int, waited: float) -> list[Run]:
         """Handed runs read late: only those still this listener's. A run next in line

@@ -4,15 +4,21 @@ Both ride in the batched ``finish.lua`` call that writes the endings (no round t
 their own): each ending that ends its timer carries its :class:`timers.model.history.HistoryRecord`
 text, and the batch's runs are summed here per task and minute into one
 :class:`timers.model.history.MinuteSlot` each, which the script adds to the task's ring
-(``timers/store/lua/history.lua``).
+(``timers/store/lua/history.lua``). The history's bounds are kept by
+:class:`HistoryTrimmer`, a loop of its own, idle or not.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
+from timers.listener.retrying import RETRYABLE, ConnectionState, Outage, ReconnectDelays, pause
+from timers.model.clock import Clock
 from timers.model.history import (
     DEFAULT_HISTORY_AGE,
     DEFAULT_HISTORY_COUNT,
@@ -23,6 +29,15 @@ from timers.model.history import (
 )
 from timers.model.runs import RunFacts
 from timers.model.wire import EndingKind
+
+TRIM_BUDGET = 250
+"""About how many history records one ``trim.lua`` call drops or indexes: a call holds
+Redis about a millisecond (``bench/history_cost.py --trim-idle``)."""
+TRIM_PAUSE = 0.005
+"""Seconds between two trim calls while more is owed: Redis serves others between them."""
+TRIM_EVERY = 1.0
+"""Seconds between two trim calls when none is owed: a record past its age, another
+listener's writes over the count, are seen within this."""
 
 
 @dataclass(frozen=True)
@@ -90,3 +105,46 @@ def series_of(*facts: Sequence[RunFacts]) -> list[tuple[str, str]]:
             took = bucket_of(run.duration_ms)
             slot.duration[took] = slot.duration.get(took, 0) + 1
     return [(task, slot.encode()) for (task, _), slot in slots.items()]
+
+
+class HistoryTrimmer:
+    """Keeps one shard's run history to this listener's bounds (:class:`HistoryPolicy`;
+    one that keeps none drops all), idle or not: a loop of ``trim.lua`` calls, each
+    bounded (about :data:`TRIM_BUDGET` records), repeated after :data:`TRIM_PAUSE` while
+    one says more is owed, else after :data:`TRIM_EVERY`.
+    Each call is atomic and idempotent, so listeners sharing a prefix trim side by side.
+    The same calls index the records written before the index existed (``history.lua``
+    history_plan)."""
+
+    def __init__(self, scripts: Any, policy: HistoryPolicy, closed: asyncio.Event,
+                 outage: Outage | None = None, budget: int = TRIM_BUDGET) -> None:
+        self.scripts, self.closed, self.budget = scripts, closed, budget
+        self.count = policy.wire[1]
+        self.outage = outage
+
+    async def step(self) -> tuple[int, bool]:
+        """One call: (records dropped or indexed, whether more is owed now)."""
+        done, more = await self.scripts.trim(self.count, self.budget)
+        return int(done), bool(int(more))
+
+    async def run(self) -> None:
+        """Trim until the listener closes."""
+        delays = ReconnectDelays()
+        state = ConnectionState("trimming the run history", self.outage)
+        while not self.closed.is_set():
+            try:
+                _, more = await self.step()
+            except RETRYABLE as exc:
+                state.failed(exc)
+                await pause(delays.next(), self.closed)
+                continue
+            state.ok()
+            delays.reset()
+            await pause(TRIM_PAUSE if more else TRIM_EVERY, self.closed)
+
+    async def settle(self, clock: Clock, within: float = 5.0) -> None:
+        """Trim till nothing is owed, for ``within`` seconds at most (a burst's end)."""
+        deadline = clock.monotonic() + within
+        with contextlib.suppress(*RETRYABLE):
+            while clock.monotonic() < deadline and (await self.step())[1]:
+                pass

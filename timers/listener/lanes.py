@@ -36,7 +36,7 @@ from timers.listener.events import Channels, EventHub, EventSource, Rejected
 from timers.listener.executor import Executor
 from timers.listener.flow_gate import FlowGate
 from timers.listener.handoff import Handoff
-from timers.listener.history import HistoryPolicy
+from timers.listener.history import HistoryPolicy, HistoryTrimmer
 from timers.listener.leases import Fence, HeldRuns, LeaseKeeper, sync_twin
 from timers.listener.loader import TaskLoader
 from timers.listener.near_keys import keep_near_keys
@@ -233,6 +233,7 @@ class Lane:
                                     on_written=self._after_endings_written, outage=outage,
                                     history=shared.history, listener_id=shared.id,
                                     task_retention=loader.history_retention)
+        self.trimmer = HistoryTrimmer(self.scripts, shared.history, self.closed, outage)
         self.events = EventSource(shared.redis, Channels.of(keys, shared.db, shared.groups),
                                   keys, loader.resolve, self.tracker, poke.set, self._reject,
                                   self.stopping, outage=outage, hub=hub,
@@ -271,6 +272,7 @@ class Lane:
             asyncio.create_task(self.events.run() if events else self.events.run_without(),
                                 name="timers-events"),
             asyncio.create_task(self.endings.run(), name="timers-finish"),
+            asyncio.create_task(self.trimmer.run(), name="timers-history-trim"),
             asyncio.create_task(self._heartbeat_loop(), name="timers-heartbeat"),
         ]
         if self.placer is not None:
@@ -292,6 +294,7 @@ class Lane:
             await asyncio.to_thread(keeper.close)
             await self._end_loops(loops)
             await self.endings.flush_remaining(shared.clock)
+            await self.trimmer.settle(shared.clock)
             with contextlib.suppress(*RETRYABLE):
                 await self.heartbeat(alive=False)
 

@@ -111,6 +111,9 @@ class HistoryRecord:
 
 HISTORY_BATCH_START = ":"
 """How a history batch id starts (``:<n>``); no escaped timer id holds ``:``."""
+HISTORY_INDEXED = "::"
+"""How the id of a batch whose records are in the indexes starts (``::<n>``, every batch
+written since the indexes exist): the index upkeep passes those over by name."""
 
 
 @dataclass(frozen=True)

@@ -77,16 +77,18 @@ key                 type    holds
                             timer that waits for its rate limit (its key's order).
 ``P|barred``        hash    concurrency key → its limit: a key whose queue head waits
                             behind the order barrier (promoted when it lifts).
-``P|hist``          zset    batch id ``:<n>`` -> when it was written, ms: the run
+``P|hist``          zset    batch id ``::<n>`` -> when it was written, ms: the run
                             history indexed by batch (the ends, completed, skipped, dead,
                             cancelled, one finish call wrote with one age, or one cancel),
                             read newest first and trimmed from its head by count
-                            (``timers/store/lua/history.lua``).
+                            (``timers/store/lua/history.lua``, by each listener's
+                            ``trim.lua`` loop). A batch id ``:<n>`` is one written before
+                            the task and dead indexes.
 ``P|histexp``       zset    batch id -> when its records expire, ms (its end plus its
                             task's age, else the listener's): trimmed from its head by
                             age, so each task keeps its own age in O(log n) per batch.
 ``P|histb``         hash    batch id -> the escaped ids it wrote, joined by ``:``. A batch
-                            id is ``:`` and a number of ``P|seq`` (its first run's token,
+                            id is ``::`` and a number of ``P|seq`` (its first run's token,
                             or drawn for a cancel), so none repeats.
 ``P|histrec``       hash    escaped id -> ``<batch id>|`` and its newest end's
                             :class:`timers.model.history.HistoryRecord` text
@@ -96,21 +98,25 @@ key                 type    holds
                             records (no prefix) are indexed by escaped id in ``P|hist``
                             and ``P|histexp``, and read and trimmed the same way.
 ``P|histcfg``       string  ``<age ms> <count>``: the listeners' history retention, for
-                            ``cancel.lua`` (written by each listener as it trims).
+                            ``cancel.lua`` (written by each listener as it starts).
 ``P|histtask``      hash    task -> its own history age ms (``@task(history=...)``; 0:
-                            none kept), for ``cancel.lua`` (written by each listener at
-                            its first trim; a task absent keeps the listeners' age).
+                            none kept), for ``cancel.lua`` (written by each listener as
+                            it starts; a task absent keeps the listeners' age).
 ``P|histtaskn``     hash    task -> its own history count (``@task(history_count=N)``;
                             0: none kept), of the tasks that have one, for ``cancel.lua``
                             (written like ``P|histtask``; a task written without one is
-                            dropped, with its ``P|hist|n|<t>``).
-``P|hist|n|<t>``    zset    escaped id -> end ms: the kept records of task ``t``, a
-                            task with a count of its own (none for the others),
+                            dropped; its ``P|hist|n|<t>`` stays).
+``P|hist|n|<t>``    zset    escaped id -> end ms: the kept records of task ``t``, its
+                            index (``timers history --task``), written with each record
+                            and dropped with it; for a task with a count of its own,
                             trimmed to the count as it is written, oldest first (each
                             popped id's record is dropped if it is still this task's).
-                            Named from ``P|hist`` by the scripts; members whose records
-                            the listener-wide trims dropped stay until popped, at most
-                            the count of them.
+                            Named from ``P|hist`` by the scripts.
+``P|histf``         zset    escaped id -> end ms: the kept dead ends (``--failed``),
+                            written and dropped with their records.
+``P|histix``        string  the end ms through which every ``P|hist`` batch is in the
+                            indexes: ``trim.lua`` indexes older batches (ids ``:<n>``)
+                            past it, and filtered reads look at those one by one.
 ``P|series``        hash    ``<task>|<minute mod 1440>`` -> :class:`timers.model.history.MinuteSlot`
                             text: a ring of 24 h of minute slots per task (runs,
                             failures, lateness and duration histograms).
@@ -342,9 +348,20 @@ class Keyspace:
         return self.prefix + "|histtaskn"
 
     def history_task(self, task: str) -> str:
-        """zset: escaped id -> end ms of the kept records of ``task``, a task with a history
-        count of its own (the scripts name it from :attr:`history` the same way)."""
+        """zset: escaped id -> end ms of the kept records of ``task``: its index (the
+        scripts name it from :attr:`history` the same way)."""
         return f"{self.history}|n|{task}"
+
+    @property
+    def history_failed(self) -> str:
+        """zset: escaped id -> end ms of the kept dead ends (the scripts name it from
+        :attr:`history` the same way)."""
+        return self.history + "f"
+
+    @property
+    def history_cursor(self) -> str:
+        """string: the end ms through which every history batch is indexed (``trim.lua``)."""
+        return self.prefix + "|histix"
 
     @property
     def history_records(self) -> str:

@@ -3,19 +3,22 @@
 
 ``history`` pages through the history's batches newest first (``ZREVRANGEBYSCORE``, then
 ``HMGET`` of their ids in ``P|histb``, then of their records, keeping each record its
-batch still names: O(log n + page) per page); ``series`` reads one ring slot per task
-and minute (``HMGET``), so a day of one task is one round trip of 1,440 fields.
+batch still names: O(log n + page) per page), and filtered (a task, the dead), through
+that task's or the dead ends' index (escaped id -> end ms), the same way; ``series``
+reads one ring slot per task and minute (``HMGET``), so a day of one task is one round
+trip of 1,440 fields.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from timers.exceptions import MalformedTimerKey
 from timers.model.encoding import as_text, unescape_id
 from timers.model.history import (
     HISTORY_BATCH_START,
+    HISTORY_INDEXED,
     SERIES_MINUTES,
     HistoryRecord,
     MinuteSlot,
@@ -72,11 +75,61 @@ class HistoryOperations:
     def history(self, task: str | None = None, since: float | None = None,
                 failed: bool = False, limit: int = 100) -> Operation[list[HistoryRecord]]:
         """Ended timers, newest end first: of ``task`` only, ended at or after ``since``
-        (epoch seconds), dead only (``failed``); at most ``limit``."""
+        (epoch seconds), dead only (``failed``); at most ``limit``. Filtered, from the
+        index (the dead ends', else the task's: O(log n + page) per page), and the batches
+        written before it and not indexed yet (past ``P|histix``) looked at one by one."""
         if limit <= 0:
             return []
         low = "-inf" if since is None else str(round(since * 1000))
-        filtered = task is not None or failed
+        if task is None and not failed:
+            return (yield from self._scan(low, limit, None))
+
+        def wanted(record: HistoryRecord) -> bool:
+            return (task is None or record.task == task) and (not failed or record.failed)
+
+        found = yield from self._indexed(
+            self.keys.history_failed if failed else self.keys.history_task(task or ""),
+            low, limit, wanted)
+        (cursor,) = yield [Call(command=("GET", self.keys.history_cursor))]
+        if cursor is not None:
+            cursor_ms = int(as_text(cursor))
+            low = f"({cursor_ms}" if low == "-inf" or cursor_ms >= int(low) else low
+        found += yield from self._scan(low, limit, wanted, unindexed=True)
+        newest: dict[str, HistoryRecord] = {}
+        for record in found:
+            newest.setdefault(record.id, record)
+        return sorted(newest.values(), key=lambda r: r.ended, reverse=True)[:limit]
+
+    def _indexed(self, key: str, low: str, limit: int,
+                 wanted: Callable[[HistoryRecord], bool]) -> Operation[list[HistoryRecord]]:
+        """The records a history index (escaped id -> end ms) names, newest first, that
+        ``wanted`` keeps (an entry whose id ended since under another task, or not dead,
+        is passed over); at most ``limit``."""
+        out: list[HistoryRecord] = []
+        offset = 0
+        while len(out) < limit and offset < HISTORY_SCAN:
+            (ids,) = yield [Call(command=("ZREVRANGEBYSCORE", key, "+inf", low, "LIMIT",
+                                          offset, HISTORY_PAGE))]
+            if not ids:
+                break
+            escaped = [as_text(i) for i in ids]
+            (values,) = yield [Call(command=("HMGET", self.keys.history_records, *escaped))]
+            for one, value in zip(escaped, values, strict=True):
+                stored = _stored(one, value)
+                if stored is not None and stored.record is not None and wanted(stored.record):
+                    out.append(stored.record)
+            if len(ids) < HISTORY_PAGE:
+                break
+            offset += len(ids)
+        return out[:limit]
+
+    def _scan(self, low: str, limit: int, wanted: Callable[[HistoryRecord], bool] | None,
+              unindexed: bool = False) -> Operation[list[HistoryRecord]]:
+        """The records of the history's batches ended after ``low``, newest first, that
+        ``wanted`` keeps (None: all); with ``unindexed``, of the batches written before the
+        index only (an id not starting ``::``). At most ``limit``, of :data:`HISTORY_SCAN`
+        looked at."""
+        filtered = unindexed or wanted is not None
         out: list[HistoryRecord] = []
         seen: set[str] = set()  # an id twice in one batch (it ended twice in one call)
         offset = looked = 0
@@ -86,7 +139,10 @@ class HistoryOperations:
                                               low, "LIMIT", offset, min(want, BATCH_PAGE)))]
             if not members:
                 break
-            entries = yield from self._entries([as_text(m) for m in members])
+            names = [as_text(m) for m in members]
+            if unindexed:
+                names = [m for m in names if not m.startswith(HISTORY_INDEXED)]
+            entries = yield from self._entries(names)
             start = 0
             while start < len(entries) and len(out) < limit:
                 chunk = entries[start:start + (HISTORY_PAGE if filtered else limit - len(out))]
@@ -97,11 +153,10 @@ class HistoryOperations:
                     stored = _stored(escaped, value)
                     record = None if stored is None else stored.of(member)
                     if (record is not None and escaped not in seen
-                            and (task is None or record.task == task)
-                            and (not failed or record.failed)):
+                            and (wanted is None or wanted(record))):
                         seen.add(escaped)
                         out.append(record)
-            looked += start
+            looked += max(start, len(members))
             if len(members) < min(want, BATCH_PAGE):
                 break
             offset += len(members)

@@ -35,7 +35,7 @@ from timers.store.lua_library import AsyncFunction, Function, library
 ScriptName = Literal[
     "schedule", "reschedule", "cancel", "claim", "renew", "finish", "heartbeat", "forget",
     "cron_declare", "cron_next", "cron_pause", "cron_remove", "gate", "park",
-    "near", "shards", "move", "arrive", "depart",
+    "near", "shards", "move", "arrive", "depart", "trim",
 ]
 SCRIPT_NAMES: tuple[ScriptName, ...] = (
     "schedule",
@@ -57,6 +57,7 @@ SCRIPT_NAMES: tuple[ScriptName, ...] = (
     "move",
     "arrive",
     "depart",
+    "trim",
 )
 PRELUDES = ("prelude", "flow", "history", "declare")
 """``lua/prelude.lua``, ``lua/flow.lua``, ``lua/history.lua`` and ``lua/declare.lua``:
@@ -460,19 +461,18 @@ class ScriptCalls:
 
     def finish(self, *, retention_ms: int, endings: Iterable[Ending],
                taker: Taker = NO_TAKER, history: tuple[int, int] = DEFAULT_RETENTION,
-               series: Sequence[tuple[str, str]] = (), trim: int | None = None,
+               series: Sequence[tuple[str, str]] = (), store_retention: bool = True,
                task_retention: Sequence[tuple[str, str, str]] = ()) -> Invocation:
         """``history``: (age ms, count) the history keeps; ``series``: (task, minute slot
-        text) to add to the tasks' rings; ``trim``: at most how many records past the
-        retention to drop (0: none, and the retention is not stored; None: a few more than
-        the endings keep); ``task_retention``: (task, its own age ms, its own count; ""
-        for none) to store for ``cancel.lua``. An ending is ``(token, kind, a, b)`` or
-        with two or three more values, its escaped id, history record and its task's age
-        ms, with ``|<count>`` when its task has a count of its own (see
-        ``lua/finish.lua``)."""
+        text) to add to the tasks' rings; ``store_retention``: store ``history`` for
+        ``cancel.lua`` (the history is trimmed by :meth:`trim`); ``task_retention``: (task,
+        its own age ms, its own count; "" for none) to store for ``cancel.lua``. An ending
+        is ``(token, kind, a, b)`` or with two or three more values, its escaped id,
+        history record and its task's age ms, with ``|<count>`` when its task has a count
+        of its own (see ``lua/finish.lua``)."""
         k = self.keys
         wires: list[Any] = []
-        kept = 0
+        tasks: set[str] = set()  # the tasks whose index the endings add to
         for ending in endings:
             wires.extend(ending)
             if len(ending) == 4:
@@ -481,12 +481,13 @@ class ScriptCalls:
                 if len(ending) == 6:
                     wires.append("")
                 if ending[4]:
-                    kept += 1
-        if trim is None:
-            trim = 2 * kept + 8
+                    parts = ending[5].split("|", 7)
+                    if len(parts) == 8:
+                        tasks.add(parts[6])
         args: list[Any] = [k.timer_key_start, k.wake_channel, retention_ms, taker.listener_id,
                            ",".join(taker.groups), taker.take, taker.lease_ms,
-                           "1" if taker.follow else "0", history[0], history[1], trim,
+                           "1" if taker.follow else "0", history[0], history[1],
+                           "1" if store_retention else "0",
                            len(series)]
         for task, text in series:
             args += [task, text]
@@ -499,8 +500,18 @@ class ScriptCalls:
                        k.due, k.records, k.failure_index, k.sequence, k.history,
                        k.history_records, k.series, k.series_tasks,
                        k.history_retention, k.history_expiry, k.history_task_ages,
-                       k.history_batches, k.history_task_counts),
+                       k.history_batches, k.history_task_counts, k.history_failed,
+                       *(k.history_task(task) for task in tasks)),
             tuple(args))
+
+    def trim(self, count: int, budget: int) -> Invocation:
+        """One bounded step of the history's upkeep (``lua/trim.lua``): about ``budget``
+        records past their expiry, else over ``count``, dropped, else indexed (the tasks'
+        indexes it touches it asks for on Redis Cluster)."""
+        k = self.keys
+        return self._shared("trim", (k.history, k.history_expiry, k.history_records,
+                                     k.history_batches, k.history_failed, k.history_cursor),
+                            (count, budget))
 
     def heartbeat(self, listener_id: str, ttl_ms: int, info: str, task_set: str = "",
                   task_list: str = "") -> Invocation:
@@ -664,12 +675,17 @@ class Scripts:
 
     def finish(self, *, retention_ms: int, endings: Iterable[Ending],
                taker: Taker = NO_TAKER, history: tuple[int, int] = DEFAULT_RETENTION,
-               series: Sequence[tuple[str, str]] = (), trim: int | None = None,
+               series: Sequence[tuple[str, str]] = (), store_retention: bool = True,
                task_retention: Sequence[tuple[str, str, str]] = ()) -> Any:
         """Reply: ``[late finishes, (token, run, source)…]``: the runs handed over."""
         return self.run(self.calls.finish(retention_ms=retention_ms, endings=endings,
                                           taker=taker, history=history, series=series,
-                                          trim=trim, task_retention=task_retention))
+                                          store_retention=store_retention,
+                                          task_retention=task_retention))
+
+    def trim(self, count: int, budget: int) -> Any:
+        """Reply: ``[records dropped or indexed, 1 if more is owed]`` (``lua/trim.lua``)."""
+        return self.run(self.calls.trim(count, budget))
 
     def heartbeat(self, listener_id: str, ttl_ms: int, info: str, task_set: str = "",
                   task_list: str = "") -> Any:

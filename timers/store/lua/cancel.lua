@@ -12,8 +12,8 @@
 --          replaces the listeners' age for that task's timers
 -- KEYS[8]  history batches: hash, batch id -> the escaped ids it wrote (history.lua)
 -- KEYS[9]  sequence: counter that numbers run tokens and history batches
--- KEYS[10] history task counts: hash, task -> its own count (0: keeps none): its records
---          are also kept in its task zset (history.lua), trimmed to that count
+-- KEYS[10] history task counts: hash, task -> its own count (0: keeps none): its task
+--          zset (history.lua, the task's index) is trimmed to that count
 -- ARGV[1]  timer key start "<prefix>:"
 -- ARGV[2]  escaped id
 -- ARGV[3]  who cancels ("host:pid", no '|'), for its history record
@@ -22,8 +22,9 @@
 -- KEYS[11..]  shared keys: timers/model/keys.py Keyspace.script_keys (the helpers' keys)
 --
 -- allow-oom: it frees the timer's record and keys, and adds a smaller history record (a
--- batch of one; none when the retention or its task's own age or count keeps none),
--- trimming about two older ones past the retention, and its task's zset to its count.
+-- batch of one, in its task's zset; none when the retention or its task's own age or count
+-- keeps none), trimming its task's zset to its count (the listeners' trim.lua calls keep
+-- the history to its retention).
 -- The timer's key is named by its stored record, so it is built here from ARGV[1]. A timer
 -- waiting for a concurrency key or a rate limit leaves its queue (flow.lua).
 -- Returns 1 when the timer was pending (it will not fire), 0 otherwise.
@@ -36,9 +37,7 @@ end
 -- declare {
 local withdrawn = need_withdraw(ARGV[1], KEYS[2], ARGV[2])
 local withdrawn_task = withdrawn and string.match(withdrawn, '^([^;:]+)')
-if withdrawn_task and redis.call('HEXISTS', KEYS[10], withdrawn_task) == 1 then
-  need(history_task_key(KEYS[3], withdrawn_task))
-end
+if withdrawn_task then need(history_task_key(KEYS[3], withdrawn_task)) end
 local asked = keys_asked()
 if asked then return asked end
 -- declare }
@@ -58,12 +57,9 @@ if record then
     local attempts = string.match(record, '^[^:]*;a=(%d+)') or '0'
     history_add(KEYS[3], KEYS[6], KEYS[4], KEYS[8], KEYS[9], ARGV[2], table.concat(
       {'ca', ended, '', attempts, '', ARGV[3], task, ''}, '|'), now, age)
-    if own_count then
-      local key = history_task_key(KEYS[3], task)
-      redis.call('ZADD', key, ended, ARGV[2])
-      history_task_trim(key, KEYS[4], task, own_count, 8)
-    end
-    history_trim(KEYS[3], KEYS[6], KEYS[4], KEYS[8], now, count, 2)
+    local key = history_task_key(KEYS[3], task)
+    redis.call('ZADD', key, ended, ARGV[2])
+    if own_count then history_task_trim(key, KEYS[4], task, own_count, 8) end
   end
   wake(ARGV[5])
   return 1

@@ -22,7 +22,8 @@
 -- KEYS[16] history task ages: hash, task -> its own age ms (set from the task entries)
 -- KEYS[17] history batches: hash, batch id -> the escaped ids it wrote (history.lua)
 -- KEYS[18] history task counts: hash, task -> its own count (set from the task entries)
--- KEYS[19..]  shared keys: timers/model/keys.py Keyspace.script_keys (the helpers' keys)
+-- KEYS[19] history dead ends: zset, escaped id -> end ms (history.lua)
+-- KEYS[20..]  shared keys: timers/model/keys.py Keyspace.script_keys (the helpers' keys)
 -- ARGV[1]  timer key start "<prefix>:"
 -- ARGV[2]  wake channel
 -- ARGV[3]  failure retention ms: older failure records are trimmed, a few per call
@@ -34,13 +35,9 @@
 -- ARGV[9]  history age ms, ARGV[10] history count: the history keeps ended timers that
 --          long (unless their task has an age of its own: see the endings) and at most
 --          that many (either 0: it keeps none, whatever the tasks' ages)
--- ARGV[11] trim budget: "0": this call neither trims the history nor stores its
---          retention; n: records past their expiry, then over the count, are dropped,
---          about n of each looked at (whole batches by age, oldest first, O(log n) per
---          batch: history.lua's history_trim), and KEYS[14] is set. A listener
---          trims about once a second, with a budget a few more than the records it added
---          since its last trim, so the history exceeds its retention by at most about a
---          second's records
+-- ARGV[11] "1": KEYS[14] is set (a listener sends it about once a second), "0": not. The
+--          history is not trimmed here: each listener's trim.lua calls do it, a bounded
+--          step at a time, idle or not
 -- ARGV[12] S: how many series entries follow
 -- ARGV[13..12+2S] per series entry: task, minute slot text (added to the task's ring; a
 --          listener sums its runs per task and minute over about a second, so a slot is
@@ -48,21 +45,21 @@
 -- then T: how many task entries follow, and per entry: task, its own history age ms
 --          ("": none of its own) stored in KEYS[16] for cancel.lua (or dropped from it),
 --          its own history count ("": none) stored in KEYS[18] and its task zset
---          (history.lua) trimmed to it, or, "", dropped from KEYS[18] with its zset (a
---          count removed leaves nothing behind); a listener sends its tasks' once, with
---          its first trim
+--          (history.lua) trimmed to it, or, "", dropped from KEYS[18] (its zset stays:
+--          it is the task's index); a listener sends its tasks' once, with its first
+--          call that sets KEYS[14]
 -- then seven values per ending: token, kind, a, b, id, record, keep, where id, record and
 -- keep are "" or, for an ending that ends its timer (ok, skip, fail), its escaped id,
 -- history record and "<age>" or "<age>|<count>": the ms its task keeps it ("": ARGV[9];
 -- else more than 0) and how many of its task's records are kept at most, when its task
 -- has a count of its own (1 or more): kept in the history when the ending is written, in
 -- this call's batch of its age (one per distinct age: end now, expiry now + age;
--- history.lua) (not for a late finish: the run that holds the timer now ends it), and
--- with a count, in its task's zset (score: the record's end), which is then trimmed to
--- the count. The count rides with each ending, not read from KEYS[18]: a task without
--- one costs no command, and none of its text is parsed. The record is stored, never
--- parsed here (its readers skip one that does not read), so only its first field is
--- checked, and with a count its end and task.
+-- history.lua) (not for a late finish: the run that holds the timer now ends it), in its
+-- task's zset, and a dead one in KEYS[19] (score: the record's end): one ZADD per task and
+-- call, one more for the dead. With a count its task's zset is then trimmed to the count.
+-- The count rides with each ending, not read from KEYS[18]: a task without one costs no
+-- command. Of the record only its first field, its end and its task are checked (its
+-- readers skip one that does not read otherwise).
 -- The first four:
 --   token "ok"      "" ""             the run succeeded
 --   token "skip"    "" ""             the run was skipped on purpose (counted only)
@@ -142,7 +139,7 @@ end
 local retention = is_count(ARGV[3]) and tonumber(ARGV[3])
 if not retention or not is_count(ARGV[6]) or not is_count(ARGV[7])
     or (ARGV[8] ~= '0' and ARGV[8] ~= '1') or not is_count(ARGV[9]) or not is_count(ARGV[10])
-    or not is_count(ARGV[11]) or not is_count(ARGV[12]) then
+    or (ARGV[11] ~= '0' and ARGV[11] ~= '1') or not is_count(ARGV[12]) then
   return redis.error_reply('ERR timers finish: bad arguments')
 end
 local SERIES = 13  -- the first series entry's first value
@@ -173,8 +170,8 @@ local history_age, history_count = tonumber(ARGV[9]), tonumber(ARGV[10])
 local keep_history = history_age > 0 and history_count > 0
 local released = {}
 -- Per ending index: its age ("" or ms: its keep value without a count); for an ending
--- whose task has a count of its own, {task, end ms, count} (as text)
-local ages, counted = {}, {}
+-- with a history record, {task, end ms, its task's own count or nil} (as text)
+local ages, indexed = {}, {}
 for i = FIRST, #ARGV, STRIDE do
   local token, kind, hid, hage = ARGV[i], ARGV[i + 1], ARGV[i + 4], ARGV[i + 6]
   local bad = bad_ending((i - FIRST) / STRIDE + 1, token, kind, ARGV[i + 2], ARGV[i + 3])
@@ -184,10 +181,10 @@ for i = FIRST, #ARGV, STRIDE do
     hage, hcount = string.match(hage, '^(%d*)|(%d+)$')
   end
   local ok = hage ~= nil
-  if ok and hcount then
+  if ok and hid ~= '' then
     local ended, task = history_text_task(ARGV[i + 5])
-    ok = ended ~= nil and tonumber(hcount) > 0
-    counted[i] = {task, ended, hcount}
+    ok = ended ~= nil and (hcount == nil or tonumber(hcount) > 0)
+    indexed[i] = {task, ended, hcount}
   end
   if has and not (ok and (kind == 'ok' or kind == 'skip' or kind == 'fail') and hid ~= ''
       and string.sub(ARGV[i + 5], 3, 3) == '|'
@@ -216,11 +213,9 @@ for i = FIRST, #ARGV, STRIDE do  -- each run's group, the slot it holds, where i
   end
 end
 need_barred(ARGV[1])
-for _, one in pairs(counted) do need(history_task_key(KEYS[10], one[1])) end
-for i = AGES + 1, FIRST - 1, 3 do  -- a task zset trimmed, or dropped with its count
-  if ARGV[i + 2] ~= '' or redis.call('HEXISTS', KEYS[18], ARGV[i]) == 1 then
-    need(history_task_key(KEYS[10], ARGV[i]))
-  end
+for _, one in pairs(indexed) do need(history_task_key(KEYS[10], one[1])) end
+for i = AGES + 1, FIRST - 1, 3 do  -- a task zset trimmed to its count
+  if ARGV[i + 2] ~= '' then need(history_task_key(KEYS[10], ARGV[i])) end
 end
 local asked = keys_asked()
 if asked then return asked end
@@ -286,10 +281,11 @@ local history_texts = {}
 -- ids}, and in the order made. The scores are text, made once per batch (a number passed
 -- to redis.call is formatted anew each time).
 local history_batches, history_order = {}, {}
--- The task zsets this call adds to: task -> {ZADD arguments, count}, in the order met.
-local task_adds, task_order = {}, {}
+-- The task zsets this call adds to: task -> {ZADD arguments, count or nil}, in the order
+-- met; and the dead ends' ZADD arguments.
+local task_adds, task_order, dead_adds = {}, {}, {}
 
-local function end_run(token, kind, a, b, release, hid, htext, hage, hcounted)
+local function end_run(token, kind, a, b, release, hid, htext, hage, hindexed)
   if not unlease(token) then
     redis.call('HDEL', KEYS[2], token)
     counts.late_finishes = counts.late_finishes + 1
@@ -308,16 +304,17 @@ local function end_run(token, kind, a, b, release, hid, htext, hage, hcounted)
     local ids = batch[3]
     ids[#ids + 1] = hid
     history_texts[2 * kept - 1], history_texts[2 * kept] = hid, batch[1] .. '|' .. htext
-    if hcounted then
-      local adds = task_adds[hcounted[1]]
-      if not adds then
-        adds = {{}, hcounted[3]}
-        task_adds[hcounted[1]] = adds
-        task_order[#task_order + 1] = hcounted[1]
-      end
-      local args = adds[1]
-      args[#args + 1], args[#args + 2] = hcounted[2], hid
-      adds[2] = hcounted[3]
+    local adds = task_adds[hindexed[1]]
+    if not adds then
+      adds = {{}}
+      task_adds[hindexed[1]] = adds
+      task_order[#task_order + 1] = hindexed[1]
+    end
+    local args = adds[1]
+    args[#args + 1], args[#args + 2] = hindexed[2], hid
+    adds[2] = hindexed[3] or adds[2]
+    if kind == 'fail' then
+      dead_adds[#dead_adds + 1], dead_adds[#dead_adds + 2] = hindexed[2], hid
     end
   end
   local grace = kind == 'release' and tonumber(a) or 0
@@ -383,7 +380,7 @@ for i = FIRST, #ARGV, STRIDE do
     reject(ARGV[i + 2], ARGV[i + 3])
   elseif released[i] ~= false then
     end_run(ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], released[i], ARGV[i + 4],
-      ARGV[i + 5], ages[i], counted[i])
+      ARGV[i + 5], ages[i], indexed[i])
   end
 end
 if kept > 0 then
@@ -393,11 +390,14 @@ if kept > 0 then
     history_index(KEYS[10], KEYS[15], KEYS[17], batch[1], table.concat(batch[3], ':'),
       now_text, batch[2])
   end
-  for _, task in ipairs(task_order) do  -- each counted task's records, then its trim
+  for _, task in ipairs(task_order) do  -- each task's records, then a count's trim
     local key, adds = history_task_key(KEYS[10], task), task_adds[task]
     each_thousand('ZADD', key, adds[1])  -- score, member pairs: 1000 is even
-    history_task_trim(key, KEYS[11], task, tonumber(adds[2]), #adds[1] / 2 + 1000)
+    if adds[2] then
+      history_task_trim(key, KEYS[11], task, tonumber(adds[2]), #adds[1] / 2 + 1000)
+    end
   end
+  each_thousand('ZADD', KEYS[19], dead_adds)
 end
 for i = SERIES, AGES - 1, 2 do series_add(KEYS[12], KEYS[13], ARGV[i], ARGV[i + 1]) end
 for i = AGES + 1, FIRST - 1, 3 do
@@ -410,13 +410,11 @@ for i = AGES + 1, FIRST - 1, 3 do
   if count ~= '' then
     redis.call('HSET', KEYS[18], task, count)
     history_task_trim(history_task_key(KEYS[10], task), KEYS[11], task, tonumber(count), 1000)
-  elseif redis.call('HDEL', KEYS[18], task) == 1 then
-    redis.call('DEL', history_task_key(KEYS[10], task))
+  else
+    redis.call('HDEL', KEYS[18], task)
   end
 end
-local trim_budget = tonumber(ARGV[11])
-if trim_budget > 0 then
-  history_trim(KEYS[10], KEYS[15], KEYS[11], KEYS[17], now, history_count, trim_budget)
+if ARGV[11] ~= '0' then
   local retention_text = ARGV[9] .. ' ' .. ARGV[10]
   if redis.call('GET', KEYS[14]) ~= retention_text then
     redis.call('SET', KEYS[14], retention_text)

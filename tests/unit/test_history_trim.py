@@ -1,0 +1,174 @@
+"""The history's bounds kept by the listener idle or not, a bounded step at a time
+(``trim.lua``, :class:`timers.listener.history.HistoryTrimmer`), and the filtered reads
+from its indexes (``timers history --failed``, ``--task``), records written before the
+indexes included. On fakeredis: no process, no traffic."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import fakeredis
+import pytest
+
+import timers.ops.history
+from tests.conftest import wait_until_async
+from tests.history_layout import records_of, write_history
+from tests.unit.conftest import ROOT, SAMPLE_TASKS
+from tests.unit.helpers import redis_now_ms
+from timers import Listener, Timers
+from timers.listener.history import TRIM_BUDGET, HistoryPolicy, HistoryTrimmer
+from timers.model.keys import Keyspace
+from timers.store.scripts import Scripts
+
+DAY_MS = 86_400_000
+BATCH = 8
+
+
+@pytest.fixture
+def server() -> fakeredis.FakeServer:
+    return fakeredis.FakeServer()
+
+
+@pytest.fixture
+def fake(server: fakeredis.FakeServer) -> Iterator[fakeredis.FakeRedis]:
+    client = fakeredis.FakeRedis(server=server)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def producer(fake: fakeredis.FakeRedis) -> Timers:
+    return Timers(fake)
+
+
+def fill(fake: fakeredis.FakeRedis, ks: Keyspace, n: int, *, expired: bool = False,
+         indexed: bool = True, prefix: str = "r", dead_every: int = 0,
+         rare: dict[int, str] | None = None, ago_ms: int = 60_000, batch: int = BATCH) -> None:
+    """``n`` records, written ``ago_ms`` ago (:func:`records_of`)."""
+    now = redis_now_ms(fake)
+    write_history(fake, ks, records_of(n, now - ago_ms, prefix=prefix, dead_every=dead_every,
+                                       rare=rare),
+                  ended_ms=now - ago_ms, expiry_ms=now - 1 if expired else now + DAY_MS,
+                  batch=batch, indexed=indexed)
+
+
+async def steps(server: fakeredis.FakeServer, ks: Keyspace, count: int,
+                budget: int = TRIM_BUDGET) -> list[int]:
+    """One trimmer's calls till none owes more: the records each dropped or indexed."""
+    client = fakeredis.FakeAsyncRedis(server=server)
+    trimmer = HistoryTrimmer(Scripts(client, ks), HistoryPolicy(count=count), asyncio.Event(),
+                             budget=budget)
+    done: list[int] = []
+    while True:
+        n, more = await trimmer.step()
+        done.append(n)
+        if not more:
+            break
+    await client.aclose()
+    return done
+
+
+async def idle_listener(server: fakeredis.FakeServer, history: HistoryPolicy,
+                        until: object, message: str) -> None:
+    """A listener with nothing to run, until ``until()`` holds (else the test fails)."""
+    listener = Listener(fakeredis.FakeAsyncRedis(server=server), tasks=SAMPLE_TASKS,
+                        search_path=str(ROOT), history=history)
+    stop = asyncio.Event()
+    running = asyncio.create_task(listener.run(stop))
+    try:
+        await wait_until_async(until, 20.0, message=message)  # type: ignore[arg-type]
+    finally:
+        stop.set()
+        await asyncio.wait_for(running, 10.0)
+        await listener.redis.aclose()
+
+
+def test_a_lowered_count_is_reached_in_bounded_steps_and_keeps_the_newest(
+        server: fakeredis.FakeServer, fake: fakeredis.FakeRedis, producer: Timers) -> None:
+    ks = producer.keys
+    fill(fake, ks, 3000, dead_every=10)
+    done = asyncio.run(steps(server, ks, 1000))
+    assert sum(done) == 2000 and max(done) <= TRIM_BUDGET  # about 8 calls, none more
+    assert len(done) >= 2000 // TRIM_BUDGET
+    assert fake.hlen(ks.history_records) == 1000
+    kept = {r.id for r in producer.history(limit=5000)}
+    assert kept == {f"r{i}" for i in range(2000, 3000)}  # the newest
+    # the indexes lose what the history lost
+    assert fake.zcard(ks.history_task("reminders.sms")) == 1000
+    assert fake.zcard(ks.history_failed) == 100
+    assert fake.zcard(ks.history) == 1000 // BATCH
+
+
+def test_an_idle_listener_trims_to_its_count(
+        server: fakeredis.FakeServer, fake: fakeredis.FakeRedis) -> None:
+    ks = Keyspace("timers")
+    fill(fake, ks, 2000)
+    asyncio.run(idle_listener(server, HistoryPolicy(count=500),
+                              lambda: fake.hlen(ks.history_records) == 500,
+                              "the history down to its count"))
+
+
+def test_an_idle_listener_drops_records_past_their_age(
+        server: fakeredis.FakeServer, fake: fakeredis.FakeRedis, producer: Timers) -> None:
+    ks = producer.keys
+    fill(fake, ks, 400, expired=True, prefix="old")
+    fill(fake, ks, 100, prefix="new")
+    asyncio.run(idle_listener(server, HistoryPolicy(),
+                              lambda: fake.hlen(ks.history_records) == 100,
+                              "the expired records dropped"))
+    assert {r.id for r in producer.history(limit=1000)} == {f"new{i}" for i in range(100)}
+    assert fake.zcard(ks.history_task("reminders.sms")) == 100
+
+
+def test_two_trimmers_with_different_counts_end_at_the_lower(
+        server: fakeredis.FakeServer, fake: fakeredis.FakeRedis) -> None:
+    ks = Keyspace("timers")
+    fill(fake, ks, 3000)
+
+    async def both() -> None:
+        await asyncio.gather(steps(server, ks, 1200), steps(server, ks, 700))
+
+    asyncio.run(both())
+    assert fake.hlen(ks.history_records) == 700
+    assert fake.zcard(ks.history_task("reminders.sms")) == 700
+
+
+@pytest.fixture
+def short_scan(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Filtered reads look at no more than 300 records one by one (written one a batch,
+    as ended one at a time): a client scan would miss what is older."""
+    monkeypatch.setattr(timers.ops.history, "HISTORY_SCAN", 300)
+
+
+@pytest.mark.usefixtures("short_scan")
+def test_failed_and_a_rare_tasks_history_come_from_the_index(
+        fake: fakeredis.FakeRedis, producer: Timers) -> None:
+    ks = producer.keys
+    fill(fake, ks, 2000, dead_every=400, rare={0: "rare.task", 1500: "rare.task"}, batch=1)
+    assert {r.id for r in producer.history(task="rare.task")} == {"r0", "r1500"}
+    failed = producer.history(failed=True)
+    assert [r.id for r in failed] == ["r1600", "r1200", "r800", "r400", "r0"]
+    assert producer.history(failed=True, task="rare.task")[0].id == "r0"
+    assert [r.id for r in producer.history(task="rare.task", limit=1)] == ["r1500"]
+
+
+@pytest.mark.usefixtures("short_scan")
+def test_records_written_before_the_index_are_indexed_by_the_trimmer(
+        server: fakeredis.FakeServer, fake: fakeredis.FakeRedis, producer: Timers) -> None:
+    ks = producer.keys
+    fill(fake, ks, 2000, indexed=False, prefix="old", dead_every=500, rare={3: "rare.task"},
+         batch=1)
+    now = redis_now_ms(fake)  # and one of the release before, indexed by its id
+    fake.zadd(ks.history, {"legacy": now - 120_000})
+    fake.zadd(ks.history_expiry, {"legacy": now + DAY_MS})
+    fake.hset(ks.history_records, "legacy", records_of(1, now - 120_000, "rare.task",
+                                                       dead_every=1)[0].encode())
+    done = asyncio.run(steps(server, ks, 100_000))
+    assert sum(done) == 2001 and max(done) <= TRIM_BUDGET
+    assert {r.id for r in producer.history(task="rare.task")} == {"old3", "legacy"}
+    assert [r.id for r in producer.history(failed=True)][-1] == "legacy"
+    assert len(producer.history(failed=True)) == 5
+    # new ends after the cursor, written by a listener of the previous release, still read
+    fill(fake, ks, 10, indexed=False, prefix="late", rare={9: "rare.task"}, ago_ms=0)
+    assert "late9" in {r.id for r in producer.history(task="rare.task")}
