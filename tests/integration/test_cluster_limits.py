@@ -239,3 +239,52 @@ def test_a_listener_killed_or_paused_while_it_moves_timers_loses_none_and_runs_n
                    >= len(overlapping_paused), 10,
                    message=f"{len(overlapping_paused)} paused run(s) counted late: "
                            f"{[runs[i] for i in overlapping_paused]}")
+
+
+def out_of_order(runs: list[tuple[float, float, str]]) -> list[str]:
+    """Commands (``<device>/<seq>``) that started while an earlier one of their device had
+    not started yet: ``runs`` by start."""
+    late: list[str] = []
+    highest = -1
+    for _, _, tag in runs:
+        seq = int(tag.rpartition("/")[2])
+        if seq < highest:
+            late.append(tag)
+        highest = max(highest, seq)
+    return late
+
+
+def test_a_device_whose_key_the_task_works_out_runs_its_commands_in_order(
+        cluster: Cluster, r: redis.Redis, processes: Processes) -> None:
+    """FIFO per key on three primaries when only a listener can work the key out (the
+    commands are placed by their ids and move to their device's shard at their first
+    claim): 10 devices x 8 commands 0.5 s apart, each 0.6 s long, two listeners with
+    fewer run slots than devices (a backlog, as under load). Every device runs its
+    commands in the order they were due, one at a time, each once."""
+    devices, commands = 10, 8
+    for _ in range(2):
+        processes.spawn(TIMERS_COMMAND, "listen", "--url", cluster.url, "--tasks", TASKS,
+                        "--lease", "5", "--concurrency", "3")
+    with Timers(cluster.url) as t:
+        wait_until(lambda: len(t.listeners()) >= 2, 60, message="2 listeners to start")
+        base_ms = redis_now_ms(r) + 1000
+        t.schedule_many(
+            TimerSpec("flow.device_command", [f"{d}/{i}", d, 0.6],
+                      at=datetime.fromtimestamp((base_ms + 500 * i) / 1000, UTC))
+            for i in range(commands) for d in range(devices))
+        total = devices * commands
+        wait_until(lambda: r.llen("test:runs") >= total, 80, message=f"{total} commands")
+        wait_until(lambda: settled(t), 20, message="nothing pending or running")
+        placed = t.stats().counters.get("placed", 0)
+    by_key = spans(r)
+    ran = Counter(tag for runs in by_key.values() for _, _, tag in runs)
+    assert ran == {f"{d}/{i}": 1 for d in range(devices) for i in range(commands)}
+    late = {key: out_of_order(runs) for key, runs in by_key.items()}
+    at_once = {key: overlaps(runs) for key, runs in by_key.items()}
+    print(f"\n{total} commands, {devices} devices, 0.5 s apart, key worked out by the "
+          f"task, 2 listeners x 3 slots on 3 primaries ({placed} moved at their claim): "
+          f"{sum(map(len, late.values()))} out of order on "
+          f"{sum(1 for v in late.values() if v)} devices, "
+          f"{sum(map(len, at_once.values()))} pairs at once")
+    assert not any(at_once.values()), at_once
+    assert not any(late.values()), late

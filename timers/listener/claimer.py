@@ -39,6 +39,10 @@ from timers.store.scripts import Scripts
 log = logging.getLogger("timers.listener")
 
 PARK_PASSES = 5
+FLOOR_RETRY_S = 0.02
+"""How soon a claim that left due timers below the other shards' floor claims again, when
+nothing wakes it first (a timer moving in, a wake): the floor rises as the other shards'
+earlier timers enter their limits' order."""
 """Parking passes after one claim at most (each reads the head of the backlog)."""
 OOM_RETRY = 0.02
 """Seconds between claims a full server refuses."""
@@ -127,6 +131,9 @@ class ClaimerHooks:
     place: Callable[[list[Run]], Awaitable[list[Run]]] | None = None
     """On a prefix of several shards: moves the claimed runs whose limit lives in another
     shard there and returns those that stay (:mod:`timers.listener.placer`)."""
+    floor: Callable[[Sequence[str], Sequence[str]], Awaitable[int]] | None = None
+    """On a prefix of several shards: the other shards' floor for the keyed tasks' timers
+    (:meth:`timers.listener.placer.Placer.floor`), sent with each claim."""
 
 
 class Claimer:
@@ -154,6 +161,8 @@ class Claimer:
         self.memory = MemoryGuard()
         self.swept = False
         """A claim was answered: what is due is known."""
+        self.below_floor = False
+        """The last claim left due timers that wait for the other shards' floor."""
         self.slot_freed = asyncio.Event()
 
     async def run(self, burst: bool) -> None:
@@ -197,6 +206,8 @@ class Claimer:
             if burst and self.idle():
                 break
             delay = self.tracker.seconds_until_next()
+            if self.below_floor:
+                delay = max(delay, FLOOR_RETRY_S)
             await pause(max(delay, 0.0005) if claimed == 0 else delay, self.poke)
 
     async def gather_slots(self) -> None:
@@ -256,13 +267,16 @@ class Claimer:
 
     async def claim(self, limit: int) -> int:
         """Claim up to ``limit`` timers and start those still held; how many were claimed."""
+        keyed = self.hooks.keyed_tasks()
+        floor = (await self.hooks.floor(self.groups, keyed)
+                 if keyed and self.hooks.floor is not None else None)
         ids = self.hooks.take_event_ids(limit)
         sent = self.clock.monotonic()
         horizon_ms = round(2 * CLAIM_LEAD_MS)
         reply = await self.scripts.claim(
             limit=limit, lease_ms=round(self.lease * 1000), horizon_ms=horizon_ms,
             listener_id=self.listener_id, event_ids=ids, groups=self.groups,
-            keyed_tasks=self.hooks.keyed_tasks())
+            keyed_tasks=keyed, floor=floor)
         received = self.clock.monotonic()
         now_us, next_due, next_lease = (int(x) for x in reply[:3])
         # a claim that asked for keys (Redis Cluster) was sent more than once: the Redis
@@ -275,6 +289,8 @@ class Claimer:
         )
         self.tracker.backlogged = next_due != -1 and next_due <= now_us // 1000 + horizon_ms
         items = reply[3:]
+        self.below_floor = (floor is not None and len(items) // 3 < limit
+                            and floor < next_due <= now_us // 1000)
         runs = [Run.parse(items[i], items[i + 1], items[i + 2]) for i in range(0, len(items), 3)]
         if runs and self.hooks.place is not None:
             runs = await self.hooks.place(runs)
