@@ -22,6 +22,7 @@ from timers.listener.retrying import Outage
 from timers.model.clock import SystemClock
 from timers.model.encoding import as_text
 from timers.model.keys import Keyspace
+from timers.model.policy import policy_of
 from timers.model.runs import Run
 from timers.ops.shards import ShardLayout, shard_of_key
 from timers.store.scripts import Arrival, Departure, NewTimer, Scripts, Settle
@@ -352,17 +353,16 @@ def test_a_stale_entry_of_the_order_barrier_does_not_hold_the_floor(
     assert _floor(source) > now
 
 
-def test_a_lane_whose_due_timers_wait_for_the_floor_claims_again_soon_not_at_once() -> None:
-    """A claim that leaves due timers below the other shards' floor (they wait for an
-    earlier one of their task there) is sent again after FLOOR_RETRY_S, or when something
-    wakes the lane; not in a loop of round trips while the floor does not move."""
+def _lane_for(record: str) -> tuple[int, list[Run]]:
+    """A lane of shard 1 claiming for 0.2 s with a timer of ``record`` due there and an
+    earlier one of its task, if keyed, waiting in the other shard: (how many times it
+    asked for the floor, the runs it started)."""
     async def scenario() -> tuple[int, list[Run]]:
         fake = fakeredis.FakeAsyncRedis()
         scripts = Scripts(fake, SHARDS[1])
         seconds, micros = await fake.time()
         now = int(seconds) * 1000 + int(micros) // 1000
-        await scripts.schedule([NewTimer("later", f"{TASK}:[{_device_in(1)}]", "at",
-                                         now - 100, "n")])
+        await scripts.schedule([NewTimer("later", record, "at", now - 100, "n")])
         floors: list[int] = []
         started: list[Run] = []
 
@@ -391,9 +391,22 @@ def test_a_lane_whose_due_timers_wait_for_the_floor_claims_again_soon_not_at_onc
         await fake.aclose()
         return len(floors), started
 
-    claims, started = asyncio.run(scenario())
+    return asyncio.run(scenario())
+
+
+def test_a_lane_whose_due_timers_wait_for_the_floor_claims_again_soon_not_at_once() -> None:
+    """A claim that leaves due timers below the other shards' floor (they wait for an
+    earlier one of their task there) is sent again after FLOOR_RETRY_S, or when something
+    wakes the lane; not in a loop of round trips while the floor does not move."""
+    asked, started = _lane_for(f"{TASK}:[{_device_in(1)}]")
     assert started == []
-    assert 2 <= claims <= 0.2 / FLOOR_RETRY_S + 2, claims
+    assert 2 <= asked <= 0.2 / FLOOR_RETRY_S + 2, asked
+
+
+def test_a_lane_that_meets_no_keyed_timer_does_not_ask_for_the_floor() -> None:
+    asked, started = _lane_for("tasks.plain:[]")
+    assert [run.escaped_id for run in started] == ["later"]
+    assert asked == 0
 
 
 def test_the_floor_is_the_least_of_the_other_shards_and_nothing_passes_a_shard_unheard(
@@ -434,3 +447,19 @@ def test_on_several_shards_the_parker_leaves_a_key_the_task_works_out_to_the_cla
     assert parker._parkable("a", "5", native) is None
     given = f"{TASK};k=dev%3A{_device_in(1)}:[{_device_in(1)}]"
     assert parker._parkable("b", "5", given) is not None
+
+
+@pytest.mark.parametrize("task", [TASK, "tests.unit.test_placement.paced"])
+def test_a_timer_a_producer_placed_by_its_tasks_declaration_is_home_for_the_listener(
+        task: str) -> None:
+    """Producer and listener work out a timer's limit the same way
+    (:meth:`TaskPolicy.limit_name`, ``flow_limits``): born there, it never moves."""
+    for device in range(20):
+        name = policy_of(_resolve(task)).limit_name(task, [device])
+        assert name is not None
+        home = shard_of_key(name, 2)
+        placers = [Placer(lambda i: None, i, 2, 15.0, _resolve,  # type: ignore[arg-type,return-value]
+                          hand_back=lambda r: None, redis_now_ms=lambda: 0.0) for i in range(2)]
+        record = f"{task}:[{device}]" if task == TASK else f"{task}:[]"
+        assert placers[home].home_of(record) is None
+        assert placers[1 - home].home_of(record) == home

@@ -32,7 +32,9 @@ from timers.listener.leases import still_held
 from timers.listener.parker import Parker
 from timers.listener.retrying import RETRYABLE, ConnectionState, Outage, ReconnectDelays, pause
 from timers.model.clock import Clock
+from timers.model.run_record import record_head, record_option
 from timers.model.runs import Run
+from timers.model.wire import Option
 from timers.store.permissions import is_permanent
 from timers.store.scripts import Scripts
 
@@ -136,6 +138,11 @@ class ClaimerHooks:
     (:meth:`timers.listener.placer.Placer.floor`), sent with each claim."""
 
 
+def _keyed_without_key(run: Run, keyed: Sequence[str]) -> bool:
+    task, options = record_head(run.record_text)
+    return task in keyed and not (options and record_option(run.record_text, Option.KEY))
+
+
 class Claimer:
     """Claims due timers for one listener; :meth:`run` is its sweep loop.
 
@@ -163,6 +170,11 @@ class Claimer:
         """A claim was answered: what is due is known."""
         self.below_floor = False
         """The last claim left due timers that wait for the other shards' floor."""
+        self.keyed_due = False
+        """On several shards: the last claim met a keyed task's timer without a key of its
+        own (claimed, or held back): the next one asks the other shards for their floor.
+        Until then a claim is sent with a floor of 0, which holds every such timer back
+        and costs no round trip more; meeting one, the lane claims again at once."""
         self.slot_freed = asyncio.Event()
 
     async def run(self, burst: bool) -> None:
@@ -268,8 +280,11 @@ class Claimer:
     async def claim(self, limit: int) -> int:
         """Claim up to ``limit`` timers and start those still held; how many were claimed."""
         keyed = self.hooks.keyed_tasks()
-        floor = (await self.hooks.floor(self.groups, keyed)
-                 if keyed and self.hooks.floor is not None else None)
+        floor: int | None = None
+        asked = False
+        if keyed and self.hooks.floor is not None:  # several shards (Cluster rule 5)
+            asked = self.keyed_due
+            floor = await self.hooks.floor(self.groups, keyed) if asked else 0
         ids = self.hooks.take_event_ids(limit)
         sent = self.clock.monotonic()
         horizon_ms = round(2 * CLAIM_LEAD_MS)
@@ -289,9 +304,11 @@ class Claimer:
         )
         self.tracker.backlogged = next_due != -1 and next_due <= now_us // 1000 + horizon_ms
         items = reply[3:]
-        self.below_floor = (floor is not None and len(items) // 3 < limit
-                            and floor < next_due <= now_us // 1000)
         runs = [Run.parse(items[i], items[i + 1], items[i + 2]) for i in range(0, len(items), 3)]
+        if floor is not None:
+            held = len(runs) < limit and floor < next_due <= now_us // 1000
+            self.below_floor = held and asked
+            self.keyed_due = held or any(_keyed_without_key(run, keyed) for run in runs)
         if runs and self.hooks.place is not None:
             runs = await self.hooks.place(runs)
         if runs and self.parker.wanted():

@@ -444,7 +444,8 @@ class ScriptCalls:
 
     def floor(self, groups: Sequence[str], tasks: Sequence[str]) -> Invocation:
         k = self.keys
-        return self._shared("park", (k.due, k.records, k.stats),
+        return self._shared("park", (k.due, k.records, k.stats,
+                                     *(k.ungated("t:" + task) for task in tasks)),
                             (k.timer_key_start, "floor", ",".join(groups), *tasks))
 
     def park(self, lease_ms: int, timers: Iterable[ParkTimer]) -> Invocation:

@@ -15,7 +15,8 @@
 -- KEYS[1]  due index: zset, escaped id -> due ms (the plain one; see prelude.lua)
 -- KEYS[2]  records: hash, escaped id -> record
 -- KEYS[3]  stats: hash of counters
--- KEYS[4..]  shared keys: timers/model/keys.py Keyspace.script_keys (the helpers' keys)
+-- KEYS[4..]  shared keys: timers/model/keys.py Keyspace.script_keys (the helpers' keys);
+--          "floor" sends the order barrier of each task (P|ungated|t:<task>) before them
 -- ARGV[1]  timer key start "<prefix>:"
 -- ARGV[2]  mode: "peek", "park" or "floor"
 -- ARGV[3]  peek: the most timers to read; park: lease ms of a slot kept for a promoted one
