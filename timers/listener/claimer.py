@@ -41,11 +41,11 @@ from timers.store.scripts import Scripts
 log = logging.getLogger("timers.listener")
 
 PARK_PASSES = 5
+"""Parking passes after one claim at most (each reads the head of the backlog)."""
 FLOOR_RETRY_S = 0.02
 """How soon a claim that left due timers below the other shards' floor claims again, when
 nothing wakes it first (a timer moving in, a wake): the floor rises as the other shards'
 earlier timers enter their limits' order."""
-"""Parking passes after one claim at most (each reads the head of the backlog)."""
 OOM_RETRY = 0.02
 """Seconds between claims a full server refuses."""
 GATHER_S = 0.002

@@ -330,7 +330,7 @@ only_declared = is_declared
 local asked = keys_asked()
 if asked then return asked end
 -- declare }
-if floor then  -- a timer moving in (inert until its move settles) goes before later ones
+if floor and floor > 0 then  -- a timer moving in (inert until settled) goes before later ones
   for _, arrival in ipairs(redis.call('HVALS', KEYS[7])) do
     local due = tonumber(string.match(arrival, '^(%d+)|'))
     if due and due < floor then floor = due end
