@@ -23,8 +23,10 @@ from tests.clusters import Cluster, migrate_slot, real_cluster
 from tests.conftest import wait_until
 from tests.integration.helpers import TIMERS_COMMAND, Processes, redis_now_ms, settled
 from tests.integration.rate_starts import RateStarts
+from tests.task_pkg.flow import device_command
 from timers import Timers, TimerSpec
 from timers.listener.flow_gate import TASK_KEY
+from timers.model import policy
 from timers.model.keys import Keyspace
 from timers.ops.shards import ShardLayout, shard_of_key
 from timers.store.cluster import sync_cluster
@@ -254,13 +256,18 @@ def out_of_order(runs: list[tuple[float, float, str]]) -> list[str]:
     return late
 
 
+@pytest.mark.parametrize("producer", ["knows nothing", "knows the task"])
 def test_a_device_whose_key_the_task_works_out_runs_its_commands_in_order(
-        cluster: Cluster, r: redis.Redis, processes: Processes) -> None:
-    """FIFO per key on three primaries when only a listener can work the key out (the
-    commands are placed by their ids and move to their device's shard at their first
-    claim): 10 devices x 8 commands 0.5 s apart, each 0.6 s long, two listeners with
-    fewer run slots than devices (a backlog, as under load). Every device runs its
-    commands in the order they were due, one at a time, each once."""
+        cluster: Cluster, r: redis.Redis, processes: Processes,
+        monkeypatch: pytest.MonkeyPatch, producer: str) -> None:
+    """FIFO per key on three primaries when the task works the key out: 10 devices x 8
+    commands 0.5 s apart, each 0.6 s long, two listeners with fewer run slots than devices
+    (a backlog, as under load). A producer that knows nothing of the task places them by
+    their ids, and each moves to its device's shard at its first claim; one that has the
+    task registered by name places each in its device's shard (none moves). Either way
+    every device runs its commands in the order they were due, one at a time, each once."""
+    if producer == "knows the task":
+        monkeypatch.setitem(policy._registry, "flow.device_command", device_command)
     devices, commands = 10, 8
     for _ in range(2):
         processes.spawn(TIMERS_COMMAND, "listen", "--url", cluster.url, "--tasks", TASKS,
@@ -282,9 +289,11 @@ def test_a_device_whose_key_the_task_works_out_runs_its_commands_in_order(
     late = {key: out_of_order(runs) for key, runs in by_key.items()}
     at_once = {key: overlaps(runs) for key, runs in by_key.items()}
     print(f"\n{total} commands, {devices} devices, 0.5 s apart, key worked out by the "
-          f"task, 2 listeners x 3 slots on 3 primaries ({placed} moved at their claim): "
+          f"task, producer {producer}, 2 listeners x 3 slots on 3 primaries ({placed} "
+          f"moved at their claim): "
           f"{sum(map(len, late.values()))} out of order on "
           f"{sum(1 for v in late.values() if v)} devices, "
           f"{sum(map(len, at_once.values()))} pairs at once")
     assert not any(at_once.values()), at_once
     assert not any(late.values()), late
+    assert (placed == 0) == (producer == "knows the task"), placed
