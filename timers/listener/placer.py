@@ -2,7 +2,8 @@
 there, once, at its first claim (rule 3 of :mod:`timers.ops.shards`).
 
 A limit the task declares (a key function, ``concurrency=``, ``rate=``) is known to
-listeners only, so the producer placed the timer by its id. A limit of N is N on any
+listeners only, unless the producer has the task registered by name: then the timer was
+born in its limit's shard; otherwise the producer placed it by its id. A limit of N is N on any
 number of shards only when its state and every timer it holds back are in one shard: the
 shard of its rate's name, else of its concurrency key (:func:`timers.ops.shards.shard_of_key`).
 So the lane that claims such a timer in another shard moves it there before any gate sees
@@ -25,6 +26,9 @@ given at schedule time, recurrences' occurrences, runs of a task of another grou
 move to their group first) and runs of tasks this listener cannot load do not move.
 ``get``, ``cancel``, ``reschedule`` and ``status`` by id look in the other shards when the
 id's own shard does not have it (:mod:`timers.ops.sharded`).
+
+Its lane's claims take a keyed task's timers in due order with the other shards'
+(:meth:`Placer.floor`; docs/state-machine.md, Cluster, rule 5).
 
 A prefix of one shard (any single server) has no placer: its claims pay nothing.
 """
