@@ -23,8 +23,10 @@ from tests.clusters import Cluster, migrate_slot, real_cluster
 from tests.conftest import wait_until
 from tests.integration.helpers import TIMERS_COMMAND, Processes, redis_now_ms, settled
 from tests.integration.rate_starts import RateStarts
+from tests.task_pkg.flow import device_command
 from timers import Timers, TimerSpec
 from timers.listener.flow_gate import TASK_KEY
+from timers.model import policy
 from timers.model.keys import Keyspace
 from timers.ops.shards import ShardLayout, shard_of_key
 from timers.store.cluster import sync_cluster
@@ -239,3 +241,59 @@ def test_a_listener_killed_or_paused_while_it_moves_timers_loses_none_and_runs_n
                    >= len(overlapping_paused), 10,
                    message=f"{len(overlapping_paused)} paused run(s) counted late: "
                            f"{[runs[i] for i in overlapping_paused]}")
+
+
+def out_of_order(runs: list[tuple[float, float, str]]) -> list[str]:
+    """Commands (``<device>/<seq>``) that started while an earlier one of their device had
+    not started yet: ``runs`` by start."""
+    late: list[str] = []
+    highest = -1
+    for _, _, tag in runs:
+        seq = int(tag.rpartition("/")[2])
+        if seq < highest:
+            late.append(tag)
+        highest = max(highest, seq)
+    return late
+
+
+@pytest.mark.parametrize("producer", ["knows nothing", "knows the task"])
+def test_a_device_whose_key_the_task_works_out_runs_its_commands_in_order(
+        cluster: Cluster, r: redis.Redis, processes: Processes,
+        monkeypatch: pytest.MonkeyPatch, producer: str) -> None:
+    """FIFO per key on three primaries when the task works the key out: 10 devices x 8
+    commands 0.5 s apart, each 0.6 s long, two listeners with fewer run slots than devices
+    (a backlog, as under load). A producer that knows nothing of the task places them by
+    their ids, and each moves to its device's shard at its first claim; one that has the
+    task registered by name places each in its device's shard (none moves). Either way
+    every device runs its commands in the order they were due, one at a time, each once."""
+    if producer == "knows the task":
+        monkeypatch.setitem(policy._registry, "flow.device_command", device_command)
+    devices, commands = 10, 8
+    for _ in range(2):
+        processes.spawn(TIMERS_COMMAND, "listen", "--url", cluster.url, "--tasks", TASKS,
+                        "--lease", "5", "--concurrency", "3")
+    with Timers(cluster.url) as t:
+        wait_until(lambda: len(t.listeners()) >= 2, 60, message="2 listeners to start")
+        base_ms = redis_now_ms(r) + 1000
+        t.schedule_many(
+            TimerSpec("flow.device_command", [f"{d}/{i}", d, 0.6],
+                      at=datetime.fromtimestamp((base_ms + 500 * i) / 1000, UTC))
+            for i in range(commands) for d in range(devices))
+        total = devices * commands
+        wait_until(lambda: r.llen("test:runs") >= total, 80, message=f"{total} commands")
+        wait_until(lambda: settled(t), 20, message="nothing pending or running")
+        placed = t.stats().counters.get("placed", 0)
+    by_key = spans(r)
+    ran = Counter(tag for runs in by_key.values() for _, _, tag in runs)
+    assert ran == {f"{d}/{i}": 1 for d in range(devices) for i in range(commands)}
+    late = {key: out_of_order(runs) for key, runs in by_key.items()}
+    at_once = {key: overlaps(runs) for key, runs in by_key.items()}
+    print(f"\n{total} commands, {devices} devices, 0.5 s apart, key worked out by the "
+          f"task, producer {producer}, 2 listeners x 3 slots on 3 primaries ({placed} "
+          f"moved at their claim): "
+          f"{sum(map(len, late.values()))} out of order on "
+          f"{sum(1 for v in late.values() if v)} devices, "
+          f"{sum(map(len, at_once.values()))} pairs at once")
+    assert not any(at_once.values()), at_once
+    assert not any(late.values()), late
+    assert (placed == 0) == (producer == "knows the task"), placed

@@ -7,20 +7,31 @@ to T26 of docs/state-machine.md). Two shards' keyspaces on one fakeredis."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import time
+from collections.abc import Callable
 from typing import Any
 
 import fakeredis
 import pytest
 
 import timers
+from timers.listener.claimer import FLOOR_RETRY_S, Claimer, ClaimerHooks
+from timers.listener.due_tracker import DueTracker
+from timers.listener.flow_gate import FlowGate
+from timers.listener.parker import Parker
 from timers.listener.placer import Placer
+from timers.listener.retrying import Outage
+from timers.model.clock import SystemClock
 from timers.model.encoding import as_text
 from timers.model.keys import Keyspace
+from timers.model.policy import policy_of
 from timers.model.runs import Run
 from timers.ops.shards import ShardLayout, shard_of_key
 from timers.store.scripts import Arrival, Departure, NewTimer, Scripts, Settle
 
 SHARDS = ShardLayout(Keyspace("{timers}"), 2, "timers").keyspaces
+THREE = ShardLayout(Keyspace("{timers}"), 3, "timers").keyspaces
 LEASE_MS = 15_000
 TASK = "tests.unit.test_placement.device_command"
 
@@ -282,3 +293,190 @@ def test_a_listener_killed_between_arrive_and_depart_leaves_one_timer_that_runs_
         for keys in SHARDS:
             assert not await fake.exists(keys.arrivals, keys.arrival_records, keys.moves)
     asyncio.run(scenario())
+
+
+# -- order across shards: the floor (docs/state-machine.md, Cluster, rule 5) --------------
+
+
+def _now_ms(fake: fakeredis.FakeRedis) -> int:
+    seconds, micros = fake.time()
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
+def _floor(s: Scripts) -> int:
+    return int(s.floor(["default"], [TASK]))
+
+
+def _claim_keyed(s: Scripts, floor: int | None) -> list[Run]:
+    reply = s.claim(limit=10, lease_ms=LEASE_MS, horizon_ms=0, listener_id="h:1:x",
+                    keyed_tasks=[TASK], floor=floor)
+    return [Run.parse(*reply[i:i + 3]) for i in range(3, len(reply), 3)]
+
+
+def _ids(runs: list[Run]) -> list[str]:
+    return [run.escaped_id for run in runs]
+
+
+def test_a_keyed_timer_enters_its_keys_order_only_after_earlier_ones_of_its_task_elsewhere(
+        fake: fakeredis.FakeRedis, shards: tuple[Scripts, Scripts]) -> None:
+    """A device's command due first sits in shard 0 (its id's), the next one in shard 1
+    (its device's): shard 1 claims the later one only once the earlier one has entered
+    the device's order there, all through its move (claimed in shard 0, arriving, pending
+    in shard 1 after it settled): then both are claimed, in order. Commands of other
+    tasks, and of a key given at schedule time, never wait for the floor."""
+    source, target = shards
+    device, now = _device_in(1), _now_ms(fake)
+    source.schedule([NewTimer("first", f"{TASK}:[{device}]", "at", now - 2000, "n")])
+    target.schedule([NewTimer("second", f"{TASK}:[{device}]", "at", now - 1000, "n"),
+                     NewTimer("plain", "tasks.other:[]", "at", now - 1000, "n"),
+                     NewTimer("given", f"{TASK};k=dev%3A1:[1]", "at", now - 1000, "n")])
+    assert _floor(source) == now - 2000
+    assert _ids(_claim_keyed(target, _floor(source))) == ["given", "plain"]
+    (claimed,) = _claim_keyed(source, _floor(target))  # the earliest: not held
+    assert claimed.escaped_id == "first"
+    assert _floor(source) == now - 2000  # claimed, not gated yet: it still holds
+    assert _claim_keyed(target, _floor(source)) == []
+    assert _arrive(target, claimed) == [1]
+    assert _depart(source, claimed) == 1
+    assert _floor(source) > now  # nothing of the task left in shard 0
+    assert _claim_keyed(target, _floor(source)) == []  # arriving: it holds the later one
+    assert _settle(target, claimed, "c") == 1
+    assert _ids(_claim_keyed(target, _floor(source))) == ["first", "second"]
+
+
+def test_a_stale_entry_of_the_order_barrier_does_not_hold_the_floor(
+        fake: fakeredis.FakeRedis, shards: tuple[Scripts, Scripts]) -> None:
+    source, _ = shards
+    now = _now_ms(fake)
+    source.schedule([NewTimer("a", f"{TASK}:[{_device_in(1)}]", "at", now - 500, "n")])
+    assert _ids(_claim_keyed(source, None)) == ["a"]
+    token = fake.hkeys(SHARDS[0].running_records)[0]
+    fake.hdel(SHARDS[0].running_records, token)  # its run is gone (ended, handed on)
+    fake.zrem(SHARDS[0].running, token)
+    assert _floor(source) > now
+
+
+def _lane_for(record: str, until: Callable[[list[int], list[Run]], bool]
+              ) -> tuple[int, list[Run], float]:
+    """A lane of shard 1 claiming, until ``until(floors asked, runs started)`` (5 s at
+    most), with a timer of ``record`` due there and an earlier one of its task, if keyed,
+    waiting in the other shard: (how many times it asked for the floor, the runs it
+    started, the seconds it took)."""
+    async def scenario() -> tuple[int, list[Run], float]:
+        fake = fakeredis.FakeAsyncRedis()
+        scripts = Scripts(fake, SHARDS[1])
+        seconds, micros = await fake.time()
+        now = int(seconds) * 1000 + int(micros) // 1000
+        await scripts.schedule([NewTimer("later", record, "at", now - 100, "n")])
+        floors: list[int] = []
+        started: list[Run] = []
+        done = asyncio.Event()
+
+        async def floor(groups: Any, tasks: Any) -> int:
+            floors.append(now - 1000)  # an earlier one waits in the other shard
+            if until(floors, started):
+                done.set()
+            return floors[-1]
+
+        def start(run: Run) -> None:
+            started.append(run)
+            if until(floors, started):
+                done.set()
+
+        stopping = asyncio.Event()
+        clock = SystemClock()
+        tracker = DueTracker(clock)
+        hooks = ClaimerHooks(free_slots=lambda: 5, take_event_ids=lambda n: [],
+                             busy=lambda: False, start=start,
+                             give_up=lambda exc: None, keyed_tasks=lambda: (TASK,),
+                             floor=floor)
+        flow = FlowGate(scripts, LEASE_MS / 1000, on_held=lambda n: None, shards=2, shard=1)
+        claimer = Claimer(scripts, ("default",), "h:1:x", LEASE_MS / 1000, clock, tracker,
+                          hooks, stopping, poke=asyncio.Event(),
+                          parker=Parker(scripts, ("default",), LEASE_MS / 1000, _resolve,
+                                        flow),
+                          ahead_share=5, outage=Outage())
+        began = time.monotonic()
+        loop = asyncio.create_task(claimer.run(burst=False))
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(done.wait(), 5)
+        took = time.monotonic() - began
+        stopping.set()
+        claimer.poke.set()
+        await asyncio.wait_for(loop, 5)
+        await fake.aclose()
+        return len(floors), started, took
+
+    return asyncio.run(scenario())
+
+
+def test_a_lane_whose_due_timers_wait_for_the_floor_claims_again_soon_not_at_once() -> None:
+    """A claim that leaves due timers below the other shards' floor (they wait for an
+    earlier one of their task there) is sent again after FLOOR_RETRY_S, or when something
+    wakes the lane; not in a loop of round trips while the floor does not move."""
+    asked, started, took = _lane_for(f"{TASK}:[{_device_in(1)}]",
+                                     lambda floors, _: len(floors) >= 6)
+    assert started == []
+    assert asked >= 6 and took >= 4 * FLOOR_RETRY_S, (asked, took)
+
+
+def test_a_lane_that_meets_no_keyed_timer_does_not_ask_for_the_floor() -> None:
+    asked, started, _ = _lane_for("tasks.plain:[]", lambda _, started: bool(started))
+    assert [run.escaped_id for run in started] == ["later"]
+    assert asked == 0
+
+
+def test_the_floor_is_the_least_of_the_other_shards_and_nothing_passes_a_shard_unheard(
+        ) -> None:
+    async def scenario() -> tuple[int, int, int]:
+        fake = fakeredis.FakeAsyncRedis()
+        scripts = [Scripts(fake, keys) for keys in THREE]
+        seconds, micros = await fake.time()
+        now = int(seconds) * 1000 + int(micros) // 1000
+        await scripts[1].schedule([NewTimer("b", f"{TASK}:[1]", "at", now - 300, "n")])
+        await scripts[2].schedule([NewTimer("c", f"{TASK}:[2]", "at", now - 700, "n")])
+        await scripts[0].schedule([NewTimer("a", f"{TASK}:[0]", "at", now - 900, "n")])
+        placer = Placer(scripts.__getitem__, 0, 3, LEASE_MS / 1000, _resolve,
+                        hand_back=lambda r: None, redis_now_ms=lambda: now)
+        least = await placer.floor(["default"], [TASK])  # its own shard's "a" aside
+
+        async def unheard(*_: Any) -> Any:
+            raise ConnectionError("failing over")
+
+        scripts[2].floor = unheard  # type: ignore[method-assign]
+        cut_off = await placer.floor(["default"], [TASK])
+        await fake.aclose()
+        return now, least, cut_off
+
+    now, least, cut_off = asyncio.run(scenario())
+    assert least == now - 700
+    assert cut_off == 0
+
+
+def test_on_several_shards_the_parker_leaves_a_key_the_task_works_out_to_the_claims() -> None:
+    """Parked, a command native to its device's shard would wait in the device's queue
+    ahead of earlier ones still pending in other shards; a key given at schedule time
+    lives in its key's shard from the start and is parked as on one server."""
+    flow = FlowGate(None, 30.0, on_held=lambda n: None, shards=2, shard=1)  # type: ignore[arg-type]
+    parker = Parker(None, ("default",), 30.0, _resolve, flow,  # type: ignore[arg-type]
+                    moves=Placer.not_parked)
+    native = f"{TASK}:[{_device_in(1)}]"
+    assert parker._parkable("a", "5", native) is None
+    given = f"{TASK};k=dev%3A{_device_in(1)}:[{_device_in(1)}]"
+    assert parker._parkable("b", "5", given) is not None
+
+
+@pytest.mark.parametrize("task", [TASK, "tests.unit.test_placement.paced"])
+def test_a_timer_a_producer_placed_by_its_tasks_declaration_is_home_for_the_listener(
+        task: str) -> None:
+    """Producer and listener work out a timer's limit the same way
+    (:meth:`TaskPolicy.limit_name`, ``flow_limits``): born there, it never moves."""
+    for device in range(20):
+        name = policy_of(_resolve(task)).limit_name(task, [device])
+        assert name is not None
+        home = shard_of_key(name, 2)
+        placers = [Placer(lambda i: None, i, 2, 15.0, _resolve,  # type: ignore[arg-type,return-value]
+                          hand_back=lambda r: None, redis_now_ms=lambda: 0.0) for i in range(2)]
+        record = f"{task}:[{device}]" if task == TASK else f"{task}:[]"
+        assert placers[home].home_of(record) is None
+        assert placers[1 - home].home_of(record) == home

@@ -138,6 +138,47 @@ def test_a_keys_timers_all_live_in_the_keys_shard_and_are_found_by_id(
         assert shard_of(one, 4) == shard_of_key("device-3", 4)
 
 
+@timers.task(name="registered.command", concurrency=1,
+             key=lambda device, *_: f"device:{device}")
+def registered_command(device: int, command: str) -> None:
+    """Its key worked out from its args, declared where the producer can see it."""
+
+
+@timers.task(name="registered.paced", concurrency=1, key=lambda device: f"device:{device}",
+             rate="600/m")
+def registered_paced(device: int) -> None:
+    """A rate wins over the key: every timer in the rate's shard."""
+
+
+@timers.task(name="registered.broken", concurrency=1, key=lambda device: 1 / 0)
+def registered_broken(device: int) -> None:
+    """A key function that fails: the listener reports it."""
+
+
+def test_a_producer_that_knows_a_tasks_declared_limit_places_its_timers_in_its_shard(
+        fake: fakeredis.FakeRedis) -> None:
+    """A task registered by name in the producer's process (the module that declares it
+    imported there) is placed by its declaration: its timers are born in their key's (or
+    rate's) shard and never move. An id the producer chose, and a key function that fails,
+    leave the timer in its id's shard, as for a task the producer does not know."""
+    devices = range(12)
+    with Timers(fake, shards=4) as t:
+        ids = t.schedule_many(TimerSpec("registered.command", [d, f"c{i}"], in_=60)
+                              for i in range(3) for d in devices)
+        assert ids == sorted(ids)
+        for timer_id, (_, d) in zip(ids, [(i, d) for i in range(3) for d in devices],
+                                    strict=True):
+            assert shard_of(timer_id, 4) == shard_of_key(f"device:{d}", 4)
+        paced = [t.schedule("registered.paced", [d], in_=60) for d in devices]
+        assert {shard_of(i, 4) for i in paced} == {
+            shard_of_key("task:registered.paced", 4)}
+        chosen = t.schedule("registered.command", [1, "x"], in_=60, id="mine")
+        broken = [t.schedule("registered.broken", [d], in_=60) for d in devices]
+        unknown = [t.schedule("unregistered.command", [d, "x"], in_=60) for d in devices]
+    assert chosen == "mine" and fake.zscore(SHARDS[shard_of("mine", 4)].due, "mine")
+    assert len({shard_of(i, 4) for i in broken + unknown}) > 1  # by their ids
+
+
 def test_a_chosen_id_with_a_key_must_name_the_keys_shard(fake: fakeredis.FakeRedis) -> None:
     with Timers(fake, shards=4) as t:
         wrong = next(f"order-{i}" for i in range(100)

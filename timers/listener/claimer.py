@@ -32,7 +32,9 @@ from timers.listener.leases import still_held
 from timers.listener.parker import Parker
 from timers.listener.retrying import RETRYABLE, ConnectionState, Outage, ReconnectDelays, pause
 from timers.model.clock import Clock
+from timers.model.run_record import record_head, record_option
 from timers.model.runs import Run
+from timers.model.wire import Option
 from timers.store.permissions import is_permanent
 from timers.store.scripts import Scripts
 
@@ -40,6 +42,10 @@ log = logging.getLogger("timers.listener")
 
 PARK_PASSES = 5
 """Parking passes after one claim at most (each reads the head of the backlog)."""
+FLOOR_RETRY_S = 0.02
+"""How soon a claim that left due timers below the other shards' floor claims again, when
+nothing wakes it first (a timer moving in, a wake): the floor rises as the other shards'
+earlier timers enter their limits' order."""
 OOM_RETRY = 0.02
 """Seconds between claims a full server refuses."""
 GATHER_S = 0.002
@@ -127,6 +133,14 @@ class ClaimerHooks:
     place: Callable[[list[Run]], Awaitable[list[Run]]] | None = None
     """On a prefix of several shards: moves the claimed runs whose limit lives in another
     shard there and returns those that stay (:mod:`timers.listener.placer`)."""
+    floor: Callable[[Sequence[str], Sequence[str]], Awaitable[int]] | None = None
+    """On a prefix of several shards: the other shards' floor for the keyed tasks' timers
+    (:meth:`timers.listener.placer.Placer.floor`), sent with each claim."""
+
+
+def _keyed_without_key(run: Run, keyed: Sequence[str]) -> bool:
+    task, options = record_head(run.record_text)
+    return task in keyed and not (options and record_option(run.record_text, Option.KEY))
 
 
 class Claimer:
@@ -154,6 +168,13 @@ class Claimer:
         self.memory = MemoryGuard()
         self.swept = False
         """A claim was answered: what is due is known."""
+        self.below_floor = False
+        """The last claim left due timers that wait for the other shards' floor."""
+        self.keyed_due = False
+        """On several shards: the last claim met a keyed task's timer without a key of its
+        own (claimed, or held back): the next one asks the other shards for their floor.
+        Until then a claim is sent with a floor of 0, which holds every such timer back
+        and costs no round trip more; meeting one, the lane claims again at once."""
         self.slot_freed = asyncio.Event()
 
     async def run(self, burst: bool) -> None:
@@ -197,6 +218,8 @@ class Claimer:
             if burst and self.idle():
                 break
             delay = self.tracker.seconds_until_next()
+            if self.below_floor:
+                delay = max(delay, FLOOR_RETRY_S)
             await pause(max(delay, 0.0005) if claimed == 0 else delay, self.poke)
 
     async def gather_slots(self) -> None:
@@ -256,13 +279,19 @@ class Claimer:
 
     async def claim(self, limit: int) -> int:
         """Claim up to ``limit`` timers and start those still held; how many were claimed."""
+        keyed = self.hooks.keyed_tasks()
+        floor: int | None = None
+        asked = False
+        if keyed and self.hooks.floor is not None:  # several shards (Cluster rule 5)
+            asked = self.keyed_due
+            floor = await self.hooks.floor(self.groups, keyed) if asked else 0
         ids = self.hooks.take_event_ids(limit)
         sent = self.clock.monotonic()
         horizon_ms = round(2 * CLAIM_LEAD_MS)
         reply = await self.scripts.claim(
             limit=limit, lease_ms=round(self.lease * 1000), horizon_ms=horizon_ms,
             listener_id=self.listener_id, event_ids=ids, groups=self.groups,
-            keyed_tasks=self.hooks.keyed_tasks())
+            keyed_tasks=keyed, floor=floor)
         received = self.clock.monotonic()
         now_us, next_due, next_lease = (int(x) for x in reply[:3])
         # a claim that asked for keys (Redis Cluster) was sent more than once: the Redis
@@ -276,6 +305,10 @@ class Claimer:
         self.tracker.backlogged = next_due != -1 and next_due <= now_us // 1000 + horizon_ms
         items = reply[3:]
         runs = [Run.parse(items[i], items[i + 1], items[i + 2]) for i in range(0, len(items), 3)]
+        if floor is not None:
+            held = len(runs) < limit and floor < next_due <= now_us // 1000
+            self.below_floor = held and asked
+            self.keyed_due = held or any(_keyed_without_key(run, keyed) for run in runs)
         if runs and self.hooks.place is not None:
             runs = await self.hooks.place(runs)
         if runs and self.parker.wanted():

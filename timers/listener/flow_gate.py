@@ -18,7 +18,7 @@ from timers.exceptions import FlowKeyError
 from timers.listener.retrying import RETRYABLE
 from timers.model.encoding import Args, Record, as_text
 from timers.model.flow.declared import KeySpec, key_for
-from timers.model.flow.names import DEFAULT_GROUP, unescape_key
+from timers.model.flow.names import DEFAULT_GROUP, TASK_KEY, unescape_key
 from timers.model.policy import TaskPolicy, policy_of
 from timers.model.run_record import record_head
 from timers.model.runs import Outcome, Run
@@ -31,8 +31,6 @@ HANDED = frozenset({ClaimSource.HANDOFF.label, ClaimSource.NEXT.label})
 """Runs ``finish.lua`` handed over holding their key's slot, or to take it over from the
 run before them (:mod:`timers.listener.turns`)."""
 _KEY_MARK = f"{Option.KEY}="
-TASK_KEY = "task:"
-"""Start of the key (or rate limit name) of a task-wide limit: ``task:<path>``."""
 
 
 def _call_key(make: KeySpec, args: Args, what: str) -> str:

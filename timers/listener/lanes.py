@@ -243,10 +243,11 @@ class Lane:
             ClaimerHooks(free_slots=shared.free_slots, take_event_ids=self.events.take,
                          busy=self.busy, start=self.start, give_up=self._give_up,
                          keyed_tasks=loader.keyed_tasks,
-                         place=None if self.placer is None else self.placer.place),
+                         place=None if self.placer is None else self.placer.place,
+                         floor=None if self.placer is None else self.placer.floor),
             shared.stopping, poke=poke,
             parker=Parker(self.scripts, shared.groups, shared.lease, loader.resolve, self.flow,
-                          moves=None if self.placer is None else self._moves),
+                          moves=None if self.placer is None else self.placer.not_parked),
             ahead_share=max(1, shared.concurrency // 2), outage=outage,
             gather=max(1, shared.concurrency // 4), gauge=shared.cpu)
         self.executor = Executor(loader.resolve, shared.runner,
@@ -297,9 +298,6 @@ class Lane:
             await self.trimmer.settle(shared.clock)
             with contextlib.suppress(*RETRYABLE):
                 await self.heartbeat(alive=False)
-
-    def _moves(self, record_text: str) -> bool:
-        return self.placer is not None and self.placer.home_of(record_text) is not None
 
     def _loop_ended(self, task: asyncio.Task[None]) -> None:
         """A loop must only end on stop: if one dies of a bug, stop rather than limp on

@@ -43,8 +43,11 @@ class Parker:
         self.scripts, self.groups, self.lease = scripts, tuple(groups), lease
         self.resolve, self.flow = resolve, flow
         self.moves = moves
-        """On a prefix of several shards: whether a timer (its record) moves to another
-        shard at its claim (:mod:`timers.listener.placer`): it is not parked here."""
+        """On a prefix of several shards: whether a timer (its record) is left to the
+        claims: one whose key its task works out moves to its key's shard at its claim
+        (:mod:`timers.listener.placer`), and in that shard enters its key's order only
+        through claims, in due order with its task's timers in the other shards (their
+        floor: ``claim.lua`` ARGV[8])."""
         self.parked = 0
         """Timers parked so far (for the tests and the curious)."""
         self._armed_at = 1

@@ -2,7 +2,8 @@
 there, once, at its first claim (rule 3 of :mod:`timers.ops.shards`).
 
 A limit the task declares (a key function, ``concurrency=``, ``rate=``) is known to
-listeners only, so the producer placed the timer by its id. A limit of N is N on any
+listeners only, unless the producer has the task registered by name: then the timer was
+born in its limit's shard; otherwise the producer placed it by its id. A limit of N is N on any
 number of shards only when its state and every timer it holds back are in one shard: the
 shard of its rate's name, else of its concurrency key (:func:`timers.ops.shards.shard_of_key`).
 So the lane that claims such a timer in another shard moves it there before any gate sees
@@ -26,6 +27,9 @@ move to their group first) and runs of tasks this listener cannot load do not mo
 ``get``, ``cancel``, ``reschedule`` and ``status`` by id look in the other shards when the
 id's own shard does not have it (:mod:`timers.ops.sharded`).
 
+Its lane's claims take a keyed task's timers in due order with the other shards'
+(:meth:`Placer.floor`; docs/state-machine.md, Cluster, rule 5).
+
 A prefix of one shard (any single server) has no placer: its claims pay nothing.
 """
 
@@ -34,7 +38,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from timers.listener.flow_gate import HANDED, flow_limits
@@ -196,6 +200,38 @@ class Placer:
                 await self.scripts_of(source).departed(forget, forget=True)
             except RETRYABLE as exc:  # a note left behind: a few bytes, harmless
                 log.debug("forgetting %d move(s) of shard %d: %s", len(forget), source, exc)
+
+    # -- order across shards ------------------------------------------------------------
+
+    @staticmethod
+    def not_parked(record_text: str) -> bool:
+        """Whether the parker leaves a due timer to the claims: one whose key its task
+        works out (no key of its own). Its claim moves it to its key's shard, and there it
+        enters its key's order through a claim, in due order with its task's timers in the
+        other shards (:meth:`floor`); parking it would put it in its key's queue ahead of
+        earlier ones still there."""
+        return record_option(record_text, Option.KEY) is None
+
+    async def floor(self, groups: Sequence[str], tasks: Sequence[str]) -> int:
+        """The floor of this lane's next claim (``claim.lua`` ARGV[8]): the least, over
+        the other shards, of the earliest due time a timer of ``tasks`` there may have
+        without having entered its limit's order (``park.lua`` "floor": due and in no
+        flow queue, or claimed and not gated yet); this shard's timers of ``tasks`` due
+        later wait for it (docs/state-machine.md, Cluster, rule 5). One round trip, to
+        every other shard at once. A shard that does not answer gives 0: those timers
+        wait until it does (a failover takes seconds)."""
+        others = [i for i in range(self.count) if i != self.index]
+        replies = await asyncio.gather(
+            *(self.scripts_of(i).floor(groups, tasks) for i in others),
+            return_exceptions=True)
+        floor: int | None = None
+        for shard, reply in zip(others, replies, strict=True):
+            if isinstance(reply, BaseException):
+                log.debug("the floor of shard %d: %s; its keyed timers wait", shard, reply)
+                return 0
+            value = int(reply)
+            floor = value if floor is None else min(floor, value)
+        return 0 if floor is None else floor
 
     # -- arrivals their mover left ------------------------------------------------------
 

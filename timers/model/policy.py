@@ -65,7 +65,8 @@ from typing import Any, TypeVar, overload
 
 from timers.exceptions import InvalidDueTime
 from timers.model.due import MAX_DELAY_MS, parse_duration
-from timers.model.flow.declared import KeySpec, check_flow
+from timers.model.flow.declared import KeySpec, check_flow, key_for
+from timers.model.flow.names import TASK_KEY
 from timers.model.flow.rates import Rate
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -206,6 +207,18 @@ class TaskPolicy:
         """Whether the task limits its runs (concurrency, a key or a rate)."""
         return self.concurrency is not None or self.key is not None or self.rate is not None
 
+    def limit_name(self, task: str, args: Any) -> str | None:
+        """The name whose shard holds a timer of ``task`` with ``args`` on a prefix of
+        several shards (:mod:`timers.ops.shards`, rules 2 and 3): its rate's (``rate_key``'s,
+        else the task's), else its concurrency key's (``key``'s, else the task's for a
+        cap); None without a limit. A key function's own error propagates."""
+        if self.rate is not None:
+            return TASK_KEY + task if self.rate_key is None else key_for(
+                self.rate_key, args, "rate_key")
+        if self.key is not None:
+            return key_for(self.key, args)
+        return None if self.concurrency is None else TASK_KEY + task
+
     def retry_delay(self, failures: int, rng: random.Random | None = None) -> float | None:
         """Seconds until the next attempt after ``failures`` failed ones; None: give up."""
         if failures > self.retries:
@@ -299,3 +312,9 @@ def policy_of(fn: Callable[..., Any]) -> TaskPolicy:
 def registered() -> dict[str, Callable[..., Any]]:
     """Tasks registered by name with ``@timers.task(name=...)``."""
     return dict(_registry)
+
+
+def registered_policy(name: str) -> TaskPolicy | None:
+    """The policy of the task registered as ``name`` in this process, if any."""
+    fn = _registry.get(name)
+    return None if fn is None else policy_of(fn)

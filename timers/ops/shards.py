@@ -25,9 +25,11 @@ count its own N. The rule:
    a rate lives in the shard of the rate's name (:func:`shard_of_key` of it), and so does
    every concurrency key its task's timers carry; the rate wins over the key. A rate is
    the task's declaration, so that placement is rule 3's.
-3. A limit the task declares (a key function, ``concurrency=`` per task, ``rate=``) is
-   known to listeners only (producers do not import tasks): the timer moves to its
-   limit's shard once, at its first claim, before any gate sees it
+3. A limit the task declares (a key function, ``concurrency=`` per task, ``rate=``): a
+   producer that knows the declaration (the task registered by name in its process)
+   draws a generated id in the limit's shard (:meth:`TaskPolicy.limit_name`,
+   :func:`timers.ops.sharded.placed`). Otherwise it is known to listeners only: the
+   timer moves to its limit's shard once, at its first claim, before any gate sees it
    (:mod:`timers.listener.placer`: four steps over the two shards, each atomic in one,
    ordered so that a crash anywhere leaves it runnable exactly once), and carries
    ``;sh=<from shard>`` so it never moves again. ``get``, ``cancel``, ``reschedule`` and
@@ -36,6 +38,9 @@ count its own N. The rule:
    occurrence (it lives beside its recurrence) and a timer given ``key=`` whose task has
    a rate (rule 1 places it).
 4. Everything else lives in the shard of its id.
+5. A key's timers start in order across shards: a claim takes a keyed task's timer (no
+   ``key=``) only once every earlier one of its task in the other shards has entered its
+   key's order (the claim's floor, :meth:`timers.listener.placer.Placer.floor`).
 
 ``S`` is fixed the first time a prefix is used and stored in Redis (``shards.lua``, in
 the one-shard keyspace of the prefix: ``{timers}|shards``). On a cluster the default is

@@ -6,7 +6,7 @@ only listeners import; Redis holds what those limits are doing: the slots of a c
 key held by runs (``P|held``: ``limit|lease|key``), the timers waiting in a key's or a rate
 limit's queue (``P|parked``: the limit or interval with each), a rate limit's next slot
 (``P|rate|<name>``). A task-wide limit is named ``task:<task>``
-(:data:`timers.listener.flow_gate.TASK_KEY`). So a limit shows here once a run of the task
+(:data:`timers.model.flow.names.TASK_KEY`). So a limit shows here once a run of the task
 holds it or a timer of the task waits on it. These are admin reads: they read the whole
 ``P|parked`` and ``P|held`` hashes.
 """
@@ -18,15 +18,13 @@ from typing import Any
 
 from timers.exceptions import MalformedTimerKey
 from timers.model.encoding import Record, as_text
+from timers.model.flow.names import TASK_KEY
 from timers.model.keys import DEFAULT_GROUP, Keyspace
 from timers.model.runs import Run
 from timers.ops.base import Call, Operation, pairs
 from timers.ops.fleet import decode_task_set
 from timers.ops.flow_views import Parked, parked_entries
 from timers.ops.operations import listener_groups
-
-TASK_KEY = "task:"
-"""Start of a task-wide key or rate limit name (as :mod:`timers.listener.flow_gate`)."""
 
 
 def _items(reply: Any) -> list[tuple[Any, Any]]:

@@ -417,12 +417,13 @@ class ScriptCalls:
 
     def claim(self, *, limit: int, lease_ms: int, horizon_ms: int, listener_id: str,
               event_ids: Iterable[str] = (), groups: Sequence[str] = (DEFAULT_GROUP,),
-              keyed_tasks: Sequence[str] = ()) -> Invocation:
+              keyed_tasks: Sequence[str] = (), floor: int | None = None) -> Invocation:
         k = self.keys
         return self._shared(
-            "claim", (k.due, k.records, k.running, k.running_records, k.sequence, k.stats),
+            "claim", (k.due, k.records, k.running, k.running_records, k.sequence, k.stats,
+                      k.arrival_records),
             (k.timer_key_start, limit, lease_ms, horizon_ms, listener_id, ",".join(groups),
-             ",".join(keyed_tasks), *event_ids))
+             ",".join(keyed_tasks), "" if floor is None else floor, *event_ids))
 
     def renew(self, lease_ms: int, tokens: Iterable[str]) -> Invocation:
         k = self.keys
@@ -441,6 +442,12 @@ class ScriptCalls:
         k = self.keys
         return self._shared("park", (k.due, k.records, k.stats),
                             (k.timer_key_start, "peek", limit, ",".join(groups)))
+
+    def floor(self, groups: Sequence[str], tasks: Sequence[str]) -> Invocation:
+        k = self.keys
+        return self._shared("park", (k.due, k.records, k.stats,
+                                     *(k.ungated("t:" + task) for task in tasks)),
+                            (k.timer_key_start, "floor", ",".join(groups), *tasks))
 
     def park(self, lease_ms: int, timers: Iterable[ParkTimer]) -> Invocation:
         k = self.keys
@@ -644,12 +651,14 @@ class Scripts:
 
     def claim(self, *, limit: int, lease_ms: int, horizon_ms: int, listener_id: str,
               event_ids: Iterable[str] = (), groups: Sequence[str] = (DEFAULT_GROUP,),
-              keyed_tasks: Sequence[str] = ()) -> Any:
+              keyed_tasks: Sequence[str] = (), floor: int | None = None) -> Any:
         """Reply: ``[now_us, next_due, next_lease, (token, run, source)…]``.
-        ``keyed_tasks``: the tasks with a concurrency key or cap (the order barrier)."""
+        ``keyed_tasks``: the tasks with a concurrency key or cap (the order barrier);
+        ``floor``: on several shards, the least of the other shards' :meth:`floor`
+        (their timers due later wait for it)."""
         return self.run(self.calls.claim(limit=limit, lease_ms=lease_ms, horizon_ms=horizon_ms,
                                          listener_id=listener_id, event_ids=event_ids,
-                                         groups=groups, keyed_tasks=keyed_tasks))
+                                         groups=groups, keyed_tasks=keyed_tasks, floor=floor))
 
     def gate(self, lease_ms: int, runs: Iterable[GateRun]) -> Any:
         """Reply: one of ``go``, ``wait``, ``lost``, ``replaced`` per run."""
@@ -662,6 +671,12 @@ class Scripts:
     def peek(self, limit: int, groups: Sequence[str]) -> Any:
         """Reply: ``[id, due ms, record, …]``: due timers no flow gate holds yet."""
         return self.run(self.calls.peek(limit, groups))
+
+    def floor(self, groups: Sequence[str], tasks: Sequence[str]) -> Any:
+        """Reply: a due ms: every timer of ``tasks`` in this shard due before it has
+        entered its limit's order (claimed and gated, or in a flow queue); see
+        docs/state-machine.md, Cluster, rule 5."""
+        return self.run(self.calls.floor(groups, tasks))
 
     def park(self, lease_ms: int, timers: Iterable[ParkTimer]) -> Any:
         """Reply: how many of ``timers`` went into their key's queue."""

@@ -20,6 +20,8 @@ GROUP_ENV = "TIMERS_GROUP"
 MAX_GROUP_LENGTH = 64
 MIN_PRIORITY, MAX_PRIORITY = -1000, 1000
 MAX_KEY_LENGTH = 200
+TASK_KEY = "task:"
+"""Start of the key (or rate limit name) of a task-wide limit: ``task:<path>``."""
 """Characters of a concurrency key, and also of its escaped form."""
 
 _GROUP_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}")

@@ -9,7 +9,9 @@
 --          <listener> the id of the listener that claimed the run
 -- KEYS[5]  sequence: counter that numbers run tokens
 -- KEYS[6]  stats: hash of counters
--- KEYS[7..]  shared keys: timers/model/keys.py Keyspace.script_keys (the helpers' keys)
+-- KEYS[7]  arrival records: hash, "<from shard>|<token>" -> "<due>|<id>:<record>" (timers
+--          moving into this shard; placer.py), read only with a floor (ARGV[8])
+-- KEYS[8..]  shared keys: timers/model/keys.py Keyspace.script_keys (the helpers' keys)
 -- ARGV[1]  timer key start "<prefix>:"
 -- ARGV[2]  limit: the most timers to claim
 -- ARGV[3]  lease ms
@@ -21,7 +23,13 @@
 -- ARGV[7]  the keyed tasks of its package (a concurrency key or cap), joined by ",": each
 --          claimed timer of one of those, or with a key of its own (";k="), is noted as
 --          claimed and not gated yet (flow.lua's order barrier)
--- ARGV[8..] escaped ids named by expired events: claimed first, when due
+-- ARGV[8]  "" or, on a prefix of several shards, the floor of the keyed tasks' timers
+--          without a key of their own (";k="): the earliest due time that a timer of theirs
+--          in another shard may have without having entered its limit's order yet (park.lua
+--          "floor" of each other shard, the least); such a timer due later than the floor,
+--          or than a timer moving into this shard (P|arrivingrec), is left pending: it
+--          enters after those (docs/state-machine.md, Cluster, rule 5)
+-- ARGV[9..] escaped ids named by expired events: claimed first, when due
 --
 -- Only timers of the served groups are claimed: those of the plain due index and running
 -- set for "default", and "P|due|<group>|<priority>" / "P|run|<group>" for the others
@@ -60,6 +68,10 @@ for group in string.gmatch(ARGV[6] or '', '[^,]+') do served[group] = true end
 local keyed = {}
 for task in string.gmatch(ARGV[7] or '', '[^,]+') do keyed[task] = true end
 local any_keyed = next(keyed) ~= nil
+local floor = ARGV[8] ~= '' and tonumber(ARGV[8]) or nil
+if ARGV[8] ~= '' and not floor then
+  return redis.error_reply('ERR timers claim: bad floor')
+end
 -- Where keys are checked: whether a claimed timer's expiring key was given (a timer whose
 -- key was not is left for the next claim; see the declare part below); nil elsewhere.
 local only_declared = nil
@@ -74,6 +86,13 @@ local function note_keyed(token, run)
         tonumber(record_option(record, 'w') or due) or 0)
     end
   end
+end
+
+-- Whether a pending timer of a keyed task (no key of its own) due at `due` waits for the
+-- floor (ARGV[8]): an earlier one of its task has not entered its limit's order yet.
+local function below_floor(record, due)
+  return floor ~= nil and tonumber(due) > floor and keyed[record_task(record)]
+    and not record_option(record, 'k')
 end
 
 local function start(run, source, group)
@@ -164,9 +183,9 @@ end
 -- The named ids, read in one HMGET and one ZMSCORE per due index: those due within the
 -- horizon are claimed, in the order named (each once), up to the limit.
 local function claim_named()
-  if #ARGV < 8 or claimed >= limit then return end
+  if #ARGV < 9 or claimed >= limit then return end
   local ids, seen = {}, {}
-  for i = 8, #ARGV do
+  for i = 9, #ARGV do
     if not seen[ARGV[i]] then
       seen[ARGV[i]] = true
       ids[#ids + 1] = ARGV[i]
@@ -189,7 +208,8 @@ local function claim_named()
     if claimed + #takes >= limit then break end
     local score = scores[id] and tonumber(scores[id])
     if score and score <= horizon and not (only_declared
-        and not only_declared(ARGV[1] .. id .. ':' .. records[i])) then
+        and not only_declared(ARGV[1] .. id .. ':' .. records[i]))
+        and not below_floor(records[i], score) then
       takes[#takes + 1] = {id, string.format('%.0f', score), 'e', records[i]}
     end
   end
@@ -236,7 +256,8 @@ local function claim_due(index, low, high)
   local takes, stale = {}, {}
   for i, id in ipairs(ids) do
     if records[i] then
-      if not only_declared or only_declared(ARGV[1] .. id .. ':' .. records[i]) then
+      if (not only_declared or only_declared(ARGV[1] .. id .. ':' .. records[i]))
+          and not below_floor(records[i], due[2 * i]) then
         takes[#takes + 1] = {id, due[2 * i], 's', records[i]}
       end
     else
@@ -272,7 +293,7 @@ local function need_claimed(id, record, window)  -- a pending timer claimed
   need_started(record)
   need_window(window, ARGV[1] .. id .. ':' .. record)
 end
-for i = 8, #ARGV do
+for i = 9, #ARGV do
   local record = redis.call('HGET', KEYS[2], ARGV[i])
   if record and served[record_group(record)] then need_claimed(ARGV[i], record, '') end
 end
@@ -309,6 +330,12 @@ only_declared = is_declared
 local asked = keys_asked()
 if asked then return asked end
 -- declare }
+if floor and floor > 0 then  -- a timer moving in (inert until settled) goes before later ones
+  for _, arrival in ipairs(redis.call('HVALS', KEYS[7])) do
+    local due = tonumber(string.match(arrival, '^(%d+)|'))
+    if due and due < floor then floor = due end
+  end
+end
 claim_named()
 for group in pairs(served) do recover_lapsed(running_key_for(KEYS[3], group)) end
 local indexes = served_due_indexes(KEYS[1], ARGV[1], served)

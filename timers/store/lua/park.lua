@@ -15,12 +15,14 @@
 -- KEYS[1]  due index: zset, escaped id -> due ms (the plain one; see prelude.lua)
 -- KEYS[2]  records: hash, escaped id -> record
 -- KEYS[3]  stats: hash of counters
--- KEYS[4..]  shared keys: timers/model/keys.py Keyspace.script_keys (the helpers' keys)
+-- KEYS[4..]  shared keys: timers/model/keys.py Keyspace.script_keys (the helpers' keys);
+--          "floor" sends the order barrier of each task (P|ungated|t:<task>) before them
 -- ARGV[1]  timer key start "<prefix>:"
--- ARGV[2]  mode: "peek" or "park"
+-- ARGV[2]  mode: "peek", "park" or "floor"
 -- ARGV[3]  peek: the most timers to read; park: lease ms of a slot kept for a promoted one
 -- ARGV[4]  peek: the groups served, joined by ","; park: the wake channel
 -- ARGV[5..] park: four values per timer: id, the record read, concurrency key, its limit
+-- floor: ARGV[3] the groups served, ARGV[4..] the keyed tasks; returns a due ms (below)
 -- peek returns {id, due ms, record, ...}: timers due now in the served groups' due
 -- indexes, highest priority first, none that a flow gate holds already. park returns how
 -- many it parked; a timer is skipped unless it is still pending under that record, due,
@@ -52,6 +54,57 @@ if ARGV[2] == 'peek' then
     end
   end
   return out
+end
+
+if ARGV[2] == 'floor' then
+  -- How far this shard's timers of the keyed tasks ARGV[4..] have all entered their keys'
+  -- order (docs/state-machine.md, Cluster, rule 5): the earliest due time of such a timer
+  -- (no key of its own) pending in the served groups' due indexes (ARGV[3]) and in no flow
+  -- queue, or claimed and not gated yet (the order barrier; a stale entry is dropped as
+  -- flow.lua barred drops it). A due index is read from its head FLOOR_READ timers at a
+  -- time, at most FLOOR_PAGES times: past that, the due time reached (they may be later).
+  -- FLOW_DUE_SPAN when there is none.
+  local served, tasks = {}, {}
+  for group in string.gmatch(ARGV[3] or '', '[^,]+') do served[group] = true end
+  for i = 4, #ARGV do tasks[ARGV[i]] = true end
+  -- declare {
+  for _, index in ipairs(served_due_indexes(KEYS[1], ARGV[1], served)) do need(index[1]) end
+  for i = 4, #ARGV do need_barrier(ARGV[1], ARGV[i] .. ':null') end
+  local asked = keys_asked()
+  if asked then return asked end
+  -- declare }
+  local FLOOR_READ, FLOOR_PAGES = 25, 4
+  local floor = FLOW_DUE_SPAN
+  for _, index in ipairs(served_due_indexes(KEYS[1], ARGV[1], served)) do
+    for page = 0, FLOOR_PAGES - 1 do
+      local due = redis.call('ZRANGE', index[1], page * FLOOR_READ,
+        (page + 1) * FLOOR_READ - 1, 'WITHSCORES')
+      local stop = #due < 2 * FLOOR_READ or tonumber(due[2]) >= floor
+      for i = 1, #due, 2 do
+        local score = tonumber(due[i + 1])
+        if score >= floor then stop = true; break end
+        local record = redis.call('HGET', KEYS[2], due[i])
+        if record and tasks[record_task(record)] and not record_option(record, 'k')
+            and redis.call('HEXISTS', parked_key, due[i]) == 0 then
+          floor, stop = score, true
+          break
+        end
+      end
+      if not stop and page == FLOOR_PAGES - 1 then
+        floor = math.min(floor, tonumber(due[#due]))  -- read no further
+      end
+      if stop then break end
+    end
+  end
+  for i = 4, #ARGV do
+    local record = ARGV[i] .. ':null'
+    if barred(ARGV[1], '', record, math.huge, now) then
+      local head = redis.call('ZRANGE', flow_key(ARGV[1], 'ungated', barrier_of(record)), 0,
+        0, 'WITHSCORES')
+      floor = math.min(floor, math.fmod(tonumber(head[2]), FLOW_DUE_SPAN))
+    end
+  end
+  return string.format('%.0f', floor)
 end
 
 local FIRST = 5  -- the first timer's first value
