@@ -55,6 +55,12 @@ def test_module_level_functions_take_the_clients_parameters(module: Any) -> None
                 == parameters(methods[name], method=True)), name
 
 
+def test_timers_and_timers_aio_offer_the_same_operations() -> None:
+    methods = public_methods(Timers)
+    assert ({name for name in timers.__all__ if name in methods}
+            == {name for name in timers.aio.__all__ if name in methods})
+
+
 @pytest.mark.parametrize("owner", [Timers, AsyncTimers], ids=["Timers", "AsyncTimers"])
 def test_every_public_method_has_a_docstring(owner: type) -> None:
     missing = [name for name, fn in vars(owner).items()
