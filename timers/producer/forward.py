@@ -18,6 +18,7 @@ C = TypeVar("C")
 P = ParamSpec("P")
 R = TypeVar("R")
 
+
 def on_default(method: Callable[Concatenate[C, P], R], default: Callable[[], C],
                module: str) -> Callable[P, R]:
     """A function of ``module`` that calls ``method``'s name on ``default()``."""
@@ -48,7 +49,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 def _like(call: F, method: Callable[..., Any], module: str) -> F:
     """``call`` named as ``method`` in ``module``, with its docstring and its signature less
-    the first parameter (what ``help()``, ``inspect.signature`` and the docs show)."""
+    the first parameter (what ``help()`` and ``inspect.signature`` show)."""
     functools.update_wrapper(call, method)  # (its __wrapped__: get_type_hints reads it)
     signature = inspect.signature(method)
     call.__signature__ = signature.replace(  # type: ignore[attr-defined]
