@@ -5,11 +5,13 @@
 >>> timers.cancel(tid)
 True
 
-The module-level functions use a default :class:`Timers` made on first use from
+Each module-level function is the :class:`Timers` method of the same name (its parameters,
+its docstring) called on a default :class:`Timers` made on first use from
 ``$TIMERS_REDIS_URL`` (see :func:`configure`); ``timers.aio`` has the asyncio twins.
 
-``import timers`` is light: it loads the errors and the functions below, and each other
-name on its first use (one table, :data:`_LAZY`, read by a PEP 562 module ``__getattr__``).
+``import timers`` is light: it loads the errors and :func:`configure`, and each other name
+on its first use (:data:`_OPERATIONS` and one table, :data:`_LAZY`, read by a PEP 562 module
+``__getattr__``).
 So ``timers --version`` starts fast, and a web process that only schedules never loads the
 listener's machinery; ``from timers import Timers`` and ``timers.Timers`` work as usual.
 """
@@ -46,16 +48,12 @@ from timers.exceptions import (
 )
 
 if typing.TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping
-    from datetime import datetime, timedelta
-
     import redis
 
     from timers import aio as aio
     from timers.listener import Listener
     from timers.listener.context import TimerContext, current
-    from timers.model.cron import CatchUp, Recurrence
-    from timers.model.encoding import Args
+    from timers.model.cron import Recurrence
     from timers.model.flow.rates import Rate
     from timers.model.history import HistoryRecord, MinuteStats, TimerState
     from timers.model.policy import Backoff, TaskPolicy, registered, task
@@ -162,19 +160,34 @@ _LAZY: dict[str, str] = {
 """The public names imported on first use, and the module each comes from."""
 
 
+_OPERATIONS = frozenset({"schedule", "schedule_many", "reschedule", "cancel", "get", "status",
+                         "history", "series", "tasks_seen", "every", "unschedule_recurring",
+                         "pause", "resume"})
+"""The module-level functions: each is the :class:`Timers` method of the same name, called on
+the default instance (:func:`timers.producer.forward.on_default`), made on first use."""
+
+
 def __getattr__(name: str) -> Any:
-    """A name of :data:`_LAZY`, imported on its first use (see the module docstring)."""
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'timers' has no attribute {name!r}")
-    loaded = importlib.import_module(module)
-    value = loaded if name == "aio" else getattr(loaded, name)
+    """A name of :data:`_LAZY` or :data:`_OPERATIONS`, made on its first use (see the module
+    docstring)."""
+    value: Any
+    if name in _OPERATIONS:
+        from timers.producer.client import Timers
+        from timers.producer.forward import on_default
+
+        value = on_default(getattr(Timers, name), _instance, __name__)
+    else:
+        module = _LAZY.get(name)
+        if module is None:
+            raise AttributeError(f"module 'timers' has no attribute {name!r}")
+        loaded = importlib.import_module(module)
+        value = loaded if name == "aio" else getattr(loaded, name)
     globals()[name] = value
     return value
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
+    return sorted({*globals(), *_LAZY, *_OPERATIONS})
 
 
 _default: Timers | None = None
@@ -211,106 +224,19 @@ def _instance() -> Timers:
     return _default
 
 
-def schedule(
-    task: str,
-    args: Args | tuple[Any, ...] = None,
-    *,
-    in_: float | timedelta | None = None,
-    at: datetime | None = None,
-    id: str | None = None,
-    max_lateness: float | timedelta | None = None,
-    group: str | None = None,
-    key: str | None = None,
-    priority: int = 0,
-    replicas: int | None = None,
-    replicas_timeout: float | None = None,
-) -> str:
-    """Run ``task`` later and return the timer id; see :meth:`Timers.schedule`."""
-    return _instance().schedule(task, args, in_=in_, at=at, id=id, max_lateness=max_lateness,
-                                group=group, key=key, priority=priority, replicas=replicas,
-                                replicas_timeout=replicas_timeout)
+if typing.TYPE_CHECKING:  # what __getattr__ makes on first use, as type checkers see it
+    from timers.producer.forward import on_default
 
-
-def schedule_many(specs: Iterable[TimerSpec | Mapping[str, Any]], *,
-                  replicas: int | None = None,
-                  replicas_timeout: float | None = None) -> list[str]:
-    """Schedule many timers in pipelined batches; see :meth:`Timers.schedule_many`."""
-    return _instance().schedule_many(specs, replicas=replicas,
-                                     replicas_timeout=replicas_timeout)
-
-
-def reschedule(
-    id: str, *, in_: float | timedelta | None = None, at: datetime | None = None,
-    replicas: int | None = None, replicas_timeout: float | None = None,
-) -> bool:
-    """Move a pending timer to a new due time; False if it is not pending."""
-    return _instance().reschedule(id, in_=in_, at=at, replicas=replicas,
-                                  replicas_timeout=replicas_timeout)
-
-
-def cancel(id: str, *, replicas: int | None = None,
-           replicas_timeout: float | None = None) -> bool:
-    """True if the timer was pending: it will now never fire."""
-    return _instance().cancel(id, replicas=replicas, replicas_timeout=replicas_timeout)
-
-
-def get(id: str) -> PendingTimer | None:
-    """The pending timer with this id, or None."""
-    return _instance().get(id)
-
-
-def status(id: str) -> TimerStatus:
-    """Where the timer is, whatever its state; see :meth:`Timers.status`."""
-    return _instance().status(id)
-
-
-def history(task: str | None = None, since: float | None = None, failed: bool = False,
-            limit: int = 100) -> list[HistoryRecord]:
-    """Ended timers, newest end first; see :meth:`Timers.history`."""
-    return _instance().history(task, since, failed, limit)
-
-
-def series(task: str | None = None, minutes: int = 60) -> list[MinuteStats]:
-    """Per-minute runs, failures and percentiles, oldest first; see :meth:`Timers.series`."""
-    return _instance().series(task, minutes)
-
-
-def tasks_seen() -> list[str]:
-    """The tasks with a series (runs ended in the last 24 h)."""
-    return _instance().tasks_seen()
-
-
-def every(
-    name: str,
-    task: str,
-    args: Args | tuple[Any, ...] = None,
-    *,
-    cron: str | None = None,
-    interval: float | timedelta | None = None,
-    tz: str = "UTC",
-    catch_up: CatchUp = "latest",
-    max_lateness: float | timedelta | None = None,
-    overlap: bool = True,
-    group: str | None = None,
-    key: str | None = None,
-    priority: int = 0,
-) -> Recurrence:
-    """Run ``task`` on a cron schedule or at an interval; see :meth:`Timers.every`."""
-    return _instance().every(name, task, args, cron=cron, interval=interval, tz=tz,
-                             catch_up=catch_up, max_lateness=max_lateness, overlap=overlap,
-                             group=group, key=key, priority=priority)
-
-
-def unschedule_recurring(name: str) -> bool:
-    """Delete a recurrence and its pending occurrence; False if there was none."""
-    return _instance().unschedule_recurring(name)
-
-
-def pause(name: str) -> bool:
-    """Stop a recurrence until :func:`resume`; False if there is none by that name."""
-    return _instance().pause(name)
-
-
-def resume(name: str) -> bool:
-    """Schedule a paused recurrence again, from now; False if there is none."""
-    return _instance().resume(name)
+    schedule = on_default(Timers.schedule, _instance, __name__)
+    schedule_many = on_default(Timers.schedule_many, _instance, __name__)
+    reschedule = on_default(Timers.reschedule, _instance, __name__)
+    cancel = on_default(Timers.cancel, _instance, __name__)
+    get = on_default(Timers.get, _instance, __name__)
+    status = on_default(Timers.status, _instance, __name__)
+    history = on_default(Timers.history, _instance, __name__)
+    series = on_default(Timers.series, _instance, __name__)
+    tasks_seen = on_default(Timers.tasks_seen, _instance, __name__)
+    every = on_default(Timers.every, _instance, __name__)
+    unschedule_recurring = on_default(Timers.unschedule_recurring, _instance, __name__)
+    pause = on_default(Timers.pause, _instance, __name__)
+    resume = on_default(Timers.resume, _instance, __name__)

@@ -3,7 +3,8 @@
 >>> import timers
 >>> tid = await timers.aio.schedule("reminders.sms", {"user_id": 42}, in_=60)
 
-They use a default :class:`AsyncTimers` per event loop, made on the loop's first call from
+Each is the :class:`AsyncTimers` method of the same name (its parameters, its docstring),
+awaited on a default :class:`AsyncTimers` per event loop, made on the loop's first call from
 ``$TIMERS_REDIS_URL`` (see :func:`configure`) and closed when the loop ends through
 ``asyncio.run`` (or by :func:`aclose`): two ``asyncio.run`` in turn, or two test clients,
 each get their own.
@@ -14,18 +15,13 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
-from collections.abc import Iterable, Mapping
-from datetime import datetime, timedelta
 from typing import Any
 
 import redis.asyncio
 
 from timers.exceptions import WrongEventLoop
-from timers.model.cron import CatchUp, Recurrence
-from timers.model.encoding import Args
-from timers.model.history import HistoryRecord, MinuteStats
-from timers.ops.operations import PendingTimer, TimerSpec, TimerStatus
 from timers.producer.client import AsyncTimers
+from timers.producer.forward import on_default_async
 from timers.producer.loops import PerLoop
 
 __all__ = [
@@ -117,108 +113,16 @@ def _instance() -> AsyncTimers:
     return default.get()
 
 
-async def schedule(
-    task: str,
-    args: Args | tuple[Any, ...] = None,
-    *,
-    in_: float | timedelta | None = None,
-    at: datetime | None = None,
-    id: str | None = None,
-    max_lateness: float | timedelta | None = None,
-    group: str | None = None,
-    key: str | None = None,
-    priority: int = 0,
-    replicas: int | None = None,
-    replicas_timeout: float | None = None,
-) -> str:
-    """Run ``task`` later and return the timer id; see :meth:`AsyncTimers.schedule`."""
-    return await _instance().schedule(task, args, in_=in_, at=at, id=id,
-                                      max_lateness=max_lateness, group=group, key=key,
-                                      priority=priority, replicas=replicas,
-                                      replicas_timeout=replicas_timeout)
-
-
-async def schedule_many(specs: Iterable[TimerSpec | Mapping[str, Any]], *,
-                        replicas: int | None = None,
-                        replicas_timeout: float | None = None) -> list[str]:
-    """Schedule many timers in pipelined batches; see :meth:`Timers.schedule_many`."""
-    return await _instance().schedule_many(specs, replicas=replicas,
-                                           replicas_timeout=replicas_timeout)
-
-
-async def reschedule(
-    id: str, *, in_: float | timedelta | None = None, at: datetime | None = None,
-    replicas: int | None = None, replicas_timeout: float | None = None,
-) -> bool:
-    """Move a pending timer to a new due time; False if it is not pending."""
-    return await _instance().reschedule(id, in_=in_, at=at, replicas=replicas,
-                                        replicas_timeout=replicas_timeout)
-
-
-async def cancel(id: str, *, replicas: int | None = None,
-                 replicas_timeout: float | None = None) -> bool:
-    """True if the timer was pending: it will now never fire."""
-    return await _instance().cancel(id, replicas=replicas, replicas_timeout=replicas_timeout)
-
-
-async def get(id: str) -> PendingTimer | None:
-    """The pending timer with this id, or None."""
-    return await _instance().get(id)
-
-
-async def status(id: str) -> TimerStatus:
-    """Where the timer is, whatever its state; see :meth:`timers.Timers.status`."""
-    return await _instance().status(id)
-
-
-async def history(task: str | None = None, since: float | None = None, failed: bool = False,
-                  limit: int = 100) -> list[HistoryRecord]:
-    """Ended timers, newest end first; see :meth:`timers.Timers.history`."""
-    return await _instance().history(task, since, failed, limit)
-
-
-async def series(task: str | None = None, minutes: int = 60) -> list[MinuteStats]:
-    """Per-minute runs, failures and percentiles, oldest first; see
-    :meth:`timers.Timers.series`."""
-    return await _instance().series(task, minutes)
-
-
-async def tasks_seen() -> list[str]:
-    """The tasks with a series (runs ended in the last 24 h)."""
-    return await _instance().tasks_seen()
-
-
-async def every(
-    name: str,
-    task: str,
-    args: Args | tuple[Any, ...] = None,
-    *,
-    cron: str | None = None,
-    interval: float | timedelta | None = None,
-    tz: str = "UTC",
-    catch_up: CatchUp = "latest",
-    max_lateness: float | timedelta | None = None,
-    overlap: bool = True,
-    group: str | None = None,
-    key: str | None = None,
-    priority: int = 0,
-) -> Recurrence:
-    """Run ``task`` on a cron schedule or at an interval; see :meth:`Timers.every`."""
-    return await _instance().every(name, task, args, cron=cron, interval=interval, tz=tz,
-                                   catch_up=catch_up, max_lateness=max_lateness,
-                                   overlap=overlap, group=group, key=key, priority=priority)
-
-
-async def unschedule_recurring(name: str) -> bool:
-    """Delete a recurrence and its pending occurrence; False if there was none."""
-    return await _instance().unschedule_recurring(name)
-
-
-async def pause(name: str) -> bool:
-    """Stop a recurrence until :func:`resume`; False if there is none by that name."""
-    return await _instance().pause(name)
-
-
-async def resume(name: str) -> bool:
-    """Schedule a paused recurrence again, from now; False if there is none."""
-    return await _instance().resume(name)
+schedule = on_default_async(AsyncTimers.schedule, _instance, __name__)
+schedule_many = on_default_async(AsyncTimers.schedule_many, _instance, __name__)
+reschedule = on_default_async(AsyncTimers.reschedule, _instance, __name__)
+cancel = on_default_async(AsyncTimers.cancel, _instance, __name__)
+get = on_default_async(AsyncTimers.get, _instance, __name__)
+status = on_default_async(AsyncTimers.status, _instance, __name__)
+history = on_default_async(AsyncTimers.history, _instance, __name__)
+series = on_default_async(AsyncTimers.series, _instance, __name__)
+tasks_seen = on_default_async(AsyncTimers.tasks_seen, _instance, __name__)
+every = on_default_async(AsyncTimers.every, _instance, __name__)
+unschedule_recurring = on_default_async(AsyncTimers.unschedule_recurring, _instance, __name__)
+pause = on_default_async(AsyncTimers.pause, _instance, __name__)
+resume = on_default_async(AsyncTimers.resume, _instance, __name__)

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 import timers
+import timers.aio
 from tests.docs_blocks import run_python
 from tests.unit.conftest import ROOT
 from timers import exceptions
@@ -45,10 +46,28 @@ def resolve(path: str) -> Any:
 
 
 def test_every_public_name_is_in_the_reference() -> None:
+    """A class shows its methods; a module-level function made from a client method
+    (``timers.producer.forward``) is shown by that method."""
     shown = {id(resolve(path)) for path in directives()}
+    shown |= {id(member) for path in directives() if inspect.isclass(cls := resolve(path))
+              for member in vars(cls).values()}
     missing = [name for name in timers.__all__
-               if id(getattr(timers, name)) not in shown
+               if id(getattr(getattr(timers, name), "__wrapped__", getattr(timers, name)))
+               not in shown
                and not (hasattr(exceptions, name) and id(exceptions) in shown)]
+    assert missing == []
+
+
+@pytest.mark.parametrize("module", [timers, timers.aio], ids=["timers", "timers.aio"])
+def test_the_module_level_functions_link_their_methods(module: types.ModuleType) -> None:
+    """Each function made from a client method links that method, where the page says what
+    the functions are (mkdocs --strict checks that the link leads somewhere)."""
+    page = (REFERENCE / "api.md").read_text()
+    made = [getattr(module, name).__wrapped__ for name in module.__all__
+            if hasattr(getattr(module, name), "__wrapped__")]
+    assert made, "the module's functions are made from client methods"
+    missing = [method.__qualname__ for method in made
+               if f"][{method.__module__}.{method.__qualname__}]" not in page]
     assert missing == []
 
 

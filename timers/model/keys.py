@@ -156,8 +156,6 @@ import unicodedata
 from dataclasses import dataclass
 from functools import cached_property
 
-from redis.keyspace_notifications import KeyeventChannel
-
 DEFAULT_PREFIX = "timers"
 DEFAULT_GROUP = "default"
 """The group of a timer that names none; its keys are the plain ``P|due`` and ``P|run``."""
@@ -421,4 +419,5 @@ class Keyspace:
 
     @staticmethod
     def expired_channel(db: int) -> str:
-        return str(KeyeventChannel("expired", db=db))
+        """The channel Redis publishes expired key names of database ``db`` on."""
+        return f"__keyevent@{db}__:expired"

@@ -140,7 +140,8 @@ class AsyncTimers:
         replicas: int | None = None,
         replicas_timeout: float | None = None,
     ) -> str:
-        """Calls in flight at once share round trips (see :mod:`timers.producer.coalesce`), and
+        """Run ``task`` later; returns the id. The parameters are :meth:`Timers.schedule`'s.
+        Calls in flight at once share round trips (see :mod:`timers.producer.coalesce`), and
         with ``replicas`` their ``WAIT`` too."""
         self._loop.claim()
         spec = TimerSpec(task, args, in_, at, id, max_lateness, group, key, priority)
