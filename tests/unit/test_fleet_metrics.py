@@ -17,6 +17,7 @@ from timers.observe.fleet_metrics import (
     KeyspaceReader,
     with_timeouts,
 )
+from timers.ops.snapshot import FleetSnapshot, QueueFigures
 
 
 def test_the_scrape_timeouts_replace_the_urls_own() -> None:
@@ -45,3 +46,18 @@ def test_a_reader_is_made_while_redis_is_away_and_a_scrape_says_only_that() -> N
 def test_a_bad_url_is_refused_when_the_reader_is_made() -> None:
     with pytest.raises(ValueError):
         KeyspaceReader("redis://127.0.0.1:6379/0?max_connections=0")
+
+
+def test_a_group_with_timers_and_no_listener_serving_it_scrapes_as_zero() -> None:
+    snap = FleetSnapshot(
+        redis_ms=0, queues=[QueueFigures("default", 0, 3, 0, 0, 0),
+                            QueueFigures("video", 0, 2, 2, 0, 0)],
+        running={}, held_back=0, dead=0, failures=0, counters={},
+        listeners=[{"groups": []}, {"groups": ["default", "billing"]}],
+        recurrences=0, recurrences_paused=0, groups=["default", "video"])
+    registry = CollectorRegistry()
+    registry.register(FleetCollector(lambda: snap))
+    value = registry.get_sample_value
+    assert value("timers_listeners_serving", {"group": "default"}) == 2
+    assert value("timers_listeners_serving", {"group": "billing"}) == 1
+    assert value("timers_listeners_serving", {"group": "video"}) == 0

@@ -61,9 +61,13 @@ def families(snap: FleetSnapshot, read_seconds: float) -> Iterator[GaugeMetricFa
         overdue.add_metric([group], sum(q.overdue for q in snap.queues if q.group == group))
     for group, count in snap.running.items():
         running.add_metric([group], count)
+    serving = GaugeMetricFamily("timers_listeners_serving", "Live listeners serving the "
+                                "group (0: its timers wait for one)", labels=["group"])
+    for group, count in snap.serving().items():
+        serving.add_metric([group], count)
     due.add_metric(["1m"], snap.due_within(SOON_MS[0]))
     due.add_metric(["1h"], snap.due_within(SOON_MS[1]))
-    yield from (pending, overdue, due, running)
+    yield from (pending, overdue, due, running, serving)
     yield _gauge("timers_held_back", "Timers held back by a concurrency key or rate limit",
                  snap.held_back)
     yield _gauge("timers_dead", "Dead timers kept for retry or purge", snap.dead)

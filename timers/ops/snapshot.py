@@ -76,6 +76,15 @@ class FleetSnapshot:
             out[q.group] = out.get(q.group, 0) + q.pending
         return out
 
+    def serving(self) -> dict[str, int]:
+        """Live listeners serving each group: every group with timers pending and every
+        group a listener serves (0 for a group none serves)."""
+        out = dict.fromkeys(self.pending_by_group(), 0)
+        for beat in self.listeners:
+            for group in beat["groups"] or [DEFAULT_GROUP]:
+                out[group] = out.get(group, 0) + 1
+        return out
+
     def due_within(self, window_ms: int) -> int:
         """Timers due from now to ``window_ms`` ahead (one of :data:`SOON_MS`)."""
         pick = {SOON_MS[0]: "due_next_minute", SOON_MS[1]: "due_next_hour"}[window_ms]
