@@ -1,16 +1,18 @@
 """timers: delayed timers on Redis, fired once, on time, by whichever listener is alive.
 
->>> import timers
->>> tid = timers.schedule("reminders.sms", {"user_id": 42}, in_=86400)
->>> timers.cancel(tid)
-True
+```python
+import timers
+tid = timers.schedule("reminders.sms", {"user_id": 42}, in_=86400)
+timers.cancel(tid)  # True
+```
 
-Each module-level function is the :class:`Timers` method of the same name (its parameters,
-its docstring) called on a default :class:`Timers` made on first use from
-``$TIMERS_REDIS_URL`` (see :func:`configure`); ``timers.aio`` has the asyncio twins.
+Each module-level function is the [`Timers`][timers.producer.client.Timers] method of the same name
+(its parameters, its docstring) called on a default [`Timers`][timers.producer.client.Timers] made
+on first use from ``$TIMERS_REDIS_URL`` (see [`configure`][timers.configure]); ``timers.aio`` has
+the asyncio twins.
 
-``import timers`` is light: it loads the errors and :func:`configure`, and each other name
-on its first use (:data:`_OPERATIONS` and one table, :data:`_LAZY`, read by a PEP 562 module
+``import timers`` is light: it loads the errors and [`configure`][timers.configure], and each other
+name on its first use (`_OPERATIONS` and one table, `_LAZY`, read by a PEP 562 module
 ``__getattr__``).
 So ``timers --version`` starts fast, and a web process that only schedules never loads the
 listener's machinery; ``from timers import Timers`` and ``timers.Timers`` work as usual.
@@ -163,12 +165,13 @@ _LAZY: dict[str, str] = {
 _OPERATIONS = frozenset({"schedule", "schedule_many", "reschedule", "cancel", "get", "status",
                          "history", "series", "tasks_seen", "every", "unschedule_recurring",
                          "pause", "resume"})
-"""The module-level functions: each is the :class:`Timers` method of the same name, called on
-the default instance (:func:`timers.producer.forward.on_default`), made on first use."""
+"""The module-level functions: each is the [`Timers`][timers.producer.client.Timers] method of the
+same name, called on the default instance (`timers.producer.forward.on_default`), made on first
+use."""
 
 
 def __getattr__(name: str) -> Any:
-    """A name of :data:`_LAZY` or :data:`_OPERATIONS`, made on its first use (see the module
+    """A name of `_LAZY` or `_OPERATIONS`, made on its first use (see the module
     docstring)."""
     value: Any
     if name in _OPERATIONS:
@@ -193,14 +196,16 @@ def __dir__() -> list[str]:
 _default: Timers | None = None
 _default_lock = threading.Lock()
 _pinned = False
-"""True while a :class:`timers.testing.TimersTest` is active: :func:`configure` (an app
-factory run by a test) leaves its in-memory server in place."""
+"""True while a [`timers.testing.TimersTest`][timers.testing.TimersTest] is active:
+[`configure`][timers.configure] (an app factory run by a test) leaves its in-memory server in
+place."""
 
 
 def configure(url: str | redis.Redis | None = None, **options: Any) -> Timers:
     """Set the default instance the module-level functions use: ``url`` is a URL, a
     ``redis.Redis`` the app manages (not closed by timers), or None for
-    ``$TIMERS_REDIS_URL``; ``options`` as for :class:`Timers` (``prefix=`` …)."""
+    ``$TIMERS_REDIS_URL``; ``options`` as for [`Timers`][timers.producer.client.Timers] (``prefix=``
+    …)."""
     global _default
     with _default_lock:
         if _pinned and _default is not None:

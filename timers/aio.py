@@ -1,13 +1,16 @@
-"""The asyncio twins of the module-level functions in :mod:`timers`.
+"""The asyncio twins of the module-level functions in [`timers`][module-level-functions].
 
->>> import timers
->>> tid = await timers.aio.schedule("reminders.sms", {"user_id": 42}, in_=60)
+```python
+import timers
+tid = await timers.aio.schedule("reminders.sms", {"user_id": 42}, in_=60)
+```
 
-Each is the :class:`AsyncTimers` method of the same name (its parameters, its docstring),
-awaited on a default :class:`AsyncTimers` per event loop, made on the loop's first call from
-``$TIMERS_REDIS_URL`` (see :func:`configure`) and closed when the loop ends through
-``asyncio.run`` (or by :func:`aclose`): two ``asyncio.run`` in turn, or two test clients,
-each get their own.
+Each is the [`AsyncTimers`][timers.producer.async_client.AsyncTimers] method of the same name (its
+parameters, its docstring), awaited on a default
+[`AsyncTimers`][timers.producer.async_client.AsyncTimers] per event loop, made on the loop's first
+call from ``$TIMERS_REDIS_URL`` (see [`configure`][timers.aio.configure]) and closed when the loop
+ends through ``asyncio.run`` (or by [`aclose`][timers.aio.aclose]): two ``asyncio.run`` in turn, or
+two test clients, each get their own.
 """
 
 from __future__ import annotations
@@ -39,7 +42,8 @@ _default: PerLoop[AsyncTimers] = PerLoop(AsyncTimers)
 """The default instances, one per event loop."""
 _default_lock = threading.Lock()
 _pinned = False
-"""True while a :class:`timers.testing.TimersTest` is active (see :func:`configure`)."""
+"""True while a [`timers.testing.TimersTest`][timers.testing.TimersTest] is active (see
+[`configure`][timers.aio.configure])."""
 _closing: set[asyncio.Task[None] | concurrent.futures.Future[None]] = set()
 """Closes of replaced instances still under way (a reference, so they are not collected)."""
 
@@ -47,10 +51,10 @@ _closing: set[asyncio.Task[None] | concurrent.futures.Future[None]] = set()
 def configure(url: str | redis.asyncio.Redis | None = None, **options: Any) -> AsyncTimers:
     """Set what the functions below use: a URL (one client per event loop, each made on
     the loop's first call) or a ``redis.asyncio.Redis`` the app manages (one loop only:
-    from another, :class:`WrongEventLoop`); ``options`` as for :class:`AsyncTimers`.
-    Returns the instance the first loop to call will use. Inside a
-    :class:`timers.testing.TimersTest` it changes nothing and returns an instance on the
-    test's in-memory server.
+    from another, [`WrongEventLoop`][timers.exceptions.WrongEventLoop]); ``options`` as for
+    [`AsyncTimers`][timers.producer.async_client.AsyncTimers]. Returns the instance the first loop
+    to call will use. Inside a [`timers.testing.TimersTest`][timers.testing.TimersTest] it changes
+    nothing and returns an instance on the test's in-memory server.
 
     The instances it replaces are closed on the loops their connections belong to: at once
     if a loop is not running (and not closed), else as a task on it. One whose loop is

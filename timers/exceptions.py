@@ -38,7 +38,7 @@ Hierarchy::
     ├── ShardLayoutMismatch (ValueError)  a shard count other than the prefix's, or garbled
     ├── CannotConnect                ``timers listen``: the server did not answer a PING
     ├── MemoryLimitTooLow            ``--max-memory-per-child`` below the listener's own size
-    ├── StillDue                     :mod:`timers.testing`: timers kept coming due
+    ├── StillDue                     [`timers.testing`][timers.testing]: timers kept coming due
     ├── UserError                    the CLI: a problem to report in one line
     ├── FlowKeyError                 a task's ``key=``/``rate_key=`` function failed
     └── the runner's signals, raised and caught inside the listener (never seen outside):
@@ -130,7 +130,7 @@ class ServerNotFound(TimersError):
 class ServerUnavailable(TimersError, ConnectionError):
     """Redis cannot be reached: the connection was refused or lost, or the server refused
     the credentials. The redis-py error is the ``__cause__``; still a builtin
-    :class:`ConnectionError` for code that catches that."""
+    `ConnectionError` for code that catches that."""
 
 
 class PoolExhausted(ServerUnavailable):
@@ -151,7 +151,7 @@ class ServerError(TimersError):
 class ServerOutOfMemory(ServerError):
     """Redis is at its ``maxmemory`` and refused a write that needs memory (schedule, …).
 
-    Nothing of the refused call was written, except the ids in :attr:`written` (only
+    Nothing of the refused call was written, except the ids in `written` (only
     ``schedule_many`` fills it, and only in the rare case it needed a second round trip
     for generated ids that collided). The redis-py error is the ``__cause__``.
     """
@@ -175,9 +175,9 @@ class NotReplicated(TimersError):
     timeout.
 
     The write is not undone: a scheduled timer exists on the primary under its id and
-    fires as usual unless a failover loses it first. :attr:`timer_ids` lists the ids the
-    call wrote whose replication was not confirmed; :attr:`replicas` is how many replicas
-    were asked for, :attr:`acked` how many had the write in memory, :attr:`fsynced` how
+    fires as usual unless a failover loses it first. `timer_ids` lists the ids the
+    call wrote whose replication was not confirmed; `replicas` is how many replicas
+    were asked for, `acked` how many had the write in memory, `fsynced` how
     many had it in their AOF on disk (None: not asked, or the server has no ``WAITAOF``).
     """
 
@@ -200,14 +200,15 @@ class TimerAlreadyPending(TimersError):
 
 
 class NotInTimer(TimersError):
-    """:func:`timers.current` was called where no timer's task is running."""
+    """[`timers.current`][timers.listener.context.current] was called where no timer's task is
+    running."""
 
 
 class WrongEventLoop(TimersError, RuntimeError):
-    """An :class:`~timers.AsyncTimers` was used from an event loop other than the one that
-    first used it: its connections belong to that loop. Raised before anything is sent.
-    Make one per loop (in the app's lifespan) or use :mod:`timers.aio`, which keeps one
-    client per loop."""
+    """An [`AsyncTimers`][timers.producer.async_client.AsyncTimers] was used from an event loop
+    other than the one that first used it: its connections belong to that loop. Raised before
+    anything is sent. Make one per loop (in the app's lifespan) or use
+    [`timers.aio`][asyncio-timersaio], which keeps one client per loop."""
 
 
 class EvictionUnsafe(TimersError):
@@ -239,8 +240,8 @@ class MemoryLimitTooLow(TimersError):
 
 
 class StillDue(TimersError):
-    """Timers kept coming due while :meth:`TimersTest.run_due` or ``run_all`` ran them: a
-    task that schedules a timer due at once, every time it runs?"""
+    """Timers kept coming due while [`TimersTest.run_due`][timers.testing.TimersTest.run_due] or
+    ``run_all`` ran them: a task that schedules a timer due at once, every time it runs?"""
 
 
 class UserError(TimersError):

@@ -16,33 +16,36 @@ With pytest, the ``timers_test`` fixture gives the same object (``pip install
 How it works, so that a test tests what production does:
 
 - The server is an in-memory fakeredis server running timers' own Lua scripts
-  (``fakeredis[lua]``). The default instances of :mod:`timers` and :mod:`timers.aio` point
-  at it inside the block (a ``configure()`` the app calls there leaves them so); the
-  previous ones are back (unclosed) after it. So does every ``Timers``/``AsyncTimers`` the
-  app makes inside the block from a URL or from none (a FastAPI lifespan's); one made
-  before it, or on a redis-py client of the app's own, raises at its first call instead
-  (:class:`timers.store.connect.InMemoryServer`).
+  (``fakeredis[lua]``). The default instances of [`timers`][module-level-functions] and
+  [`timers.aio`][asyncio-timersaio] point at it inside the block (a ``configure()`` the app calls
+  there leaves them so); the previous ones are back (unclosed) after it. So does every
+  ``Timers``/``AsyncTimers`` the app makes inside the block from a URL or from none (a FastAPI
+  lifespan's); one made before it, or on a redis-py client of the app's own, raises at its first
+  call instead (`timers.store.connect.InMemoryServer`).
 - Flow gates run as in production: a concurrency key's timers run in turn. A rate limit
-  holds what is over it (``wait.kind == "rate"``) until :meth:`TimersTest.advance` moves
-  its clock (with the due times) to its next slot; ``run_all`` goes slot by slot.
-- :meth:`TimersTest.run_due` runs a real :class:`timers.listener.Listener` in burst mode,
-  in this process: the same claim, policies (retries, max lateness …), recurrences and
-  endings as ``timers listen``. A retry or a new timer that a run makes due at once runs in
-  the same call. ``concurrency=1`` (the default here) runs timers one at a time, in due order.
+  holds what is over it (``wait.kind == "rate"``) until
+  [`TimersTest.advance`][timers.testing.TimersTest.advance] moves its clock (with the due times) to
+  its next slot; ``run_all`` goes slot by slot.
+- [`TimersTest.run_due`][timers.testing.TimersTest.run_due] runs a real
+  [`timers.listener.Listener`][timers.listener.Listener] in burst mode, in this process: the same
+  claim, policies (retries, max lateness …), recurrences and endings as ``timers listen``. A retry
+  or a new timer that a run makes due at once runs in the same call. ``concurrency=1`` (the default
+  here) runs timers one at a time, in due order.
 - Due times are computed by the server's clock (``TIME`` inside the scripts), which a test
-  cannot move. So :meth:`TimersTest.advance` moves every pending timer that much earlier
-  instead (a reschedule of each, the same operation as :func:`timers.reschedule`), brings
-  each rate limit's next free slot (and the timer promoted to it) that much closer, and
-  adds it to :meth:`TimersTest.now`. Timers waiting in a rate limit's or a concurrency
-  key's queue stay there, in their order: the runs before them let them go, as in
-  production, and ``run_all`` advances to each next rate slot as to a due time. What a
-  test sees is what it would see had that much time passed: a timer due in 24 h runs after
-  ``advance(hours=24)``, not after ``advance(hours=23)``.
-  Times recorded by the server (a :class:`Fired` report's ``due_ms``, ``timers.current().due``,
-  failure times) stay on the server's real clock, as does an absolute time (``at=``, a cron
-  expression) given after an advance; relative ones (``in_=``) are exact. A recurrence's
-  next occurrence counts from the previous one on the real clock: on the test's clock it
-  comes late by the time advanced so far (only the first occurrence is on time).
+  cannot move. So [`TimersTest.advance`][timers.testing.TimersTest.advance] moves every pending
+  timer that much earlier instead (a reschedule of each, the same operation as
+  [`timers.reschedule`][timers.producer.client.Timers.reschedule]), brings each rate limit's next
+  free slot (and the timer promoted to it) that much closer, and adds it to
+  [`TimersTest.now`][timers.testing.TimersTest.now]. Timers waiting in a rate limit's or a
+  concurrency key's queue stay there, in their order: the runs before them let them go, as in
+  production, and ``run_all`` advances to each next rate slot as to a due time. What a test sees is
+  what it would see had that much time passed: a timer due in 24 h runs after ``advance(hours=24)``,
+  not after ``advance(hours=23)``. Times recorded by the server (a
+  [`Fired`][timers.model.runs.Fired] report's ``due_ms``, ``timers.current().due``, failure times)
+  stay on the server's real clock, as does an absolute time (``at=``, a cron expression) given after
+  an advance; relative ones (``in_=``) are exact. A recurrence's next occurrence counts from the
+  previous one on the real clock: on the test's clock it comes late by the time advanced so far
+  (only the first occurrence is on time).
 """
 
 from __future__ import annotations
@@ -81,7 +84,8 @@ import fakeredis  # after the check, so a missing one gets the line above
 __all__ = ["StillDue", "TimersTest", "timer_context"]
 
 MAX_BURSTS = 100
-"""Listener bursts one :meth:`TimersTest.run_due` may take before it gives up."""
+"""Listener bursts one [`TimersTest.run_due`][timers.testing.TimersTest.run_due] may take before it
+gives up."""
 _ALL = 1_000_000
 """As many pending timers as a test can have (listings are limited)."""
 
@@ -91,8 +95,8 @@ class TimersTest:
 
     ``tasks``: the app's tasks package, as ``timers listen --tasks`` takes it (default
     ``$TIMERS_TASKS`` or ``tasks``), imported from ``search_path`` (default the working
-    directory); ``registry`` adds callables by name, as for :class:`Listener`. ``groups``:
-    the groups its listener serves (default: every group that has timers pending).
+    directory); ``registry`` adds callables by name, as for [`Listener`][timers.listener.Listener].
+    ``groups``: the groups its listener serves (default: every group that has timers pending).
     """
 
     def __init__(self, tasks: str | None = None, *, prefix: str = DEFAULT_PREFIX,
@@ -106,7 +110,7 @@ class TimersTest:
         self.fired: list[Fired] = []
         """Every run so far, in the order they ended."""
         self.offset = timedelta(0)
-        """How far :meth:`advance` has moved time so far."""
+        """How far [`advance`][timers.testing.TimersTest.advance] has moved time so far."""
         self._listener_options: dict[str, Any] = {
             "prefix": prefix, "tasks": tasks, "registry": registry,
             "search_path": search_path, "concurrency": concurrency, "shutdown_timeout": 5.0}
@@ -153,14 +157,16 @@ class TimersTest:
     # -- time ------------------------------------------------------------------------
 
     def now(self) -> datetime:
-        """The test's now (UTC): the real time plus what :meth:`advance` added."""
+        """The test's now (UTC): the real time plus what
+        [`advance`][timers.testing.TimersTest.advance] added."""
         return datetime.now(UTC) + self.offset
 
     def advance(self, delta: timedelta | float = 0, *, seconds: float = 0, minutes: float = 0,
                 hours: float = 0, days: float = 0) -> None:
         """Let time pass: every pending timer comes that much closer to its due time.
 
-        It does not run them: :meth:`run_due` does. ``delta`` is a timedelta or seconds."""
+        It does not run them: [`run_due`][timers.testing.TimersTest.run_due] does. ``delta`` is a
+        timedelta or seconds."""
         shift = (delta if isinstance(delta, timedelta) else timedelta(seconds=delta)) + \
             timedelta(seconds=seconds, minutes=minutes, hours=hours, days=days)
         if shift < timedelta(0):
@@ -212,7 +218,8 @@ class TimersTest:
         return _run_sync(lambda: self.arun_all(max_rounds))
 
     async def arun_due(self) -> list[Fired]:
-        """:meth:`run_due` for an async test (inside a running event loop)."""
+        """[`run_due`][timers.testing.TimersTest.run_due] for an async test (inside a running event
+        loop)."""
         ran: list[Fired] = []
         for _ in range(MAX_BURSTS):
             await self._burst(ran)
@@ -224,7 +231,8 @@ class TimersTest:
                        f"timer due at once every time it runs?")
 
     async def arun_all(self, max_rounds: int = MAX_BURSTS) -> list[Fired]:
-        """:meth:`run_all` for an async test (inside a running event loop)."""
+        """[`run_all`][timers.testing.TimersTest.run_all] for an async test (inside a running event
+        loop)."""
         ran = await self.arun_due()
         for _ in range(max_rounds):
             head = self._next_due(include_recurrences=False)
@@ -276,7 +284,7 @@ class TimersTest:
 
     def pending(self) -> list[PendingTimer]:
         """The pending timers, soonest first; their due times on the test's clock
-        (:meth:`now`)."""
+        ([`now`][timers.testing.TimersTest.now])."""
         return [replace(t, due=t.due + self.offset) for t in self.timers.list(limit=_ALL)]
 
     def failed(self) -> list[Failure]:
@@ -313,8 +321,8 @@ def _run_sync(make: Callable[[], Coroutine[Any, Any, list[Fired]]]) -> list[Fire
 def timer_context(id: str = "test-timer", task: str = "", *, attempt: int = 1,
                   due: datetime | None = None, lateness: float = 0.0,
                   recurrence: str | None = None) -> Iterator[TimerContext]:
-    """Give a task called directly from a test the context :func:`timers.current`
-    returns under the listener."""
+    """Give a task called directly from a test the context
+    [`timers.current`][timers.listener.context.current] returns under the listener."""
     when = due or datetime.now(UTC)
     with entered(TimerContext(id, task, attempt, when, when, lateness, recurrence)) as context:
         yield context

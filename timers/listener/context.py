@@ -49,7 +49,8 @@ class TimerContext:
     original_due: datetime
     """When the timer itself was due (UTC): the first attempt's due time."""
     lateness: float
-    """Seconds between :attr:`due` and the start of this run."""
+    """Seconds between [`due`][timers.listener.context.TimerContext.due] and the start of this
+    run."""
     recurrence: str | None = None
     """The name of the recurrence this run is an occurrence of, or None."""
     fencing_token: int = 0
@@ -57,7 +58,7 @@ class TimerContext:
     retry, the next timer of a concurrency key all get a larger one): a device or an
     external system that remembers the largest it has seen can refuse a command carrying a
     smaller one, sent late by a listener that was paused past its lease. 0 outside a
-    listener's run (a test's :func:`timers.testing.timer_context`)."""
+    listener's run (a test's [`timers.testing.timer_context`][timers.testing.timer_context])."""
     lease_check: Callable[[], bool] | None = field(default=None, repr=False, compare=False)
 
     def still_held(self) -> bool:
@@ -92,7 +93,8 @@ _current: ContextVar[TimerContext | _OfRun | None] = ContextVar("timers_current"
 
 
 def current() -> TimerContext:
-    """The context of the timer whose task is running; :class:`NotInTimer` outside one."""
+    """The context of the timer whose task is running; [`NotInTimer`][timers.exceptions.NotInTimer]
+    outside one."""
     context = current_or_none()
     if context is None:
         raise NotInTimer(

@@ -70,8 +70,8 @@ class Listener:
     key names that may not be UTF-8). ``tasks`` is the package whose functions may run
     (default ``$TIMERS_TASKS`` or ``tasks``, found on ``PYTHONPATH`` first, then in
     ``search_path``, by default the working directory); ``registry`` adds callables by
-    explicit name. ``shards``: as for :class:`timers.Timers` (it serves every shard).
-    ``quarantine_ahead``: start the process quarantine children fork from at start-up
+    explicit name. ``shards``: as for [`timers.Timers`][timers.producer.client.Timers] (it serves
+    every shard). ``quarantine_ahead``: start the process quarantine children fork from at start-up
     (``timers listen`` does), not at the first rerun after a listener died. ``history``:
     how long ended timers' records are kept and whether per-task series are written
     (default: 7 days, 100,000 records per shard, series on).
@@ -110,7 +110,7 @@ class Listener:
         self.concurrency, self.lease, self.shutdown_timeout = concurrency, lease, shutdown_timeout
         self.failure_retention = failure_retention
         self.history = HistoryPolicy() if history is None else history
-        """What the run history and the series keep (:mod:`timers.listener.history`)."""
+        """What the run history and the series keep (`timers.listener.history`)."""
         self.clock = clock or SystemClock()
         self.observer, self.allow_eviction = observer, allow_eviction
         self.quarantine_ahead = quarantine_ahead
@@ -118,7 +118,7 @@ class Listener:
         self.id = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
         self.peers = Peers.over(self.redis, self.keys, self.id, self.loader.package,
                                 self.loader.task_names)
-        """The other live listeners of the prefix and what they run (:mod:`timers.ops.fleet`)."""
+        """The other live listeners of the prefix and what they run (`timers.ops.fleet`)."""
         self.shared = Shared(self.redis, self.db, self.id, self.groups,
                              concurrency=concurrency, lease=lease,
                              shutdown_timeout=shutdown_timeout,
@@ -130,7 +130,8 @@ class Listener:
         """How runs ended, for the log (``tally.log_fires``: a line per fired timer)."""
         self.recycler: Recycler = self.shared.recycler
         self.lanes: list[Lane] = self.shared.lanes
-        """One per shard of the prefix (one until :meth:`run` reads the layout)."""
+        """One per shard of the prefix (one until [`run`][timers.listener.Listener.run] reads the
+        layout)."""
         self._subscribed = asyncio.Event()
         self.lanes.append(Lane(self.shared, self.keys, 0, announces=True,
                                subscribed=self._subscribed))
@@ -230,7 +231,8 @@ class Listener:
         self.shared.stop()
 
     def abort(self) -> None:
-        """Like :meth:`stop`, without waiting for running tasks: they are handed back."""
+        """Like [`stop`][timers.listener.Listener.stop], without waiting for running tasks: they are
+        handed back."""
         self.shared.abort()
 
     async def _watch(self, stop: asyncio.Event) -> None:

@@ -59,7 +59,7 @@ class HistoryRecord:
     for a timer that never ran (cancelled, skipped). ``listener`` is the id
     (``host:pid:…``) of the listener that ended it, or for a cancel the ``host:pid`` of
     the process that cancelled it. ``error`` (``ErrorType: message``, clipped to
-    :data:`HISTORY_ERROR_CHARS`) is empty unless it died.
+    `HISTORY_ERROR_CHARS`) is empty unless it died.
     """
 
     id: str
@@ -78,12 +78,12 @@ class HistoryRecord:
 
     @property
     def host(self) -> str:
-        """The host of :attr:`listener` (``host:pid:…``)."""
+        """The host of `listener` (``host:pid:…``)."""
         return self.listener.split(":", 1)[0]
 
     @property
     def pid(self) -> int | None:
-        """The process id of :attr:`listener`, None when it names none."""
+        """The process id of `listener`, None when it names none."""
         part = self.listener.split(":")[1:2]
         return int(part[0]) if part and part[0].isdigit() else None
 
@@ -251,7 +251,7 @@ class MinuteStats:
     seconds of its start; ``runs`` counts attempts that ended (completed or failed, a
     failure that will retry included), ``failures`` those that failed; the percentiles
     (ms, 0.0 for a minute without runs) come from the fixed histograms of
-    :data:`HISTOGRAM_BOUNDS_MS`."""
+    `HISTOGRAM_BOUNDS_MS`."""
 
     minute: int
     runs: int = 0

@@ -1,27 +1,31 @@
 """Per-task policy: retries with backoff, a run timeout, a maximum lateness.
 
->>> @timers.task(retries=5, backoff=timers.Backoff(first=10, cap=3600))
-... def sms(user_id: int) -> None: ...
+```python
+@timers.task(retries=5, backoff=timers.Backoff(first=10, cap=3600))
+def sms(user_id: int) -> None: ...
 
->>> @timers.task(retries=3, backoff=[30, 300, 3600], max_lateness=3600)
-... def morning_digest(user_id: int) -> None: ...
+@timers.task(retries=3, backoff=[30, 300, 3600], max_lateness=3600)
+def morning_digest(user_id: int) -> None: ...
 
->>> @timers.task(max_crashes=1)   # a task that may kill its process: never run it twice
-... def render(doc_id: int) -> None: ...
+@timers.task(max_crashes=1)   # a task that may kill its process: never run it twice
+def render(doc_id: int) -> None: ...
+```
 
 Flow control, fleet-wide (enforced in Redis by every listener together):
 
->>> @timers.task(concurrency=1, key=lambda device_id, command: f"device:{device_id}")
-... def send(device_id: int, command: str) -> None: ...   # one command at a time per device
+```python
+@timers.task(concurrency=1, key=lambda device_id, command: f"device:{device_id}")
+def send(device_id: int, command: str) -> None: ...   # one command at a time per device
 
->>> @timers.task(concurrency=20, rate="600/m", group="llm")
-... def complete(prompt_id: int) -> None: ...
+@timers.task(concurrency=20, rate="600/m", group="llm")
+def complete(prompt_id: int) -> None: ...
+```
 
 - ``concurrency=N`` alone: at most N runs of this task at once, across all listeners.
 - ``key=`` with it: at most N runs at once *per key* (N is 1 when only ``key`` is given).
   ``key`` is a string, or a function called with the timer's args the way the task is
   called, returning the key. A timer whose key is full waits (not an attempt, not lost).
-- ``rate="100/m"``: starts spread evenly at that rate (see :class:`timers.model.flow.Rate`),
+- ``rate="100/m"``: starts spread evenly at that rate (see [`Rate`][timers.model.flow.rates.Rate]),
   per ``rate_key`` value when given (a string or a function of the args, like ``key``);
   ``burst`` starts may go back to back.
 - ``group=``: the task's timers run only on listeners serving that group.
@@ -33,11 +37,13 @@ that long instead, longer or shorter than the listener's; ``False`` (or ``0``): 
 chatty task's records would push out the others'). Its per-minute series is kept either
 way, and the listener's ``--history-count`` bounds every task's records together.
 
->>> @timers.task(history="30d")   # kept a month, whatever the listener's age
-... def charge(order_id: int) -> None: ...
+```python
+@timers.task(history="30d")   # kept a month, whatever the listener's age
+def charge(order_id: int) -> None: ...
 
->>> @timers.task(history=False)   # a heartbeat every second: keep none
-... def ping() -> None: ...
+@timers.task(history=False)   # a heartbeat every second: keep none
+def ping() -> None: ...
+```
 
 ``history_count=N``: at most the N newest ended timers of this task are kept (per shard,
 like the listener's ``--history-count``), on top of the ages and the listener's count;
@@ -45,8 +51,10 @@ like the listener's ``--history-count``), on top of the ages and the listener's 
 bounds them. A task without one costs the history nothing more; one with one, a sorted
 set entry per kept record.
 
->>> @timers.task(history_count=1000)   # a chatty task: its last thousand ends are enough
-... def poll_feed(feed_id: int) -> None: ...
+```python
+@timers.task(history_count=1000)   # a chatty task: its last thousand ends are enough
+def poll_feed(feed_id: int) -> None: ...
+```
 
 The decorator only attaches the policy to the function (the function is still found by its
 path in the tasks package); with ``name=`` it is also registered under that name, for
@@ -106,7 +114,7 @@ def history_age(value: HistorySpec) -> float | None:
 
 def history_count_of(value: object) -> int | None:
     """``@task(history_count=...)`` checked: None (only the listener's count applies) or
-    a whole number of 0 or more, at most :data:`MAX_HISTORY_COUNT`; anything else is a
+    a whole number of 0 or more, at most `MAX_HISTORY_COUNT`; anything else is a
     ValueError saying what it takes."""
     if value is None:
         return None
@@ -167,13 +175,15 @@ class TaskPolicy:
     history: float | None = None
     """How long (seconds) the run history keeps this task's ended timers: None, the
     listener's ``--history-age``; 0, none (its series is kept either way). Given as
-    ``@task(history=...)`` takes it (:func:`history_age`)."""
+    ``@task(history=...)`` takes it ([`history_age`][timers.model.policy.history_age])."""
     history_ms: int | None = field(default=None, init=False, repr=False, compare=False)
-    """:attr:`history` in ms as the run history stores it (at least 1 when not 0)."""
+    """[`history`][timers.model.policy.TaskPolicy.history] in ms as the run history stores it (at
+    least 1 when not 0)."""
     history_count: int | None = None
     """At most this many of the task's ended timers are kept in the run history, per
     shard (the newest; 0: none); None: only the listener's ``--history-count`` applies.
-    Given as ``@task(history_count=...)`` (:func:`history_count_of`)."""
+    Given as ``@task(history_count=...)``
+    ([`history_count_of`][timers.model.policy.history_count_of])."""
 
     def __post_init__(self) -> None:
         concurrency, rate, burst = check_flow(self.group, self.concurrency, self.key,
@@ -209,7 +219,7 @@ class TaskPolicy:
 
     def limit_name(self, task: str, args: Any) -> str | None:
         """The name whose shard holds a timer of ``task`` with ``args`` on a prefix of
-        several shards (:mod:`timers.ops.shards`, rules 2 and 3): its rate's (``rate_key``'s,
+        several shards (`timers.ops.shards`, rules 2 and 3): its rate's (``rate_key``'s,
         else the task's), else its concurrency key's (``key``'s, else the task's for a
         cap); None without a limit. A key function's own error propagates."""
         if self.rate is not None:

@@ -47,7 +47,7 @@ class Failure:
 
 @dataclass(frozen=True)
 class RetrySummary:
-    """What :meth:`Timers.retry_all_failures` did."""
+    """What [`Timers.retry_all_failures`][timers.producer.client.Timers.retry_all_failures] did."""
 
     retried: int
     """Failed timers scheduled again."""
@@ -57,7 +57,7 @@ class RetrySummary:
     """Skipped: rejected event keys, which name no timer to run."""
     unrunnable: int = 0
     """Skipped: no live listener can run their task in their group (while some listener
-    is live: :meth:`timers.ops.fleet.FleetView.may_run`)."""
+    is live: `timers.ops.fleet.FleetView.may_run`)."""
     unrunnable_example: str | None = None
     """One of those: ``<id> (<task>, group <g>)``."""
 

@@ -62,7 +62,8 @@ SCHEDULE_CHUNK = 500
 
 @dataclass(frozen=True)
 class TimerSpec:
-    """One timer for :meth:`Timers.schedule_many`; the fields mean what they mean in schedule."""
+    """One timer for [`Timers.schedule_many`][timers.producer.client.Timers.schedule_many]; the
+    fields mean what they mean in schedule."""
 
     task: str
     args: Args | tuple[Any, ...] = None
@@ -71,7 +72,8 @@ class TimerSpec:
     id: str | None = None
     max_lateness: float | timedelta | None = None
     group: str | None = None
-    """The timer's group (None: the client's, see :class:`timers.Timers`)."""
+    """The timer's group (None: the client's, see
+    [`timers.Timers`][timers.producer.client.Timers])."""
     key: str | None = None
     """A concurrency key: the task's concurrency limit then holds per key."""
     priority: int = 0

@@ -1,4 +1,5 @@
-"""The asyncio producer API: :class:`AsyncTimers`, the twin of :class:`timers.Timers`."""
+"""The asyncio producer API: [`AsyncTimers`][timers.producer.async_client.AsyncTimers], the twin of
+[`timers.Timers`][timers.producer.client.Timers]."""
 
 from __future__ import annotations
 
@@ -42,15 +43,16 @@ T = TypeVar("T")
 
 
 class AsyncTimers:
-    """The asyncio twin of :class:`Timers`: the same methods, awaited.
+    """The asyncio twin of [`Timers`][timers.producer.client.Timers]: the same methods, awaited.
 
     It belongs to the event loop that first uses it (its connections do): a call from
-    another loop raises :class:`WrongEventLoop` before sending anything. Make one per loop
-    (e.g. in an app's lifespan, ``async with AsyncTimers(url) as t``) or use
-    :mod:`timers.aio`, which keeps one per loop. A ``redis.asyncio.Redis`` given by the
-    app is the app's to close: :meth:`aclose` leaves it open. ``strict``: as
-    :class:`Timers`' (refuse an ``allkeys-*`` server rather than warn once); ``replicas``,
-    ``replicas_timeout`` and ``replicas_fsync`` as for :class:`Timers`.
+    another loop raises [`WrongEventLoop`][timers.exceptions.WrongEventLoop] before sending
+    anything. Make one per loop (e.g. in an app's lifespan, ``async with AsyncTimers(url) as t``) or
+    use [`timers.aio`][asyncio-timersaio], which keeps one per loop. A ``redis.asyncio.Redis`` given
+    by the app is the app's to close: [`aclose`][timers.producer.async_client.AsyncTimers.aclose]
+    leaves it open. ``strict``: as [`Timers`][timers.producer.client.Timers]' (refuse an
+    ``allkeys-*`` server rather than warn once); ``replicas``, ``replicas_timeout`` and
+    ``replicas_fsync`` as for [`Timers`][timers.producer.client.Timers].
     """
 
     def __init__(
@@ -85,7 +87,7 @@ class AsyncTimers:
                     function.execute = lane.execute_command
         self.replicas = ReplicaPolicy(replicas, replicas_timeout, replicas_fsync,
                                       in_memory=in_memory(self.redis))
-        """Replicas each write waits for (see :mod:`timers.ops.replication`)."""
+        """Replicas each write waits for (see `timers.ops.replication`)."""
         self._loop = LoopBinding()
         self._coalescer: Coalescer[Prepared] = Coalescer(
             lambda batch: self.run(self.ops.write(batch)), lambda p: p.timer_id)
@@ -93,7 +95,7 @@ class AsyncTimers:
         """Those of calls that wait for replicas, one per distinct ask."""
         self.eviction = EvictionGuard(strict)
         """The server's eviction policy, read on the first write (see
-        :mod:`timers.store.eviction`)."""
+        `timers.store.eviction`)."""
 
     async def _writing(self) -> None:
         """Before a write: read the eviction policy the first time (warn once, or raise
@@ -106,7 +108,8 @@ class AsyncTimers:
         guard.refuse_if_strict()
 
     async def run(self, operation: Operation[T]) -> T:
-        """Drive one operation to its result, as :meth:`Timers.run` (on this client's loop)."""
+        """Drive one operation to its result, as [`Timers.run`][timers.producer.client.Timers.run]
+        (on this client's loop)."""
         if connect.in_memory_server is not None:
             connect.refuse_outside_test_server(self.redis, "this AsyncTimers")
         self._loop.claim()
@@ -140,9 +143,9 @@ class AsyncTimers:
         replicas: int | None = None,
         replicas_timeout: float | None = None,
     ) -> str:
-        """Run ``task`` later; returns the id. The parameters are :meth:`Timers.schedule`'s.
-        Calls in flight at once share round trips (see :mod:`timers.producer.coalesce`), and
-        with ``replicas`` their ``WAIT`` too."""
+        """Run ``task`` later; returns the id. The parameters are
+        [`Timers.schedule`][timers.producer.client.Timers.schedule]'s. Calls in flight at once share
+        round trips (see `timers.producer.coalesce`), and with ``replicas`` their ``WAIT`` too."""
         self._loop.claim()
         spec = TimerSpec(task, args, in_, at, id, max_lateness, group, key, priority)
         guard = self.eviction
@@ -167,9 +170,10 @@ class AsyncTimers:
         """Schedule many timers in one round trip; returns their ids in order.
 
         All or nothing: an invalid timer, or a server out of memory
-        (:class:`ServerOutOfMemory`), fails the whole call with nothing written. With
-        ``replicas``, too few replicas in time raise :class:`NotReplicated` once every
-        timer is written, naming the ids not confirmed."""
+        ([`ServerOutOfMemory`][timers.exceptions.ServerOutOfMemory]), fails the whole call with
+        nothing written. With ``replicas``, too few replicas in time raise
+        [`NotReplicated`][timers.exceptions.NotReplicated] once every timer is written, naming the
+        ids not confirmed."""
         await self._writing()
         return await self.run(self.ops.schedule_many(
             specs, replication=self.replicas.for_call(replicas, replicas_timeout)))
@@ -196,18 +200,21 @@ class AsyncTimers:
     async def status(self, id: str) -> TimerStatus:
         """Where the timer is: pending, waiting (on a key, a rate, a group or a retry),
         running (where), completed, skipped, dead, cancelled, or unknown (never existed
-        or ended longer ago than the history keeps); see :class:`TimerStatus`."""
+        or ended longer ago than the history keeps); see
+        [`TimerStatus`][timers.ops.status.TimerStatus]."""
         return await self.run(self.ops.status(id))
 
     async def history(self, task: str | None = None, since: float | None = None,
                       failed: bool = False,
                       limit: int = 100) -> builtins.list[HistoryRecord]:
-        """Ended timers, newest end first (see :meth:`Timers.history`)."""
+        """Ended timers, newest end first (see
+        [`Timers.history`][timers.producer.client.Timers.history])."""
         return await self.run(self.ops.history(task, since, failed, limit))
 
     async def series(self, task: str | None = None,
                      minutes: int = 60) -> builtins.list[MinuteStats]:
-        """Per-minute figures of a task or of all, oldest first (see :meth:`Timers.series`)."""
+        """Per-minute figures of a task or of all, oldest first (see
+        [`Timers.series`][timers.producer.client.Timers.series])."""
         return await self.run(self.ops.series(task, minutes))
 
     async def tasks_seen(self) -> builtins.list[str]:
@@ -240,7 +247,8 @@ class AsyncTimers:
 
     async def retry_failure(self, failure: Failure, *, replace: bool = False) -> str:
         """Schedule a failed timer again, due now; returns its id. Raises
-        :class:`TimerAlreadyPending` if its id is pending again, unless ``replace``."""
+        [`TimerAlreadyPending`][timers.exceptions.TimerAlreadyPending] if its id is pending again,
+        unless ``replace``."""
         await self._writing()
         return await self.run(self.ops.retry_failure(failure, replace))
 
@@ -280,8 +288,9 @@ class AsyncTimers:
         once. ``catch_up`` ("latest", "all", "none") says what runs after every listener
         was down; ``max_lateness`` bounds how late an occurrence may start;
         ``overlap=False`` skips an occurrence while the previous run is still running.
-        ``group``, ``key`` and ``priority`` are its occurrences', as in :meth:`schedule`
-        (``group`` None: this client's).
+        ``group``, ``key`` and ``priority`` are its occurrences', as in
+        [`schedule`][timers.producer.async_client.AsyncTimers.schedule] (``group`` None: this
+        client's).
         """
         spec = recurrence(name, task, args, cron=cron, interval=interval, tz=tz,
                           catch_up=catch_up, max_lateness=max_lateness, overlap=overlap,
@@ -296,7 +305,8 @@ class AsyncTimers:
         return await self.run(self.ops.unschedule_recurring(name))
 
     async def pause(self, name: str) -> bool:
-        """Stop a recurrence until :meth:`resume`; False if there is none by that name."""
+        """Stop a recurrence until [`resume`][timers.producer.async_client.AsyncTimers.resume];
+        False if there is none by that name."""
         return await self.run(self.ops.pause(name))
 
     async def resume(self, name: str) -> bool:
@@ -314,7 +324,7 @@ class AsyncTimers:
 
     async def aclose(self) -> None:
         """Close the client's connections, if timers made the client (from a URL); on the
-        loop it belongs to (:class:`WrongEventLoop` from another)."""
+        loop it belongs to ([`WrongEventLoop`][timers.exceptions.WrongEventLoop] from another)."""
         if self._owns_client:
             self._loop.claim()
             await self._coalescer.drain()

@@ -1,7 +1,8 @@
-"""The producer API: :class:`Timers` (sync); :class:`AsyncTimers` (asyncio) is in
-:mod:`timers.producer.async_client`.
+"""The producer API: [`Timers`][timers.producer.client.Timers] (sync);
+[`AsyncTimers`][timers.producer.async_client.AsyncTimers] (asyncio) is in
+`timers.producer.async_client`.
 
-Both are thin: they run the operations of :mod:`timers.ops.operations` over a redis-py client.
+Both are thin: they run the operations of `timers.ops.operations` over a redis-py client.
 """
 
 from __future__ import annotations
@@ -50,20 +51,20 @@ class Timers:
     ``redis`` is a URL, a ``redis.Redis`` the app already manages, or None for
     ``$TIMERS_REDIS_URL`` (default ``redis://localhost:6379/0``). A client made from a URL
     shares at most ``max_connections`` connections (default 50) among its callers' threads;
-    a call that finds them all busy waits for one (see :data:`timers.store.connect.POOL_WAIT`).
+    a call that finds them all busy waits for one (see `timers.store.connect.POOL_WAIT`).
     ``group``: of the timers it schedules without one (default ``$TIMERS_GROUP`` or
     ``default``). ``shards``: how many shards the prefix is split into if this client uses
     it first (default ``$TIMERS_SHARDS``, else one per primary on a cluster, 1 on one
-    server); see :mod:`timers.ops.shards`. ``strict``: refuse to write into a server whose
+    server); see `timers.ops.shards`. ``strict``: refuse to write into a server whose
     eviction policy may evict pending timers (``allkeys-*``) rather than warn once; see
-    :mod:`timers.store.eviction`.
+    `timers.store.eviction`.
 
     ``replicas=n``: each write (schedule, schedule_many, reschedule, cancel) returns only
     once ``n`` replicas have it, waiting up to ``replicas_timeout`` seconds (default 1), in
     the same round trip (``WAIT``; with ``replicas_fsync=True`` also ``WAITAOF``, on disk,
-    where the server has it); else it raises :class:`NotReplicated`, naming the ids it
-    wrote (the write stands on the primary). Each of those methods takes ``replicas`` and
-    ``replicas_timeout`` for one call. See :mod:`timers.ops.replication`.
+    where the server has it); else it raises [`NotReplicated`][timers.exceptions.NotReplicated],
+    naming the ids it wrote (the write stands on the primary). Each of those methods takes
+    ``replicas`` and ``replicas_timeout`` for one call. See `timers.ops.replication`.
     """
 
     def __init__(
@@ -98,12 +99,12 @@ class Timers:
                     function.execute = lane.execute_command
         self.replicas = ReplicaPolicy(replicas, replicas_timeout, replicas_fsync,
                                       in_memory=in_memory(self.redis))
-        """Replicas each write waits for (see :mod:`timers.ops.replication`)."""
+        """Replicas each write waits for (see `timers.ops.replication`)."""
         self.warn_in_event_loop = True
         """Warn when called on a running event loop's thread (off for in-memory servers)."""
         self.eviction = EvictionGuard(strict)
         """The server's eviction policy, read on the first write (see
-        :mod:`timers.store.eviction`)."""
+        `timers.store.eviction`)."""
 
     def _writing(self) -> None:
         """Before a write: read the eviction policy the first time (warn once, or raise
@@ -116,12 +117,12 @@ class Timers:
         guard.refuse_if_strict()
 
     def run(self, operation: Operation[T]) -> T:
-        """Drive one operation of :class:`Operations` to its result.
+        """Drive one operation of `Operations` to its result.
 
         A write Redis refuses for want of memory is raised inside the operation as
-        :class:`ServerOutOfMemory`; any other redis-py error is raised as a
-        :class:`TimersError` (see :mod:`timers.store.server_errors`), the redis-py error as
-        its cause."""
+        [`ServerOutOfMemory`][timers.exceptions.ServerOutOfMemory]; any other redis-py error is
+        raised as a [`TimersError`][timers.exceptions.TimersError] (see
+        `timers.store.server_errors`), the redis-py error as its cause."""
         if self.warn_in_event_loop:
             warn_if_blocking_a_loop()
         if connect.in_memory_server is not None:
@@ -180,9 +181,10 @@ class Timers:
         """Schedule many timers in one round trip; returns their ids in order.
 
         All or nothing: an invalid timer, or a server out of memory
-        (:class:`ServerOutOfMemory`), fails the whole call with nothing written. With
-        ``replicas``, too few replicas in time raise :class:`NotReplicated` once every
-        timer is written, naming the ids not confirmed."""
+        ([`ServerOutOfMemory`][timers.exceptions.ServerOutOfMemory]), fails the whole call with
+        nothing written. With ``replicas``, too few replicas in time raise
+        [`NotReplicated`][timers.exceptions.NotReplicated] once every timer is written, naming the
+        ids not confirmed."""
         self._writing()
         return self.run(self.ops.schedule_many(
             specs, replication=self.replicas.for_call(replicas, replicas_timeout)))
@@ -209,7 +211,8 @@ class Timers:
     def status(self, id: str) -> TimerStatus:
         """Where the timer is: pending, waiting (on a key, a rate, a group or a retry),
         running (where), completed, skipped, dead, cancelled, or unknown (never existed
-        or ended longer ago than the history keeps); see :class:`TimerStatus`."""
+        or ended longer ago than the history keeps); see
+        [`TimerStatus`][timers.ops.status.TimerStatus]."""
         return self.run(self.ops.status(id))
 
     def history(self, task: str | None = None, since: float | None = None,
@@ -256,7 +259,8 @@ class Timers:
 
     def retry_failure(self, failure: Failure, *, replace: bool = False) -> str:
         """Schedule a failed timer again, due now; returns its id. Raises
-        :class:`TimerAlreadyPending` if its id is pending again, unless ``replace``."""
+        [`TimerAlreadyPending`][timers.exceptions.TimerAlreadyPending] if its id is pending again,
+        unless ``replace``."""
         self._writing()
         return self.run(self.ops.retry_failure(failure, replace))
 
@@ -298,8 +302,8 @@ class Timers:
         once. ``catch_up`` ("latest", "all", "none") says what runs after every listener
         was down; ``max_lateness`` bounds how late an occurrence may start;
         ``overlap=False`` skips an occurrence while the previous run is still running.
-        ``group``, ``key`` and ``priority`` are its occurrences', as in :meth:`schedule`
-        (``group`` None: this client's).
+        ``group``, ``key`` and ``priority`` are its occurrences', as in
+        [`schedule`][timers.producer.client.Timers.schedule] (``group`` None: this client's).
         """
         spec = recurrence(name, task, args, cron=cron, interval=interval, tz=tz,
                           catch_up=catch_up, max_lateness=max_lateness, overlap=overlap,
@@ -314,7 +318,8 @@ class Timers:
         return self.run(self.ops.unschedule_recurring(name))
 
     def pause(self, name: str) -> bool:
-        """Stop a recurrence until :meth:`resume`; False if there is none by that name."""
+        """Stop a recurrence until [`resume`][timers.producer.client.Timers.resume]; False if there
+        is none by that name."""
         return self.run(self.ops.pause(name))
 
     def resume(self, name: str) -> bool:

@@ -1,7 +1,9 @@
-"""The module-level functions of :mod:`timers` and :mod:`timers.aio`, made from the client
-methods: each calls the method of the same name on a default client, and shows the method's
-parameters (less ``self``) and docstring. So the API is written once, on :class:`Timers` and
-:class:`AsyncTimers`; a keyword added there is offered by the functions too.
+"""The module-level functions of [`timers`][module-level-functions] and
+[`timers.aio`][asyncio-timersaio], made from the client methods: each calls the method of the same
+name on a default client, and shows the method's parameters (less ``self``) and docstring. So the
+API is written once, on [`Timers`][timers.producer.client.Timers] and
+[`AsyncTimers`][timers.producer.async_client.AsyncTimers]; a keyword added there is offered by the
+functions too.
 
 The method is looked up on the client at each call (as ``client.schedule(...)`` would be), and
 the types stay exact: ``timers.schedule`` has the type of ``Timers.schedule`` less ``self``.
@@ -33,7 +35,7 @@ def on_default(method: Callable[Concatenate[C, P], R], default: Callable[[], C],
 def on_default_async(method: Callable[Concatenate[C, P], Coroutine[Any, Any, R]],
                      default: Callable[[], C],
                      module: str) -> Callable[P, Coroutine[Any, Any, R]]:
-    """The coroutine function twin of :func:`on_default`: the default client is picked when
+    """The coroutine function twin of `on_default`: the default client is picked when
     the call is awaited, on the loop that awaits it (``asyncio.run(timers.aio.schedule(…))``
     works)."""
     name = method.__name__

@@ -108,7 +108,8 @@ def occurrence_due(timer_id: str) -> int | None:
 
 @dataclass(frozen=True)
 class Recurrence:
-    """A recurring timer as declared by :meth:`Timers.every`, with what Redis holds about it.
+    """A recurring timer as declared by [`Timers.every`][timers.producer.client.Timers.every], with
+    what Redis holds about it.
 
     ``next_due`` is the due time of the occurrence waiting in the due index (None while
     paused, or while an occurrence is being run and its successor is not scheduled yet).
@@ -192,7 +193,8 @@ class Recurrence:
     @classmethod
     def from_redis(cls, name: str, definition: bytes | str, state: bytes | str | None,
                    pending: bool = False) -> Recurrence:
-        """Read a stored definition and state (:class:`MalformedTimerKey` if unreadable)."""
+        """Read a stored definition and state
+        ([`MalformedTimerKey`][timers.exceptions.MalformedTimerKey] if unreadable)."""
         try:
             data = json.loads(as_text(definition))
             every_ms, late_ms = data.get("every_ms"), data.get("max_lateness_ms")
