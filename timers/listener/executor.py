@@ -227,7 +227,8 @@ class Executor:
         group = group_of(attempt.record) if attempt.record is not None else DEFAULT_GROUP
         report = Fired(run.timer_id, attempt.task, run.waited_from_ms, attempt.started_ms,
                        attempt.ended_ms or self.tracker.redis_now_ms(), run.source, run.attempt,
-                       outcome, group)
+                       outcome, group, attempt.record.options.get(Option.TRACE)
+                       if attempt.record is not None else None)
         return Executed(ending, report, _facts(run, ending, report, attempt.policy),
                         attempt.limited)
 

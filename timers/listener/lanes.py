@@ -27,6 +27,7 @@ from typing import Any
 
 import redis.asyncio
 
+from timers.listener import spans
 from timers.listener.claimer import Claimer, ClaimerHooks, CpuGauge
 from timers.listener.crashes import listener_name
 from timers.listener.cron_hook import RecurrenceHook
@@ -104,7 +105,7 @@ class Shared:
         """A loop died of a bug or a permanent error stopped it: exit nonzero."""
         self.burst = False
         """Until nothing is due (set by :meth:`Listener.run`)."""
-        self.tally = RunTally()
+        self.tally = RunTally(observers=spans.observers())
         """How runs ended, for the log (``tally.log_fires``: a line per fired timer)."""
         self.stopping = asyncio.Event()  # stop claiming
         self.aborting = asyncio.Event()

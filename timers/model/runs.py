@@ -215,6 +215,8 @@ class Fired:
     attempt: int
     outcome: Outcome
     group: str = DEFAULT_GROUP
+    trace: str | None = None
+    """The ``traceparent`` of the span that scheduled the timer, if it was stored."""
 
     @property
     def lateness_ms(self) -> float:

@@ -55,6 +55,10 @@ class Option(StrEnum):
     RERUNS = "rc"
     """The reruns of the run a timer came from, while it waits for its key or is handed
     back (absent: 0): its next start is still a rerun (its crash count, quarantine)."""
+    TRACE = "tp"
+    """The W3C ``traceparent`` of the span that scheduled the timer (with the ``otel``
+    extra, :mod:`timers.model.trace`): each run's span links to it. Kept by retries and
+    reruns; a listener without the extra, or of an older release, keeps it as it is."""
 
 
 FLOW_DUE_SPAN = 2**42

@@ -36,6 +36,7 @@ from timers.model.flow.names import DEFAULT_GROUP, check_group
 from timers.model.flow.options import flow_options, read_flow
 from timers.model.keys import Keyspace
 from timers.model.timer_ids import new_timer_id
+from timers.model.trace import traceparent
 from timers.model.wire import (
     Option,
     ScheduleMode,
@@ -170,6 +171,8 @@ class Operations(FailureOperations, RecurrenceOperations, HistoryOperations,
             opts = flow_options(group, spec.key, spec.priority)
         if options:
             opts.update(options)
+        if (parent := traceparent()) is not None:  # the span scheduling it (otel extra)
+            opts[Option.TRACE] = parent
         if spec.max_lateness is not None:
             limit = seconds(spec.max_lateness, "max_lateness")
             if limit < 0 or limit > 1e12:
