@@ -15,7 +15,7 @@ import logging
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from timers.listener.eviction import report_late_finishes
 from timers.listener.history import ENDS, OFF, HistoryPolicy, history_text, series_of
@@ -28,6 +28,9 @@ from timers.model.keys import Keyspace
 from timers.model.runs import Run, RunFacts
 from timers.model.wire import EndingKind, FailureRecord
 from timers.store.scripts import Scripts, Taker
+
+if TYPE_CHECKING:
+    from timers.listener.journal import Journal
 
 log = logging.getLogger("timers.listener")
 
@@ -174,11 +177,17 @@ class EndingWriter:
         """An ending queued is to be written without waiting for others."""
         self._hurry = asyncio.Event()
         """Set when such an ending is queued: it ends the wait for others."""
+        self.journal: Journal | None = None
+        """Where each ending is kept on disk till Redis has it (:mod:`timers.listener.
+        journal`), as this lane's (``lane``)."""
+        self.lane = 0
 
     def add(self, ending: Ending, facts: RunFacts | None = None, prompt: bool = False) -> None:
         """Queue an ending; ``facts``: what the history and the series keep of its run;
         ``prompt``: write it without waiting for others (see :data:`GATHER`)."""
         self._queue.append(ending)
+        if self.journal is not None:
+            self.journal.ending(self.lane, ending)
         if prompt or ending.kind not in _GATHERED:
             self._prompt = True
             self._hurry.set()
@@ -281,6 +290,8 @@ class EndingWriter:
                 self._unsummed += ran
             self._kept_since_trim += kept
         self.held.release(tokens)
+        if self.journal is not None:
+            self.journal.written(tokens)
         del self._queue[: len(batch)]
         if self._facts:
             for ending in batch:
