@@ -478,20 +478,24 @@ class DeadJournal:
         return cls(path, fd, contents, info.st_mtime)
 
     def held_by_owner(self, lane: int, records: list[Any]) -> list[Ending]:
-        """Of this journal's endings in ``lane``, those whose runs its owner still holds,
-        as ``records`` say (the running records of their tokens, in order)."""
+        """Of this journal's endings in ``lane``, those whose runs are still leased, as
+        ``records`` say (the running records of their tokens, in order): a run of the
+        same timer and due time (a token names one run for ever), or for an ending that
+        does not say which run (a hand-back), one its owner claimed. (An adopter that
+        died journaled the endings it adopted: the runs are another listener's then.)"""
         owner = self.contents.owner
         endings = list(self.contents.endings.get(lane, {}).values())
         out = []
         for ending, record in zip(endings, records, strict=True):
-            if record is None or owner is None:
+            if record is None:
                 continue
             try:
                 _, listener, due, escaped, _ = decode(
                     record.decode() if isinstance(record, bytes) else record)
             except (ValueError, UnicodeDecodeError):
                 continue
-            if listener == owner and ending.run_of in (None, (escaped, due)):
+            if ending.run_of == (escaped, due) or (ending.run_of is None
+                                                   and listener == owner):
                 out.append(ending)
         return out
 
