@@ -8,8 +8,8 @@ task's return, as one could while an ``os.write`` of the mark let the GIL go. Wh
 listener does after the return is then what a test of crashes measures. The kernel keeps
 the pages of a shared mapping whatever becomes of the process::
 
-    S <timer id> <pid>      as the run starts
-    E <timer id> <pid>      as it returns
+    S <timer id> <pid> <monotonic s>      as the run starts
+    E <timer id> <pid> <monotonic s>      as it returns
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ _state: dict[str, object] = {}
 
 
 def _mark(kind: str, tid: str) -> None:
-    line = f"{kind} {tid} {os.getpid()}\n".encode()
+    line = f"{kind} {tid} {os.getpid()} {time.monotonic():.4f}\n".encode()
     with _lock:
         if _state.get("pid") != os.getpid():  # first mark in this process (or a fork)
             path = Path(os.environ[MAPPED_LEDGER_ENV]) / f"{os.getpid()}.ledger"
@@ -58,12 +58,16 @@ def die(tid: str) -> None:
     os._exit(3)
 
 
-def read(directory: Path) -> tuple[Counter[str], Counter[str]]:
-    """(starts, ends) per timer id, over every process's ledger in ``directory``."""
+def read(directory: Path) -> tuple[Counter[str], Counter[str], dict[str, list[float]]]:
+    """(starts, ends) per timer id, over every process's ledger in ``directory``, and the
+    times each timer started at (monotonic, this host's clock), in order."""
     starts: Counter[str] = Counter()
     ends: Counter[str] = Counter()
+    started: dict[str, list[float]] = {}
     for path in directory.glob("*.ledger"):
         for line in path.read_bytes().split(b"\0", 1)[0].decode().splitlines():
-            kind, tid, _ = line.split(" ")
+            kind, tid, _, at = line.split(" ")
             (starts if kind == "S" else ends)[tid] += 1
-    return starts, ends
+            if kind == "S":
+                started.setdefault(tid, []).append(float(at))
+    return starts, ends, {tid: sorted(times) for tid, times in started.items()}

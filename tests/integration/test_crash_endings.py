@@ -11,6 +11,7 @@ cut short by the crash (started, not ended) do run again: every second start mus
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 
 import pytest
@@ -56,17 +57,21 @@ def test_a_crash_reruns_only_the_runs_it_cut(timers_client: Timers, r: redis.Red
     wait_until(over, 50, interval=0.2, message="the work run and the poisons dead")
     output = processes.output(supervisor)
     assert supervisor.poll() is None, output[-3000:]
-    starts, ends = read(ledger)
+    starts, ends, times = read(ledger)
     work = [f"w{i}" for i in range(WORK)]
     assert [tid for tid in work if ends[tid] == 0] == [], "lost"
     twice = {tid: ends[tid] for tid in work if ends[tid] > 1}
     cuts = {tid: starts[tid] - ends[tid] for tid in work if starts[tid] > ends[tid]}
+    again = sorted(times[tid][1] - times[tid][0] for tid in work if starts[tid] > 1)
     print(f"\n{sum(starts[t] for t in work)} starts, {len(cuts)} runs cut by a crash, "
           f"{len(twice)} completed twice; poisons started "
-          f"{[starts[f'p{i}'] for i in range(POISONS)]}")
+          f"{[starts[f'p{i}'] for i in range(POISONS)]}; second starts "
+          f"{again[0] if again else 0:.1f}-{again[-1] if again else 0:.1f} s after the first")
     assert twice == {}, f"completed twice: {twice}"
     # every start beyond the first is explained by a cut: a start that did not end
     assert all(starts[tid] - 1 <= cuts.get(tid, 0) for tid in work), (starts, ends)
     assert {f.timer_id for f in timers_client.failed()} == {f"p{i}" for i in range(POISONS)}
     assert timers_client.stats().fired == WORK
     assert "giving up" not in output
+    supervisor.send_signal(signal.SIGTERM)
+    assert supervisor.wait(30) == 0, processes.output(supervisor)[-3000:]
