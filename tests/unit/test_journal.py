@@ -48,12 +48,17 @@ def retried(token: str) -> Ending:
                   retry_delay_ms=1500, run_of=("t3", 3000))
 
 
+def text(path: Path) -> bytes:
+    """A journal's text: up to its first NUL."""
+    return path.read_bytes().split(b"\0", 1)[0]
+
+
 def lines(path: Path) -> list[str]:
-    return path.read_text().splitlines()
+    return text(path).decode().splitlines()
 
 
 def endings_in(path: Path, lane: int = 0) -> dict[str, Ending]:
-    return parse(path.read_bytes()).endings.get(lane, {})
+    return parse(text(path)).endings.get(lane, {})
 
 
 def test_an_ending_is_on_disk_from_the_end_of_its_run_until_redis_has_it(
@@ -62,7 +67,7 @@ def test_an_ending_is_on_disk_from_the_end_of_its_run_until_redis_has_it(
     journal.append(*journal.note(0, run("7", "t1", 1000)))  # as the thread does
     journal.ending(1, failed("8"))  # as the event loop queues it
     journal.ending(0, retried("9"))
-    kept = parse(journal.path.read_bytes())
+    kept = parse(text(journal.path))
     assert kept.owner == OWNER and kept.skipped == 0
     assert kept.endings[0]["7"] == Ending("7", EndingKind.OK, run_of=("t1", 1000))
     assert kept.endings[1]["8"].wire() == failed("8").wire()
@@ -79,9 +84,9 @@ def test_a_run_journaled_by_its_thread_is_not_journaled_again_but_a_later_ending
         tmp_path: Path) -> None:
     journal = Journal(tmp_path, OWNER)
     journal.append(*journal.note(0, run("7")))
-    size = journal.path.stat().st_size
+    size = len(text(journal.path))
     journal.ending(0, Ending.of(run("7"), EndingKind.OK))
-    assert journal.path.stat().st_size == size, "one write per completed run"
+    assert len(text(journal.path)) == size, "one line per completed run"
     journal.ending(0, Ending.release("7"))  # e.g. a step after the run failed: handed back
     assert endings_in(journal.path)["7"].kind is EndingKind.RELEASE, "the last one counts"
     journal.ending(0, Ending("", EndingKind.REJECT, failure_id="k", failure=failed("1").failure))
@@ -96,7 +101,7 @@ def test_a_journal_never_emptied_is_rewritten_with_its_unwritten_endings(
     for n in range(2, 200):  # a steady load: the first never written, the rest are
         journal.append(*journal.note(0, run(str(n), f"id{n}")))
         journal.written([str(n - 1)] if n > 2 else [])
-    assert journal.path.stat().st_size < 2000
+    assert len(text(journal.path)) < 2000
     kept = endings_in(journal.path)
     assert "1" in kept and "199" in kept, "the unwritten ones"
     assert "2" not in kept and len(kept) < 150, "rewritten without those written before"
@@ -104,12 +109,24 @@ def test_a_journal_never_emptied_is_rewritten_with_its_unwritten_endings(
     assert not list(tmp_path.glob("*.rotating"))
 
 
+def test_a_journal_grows_with_its_unwritten_endings(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(journal_module, "MAP_BYTES", 4096)
+    journal = Journal(tmp_path, OWNER)
+    for n in range(1, 1000):  # Redis away: nothing written
+        journal.append(*journal.note(0, run(str(n), f"id{n}")))
+    assert set(endings_in(journal.path)) == {str(n) for n in range(1, 1000)}
+    assert journal.path.stat().st_size > 4096
+    journal.written([str(n) for n in range(1, 1000)])
+    assert lines(journal.path) == [f"H {json.dumps(OWNER)}"]
+
+
 def test_a_live_journal_is_left_alone_and_a_dead_one_is_adopted_once(
         tmp_path: Path) -> None:
     live = Journal(tmp_path, OTHER)
     live.append(*live.note(0, run("5")))
     dead_path = tmp_path / file_name(OWNER)
-    dead_path.write_text(f"H {json.dumps(OWNER)}\nO 0 7 1000 \"t1\"\n")  # nobody locks it
+    dead_path.write_text(f"H {json.dumps(OWNER)}\nO 0 7 1000 t1\n")  # nobody locks it
     me = Journal(tmp_path, "host-a:103:aaaaaa")
     found = me.dead()
     assert [d.path for d in found] == [dead_path], "the live one's lock is held"
@@ -118,20 +135,21 @@ def test_a_live_journal_is_left_alone_and_a_dead_one_is_adopted_once(
     assert me.dead() == [], "locked by the adopter meanwhile"
     dead.adopted()
     assert me.dead() == [], "adopted: not written twice"
-    assert dead_path.exists(), "kept a while, for a run recovered meanwhile"
+    adopted = dead_path.with_name(dead_path.name + ".adopted")
+    assert adopted.exists(), "kept a while, for a run recovered meanwhile"
     old = time.time() - KEEP_ADOPTED * me.lease - 1
-    os.utime(dead_path, (old, old))
+    os.utime(adopted, (old, old))
     assert me.dead() == []
-    assert not dead_path.exists(), "deleted once old"
+    assert not adopted.exists(), "deleted once old"
 
 
 def test_a_dead_journal_gives_only_the_endings_of_runs_still_leased(tmp_path: Path) -> None:
     path = tmp_path / file_name(OWNER)
     path.write_text(f"H {json.dumps(OWNER)}\n"
-                    'O 0 7 1000 "t1"\n'  # still held by the owner: written
-                    'O 0 8 1000 "t8"\n'  # ended already (or recovered): its record is gone
-                    'O 0 9 1000 "t9"\n'  # adopted by a listener that died in turn
-                    'O 0 10 1000 "t10"\n'  # token held, but for another due time
+                    'O 0 7 1000 t1\n'  # still held by the owner: written
+                    'O 0 8 1000 t8\n'  # ended already (or recovered): its record is gone
+                    'O 0 9 1000 t9\n'  # adopted by a listener that died in turn
+                    'O 0 10 1000 t10\n'  # token held, but for another due time
                     f"E 0 {journal_module._encode(Ending.release('11'))}\n"
                     f"E 0 {journal_module._encode(Ending.release('12'))}\n")
     dead = DeadJournal.lock(path)
@@ -162,13 +180,13 @@ def test_a_recovered_run_finds_how_the_dead_listener_ended_it(tmp_path: Path) ->
 
 
 def test_what_does_not_read_is_skipped_and_the_rest_kept() -> None:
-    good = 'O 0 7 1000 "t1"'
+    good = 'O 0 7 1000 t1'
     bad = [
-        'O 0 x7 1000 "t1"',  # token not a number
-        'O -1 7 1000 "t1"',  # lane
-        'O 0 7 soon "t1"',  # due time
-        'O 0 7 1000 t1',  # id not JSON
-        'O 0 7 1000 "a:b"',  # an escaped id holds no ':'
+        'O 0 x7 1000 t1',  # token not a number
+        'O -1 7 1000 t1',  # lane
+        'O 0 7 soon t1',  # due time
+        'O 0 7 1000',  # no id
+        'O 0 7 1000 a:b',  # an escaped id holds no ':'
         "E 0 {}",  # fields missing
         'E 0 {"t": "8", "k": "reject", "f": "", "r": null, "e": "", "d": 0, "o": null, '
         '"g": 0}',  # no run to end
@@ -188,6 +206,17 @@ def test_what_does_not_read_is_skipped_and_the_rest_kept() -> None:
     assert contents.endings == {0: {"7": Ending("7", EndingKind.OK, run_of=("t1", 1000))}}
     assert contents.skipped == len(bad) + 1
     assert parse(b"").endings == {} and parse(b"\n\n").skipped == 2
+
+
+def test_an_id_a_line_cannot_hold_is_journaled_whole(tmp_path: Path) -> None:
+    journal = Journal(tmp_path, OWNER)
+    odd = "a b\nO 0 99 5 forged\0x"  # a space, a line end, a NUL
+    assert journal.note(0, run("7", odd)) is None, "not a line of its own"
+    journal.ending(0, Ending.of(run("7", odd), EndingKind.OK))
+    journal.append(*journal.note(0, run("8", "a b")))
+    assert endings_in(journal.path) == {
+        "7": Ending("7", EndingKind.OK, run_of=(odd, 1000)),
+        "8": Ending("8", EndingKind.OK, run_of=("a b", 1000))}
 
 
 def test_the_directory_is_private_to_its_user(tmp_path: Path,

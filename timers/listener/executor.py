@@ -166,7 +166,7 @@ class Executor:
         """Set when the listener stops: a run not started by then is handed back unstarted
         (a loaded listener could otherwise start, after the stop, runs it claimed before
         it, and hand them back part-run a moment later: a second run elsewhere)."""
-        self.note: Callable[[Run], tuple[str, bytes]] | None = None
+        self.note: Callable[[Run], tuple[str, bytes] | None] | None = None
         """The journal line of a run that completed, written by its thread as its function
         returns (:mod:`timers.listener.journal`; None: no journal)."""
 

@@ -2,26 +2,25 @@
 
 A listener writes endings to Redis in batches (:mod:`timers.listener.endings`), so a
 process that dies (a task in one thread calls ``os._exit``, the OOM killer, ``kill -9``)
-takes with it the endings of runs that had finished but were not written yet: their
-leases lapsed and they ran again. So each listener process appends every ending to a
-file of its own the moment its run ends: a plain task's in the thread that ran it, right
-after its function returned; any other as it reaches the event loop. The kernel keeps a
-written file whatever becomes of the process. An ending written to Redis is dropped
-from the file (it is truncated when nothing is left unwritten, rewritten once it grows
-past :data:`ROTATE_BYTES`).
+took with it the endings of runs that had finished but were not written yet: their leases
+lapsed and they ran again. So each listener process copies every ending into a file of its
+own, mapped into its memory, the moment its run ends: a plain task's in the thread that ran
+it, right after its function returned; any other as it reaches the event loop. The kernel
+keeps the pages of a shared file mapping whatever becomes of the process. The text is
+emptied each time Redis has every ending in it (the file is replaced by one with the
+unwritten ones only once its text passes :data:`ROTATE_BYTES`).
 
 The files of one prefix and server share a private directory (0700, in
 ``$XDG_RUNTIME_DIR`` or the temp dir, or ``$TIMERS_ENDINGS_DIR``); each is held under an
 exclusive ``flock`` by its live process. Any listener of that directory adopts the file
-of a process that died (its lock can be taken): at start, every third of a lease, and
-before it runs a run recovered from a listener that died on this host. It writes the
-endings of the runs the dead listener still held through its own writer (``finish.lua``),
-marks the file adopted and deletes it :data:`KEEP_ADOPTED` leases later. A run that was
-recovered before its ending was adopted is ended as the dead one ended it, not run again
+of a process that died (its lock can be taken), at start and every third of a lease: it
+writes the endings of the runs still leased through its own writer (``finish.lua``) and
+renames the file ``….adopted``, deleted :data:`KEEP_ADOPTED` leases later. A run recovered
+from a listener that died on this host is ended as that one's journal says, not run again
 (:meth:`Journal.ending_of`). A file is data: a line that does not read is skipped.
 
-Lines: ``H <owner id, JSON>`` (first), ``O <lane> <token> <due ms> <escaped id, JSON>``
-(a run that completed), ``E <lane> <ending, JSON>`` (any other ending), ``A`` (adopted).
+Text (up to the first NUL): ``H <owner id, JSON>`` (first), ``O <lane> <token> <due ms>
+<escaped id>`` (a run that completed), ``E <lane> <ending, JSON>`` (any other).
 """
 
 from __future__ import annotations
@@ -31,10 +30,12 @@ import fcntl
 import hashlib
 import json
 import logging
+import mmap
 import os
 import re
 import stat
 import tempfile
+import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -53,9 +54,12 @@ DIR_ENV = "TIMERS_ENDINGS_DIR"
 (a directory per prefix and server is made in it)."""
 SUFFIX = ".endings"
 ROTATING = ".rotating"
-ROTATE_BYTES = 1 << 20
-"""A journal whose endings are never all written at once (a steady load) is rewritten
-with only the unwritten ones when it grows past this."""
+ADOPTED = ".adopted"
+MAP_BYTES = 1 << 20
+"""The size a journal file is made with (sparse: only the pages written take room)."""
+ROTATE_BYTES = MAP_BYTES // 2
+"""A journal whose endings are never all written at once (a steady load) is replaced by
+one with only the unwritten ones when its text grows past this."""
 MAX_READ = 64 << 20
 """Bytes read of a journal at most (a live one stays near :data:`ROTATE_BYTES`)."""
 KEEP_ADOPTED = 2
@@ -139,7 +143,7 @@ def _check_private(path: Path) -> None:
 def _open_locked(path: Path, flags: int) -> int:
     """A descriptor of ``path`` under this process's exclusive lock (an error if another
     process holds it)."""
-    fd = os.open(path, flags | os.O_RDWR | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    fd = os.open(path, flags | os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BaseException:
@@ -149,23 +153,30 @@ def _open_locked(path: Path, flags: int) -> int:
 
 
 class Journal:
-    """This process's journal (one per listener, shared by its lanes and threads)."""
+    """This process's journal (one per listener, shared by its lanes and threads).
+
+    The file is mapped into memory: a line is a copy into the mapping, made holding the
+    GIL, with no system call (a ``write`` would let the GIL go: a hand-over of the
+    interpreter per run, which cost some 10 us of CPU per fire); the kernel keeps the
+    pages of a shared mapping when the process dies. The text ends at its first NUL."""
 
     def __init__(self, directory: Path, owner: str, lease: float = 15.0) -> None:
         self.directory, self.owner, self.lease = directory, owner, lease
         self.path = directory / file_name(owner)
+        self._lock = threading.Lock()
+        """Held for each copy into the map and each change of it (no system call while
+        it is held but when the file is replaced)."""
         self._pending: dict[str, bytes] = {}
         """Run token -> its latest line, till Redis has its ending."""
         self._header = b"H " + json.dumps(owner).encode() + b"\n"
         try:
-            self._fd: int | None = _open_locked(self.path, os.O_CREAT | os.O_EXCL)
-            os.write(self._fd, self._header)
+            fd = _open_locked(self.path, os.O_CREAT | os.O_EXCL)
+            self._map: mmap.mmap | None = _mapped(fd, self._header, MAP_BYTES)
         except OSError as exc:
             raise JournalUnavailable(f"{self.path}: {exc.strerror or exc}") from None
-        self._size = len(self._header)
-        self._old_fd: int | None = None
-        self._read: dict[Path, tuple[tuple[int, int, int], dict[tuple[int, str, int], Ending]]] = {}
-        """Journals read for recovered runs: path -> (its stat, (lane, id, due) -> ending)."""
+        self._fd = fd
+        self._end = len(self._header)
+        """Where the next line goes (the text ends there, with a NUL)."""
 
     @classmethod
     def for_listener(cls, client: Any, prefix: str, owner: str, lease: float) -> Journal | None:
@@ -179,26 +190,28 @@ class Journal:
 
     # -- writing (any thread) ---------------------------------------------------------
 
-    def note(self, lane: int, run: Run) -> tuple[str, bytes]:
-        """The line a thread appends when ``run``'s function returned (:meth:`append`)."""
-        return run.token, (f"O {lane} {run.token} {run.due_ms} "
-                           f"{json.dumps(run.escaped_id)}\n").encode()
+    def note(self, lane: int, run: Run) -> tuple[str, bytes] | None:
+        """The line a thread appends when ``run``'s function returned (:meth:`append`);
+        None for an id the line cannot hold as it is (its ending is journaled as it is
+        queued)."""
+        line = _completed(lane, run.token, run.escaped_id, run.due_ms)
+        return None if line is None else (run.token, line)
 
     def append(self, token: str, line: bytes) -> None:
-        """Append ``token``'s ending line: one ``write``, from any thread, and no lock a
-        thread could wait for meanwhile (a thread that waits lets a dying one go first)."""
-        fd = self._fd
-        if fd is None:
-            return
-        self._pending[token] = line  # first: a truncation spares what is pending
-        try:
-            written = os.write(fd, line)
-        except OSError as exc:
-            self._broken(exc)
-            return
-        self._size += written  # (a count for the rotation: threads may race on it)
-        if written != len(line):
-            self._broken(OSError("short write"))
+        """Append ``token``'s ending line (from any thread)."""
+        with self._lock:
+            mapped = self._map
+            if mapped is None:
+                return
+            self._pending[token] = line
+            end = self._end
+            new = end + len(line)
+            if new >= len(mapped):  # full: a file with what is pending, larger if need be
+                self._replace(len(line))
+                return
+            mapped[end:new] = line
+            mapped[new] = 0
+            self._end = new
 
     def ending(self, lane: int, ending: Ending) -> None:
         """Journal an ending as it is queued, unless its thread journaled it already."""
@@ -209,67 +222,61 @@ class Journal:
             line = self._pending.get(token)
             if line is not None and line[:1] == b"O":
                 return
-            if ending.run_of is not None:
-                self.append(token, (f"O {lane} {token} {ending.run_of[1]} "
-                                    f"{json.dumps(ending.run_of[0])}\n").encode())
+            if ending.run_of is not None and (line := _completed(
+                    lane, token, *ending.run_of)) is not None:
+                self.append(token, line)
                 return
         self.append(token, b"E %d %s\n" % (lane, _encode(ending).encode()))
 
     def written(self, tokens: Iterable[str]) -> None:
-        """(The event loop.) Redis has these endings: drop them; the file is emptied when
-        nothing is left, rewritten with what is left once it is large."""
-        pending = self._pending
-        for token in tokens:
-            pending.pop(token, None)
-        fd = self._fd
-        if fd is None or self._size <= len(self._header):
-            return
-        try:
+        """Redis has these endings: drop them; the text is emptied when nothing is left
+        (the usual case, once per batch: no system call), and the file replaced by one
+        with what is left once it holds more than :data:`ROTATE_BYTES`."""
+        with self._lock:
+            pending = self._pending
+            for token in tokens:
+                pending.pop(token, None)
+            mapped = self._map
+            if mapped is None:
+                return
             if not pending:
-                os.ftruncate(fd, len(self._header))
-                self._size = len(self._header)
-                self._again(set())
-            elif self._size > ROTATE_BYTES:
-                self._rotate()
+                self._end = len(self._header)
+                mapped[self._end] = 0
+            elif self._end > ROTATE_BYTES:
+                self._replace(0)
+
+    def _replace(self, more: int) -> None:
+        """(Under the lock.) Replace the file by one with only the pending lines (and
+        room for ``more`` bytes): made and locked aside, then renamed over the old one (an
+        adopter checks that the file it locked is the one the path names)."""
+        assert self._map is not None
+        aside = self.path.with_name(self.path.name + ROTATING)
+        text = self._header + b"".join(self._pending.values())
+        size = max(MAP_BYTES, 2 * (len(text) + more))
+        try:
+            fd = _open_locked(aside, os.O_CREAT | os.O_TRUNC)
+            try:
+                mapped = _mapped(fd, text, size)
+                os.rename(aside, self.path)
+            except BaseException:
+                os.close(fd)
+                raise
         except OSError as exc:
             self._broken(exc)
-
-    def _again(self, kept: set[str]) -> None:
-        """Append again the lines a thread added while the file was emptied or rewritten
-        (its line may have gone with the old content): all pending but ``kept``."""
-        for token, line in list(self._pending.items()):  # (one step: threads may add)
-            if token not in kept:
-                self.append(token, line)
-
-    def _rotate(self) -> None:
-        """Replace the file by one with only the unwritten endings: made and locked
-        aside, then renamed over it (an adopter checks it locked the file the path
-        names). The old descriptor stays open till the next rotation: a thread may be
-        about to write to it."""
-        aside = self.path.with_name(self.path.name + ROTATING)
-        fd = _open_locked(aside, os.O_CREAT | os.O_TRUNC)
-        kept = dict(self._pending)
-        try:
-            data = self._header + b"".join(kept.values())
-            os.write(fd, data)
-            os.rename(aside, self.path)
-        except BaseException:
-            os.close(fd)
-            raise
-        if self._old_fd is not None:
-            os.close(self._old_fd)
-        self._old_fd, self._fd, self._size = self._fd, fd, len(data)
-        self._again(set(kept))
+            return
+        self._map.close()
+        os.close(self._fd)
+        self._map, self._fd, self._end = mapped, fd, len(text)
 
     def _broken(self, exc: OSError) -> None:
-        """Stop journaling: a file that cannot be written is no help (its descriptor is
-        left open: another thread may be writing to it)."""
-        if self._fd is None:
-            return
-        self._fd = None
+        """(Under the lock.) Stop journaling: a file that cannot be written is no help."""
         log.error("endings journal %s failed (%s): no longer kept; a run that ends in this "
                   "process runs again if it dies before its ending is written to Redis",
                   self.path, exc)
+        if self._map is not None:
+            self._map.close()
+        self._map = None
+        self._pending.clear()
 
     @property
     def unwritten(self) -> int:
@@ -277,22 +284,21 @@ class Journal:
         return len(self._pending)
 
     def close(self) -> None:
-        """At exit (no thread writes any more): the file is deleted when Redis has every
-        ending, else left, unlocked, for another listener to adopt."""
-        fd, self._fd = self._fd, None
-        if fd is None:
-            return
-        if self._pending:
-            log.warning("%d run ending(s) not written to Redis are left in %s: a listener "
-                        "of this prefix on this host writes them", len(self._pending),
-                        self.path)
-        else:
-            with contextlib.suppress(OSError):
-                os.unlink(self.path)
-        for one in (fd, self._old_fd):
-            if one is not None:
-                os.close(one)
-        self._old_fd = None
+        """At exit: the file is deleted when Redis has every ending, else left, unlocked,
+        for another listener to adopt."""
+        with self._lock:
+            mapped, self._map = self._map, None
+            if mapped is None:
+                return
+            mapped.close()
+            if self._pending:
+                log.warning("%d run ending(s) not written to Redis are left in %s: a "
+                            "listener of this prefix on this host writes them",
+                            len(self._pending), self.path)
+            else:
+                with contextlib.suppress(OSError):
+                    os.unlink(self.path)
+            os.close(self._fd)
 
     # -- reading others' journals (the event loop) --------------------------------------
 
@@ -309,39 +315,69 @@ class Journal:
             path = self.directory / name
             if name.endswith(ROTATING):
                 _delete_if_unlocked(path)
-                continue
-            if not name.endswith(SUFFIX) or path == self.path:
-                continue
-            dead = DeadJournal.lock(path)
-            if dead is None:
-                continue
-            if dead.contents.adopted:
-                if time.time() - dead.mtime > KEEP_ADOPTED * self.lease:
-                    with contextlib.suppress(OSError):
+            elif name.endswith(ADOPTED):
+                with contextlib.suppress(OSError):
+                    if time.time() - os.lstat(path).st_mtime > KEEP_ADOPTED * self.lease:
                         os.unlink(path)
-                dead.release()
-                continue
-            found.append(dead)
+            elif name.endswith(SUFFIX) and path != self.path:
+                dead = DeadJournal.lock(path)
+                if dead is not None:
+                    found.append(dead)
         return found
 
     def ending_of(self, died_on: str, lane: int, run: Run) -> Ending | None:
         """How listener ``died_on`` ended an earlier run of ``run``'s timer (same id and
-        due time) when it is in its journal on this host, else None."""
+        due time) when it is in its journal on this host (adopted or not), else None."""
         path = self.directory / file_name(died_on)
-        try:
-            with open(path, "rb") as journal:
-                info = os.fstat(journal.fileno())
-                key = (info.st_ino, info.st_size, info.st_mtime_ns)
-                seen = self._read.get(path)
-                if seen is None or seen[0] != key:
-                    contents = parse(journal.read(MAX_READ))
-                    found = {(n, e.run_of[0], e.run_of[1]): e
-                             for n, endings in contents.endings.items()
-                             for e in endings.values() if e.run_of is not None}
-                    seen = self._read[path] = (key, found)
-        except OSError:
-            return None
-        return seen[1].get((lane, run.escaped_id, run.due_ms))
+        for candidate in (path, path.with_name(path.name + ADOPTED)):
+            try:
+                fd = os.open(candidate, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+            except OSError:
+                continue
+            try:
+                text = _text(fd)
+            except OSError:
+                continue
+            finally:
+                os.close(fd)
+            wanted = (run.escaped_id, run.due_ms)
+            for ending in reversed(list(parse(text).endings.get(lane, {}).values())):
+                if ending.run_of == wanted:
+                    return ending
+        return None
+
+
+def _completed(lane: int, token: str, escaped_id: str, due_ms: int) -> bytes | None:
+    """The line of a run that completed; None when its id holds a line end or a NUL."""
+    if "\n" in escaped_id or "\0" in escaped_id:
+        return None
+    try:
+        return f"O {lane} {token} {due_ms} {escaped_id}\n".encode()
+    except UnicodeEncodeError:
+        return None
+
+
+def _mapped(fd: int, text: bytes, size: int) -> mmap.mmap:
+    """``fd``'s file made ``size`` bytes long, ``text`` written at its start, mapped."""
+    os.ftruncate(fd, size)
+    mapped = mmap.mmap(fd, size)
+    mapped[:len(text)] = text
+    return mapped
+
+
+def _text(fd: int) -> bytes:
+    """A journal's text: up to its first NUL (:data:`MAX_READ` bytes at most)."""
+    chunks = []
+    at = 0
+    while at < MAX_READ:
+        chunk = os.pread(fd, 1 << 16, at)
+        end = chunk.find(b"\0")
+        if end >= 0 or not chunk:
+            chunks.append(chunk if end < 0 else chunk[:end])
+            break
+        chunks.append(chunk)
+        at += len(chunk)
+    return b"".join(chunks)
 
 
 def _delete_if_unlocked(path: Path) -> None:
@@ -362,7 +398,6 @@ class Contents:
     owner: str | None = None
     endings: dict[int, dict[str, Ending]] = field(default_factory=dict)
     """Lane -> run token -> its last ending, in the order first written."""
-    adopted: bool = False
     skipped: int = 0
     """Lines that did not read (a torn last line, or damage)."""
 
@@ -382,18 +417,13 @@ def parse(data: bytes) -> Contents:
                     raise ValueError(owner)
                 contents.owner = owner
             elif kind == "O":
-                lane_text, token, due, escaped = rest.split(" ", 3)
-                escaped_id = json.loads(escaped)
-                if not isinstance(escaped_id, str):
-                    raise ValueError(escaped_id)
+                lane_text, token, due, escaped_id = rest.split(" ", 3)
                 ending = _checked(Ending(token, _OK, run_of=(escaped_id, _count(due))))
                 contents.endings.setdefault(_count(lane_text), {})[token] = ending
             elif kind == "E":
                 lane_text, text = rest.split(" ", 1)
                 ending = _checked(_decode(json.loads(text)))
                 contents.endings.setdefault(_count(lane_text), {})[ending.token] = ending
-            elif kind == "A" and not rest:
-                contents.adopted = True
             else:
                 raise ValueError(kind)
         except (ValueError, TypeError, KeyError, AttributeError):
@@ -452,8 +482,8 @@ def _checked(ending: Ending) -> Ending:
 class DeadJournal:
     """The journal of a process that is gone, locked by this one."""
 
-    def __init__(self, path: Path, fd: int, contents: Contents, mtime: float) -> None:
-        self.path, self.fd, self.contents, self.mtime = path, fd, contents, mtime
+    def __init__(self, path: Path, fd: int, contents: Contents) -> None:
+        self.path, self.fd, self.contents = path, fd, contents
 
     @classmethod
     def lock(cls, path: Path) -> DeadJournal | None:
@@ -467,15 +497,15 @@ class DeadJournal:
             info = os.fstat(fd)
             if not stat.S_ISREG(info.st_mode) or os.stat(path).st_ino != info.st_ino:
                 raise OSError("replaced")
-            data = os.pread(fd, MAX_READ, 0)
+            text = _text(fd)
         except OSError:
             os.close(fd)
             return None
-        contents = parse(data)
+        contents = parse(text)
         if contents.skipped > 1:
             log.warning("endings journal %s: %d line(s) did not read and were skipped", path,
                         contents.skipped)
-        return cls(path, fd, contents, info.st_mtime)
+        return cls(path, fd, contents)
 
     def held_by_owner(self, lane: int, records: list[Any]) -> list[Ending]:
         """Of this journal's endings in ``lane``, those whose runs are still leased, as
@@ -504,10 +534,12 @@ class DeadJournal:
         return list(self.contents.endings.get(lane, {}))
 
     def adopted(self) -> None:
-        """Its endings are in this process's hands: marked so, kept a while (for a run
-        recovered meanwhile), then deleted by a later look."""
+        """Its endings are in this process's hands: renamed ``….adopted``, kept a while
+        (for a run recovered meanwhile), then deleted by a later look."""
+        adopted = self.path.with_name(self.path.name + ADOPTED)
         with contextlib.suppress(OSError):
-            os.write(self.fd, b"A\n")
+            os.rename(self.path, adopted)
+            os.utime(adopted)
         self.release()
 
     def release(self) -> None:
