@@ -163,12 +163,13 @@ class ThreadPool:
             else:
                 try:
                     value = job.context.run(job.fn, *job.args, **job.kwargs)
+                except BaseException as exc:  # handed to the awaiting coroutine
+                    result = (job, False, exc)
+                else:
                     if job.note is not None and self.journal is not None and (
                             value is None or not inspect.isawaitable(value)):
                         self.journal.append(*job.note)  # before anything else: durable
                     result = (job, True, value)
-                except BaseException as exc:  # handed to the awaiting coroutine
-                    result = (job, False, exc)
             job, wake = self._finished(result)
             loop = self._loop
             if wake and loop is not None and not loop.is_closed():
