@@ -15,7 +15,7 @@ import logging
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from timers.listener.eviction import report_late_finishes
 from timers.listener.history import ENDS, OFF, HistoryPolicy, history_text, series_of
@@ -28,9 +28,6 @@ from timers.model.keys import Keyspace
 from timers.model.runs import Run, RunFacts
 from timers.model.wire import EndingKind, FailureRecord
 from timers.store.scripts import Scripts, Taker
-
-if TYPE_CHECKING:
-    from timers.listener.journal import Journal
 
 log = logging.getLogger("timers.listener")
 
@@ -124,6 +121,17 @@ _REQUEUED = frozenset({EndingKind.RETRY, EndingKind.MOVE, EndingKind.WAIT})
 """The endings that schedule their timer again under a record they carry."""
 _TEXT = {kind: kind.value for kind in EndingKind}
 """Each kind's wire text, read once (``kind.value`` is a property call each time)."""
+
+
+class Journal(Protocol):
+    """Where endings are kept on disk till Redis has them (:class:`timers.listener.journal.
+    Journal`)."""
+
+    def ending(self, lane: int, ending: Ending) -> None:
+        ...
+
+    def written(self, tokens: list[str]) -> None:
+        ...
 
 
 class EndingWriter:

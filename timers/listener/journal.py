@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from timers.exceptions import JournalUnavailable
 from timers.listener.endings import Ending
 from timers.model.run_record import decode
 from timers.model.runs import Run
@@ -71,10 +72,6 @@ _KINDS = {kind.value: kind for kind in EndingKind if kind is not EndingKind.REJE
 _REQUEUED = {EndingKind.RETRY, EndingKind.MOVE, EndingKind.WAIT}
 _ENTRY = re.compile(r"[^:]+:[^:]+:")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
-
-
-class JournalUnavailable(Exception):
-    """The journal's directory cannot be made private, or its file cannot be written."""
 
 
 def file_name(owner: str) -> str:
