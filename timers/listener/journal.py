@@ -168,8 +168,13 @@ class Journal:
         self._header = b"H " + json.dumps(owner).encode() + b"\n"
         try:
             fd = _open_locked(self.path, os.O_CREAT | os.O_EXCL)
+        except OSError as exc:
+            raise JournalUnavailable(f"{self.path}: {exc.strerror or exc}") from None
+        try:
             self._map: mmap.mmap | None = _mapped(fd, self._header, MAP_BYTES)
         except OSError as exc:
+            os.unlink(self.path)
+            os.close(fd)
             raise JournalUnavailable(f"{self.path}: {exc.strerror or exc}") from None
         self._fd = fd
         self._end = len(self._header)
