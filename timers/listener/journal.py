@@ -16,8 +16,9 @@ exclusive ``flock`` by its live process. Any listener of that directory adopts t
 of a process that died (its lock can be taken), at start and every third of a lease: it
 writes the endings of the runs still leased through its own writer (``finish.lua``) and
 renames the file ``….adopted``, deleted :data:`KEEP_ADOPTED` leases later. A run recovered
-from a listener that died on this host is ended as that one's journal says, not run again
-(:meth:`Journal.ending_of`). A file is data: a line that does not read is skipped.
+from a listener on this host whose journal (adopted or not) holds its ending is ended that
+way, not run again (:meth:`Journal.ending_of`): that listener died, or stalled past its
+lease after the run ended. A file is data: a line that does not read is skipped.
 
 Text (up to the first NUL): ``H <owner id, JSON>`` (first), ``O <lane> <token> <due ms>
 <escaped id>`` (a run that completed), ``E <lane> <ending, JSON>`` (any other).
