@@ -135,6 +135,24 @@ def poll(condition: Callable[[], Any], timeout: float, interval: float = 0.01) -
         time.sleep(interval)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def endings_journals(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The listeners' endings journals (theirs and their child processes') go to a
+    directory of the session, not the machine's (``timers.listener.journal``)."""
+    import os
+
+    from timers.listener.journal import DIR_ENV
+
+    directory = tmp_path_factory.mktemp("endings")
+    before = os.environ.get(DIR_ENV)
+    os.environ[DIR_ENV] = str(directory)
+    yield directory
+    if before is None:
+        os.environ.pop(DIR_ENV, None)
+    else:
+        os.environ[DIR_ENV] = before
+
+
 @pytest.fixture
 def fake() -> Iterator[fakeredis.FakeRedis]:
     """A fresh fakeredis server (runs our Lua scripts; publishes no expired events)."""

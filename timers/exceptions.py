@@ -41,6 +41,8 @@ Hierarchy::
     ├── StillDue                     [`timers.testing`][timers.testing]: timers kept coming due
     ├── UserError                    the CLI: a problem to report in one line
     ├── FlowKeyError                 a task's ``key=``/``rate_key=`` function failed
+    ├── JournalUnavailable           the listener cannot keep its endings journal (it runs
+    │                                without one, and says so)
     └── the runner's signals, raised and caught inside the listener (never seen outside):
         ├── Overran                  a plain function ran past its timeout in its thread
         └── Stale                    a run's lease was not known to hold at its start
@@ -60,6 +62,7 @@ __all__ = [
     "InvalidTask",
     "InvalidTimer",
     "InvalidTimerId",
+    "JournalUnavailable",
     "KeysNotDeclared",
     "MalformedTimerKey",
     "MemoryLimitTooLow",
@@ -250,6 +253,11 @@ class UserError(TimersError):
 
 class FlowKeyError(TimersError):
     """A task's ``key=`` or ``rate_key=`` function failed or returned no usable key."""
+
+
+class JournalUnavailable(TimersError):
+    """The endings journal's directory is not private to this user, or its file cannot be
+    made (:mod:`timers.listener.journal`)."""
 
 
 class Overran(TimersError):

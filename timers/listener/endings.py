@@ -15,7 +15,7 @@ import logging
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Protocol
 
 from timers.listener.eviction import report_late_finishes
 from timers.listener.history import ENDS, OFF, HistoryPolicy, history_text, series_of
@@ -123,6 +123,17 @@ _TEXT = {kind: kind.value for kind in EndingKind}
 """Each kind's wire text, read once (``kind.value`` is a property call each time)."""
 
 
+class Journal(Protocol):
+    """Where endings are kept on disk till Redis has them (:class:`timers.listener.journal.
+    Journal`)."""
+
+    def ending(self, lane: int, ending: Ending) -> None:
+        ...
+
+    def written(self, tokens: list[str]) -> None:
+        ...
+
+
 class EndingWriter:
     """Writes endings in batches; each is kept here until Redis has it.
 
@@ -172,11 +183,17 @@ class EndingWriter:
         """An ending queued is to be written without waiting for others."""
         self._hurry = asyncio.Event()
         """Set when such an ending is queued: it ends the wait for others."""
+        self.journal: Journal | None = None
+        """Where each ending is kept on disk till Redis has it (:mod:`timers.listener.
+        journal`), as this lane's (``lane``)."""
+        self.lane = 0
 
     def add(self, ending: Ending, facts: RunFacts | None = None, prompt: bool = False) -> None:
         """Queue an ending; ``facts``: what the history and the series keep of its run;
         ``prompt``: write it without waiting for others (see :data:`GATHER`)."""
         self._queue.append(ending)
+        if self.journal is not None:
+            self.journal.ending(self.lane, ending)
         if prompt or ending.kind not in _GATHERED:
             self._prompt = True
             self._hurry.set()
@@ -275,6 +292,8 @@ class EndingWriter:
         elif self.history.series:
             self._unsummed += ran
         self.held.release(tokens)
+        if self.journal is not None:
+            self.journal.written(tokens)
         del self._queue[: len(batch)]
         if self._facts:
             for ending in batch:

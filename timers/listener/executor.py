@@ -64,7 +64,8 @@ class RecurrenceSteps(Protocol):
 class Caller(Protocol):
     async def call(self, fn: Callable[..., Any], args: Args, limit: float | None = None,
                    turn: Turn | None = None, after: Turn | None = None,
-                   fence: Callable[[], bool] | None = None, prompt: bool = False) -> Outcome:
+                   fence: Callable[[], bool] | None = None, prompt: bool = False,
+                   note: tuple[str, bytes] | None = None) -> Outcome:
         ...
 
 
@@ -169,6 +170,9 @@ class Executor:
         """Set when the listener stops: a run not started by then is handed back unstarted
         (a loaded listener could otherwise start, after the stop, runs it claimed before
         it, and hand them back part-run a moment later: a second run elsewhere)."""
+        self.note: Callable[[Run], tuple[str, bytes] | None] | None = None
+        """The journal line of a run that completed, written by its thread as its function
+        returns (:mod:`timers.listener.journal`; None: no journal)."""
 
     async def execute(self, run: Run) -> Executed:
         """Run ``run`` and say how it ended. A cancellation (shutting down) goes through:
@@ -277,12 +281,14 @@ class Executor:
                 outcome = await self._quarantined(run, record, fn, policy)
             else:
                 own = self.turns.of(run.token)
+                # a recurrence's run has a step after it: its ending is journaled then
+                note = self.note(run) if self.note is not None and not recurring else None
                 outcome = await self.runner.call(fn, record.args, policy.timeout, own, after,
-                                                 fence, limited)
+                                                 fence, limited, note)
                 if outcome.kind == "stale":  # the thread found the lease not fresh
                     outcome = (await self._unfenced(run, after, checked=True)
                                or await self.runner.call(fn, record.args, policy.timeout, own,
-                                                         None, fence, limited))
+                                                         None, fence, limited, note))
                 if own is not None:
                     self._timed_by_thread(attempt, own, after is not None)
         except TaskRefused as exc:

@@ -27,6 +27,7 @@ from typing import Any
 
 import redis.asyncio
 
+from timers.exceptions import MalformedTimerKey
 from timers.listener import spans
 from timers.listener.claimer import Claimer, ClaimerHooks, CpuGauge
 from timers.listener.crashes import listener_name
@@ -38,6 +39,7 @@ from timers.listener.executor import Executor
 from timers.listener.flow_gate import FlowGate
 from timers.listener.handoff import Handoff
 from timers.listener.history import HistoryPolicy, HistoryTrimmer
+from timers.listener.journal import DeadJournal, Journal
 from timers.listener.leases import Fence, HeldRuns, LeaseKeeper, sync_twin
 from timers.listener.loader import TaskLoader
 from timers.listener.near_keys import keep_near_keys
@@ -52,7 +54,7 @@ from timers.listener.runner import Runner
 from timers.listener.tally import RunTally
 from timers.listener.turns import Turns
 from timers.model.clock import Clock
-from timers.model.encoding import as_text
+from timers.model.encoding import as_text, unescape_id
 from timers.model.keys import Keyspace
 from timers.model.runs import Fired, Run, rejected_entry
 from timers.model.wire import HEARTBEAT_INTERVAL, HEARTBEAT_MISSES, ClaimSource, EndingKind
@@ -120,6 +122,45 @@ class Shared:
         self.recycler = Recycler(recycle, self.stop_claiming, report_fd())
         self.work_started: Callable[[], None] = _nothing
         """Called as a run starts with none going in its lane (the loop watch's wake)."""
+        self.journal: Journal | None = None
+        """Where endings are kept on disk till Redis has them (:mod:`timers.listener.
+        journal`)."""
+
+    def use_journal(self, journal: Journal | None) -> None:
+        """Keep every lane's endings in ``journal`` (once the lanes are made)."""
+        self.journal = journal
+        self.runner.use_journal(journal)
+        for lane in self.lanes:
+            lane.use_journal(journal)
+
+    async def adopt_journals(self) -> None:
+        """Until the listener stops, write the endings in the journals of this host's dead
+        listeners of the prefix: at once, then every third of a lease (their leases
+        lapse a lease after their last renewal, a third of a lease before their death)."""
+        journal = self.journal
+        if journal is None:
+            return
+        while not self.stopping.is_set():
+            for dead in journal.dead():
+                try:
+                    replayed = [await lane.replay(dead) for lane in self.lanes]
+                except RETRYABLE as exc:
+                    log.debug("journal %s not adopted yet: %s", dead.path, exc)
+                    dead.release()
+                    continue
+                except BaseException:
+                    dead.release()
+                    raise
+                unknown = set(dead.contents.endings) - set(range(len(self.lanes)))
+                if unknown:
+                    log.warning("journal %s has endings of shard(s) %s, which this listener "
+                                "does not serve: left to their leases", dead.path,
+                                sorted(unknown))
+                dead.adopted()
+                log.info("adopted the journal of listener %s, which died: %d ending(s) of "
+                         "runs it still held written", dead.contents.owner, sum(replayed))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.stopping.wait(), self.lease / 3)
 
     def reserve(self, scripts: Scripts, *names: ScriptName) -> None:
         """Each script of ``names`` sent on a connection of its own
@@ -261,6 +302,29 @@ class Lane:
                                  fence=Fence(self.held, self.scripts, shared.lease),
                                  peers=shared.peers, stopping=shared.stopping)
 
+        self.journal: Journal | None = None
+
+    def use_journal(self, journal: Journal | None) -> None:
+        """Keep this lane's endings in ``journal`` (:mod:`timers.listener.journal`)."""
+        self.journal = self.endings.journal = journal
+        self.endings.lane = self.index
+        index = self.index
+        self.executor.note = (None if journal is None
+                              else lambda run: journal.note(index, run))
+
+    async def replay(self, dead: DeadJournal) -> int:
+        """Queue the endings of ``dead``'s journal in this lane whose runs its listener
+        still held (their leases kept meanwhile): how many."""
+        tokens = dead.tokens(self.index)
+        if not tokens:
+            return 0
+        records = await self.shared.redis.hmget(self.keys.running_records, tokens)
+        endings = dead.held_by_owner(self.index, list(records))
+        for ending in endings:
+            self.held.hold(ending.token, _timer_of(ending))
+            self.endings.add(ending)
+        return len(endings)
+
     # -- serving ----------------------------------------------------------------------
 
     async def serve(self, events: bool) -> None:
@@ -369,6 +433,15 @@ class Lane:
                             "not running it again", run.timer_id)
                 self.held.hold(run.token, run.timer_id)
                 self.endings.add(done.for_run(run), self.endings.facts_of(done))
+                return
+            if self.journal is not None and run.died_on and (
+                    done := self.journal.ending_of(run.died_on, self.index, run)) is not None:
+                # the listener that died on this host had ended it: its journal says so
+                log.warning("timer %s: its run had ended in listener %s, which went away "
+                            "before writing it; ended the same way, not run again",
+                            run.timer_id, run.died_on)
+                self.held.hold(run.token, run.timer_id)
+                self.endings.add(done.for_run(run))
                 return
         if not self.running:
             self.shared.work_started()
@@ -518,6 +591,14 @@ def sweep_defer_ms(live: Iterable[Any], shard: int, me: str) -> float:
     listeners; every listener sweeps every shard, the others later."""
     ids = sorted({as_text(i) for i in live or []} | {me})
     return 0.0 if ids[shard % len(ids)] == me else BACKUP_SWEEP_MS
+
+
+def _timer_of(ending: Ending) -> str:
+    """The timer id of a journaled ending, for the log (its token when it has none)."""
+    if ending.run_of is not None:
+        with contextlib.suppress(MalformedTimerKey):
+            return unescape_id(ending.run_of[0])
+    return f"(run {ending.token})"
 
 
 def _nothing() -> None:

@@ -35,6 +35,7 @@ import redis
 import redis.asyncio
 
 from timers.listener.history import HistoryPolicy
+from timers.listener.journal import Journal
 from timers.listener.lanes import Lane, Shared, lanes_for, shard_note
 from timers.listener.loader import TASKS_ENV, TaskLoader, configured_package
 from timers.listener.loop_watch import LoopWatch
@@ -176,11 +177,15 @@ class Listener:
                           busy=lambda: any(lane.running for lane in self.lanes)).start()
         shared.work_started = watch.work_started
         watcher = asyncio.create_task(self._watch(stop)) if stop is not None else None
+        shared.use_journal(Journal.for_listener(self.redis, self.prefix, self.id, self.lease))
+        adopting = asyncio.create_task(shared.adopt_journals(), name="timers-adopt")
+        adopting.add_done_callback(_adopting_ended)
         try:
             ended = await asyncio.gather(*(lane.serve(events) for lane in self.lanes),
                                          return_exceptions=True)
         finally:
             shared.stopping.set()
+            adopting.cancel()
             if watcher is not None:
                 watcher.cancel()
             watch.close()
@@ -188,6 +193,8 @@ class Listener:
             shared.runner.shutdown()
             shared.precise.close()
             await shared.close_reserved()
+            if shared.journal is not None:
+                shared.journal.close()
             if self._owns_client:
                 await self.redis.aclose()
         for outcome in ended:
@@ -242,6 +249,13 @@ class Listener:
     def load(self) -> tuple[int, int]:
         """(runs under way, runs it could start now): for metrics."""
         return self.shared.running_count(), self.shared.free_slots()
+
+
+def _adopting_ended(task: asyncio.Task[None]) -> None:
+    """Adopting dead listeners' journals is a help, never a reason to stop: logged."""
+    if not task.cancelled() and task.exception() is not None:
+        log.error("adopting the journals of dead listeners stopped: %r", task.exception(),
+                  exc_info=task.exception())
 
 
 def _forkserver_started(task: asyncio.Task[None]) -> None:

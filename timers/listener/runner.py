@@ -10,12 +10,15 @@ import time
 import traceback
 from collections.abc import Callable
 from types import CodeType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from timers.exceptions import Overran, Stale
 from timers.listener.thread_pool import Job, ThreadPool, task_name
 from timers.model.encoding import Args
 from timers.model.runs import OK, Outcome
+
+if TYPE_CHECKING:
+    from timers.listener.journal import Journal
 
 
 @functools.cache
@@ -105,7 +108,8 @@ class Runner:
 
     async def call(self, fn: Callable[..., Any], args: Args, limit: float | None = None,
                    turn: Turn | None = None, after: Turn | None = None,
-                   fence: Callable[[], bool] | None = None, prompt: bool = False) -> Outcome:
+                   fence: Callable[[], bool] | None = None, prompt: bool = False,
+                   note: tuple[str, bytes] | None = None) -> Outcome:
         """Call ``fn`` with ``args``; with ``limit`` (seconds), stop waiting after that long.
 
         A coroutine is cancelled at its timeout. A plain function's timeout counts from when
@@ -120,6 +124,8 @@ class Runner:
         is called in its thread (and before a coroutine starts): if not, :data:`STALE`.
         ``prompt``: a plain function's result is handed back at once, never gathered (a
         run through a flow limit: its ending frees a slot another run may wait for).
+        ``note``: a plain function's run journals it in its thread as it returns (see
+        :meth:`ThreadPool.submit`).
         """
         problem = _bind_error(fn, args)
         if problem is not None:
@@ -149,7 +155,7 @@ class Runner:
             else:
                 job = self._pool.submit(fn, list(positional), dict(keywords),
                                         after.job if after else None, turn is not None, fence,
-                                        prompt)
+                                        prompt, note)
                 if turn is not None:
                     turn.handed_to_thread(job)
                 try:
@@ -181,6 +187,10 @@ class Runner:
             return job.future.result()
         self._pool.abandon(job)
         raise Overran
+
+    def use_journal(self, journal: Journal | None) -> None:
+        """Journal the notes of plain functions' runs there (:mod:`timers.listener.journal`)."""
+        self._pool.journal = journal
 
     def shutdown(self) -> None:
         """Let idle threads end; threads still running a task end when it returns."""

@@ -7,14 +7,18 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextvars
+import inspect
 import logging
 import queue
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from timers.exceptions import Stale
+
+if TYPE_CHECKING:
+    from timers.listener.journal import Journal
 
 log = logging.getLogger("timers.listener")
 
@@ -27,7 +31,7 @@ class Job:
     and ``finished``."""
 
     __slots__ = ("abandoned", "args", "cancelled", "context", "ended", "fence", "finished",
-                 "fn", "future", "guarded", "kwargs", "prompt", "started", "then")
+                 "fn", "future", "guarded", "kwargs", "note", "prompt", "started", "then")
 
     def __init__(self, future: asyncio.Future[Any], fn: Callable[..., Any], args: list[Any],
                  kwargs: dict[str, Any]) -> None:
@@ -45,6 +49,9 @@ class Job:
         self.fence: Callable[[], bool] | None = None
         """Checked in the thread right before the call: False (the run's lease is not known
         to hold, e.g. after the process was paused) and the call is not made (:class:`Stale`)."""
+        self.note: tuple[str, bytes] | None = None
+        """(run token, journal line): appended to the pool's journal by the thread the
+        moment the function returns normally (:mod:`timers.listener.journal`)."""
 
 
 def task_name(fn: Callable[..., Any]) -> str:
@@ -102,18 +109,23 @@ class ThreadPool:
         self._threads: list[threading.Thread] = []
         self._idle = 0
         self._loop: asyncio.AbstractEventLoop | None = None
+        self.journal: Journal | None = None
+        """Where a job's note goes as its function returns (None: no journal)."""
 
     def submit(self, fn: Callable[..., Any], args: list[Any], kwargs: dict[str, Any],
                after: Job | None = None, guarded: bool = False,
-               fence: Callable[[], bool] | None = None, prompt: bool = False) -> Job:
+               fence: Callable[[], bool] | None = None, prompt: bool = False,
+               note: tuple[str, bytes] | None = None) -> Job:
         """Queue a call; with ``after`` (a job not finished yet), start it in that job's
         thread the moment that job's function returns. ``guarded``: it may be withdrawn
         (:meth:`withdraw`) up to the moment a thread starts it. ``fence``: asked in the
         thread right before the call; False and the call is not made (:class:`Stale`).
-        ``prompt``: its result is handed to the loop at once, never gathered."""
+        ``prompt``: its result is handed to the loop at once, never gathered. ``note``:
+        journaled in the thread once the function returns (not if it raised or returned
+        an awaitable: its run has not ended yet)."""
         loop = self._loop = asyncio.get_running_loop()
         job = Job(loop.create_future(), fn, args, kwargs)
-        job.guarded, job.fence, job.prompt = guarded, fence, prompt
+        job.guarded, job.fence, job.prompt, job.note = guarded, fence, prompt, note
         if after is not None:
             with self._lock:
                 if not (after.finished or after.abandoned or after.then):
@@ -151,9 +163,13 @@ class ThreadPool:
             else:
                 try:
                     value = job.context.run(job.fn, *job.args, **job.kwargs)
-                    result = (job, True, value)
                 except BaseException as exc:  # handed to the awaiting coroutine
                     result = (job, False, exc)
+                else:
+                    if job.note is not None and self.journal is not None and (
+                            value is None or not inspect.isawaitable(value)):
+                        self.journal.append(*job.note)  # before anything else: durable
+                    result = (job, True, value)
             job, wake = self._finished(result)
             loop = self._loop
             if wake and loop is not None and not loop.is_closed():

@@ -1,0 +1,104 @@
+"""A listener and the endings journals of others (:mod:`timers.listener.journal`), on
+fakeredis: a run whose ending another listener journaled is ended as journaled, never run
+again, whether that listener died (its journal is adopted) or its lease lapsed while it
+lived on (its journal is read when the run is recovered)."""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import fakeredis
+import pytest
+
+from tests.unit.conftest import ROOT, SAMPLE_TASKS
+from tests.unit.sample_tasks import mod
+from timers import Listener, Timers
+from timers.listener.journal import DIR_ENV, Journal, journal_directory, server_identity
+from timers.model.keys import Keyspace
+from timers.model.runs import Run
+from timers.store.scripts import Scripts
+
+KS = Keyspace()
+OTHER = "host-b:7:0a0a0a"
+"""The listener that claimed the run and ran it to its end, then went away or stalled."""
+
+
+@pytest.fixture
+def server() -> fakeredis.FakeServer:
+    return fakeredis.FakeServer()
+
+
+@pytest.fixture(autouse=True)
+def journals(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setenv(DIR_ENV, str(tmp_path))
+    yield
+    mod.CALLS.clear()
+
+
+def completed_elsewhere(server: fakeredis.FakeServer, directory: Path) -> Journal:
+    """A timer claimed by OTHER, whose task returned there (journaled) before its ending
+    reached Redis; then its lease lapsed."""
+    client = fakeredis.FakeRedis(server=server)
+    Timers(client).schedule("mod.add", [1, 2], in_=0, id="once")
+    reply = Scripts(client, KS).claim(limit=1, lease_ms=60_000, horizon_ms=0,
+                                      listener_id=OTHER, groups=("default",))
+    run = Run.parse(*reply[3:6])
+    journal = Journal(directory, OTHER)
+    note = journal.note(0, run)
+    assert note is not None
+    journal.append(*note)
+    client.zadd(KS.running, {run.token: 0})  # its lease lapsed
+    return journal
+
+
+def burst(server: fakeredis.FakeServer, before: Callable[[Path], object]) -> Path:
+    """A listener until nothing is due; ``before`` is given its journals' directory."""
+    async def scenario() -> Path:
+        listener = Listener(fakeredis.FakeAsyncRedis(server=server), tasks=SAMPLE_TASKS,
+                            search_path=str(ROOT))
+        directory = journal_directory(server_identity(listener.redis, listener.prefix))
+        before(directory)
+        await asyncio.wait_for(listener.run(burst=True), 15)
+        await listener.redis.aclose()
+        return directory
+
+    return asyncio.run(scenario())
+
+
+def stats(server: fakeredis.FakeServer) -> dict[str, int]:
+    return Timers(fakeredis.FakeRedis(server=server)).stats().counters
+
+
+def test_a_run_a_dead_listener_ended_is_written_from_its_journal(
+        server: fakeredis.FakeServer) -> None:
+    def dead(directory: Path) -> None:
+        completed_elsewhere(server, directory).close()  # gone: its lock with it, its file left
+
+    directory = burst(server, dead)
+    assert mod.CALLS == [], "not run again"
+    assert stats(server).get("fired") == 1
+    assert [name.endswith(".adopted") for name in os.listdir(directory)] == [True]
+
+
+def test_a_recovered_run_that_had_ended_is_ended_as_journaled_not_run_again(
+        server: fakeredis.FakeServer) -> None:
+    journals: list[Journal] = []
+
+    def stalled(directory: Path) -> None:
+        # OTHER lives on (its journal locked) but stalled past its lease: its run is
+        # recovered by the next claim
+        journals.append(completed_elsewhere(server, directory))
+
+    burst(server, stalled)
+    fd = os.open(journals[0].path, os.O_RDONLY)
+    with pytest.raises(BlockingIOError):  # it was never adopted: its owner lives
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    os.close(fd)
+    assert mod.CALLS == [], "not run again"
+    counters = stats(server)
+    assert (counters.get("fired"), counters.get("reruns")) == (1, 1)
+    journals[0].close()
