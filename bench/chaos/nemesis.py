@@ -1,0 +1,281 @@
+"""The nemesis: a seeded schedule of faults, one at a time, injected into the world.
+
+==============  ===========================================================================
+``kill``        ``kill -9`` of a listener process (a supervisor's child, which the
+                supervisor replaces, or a plain listener, started again); its children
+                (fork server, quarantine processes) are cut with it
+``stop``        ``SIGSTOP`` of a listener process for 1.5 s past its lease or more, then
+                ``SIGCONT``
+``poison``      a timer whose task ``os._exit``\\ s its process (dead after 3 crashes)
+``partition``   the proxy in ``L1``'s path to Redis stops forwarding, connections open,
+                for 1.5 s past the lease or more, then heals (one server only)
+``restart``     ``SHUTDOWN`` (the AOF written), down 1 s, started again on its port
+                (one server only)
+``memory``      ``maxmemory`` just above the memory in use with ``noeviction``, filled
+                until writes are refused and kept full 3 s; then freed
+``failover``    ``kill -9`` of the Sentinel deployment's primary: the replica is promoted
+                (Sentinel only)
+``migrate``     the slot of the timers' hash tag moved to another primary, key by key
+                (Cluster only)
+``primary``     ``kill -9`` of the primary that holds the timers' slot: its replica takes
+                over (Cluster only)
+==============  ===========================================================================
+
+Each fault writes down when it began and ended and which processes it cut
+(:class:`bench.chaos.checker.Cut`), the checker's evidence for a second start.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import signal
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import redis
+
+from bench.chaos.checker import Cut
+from bench.chaos.world import ON_TARGET, PROXIED, World, descendants
+from bench.faults.hostile import (
+    OOM_HEADROOM,
+    delete_filler,
+    fill_until_refused,
+    hold_full,
+    used_memory,
+)
+from bench.faults.processes import wait_for
+
+SINGLE = ("kill", "stop", "poison", "partition", "restart", "memory")
+SENTINEL = ("kill", "stop", "poison", "memory", "failover")
+CLUSTER = ("kill", "stop", "poison", "migrate", "primary")
+FAULTS = {"server": SINGLE, "sentinel": SENTINEL, "cluster": CLUSTER}
+"""The faults each topology can take."""
+MEMORY_HOLD_S = 3.0
+RESTART_DOWN_S = 1.0
+
+
+@dataclass(frozen=True)
+class Planned:
+    at: float
+    """Seconds from the start (a fault never starts before the one ahead of it ended)."""
+    kind: str
+    pick: float
+    """Which process or node it hits: an index into the candidates, as a fraction."""
+    hold: float
+    """Seconds it lasts (a stop, a partition)."""
+
+
+def schedule(seed: int, seconds: float, kinds: tuple[str, ...], lease: float,
+             gap: tuple[float, float]) -> list[Planned]:
+    """The seeded fault schedule of a run of ``seconds``: one fault, then a gap, …"""
+    rng = random.Random(f"nemesis-{seed}")
+    out: list[Planned] = []
+    t = 8.0
+    while t < seconds - 15.0:
+        kind = rng.choice(kinds)
+        hold = round(rng.uniform(lease + 1.5, 2.5 * lease + 1.0), 2)
+        out.append(Planned(round(t, 2), kind, rng.random(), hold))
+        t += (hold if kind in ("stop", "partition") else 3.0) + rng.uniform(*gap)
+    return out
+
+
+@dataclass
+class Injected:
+    kind: str
+    start: float
+    end: float
+    what: str
+
+
+@dataclass
+class Nemesis:
+    """Runs the schedule in a thread of its own; :meth:`stop` heals and waits."""
+
+    world: World
+    planned: list[Planned]
+    schedule_poison: Callable[[], str]
+    """Schedules a poison timer (the runner's); its id."""
+    cuts: list[Cut] = field(default_factory=list)
+    injected: list[Injected] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+    _begun: float = 0.0
+
+    def start(self, begun: float) -> None:
+        self._begun = begun
+        self._thread = threading.Thread(target=self._run, name="nemesis", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(120)
+
+    def counts(self) -> Counter[str]:
+        return Counter(i.kind for i in self.injected)
+
+    def _run(self) -> None:
+        for fault in self.planned:
+            delay = self._begun + fault.at - time.monotonic()
+            if self._stop.wait(max(delay, 0.0)):
+                return
+            start = time.monotonic()
+            try:
+                what = self._handlers()[fault.kind](fault)
+            except Exception as exc:  # a fault that could not be injected is a finding
+                self.problems.append(f"{fault.kind} at {start - self._begun:.1f} s: "
+                                     f"{type(exc).__name__}: {exc}")
+                continue
+            self.injected.append(Injected(fault.kind, start, time.monotonic(), what))
+
+    # processes
+
+    def _victim(self, fault: Planned) -> tuple[str, int]:
+        targets = self.world.targets()
+        if not targets:
+            raise RuntimeError("no listener process to hit")
+        return targets[min(int(fault.pick * len(targets)), len(targets) - 1)]
+
+    def _kill(self, fault: Planned) -> str:
+        lid, pid = self._victim(fault)
+        under = descendants(pid)
+        at = time.monotonic()
+        os.kill(pid, signal.SIGKILL)
+        gone = self.world.gone({pid} | under, 10.0)
+        if gone is None:
+            left = sorted(p for p in under if _running(p))
+            self.problems.append(f"kill -9 of {lid} pid {pid}: its children {left} still "
+                                 f"ran 10 s later")
+            for p in left:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(p, signal.SIGKILL)
+            gone = self.world.gone(set(left), 10.0) or time.monotonic()
+        self.cuts.append(Cut("kill", at, gone, frozenset({pid} | under)))
+        if lid in (PROXIED, ON_TARGET):
+            self.world.restart_listener(lid)
+        return f"{lid} pid {pid} (+{len(under)} children)"
+
+    def _handlers(self) -> dict[str, Callable[[Planned], str]]:
+        return {"kill": self._kill, "stop": self._pause, "poison": self._poison,
+                "partition": self._partition, "restart": self._restart,
+                "memory": self._memory, "failover": self._failover,
+                "migrate": self._migrate, "primary": self._primary}
+
+    def _pause(self, fault: Planned) -> str:
+        lid, pid = self._victim(fault)
+        under = descendants(pid)
+        at = time.monotonic()
+        os.kill(pid, signal.SIGSTOP)
+        self._stop.wait(fault.hold)
+        os.kill(pid, signal.SIGCONT)
+        self.cuts.append(Cut("stop", at, time.monotonic(), frozenset({pid} | under)))
+        return f"{lid} pid {pid} for {fault.hold:g} s"
+
+    def _poison(self, fault: Planned) -> str:
+        with self.world.writes:
+            return self.schedule_poison()
+
+    def _partition(self, fault: Planned) -> str:
+        proxy = self.world.proxy
+        if proxy is None:
+            raise RuntimeError("no proxy: a partition needs one server")
+        at = time.monotonic()
+        proxy.partition()
+        try:
+            self._stop.wait(fault.hold)
+        finally:
+            proxy.heal()
+        self.cuts.append(Cut("partition", at, time.monotonic(), listener=PROXIED))
+        return f"{PROXIED} cut off {fault.hold:g} s"
+
+    # servers
+
+    def _restart(self, fault: Planned) -> str:
+        server = self.world.server
+        if server is None:
+            raise RuntimeError("a restart needs one server")
+        with self.world.writes:
+            stopped = time.monotonic()
+            with redis.Redis(port=server.port, socket_timeout=10) as r, \
+                    contextlib.suppress(redis.ConnectionError):
+                r.shutdown()
+            time.sleep(max(0.0, stopped + RESTART_DOWN_S - time.monotonic()))
+            server.restart()
+            return f"down {time.monotonic() - stopped:.2f} s"
+
+    def _memory(self, fault: Planned) -> str:
+        with self.world.writes, self.world.client() as r:
+            policy = str(r.config_get("maxmemory-policy")["maxmemory-policy"])
+            r.config_set("maxmemory-policy", "noeviction")
+            limit = used_memory(r) + OOM_HEADROOM
+            r.config_set("maxmemory", str(limit))
+            try:
+                big = fill_until_refused(r, "big", 64 * 1024, 10_000)
+                small = fill_until_refused(r, "small", 1024, 100_000)
+                _, refused = hold_full(r, MEMORY_HOLD_S)
+            finally:
+                freed = delete_filler(r)
+                r.config_set("maxmemory", "0")
+                r.config_set("maxmemory-policy", policy)
+            return (f"{big} x 64 KB + {small} x 1 KB filler, full {MEMORY_HOLD_S:g} s "
+                    f"({refused} test writes refused), {freed} keys freed")
+
+    def _failover(self, fault: Planned) -> str:
+        deployment = self.world.deployment
+        if deployment is None:
+            raise RuntimeError("a failover needs Sentinel")
+        with self.world.writes:
+            old = deployment.primary_port()
+            deployment.wait_in_sync()
+            server = deployment.server_on(old)
+            os.kill(server.pid or 0, signal.SIGKILL)
+            wait_for(lambda: deployment.primary_port() != old, 60,
+                     "the sentinels to promote the replica")
+            server.restart()  # back, as the new primary's replica (sentinels reconfigure it)
+            return f"primary on {old} killed, now {deployment.primary_port()}"
+
+    def _migrate(self, fault: Planned) -> str:
+        from tests.clusters import _owns, migrate_slot
+        cluster = self.world.cluster
+        if cluster is None:
+            raise RuntimeError("a slot migration needs a Cluster")
+        slot = _slot(self.world)
+        owners = [p for p in cluster.primaries if _owns(p.port, slot)]
+        others = [p for p in cluster.primaries if p not in owners and p.pid]
+        to = others[min(int(fault.pick * len(others)), len(others) - 1)]
+        moved = migrate_slot(cluster, slot, to.port, batch=50)
+        return f"slot {slot}: {moved} keys to {to.port}"
+
+    def _primary(self, fault: Planned) -> str:
+        from tests.clusters import _owns
+        cluster = self.world.cluster
+        if cluster is None:
+            raise RuntimeError("a primary kill needs a Cluster")
+        slot = _slot(self.world)
+        owner = next(s for s in cluster.primaries + cluster.replicas
+                     if s.pid and _owns(s.port, slot))
+        os.kill(owner.pid or 0, signal.SIGKILL)
+
+        def promoted() -> bool:
+            return any(s is not owner and _owns(s.port, slot)
+                       for s in cluster.primaries + cluster.replicas)
+
+        wait_for(promoted, 60, "a replica to take over the killed primary's slots")
+        owner.restart()  # back, as a replica
+        return f"primary {owner.port} killed, its replica took over"
+
+
+def _slot(world: World) -> int:
+    with world.client() as r:
+        return int(r.execute_command("CLUSTER", "KEYSLOT", world.source))
+
+
+def _running(pid: int) -> bool:
+    from bench.faults.processes import pid_running
+    return pid_running(pid)
