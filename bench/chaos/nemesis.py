@@ -36,6 +36,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import redis
 
@@ -72,12 +73,17 @@ class Planned:
 
 def schedule(seed: int, seconds: float, kinds: tuple[str, ...], lease: float,
              gap: tuple[float, float]) -> list[Planned]:
-    """The seeded fault schedule of a run of ``seconds``: one fault, then a gap, …"""
+    """The seeded fault schedule of a run of ``seconds``: one fault, then a gap, … Kinds
+    come in rounds, each round every kind once in a shuffled order."""
     rng = random.Random(f"nemesis-{seed}")
     out: list[Planned] = []
     t = 8.0
+    round_: list[str] = []
     while t < seconds - 15.0:
-        kind = rng.choice(kinds)
+        if not round_:
+            round_ = list(kinds)
+            rng.shuffle(round_)
+        kind = round_.pop()
         hold = round(rng.uniform(lease + 1.5, 2.5 * lease + 1.0), 2)
         out.append(Planned(round(t, 2), kind, rng.random(), hold))
         t += (hold if kind in ("stop", "partition") else 3.0) + rng.uniform(*gap)
@@ -104,18 +110,37 @@ class Nemesis:
     injected: list[Injected] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
+    _idle: threading.Event = field(default_factory=threading.Event)
+    _closed: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
     _begun: float = 0.0
 
     def start(self, begun: float) -> None:
         self._begun = begun
-        self._thread = threading.Thread(target=self._run, name="nemesis", daemon=True)
+        self._thread = threading.Thread(target=self._live, name="nemesis", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
+        """No more faults: the one under way ends early (healed), none starts."""
         self._stop.set()
         if self._thread is not None:
+            self._idle.wait(120)
+
+    def close(self) -> None:
+        """End the thread. A process started on Linux with a parent-death signal dies with
+        the thread that started it, so the thread that restarts servers and listeners
+        lives until the run is over."""
+        self._stop.set()
+        self._closed.set()
+        if self._thread is not None:
             self._thread.join(120)
+
+    def _live(self) -> None:
+        try:
+            self._run()
+        finally:
+            self._idle.set()
+            self._closed.wait()
 
     def counts(self) -> Counter[str]:
         return Counter(i.kind for i in self.injected)
@@ -206,12 +231,18 @@ class Nemesis:
                     contextlib.suppress(redis.ConnectionError):
                 r.shutdown()
             time.sleep(max(0.0, stopped + RESTART_DOWN_S - time.monotonic()))
-            server.restart()
+            try:
+                server.restart()
+            except RuntimeError as exc:
+                log = Path(server.data_dir) / "server.log"
+                tail = log.read_text(errors="replace").splitlines()[-5:] if log.exists() else []
+                raise RuntimeError(f"{exc}: {' | '.join(tail)}") from None
             return f"down {time.monotonic() - stopped:.2f} s"
 
     def _memory(self, fault: Planned) -> str:
         with self.world.writes, self.world.client() as r:
             policy = str(r.config_get("maxmemory-policy")["maxmemory-policy"])
+            before = str(r.config_get("maxmemory")["maxmemory"])
             r.config_set("maxmemory-policy", "noeviction")
             limit = used_memory(r) + OOM_HEADROOM
             r.config_set("maxmemory", str(limit))
@@ -221,7 +252,7 @@ class Nemesis:
                 _, refused = hold_full(r, MEMORY_HOLD_S)
             finally:
                 freed = delete_filler(r)
-                r.config_set("maxmemory", "0")
+                r.config_set("maxmemory", before)
                 r.config_set("maxmemory-policy", policy)
             return (f"{big} x 64 KB + {small} x 1 KB filler, full {MEMORY_HOLD_S:g} s "
                     f"({refused} test writes refused), {freed} keys freed")
@@ -232,43 +263,56 @@ class Nemesis:
             raise RuntimeError("a failover needs Sentinel")
         with self.world.writes:
             old = deployment.primary_port()
-            deployment.wait_in_sync()
             server = deployment.server_on(old)
-            os.kill(server.pid or 0, signal.SIGKILL)
+            _kill_replicated(old, server.pid or 0)
             wait_for(lambda: deployment.primary_port() != old, 60,
                      "the sentinels to promote the replica")
             server.restart()  # back, as the new primary's replica (sentinels reconfigure it)
             return f"primary on {old} killed, now {deployment.primary_port()}"
 
     def _migrate(self, fault: Planned) -> str:
-        from tests.clusters import _owns, migrate_slot
+        from tests.clusters import live_primaries, migrate_slot, slot_owner
         cluster = self.world.cluster
         if cluster is None:
             raise RuntimeError("a slot migration needs a Cluster")
         slot = _slot(self.world)
-        owners = [p for p in cluster.primaries if _owns(p.port, slot)]
-        others = [p for p in cluster.primaries if p not in owners and p.pid]
+        owner = slot_owner(cluster, slot)
+        others = [p for p in live_primaries(cluster) if p is not owner]
         to = others[min(int(fault.pick * len(others)), len(others) - 1)]
         moved = migrate_slot(cluster, slot, to.port, batch=50)
-        return f"slot {slot}: {moved} keys to {to.port}"
+        return f"slot {slot}: {moved} keys from {owner.port} to {to.port}"
 
     def _primary(self, fault: Planned) -> str:
-        from tests.clusters import _owns
+        from tests.clusters import slot_owner
         cluster = self.world.cluster
         if cluster is None:
             raise RuntimeError("a primary kill needs a Cluster")
         slot = _slot(self.world)
-        owner = next(s for s in cluster.primaries + cluster.replicas
-                     if s.pid and _owns(s.port, slot))
-        os.kill(owner.pid or 0, signal.SIGKILL)
+        owner = slot_owner(cluster, slot)
+        _kill_replicated(owner.port, owner.pid or 0)
 
         def promoted() -> bool:
-            return any(s is not owner and _owns(s.port, slot)
-                       for s in cluster.primaries + cluster.replicas)
+            try:
+                return slot_owner(cluster, slot) is not owner
+            except StopIteration:  # nobody serves it yet
+                return False
 
         wait_for(promoted, 60, "a replica to take over the killed primary's slots")
         owner.restart()  # back, as a replica
         return f"primary {owner.port} killed, its replica took over"
+
+
+def _kill_replicated(port: int, pid: int) -> None:
+    """``kill -9`` of the primary on ``port`` once its replica has every write: writes
+    paused (``CLIENT PAUSE … WRITE``), ``WAIT 1``, then the kill. What a client was told
+    is written survives the failover (asynchronous replication loses nothing here: the
+    checker's findings are the listeners', not the replication's)."""
+    with redis.Redis(port=port, socket_timeout=10) as r:
+        r.execute_command("CLIENT", "PAUSE", 10_000, "WRITE")
+        if int(r.execute_command("WAIT", 1, 5000)) < 1:
+            r.execute_command("CLIENT", "UNPAUSE")
+            raise RuntimeError(f"the replica of {port} did not catch up")
+    os.kill(pid, signal.SIGKILL)
 
 
 def _slot(world: World) -> int:
