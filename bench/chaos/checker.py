@@ -11,9 +11,10 @@ Words used below:
 - a **cut** is a fault that may leave a run without its ending: the death of its process
   (``kill -9``, a poison's ``os._exit``, counted from the kill to when the process was seen
   gone), a ``SIGSTOP`` past the lease (from the stop to the ``SIGCONT``), a partition of its
-  listener from Redis (from the cut to the heal). A run is cut when it started before the
-  cut's end and had not ended :data:`ENDING_GRACE` before its start (an ending returned just
-  before a kill may not be written yet);
+  listener from Redis (from the cut to the heal), Redis out of reach of every listener (a
+  restart, a failover, a slot migration: from its start to a lease after its end). A run is
+  cut when it started before the cut's end and had not ended :data:`ENDING_GRACE` before
+  its start (an ending returned just before a kill may not be written yet);
 - a **death** is a cut that killed a process (not a pause, not a partition).
 """
 
@@ -30,6 +31,8 @@ RATE_SLACK_MS = 20.0
 """How much closer than its interval two starts of a rate may come on the Redis clock as
 the listeners measured it (the gate's own jitter is 5 ms; the rest is the distance from
 the gate's decision to the task's first line and each listener's clock offset)."""
+EVERY = "*"
+"""The listener an outage cuts: every one."""
 DEATHS = ("kill", "poison")
 """Cut kinds that killed a process."""
 
@@ -136,16 +139,17 @@ class Cut:
     """A fault that may leave a run without its ending (see the module's words)."""
 
     kind: str
-    """``kill``, ``poison``, ``stop`` or ``partition``."""
+    """``kill``, ``poison``, ``stop``, ``partition`` or ``outage`` (Redis unreachable for
+    every listener: a restart, a failover, a slot on the move; a lease lapses when the
+    outage outlasts it, as when its process is stopped)."""
     start: float
     end: float
     pids: frozenset[int] = frozenset()
     listener: str | None = None
-    """A partition cuts every process of a listener."""
+    """A partition cuts every process of a listener; an outage, :data:`EVERY` one."""
 
     def hits(self, mark: Mark) -> bool:
-        return mark.pid in self.pids or (self.listener is not None
-                                         and mark.listener == self.listener)
+        return mark.pid in self.pids or self.listener in (EVERY, mark.listener)
 
 
 @dataclass(frozen=True)

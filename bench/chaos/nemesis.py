@@ -6,6 +6,7 @@
                 (fork server, quarantine processes) are cut with it
 ``stop``        ``SIGSTOP`` of a listener process for 1.5 s past its lease or more, then
                 ``SIGCONT``
+``stops``       the same, three times in a row on one process, 1.5 s apart
 ``poison``      a timer whose task ``os._exit``\\ s its process (dead after 3 crashes)
 ``partition``   the proxy in ``L1``'s path to Redis stops forwarding, connections open,
                 for 1.5 s past the lease or more, then heals (one server only)
@@ -40,7 +41,7 @@ from pathlib import Path
 
 import redis
 
-from bench.chaos.checker import Cut
+from bench.chaos.checker import EVERY, Cut
 from bench.chaos.world import ON_TARGET, PROXIED, World, descendants
 from bench.faults.hostile import (
     OOM_HEADROOM,
@@ -51,11 +52,13 @@ from bench.faults.hostile import (
 )
 from bench.faults.processes import wait_for
 
-SINGLE = ("kill", "stop", "poison", "partition", "restart", "memory")
-SENTINEL = ("kill", "stop", "poison", "memory", "failover")
-CLUSTER = ("kill", "stop", "poison", "migrate", "primary")
+SINGLE = ("kill", "stop", "stops", "poison", "partition", "restart", "memory")
+SENTINEL = ("kill", "stop", "stops", "poison", "memory", "failover")
+CLUSTER = ("kill", "stop", "stops", "poison", "migrate", "primary")
 FAULTS = {"server": SINGLE, "sentinel": SENTINEL, "cluster": CLUSTER}
 """The faults each topology can take."""
+OUTAGES = ("restart", "failover", "migrate", "primary")
+"""Faults that put Redis out of every listener's reach for a while."""
 MEMORY_HOLD_S = 3.0
 RESTART_DOWN_S = 1.0
 
@@ -86,7 +89,8 @@ def schedule(seed: int, seconds: float, kinds: tuple[str, ...], lease: float,
         kind = round_.pop()
         hold = round(rng.uniform(lease + 1.5, 2.5 * lease + 1.0), 2)
         out.append(Planned(round(t, 2), kind, rng.random(), hold))
-        t += (hold if kind in ("stop", "partition") else 3.0) + rng.uniform(*gap)
+        lasts = {"stop": hold, "partition": hold, "stops": 3 * hold + 3.0}.get(kind, 3.0)
+        t += lasts + rng.uniform(*gap)
     return out
 
 
@@ -109,9 +113,11 @@ class Nemesis:
     cuts: list[Cut] = field(default_factory=list)
     injected: list[Injected] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    revived: list[str] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
     _idle: threading.Event = field(default_factory=threading.Event)
     _closed: threading.Event = field(default_factory=threading.Event)
+    _settled: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
     _begun: float = 0.0
 
@@ -125,6 +131,10 @@ class Nemesis:
         self._stop.set()
         if self._thread is not None:
             self._idle.wait(120)
+
+    def settle(self) -> None:
+        """Start no listener again from now on (they are being stopped)."""
+        self._settled.set()
 
     def close(self) -> None:
         """End the thread. A process started on Linux with a parent-death signal dies with
@@ -140,24 +150,47 @@ class Nemesis:
             self._run()
         finally:
             self._idle.set()
-            self._closed.wait()
+        while not self._closed.wait(0.5):
+            if not self._settled.is_set():
+                self._revive()  # through the drain too
 
     def counts(self) -> Counter[str]:
         return Counter(i.kind for i in self.injected)
 
     def _run(self) -> None:
         for fault in self.planned:
-            delay = self._begun + fault.at - time.monotonic()
-            if self._stop.wait(max(delay, 0.0)):
-                return
+            if self._wait_until(self._begun + fault.at):
+                break
             start = time.monotonic()
             try:
                 what = self._handlers()[fault.kind](fault)
             except Exception as exc:  # a fault that could not be injected is a finding
                 self.problems.append(f"{fault.kind} at {start - self._begun:.1f} s: "
                                      f"{type(exc).__name__}: {exc}")
-                continue
-            self.injected.append(Injected(fault.kind, start, time.monotonic(), what))
+                what = None
+            end = time.monotonic()
+            if fault.kind in OUTAGES:
+                # leases may lapse while no listener can renew them (and for a lease
+                # after, while they reconnect): what ran then may run again
+                self.cuts.append(Cut("outage", start, end + self.world.lease, listener=EVERY))
+            if what is not None:
+                self.injected.append(Injected(fault.kind, start, end, what))
+
+    def _wait_until(self, when: float) -> bool:
+        """Wait until monotonic ``when``, starting again any plain listener that died
+        meanwhile (a poison's first run is in a listener's own process); True if told to
+        stop."""
+        while True:
+            self._revive()
+            left = when - time.monotonic()
+            if left <= 0:
+                return self._stop.is_set()
+            if self._stop.wait(min(left, 0.5)):
+                return True
+
+    def _revive(self) -> None:
+        for lid, code in self.world.revive():
+            self.revived.append(f"{lid} exited {code} by itself (a poison?): started again")
 
     # processes
 
@@ -187,7 +220,8 @@ class Nemesis:
         return f"{lid} pid {pid} (+{len(under)} children)"
 
     def _handlers(self) -> dict[str, Callable[[Planned], str]]:
-        return {"kill": self._kill, "stop": self._pause, "poison": self._poison,
+        return {"kill": self._kill, "stop": self._pause, "stops": self._pauses,
+                "poison": self._poison,
                 "partition": self._partition, "restart": self._restart,
                 "memory": self._memory, "failover": self._failover,
                 "migrate": self._migrate, "primary": self._primary}
@@ -201,6 +235,24 @@ class Nemesis:
         os.kill(pid, signal.SIGCONT)
         self.cuts.append(Cut("stop", at, time.monotonic(), frozenset({pid} | under)))
         return f"{lid} pid {pid} for {fault.hold:g} s"
+
+    def _pauses(self, fault: Planned) -> str:
+        """The same process stopped past its lease three times, 1.5 s apart (a VM that
+        keeps freezing): its runs' leases lapse each time while it lives."""
+        lid, pid = self._victim(fault)
+        done = 0
+        for _ in range(3):
+            if not _running(pid) or self._stop.is_set():
+                break
+            under = descendants(pid)
+            at = time.monotonic()
+            os.kill(pid, signal.SIGSTOP)
+            self._stop.wait(fault.hold)
+            os.kill(pid, signal.SIGCONT)
+            self.cuts.append(Cut("stop", at, time.monotonic(), frozenset({pid} | under)))
+            done += 1
+            self._stop.wait(1.5)
+        return f"{lid} pid {pid} {done} times for {fault.hold:g} s"
 
     def _poison(self, fault: Planned) -> str:
         with self.world.writes:

@@ -225,6 +225,8 @@ def run(seed: int, profile: Profile, topology: str = "server", binary: str | Non
             else:
                 problems.append(f"not settled {profile.drain_seconds:g} s after the workload "
                                 f"(what never completed counts as lost)")
+            bad.settle()
+            time.sleep(0.6)  # a revival under way ends
             problems += world.check_alive()
             world.stop_listeners()
             history = runner.history
@@ -236,7 +238,7 @@ def run(seed: int, profile: Profile, topology: str = "server", binary: str | Non
                 history.left_in_source = pending_ids(runner.source, generator.MOVED)
             except WRITE_ERRORS as exc:
                 problems.append(f"the final state could not be read: {exc}")
-            problems += runner.problems + bad.problems
+            problems += runner.problems + bad.problems + bad.revived
             faults = bad.counts()
         finally:
             bad.close()

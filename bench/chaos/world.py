@@ -29,7 +29,7 @@ from timers import Timers
 from timers.dev.server import EmbeddedServer
 
 SOURCE, TARGET = "chaos", "chaos2"
-"""The prefixes (on a Cluster ``chaos:{c}`` and ``chaos2:{c}``: a move needs one tag)."""
+"""The prefixes (on a Cluster ``chaos{c}`` and ``chaos2{c}``: a move needs one tag)."""
 SUPERVISED = "L0"
 PROXIED = "L1"
 ON_TARGET = "L2"
@@ -76,7 +76,7 @@ class World:
 
             self.cluster = self.stack.enter_context(real_cluster(3, replicas=True))
             self.url = self.cluster.url
-            self.source, self.target = SOURCE + ":{c}", TARGET + ":{c}"
+            self.source, self.target = SOURCE + "{c}", TARGET + "{c}"
         elif self.topology == "sentinel":
             from tests.sentinels import sentinel_deployment
 
@@ -126,6 +126,16 @@ class World:
         with contextlib.suppress(Exception):
             old.kill()
         self.start_listener(lid, self.target if lid == ON_TARGET else self.source)
+
+    def revive(self) -> list[tuple[str, int | None]]:
+        """Start again each plain listener that exited; (listener, its exit code) each."""
+        out = []
+        for lid in (PROXIED, ON_TARGET):
+            listener = self.listeners.get(lid)
+            if listener is not None and not listener.alive():
+                out.append((lid, listener.process.returncode))
+                self.restart_listener(lid)
+        return out
 
     def targets(self) -> list[tuple[str, int]]:
         """The processes a fault may hit, as (listener, pid): the supervisor's listener
