@@ -154,7 +154,10 @@ def _keyed(rng: random.Random, ids: _Seqs, at: float, task: str, profile: Profil
         for j in range(profile.commands):
             seq = ids.next_seq(key)
             seconds = round(rng.uniform(0.1, 0.6), 2)
-            specs.append(Spec(ids.next_id(f"k{KEY_PREFIX[task][0]}"), task,
+            tid = ids.next_id(f"k{KEY_PREFIX[task][0]}")
+            if task == KEYARG:  # a sharded prefix keeps a keyed timer in its key's shard
+                tid += "{" + key + "}"
+            specs.append(Spec(tid, task,
                               [device, seq, seconds], first + 0.3 * j,
                               key=key if task == KEYARG else None, fifo_key=key, seq=seq))
     return Op(at, "schedule", tuple(specs))

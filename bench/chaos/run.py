@@ -57,6 +57,8 @@ class Outcome:
     faults: Counter[str]
     problems: list[str] = field(default_factory=list)
     moves: list[Move] = field(default_factory=list)
+    timeline: list[str] = field(default_factory=list)
+    """Each fault: when (s from the start), what, how long."""
     workdir: Path | None = None
     seconds: float = 0.0
 
@@ -240,6 +242,8 @@ def run(seed: int, profile: Profile, topology: str = "server", binary: str | Non
                 problems.append(f"the final state could not be read: {exc}")
             problems += runner.problems + bad.problems + bad.revived
             faults = bad.counts()
+            timeline = [f"{i.start - begun:6.1f} s  {i.kind:9s} {i.what} "
+                        f"({i.end - i.start:.1f} s)" for i in bad.injected]
         finally:
             bad.close()
             runner.close()
@@ -253,7 +257,7 @@ def run(seed: int, profile: Profile, topology: str = "server", binary: str | Non
         elif mark.ok:
             done[mark.task] += 1
     outcome = Outcome(seed, topology, profile, verdict, runner.mix, started, done, faults,
-                      problems, history.moves, workdir, time.monotonic() - begun_wall)
+                      problems, history.moves, timeline, workdir, time.monotonic() - begun_wall)
     _keep(outcome, keep)
     return outcome
 
@@ -308,6 +312,7 @@ def table(outcome: Outcome) -> str:
     for name in checker.VIOLATIONS:
         for example in v.examples.get(name, []):
             lines.append(f"- {name}: {example}")
+    lines += [f"- fault at {t}" for t in outcome.timeline]
     lines += [f"- timers move: {m.said}" for m in outcome.moves]
     lines += [f"- run problem: {p}" for p in outcome.problems]
     if outcome.workdir is not None:
@@ -345,6 +350,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--minutes must be more than 0")
     profile = long_profile(args.minutes, topology) if args.minutes else \
         replace(SHORT, faults=nemesis.FAULTS[topology])
+    if topology == "cluster":
+        profile = replace(profile, moves=0)  # timers move takes prefixes of one shard
     if args.faults:
         kinds = tuple(args.faults.split(","))
         unknown = [k for k in kinds if k not in nemesis.FAULTS[topology]]

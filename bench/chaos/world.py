@@ -29,7 +29,7 @@ from timers import Timers
 from timers.dev.server import EmbeddedServer
 
 SOURCE, TARGET = "chaos", "chaos2"
-"""The prefixes (on a Cluster ``chaos{c}`` and ``chaos2{c}``: a move needs one tag)."""
+"""The prefixes (on a Cluster each is split into a shard per primary)."""
 SUPERVISED = "L0"
 PROXIED = "L1"
 ON_TARGET = "L2"
@@ -76,7 +76,6 @@ class World:
 
             self.cluster = self.stack.enter_context(real_cluster(3, replicas=True))
             self.url = self.cluster.url
-            self.source, self.target = SOURCE + "{c}", TARGET + "{c}"
         elif self.topology == "sentinel":
             from tests.sentinels import sentinel_deployment
 
