@@ -7,7 +7,8 @@
 ``stop``        ``SIGSTOP`` of a listener process for 1.5 s past its lease or more, then
                 ``SIGCONT``
 ``stops``       the same, three times in a row on one process, 1.5 s apart
-``poison``      a timer whose task ``os._exit``\\ s its process (dead after 3 crashes)
+``poison``      a timer whose task ``os._exit``\\ s its process (dead after 3 crashes), due
+                with 150 quick timers (what its process finished must not run again)
 ``partition``   the proxy in ``L1``'s path to Redis stops forwarding, connections open,
                 for 1.5 s past the lease or more, then heals (one server only)
 ``restart``     ``SHUTDOWN`` (the AOF written), down 1 s, started again on its port

@@ -29,7 +29,7 @@ from timers import Timers, TimersError, TimerSpec
 
 LEASE = 2.0
 """``--lease`` of every listener: pauses and partitions outlast it."""
-SHORT = Profile(seconds=140.0, fault_gap=(3.0, 7.0), devices=4, commands=4, plain_per_2s=12,
+SHORT = Profile(seconds=140.0, fault_gap=(3.0, 7.0), devices=5, commands=4, plain_per_2s=12,
                 move_batch=1000, move_burst=300, faults=nemesis.SINGLE, drain_seconds=50.0)
 """``--short``: what ``.ci/run`` runs (about 3 minutes on a 2-core machine)."""
 WRITE_ERRORS = (TimersError, redis.RedisError, OSError)
@@ -158,10 +158,14 @@ class Runner:
         self.mix["move"] += 1
 
     def schedule_poison(self) -> str:
+        """A poison timer amid a burst of quick ones due with it: what the poison's
+        process had finished must not run again."""
         self.poisons += 1
         spec = generator.poison_spec(self.poisons)
-        self.schedule([spec])
-        return spec.tid
+        burst = [Spec(f"{spec.tid}-{n:03d}", generator.PLAIN, [0.0], spec.delay)
+                 for n in range(generator.POISON_BURST)]
+        self.schedule([spec, *burst])
+        return f"{spec.tid} amid {len(burst)} quick timers"
 
     def recurrences(self, on: bool) -> None:
         """Declare the two recurrences (an interval and a cron with seconds), or remove

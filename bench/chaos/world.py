@@ -4,7 +4,8 @@ the partition proxy, and the real ``timers listen`` processes.
 Listeners (``$TIMERS_CHAOS_LISTENER`` names each in the ledger):
 
 ======  ==================================================================================
-``L0``  ``--processes 2``: a supervisor and its listener children, the source prefix
+``L0``  ``--processes 2 --max-runs-per-child 300``: a supervisor and its listener
+        children, the source prefix
 ``L1``  one listener process of the source prefix; on one server, through the partition
         proxy (:mod:`bench.chaos.proxy`)
 ``L2``  one listener process of the target prefix (where ``timers move`` takes timers)
@@ -34,6 +35,8 @@ SUPERVISED = "L0"
 PROXIED = "L1"
 ON_TARGET = "L2"
 CONCURRENCY = 20
+RUNS_PER_CHILD = 300
+"""``--max-runs-per-child`` of the supervisor: its children are replaced as the run goes."""
 
 
 def descendants(pid: int) -> set[int]:
@@ -115,7 +118,8 @@ class World:
         listener = ListenerProcess(
             url, self.ledger, self.workdir / f"{lid}-{int(time.time() * 1000)}.log",
             lease=self.lease, concurrency=CONCURRENCY, shutdown_timeout=2.0,
-            extra_env={LISTENER_ENV: lid, "TIMERS_PREFIX": prefix}, processes=processes)
+            extra_env={LISTENER_ENV: lid, "TIMERS_PREFIX": prefix}, processes=processes,
+            extra_args=("--max-runs-per-child", str(RUNS_PER_CHILD)) if processes > 1 else ())
         self.listeners[lid] = listener
         return listener
 
