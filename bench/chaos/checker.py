@@ -236,9 +236,13 @@ def runs_by_timer(marks: Iterable[Mark]) -> dict[str, list[Run]]:
     return dict(runs)
 
 
-def deaths_of_poison(marks: Iterable[Mark], poison_task: str) -> list[Cut]:
-    """Each start of the poison task killed its process there and then."""
-    return [Cut("poison", m.mono, m.mono, frozenset({m.pid})) for m in marks
+def deaths_of_poison(marks: Sequence[Mark], poison_task: str) -> list[Cut]:
+    """Each start of the poison task killed its process: from there to the last line that
+    process wrote (its other threads go on for the moment ``os._exit`` takes)."""
+    last: dict[int, float] = {}
+    for mark in marks:
+        last[mark.pid] = max(last.get(mark.pid, mark.mono), mark.mono)
+    return [Cut("poison", m.mono, last[m.pid], frozenset({m.pid})) for m in marks
             if m.kind == "S" and m.task == poison_task]
 
 

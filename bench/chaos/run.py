@@ -22,7 +22,14 @@ import redis
 from bench.chaos import checker, generator, nemesis
 from bench.chaos.checker import Cancel, History, Move, Scheduled, Verdict
 from bench.chaos.generator import Op, Profile, Spec
-from bench.chaos.history import completed, dead_timers, pending_ids, read_ledger
+from bench.chaos.history import (
+    completed,
+    dead_timers,
+    load,
+    pending_ids,
+    read_ledger,
+    save,
+)
 from bench.chaos.world import PROXIED, SUPERVISED, World
 from bench.faults.processes import REPO
 from timers import Timers, TimersError, TimerSpec
@@ -253,6 +260,7 @@ def run(seed: int, profile: Profile, topology: str = "server", binary: str | Non
             runner.close()
     finally:
         world.close()
+    save(history, workdir)
     verdict = checker.check(history, generator.POISON)
     started, done = Counter[str](), Counter[str]()
     for mark in history.marks:
@@ -343,12 +351,23 @@ def _parser() -> argparse.ArgumentParser:
                         help="only these faults (default: every one the topology takes)")
     parser.add_argument("--server", help="redis-server/valkey-server binary")
     parser.add_argument("--keep", type=Path, help="keep the ledger and logs here")
+    parser.add_argument("--check", type=Path, metavar="DIR",
+                        help="judge a kept run's history again (its ledger.jsonl and "
+                             "history.json), start nothing")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
+    if args.check is not None:
+        verdict = checker.check(load(args.check), generator.POISON)
+        for name in checker.VIOLATIONS + checker.NOTES:
+            count = verdict.counts.get(name, 0) or verdict.notes.get(name, 0)
+            print(f"{name}: {count}")
+            for example in verdict.examples.get(name, []):
+                print(f"  {example}")
+        return 0 if verdict.ok else 1
     topology = "cluster" if args.cluster else "sentinel" if args.sentinel else "server"
     if args.minutes is not None and args.minutes <= 0:
         parser.error("--minutes must be more than 0")

@@ -114,10 +114,14 @@ def clean() -> Builder:
     for pid, at in ((401, 50.0), (402, 53.0), (403, 56.0)):
         b.run("z", pid, at, None, task=POISON)
     b.h.dead.append(Dead("z", "crashed", "ProcessDied", "its process died 3 times"))
-    # a timer that ran beside the poison died with it, ran again and completed
+    # a timer that ran beside the poison died with it, ran again and completed; another
+    # started and returned as the poisoned process was dying: its ending was not written
     b.timer("w")
     b.run("w", 401, 49.9, None)
     b.run("w", 200, 53.0, 53.1)
+    b.timer("w2")
+    b.run("w2", 401, 50.004, 50.005)
+    b.run("w2", 200, 53.0, 53.1)
     # a cancel that returned True, and one that came too late (False): that one runs
     b.timer("x1")
     b.timer("x2")
@@ -136,7 +140,7 @@ def test_a_clean_history_with_every_fault_explained_has_no_violation() -> None:
     b = clean()
     verdict = check(b.h, POISON)
     assert verdict.ok, dict(verdict.examples)
-    assert verdict.notes[EXPLAINED] == 8  # k, k2, d1, p, q, w, and the poison's 2 reruns
+    assert verdict.notes[EXPLAINED] == 9  # k, k2, d1, p, q, w, w2, the poison's 2 reruns
     assert verdict.notes[RETRIED] == 1
     assert verdict.notes[LATE_FINISH] == 1
 
