@@ -3,7 +3,9 @@ violation is counted where it happened (and only there)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -33,6 +35,7 @@ from bench.chaos.checker import (
     Scheduled,
     check,
 )
+from bench.chaos.history import load, save
 
 POISON = "chaos.poison"
 
@@ -263,3 +266,24 @@ def test_a_timer_that_ran_after_its_cancel_returned_true() -> None:
     b = clean()
     b.run("x1", 200, 61.0, 61.1)
     assert counts(b.h) == {RAN_CANCELLED: 1}
+
+
+def test_a_saved_history_is_judged_again_the_same(tmp_path: Path) -> None:
+    """``--check DIR`` reads what a run saved: the same verdict as the run's own."""
+    b = clean()
+    b.timer("t")
+    b.run("t", 100, 3.0, 4.0)
+    b.run("t", 200, 30.0, 30.1)
+    with (tmp_path / "ledger.jsonl").open("w") as ledger:
+        for m in b.h.marks:
+            line = {"k": m.kind, "id": m.tid, "task": m.task, "pid": m.pid, "mono": m.mono,
+                    "tok": m.token, "held": m.held, "lid": m.listener, "rms": m.redis_ms,
+                    "att": m.attempt, "orig": m.original_due_ms, "rec": m.recurrence,
+                    "key": m.key, "seq": m.seq}
+            if m.ok is not None:
+                line["ok"] = m.ok
+            ledger.write(json.dumps(line) + "\n")
+    save(b.h, tmp_path)
+    again = check(load(tmp_path), POISON)
+    assert again.counts == check(b.h, POISON).counts == {TWICE: 1, STARTED_TWICE: 1}
+    assert again.notes == check(b.h, POISON).notes
