@@ -215,7 +215,11 @@ class Nemesis:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(p, signal.SIGKILL)
             gone = self.world.gone(set(left), 10.0) or time.monotonic()
-        self.cuts.append(Cut("kill", at, gone, frozenset({pid} | under)))
+        # SIGKILL ends the process at once; its children (fork server, quarantine
+        # processes) go on until they notice, and a run in one holds its key until then
+        self.cuts.append(Cut("kill", at, at, frozenset({pid})))
+        if under:
+            self.cuts.append(Cut("kill", at, gone, frozenset(under)))
         if lid in (PROXIED, ON_TARGET):
             self.world.restart_listener(lid)
         return f"{lid} pid {pid} (+{len(under)} children)"
