@@ -28,9 +28,8 @@ from dataclasses import dataclass, field
 ENDING_GRACE = 0.25
 """Seconds before a cut in which a run that returned may not have written its ending."""
 RATE_SLACK_MS = 20.0
-"""How much closer than its interval two starts of a rate may come on the Redis clock as
-the listeners measured it (the gate's own jitter is 5 ms; the rest is the distance from
-the gate's decision to the task's first line and each listener's clock offset)."""
+"""How much closer than its interval two starts of a rate may come (the gate's own jitter
+is 5 ms; the rest is the measuring, see :func:`_rates`)."""
 EVERY = "*"
 """The listener an outage cuts: every one."""
 DEATHS = ("kill", "poison")
@@ -55,7 +54,8 @@ LATE_FINISH = "late finish (its process paused past the lease, overlapped its ke
 EXPLAINED = "second starts explained by a cut"
 RETRIED = "second starts after a failed attempt (retries)"
 STALE_HELD = "starts with an older token where still_held() said True"
-NOTES = (LATE_FINISH, EXPLAINED, RETRIED, STALE_HELD)
+FIFO_OUTAGE = "FIFO breaks (counted above) while Redis was out of reach (failover, restart)"
+NOTES = (LATE_FINISH, EXPLAINED, RETRIED, STALE_HELD, FIFO_OUTAGE)
 """What the checker counts that is not a violation."""
 
 
@@ -263,7 +263,7 @@ def check(history: History, poison_task: str = "chaos.poison") -> Verdict:
     _once(history, runs, cuts, verdict)
     _tokens(runs, verdict)
     _limits(history, runs, cuts, verdict)
-    _fifo(history, runs, verdict)
+    _fifo(history, runs, cuts, verdict)
     _rates(history, verdict)
     _dead(history, runs, cuts, verdict)
     _moves(history, runs, verdict)
@@ -363,7 +363,8 @@ def _limits(history: History, runs: Mapping[str, list[Run]], cuts: Sequence[Cut]
                 verdict.notes[LATE_FINISH] += 1
 
 
-def _fifo(history: History, runs: Mapping[str, list[Run]], verdict: Verdict) -> None:
+def _fifo(history: History, runs: Mapping[str, list[Run]], cuts: Sequence[Cut],
+          verdict: Verdict) -> None:
     """A key's timers first start in (due, scheduling) order."""
     by_key: dict[str, list[Scheduled]] = defaultdict(list)
     for timer in history.scheduled.values():
@@ -373,22 +374,35 @@ def _fifo(history: History, runs: Mapping[str, list[Run]], verdict: Verdict) -> 
         started = [(min(r.start.mono for r in runs[t.tid]), (t.due_ms, t.seq), t)
                    for t in timers if runs.get(t.tid)]
         started.sort(key=lambda item: item[0])
-        for i, (_, order, timer) in enumerate(started):
+        for i, (at, order, timer) in enumerate(started):
             ahead = [t.tid for _, o, t in started[i + 1:] if o < order]
             if ahead:
+                during = any(c.kind == "outage" and c.start <= at <= c.end for c in cuts)
                 verdict.add(FIFO, f"{key}: {timer.tid} started before {len(ahead)} of its "
-                                  f"key's timers due before it (e.g. {ahead[0]})")
+                                  f"key's timers due before it (e.g. {ahead[0]})"
+                                  + (" during a Redis outage" if during else ""))
+                if during:
+                    verdict.notes[FIFO_OUTAGE] += 1
 
 
 def _rates(history: History, verdict: Verdict) -> None:
+    """Two starts of a rate closer than its interval (less :data:`RATE_SLACK_MS`) on the
+    Redis clock as the listeners measured it, and on the machine's monotonic clock at the
+    tasks' first lines. Each alone can err: a listener's estimate of the Redis clock is off
+    by up to half the round trip it was measured with (over 100 ms on a busy machine), and
+    a first line can come late after the gate let its run go; a start the gate let go too
+    soon is too soon on both."""
+    slack = RATE_SLACK_MS / 1000
     for task, interval in history.rates.items():
         starts = sorted((m for m in history.marks if m.kind == "S" and m.task == task),
                         key=lambda m: m.redis_ms)
         for before, after in itertools.pairwise(starts):
             gap = after.redis_ms - before.redis_ms
-            if gap < interval - RATE_SLACK_MS:
+            seen = abs(after.mono - before.mono)
+            if gap < interval - RATE_SLACK_MS and seen < interval / 1000 - slack:
                 verdict.add(RATE, f"{task}: {after.tid} started {gap:.0f} ms after "
-                                  f"{before.tid} (interval {interval:g} ms)")
+                                  f"{before.tid} on the Redis clock, {seen * 1000:.0f} ms "
+                                  f"on the machine's (interval {interval:g} ms)")
 
 
 def _dead(history: History, runs: Mapping[str, list[Run]], cuts: Sequence[Cut],

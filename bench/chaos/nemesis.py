@@ -332,7 +332,7 @@ class Nemesis:
         cluster = self.world.cluster
         if cluster is None:
             raise RuntimeError("a slot migration needs a Cluster")
-        slot = _slot(self.world)
+        slot = _slot(self.world, fault.pick)
         owner = slot_owner(cluster, slot)
         others = [p for p in live_primaries(cluster) if p is not owner]
         to = others[min(int(fault.pick * len(others)), len(others) - 1)]
@@ -344,17 +344,17 @@ class Nemesis:
         cluster = self.world.cluster
         if cluster is None:
             raise RuntimeError("a primary kill needs a Cluster")
-        slot = _slot(self.world)
+        slot = _slot(self.world, fault.pick)
         owner = slot_owner(cluster, slot)
-        _kill_replicated(owner.port, owner.pid or 0)
-
         def promoted() -> bool:
             try:
                 return slot_owner(cluster, slot) is not owner
             except StopIteration:  # nobody serves it yet
                 return False
 
-        wait_for(promoted, 60, "a replica to take over the killed primary's slots")
+        with self.world.writes:  # the workload's writes wait for the new primary
+            _kill_replicated(owner.port, owner.pid or 0)
+            wait_for(promoted, 60, "a replica to take over the killed primary's slots")
         owner.restart()  # back, as a replica
         return f"primary {owner.port} killed, its replica took over"
 
@@ -372,9 +372,16 @@ def _kill_replicated(port: int, pid: int) -> None:
     os.kill(pid, signal.SIGKILL)
 
 
-def _slot(world: World) -> int:
-    with world.client() as r:
-        return int(r.execute_command("CLUSTER", "KEYSLOT", world.source))
+def _slot(world: World, pick: float) -> int:
+    """A slot that holds timers: a random key's, on the primary ``pick`` chooses (a
+    prefix is split into a shard per primary, each under a hash tag of its own)."""
+    from tests.clusters import live_primaries
+    assert world.cluster is not None
+    primaries = live_primaries(world.cluster)
+    node = primaries[min(int(pick * len(primaries)), len(primaries) - 1)]
+    with redis.Redis(port=node.port) as r:
+        key = r.randomkey() or world.source
+        return int(r.execute_command("CLUSTER", "KEYSLOT", key))
 
 
 def _running(pid: int) -> bool:

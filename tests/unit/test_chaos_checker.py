@@ -233,6 +233,19 @@ def test_starts_closer_than_the_rate_on_the_redis_clock() -> None:
     assert counts(b.h) == {RATE: 1}
 
 
+@pytest.mark.parametrize("clock", ["redis", "monotonic"])
+def test_a_rate_is_not_judged_on_one_clock_alone(clock: str) -> None:
+    """A listener's estimate of the Redis clock may be off, a first line may come late:
+    starts too close on one clock only are no violation."""
+    b = clean()
+    b.timer("r9", "rated")
+    if clock == "redis":  # 110 ms on the listener's estimate, 300 ms on the machine's
+        b.run("r9", 201, 40.79, 40.8, task="rated", redis_ms=40_600.0)
+    else:  # 300 ms on the Redis clock, 110 ms between the first lines
+        b.run("r9", 201, 40.6, 40.61, task="rated", redis_ms=40_790.0)
+    assert counts(b.h) == {}
+
+
 def test_dead_for_crashes_with_no_death_while_it_ran() -> None:
     """Its only run was in a paused process: a pause is not a death."""
     b = clean()
