@@ -38,7 +38,7 @@ LEASE = 2.0
 """``--lease`` of every listener: pauses and partitions outlast it."""
 SHORT = Profile(seconds=140.0, fault_gap=(3.0, 7.0), devices=5, commands=4, plain_per_2s=12,
                 move_batch=1000, move_burst=300, faults=nemesis.SINGLE, drain_seconds=50.0)
-"""``--short``: what ``.ci/run`` runs (about 3 minutes on a 2-core machine)."""
+"""``--short``: what ``.ci/run`` runs (about 2.5 minutes on a 2-core machine)."""
 WRITE_ERRORS = (TimersError, redis.RedisError, OSError)
 
 
@@ -83,8 +83,7 @@ class Runner:
         self.target = world.timers(world.target)
         self.history = History(limits=dict(generator.LIMITS),
                                rates={generator.RATED: generator.RATE_INTERVAL_MS})
-        for task, key in generator.KEY_PREFIX.items():
-            del task
+        for key in generator.KEY_PREFIX.values():
             for device in range(profile.devices):
                 self.history.limits[f"{key}:{device}"] = 1
         self.last_due: dict[str, float] = {}

@@ -20,6 +20,7 @@ import time
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import redis
 
@@ -28,6 +29,10 @@ from bench.fault_tasks.chaos import LISTENER_ENV
 from bench.faults.processes import REPO, ListenerProcess, child_pids, pid_running
 from timers import Timers
 from timers.dev.server import EmbeddedServer
+
+if TYPE_CHECKING:
+    from tests.clusters import Cluster
+    from tests.sentinels import Deployment
 
 SOURCE, TARGET = "chaos", "chaos2"
 """The prefixes (on a Cluster each is split into a shard per primary)."""
@@ -62,8 +67,8 @@ class World:
         self.stack = ExitStack()
         self.server: EmbeddedServer | None = None
         self.proxy: PartitionProxy | None = None
-        self.cluster = None  # tests.clusters.Cluster
-        self.deployment = None  # tests.sentinels.Deployment
+        self.cluster: Cluster | None = None
+        self.deployment: Deployment | None = None
         self.listeners: dict[str, ListenerProcess] = {}
         self.writes = threading.RLock()
         """Held by the generator around each write, and by a fault that stops writes (a
