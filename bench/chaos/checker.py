@@ -147,6 +147,10 @@ class Cut:
     pids: frozenset[int] = frozenset()
     listener: str | None = None
     """A partition cuts every process of a listener; an outage, :data:`EVERY` one."""
+    fresh_for: float | None = None
+    """For a pause, a partition or an outage: how long after its start a run may still
+    start while it lasts (a lease: the last renewal came before it; a start later than
+    that is a start without a lease, which no cut explains). None: until its end."""
 
     def hits(self, mark: Mark) -> bool:
         return mark.pid in self.pids or self.listener in (EVERY, mark.listener)
@@ -249,7 +253,9 @@ def deaths_of_poison(marks: Sequence[Mark], poison_task: str) -> list[Cut]:
 def cut_of(run: Run, cuts: Sequence[Cut]) -> Cut | None:
     """The first cut that may have left ``run`` without its ending."""
     for cut in cuts:
-        if cut.hits(run.start) and run.start.mono <= cut.end and (
+        latest = cut.end if cut.fresh_for is None else min(cut.end,
+                                                           cut.start + cut.fresh_for)
+        if cut.hits(run.start) and run.start.mono <= latest and (
                 run.end is None or run.end.mono >= cut.start - ENDING_GRACE):
             return cut
     return None

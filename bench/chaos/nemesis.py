@@ -173,7 +173,8 @@ class Nemesis:
             if fault.kind in OUTAGES:
                 # leases may lapse while no listener can renew them (and for a lease
                 # after, while they reconnect): what ran then may run again
-                self.cuts.append(Cut("outage", start, end + self.world.lease, listener=EVERY))
+                self.cuts.append(Cut("outage", start, end + self.world.lease, listener=EVERY,
+                                     fresh_for=self._fresh()))
             if what is not None:
                 self.injected.append(Injected(fault.kind, start, end, what))
 
@@ -224,6 +225,11 @@ class Nemesis:
             self.world.restart_listener(lid)
         return f"{lid} pid {pid} (+{len(under)} children)"
 
+    def _fresh(self) -> float:
+        """How long into a pause, partition or outage a run may still start: its lease
+        (renewed last before it began), and a little for the clocks."""
+        return self.world.lease + 0.25
+
     def _handlers(self) -> dict[str, Callable[[Planned], str]]:
         return {"kill": self._kill, "stop": self._pause, "stops": self._pauses,
                 "poison": self._poison,
@@ -238,7 +244,8 @@ class Nemesis:
         os.kill(pid, signal.SIGSTOP)
         self._stop.wait(fault.hold)
         os.kill(pid, signal.SIGCONT)
-        self.cuts.append(Cut("stop", at, time.monotonic(), frozenset({pid} | under)))
+        self.cuts.append(Cut("stop", at, time.monotonic(), frozenset({pid} | under),
+                                fresh_for=self._fresh()))
         return f"{lid} pid {pid} for {fault.hold:g} s"
 
     def _pauses(self, fault: Planned) -> str:
@@ -254,7 +261,8 @@ class Nemesis:
             os.kill(pid, signal.SIGSTOP)
             self._stop.wait(fault.hold)
             os.kill(pid, signal.SIGCONT)
-            self.cuts.append(Cut("stop", at, time.monotonic(), frozenset({pid} | under)))
+            self.cuts.append(Cut("stop", at, time.monotonic(), frozenset({pid} | under),
+                                fresh_for=self._fresh()))
             done += 1
             self._stop.wait(1.5)
         return f"{lid} pid {pid} {done} times for {fault.hold:g} s"
@@ -273,7 +281,8 @@ class Nemesis:
             self._stop.wait(fault.hold)
         finally:
             proxy.heal()
-        self.cuts.append(Cut("partition", at, time.monotonic(), listener=PROXIED))
+        self.cuts.append(Cut("partition", at, time.monotonic(), listener=PROXIED,
+                             fresh_for=self._fresh()))
         return f"{PROXIED} cut off {fault.hold:g} s"
 
     # servers

@@ -90,19 +90,19 @@ def clean() -> Builder:
     for seq in (1, 2, 3):
         b.timer(f"d{seq}", "keyed", "dev:0", seq, due=seq)
     b.run("d1", 300, 10.0, 16.0, key="dev:0", lid="L1")
-    b.h.cuts.append(Cut("stop", 10.5, 15.0, frozenset({300})))
+    b.h.cuts.append(Cut("stop", 10.5, 15.0, frozenset({300}), fresh_for=2.25))
     b.run("d1", 200, 13.0, 13.5, key="dev:0")
     b.run("d2", 200, 13.5, 14.0, key="dev:0")
     b.run("d3", 200, 14.0, 14.2, key="dev:0")
     # a partition of L1 cuts its run; the rerun is explained
     b.timer("p")
     b.run("p", 301, 20.0, 21.0, lid="L1")
-    b.h.cuts.append(Cut("partition", 20.5, 25.0, listener="L1"))
+    b.h.cuts.append(Cut("partition", 20.5, 25.0, listener="L1", fresh_for=2.25))
     b.run("p", 200, 23.0, 23.1)
     # Redis restarted 24.0 to 25.0: a lease may lapse while no listener can renew it
     b.timer("q")
     b.run("q", 200, 23.9, 25.5)
-    b.h.cuts.append(Cut("outage", 24.0, 27.0, listener="*"))
+    b.h.cuts.append(Cut("outage", 24.0, 27.0, listener="*", fresh_for=2.25))
     b.run("q", 500, 26.0, 26.1, lid="L2")
     # a cap of 2
     for n, (start, end) in enumerate([(30.0, 31.0), (30.2, 31.2), (31.0, 31.5)]):
@@ -191,6 +191,18 @@ def test_a_start_with_an_older_token_after_a_newer_one() -> None:
     assert {n: verdict.counts[n] for n in VIOLATIONS if verdict.counts[n]} == {
         OLDER_TOKEN: 1, TWICE: 1, STARTED_TWICE: 1}
     assert verdict.notes[STALE_HELD] == 1
+
+
+@pytest.mark.parametrize(("into", "explained"), [(1.0, True), (3.0, False)])
+def test_a_start_in_a_paused_listener_s_child(into: float, explained: bool) -> None:
+    """A quarantine child of a stopped listener may start a run while its lease holds (its
+    lapse then explains the rerun); a start a lease into the pause has no lease at all."""
+    b = clean()
+    b.h.cuts.append(Cut("stop", 70.0, 76.0, frozenset({600, 601}), fresh_for=2.25))
+    b.timer("u")
+    b.run("u", 601, 70.0 + into, 70.5 + into)
+    b.run("u", 200, 74.0, 74.1)
+    assert counts(b.h) == ({} if explained else {TWICE: 1, STARTED_TWICE: 1})
 
 
 def test_two_runs_of_one_key_at_once() -> None:
