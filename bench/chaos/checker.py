@@ -127,6 +127,8 @@ class Scheduled:
 
 @dataclass(frozen=True)
 class Cancel:
+    """A cancel the workload sent, and what it returned."""
+
     tid: str
     at: float
     """Monotonic s when the cancel was sent."""
@@ -153,6 +155,7 @@ class Cut:
     that is a start without a lease, which no cut explains). None: until its end."""
 
     def hits(self, mark: Mark) -> bool:
+        """Whether ``mark`` was written by a process this cut hit."""
         return mark.pid in self.pids or self.listener in (EVERY, mark.listener)
 
 
@@ -202,6 +205,8 @@ class History:
 
 @dataclass
 class Run:
+    """One run: its start line and, if it wrote one, its end line."""
+
     start: Mark
     end: Mark | None = None
 
@@ -215,12 +220,14 @@ class Verdict:
     examples: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
 
     def add(self, what: str, example: str) -> None:
+        """Count one ``what``, keeping the first examples."""
         self.counts[what] += 1
         if len(self.examples[what]) < 5:
             self.examples[what].append(example)
 
     @property
     def ok(self) -> bool:
+        """No violation."""
         return not any(self.counts[v] for v in VIOLATIONS)
 
 

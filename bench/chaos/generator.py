@@ -82,10 +82,12 @@ class _Seqs:
     per_key: dict[str, int] = field(default_factory=dict)
 
     def next_id(self, prefix: str) -> str:
+        """A new timer id."""
         self.n += 1
         return f"{prefix}{self.n:06d}"
 
     def next_seq(self, key: str) -> int:
+        """The next place in ``key``'s order."""
         self.per_key[key] = self.per_key.get(key, 0) + 1
         return self.per_key[key]
 

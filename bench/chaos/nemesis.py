@@ -66,6 +66,8 @@ RESTART_DOWN_S = 1.0
 
 @dataclass(frozen=True)
 class Planned:
+    """A fault of the seeded schedule."""
+
     at: float
     """Seconds from the start (a fault never starts before the one ahead of it ended)."""
     kind: str
@@ -97,6 +99,8 @@ def schedule(seed: int, seconds: float, kinds: tuple[str, ...], lease: float,
 
 @dataclass
 class Injected:
+    """A fault as it was injected: monotonic start and end, what it hit."""
+
     kind: str
     start: float
     end: float
@@ -123,6 +127,7 @@ class Nemesis:
     _begun: float = 0.0
 
     def start(self, begun: float) -> None:
+        """Run the schedule from monotonic ``begun`` on, in a thread."""
         self._begun = begun
         self._thread = threading.Thread(target=self._live, name="nemesis", daemon=True)
         self._thread.start()
@@ -156,6 +161,7 @@ class Nemesis:
                 self._revive()  # through the drain too
 
     def counts(self) -> Counter[str]:
+        """Faults injected, by kind."""
         return Counter(i.kind for i in self.injected)
 
     def _run(self) -> None:

@@ -29,6 +29,7 @@ class PartitionProxy:
                                         daemon=True)
 
     def start(self) -> PartitionProxy:
+        """Listen on a free loopback port (:attr:`port`)."""
         self._thread.start()
         if not self._ready.wait(10):
             raise RuntimeError("the partition proxy did not start")
@@ -36,6 +37,7 @@ class PartitionProxy:
 
     @property
     def url(self) -> str:
+        """The ``redis://`` URL a listener uses to go through the proxy."""
         return f"redis://127.0.0.1:{self.port}"
 
     def partition(self) -> None:
@@ -47,6 +49,7 @@ class PartitionProxy:
         self._loop.call_soon_threadsafe(self._open.set)
 
     def stop(self) -> None:
+        """Close every connection and the port; end the thread."""
         if self._loop.is_running():
             asyncio.run_coroutine_threadsafe(self._close(), self._loop).result(10)
             self._loop.call_soon_threadsafe(self._loop.stop)

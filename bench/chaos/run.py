@@ -71,6 +71,7 @@ class Outcome:
 
     @property
     def ok(self) -> bool:
+        """No violation."""
         return self.verdict.ok
 
 
@@ -92,10 +93,12 @@ class Runner:
         self.poisons = 0
 
     def close(self) -> None:
+        """Close the clients."""
         self.source.close()
         self.target.close()
 
     def do(self, op: Op) -> None:
+        """Carry out one operation of the plan."""
         if op.kind == "schedule":
             self.schedule(op.specs)
         elif op.kind == "cancel":
@@ -136,6 +139,7 @@ class Runner:
                 spec.must_complete, spec.moved)
 
     def cancel(self, tids: Sequence[str]) -> None:
+        """Cancel each of ``tids``, writing down what ``cancel`` returned."""
         with self.world.writes:
             for tid in tids:
                 at = time.monotonic()
@@ -148,6 +152,7 @@ class Runner:
                 self.mix["cancel (True)" if cancelled else "cancel (False)"] += 1
 
     def move(self, task: str) -> None:
+        """``timers move --task TASK --to-prefix <target>``, as a user runs it."""
         with self.world.writes:
             start = time.monotonic()
             done = subprocess.run(
@@ -357,6 +362,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The command line: run (or ``--check``) and print the table; 1 on a violation."""
     parser = _parser()
     args = parser.parse_args(argv)
     if args.check is not None:

@@ -79,6 +79,7 @@ class World:
     # servers
 
     def start(self) -> None:
+        """Start the servers, the proxy and the three listeners."""
         if self.topology == "cluster":
             from tests.clusters import real_cluster
 
@@ -114,11 +115,13 @@ class World:
         return self.deployment.primary_port()
 
     def timers(self, prefix: str) -> Timers:
+        """A producer of ``prefix``."""
         return Timers(self.url, prefix=prefix)
 
     # listeners
 
     def start_listener(self, lid: str, prefix: str, processes: int = 1) -> ListenerProcess:
+        """Start listener ``lid`` of ``prefix`` (a supervisor with ``processes`` > 1)."""
         url = self.proxy.url if self.proxy is not None and lid == PROXIED else self.url
         listener = ListenerProcess(
             url, self.ledger, self.workdir / f"{lid}-{int(time.time() * 1000)}.log",
@@ -166,11 +169,13 @@ class World:
                 for lid, listener in self.listeners.items() if not listener.alive()]
 
     def stop_listeners(self) -> None:
+        """SIGTERM every listener and wait for it (SIGKILL after 15 s)."""
         for listener in self.listeners.values():
             with contextlib.suppress(Exception):
                 listener.stop(15)
 
     def close(self) -> None:
+        """Kill what is left, stop the proxy and the servers."""
         for listener in self.listeners.values():
             with contextlib.suppress(Exception):
                 listener.kill()
@@ -188,6 +193,7 @@ class World:
 
 @contextlib.contextmanager
 def opened(world: World) -> Iterator[World]:
+    """``world`` started, and closed at the end of the block."""
     try:
         world.start()
         yield world
