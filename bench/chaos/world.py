@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -190,12 +189,3 @@ class World:
             time.sleep(0.02)
         return None
 
-
-@contextlib.contextmanager
-def opened(world: World) -> Iterator[World]:
-    """``world`` started, and closed at the end of the block."""
-    try:
-        world.start()
-        yield world
-    finally:
-        world.close()
