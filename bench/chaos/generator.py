@@ -148,14 +148,14 @@ def _plain(rng: random.Random, ids: _Seqs, at: float, n: int) -> Op:
 
 def _keyed(rng: random.Random, ids: _Seqs, at: float, task: str, profile: Profile) -> Op:
     """A wave of commands: ``profile.commands`` per device, 0.3 s apart from a due time of
-    its own, each working 0.2 to 1.2 s; one at a time per device."""
+    its own, each working 0.4 to 1.6 s; one at a time per device."""
     specs = []
     for device in range(profile.devices):
         key = f"{KEY_PREFIX[task]}:{device}"
         first = rng.uniform(1.5, 3.0)
         for j in range(profile.commands):
             seq = ids.next_seq(key)
-            seconds = round(rng.uniform(0.2, 1.2), 2)
+            seconds = round(rng.uniform(0.4, 1.6), 2)
             tid = ids.next_id(f"k{KEY_PREFIX[task][0]}")
             if task == KEYARG:  # a sharded prefix keeps a keyed timer in its key's shard
                 tid += "{" + key + "}"
@@ -171,7 +171,7 @@ def _move(rng: random.Random, ids: _Seqs, at: float, profile: Profile) -> list[O
     index ahead of the move's cursor), and the move, 3 s after the batch."""
     batch = tuple(Spec(ids.next_id("m"), MOVED, [i], rng.uniform(10.0, 20.0), moved=True)
                   for i in range(profile.move_batch))
-    burst = tuple(Spec(ids.next_id("b"), PLAIN, [0.0], 3.0 + rng.uniform(-0.3, 0.5))
+    burst = tuple(Spec(ids.next_id("b"), PLAIN, [0.0], 3.0 + rng.uniform(-0.1, 0.6))
                   for _ in range(profile.move_burst))
     return [Op(at, "schedule", batch + burst), Op(at + 3.0, "move", task=MOVED)]
 

@@ -149,9 +149,10 @@ class World:
 
     def targets(self) -> list[tuple[str, int]]:
         """The processes a fault may hit, as (listener, pid): the supervisor's listener
-        children and the plain listeners, in a stable order."""
+        children and the source prefix's plain listener, in a stable order (the target
+        prefix's listener only runs what was moved: it is left alone)."""
         out: list[tuple[str, int]] = []
-        for lid in sorted(self.listeners):
+        for lid in (SUPERVISED, PROXIED):
             listener = self.listeners[lid]
             if not listener.alive():
                 continue
