@@ -168,10 +168,11 @@ def _keyed(rng: random.Random, ids: _Seqs, at: float, task: str, profile: Profil
 def _move(rng: random.Random, ids: _Seqs, at: float, profile: Profile) -> list[Op]:
     """The batch to move (due 10 to 20 s after it is scheduled), a burst of quick timers
     of the source prefix due as the move runs (its listeners take timers off the due
-    index ahead of the move's cursor), and the move, 3 s after the batch."""
+    index ahead of the move's cursor), and the move, 3 s after the batch (the command
+    takes most of a second to start)."""
     batch = tuple(Spec(ids.next_id("m"), MOVED, [i], rng.uniform(10.0, 20.0), moved=True)
                   for i in range(profile.move_batch))
-    burst = tuple(Spec(ids.next_id("b"), PLAIN, [0.0], 3.0 + rng.uniform(-0.1, 0.6))
+    burst = tuple(Spec(ids.next_id("b"), PLAIN, [0.0], rng.uniform(3.4, 5.0))
                   for _ in range(profile.move_burst))
     return [Op(at, "schedule", batch + burst), Op(at + 3.0, "move", task=MOVED)]
 

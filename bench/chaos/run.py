@@ -37,7 +37,7 @@ from timers import Timers, TimersError, TimerSpec
 LEASE = 2.0
 """``--lease`` of every listener: pauses and partitions outlast it."""
 SHORT = Profile(seconds=140.0, fault_gap=(3.0, 7.0), devices=5, commands=4, plain_per_2s=12,
-                move_batch=1000, move_burst=500, faults=nemesis.SINGLE, drain_seconds=50.0)
+                move_batch=1000, move_burst=800, faults=nemesis.SINGLE, drain_seconds=50.0)
 """``--short``: what ``.ci/run`` runs (about 2.5 minutes on a 2-core machine)."""
 WRITE_ERRORS = (TimersError, redis.RedisError, OSError)
 
@@ -46,7 +46,7 @@ def long_profile(minutes: float, topology: str) -> Profile:
     """``--minutes N``: the same mix, N minutes long, one move every ten minutes."""
     return Profile(seconds=minutes * 60, fault_gap=(3.0, 7.0), devices=6, commands=5,
                    plain_per_2s=16,
-                   moves=max(1, round(minutes / 10)), move_batch=3000, move_burst=1000,
+                   moves=max(1, round(minutes / 10)), move_batch=3000, move_burst=1500,
                    faults=nemesis.FAULTS[topology], drain_seconds=90.0)
 
 
