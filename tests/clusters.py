@@ -113,7 +113,8 @@ def migrate_slot(cluster: Cluster, slot: int, to_port: int, batch: int = 100,
     """Move ``slot`` to the primary on ``to_port`` as ``redis-cli --cluster reshard`` does
     (``SETSLOT IMPORTING/MIGRATING``, ``MIGRATE`` in batches, ``SETSLOT NODE`` everywhere);
     returns how many keys moved. ``pause``: seconds between batches (a slower move)."""
-    source = next(s for s in cluster.primaries if _owns(s.port, slot))
+    primaries = live_primaries(cluster)
+    source = next(s for s in primaries if _owns(s.port, slot))
     with redis.Redis(port=source.port) as src, redis.Redis(port=to_port) as dst:
         src_id, dst_id = (c.execute_command("CLUSTER", "MYID") for c in (src, dst))
         dst.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", src_id)
@@ -123,10 +124,28 @@ def migrate_slot(cluster: Cluster, slot: int, to_port: int, batch: int = 100,
             src.execute_command("MIGRATE", "127.0.0.1", to_port, "", 0, 10_000, "KEYS", *keys)
             moved += len(keys)
             time.sleep(pause)  # a slower move, as asked: the pace of the scenario, not a wait
-        for server in cluster.primaries:
+        for server in primaries:
             with redis.Redis(port=server.port) as r:
                 r.execute_command("CLUSTER", "SETSLOT", slot, "NODE", dst_id)
     return moved
+
+
+def live_primaries(cluster: Cluster) -> list[EmbeddedServer]:
+    """The nodes running as primaries now (a replica promoted after its primary was
+    killed is one)."""
+    out = []
+    for server in cluster.primaries + cluster.replicas:
+        if not server.running:
+            continue
+        with redis.Redis(port=server.port) as r:
+            if r.execute_command("ROLE")[0] in (b"master", "master"):
+                out.append(server)
+    return out
+
+
+def slot_owner(cluster: Cluster, slot: int) -> EmbeddedServer:
+    """The live primary that serves ``slot``."""
+    return next(s for s in live_primaries(cluster) if _owns(s.port, slot))
 
 
 def _owns(port: int, slot: int) -> bool:

@@ -35,9 +35,15 @@ def _ledger() -> int:
         return _fd
 
 
+def append_line(line: str) -> None:
+    """Append ``line`` (ending in a newline) to the ledger in one ``write``: lines from
+    several processes never interleave (``O_APPEND``)."""
+    os.write(_ledger(), line.encode())
+
+
 def write_mark(kind: str, tid: str) -> None:
     """Append one ledger line: ``kind`` is ``S`` (a run starts) or ``E`` (it returns)."""
-    os.write(_ledger(), f"{kind} {tid} {os.getpid()} {time.time():.6f}\n".encode())
+    append_line(f"{kind} {tid} {os.getpid()} {time.time():.6f}\n")
 
 
 def mark(tid: str, seconds: float = 0.0) -> None:

@@ -9,7 +9,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -91,7 +91,7 @@ class ListenerProcess:
     def __init__(self, url: str, ledger: Path, log_path: Path, *, lease: float = 2.0,
                  concurrency: int = 100, shutdown_timeout: float = 5.0,
                  tasks: str = TASKS, extra_env: Mapping[str, str] | None = None,
-                 processes: int = 1) -> None:
+                 processes: int = 1, extra_args: Sequence[str] = ()) -> None:
         self.shutdown_timeout = shutdown_timeout
         self.log_path = log_path
         self.processes = processes
@@ -102,6 +102,7 @@ class ListenerProcess:
         ]
         if processes > 1:
             command += ["--processes", str(processes)]
+        command += extra_args
         env = dict(os.environ)
         env.pop("TIMERS_REDIS_URL", None)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
