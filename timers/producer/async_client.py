@@ -77,12 +77,13 @@ class AsyncTimers:
                                   configured_group(group))
         self.keys = self.ops.home
         """The prefix's one-shard keyspace (its only one unless it is sharded)."""
-        self._scripts = register_all(self.redis)
         lane = AsyncLane.of(self.redis) if self._owns_client else None
-        if lane is not None:  # script calls packed by hiredis
-            for function in self._scripts.values():
-                if isinstance(function, Function):
-                    function.execute = lane.execute_command
+
+        def on_lane(function: Any) -> None:
+            if lane is not None and isinstance(function, Function):
+                function.execute = lane.execute_command  # (script calls packed by hiredis)
+
+        self._scripts = register_all(self.redis, on_lane)
         self.replicas = ReplicaPolicy(replicas, replicas_timeout, replicas_fsync,
                                       in_memory=in_memory(self.redis))
         """Replicas each write waits for (see :mod:`timers.ops.replication`)."""
