@@ -14,6 +14,7 @@ from timers.model.cron import CatchUp, Recurrence, recurrence
 from timers.model.encoding import DEFAULT_MAX_ARGS_BYTES, Args
 from timers.model.flow.names import configured_group
 from timers.model.history import HistoryRecord, MinuteStats
+from timers.ops.fleet import read_fleet
 from timers.ops.operations import (
     Failure,
     Operation,
@@ -28,6 +29,7 @@ from timers.ops.replication import ReplicaPolicy, Replication, in_memory
 from timers.ops.sharded import operations_for
 from timers.producer.coalesce import Coalescer
 from timers.producer.loops import LoopBinding
+from timers.producer.task_check import TaskCheck, tasks_of
 from timers.producer.transport import run_async
 from timers.store import connect
 from timers.store.connect import AsyncLane, async_client
@@ -49,7 +51,9 @@ class AsyncTimers:
     (e.g. in an app's lifespan, ``async with AsyncTimers(url) as t``) or use
     :mod:`timers.aio`, which keeps one per loop. A ``redis.asyncio.Redis`` given by the
     app is the app's to close: :meth:`aclose` leaves it open. ``strict``: as
-    :class:`Timers`' (refuse an ``allkeys-*`` server rather than warn once); ``replicas``,
+    :class:`Timers`' (refuse an ``allkeys-*`` server rather than warn once);
+    ``strict_tasks``: refuse a task no live listener announces (see
+    :mod:`timers.producer.task_check`); ``replicas``,
     ``replicas_timeout`` and ``replicas_fsync`` as for :class:`Timers`.
     """
 
@@ -63,6 +67,7 @@ class AsyncTimers:
         group: str | None = None,
         shards: int | None = None,
         strict: bool = False,
+        strict_tasks: bool = False,
         replicas: int | None = None,
         replicas_timeout: float | None = None,
         replicas_fsync: bool = False,
@@ -93,6 +98,9 @@ class AsyncTimers:
         self._coalescers: dict[Replication, Coalescer[Prepared]] = {}
         """Those of calls that wait for replicas, one per distinct ask."""
         self.eviction = EvictionGuard(strict)
+        self.task_check = TaskCheck(strict_tasks)
+        """The tasks it scheduled that a live listener was asked about (once each, see
+        :mod:`timers.producer.task_check`)."""
         """The server's eviction policy, read on the first write (see
         :mod:`timers.store.eviction`)."""
 
@@ -126,6 +134,13 @@ class AsyncTimers:
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
 
+    async def _check_tasks(self, pairs: builtins.list[tuple[str, str]]) -> None:
+        """The first time a task (in a group) is scheduled: whether a live listener
+        announces it (one round trip; :mod:`timers.producer.task_check`)."""
+        todo = self.task_check.unchecked(pairs)
+        if todo:
+            self.task_check.judge(await self.run(read_fleet(self.keys)), todo)
+
     async def schedule(
         self,
         task: str,
@@ -148,6 +163,8 @@ class AsyncTimers:
         guard = self.eviction
         if not guard.checked or guard.policy is not None:  # (else no coroutine to await)
             await self._writing()
+        if (task, group or self.ops.group) not in self.task_check.checked:  # (first time)
+            await self._check_tasks(tasks_of([spec], self.ops.group))
         wanted = self.replicas.for_call(replicas, replicas_timeout)
         coalescer = self._coalescer if wanted is None else self._waiting(wanted)
         return await coalescer.schedule(self.ops.prepare(spec))
@@ -171,6 +188,8 @@ class AsyncTimers:
         ``replicas``, too few replicas in time raise :class:`NotReplicated` once every
         timer is written, naming the ids not confirmed."""
         await self._writing()
+        specs = builtins.list(specs)
+        await self._check_tasks(tasks_of(specs, self.ops.group))
         return await self.run(self.ops.schedule_many(
             specs, replication=self.replicas.for_call(replicas, replicas_timeout)))
 
