@@ -108,9 +108,9 @@ def test_strict_tasks_refuses_and_writes_nothing(fake: fakeredis.FakeRedis,
     announce(fake, ANNOUNCED)
     with Timers(fake, strict_tasks=True) as t:
         t.warn_in_event_loop = False
-        with pytest.raises(InvalidTimer, match="did you mean 'reminders.sms'"):
+        with pytest.raises(InvalidTimer, match=r"did you mean 'reminders\.sms'"):
             t.schedule("reminders.smss", [1], in_=60)
-        with pytest.raises(InvalidTimer, match="'orders.expire_unpiad'"):
+        with pytest.raises(InvalidTimer, match=r"'orders\.expire_unpiad'"):
             t.schedule_many([TimerSpec("reminders.sms", [1], in_=60),
                              {"task": "orders.expire_unpiad", "args": [2], "in_": 60}])
         assert t.list() == []
