@@ -68,3 +68,14 @@ def test_the_json_logs(redis_url: str, tmp_path: Path) -> None:
     (fire,) = [line for line in lines if line["logger"] == "timers.fires"]
     assert (fire["id"], fire["task"], fire["outcome"]) == ("greet-ada", "hello", "ok")
     assert "greet-ada" in schedule_output  # timers schedule printed the id
+
+
+def test_the_first_own_timer_from_an_empty_directory(redis_url: str, tmp_path: Path) -> None:
+    code = block("docs/getting-started.md", "export TIMERS_REDIS_URL=").code
+    lines = code.splitlines()
+    assert lines[0].startswith("export TIMERS_REDIS_URL=")  # the suite's server instead
+    done = run("\n".join(lines[1:]).replace("/tmp/first-timer", str(tmp_path / "first")),
+               redis_url)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "hello ada" in done.stdout  # the listener ran the block's own task
+    assert re.search(r"^fired: +1$", done.stdout, re.M)

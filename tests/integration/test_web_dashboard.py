@@ -152,10 +152,77 @@ def test_cancel_from_the_timer_page_removes_it_from_redis(
         page.goto(base + "/timer?id=to-cancel")
         shot(page, "timer")
         page.click("#cancel")
-        page.wait_for_selector("#not-pending")
+        expect(page.locator("#timer-status")).to_have_text("cancelled")
         assert t.get("to-cancel") is None
         assert not r.hexists("timers|rec", "to-cancel") and r.zscore("timers|due",
                                                                       "to-cancel") is None
+
+
+def test_a_completed_a_dead_and_a_cancelled_timer_each_have_a_page(
+        redis_url: str, r: redis.Redis, processes: Processes, page: Any) -> None:
+    """Ended timers open from History and Dead (ids are links), each page from its history
+    and failure records: how it ended, when, how late, where; the dead one's error with its
+    traceback and a Retry that schedules it again; an unknown id answers 404."""
+    processes.spawn(TIMERS_COMMAND, "listen", "--url", redis_url, "--tasks", "tests.task_pkg")
+    with Timers(redis_url) as t:
+        t.schedule("record.hit", ["welcome"], in_=0.5, id="signup-42:welcome")
+        t.schedule("fail.until_healed", ["refund"], in_=0.5, id="refund-1001")
+        t.schedule("reminders.sms", {"user_id": 7}, in_=3600, id="sms:7")
+        assert t.cancel("sms:7")
+        wait_until(lambda: t.stats().failed == 1 and len(runs(r)) == 1, 20,
+                   message="one timer to complete and one to die")
+        base = serve(processes, redis_url, "--auth", TOKEN)
+        log_in(page, base)
+        page.goto(base + "/history")
+        page.click("#history >> text=signup-42:welcome")
+        expect(page.locator("#timer-status")).to_have_text("completed")
+        fields = page.inner_text("#timer-fields")
+        assert "record.hit" in fields and "start after its due time" in fields
+        assert t.listeners()[0]["id"] in fields
+        shot(page, "timer-completed")
+        page.goto(base + "/dead")
+        page.click("#dead-timers >> text=refund-1001")
+        expect(page.locator("#timer-status")).to_have_text("dead")
+        assert "TaskBroke" in page.inner_text("#timer-error")
+        assert "not healed yet refund" in page.inner_text("#traceback")
+        shot(page, "timer-dead")
+        page.goto(base + "/timers?q=sms:7")
+        page.click("#search-ended a")
+        expect(page.locator("#timer-status")).to_have_text("cancelled")
+        assert page.locator("#cancel").count() == 0
+        shot(page, "timer-cancelled")
+        r.set(HEALED, 1)
+        page.goto(base + "/timer?id=refund-1001")
+        page.click("#retry")
+        expect(page.locator("#said")).to_contain_text("scheduled again")
+        wait_until(lambda: t.status("refund-1001").state.value == "completed", 20,
+                   message="the retried timer to complete")
+        reply = page.goto(base + "/timer?id=never-was")
+        assert reply is not None and reply.status == 404
+        assert page.dialogs == []
+
+
+def test_the_login_link_timers_web_prints_logs_in_once(
+        redis_url: str, processes: Processes, page: Any, browser: Any) -> None:
+    """The documented start (the token in $TIMERS_WEB_TOKEN, made by openssl) prints a
+    one-time link: it logs this browser in, and no other."""
+    env = {**processes.env(), "TIMERS_WEB_TOKEN": TOKEN}
+    port = free_port()
+    processes.spawn(TIMERS_COMMAND, "web", "--url", redis_url, "--port", str(port), env=env)
+    base = f"http://127.0.0.1:{port}"
+    wait_until(answers(base + "/login"), 20, message="timers web to answer")
+    log = processes.started[-1][1]
+    wait_until(lambda: "log in: open" in log.read_text(), 10, message="the login line")
+    line = next(x for x in log.read_text().splitlines() if x.startswith("log in: open"))
+    assert "the token from $TIMERS_WEB_TOKEN" in line
+    link = line.split()[3]
+    assert link.startswith(base + "/login?code=")
+    page.goto(link)
+    assert page.url == base + "/"
+    other = browser.new_context().new_page()
+    other.goto(link)
+    assert other.url.startswith(base + "/login") and other.locator("#wrong-token").count() == 1
+    other.context.close()
 
 
 def test_retry_of_a_dead_timer_makes_it_fire(redis_url: str, r: redis.Redis,

@@ -6,6 +6,9 @@ from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import Any
 
+# croniter's import runs `file` (platform.architecture), a process: imported here, before
+# the guard below (timers imports it only where a cron is read)
+import croniter  # noqa: F401
 import fakeredis
 import pytest
 

@@ -43,6 +43,8 @@ def one_error_line(err: str) -> str:
     ["listen", "--concurrency", "0"],            # out of range
     ["nosuchcommand"],
     ["get"],                                     # missing argument
+    ["schedule", "reminders.sms", "--in", "soon"],                # bad duration
+    ["schedule", "reminders.sms", "--at", "2026-01-01T00:00:00"],  # no zone
 ])
 def test_usage_errors_are_one_line_and_exit_2(capsys: pytest.CaptureFixture[str],
                                               argv: list[str]) -> None:
@@ -58,8 +60,7 @@ def test_log_level_names_the_choices(capsys: pytest.CaptureFixture[str]) -> None
 
 
 @pytest.mark.parametrize("argv", [  # (no --in/--at, bad JSON: usage errors, test_cli_edges)
-    ["schedule", "reminders.sms", "--in", "soon"],                # bad duration
-    ["schedule", "reminders.sms", "--at", "2026-01-01T00:00:00"],  # no zone
+    ["history", "--url", "notaurl://x"],                          # a URL no client takes
 ])
 def test_other_errors_are_one_line_and_exit_1(capsys: pytest.CaptureFixture[str],
                                               argv: list[str]) -> None:

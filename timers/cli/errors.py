@@ -7,12 +7,14 @@ under ``timers listen --log-format json``).
 
 from __future__ import annotations
 
+import difflib
 import os
 import sys
 from collections.abc import Mapping, Sequence
 
 import typer
 import typer.main
+from typer._click.exceptions import NoSuchOption
 
 from timers.cli.common import ERRORS
 from timers.exceptions import TimersError
@@ -20,6 +22,37 @@ from timers.logs import LOG_FORMAT_ENV
 
 USAGE = 2
 FAILURE = 1
+
+MEANT: dict[str, tuple[str, str]] = {
+    "--delay": ("--in", "--in 3s"), "--after": ("--in", "--in 3s"),
+    "--countdown": ("--in", "--in 3s"), "--in_": ("--in", "--in 3s"),
+    "--eta": ("--at", "--at 2026-12-01T09:00:00Z"), "--when": ("--at", "--at 2026-12-01T09:00:00Z"),
+    "--time": ("--at", "--at 2026-12-01T09:00:00Z"),
+    "--redis": ("--url", "--url redis://127.0.0.1:6379/0"),
+    "--redis-url": ("--url", "--url redis://127.0.0.1:6379/0"),
+    "--task": ("--tasks", "--tasks myapp.tasks"), "--package": ("--tasks", "--tasks myapp.tasks"),
+    "--workers": ("--concurrency", "--concurrency 8"), "--token": ("--auth", "--auth TOKEN"),
+}
+"""Options other tools name differently: what the same thing is called here, with an
+example (suggested only where the command has it)."""
+
+
+def _no_such_option(exc: NoSuchOption) -> str:
+    """What a mistyped option meant: the command's options closest to it, or the one other
+    tools name so (``--delay``, ``--dela``: ``--in``, with an example)."""
+    name = exc.option_name.split("=", 1)[0]
+    command = getattr(exc.ctx, "command", None)
+    options = {o for p in getattr(command, "params", ()) for o in getattr(p, "opts", ())
+               if o.startswith("--") and o != "--help"}
+    known = {k: v for k, v in MEANT.items() if v[0] in options}
+    close = difflib.get_close_matches(name, sorted(options | known.keys()), n=3, cutoff=0.7)
+    if close and close[0] in known:
+        meant, example = known[close[0]]
+        return f"no such option: {name}: did you mean {meant}? e.g. {example}"
+    found = list(dict.fromkeys(known[c][0] if c in known else c for c in close))
+    if found:
+        return f"no such option: {name}: did you mean {' or '.join(found)}?"
+    return f"no such option: {name}"
 
 
 def _error(message: str) -> None:
@@ -65,7 +98,8 @@ def run_app(app: typer.Typer, argv: Sequence[str] | None = None) -> int:
         if type(exc).__name__ == "NoArgsIsHelpError":
             typer.echo(exc.format_message())
             return 0
-        message = exc.format_message().replace("Value error, ", "").rstrip(".")
+        message = (_no_such_option(exc) if isinstance(exc, NoSuchOption)
+                   else exc.format_message().replace("Value error, ", "").rstrip("."))
         if exc.exit_code == USAGE:
             command = getattr(getattr(exc, "ctx", None), "command_path", None)
             _error(f"{message[:1].lower()}{message[1:]} "

@@ -18,7 +18,6 @@ from timers.cli.common import (
     open_timers,
     printable,
 )
-from timers.exceptions import UserError
 from timers.model.due import parse_duration
 from timers.model.history import HistoryRecord
 from timers.model.keys import DEFAULT_PREFIX
@@ -52,7 +51,7 @@ def history(
     try:
         after = None if since is None else time.time() - parse_duration(since)
     except ValueError as exc:
-        raise UserError(f"--since: {exc}") from None
+        raise typer.BadParameter(str(exc), param_hint="'--since'") from None
     with open_timers(url, prefix) as t:
         records = t.history(task, after, failed, limit)
     if not records:

@@ -7,6 +7,7 @@ when ``listen`` is asked for, see :mod:`timers.cli.app`).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import math
 import os
@@ -25,7 +26,7 @@ from timers.cli.listen_logs import (
     supervise,
 )
 from timers.cli.listen_metrics import MetricsHostOption, MetricsPortOption
-from timers.exceptions import EvictionUnsafe, PermissionMissing, UserError
+from timers.exceptions import EvictionUnsafe, PermissionMissing, TasksUnavailable, UserError
 from timers.listener import DEFAULT_CONCURRENCY, DEFAULT_LEASE, Listener, collector, event_loop
 from timers.listener.event_loop import LOOP_ENV, LoopChoice
 from timers.listener.foreground import (
@@ -258,6 +259,26 @@ async def _listen(listener: Listener, options: ListenOptions, where: str,
             await sampler
 
 
+def where_tasks_come_from(message: str, given: str | None, cwd: str) -> str:
+    """A listener's tasks package that cannot be imported, said with how to name the right
+    one: ``--tasks`` / ``$TIMERS_TASKS`` when neither named it, where it is looked for."""
+    if given is None and not os.environ.get(TASKS_ENV):
+        return (f"{message}; name your tasks package with --tasks myapp.tasks or "
+                f"{TASKS_ENV}=myapp.tasks (looked for on PYTHONPATH, then in {cwd})")
+    return f"{message} (looked for on PYTHONPATH, then in {cwd})"
+
+
+def _hinting(command: Any) -> Any:
+    @functools.wraps(command)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return command(*args, **kwargs)
+        except TasksUnavailable as exc:
+            raise TasksUnavailable(where_tasks_come_from(
+                str(exc), kwargs.get("tasks"), os.getcwd())) from None
+    return run
+
+
 def register(app: typer.Typer) -> None:
     """Add ``listen`` to the ``timers`` command line."""
-    app.command("listen")(friendly(listen))
+    app.command("listen")(friendly(_hinting(listen)))

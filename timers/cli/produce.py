@@ -28,10 +28,11 @@ def _parse_at(text: str) -> datetime:
     try:
         value = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
-        raise UserError(f"--at {text!r} is not an ISO 8601 time, e.g. 2026-12-01T09:00:00+01:00")\
-            from None
+        raise typer.BadParameter(f"{text!r} is not an ISO 8601 time, e.g. "
+                                 f"2026-12-01T09:00:00+01:00", param_hint="'--at'") from None
     if value.tzinfo is None:
-        raise UserError(f"--at {text!r} has no time zone: add one, e.g. +00:00 or Z")
+        raise typer.BadParameter(f"{text!r} has no time zone: add one, e.g. +00:00 or Z",
+                                 param_hint="'--at'")
     return value
 
 
@@ -39,8 +40,11 @@ def _due(in_: str | None, at: str | None) -> tuple[float | None, datetime | None
     """``--in`` / ``--at`` as the library takes them: exactly one of the two."""
     if (in_ is None) == (at is None):
         raise typer.BadParameter("give exactly one of --in or --at", param_hint="'--in' / '--at'")
-    return (parse_delay(in_) if in_ is not None else None,
-            _parse_at(at) if at is not None else None)
+    try:
+        delay = parse_delay(in_) if in_ is not None else None
+    except ValueError as exc:  # a usage error: exit 2
+        raise typer.BadParameter(str(exc), param_hint="'--in'") from None
+    return delay, _parse_at(at) if at is not None else None
 
 
 def _when(dt: datetime) -> str:

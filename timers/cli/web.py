@@ -21,7 +21,8 @@ HostOption = Annotated[str, typer.Option(
          "interface (then put it behind TLS).")]
 AuthOption = Annotated[str | None, typer.Option(
     "--auth", metavar="TOKEN", show_default=False,
-    help=f"Token every page needs (entered once on the login page; /metrics takes "
+    help=f"Token every page needs (entered once on the login page, or log in with the "
+         f"one-time link printed at start; /metrics takes "
          f"Authorization: Bearer TOKEN) and that unlocks actions (cancel, reschedule, "
          f"retry, purge, pause); default ${TOKEN_ENV}. Without one the dashboard only "
          f"shows, to anyone who reaches it.")]
@@ -64,6 +65,7 @@ def web(url: UrlOption = None, prefix: PrefixOption = DEFAULT_PREFIX,
     and what waits on them), run history, dead timers with retry and purge, recurrences."""
     uvicorn, create_app, guard_class, allowed_hosts = _web()
     token = auth or os.environ.get(TOKEN_ENV) or None
+    source = "--auth" if auth else f"${TOKEN_ENV}"
     try:
         hosts = allowed_hosts(host, allow_host or ())
     except ValueError as exc:
@@ -74,7 +76,8 @@ def web(url: UrlOption = None, prefix: PrefixOption = DEFAULT_PREFIX,
                    err=True)
     with open_timers(url, prefix) as t:
         t.stats()  # a bad URL or a server away: say so now, not on the first page
-        app = create_app(t, guard_class(token=token, read_only=read_only), hosts=hosts,
+        guard = guard_class(token=token, read_only=read_only)
+        app = create_app(t, guard, hosts=hosts,
                          metrics=_scrape_reader(url, prefix))
         try:
             sock = listening_socket(host, port)
@@ -84,8 +87,21 @@ def web(url: UrlOption = None, prefix: PrefixOption = DEFAULT_PREFIX,
                 else "pages and actions need the token")
         typer.echo(f"dashboard of prefix {t.keys.prefix!r} on {http_url(host, port)}/ "
                    f"({mode}; answers to Host {', '.join(hosts)}; Ctrl-C stops)")
+        if token is not None:
+            from timers.web.auth import LOGIN_LINK_S
+
+            typer.echo(login_line(host, port, guard.login_code(), source, LOGIN_LINK_S))
         with sock:
             uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])
+
+
+def login_line(host: str, port: int, code: str, source: str, valid_s: float) -> str:
+    """How to log in: the one-time link (to this machine's own address when the dashboard
+    serves every interface), or the token from ``source`` on the login page."""
+    local = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host.strip("[]"), host)
+    return (f"log in: open {http_url(local, port)}/login?code={code} (works once, within "
+            f"{valid_s / 60:.0f} min), or enter the token from {source} at "
+            f"{http_url(local, port)}/login")
 
 
 def register(app: typer.Typer) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from timers.exceptions import InvalidTimer, NotReplicated, ServerOutOfMemory
 from timers.model.cron import Recurrence
@@ -23,7 +23,6 @@ from timers.model.keys import Keyspace, configured_prefix
 from timers.model.policy import registered_policy
 from timers.model.run_record import record_head, record_option
 from timers.model.wire import Option
-from timers.ops import browse, tasks
 from timers.ops.base import Call, Operation, Request
 from timers.ops.failures import Failure, RetrySummary
 from timers.ops.history import merge_slots
@@ -36,7 +35,7 @@ from timers.ops.operations import (
     TimerStatus,
 )
 from timers.ops.replication import Replication
-from timers.ops.shard_views import merge_snapshots, merge_stats, unique_listeners
+from timers.ops.shard_views import merge_stats, unique_listeners
 from timers.ops.shards import (
     ShardLayout,
     configured_shards,
@@ -45,8 +44,12 @@ from timers.ops.shards import (
     shard_of,
     shard_of_key,
 )
-from timers.ops.snapshot import FleetSnapshot, read_snapshot
 from timers.store.cluster import is_cluster, keyspace_for
+
+if TYPE_CHECKING:  # the dashboard's and top's reads: imported where used, so a producer
+    # command (timers schedule) loads none of them
+    from timers.ops import tasks
+    from timers.ops.snapshot import FleetSnapshot
 
 T = TypeVar("T")
 
@@ -381,6 +384,9 @@ class ShardedOperations:
     def snapshot(self) -> Operation[FleetSnapshot]:
         """The fleet's figures (``timers top``, metrics, the dashboard), every shard's as
         one."""
+        from timers.ops.shard_views import merge_snapshots
+        from timers.ops.snapshot import read_snapshot
+
         shards = yield from self.shards()
         parts = yield from gather([read_snapshot(s.keys) for s in shards])
         return parts[0] if len(parts) == 1 else merge_snapshots(parts)
@@ -389,6 +395,8 @@ class ShardedOperations:
                     priority: int | None = None) -> Operation[list[PendingTimer]]:
         """Timers ``offset`` to ``offset + limit`` of every group and priority (or of
         ``group``, of ``priority``), held-back ones too, soonest first over every shard."""
+        from timers.ops import browse
+
         shards = yield from self.shards()
         if len(shards) == 1:
             return (yield from browse.page(shards[0].keys, offset, limit, group, priority))
@@ -398,29 +406,39 @@ class ShardedOperations:
 
     def search_id_prefix(self, prefix: str,
                          limit: int) -> Operation[tuple[list[PendingTimer], bool]]:
+        from timers.ops import browse
+
         shards = yield from self.shards()
         parts = yield from gather([browse.search_id_prefix(s.keys, prefix, limit)
                                    for s in shards])
         return _soonest([p[0] for p in parts])[:limit], all(p[1] for p in parts)
 
     def filter_task(self, task: str, limit: int) -> Operation[list[PendingTimer]]:
+        from timers.ops import browse
+
         shards = yield from self.shards()
         parts = yield from gather([browse.filter_task(s.keys, task, limit) for s in shards])
         return _soonest(parts)[:limit]
 
     def task_flow(self, task: str) -> Operation[list[tasks.TaskFlow]]:
         """The limits ``task``'s runs meet and its runs under way, per shard."""
+        from timers.ops import tasks
+
         shards = yield from self.shards()
         return (yield from gather([tasks.task_flow(s.keys, task) for s in shards]))
 
     def announced_tasks(self) -> Operation[set[str]]:
         """The task paths the live listeners announce, over every shard."""
+        from timers.ops import tasks
+
         shards = yield from self.shards()
         parts = yield from gather([tasks.announced_tasks(s.keys) for s in shards])
         return set().union(*parts)
 
     def running_runs(self) -> Operation[list[tasks.Running]]:
         """Every run under way, over every shard."""
+        from timers.ops import tasks
+
         shards = yield from self.shards()
         parts = yield from gather([tasks.running_runs(s.keys) for s in shards])
         return [r for part in parts for r in part]

@@ -90,7 +90,7 @@ class StatusOperations:
         found = yield from views.find_many(self.keys, [escaped])
         if found:
             served = {g for _, beat in live_heartbeats(redis_ms(now), beats, infos)
-                      for g in (beat.get("groups") or [DEFAULT_GROUP]) if isinstance(g, str)}
+                      for g in _groups(beat) if isinstance(g, str)}
             return _pending_status(timer_id, pending_of(found[0]), redis_ms(now), served)
         record = None if stored is None else stored.record
         if record is not None:
@@ -106,6 +106,13 @@ class StatusOperations:
         return TimerStatus(timer_id, TimerState.UNKNOWN,
                            "unknown: never existed, or ended longer ago than the history "
                            "keeps")
+
+
+def _groups(beat: dict[str, Any]) -> list[Any]:
+    """The groups a heartbeat names (a listener of no groups serves the default one); a
+    heartbeat some other writer mangled names none."""
+    groups = beat.get("groups") or [DEFAULT_GROUP]
+    return groups if isinstance(groups, list) else []
 
 
 def _running_of(runs: Any, escaped: str) -> tuple[str, int, int] | None:

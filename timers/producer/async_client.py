@@ -15,6 +15,7 @@ from timers.model.cron import CatchUp, Recurrence, recurrence
 from timers.model.encoding import DEFAULT_MAX_ARGS_BYTES, Args
 from timers.model.flow.names import configured_group
 from timers.model.history import HistoryRecord, MinuteStats
+from timers.ops.fleet import read_fleet
 from timers.ops.operations import (
     Failure,
     Operation,
@@ -29,6 +30,7 @@ from timers.ops.replication import ReplicaPolicy, Replication, in_memory
 from timers.ops.sharded import operations_for
 from timers.producer.coalesce import Coalescer
 from timers.producer.loops import LoopBinding
+from timers.producer.task_check import TaskCheck, tasks_of
 from timers.producer.transport import run_async
 from timers.store import connect
 from timers.store.connect import AsyncLane, async_client
@@ -51,7 +53,8 @@ class AsyncTimers:
     use [`timers.aio`][asyncio-timersaio], which keeps one per loop. A ``redis.asyncio.Redis`` given
     by the app is the app's to close: [`aclose`][timers.producer.async_client.AsyncTimers.aclose]
     leaves it open. ``strict``: as [`Timers`][timers.producer.client.Timers]' (refuse an
-    ``allkeys-*`` server rather than warn once); ``replicas``, ``replicas_timeout`` and
+    ``allkeys-*`` server rather than warn once); ``strict_tasks``: refuse a task no live listener
+    announces (see `timers.producer.task_check`); ``replicas``, ``replicas_timeout`` and
     ``replicas_fsync`` as for [`Timers`][timers.producer.client.Timers].
     """
 
@@ -65,6 +68,7 @@ class AsyncTimers:
         group: str | None = None,
         shards: int | None = None,
         strict: bool = False,
+        strict_tasks: bool = False,
         replicas: int | None = None,
         replicas_timeout: float | None = None,
         replicas_fsync: bool = False,
@@ -79,12 +83,13 @@ class AsyncTimers:
                                   configured_group(group))
         self.keys = self.ops.home
         """The prefix's one-shard keyspace (its only one unless it is sharded)."""
-        self._scripts = register_all(self.redis)
         lane = AsyncLane.of(self.redis) if self._owns_client else None
-        if lane is not None:  # script calls packed by hiredis
-            for function in self._scripts.values():
-                if isinstance(function, Function):
-                    function.execute = lane.execute_command
+
+        def on_lane(function: Any) -> None:
+            if lane is not None and isinstance(function, Function):
+                function.execute = lane.execute_command  # (script calls packed by hiredis)
+
+        self._scripts = register_all(self.redis, on_lane)
         self.replicas = ReplicaPolicy(replicas, replicas_timeout, replicas_fsync,
                                       in_memory=in_memory(self.redis))
         """Replicas each write waits for (see `timers.ops.replication`)."""
@@ -94,6 +99,9 @@ class AsyncTimers:
         self._coalescers: dict[Replication, Coalescer[Prepared]] = {}
         """Those of calls that wait for replicas, one per distinct ask."""
         self.eviction = EvictionGuard(strict)
+        self.task_check = TaskCheck(strict_tasks)
+        """The tasks it scheduled that a live listener was asked about (once each, see
+        :mod:`timers.producer.task_check`)."""
         """The server's eviction policy, read on the first write (see
         `timers.store.eviction`)."""
 
@@ -128,6 +136,13 @@ class AsyncTimers:
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
 
+    async def _check_tasks(self, pairs: builtins.list[tuple[str, str]]) -> None:
+        """The first time a task (in a group) is scheduled: whether a live listener
+        announces it (one round trip; :mod:`timers.producer.task_check`)."""
+        todo = self.task_check.unchecked(pairs)
+        if todo:
+            self.task_check.judge(await self.run(read_fleet(self.keys)), todo)
+
     async def schedule(
         self,
         task: str,
@@ -151,6 +166,8 @@ class AsyncTimers:
         guard = self.eviction
         if not guard.checked or guard.policy is not None:  # (else no coroutine to await)
             await self._writing()
+        if (task, group or self.ops.group) not in self.task_check.checked:  # (first time)
+            await self._check_tasks(tasks_of([spec], self.ops.group))
         wanted = self.replicas.for_call(replicas, replicas_timeout)
         coalescer = self._coalescer if wanted is None else self._waiting(wanted)
         return await coalescer.schedule(self.ops.prepare(spec))
@@ -175,6 +192,8 @@ class AsyncTimers:
         [`NotReplicated`][timers.exceptions.NotReplicated] once every timer is written, naming the
         ids not confirmed."""
         await self._writing()
+        specs = builtins.list(specs)
+        await self._check_tasks(tasks_of(specs, self.ops.group))
         return await self.run(self.ops.schedule_many(
             specs, replication=self.replicas.for_call(replicas, replicas_timeout)))
 

@@ -18,6 +18,7 @@ from timers.model.cron import CatchUp, Recurrence, recurrence
 from timers.model.encoding import DEFAULT_MAX_ARGS_BYTES, Args
 from timers.model.flow.names import configured_group
 from timers.model.history import HistoryRecord, MinuteStats
+from timers.ops.fleet import read_fleet
 from timers.ops.operations import (
     Failure,
     Operation,
@@ -31,6 +32,7 @@ from timers.ops.replication import ReplicaPolicy, in_memory
 from timers.ops.sharded import operations_for
 from timers.producer.async_client import AsyncTimers
 from timers.producer.loops import warn_if_blocking_a_loop
+from timers.producer.task_check import TaskCheck, tasks_of
 from timers.producer.transport import run_sync
 from timers.store import connect
 from timers.store.connect import URL_ENV, Lane, configured_url, sync_client
@@ -57,7 +59,9 @@ class Timers:
     it first (default ``$TIMERS_SHARDS``, else one per primary on a cluster, 1 on one
     server); see `timers.ops.shards`. ``strict``: refuse to write into a server whose
     eviction policy may evict pending timers (``allkeys-*``) rather than warn once; see
-    `timers.store.eviction`.
+    `timers.store.eviction`. ``strict_tasks``: refuse to schedule a task no live
+    listener announces (while any serves its group) rather than warn once; see
+    `timers.producer.task_check`.
 
     ``replicas=n``: each write (schedule, schedule_many, reschedule, cancel) returns only
     once ``n`` replicas have it, waiting up to ``replicas_timeout`` seconds (default 1), in
@@ -77,6 +81,7 @@ class Timers:
         group: str | None = None,
         shards: int | None = None,
         strict: bool = False,
+        strict_tasks: bool = False,
         replicas: int | None = None,
         replicas_timeout: float | None = None,
         replicas_fsync: bool = False,
@@ -91,18 +96,22 @@ class Timers:
                                   configured_group(group))
         self.keys = self.ops.home
         """The prefix's one-shard keyspace (its only one unless it is sharded)."""
-        self._scripts = register_all(self.redis)
         lane = Lane.of(self.redis) if self._owns_client else None
-        if lane is not None:  # script calls on a connection of their own when it is free
-            for function in self._scripts.values():
-                if isinstance(function, Function):
-                    function.execute = lane.execute_command
+
+        def on_lane(function: Any) -> None:
+            if lane is not None and isinstance(function, Function):
+                function.execute = lane.execute_command  # (a connection of its own when free)
+
+        self._scripts = register_all(self.redis, on_lane)
         self.replicas = ReplicaPolicy(replicas, replicas_timeout, replicas_fsync,
                                       in_memory=in_memory(self.redis))
         """Replicas each write waits for (see `timers.ops.replication`)."""
         self.warn_in_event_loop = True
         """Warn when called on a running event loop's thread (off for in-memory servers)."""
         self.eviction = EvictionGuard(strict)
+        self.task_check = TaskCheck(strict_tasks)
+        """The tasks it scheduled that a live listener was asked about (once each, see
+        :mod:`timers.producer.task_check`)."""
         """The server's eviction policy, read on the first write (see
         `timers.store.eviction`)."""
 
@@ -115,6 +124,13 @@ class Timers:
         if not guard.checked:
             guard.read_sync(self.redis)
         guard.refuse_if_strict()
+
+    def _check_tasks(self, pairs: builtins.list[tuple[str, str]]) -> None:
+        """The first time a task (in a group) is scheduled: whether a live listener
+        announces it (one round trip; :mod:`timers.producer.task_check`)."""
+        todo = self.task_check.unchecked(pairs)
+        if todo:
+            self.task_check.judge(self.run(read_fleet(self.keys)), todo)
 
     def run(self, operation: Operation[T]) -> T:
         """Drive one operation of `Operations` to its result.
@@ -171,6 +187,8 @@ class Timers:
         """
         spec = TimerSpec(task, args, in_, at, id, max_lateness, group, key, priority)
         self._writing()
+        if (task, group or self.ops.group) not in self.task_check.checked:
+            self._check_tasks(tasks_of([spec], self.ops.group))
         return self.run(self.ops.schedule(
             spec, replication=self.replicas.for_call(replicas, replicas_timeout)))
 
@@ -186,6 +204,8 @@ class Timers:
         [`NotReplicated`][timers.exceptions.NotReplicated] once every timer is written, naming the
         ids not confirmed."""
         self._writing()
+        specs = builtins.list(specs)
+        self._check_tasks(tasks_of(specs, self.ops.group))
         return self.run(self.ops.schedule_many(
             specs, replication=self.replicas.for_call(replicas, replicas_timeout)))
 

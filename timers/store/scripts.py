@@ -20,7 +20,7 @@ from __future__ import annotations
 import inspect
 import os
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -246,9 +246,28 @@ def register(client: Any, name: ScriptName) -> Any:
     return (AsyncDeclaring if asynchronous else Declaring)(name, runner, is_cluster(client))
 
 
-def register_all(client: Any) -> dict[ScriptName, Any]:
-    """Each script on a redis-py client, sync or asyncio (:func:`register`)."""
-    return {name: register(client, name) for name in SCRIPT_NAMES}
+class Registered(dict[ScriptName, Any]):
+    """The scripts of :data:`SCRIPT_NAMES` on a client, each registered (:func:`register`)
+    when first looked up and then passed to ``prepare``: a process that calls one script
+    (``timers schedule``) builds and hashes one, not every one."""
+
+    def __init__(self, client: Any, prepare: Callable[[Any], None] | None = None) -> None:
+        super().__init__()
+        self.client, self.prepare = client, prepare
+
+    def __missing__(self, name: ScriptName) -> Any:
+        if name not in SCRIPT_NAMES:
+            raise KeyError(name)
+        runner = self[name] = register(self.client, name)
+        if self.prepare is not None:
+            self.prepare(runner)
+        return runner
+
+
+def register_all(client: Any, prepare: Callable[[Any], None] | None = None) -> Registered:
+    """Every script on a redis-py client, sync or asyncio, each registered on its first
+    use (:class:`Registered`; ``prepare`` is then called with it)."""
+    return Registered(client, prepare)
 
 
 # -- what each script is sent ------------------------------------------------------------

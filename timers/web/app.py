@@ -130,7 +130,7 @@ def routes(d: Site) -> list[Route]:
     async def timer(request: Request) -> Response:
         view = await run_in_threadpool(TimerView.read, d.timers,
                                        request.query_params.get("id", ""))
-        return d.page(request, "timer.html", status_code=200 if view and view.timer else 404,
+        return d.page(request, "timer.html", status_code=200 if view and view.known else 404,
                       view=view)
 
     async def dead(request: Request) -> Response:
@@ -164,13 +164,17 @@ def action_routes(d: Site) -> list[Route]:
         return response
 
     async def login(request: Request) -> Response:
-        if request.method == "GET":
+        code = request.query_params.get("code") if request.method == "GET" else None
+        if request.method == "GET" and code is None:
             return d.page(request, "login.html", failed=False)
-        form = await request.form()
         client = client_of(request)
         if (wait := d.guard.wait_s(client)) > 0:  # its token is not looked at
             return too_many(wait)
-        cookie = d.guard.cookie_for(str(form.get("token", "")), client)
+        if code is not None:  # the one-time link timers web printed
+            cookie = d.guard.cookie_for_code(code, client)
+        else:
+            form = await request.form()
+            cookie = d.guard.cookie_for(str(form.get("token", "")), client)
         if cookie is None:
             return d.page(request, "login.html", status_code=403, failed=True)
         response = RedirectResponse("/", status_code=303)

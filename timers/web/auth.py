@@ -2,7 +2,8 @@
 
 With ``timers web --auth TOKEN`` (or ``$TIMERS_WEB_TOKEN``) every page, ``/live`` and
 ``/metrics`` need the token: a browser enters it once on the login page and then carries an
-HttpOnly, SameSite=Strict cookie; a scraper sends ``Authorization: Bearer TOKEN``. Actions
+HttpOnly, SameSite=Strict cookie (or opens the one-time login link ``timers web`` prints,
+:meth:`Guard.login_code`); a scraper sends ``Authorization: Bearer TOKEN``. Actions
 (cancel, reschedule, run now, retry, purge, pause, resume) also need the form's CSRF token,
 and are refused under ``--read-only`` (then the token only lets one look). Without a token
 the dashboard only shows, to whoever reaches it (it binds 127.0.0.1 by default).
@@ -40,6 +41,8 @@ NOTE_COOKIE = "timers_said"
 """A signed one-time notice (what an action did), shown by the next page and cleared."""
 NOTE_LIMIT = 500
 """Characters of a notice kept (a cookie holds about 4 kB)."""
+LOGIN_LINK_S = 900.0
+"""How long a one-time login link (:meth:`Guard.login_code`) works, unless used first."""
 PUBLIC_PATHS = frozenset({"/login"})
 """Paths that answer without the login when a token is set."""
 
@@ -108,6 +111,8 @@ class Guard:
     """Per process: cookies and CSRF tokens of an earlier run no longer count."""
     backoff: Backoff = field(default_factory=Backoff)
     """Who offered wrong tokens lately, and how long each must wait."""
+    _codes: dict[str, float] = field(default_factory=dict, repr=False)
+    """One-time login codes not used yet: their SHA-256 -> until when (backoff's clock)."""
 
     @property
     def actions_allowed(self) -> bool:
@@ -138,6 +143,30 @@ class Guard:
             return True
         self.backoff.failed(client)
         return False
+
+    def login_code(self, valid_s: float = LOGIN_LINK_S) -> str:
+        """A new one-time login code (for ``/login?code=…``, the link ``timers web``
+        prints): it logs one browser in, once, within ``valid_s`` seconds. Only its hash is
+        kept."""
+        if self.token is None:
+            raise ValueError("a login code needs a token (timers web --auth)")
+        code = secrets.token_urlsafe(24)
+        now = self.backoff.clock()
+        self._codes = {k: v for k, v in self._codes.items() if v > now}
+        self._codes[hashlib.sha256(code.encode()).hexdigest()] = now + valid_s
+        return code
+
+    def cookie_for_code(self, offered: str, client: str) -> str | None:
+        """The login cookie's value for a one-time code of :meth:`login_code` not used yet
+        nor expired (it is used up), else None (``client`` backs off as for a wrong token).
+        Ask only once :meth:`wait_s` is 0."""
+        digest = hashlib.sha256(offered.encode("utf-8", "surrogatepass")).hexdigest()
+        until = self._codes.pop(digest, None)
+        if self.token is None or until is None or until <= self.backoff.clock():
+            self.backoff.failed(client)
+            return None
+        self.backoff.succeeded(client)
+        return self._sign("login")
 
     def logged_in(self, cookie: str | None) -> bool:
         """True for the login cookie of this process."""

@@ -28,7 +28,7 @@ from timers.web.figures import (
     per_minute,
     throughput_chart,
 )
-from timers.web.reads import NOT_AVAILABLE, RunHistory
+from timers.web.reads import NOT_AVAILABLE, RunHistory, TimerView
 
 PAGE = 50
 MAX_PAGE = browse.MERGE_DEPTH // PAGE
@@ -197,22 +197,27 @@ def _age(now_ms: int, listener: dict[str, Any]) -> str:
 
 
 def pending(d: Dashboard, query: Any) -> dict[str, Any]:
-    """The pending page: a search by id prefix, a filter by task, or a page of every group
-    and priority (or one), held-back timers included."""
+    """The pending page: a search by id prefix (and, for the whole id of a timer that runs
+    or ended, where it is: ``ended``), a filter by task, or a page of every group and
+    priority (or one), held-back timers included."""
     prefix = str(query.get("q", "")).strip()
     task = task_param(query, "task", required=False)
     group, priority = group_param(query), priority_param(query)
     page_no = page_param(query)
     complete = True
     t = d.timers
+    ended = None
     if prefix:
         found, complete = t.run(t.ops.search_id_prefix(prefix, PAGE))
+        if all(p.id != prefix for p in found):  # the id whole: a timer that ran or ended
+            view = TimerView.read(t, prefix)
+            ended = view.status if view is not None and view.known else None
     elif task:
         found = t.run(t.ops.filter_task(task, PAGE))
     else:
         found = t.run(t.ops.browse_page((page_no - 1) * PAGE, PAGE, group, priority))
     snap = d.snapshot()
-    return {"found": found, "q": prefix, "task": task or "", "group": group or "",
+    return {"found": found, "ended": ended, "q": prefix, "task": task or "", "group": group or "",
             "priority": "" if priority is None else priority, "complete": complete,
             "page_no": page_no, "more": len(found) == PAGE and not (prefix or task)
             and page_no < MAX_PAGE, "now": datetime.now(UTC), "window": browse.FILTER_WINDOW,

@@ -22,8 +22,11 @@ from urllib.parse import urlencode
 
 from timers.exceptions import TimersError
 from timers.model.due import parse_delay
+from timers.model.history import TimerState
+from timers.model.wire import FailureRecord
 from timers.ops.failures import Failure
 from timers.ops.pending import PendingTimer
+from timers.ops.status import TimerStatus
 from timers.producer.client import Timers
 
 NOT_AVAILABLE = "run history is not available in this version"
@@ -114,19 +117,45 @@ class RunHistory:
 
 @dataclass(frozen=True)
 class TimerView:
+    """What a timer's page shows: where the timer is (:meth:`timers.Timers.status`: pending
+    or waiting with its record, running, or how it ended) and, for a dead timer, its failure
+    records (error, traceback, and what a retry schedules again)."""
+
     id: str
-    timer: PendingTimer | None
+    status: TimerStatus | None
+    """None for an id no timer can have."""
+    failures: tuple[Failure, ...] = ()
+
+    @property
+    def timer(self) -> PendingTimer | None:
+        """The pending (or waiting) timer, None once it runs or ended."""
+        return None if self.status is None else self.status.timer
+
+    @property
+    def known(self) -> bool:
+        """Whether timers knows anything of it (pending, running, or its end is kept)."""
+        return self.status is not None and self.status.state is not TimerState.UNKNOWN
+
+    @property
+    def error(self) -> FailureRecord | None:
+        """A dead timer's latest failure record (its error and traceback)."""
+        return self.failures[0].record if self.failures else None
 
     @classmethod
     def read(cls, timers: Timers, timer_id: str) -> TimerView | None:
-        """The timer ``timer_id`` (None for an empty id; no timer for an id no timer can
-        have). A Redis that does not answer is raised, not shown as "not pending"."""
+        """The timer ``timer_id`` (None for an empty id; an unknown one for an id no timer
+        can have). A Redis that does not answer is raised, not shown as "unknown"."""
         if not timer_id:
             return None
         try:
-            return cls(timer_id, timers.get(timer_id))
+            status = timers.status(timer_id)
         except ValueError:  # (InvalidTimerId, MalformedTimerKey)
             return cls(timer_id, None)
+        failures: tuple[Failure, ...] = ()
+        if status.state is TimerState.DEAD:
+            failures = tuple(f for f in timers.get_failures(timer_id)
+                             if f.record.kind != "rejected")
+        return cls(timer_id, status, failures)
 
 
 def dead_timers(timers: Timers, limit: int) -> list[Failure]:
@@ -164,15 +193,23 @@ def _reschedule(timers: Timers, fields: dict[str, str]) -> Back:
 
 
 def _retry(timers: Timers, fields: dict[str, str]) -> Back:
-    chosen = [f for f in timers.get_failures(fields.get("id", ""))
+    """Retry the dead timer's failure record ``failure_id``; back to the Dead page, or to
+    the timer's own page when posted from it (``back=timer``)."""
+    timer_id = fields.get("id", "")
+    on_page = fields.get("back") == "timer"
+
+    def back(said: str, to: str = timer_id) -> Back:
+        return _back("/timer", id=to, said=said) if on_page else _back("/dead", said=said)
+
+    chosen = [f for f in timers.get_failures(timer_id)
               if f.failure_id == fields.get("failure_id")]
     if not chosen:
-        return _back("/dead", said="that dead timer is gone (retried or purged)")
+        return back("that dead timer is gone (retried or purged)")
     try:
-        timer_id = timers.retry_failure(chosen[0])
+        new_id = timers.retry_failure(chosen[0])
     except TimersError as exc:
-        return _back("/dead", said=f"not retried: {exc}")
-    return _back("/dead", said=f"timer {timer_id} scheduled again, due now")
+        return back(f"not retried: {exc}")
+    return back(f"timer {new_id} scheduled again, due now", new_id)
 
 
 def _purge(timers: Timers, fields: dict[str, str]) -> Back:

@@ -18,11 +18,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
-
-from croniter import CroniterError, croniter
 
 from timers.exceptions import InvalidTimer, MalformedTimerKey
 from timers.model.cron.planner import CATCH_UP_VALUES, CatchUp
@@ -47,6 +44,9 @@ from timers.model.encoding import (
     unescape_id,
 )
 from timers.model.wire import Option
+
+if TYPE_CHECKING:
+    from zoneinfo import ZoneInfo  # (imported where used: a command with no cron reads none)
 
 log = logging.getLogger("timers.cron")
 
@@ -137,6 +137,8 @@ class Recurrence:
 
     @property
     def zone(self) -> ZoneInfo:
+        from zoneinfo import ZoneInfo
+
         return ZoneInfo(self.tz)
 
     def schedule(self, anchor: datetime | None = None) -> Schedule:
@@ -255,6 +257,8 @@ def recurrence(
         raise InvalidTimer(f"recurrence name {name!r} is too long once escaped")
     if not isinstance(tz, str):
         raise InvalidTimer(f"tz must be a zone name such as 'Europe/Berlin', got {tz!r}")
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
     try:
         ZoneInfo(tz)
     except (ZoneInfoNotFoundError, ValueError):
@@ -308,6 +312,8 @@ def _check_cron(expression: object, tz: str, name: str) -> str:
     if _RANDOM_FIELD.search(expression):
         raise InvalidTimer(f"cron {expression!r}: random fields (R) are refused: every "
                            f"process would pick different times")
+    from croniter import CroniterError, croniter  # (here: loaded by a cron's check only)
+
     try:
         valid = croniter.is_valid(expression, hash_id=name.encode("utf-8"))
         if valid:

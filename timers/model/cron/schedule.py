@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import math
 from datetime import UTC, datetime, timedelta
-from typing import Protocol
-from zoneinfo import ZoneInfo
+from typing import TYPE_CHECKING, Protocol
 
-from croniter import croniter
+if TYPE_CHECKING:
+    from zoneinfo import ZoneInfo
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 MS = timedelta(milliseconds=1)
@@ -96,14 +96,20 @@ class CronSchedule:
 
     def __init__(self, expression: str, tz: str | ZoneInfo = "UTC", hash_id: str = "") -> None:
         self.expression = expression
+        from zoneinfo import ZoneInfo  # (here: a command with no cron reads no zone)
+
         self.tz = tz if isinstance(tz, ZoneInfo) else ZoneInfo(tz)
         self.hash_id = hash_id.encode("utf-8") if hash_id else None
+        from croniter import croniter  # (here: a command that reads no cron loads none)
+
         hours = croniter(expression, hash_id=self.hash_id).expanded[1]
         self.hourly = hours == ["*"] or set(hours) == set(range(24))
         """The hour field matches every hour: follow real time through clock changes."""
 
     def _match(self, wall: datetime, inclusive: bool) -> datetime:
         start = wall - timedelta(microseconds=1) if inclusive else wall
+        from croniter import croniter
+
         found: datetime = croniter(self.expression, start, hash_id=self.hash_id).get_next(
             datetime)
         return found
