@@ -11,7 +11,10 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("opentelemetry.sdk", reason="the OpenTelemetry SDK is not installed (pip install -e '.[dev]' brings it)")
+pytest.importorskip(
+    "opentelemetry.sdk",
+    reason="the OpenTelemetry SDK is not installed (pip install -e '.[dev]' brings it)",
+)
 
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
