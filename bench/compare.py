@@ -102,10 +102,12 @@ FIGURES = (
     Figure("bulk", "  Redis CPU per timer, us", "server_cpu_us", False, False),
     *(f for b in BATCHES for f in (
         Figure(f"many{b}", f"schedule_many of {b:,} a call, timers/s", "rate"),
-        Figure(f"many{b}", "  producer CPU per timer, us", "client_cpu_us", False, False))),
+        Figure(f"many{b}", "  producer CPU per timer, us", "client_cpu_us", False, False),
+        Figure(f"many{b}", "  Redis CPU per timer, us", "server_cpu_us", False, False))),
     *(f for b in BATCHES for f in (
         Figure(f"amany{b}", f"AsyncTimers.schedule_many of {b:,} a call, timers/s", "rate"),
-        Figure(f"amany{b}", "  producer CPU per timer, us", "client_cpu_us", False, False))),
+        Figure(f"amany{b}", "  producer CPU per timer, us", "client_cpu_us", False, False),
+        Figure(f"amany{b}", "  Redis CPU per timer, us", "server_cpu_us", False, False))),
     *(f for k in IN_FLIGHT for f in (
         Figure(f"async{k}", "AsyncTimers.schedule awaited one at a time, /s" if k == 1
                else f"AsyncTimers, {k} in flight, /s", "rate"),
