@@ -65,9 +65,17 @@ IOREDIS_ALONE = "ioredis alone"
 """BullMQ's processor's RPUSH with nothing of BullMQ around it (the floor of its worker)."""
 FLOORS = {WORKING_TREE: REDIS_PY_ALONE, "bullmq": IOREDIS_ALONE}
 """Whose floor each side's fires stand on: a Python listener's task is redis-py's call."""
+BARE = "redis.asyncio alone"
+"""The floor under ``AsyncTimers.schedule``: the same script call by a plain ``redis.asyncio``
+client, as many in flight."""
 HISTORY_OFF = "history off"
 """The working tree, its listener keeping no run history and no series."""
-SCENARIOS = ("single", "bulk", "async", "fire_sync", "fire_async")
+IN_FLIGHT = (1, 2, 5, 10)
+"""``AsyncTimers.schedule`` awaited one at a time (``async1``), and so many in flight."""
+BATCHES = (10, 100, 1_000, 10_000)
+"""``schedule_many`` of so many timers a call, sync (``many10`` …) and async (``amany10`` …)."""
+SCENARIOS = ("single", "bulk", *(f"many{b}" for b in BATCHES), *(f"amany{b}" for b in BATCHES),
+             *(f"async{k}" for k in IN_FLIGHT), "async", "fire_sync", "fire_async")
 
 
 # -- figures, spreads, ratios (pure) ----------------------------------------------------
@@ -92,6 +100,20 @@ FIGURES = (
     Figure("bulk", "schedule_many (BullMQ addBulk), timers/s", "rate"),
     Figure("bulk", "  producer CPU per timer, us", "client_cpu_us", False, False),
     Figure("bulk", "  Redis CPU per timer, us", "server_cpu_us", False, False),
+    *(f for b in BATCHES for f in (
+        Figure(f"many{b}", f"schedule_many of {b:,} a call, timers/s", "rate"),
+        Figure(f"many{b}", "  producer CPU per timer, us", "client_cpu_us", False, False),
+        Figure(f"many{b}", "  Redis CPU per timer, us", "server_cpu_us", False, False))),
+    *(f for b in BATCHES for f in (
+        Figure(f"amany{b}", f"AsyncTimers.schedule_many of {b:,} a call, timers/s", "rate"),
+        Figure(f"amany{b}", "  producer CPU per timer, us", "client_cpu_us", False, False),
+        Figure(f"amany{b}", "  Redis CPU per timer, us", "server_cpu_us", False, False))),
+    *(f for k in IN_FLIGHT for f in (
+        Figure(f"async{k}", "AsyncTimers.schedule awaited one at a time, /s" if k == 1
+               else f"AsyncTimers, {k} in flight, /s", "rate"),
+        Figure(f"async{k}", "  latency of a call, p50, us", "p50_us", False, k == 1),
+        Figure(f"async{k}", "  latency of a call, p99, us", "p99_us", False, False),
+        Figure(f"async{k}", "  producer CPU per call, us", "client_cpu_us", False, False))),
     Figure("async", "AsyncTimers, 100 in flight, /s", "rate"),
     Figure("async", "  producer CPU per call, us", "client_cpu_us", False, False),
     Figure("async", "  Redis CPU per call, us", "server_cpu_us", False, False),
@@ -265,6 +287,12 @@ def timers_side(name: str, python: str, cwd: Path, url: str, sink: str, n: int,
         "single": ["single", *base, "--seconds", str(seconds)],
         "bulk": ["bulk", *base, "--n", str(n)],
         "async": ["async", *base, "--seconds", str(seconds)],
+        **{f"async{k}": ["async", *base, "--seconds", str(seconds), "--in-flight", str(k)]
+           for k in IN_FLIGHT},
+        **{f"many{b}": ["bulk", *base, "--n", str(max(n, b)), "--batch", str(b),
+                        "--seconds", str(seconds)] for b in BATCHES},
+        **{f"amany{b}": ["bulk", *base, "--n", str(max(n, b)), "--batch", str(b),
+                         "--seconds", str(seconds), "--aio"] for b in BATCHES},
         "fire_sync": ["fire", "--task", "push", *base, "--sink", sink, "--n", str(n)],
         "fire_async": ["fire", "--task", "apush", *base, "--sink", sink, "--n", str(n)],
     })
@@ -286,6 +314,17 @@ def bullmq_side(folder: Path, url: str, sink: str, n: int, seconds: float) -> Si
         "async": ["async", url, "", str(n), str(seconds)],
         "fire_async": ["fire", url, sink, str(n), str(seconds)],
     })
+
+
+def bare_side(python: str, url: str, n: int, seconds: float) -> Side:
+    """The floor under ``AsyncTimers.schedule``: the same script call (prepared by the
+    working tree) sent by a plain ``redis.asyncio`` client, as many in flight."""
+    base = ["bare", "--url", url, "--n", str(n), "--seconds", str(seconds)]
+    return Side(BARE, [python, "-P", str(BENCH / "side.py")], REPO,
+                {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+                | {"PYTHONPATH": str(REPO)},
+                {"async": [*base, "--in-flight", "100"],
+                 **{f"async{k}": [*base, "--in-flight", str(k)] for k in IN_FLIGHT}})
 
 
 def floor_sides(python: str, sink: str, n: int, bull: Path | None) -> list[Side]:
@@ -404,7 +443,9 @@ def _node_version() -> str:
 
 def budget(scenario: str, n: int, seconds: float) -> float:
     """Seconds a side may take for a scenario before it is stopped."""
-    return {"single": seconds + 60, "async": seconds + 60, "bulk": 60 + n / 1_000,
+    if scenario.startswith(("async", "many", "amany")):
+        return seconds + 60 + n / 2_000  # (the specs, or the floor's calls, built first)
+    return {"single": seconds + 60, "bulk": 60 + n / 1_000,
             "fire_sync": 120 + n / 100, "fire_async": 90 + n / 200}[scenario]
 
 
@@ -548,6 +589,9 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--against", metavar="REV", help="an earlier commit (any git revision)")
     p.add_argument("--peers", action="store_true", help="Huey, Celery and (with node) BullMQ")
+    p.add_argument("--bare", action="store_true",
+                   help="also the floor under AsyncTimers.schedule: the same script call by "
+                        "a plain redis.asyncio client (in the async scenarios)")
     p.add_argument("--history-off", action="store_true",
                    help="also the working tree with its listener keeping no run history "
                         "and no series (the cost of both, same sitting)")
@@ -565,8 +609,9 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
                    help="splice the table into this file (default bench/RESULTS.md)")
     p.add_argument("--no-write", action="store_true", help="print only")
     opts = p.parse_args(argv)
-    if not opts.against and not opts.peers and not opts.history_off:
-        p.error("nothing to compare with: give --against REV, --peers and/or --history-off")
+    if not opts.against and not opts.peers and not opts.history_off and not opts.bare:
+        p.error("nothing to compare with: give --against REV, --peers, --bare and/or "
+                "--history-off")
     if opts.only:
         unknown = [s for s in opts.only.split(",") if s not in SCENARIOS]
         if unknown:
@@ -609,6 +654,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                                      opts.seconds))
         sides.append(timers_side(WORKING_TREE, sys.executable, REPO, broker.url, sink.url,
                                  opts.n, opts.seconds))
+        if opts.bare:
+            sides.append(bare_side(sys.executable, broker.url, opts.n, opts.seconds))
         if opts.history_off:
             sides.append(timers_side(HISTORY_OFF, sys.executable, REPO, broker.url, sink.url,
                                      opts.n, opts.seconds, {"BENCH_HISTORY": "off"}))
@@ -642,8 +689,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         ("sides", ", ".join(names) + (f" ({peer_versions(py_peers, bull)})"
                                       if opts.peers else "")),
         ("server", server),
-        ("sizes", f"N = {opts.n:,} for bulk and the fires; {opts.seconds:g} s for single "
-                  f"and async; {opts.rounds} rounds, sides alternating scenario by scenario"),
+        ("sizes", f"N = {opts.n:,} for bulk and the fires, and at most for the batches of "
+                  f"schedule_many; {opts.seconds:g} s for single, async and (at most) the "
+                  f"batches; {opts.rounds} rounds, sides alternating scenario by scenario"),
         ("machine", f"{os.cpu_count()} cores, shared; load average (1 min) before each run "
                     f"{loads.text() if loads else '-'}; PING round trip before each run "
                     f"{pings.text() + ' us' if pings else '-'}"),

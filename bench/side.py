@@ -10,8 +10,14 @@ that every version since 2026-11-23 has (``Timers``, ``AsyncTimers``, ``TimerSpe
 Scenarios (each bounded in count and time):
 
 - ``single``: sync ``Timers.schedule()`` calls one after another for ``--seconds``;
-- ``bulk``: one ``schedule_many`` of ``--n`` specs, built before the clock starts;
-- ``async``: ``AsyncTimers.schedule`` with ``--in-flight`` calls in flight for ``--seconds``;
+- ``bulk``: one ``schedule_many`` of ``--n`` specs, built before the clock starts; with
+  ``--batch B``, ``schedule_many`` calls of B timers each, one after another, until ``--n``
+  timers or ``--seconds`` (``--aio``: ``AsyncTimers.schedule_many``, awaited one at a time);
+- ``async``: ``AsyncTimers.schedule`` with ``--in-flight`` calls in flight for ``--seconds``
+  (each call's latency taken: p50 and p99);
+- ``bare``: the floor under ``async``: a plain ``redis.asyncio`` client sending the same
+  script call (FCALL or EVALSHA, the keys and arguments timers builds, prepared before the
+  clock by the working tree's code) ``--in-flight`` at once for ``--seconds``;
 - ``fire``: ``--n`` timers due at one instant, one listener process (``listen``, a child of
   this one) with ``--task push`` (a plain function) or ``apush`` (``async def``): each run
   RPUSHes ``seq,due_ms,start_ms`` to a second server (``--sink``). Fires/s is
@@ -89,11 +95,17 @@ def single(url: str, seconds: float, max_n: int) -> dict[str, float]:
     return {"rate": n / wall, "n": n, "client_cpu_us": cpu / n * 1e6}
 
 
-def bulk(url: str, n: int) -> dict[str, float]:
-    from timers import Timers, TimerSpec
+def _specs(n: int) -> list[Any]:
+    from timers import TimerSpec
 
-    specs = [TimerSpec("noop", {"user_id": i, "text": "x" * (88 - len(str(i)))}, in_=HOUR)
-             for i in range(n)]
+    return [TimerSpec("noop", {"user_id": i, "text": "x" * (88 - len(str(i)))}, in_=HOUR)
+            for i in range(n)]
+
+
+def bulk(url: str, n: int) -> dict[str, float]:
+    from timers import Timers
+
+    specs = _specs(n)
     with Timers(url, prefix=PREFIX) as t:
         t.schedule("noop", ARGS, in_=HOUR)
         c0, start = cpu_s(), time.perf_counter()
@@ -102,24 +114,123 @@ def bulk(url: str, n: int) -> dict[str, float]:
     return {"rate": n / wall, "n": n, "client_cpu_us": cpu / n * 1e6}
 
 
+def batches(url: str, n: int, batch: int, seconds: float) -> dict[str, float]:
+    """``schedule_many`` calls of ``batch`` timers one after another (the specs built before
+    the clock), until ``n`` timers or ``seconds``."""
+    from timers import Timers
+
+    calls = [_specs(batch) for _ in range(max(n // batch, 1))]
+    with Timers(url, prefix=PREFIX) as t:
+        t.schedule_many(_specs(min(batch, 100)))
+        done, c0, start = 0, cpu_s(), time.perf_counter()
+        end = start + seconds
+        for specs in calls:
+            t.schedule_many(specs)
+            done += batch
+            if time.perf_counter() > end:
+                break
+        wall, cpu = time.perf_counter() - start, cpu_s() - c0
+    return {"rate": done / wall, "n": done, "client_cpu_us": cpu / done * 1e6}
+
+
+async def _abatches(url: str, n: int, batch: int, seconds: float) -> dict[str, float]:
+    """:func:`batches` with ``AsyncTimers.schedule_many``, awaited one at a time."""
+    from timers import AsyncTimers
+
+    calls = [_specs(batch) for _ in range(max(n // batch, 1))]
+    async with AsyncTimers(url, prefix=PREFIX) as t:
+        await t.schedule_many(_specs(min(batch, 100)))
+        done, c0, start = 0, cpu_s(), time.perf_counter()
+        end = start + seconds
+        for specs in calls:
+            await t.schedule_many(specs)
+            done += batch
+            if time.perf_counter() > end:
+                break
+        wall, cpu = time.perf_counter() - start, cpu_s() - c0
+    return {"rate": done / wall, "n": done, "client_cpu_us": cpu / done * 1e6}
+
+
+def _latency_figures(done: int, wall: float, cpu: float,
+                     latencies: list[float]) -> dict[str, float]:
+    latencies.sort()
+
+    def at(q: float) -> float:
+        if not latencies:
+            return float("nan")
+        return latencies[min(int(len(latencies) * q), len(latencies) - 1)] * 1e6
+
+    return {"rate": done / wall, "n": done, "client_cpu_us": cpu / max(done, 1) * 1e6,
+            "p50_us": at(0.5), "p99_us": at(0.99)}
+
+
 async def _async(url: str, seconds: float, in_flight: int, max_n: int) -> dict[str, float]:
     from timers import AsyncTimers
 
     done = 0
+    latencies: list[float] = []
     async with AsyncTimers(url, prefix=PREFIX) as t:
-        await asyncio.gather(*(t.schedule("noop", ARGS, in_=HOUR) for _ in range(in_flight)))
+        for _ in range(20):  # connect, read the eviction policy, load the script
+            await asyncio.gather(*(t.schedule("noop", ARGS, in_=HOUR)
+                                   for _ in range(in_flight)))
         c0, start = cpu_s(), time.perf_counter()
         end = start + seconds
+        clock = time.perf_counter
 
         async def worker() -> None:
             nonlocal done
-            while time.perf_counter() < end and done < max_n:
+            while (sent := clock()) < end and done < max_n:
                 await t.schedule("noop", ARGS, in_=HOUR)
+                latencies.append(clock() - sent)
                 done += 1
 
         await asyncio.gather(*(worker() for _ in range(in_flight)))
         wall, cpu = time.perf_counter() - start, cpu_s() - c0
-    return {"rate": done / wall, "n": done, "client_cpu_us": cpu / max(done, 1) * 1e6}
+    return _latency_figures(done, wall, cpu, latencies)
+
+
+async def _bare(url: str, seconds: float, in_flight: int, max_n: int) -> dict[str, float]:
+    """The floor under :func:`_async`: the same script call by a plain ``redis.asyncio``
+    client (the working tree's code builds the calls, before the clock)."""
+    import redis.asyncio
+
+    from timers import AsyncTimers, TimerSpec
+    from timers.store.lua_library import Function
+
+    async with AsyncTimers(url, prefix=PREFIX) as t:
+        await t.schedule("noop", ARGS, in_=HOUR)  # the script (or library) loaded
+        commands = []
+        for _ in range(max_n):
+            ops: Any = getattr(t.ops, "_single", None) or t.ops
+            call = ops._schedule_call([ops.prepare(TimerSpec("noop", ARGS, in_=HOUR))])
+            script = t._scripts[call.script]
+            head = (("FCALL", script.name) if isinstance(script, Function)
+                    else ("EVALSHA", script.sha))
+            commands.append((*head, len(call.keys), *call.keys, *call.args))
+    r = redis.asyncio.Redis.from_url(url)
+    for command in commands[:in_flight * 20]:
+        await r.execute_command(*command)  # type: ignore[no-untyped-call]
+    todo = iter(commands[in_flight * 20:])
+    done = 0
+    latencies: list[float] = []
+    c0, start = cpu_s(), time.perf_counter()
+    end = start + seconds
+    clock = time.perf_counter
+
+    async def worker() -> None:
+        nonlocal done
+        for command in todo:
+            sent = clock()
+            if sent >= end:
+                break
+            await r.execute_command(*command)  # type: ignore[no-untyped-call]
+            latencies.append(clock() - sent)
+            done += 1
+
+    await asyncio.gather(*(worker() for _ in range(in_flight)))
+    wall, cpu = time.perf_counter() - start, cpu_s() - c0
+    await r.aclose()
+    return _latency_figures(done, wall, cpu, latencies)
 
 
 # -- the listener child -----------------------------------------------------------------
@@ -335,14 +446,16 @@ def fire_figures(starts: list[float], due_ms: int, n: int, listener_cpu: float,
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="side.py")
-    parser.add_argument("scenario", choices=["single", "bulk", "async", "fire", "listen",
-                                             "alone"])
+    parser.add_argument("scenario", choices=["single", "bulk", "async", "bare", "fire",
+                                             "listen", "alone"])
     parser.add_argument("--url", required=True)
     parser.add_argument("--sink")
     parser.add_argument("--task", default="push", choices=["push", "apush"])
     parser.add_argument("--n", type=int, default=20_000)
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--in-flight", type=int, default=100)
+    parser.add_argument("--batch", type=int, help="bulk: timers per schedule_many call")
+    parser.add_argument("--aio", action="store_true", help="bulk: AsyncTimers")
     parser.add_argument("--ready", type=Path)
     opts = parser.parse_args(argv)
     if opts.scenario == "listen":
@@ -352,10 +465,17 @@ def main(argv: list[str] | None = None) -> None:
         out = alone(opts.sink, opts.task, opts.n)
     elif opts.scenario == "single":
         out = single(opts.url, opts.seconds, opts.n * 10)
+    elif opts.scenario == "bulk" and opts.batch and opts.aio:
+        out = asyncio.run(_abatches(opts.url, opts.n, opts.batch, opts.seconds))
+    elif opts.scenario == "bulk" and opts.batch:
+        out = batches(opts.url, opts.n, opts.batch, opts.seconds)
     elif opts.scenario == "bulk":
         out = bulk(opts.url, opts.n)
     elif opts.scenario == "async":
         out = asyncio.run(_async(opts.url, opts.seconds, opts.in_flight, opts.n * 100))
+    elif opts.scenario == "bare":
+        out = asyncio.run(_bare(opts.url, opts.seconds, opts.in_flight,
+                                min(opts.n * 2, 40_000)))
     else:
         out = fire(opts.url, opts.sink, opts.task, opts.n, timeout=10 + opts.n / 500)
     print(json.dumps(out), flush=True)

@@ -32,6 +32,27 @@ def test_a_small_pool_serves_script_calls_and_reads_alike_without_waiting(
         assert t.cancel(ids[0]) and not t.cancel(ids[0])
 
 
+@pytest.mark.parametrize("size", [1, 2])
+def test_a_small_async_pool_serves_script_calls_in_flight_and_reads_without_waiting(
+        redis_url: str, size: int) -> None:
+    """With two connections the async lane keeps one for script calls; calls made while
+    it is busy (a batch behind a lone call, reads) share the other, and none waits for
+    the lane: a pool that waited would raise after 0.5 s."""
+    async def scenario() -> None:
+        async with AsyncTimers(f"{redis_url}?max_connections={size}&timeout=0.5") as t:
+            first = await t.schedule("a.b", [1], in_=60)
+            for _ in range(3):
+                got = await asyncio.gather(
+                    t.schedule("a.b", [2], in_=60), t.get(first), t.list(),
+                    *(t.schedule("a.b", [i], in_=60) for i in range(5)),
+                    t.reschedule(first, in_=120))
+                assert got[1] is not None and got[-1] is True
+            assert (await t.stats()).pending == 1 + 3 * 6
+            assert await t.cancel(first) and not await t.cancel(first)
+
+    asyncio.run(scenario())
+
+
 def test_after_a_script_call_timed_out_the_next_reads_its_own_reply(
         redis_url: str, r: redis.Redis, paused: redis.Redis) -> None:
     with Timers(f"{redis_url}?socket_timeout=0.3") as t:

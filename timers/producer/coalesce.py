@@ -1,16 +1,22 @@
 """Concurrent ``AsyncTimers.schedule`` calls share round trips.
 
 A web app schedules from many requests at once; each call alone costs a round trip and a
-script call. Calls made in the same turn of the event loop are queued and sent together,
-as one ``schedule_many`` (one script call per chunk, in one MULTI/EXEC), the way ioredis
-pipelines concurrent commands. Each caller still gets its own id, or its own error:
+script call. A call made while none of this client's is queued or in flight goes straight
+to the wire, in the caller's own task (no loop turn, no task, no future: a lone awaited call
+costs one round trip). Calls made while others are queued or in flight are queued, and
+those of one turn of the event loop are sent together, as one ``schedule_many`` (one script
+call per chunk, in one MULTI/EXEC), the way ioredis pipelines concurrent commands. Calls
+are written in the order they are made (those of one batch in one script call, in order);
+calls on different connections may run in either order on the server, as separate calls
+in flight at once always could. Each caller still gets its own id, or its own error:
 
 - bad input is refused in the caller's own call, before anything is queued;
 - an error of the shared round trip (Redis away, a full server) reaches every caller of
   that batch as its own exception, and nothing of the batch was written (a full server
   refuses the whole MULTI/EXEC);
-- a caller cancelled before its batch is sent writes nothing; one cancelled later may have
-  its timer written, as a single call cancelled in flight may.
+- a caller cancelled before its batch is sent writes nothing; one cancelled later (or a
+  lone call cancelled in flight) may have its timer written, as any call cancelled in
+  flight may; the other callers of its batch are not affected.
 """
 
 from __future__ import annotations
@@ -29,8 +35,8 @@ MAX_BATCH = 1000
 
 
 class Coalescer(Generic[P]):
-    """Gathers the prepared timers of one loop turn and sends them with ``send``, which
-    returns their ids in order."""
+    """Sends a lone timer at once, and gathers the prepared timers of one loop turn while
+    others are in flight; ``send`` sends a list and returns their ids in order."""
 
     def __init__(self, send: Callable[[list[P]], Awaitable[list[str]]],
                  id_of: Callable[[P], str]) -> None:
@@ -38,10 +44,26 @@ class Coalescer(Generic[P]):
         self._queue: list[tuple[P, asyncio.Future[str]]] = []
         self._turn_pending = False
         self._in_flight: set[asyncio.Task[None]] = set()
+        self._alone = 0
+        """Lone calls on the wire."""
+        self._none_alone: asyncio.Event | None = None
+        """Set when the last lone call is done (only while :meth:`drain` waits for it)."""
 
-    def schedule(self, prepared: P) -> asyncio.Future[str]:
-        """Queue one timer: the future of its id (or of its batch's error), to await (a
-        future, not a coroutine: one frame less on every call)."""
+    async def schedule(self, prepared: P) -> str:
+        """Send one timer and return its id: at once if no other call is queued or in
+        flight, else with the calls of this turn (its batch's error is raised as its own)."""
+        if not (self._alone or self._in_flight or self._queue):
+            self._alone += 1
+            try:
+                return (await self._send([prepared]))[0]
+            finally:
+                self._alone -= 1
+                if not self._alone and self._none_alone is not None:
+                    self._none_alone.set()
+        return await self._queued(prepared)
+
+    def _queued(self, prepared: P) -> asyncio.Future[str]:
+        """Queue one timer for the end of this turn: the future of its id."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[str] = loop.create_future()
         self._queue.append((prepared, future))
@@ -90,9 +112,15 @@ class Coalescer(Generic[P]):
         return own
 
     async def drain(self) -> None:
-        """Wait for the batches in flight (before the connections close)."""
-        while self._queue or self._in_flight:
+        """Wait for the calls in flight (before the connections close)."""
+        while self._queue or self._in_flight or self._alone:
             if self._queue:
                 await asyncio.sleep(0)
-                continue
-            await asyncio.gather(*self._in_flight, return_exceptions=True)
+            elif self._in_flight:
+                await asyncio.gather(*self._in_flight, return_exceptions=True)
+            else:
+                self._none_alone = asyncio.Event()
+                try:
+                    await self._none_alone.wait()
+                finally:
+                    self._none_alone = None
