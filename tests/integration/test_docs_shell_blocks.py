@@ -118,6 +118,8 @@ def test_the_five_minute_path(redis_url: str, tmp_path: Path) -> None:
         listener.send_signal(signal.SIGINT)  # Ctrl-C
         _, stderr = listener.communicate(timeout=30)
     assert listener.returncode == 0, stderr
+    logged = stderr.splitlines()  # two log lines before it fired, as the page says
+    assert "timers: starting on" in logged[0] and "listening:" in logged[1], stderr
     assert "1 ok, 0 failed" in stderr
 
     got = run(step6.replace(shown_id, tid), redis_url, cwd=here)
