@@ -35,6 +35,7 @@ from hypothesis.stateful import (
 
 from tests.unit.model_flow import (
     LEASE_MS,
+    Violation,
     PLAIN,
     RATED,
     START_MS,
@@ -50,10 +51,16 @@ from timers.model.keys import DEFAULT_GROUP
 
 LONG = bool(os.environ.get("TIMERS_MODEL_LONG"))
 SHORT = (int(os.environ.get("TIMERS_MODEL_EXAMPLES", "40")), 40)
-LONG_RUN = (1000, 80)
-"""(max_examples, stateful_step_count) of the default and the long profile."""
+LONG_RUN = (int(os.environ.get("TIMERS_MODEL_LONG_EXAMPLES", "1000")), 80)
+"""(max_examples, stateful_step_count) of the default and the long profile (CI runs the
+long one with fewer examples: ``.ci/run``)."""
 
-KINDS = ("fenced", "key_limit", "fifo", "rate", "early", "uncounted", "cancelled_ran", "lost")
+KINDS = ("fenced", "key_limit", "fifo", "rate", "early", "uncounted", "cancelled_ran", "lost",
+         "stolen", "revived", "ending", "twice", "older_token", "stuck")
+PENDING = ("dead_without_death",)
+"""Rules the listener's code does not keep yet (issue 45 item 1): demanded by their
+scenario tests (``xfail(strict=True)``: they flip when the fix lands), not yet by the random
+runs, which would find them at once. Move each into KINDS as its fix lands."""
 
 KEYS = ["", "k1", "k1", "k1", "k2"]
 pick = st.integers(0, 50)
@@ -77,12 +84,32 @@ class FlowModel(RuleBasedStateMachine):
         self.server = fakeredis.FakeServer()
         self.client = fakeredis.FakeRedis(server=self.server)
         self.world = World(self.client, self.clock, self.FENCED, self.LOCAL_FENCE)
+        # a rerun's child starts later than its parent's fence check only where the child
+        # checks the fence itself (today it does not: the gap is the scenario
+        # test_a_rerun_queued_for_a_child_while_its_lease_lapses_does_not_start)
+        self.world.child_delay = self.world.child_fence
         self.snapshots: list[tuple[int, Snapshot]] = []
         """(Redis clock ms, the data then) after each step, when LOSSY."""
 
     def teardown(self) -> None:
-        self.client.close()
-        self._clock.__exit__(None, None, None)
+        """Every history ends drained (:meth:`World.drain`), unless it failed already or
+        its server may have lost writes."""
+        try:
+            if not self.LOSSY and not self._broken():
+                self.world.drain()
+                self._raise_broken()
+        finally:
+            self.client.close()
+            self._clock.__exit__(None, None, None)
+
+    def _broken(self) -> list[Violation]:
+        return [v for v in self.world.violations if v.kind in self.CHECKS]
+
+    def _raise_broken(self) -> None:
+        broken = self._broken()
+        if broken:
+            raise AssertionError(f"{broken[0].kind}: {broken[0].text}\nhistory:\n"
+                                 f"{self.world.story()}")
 
     @initialize(backlog=st.lists(st.tuples(st.sampled_from([PLAIN, PLAIN, RATED]),
                                            st.sampled_from(KEYS), st.sampled_from([0, 0, 5]),
@@ -168,11 +195,12 @@ class FlowModel(RuleBasedStateMachine):
             self._renew(listener)
 
     def _renew(self, listener: VListener) -> None:
-        lost = self.world.renew(listener, sorted(listener.held))
+        lost = self.world.renew_all(listener)
         if self.FENCED:  # runs not started yet are dropped; started ones go on
             for token in lost:
                 listener.claimed.pop(token, None)
                 listener.nexts.pop(token, None)
+                listener.children.pop(token, None)
 
     @rule(i=pick, j=pick)
     def hand_back(self, i: int, j: int) -> None:
@@ -203,6 +231,37 @@ class FlowModel(RuleBasedStateMachine):
         self.world.kill(listener)
         self.world.spawn(listener.groups)
 
+    # -- the process topology (docs/state-machine.md, "Who holds a run")
+
+    @rule(i=pick, j=pick)
+    def child_start(self, i: int, j: int) -> None:
+        """A quarantine child, loaded, starts the rerun its parent queued for it: its
+        parent may have been paused since (a child is a process of its own)."""
+        alive = [li for li in self.world.listeners if li.alive and li.children]
+        if alive:
+            listener = alive[i % len(alive)]
+            tokens = sorted(listener.children, key=int)
+            self.world.child_start(listener, tokens[j % len(tokens)])
+
+    @rule(i=pick, j=pick)
+    def child_dies(self, i: int, j: int) -> None:
+        """A quarantine child dies in its run (a poison): a death its parent sees."""
+        alive = [li for li in self.world.listeners if li.alive and li.in_child]
+        if alive:
+            listener = alive[i % len(alive)]
+            tokens = sorted(listener.in_child, key=int)
+            self.world.kill_child(listener, tokens[j % len(tokens)])
+
+    @precondition(lambda self: self.world.endings_survive)
+    @rule(i=pick)
+    def die_unwritten(self, i: int) -> None:
+        """A listener process dies right after its tasks returned, their endings not
+        written yet (only once the code keeps endings through a death: PENDING)."""
+        alive = [li for li in self.world.listeners if li.alive]
+        listener = alive[i % len(alive)]
+        self.world.die_unwritten(listener)
+        self.world.spawn(listener.groups)
+
     # -- time and the server
 
     @rule(ms=st.sampled_from([1, 10, 50, 100, 400, 1200]))
@@ -219,6 +278,10 @@ class FlowModel(RuleBasedStateMachine):
             for listener in self.world.listeners:  # each starts what came due
                 if listener.alive and not listener.paused:
                     self.world.start_due(listener)
+            for listener in self.world.listeners:  # children are processes of their own
+                if listener.alive:
+                    for token in sorted(listener.children, key=int):
+                        self.world.child_start(listener, token)
 
     @rule(i=pick, ms=st.sampled_from([600, 1500]), others_claim=st.booleans(),
           then_ends=st.booleans())
@@ -267,10 +330,7 @@ class FlowModel(RuleBasedStateMachine):
             self.snapshots = [*self.snapshots[-30:], (self.clock.ms, snapshot(self.server))]
         if "lost" in self.CHECKS:
             self.world.check_nothing_lost()
-        broken = [v for v in self.world.violations if v.kind in self.CHECKS]
-        if broken:
-            history = "\n".join(self.world.log[-60:])
-            raise AssertionError(f"{broken[0].kind}: {broken[0].text}\nhistory:\n{history}")
+        self._raise_broken()
 
 
 def model(kinds: tuple[str, ...], fenced: bool = False, long: bool = False,
@@ -284,6 +344,7 @@ def model(kinds: tuple[str, ...], fenced: bool = False, long: bool = False,
         f"Model_{name}", (FlowModel,), {"FENCED": fenced, "CHECKS": frozenset(kinds),
                                         "LOSSY": lossy, "LOCAL_FENCE": local_fence})
     examples, steps = LONG_RUN if long or LONG else SHORT
+    shrink = shrink and not os.environ.get("TIMERS_MODEL_NO_SHRINK")
     case: type = machine.TestCase
     case.settings = settings(  # type: ignore[attr-defined]
         max_examples=examples, stateful_step_count=steps, deadline=None, print_blob=True,
@@ -304,38 +365,6 @@ def timed(request: pytest.FixtureRequest) -> Iterator[None]:
             reporter.write_line(f"model flow test: {time.perf_counter() - started:.1f} s")
 
 
-# -- the tests -----------------------------------------------------------------------------
-# The default run: every invariant against the fenced listener the design asks for, the
-# rate's through restarts that lose writes, the fencing invariants against today's
-# listener, and "nothing lost" on its own.
-
-TestNothingLost = model(("lost", "cancelled_ran"), fenced=True)
-TestInvariants = model(KINDS, fenced=True, shrink=LONG)
-TestRateThroughLostWrites = model(("rate",), fenced=True, lossy=True, shrink=LONG)
-TestTodaysListener = model(("fenced", "uncounted"), local_fence=True, shrink=LONG)
-"""The listener as ``timers/listener`` has it: its own fence asks Redis only after a pause."""
-
-# The long profile: one family of invariants per test, each shrinking to its own
-# counterexample (``-m model_long`` or TIMERS_MODEL_LONG=1).
-_LONG = [pytest.mark.model_long, pytest.mark.timeout(1800)]
-
-
-def _long(kinds: tuple[str, ...], fenced: bool, finding: str) -> type:
-    case = model(kinds, fenced=fenced, long=True)
-    for mark in (*_LONG, pytest.mark.xfail(strict=False, reason=finding)):
-        case = mark(case)
-    return case
-
-
-TestLongFenced = _long(("fenced",), False, "finding 1: runs next in line start unfenced")
-TestLongKeyLimit = _long(("key_limit",), True, "finding 1: a lapsed run frees its slot")
-TestLongFifo = _long(("fifo",), True, "finding 2: FIFO per key")
-TestLongRate = _long(("rate",), True, "finding 3: rate with concurrency bunches")
-TestLongEarly = _long(("early",), True, "finding 8: keyed timers start early")
-TestLongUncounted = _long(("uncounted",), False, "finding 1: second runs uncounted")
-TestLongNothingLost = _long(("lost", "cancelled_ran"), True, "not known to fail")
-
-
 @pytest.fixture(autouse=True)
 def _long_only_when_asked(request: pytest.FixtureRequest) -> None:
     if (request.node.get_closest_marker("model_long") and not LONG
@@ -348,12 +377,23 @@ def _long_only_when_asked(request: pytest.FixtureRequest) -> None:
 # and asserts the invariant it broke.
 
 
+DRAINED = ("lost", "stolen", "revived", "ending", "twice", "stuck")
+"""What every scenario's history must keep once drained (the fixture drains it)."""
+
+
 @pytest.fixture
-def world() -> Iterator[World]:
+def world(request: pytest.FixtureRequest) -> Iterator[World]:
+    """A virtual world; once the scenario is done, its history is drained and must keep
+    :data:`DRAINED` (but for a scenario marked ``no_drain``: an expected failure)."""
     clock = VirtualClock()
     client = fakeredis.FakeRedis(server=fakeredis.FakeServer())
     with redis_clock(clock):
-        yield World(client, clock, fenced=False)
+        world = World(client, clock, fenced=False)
+        yield world
+        if request.node.get_closest_marker("no_drain") is None:
+            world.drain()
+            broken = [v for v in world.violations if v.kind in DRAINED]
+            assert not broken, f"{broken[0].kind}: {broken[0].text}\n{world.story()}"
     client.close()
 
 
@@ -376,7 +416,7 @@ def wait(world: World, ms: int, *renewing: VListener) -> None:
     """Time goes on; the listeners given renew their leases meanwhile."""
     while ms > 0:
         for listener in renewing:
-            world.renew(listener, sorted(listener.held))
+            world.renew_all(listener)
         step = min(ms, LEASE_MS // 3)
         world.clock.ms += step
         ms -= step
@@ -496,6 +536,7 @@ def test_a_rerun_handed_back_is_still_counted_when_it_starts(world: World) -> No
     assert broken(world, "uncounted") == []
 
 
+@pytest.mark.no_drain  # its server lost writes: only the rate's invariant is asked then
 def test_a_rate_keeps_its_interval_when_the_server_lost_its_last_writes(world: World) -> None:
     """Finding 4 (kill -9 of Redis): a server that comes back without its last second of
     writes (a machine crash with appendfsync everysec; snapshots only) has forgotten the
@@ -618,7 +659,7 @@ def test_a_claimed_run_whose_lease_lapsed_keeps_its_place_in_its_keys_order(
     world.claim(l2, 5, 0, False)  # t001 claimed, not gated yet (rated: no screen)
     wait(world, 1500)  # l2 stalls past its lease; nobody claims
     world.park(l1, 10)  # t000 waits for k1, behind t001's lapsed run
-    world.renew(l2, sorted(l2.held))  # l2 goes on: t001's lapsed run is its own again
+    world.renew_all(l2)  # l2 goes on: t001's lapsed run is its own again
     world.claim(l1, 5, 0, False, screen=True)  # t000, if promoted, takes k1 by screen
     assert broken(world, "fifo") == []
     for _ in range(6):
@@ -727,3 +768,40 @@ def test_a_run_next_in_line_after_a_recovered_run_waits_behind_its_rerun(
     drain(world, l1, 8)
     assert broken(world, "key_limit") == [] and broken(world, "fifo") == [], world.log
     assert all(t.status == "done" for t in world.timers.values()), world.log
+
+
+# -- the random histories ------------------------------------------------------------------
+# After the scenarios (so that ``-x`` stops at a broken scenario in seconds). The default
+# run: every invariant against the fenced listener the design asks for and against the
+# listener as ``timers/listener`` has it (its real fence asks Redis only after a stall), the
+# rate's through restarts that lose writes, and "nothing lost" on its own. Each history
+# ends drained (``FlowModel.teardown``).
+
+TestNothingLost = model(("lost", "cancelled_ran", "stuck"), fenced=True, shrink=LONG)
+TestInvariants = model(KINDS, fenced=True, shrink=LONG)
+TestRateThroughLostWrites = model(("rate",), fenced=True, lossy=True, shrink=LONG)
+TestTodaysListener = model(KINDS, local_fence=True, shrink=LONG)
+"""The listener as ``timers/listener`` has it: its own fence (``Fence``) asks Redis only
+after a stall."""
+
+# The long profile: one family of invariants per test, each shrinking to its own
+# counterexample (``-m model_long`` or TIMERS_MODEL_LONG=1; ``.ci/run`` runs it with
+# TIMERS_MODEL_LONG_EXAMPLES=60). Every one is expected to pass: a failure fails the run.
+_LONG = [pytest.mark.model_long, pytest.mark.timeout(1800)]
+
+
+def _long(kinds: tuple[str, ...], local_fence: bool = False) -> type:
+    case = model(kinds, fenced=not local_fence, long=True, local_fence=local_fence)
+    for mark in _LONG:
+        case = mark(case)
+    return case
+
+
+TestLongFenced = _long(("fenced", "older_token", "stolen", "revived", "ending"),
+                       local_fence=True)
+TestLongKeyLimit = _long(("key_limit",))
+TestLongFifo = _long(("fifo",))
+TestLongRate = _long(("rate",))
+TestLongEarly = _long(("early",))
+TestLongOnce = _long(("uncounted", "twice", "stuck"), local_fence=True)
+TestLongNothingLost = _long(("lost", "cancelled_ran", "stuck"))
