@@ -563,6 +563,56 @@ def test_a_rate_keeps_its_interval_when_the_server_lost_its_last_writes(world: W
     assert world.timers["t001"].status == "done" and world.timers["t000"].status == "done"
 
 
+def test_a_keyed_run_handed_back_unstarted_leaves_no_place_in_the_order_barrier(
+        world: World) -> None:
+    """A keyed timer's claim notes it in its key's order barrier; handed back before its
+    gate (T17: its listener stops) and then cancelled, it must leave nothing there (before,
+    its note stayed for good unless a later timer of the key came to be checked behind it.
+    Found by the drained model)."""
+    l1 = world.spawn((DEFAULT_GROUP,))
+    world.schedule(PLAIN, DEFAULT_GROUP, 0, "k2", 0)  # t000: noted in k2's barrier
+    world.claim(l1, 1, 0, False)
+    (token,) = l1.claimed
+    world.hand_back(l1, token)
+    world.cancel("t000")
+    world.schedule(PLAIN, DEFAULT_GROUP, 0, "k2", -10)  # t001: due before it
+    # the fixture drains: t001 runs, and nothing of t000 may be left
+
+
+def test_a_pacer_whose_slot_a_restart_lost_passes_the_rate_on_when_its_key_is_full(
+        world: World) -> None:
+    """T21 with a full key: a pacer gated after a restart that came after its slot is the
+    pacer no more; its key being full, it waits for the key. The rate's next slot must go
+    on to the next timer waiting for the rate (before, nobody promoted the rate: the timer
+    waiting for it also bars the key's queue, where the old pacer waits: neither ever ran.
+    Found by the drained model)."""
+    world.fenced = True
+    l1 = world.spawn((DEFAULT_GROUP,))
+    world.schedule(RATED, DEFAULT_GROUP, 0, "", -50)  # t000 takes the rate's slot at 0
+    world.claim(l1, 5, 0, False)
+    world.start_due(l1)
+    world.schedule(RATED, DEFAULT_GROUP, 0, "k1", -40)  # t001: the rate's pacer, at 100
+    world.claim(l1, 5, 0, False)
+    world.start_due(l1)
+    world.schedule(RATED, DEFAULT_GROUP, 5, "k1", -30)  # t002 waits for the rate, ahead in k1
+    world.claim(l1, 5, 0, False)
+    world.start_due(l1)
+    world.schedule(PLAIN, DEFAULT_GROUP, 9, "k1", -20)  # t003 holds k1 (ahead of both)
+    world.claim(l1, 5, 0, False)
+    world.start_due(l1)
+    wait(world, 50, l1)
+    world.clock.boot_ms = world.clock.ms  # the server restarts (keeping every write)
+    world.r.script_flush()
+    wait(world, 50, l1)
+    world.claim(l1, 5, 0, False)  # t001 at its slot, which came before the server's start
+    world.start_due(l1)  # k1 is t003's: t001 waits for it
+    holder = next(t for t, r in l1.executing.items() if r.timer_id == "t003")
+    world.finish(l1, holder, "ok", 0)
+    for token in list(l1.executing):
+        world.finish(l1, token, "ok", 0)
+    # the fixture drains: every timer must end
+
+
 def test_a_keyed_timer_waiting_for_its_rate_keeps_its_place_in_its_keys_order(
         world: World) -> None:
     """The rate-wait FIFO rule: a timer of a key that waits for its rate limit (T9) is still
