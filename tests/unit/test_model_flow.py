@@ -35,14 +35,16 @@ from hypothesis.stateful import (
 
 from tests.unit.model_flow import (
     LEASE_MS,
-    Violation,
     PLAIN,
+    POLICY,
     RATED,
     START_MS,
     Snapshot,
+    Violation,
     VirtualClock,
     VListener,
     World,
+    child_checks_fence,
     redis_clock,
     restore,
     snapshot,
@@ -50,7 +52,7 @@ from tests.unit.model_flow import (
 from timers.model.keys import DEFAULT_GROUP
 
 LONG = bool(os.environ.get("TIMERS_MODEL_LONG"))
-SHORT = (int(os.environ.get("TIMERS_MODEL_EXAMPLES", "40")), 40)
+SHORT = (int(os.environ.get("TIMERS_MODEL_EXAMPLES", "120")), 40)
 LONG_RUN = (int(os.environ.get("TIMERS_MODEL_LONG_EXAMPLES", "1000")), 80)
 """(max_examples, stateful_step_count) of the default and the long profile (CI runs the
 long one with fewer examples: ``.ci/run``)."""
@@ -818,6 +820,139 @@ def test_a_run_next_in_line_after_a_recovered_run_waits_behind_its_rerun(
     drain(world, l1, 8)
     assert broken(world, "key_limit") == [] and broken(world, "fifo") == [], world.log
     assert all(t.status == "done" for t in world.timers.values()), world.log
+
+
+
+def test_a_claim_recovers_only_a_lapsed_lease(world: World) -> None:
+    """T5 only for a lease the model reckons lapsed: 400 ms of it left is not."""
+    world.fenced = True
+    l1, l2 = world.spawn((DEFAULT_GROUP,)), world.spawn((DEFAULT_GROUP,))
+    world.schedule(PLAIN, DEFAULT_GROUP, 0, "", -50)
+    world.claim(l1, 5, 0, False)
+    world.start_due(l1)
+    wait(world, 600, l2)  # l1 stalls 600 ms: 400 ms of its lease left
+    world.claim(l2, 5, 0, False)
+    world.start_due(l2)
+    assert broken(world, "stolen") == [] and broken(world, "twice") == []
+
+
+def test_a_run_starts_only_with_a_tenth_of_its_lease_to_spare(world: World) -> None:
+    """The fence (``Fence.fresh``): a run whose lease is known to hold 80 ms yet (a lease is
+    1 s) is revalidated in Redis before it starts, not started as it is."""
+    world.local_fence = True
+    l1 = world.spawn((DEFAULT_GROUP,))
+    world.schedule(PLAIN, DEFAULT_GROUP, 0, "", 920)
+    world.claim(l1, 5, 1000, False)  # claimed 920 ms ahead of its due time
+    world.renew_all(l1)  # its lease known to hold for 1 s from now
+    world.clock.ms += 920  # l1 stalls until its due time: no renewal since
+    world.start_due(l1)
+    assert broken(world, "fenced") == [] and l1.executing, world.log
+
+
+# -- the process topology (docs/state-machine.md, "Who holds a run") ----------------------
+
+
+@pytest.mark.no_drain
+@pytest.mark.xfail(not child_checks_fence(), strict=True, reason=(
+    "issue 45 item 1: a quarantine child starts its rerun without the fence (the parent "
+    "checked it when it queued the rerun)"))
+def test_a_rerun_queued_for_a_child_while_its_lease_lapses_does_not_start(
+        world: World) -> None:
+    """A rerun passes its parent's fence and is queued for a quarantine child; the parent
+    stalls while the child loads, its lease lapses and another listener's claim reruns it
+    (a newer token), which starts. The old child must then not start it: a run starts only
+    while its lease is held, checked at the start in whichever process starts it."""
+    world.local_fence, world.child_delay = True, True
+    l1, l2 = world.spawn((DEFAULT_GROUP,)), world.spawn((DEFAULT_GROUP,))
+    world.schedule(PLAIN, DEFAULT_GROUP, 0, "k1", -50)
+    world.claim(l1, 5, 0, False)
+    world.start_due(l1)
+    world.kill(l1)  # its first run dies with it
+    wait(world, 1100, l2)
+    world.claim(l2, 5, 0, False)
+    world.start_due(l2)  # the rerun (reruns 1) passes the fence: queued for a child
+    assert l2.children, world.log
+    wait(world, 1100)  # l2 stalls while its child loads
+    l3 = world.spawn((DEFAULT_GROUP,))
+    world.claim(l3, 5, 0, False)  # the rerun's rerun (reruns 2)
+    world.start_due(l3)
+    for token in list(l3.children):
+        world.child_start(l3, token)  # starts
+    for token in list(l2.children):
+        world.child_start(l2, token)  # the older one, after it
+    assert broken(world, "fenced") == [] and broken(world, "older_token") == []
+
+
+def test_a_pause_of_the_parent_while_its_child_runs_ends_as_a_late_finish(
+        world: World) -> None:
+    """A rerun runs in a quarantine child; its parent is stopped past the lease (the child
+    goes on: a process of its own), another listener reruns it. The child's run overlaps
+    the new one, the one exception to a key's limit, and its ending is a late finish: the
+    timer ends once."""
+    world.local_fence = True
+    l1, l2 = world.spawn((DEFAULT_GROUP,)), world.spawn((DEFAULT_GROUP,))
+    world.schedule(PLAIN, DEFAULT_GROUP, 0, "k1", -50)
+    world.claim(l1, 5, 0, False)
+    world.start_due(l1)
+    world.kill(l1)
+    wait(world, 1100, l2)
+    world.claim(l2, 5, 0, False)
+    world.start_due(l2)  # the rerun runs in l2's child
+    (in_child,) = l2.in_child
+    wait(world, 1100)  # l2 (the parent) stopped; its child goes on
+    l3 = world.spawn((DEFAULT_GROUP,))
+    world.claim(l3, 5, 0, False)
+    world.start_due(l3)
+    world.finish(l2, in_child, "ok", 0)  # the child's task returns: a late finish
+    for token in list(l3.executing):
+        world.finish(l3, token, "ok", 0)
+    assert broken(world, "key_limit") == [] and broken(world, "ending") == []
+    assert world.timers["t000"].status == "done" and world.timers["t000"].ended == 1
+
+
+@pytest.mark.no_drain
+@pytest.mark.xfail(strict=True, reason=(
+    "issue 45 item 1: dead-lettering counts a lapsed lease (a pause) as a crash"))
+def test_pauses_are_not_deaths(world: World) -> None:
+    """Three listeners in turn stopped past the lease while they run a timer, none dies:
+    the timer must not end dead for crashes (only an observed death counts toward
+    ``max_crashes``)."""
+    world.local_fence = True
+    listener = world.spawn((DEFAULT_GROUP,))
+    world.schedule(PLAIN, DEFAULT_GROUP, 0, "", -50)
+    world.claim(listener, 5, 0, False)
+    world.start_due(listener)
+    for _ in range(POLICY.max_crashes):
+        listener.paused = True  # stopped past its lease, alive
+        wait(world, 1100)
+        listener = world.spawn((DEFAULT_GROUP,))
+        world.claim(listener, 5, 0, False)
+        world.start_due(listener)
+    for token in list(listener.executing):
+        world.finish(listener, token, "ok", 0)
+    assert broken(world, "dead_without_death") == [], world.log
+
+
+@pytest.mark.no_drain
+@pytest.mark.xfail(not World.endings_survive_default, strict=True, reason=(
+    "issue 45 item 1: endings are written in batches; a process that dies takes those "
+    "not written yet with it, and a crash reruns finished work"))
+def test_a_run_whose_task_returned_is_not_run_again_when_its_process_dies(
+        world: World) -> None:
+    """A run's task returns; its process dies before the ending is written (a poison in
+    another thread, a batch on its way). The run must not run again: its ending is durable
+    before the process that ran it can lose it."""
+    world.local_fence = True
+    l1 = world.spawn((DEFAULT_GROUP,))
+    world.schedule(PLAIN, DEFAULT_GROUP, 0, "", -50)
+    world.claim(l1, 5, 0, False)
+    world.start_due(l1)
+    world.die_unwritten(l1)
+    l2 = world.spawn((DEFAULT_GROUP,))
+    wait(world, 1100, l2)
+    world.claim(l2, 5, 0, False)
+    world.start_due(l2)
+    assert broken(world, "twice") == [], world.log
 
 
 # -- the random histories ------------------------------------------------------------------
