@@ -101,10 +101,12 @@ BUGS: tuple[Bug, ...] = (
         "  redis.call('ZADD', flow_key(key_start, 'slots', key), until_ms, successor)\n",
         "  -- (the slot is not passed on)\n",
         "T14: the run next in line takes over no slot"),
-    Bug("rate-promote-same-slot", LUA + "flow.lua",
-        "      local next_tat = math.max(tat, at) + interval\n",
-        "      local next_tat = math.max(tat, at)\n",
-        "T15: a promoted pacer's slot is not paid for: the next start comes at once"),
+    # (``local next_tat = math.max(tat, at)``, the slot's interval not added, survives and
+    # is equivalent: the pacer's own start raises tat to an interval less 5 ms after it)
+    Bug("rate-promote-slot-now", LUA + "flow.lua",
+        "      local at = math.max(tat - (burst - 1) * interval, now)\n",
+        "      local at = now\n",
+        "T15: a promoted pacer's slot is now, whatever the rate's last start"),
     Bug("finish-keeps-slot", LUA + "finish.lua",
         "  elseif slots_held then\n    release_slot(ARGV[1], token, now)",
         "  elseif false then\n    release_slot(ARGV[1], token, now)",

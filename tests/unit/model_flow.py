@@ -513,6 +513,24 @@ class World:
                              f"{timer.status}, claimed as {claimed}")
             timer.status = "cancelled"
             self.note(f"cancel {timer_id}: was pending")
+            left = self.traces_of(timer_id)
+            if left:
+                self.violate("stuck", f"cancel of {timer_id} returned 1 and left it in {left}")
+
+    def traces_of(self, timer_id: str) -> list[str]:
+        """Where Redis still has timer ``timer_id`` (its history and failure records aside):
+        a record, a due or queue entry, a parked state, a kept slot, a barrier note."""
+        found = []
+        for key in self.r.keys("*"):
+            name, kind = as_text(key), as_text(self.r.type(key))
+            if any(part in name for part in ("|hist", "|fail")):
+                continue
+            if kind == "zset" and (self.r.zscore(key, timer_id) is not None
+                                   or self.r.zscore(key, f"w:{timer_id}") is not None):
+                found.append(name)
+            elif kind == "hash" and self.r.hexists(key, timer_id):
+                found.append(name)
+        return sorted(found)
 
     def reschedule(self, timer_id: str, in_ms: int) -> None:
         due = self.s.reschedule(timer_id, "in", in_ms)
@@ -918,8 +936,20 @@ class World:
     # -- whole-world checks
 
     def check_nothing_lost(self) -> None:
+        """Every timer the model holds live is pending or claimed in Redis, and each is in
+        one place: never both in a due index and in a key's or a rate's queue, never both
+        claimed and pending."""
         runs = {run_record.decode(as_text(v))[3] for v in self.r.hvals(KS.running_records)}
         pending = {as_text(k) for k in self.r.hkeys(KS.records)}
+        due, queued = set(), set()
+        for key in self.r.keys("*"):
+            name = as_text(key)
+            if "|due" in name or "|waitk|" in name or "|waitr|" in name:
+                members = {as_text(m) for m in self.r.zrange(key, 0, -1)}
+                (queued if "|wait" in name else due).update(members)
+        for timer_id in sorted((due & queued) | (runs & pending)):
+            self.violate("twice", f"{timer_id} is in two places at once: "
+                         f"{self.traces_of(timer_id)}, claimed: {timer_id in runs}")
         for timer in self.timers.values():
             if timer.status == "live" and timer.id not in runs and timer.id not in pending:
                 self.violate("lost", f"{timer.id} is neither pending nor claimed nor done")
