@@ -147,10 +147,12 @@ BUGS: tuple[Bug, ...] = (
         "    if redis.call('HEXISTS', KEYS[2], name) == 1 then",
         "    if false then",
         "T24: an arrival is written again"),
-    Bug("depart-unheld", LUA + "depart.lua",
-        "  if not run or not redis.call('ZSCORE', running, token) then",
-        "  if not run then",
-        "T25: a run leaves its shard though it is no longer held there"),
+    # (``if not run then``, the running set's check dropped, survives and is equivalent: a
+    # run record and its running set's entry are written and removed together)
+    Bug("depart-with-slot", LUA + "depart.lua",
+        "  elseif redis.call('HEXISTS', sys_key(key_start, 'held'), token) == 1 then",
+        "  elseif false then",
+        "T25: a run holding its key's slot leaves its shard (the slot is left behind)"),
     Bug("settle-drops-arrival", LUA + "arrive.lua",
         "      if verdict == 'c' then\n        local due, id, record",
         "      if false then\n        local due, id, record",

@@ -525,10 +525,9 @@ class World:
             name, kind = as_text(key), as_text(self.r.type(key))
             if any(part in name for part in ("|hist", "|fail")):
                 continue
-            if kind == "zset" and (self.r.zscore(key, timer_id) is not None
-                                   or self.r.zscore(key, f"w:{timer_id}") is not None):
-                found.append(name)
-            elif kind == "hash" and self.r.hexists(key, timer_id):
+            if (kind == "zset" and (self.r.zscore(key, timer_id) is not None
+                                    or self.r.zscore(key, f"w:{timer_id}") is not None)) \
+                    or (kind == "hash" and self.r.hexists(key, timer_id)):
                 found.append(name)
         return sorted(found)
 
@@ -882,6 +881,10 @@ class World:
         else:  # the retry is pending again (the model's ids are never scheduled twice)
             timer.record = ending[2].partition(":")[2]
             timer.due = self.now + delay_ms
+            pended = self.r.zscore(KS.due_index_of(timer.record), timer.id)
+            if pended != timer.due:
+                self.violate("early", f"{timer.id}'s retry pended at {pended!r}, not at its "
+                             f"due time {timer.due} (+{delay_ms} ms)")
             timer.incarnation += 1
             timer.ended = 0
             timer.reruns_started = []
