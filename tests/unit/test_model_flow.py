@@ -352,7 +352,9 @@ def model(kinds: tuple[str, ...], fenced: bool = False, long: bool = False,
         max_examples=examples, stateful_step_count=steps, deadline=None, print_blob=True,
         phases=[p for p in Phase if shrink or p not in (Phase.shrink, Phase.explain)],
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
-    return case
+    # a class runs its histories one after another: more than a test's usual 120 s on a
+    # loaded machine (CI runs the suite over every core)
+    return pytest.mark.timeout(1800 if long or LONG else 600)(case)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -972,14 +974,9 @@ after a stall."""
 # The long profile: one family of invariants per test, each shrinking to its own
 # counterexample (``-m model_long`` or TIMERS_MODEL_LONG=1; ``.ci/run`` runs it with
 # TIMERS_MODEL_LONG_EXAMPLES=60). Every one is expected to pass: a failure fails the run.
-_LONG = [pytest.mark.model_long, pytest.mark.timeout(1800)]
-
-
 def _long(kinds: tuple[str, ...], local_fence: bool = False) -> type:
     case = model(kinds, fenced=not local_fence, long=True, local_fence=local_fence)
-    for mark in _LONG:
-        case = mark(case)
-    return case
+    return pytest.mark.model_long(case)
 
 
 TestLongFenced = _long(("fenced", "older_token", "stolen", "revived", "ending"),
