@@ -1,16 +1,26 @@
 """A model of timers' flow control for ``test_model_flow.py``: the real Lua scripts on
 fakeredis, driven through :class:`timers.store.scripts.Scripts` by virtual listeners that do
-with each reply what ``timers/listener/*`` does, on a virtual Redis clock; and a history
-of every start, checked against the invariants of ``docs/state-machine.md``.
+with each reply what ``timers/listener/*`` does, on a virtual Redis clock; and the model's
+own history of every run, against which every reply of Redis is judged.
+
+The model is its own oracle. It decides from what it did (scheduled, claimed with which
+token and lease deadline, renewed, started, ended, cancelled, killed) which runs are live,
+and compares Redis's answers with that, never the other way round: a claim may recover
+only a run whose lease the model reckons lapsed, a finish is late exactly when the model
+knows its run was taken over, a renewal keeps exactly the runs the model holds, and a
+timer runs a second time only after a cut (a recovery). Every history ends drained
+(:meth:`World.drain`): every timer ended as the model says, and nothing left in Redis.
 
 The Redis clock. The scripts read time with ``redis.call('TIME')`` and fakeredis answers
 that (and expires keys) from ``time.time()``, read in two of its modules. :func:`redis_clock`
-swaps the ``time`` name of those two modules for a shim whose ``time()`` is a
+swaps the ``time`` name of those two modules (and of ``timers/listener/leases.py``, whose
+monotonic clock the fence reads) for a shim whose ``time()`` and ``monotonic()`` are a
 :class:`VirtualClock`: the scripts run unchanged, no test sleeps, and a lease lapses when
-the model moves the clock on. Only fakeredis's view of time changes (the test process's own
-``time`` module is untouched).
+the model moves the clock on.
 
-A virtual listener mirrors the real one:
+A virtual listener mirrors the real one, and uses its real lease classes
+(``timers/listener/leases.py``: :class:`HeldRuns` holds its runs, :class:`LeaseKeeper`
+``renew_once`` renews them, :class:`Fence` decides whether a run may start):
 
 - claim (``claimer.py``): the runs of the reply are kept; one read late (more than half a
   lease after it was sent: here, after the listener was paused) is renewed first
@@ -18,27 +28,31 @@ A virtual listener mirrors the real one:
 - start (``executor.py``): waits until the run's ``due_ms``; a run with a concurrency key
   or a rate limit asks ``gate.lua`` (``flow_gate.admit``) unless it was handed over holding
   its key's slot with no rate limit; "go" starts it, anything else drops it (no ending);
+  a run whose crashes reached its task's limit ends dead (``crashes.crash_outcome``); a
+  rerun (reruns >= 1) is queued for a quarantine child, which starts it later
+  (:meth:`World.child_start`);
 - finish (``endings.py`` / ``handoff.py``): the ending goes with a taker of one run per
   key slot it frees (``follow`` on); the handed runs start (a handed one read late is
   renewed first), a run next in line waits for the run before it;
 - a run next in line (``turns.py`` / ``runner.py``): starts the moment the run before it
   returns, in the same thread, before that run's ending is written;
-- renewals (``leases.py``): a token found lost is no longer renewed, nothing else.
+- renewals (``leases.py`` ``LeaseKeeper.renew_once``): a token found lost is no longer
+  renewed, nothing else.
 
 With ``fenced`` the listener is the one the design asks for (invariant 12): it starts any
 run only after a renewal finds its lease still held. With ``local_fence`` it is the one in
-``timers/listener`` (``leases.py`` ``HeldRuns``, ``Fence``): it knows how long each lease
-holds (half a lease from the reply that gave it the run, a lease from each renewal that kept
-it) and asks Redis first only when that is a tenth of a lease away or less (after a pause).
-With neither, it is the listener before the fence (it renews first only a claim read more
-than half a lease late).
+``timers/listener``: ``Fence.fresh`` (half a lease from the reply that gave it the run, a
+lease from each renewal that kept it, less a tenth) and ``Fence.revalidate`` after a
+stall. With neither, it is the listener before the fence (it renews first only a claim
+read more than half a lease late).
 """
 
 from __future__ import annotations
 
 import copy
+import inspect
 import time as real_time
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,9 +63,14 @@ import fakeredis.commands_mixins.server_mixin as fake_server
 from fakeredis._commands import SUPPORTED_COMMANDS, Signature
 from fakeredis._socket._fakesocket import FakeSocket
 
+from timers.listener import leases
+from timers.listener.crashes import crash_outcome
+from timers.listener.leases import Fence, HeldRuns, LeaseKeeper
+from timers.listener.quarantine import Quarantine
 from timers.model import run_record
 from timers.model.encoding import Record, as_text
 from timers.model.keys import DEFAULT_GROUP, Keyspace
+from timers.model.policy import TaskPolicy
 from timers.model.runs import Run
 from timers.store.scripts import GateRun, NewTimer, ParkTimer, Scripts, Taker
 
@@ -64,6 +83,17 @@ PLAIN, RATED = "m.plain", "m.rated"
 GROUPS = (DEFAULT_GROUP, "g2")
 CONCURRENCY = 3
 """Runs a virtual listener runs at once (its free slots are offered to handoffs)."""
+POLICY = TaskPolicy(max_crashes=3)
+"""The policy of the model's tasks: dead after 3 crashes (``crashes.crash_outcome``)."""
+
+
+def child_checks_fence() -> bool:
+    """Whether a quarantine child checks its run's lease right before it starts the task,
+    as the listener's own code does it: ``Quarantine.run`` is handed the run's fence (issue
+    45 item 1: the check runs immediately before the task's code in every context). The
+    model's child does what this says; its checks demand the rule either way."""
+    return "fence" in inspect.signature(Quarantine.run).parameters
+
 
 # -- the Redis clock ----------------------------------------------------------------------
 
@@ -71,7 +101,8 @@ CONCURRENCY = 3
 class VirtualClock:
     """The Redis clock of the model, in ms; fakeredis reads it through :func:`redis_clock`,
     and its ``INFO`` reports the server's uptime from ``boot_ms`` (the server of the model
-    has been up for an hour until a restart sets it)."""
+    has been up for an hour until a restart sets it). The listeners' monotonic clock is the
+    same clock (in seconds)."""
 
     def __init__(self, ms: int = START_MS) -> None:
         self.ms = ms
@@ -84,15 +115,19 @@ class VirtualClock:
     def time(self) -> float:
         return self.ms / 1000
 
-    def __getattr__(self, name: str) -> Any:  # sleep, monotonic …: the real module's
+    def monotonic(self) -> float:
+        return self.ms / 1000
+
+    def __getattr__(self, name: str) -> Any:  # sleep …: the real module's
         return getattr(real_time, name)
 
 
 @contextmanager
 def redis_clock(clock: VirtualClock) -> Iterator[None]:
     """fakeredis reads ``clock`` for TIME and for key expiry while this lasts, and answers
-    ``INFO`` (which it lacks) with the clock's uptime (:meth:`VirtualClock.info`)."""
-    modules = (fake_base, fake_server)
+    ``INFO`` (which it lacks) with the clock's uptime (:meth:`VirtualClock.info`); the
+    listener's lease classes read it as their monotonic clock."""
+    modules = (fake_base, fake_server, leases)
     saved = [getattr(module, "time") for module in modules]  # noqa: B009
     for module in modules:
         setattr(module, "time", clock)  # noqa: B010 (a module attribute, not ours)
@@ -124,6 +159,27 @@ def restore(server: fakeredis.FakeServer, data: Snapshot) -> None:
         db[key] = item
 
 
+def run_now(coro: Coroutine[Any, Any, Any]) -> Any:
+    """The result of a coroutine that never suspends (the real :class:`Fence` awaiting the
+    model's synchronous scripts)."""
+    try:
+        coro.send(None)
+    except StopIteration as done:
+        return done.value
+    coro.close()
+    raise RuntimeError("the coroutine suspended")
+
+
+class AsyncScripts:
+    """The model's synchronous scripts, awaitable as the listener's are (for :class:`Fence`)."""
+
+    def __init__(self, scripts: Scripts) -> None:
+        self.scripts = scripts
+
+    async def renew(self, lease_ms: int, tokens: list[str]) -> list[Any]:
+        return list(self.scripts.renew(lease_ms, tokens))
+
+
 # -- what the model expects ---------------------------------------------------------------
 
 
@@ -144,16 +200,46 @@ class TimerModel:
     status: str = "live"  # live | cancelled | done | dead
     reruns_started: list[int] = field(default_factory=list)
     """The reruns count of each start of this incarnation."""
+    ended: int = 0
+    """Endings written (not late) for this incarnation: one at most."""
+    deaths: int = 0
+    """Processes seen to die while running it (a kill of a listener or child in its run)."""
+    crash_dead: bool = False
+    """Ended dead for crashes (``crashes.crash_outcome``)."""
 
     def order(self) -> tuple[int, int, int]:
         """FIFO per key: priority first, then due time, then order of scheduling."""
         return (-self.priority, self.due, self.seq)
 
 
+@dataclass
+class MRun:
+    """The model's own record of a run: given when, to whom, its lease as the model reckons
+    it, and what became of it (never read from Redis)."""
+
+    token: str
+    timer_id: str
+    incarnation: int
+    listener: str
+    lease_until: int
+    """Redis clock ms the run's lease holds to (claim, handoff or each renewal + a lease)."""
+    reruns: int
+    follows: str = ""
+    """The token of the run it is next in line after, until that run's ending is written."""
+    state: str = "held"
+    """held (leased in Redis, lapsed or not) | recovered (a claim took it over: a rerun) |
+    ended (its ending written, or handed back) | dropped (a gate or a takeback dropped it)"""
+    holds_slot: bool = False
+    started: bool = False
+    returned: bool = False
+    """Its task returned while the run was held (its work done, the ending on its way)."""
+
+
 @dataclass(frozen=True)
 class Violation:
     kind: str
-    """fenced | key_limit | fifo | rate | early | uncounted | cancelled_ran | lost"""
+    """fenced | key_limit | fifo | rate | early | uncounted | cancelled_ran | lost | stolen
+    | revived | ending | twice | older_token | stuck | dead_without_death"""
     text: str
 
 
@@ -171,16 +257,24 @@ class Executing:
 class VListener:
     id: str
     groups: tuple[str, ...]
+    held: HeldRuns
+    """Tokens the renewals keep, with how long each lease is known to hold (the real class)."""
+    keeper: LeaseKeeper
+    fence: Fence
     claimed: dict[str, tuple[Run, int]] = field(default_factory=dict)
     """Runs claimed or handed over, not started: token -> (run, clock ms it was read)."""
     nexts: dict[str, Run] = field(default_factory=dict)
     """Runs next in line, waiting for the run they follow to return."""
+    children: dict[str, Run] = field(default_factory=dict)
+    """Reruns queued for a quarantine child (the parent checked the fence), not started."""
     executing: dict[str, Run] = field(default_factory=dict)
+    in_child: set[str] = field(default_factory=set)
+    """Tokens of ``executing`` that run in a quarantine child."""
+    returned: set[str] = field(default_factory=set)
+    """Tokens whose task returned, the ending not written yet (a batch on its way)."""
     holding: set[str] = field(default_factory=set)
-    held: set[str] = field(default_factory=set)
-    """Tokens the renewals keep."""
-    held_until: dict[str, int] = field(default_factory=dict)
-    """Token -> Redis clock ms until which this listener knows its lease holds (the fence)."""
+    doomed: set[str] = field(default_factory=set)
+    """Tokens of ``executing`` that end dead unstarted: their crashes reached the limit."""
     paused: bool = False
     alive: bool = True
 
@@ -213,10 +307,24 @@ def limits_of(record: str) -> tuple[str, int, str, int, int] | None:
     return key, limit, RATE_NAME, RATE_INTERVAL_MS, RATE_BURST
 
 
+LEFT_ALLOWED = ("|stats", "|seq", "|hist", "|fail", "|rate|", "|near", "|queues")
+"""What may be left in Redis once a history is drained: counters, history, failures, a
+rate's state (it expires a minute after its tat) and the near horizon; nothing of a
+pending, waiting, claimed or running timer."""
+
+
 # -- the world: Redis, the producer, the listeners, the history ---------------------------
 
 
 class World:
+    endings_survive_default = False
+    """Whether the listener's code keeps an ending whose task returned through the death of
+    its process before it was written (issue 45 item 1: it does not yet). Set it True with
+    the change that makes endings durable, and make :meth:`World.die_unwritten` write them
+    as that change does: the scenario
+    ``test_a_run_whose_task_returned_is_not_run_again_when_its_process_dies`` then passes,
+    and the random histories drive the step."""
+
     def __init__(self, client: fakeredis.FakeRedis, clock: VirtualClock, fenced: bool,
                  local_fence: bool = False) -> None:
         self.r = client
@@ -224,7 +332,16 @@ class World:
         self.s = Scripts(client, KS)
         self.fenced = fenced
         self.local_fence = local_fence
+        self.child_fence = child_checks_fence()
+        self.child_delay = False
+        """Whether a rerun queued for a quarantine child waits for :meth:`child_start`
+        (the model's random runs), or its child starts it at once (the scenarios)."""
+        self.endings_survive = self.endings_survive_default
+        """Whether an ending whose task returned survives the death of its process before
+        it was written (issue 45 item 1: a journal the listener's code does not keep yet;
+        :meth:`die_unwritten`)."""
         self.timers: dict[str, TimerModel] = {}
+        self.runs: dict[str, MRun] = {}
         self.listeners: list[VListener] = []
         self.executing: dict[str, Executing] = {}
         self.violations: list[Violation] = []
@@ -245,42 +362,121 @@ class World:
         self.violations.append(Violation(kind, f"{text} (at {self.now - START_MS} ms)"))
         self.note(f"VIOLATION {kind}: {text}")
 
+    def story(self, before: int = 70) -> str:
+        """The history up to a little after its first violation (or its end)."""
+        first = next((n for n, line in enumerate(self.log) if "VIOLATION" in line),
+                     len(self.log))
+        return "\n".join(self.log[max(first - before, 0):first + 3])
+
     def spawn(self, groups: tuple[str, ...]) -> VListener:
         self.spawned += 1
-        listener = VListener(f"L{self.spawned}", groups)
+        held = HeldRuns(LEASE_MS / 1000)
+        keeper = LeaseKeeper(self.r, KS, LEASE_MS / 1000, held)
+        listener = VListener(f"L{self.spawned}", groups, held, keeper,
+                             Fence(held, AsyncScripts(self.s), LEASE_MS / 1000))  # type: ignore[arg-type]
         self.listeners.append(listener)
         return listener
 
-    def lease_held(self, run: Run) -> bool:
-        score = self.lease_until(run)
-        return score is not None and score > self.now
+    def live(self, token: str, margin: int = 0) -> bool:
+        """Whether the model holds run ``token`` and reckons its lease holds more than
+        ``margin`` ms yet (a run starts only with a tenth of a lease to spare: the time to
+        start it and a clock's error cannot take it past its lease)."""
+        run = self.runs.get(token)
+        return run is not None and run.state == "held" and run.lease_until - margin > self.now
 
-    def lease_until(self, run: Run) -> float | None:
-        """The lease deadline of ``run`` in Redis (past when it lapsed), or None when its
-        token is gone from its running set (ended, handed back, recovered)."""
-        group = record_options(run.record_text).get("g", DEFAULT_GROUP)
-        score = self.r.zscore(KS.running_of(group), run.token)
-        return None if score is None else float(score)
+    def release(self, listener: VListener, token: str) -> None:
+        """The listener keeps ``token``'s lease no more (``HeldRuns.release``)."""
+        listener.held.release([token])
 
-    def renew(self, listener: VListener, tokens: list[str]) -> set[str]:
-        """Renew ``tokens``; the lost ones (no longer renewed)."""
-        if not tokens:
-            return set()
-        lost = {as_text(t) for t in self.s.renew(LEASE_MS, tokens)}
-        listener.held -= lost
+    # -- the oracle: what the model gives out and what becomes of it
+
+    def given(self, listener: VListener, run: Run, how: str) -> None:
+        """Redis gave ``run`` to ``listener`` (a claim, a handoff, a run next in line): judge
+        it against the model's own runs, then hold it."""
+        timer = self.timers.get(run.timer_id)
+        if timer is None:
+            self.violate("stolen", f"{how} gave {run.timer_id}, which nobody scheduled")
+            return
+        mine = [m for m in self.runs.values() if m.timer_id == run.timer_id
+                and m.incarnation == timer.incarnation and m.state == "held"]
+        if run.source == "recovered":
+            if not mine:
+                self.violate("twice", f"{how} recovered a run of {run.timer_id} as token "
+                             f"{run.token}: the model holds no run of it")
+            for old in mine:
+                if old.lease_until > self.now:
+                    self.violate("stolen", f"{how} recovered {run.timer_id}'s run {old.token} "
+                                 f"(of {old.listener}) whose lease holds for "
+                                 f"{old.lease_until - self.now} ms yet")
+                old.state = "recovered"
+                for nxt in self.runs.values():  # its run next in line goes back (T5, cut)
+                    if nxt.follows == old.token and nxt.state == "held":
+                        nxt.state, nxt.follows = "dropped", ""
+            holds = any(old.holds_slot for old in mine)
+        else:
+            if timer.status != "live":
+                self.violate("cancelled_ran" if timer.status == "cancelled" else "twice",
+                             f"{how} gave {run.timer_id} ({run.source}), {timer.status} "
+                             f"already")
+            for old in mine:
+                self.violate("twice", f"{how} gave {run.timer_id} ({run.source}) as token "
+                             f"{run.token} while its run {old.token} (of {old.listener}) is "
+                             f"held")
+            holds = run.source == "handoff"
+        self.runs[run.token] = MRun(run.token, run.timer_id, timer.incarnation, listener.id,
+                                    self.now + LEASE_MS, run.reruns, run.follows,
+                                    holds_slot=holds)
+        listener.held.hold(run.token, run.timer_id)
+
+    def renewed(self, tokens: list[str], lost: set[str]) -> None:
+        """A renewal of ``tokens`` found ``lost`` gone: as the model says?"""
         for token in tokens:
-            if token not in lost:
-                listener.held_until[token] = self.now + LEASE_MS
-        return lost
+            run = self.runs.get(token)
+            if run is None:
+                continue
+            if token in lost and run.state == "held":
+                self.violate("stolen", f"a renewal found {run.timer_id}'s run {token} "
+                             f"(of {run.listener}) lost; no claim recovered it")
+                run.state = "dropped"
+            elif token not in lost and run.state != "held":
+                self.violate("revived", f"a renewal kept {run.timer_id}'s run {token} "
+                             f"({run.state})")
+            elif token not in lost:
+                run.lease_until = self.now + LEASE_MS
 
-    def must_ask(self, listener: VListener, token: str, read_at: int) -> bool:
-        """Whether the listener asks Redis (renews) before it starts run ``token`` whose
-        reply it read at ``read_at``."""
-        if self.fenced:
-            return True
-        if self.local_fence:
-            return listener.held_until.get(token, 0) - self.now <= LEASE_MS // 10
-        return self.now - read_at > LEASE_MS // 2
+    def dropped(self, token: str, why: str) -> None:
+        """A gate held the run back or found it lost: Redis dropped it."""
+        run = self.runs.get(token)
+        if run is None:
+            return
+        if why == "lost" and run.state == "held":
+            self.violate("stolen", f"a gate found {run.timer_id}'s run {token} lost; no "
+                         f"claim recovered it")
+        if run.state == "held":
+            run.state = "dropped"
+        run.holds_slot = False
+
+    def ended_run(self, token: str, late: bool, kind: str) -> bool:
+        """A finish of ``token`` (``late`` as Redis says): as the model says? Whether the
+        model counts it written."""
+        run = self.runs.get(token)
+        if run is None:
+            return not late
+        written = run.state == "held"
+        if late and written:
+            self.violate("ending", f"{kind} of {run.timer_id}'s run {token} counted late: no "
+                         f"claim recovered it (its ending lost)")
+        elif not late and not written:
+            self.violate("ending", f"{kind} of {run.timer_id}'s run {token} written, though "
+                         f"it was {run.state}")
+        if written:
+            run.state = "ended"
+            for nxt in self.runs.values():  # the slot passed on (T14)
+                if nxt.follows == token:
+                    nxt.follows = ""
+                    nxt.holds_slot = nxt.state == "held" and run.holds_slot
+        run.holds_slot = False
+        return written
 
     # -- the producer
 
@@ -296,18 +492,44 @@ class World:
             new.append(NewTimer(f"t{first + n:03d}", record_of(task, group, priority, key),
                                 "in", in_ms, "n"))
         reply = self.s.schedule(new)
-        for timer, (task, group, priority, key, _), due in zip(new, timers, reply[1:],
-                                                               strict=True):
+        now = int(reply[0])
+        for timer, (task, group, priority, key, in_ms), due in zip(new, timers, reply[1:],
+                                                                   strict=True):
             tid = timer.escaped_id
+            if due is None or int(due) != now + in_ms:
+                self.violate("lost", f"schedule of {tid} in {in_ms} ms answered {due!r}")
             self.timers[tid] = TimerModel(tid, len(self.timers), priority, key, task == RATED,
-                                          group, int(due), timer.record)
-            self.note(f"schedule {tid} {timer.record} due +{int(due) - START_MS}")
+                                          group, now + in_ms, timer.record)
+            self.note(f"schedule {tid} {timer.record} due +{now + in_ms - START_MS}")
         return [timer.escaped_id for timer in new]
 
     def cancel(self, timer_id: str) -> None:
+        timer = self.timers[timer_id]
+        claimed = [m.token for m in self.runs.values() if m.timer_id == timer_id
+                   and m.incarnation == timer.incarnation and m.state == "held"]
         if self.s.cancel(timer_id) == 1:
-            self.timers[timer_id].status = "cancelled"
+            if timer.status != "live" or claimed:
+                self.violate("cancelled_ran", f"cancel of {timer_id} returned 1 though it is "
+                             f"{timer.status}, claimed as {claimed}")
+            timer.status = "cancelled"
             self.note(f"cancel {timer_id}: was pending")
+            left = self.traces_of(timer_id)
+            if left:
+                self.violate("stuck", f"cancel of {timer_id} returned 1 and left it in {left}")
+
+    def traces_of(self, timer_id: str) -> list[str]:
+        """Where Redis still has timer ``timer_id`` (its history and failure records aside):
+        a record, a due or queue entry, a parked state, a kept slot, a barrier note."""
+        found = []
+        for key in self.r.keys("*"):
+            name, kind = as_text(key), as_text(self.r.type(key))
+            if any(part in name for part in ("|hist", "|fail")):
+                continue
+            if (kind == "zset" and (self.r.zscore(key, timer_id) is not None
+                                    or self.r.zscore(key, f"w:{timer_id}") is not None)) \
+                    or (kind == "hash" and self.r.hexists(key, timer_id)):
+                found.append(name)
+        return sorted(found)
 
     def reschedule(self, timer_id: str, in_ms: int) -> None:
         due = self.s.reschedule(timer_id, "in", in_ms)
@@ -327,9 +549,8 @@ class World:
         items = reply[3:]
         for i in range(0, len(items), 3):
             run = Run.parse(items[i], items[i + 1], items[i + 2])
+            self.given(listener, run, f"{listener.id}'s claim")
             listener.claimed[run.token] = (run, self.now)
-            listener.held.add(run.token)
-            listener.held_until[run.token] = self.now + LEASE_MS // 2
             self.note(f"{listener.id} claims {run.timer_id} token {run.token} "
                       f"({run.source}, reruns {run.reruns}, due +{run.due_ms - START_MS})")
         if screen:
@@ -348,18 +569,19 @@ class World:
                 asked.append((run, GateRun(run.token, *limits)))
         if not asked:
             return
-        inherited = self.inherited_slots([g for _, g in asked])
         reply = self.s.gate(LEASE_MS, [g for _, g in asked])
         for (run, _), status in zip(asked, reply, strict=True):
             status = as_text(status)
             self.note(f"{listener.id} screens {run.timer_id} token {run.token}: {status}")
             if status == "go":
                 listener.holding.add(run.token)
-                if run.token not in inherited:
+                if not self.runs[run.token].holds_slot:
                     self.check_fifo(run, "screen")
+                self.runs[run.token].holds_slot = True
             else:
                 del listener.claimed[run.token]
-                listener.held.discard(run.token)
+                self.release(listener, run.token)
+                self.dropped(run.token, status)
 
     def park(self, listener: VListener, limit: int) -> None:
         """The parker (``listener/parker.py``): peek a backlog, park the keyed timers."""
@@ -381,7 +603,8 @@ class World:
                  if run.due_ms <= self.now]
         asked: list[tuple[Run, GateRun]] = []
         for run, read in ready:
-            del listener.claimed[run.token]
+            if listener.claimed.pop(run.token, None) is None:
+                continue  # handed back, or started, meanwhile
             if not self._still_ours(listener, run, read):
                 continue
             limits = limits_of(run.record_text)
@@ -394,7 +617,6 @@ class World:
                 asked.append((run, GateRun(run.token, *limits)))
         if not asked:
             return
-        inherited = self.inherited_slots([g for _, g in asked])
         reply = self.s.gate(LEASE_MS, [g for _, g in asked])
         for (run, spec), status in zip(asked, reply, strict=True):
             status = as_text(status)
@@ -402,11 +624,13 @@ class World:
             if status == "go":
                 if spec.key:
                     listener.holding.add(run.token)
-                    if run.token not in inherited:
+                    if not self.runs[run.token].holds_slot:
                         self.check_fifo(run, "gate")
+                    self.runs[run.token].holds_slot = True
                 self.start(listener, run)
             else:
-                listener.held.discard(run.token)
+                self.release(listener, run.token)
+                self.dropped(run.token, status)
                 self.not_started(listener, run, status in ("wait", "replaced"))
 
     def not_started(self, listener: VListener, run: Run, taken_back: bool) -> None:
@@ -419,26 +643,76 @@ class World:
                 self.hand_back(listener, following.token)
                 continue
             del listener.nexts[following.token]
-            listener.held.discard(following.token)
+            self.release(listener, following.token)
+            self.dropped(following.token, "taken back")
             self.note(f"{listener.id} drops next {following.timer_id} token "
                       f"{following.token}: taken back with {run.timer_id}")
 
+    def must_ask(self, listener: VListener, token: str, read_at: int) -> bool:
+        """Whether the listener asks Redis (renews) before it starts run ``token`` whose
+        reply it read at ``read_at``: the fenced listener always; today's when its real
+        fence says the lease is not fresh; the one before the fence when the reply was read
+        more than half a lease late."""
+        if self.fenced:
+            return True
+        if self.local_fence:
+            return not listener.fence.fresh(token)
+        return self.now - read_at > LEASE_MS // 2
+
+    def ask(self, listener: VListener, run: Run) -> bool:
+        """Ask Redis whether ``run`` is still ``listener``'s (renewed if so): the real
+        ``Fence.revalidate``."""
+        kept = bool(run_now(listener.fence.revalidate(run)))
+        self.renewed([run.token], set() if kept else {run.token})
+        if not kept:
+            self.release(listener, run.token)
+        return kept
+
     def _still_ours(self, listener: VListener, run: Run, read_at: int) -> bool:
-        """Today's listener renews a run first when its reply was read late (a pause since);
-        the fenced one always does."""
-        if self.must_ask(listener, run.token, read_at) \
-                and run.token in self.renew(listener, [run.token]):
+        """Today's listener renews a run first when its fence says so; the fenced one
+        always does."""
+        if self.must_ask(listener, run.token, read_at) and not self.ask(listener, run):
             self.note(f"{listener.id} drops {run.timer_id} token {run.token}: lease lost")
             return False
         return True
 
     def start(self, listener: VListener, run: Run) -> None:
+        """The listener starts ``run``: a rerun goes to a quarantine child (the parent
+        checked the fence), a run whose crashes reached its limit ends dead."""
+        if crash_outcome(run, POLICY) is not None:  # not started: it ends dead
+            self.note(f"{listener.id}: {run.timer_id} token {run.token} crashed too often")
+            listener.executing[run.token] = run
+            listener.doomed.add(run.token)
+            return
+        if run.reruns and run.source != "next":
+            listener.children[run.token] = run
+            self.note(f"{listener.id} queues {run.timer_id} token {run.token} for a child")
+            if not self.child_delay:
+                self.child_start(listener, run.token)
+            return
+        self.began(listener, run)
+
+    def child_start(self, listener: VListener, token: str) -> None:
+        """A quarantine child of ``listener`` starts the rerun queued for it; it checks
+        the fence first when the listener's code does (:func:`child_checks_fence`)."""
+        run = listener.children.pop(token)
+        if self.child_fence and not listener.fence.fresh(token) \
+                and not self.ask(listener, run):
+            self.note(f"{listener.id}'s child drops {run.timer_id} token {token}: lease lost")
+            return
+        listener.in_child.add(token)
+        self.began(listener, run, "in a child")
+
+    def began(self, listener: VListener, run: Run, where: str = "") -> None:
+        """The task's code starts now: check every rule a start keeps."""
         timer = self.timers[run.timer_id]
+        mine = self.runs[run.token]
         what = f"{listener.id} starts {run.timer_id} token {run.token} ({run.source}, " \
-               f"reruns {run.reruns})"
+               f"reruns {run.reruns}{', ' + where if where else ''})"
         self.note(what)
-        if not self.lease_held(run):
-            self.violate("fenced", f"{what} without holding its lease")
+        if not self.live(run.token, LEASE_MS // 10):
+            self.violate("fenced", f"{what} without its lease held for a tenth of a lease "
+                         f"yet ({mine.state}, lease {mine.lease_until - self.now:+} ms)")
         if timer.status == "cancelled":
             self.violate("cancelled_ran", f"{what} after cancel returned 1")
         if self.now < timer.due:
@@ -446,13 +720,23 @@ class World:
         if timer.reruns_started and run.reruns <= max(timer.reruns_started):
             self.violate("uncounted", f"{what}: started before with reruns "
                          f"{timer.reruns_started}, this start is not counted as a rerun")
+        before = [m for m in self.runs.values() if m.timer_id == run.timer_id and m.started]
+        newer = [m.token for m in before if int(m.token) > int(run.token)]
+        if newer:
+            self.violate("older_token", f"{what} after its newer run(s) {newer} started")
+        uncut = [m.token for m in before if m.incarnation == mine.incarnation
+                 and (m.state != "recovered" or m.returned)]
+        if uncut:
+            self.violate("twice", f"{what}: its run(s) {uncut} of the same schedule started "
+                         f"and were not cut off (or had returned)")
+        mine.started = True
         timer.reruns_started.append(run.reruns)
         if timer.key:
-            # a run another listener took over (its token gone from Redis: recovered, its
-            # slot passed to the rerun) is a paused process going on with the run it was
-            # in: invariant 1's one exception (design invariant 12), a late finish
+            # a run the model knows was taken over (recovered) is a paused process going on
+            # with the run it was in: invariant 1's one exception (design invariant 12), a
+            # late finish; a killed process's run is gone
             running = {e.timer_id for e in self.executing.values() if e.key == timer.key
-                       and self.r.hexists(KS.running_records, e.token)}
+                       and self.runs[e.token].state == "held"}
             running.add(timer.id)
             if len(running) > KEY_LIMITS[timer.key]:
                 self.violate("key_limit", f"{what}: key {timer.key} (limit "
@@ -467,33 +751,22 @@ class World:
                                               run.reruns, run.source)
         listener.executing[run.token] = run
 
-    def inherited_slots(self, asked: list[GateRun]) -> set[str]:
-        """The runs asked about that hold their key's slot already: a rerun given the slot
-        of the run it replaces (``transfer_slot``: the rerun goes first, in the place its
-        first run had), or a run handed over with it."""
-        return {g.token for g in asked
-                if g.key and self.r.zscore(KS.slots(g.key), g.token) is not None}
-
     def check_fifo(self, run: Run, how: str) -> None:
         """A run of a key got its slot: no timer of that key that goes before it (priority,
-        due, scheduling order), due, claimed (by a live lease, or by one that lapsed and
-        that no claim recovered yet: its listener may renew it and go on) or waiting in a
-        flow queue, is left waiting."""
+        due, scheduling order), due, claimed (a run the model holds, by a live lease or by
+        one that lapsed and that no claim recovered yet: its listener may renew it and go
+        on) or waiting in a flow queue, is left waiting."""
         timer = self.timers[run.timer_id]
         if not timer.key or timer.reruns_started:
             return  # a rerun (its run cut off) goes first: its place is its first run's
-        slots = {as_text(m) for m in self.r.zrange(KS.slots(timer.key), 0, -1)}
         waiting_runs: dict[str, str] = {}
-        for token, text in self.r.hgetall(KS.running_records).items():
-            token_text = as_text(token)
-            timer_id = run_record.decode(as_text(text))[3]
-            if (token_text not in self.executing and token_text != run.token
-                    and token_text not in slots  # holds a slot: not waiting for one
-                    and not any(token_text in li.nexts or token_text in li.holding
-                                for li in self.listeners)  # next in line, or screened
-                    and self.lease_until(Run.parse(token, text, "s")) is not None):
-                lapsed = "" if self.lease_held(Run.parse(token, text, "s")) else " (lapsed)"
-                waiting_runs[timer_id] = f"claimed as token {token_text}{lapsed}"
+        for other_run in self.runs.values():
+            if (other_run.state == "held" and not other_run.started
+                    and other_run.token != run.token and not other_run.holds_slot
+                    and not other_run.follows
+                    and not any(other_run.token in li.holding for li in self.listeners)):
+                lapsed = "" if other_run.lease_until > self.now else " (lapsed)"
+                waiting_runs[other_run.timer_id] = f"claimed as token {other_run.token}{lapsed}"
         parked = {as_text(k): as_text(v) for k, v in self.r.hgetall(KS.parked).items()}
         for other in self.timers.values():
             if (other.id == timer.id or other.key != timer.key or other.status != "live"
@@ -508,16 +781,14 @@ class World:
                              f"{timer.key}'s slot by {how} while {other.id} (order "
                              f"{other.order()}) ahead of it is {where}")
 
-    def finish(self, listener: VListener, token: str, kind: str, delay_ms: int,
-               gate: bool = True) -> None:
-        """End run ``token``; the runs handed along start (or ask their gate) at once,
-        or, without ``gate``, at the listener's next ``start_due`` (it stalled between
-        reading the reply and gating them)."""
-        run = listener.executing.pop(token)
-        self.executing.pop(token, None)
-        timer = self.timers[run.timer_id]
-        # the run's function returned: a run next in line after it starts now, in its
-        # thread, before this ending is written (runner.py)
+    def returns(self, listener: VListener, token: str) -> None:
+        """The task of run ``token`` returns: a run next in line after it starts now, in
+        its thread, before this ending is written (runner.py); the ending is on its way."""
+        listener.returned.add(token)
+        self.executing.pop(token, None)  # its task runs no more
+        mine = self.runs.get(token)
+        if mine is not None and mine.state == "held":
+            mine.returned = True
         for following in [n for n in listener.nexts.values() if n.follows == token]:
             del listener.nexts[following.token]
             if (limits_of(following.record_text) or ("", 0, ""))[2]:
@@ -527,11 +798,29 @@ class World:
                 continue
             if (self.fenced or self.local_fence) \
                     and self.must_ask(listener, following.token, self.now) \
-                    and following.token in self.renew(listener, [following.token]):
+                    and not self.ask(listener, following):
                 self.note(f"{listener.id} drops next {following.timer_id}: lease lost")
                 continue
             listener.holding.add(following.token)
-            self.start(listener, following)
+            self.began(listener, following)
+
+    def finish(self, listener: VListener, token: str, kind: str, delay_ms: int,
+               gate: bool = True) -> None:
+        """End run ``token``; the runs handed along start (or ask their gate) at once,
+        or, without ``gate``, at the listener's next ``start_due`` (it stalled between
+        reading the reply and gating them). A run whose crashes reached its limit ends
+        dead, whatever ``kind`` says."""
+        crashed = token in listener.doomed
+        listener.doomed.discard(token)
+        if crashed:
+            kind = "dead"
+        if token not in listener.returned:
+            self.returns(listener, token)
+        listener.returned.discard(token)
+        listener.in_child.discard(token)
+        run = listener.executing.pop(token)
+        self.executing.pop(token, None)
+        timer = self.timers[run.timer_id]
         if kind == "ok":
             ending = (token, "ok", "", "")
         elif kind == "dead":
@@ -539,6 +828,7 @@ class World:
         else:
             options = record_options(run.record_text)
             options.pop("w", None)
+            options.pop("rc", None)
             options["a"] = str(int(options.get("a", "0")) + 1)
             task = run_record.record_head(run.record_text)[0]
             retry = task + "".join(f";{k}={v}" for k, v in options.items()) + ":[]"
@@ -548,18 +838,17 @@ class World:
         take = min(1, listener.free_slots()) if freeing else 0
         taker = Taker(listener.id, listener.groups, take, LEASE_MS, freeing)
         reply = self.s.finish(retention_ms=60_000, endings=[ending], taker=taker)
-        listener.held.discard(token)
+        self.release(listener, token)
         late = int(reply[0] or 0)
         self.note(f"{listener.id} finishes {run.timer_id} token {token}: {kind}"
                   f"{' (late)' if late else ''}")
-        if not late:
-            self._ended(timer, kind, ending)
+        if self.ended_run(token, bool(late), "the finish"):
+            self._ended(timer, kind, ending, delay_ms, crashed)
         items = reply[1:]
         nexts = []
         for i in range(0, len(items), 3):
             handed = Run.parse(*items[i:i + 3])
-            listener.held.add(handed.token)
-            listener.held_until[handed.token] = self.now + LEASE_MS // 2
+            self.given(listener, handed, f"{listener.id}'s finish")
             self.note(f"{listener.id} is handed {handed.timer_id} token {handed.token} "
                       f"({handed.source}{' after ' + handed.follows if handed.follows else ''})")
             if handed.source == "next":
@@ -575,36 +864,154 @@ class World:
             if handed.token in listener.nexts:  # not taken back with a run held at its gate
                 self.check_fifo(handed, "next in line")
 
-    def _ended(self, timer: TimerModel, kind: str, ending: tuple[str, str, str, str]) -> None:
+    def _ended(self, timer: TimerModel, kind: str, ending: tuple[str, str, str, str],
+               delay_ms: int, crashed: bool) -> None:
+        timer.ended += 1
+        if timer.ended > 1:
+            self.violate("twice", f"{timer.id}: a second ending written for one schedule")
         if kind == "ok":
             timer.status = "done"
         elif kind == "dead":
             timer.status = "dead"
-        elif self.r.hexists(KS.records, timer.id):  # the retry is pending
+            timer.crash_dead = crashed
+            if crashed and timer.deaths < POLICY.max_crashes:
+                self.violate("dead_without_death", f"{timer.id} ended dead for crashes after "
+                             f"{timer.deaths} death(s) of a process running it (limit "
+                             f"{POLICY.max_crashes})")
+        else:  # the retry is pending again (the model's ids are never scheduled twice)
             timer.record = ending[2].partition(":")[2]
-            timer.due = int(self.r.zscore(KS.due, timer.id) or self.now)
+            timer.due = self.now + delay_ms
+            pended = self.r.zscore(KS.due_index_of(timer.record), timer.id)
+            if pended != timer.due:
+                self.violate("early", f"{timer.id}'s retry pended at {pended!r}, not at its "
+                             f"due time {timer.due} (+{delay_ms} ms)")
             timer.incarnation += 1
+            timer.ended = 0
             timer.reruns_started = []
 
     def hand_back(self, listener: VListener, token: str) -> None:
         """A listener stopping (or out of memory) hands back a run it has not started."""
         listener.claimed.pop(token, None)
         listener.nexts.pop(token, None)
-        listener.held.discard(token)
-        self.s.finish(retention_ms=60_000, endings=[(token, "release", "", "")])
+        listener.children.pop(token, None)
+        self.release(listener, token)
+        reply = self.s.finish(retention_ms=60_000, endings=[(token, "release", "", "")])
+        self.ended_run(token, bool(int(reply[0] or 0)), "the hand-back")
         self.note(f"{listener.id} hands back token {token}")
 
     def kill(self, listener: VListener) -> None:
+        """``kill -9`` of a listener: every run it was in died with it (seen: a death of a
+        process running it; not for a run whose task had returned)."""
         listener.alive = False
-        for token in listener.executing:
+        for token, run in listener.executing.items():
             self.executing.pop(token, None)
+            if token not in listener.returned and token not in listener.doomed:
+                self.timers[run.timer_id].deaths += 1
         self.note(f"{listener.id} killed")
+
+    def die_unwritten(self, listener: VListener) -> None:
+        """The tasks of every run ``listener`` is in return, and the process dies before
+        their endings are written (a batch on its way, a poison in another thread): a
+        finished run must not run again (design invariant 8). Unless the endings survive
+        (:attr:`endings_survive`), they are lost with the process, as today."""
+        for token in sorted(listener.executing, key=int):
+            if token in listener.executing and token not in listener.returned:
+                self.returns(listener, token)
+        returned = [t for t in listener.returned if t in listener.executing]
+        self.note(f"{listener.id} dies with the endings of {sorted(returned)} unwritten")
+        if self.endings_survive:
+            for token in sorted(returned, key=int):
+                self.finish(listener, token, "ok", 0, gate=False)
+        self.kill(listener)
+
+    def kill_child(self, listener: VListener, token: str) -> None:
+        """A quarantine child dies in its run (a poison): the parent sees it; the run is
+        handed back by nobody (today's parent runs it again in a new child until its
+        crashes reach the limit: the model lets its lease lapse, a claim reruns it)."""
+        run = listener.executing.pop(token)
+        listener.in_child.discard(token)
+        listener.returned.discard(token)
+        self.executing.pop(token, None)
+        self.timers[run.timer_id].deaths += 1
+        self.release(listener, token)
+        self.note(f"{listener.id}'s child running {run.timer_id} token {token} died")
 
     # -- whole-world checks
 
     def check_nothing_lost(self) -> None:
+        """Every timer the model holds live is pending or claimed in Redis, and each is in
+        one place: never both in a due index and in a key's or a rate's queue, never both
+        claimed and pending."""
         runs = {run_record.decode(as_text(v))[3] for v in self.r.hvals(KS.running_records)}
         pending = {as_text(k) for k in self.r.hkeys(KS.records)}
+        due, queued = set(), set()
+        for key in self.r.keys("*"):
+            name = as_text(key)
+            if "|due" in name or "|waitk|" in name or "|waitr|" in name:
+                members = {as_text(m) for m in self.r.zrange(key, 0, -1)}
+                (queued if "|wait" in name else due).update(members)
+        for timer_id in sorted((due & queued) | (runs & pending)):
+            self.violate("twice", f"{timer_id} is in two places at once: "
+                         f"{self.traces_of(timer_id)}, claimed: {timer_id in runs}")
         for timer in self.timers.values():
             if timer.status == "live" and timer.id not in runs and timer.id not in pending:
                 self.violate("lost", f"{timer.id} is neither pending nor claimed nor done")
+
+    def drain(self, max_ms: int = 60_000) -> None:
+        """End the history: every listener resumes; time goes on 100 ms at a time (leases
+        renewed), each living listener claims, starts and lets every run end ok, until
+        every timer ended as the model says. Then nothing of a timer may be left in Redis:
+        no record, due entry, run, slot, queue entry, barrier or note (liveness)."""
+        for listener in self.listeners:
+            listener.paused = False
+        self.note("drain")
+        deadline = self.now + max_ms
+        while self.now < deadline and not self.settled():
+            for listener in [li for li in self.listeners if li.alive]:
+                lost = self.renew_all(listener)
+                for token in lost:
+                    listener.claimed.pop(token, None)
+                    listener.nexts.pop(token, None)
+                    listener.children.pop(token, None)
+            self.clock.ms += 100
+            for listener in [li for li in self.listeners if li.alive]:
+                self.claim(listener, 10, 0, False)
+                self.start_due(listener)
+                for token in list(listener.children):
+                    self.child_start(listener, token)
+                for token in sorted(listener.executing, key=int):
+                    if token in listener.executing:
+                        self.finish(listener, token, "ok", 0)
+        for timer in self.timers.values():
+            if timer.status == "live":
+                self.violate("stuck", f"{timer.id} ({timer.record}) never ended: drained for "
+                             f"{max_ms} ms")
+            if timer.status in ("done", "dead") and timer.ended != 1:
+                self.violate("twice", f"{timer.id}: {timer.ended} endings written")
+        left = {}
+        for key in self.r.keys("*"):
+            name = as_text(key)
+            if any(part in name for part in LEFT_ALLOWED):
+                continue
+            kind = as_text(self.r.type(key))
+            size = {"hash": self.r.hlen, "zset": self.r.zcard, "set": self.r.scard}.get(
+                kind, lambda _k: 1)(key)
+            if size:
+                left[name] = size
+        if left:
+            self.violate("stuck", f"drained, Redis still holds {left}")
+
+    def settled(self) -> bool:
+        return all(t.status != "live" for t in self.timers.values()) and not any(
+            li.claimed or li.nexts or li.executing or li.children
+            for li in self.listeners if li.alive)
+
+    def renew_all(self, listener: VListener) -> set[str]:
+        """The listener's renewal thread, once (``LeaseKeeper.renew_once``): the tokens it
+        found lost."""
+        tokens = listener.held.tokens()
+        before = set(tokens)
+        listener.keeper.renew_once()
+        lost = before - set(listener.held.tokens())
+        self.renewed(tokens, lost)
+        return lost

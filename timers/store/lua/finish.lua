@@ -108,6 +108,10 @@
 -- Returns {late finishes, then per handed-over run: token, run, "h" or "n@<token>"}.
 local KINDS = {ok = true, skip = true, fail = true, reject = true, retry = true,
                release = true, move = true, wait = true}
+-- Endings of a run that may never have been gated (handed back, moved, or failed before
+-- its start: its crashes reached the limit, its task refused): its note in the order
+-- barrier (claim.lua note_ungated) is dropped with it. A run that started was gated.
+local UNGATED_ENDS = {fail = true, release = true, move = true, wait = true}
 
 -- An error reply when ending n (token, kind, a, b) does not read, else nil.
 local function bad_ending(n, token, kind, a, b)
@@ -200,7 +204,10 @@ end
 for i = FIRST, #ARGV, STRIDE do  -- each run's group, the slot it holds, where it goes
   local token, kind, a = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   if kind ~= 'reject' then
-    need_run(ARGV[1], token)
+    local run_record = need_run(ARGV[1], token)
+    if run_record and UNGATED_ENDS[kind] then  -- its place in the order barrier, if noted
+      need(flow_key(ARGV[1], 'ungated', barrier_of(run_record)))
+    end
     need_release(ARGV[1], token)
     if kind == 'retry' or kind == 'move' or kind == 'wait' then
       local id, record = string.match(a, '^([^:]+):(.*)$')
@@ -290,6 +297,12 @@ local function end_run(token, kind, a, b, release, hid, htext, hage, hindexed)
     redis.call('HDEL', KEYS[2], token)
     counts.late_finishes = counts.late_finishes + 1
     return
+  end
+  if UNGATED_ENDS[kind] then
+    local _, _, _, id, record = run_read(redis.call('HGET', KEYS[2], token))
+    if record and redis.call('HGET', sys_key(ARGV[1], 'ungatedt'), id) == token then
+      drop_ungated(ARGV[1], id, record)
+    end
   end
   redis.call('HDEL', KEYS[2], token)
   if hid ~= '' and keep_history then

@@ -163,6 +163,10 @@ local function gate(token, key, limit, rate, interval, burst)
     local status = hold(token, id, record, due, flow_key(ARGV[1], 'waitk', key), waiting, rk,
       reruns)
     promote_key(ARGV[1], key, limit, now)
+    -- a pacer whose slot came before the server's start (T21) is the pacer no more: the
+    -- rate's next slot goes on now (a paid pacer's went on above), else the timers waiting
+    -- for the rate would have no pacer until some gate asked the rate again
+    if slot_lost then promote_rate(ARGV[1], p.name, p.a, p.b, now) end
     return status
   end
   if rate ~= '' and not paid and not take_rate(rate, interval, burst) then

@@ -1,0 +1,219 @@
+"""The single-line bugs of the mutation check (``python -m tests.mutation``): each one a
+place in the tree (a snippet that occurs there exactly once: ``tests/unit/
+test_mutation_list.py`` checks it), what it becomes, and the transition
+(``docs/state-machine.md``, T1 to T26) or rule it breaks. The default test run must fail
+for every one."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Bug:
+    name: str
+    path: str
+    """The file, from the repository's root."""
+    original: str
+    """A snippet that occurs exactly once in the file (a line, or a line with its context)."""
+    replacement: str
+    breaks: str
+    """The transition (``T<n>``) or rule it breaks, and how."""
+    survives: str = ""
+    """Why no test catches it, for a bug known to survive (empty: it must be caught)."""
+
+
+LUA = "timers/store/lua/"
+LISTENER = "timers/listener/"
+
+BUGS: tuple[Bug, ...] = (
+    # -- the scripts ----------------------------------------------------------------------
+    Bug("schedule-due-late", LUA + "schedule.lua",
+        "    due = now + due\n", "    due = now + due + 100\n",
+        "T1: a timer is written due 100 ms later than asked"),
+    Bug("reschedule-keeps-queue", LUA + "reschedule.lua",
+        "unpark(ARGV[1], ARGV[3])  -- a timer held back",
+        "-- unpark(ARGV[1], ARGV[3])  -- a timer held back",
+        "T2: a rescheduled waiting timer stays in its key's queue as well"),
+    Bug("cancel-leaves-key-queue", LUA + "flow.lua",
+        "    redis.call('ZREM', flow_key(key_start, 'waitk', p.name), id)\n",
+        "    -- (left in its key's queue)\n",
+        "T3: a cancel leaves the timer in its key's queue"),
+    Bug("claim-keeps-record", LUA + "claim.lua",
+        "  call_all('HDEL', KEYS[2], ids)\n", "  -- (records kept)\n",
+        "T4: a claimed timer keeps its pending record (cancel still finds it)"),
+    Bug("claim-no-barrier-note", LUA + "claim.lua",
+        "    out[#out + 1] = t[3]\n    note_keyed(token, run)\n",
+        "    out[#out + 1] = t[3]\n",
+        "T4: a claimed keyed timer is not noted in its key's order barrier (FIFO)"),
+    Bug("recover-live-lease", LUA + "claim.lua",
+        "redis.call('ZRANGEBYSCORE', running, '-inf', now, 'LIMIT', 0, limit - claimed)",
+        "redis.call('ZRANGEBYSCORE', running, '-inf', now + 500, 'LIMIT', 0, limit - claimed)",
+        "T5: a claim recovers a lease not yet lapsed (500 ms left)"),
+    Bug("rerun-uncounted", LUA + "claim.lua",
+        "local rerun = start((tonumber(reruns) + 1) .. me",
+        "local rerun = start((tonumber(reruns)) .. me",
+        "T5: a rerun is not counted (reruns + 1 dropped)"),
+    Bug("rerun-loses-slot", LUA + "claim.lua",
+        "local passed, took_back = transfer_slot(ARGV[1], token, rerun, lease_until)",
+        "local passed, took_back = false, false",
+        "T5: the cut run's slot is freed instead of passing to its rerun"),
+    Bug("park-keeps-due-entry", LUA + "park.lua",
+        "  redis.call('ZREM', index, id)\n  redis.call('DEL', ARGV[1] .. id",
+        "  redis.call('DEL', ARGV[1] .. id",
+        "T6: a parked timer stays in its due index as well"),
+    Bug("gate-over-limit", LUA + "gate.lua",
+        "if redis.call('ZCARD', slots) < limit and not waits_ahead then",
+        "if redis.call('ZCARD', slots) <= limit and not waits_ahead then",
+        "T7: a key runs limit + 1 at once"),
+    Bug("gate-past-barrier", LUA + "gate.lua",
+        "    if barred(ARGV[1], id, record, score, now) then",
+        "    if false then",
+        "T7: a free slot goes past the order barrier (FIFO)"),
+    Bug("gate-rate-burst", LUA + "gate.lua",
+        "if tat - now > (burst - 1) * interval then return false end",
+        "if tat - now > burst * interval then return false end",
+        "T7: a rate lets a start through one interval early"),
+    Bug("gate-lost-goes", LUA + "gate.lua",
+        "if not record or not redis.call('ZSCORE', rk, token) then return 'lost' end",
+        "if not record then return 'lost' end",
+        "T10: a gate lets a run go whose lease another listener took over"),
+    Bug("hold-not-queued", LUA + "gate.lua",
+        "  redis.call('ZADD', queue, flow_score(record, tonumber(record_option(record, 'w'))),"
+        " id)\n  parked_write(ARGV[1], id, p)\n  return 'wait'",
+        "  parked_write(ARGV[1], id, p)\n  return 'wait'",
+        "T8, T9: a timer held back is in no queue (never promoted)"),
+    Bug("rate-wait-no-barrier", LUA + "gate.lua",
+        "      if status == 'wait' then\n        note_ungated",
+        "      if false then\n        note_ungated",
+        "T9: a keyed timer waiting for its rate loses its place in its key's order"),
+    Bug("promote-no-kept-slot", LUA + "flow.lua",
+        "        redis.call('ZADD', slots, ms_text(now + p.b), 'w:' .. id)\n",
+        "        -- (no slot kept)\n",
+        "T11: a promoted timer has no slot kept for it"),
+    Bug("handoff-no-slot", LUA + "flow.lua",
+        "        redis.call('ZADD', slots, taker.lease_until, token)\n",
+        "        -- (handed without its slot)\n",
+        "T12: a run handed over holds no slot"),
+    Bug("next-past-barrier", LUA + "flow.lua",
+        "      if barred(key_start, id, record, flow_score(",
+        "      if false and barred(key_start, id, record, flow_score(",
+        "T13: a run handed next in line past the order barrier"),
+    Bug("pass-slot-dropped", LUA + "flow.lua",
+        "  redis.call('ZADD', flow_key(key_start, 'slots', key), until_ms, successor)\n",
+        "  -- (the slot is not passed on)\n",
+        "T14: the run next in line takes over no slot"),
+    # (``local next_tat = math.max(tat, at)``, the slot's interval not added, survives and
+    # is equivalent: the pacer's own start raises tat to an interval less 5 ms after it)
+    Bug("rate-promote-slot-now", LUA + "flow.lua",
+        "      local at = math.max(tat - (burst - 1) * interval, now)\n",
+        "      local at = now\n",
+        "T15: a promoted pacer's slot is now, whatever the rate's last start"),
+    Bug("finish-keeps-slot", LUA + "finish.lua",
+        "  elseif slots_held then\n    release_slot(ARGV[1], token, now)",
+        "  elseif false then\n    release_slot(ARGV[1], token, now)",
+        "T16: an ending never frees its key's slot"),
+    Bug("retry-at-once", LUA + "finish.lua",
+        "if pend_again(id, record, now + tonumber(b)) then",
+        "if pend_again(id, record, now) then",
+        "T16: a retry is due at once, not after its delay"),
+    Bug("release-loses-timer", LUA + "finish.lua",
+        "    if pend_again(release[1], release[2], release[3]) then",
+        "    if false then",
+        "T17: a run handed back is lost"),
+    Bug("move-loses-timer", LUA + "finish.lua",
+        "    if pend_again(id, moved, tonumber(b)) then counts.routed",
+        "    if false then counts.routed",
+        "T18: a run moved to its task's group is lost"),
+    Bug("renew-revives", LUA + "renew.lua",
+        "  if redis.call('ZADD', KEYS[1], 'XX', 'CH', lease_until, token) == 1",
+        "  if redis.call('ZADD', KEYS[1], 'CH', lease_until, token) == 1",
+        "T19: a renewal revives a run another listener recovered"),
+    Bug("finish-takeover-written", LUA + "finish.lua",
+        "  if redis.call('ZREM', KEYS[1], token) == 1 then return true end",
+        "  redis.call('ZREM', KEYS[1], token); do return true end",
+        "T20: a finish writes the ending of a token taken over"),
+    Bug("rate-no-restart-floor", LUA + "flow.lua",
+        "  if started then tat = math.max(tat, started + burst * interval) end",
+        "  -- (no floor at the server's start)",
+        "T21: a server that lost its last writes lets a rate start again at once"),
+    Bug("rate-hold-keeps-next", LUA + "gate.lua",
+        "      take_back_next(ARGV[1], token)\n",
+        "      -- (the run next in line is not taken back)\n",
+        "T22: a run next in line follows a run held for its rate into its slot"),
+    Bug("pacer-early-paid", LUA + "gate.lua",
+        "  if p.state == 'R' and now < p.c then",
+        "  if false then",
+        "T23: a pacer gated before its slot is paid"),
+    Bug("arrive-twice", LUA + "arrive.lua",
+        "    if redis.call('HEXISTS', KEYS[2], name) == 1 then",
+        "    if false then",
+        "T24: an arrival is written again"),
+    # (``if not run then``, the running set's check dropped, survives and is equivalent: a
+    # run record and its running set's entry are written and removed together)
+    Bug("depart-with-slot", LUA + "depart.lua",
+        "  elseif redis.call('HEXISTS', sys_key(key_start, 'held'), token) == 1 then",
+        "  elseif false then",
+        "T25: a run holding its key's slot leaves its shard (the slot is left behind)"),
+    Bug("settle-drops-arrival", LUA + "arrive.lua",
+        "      if verdict == 'c' then\n        local due, id, record",
+        "      if false then\n        local due, id, record",
+        "T26: an arrival settled 'c' is dropped instead of pended (the moved timer lost)"),
+    Bug("restart-pacer-orphans-rate", LUA + "gate.lua",
+        "    if slot_lost then promote_rate(ARGV[1], p.name, p.a, p.b, now) end\n",
+        "    -- (the rate's next slot stays with nobody)\n",
+        "T21, liveness: a pacer that lost its slot to a restart leaves its rate's queue "
+        "without a pacer"),
+    Bug("handback-keeps-barrier", LUA + "finish.lua",
+        "      drop_ungated(ARGV[1], id, record)\n    end\n  end\n"
+        "  redis.call('HDEL', KEYS[2], token)",
+        "    end\n  end\n  redis.call('HDEL', KEYS[2], token)",
+        "T17, liveness: a run handed back unstarted stays in its key's order barrier"),
+    # -- the listener ---------------------------------------------------------------------
+    Bug("fence-no-margin", LISTENER + "leases.py",
+        "        self._margin = lease / 10", "        self._margin = 0.0",
+        "fence: a run starts with its lease about to lapse (the margin removed)"),
+    Bug("fence-revalidate-blind", LISTENER + "leases.py",
+        "        if lost:\n            log.warning(\"timer %s not started: this listener stalled",
+        "        if False:\n            log.warning(\"timer %s not started: this listener stalled",
+        "fence: after a stall a run another listener took over starts"),
+    Bug("renewal-keeps-lost", LISTENER + "leases.py",
+        "            timer_id = self.held.drop_lost(text)  # no use renewing it again",
+        "            timer_id = None  # no use renewing it again",
+        "leases: a run a renewal found lost stays fresh"),
+    Bug("executor-unfenced", LISTENER + "executor.py",
+        "            elif (self.fence is not None and not self.fence.fresh(run.token)",
+        "            elif (False",
+        "fence: the executor starts a run without the fence",
+        survives="the thread's and the coroutine's own checks right before the call "
+        "(thread-unfenced, coroutine-unfenced) make it redundant in the listener's process; "
+        "it stands alone only before a rerun goes to a quarantine child, where issue 45 "
+        "item 1 moves the check into the child (the model's scenario "
+        "test_a_rerun_queued_for_a_child_while_its_lease_lapses_does_not_start demands it)"),
+    Bug("thread-unfenced", LISTENER + "thread_pool.py",
+        "            if job.fence is not None and not job.fence():",
+        "            if False:",
+        "fence: a run next in line started in its thread without the fence"),
+    Bug("coroutine-unfenced", LISTENER + "runner.py",
+        "        if is_async and fence is not None and not fence():",
+        "        if False:",
+        "fence: an async def run next in line starts without the fence"),
+    Bug("stalled-next-starts", LISTENER + "executor.py",
+        "        if run.follows:\n            log.warning(\"timer %s not started: its listener"
+        " stalled",
+        "        if False:\n            log.warning(\"timer %s not started: its listener"
+        " stalled",
+        "fence (T14): a run next in line whose listener stalled starts instead of waiting",
+        survives="equivalent: revalidation already finds such a run lost whenever the slot "
+        "it was to take over went to a rerun (T5 takes a cut run's run next in line back); "
+        "one still held may start (the model's listener starts it, and every invariant "
+        "holds), so handing it back only delays it"),
+    Bug("turn-not-revoked", LISTENER + "turns.py",
+        "                turn.revoked, turn.taken_back = True, taken_back",
+        "                turn.taken_back = taken_back",
+        "T22: a run next in line after a run held at its gate starts"),
+    Bug("late-claim-unchecked", LISTENER + "claimer.py",
+        "        if runs and waited > self.lease / 2:",
+        "        if False:",
+        "fence: a claim reply read late is not revalidated"),
+)

@@ -1,0 +1,35 @@
+"""The mutation check's list of bugs (``tests/mutation/bugs.py``) cannot go stale silently:
+every snippet still occurs exactly once in the current tree, and the list covers every
+transition of the state machine, in the scripts and in the listener."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.mutation.bugs import BUGS, Bug
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("bug", BUGS, ids=[b.name for b in BUGS])
+def test_each_bug_plants_in_exactly_one_place(bug: Bug) -> None:
+    text = (ROOT / bug.path).read_text()
+    assert text.count(bug.original) == 1, (
+        f"{bug.name}: its snippet occurs {text.count(bug.original)} times in {bug.path}; "
+        f"update tests/mutation/bugs.py to the code as it is")
+    assert bug.replacement != bug.original
+    assert text.replace(bug.original, bug.replacement) != text
+
+
+def test_the_list_covers_every_transition_in_the_scripts_and_the_listener() -> None:
+    names = [b.name for b in BUGS]
+    assert len(BUGS) >= 25 and len(set(names)) == len(names)
+    covered = {int(n) for b in BUGS for n in re.findall(r"\bT(\d+)\b", b.breaks)}
+    documented = {int(n) for n in re.findall(
+        r"^\| T(\d+) \|", (ROOT / "docs/state-machine.md").read_text(), re.M)}
+    assert documented and documented <= covered, sorted(documented - covered)
+    assert any(b.path.endswith(".lua") for b in BUGS)
+    assert any(b.path.startswith("timers/listener/") for b in BUGS)
