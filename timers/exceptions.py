@@ -257,7 +257,7 @@ class FlowKeyError(TimersError):
 
 class JournalUnavailable(TimersError):
     """The endings journal's directory is not private to this user, or its file cannot be
-    made (:mod:`timers.listener.journal`)."""
+    made (`timers.listener.journal`)."""
 
 
 class Overran(TimersError):

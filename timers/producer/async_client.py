@@ -101,7 +101,7 @@ class AsyncTimers:
         self.eviction = EvictionGuard(strict)
         self.task_check = TaskCheck(strict_tasks)
         """The tasks it scheduled that a live listener was asked about (once each, see
-        :mod:`timers.producer.task_check`)."""
+        `timers.producer.task_check`)."""
         """The server's eviction policy, read on the first write (see
         `timers.store.eviction`)."""
 
@@ -138,7 +138,7 @@ class AsyncTimers:
 
     async def _check_tasks(self, pairs: builtins.list[tuple[str, str]]) -> None:
         """The first time a task (in a group) is scheduled: whether a live listener
-        announces it (one round trip; :mod:`timers.producer.task_check`)."""
+        announces it (one round trip; `timers.producer.task_check`)."""
         todo = self.task_check.unchecked(pairs)
         if todo:
             self.task_check.judge(await self.run(read_fleet(self.keys)), todo)
