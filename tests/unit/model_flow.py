@@ -706,7 +706,7 @@ class World:
     def to_child(self, listener: VListener, run: Run) -> None:
         """``Quarantine.run``: a new child for ``run``, the run's lease shared with it."""
         cell = listener.cells.setdefault(run.token, SharedCell())
-        listener.held.share(run.token, cell)  # type: ignore[arg-type]
+        listener.held.share(run.token, cell)
         listener.children[run.token] = run
         self.note(f"{listener.id} queues {run.timer_id} token {run.token} for a child")
         if not self.child_delay:
@@ -721,7 +721,7 @@ class World:
         ``stale`` when it goes on (the run waits for a new child)."""
         run = listener.children.pop(token)
         cell = listener.cells[token]
-        if self.child_fence and not fresh_in(cell, listener.held.margin):  # type: ignore[arg-type]
+        if self.child_fence and not fresh_in(cell, listener.held.margin):
             self.note(f"{listener.id}'s child finds {run.timer_id} token {token} stale")
             if listener.paused:
                 listener.children[token] = run
@@ -843,10 +843,10 @@ class World:
             self.began(listener, following)
 
     def finish(self, listener: VListener, token: str, kind: str, delay_ms: int,
-               gate: bool = True, take: bool = True) -> None:
+               gate: bool = True, hand: bool = True) -> None:
         """End run ``token``; the runs handed along start (or ask their gate) at once,
         or, without ``gate``, at the listener's next ``start_due`` (it stalled between
-        reading the reply and gating them); without ``take``, none is handed (an ending
+        reading the reply and gating them); without ``hand``, none is handed (an ending
         written from a dead process's journal). A run whose deaths in quarantine reached
         its limit ends dead, whatever ``kind`` says."""
         crashed = token in listener.doomed
@@ -876,7 +876,7 @@ class World:
             ending = (token, "retry", f"{run.escaped_id}:{retry}", str(delay_ms))
         freeing = token in listener.holding
         listener.holding.discard(token)
-        take = min(1, listener.free_slots()) if freeing and take else 0
+        take = min(1, listener.free_slots()) if freeing and hand else 0
         taker = Taker(listener.id, listener.groups, take, LEASE_MS, freeing)
         reply = self.s.finish(retention_ms=60_000, endings=[ending], taker=taker)
         self.release(listener, token)
@@ -967,7 +967,7 @@ class World:
         self.note(f"{listener.id} dies with the endings of {sorted(returned)} unwritten")
         if self.endings_survive:
             for token in sorted(returned, key=int):
-                self.finish(listener, token, "ok", 0, gate=False, take=False)
+                self.finish(listener, token, "ok", 0, gate=False, hand=False)
         self.kill(listener)
 
     def kill_child(self, listener: VListener, token: str) -> None:
