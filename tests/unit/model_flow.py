@@ -352,6 +352,12 @@ class World:
         self.fenced = fenced
         self.local_fence = local_fence
         self.child_fence = child_checks_fence()
+        self.rated_child_gap_known = False
+        """Whether a rated rerun started by its child too soon after the rate's last start
+        is noted as the known gap (the random histories) rather than as a ``rate``
+        violation (the scenarios): once a rated rerun has gone to a child in a history,
+        its rate's starts are not judged (either start of the pair may come second)."""
+        self.rated_rerun_in_child = False
         self.child_delay = False
         """Whether a rerun queued for a quarantine child waits for :meth:`child_start`
         (the model's random runs), or its child starts it at once (the scenarios)."""
@@ -708,6 +714,7 @@ class World:
         cell = listener.cells.setdefault(run.token, SharedCell())
         listener.held.share(run.token, cell)
         listener.children[run.token] = run
+        self.rated_rerun_in_child |= self.timers[run.timer_id].rated
         self.note(f"{listener.id} queues {run.timer_id} token {run.token} for a child")
         if not self.child_delay:
             self.child_start(listener, run.token)
@@ -782,7 +789,14 @@ class World:
         if timer.rated:
             if (self.last_rated_start is not None
                     and self.now - self.last_rated_start < RATE_INTERVAL_MS):
-                self.violate("rate", f"{what}: {self.now - self.last_rated_start} ms after "
+                # KNOWN GAP (invariant 13, not fixed yet): a rated rerun is gated by its
+                # parent and started later by its quarantine child, so the rate's next timer
+                # can start in between. `test_a_rated_rerun_that_waits_for_its_child_keeps_
+                # its_rates_interval` pins it (strict xfail, this check unexcused there); the
+                # random histories note it apart until the fix lands.
+                kind = ("rate_child_gap" if self.rated_child_gap_known
+                        and self.rated_rerun_in_child else "rate")
+                self.violate(kind, f"{what}: {self.now - self.last_rated_start} ms after "
                              f"the last start of rate {RATE_NAME} (interval {RATE_INTERVAL_MS})")
             self.last_rated_start = self.now
         self.executing[run.token] = Executing(run.token, timer.id, timer.key, listener.id,
