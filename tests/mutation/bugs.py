@@ -169,9 +169,13 @@ BUGS: tuple[Bug, ...] = (
         "  redis.call('HDEL', KEYS[2], token)",
         "    end\n  end\n  redis.call('HDEL', KEYS[2], token)",
         "T17, liveness: a run handed back unstarted stays in its key's order barrier"),
+    Bug("move-keeps-old", LUA + "move.lua",
+        "  withdraw(KEYS[1], KEYS[2], ARGV[1], id)\n  moved = moved + 1\n",
+        "  moved = moved + 1\n",
+        "T27: a moved timer stays pending under its old prefix as well (it runs twice)"),
     # -- the listener ---------------------------------------------------------------------
     Bug("fence-no-margin", LISTENER + "leases.py",
-        "        self._margin = lease / 10", "        self._margin = 0.0",
+        "        self.margin = lease / 10", "        self.margin = 0.0",
         "fence: a run starts with its lease about to lapse (the margin removed)"),
     Bug("fence-revalidate-blind", LISTENER + "leases.py",
         "        if lost:\n            log.warning(\"timer %s not started: this listener stalled",
@@ -186,14 +190,22 @@ BUGS: tuple[Bug, ...] = (
         "            elif (False",
         "fence: the executor starts a run without the fence",
         survives="the thread's and the coroutine's own checks right before the call "
-        "(thread-unfenced, coroutine-unfenced) make it redundant in the listener's process; "
-        "it stands alone only before a rerun goes to a quarantine child, where issue 45 "
-        "item 1 moves the check into the child (the model's scenario "
-        "test_a_rerun_queued_for_a_child_while_its_lease_lapses_does_not_start demands it)"),
+        "(thread-unfenced, coroutine-unfenced) make it redundant in the listener's process, "
+        "and a quarantine child checks the lease its parent shares with it right before "
+        "the task (child-unfenced)"),
     Bug("thread-unfenced", LISTENER + "thread_pool.py",
         "            if job.fence is not None and not job.fence():",
         "            if False:",
         "fence: a run next in line started in its thread without the fence"),
+    Bug("child-unfenced", LISTENER + "quarantine.py",
+        "        return await runner.call(fn, json.loads(args_json), fence=held)\n",
+        "        return await runner.call(fn, json.loads(args_json), fence=None)\n",
+        "fence: a quarantine child starts its rerun without checking the lease its parent "
+        "shares with it"),
+    Bug("lapses-are-crashes", LISTENER + "quarantine.py",
+        "                crashes, how = died + before_start, how_it_died(exitcode)\n",
+        "                crashes, how = died + before_start + reruns, how_it_died(exitcode)\n",
+        "crashes: lapsed leases (reruns) count toward max_crashes, as deaths seen do"),
     Bug("coroutine-unfenced", LISTENER + "runner.py",
         "        if is_async and fence is not None and not fence():",
         "        if False:",

@@ -28,9 +28,11 @@ A virtual listener mirrors the real one, and uses its real lease classes
 - start (``executor.py``): waits until the run's ``due_ms``; a run with a concurrency key
   or a rate limit asks ``gate.lua`` (``flow_gate.admit``) unless it was handed over holding
   its key's slot with no rate limit; "go" starts it, anything else drops it (no ending);
-  a run whose crashes reached its task's limit ends dead (``crashes.crash_outcome``); a
-  rerun (reruns >= 1) is queued for a quarantine child, which starts it later
-  (:meth:`World.child_start`);
+  a rerun (reruns >= 1: a lapse, never a crash) is queued for a quarantine child, which
+  starts it later (:meth:`World.child_start`) only while the lease the parent shares with
+  it (``HeldRuns.share``) holds (``leases.fresh_in``); a child that dies in its run is a
+  death the parent sees: it runs the rerun again in a new child until those deaths reach
+  the task's limit, then ends it dead (``crashes.died_outcome``);
 - finish (``endings.py`` / ``handoff.py``): the ending goes with a taker of one run per
   key slot it frees (``follow`` on); the handed runs start (a handed one read late is
   renewed first), a run next in line waits for the run before it;
@@ -64,8 +66,8 @@ from fakeredis._commands import SUPPORTED_COMMANDS, Signature
 from fakeredis._socket._fakesocket import FakeSocket
 
 from timers.listener import leases
-from timers.listener.crashes import crash_outcome
-from timers.listener.leases import Fence, HeldRuns, LeaseKeeper
+from timers.listener.crashes import died_outcome
+from timers.listener.leases import Fence, HeldRuns, LeaseKeeper, fresh_in
 from timers.listener.quarantine import Quarantine
 from timers.model import run_record
 from timers.model.encoding import Record, as_text
@@ -84,15 +86,26 @@ GROUPS = (DEFAULT_GROUP, "g2")
 CONCURRENCY = 3
 """Runs a virtual listener runs at once (its free slots are offered to handoffs)."""
 POLICY = TaskPolicy(max_crashes=3)
-"""The policy of the model's tasks: dead after 3 crashes (``crashes.crash_outcome``)."""
+"""The policy of the model's tasks: dead after 3 deaths seen in quarantine children
+(``quarantine.Quarantine.run``, ``crashes.died_outcome``)."""
 
 
 def child_checks_fence() -> bool:
     """Whether a quarantine child checks its run's lease right before it starts the task,
-    as the listener's own code does it: ``Quarantine.run`` is handed the run's fence (issue
-    45 item 1: the check runs immediately before the task's code in every context). The
-    model's child does what this says; its checks demand the rule either way."""
-    return "fence" in inspect.signature(Quarantine.run).parameters
+    as the listener's own code does it: ``Quarantine`` is given the listener's
+    :class:`HeldRuns`, which shares each run's lease with the child (``HeldRuns.share``),
+    and the child starts the task only while ``leases.fresh_in`` says it holds. The
+    model's child does what this says (with the real ``share`` and ``fresh_in``); its
+    checks demand the rule either way."""
+    return hasattr(HeldRuns, "share") and "held" in inspect.signature(Quarantine).parameters
+
+
+@dataclass
+class SharedCell:
+    """The cell a parent shares a run's lease with its child in (``SharedUntil``: a
+    ``multiprocessing.RawValue('d')`` in the listener)."""
+
+    value: float = 0.0
 
 
 # -- the Redis clock ----------------------------------------------------------------------
@@ -205,7 +218,7 @@ class TimerModel:
     deaths: int = 0
     """Processes seen to die while running it (a kill of a listener or child in its run)."""
     crash_dead: bool = False
-    """Ended dead for crashes (``crashes.crash_outcome``)."""
+    """Ended dead for crashes (``crashes.died_outcome``)."""
 
     def order(self) -> tuple[int, int, int]:
         """FIFO per key: priority first, then due time, then order of scheduling."""
@@ -233,6 +246,9 @@ class MRun:
     started: bool = False
     returned: bool = False
     """Its task returned while the run was held (its work done, the ending on its way)."""
+    died: bool = False
+    """Its last start died in a quarantine child, which its parent saw: the parent may
+    start it again, in a new child, under the same token."""
 
 
 @dataclass(frozen=True)
@@ -267,6 +283,10 @@ class VListener:
     """Runs next in line, waiting for the run they follow to return."""
     children: dict[str, Run] = field(default_factory=dict)
     """Reruns queued for a quarantine child (the parent checked the fence), not started."""
+    cells: dict[str, SharedCell] = field(default_factory=dict)
+    """The lease each run in quarantine is shared with its child in (``HeldRuns.share``)."""
+    child_deaths: dict[str, int] = field(default_factory=dict)
+    """Quarantine children that died in each run (``Quarantine.run``'s count)."""
     executing: dict[str, Run] = field(default_factory=dict)
     in_child: set[str] = field(default_factory=set)
     """Tokens of ``executing`` that run in a quarantine child."""
@@ -274,7 +294,7 @@ class VListener:
     """Tokens whose task returned, the ending not written yet (a batch on its way)."""
     holding: set[str] = field(default_factory=set)
     doomed: set[str] = field(default_factory=set)
-    """Tokens of ``executing`` that end dead unstarted: their crashes reached the limit."""
+    """Tokens of ``executing`` that end dead: their deaths in quarantine reached the limit."""
     paused: bool = False
     alive: bool = True
 
@@ -317,13 +337,12 @@ pending, waiting, claimed or running timer."""
 
 
 class World:
-    endings_survive_default = False
+    endings_survive_default = True
     """Whether the listener's code keeps an ending whose task returned through the death of
-    its process before it was written (issue 45 item 1: it does not yet). Set it True with
-    the change that makes endings durable, and make :meth:`World.die_unwritten` write them
-    as that change does: the scenario
-    ``test_a_run_whose_task_returned_is_not_run_again_when_its_process_dies`` then passes,
-    and the random histories drive the step."""
+    its process before it was written: it does (``timers/listener/journal.py``: each
+    process journals a run's ending the moment it finishes, and a listener of the host
+    adopts a dead process's journal and writes the endings of the runs still leased;
+    :meth:`World.die_unwritten`)."""
 
     def __init__(self, client: fakeredis.FakeRedis, clock: VirtualClock, fenced: bool,
                  local_fence: bool = False) -> None:
@@ -333,13 +352,18 @@ class World:
         self.fenced = fenced
         self.local_fence = local_fence
         self.child_fence = child_checks_fence()
+        self.rated_child_gap_known = False
+        """Whether a rated rerun started by its child too soon after the rate's last start
+        is noted as the known gap (the random histories) rather than as a ``rate``
+        violation (the scenarios): once a rated rerun has gone to a child in a history,
+        its rate's starts are not judged (either start of the pair may come second)."""
+        self.rated_rerun_in_child = False
         self.child_delay = False
         """Whether a rerun queued for a quarantine child waits for :meth:`child_start`
         (the model's random runs), or its child starts it at once (the scenarios)."""
         self.endings_survive = self.endings_survive_default
         """Whether an ending whose task returned survives the death of its process before
-        it was written (issue 45 item 1: a journal the listener's code does not keep yet;
-        :meth:`die_unwritten`)."""
+        it was written (the endings journal; :meth:`die_unwritten`)."""
         self.timers: dict[str, TimerModel] = {}
         self.runs: dict[str, MRun] = {}
         self.listeners: list[VListener] = []
@@ -677,28 +701,43 @@ class World:
         return True
 
     def start(self, listener: VListener, run: Run) -> None:
-        """The listener starts ``run``: a rerun goes to a quarantine child (the parent
-        checked the fence), a run whose crashes reached its limit ends dead."""
-        if crash_outcome(run, POLICY) is not None:  # not started: it ends dead
-            self.note(f"{listener.id}: {run.timer_id} token {run.token} crashed too often")
-            listener.executing[run.token] = run
-            listener.doomed.add(run.token)
-            return
+        """The listener starts ``run``: a rerun (a lapse of its lease: a suspect, never a
+        crash) goes to a quarantine child (the parent checked the fence), with its lease
+        shared (``HeldRuns.share``)."""
         if run.reruns and run.source != "next":
-            listener.children[run.token] = run
-            self.note(f"{listener.id} queues {run.timer_id} token {run.token} for a child")
-            if not self.child_delay:
-                self.child_start(listener, run.token)
+            self.to_child(listener, run)
             return
         self.began(listener, run)
 
+    def to_child(self, listener: VListener, run: Run) -> None:
+        """``Quarantine.run``: a new child for ``run``, the run's lease shared with it."""
+        cell = listener.cells.setdefault(run.token, SharedCell())
+        listener.held.share(run.token, cell)
+        listener.children[run.token] = run
+        self.rated_rerun_in_child |= self.timers[run.timer_id].rated
+        self.note(f"{listener.id} queues {run.timer_id} token {run.token} for a child")
+        if not self.child_delay:
+            self.child_start(listener, run.token)
+
     def child_start(self, listener: VListener, token: str) -> None:
-        """A quarantine child of ``listener`` starts the rerun queued for it; it checks
-        the fence first when the listener's code does (:func:`child_checks_fence`)."""
+        """A quarantine child of ``listener`` starts the rerun queued for it; when the
+        listener's code has it check the fence (:func:`child_checks_fence`), it starts
+        the task only while the shared lease holds (``leases.fresh_in``), else it says
+        ``stale`` and its parent revalidates the run (``executor._quarantined``): a run
+        still held goes to a new child, one lost is dropped. A parent that is paused reads
+        ``stale`` when it goes on (the run waits for a new child)."""
         run = listener.children.pop(token)
-        if self.child_fence and not listener.fence.fresh(token) \
-                and not self.ask(listener, run):
-            self.note(f"{listener.id}'s child drops {run.timer_id} token {token}: lease lost")
+        cell = listener.cells[token]
+        if self.child_fence and not fresh_in(cell, listener.held.margin):
+            self.note(f"{listener.id}'s child finds {run.timer_id} token {token} stale")
+            if listener.paused:
+                listener.children[token] = run
+                return
+            if not self.ask(listener, run):
+                listener.cells.pop(token, None)
+                self.note(f"{listener.id} drops {run.timer_id} token {token}: lease lost")
+                return
+            self.to_child(listener, run)
             return
         listener.in_child.add(token)
         self.began(listener, run, "in a child")
@@ -717,10 +756,16 @@ class World:
             self.violate("cancelled_ran", f"{what} after cancel returned 1")
         if self.now < timer.due:
             self.violate("early", f"{what} {timer.due - self.now} ms before its due time")
-        if timer.reruns_started and run.reruns <= max(timer.reruns_started):
+        again = mine.started and mine.died  # its parent saw its last child die in it
+        if mine.started and not mine.died:
+            self.violate("twice", f"{what}: started before under this token, and that start "
+                         f"did not die")
+        mine.died = False
+        if timer.reruns_started and run.reruns <= max(timer.reruns_started) and not again:
             self.violate("uncounted", f"{what}: started before with reruns "
                          f"{timer.reruns_started}, this start is not counted as a rerun")
-        before = [m for m in self.runs.values() if m.timer_id == run.timer_id and m.started]
+        before = [m for m in self.runs.values() if m.timer_id == run.timer_id and m.started
+                  and m.token != run.token]
         newer = [m.token for m in before if int(m.token) > int(run.token)]
         if newer:
             self.violate("older_token", f"{what} after its newer run(s) {newer} started")
@@ -744,7 +789,14 @@ class World:
         if timer.rated:
             if (self.last_rated_start is not None
                     and self.now - self.last_rated_start < RATE_INTERVAL_MS):
-                self.violate("rate", f"{what}: {self.now - self.last_rated_start} ms after "
+                # KNOWN GAP (invariant 13, not fixed yet): a rated rerun is gated by its
+                # parent and started later by its quarantine child, so the rate's next timer
+                # can start in between. `test_a_rated_rerun_that_waits_for_its_child_keeps_
+                # its_rates_interval` pins it (strict xfail, this check unexcused there); the
+                # random histories note it apart until the fix lands.
+                kind = ("rate_child_gap" if self.rated_child_gap_known
+                        and self.rated_rerun_in_child else "rate")
+                self.violate(kind, f"{what}: {self.now - self.last_rated_start} ms after "
                              f"the last start of rate {RATE_NAME} (interval {RATE_INTERVAL_MS})")
             self.last_rated_start = self.now
         self.executing[run.token] = Executing(run.token, timer.id, timer.key, listener.id,
@@ -805,11 +857,12 @@ class World:
             self.began(listener, following)
 
     def finish(self, listener: VListener, token: str, kind: str, delay_ms: int,
-               gate: bool = True) -> None:
+               gate: bool = True, hand: bool = True) -> None:
         """End run ``token``; the runs handed along start (or ask their gate) at once,
         or, without ``gate``, at the listener's next ``start_due`` (it stalled between
-        reading the reply and gating them). A run whose crashes reached its limit ends
-        dead, whatever ``kind`` says."""
+        reading the reply and gating them); without ``hand``, none is handed (an ending
+        written from a dead process's journal). A run whose deaths in quarantine reached
+        its limit ends dead, whatever ``kind`` says."""
         crashed = token in listener.doomed
         listener.doomed.discard(token)
         if crashed:
@@ -818,6 +871,8 @@ class World:
             self.returns(listener, token)
         listener.returned.discard(token)
         listener.in_child.discard(token)
+        listener.cells.pop(token, None)
+        listener.child_deaths.pop(token, None)
         run = listener.executing.pop(token)
         self.executing.pop(token, None)
         timer = self.timers[run.timer_id]
@@ -835,7 +890,7 @@ class World:
             ending = (token, "retry", f"{run.escaped_id}:{retry}", str(delay_ms))
         freeing = token in listener.holding
         listener.holding.discard(token)
-        take = min(1, listener.free_slots()) if freeing else 0
+        take = min(1, listener.free_slots()) if freeing and hand else 0
         taker = Taker(listener.id, listener.groups, take, LEASE_MS, freeing)
         reply = self.s.finish(retention_ms=60_000, endings=[ending], taker=taker)
         self.release(listener, token)
@@ -894,6 +949,7 @@ class World:
         listener.claimed.pop(token, None)
         listener.nexts.pop(token, None)
         listener.children.pop(token, None)
+        listener.cells.pop(token, None)
         self.release(listener, token)
         reply = self.s.finish(retention_ms=60_000, endings=[(token, "release", "", "")])
         self.ended_run(token, bool(int(reply[0] or 0)), "the hand-back")
@@ -912,8 +968,12 @@ class World:
     def die_unwritten(self, listener: VListener) -> None:
         """The tasks of every run ``listener`` is in return, and the process dies before
         their endings are written (a batch on its way, a poison in another thread): a
-        finished run must not run again (design invariant 8). Unless the endings survive
-        (:attr:`endings_survive`), they are lost with the process, as today."""
+        finished run must not run again (design invariant 8). With :attr:`endings_survive`
+        (the endings journal) a listener of the host adopts the dead process's journal at
+        once (a listener adopts at its start, and the model starts one as this one dies)
+        and writes the endings of the runs still leased through its own ``finish.lua``
+        (its writer is handed no run for them); a run recovered meanwhile gets nothing
+        (a late finish writes nothing either). Without it, they are lost."""
         for token in sorted(listener.executing, key=int):
             if token in listener.executing and token not in listener.returned:
                 self.returns(listener, token)
@@ -921,20 +981,35 @@ class World:
         self.note(f"{listener.id} dies with the endings of {sorted(returned)} unwritten")
         if self.endings_survive:
             for token in sorted(returned, key=int):
-                self.finish(listener, token, "ok", 0, gate=False)
+                self.finish(listener, token, "ok", 0, gate=False, hand=False)
         self.kill(listener)
 
     def kill_child(self, listener: VListener, token: str) -> None:
-        """A quarantine child dies in its run (a poison): the parent sees it; the run is
-        handed back by nobody (today's parent runs it again in a new child until its
-        crashes reach the limit: the model lets its lease lapse, a claim reruns it)."""
-        run = listener.executing.pop(token)
+        """A quarantine child dies in its run (a poison): a death its parent sees
+        (``Quarantine.run``). The parent keeps the lease and runs the rerun again in a new
+        child, until the deaths of this run's children reach the task's ``max_crashes``;
+        then it ends dead (``crashes.died_outcome``: a ``crashed`` outcome, never
+        retried)."""
+        run = listener.executing[token]
         listener.in_child.discard(token)
         listener.returned.discard(token)
         self.executing.pop(token, None)
         self.timers[run.timer_id].deaths += 1
-        self.release(listener, token)
-        self.note(f"{listener.id}'s child running {run.timer_id} token {token} died")
+        died = listener.child_deaths[token] = listener.child_deaths.get(token, 0) + 1
+        self.note(f"{listener.id}'s child running {run.timer_id} token {token} died ({died} "
+                  f"of {POLICY.max_crashes})")
+        if died >= POLICY.max_crashes:
+            outcome = died_outcome(died, f"killed by SIGKILL in a quarantine process on "
+                                   f"{listener.id}", run.reruns)
+            assert outcome.kind == "crashed", outcome  # a failure for good, not a retry
+            listener.doomed.add(token)
+            self.finish(listener, token, "dead", 0, gate=not listener.paused)
+            return
+        del listener.executing[token]
+        mine = self.runs.get(token)
+        if mine is not None:
+            mine.died = True
+        self.to_child(listener, run)
 
     # -- whole-world checks
 

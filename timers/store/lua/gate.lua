@@ -129,7 +129,7 @@ local function gate(token, key, limit, rate, interval, burst)
   end
   drop_ungated(ARGV[1], id, record)
   redis.call('HDEL', parked_key, id)
-  local paid = false
+  local paid, slot_lost = false, false
   if p.state == 'R' then
     -- only the rate's one pacer is paid (its slot came after the rate's last start); a
     -- slot due before this server started may have been taken already, by this very
@@ -139,6 +139,7 @@ local function gate(token, key, limit, rate, interval, burst)
       redis.call('HDEL', state, 'pacer')
       local started = server_started_by(now)
       paid = started == nil or p.c >= started
+      slot_lost = not paid
     end
     if paid then
       -- the next slot is an interval after this start, give or take RATE_JITTER_MS: a
