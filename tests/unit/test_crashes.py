@@ -84,7 +84,7 @@ def test_lapsed_leases_alone_never_make_a_timer_dead(monkeypatch: pytest.MonkeyP
 
     async def in_quarantine(self: Quarantine, timer_id: str, token: str, task: str,
                             *args: Any) -> Outcome:
-        quarantined.append((timer_id, args[-1]))
+        quarantined.append((timer_id, args[3]))  # fn, args, policy, reruns, admit
         return Outcome("ok", "", "")
 
     monkeypatch.setattr(Quarantine, "run", in_quarantine)
@@ -116,7 +116,8 @@ class Dying(Quarantine):
         return ("", None, task, b"")
 
     async def _once(self, target: Any, args: Any, limit: float | None,
-                    cell: Any = None) -> tuple[Outcome | None, int | None, bool]:
+                    cell: Any = None, admit: Any = None,
+                    ) -> tuple[Outcome | None, int | None, bool]:
         self.children += 1
         if self.outcomes:
             return self.outcomes.pop(0), 0, True

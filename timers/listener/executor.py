@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, NamedTuple, Protocol
 
 from timers.exceptions import MalformedTimerKey, TaskRefused
@@ -82,10 +83,12 @@ class Fencer(Protocol):
 class Isolator(Protocol):
     """Runs a suspect run in a child process (:class:`timers.listener.quarantine.
     Quarantine`); ``stale``: the child found its lease not known to hold and started
-    nothing."""
+    nothing. ``admit``: the flow gate's question, asked once the child has loaded the
+    task, right before it starts (its outcome, when not None, is the run's: held)."""
 
     async def run(self, timer_id: str, token: str, task: str, fn: Callable[..., Any],
-                  args: Args, policy: TaskPolicy, reruns: int) -> Outcome:
+                  args: Args, policy: TaskPolicy, reruns: int,
+                  admit: Callable[[], Awaitable[Outcome | None]] | None = None) -> Outcome:
         ...
 
 
@@ -271,14 +274,14 @@ class Executor:
                                describe(record.task, policy.group, group_of(record))))
             elif missed is not None:
                 outcome = Outcome("missed", "Missed", missed)
-            elif (self.flow and limited
+            elif (self.flow and limited and not is_suspect(run.reruns)
                   and (held := await self.flow.admit(run, record, policy))):
                 outcome = held
             elif (self.fence is not None and not self.fence.fresh(run.token)
                   and (stale := await self._unfenced(run, after)) is not None):
                 outcome = stale
-            elif is_suspect(run.reruns):  # a lease of it lapsed: in a child
-                outcome = await self._quarantined(run, record, fn, policy)
+            elif is_suspect(run.reruns):  # a lease of it lapsed: in a child, gated there
+                outcome = await self._quarantined(run, record, fn, policy, limited)
             else:
                 own = self.turns.of(run.token)
                 # a recurrence's run has a step after it: its ending is journaled then
@@ -300,14 +303,19 @@ class Executor:
         return outcome
 
     async def _quarantined(self, run: Run, record: Record, fn: Callable[..., Any],
-                           policy: TaskPolicy) -> Outcome:
+                           policy: TaskPolicy, limited: bool) -> Outcome:
         """A suspect run in a quarantine child, which checks the lease right before the
         task's code; a child that found it not known to hold started nothing, and the run
         is revalidated as a thread's stale start is: not started if taken over (or, next
-        in line, handed back), else in a new child."""
+        in line, handed back), else in a new child. A run with limits asks its flow gate
+        once the child has loaded the task, right before the start: a rate's slot is
+        taken when the run starts, not a child's loading time before (invariant 13)."""
+        flow = self.flow
+        admit = (functools.partial(flow.admit, run, record, policy)
+                 if flow is not None and limited else None)
         while True:
             outcome = await self.quarantine.run(run.timer_id, run.token, record.task, fn,
-                                                record.args, policy, run.reruns)
+                                                record.args, policy, run.reruns, admit)
             if outcome.kind != "stale" or self.fence is None:
                 return outcome
             unfenced = await self._unfenced(run, None, checked=True)

@@ -34,7 +34,7 @@ import multiprocessing
 import os
 import pickle
 import signal
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
@@ -57,7 +57,13 @@ EXIT_GRACE = 2.0
 """Seconds a child that sent its outcome gets to exit before it is killed."""
 
 STARTED = Outcome("ok", "", "started")
-"""The child's first message: the task is loaded and starts now."""
+"""The child's message that the task is loaded and starts now."""
+
+LOADED = Outcome("ok", "", "loaded")
+"""A gated child's first message: the task is loaded, and the child waits for the word
+(:data:`GO`, or anything else: leave it) before it starts it."""
+
+GO = "go"
 
 LOADING_AT_ONCE = 1
 """Quarantine children of one listener process that load at once (from their fork until
@@ -133,12 +139,15 @@ class Quarantine:
         self.held = held
 
     async def run(self, timer_id: str, token: str, task: str, fn: Callable[..., Any],
-                  args: Args, policy: TaskPolicy, reruns: int) -> Outcome:
+                  args: Args, policy: TaskPolicy, reruns: int,
+                  admit: Callable[[], Awaitable[Outcome | None]] | None = None) -> Outcome:
         """Run ``task`` (run ``token``) in a child until it ends with an outcome or the
         children that died here reach ``policy.max_crashes``, each counted as what it was
         (a start that died, or a child that died before it started the task). ``reruns``
         (lapsed leases before) is told in a dead timer's record, never counted as a crash.
-        A child that found the lease not known to hold starts nothing: ``stale``."""
+        A child that found the lease not known to hold starts nothing: ``stale``.
+        ``admit``: the run's flow gate, asked once a child has loaded the task and waits
+        for the word to start it (its outcome, when not None, ends the run unstarted)."""
         died = before_start = 0
         target = self._target(task, fn)
         held = self.held
@@ -149,7 +158,7 @@ class Quarantine:
         try:
             while True:
                 outcome, exitcode, started = await self._once(target, args, policy.timeout,
-                                                              cell)
+                                                              cell, admit)
                 if outcome is not None:
                     return outcome
                 if started:
@@ -184,26 +193,40 @@ class Quarantine:
 
     async def _once(self, target: tuple[str, str | None, str, bytes], args: Args,
                     limit: float | None, cell: SharedUntil | None = None,
+                    admit: Callable[[], Awaitable[Outcome | None]] | None = None,
                     ) -> tuple[Outcome | None, int | None, bool]:
         """One child: its outcome, or None and its exit code if it died without one; and
         whether it started the task. ``cell``: the run's lease as this listener knows it
-        (:meth:`HeldRuns.share`), which the child checks before the task's code."""
+        (:meth:`HeldRuns.share`), which the child checks before the task's code. With
+        ``admit``, the child says when it has loaded the task and waits: the gate is asked
+        then, and the child told to start (``go``) or to leave it (the gate's outcome)."""
         context = _mp_context()
         receiver, sender = context.Pipe(duplex=False)
+        word_in, word_out = context.Pipe(duplex=False) if admit is not None else (None, None)
         lease = None if cell is None or self.held is None else (cell, self.held.margin)
         process = context.Process(target=_child, name="timers-quarantine", daemon=True,
                                   args=(*target, json.dumps(args), sender, dict(os.environ),
                                         _portable(timer_context.current_or_none()),
-                                        ChildLogs.here(), lease))
+                                        ChildLogs.here(), lease, word_in))
         first: asyncio.Future[Outcome | None] | None = None
         try:
             async with _loading_turns():
                 await asyncio.to_thread(self._start, process)
                 sender.close()
+                if word_in is not None:
+                    word_in.close()
                 first = asyncio.ensure_future(_message(process, receiver))
                 await asyncio.wait({first}, timeout=LOADING_TURN)
-            # the timeout counts from when the task starts, not while the child loads it
             outcome = await first
+            if outcome is LOADED and admit is not None and word_out is not None:
+                held = await admit()
+                with contextlib.suppress(*PARENT_GONE, OSError):
+                    word_out.send(GO if held is None else "no")
+                if held is not None:
+                    await _exited(process, EXIT_GRACE)
+                    return held, process.exitcode, False
+                outcome = await _message(process, receiver)
+            # the timeout counts from when the task starts, not while the child loads it
             started = outcome is STARTED
             if started:
                 try:
@@ -221,6 +244,8 @@ class Quarantine:
                 with contextlib.suppress(asyncio.CancelledError):
                     await first
             sender.close()
+            if word_out is not None:
+                word_out.close()
             _end(process, receiver)
 
 
@@ -243,14 +268,16 @@ async def _readable(*fds: int) -> None:
 
 
 async def _message(process: Any, receiver: Connection) -> Outcome | None:
-    """The next message of the child (:data:`STARTED` or its outcome), or None once it
-    has exited without one."""
+    """The next message of the child (:data:`LOADED`, :data:`STARTED` or its outcome), or
+    None once it has exited without one."""
     await _readable(receiver.fileno(), process.sentinel)
     try:
         if receiver.poll():
             message = receiver.recv()
             if message == "started":
                 return STARTED
+            if message == "loaded":
+                return LOADED
             kind, error_type, text, trace = message
             return Outcome(kind, error_type, text, trace)
     except (EOFError, OSError, pickle.UnpicklingError, ValueError, TypeError):
@@ -312,7 +339,8 @@ def _child(package: str, search_path: str | None, task: str, pickled: bytes, arg
            sender: Connection, environ: dict[str, str],
            timer: timer_context.TimerContext | None = None,
            logs: ChildLogs | None = None,
-           lease: tuple[SharedUntil, float] | None = None) -> None:
+           lease: tuple[SharedUntil, float] | None = None,
+           word: Connection | None = None) -> None:
     """In the child: resolve the task as the listener does, run it, send the outcome.
 
     The fork server was started at the first quarantined run and kept the environment of
@@ -322,6 +350,7 @@ def _child(package: str, search_path: str | None, task: str, pickled: bytes, arg
     so in one line and exits: nobody is left to read an outcome, and a task not started
     yet is not started. ``lease``: the cell the listener keeps the run's lease in and the
     margin it must hold by (:func:`fresh_in`); the task starts only while it does.
+    ``word``: where a gated run's word to start comes from (:func:`_waits_for_word`).
     """
     os.environ.clear()
     os.environ.update(environ)
@@ -330,9 +359,10 @@ def _child(package: str, search_path: str | None, task: str, pickled: bytes, arg
         logs.configure()
     held = None if lease is None else functools.partial(fresh_in, *lease)
     try:  # on the listener's kind of event loop ($TIMERS_LOOP came with the environment)
+        go = None if word is None else functools.partial(_waits_for_word, sender, word)
         outcome = event_loop.run(_run_in_child(package, search_path, task, pickled,
                                                args_json, lambda: sender.send("started"),
-                                               timer, held),
+                                               timer, held, go),
                                  _loop_of_listener())
         sender.send((outcome.kind, outcome.error_type, outcome.message[:MAX_MESSAGE],
                      outcome.traceback[-MAX_TRACEBACK:]))
@@ -343,6 +373,19 @@ def _child(package: str, search_path: str | None, task: str, pickled: bytes, arg
     finally:
         with contextlib.suppress(OSError):
             sender.close()
+
+
+def _waits_for_word(sender: Connection, word: Connection) -> bool:
+    """Say the task is loaded and wait for the listener's word: True to start it (it
+    asked the run's flow gate just now), False to leave it (held, or the listener went
+    away)."""
+    sender.send("loaded")
+    try:
+        return bool(word.recv() == GO)
+    except PARENT_GONE:
+        return False
+    finally:
+        word.close()
 
 
 def _loop_of_listener() -> str:
@@ -357,11 +400,13 @@ def _loop_of_listener() -> str:
 async def _run_in_child(package: str, search_path: str | None, task: str, pickled: bytes,
                         args_json: str, started: Callable[[], None],
                         timer: timer_context.TimerContext | None = None,
-                        held: Callable[[], bool] | None = None) -> Outcome:
+                        held: Callable[[], bool] | None = None,
+                        go: Callable[[], bool] | None = None) -> Outcome:
     """The child's run (no process of its own: a test calls it as it is): resolve the
-    task, say it starts, and call it under the fence ``held`` (None: unfenced), which the
-    task's ``timers.current().still_held()`` reads too; :data:`~timers.listener.runner.
-    STALE` and nothing called when the lease is not known to hold at its start."""
+    task, wait for the word to start it (``go``, when the run is gated: False leaves it
+    unstarted), say it starts, and call it under the fence ``held`` (None: unfenced),
+    which the task's ``timers.current().still_held()`` reads too; :data:`~timers.listener.
+    runner.STALE` and nothing called when the lease is not known to hold at its start."""
     if timer is not None:  # the run copies it into the task's context
         timer_context.enter(dataclasses.replace(timer, lease_check=held))
     try:
@@ -374,12 +419,19 @@ async def _run_in_child(package: str, search_path: str | None, task: str, pickle
             fn = loader.resolve(task)
     except Exception as exc:
         return Outcome("refused", type(exc).__qualname__, f"in a quarantine process: {exc}")
+    if go is not None and not go():
+        return NOT_STARTED
     started()
     runner = Runner(1)
     try:
         return await runner.call(fn, json.loads(args_json), fence=held)
     finally:
         runner.shutdown()
+
+
+NOT_STARTED = Outcome("held", "", "the listener did not give the word to start it")
+"""What a gated child whose run was held reports (nobody reads it: the listener ended the
+run with its gate's outcome)."""
 
 
 def _portable(timer: timer_context.TimerContext | None) -> timer_context.TimerContext | None:

@@ -26,6 +26,14 @@ def note(path: str, word: str = "ran") -> None:
         f.write(f"{word} {os.getpid()}\n")
 
 
+@task(rate="4/s")
+def rated_note(path: str, word: str) -> None:
+    """Append ``<word> <pid> <CLOCK_MONOTONIC>``: when a run of a rate of 4 a second began,
+    in whichever process it ran (the clock is the machine's)."""
+    with open(path, "a") as f:
+        f.write(f"{word} {os.getpid()} {time.monotonic()}\n")
+
+
 async def async_note(path: str) -> None:
     await asyncio.sleep(0)  # an await point (no time): a coroutine task that yields once
     note(path, "async")
