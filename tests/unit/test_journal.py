@@ -244,7 +244,7 @@ def test_a_listener_that_cannot_keep_a_journal_says_so_and_runs_without(
     blocked = tmp_path / "file"
     blocked.write_text("")
     monkeypatch.setenv(DIR_ENV, str(blocked))
-    assert Journal.for_listener(object(), "timers", OWNER, 15.0) is None
+    assert Journal.for_listener("abc timers", OWNER, 15.0) is None
     assert "no endings journal" in caplog.text and str(blocked) in caplog.text
 
 

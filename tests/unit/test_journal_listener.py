@@ -60,7 +60,8 @@ def burst(server: fakeredis.FakeServer, before: Callable[[Path], object]) -> Pat
     async def scenario() -> Path:
         listener = Listener(fakeredis.FakeAsyncRedis(server=server), tasks=SAMPLE_TASKS,
                             search_path=str(ROOT))
-        directory = journal_directory(server_identity(listener.redis, listener.prefix))
+        directory = journal_directory(await server_identity(
+            listener.redis, listener.keys.instance, listener.prefix))
         before(directory)
         await asyncio.wait_for(listener.run(burst=True), 15)
         await listener.redis.aclose()
@@ -102,3 +103,22 @@ def test_a_recovered_run_that_had_ended_is_ended_as_journaled_not_run_again(
     counters = stats(server)
     assert (counters.get("fired"), counters.get("reruns")) == (1, 1)
     journals[0].close()
+
+
+def test_listeners_that_reach_one_server_by_two_addresses_share_their_journals() -> None:
+    """One server reached by two addresses (a proxy, a name and an IP) is one directory of
+    journals: a listener there adopts the other's; two servers are two directories."""
+    one, other = fakeredis.FakeServer(), fakeredis.FakeServer()
+
+    async def identities() -> list[str]:
+        clients = [fakeredis.FakeAsyncRedis(server=one, host="127.0.0.1", port=6379),
+                   fakeredis.FakeAsyncRedis(server=one, host="proxy.local", port=7000),
+                   fakeredis.FakeAsyncRedis(server=other, host="127.0.0.1", port=6379)]
+        found = [await server_identity(client, KS.instance, KS.prefix) for client in clients]
+        for client in clients:
+            await client.aclose()
+        return found
+
+    by_name, by_proxy, elsewhere = asyncio.run(identities())
+    assert by_name == by_proxy != elsewhere
+    assert journal_directory(by_name) == journal_directory(by_proxy)

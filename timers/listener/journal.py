@@ -10,7 +10,8 @@ keeps the pages of a shared file mapping whatever becomes of the process. The te
 emptied each time Redis has every ending in it (the file is replaced by one with the
 unwritten ones only once its text passes :data:`ROTATE_BYTES`).
 
-The files of one prefix and server share a private directory (0700, in
+The files of one prefix and server (named by an id kept in the server:
+:func:`server_identity`) share a private directory (0700, in
 ``$XDG_RUNTIME_DIR`` or the temp dir, or ``$TIMERS_ENDINGS_DIR``); each is held under an
 exclusive ``flock`` by its live process. Any listener of that directory adopts the file
 of a process that died (its lock can be taken), at start and every third of a lease: it
@@ -45,6 +46,7 @@ from typing import Any
 
 from timers.exceptions import JournalUnavailable
 from timers.listener.endings import Ending
+from timers.model.encoding import as_text
 from timers.model.run_record import decode
 from timers.model.runs import Run
 from timers.model.wire import EndingKind, FailureRecord
@@ -80,23 +82,15 @@ def file_name(owner: str) -> str:
     return _UNSAFE.sub("_", owner)[:200] + SUFFIX
 
 
-def server_identity(client: Any, prefix: str) -> str:
-    """What names the prefix on its server, as this process reaches it: its journals'
-    directory is named after it."""
-    pool = getattr(client, "connection_pool", None)
-    kwargs: dict[str, Any] = dict(getattr(pool, "connection_kwargs", None) or {})
-    db = kwargs.get("db", 0)
-    service = getattr(pool, "service_name", None)
-    nodes = getattr(getattr(client, "nodes_manager", None), "startup_nodes", None)
-    if service:
-        where = f"sentinel:{service}/{db}"
-    elif nodes:
-        where = "cluster:" + ",".join(sorted(str(node) for node in nodes))
-    elif kwargs.get("path"):
-        where = f"unix:{kwargs['path']}/{db}"
-    else:
-        where = f"{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}/{db}"
-    return f"{where} {prefix}"
+async def server_identity(client: Any, instance_key: str, prefix: str) -> str:
+    """What names the prefix on its server, whatever address this process reaches it by
+    (a proxy, a name or an IP, a replica promoted since): the random id kept at
+    ``instance_key``, set by the first listener that asks. Its journals' directory is
+    named after it. Listeners that reached one server by two addresses kept their
+    journals apart, and a run ended in a process that died ran again (the chaos checker:
+    a listener behind a proxy, 5 runs completed twice in 6 minutes)."""
+    await client.set(instance_key, os.urandom(12).hex(), nx=True)
+    return f"{as_text(await client.get(instance_key))} {prefix}"
 
 
 def journal_directory(identity: str) -> Path:
@@ -182,10 +176,11 @@ class Journal:
         """Where the next line goes (the text ends there, with a NUL)."""
 
     @classmethod
-    def for_listener(cls, client: Any, prefix: str, owner: str, lease: float) -> Journal | None:
-        """The journal of listener ``owner``, or None (logged) when none can be kept."""
+    def for_listener(cls, identity: str, owner: str, lease: float) -> Journal | None:
+        """The journal of listener ``owner`` among those of ``identity``
+        (:func:`server_identity`), or None (logged) when none can be kept."""
         try:
-            return cls(journal_directory(server_identity(client, prefix)), owner, lease)
+            return cls(journal_directory(identity), owner, lease)
         except JournalUnavailable as exc:
             log.warning("no endings journal (%s): a run that ended in a process that dies "
                         "before its ending is written to Redis runs again", exc)

@@ -35,7 +35,7 @@ import redis
 import redis.asyncio
 
 from timers.listener.history import HistoryPolicy
-from timers.listener.journal import Journal
+from timers.listener.journal import Journal, server_identity
 from timers.listener.lanes import Lane, Shared, lanes_for, shard_note
 from timers.listener.loader import TASKS_ENV, TaskLoader, configured_package
 from timers.listener.loop_watch import LoopWatch
@@ -177,7 +177,8 @@ class Listener:
                           busy=lambda: any(lane.running for lane in self.lanes)).start()
         shared.work_started = watch.work_started
         watcher = asyncio.create_task(self._watch(stop)) if stop is not None else None
-        shared.use_journal(Journal.for_listener(self.redis, self.prefix, self.id, self.lease))
+        shared.use_journal(Journal.for_listener(await self._journal_identity(), self.id,
+                                                self.lease))
         adopting = asyncio.create_task(shared.adopt_journals(), name="timers-adopt")
         adopting.add_done_callback(_adopting_ended)
         try:
@@ -200,6 +201,16 @@ class Listener:
         for outcome in ended:
             if isinstance(outcome, BaseException):
                 raise outcome
+
+    async def _journal_identity(self) -> str:
+        """The prefix's id on its server (:func:`journal.server_identity`), asked until
+        Redis answers (the journal waits for it, as the lanes do for their server)."""
+        while True:
+            try:
+                return await server_identity(self.redis, self.keys.instance, self.prefix)
+            except RETRYABLE as exc:
+                log.warning("reading the prefix's id for the endings journal: %s", exc)
+                await asyncio.sleep(1.0)
 
     async def _preflight(self) -> bool:
         """Load the tasks, check the server and read the shard layout before any claim;

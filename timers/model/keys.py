@@ -221,6 +221,13 @@ class Keyspace:
         return self.prefix + "|seq"
 
     @property
+    def instance(self) -> str:
+        """A random id the first listener gives the prefix on its server: names the
+        directory of its listeners' endings journals on a host, whatever address each
+        reaches the server by (:mod:`timers.listener.journal`)."""
+        return self.prefix + "|instance"
+
+    @property
     def failures(self) -> str:
         return self.prefix + "|fail"
 
