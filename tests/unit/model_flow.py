@@ -416,8 +416,10 @@ class World:
         return run is not None and run.state == "held" and run.lease_until - margin > self.now
 
     def release(self, listener: VListener, token: str) -> None:
-        """The listener keeps ``token``'s lease no more (``HeldRuns.release``)."""
+        """The listener keeps ``token``'s lease no more (``HeldRuns.release``), nor a slot
+        of its (``FlowGate.holding``: the lanes drop it with the lease)."""
         listener.held.release([token])
+        listener.holding.discard(token)
 
     # -- the oracle: what the model gives out and what becomes of it
 

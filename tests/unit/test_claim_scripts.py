@@ -133,6 +133,27 @@ def test_a_timer_is_claimed_exactly_once(
     assert claim(scripts, ks).claimed == []
 
 
+def test_a_server_that_lost_its_last_writes_gives_no_token_again(
+    fake: fakeredis.FakeRedis, producer: Timers, scripts: dict[str, Any], ks: Keyspace
+) -> None:
+    """The token counter goes back with a server's lost writes (a restart without its last
+    writes, a failover to a replica that was behind): a claim after it must still give a
+    token above every token given before, or a new run would start with an older token
+    than one already started (and a listener still running that one would take the new
+    run for it)."""
+    producer.schedule("a.b", at=PAST, id="one")
+    producer.schedule("a.b", at=PAST, id="two")
+    (first,) = claim(scripts, ks, limit=1).claimed
+    fake.set(ks.sequence, 0)  # the writes since the server's last save are gone
+    (second,) = claim(scripts, ks, limit=1).claimed
+    assert int(second.token) > int(first.token)
+    fake.delete(ks.sequence)
+    producer.schedule("a.b", at=PAST, id="three")
+    producer.schedule("a.b", at=PAST, id="four")
+    tokens = [int(c.token) for c in claim(scripts, ks).claimed]  # one batch
+    assert len(tokens) == 2 and min(tokens) > int(second.token)
+
+
 def test_claimed_timer_key_is_deleted(
     producer: Timers, scripts: dict[str, Any], ks: Keyspace, fake: fakeredis.FakeRedis
 ) -> None:

@@ -501,6 +501,7 @@ class Lane:
         self.tally.ended(done)
         if done.ending is None:  # held back by a flow gate: the run is no longer ours
             self.held.release([run.token])
+            self.flow.holding.discard(run.token)  # (taken over: its slot is not ours)
             return
         self.endings.add(done.ending, done.facts, done.prompt)
         if done.report is not None:

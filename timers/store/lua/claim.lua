@@ -96,7 +96,7 @@ local function below_floor(record, due)
 end
 
 local function start(run, source, group)
-  local token = string.format('%.0f', redis.call('INCR', KEYS[5]))
+  local token = string.format('%.0f', new_tokens(KEYS[5], 1, now_us) + 1)
   redis.call('ZADD', running_key_for(KEYS[3], group), lease_until, token)
   redis.call('HSET', KEYS[4], token, run)
   out[#out + 1] = token
@@ -150,7 +150,7 @@ local function take_all(takes, index, stale)
     for key, ids in pairs(zrem) do call_all('ZREM', key, ids) end
     return
   end
-  local first = redis.call('INCRBY', KEYS[5], n) - n
+  local first = new_tokens(KEYS[5], n, now_us)
   local ids, timer_keys, runs = {}, {}, {}
   for i, t in ipairs(takes) do
     local id, due_text, record = t[1], t[2], t[4]

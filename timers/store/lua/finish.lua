@@ -227,7 +227,7 @@ end
 local asked = keys_asked()
 if asked then return asked end
 -- declare }
-local now = redis_now()
+local now, now_us = redis_now()
 local counts = {fired = 0, failed = 0, rejected = 0, retried = 0, handed_back = 0,
                 skipped = 0, late_finishes = 0, routed = 0}
 
@@ -377,7 +377,7 @@ if tonumber(ARGV[6]) > 0 or ARGV[8] == '1' then
   taker = {budget = tonumber(ARGV[6]), served = served, lease_until = lease_until, held_ms = 0,
     follow = ARGV[8] == '1',
     start = function(run, group, source)
-      local token = string.format('%.0f', redis.call('INCR', KEYS[9]))
+      local token = string.format('%.0f', new_tokens(KEYS[9], 1, now_us) + 1)
       redis.call('ZADD', running_key_for(KEYS[1], group), lease_until, token)
       local held = record_reruns(string.match(run, '^|[^|]*|[^:]*:(.*)$') or '') .. me .. run
       redis.call('HSET', KEYS[2], token, held)

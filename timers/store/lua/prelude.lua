@@ -14,6 +14,18 @@ local function redis_now()
   return s * 1000 + math.floor(us / 1000), s * 1000000 + us
 end
 
+-- Run tokens (the fencing tokens tasks read): `n` new ones from the counter `seq_key`,
+-- returned as the number before the first (the tokens are base + 1 .. base + n). None is
+-- below the Redis clock in µs (`now_us`), so a server that lost its last writes (a restart
+-- without them, a failover to a replica that was behind) never gives a token out again,
+-- nor one below a token it gave: the counter alone went back with the lost writes.
+local function new_tokens(seq_key, n, now_us)
+  local base = tonumber(redis.call('GET', seq_key) or '0') or 0
+  if base < now_us then base = now_us end
+  redis.call('SET', seq_key, string.format('%.0f', base + n))
+  return base
+end
+
 -- Whether a value is an integer (is_int) or an integer of 0 or more (is_count).
 local function is_int(value)
   return string.match(value or '', '^%-?%d+$') ~= nil
