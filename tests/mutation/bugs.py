@@ -50,6 +50,10 @@ BUGS: tuple[Bug, ...] = (
         "redis.call('ZRANGEBYSCORE', running, '-inf', now, 'LIMIT', 0, limit - claimed)",
         "redis.call('ZRANGEBYSCORE', running, '-inf', now + 500, 'LIMIT', 0, limit - claimed)",
         "T5: a claim recovers a lease not yet lapsed (500 ms left)"),
+    Bug("tokens-go-back", LUA + "prelude.lua",
+        "  if base < now_us then base = now_us end\n", "",
+        "T4/T5 (fence): a server that lost its last writes gives out run tokens again, below "
+        "tokens of runs already started"),
     Bug("rerun-uncounted", LUA + "claim.lua",
         "local rerun = start((tonumber(reruns) + 1) .. me",
         "local rerun = start((tonumber(reruns)) .. me",
