@@ -53,3 +53,38 @@ def test_a_command_whose_connection_closed_under_it_fails_as_a_lost_connection(
     monkeypatch.setattr(redis.asyncio.cluster.RedisCluster, "execute_command", own_bug)
     with pytest.raises(AttributeError):
         asyncio.run(client.execute_command("PING"))
+
+
+def test_a_write_that_finds_its_stream_gone_is_a_lost_connection(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same race one step later, in any of the listener's connections (a cluster
+    pub/sub resubscribing while its node fails over): the write finds the connection's
+    stream set to None. A lost connection, which the events loop retries; it stopped the
+    listener (its events loop dead) in the chaos checker's Cluster run."""
+    import asyncio
+
+    import redis.asyncio.connection
+    import redis.exceptions
+
+    from timers.store.listener_client import listener_connection
+
+    async def stream_gone(self: object, command: object) -> None:
+        raise AttributeError("'NoneType' object has no attribute 'writelines'")
+
+    async def own_bug(self: object, command: object) -> None:
+        raise AttributeError("'Thing' object has no attribute 'x'")
+
+    async def disconnect(self: object, nowait: bool = False) -> None:
+        pass
+
+    kind = listener_connection(redis.asyncio.connection.Connection)
+    monkeypatch.setattr(kind, "is_connected", property(lambda self: True))
+    monkeypatch.setattr(redis.asyncio.connection.AbstractConnection, "disconnect", disconnect)
+    monkeypatch.setattr(redis.asyncio.connection.AbstractConnection, "_send_packed_command",
+                        stream_gone)
+    with pytest.raises(redis.exceptions.ConnectionError, match="closed under a command"):
+        asyncio.run(kind().send_packed_command([b"PING"], check_health=False))
+    monkeypatch.setattr(redis.asyncio.connection.AbstractConnection, "_send_packed_command",
+                        own_bug)
+    with pytest.raises(AttributeError):
+        asyncio.run(kind().send_packed_command([b"PING"], check_health=False))

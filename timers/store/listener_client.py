@@ -13,7 +13,10 @@ On uvloop's loop such a write (a cluster client closing a node's connections aft
 command failed, while another command of the same client was about to write; a slot
 moving to another primary does it) raises ``RuntimeError`` ("the handler is closed"),
 which redis-py passes on; asyncio's loop lets the write go and redis-py raises
-``ConnectionError``, which the listener's loops retry.
+``ConnectionError``, which the listener's loops retry. A write that finds the connection's
+stream already set to ``None`` (the same race a moment later: a cluster pub/sub
+resubscribing while its node failed over) fails in redis-py with ``AttributeError``: it
+stopped a listener of the chaos checker's Cluster run, its events loop dead.
 """
 
 from __future__ import annotations
@@ -69,6 +72,11 @@ class _ListenerConnection:
             await super().send_packed_command(command, check_health)  # type: ignore[misc]
         except RuntimeError as exc:
             if "closed" not in str(exc):
+                raise
+            raise redis.exceptions.ConnectionError(
+                f"connection closed under a command ({exc})") from exc
+        except (AttributeError, TypeError) as exc:  # its stream set to None meanwhile
+            if "NoneType" not in str(exc):
                 raise
             raise redis.exceptions.ConnectionError(
                 f"connection closed under a command ({exc})") from exc
