@@ -14,6 +14,7 @@ from pathlib import Path
 import fakeredis
 import pytest
 
+from tests.conftest import wait_until_async
 from tests.unit.conftest import ROOT, SAMPLE_TASKS
 from tests.unit.sample_tasks import mod
 from timers import Listener, Timers
@@ -122,3 +123,31 @@ def test_listeners_that_reach_one_server_by_two_addresses_share_their_journals()
     by_name, by_proxy, elsewhere = asyncio.run(identities())
     assert by_name == by_proxy != elsewhere
     assert journal_directory(by_name) == journal_directory(by_proxy)
+
+
+def test_a_run_whose_function_returned_unseen_by_its_stopping_listener_runs_once(
+        server: fakeredis.FakeServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A listener stops (an error stopped it, or its shutdown timeout passed) while a run's
+    function has returned in its thread but the event loop has not taken the result yet
+    (results are gathered while the process is busy). Handed back as unfinished, the run
+    ran again; the journal has its ending: the next listener of the host writes it."""
+    from timers.listener.thread_pool import ThreadPool
+
+    Timers(fakeredis.FakeRedis(server=server)).schedule("mod.add", [1, 2], in_=0, id="once")
+
+    async def stops_unseen() -> None:
+        listener = Listener(fakeredis.FakeAsyncRedis(server=server), tasks=SAMPLE_TASKS,
+                            search_path=str(ROOT), shutdown_timeout=0.1)
+        running = asyncio.create_task(listener.run())
+        await wait_until_async(lambda: mod.CALLS, message="the task to return")
+        listener.stop()
+        await asyncio.wait_for(running, 10)
+        await listener.redis.aclose()
+
+    with monkeypatch.context() as unseen:  # the loop never takes a thread's result
+        unseen.setattr(ThreadPool, "_deliver", lambda self, timed=False: None)
+        asyncio.run(stops_unseen())
+    assert Timers(fakeredis.FakeRedis(server=server)).stats().pending == 0, "not handed back"
+    burst(server, lambda directory: None)  # the next listener: adopts the journal
+    assert mod.CALLS == [("add", (1, 2))], "ran once"
+    assert stats(server).get("fired") == 1

@@ -105,8 +105,9 @@ class FlowModel(RuleBasedStateMachine):
     def _raise_broken(self) -> None:
         broken = self._broken()
         if broken:
+            first = broken[0].text.rsplit(" (at ", 1)[0]
             raise AssertionError(f"{broken[0].kind}: {broken[0].text}\nhistory:\n"
-                                 f"{self.world.story(violation=broken[0].text.rsplit(' (at ', 1)[0])}")
+                                 f"{self.world.story(violation=first)}")
 
     @initialize(backlog=st.lists(st.tuples(st.sampled_from([PLAIN, PLAIN, RATED]),
                                            st.sampled_from(KEYS), st.sampled_from([0, 0, 5]),

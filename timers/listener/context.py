@@ -59,7 +59,8 @@ class TimerContext:
     external system that remembers the largest it has seen can refuse a command carrying a
     smaller one, sent late by a listener that was paused past its lease. It never goes
     back, not even when the server loses its last writes (a restart, a failover): a token
-    is never below the Redis clock in microseconds. 0 outside a listener's run (a test's [`timers.testing.timer_context`][timers.testing.timer_context])."""
+    is never below the Redis clock in microseconds. 0 outside a listener's run (a test's
+    [`timers.testing.timer_context`][timers.testing.timer_context])."""
     lease_check: Callable[[], bool] | None = field(default=None, repr=False, compare=False)
 
     def still_held(self) -> bool:

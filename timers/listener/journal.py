@@ -276,6 +276,12 @@ class Journal:
         self._map = None
         self._pending.clear()
 
+    def completed(self, token: str) -> bool:
+        """Whether run ``token``'s function returned (its thread journaled it) and Redis
+        does not have its ending yet."""
+        line = self._pending.get(token)
+        return line is not None and line[:1] == b"O"
+
     @property
     def unwritten(self) -> int:
         """Endings journaled that Redis does not have yet."""

@@ -397,9 +397,16 @@ class Lane:
             await asyncio.wait(either, timeout=shared.shutdown_timeout,
                                return_when=asyncio.FIRST_COMPLETED)
             waiter.cancel()
-        unfinished = list(self.running.values())
-        for run in unfinished:
+        journal = shared.journal
+        unfinished = []
+        for run in list(self.running.values()):
             self.running.pop(run.token, None)
+            if journal is not None and journal.completed(run.token):
+                # its function returned, the loop has not seen it yet: the journal keeps
+                # its ending for a listener of this host to write (handed back, it ran
+                # again: the chaos checker's Cluster run, a listener stopping on an error)
+                continue
+            unfinished.append(run)
             self.endings.add(Ending.release(run.token, HAND_BACK_GRACE_MS))
         for task in self.tasks.values():
             task.cancel()
