@@ -214,16 +214,6 @@ BUGS: tuple[Bug, ...] = (
         "        if is_async and fence is not None and not fence():",
         "        if False:",
         "fence: an async def run next in line starts without the fence"),
-    Bug("stalled-next-starts", LISTENER + "executor.py",
-        "        if run.follows:\n            log.warning(\"timer %s not started: its listener"
-        " stalled",
-        "        if False:\n            log.warning(\"timer %s not started: its listener"
-        " stalled",
-        "fence (T14): a run next in line whose listener stalled starts instead of waiting",
-        survives="equivalent: revalidation already finds such a run lost whenever the slot "
-        "it was to take over went to a rerun (T5 takes a cut run's run next in line back); "
-        "one still held may start (the model's listener starts it, and every invariant "
-        "holds), so handing it back only delays it"),
     Bug("turn-not-revoked", LISTENER + "turns.py",
         "                turn.revoked, turn.taken_back = True, taken_back",
         "                turn.taken_back = taken_back",

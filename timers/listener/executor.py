@@ -371,18 +371,16 @@ class Executor:
     async def _unfenced(self, run: Run, after: Turn | None,
                         checked: bool = False) -> Outcome | None:
         """None when ``run`` may start: its lease holds (asked of Redis after a stall).
-        Else why not: another listener took it over (``taken``), or it is a run next in
-        line whose lease lapsed meanwhile, handed back to wait for its key again (``revoked``:
-        the slot it was to take over may have gone to a rerun of the run before it)."""
+        Else another listener took it over (``taken``). A run next in line still held
+        starts too: had the run before it been cut and rerun, the claim that reran it
+        took this one back (T5), and revalidation finds it lost. (It was handed back to
+        wait for its key instead, back in the due index behind the key's later timers,
+        whose expiry events could claim them first: FIFO broke in the chaos checker's
+        Cluster run, through a failover.)"""
         if self.fence is None or (not checked and self.fence.fresh(run.token)):
             return None
         if not await self.fence.revalidate(run):
             return _TAKEN
-        if run.follows:
-            log.warning("timer %s not started: its listener stalled while it was next in "
-                        "line on its key; handed back to wait for the key again",
-                        run.timer_id)
-            return Outcome("revoked", "", "stalled while next in line: waits for its key again")
         return None
 
     def _timed_by_thread(self, attempt: _Attempt, own: Turn, chained: bool) -> None:
