@@ -151,3 +151,32 @@ def test_a_run_whose_function_returned_unseen_by_its_stopping_listener_runs_once
     burst(server, lambda directory: None)  # the next listener: adopts the journal
     assert mod.CALLS == [("add", (1, 2))], "ran once"
     assert stats(server).get("fired") == 1
+
+
+def test_a_listener_stopped_while_redis_is_out_of_reach_at_its_start_stops(
+        server: fakeredis.FakeServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Redis goes away between the listener's checks and its journal's id: the listener
+    waits for it, and a stop (SIGTERM, a supervisor's death) still ends it. (A listener
+    child outlived its dead supervisor this way, deaf to SIGTERM.)"""
+    import redis.exceptions
+
+    from timers.listener import lifecycle
+
+    asked: list[int] = []
+
+    async def unreachable(*args: object) -> str:
+        asked.append(1)
+        raise redis.exceptions.ConnectionError("Connection refused")
+
+    monkeypatch.setattr(lifecycle, "server_identity", unreachable)
+
+    async def scenario() -> None:
+        listener = Listener(fakeredis.FakeAsyncRedis(server=server), tasks=SAMPLE_TASKS,
+                            search_path=str(ROOT))
+        running = asyncio.create_task(listener.run())
+        await wait_until_async(lambda: asked, message="the journal's id to be asked")
+        listener.stop()
+        await asyncio.wait_for(running, 5)
+        await listener.redis.aclose()
+
+    asyncio.run(scenario())

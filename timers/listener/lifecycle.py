@@ -43,7 +43,7 @@ from timers.listener.peers import Peers
 from timers.listener.preflight import eviction_policy, read_layout, warn_if_events_off
 from timers.listener.quarantine import prestart
 from timers.listener.recycling import RecycleLimits, Recycler
-from timers.listener.retrying import RETRYABLE
+from timers.listener.retrying import RETRYABLE, pause
 from timers.listener.tally import RunTally
 from timers.model.clock import Clock, SystemClock
 from timers.model.flow.names import served_groups
@@ -177,8 +177,9 @@ class Listener:
                           busy=lambda: any(lane.running for lane in self.lanes)).start()
         shared.work_started = watch.work_started
         watcher = asyncio.create_task(self._watch(stop)) if stop is not None else None
-        shared.use_journal(Journal.for_listener(await self._journal_identity(), self.id,
-                                                self.lease))
+        identity = await self._journal_identity()
+        shared.use_journal(None if identity is None
+                           else Journal.for_listener(identity, self.id, self.lease))
         adopting = asyncio.create_task(shared.adopt_journals(), name="timers-adopt")
         adopting.add_done_callback(_adopting_ended)
         try:
@@ -202,15 +203,21 @@ class Listener:
             if isinstance(outcome, BaseException):
                 raise outcome
 
-    async def _journal_identity(self) -> str:
+    async def _journal_identity(self) -> str | None:
         """The prefix's id on its server (:func:`journal.server_identity`), asked until
-        Redis answers (the journal waits for it, as the lanes do for their server)."""
-        while True:
+        Redis answers (the lanes wait for their server too); None once the listener is
+        stopping (a stop while Redis is out of reach ends it, as at any other time)."""
+        stopping, said = self.shared.stopping, False
+        while not stopping.is_set():
             try:
                 return await server_identity(self.redis, self.keys.instance, self.prefix)
             except RETRYABLE as exc:
-                log.warning("reading the prefix's id for the endings journal: %s", exc)
-                await asyncio.sleep(1.0)
+                if not said:
+                    log.warning("cannot read the prefix's id for the endings journal (%s); "
+                                "retrying", exc)
+                    said = True
+                await pause(1.0, stopping)
+        return None
 
     async def _preflight(self) -> bool:
         """Load the tasks, check the server and read the shard layout before any claim;
