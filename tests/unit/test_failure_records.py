@@ -15,6 +15,7 @@ from timers import InvalidTimer, TimerAlreadyPending, Timers
 from timers.model.encoding import Record
 from timers.model.keys import Keyspace
 from timers.model.runs import Outcome, Run, failure_entry, rejected_entry
+from timers.ops.failures import FailureOperations
 from timers.store.scripts import ScriptCalls, ScriptName
 
 
@@ -193,3 +194,42 @@ def test_a_failure_record_with_forged_options_is_refused_in_one_line_and_skipped
     assert (summary.retried, summary.not_retryable) == (1, 1)
     assert producer.get("fine").priority == 2  # type: ignore[union-attr]
     assert producer.get("forged") is None
+
+
+def test_retry_all_misses_no_record_when_another_process_removes_records_meanwhile(
+    producer: Timers, fake: fakeredis.FakeRedis, ks: Keyspace,
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """500 old rejected keys (not retryable), then 100 retryable failures; while `timers
+    failed retry --all` reads its first page, another process purges 50 of the old
+    records (`failed purge`, the retention's trim). Paged by rank, the walk skipped the
+    50 retryable records that moved into the ranks it had passed; a cursor misses none."""
+    for i in range(500):
+        failure_id, record = rejected_entry(f"timers:bad{i}".encode(), "no such task",
+                                            now_ms=1_000_000 + i)
+        fake.zadd(ks.failures, {failure_id: 1_000_000 + i})
+        fake.hset(ks.failure_records, failure_id, record.to_json())
+    for i in range(100):
+        run = Run(str(i), f"t{i}", f"a.b:[{i}]", due_ms=1000, reruns=0, source="s")
+        failure_id, record = failure_entry(run, Outcome("error", "E", "x"), "a.b", [i],
+                                           now_ms=2_000_000 + i)
+        fake.zadd(ks.failures, {failure_id: 2_000_000 + (i // 10)})  # ties of 10
+        fake.hset(ks.failure_records, failure_id, record.to_json())
+        fake.zadd(ks.failure_index, {failure_id: 0})
+    read = FailureOperations._read_failures
+    purged: list[int] = []
+
+    def read_then_purge(self: FailureOperations, ids: Any) -> Any:
+        found = yield from read(self, ids)
+        if not purged:
+            oldest = fake.zrange(ks.failures, 0, 49)
+            fake.zrem(ks.failures, *oldest)
+            fake.hdel(ks.failure_records, *oldest)
+            purged.append(len(oldest))
+        return found
+
+    monkeypatch.setattr(FailureOperations, "_read_failures", read_then_purge)
+    summary = producer.retry_all_failures()
+    assert purged == [50]
+    assert (summary.retried, summary.not_retryable) == (100, 500)
+    assert producer.stats().pending == 100

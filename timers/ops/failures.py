@@ -158,22 +158,32 @@ class FailureOperations:
         fleet = (yield from read_fleet(self.keys)) if runnable_only else FleetView()
         (now,) = yield [Call(command=("TIME",))]
         until = int(now[0]) * 1000 + int(now[1]) // 1000
-        retried = pending = not_retryable = offset = unrunnable = 0
+        retried = pending = not_retryable = unrunnable = 0
         example: str | None = None
+        # a cursor, not a rank: (score, the members of that score already read); another
+        # process's removals (a purge, the retention's trim, a second retry) shift ranks,
+        # and paging by rank skipped records that stayed
+        low: float | None = None
+        seen: set[str] = set()
         while True:
-            (ids,) = yield [Call(command=("ZRANGEBYSCORE", self.keys.failures, "-inf", until,
-                                          "LIMIT", offset, FAILURE_PAGE))]
-            if not ids:
+            (reply,) = yield [Call(command=(
+                "ZRANGEBYSCORE", self.keys.failures, "-inf" if low is None else repr(low),
+                until, "WITHSCORES", "LIMIT", 0, FAILURE_PAGE + len(seen)))]
+            page = [(member, score) for member, score in _scored(reply)
+                    if not (score == low and member in seen)][:FAILURE_PAGE]
+            if not page:
                 return RetrySummary(retried, pending, not_retryable, unrunnable, example)
-            for failure in (yield from self._read_failures([as_text(i) for i in ids])):
+            for member, score in page:
+                if score != low:
+                    low, seen = score, set()
+                seen.add(member)
+            for failure in (yield from self._read_failures([m for m, _ in page])):
                 if failure.timer_id is None or failure.record.task is None:
                     not_retryable += 1
-                    offset += 1
                     continue
                 group = failure_group(failure)
                 if not fleet.may_run(failure.record.task, group):
                     unrunnable += 1
-                    offset += 1
                     example = example or (f"{failure.timer_id} ({failure.record.task}, "
                                           f"group {group})")
                     continue
@@ -182,10 +192,8 @@ class FailureOperations:
                     retried += 1
                 except TimerAlreadyPending:
                     pending += 1
-                    offset += 1
                 except InvalidTimer:  # its stored record does not make a timer any more
                     not_retryable += 1
-                    offset += 1
 
     def _forget(self, failure_id: str, raw: str) -> Call:
         return Call.of(self.calls.forget(failure_id, raw))
@@ -208,6 +216,14 @@ class FailureOperations:
                 Call(command=("ZREM", self.keys.failure_index, *ids)),
             ]
             removed += len(ids)
+
+
+def _scored(reply: Any) -> list[tuple[str, float]]:
+    """(member, score) pairs of a ``WITHSCORES`` reply: flat, or paired by the client."""
+    items = list(reply or [])
+    if items and isinstance(items[0], (list, tuple)):
+        return [(as_text(member), float(score)) for member, score in items]
+    return [(as_text(items[i]), float(items[i + 1])) for i in range(0, len(items), 2)]
 
 
 def failure_group(failure: Failure) -> str:
