@@ -762,7 +762,9 @@ class World:
                     LEASE_MS, [GateRun(run.token, *limits_of(run.record_text) or ())])[0])):
                 listener.cells.pop(token, None)
                 return
-        cell = listener.cells[token]
+        cell = listener.cells.get(token)
+        if cell is None:  # (released meanwhile: its run is no longer the listener's)
+            return
         if self.child_fence and not fresh_in(cell, listener.held.margin):
             self.note(f"{listener.id}'s child finds {run.timer_id} token {token} stale")
             if listener.paused:

@@ -279,7 +279,8 @@ class FlowModel(RuleBasedStateMachine):
             for listener in self.world.listeners:  # children are processes of their own
                 if listener.alive:
                     for token in sorted(listener.children, key=int):
-                        self.world.child_start(listener, token)
+                        if token in listener.children:  # (an earlier one's gate may drop it)
+                            self.world.child_start(listener, token)
 
     @rule(i=pick, ms=st.sampled_from([600, 1500]), others_claim=st.booleans(),
           then_ends=st.booleans())
