@@ -118,3 +118,46 @@ def test_a_record_with_a_traceparent_reads_as_any_other_option() -> None:
     "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01", "00-4bf9-00f0-01"])
 def test_a_traceparent_that_is_not_one_links_nowhere(value: str | None) -> None:
     assert parse_traceparent(value) is None
+
+
+def test_a_rerun_after_its_listener_died_is_a_span_of_its_own_linked_to_the_request(
+        spans: InMemorySpanExporter, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The listener that held the timer died mid-run (its lease lapsed); another one reruns
+    it (in quarantine: a stand-in here, unit tests start no process). The rerun is a span
+    of its own, on the rerun path, linked to the request that scheduled the timer."""
+    import asyncio
+
+    import fakeredis
+
+    from tests.unit.test_crashes import PAST, crash
+    from tests.unit.test_listener_unit import make_listener
+    from timers import Timers
+    from timers.listener.quarantine import Quarantine
+    from timers.model.keys import Keyspace
+    from timers.model.runs import Outcome
+    from timers.store.scripts import register_all
+
+    server = fakeredis.FakeServer()
+    fake = fakeredis.FakeRedis(server=server)
+    ks, scripts = Keyspace(), register_all(fake)
+    with trace.get_tracer("app").start_as_current_span("POST /orders") as request:
+        Timers(fake).schedule("mod.add", [1, 2], at=PAST, id="cut")
+    crash(fake, ks, scripts, "web-1:101:ab")
+
+    async def in_quarantine(*args: object) -> Outcome:
+        return Outcome("ok", "", "")
+
+    monkeypatch.setattr(Quarantine, "run", in_quarantine)
+
+    async def scenario() -> None:
+        listener = make_listener(server)
+        await asyncio.wait_for(listener.run(burst=True), 15)
+        await listener.redis.aclose()
+
+    asyncio.run(scenario())
+    (rerun,) = runs(spans)
+    attributes = dict(rerun.attributes or {})
+    assert (attributes["timers.timer_id"], attributes["timers.path"],
+            attributes["timers.outcome"]) == ("cut", "rerun", "ok")
+    assert [link.context.span_id for link in rerun.links] == [
+        request.get_span_context().span_id]
