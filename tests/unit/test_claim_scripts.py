@@ -196,6 +196,25 @@ def test_event_ids_are_claimed_first_and_marked(
         ("oldest:a.b:[0]", "s")]
 
 
+def test_an_event_does_not_claim_a_keyed_timer_ahead_of_an_earlier_one_still_pending(
+    producer: Timers, scripts: dict[str, Any], ks: Keyspace
+) -> None:
+    """Three commands of a device came due while claims were refused (a full server); the
+    first claim after it carries the event of the fourth. Claimed by name, that one took
+    the device's slot before the three (FIFO per key broke in the chaos checker's run);
+    the claim takes them in their order instead. A plain timer's event still goes first."""
+    for i in range(4):
+        producer.schedule("a.b", [i], at=datetime(2001, 1, 1, 0, 0, i, tzinfo=UTC),
+                          id=f"c{i}", key="dev:1")
+    producer.schedule("a.b", ["plain"], at=datetime(2002, 1, 1, tzinfo=UTC), id="plain")
+
+    reply = claim(scripts, ks, limit=1, event_ids=("c3",))
+    assert [(c.entry, c.source) for c in reply.claimed] == [("c0:a.b;k=dev%3A1:[0]", "s")]
+    reply = claim(scripts, ks, limit=1, event_ids=("plain", "c3"))
+    assert [(c.entry, c.source) for c in reply.claimed] == [("plain:a.b:[\"plain\"]", "e")]
+    assert [c.entry.split(":")[0] for c in claim(scripts, ks).claimed] == ["c1", "c2", "c3"]
+
+
 def test_event_ids_not_yet_due_or_unknown_are_not_claimed(
     producer: Timers, scripts: dict[str, Any], ks: Keyspace
 ) -> None:

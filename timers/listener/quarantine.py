@@ -150,6 +150,18 @@ class Quarantine:
         for the word to start it (its outcome, when not None, ends the run unstarted)."""
         died = before_start = 0
         target = self._target(task, fn)
+        admitted = False
+
+        async def admit_once() -> Outcome | None:
+            # the gate is asked once: a child started again after a death starts on the
+            # slot the first took (held back there, the run would lose its deaths so far)
+            nonlocal admitted
+            if admitted or admit is None:
+                return None
+            held = await admit()
+            admitted = held is None
+            return held
+
         held = self.held
         cell: SharedUntil | None = None
         if held is not None:
@@ -157,8 +169,8 @@ class Quarantine:
             held.share(token, cell)
         try:
             while True:
-                outcome, exitcode, started = await self._once(target, args, policy.timeout,
-                                                              cell, admit)
+                outcome, exitcode, started = await self._once(
+                    target, args, policy.timeout, cell, admit_once if admit else None)
                 if outcome is not None:
                     return outcome
                 if started:

@@ -95,6 +95,29 @@ local function below_floor(record, due)
     and not record_option(record, 'k')
 end
 
+-- Whether a keyed timer named by an event (a keyed task's, or with a key of its own) would
+-- go before a timer still pending ahead of it: one due earlier in a served due index, or
+-- due by the horizon at a higher priority. Claimed by name it would take its key's slot
+-- first (the earlier one, not claimed, is not in the key's order yet); left, this claim's
+-- sweep takes it in its turn. (A claim after Redis refused claims, its memory full,
+-- took the event's timer of a device before the 3 of its due during the refusal.)
+local pending_heads = nil
+local function jumps_queue(record, score)
+  if not (keyed[record_task(record)] or record_option(record, 'k')) then return false end
+  if not pending_heads then
+    pending_heads = {}
+    for _, index in ipairs(served_due_indexes(KEYS[1], ARGV[1], served)) do
+      local head = head_due(index[1])
+      if head then pending_heads[#pending_heads + 1] = {head, index[2]} end
+    end
+  end
+  local priority = record_priority(record)
+  for _, head in ipairs(pending_heads) do
+    if head[1] < score or (head[2] > priority and head[1] <= horizon) then return true end
+  end
+  return false
+end
+
 local function start(run, source, group)
   local token = string.format('%.0f', new_tokens(KEYS[5], 1, now_us) + 1)
   redis.call('ZADD', running_key_for(KEYS[3], group), lease_until, token)
@@ -209,7 +232,7 @@ local function claim_named()
     local score = scores[id] and tonumber(scores[id])
     if score and score <= horizon and not (only_declared
         and not only_declared(ARGV[1] .. id .. ':' .. records[i]))
-        and not below_floor(records[i], score) then
+        and not below_floor(records[i], score) and not jumps_queue(records[i], score) then
       takes[#takes + 1] = {id, string.format('%.0f', score), 'e', records[i]}
     end
   end
