@@ -22,7 +22,8 @@ import redis
 
 from tests.conftest import wait_until
 from tests.integration.helpers import KEYS, Processes, settled
-from tests.retry_tasks import calls, done
+from tests.processes import alive, children_of
+from tests.retry_tasks import RELEASE, calls, done
 from tests.retry_tasks.poison import STARTS
 from timers import Timers, TimerSpec
 
@@ -166,3 +167,47 @@ def test_timers_listen_starts_its_quarantine_process_before_any_rerun(
 
     wait_until(forkserver, 20, message="the quarantine process to start")
     assert r.hlen(KEYS.stats) == 0 or not r.hget(KEYS.stats, "reruns")  # before any rerun
+
+
+def descendants(pid: int) -> set[int]:
+    """Every process under ``pid`` (the fork server, its quarantine children)."""
+    found, todo = set(), [pid]
+    while todo:
+        for child in children_of(todo.pop()):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def test_a_quarantined_run_whose_listener_dies_is_cut_not_finished_unseen(
+        timers_client: Timers, r: redis.Redis, redis_url: str, processes: Processes) -> None:
+    """A rerun runs in a quarantine child (the fork server's child, not the listener's);
+    the listener is killed. The child went on and finished the task with nobody left to
+    read its outcome, and the run, its lease lapsed, ran again: a finished run run twice
+    (the chaos checker's Cluster run). It exits with its listener now: the run is cut, and
+    the next listener runs it once."""
+    from tests.unit.test_crashes import crash
+    from timers.model.keys import Keyspace
+    from timers.store.scripts import register_all
+
+    timers_client.schedule("slow.hold", ["cut", 30.0], in_=0, id="cut")
+    crash(r, Keyspace(), register_all(r), "web-0:100:ab")  # a suspect: it runs in quarantine
+    first = processes.timers("listen", "--lease", "2", "--url", redis_url,
+                             "--tasks", "tests.retry_tasks")
+    wait_until(lambda: [tag for tag, _ in calls(r)] == ["cut"] or first.poll() is not None,
+               20, message="the rerun to start in its quarantine child")
+    below = descendants(first.pid)
+    assert below, "a fork server and its child"
+    first.kill()
+    first.wait(5)
+    wait_until(lambda: not any(alive(pid) for pid in below), 5,
+               message="the quarantine child to exit with its listener")
+    r.set(RELEASE, 1)  # what would have let the orphaned task return
+    second = processes.timers("listen", "--lease", "2", "--url", redis_url,
+                              "--tasks", "tests.retry_tasks")
+    wait_until(lambda: done(r) or second.poll() is not None, 20,
+               message="the cut run to run again and return")
+    wait_until(lambda: settled(timers_client), 10, message="nothing pending or running")
+    assert [tag for tag, _ in done(r)] == ["cut"], "finished once"
+    assert [tag for tag, _ in calls(r)] == ["cut", "cut"], "cut once, run again once"

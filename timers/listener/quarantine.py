@@ -34,6 +34,7 @@ import multiprocessing
 import os
 import pickle
 import signal
+import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
@@ -214,23 +215,22 @@ class Quarantine:
         then, and the child told to start (``go``) or to leave it (the gate's outcome)."""
         context = _mp_context()
         receiver, sender = context.Pipe(duplex=False)
-        word_in, word_out = context.Pipe(duplex=False) if admit is not None else (None, None)
+        word_in, word_out = context.Pipe(duplex=False)
         lease = None if cell is None or self.held is None else (cell, self.held.margin)
         process = context.Process(target=_child, name="timers-quarantine", daemon=True,
                                   args=(*target, json.dumps(args), sender, dict(os.environ),
                                         _portable(timer_context.current_or_none()),
-                                        ChildLogs.here(), lease, word_in))
+                                        ChildLogs.here(), lease, word_in, admit is not None))
         first: asyncio.Future[Outcome | None] | None = None
         try:
             async with _loading_turns():
                 await asyncio.to_thread(self._start, process)
                 sender.close()
-                if word_in is not None:
-                    word_in.close()
+                word_in.close()
                 first = asyncio.ensure_future(_message(process, receiver))
                 await asyncio.wait({first}, timeout=LOADING_TURN)
             outcome = await first
-            if outcome is LOADED and admit is not None and word_out is not None:
+            if outcome is LOADED and admit is not None:
                 held = await admit()
                 with contextlib.suppress(*PARENT_GONE, OSError):
                     word_out.send(GO if held is None else "no")
@@ -256,8 +256,7 @@ class Quarantine:
                 with contextlib.suppress(asyncio.CancelledError):
                     await first
             sender.close()
-            if word_out is not None:
-                word_out.close()
+            word_out.close()  # (a child still running exits: see _watch_listener)
             _end(process, receiver)
 
 
@@ -352,7 +351,7 @@ def _child(package: str, search_path: str | None, task: str, pickled: bytes, arg
            timer: timer_context.TimerContext | None = None,
            logs: ChildLogs | None = None,
            lease: tuple[SharedUntil, float] | None = None,
-           word: Connection | None = None) -> None:
+           word: Connection | None = None, gated: bool = False) -> None:
     """In the child: resolve the task as the listener does, run it, send the outcome.
 
     The fork server was started at the first quarantined run and kept the environment of
@@ -362,7 +361,9 @@ def _child(package: str, search_path: str | None, task: str, pickled: bytes, arg
     so in one line and exits: nobody is left to read an outcome, and a task not started
     yet is not started. ``lease``: the cell the listener keeps the run's lease in and the
     margin it must hold by (:func:`fresh_in`); the task starts only while it does.
-    ``word``: where a gated run's word to start comes from (:func:`_waits_for_word`).
+    ``word``: the listener's pipe to the child: a gated run's word to start comes from it
+    (``gated``, :func:`_waits_for_word`), and its closing says the listener went away
+    (:func:`_watch_listener`).
     """
     os.environ.clear()
     os.environ.update(environ)
@@ -371,7 +372,7 @@ def _child(package: str, search_path: str | None, task: str, pickled: bytes, arg
         logs.configure()
     held = None if lease is None else functools.partial(fresh_in, *lease)
     try:  # on the listener's kind of event loop ($TIMERS_LOOP came with the environment)
-        go = None if word is None else functools.partial(_waits_for_word, sender, word)
+        go = None if word is None else functools.partial(_go, sender, word, gated)
         outcome = event_loop.run(_run_in_child(package, search_path, task, pickled,
                                                args_json, lambda: sender.send("started"),
                                                timer, held, go),
@@ -387,6 +388,15 @@ def _child(package: str, search_path: str | None, task: str, pickled: bytes, arg
             sender.close()
 
 
+def _go(sender: Connection, word: Connection, gated: bool) -> bool:
+    """Right before the start: wait for the listener's word if the run is ``gated``
+    (False: leave it), then watch the listener for the rest of the run."""
+    if gated and not _waits_for_word(sender, word):
+        return False
+    _watch_listener(word)
+    return True
+
+
 def _waits_for_word(sender: Connection, word: Connection) -> bool:
     """Say the task is loaded and wait for the listener's word: True to start it (it
     asked the run's flow gate just now), False to leave it (held, or the listener went
@@ -396,8 +406,26 @@ def _waits_for_word(sender: Connection, word: Connection) -> bool:
         return bool(word.recv() == GO)
     except PARENT_GONE:
         return False
-    finally:
-        word.close()
+
+
+LISTENER_GONE_EXIT = 75
+"""The exit status of a child whose listener went away while it ran its task."""
+
+
+def _watch_listener(word: Connection) -> None:
+    """Exit the moment the listener's end of ``word`` closes while the task runs: the
+    listener died (a ``kill -9``, a poison in one of its threads). Its process is the fork
+    server's child, not the listener's, so no parent-death signal tells it. Finished
+    anyway, the run's outcome would have nobody to read or journal it, and the run, its
+    lease lapsed, would run again: a finished run run twice (the chaos checker's Cluster
+    run). Cut here, it is a run its listener's death cut, run again once."""
+    def watch() -> None:
+        with contextlib.suppress(EOFError, OSError):
+            while True:
+                word.recv()
+        os._exit(LISTENER_GONE_EXIT)
+
+    threading.Thread(target=watch, name="timers-listener-watch", daemon=True).start()
 
 
 def _loop_of_listener() -> str:
