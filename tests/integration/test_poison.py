@@ -20,9 +20,10 @@ from collections import Counter
 import pytest
 import redis
 
+from bench.chaos.world import descendants
 from tests.conftest import wait_until
 from tests.integration.helpers import KEYS, Processes, settled
-from tests.processes import alive, children_of
+from tests.processes import alive
 from tests.retry_tasks import RELEASE, calls, done
 from tests.retry_tasks.poison import STARTS
 from timers import Timers, TimerSpec
@@ -167,17 +168,6 @@ def test_timers_listen_starts_its_quarantine_process_before_any_rerun(
 
     wait_until(forkserver, 20, message="the quarantine process to start")
     assert r.hlen(KEYS.stats) == 0 or not r.hget(KEYS.stats, "reruns")  # before any rerun
-
-
-def descendants(pid: int) -> set[int]:
-    """Every process under ``pid`` (the fork server, its quarantine children)."""
-    found, todo = set(), [pid]
-    while todo:
-        for child in children_of(todo.pop()):
-            if child not in found:
-                found.add(child)
-                todo.append(child)
-    return found
 
 
 def test_a_quarantined_run_whose_listener_dies_is_cut_not_finished_unseen(

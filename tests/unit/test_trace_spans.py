@@ -125,12 +125,10 @@ def test_a_rerun_after_its_listener_died_is_a_span_of_its_own_linked_to_the_requ
     """The listener that held the timer died mid-run (its lease lapsed); another one reruns
     it (in quarantine: a stand-in here, unit tests start no process). The rerun is a span
     of its own, on the rerun path, linked to the request that scheduled the timer."""
-    import asyncio
-
     import fakeredis
 
     from tests.unit.test_crashes import PAST, crash
-    from tests.unit.test_listener_unit import make_listener
+    from tests.unit.test_listener_unit import run_burst
     from timers import Timers
     from timers.listener.quarantine import Quarantine
     from timers.model.keys import Keyspace
@@ -149,12 +147,7 @@ def test_a_rerun_after_its_listener_died_is_a_span_of_its_own_linked_to_the_requ
 
     monkeypatch.setattr(Quarantine, "run", in_quarantine)
 
-    async def scenario() -> None:
-        listener = make_listener(server)
-        await asyncio.wait_for(listener.run(burst=True), 15)
-        await listener.redis.aclose()
-
-    asyncio.run(scenario())
+    run_burst(server)
     (rerun,) = runs(spans)
     attributes = dict(rerun.attributes or {})
     assert (attributes["timers.timer_id"], attributes["timers.path"],
