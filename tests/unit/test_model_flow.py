@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import fakeredis
 import pytest
@@ -424,6 +424,24 @@ def wait(world: World, ms: int, *renewing: VListener) -> None:
         step = min(ms, LEASE_MS // 3)
         world.clock.ms += step
         ms -= step
+
+
+def rerun_elsewhere(world: World, task: str,
+                    cut: Callable[[World, VListener], None] = World.kill) -> VListener:
+    """A timer of ``task`` due, claimed and started by a listener that ``cut`` then cuts
+    (killed; or dead with its ending unwritten); a second listener claims it when its
+    lease has lapsed and starts it: the rerun. Returns the second listener."""
+    l1 = world.spawn((DEFAULT_GROUP,))
+    world.schedule(task, DEFAULT_GROUP, 0, "", -50)
+    world.claim(l1, 5, 0, False)
+    world.start_due(l1)
+    cut(world, l1)
+    l2 = world.spawn((DEFAULT_GROUP,))
+    wait(world, 1100, l2)
+    world.claim(l2, 5, 0, False)
+    world.start_due(l2)
+    return l2
+
 
 
 def test_a_paused_listener_starts_no_run_next_in_line_it_no_longer_holds(world: World) -> None:
@@ -963,15 +981,7 @@ def test_a_rerun_whose_quarantine_children_die_ends_dead_at_the_limit(world: Wor
     again in a new child under the same token (no claim in between) until the deaths
     reach ``max_crashes``; then the timer ends dead, once."""
     world.local_fence = True
-    l1 = world.spawn((DEFAULT_GROUP,))
-    world.schedule(PLAIN, DEFAULT_GROUP, 0, "", -50)
-    world.claim(l1, 5, 0, False)
-    world.start_due(l1)
-    world.kill(l1)
-    l2 = world.spawn((DEFAULT_GROUP,))
-    wait(world, 1100, l2)
-    world.claim(l2, 5, 0, False)
-    world.start_due(l2)
+    l2 = rerun_elsewhere(world, PLAIN)
     timer = world.timers["t000"]
     (token,) = l2.in_child
     for died in range(1, POLICY.max_crashes + 1):
@@ -989,15 +999,7 @@ def test_a_run_whose_task_returned_is_not_run_again_when_its_process_dies(
     another thread, a batch on its way). The run must not run again: its ending is durable
     before the process that ran it can lose it."""
     world.local_fence = True
-    l1 = world.spawn((DEFAULT_GROUP,))
-    world.schedule(PLAIN, DEFAULT_GROUP, 0, "", -50)
-    world.claim(l1, 5, 0, False)
-    world.start_due(l1)
-    world.die_unwritten(l1)
-    l2 = world.spawn((DEFAULT_GROUP,))
-    wait(world, 1100, l2)
-    world.claim(l2, 5, 0, False)
-    world.start_due(l2)
+    rerun_elsewhere(world, PLAIN, cut=World.die_unwritten)
     assert broken(world, "twice") == [], world.log
 
 
