@@ -198,9 +198,19 @@ BUGS: tuple[Bug, ...] = (
         "and a quarantine child checks the lease its parent shares with it right before "
         "the task (child-unfenced)"),
     Bug("thread-unfenced", LISTENER + "thread_pool.py",
-        "            if job.fence is not None and not job.fence():",
-        "            if False:",
+        "            stale = job.fence is not None and not job.fence()",
+        "            stale = False",
         "fence: a run next in line started in its thread without the fence"),
+    Bug("stale-lets-next-go", LISTENER + "thread_pool.py",
+        "                return None, wake",
+        "                return self._done(job), wake",
+        "fence: a run found stale in its thread lets the run next in line after it start "
+        "there, before it is revalidated and run"),
+    Bug("revalidate-gives-up", LISTENER + "leases.py",
+        "                if sent >= gave_up:",
+        "                if True:",
+        "fence: a stale run whose lease cannot be checked while Redis fails over is dropped "
+        "at once, while Redis still holds it next in line on its key"),
     Bug("child-unfenced", LISTENER + "quarantine.py",
         "        return await runner.call(fn, json.loads(args_json), fence=held)\n",
         "        return await runner.call(fn, json.loads(args_json), fence=None)\n",

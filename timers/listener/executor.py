@@ -69,6 +69,9 @@ class Caller(Protocol):
                    note: tuple[str, bytes] | None = None) -> Outcome:
         ...
 
+    def let_follower_go(self, turn: Turn) -> None:
+        ...
+
 
 class Fencer(Protocol):
     """Whether a run's lease still holds (:class:`timers.listener.leases.Fence`)."""
@@ -292,6 +295,8 @@ class Executor:
                     outcome = (await self._unfenced(run, after, checked=True)
                                or await self.runner.call(fn, record.args, policy.timeout, own,
                                                          None, fence, limited, note))
+                    if outcome is _TAKEN and own is not None:
+                        self.runner.let_follower_go(own)  # it waited for this one
                 if own is not None:
                     self._timed_by_thread(attempt, own, after is not None)
         except TaskRefused as exc:

@@ -9,6 +9,7 @@ with the event loop under a lock).
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
 import threading
@@ -250,6 +251,10 @@ class LeaseKeeper:
                             text, timer_id)
 
 
+REVALIDATE_FOR = 60.0
+"""How long a stale run's lease is asked about while Redis cannot answer (seconds)."""
+
+
 class Fence:
     """Whether this listener may start a run: only while it holds the run's lease.
 
@@ -266,16 +271,27 @@ class Fence:
         twice per run: the held runs' own check, with no call in between)."""
 
     async def revalidate(self, run: Run) -> bool:
-        """Whether ``run``'s lease is still this listener's, asked of Redis (and renewed);
-        False too when Redis cannot be asked now (the run is not started: its lease lapses
-        and it runs again elsewhere, counted)."""
-        sent = time.monotonic()
-        try:
-            lost = await self.scripts.renew(round(self.lease * 1000), [run.token])
-        except RETRYABLE as exc:
-            log.warning("timer %s not started: its lease could not be checked after a stall "
-                        "(%s)", run.timer_id, exc or type(exc).__name__)
-            return False
+        """Whether ``run``'s lease is still this listener's, asked of Redis (and renewed).
+        While Redis cannot be asked (a failover), it asks again: nobody can take the run
+        over meanwhile, and a lease that lapsed but was not taken over is renewed. Given
+        up after :data:`REVALIDATE_FOR` s: False (not started; its lease lapses and it runs
+        again elsewhere). Answering False at once instead dropped a run still held next in
+        line on its key, and the key's next timer started before it."""
+        gave_up = time.monotonic() + REVALIDATE_FOR
+        pause = min(0.05, self.lease / 8)
+        while True:
+            sent = time.monotonic()
+            try:
+                lost = await self.scripts.renew(round(self.lease * 1000), [run.token])
+                break
+            except RETRYABLE as exc:
+                if sent >= gave_up:
+                    log.warning("timer %s not started: its lease could not be checked for "
+                                "%.0f s after a stall (%s)", run.timer_id, REVALIDATE_FOR,
+                                exc or type(exc).__name__)
+                    return False
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, self.lease / 4)
         if lost:
             log.warning("timer %s not started: this listener stalled past its lease and "
                         "another listener took the run over", run.timer_id)

@@ -155,7 +155,7 @@ class Runner:
             else:
                 job = self._pool.submit(fn, list(positional), dict(keywords),
                                         after.job if after else None, turn is not None, fence,
-                                        prompt, note)
+                                        prompt, note, turn.job if turn is not None else None)
                 if turn is not None:
                     turn.handed_to_thread(job)
                 try:
@@ -187,6 +187,12 @@ class Runner:
             return job.future.result()
         self._pool.abandon(job)
         raise Overran
+
+    def let_follower_go(self, turn: Turn) -> None:
+        """``turn``'s run, found stale in its thread, is given up (another listener took it
+        over): the run chained after it is queued now, and asks its own fence."""
+        if turn.job is not None:
+            self._pool.let_go(turn.job)
 
     def use_journal(self, journal: Journal | None) -> None:
         """Journal the notes of plain functions' runs there (:mod:`timers.listener.journal`)."""

@@ -31,7 +31,8 @@ class Job:
     and ``finished``."""
 
     __slots__ = ("abandoned", "args", "cancelled", "context", "ended", "fence", "finished",
-                 "fn", "future", "guarded", "kwargs", "note", "prompt", "started", "then")
+                 "fn", "future", "guarded", "kwargs", "note", "prompt", "stale", "started",
+                 "then")
 
     def __init__(self, future: asyncio.Future[Any], fn: Callable[..., Any], args: list[Any],
                  kwargs: dict[str, Any]) -> None:
@@ -41,6 +42,10 @@ class Job:
         self.ended: float | None = None
         """Monotonic, when its function returned (a guarded job's)."""
         self.abandoned = self.cancelled = self.finished = self.guarded = False
+        self.stale = False
+        """Its fence failed in the thread, so it was not called: the run is not over (it
+        is revalidated and called again, or given up), and the job chained after it waits
+        for that (:meth:`ThreadPool.submit` ``resumes``, :meth:`ThreadPool.let_go`)."""
         self.prompt = False
         """Its result wakes the loop at once, even while results are gathered
         (:class:`ThreadPool`): a run through a flow limit, whose ending may free a slot
@@ -115,24 +120,39 @@ class ThreadPool:
     def submit(self, fn: Callable[..., Any], args: list[Any], kwargs: dict[str, Any],
                after: Job | None = None, guarded: bool = False,
                fence: Callable[[], bool] | None = None, prompt: bool = False,
-               note: tuple[str, bytes] | None = None) -> Job:
+               note: tuple[str, bytes] | None = None, resumes: Job | None = None) -> Job:
         """Queue a call; with ``after`` (a job not finished yet), start it in that job's
         thread the moment that job's function returns. ``guarded``: it may be withdrawn
         (:meth:`withdraw`) up to the moment a thread starts it. ``fence``: asked in the
         thread right before the call; False and the call is not made (:class:`Stale`).
         ``prompt``: its result is handed to the loop at once, never gathered. ``note``:
         journaled in the thread once the function returns (not if it raised or returned
-        an awaitable: its run has not ended yet)."""
+        an awaitable: its run has not ended yet). ``resumes``: the same run's job that was
+        stale; the job chained after that one follows this one now."""
         loop = self._loop = asyncio.get_running_loop()
         job = Job(loop.create_future(), fn, args, kwargs)
         job.guarded, job.fence, job.prompt, job.note = guarded, fence, prompt, note
+        if resumes is not None:
+            with self._lock:
+                if resumes.stale:
+                    job.then, resumes.then, resumes.stale = resumes.then, None, False
         if after is not None:
             with self._lock:
-                if not (after.finished or after.abandoned or after.then):
+                if (after.stale and after.then is None) or not (
+                        after.finished or after.abandoned or after.then):
                     after.then = job
                     return job
         self._queue(job)
         return job
+
+    def let_go(self, job: Job) -> None:
+        """A stale ``job`` is given up (its run was taken over): the job chained after it,
+        if any, is queued now (its own fence decides whether it starts)."""
+        with self._lock:
+            chained = job.then if job.stale else None
+            job.then, job.stale = None, False
+        if chained is not None:
+            self._queue(chained)
 
     def _queue(self, job: Job) -> None:
         with self._lock:
@@ -158,8 +178,9 @@ class ThreadPool:
             else:
                 job.started = time.monotonic()
             result: tuple[Job, bool, Any]
-            if job.fence is not None and not job.fence():
-                result = (job, False, Stale())  # not called: the loop revalidates the run
+            stale = job.fence is not None and not job.fence()
+            if stale:  # not called: the loop revalidates the run; what follows it waits
+                result = (job, False, Stale())
             else:
                 try:
                     value = job.context.run(job.fn, *job.args, **job.kwargs)
@@ -170,7 +191,7 @@ class ThreadPool:
                             value is None or not inspect.isawaitable(value)):
                         self.journal.append(*job.note)  # before anything else: durable
                     result = (job, True, value)
-            job, wake = self._finished(result)
+            job, wake = self._finished(result, stale)
             loop = self._loop
             if wake and loop is not None and not loop.is_closed():
                 try:
@@ -202,13 +223,23 @@ class ThreadPool:
         with self._lock:
             return self._done(job)
 
-    def _finished(self, result: tuple[Job, bool, Any]) -> tuple[Job | None, bool]:
+    def _finished(self, result: tuple[Job, bool, Any],
+                  stale: bool = False) -> tuple[Job | None, bool]:
         """Hand a result back. Returns the job chained after it, which this thread runs
-        next, and whether to wake the loop for the result."""
+        next (none after a ``stale`` job: it stays chained), and whether to wake the loop
+        for the result."""
         job = result[0]
-        if job.guarded:  # a run that may be followed: the one next in line starts now
-            job.ended = time.monotonic()
+        if job.guarded and not stale:  # a run that may be followed: the one next in line
+            job.ended = time.monotonic()  # starts now
         with self._lock:
+            if stale:
+                job.stale = True
+                job.finished = True
+                self._idle += 1
+                self._results.append(result)
+                wake = not self._wake_pending
+                self._wake_pending = True
+                return None, wake
             self._results.append(result)
             wake = not self._wake_pending and (
                 job.prompt or not self._gathering or len(self._results) >= self.enough)
