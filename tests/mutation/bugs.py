@@ -206,6 +206,12 @@ BUGS: tuple[Bug, ...] = (
         "                return self._done(job), wake",
         "fence: a run found stale in its thread lets the run next in line after it start "
         "there, before it is revalidated and run"),
+    Bug("revalidate-alone", LISTENER + "leases.py",
+        "        if run.follows and self.held.holds(run.follows):",
+        "        if False:",
+        "fence: a run next in line is revalidated without the run before it, whose lease "
+        "lapsed in the same stall: a claim reruns that one and takes this one back after it "
+        "started"),
     Bug("revalidate-gives-up", LISTENER + "leases.py",
         "                if sent >= gave_up:",
         "                if True:",

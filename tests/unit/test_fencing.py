@@ -251,3 +251,41 @@ def test_a_stale_run_is_revalidated_once_redis_answers_again_through_a_failover(
     run = Run("1", "7", "", 0, 0, "sweep")
     assert asyncio.run(fence.revalidate(run)) is not lost
     assert scripts.asked == 4
+
+
+class Leases:
+    """Scripts over a map of leases, as ``renew.lua`` and a claim's recovery treat them:
+    a renewal extends every lease still present (lapsed or not); a recovery takes over
+    those lapsed by ``now``."""
+
+    def __init__(self, **deadlines: float) -> None:
+        self.deadlines, self.now = dict(deadlines), 0.0
+
+    async def renew(self, lease_ms: int, tokens: list[str]) -> list[str]:
+        for token in tokens:
+            if token in self.deadlines:
+                self.deadlines[token] = self.now + lease_ms / 1000
+        return [t for t in tokens if t not in self.deadlines]
+
+    def recover(self) -> list[str]:
+        lapsed = [t for t, until in self.deadlines.items() if until <= self.now]
+        for token in lapsed:
+            del self.deadlines[token]
+        return lapsed
+
+
+def test_a_run_next_in_line_is_revalidated_with_the_run_before_it() -> None:
+    """A stall lapses both leases: the run whose function returned (its ending not written
+    yet) and the run next in line after it. Revalidating the second alone kept it and let
+    a claim rerun the first a moment later, which took the second back (T5) after it had
+    started: 2 runs of a key at once in a 6-minute Cluster chaos run."""
+    held = HeldRuns(lease=2.0)
+    held.hold("7", "before")
+    held.hold("8", "next")
+    scripts = Leases(**{"7": 2.0, "8": 2.0})
+    scripts.now = 5.0  # renewals failed through a failover
+    fence = leases.Fence(held, scripts, 2.0)  # type: ignore[arg-type]
+    assert asyncio.run(fence.revalidate(Run("8", "n", "", 0, 0, "next", follows="7")))
+    assert scripts.recover() == [], "the run before it was left to lapse"
+    held.release(["7"])  # its ending is written: the run next in line alone is asked
+    assert asyncio.run(fence.revalidate(Run("8", "n", "", 0, 0, "next", follows="7")))

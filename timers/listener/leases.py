@@ -141,6 +141,10 @@ class HeldRuns:
                 return None
             return timer_id
 
+    def holds(self, token: str) -> bool:
+        """Whether ``token``'s lease is kept here (its ending not written yet)."""
+        return token in self._runs
+
     def tokens(self) -> list[str]:
         with self._lock:
             return list(self._runs)
@@ -276,13 +280,20 @@ class Fence:
         over meanwhile, and a lease that lapsed but was not taken over is renewed. Given
         up after :data:`REVALIDATE_FOR` s: False (not started; its lease lapses and it runs
         again elsewhere). Answering False at once instead dropped a run still held next in
-        line on its key, and the key's next timer started before it."""
+        line on its key, and the key's next timer started before it.
+
+        A run next in line is renewed with the run before it while that one's ending is
+        not written: its lease may have lapsed in the same stall, and a claim that reran it
+        would take this one back (T5) a moment after it started here."""
+        tokens = [run.token]
+        if run.follows and self.held.holds(run.follows):
+            tokens.append(run.follows)
         gave_up = time.monotonic() + REVALIDATE_FOR
         pause = min(0.05, self.lease / 8)
         while True:
             sent = time.monotonic()
             try:
-                lost = await self.scripts.renew(round(self.lease * 1000), [run.token])
+                lost = await self.scripts.renew(round(self.lease * 1000), tokens)
                 break
             except RETRYABLE as exc:
                 if sent >= gave_up:
@@ -292,11 +303,12 @@ class Fence:
                     return False
             await asyncio.sleep(pause)
             pause = min(pause * 2, self.lease / 4)
-        if lost:
+        gone = {as_text(token) for token in lost}
+        if run.token in gone:
             log.warning("timer %s not started: this listener stalled past its lease and "
                         "another listener took the run over", run.timer_id)
             return False
-        self.held.confirm([run.token], sent)
+        self.held.confirm([t for t in tokens if t not in gone], sent)
         return True
 
 
