@@ -182,7 +182,8 @@ BUGS: tuple[Bug, ...] = (
         "        self.margin = lease / 10", "        self.margin = 0.0",
         "fence: a run starts with its lease about to lapse (the margin removed)"),
     Bug("fence-revalidate-blind", LISTENER + "leases.py",
-        "        if lost:\n            log.warning(\"timer %s not started: this listener stalled",
+        "        if run.token in gone:\n            log.warning(\"timer %s not started: this "
+        "listener stalled",
         "        if False:\n            log.warning(\"timer %s not started: this listener stalled",
         "fence: after a stall a run another listener took over starts"),
     Bug("renewal-keeps-lost", LISTENER + "leases.py",
