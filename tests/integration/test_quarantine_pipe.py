@@ -18,15 +18,13 @@ pytestmark = [pytest.mark.integration, pytest.mark.one_server]
 
 CHILD = textwrap.dedent("""\
     import multiprocessing, os, sys
-    from timers.listener import quarantine
+    from timers.listener import quarantine_child
 
     receiver, sender = multiprocessing.Pipe(duplex=False)
     receiver.close()  # the listener went away
-    extra = ()
-    if hasattr(quarantine, "ChildLogs"):
-        extra = (None, quarantine.ChildLogs("INFO", "json", "web-1:4242:ab12cd"),)
-    quarantine._child("tests.unit.sample_tasks", None, "mod.add", b"", "[1, 2]", sender,
-                      dict(os.environ), *extra)
+    logs = quarantine_child.ChildLogs("INFO", "json", "web-1:4242:ab12cd")
+    quarantine_child.child_main("tests.unit.sample_tasks", None, "mod.add", b"", "[1, 2]",
+                                sender, dict(os.environ), None, logs)
     """)
 
 

@@ -218,7 +218,7 @@ BUGS: tuple[Bug, ...] = (
         "                if True:",
         "fence: a stale run whose lease cannot be checked while Redis fails over is dropped "
         "at once, while Redis still holds it next in line on its key"),
-    Bug("child-unfenced", LISTENER + "quarantine.py",
+    Bug("child-unfenced", LISTENER + "quarantine_child.py",
         "        return await runner.call(fn, json.loads(args_json), fence=held)\n",
         "        return await runner.call(fn, json.loads(args_json), fence=None)\n",
         "fence: a quarantine child starts its rerun without checking the lease its parent "

@@ -18,7 +18,7 @@ import redis
 
 import timers
 from tests.unit.test_next_in_line_runs import Log, until
-from timers.listener import leases, quarantine
+from timers.listener import leases, quarantine_child
 from timers.listener.context import TimerContext
 from timers.listener.leases import HeldRuns, fresh_in
 from timers.listener.runner import Runner, Turn
@@ -181,11 +181,11 @@ CONTEXT = TimerContext(id="t", task="fenced.command", attempt=2,
 
 
 def in_child(cell: ctypes.c_double, margin: float) -> tuple[list[str], asyncio.Future[Outcome]]:
-    """What a quarantine child does with a run (``quarantine._run_in_child``, without a
+    """What a quarantine child does with a run (``quarantine_child.run_in_child``, without a
     process: the task resolved by reference), the lease shared in ``cell``."""
     said: list[str] = []
     NOTES.clear()
-    return said, asyncio.ensure_future(quarantine._run_in_child(
+    return said, asyncio.ensure_future(quarantine_child.run_in_child(
         "tests", None, "t", pickle.dumps(ledger_task), "[]", lambda: said.append("started"),
         CONTEXT, functools.partial(fresh_in, cell, margin)))
 

@@ -32,8 +32,8 @@ from multiprocessing import forkserver
 from types import FrameType
 from typing import Any
 
-PRELOAD = "timers.listener.quarantine"
-"""What the fork server imports first (this module with it)."""
+PRELOAD = "timers.listener.quarantine_child"
+"""What the fork server imports first: what a quarantine child runs (this module with it)."""
 
 SPEC_PREFIX = "_timers_fork_server_spec_"
 """An entry of the fork server's preload list: this prefix, then the hex of the JSON

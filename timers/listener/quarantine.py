@@ -7,8 +7,8 @@ more, with every innocent it holds.
 
 So a suspect run goes to a child process (``forkserver``: no fork of a threaded process),
 forked with the tasks package imported (:mod:`timers.listener.fork_server`). The child
-loads the tasks package as the listener does (:class:`TaskLoader`), runs the
-task with :class:`Runner` and sends its :class:`Outcome` back over a pipe. Here a death
+(:mod:`timers.listener.quarantine_child`) loads the tasks package as the listener does,
+runs the task and sends its :class:`Outcome` back over a pipe. Here a death
 is seen, not inferred: a child that exits without an outcome is one crash of this timer
 (a lapse is not: the listener that held it may have lived). It runs again in a new child
 until those deaths reach the task's ``max_crashes``, and then ends dead
@@ -26,31 +26,33 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
-import functools
 import json
 import logging
 import multiprocessing
 import os
 import pickle
 import signal
-import threading
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
 from timers.listener import context as timer_context
-from timers.listener import event_loop, fork_server
+from timers.listener import fork_server
 from timers.listener.crashes import died_outcome
-from timers.listener.leases import HeldRuns, SharedUntil, fresh_in
+from timers.listener.leases import HeldRuns, SharedUntil
 from timers.listener.loader import TaskLoader
-from timers.listener.orphans import ask_for_signal_on_parent_death
-from timers.listener.runner import Runner
-from timers.logs import IDENTITY, JsonFormatter, LogFormat, configure
+from timers.listener.quarantine_child import (
+    GO,
+    LOADED_WORD,
+    PARENT_GONE,
+    STARTED_WORD,
+    ChildLogs,
+    child_main,
+    portable,
+)
 from timers.model.encoding import Args
 from timers.model.policy import TaskPolicy
-from timers.model.runs import MAX_MESSAGE, MAX_TRACEBACK, Outcome
+from timers.model.runs import Outcome
 
 log = logging.getLogger("timers.listener")
 
@@ -63,8 +65,6 @@ STARTED = Outcome("ok", "", "started")
 LOADED = Outcome("ok", "", "loaded")
 """A gated child's first message: the task is loaded, and the child waits for the word
 (:data:`GO`, or anything else: leave it) before it starts it."""
-
-GO = "go"
 
 LOADING_AT_ONCE = 1
 """Quarantine children of one listener process that load at once (from their fork until
@@ -217,9 +217,9 @@ class Quarantine:
         receiver, sender = context.Pipe(duplex=False)
         word_in, word_out = context.Pipe(duplex=False)
         lease = None if cell is None or self.held is None else (cell, self.held.margin)
-        process = context.Process(target=_child, name="timers-quarantine", daemon=True,
+        process = context.Process(target=child_main, name="timers-quarantine", daemon=True,
                                   args=(*target, json.dumps(args), sender, dict(os.environ),
-                                        _portable(timer_context.current_or_none()),
+                                        portable(timer_context.current_or_none()),
                                         ChildLogs.here(), lease, word_in, admit is not None))
         first: asyncio.Future[Outcome | None] | None = None
         try:
@@ -285,9 +285,9 @@ async def _message(process: Any, receiver: Connection) -> Outcome | None:
     try:
         if receiver.poll():
             message = receiver.recv()
-            if message == "started":
+            if message == STARTED_WORD:
                 return STARTED
-            if message == "loaded":
+            if message == LOADED_WORD:
                 return LOADED
             kind, error_type, text, trace = message
             return Outcome(kind, error_type, text, trace)
@@ -317,164 +317,3 @@ def _end(process: Any, receiver: Connection) -> None:
         process.join(1.0)
     with contextlib.suppress(ValueError):
         process.close()
-
-
-@dataclass(frozen=True)
-class ChildLogs:
-    """How the listener logs (level, format, its id), for its quarantine children to log
-    the same way: their lines, and a task's, read like the listener's own."""
-
-    level: str
-    format: LogFormat
-    listener: str | None
-
-    @classmethod
-    def here(cls) -> ChildLogs:
-        """This process's: JSON if a handler of the root logger writes JSON, else text."""
-        root = logging.getLogger()
-        json_out = any(isinstance(h.formatter, JsonFormatter) for h in root.handlers)
-        return cls(logging.getLevelName(root.getEffectiveLevel()),
-                   "json" if json_out else "text", IDENTITY.listener)
-
-    def configure(self) -> None:
-        """Log in this process as the listener does, as its quarantine child."""
-        configure(self.level, self.format, role="quarantine")
-        IDENTITY.listener = self.listener
-
-
-PARENT_GONE = (BrokenPipeError, ConnectionResetError, EOFError)
-"""What writing to the pipe raises once the listener's end is closed."""
-
-
-def _child(package: str, search_path: str | None, task: str, pickled: bytes, args_json: str,
-           sender: Connection, environ: dict[str, str],
-           timer: timer_context.TimerContext | None = None,
-           logs: ChildLogs | None = None,
-           lease: tuple[SharedUntil, float] | None = None,
-           word: Connection | None = None, gated: bool = False) -> None:
-    """In the child: resolve the task as the listener does, run it, send the outcome.
-
-    The fork server was started at the first quarantined run and kept the environment of
-    that moment: the task gets the listener's environment as it is now, as in-process,
-    and its :func:`timers.current` context. It logs as the listener does (``logs``). If the
-    listener went away (its end of the pipe closed: a timeout, a shutdown), the child says
-    so in one line and exits: nobody is left to read an outcome, and a task not started
-    yet is not started. ``lease``: the cell the listener keeps the run's lease in and the
-    margin it must hold by (:func:`fresh_in`); the task starts only while it does.
-    ``word``: the listener's pipe to the child: a gated run's word to start comes from it
-    (``gated``, :func:`_waits_for_word`), and its closing says the listener went away
-    (:func:`_watch_listener`).
-    """
-    os.environ.clear()
-    os.environ.update(environ)
-    ask_for_signal_on_parent_death(signal.SIGKILL)
-    if logs is not None:
-        logs.configure()
-    held = None if lease is None else functools.partial(fresh_in, *lease)
-    try:  # on the listener's kind of event loop ($TIMERS_LOOP came with the environment)
-        go = None if word is None else functools.partial(_go, sender, word, gated)
-        outcome = event_loop.run(_run_in_child(package, search_path, task, pickled,
-                                               args_json, lambda: sender.send("started"),
-                                               timer, held, go),
-                                 _loop_of_listener())
-        sender.send((outcome.kind, outcome.error_type, outcome.message[:MAX_MESSAGE],
-                     outcome.traceback[-MAX_TRACEBACK:]))
-    except PARENT_GONE as exc:
-        log.warning("quarantine process of task %s: the listener went away before it "
-                    "read the outcome (%s: %s); exiting", task, type(exc).__name__, exc,
-                    extra={"task": task})
-    finally:
-        with contextlib.suppress(OSError):
-            sender.close()
-
-
-def _go(sender: Connection, word: Connection, gated: bool) -> bool:
-    """Right before the start: wait for the listener's word if the run is ``gated``
-    (False: leave it), then watch the listener for the rest of the run."""
-    if gated and not _waits_for_word(sender, word):
-        return False
-    _watch_listener(word)
-    return True
-
-
-def _waits_for_word(sender: Connection, word: Connection) -> bool:
-    """Say the task is loaded and wait for the listener's word: True to start it (it
-    asked the run's flow gate just now), False to leave it (held, or the listener went
-    away)."""
-    sender.send("loaded")
-    try:
-        return bool(word.recv() == GO)
-    except PARENT_GONE:
-        return False
-
-
-LISTENER_GONE_EXIT = 75
-"""The exit status of a child whose listener went away while it ran its task."""
-
-
-def _watch_listener(word: Connection) -> None:
-    """Exit the moment the listener's end of ``word`` closes while the task runs: the
-    listener died (a ``kill -9``, a poison in one of its threads). Its process is the fork
-    server's child, not the listener's, so no parent-death signal tells it. Finished
-    anyway, the run's outcome would have nobody to read or journal it, and the run, its
-    lease lapsed, would run again: a finished run run twice (the chaos checker's Cluster
-    run). Cut here, it is a run its listener's death cut, run again once."""
-    def watch() -> None:
-        with contextlib.suppress(EOFError, OSError):
-            while True:
-                word.recv()
-        os._exit(LISTENER_GONE_EXIT)
-
-    threading.Thread(target=watch, name="timers-listener-watch", daemon=True).start()
-
-
-def _loop_of_listener() -> str:
-    """The listener's kind of event loop; asyncio's if ``$TIMERS_LOOP`` names none that
-    this process can have (a listener started through the API does not check it)."""
-    try:
-        return event_loop.chosen_loop()
-    except ValueError:
-        return "asyncio"
-
-
-async def _run_in_child(package: str, search_path: str | None, task: str, pickled: bytes,
-                        args_json: str, started: Callable[[], None],
-                        timer: timer_context.TimerContext | None = None,
-                        held: Callable[[], bool] | None = None,
-                        go: Callable[[], bool] | None = None) -> Outcome:
-    """The child's run (no process of its own: a test calls it as it is): resolve the
-    task, wait for the word to start it (``go``, when the run is gated: False leaves it
-    unstarted), say it starts, and call it under the fence ``held`` (None: unfenced),
-    which the task's ``timers.current().still_held()`` reads too; :data:`~timers.listener.
-    runner.STALE` and nothing called when the lease is not known to hold at its start."""
-    if timer is not None:  # the run copies it into the task's context
-        timer_context.enter(dataclasses.replace(timer, lease_check=held))
-    try:
-        if pickled:
-            fn = pickle.loads(pickled)
-        else:
-            fork_server.forget_other_package(package, search_path)
-            loader = TaskLoader(package, None, search_path)
-            loader.load()
-            fn = loader.resolve(task)
-    except Exception as exc:
-        return Outcome("refused", type(exc).__qualname__, f"in a quarantine process: {exc}")
-    if go is not None and not go():
-        return NOT_STARTED
-    started()
-    runner = Runner(1)
-    try:
-        return await runner.call(fn, json.loads(args_json), fence=held)
-    finally:
-        runner.shutdown()
-
-
-NOT_STARTED = Outcome("held", "", "the listener did not give the word to start it")
-"""What a gated child whose run was held reports (nobody reads it: the listener ended the
-run with its gate's outcome)."""
-
-
-def _portable(timer: timer_context.TimerContext | None) -> timer_context.TimerContext | None:
-    """The context a child gets: without the parent's lease check, a function that cannot
-    cross processes (the child checks the shared lease instead: :func:`_run_in_child`)."""
-    return dataclasses.replace(timer, lease_check=None) if timer is not None else None
