@@ -50,7 +50,8 @@ from timers.listener.history import TRIM_BUDGET
 from timers.model.history import EndKind, HistoryRecord, MinuteSlot
 from timers.model.keys import DEFAULT_PREFIX, Keyspace
 from timers.model.timer_ids import new_timer_id
-from timers.store.scripts import NewTimer, ScriptCalls, script_library, source
+from timers.store.lua_source import script_library, source
+from timers.store.scripts import NewTimer, ScriptCalls
 
 KS = Keyspace("bench")
 LISTENER = f"{socket.gethostname()}:{os.getpid()}:a1b2c3"

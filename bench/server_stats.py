@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import redis
 
-from timers.store.scripts import SCRIPT_NAMES, script_library, source
+from timers.store.lua_source import SCRIPT_NAMES, script_library, source
 
 # -- the server -------------------------------------------------------------------------
 

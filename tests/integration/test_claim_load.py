@@ -12,7 +12,7 @@ import redis
 from tests.conftest import wait_until
 from tests.integration.helpers import TASKS
 from timers import Timers, TimerSpec
-from timers.store.scripts import script_library, source
+from timers.store.lua_source import script_library, source
 
 pytestmark = pytest.mark.integration
 

@@ -17,7 +17,7 @@ from timers import Timers
 from timers.listener.history import TRIM_BUDGET
 from timers.model.history import TimerState
 from timers.model.keys import DEFAULT_PREFIX, Keyspace
-from timers.store.scripts import script_library, source
+from timers.store.lua_source import script_library, source
 
 pytestmark = [pytest.mark.integration, pytest.mark.one_server]
 

@@ -179,7 +179,7 @@ def test_a_quarantined_run_whose_listener_dies_is_cut_not_finished_unseen(
     the next listener runs it once."""
     from tests.unit.test_crashes import crash
     from timers.model.keys import Keyspace
-    from timers.store.scripts import register_all
+    from timers.store.script_modes import register_all
 
     timers_client.schedule("slow.hold", ["cut", 30.0], in_=0, id="cut")
     crash(r, Keyspace(), register_all(r), "web-0:100:ab")  # a suspect: it runs in quarantine

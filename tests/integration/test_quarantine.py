@@ -28,7 +28,7 @@ from tests.unit.test_crashes import PAST, crash
 from tests.unit.test_listener_unit import make_listener
 from timers import Timers
 from timers.model.keys import Keyspace
-from timers.store.scripts import register_all
+from timers.store.script_modes import register_all
 
 pytestmark = [pytest.mark.integration, pytest.mark.one_server]
 

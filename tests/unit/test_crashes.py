@@ -20,7 +20,7 @@ from timers.listener.quarantine import Quarantine, how_it_died
 from timers.model.keys import Keyspace
 from timers.model.policy import TaskPolicy, policy_of
 from timers.model.runs import Outcome, Run
-from timers.store.scripts import register_all
+from timers.store.script_modes import register_all
 
 PAST = datetime(2001, 1, 1, tzinfo=UTC)
 

@@ -24,7 +24,7 @@ from timers.model.cron import State
 from timers.model.encoding import Record, escape_id
 from timers.model.keys import Keyspace
 from timers.model.runs import OK, Outcome, Run
-from timers.store.scripts import register_all
+from timers.store.script_modes import register_all
 
 KS = Keyspace()
 DAY = 86_400_000

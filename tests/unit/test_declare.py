@@ -18,7 +18,9 @@ from timers.model.keys import Keyspace
 from timers.ops.base import Call
 from timers.producer.transport import run_async, run_sync
 from timers.store.declare import MAX_CALLS, AsyncDeclaring, Declaring, asked_keys
-from timers.store.scripts import GateRun, ScriptCalls, Scripts, declares_keys, source
+from timers.store.lua_source import source
+from timers.store.script_modes import declares_keys
+from timers.store.scripts import GateRun, ScriptCalls, Scripts
 
 KS = Keyspace()
 

@@ -132,7 +132,7 @@ def test_near_refuses_a_bad_limit(scripts: dict[str, Any], ks: Keyspace) -> None
 
 
 def test_the_scripts_and_the_python_side_share_one_horizon() -> None:
-    from timers.store.scripts import source
+    from timers.store.lua_source import source
 
     assert f"local NEAR_HORIZON_MS = {NEAR_HORIZON_MS}\n" in source("near")
 

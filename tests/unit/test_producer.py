@@ -31,7 +31,7 @@ from timers.model.encoding import Entry, as_text, is_occurrence_id
 from timers.model.keys import Keyspace
 from timers.model.timer_ids import ALPHABET, IdSequence
 from timers.ops.operations import SCHEDULE_CHUNK
-from timers.store.scripts import register_all
+from timers.store.script_modes import register_all
 
 
 @pytest.fixture

@@ -16,23 +16,25 @@ import pytest
 from tests.unit.fresh_imports import fresh_modules
 from timers import Timers
 from timers.model.keys import SCRIPT_KEY_NAMES, Keyspace
-from timers.store.scripts import (
+from timers.store.lua_source import (
     PRELUDES,
     SCRIPT_NAMES,
+    ScriptName,
+    helpers_for,
+    schedule_key_names,
+    shared_key_names,
+    source,
+    without_shebang,
+)
+from timers.store.scripts import (
     Departure,
     GateRun,
     Invocation,
     NewTimer,
     ParkTimer,
     ScriptCalls,
-    ScriptName,
     Scripts,
     Settle,
-    helpers_for,
-    schedule_key_names,
-    shared_key_names,
-    source,
-    without_shebang,
 )
 
 KS = Keyspace("p")

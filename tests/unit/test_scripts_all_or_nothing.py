@@ -14,7 +14,8 @@ import redis
 from tests.unit.helpers import claim
 from timers import InvalidArgs, Timers
 from timers.model.keys import Keyspace
-from timers.store.scripts import NewTimer, ScriptCalls, ScriptName
+from timers.store.lua_source import ScriptName
+from timers.store.scripts import NewTimer, ScriptCalls
 
 FAR = 3600.0
 

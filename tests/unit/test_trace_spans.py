@@ -133,7 +133,7 @@ def test_a_rerun_after_its_listener_died_is_a_span_of_its_own_linked_to_the_requ
     from timers.listener.quarantine import Quarantine
     from timers.model.keys import Keyspace
     from timers.model.runs import Outcome
-    from timers.store.scripts import register_all
+    from timers.store.script_modes import register_all
 
     server = fakeredis.FakeServer()
     fake = fakeredis.FakeRedis(server=server)

@@ -36,7 +36,7 @@ from timers.store import connect
 from timers.store.connect import AsyncLane, async_client
 from timers.store.eviction import EvictionGuard
 from timers.store.lua_library import Function
-from timers.store.scripts import register_all
+from timers.store.script_modes import register_all
 from timers.store.server_errors import out_of_memory, translate
 
 __all__ = ["AsyncTimers"]

@@ -38,7 +38,7 @@ from timers.store import connect
 from timers.store.connect import URL_ENV, Lane, configured_url, sync_client
 from timers.store.eviction import EvictionGuard
 from timers.store.lua_library import Function
-from timers.store.scripts import register_all
+from timers.store.script_modes import register_all
 from timers.store.server_errors import out_of_memory, translate
 
 __all__ = ["URL_ENV", "AsyncTimers", "Timers", "configured_url"]

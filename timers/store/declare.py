@@ -3,7 +3,7 @@
 On Redis Cluster only a script's KEYS are checked before it runs. Some keys a script
 touches are named by data only the script reads (a timer's expiring key by its stored
 record, a concurrency key's queue by the slot a run holds …), so its caller cannot list
-them. Where keys are checked (:func:`timers.store.scripts.declares_keys`), each script
+them. Where keys are checked (:func:`timers.store.script_modes.declares_keys`), each script
 first works out, reading only keys it was given, every key its body may touch, and when
 one is missing replies ``[[b"timers:keys"], key, …]`` before its first write
 (``lua/declare.lua``): no other reply of a script starts with an array. Its caller calls

@@ -1,4 +1,4 @@
-"""The Lua scripts in ``timers/store/lua``: their source, and one typed wrapper per script.
+"""The calls of the Lua scripts in ``timers/store/lua``: one typed wrapper per script.
 
 The states of a timer and of a key's slot, every transition and the one script that makes
 it, and the invariants they keep are written down in ``docs/state-machine.md``;
@@ -7,9 +7,9 @@ it, and the invariants they keep are written down in ``docs/state-machine.md``;
 Each script starts with a Redis 7 shebang: ``#!lua flags=allow-oom`` on those that free
 memory or keep it constant (renew, finish, cancel …), so they run on a full server, and a
 plain ``#!lua`` on those that need memory (claim, schedule …), so a full server refuses
-them before their first write instead of part-way. fakeredis cannot read a shebang; it
-gets the scripts without that line. The shared helpers of ``lua/prelude.lua`` are put
-right after the shebang of every script when it is loaded.
+them before their first write instead of part-way. Their source, linked with the shared
+helpers each uses, is :mod:`timers.store.lua_source`; how they run on a client
+(function, EVALSHA, declaring) is :mod:`timers.store.script_modes`.
 
 :class:`ScriptCalls` is the one place that spells each script's KEYS and ARGV order (the
 order its header documents); :class:`Scripts` runs those calls on a redis-py client.
@@ -17,258 +17,14 @@ order its header documents); :class:`Scripts` runs those calls on a redis-py cli
 
 from __future__ import annotations
 
-import inspect
-import os
-import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from functools import cache
-from importlib import resources
-from typing import Any, Literal, NamedTuple
+from typing import Any, NamedTuple
 
 from timers.model.history import DEFAULT_HISTORY_AGE, DEFAULT_HISTORY_COUNT
 from timers.model.keys import DEFAULT_GROUP, SCRIPT_KEY_NAMES, Keyspace
-from timers.store.cluster import is_cluster
-from timers.store.declare import AsyncDeclaring, Declaring
-from timers.store.lua_library import AsyncFunction, Function, library
-
-ScriptName = Literal[
-    "schedule", "reschedule", "cancel", "claim", "renew", "finish", "heartbeat", "forget",
-    "cron_declare", "cron_next", "cron_pause", "cron_remove", "gate", "park",
-    "near", "shards", "move", "arrive", "depart", "trim",
-]
-SCRIPT_NAMES: tuple[ScriptName, ...] = (
-    "schedule",
-    "reschedule",
-    "cancel",
-    "claim",
-    "renew",
-    "finish",
-    "heartbeat",
-    "forget",
-    "cron_declare",
-    "cron_next",
-    "cron_pause",
-    "cron_remove",
-    "gate",
-    "park",
-    "near",
-    "shards",
-    "move",
-    "arrive",
-    "depart",
-    "trim",
-)
-PRELUDES = ("prelude", "flow", "history", "declare")
-"""``lua/prelude.lua``, ``lua/flow.lua``, ``lua/history.lua`` and ``lua/declare.lua``:
-helpers shared by the scripts, included into each once, in this order."""
-
-
-def _lua(name: str) -> str:
-    return resources.files("timers.store").joinpath("lua", f"{name}.lua").read_text("utf-8")
-
-
-_DECLARE_PART = re.compile(r"^[ \t]*-- declare \{\n.*?^[ \t]*-- declare \}\n",
-                           re.MULTILINE | re.DOTALL)
-
-
-def _script_text(name: str, declare: bool) -> str:
-    """A script's file, with its declare part (``-- declare {`` to ``-- declare }``: the
-    keys it needs and was not given, asked for before its first write; see
-    ``lua/declare.lua``) kept or cut out."""
-    text = _lua(name)
-    return text if declare else _DECLARE_PART.sub("", text)
-
-
-_DEFINITION = re.compile(r"^local\s+(?:function\s+([A-Za-z_]\w*)|([A-Za-z_][\w\s,]*?)\s*=)")
-_NAME = re.compile(r"[A-Za-z_]\w*")
-_COMMENT = re.compile(r"--[^\n]*")
-
-
-class _Definition(NamedTuple):
-    names: frozenset[str]
-    text: str
-    uses: frozenset[str]
-
-
-def _definitions(text: str) -> list[_Definition]:
-    """The top-level ``local`` definitions of a helper file, in order: each runs from its
-    ``local`` line to the next one (comments between go with the one above), with the names
-    it defines and the names it uses. The file's opening comment goes with none."""
-    found: list[_Definition] = []
-    names: frozenset[str] = frozenset()
-    lines: list[str] = []
-    for line in text.splitlines(keepends=True):
-        match = _DEFINITION.match(line)
-        if match is not None:
-            if names:
-                found.append(_chunk(names, lines))
-            defined = match.group(1) or match.group(2)
-            names, lines = frozenset(part.strip() for part in defined.split(",")), []
-        lines.append(line)
-    if names:
-        found.append(_chunk(names, lines))
-    return found
-
-
-def _chunk(names: frozenset[str], lines: list[str]) -> _Definition:
-    text = "".join(lines)
-    return _Definition(names, text, frozenset(_NAME.findall(_COMMENT.sub("", text))) - names)
-
-
-@cache
-def _helpers() -> tuple[_Definition, ...]:
-    return tuple(d for name in PRELUDES for d in _definitions(_lua(name)))
-
-
-def helpers_for(body: str) -> str:
-    """The shared helpers ``body`` uses, directly or through another helper, in the order
-    the helper files define them: only those, since Redis runs a script's every top-level
-    ``local function`` on each call (each makes a closure, about 0.3 µs apiece)."""
-    helpers = _helpers()
-    wanted = set(_NAME.findall(_COMMENT.sub("", body)))
-    needed: set[int] = set()
-    changed = True
-    while changed:
-        changed = False
-        for index, helper in enumerate(helpers):
-            if index not in needed and helper.names & wanted:
-                needed.add(index)
-                wanted |= helper.uses
-                changed = True
-    return "".join(helper.text for index, helper in enumerate(helpers) if index in needed)
-
-
-@cache
-def source(name: ScriptName, declare: bool = False) -> str:
-    """The script as sent to Redis: its shebang line, then the shared helpers it uses
-    (from the helper files of :data:`PRELUDES`), then its body; with its declare part
-    (the keys it asks for) when ``declare`` (:func:`declares_keys`)."""
-    text = _script_text(name, declare)
-    shebang, _, body = text.partition("\n") if text.startswith("#!") else ("", "", text)
-    prelude = helpers_for(body)
-    return f"{shebang}\n{prelude}{body}" if shebang else prelude + body
-
-
-_SYSTEM_KEY = re.compile(r"sys_key\(\s*[^,()]+,\s*'([a-z]+)'\s*\)")
-
-
-@cache
-def shared_key_names(name: ScriptName) -> tuple[str, ...]:
-    """The names (of :data:`~timers.model.keys.SCRIPT_KEY_NAMES`, in its order) of the
-    shared keys script ``name``'s code builds with ``sys_key``, in its body or the
-    helpers it uses: the shared keys it is given as the last of its KEYS. A script is
-    given only these: each key more in KEYS costs Redis about 0.3 us a call."""
-    used = set(_SYSTEM_KEY.findall(_COMMENT.sub("", source(name))))
-    unknown = used - set(SCRIPT_KEY_NAMES)
-    if unknown:
-        raise RuntimeError(f"{name}.lua builds shared keys that Keyspace.script_keys "
-                           f"lacks: {sorted(unknown)}")
-    return tuple(n for n in SCRIPT_KEY_NAMES if n in used)
-
-
-SCHEDULE_NEW_KEYS = ("near",)
-"""The shared keys ``schedule.lua`` touches for new timers (``pend``: the near horizon)."""
-SCHEDULE_FLOW_KEYS = ("queues",)
-"""… and for a timer with a group or priority (``pend`` lists its due index)."""
-
-
-@cache
-def schedule_key_names(replace: bool, flow: bool) -> tuple[str, ...]:
-    """The names (as :func:`shared_key_names`) of the shared keys a ``schedule.lua`` call
-    is given: every one its code names when a timer may replace a pending one
-    (``replace``: mode "r", whose ``unpark`` may pass a held slot on), else the near
-    horizon's, and the queues set's when a timer may have a group or priority (``flow``).
-    The due index and the records are its first KEYS already. Each key more costs Redis
-    about 1k instructions a call."""
-    if replace:
-        wanted = set(shared_key_names("schedule")) - {"due", "rec"}
-    else:
-        wanted = {*SCHEDULE_NEW_KEYS, *(SCHEDULE_FLOW_KEYS if flow else ())}
-    return tuple(n for n in SCRIPT_KEY_NAMES if n in wanted)
-
-
-def without_shebang(text: str) -> str:
-    """The script without its ``#!lua …`` first line (for servers that cannot read it)."""
-    return text.partition("\n")[2] if text.startswith("#!") else text
-
-
-def _reads_shebang(client: Any) -> bool:
-    return not any(kind.__module__.startswith("fakeredis") for kind in type(client).__mro__)
-
-
-EVAL_ONLY_ENV = "TIMERS_EVAL_ONLY"
-"""Set to 1 to run every script by EVALSHA, never as a function of the library."""
-
-
-DECLARE_KEYS_ENV = "TIMERS_DECLARE_KEYS"
-"""Set to 1 to have every script ask for the keys it needs and was not given (as on Redis
-Cluster) on any server."""
-
-
-def declares_keys(client: Any) -> bool:
-    """Whether scripts on ``client`` run their declare part (``lua/declare.lua``): on Redis
-    Cluster, where only KEYS are checked before a script runs, and on fakeredis, so that
-    the unit tests' check (``tests/unit/declared_keys.py``) proves each part complete. A
-    single server needs none of it, and pays nothing for it: the part is cut out."""
-    return (is_cluster(client) or not _reads_shebang(client)
-            or os.environ.get(DECLARE_KEYS_ENV) == "1")
-
-
-@cache
-def script_library(declare: bool = False) -> tuple[str, str]:
-    """``(name, code)`` of the function library of every script
-    (:mod:`timers.store.lua_library`), with their declare parts when ``declare``."""
-    helpers = "".join(_lua(name) for name in PRELUDES)
-    return library(helpers, tuple((name, _script_text(name, declare))
-                                  for name in SCRIPT_NAMES))
-
-
-def register(client: Any, name: ScriptName) -> Any:
-    """One script on a redis-py client, sync or asyncio: a function of the library (see
-    :mod:`timers.store.lua_library`), run by EVALSHA where the server refuses functions and on
-    Redis Cluster (whose redis-py client finds an FCALL's slot by asking a node for its
-    keys first: a round trip more per call). Where scripts declare their keys
-    (:func:`declares_keys`), it is called again with the keys a call asks for
-    (:class:`timers.store.declare.Declaring`)."""
-    declare = declares_keys(client)
-    text = source(name, declare)
-    script = client.register_script(text if _reads_shebang(client) else without_shebang(text))
-    if os.environ.get(EVAL_ONLY_ENV) == "1" or is_cluster(client):
-        runner: Any = script
-    else:
-        library_name, code = script_library(declare)
-        kind = AsyncFunction if inspect.iscoroutinefunction(client.execute_command) else Function
-        runner = kind(client, f"{library_name}_{name}", code, script)
-    if not declare:
-        return runner
-    asynchronous = inspect.iscoroutinefunction(client.execute_command)
-    return (AsyncDeclaring if asynchronous else Declaring)(name, runner, is_cluster(client))
-
-
-class Registered(dict[ScriptName, Any]):
-    """The scripts of :data:`SCRIPT_NAMES` on a client, each registered (:func:`register`)
-    when first looked up and then passed to ``prepare``: a process that calls one script
-    (``timers schedule``) builds and hashes one, not every one."""
-
-    def __init__(self, client: Any, prepare: Callable[[Any], None] | None = None) -> None:
-        super().__init__()
-        self.client, self.prepare = client, prepare
-
-    def __missing__(self, name: ScriptName) -> Any:
-        if name not in SCRIPT_NAMES:
-            raise KeyError(name)
-        runner = self[name] = register(self.client, name)
-        if self.prepare is not None:
-            self.prepare(runner)
-        return runner
-
-
-def register_all(client: Any, prepare: Callable[[Any], None] | None = None) -> Registered:
-    """Every script on a redis-py client, sync or asyncio, each registered on its first
-    use (:class:`Registered`; ``prepare`` is then called with it)."""
-    return Registered(client, prepare)
-
+from timers.store.lua_source import ScriptName, schedule_key_names, shared_key_names
+from timers.store.script_modes import register
 
 # -- what each script is sent ------------------------------------------------------------
 
