@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 import redis
 
-from timers.listener.retrying import RETRYABLE
+from timers.listener.retrying import RETRYABLE, ReconnectDelays
 from timers.model.encoding import as_text
 from timers.model.keys import Keyspace
 from timers.model.runs import Run
@@ -289,7 +289,7 @@ class Fence:
         if run.follows and self.held.holds(run.follows):
             tokens.append(run.follows)
         gave_up = time.monotonic() + REVALIDATE_FOR
-        pause = min(0.05, self.lease / 8)
+        delays = ReconnectDelays(min(0.05, self.lease / 8), self.lease / 4)
         while True:
             sent = time.monotonic()
             try:
@@ -301,8 +301,7 @@ class Fence:
                                 "%.0f s after a stall (%s)", run.timer_id, REVALIDATE_FOR,
                                 exc or type(exc).__name__)
                     return False
-            await asyncio.sleep(pause)
-            pause = min(pause * 2, self.lease / 4)
+            await asyncio.sleep(delays.next())
         gone = {as_text(token) for token in lost}
         if run.token in gone:
             log.warning("timer %s not started: this listener stalled past its lease and "
