@@ -169,10 +169,25 @@ BUGS: tuple[Bug, ...] = (
         "T21, liveness: a pacer that lost its slot to a restart leaves its rate's queue "
         "without a pacer"),
     Bug("handback-keeps-barrier", LUA + "finish.lua",
-        "      drop_ungated(ARGV[1], id, record)\n    end\n  end\n"
-        "  redis.call('HDEL', KEYS[2], token)",
-        "    end\n  end\n  redis.call('HDEL', KEYS[2], token)",
-        "T17, liveness: a run handed back unstarted stays in its key's order barrier"),
+        "      else\n        drop_ungated(ARGV[1], id, record)\n      end",
+        "      end",
+        "T16, T18, liveness: a run that ends dead or moved before its gate stays in its "
+        "key's order barrier"),
+    Bug("handback-drops-place", LUA + "finish.lua",
+        "        redis.call('HSET', tokens, id, 'p|' .. barrier_of(record))\n"
+        "        noted = {id, record}",
+        "        drop_ungated(ARGV[1], id, record)",
+        "T17, FIFO: a keyed run handed back before its gate leaves its key's order; a later "
+        "timer of the key goes first"),
+    Bug("handback-frees-slot", LUA + "finish.lua",
+        "  if release and slots_held and", "  if grace > 0 and release and slots_held and",
+        "T17, FIFO: a run handed back holding its key's slot frees it for the key's later "
+        "timers"),
+    Bug("handback-next-pends", LUA + "finish.lua",
+        "      and take_back_next(ARGV[1], b, false) then",
+        "      and false then",
+        "T17, FIFO: a run next in line handed back goes to the due index, behind the key's "
+        "later timers"),
     Bug("move-keeps-old", LUA + "move.lua",
         "  withdraw(KEYS[1], KEYS[2], ARGV[1], id)\n  moved = moved + 1\n",
         "  moved = moved + 1\n",

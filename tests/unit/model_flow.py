@@ -228,6 +228,9 @@ class TimerModel:
     """Processes seen to die while running it (a kill of a listener or child in its run)."""
     crash_dead: bool = False
     """Ended dead for crashes (``crashes.died_outcome``)."""
+    handed_back: bool = False
+    """Pending again after a listener handed back a run of it that had not started (T17):
+    it keeps its place in its key's order until it is claimed again."""
 
     def order(self) -> tuple[int, int, int]:
         """FIFO per key: priority first, then due time, then order of scheduling."""
@@ -456,6 +459,7 @@ class World:
                              f"{run.token} while its run {old.token} (of {old.listener}) is "
                              f"held")
             holds = run.source == "handoff"
+        timer.handed_back = False
         self.runs[run.token] = MRun(run.token, run.timer_id, timer.incarnation, listener.id,
                                     self.now + LEASE_MS, run.reruns, run.follows,
                                     holds_slot=holds)
@@ -568,6 +572,7 @@ class World:
         due = self.s.reschedule(timer_id, "in", in_ms)
         if due is not None:
             self.timers[timer_id].due = int(due)
+            self.timers[timer_id].handed_back = False  # its lateness starts afresh
             self.note(f"reschedule {timer_id} due +{int(due) - START_MS}")
 
     # -- a listener's steps
@@ -863,7 +868,10 @@ class World:
                 continue
             state = parked.get(other.id, "")
             where = waiting_runs.get(other.id) or (  # "C": promoted, a slot kept for it
-                f"waiting in a flow queue ({state})" if state and state[0] != "C" else "")
+                f"waiting in a flow queue ({state})" if state and state[0] != "C" else "") or (
+                "pending again, handed back unstarted" if other.handed_back
+                and not any(m.timer_id == other.id and m.state == "held"
+                            for m in self.runs.values()) else "")
             if where:
                 self.violate("fifo", f"{run.timer_id} (order {timer.order()}) got key "
                              f"{timer.key}'s slot by {how} while {other.id} (order "
@@ -983,12 +991,24 @@ class World:
     def hand_back(self, listener: VListener, token: str) -> None:
         """A listener stopping (or out of memory) hands back a run it has not started."""
         listener.claimed.pop(token, None)
-        listener.nexts.pop(token, None)
+        nxt = listener.nexts.pop(token, None)
         listener.children.pop(token, None)
         listener.cells.pop(token, None)
         self.release(listener, token)
-        reply = self.s.finish(retention_ms=60_000, endings=[(token, "release", "", "")])
-        self.ended_run(token, bool(int(reply[0] or 0)), "the hand-back")
+        mine = self.runs.get(token)
+        if mine is not None and mine.state == "held" and mine.holds_slot \
+                and self.timers[mine.timer_id].incarnation == mine.incarnation:
+            # its slot is kept for its timer; its run next in line goes back into the key's
+            # queue (T22), and its listener does not start it
+            for following in self.runs.values():
+                if following.follows == token and following.state == "held":
+                    following.state, following.follows = "dropped", ""
+                    listener.nexts.pop(following.token, None)
+                    self.release(listener, following.token)
+        reply = self.s.finish(retention_ms=60_000,
+                              endings=[(token, "release", "", nxt.follows if nxt else "")])
+        if self.ended_run(token, bool(int(reply[0] or 0)), "the hand-back") and mine:
+            self.timers[mine.timer_id].handed_back = True
         self.note(f"{listener.id} hands back token {token}")
 
     def kill(self, listener: VListener) -> None:

@@ -523,6 +523,33 @@ def test_a_free_slot_waits_for_an_earlier_timer_claimed_and_not_gated_yet(
     assert ids(claim(s)) == ["b"]  # then b, promoted in its turn
 
 
+def test_a_run_ended_before_its_gate_leaves_the_order_barrier_and_one_handed_back_bars(
+        s: Scripts, fake: fakeredis.FakeRedis) -> None:
+    """A keyed task's run that ends dead before its gate (its crashes reached the limit,
+    its task refused) leaves nothing in the order barrier; one handed back unstarted
+    (T17) keeps its place there while it is pending ("p|"): the later one waits for it
+    until a claim notes it anew, and a cancel takes its place away."""
+    add(s, "a", "t.f:", -30)
+    add(s, "b", "t.f:", -20)
+    add(s, "c", "t.f:", -10)
+
+    def claim_one() -> Run:
+        reply = s.claim(limit=1, lease_ms=LEASE, horizon_ms=0, listener_id="me",
+                        keyed_tasks=("t.f",))
+        return Run.parse(*reply[3:6])
+
+    a, b, c = claim_one(), claim_one(), claim_one()
+    s.finish(retention_ms=1000, endings=[(a.token, "fail", f"a:{a.token}", "{}")])
+    assert fake.zrange(KS.ungated("t:t.f"), 0, -1) == [b"b", b"c"]
+    assert fake.hget(KS.ungated_tokens, "a") is None
+    s.finish(retention_ms=1000, endings=[(b.token, "release", "", "")])
+    assert fake.hget(KS.ungated_tokens, "b") == b"p|t:t.f"
+    assert gate(s, [c], key="k", limit=1) == ["wait"]  # b, pending again, goes first
+    assert s.cancel("b") == 1
+    assert fake.zrange(KS.ungated("t:t.f"), 0, -1) == []
+    assert ids(claim(s)) == ["c"]  # promoted once b's place is gone
+
+
 def test_the_barrier_lifts_when_the_earlier_claim_is_gone(
         s: Scripts, fake: fakeredis.FakeRedis) -> None:
     add(s, "a", "t.f:", -20)

@@ -116,14 +116,32 @@ def test_a_dead_listeners_run_next_in_line_gets_no_slot_and_both_run_again_in_or
     assert ids(again) == ["c", "d"] and again[0].reruns == 1 and again[1].reruns == 0
 
 
-def test_a_run_handed_back_with_a_grace_keeps_its_slot_and_drops_its_next_in_line(
+def test_a_run_handed_back_with_a_grace_keeps_its_slot_and_its_next_in_line_its_place(
         s: Scripts, fake: fakeredis.FakeRedis) -> None:
     a, _, _, _ = key_of_four(s)
     b, c = end(s, ok(a))
-    end(s, (b.token, "release", "1000", ""), (c.token, "release", "1000", ""))
+    end(s, (b.token, "release", "1000", ""), (c.token, "release", "1000", b.token))
     assert slot_holders(fake) == [b"w:b"] and fake.hlen(NEXT_KEY) == 0
-    runs = claim(s)  # c due at once but held back behind b's kept slot
-    assert ids(runs) == ["c"] and gate(s, runs, key="k", limit=1) == ["wait"]
+    # c went back into the key's queue in its place, d behind it; b comes due in 1 s
+    assert fake.zrange(KS.key_queue("k"), 0, -1) == [b"c", b"d"] and claim(s) == []
+
+
+def test_a_run_handed_back_unstarted_keeps_its_slot_and_its_next_in_line_its_place(
+        s: Scripts, fake: fakeredis.FakeRedis) -> None:
+    """T17 without a grace (a stopping listener hands back a run handed over holding the
+    key's slot, and the run next in line after it): the slot is kept for the first, the
+    second waits in the key's queue in its place, and the key's later timer stays
+    behind both (before, the slot went to the queue's head and both went back to the due
+    index behind it)."""
+    a, _, _, _ = key_of_four(s)
+    b, c = end(s, ok(a))
+    end(s, (c.token, "release", "", b.token), (b.token, "release", "", ""))
+    assert slot_holders(fake) == [b"w:b"] and fake.hlen(NEXT_KEY) == 0
+    assert fake.zrange(KS.key_queue("k"), 0, -1) == [b"c", b"d"]
+    runs = claim(s)
+    assert ids(runs) == ["b"] and gate(s, runs, key="k", limit=1) == ["go"]
+    handed, following = end(s, ok(runs[0]))
+    assert ids([handed, following]) == ["c", "d"]
 
 
 def test_a_run_next_in_line_goes_back_behind_a_holder_held_for_its_rate(

@@ -24,7 +24,7 @@ from timers.listener.events import (
     Wake,
     classify,
 )
-from timers.listener.executor import Executor
+from timers.listener.executor import Executed, Executor
 from timers.listener.history import HistoryPolicy
 from timers.listener.leases import HeldRuns
 from timers.listener.retrying import Outage
@@ -576,3 +576,37 @@ def test_a_failure_record_is_written_as_json_and_read_back_typed() -> None:
     assert (token, kind, failure_id) == ("7", "fail", "t:7")
     assert json.loads(data)["message"] == "bang"
     assert FailureRecord.from_dict(json.loads(data)) == dead.failure
+
+
+def test_runs_handed_back_at_a_stop_keep_their_place_in_their_keys_order() -> None:
+    """A stopping listener hands back a run handed over holding its key's slot and the run
+    next in line after it, neither started: the second says which run it follows
+    (``finish.lua`` puts it back into its key's queue, in its place, not behind the key's
+    later timers in the due index), and once the first is handed back (its slot kept for
+    its timer, the second taken back with it) the second writes nothing."""
+    record = Record("mod.add", [1, 2], {Option.KEY: "k"}).encode()
+    calls = len(mod.CALLS)
+
+    async def scenario() -> tuple[Executed, Executed, Executed]:
+        runner, stopping, turns = Runner(2), asyncio.Event(), Turns()
+        stopping.set()
+        try:
+            executor = Executor(resolve, runner, NoQuarantine(), NoRecurrences(),
+                                tracker_on_redis_clock(), NoSleep(), flow=None, name="",
+                                turns=turns, fence=None, peers=None, stopping=stopping)
+            due = round(REDIS_NOW_MS)
+            holder = Run("7", "a", record, due, 0, "handoff")
+            following = Run("8", "b", record, due, 0, "next", follows="7")
+            alone = Run("9", "c", record, due, 0, "next", follows="5")
+            for run in (holder, following, alone):
+                turns.start(run)
+            done = await executor.execute(alone), await executor.execute(holder)
+            return (*done, await executor.execute(following))
+        finally:
+            runner.shutdown()
+
+    alone, holder, following = asyncio.run(scenario())
+    assert alone.ending is not None and alone.ending.wire() == ("9", "release", "", "5")
+    assert holder.ending is not None and holder.ending.wire() == ("7", "release", "", "")
+    assert following.ending is None and following.report is None
+    assert len(mod.CALLS) == calls

@@ -1033,3 +1033,45 @@ TestLongRate = _long(("rate",))
 TestLongEarly = _long(("early",))
 TestLongOnce = _long(("uncounted", "twice", "stuck"), local_fence=True)
 TestLongNothingLost = _long(("lost", "cancelled_ran", "stuck"))
+
+
+def test_a_keyed_run_handed_back_before_its_gate_keeps_its_place_in_its_keys_order(
+        world: World) -> None:
+    """T17 of a claimed keyed timer not gated yet (its listener stops, or loses Redis
+    around the gate): it is pending again, and a later timer of its key that waited behind
+    it in the order barrier must keep waiting until it is claimed again (before, the
+    hand-back dropped its barrier note and the later one got the key first. Found by the
+    chaos checker on Cluster, a listener recycling)."""
+    l1, l2 = world.spawn((DEFAULT_GROUP,)), world.spawn((DEFAULT_GROUP,))
+    world.schedule(PLAIN, DEFAULT_GROUP, 0, "k1", -20)  # t000
+    world.claim(l1, 1, 0, False)
+    world.schedule(PLAIN, DEFAULT_GROUP, 0, "k1", -10)  # t001, behind it
+    world.claim(l2, 1, 0, False)
+    world.start_due(l2)  # barred by t000: waits in k1's queue
+    (token,) = l1.claimed
+    world.hand_back(l1, token)
+    world.claim(l2, 1, 0, False)  # one free slot: the first timer its claim meets
+    world.start_due(l2)
+    assert not broken(world, "fifo")
+
+
+def test_a_keyed_run_handed_back_holding_its_slot_keeps_its_place_and_its_next_in_line(
+        world: World) -> None:
+    """T17 of a run handed over holding its key's slot, with a run next in line after it
+    (a stopping listener hands both back unstarted): both keep their places ahead of the
+    key's later timers (before, the slot went to the key's queue and both went back to
+    the due index behind it)."""
+    l1, l2 = world.spawn((DEFAULT_GROUP,)), world.spawn((DEFAULT_GROUP,))
+    for in_ms in (-40, -30, -20, -10):  # t000 .. t003
+        world.schedule(PLAIN, DEFAULT_GROUP, 0, "k1", in_ms)
+    world.claim(l1, 1, 0, False)
+    world.start_due(l1)  # t000 holds k1
+    world.claim(l2, 3, 0, False)
+    world.start_due(l2)  # t001 .. t003 wait in k1's queue
+    (first,) = l1.executing
+    world.finish(l1, first, "ok", 0, gate=False)  # t001 handed over, t002 next in line
+    for token in list(l1.claimed) + list(l1.nexts):
+        world.hand_back(l1, token)
+    world.claim(l2, 1, 0, False)  # one free slot: the first timer its claim meets
+    world.start_due(l2)
+    assert not broken(world, "fifo")

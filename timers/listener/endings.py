@@ -70,17 +70,21 @@ class Ending:
     grace_ms: int = 0
     """RELEASE of a run whose task may still be going: how long its concurrency key slot
     stays held (``finish.lua``)."""
+    follows: str = ""
+    """RELEASE of a run next in line: the token of the run it follows (it goes back into
+    its key's queue, in its place)."""
 
     @classmethod
     def of(cls, run: Run, kind: EndingKind, **fields: Any) -> Ending:
         return cls(run.token, kind, run_of=(run.escaped_id, run.due_ms), **fields)
 
     @classmethod
-    def release(cls, token: str, grace_ms: int = 0) -> Ending:
-        """Hand an unfinished run back to the due index (it runs again at once). With
-        ``grace_ms``, its task may still be going (in a process about to exit): a key slot
-        it held is kept that long, and the timer comes due again then."""
-        return cls(token, EndingKind.RELEASE, grace_ms=grace_ms)
+    def release(cls, token: str, grace_ms: int = 0, follows: str = "") -> Ending:
+        """Hand an unfinished run back (it runs again at once), in its place in its key's
+        order: a key slot it held is kept for it, a run next in line (after ``follows``)
+        goes back into its key's queue. With ``grace_ms``, its task may still be going (in
+        a process about to exit): the timer comes due again then."""
+        return cls(token, EndingKind.RELEASE, grace_ms=grace_ms, follows=follows)
 
     @classmethod
     def retry(cls, run: Run, record_text: str, delay_ms: int) -> Ending:
@@ -111,7 +115,8 @@ class Ending:
             return self.token, _TEXT[kind], self.retry_entry, str(self.retry_delay_ms)
         if self.failure is not None:
             return self.token, _TEXT[kind], self.failure_id, self.failure.to_json()
-        return self.token, _TEXT[kind], str(self.grace_ms) if self.grace_ms else "", ""
+        return (self.token, _TEXT[kind], str(self.grace_ms) if self.grace_ms else "",
+                self.follows)
 
 
 _GATHERED = frozenset({EndingKind.OK, EndingKind.SKIP, EndingKind.FAIL, EndingKind.RETRY,

@@ -194,8 +194,14 @@ class Executor:
         if self.stopping.is_set():
             log.debug("timer %s handed back unstarted: the listener is stopping",
                       run.timer_id)
-            self.turns.not_started(run.token, False)  # its run next in line: not either
-            return Executed(Ending.release(run.token), None)
+            # its run next in line does not start either: the hand-back takes it back into
+            # its key's queue, in its place (finish.lua), as the hand-back of this one
+            # keeps its place
+            self.turns.not_started(run.token, True)
+            own = self.turns.of(run.token)
+            if own is not None and own.taken_back:  # with the run before it, handed back
+                return Executed(None, None)
+            return Executed(Ending.release(run.token, follows=run.follows), None)
         attempt = _Attempt(tracker.redis_ms_at(now))
         try:
             outcome = await self._attempt(run, attempt)
@@ -204,7 +210,7 @@ class Executor:
         except RETRYABLE as exc:
             # Redis went away around the run (a recurrence step): hand it back to run again
             log.warning("timer %s handed back: %s", run.timer_id, exc)
-            return Executed(Ending.release(run.token), None)
+            return Executed(Ending.release(run.token, follows=run.follows), None)
         except Exception as exc:
             log.exception("internal error around timer %s", run.timer_id)
             outcome = _internal_error(exc)
@@ -220,7 +226,7 @@ class Executor:
             own = self.turns.of(run.token)
             if own is not None and own.taken_back:  # back in its key's queue already
                 return Executed(None, None)
-            return Executed(Ending.release(run.token), None)
+            return Executed(Ending.release(run.token, follows=run.follows), None)
         if outcome.kind == "taken":  # another listener took the run over: nothing to write
             return Executed(None, None)
         if outcome.kind == "passed" and attempt.record is not None:

@@ -81,7 +81,13 @@ local function need_barrier(key_start, record)
   if not (need(index) and need(tokens)) then return end
   for _, id in ipairs(redis.call('ZRANGE', index, 0, -1)) do
     local token = redis.call('HGET', tokens, id)
-    if token and string.sub(token, 1, 2) ~= 'r|' then need_run(key_start, token) end
+    if token and string.sub(token, 1, 2) == 'p|' then  -- handed back: where it is pending
+      local records = sys_key(key_start, 'rec')
+      local pending = need(records) and redis.call('HGET', records, id)
+      if pending then need((due_key_for(sys_key(key_start, 'due'), pending))) end
+    elseif token and string.sub(token, 1, 2) ~= 'r|' then
+      need_run(key_start, token)
+    end
   end
 end
 
@@ -142,10 +148,14 @@ end
 local function need_unpark(key_start, id)
   local parked, tokens = sys_key(key_start, 'parked'), sys_key(key_start, 'ungatedt')
   if not (need(parked) and need(tokens)) then return end
-  local p = parked_read(redis.call('HGET', parked, id))
-  if not p then return end
-  local barrier = string.match(redis.call('HGET', tokens, id) or '', '^r|(.+)$')
+  local note = redis.call('HGET', tokens, id) or ''
+  local barrier = string.match(note, '^[rp]|(.+)$')
   if barrier then need(flow_key(key_start, 'ungated', barrier)) end
+  local p = parked_read(redis.call('HGET', parked, id))
+  if not p then
+    if barrier and string.sub(note, 1, 1) == 'p' then need_barred(key_start) end
+    return
+  end
   if p.state == 'c' or p.state == 'C' then
     need_key(key_start, p.name, p.a)
   else

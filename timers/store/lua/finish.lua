@@ -71,14 +71,20 @@
 --                                     dead timer with that id is recorded (a run's
 --                                     record wins)
 --   token "retry"   entry delay-ms    run "<id>:<record>" again after delay-ms
---   token "release" grace-ms ""       hand an unfinished run back: pending again, at its
+--   token "release" grace-ms holder   hand an unfinished run back: pending again, at its
 --                                     old due time, so another listener runs it at once.
---                                     With grace-ms (a run whose task may still be going
---                                     in a process about to exit) a concurrency key slot
---                                     it held is kept for the timer, which comes due again
---                                     grace-ms from now (its lateness still counting from
---                                     its old due time): the key runs nothing else while
---                                     the task may still run, and the timer goes first
+--                                     It keeps its place in its key's order (T17): a
+--                                     concurrency key slot it held is kept for the timer
+--                                     (its run next in line goes back into the key's
+--                                     queue), a run next in line after `holder` goes back
+--                                     into its key's queue, and one not gated yet bars its
+--                                     key's later timers while it is pending (flow.lua
+--                                     barred). With grace-ms (a run whose task may still be
+--                                     going in a process about to exit) the timer comes due
+--                                     again grace-ms from now (its lateness still counting
+--                                     from its old due time): the key runs nothing else
+--                                     while the task may still run, and the timer goes
+--                                     first
 --   token "move"    entry due-ms      pending again as "<id>:<record>" (its task's group
 --                                     differs) at due-ms, uncounted as an attempt
 --   token "wait"    entry due-ms      as "move", in the same group: left unmoved on a
@@ -121,7 +127,7 @@ local function bad_ending(n, token, kind, a, b)
   elseif kind == 'retry' or kind == 'move' or kind == 'wait' then
     bad = bad or not string.match(a, '^[^:]+:[^:]+:') or not is_count(b)
   elseif kind == 'release' then
-    bad = bad or (a ~= '' and not is_count(a))
+    bad = bad or (a ~= '' and not is_count(a)) or (b ~= '' and not is_count(b))
   end
   if bad then
     return redis.error_reply('ERR timers finish: bad ending ' .. n .. ' (' .. kind .. ')')
@@ -209,6 +215,7 @@ for i = FIRST, #ARGV, STRIDE do  -- each run's group, the slot it holds, where i
       need(flow_key(ARGV[1], 'ungated', barrier_of(run_record)))
     end
     need_release(ARGV[1], token)
+    if kind == 'release' and ARGV[i + 3] ~= '' then need_release(ARGV[1], ARGV[i + 3]) end
     if kind == 'retry' or kind == 'move' or kind == 'wait' then
       local id, record = string.match(a, '^([^:]+):(.*)$')
       need_timer(ARGV[1], id, record)
@@ -293,15 +300,28 @@ local history_batches, history_order = {}, {}
 local task_adds, task_order, dead_adds = {}, {}, {}
 
 local function end_run(token, kind, a, b, release, hid, htext, hage, hindexed)
+  if kind == 'release' and b ~= ''
+      and redis.call('HGET', sys_key(ARGV[1], 'next'), b) == token
+      and take_back_next(ARGV[1], b, false) then  -- next in line: back in its key's queue
+    counts.handed_back = counts.handed_back + 1
+    return
+  end
   if not unlease(token) then
     redis.call('HDEL', KEYS[2], token)
     counts.late_finishes = counts.late_finishes + 1
     return
   end
+  local noted = nil  -- {id, record} of a run handed back before its gate: it keeps its note
   if UNGATED_ENDS[kind] then
     local _, _, _, id, record = run_read(redis.call('HGET', KEYS[2], token))
-    if record and redis.call('HGET', sys_key(ARGV[1], 'ungatedt'), id) == token then
-      drop_ungated(ARGV[1], id, record)
+    local tokens = sys_key(ARGV[1], 'ungatedt')
+    if record and redis.call('HGET', tokens, id) == token then
+      if kind == 'release' then
+        redis.call('HSET', tokens, id, 'p|' .. barrier_of(record))
+        noted = {id, record}
+      else
+        drop_ungated(ARGV[1], id, record)
+      end
     end
   end
   redis.call('HDEL', KEYS[2], token)
@@ -331,9 +351,11 @@ local function end_run(token, kind, a, b, release, hid, htext, hage, hindexed)
     end
   end
   local grace = kind == 'release' and tonumber(a) or 0
-  if grace > 0 and release and slots_held and redis.call('HEXISTS', KEYS[7], release[1]) == 0
-      and keep_slot_for(ARGV[1], token, release[1], now + grace) then
-    release[2], release[3] = with_waited_from(release[2], release[3]), now + grace
+  if release and slots_held and redis.call('HEXISTS', KEYS[7], release[1]) == 0
+      and keep_slot_for(ARGV[1], token, release[1],
+                        grace > 0 and now + grace or math.max(now, release[3])) then
+    release[2] = with_waited_from(release[2], release[3])
+    if grace > 0 then release[3] = now + grace end
   elseif slots_held then
     release_slot(ARGV[1], token, now)
   end
@@ -355,6 +377,8 @@ local function end_run(token, kind, a, b, release, hid, htext, hage, hindexed)
   elseif kind == 'release' and release then
     if pend_again(release[1], release[2], release[3]) then
       counts.handed_back = counts.handed_back + 1
+    elseif noted then  -- a newer timer has its id: the run's place is nobody's
+      drop_ungated(ARGV[1], noted[1], noted[2])
     end
   end
 end

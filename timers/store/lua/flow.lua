@@ -52,7 +52,9 @@ local FLOW_DUE_SPAN = 4398046511104  -- 2^42 ms: due times up to the year 2109
 -- barrier (its own key, or its task) is still claimed and ungated (barred): otherwise it waits in its key's queue, in
 -- order, and the key is promoted again once the barrier lifts (promote_barred). A claimed
 -- run that is gone no longer bars; one whose lease lapsed does until a claim recovers it
--- (its rerun is noted again) or it ends.
+-- (its rerun is noted again) or it ends. One handed back before its gate (T17: its
+-- listener stops, or lost Redis around the gate) is pending again and still bars ("p|"),
+-- while it is pending at its place, until a claim notes it anew or it is withdrawn.
 -- Ties in score go by id: generated ids sort in the order they were scheduled.
 local function record_task(record)
   return string.match(record, '^[^;:]*')
@@ -105,8 +107,9 @@ end
 -- barrier that a listener claimed and has not gated yet. A claimed run bars while Redis
 -- still has it (its token in its running set), lapsed or not: a run whose lease lapsed is
 -- still its listener's until a claim recovers it (its rerun is noted again, and goes
--- first) or it is ended or handed back (its listener may renew it, T19, and gate it).
--- Earlier entries whose run is gone are dropped on the way.
+-- first) or it is ended (its listener may renew it, T19, and gate it); handed back, it
+-- bars while it is pending at its place ("p|"). Earlier entries that bar no more are
+-- dropped on the way.
 local function barred(key_start, id, record, score, now)
   local index = flow_key(key_start, 'ungated', barrier_of(record))
   local tokens = sys_key(key_start, 'ungatedt')
@@ -118,6 +121,16 @@ local function barred(key_start, id, record, score, now)
       return false
     end
     local token = redis.call('HGET', tokens, first)
+    if token and string.sub(token, 1, 2) == 'p|' then
+      -- handed back unclaimed (T17): it bars while it is pending at its place
+      local record_now = redis.call('HGET', sys_key(key_start, 'rec'), first)
+      local pended = record_now and redis.call('ZSCORE',
+        (due_key_for(sys_key(key_start, 'due'), record_now)), first)
+      if pended and tonumber(pended) <= math.fmod(first_score, FLOW_DUE_SPAN) then
+        return true
+      end
+      token = nil
+    end
     if token and string.sub(token, 1, 2) == 'r|' then token = nil end  -- no run: rate wait
     local run = token and redis.call('HGET', sys_key(key_start, 'runrec'), token)
     local run_record = run and select(5, run_read(run))
@@ -457,17 +470,19 @@ local function promote_barred(key_start, now)
 end
 
 -- A handed-back run's timer `id` keeps the concurrency key slot its run `token` held
--- (the run's task may still be going in a process about to exit): the slot is kept for
--- the timer ("w:<id>", as for a promoted one) until `until_ms` + the slot's lease, and
--- nothing else of the key starts meanwhile. Whether the run held a slot still.
+-- (it was handed over holding it and did not start, or its task may still be going in a
+-- process about to exit): the slot is kept for the timer ("w:<id>", as for a promoted
+-- one) until `until_ms` + the slot's lease, and nothing else of the key starts meanwhile;
+-- its run next in line goes back into the key's queue in its place (T22). Whether the
+-- run held a slot still.
 local function keep_slot_for(key_start, token, id, until_ms)
   local held_key = sys_key(key_start, 'held')
   local limit, lease, key =
     string.match(redis.call('HGET', held_key, token) or '', '^(%d+)|(%d+)|(.+)$')
   local slots = limit and flow_key(key_start, 'slots', key)
   if not limit or not redis.call('ZSCORE', slots, token) then return false end
+  take_back_next(key_start, token, false)  -- its run next in line waits in its place
   redis.call('HDEL', held_key, token)
-  redis.call('HDEL', sys_key(key_start, 'next'), token)  -- handed back too, with this one
   redis.call('ZREM', slots, token)
   redis.call('ZADD', slots, ms_text(until_ms + tonumber(lease)), 'w:' .. id)
   parked_write(key_start, id, {state = 'C', a = tonumber(limit), b = tonumber(lease), c = 0,
@@ -479,16 +494,20 @@ end
 -- rescheduled): a slot or rate slot kept for it goes to the next in line.
 local function unpark(key_start, id)
   local parked = sys_key(key_start, 'parked')
-  local p = parked_read(redis.call('HGET', parked, id))
-  if not p then return end
-  redis.call('HDEL', parked, id)
-  local now = redis_now()
   local tokens = sys_key(key_start, 'ungatedt')
-  local barrier = string.match(redis.call('HGET', tokens, id) or '', '^r|(.+)$')
-  if barrier then  -- it no longer holds its key's order while it waits for its rate
+  local note = redis.call('HGET', tokens, id) or ''
+  local barrier = string.match(note, '^[rp]|(.+)$')
+  if barrier then  -- it no longer holds its key's order (waiting for its rate, handed back)
     redis.call('HDEL', tokens, id)
     redis.call('ZREM', flow_key(key_start, 'ungated', barrier), id)
   end
+  local p = parked_read(redis.call('HGET', parked, id))
+  if not p then
+    if barrier and string.sub(note, 1, 1) == 'p' then promote_barred(key_start, redis_now()) end
+    return
+  end
+  redis.call('HDEL', parked, id)
+  local now = redis_now()
   if p.state == 'c' then
     redis.call('ZREM', flow_key(key_start, 'waitk', p.name), id)
   elseif p.state == 'C' then
