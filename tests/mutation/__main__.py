@@ -53,8 +53,10 @@ NEIGHBOURS = [
     "tests/unit/test_listener_unit.py", "tests/unit/test_listener_parts.py",
     "tests/unit/test_task_execution_unit.py", "tests/unit/test_runs.py",
     "tests/unit/test_schedule_batch.py", "tests/unit/test_move.py",
+    "tests/unit/test_journal.py", "tests/unit/test_journal_listener.py",
 ]
-"""The unit tests of the scripts, the flow control, the fence and the executor."""
+"""The unit tests of the scripts, the flow control, the fence, the executor and the
+endings journal."""
 STAGE_TIMEOUT = 900.0
 
 

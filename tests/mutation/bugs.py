@@ -188,6 +188,11 @@ BUGS: tuple[Bug, ...] = (
         "      and false then",
         "T17, FIFO: a run next in line handed back goes to the due index, behind the key's "
         "later timers"),
+    Bug("journal-rerun-blind", LISTENER + "lanes.py",
+        "        if run.source == _RECOVERED or run.reruns:",
+        "        if run.source == _RECOVERED:",
+        "invariant 8: a run next in line taken back after its listener ran it to its end "
+        "(journaled, unwritten) runs again"),
     Bug("move-keeps-old", LUA + "move.lua",
         "  withdraw(KEYS[1], KEYS[2], ARGV[1], id)\n  moved = moved + 1\n",
         "  moved = moved + 1\n",

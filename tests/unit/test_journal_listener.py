@@ -21,7 +21,7 @@ from timers import Listener, Timers
 from timers.listener.journal import DIR_ENV, Journal, journal_directory, server_identity
 from timers.model.keys import Keyspace
 from timers.model.runs import Run
-from timers.store.scripts import Scripts
+from timers.store.scripts import GateRun, NewTimer, Scripts, Taker
 
 KS = Keyspace()
 OTHER = "host-b:7:0a0a0a"
@@ -180,3 +180,43 @@ def test_a_listener_stopped_while_redis_is_out_of_reach_at_its_start_stops(
         await listener.redis.aclose()
 
     asyncio.run(scenario())
+
+
+def test_a_run_next_in_line_taken_back_after_it_ended_is_not_run_again(
+        server: fakeredis.FakeServer) -> None:
+    """T5 takes a recovered run's run next in line back into its key's queue as a rerun
+    (its listener may have started it in the run before it's thread). When that listener
+    had run it to its end, its journal says so: the rerun, claimed from the key's queue
+    with no word of who ran it before, is ended as journaled, not run again (the chaos
+    checker: completed twice, a Redis restart then a pause of the listener that ran it)."""
+    client = fakeredis.FakeRedis(server=server)
+    scripts = Scripts(client, KS)
+    for i, name in enumerate(("x", "a", "b")):  # x holds key k; a, b wait for it
+        scripts.schedule([NewTimer(name, "mod.add;k=k:[1,2]", "in", -30 + i, "r")])
+    reply = scripts.claim(limit=3, lease_ms=60_000, horizon_ms=0, listener_id=OTHER,
+                          groups=("default",))
+    runs = [Run.parse(*reply[3 + i:6 + i]) for i in range(0, len(reply) - 3, 3)]
+    assert [x.decode() for x in scripts.gate(60_000, [
+        GateRun(r.token, key="k", limit=1) for r in runs])] == ["go", "wait", "wait"]
+    handed = scripts.finish(retention_ms=1000, endings=[(runs[0].token, "ok", "", "")],
+                            taker=Taker(OTHER, ("default",), 1, 60_000, True))
+    a, b = (Run.parse(*handed[1 + i:4 + i]) for i in (0, 3))
+    assert (a.timer_id, b.timer_id, b.follows) == ("a", "b", a.token)
+
+    def stalled(directory: Path) -> None:
+        # OTHER ran a and then b in its thread, journaled their ends, and stalled before
+        # either ending reached Redis; both leases lapsed
+        journal = Journal(directory, OTHER)
+        for run in (a, b):
+            note = journal.note(0, run)
+            assert note is not None
+            journal.append(*note)
+        client.zadd(KS.running, {a.token: 0, b.token: 0})
+        journals.append(journal)
+
+    journals: list[Journal] = []
+    burst(server, stalled)
+    assert mod.CALLS == [], "neither ran again (a rerun would run in quarantine)"
+    counters = stats(server)
+    assert (counters.get("fired"), counters.get("failed", 0)) == (3, 0)
+    journals[0].close()

@@ -329,11 +329,22 @@ class Journal:
                     found.append(dead)
         return found
 
-    def ending_of(self, died_on: str, lane: int, run: Run) -> Ending | None:
+    def ending_of(self, died_on: str | None, lane: int, run: Run) -> Ending | None:
         """How listener ``died_on`` ended an earlier run of ``run``'s timer (same id and
-        due time) when it is in its journal on this host (adopted or not), else None."""
-        path = self.directory / file_name(died_on)
-        for candidate in (path, path.with_name(path.name + ADOPTED)):
+        due time) when it is in its journal on this host (adopted or not), else None.
+        ``died_on`` None: any listener's journal on this host (a rerun that went back into
+        its key's queue: which listener ran it before is not known)."""
+        if died_on is not None:
+            path = self.directory / file_name(died_on)
+            candidates = [path, path.with_name(path.name + ADOPTED)]
+        else:
+            try:
+                names = sorted(os.listdir(self.directory))
+            except OSError:
+                return None
+            candidates = [self.directory / name for name in names
+                          if name.endswith((SUFFIX, SUFFIX + ADOPTED))]
+        for candidate in candidates:
             try:
                 fd = os.open(candidate, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
             except OSError:

@@ -431,7 +431,7 @@ class Lane:
         self.endings.add(Ending.release(run.token))
 
     def start(self, run: Run) -> None:
-        if run.source == _RECOVERED:
+        if run.source == _RECOVERED or run.reruns:  # a rerun: did its cut run end?
             done = self.endings.unwritten_ending_of(run)
             if done is not None:
                 # This listener ran the timer but could not write the ending before the
@@ -442,12 +442,15 @@ class Lane:
                 self.held.hold(run.token, run.timer_id)
                 self.endings.add(done.for_run(run), self.endings.facts_of(done))
                 return
-            if self.journal is not None and run.died_on and (
-                    done := self.journal.ending_of(run.died_on, self.index, run)) is not None:
-                # the listener that died on this host had ended it: its journal says so
+            if self.journal is not None and (
+                    done := self.journal.ending_of(run.died_on or None, self.index, run)
+            ) is not None:
+                # the listener on this host that ran it had ended it: its journal says so
+                # (a run next in line taken back into its key's queue when the run before
+                # it was recovered, T5, says not which listener: any journal may)
                 log.warning("timer %s: its run had ended in listener %s, which went away "
                             "before writing it; ended the same way, not run again",
-                            run.timer_id, run.died_on)
+                            run.timer_id, run.died_on or "of this host")
                 self.held.hold(run.token, run.timer_id)
                 self.endings.add(done.for_run(run))
                 return
