@@ -232,19 +232,16 @@ class ThreadPool:
         if job.guarded and not stale:  # a run that may be followed: the one next in line
             job.ended = time.monotonic()  # starts now
         with self._lock:
-            if stale:
-                job.stale = True
-                job.finished = True
-                self._idle += 1
-                self._results.append(result)
-                wake = not self._wake_pending
-                self._wake_pending = True
-                return None, wake
             self._results.append(result)
-            wake = not self._wake_pending and (
-                job.prompt or not self._gathering or len(self._results) >= self.enough)
+            # a stale job's result goes at once: its revalidation holds a run up
+            wake = not self._wake_pending and (stale or job.prompt or not self._gathering
+                                               or len(self._results) >= self.enough)
             if wake:
                 self._wake_pending = True
+            if stale:  # it keeps its chained job: the call after revalidation takes it
+                job.stale = job.finished = True
+                self._idle += 1
+                return None, wake
             return self._done(job), wake
 
     def _done(self, job: Job) -> Job | None:
