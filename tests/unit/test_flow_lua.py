@@ -500,6 +500,13 @@ def test_a_pacer_cancelled_after_a_long_wait_hands_the_rate_to_the_next_timer(
     assert not fake.exists(KS.rate("r"))
 
 
+def claim_one(s: Scripts) -> Run:
+    """One claim of one timer, by a listener that names the keyed task ``t.f``."""
+    reply = s.claim(limit=1, lease_ms=LEASE, horizon_ms=0, listener_id="me",
+                    keyed_tasks=("t.f",))
+    return Run.parse(*reply[3:6])
+
+
 def test_a_free_slot_waits_for_an_earlier_timer_claimed_and_not_gated_yet(
         s: Scripts, fake: fakeredis.FakeRedis) -> None:
     """The order barrier: two listeners each claim one timer of a keyed task; the later
@@ -507,12 +514,7 @@ def test_a_free_slot_waits_for_an_earlier_timer_claimed_and_not_gated_yet(
     add(s, "a", "t.f:", -20)
     add(s, "b", "t.f:", -10)
 
-    def claim_one() -> Run:
-        reply = s.claim(limit=1, lease_ms=LEASE, horizon_ms=0, listener_id="me",
-                        keyed_tasks=("t.f",))
-        return Run.parse(*reply[3:6])
-
-    a, b = claim_one(), claim_one()
+    a, b = claim_one(s), claim_one(s)
     assert fake.zrange(KS.ungated("t:t.f"), 0, -1) == [b"a", b"b"]
     assert fake.hget(KS.ungated_tokens, "b") == b.token.encode()
     assert gate(s, [b], key="k", limit=1) == ["wait"]  # a, earlier, is not gated yet
@@ -533,12 +535,7 @@ def test_a_run_ended_before_its_gate_leaves_the_order_barrier_and_one_handed_bac
     add(s, "b", "t.f:", -20)
     add(s, "c", "t.f:", -10)
 
-    def claim_one() -> Run:
-        reply = s.claim(limit=1, lease_ms=LEASE, horizon_ms=0, listener_id="me",
-                        keyed_tasks=("t.f",))
-        return Run.parse(*reply[3:6])
-
-    a, b, c = claim_one(), claim_one(), claim_one()
+    a, b, c = claim_one(s), claim_one(s), claim_one(s)
     s.finish(retention_ms=1000, endings=[(a.token, "fail", f"a:{a.token}", "{}")])
     assert fake.zrange(KS.ungated("t:t.f"), 0, -1) == [b"b", b"c"]
     assert fake.hget(KS.ungated_tokens, "a") is None
