@@ -12,6 +12,7 @@ import pickle
 import threading
 import time
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 import redis
@@ -20,9 +21,10 @@ import timers
 from tests.unit.test_next_in_line_runs import Log, until
 from timers.listener import leases, quarantine_child
 from timers.listener.context import TimerContext
-from timers.listener.leases import HeldRuns, fresh_in
+from timers.listener.leases import HeldRuns, fresh_in, renewal_timeout, sync_twin
 from timers.listener.runner import Runner, Turn
 from timers.model.runs import Outcome, Run
+from timers.store import cluster
 
 
 class Clock:
@@ -289,3 +291,23 @@ def test_a_run_next_in_line_is_revalidated_with_the_run_before_it() -> None:
     assert scripts.recover() == [], "the run before it was left to lapse"
     held.release(["7"])  # its ending is written: the run next in line alone is asked
     assert asyncio.run(fence.revalidate(Run("8", "n", "", 0, 0, "next", follows="7")))
+
+
+def test_a_renewal_call_on_a_cluster_gives_up_within_a_third_of_the_lease(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The lease keeper's sync Cluster client makes one attempt a call, each read and
+    connect bounded by a third of the lease: with redis-py's default of 10 attempts, a
+    renewal kept retrying a killed primary past the lease and then succeeded, so nothing
+    failed or was logged while the leases lapsed and another listener ran the timers again
+    (the chaos checker's Cluster run, a primary killed)."""
+    made: dict[str, Any] = {}
+
+    def sync_cluster(**kwargs: Any) -> object:
+        made.update(kwargs)
+        return object()
+
+    monkeypatch.setattr(cluster, "_SyncCluster", sync_cluster)
+    client = redis.asyncio.cluster.RedisCluster(host="127.0.0.1", port=7000)  # not connected
+    sync_twin(client, renewal_timeout(2.0))
+    assert made["cluster_error_retry_attempts"] == 1
+    assert made["socket_timeout"] == made["socket_connect_timeout"] == pytest.approx(2 / 3)

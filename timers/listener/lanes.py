@@ -40,7 +40,7 @@ from timers.listener.flow_gate import FlowGate
 from timers.listener.handoff import Handoff
 from timers.listener.history import HistoryPolicy, HistoryTrimmer
 from timers.listener.journal import DeadJournal, Journal
-from timers.listener.leases import Fence, HeldRuns, LeaseKeeper, sync_twin
+from timers.listener.leases import Fence, HeldRuns, LeaseKeeper, renewal_timeout, sync_twin
 from timers.listener.loader import TaskLoader
 from timers.listener.near_keys import keep_near_keys
 from timers.listener.parker import Parker
@@ -333,7 +333,7 @@ class Lane:
         burst, nothing is due); then wait for its runs, hand back the rest, end its loops."""
         shared = self.shared
         self.burst = shared.burst
-        keeper = LeaseKeeper(sync_twin(shared.redis, min(15.0, max(1.0, shared.lease))),
+        keeper = LeaseKeeper(sync_twin(shared.redis, renewal_timeout(shared.lease)),
                              self.keys, shared.lease, self.held).start()
         loops = [
             asyncio.create_task(self.events.run() if events else self.events.run_without(),

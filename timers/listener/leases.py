@@ -196,6 +196,13 @@ def sync_twin(client: Any, socket_timeout: float) -> redis.Redis | redis.RedisCl
         connection_class=cls, socket_timeout=socket_timeout, **settings))
 
 
+def renewal_timeout(lease: float) -> float:
+    """How long one renewal call may wait on a socket (seconds): a third of the lease,
+    the keeper's own interval, so a call that hangs fails and is tried again well before
+    the lease lapses."""
+    return max(0.5, lease / 3)
+
+
 class LeaseKeeper:
     """Renews the leases of :class:`HeldRuns` every ``lease / 3`` seconds from a thread.
 

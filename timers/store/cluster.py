@@ -151,14 +151,19 @@ def async_cluster(url: str, **kwargs: Any) -> redis.asyncio.cluster.RedisCluster
 
 def sync_twin_of(client: Any, socket_timeout: float) -> redis.cluster.RedisCluster | None:
     """A sync client of the cluster asyncio ``client`` talks to, or None when it is not a
-    cluster client."""
+    cluster client; each call makes one attempt, each read or connect bounded by
+    ``socket_timeout`` (the lease keeper's: a renewal fails fast and is tried again)."""
     if not isinstance(client, redis.asyncio.cluster.RedisCluster):
         return None
     nodes = [_SyncNode(n.host, n.port) for n in client.get_nodes()]
     kwargs = {k: v for k, v in client.get_connection_kwargs().items()
-              if k in ("username", "password", "ssl", "socket_connect_timeout")}
+              if k in ("username", "password", "ssl")}
+    # one attempt a call, each bounded by socket_timeout: redis-py's default of 10 attempts
+    # kept a lease renewal retrying a killed primary past the lease, then succeeding, so
+    # nothing failed while the leases lapsed (the chaos checker's Cluster run)
     twin: redis.cluster.RedisCluster = _SyncCluster(
-        startup_nodes=nodes, socket_timeout=socket_timeout, **kwargs)
+        startup_nodes=nodes, socket_timeout=socket_timeout,
+        socket_connect_timeout=socket_timeout, cluster_error_retry_attempts=1, **kwargs)
     return twin
 
 
