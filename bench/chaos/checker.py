@@ -12,7 +12,8 @@ Words used below:
   (``kill -9``, a poison's ``os._exit``, counted from the kill to when the process was seen
   gone), a ``SIGSTOP`` past the lease (from the stop to the ``SIGCONT``), a partition of its
   listener from Redis (from the cut to the heal), Redis out of reach of every listener (a
-  restart, a failover, a slot migration: from its start to a lease after its end). A run is
+  restart, a failover, a slot migration: from its start to a lease after its end; a Cluster
+  primary's death also from when every shard began to refuse commands). A run is
   cut when it started before the cut's end and had not ended :data:`ENDING_GRACE` before
   its start (an ending returned just before a kill may not be written yet);
 - a **death** is a cut that killed a process (not a pause, not a partition).

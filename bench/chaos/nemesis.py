@@ -20,7 +20,9 @@
 ``migrate``     the slot of the timers' hash tag moved to another primary, key by key
                 (Cluster only)
 ``primary``     ``kill -9`` of the primary that holds the timers' slot: its replica takes
-                over (Cluster only)
+                over (Cluster only); the other primaries refuse commands too, from when
+                they mark it failed until its replica serves its slots (Redis's default
+                ``cluster-require-full-coverage yes``), and that moment is written down
 ==============  ===========================================================================
 
 Each fault writes down when it began and ended and which processes it cut
@@ -125,6 +127,8 @@ class Nemesis:
     _settled: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
     _begun: float = 0.0
+    _every_shard_down: float | None = None
+    """Set by a primary's kill: when every shard began to refuse commands (monotonic)."""
 
     def start(self, begun: float) -> None:
         """Run the schedule from monotonic ``begun`` on, in a thread."""
@@ -179,8 +183,9 @@ class Nemesis:
             if fault.kind in OUTAGES:
                 # leases may lapse while no listener can renew them (and for a lease
                 # after, while they reconnect): what ran then may run again
-                self.cuts.append(Cut("outage", start, end + self.world.lease, listener=EVERY,
-                                     fresh_for=self._fresh()))
+                self.cuts.extend(outage_cuts(start, end, self._every_shard_down,
+                                             self.world.lease))
+            self._every_shard_down = None
             if what is not None:
                 self.injected.append(Injected(fault.kind, start, end, what))
 
@@ -234,7 +239,7 @@ class Nemesis:
     def _fresh(self) -> float:
         """How long into a pause, partition or outage a run may still start: its lease
         (renewed last before it began), and a little for the clocks."""
-        return self.world.lease + 0.25
+        return fresh_for(self.world.lease)
 
     def _handlers(self) -> dict[str, Callable[[Planned], str]]:
         return {"kill": self._kill, "stop": self._pause, "stops": self._pauses,
@@ -355,7 +360,7 @@ class Nemesis:
         return f"slot {slot}: {moved} keys from {owner.port} to {to.port}"
 
     def _primary(self, fault: Planned) -> str:
-        from tests.clusters import slot_owner
+        from tests.clusters import live_primaries, slot_owner
         cluster = self.world.cluster
         if cluster is None:
             raise RuntimeError("a primary kill needs a Cluster")
@@ -367,11 +372,57 @@ class Nemesis:
             except StopIteration:  # nobody serves it yet
                 return False
 
+        others = [p for p in live_primaries(cluster) if p is not owner]
+        down: list[float] = []
+
+        def served() -> bool:
+            # with cluster-require-full-coverage (Redis's default), every primary refuses
+            # commands once the others mark the dead one failed, until its replica serves
+            # its slots: from then on no lease on any shard can be renewed
+            states = [_cluster_state(p.port) for p in others]
+            if "fail" in states and not down:
+                down.append(time.monotonic())
+            return promoted() and all(state == "ok" for state in states)
+
         with self.world.writes:  # the workload's writes wait for the new primary
             _kill_replicated(owner.port, owner.pid or 0)
-            wait_for(promoted, 60, "a replica to take over the killed primary's slots")
+            killed_at = time.monotonic()
+            wait_for(served, 60, "a replica to take over the killed primary's slots")
+        self._every_shard_down = down[0] if down else None
         owner.restart()  # back, as a replica
-        return f"primary {owner.port} killed, its replica took over"
+        every = (f", every shard refused from {self._every_shard_down - killed_at:.1f} s"
+                 if self._every_shard_down is not None else "")
+        return f"primary {owner.port} killed, its replica took over{every}"
+
+
+def fresh_for(lease: float) -> float:
+    """How long into a pause, partition or outage a run may still start: its lease (renewed
+    last before it began), and a little for the clocks."""
+    return lease + 0.25
+
+
+def outage_cuts(start: float, end: float, every_shard_down: float | None,
+                lease: float) -> list[Cut]:
+    """The cuts of an outage from ``start`` to ``end`` (monotonic): every listener, until a
+    lease after its end (they reconnect), a run starting up to a lease into it. When every
+    shard of a Cluster began to refuse commands later than the fault began
+    (``every_shard_down``: a primary's death, once the others mark it failed), the leases
+    on the healthy shards were renewed until then, and the outage of those starts there."""
+    cuts = [Cut("outage", start, end + lease, listener=EVERY, fresh_for=fresh_for(lease))]
+    if every_shard_down is not None and every_shard_down > start:
+        cuts.append(Cut("outage", every_shard_down, end + lease, listener=EVERY,
+                        fresh_for=fresh_for(lease)))
+    return cuts
+
+
+def _cluster_state(port: int) -> str:
+    """``ok``, ``fail`` (the node refuses commands) or ``?`` (no answer)."""
+    try:
+        with redis.Redis(port=port, socket_timeout=1, decode_responses=True) as r:
+            info = str(r.execute_command("CLUSTER", "INFO"))
+    except (redis.RedisError, OSError):
+        return "?"
+    return "ok" if "cluster_state:ok" in info else "fail" if "cluster_state:fail" in info else "?"
 
 
 def _kill_replicated(port: int, pid: int) -> None:

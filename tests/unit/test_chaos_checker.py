@@ -36,6 +36,7 @@ from bench.chaos.checker import (
     check,
 )
 from bench.chaos.history import load, save
+from bench.chaos.nemesis import outage_cuts
 
 POISON = "chaos.poison"
 
@@ -203,6 +204,23 @@ def test_a_start_in_a_paused_listener_s_child(into: float, explained: bool) -> N
     b.run("u", 601, 70.0 + into, 70.5 + into)
     b.run("u", 200, 74.0, 74.1)
     assert counts(b.h) == ({} if explained else {TWICE: 1, STARTED_TWICE: 1})
+
+
+@pytest.mark.parametrize(("every_shard_down", "explained"),
+                         [(82.4, True), (None, False), (80.1, False)])
+def test_a_run_on_a_healthy_shard_started_after_every_shard_refused(
+        every_shard_down: float | None, explained: bool) -> None:
+    """A primary killed at 80.0 (promoted at 84.0): the other shards' leases were renewed
+    until every shard refused commands, so a run of theirs that started then, 3.2 s after
+    the kill, held a lease; its lapse in the outage explains its rerun. Without that moment
+    (or when it came at once), a start a lease into the outage has no lease."""
+    b = clean()
+    b.h.cuts.extend(outage_cuts(80.0, 84.0, every_shard_down, lease=2.0))
+    b.h.limits["dev:1"] = 1
+    b.timer("h", "keyed", "dev:1", 1)
+    b.run("h", 200, 83.2, 84.2, key="dev:1")
+    b.run("h", 201, 84.0, 84.1, key="dev:1")
+    assert counts(b.h) == ({} if explained else {TWICE: 1, STARTED_TWICE: 1, OVER_LIMIT: 1})
 
 
 def test_two_runs_of_one_key_at_once() -> None:
