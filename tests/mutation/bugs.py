@@ -195,7 +195,7 @@ BUGS: tuple[Bug, ...] = (
         "(journaled, unwritten) runs again"),
     Bug("renewal-retries", "timers/store/cluster.py",
         "cluster_error_retry_attempts=1,", "cluster_error_retry_attempts=10,",
-        "fence, Cluster: a lease renewal retries a killed primary past the lease"),
+        "fence, Cluster: one lease renewal call retries CLUSTERDOWN past the lease"),
     Bug("move-keeps-old", LUA + "move.lua",
         "  withdraw(KEYS[1], KEYS[2], ARGV[1], id)\n  moved = moved + 1\n",
         "  moved = moved + 1\n",

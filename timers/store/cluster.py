@@ -158,9 +158,9 @@ def sync_twin_of(client: Any, socket_timeout: float) -> redis.cluster.RedisClust
     nodes = [_SyncNode(n.host, n.port) for n in client.get_nodes()]
     kwargs = {k: v for k, v in client.get_connection_kwargs().items()
               if k in ("username", "password", "ssl")}
-    # one attempt a call, each bounded by socket_timeout: redis-py's default of 10 attempts
-    # kept a lease renewal retrying a killed primary past the lease, then succeeding, so
-    # nothing failed while the leases lapsed (the chaos checker's Cluster run)
+    # one attempt a call, each bounded by socket_timeout: with redis-py's default of 10
+    # attempts one renewal call kept retrying CLUSTERDOWN while a primary failed over,
+    # longer than the lease, then succeeded: nothing was logged while the leases lapsed
     twin: redis.cluster.RedisCluster = _SyncCluster(
         startup_nodes=nodes, socket_timeout=socket_timeout,
         socket_connect_timeout=socket_timeout, cluster_error_retry_attempts=1, **kwargs)
