@@ -64,6 +64,7 @@ __all__ = [
     "InvalidTimerId",
     "JournalUnavailable",
     "KeysNotDeclared",
+    "Late",
     "MalformedTimerKey",
     "MemoryLimitTooLow",
     "NotInTimer",
@@ -267,3 +268,8 @@ class Overran(TimersError):
 class Stale(TimersError):
     """A run's lease was not known to hold when a thread was about to call its function
     (the process stalled): the function was not called (the runner's, internal)."""
+
+
+class Late(TimersError):
+    """A rate's run reached its call past its start window (the process was busy): the
+    function was not called, and the run gives its slot back (the runner's, internal)."""

@@ -131,13 +131,16 @@ def test_a_rate_limited_tasks_starts_keep_their_interval_across_shards(
         placed = t.stats().counters.get("placed", 0)
     done = [json.loads(raw) for raw in r.lrange("test:runs", 0, -1)]
     assert len({tag for tag, *_ in done}) == n == len(done)
-    assert len(gate_starts.times()) == n, gate_starts.times()
+    # a run that reached its call past its start window gave its slot back (and ran on a
+    # later one): the gate let it go twice
+    assert len(gate_starts.times()) >= n, gate_starts.times()
     gaps = {what: [b - a for a, b in itertools.pairwise(sorted(float(run[i]) for run in done))]
             for what, i in (("entered", 3), ("started", 4))}
     print(f"\n{n} starts of a 600/m task (100 ms apart) on 3 primaries ({placed} moved to "
           f"the rate's shard at their first claim): closest {min(gate_starts.gaps()):.1f} ms "
           f"apart on the gate's clock, {min(gaps['started']):.1f} ms as their listeners "
-          f"started them, {min(gaps['entered']):.1f} ms as the tasks entered")
+          f"started them, {min(gaps['entered']):.1f} ms as the tasks entered; "
+          f"{len(gate_starts.times()) - n} slot(s) given back)")
     assert min(gate_starts.gaps()) >= 100 - JITTER_MS
 
 

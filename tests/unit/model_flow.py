@@ -311,6 +311,9 @@ class VListener:
     """Tokens of ``executing`` that end dead: their deaths in quarantine reached the limit."""
     paused: bool = False
     alive: bool = True
+    lagging: bool = False
+    """Its dispatch is slow: a rate's run its gate lets go reaches its call past its start
+    window (``flow_gate.START_WINDOW_S``) and is handed back unstarted (T17)."""
 
     def free_slots(self) -> int:
         return max(CONCURRENCY - len(self.executing) - len(self.claimed), 0)
@@ -659,8 +662,18 @@ class World:
             return
         reply = self.s.gate(LEASE_MS, [g for _, g in asked])
         for (run, _), status in zip(asked, reply, strict=True):
-            if self.gated(listener, run, as_text(status)):
+            if self.gated(listener, run, as_text(status)) and not self.too_late(listener, run):
                 self.start(listener, run)
+
+    def too_late(self, listener: VListener, run: Run) -> bool:
+        """A lagging listener's rate run, let go: past its start window at its call, it is
+        handed back unstarted (``executor._unstarted``: its run next in line with it)."""
+        limits = limits_of(run.record_text)
+        if not listener.lagging or limits is None or not limits[2]:
+            return False
+        self.note(f"{listener.id} too late to start {run.timer_id} token {run.token}")
+        self.hand_back(listener, run.token)
+        return True
 
     def gated(self, listener: VListener, run: Run, status: str) -> bool:
         """What the gate's ``status`` does to ``run``: True when it goes (holding its key's
@@ -767,6 +780,8 @@ class World:
             if not self.gated(listener, run, as_text(self.s.gate(
                     LEASE_MS, [GateRun(run.token, *limits_of(run.record_text) or ())])[0])):
                 listener.cells.pop(token, None)
+                return
+            if self.too_late(listener, run):  # the child read the word past its window
                 return
         cell = listener.cells.get(token)
         if cell is None:  # (released meanwhile: its run is no longer the listener's)
@@ -1089,12 +1104,13 @@ class World:
                 self.violate("lost", f"{timer.id} is neither pending nor claimed nor done")
 
     def drain(self, max_ms: int = 60_000) -> None:
-        """End the history: every listener resumes; time goes on 100 ms at a time (leases
+        """End the history: every listener resumes and keeps up (a dispatch slow for good
+        would start no rate run); time goes on 100 ms at a time (leases
         renewed), each living listener claims, starts and lets every run end ok, until
         every timer ended as the model says. Then nothing of a timer may be left in Redis:
         no record, due entry, run, slot, queue entry, barrier or note (liveness)."""
         for listener in self.listeners:
-            listener.paused = False
+            listener.paused = listener.lagging = False
         self.note("drain")
         deadline = self.now + max_ms
         while self.now < deadline and not self.settled():

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import functools
+import multiprocessing
 import pickle
 import threading
 import time
@@ -311,3 +312,32 @@ def test_a_renewal_call_on_a_cluster_gives_up_within_a_third_of_the_lease(
     sync_twin(client, renewal_timeout(2.0))
     assert made["cluster_error_retry_attempts"] == 1
     assert made["socket_timeout"] == made["socket_connect_timeout"] == pytest.approx(2 / 3)
+
+
+@pytest.mark.parametrize("window", [-0.001, 30.0])
+def test_a_quarantine_child_given_the_word_past_its_start_window_starts_nothing(
+        window: float) -> None:
+    """A rate's rerun in a child: the listener's word to start carries the start window
+    its gate gave (``(go, start_by)`` down the pipe); a child that reads it too late (a
+    loaded machine) calls nothing, as a thread of the listener would not."""
+    GO.set()
+    word_in, word_out = multiprocessing.Pipe(duplex=False)
+    loaded_in, loaded_out = multiprocessing.Pipe(duplex=False)
+    word_out.send((quarantine_child.GO, time.monotonic() + window))
+    go = quarantine_child._waits_for_word(loaded_out, word_in)
+    assert loaded_in.recv() == quarantine_child.LOADED_WORD and go.start
+
+    async def main() -> Outcome:
+        NOTES.clear()
+        return await quarantine_child.run_in_child(
+            "tests", None, "t", pickle.dumps(ledger_task), "[]", lambda: None, CONTEXT,
+            functools.partial(fresh_in, ctypes.c_double(time.monotonic() + 30), 0.2),
+            lambda: go)
+
+    outcome = asyncio.run(main())
+    if window < 0:
+        assert outcome.kind == "late" and NOTES == []
+    else:
+        assert outcome.ok and NOTES == [(41, True), (41, True)]
+    word_out.send("no")  # held by its gate: the child leaves it
+    assert not quarantine_child._waits_for_word(loaded_out, word_in).start

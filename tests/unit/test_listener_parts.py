@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -25,6 +26,7 @@ from timers.listener.events import (
     classify,
 )
 from timers.listener.executor import Executed, Executor
+from timers.listener.flow_gate import FREE, Admission
 from timers.listener.history import HistoryPolicy
 from timers.listener.leases import HeldRuns
 from timers.listener.retrying import Outage
@@ -232,8 +234,8 @@ class HoldsFirst:
     def __init__(self, status: str) -> None:
         self.status = status
 
-    async def admit(self, run: Run, record: Record, policy: Any) -> Outcome | None:
-        return Outcome("held", self.status, "held") if run.token == "1" else None
+    async def admit(self, run: Run, record: Record, policy: Any) -> Admission:
+        return Admission(Outcome("held", self.status, "held") if run.token == "1" else None)
 
 
 @pytest.mark.parametrize(("status", "ending"), [("wait", None), ("replaced", None),
@@ -610,3 +612,94 @@ def test_runs_handed_back_at_a_stop_keep_their_place_in_their_keys_order() -> No
     assert holder.ending is not None and holder.ending.wire() == ("7", "release", "", "")
     assert following.ending is None and following.report is None
     assert len(mod.CALLS) == calls
+
+
+class LetsFirstGo:
+    """A flow gate that lets every run go, run "1" as a rate's run with a start window
+    ending ``window`` s from its gate call (past already when negative)."""
+
+    def __init__(self, window: float) -> None:
+        self.window = window
+
+    async def admit(self, run: Run, record: Record, policy: Any) -> Admission:
+        return Admission(None, time.monotonic() + self.window) if run.token == "1" else FREE
+
+
+@pytest.mark.parametrize("window", [-1.0, 60.0])
+def test_a_rate_run_past_its_start_window_is_handed_back_with_its_run_next_in_line(
+        window: float) -> None:
+    """A rate's run that reaches its call past the window its gate gave it (the listener
+    was busy) does not start: its rate's next run, gated an interval after it on another
+    listener, may be starting now. It is handed back uncounted (T17), and the run next in
+    line after it on its key, which would have started in its thread as it returned, does
+    not start either: the hand-back takes it back into the key's queue. Within its window,
+    both start."""
+    record = Record("mod.add", [1, 2], {Option.KEY: "k"}).encode()
+    calls = len(mod.CALLS)
+
+    async def scenario() -> tuple[Any, Any]:
+        runner, turns = Runner(2), Turns()
+        try:
+            executor = Executor(resolve, runner, NoQuarantine(), NoRecurrences(),
+                                tracker_on_redis_clock(), NoSleep(), flow=LetsFirstGo(window),
+                                name="", turns=turns, fence=None, peers=None,
+                                stopping=asyncio.Event())
+            first = Run("1", "a", record, round(REDIS_NOW_MS), 0, "handoff")
+            following = Run("2", "b", record, round(REDIS_NOW_MS), 0, "next", follows="1")
+            turns.start(first)
+            turns.start(following)
+            after = asyncio.create_task(executor.execute(following))
+            done = await executor.execute(first)
+            turns.end("1")  # as the lane does once the run's task is done
+            return done, await after
+        finally:
+            runner.shutdown()
+
+    done, after = asyncio.run(scenario())
+    if window < 0:
+        assert done.report is None and done.ending is not None
+        assert (done.ending.token, done.ending.kind) == ("1", EndingKind.RELEASE)
+        assert after.ending is None and after.report is None  # taken back with it
+        assert len(mod.CALLS) == calls, "neither run called its task"
+    else:
+        assert done.ending is not None and done.ending.kind == EndingKind.OK
+        assert after.ending is not None and after.ending.kind == EndingKind.OK
+        assert len(mod.CALLS) == calls + 2
+
+
+def _busy_until(moment: float) -> None:
+    while time.monotonic() <= moment:
+        time.sleep(0.001)
+
+
+async def _noted(value: int) -> None:
+    mod.CALLS.append(("noted", value))
+
+
+@pytest.mark.parametrize("fn", [mod.add, _noted])
+def test_a_run_that_waits_for_a_thread_past_its_start_window_is_not_called(
+        fn: Callable[..., Any]) -> None:
+    """The one thread is busy until the rate run's window has passed: the run is not
+    called (a coroutine neither, once its turn comes past the window); a window still
+    open when a thread takes it up lets it start."""
+    calls = len(mod.CALLS)
+
+    async def scenario(window: float) -> Outcome:
+        runner = Runner(1)
+        try:
+            busy_until = time.monotonic() + 0.05
+            start_by = busy_until + window
+            busy = asyncio.ensure_future(runner.call(_busy_until, [busy_until]))
+            await asyncio.sleep(0)  # its job is queued first: it takes the one thread
+            if fn is _noted:
+                await busy  # the coroutine's turn comes once the thread is free
+            outcome = await runner.call(fn, [1], start_by=start_by)
+            await busy
+            return outcome
+        finally:
+            runner.shutdown()
+
+    assert asyncio.run(scenario(0.0)).kind == "late"
+    assert len(mod.CALLS) == calls
+    assert asyncio.run(scenario(60.0)).ok
+    assert len(mod.CALLS) == calls + 1

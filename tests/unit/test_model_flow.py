@@ -215,6 +215,16 @@ class FlowModel(RuleBasedStateMachine):
             listener.paused = True
             self.world.note(f"{listener.id} paused")
 
+    @rule(i=pick, on=st.booleans())
+    def lag(self, i: int, on: bool) -> None:
+        """A listener's dispatch turns slow (or quick again): its rate runs miss their
+        start windows."""
+        alive = [li for li in self.world.listeners if li.alive]
+        listener = alive[i % len(alive)]
+        if listener.lagging != on:
+            listener.lagging = on
+            self.world.note(f"{listener.id} {'lags' if on else 'keeps up'}")
+
     @rule()
     def resume(self) -> None:
         for listener in self.world.listeners:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
@@ -15,9 +16,10 @@ import redis
 
 import timers
 from timers.listener.claimer import Claimer
-from timers.listener.flow_gate import FlowGate
+from timers.listener.flow_gate import START_WINDOW_S, FlowGate
 from timers.listener.parker import Parker
 from timers.model.keys import Keyspace
+from timers.model.policy import policy_of
 from timers.model.runs import Run
 from timers.store.scripts import ParkTimer, Scripts
 
@@ -194,4 +196,45 @@ def test_a_run_the_screen_let_go_is_not_gated_again_at_its_start() -> None:
     run = Run("9", "t0", 'd.per_device:[7,"on"]', due_ms=1, reruns=0, source="sweep")
     flow.holding.add("9")  # as screen leaves a run it let go
     record = run.record()
-    assert asyncio.run(flow.admit(run, record, timers.model.policy.policy_of(per_device))) is None
+    admission = asyncio.run(flow.admit(run, record, policy_of(per_device)))
+    assert admission.held is None
+
+
+SLOW = 0.05
+
+
+def test_a_run_a_rate_lets_go_must_start_within_the_window_of_its_gate_call(
+        fake: fakeredis.FakeRedis) -> None:
+    """The gate lets a rate's runs go an interval apart on the Redis clock; the listener's
+    dispatch after the go can take longer for one run than for the next (a thread busy, a
+    loaded event loop): so a run the gate let go carries the latest time it may call its
+    function, counted from when the gate call was sent (the gate decided after that)."""
+    with timers.Timers(fake) as producer:
+        producer.schedule("d.rated", [1], in_=-1, id="r0")
+
+    async def scenario() -> tuple[float, float, Any]:
+        client = fakeredis.FakeAsyncRedis(server=fake.connection_pool.connection_kwargs[
+            "server"])
+        scripts = Scripts(client, Keyspace())
+        flow = FlowGate(scripts, 30.0, on_held=lambda count: None, shards=1, shard=0)
+        reply = await scripts.claim(limit=5, lease_ms=30_000, horizon_ms=0, listener_id="me")
+        run = Run.parse(*reply[3:6])
+        gate = scripts.gate
+
+        async def slow_gate(*args: Any, **kwargs: Any) -> Any:
+            await asyncio.sleep(SLOW)  # a round trip on a loaded machine: decided meanwhile
+            return await gate(*args, **kwargs)
+
+        scripts.gate = slow_gate  # type: ignore[method-assign]
+        before = time.monotonic()
+        admission = await flow.admit(run, run.record(), policy_of(keyed_and_rated))
+        after = time.monotonic()
+        await client.aclose()
+        return before, after, admission
+
+    before, after, admission = asyncio.run(scenario())
+    assert admission.held is None
+    assert admission.start_by is not None
+    assert after - before >= SLOW
+    # from when the call was sent (the gate may have decided right then), not its reply
+    assert before + START_WINDOW_S <= admission.start_by < before + START_WINDOW_S + SLOW / 2

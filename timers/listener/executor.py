@@ -21,7 +21,7 @@ from timers.exceptions import MalformedTimerKey, TaskRefused
 from timers.listener import context
 from timers.listener.due_tracker import DueTracker
 from timers.listener.endings import Ending
-from timers.listener.flow_gate import TAKES_BACK_NEXT
+from timers.listener.flow_gate import FREE, TAKES_BACK_NEXT, Admission
 from timers.listener.quarantine import is_suspect
 from timers.listener.retrying import RETRYABLE
 from timers.listener.runner import Turn
@@ -66,7 +66,8 @@ class Caller(Protocol):
     async def call(self, fn: Callable[..., Any], args: Args, limit: float | None = None,
                    turn: Turn | None = None, after: Turn | None = None,
                    fence: Callable[[], bool] | None = None, prompt: bool = False,
-                   note: tuple[str, bytes] | None = None) -> Outcome:
+                   note: tuple[str, bytes] | None = None,
+                   start_by: float | None = None) -> Outcome:
         ...
 
     def let_follower_go(self, turn: Turn) -> None:
@@ -87,11 +88,12 @@ class Isolator(Protocol):
     """Runs a suspect run in a child process (:class:`timers.listener.quarantine.
     Quarantine`); ``stale``: the child found its lease not known to hold and started
     nothing. ``admit``: the flow gate's question, asked once the child has loaded the
-    task, right before it starts (its outcome, when not None, is the run's: held)."""
+    task, right before it starts (held: the run's outcome; else the child starts it, by
+    its start window if a rate let it go: ``late`` if it cannot)."""
 
     async def run(self, timer_id: str, token: str, task: str, fn: Callable[..., Any],
                   args: Args, policy: TaskPolicy, reruns: int,
-                  admit: Callable[[], Awaitable[Outcome | None]] | None = None) -> Outcome:
+                  admit: Callable[[], Awaitable[Admission]] | None = None) -> Outcome:
         ...
 
 
@@ -194,14 +196,7 @@ class Executor:
         if self.stopping.is_set():
             log.debug("timer %s handed back unstarted: the listener is stopping",
                       run.timer_id)
-            # its run next in line does not start either: the hand-back takes it back into
-            # its key's queue, in its place (finish.lua), as the hand-back of this one
-            # keeps its place
-            self.turns.not_started(run.token, True)
-            own = self.turns.of(run.token)
-            if own is not None and own.taken_back:  # with the run before it, handed back
-                return Executed(None, None)
-            return Executed(Ending.release(run.token, follows=run.follows), None)
+            return self._unstarted(run)
         attempt = _Attempt(tracker.redis_ms_at(now))
         try:
             outcome = await self._attempt(run, attempt)
@@ -210,10 +205,14 @@ class Executor:
         except RETRYABLE as exc:
             # Redis went away around the run (a recurrence step): hand it back to run again
             log.warning("timer %s handed back: %s", run.timer_id, exc)
-            return Executed(Ending.release(run.token, follows=run.follows), None)
+            return Executed(_released(run), None)
         except Exception as exc:
             log.exception("internal error around timer %s", run.timer_id)
             outcome = _internal_error(exc)
+        if outcome.kind == "late":  # its rate's next run may start: this one did not
+            log.info("timer %s handed back unstarted: %s", run.timer_id, outcome.message,
+                     extra={"id": run.timer_id, "task": attempt.task})
+            return self._unstarted(run)
         if outcome.kind == "held":
             log.debug("timer %s not started: %s", run.timer_id, outcome.message)
             # a run next in line after it does not start (its gate took it back, or it is
@@ -226,7 +225,7 @@ class Executor:
             own = self.turns.of(run.token)
             if own is not None and own.taken_back:  # back in its key's queue already
                 return Executed(None, None)
-            return Executed(Ending.release(run.token, follows=run.follows), None)
+            return Executed(_released(run), None)
         if outcome.kind == "taken":  # another listener took the run over: nothing to write
             return Executed(None, None)
         if outcome.kind == "passed" and attempt.record is not None:
@@ -248,6 +247,16 @@ class Executor:
         return Executed(ending, report, _facts(run, ending, report, attempt.policy),
                         attempt.limited)
 
+    def _unstarted(self, run: Run) -> Executed:
+        """A run that did not start, handed back (T17): its run next in line does not
+        start either, the hand-back takes it back into its key's queue in its place
+        (finish.lua), as the hand-back of this one keeps its place."""
+        self.turns.not_started(run.token, True)
+        own = self.turns.of(run.token)
+        if own is not None and own.taken_back:  # with the run before it, handed back
+            return Executed(None, None)
+        return Executed(_released(run), None)
+
     async def _attempt(self, run: Run, attempt: _Attempt) -> Outcome:
         record = attempt.record = run.record()
         attempt.limited = _KEY in record.options
@@ -264,6 +273,7 @@ class Executor:
                 and own.revoked:  # it waited for the run before it, which did not start
             return _TAKEN_BACK
         fence = self._fence_of(run)  # asked by the thread before the call, and by the task
+        gated = FREE
         context.enter_run(run, record, attempt.started_ms, fence)  # timers.current()
         # a recurrence's next occurrence is scheduled first, whatever becomes of this one
         # (even a task this listener cannot import must not end the chain)
@@ -284,8 +294,8 @@ class Executor:
             elif missed is not None:
                 outcome = Outcome("missed", "Missed", missed)
             elif (self.flow and limited and not is_suspect(run.reruns)
-                  and (held := await self.flow.admit(run, record, policy))):
-                outcome = held
+                  and (gated := await self.flow.admit(run, record, policy)).held):
+                outcome = gated.held
             elif (self.fence is not None and not self.fence.fresh(run.token)
                   and (stale := await self._unfenced(run, after)) is not None):
                 outcome = stale
@@ -293,14 +303,18 @@ class Executor:
                 outcome = await self._quarantined(run, record, fn, policy, limited)
             else:
                 own = self.turns.of(run.token)
+                start_by = gated.start_by
+                if own is not None and start_by is not None:
+                    own.solo = True  # it may not start: nothing follows in its thread
                 # a recurrence's run has a step after it: its ending is journaled then
                 note = self.note(run) if self.note is not None and not recurring else None
                 outcome = await self.runner.call(fn, record.args, policy.timeout, own, after,
-                                                 fence, limited, note)
+                                                 fence, limited, note, start_by)
                 if outcome.kind == "stale":  # the thread found the lease not fresh
                     outcome = (await self._unfenced(run, after, checked=True)
                                or await self.runner.call(fn, record.args, policy.timeout, own,
-                                                         None, fence, limited, note))
+                                                         None, fence, limited, note,
+                                                         start_by))
                     if outcome is _TAKEN and own is not None:
                         self.runner.let_follower_go(own)  # it waited for this one
                 if own is not None:
@@ -488,7 +502,7 @@ class Executor:
 class Admitter(Protocol):
     """The flow gate (:class:`timers.listener.flow_gate.FlowGate`)."""
 
-    async def admit(self, run: Run, record: Record, policy: TaskPolicy) -> Outcome | None:
+    async def admit(self, run: Run, record: Record, policy: TaskPolicy) -> Admission:
         ...
 
 
@@ -522,6 +536,11 @@ def _facts(run: Run, ending: Ending, report: Fired, policy: TaskPolicy) -> RunFa
                     int(started - report.due_ms), kind is not _RETRY, True, failed,
                     f"{outcome.error_type}: {outcome.message}" if failed else "",
                     policy.history_ms, policy.history_count)
+
+
+def _released(run: Run) -> Ending:
+    """``run`` handed back unstarted (T17)."""
+    return Ending.release(run.token, follows=run.follows)
 
 
 def _internal_error(exc: Exception) -> Outcome:

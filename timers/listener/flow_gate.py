@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from timers.exceptions import FlowKeyError
 from timers.listener.retrying import RETRYABLE
@@ -31,6 +32,26 @@ HANDED = frozenset({ClaimSource.HANDOFF.label, ClaimSource.NEXT.label})
 """Runs ``finish.lua`` handed over holding their key's slot, or to take it over from the
 run before them (:mod:`timers.listener.turns`)."""
 _KEY_MARK = f"{Option.KEY}="
+START_WINDOW_S = 0.010
+"""How long after its gate call was sent a run a rate let go may still call its function.
+The gate lets a rate's runs go an interval apart (less 5 ms) on the Redis clock; a run
+that reached its call later than this is handed back unstarted (T17) rather than start
+closer than that to the next one, whose listener may be quicker: so two calls of a rate's
+task are never closer than the interval less 15 ms (and the instant from the check to the
+task's first line), whatever the listeners' load (docs/state-machine.md, invariant 3)."""
+
+
+class Admission(NamedTuple):
+    """The flow gate's word on a run."""
+
+    held: Outcome | None
+    """None: start the run; else why it is not this listener's to run any more."""
+    start_by: float | None = None
+    """Monotonic: for a run a rate let go, the latest it may call its function."""
+
+
+FREE = Admission(None)
+"""Start the run, whenever it gets to it."""
 
 
 def _call_key(make: KeySpec, args: Args, what: str) -> str:
@@ -105,7 +126,7 @@ class FlowGate:
         self.scripts, self.lease = scripts, lease
         self.on_held, self.shards, self.shard = on_held, shards, shard
         """``shard``: the one this gate's lane serves."""
-        self._asked: list[tuple[GateRun, asyncio.Future[str]]] = []
+        self._asked: list[tuple[GateRun, asyncio.Future[tuple[str, float]]]] = []
         self.holding: set[str] = set()
         """Tokens of runs that went holding a concurrency key slot (until they end)."""
         self._tasks: set[asyncio.Task[None]] = set()
@@ -139,36 +160,38 @@ class FlowGate:
             self.on_held(len(held))
         return [run for run in runs if statuses.get(run.token, GO) == GO]
 
-    async def admit(self, run: Run, record: Record, policy: TaskPolicy) -> Outcome | None:
-        """None: start the run. Else the run is not this listener's to run any more: its
+    async def admit(self, run: Run, record: Record, policy: TaskPolicy) -> Admission:
+        """Whether to start the run (``held`` None), and by when if a rate let it go
+        (:data:`START_WINDOW_S`). Else the run is not this listener's to run any more: its
         timer waits for its key or rate limit (or its lease was lost, or its id was
         scheduled again)."""
         if self.shards > 1 and not self._exact(record, policy):
             _per_shard(record.task, self.shards)
         if run.token in self.holding:  # screened at its claim: its key and slot are settled
-            return None
+            return FREE
         try:
             spec = gate_run(run, record, policy)
         except FlowKeyError as exc:
-            return Outcome("error", "FlowKeyError", str(exc))
+            return Admission(Outcome("error", "FlowKeyError", str(exc)))
         if spec is None:
-            return None
+            return FREE
         if run.source in HANDED and spec.key and not spec.rate:
             self.holding.add(run.token)  # finish.lua handed it over holding its key's slot
-            return None
+            return FREE
         loop = asyncio.get_running_loop()
-        answer: asyncio.Future[str] = loop.create_future()
+        answer: asyncio.Future[tuple[str, float]] = loop.create_future()
         if not self._asked:
             loop.call_soon(self._start_asking)
         self._asked.append((spec, answer))
-        status = await answer
+        status, sent = await answer
         if status == "wait":
             self.held += 1
         if status == GO:
             if spec.key:
                 self.holding.add(run.token)
-            return None
-        return Outcome("held", status, _HELD_MESSAGES.get(status, status))
+            # the gate decided after `sent`: by this, the run starts within the window of it
+            return Admission(None, sent + START_WINDOW_S) if spec.rate else FREE
+        return Admission(Outcome("held", status, _HELD_MESSAGES.get(status, status)))
 
     def _exact(self, record: Record, policy: TaskPolicy) -> bool:
         """Whether the run's limit is one limit fleet-wide on a sharded prefix: its timer
@@ -195,6 +218,7 @@ class FlowGate:
 
     async def _ask(self) -> None:
         asked, self._asked = self._asked, []
+        sent = time.monotonic()
         try:
             reply = await self.scripts.gate(round(self.lease * 1000), [s for s, _ in asked])
         except Exception as exc:  # each run decides (a lost connection hands it back)
@@ -204,7 +228,7 @@ class FlowGate:
             return
         for (_, answer), status in zip(asked, reply, strict=True):
             if not answer.done():
-                answer.set_result(as_text(status))
+                answer.set_result((as_text(status), sent))
 
 
 TAKES_BACK_NEXT = frozenset({"wait", "replaced"})

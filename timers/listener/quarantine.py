@@ -39,6 +39,7 @@ from typing import Any
 from timers.listener import context as timer_context
 from timers.listener import fork_server
 from timers.listener.crashes import died_outcome
+from timers.listener.flow_gate import FREE, Admission
 from timers.listener.leases import HeldRuns, SharedUntil
 from timers.listener.loader import TaskLoader
 from timers.listener.quarantine_child import (
@@ -64,7 +65,7 @@ STARTED = Outcome("ok", "", "started")
 
 LOADED = Outcome("ok", "", "loaded")
 """A gated child's first message: the task is loaded, and the child waits for the word
-(:data:`GO`, or anything else: leave it) before it starts it."""
+(:data:`GO` with its start window, or anything else: leave it) before it starts it."""
 
 LOADING_AT_ONCE = 1
 """Quarantine children of one listener process that load at once (from their fork until
@@ -141,27 +142,28 @@ class Quarantine:
 
     async def run(self, timer_id: str, token: str, task: str, fn: Callable[..., Any],
                   args: Args, policy: TaskPolicy, reruns: int,
-                  admit: Callable[[], Awaitable[Outcome | None]] | None = None) -> Outcome:
+                  admit: Callable[[], Awaitable[Admission]] | None = None) -> Outcome:
         """Run ``task`` (run ``token``) in a child until it ends with an outcome or the
         children that died here reach ``policy.max_crashes``, each counted as what it was
         (a start that died, or a child that died before it started the task). ``reruns``
         (lapsed leases before) is told in a dead timer's record, never counted as a crash.
         A child that found the lease not known to hold starts nothing: ``stale``.
         ``admit``: the run's flow gate, asked once a child has loaded the task and waits
-        for the word to start it (its outcome, when not None, ends the run unstarted)."""
+        for the word to start it (held: that ends the run unstarted; a start window goes
+        with the word, and a child past it starts nothing: ``late``)."""
         died = before_start = 0
         target = self._target(task, fn)
         admitted = False
 
-        async def admit_once() -> Outcome | None:
+        async def admit_once() -> Admission:
             # the gate is asked once: a child started again after a death starts on the
             # slot the first took (held back there, the run would lose its deaths so far)
             nonlocal admitted
             if admitted or admit is None:
-                return None
-            held = await admit()
-            admitted = held is None
-            return held
+                return FREE
+            admission = await admit()
+            admitted = admission.held is None
+            return admission
 
         held = self.held
         cell: SharedUntil | None = None
@@ -206,7 +208,7 @@ class Quarantine:
 
     async def _once(self, target: tuple[str, str | None, str, bytes], args: Args,
                     limit: float | None, cell: SharedUntil | None = None,
-                    admit: Callable[[], Awaitable[Outcome | None]] | None = None,
+                    admit: Callable[[], Awaitable[Admission]] | None = None,
                     ) -> tuple[Outcome | None, int | None, bool]:
         """One child: its outcome, or None and its exit code if it died without one; and
         whether it started the task. ``cell``: the run's lease as this listener knows it
@@ -231,9 +233,10 @@ class Quarantine:
                 await asyncio.wait({first}, timeout=LOADING_TURN)
             outcome = await first
             if outcome is LOADED and admit is not None:
-                held = await admit()
+                admission = await admit()
+                held = admission.held
                 with contextlib.suppress(*PARENT_GONE, OSError):
-                    word_out.send(GO if held is None else "no")
+                    word_out.send((GO, admission.start_by) if held is None else "no")
                 if held is not None:
                     await _exited(process, EXIT_GRACE)
                     return held, process.exitcode, False

@@ -24,6 +24,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
+from typing import NamedTuple
 
 from timers.listener import context as timer_context
 from timers.listener import event_loop, fork_server
@@ -37,7 +38,8 @@ from timers.model.runs import MAX_MESSAGE, MAX_TRACEBACK, Outcome
 log = logging.getLogger("timers.listener")
 
 GO = "go"
-"""The listener's word to a gated child: start the task (anything else: leave it)."""
+"""The listener's word to a gated child: ``(GO, start_by)``, start the task, by
+``start_by`` (monotonic, None: whenever) if a rate let it go (anything else: leave it)."""
 
 LOADED_WORD = "loaded"
 """A gated child's first message: the task is loaded, and the child waits for the word."""
@@ -115,24 +117,34 @@ def child_main(package: str, search_path: str | None, task: str, pickled: bytes,
             sender.close()
 
 
-def _go(sender: Connection, word: Connection, gated: bool) -> bool:
+def _go(sender: Connection, word: Connection, gated: bool) -> Go:
     """Right before the start: wait for the listener's word if the run is ``gated``
-    (False: leave it), then watch the listener for the rest of the run."""
-    if gated and not _waits_for_word(sender, word):
-        return False
-    _watch_listener(word)
-    return True
+    (leave it when not given), then watch the listener for the rest of the run."""
+    go = _waits_for_word(sender, word) if gated else Go(True, None)
+    if go.start:
+        _watch_listener(word)
+    return go
 
 
-def _waits_for_word(sender: Connection, word: Connection) -> bool:
-    """Say the task is loaded and wait for the listener's word: True to start it (it
-    asked the run's flow gate just now), False to leave it (held, or the listener went
-    away)."""
+class Go(NamedTuple):
+    """The listener's word to a child: whether to start the task, and by when (monotonic,
+    None: whenever)."""
+
+    start: bool
+    start_by: float | None
+
+
+def _waits_for_word(sender: Connection, word: Connection) -> Go:
+    """Say the task is loaded and wait for the listener's word: start it (it asked the
+    run's flow gate just now), or leave it (held, or the listener went away)."""
     sender.send(LOADED_WORD)
     try:
-        return bool(word.recv() == GO)
+        said = word.recv()
     except PARENT_GONE:
-        return False
+        return Go(False, None)
+    if isinstance(said, tuple) and len(said) == 2 and said[0] == GO:
+        return Go(True, None if said[1] is None else float(said[1]))
+    return Go(False, None)
 
 
 LISTENER_GONE_EXIT = 75
@@ -168,12 +180,13 @@ async def run_in_child(package: str, search_path: str | None, task: str, pickled
                         args_json: str, started: Callable[[], None],
                         timer: timer_context.TimerContext | None = None,
                         held: Callable[[], bool] | None = None,
-                        go: Callable[[], bool] | None = None) -> Outcome:
+                        go: Callable[[], Go] | None = None) -> Outcome:
     """The child's run (no process of its own: a test calls it as it is): resolve the
-    task, wait for the word to start it (``go``, when the run is gated: False leaves it
+    task, wait for the word to start it (``go``, when the run is gated: no word leaves it
     unstarted), say it starts, and call it under the fence ``held`` (None: unfenced),
     which the task's ``timers.current().still_held()`` reads too; :data:`~timers.listener.
-    runner.STALE` and nothing called when the lease is not known to hold at its start."""
+    runner.STALE` and nothing called when the lease is not known to hold at its start,
+    :data:`~timers.listener.runner.LATE` when it comes past the word's start window."""
     if timer is not None:  # the run copies it into the task's context
         timer_context.enter(dataclasses.replace(timer, lease_check=held))
     try:
@@ -186,12 +199,15 @@ async def run_in_child(package: str, search_path: str | None, task: str, pickled
             fn = loader.resolve(task)
     except Exception as exc:
         return Outcome("refused", type(exc).__qualname__, f"in a quarantine process: {exc}")
-    if go is not None and not go():
-        return NOT_STARTED
+    start_by = None
+    if go is not None:
+        start, start_by = go()
+        if not start:
+            return NOT_STARTED
     started()
     runner = Runner(1)
     try:
-        return await runner.call(fn, json.loads(args_json), fence=held)
+        return await runner.call(fn, json.loads(args_json), fence=held, start_by=start_by)
     finally:
         runner.shutdown()
 

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from types import CodeType
 from typing import TYPE_CHECKING, Any
 
-from timers.exceptions import Overran, Stale
+from timers.exceptions import Late, Overran, Stale
 from timers.listener.thread_pool import Job, ThreadPool, task_name
 from timers.model.encoding import Args
 from timers.model.runs import OK, Outcome
@@ -61,7 +61,7 @@ class Turn:
     """One followed run: its pool job once its function is handed to a thread, and
     whether it has ended."""
 
-    __slots__ = ("ended", "job", "revoked", "started", "taken_back")
+    __slots__ = ("ended", "job", "revoked", "solo", "started", "taken_back")
 
     def __init__(self) -> None:
         self.job: Job | None = None
@@ -74,6 +74,10 @@ class Turn:
         self.taken_back = False
         """Revoked because the run before it was held back by its gate, which took it back
         into its key's queue itself (``gate.lua`` ``take_back_next``): no ending to write."""
+        self.solo = False
+        """Its run may find in its thread that it is too late to start (a rate's run with
+        a start window): the run next in line waits for it to end, never chained in that
+        thread (whose job may end without calling it)."""
 
     def handed_to_thread(self, job: Job) -> None:
         self.job = job
@@ -109,7 +113,8 @@ class Runner:
     async def call(self, fn: Callable[..., Any], args: Args, limit: float | None = None,
                    turn: Turn | None = None, after: Turn | None = None,
                    fence: Callable[[], bool] | None = None, prompt: bool = False,
-                   note: tuple[str, bytes] | None = None) -> Outcome:
+                   note: tuple[str, bytes] | None = None,
+                   start_by: float | None = None) -> Outcome:
         """Call ``fn`` with ``args``; with ``limit`` (seconds), stop waiting after that long.
 
         A coroutine is cancelled at its timeout. A plain function's timeout counts from when
@@ -125,7 +130,8 @@ class Runner:
         ``prompt``: a plain function's result is handed back at once, never gathered (a
         run through a flow limit: its ending frees a slot another run may wait for).
         ``note``: a plain function's run journals it in its thread as it returns (see
-        :meth:`ThreadPool.submit`).
+        :meth:`ThreadPool.submit`). ``start_by`` (monotonic): a rate's run that reaches its
+        call later is not called: :data:`LATE` (its slot is given back).
         """
         problem = _bind_error(fn, args)
         if problem is not None:
@@ -140,11 +146,16 @@ class Runner:
         is_async = loop_key is not None
         if after is not None:
             await (after.ended if is_async else after.started).wait()
+            if after.solo:
+                await after.ended.wait()
             if turn is not None and turn.revoked:
                 return REVOKED
+            after = None if after.solo else after
         deadline = asyncio.timeout(limit) if limit is not None else None
         if is_async and fence is not None and not fence():
             return STALE
+        if is_async and start_by is not None and time.monotonic() > start_by:
+            return LATE
         try:
             if loop_key is not None:
                 if deadline is None:
@@ -155,7 +166,8 @@ class Runner:
             else:
                 job = self._pool.submit(fn, list(positional), dict(keywords),
                                         after.job if after else None, turn is not None, fence,
-                                        prompt, note, turn.job if turn is not None else None)
+                                        prompt, note, turn.job if turn is not None else None,
+                                        start_by)
                 if turn is not None:
                     turn.handed_to_thread(job)
                 try:
@@ -170,6 +182,8 @@ class Runner:
             raise
         except Stale:
             return STALE
+        except Late:
+            return LATE
         except BaseException as exc:  # a task's failure is data
             return _failed(exc, limit, deadline is not None and deadline.expired())
         return OK
@@ -214,5 +228,8 @@ def _failed(exc: BaseException, limit: float | None, expired: bool) -> Outcome:
 
 REVOKED = Outcome("revoked", "", "asked back before it started: the run before it did not "
                   "start: waits for its key again")
+LATE = Outcome("late", "", "it reached its call past its rate slot's start window (the "
+               "listener was busy): not started, its slot given back; its timer asks its "
+               "rate again")
 STALE = Outcome("stale", "", "its lease was not known to hold at its start (the listener "
                 "stalled): not started before it is revalidated")

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from timers.exceptions import Stale
+from timers.exceptions import Late, Stale
 
 if TYPE_CHECKING:
     from timers.listener.journal import Journal
@@ -31,8 +31,8 @@ class Job:
     and ``finished``."""
 
     __slots__ = ("abandoned", "args", "cancelled", "context", "ended", "fence", "finished",
-                 "fn", "future", "guarded", "kwargs", "note", "prompt", "stale", "started",
-                 "then")
+                 "fn", "future", "guarded", "kwargs", "note", "prompt", "stale", "start_by",
+                 "started", "then")
 
     def __init__(self, future: asyncio.Future[Any], fn: Callable[..., Any], args: list[Any],
                  kwargs: dict[str, Any]) -> None:
@@ -54,6 +54,8 @@ class Job:
         self.fence: Callable[[], bool] | None = None
         """Checked in the thread right before the call: False (the run's lease is not known
         to hold, e.g. after the process was paused) and the call is not made (:class:`Stale`)."""
+        self.start_by: float | None = None
+        """Monotonic: a rate's run reaching its call later is not called (:class:`Late`)."""
         self.note: tuple[str, bytes] | None = None
         """(run token, journal line): appended to the pool's journal by the thread the
         moment the function returns normally (:mod:`timers.listener.journal`)."""
@@ -120,7 +122,8 @@ class ThreadPool:
     def submit(self, fn: Callable[..., Any], args: list[Any], kwargs: dict[str, Any],
                after: Job | None = None, guarded: bool = False,
                fence: Callable[[], bool] | None = None, prompt: bool = False,
-               note: tuple[str, bytes] | None = None, resumes: Job | None = None) -> Job:
+               note: tuple[str, bytes] | None = None, resumes: Job | None = None,
+               start_by: float | None = None) -> Job:
         """Queue a call; with ``after`` (a job not finished yet), start it in that job's
         thread the moment that job's function returns. ``guarded``: it may be withdrawn
         (:meth:`withdraw`) up to the moment a thread starts it. ``fence``: asked in the
@@ -128,10 +131,13 @@ class ThreadPool:
         ``prompt``: its result is handed to the loop at once, never gathered. ``note``:
         journaled in the thread once the function returns (not if it raised or returned
         an awaitable: its run has not ended yet). ``resumes``: the same run's job that was
-        stale; the job chained after that one follows this one now."""
+        stale; the job chained after that one follows this one now. ``start_by``
+        (monotonic): a thread taking it up later does not call it (:class:`Late`); nothing
+        is chained after such a job (:attr:`timers.listener.runner.Turn.solo`)."""
         loop = self._loop = asyncio.get_running_loop()
         job = Job(loop.create_future(), fn, args, kwargs)
         job.guarded, job.fence, job.prompt, job.note = guarded, fence, prompt, note
+        job.start_by = start_by
         if resumes is not None:
             with self._lock:
                 if resumes.stale:
@@ -181,6 +187,8 @@ class ThreadPool:
             stale = job.fence is not None and not job.fence()
             if stale:  # not called: the loop revalidates the run; what follows it waits
                 result = (job, False, Stale())
+            elif job.start_by is not None and time.monotonic() > job.start_by:
+                result = (job, False, Late())  # not called: the run gives its slot back
             else:
                 try:
                     value = job.context.run(job.fn, *job.args, **job.kwargs)

@@ -25,7 +25,7 @@ MAX_TRACEBACK = 8000
 
 OutcomeKind = Literal[
     "ok", "error", "refused", "bad_args", "rejected", "malformed", "missed", "skipped",
-    "crashed", "held", "moved", "disagreed", "revoked", "stale", "taken", "passed",
+    "crashed", "held", "moved", "disagreed", "revoked", "stale", "late", "taken", "passed",
 ]
 
 
