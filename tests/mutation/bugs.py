@@ -241,6 +241,11 @@ BUGS: tuple[Bug, ...] = (
         "                if True:",
         "fence: a stale run whose lease cannot be checked while Redis fails over is dropped "
         "at once, while Redis still holds it next in line on its key"),
+    Bug("park-keeps-barrier-note", LUA + "park.lua",
+        "  drop_ungated(ARGV[1], id, record)\n",
+        "  -- (its note in the order barrier kept)\n",
+        "T6: a timer parked after a hand-back keeps its note in its key's order barrier: "
+        "left in Redis after it ran"),
     Bug("rate-late-called", LISTENER + "thread_pool.py",
         "            elif job.start_by is not None and time.monotonic() > job.start_by:\n",
         "            elif job.start_by is not None and time.monotonic() > job.start_by + 60:\n",

@@ -33,6 +33,7 @@ from hypothesis.stateful import (
 )
 
 from tests.unit.model_flow import (
+    KS,
     LEASE_MS,
     PLAIN,
     POLICY,
@@ -610,6 +611,29 @@ def test_a_keyed_run_handed_back_unstarted_leaves_no_place_in_the_order_barrier(
     world.cancel("t000")
     world.schedule(PLAIN, DEFAULT_GROUP, 0, "k2", -10)  # t001: due before it
     # the fixture drains: t001 runs, and nothing of t000 may be left
+
+
+def test_a_keyed_run_handed_back_unstarted_then_parked_leaves_its_barrier_to_its_queue(
+        world: World) -> None:
+    """Handed back before its gate (T17), a keyed timer's place in its key's order barrier
+    is noted as pending there (``p|``). The parker then puts it into its key's queue (T6),
+    which keeps its place from then on, as a gate that holds a run there does: parking
+    drops the note as gating does. (It stayed: a run handed over from the queue holding
+    the slot asks no gate, so nothing dropped it after the timer ran. Found by the drained
+    model: ``ungatedt`` left behind.)"""
+    l1 = world.spawn((DEFAULT_GROUP,))
+    world.schedule(PLAIN, DEFAULT_GROUP, 0, "k1", -10)  # t000: runs first, holds k1's slot
+    world.schedule(PLAIN, DEFAULT_GROUP, 0, "k1", 0)  # t001
+    world.claim(l1, 1, 0, False)
+    world.start_due(l1)
+    world.claim(l1, 1, 0, False)
+    (token,) = l1.claimed
+    world.hand_back(l1, token)  # t001: noted "p|" in k1's barrier
+    assert world.r.hget(KS.ungated_tokens, "t001") == b"p|k:k1"
+    world.park(l1, 5)  # into k1's queue, behind t000's run
+    assert world.r.zrange(KS.key_queue("k1"), 0, -1) == [b"t001"]
+    assert world.r.hget(KS.ungated_tokens, "t001") is None
+    # the fixture drains: both run, in order, and nothing of either is left
 
 
 def test_a_pacer_whose_slot_a_restart_lost_passes_the_rate_on_when_its_key_is_full(

@@ -123,6 +123,7 @@ for i = FIRST, #ARGV, 4 do  -- each timer's due index and key; as it waits, if p
   if redis.call('HGET', KEYS[2], id) == record then
     local index = (due_key_for(KEYS[1], record))
     need_timer(ARGV[1], id, record)
+    need_barrier(ARGV[1], record)  -- a note of its place there goes (handed back: T17)
     local due = need(index) and tonumber(redis.call('ZSCORE', index, id) or '')
     if due then need_promoted(ARGV[1], id, with_waited_from(record, due)) end
   end
@@ -144,6 +145,10 @@ local function park(id, record, key, limit)
   if not due or due > now then return end
   redis.call('ZREM', index, id)
   redis.call('DEL', ARGV[1] .. id .. ':' .. record)
+  -- its key's queue keeps its place now, as gate's hold does: a note of it in the order
+  -- barrier (handed back unstarted, T17) goes, else nothing drops it once a run handed
+  -- over from the queue holding the slot (no gate) has run it
+  drop_ungated(ARGV[1], id, record)
   local waiting = with_waited_from(record, due)
   redis.call('HSET', KEYS[2], id, waiting)
   redis.call('ZADD', flow_key(ARGV[1], 'waitk', key),
