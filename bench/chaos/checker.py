@@ -16,11 +16,18 @@ Words used below:
   primary's death also from when every shard began to refuse commands). A run is
   cut when it started before the cut's end and had not ended :data:`ENDING_GRACE` before
   its start (an ending returned just before a kill may not be written yet);
-- a **death** is a cut that killed a process (not a pause, not a partition).
+- a **death** is a cut that killed a process (not a pause, not a partition);
+- a start line written within :data:`RESUME_GRACE` after a ``SIGCONT`` by a process that
+  was stopped is dated from the stop: the listener checked the run's lease (the fence)
+  right before the call, and the ``SIGSTOP`` came between that check and the task's
+  first line, which no check can close; the task reads ``still_held()`` False then, as a
+  task paused after its first line does. Nothing else in a process resumes that fast (a
+  claim read after the resume is renewed first, a thread's fence is asked anew).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
@@ -28,9 +35,13 @@ from dataclasses import dataclass, field
 
 ENDING_GRACE = 0.25
 """Seconds before a cut in which a run that returned may not have written its ending."""
+RESUME_GRACE = 0.02
+"""Seconds after a ``SIGCONT`` in which a start line of the resumed process was checked
+before its stop (see the module's words)."""
 RATE_SLACK_MS = 20.0
 """How much closer than its interval two starts of a rate may come (the gate's own jitter
-is 5 ms; the rest is the measuring, see :func:`_rates`)."""
+is 5 ms and a run's start window 10 ms, ``timers.listener.flow_gate.START_WINDOW_S``; the
+rest is the measuring, see :func:`_rates`)."""
 EVERY = "*"
 """The listener an outage cuts: every one."""
 DEATHS = ("kill", "poison")
@@ -56,7 +67,8 @@ EXPLAINED = "second starts explained by a cut"
 RETRIED = "second starts after a failed attempt (retries)"
 STALE_HELD = "starts with an older token where still_held() said True"
 FIFO_OUTAGE = "FIFO breaks (counted above) while Redis was out of reach (failover, restart)"
-NOTES = (LATE_FINISH, EXPLAINED, RETRIED, STALE_HELD, FIFO_OUTAGE)
+RESUMED = "starts at a SIGCONT, checked before the stop (dated from the stop)"
+NOTES = (LATE_FINISH, EXPLAINED, RETRIED, STALE_HELD, FIFO_OUTAGE, RESUMED)
 """What the checker counts that is not a violation."""
 
 
@@ -248,6 +260,30 @@ def runs_by_timer(marks: Iterable[Mark]) -> dict[str, list[Run]]:
     return dict(runs)
 
 
+def checked_before_stop(marks: Sequence[Mark], cuts: Sequence[Cut]) -> list[Mark]:
+    """``marks``, each start line dated from the start of a stop of its process when it
+    was written within :data:`RESUME_GRACE` after that stop's end with a token older than
+    one of its timer already started (see the module's words): a start that was checked
+    before the stop. (A start right after a resume with the newest token, a run claimed
+    then, keeps its time.)"""
+    stops = [c for c in cuts if c.kind == "stop"]
+    first_start: dict[tuple[str, int], float] = {}
+    for mark in marks:
+        if mark.kind == "S":
+            slot = (mark.run_of, mark.token)
+            first_start[slot] = min(first_start.get(slot, mark.mono), mark.mono)
+    out = []
+    for mark in marks:
+        stop = next((c for c in stops if mark.kind == "S" and mark.pid in c.pids
+                     and c.end <= mark.mono <= c.end + RESUME_GRACE), None)
+        newer_before = stop is not None and any(
+            token > mark.token and at < mark.mono
+            for (run_of, token), at in first_start.items() if run_of == mark.run_of)
+        out.append(dataclasses.replace(mark, mono=stop.start)
+                   if stop is not None and newer_before else mark)
+    return out
+
+
 def deaths_of_poison(marks: Sequence[Mark], poison_task: str) -> list[Cut]:
     """Each start of the poison task killed its process: from there to the last line that
     process wrote (its other threads go on for the moment ``os._exit`` takes)."""
@@ -273,7 +309,9 @@ def check(history: History, poison_task: str = "chaos.poison") -> Verdict:
     """Count every violation of ``history`` (see :data:`VIOLATIONS`)."""
     verdict = Verdict()
     cuts = list(history.cuts) + deaths_of_poison(history.marks, poison_task)
-    runs = runs_by_timer(history.marks)
+    marks = checked_before_stop(history.marks, cuts)
+    verdict.notes[RESUMED] = sum(a is not b for a, b in zip(history.marks, marks, strict=True))
+    runs = runs_by_timer(marks)
     _once(history, runs, cuts, verdict)
     _tokens(runs, verdict)
     _limits(history, runs, cuts, verdict)

@@ -21,6 +21,7 @@ from bench.chaos.checker import (
     OVER_LIMIT,
     RAN_CANCELLED,
     RATE,
+    RESUMED,
     RETRIED,
     STALE_HELD,
     STARTED_TWICE,
@@ -34,6 +35,7 @@ from bench.chaos.checker import (
     Move,
     Scheduled,
     check,
+    checked_before_stop,
 )
 from bench.chaos.history import load, save
 from bench.chaos.nemesis import outage_cuts
@@ -194,6 +196,26 @@ def test_a_start_with_an_older_token_after_a_newer_one() -> None:
     assert verdict.notes[STALE_HELD] == 1
 
 
+@pytest.mark.parametrize(("after_resume", "explained"), [(0.0002, True), (0.05, False)])
+def test_a_start_checked_right_before_its_process_was_stopped(
+        after_resume: float, explained: bool) -> None:
+    """Seen in a 30-minute run: a thread checked its run's lease, and the SIGSTOP came
+    before the task's first line; the first line came 0.2 ms after the SIGCONT, with
+    still_held() False, after the run had been recovered and completed elsewhere. Dated
+    from the stop, it is a run the pause cut. A stale start 50 ms after the resume was
+    not checked before the stop: a violation."""
+    b = clean()
+    b.timer("t")
+    b.run("t", 200, 13.0, 13.1, token=5002)  # recovered while pid 300 is stopped
+    b.run("t", 300, 15.0 + after_resume, 15.0 + after_resume + 0.001, token=5001,
+          held=False)  # pid 300 stopped 10.5 to 15.0
+    verdict = check(b.h, POISON)
+    assert counts(b.h) == ({} if explained else {OLDER_TOKEN: 1, TWICE: 1, STARTED_TWICE: 1})
+    assert verdict.notes[RESUMED] == (1 if explained else 0)
+    assert verdict.notes[EXPLAINED] == (1 if explained else 0) + check(clean().h, POISON).notes[
+        EXPLAINED]
+
+
 @pytest.mark.parametrize(("into", "explained"), [(1.0, True), (3.0, False)])
 def test_a_start_in_a_paused_listener_s_child(into: float, explained: bool) -> None:
     """A quarantine child of a stopped listener may start a run while its lease holds (its
@@ -330,3 +352,16 @@ def test_a_saved_history_is_judged_again_the_same(tmp_path: Path) -> None:
     again = check(load(tmp_path), POISON)
     assert again.counts == check(b.h, POISON).counts == {TWICE: 1, STARTED_TWICE: 1}
     assert again.notes == check(b.h, POISON).notes
+
+
+def test_a_run_claimed_right_after_a_resume_keeps_its_start() -> None:
+    """A start right after a SIGCONT with its timer's newest token is a run claimed then
+    (a retry's next attempt, seen in a 30-minute run): dated from the stop instead, it
+    would come before the attempts it followed."""
+    b = Builder()
+    b.timer("f")
+    b.run("f", 200, 1.0, 1.1, ok=False, token=7001)
+    b.run("f", 300, 15.0001, 15.1, token=7002)  # pid 300 stopped 10.5 to 15.0
+    stop = Cut("stop", 10.5, 15.0, frozenset({300}), fresh_for=2.25)
+    assert [m.mono for m in checked_before_stop(b.h.marks, [stop])] == [
+        m.mono for m in b.h.marks]
