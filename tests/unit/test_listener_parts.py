@@ -238,6 +238,31 @@ class HoldsFirst:
         return Admission(Outcome("held", self.status, "held") if run.token == "1" else None)
 
 
+def run_with_next_in_line(flow: Any) -> tuple[Executed, Executed]:
+    """Execute a keyed run handed over holding its slot (token "1") and the run next in
+    line after it ("2"), both of ``mod.add``, through ``flow``."""
+    record = Record("mod.add", [1, 2], {Option.KEY: "k"}).encode()
+
+    async def scenario() -> tuple[Executed, Executed]:
+        runner, turns = Runner(2), Turns()
+        try:
+            executor = Executor(resolve, runner, NoQuarantine(), NoRecurrences(),
+                                tracker_on_redis_clock(), NoSleep(), flow=flow, name="",
+                                turns=turns, fence=None, peers=None, stopping=asyncio.Event())
+            first = Run("1", "a", record, round(REDIS_NOW_MS), 0, "handoff")
+            following = Run("2", "b", record, round(REDIS_NOW_MS), 0, "next", follows="1")
+            turns.start(first)
+            turns.start(following)
+            after = asyncio.create_task(executor.execute(following))
+            done = await executor.execute(first)
+            turns.end("1")  # as the lane does once the run's task is done
+            return done, await after
+        finally:
+            runner.shutdown()
+
+    return asyncio.run(scenario())
+
+
 @pytest.mark.parametrize(("status", "ending"), [("wait", None), ("replaced", None),
                                                 ("lost", "release")])
 def test_a_run_next_in_line_after_a_run_its_gate_held_back_does_not_start(
@@ -248,28 +273,8 @@ def test_a_run_next_in_line_after_a_run_its_gate_held_back_does_not_start(
     one and writes nothing for it (before: it started the moment the held run ended its
     turn). Held for a lost lease, nothing was taken back: it is handed back, unstarted (it
     started before, holding no slot)."""
-    record = Record("mod.add", [1, 2], {Option.KEY: "k"}).encode()
     calls = len(mod.CALLS)
-
-    async def scenario() -> tuple[Any, Any]:
-        runner, turns = Runner(2), Turns()
-        try:
-            executor = Executor(resolve, runner, NoQuarantine(), NoRecurrences(),
-                                tracker_on_redis_clock(), NoSleep(), flow=HoldsFirst(status),
-                                name="", turns=turns, fence=None, peers=None,
-                                stopping=asyncio.Event())
-            first = Run("1", "a", record, round(REDIS_NOW_MS), 0, "handoff")
-            following = Run("2", "b", record, round(REDIS_NOW_MS), 0, "next", follows="1")
-            turns.start(first)
-            turns.start(following)
-            after = asyncio.create_task(executor.execute(following))
-            held = await executor.execute(first)
-            turns.end("1")  # as the lane does once the run's task is done
-            return held, await after
-        finally:
-            runner.shutdown()
-
-    held, after = asyncio.run(scenario())
+    held, after = run_with_next_in_line(HoldsFirst(status))
     assert held.ending is None and after.report is None
     assert (after.ending.kind.value if after.ending else None) == ending
     assert len(mod.CALLS) == calls, "the run next in line never called its task"
@@ -634,28 +639,8 @@ def test_a_rate_run_past_its_start_window_is_handed_back_with_its_run_next_in_li
     line after it on its key, which would have started in its thread as it returned, does
     not start either: the hand-back takes it back into the key's queue. Within its window,
     both start."""
-    record = Record("mod.add", [1, 2], {Option.KEY: "k"}).encode()
     calls = len(mod.CALLS)
-
-    async def scenario() -> tuple[Any, Any]:
-        runner, turns = Runner(2), Turns()
-        try:
-            executor = Executor(resolve, runner, NoQuarantine(), NoRecurrences(),
-                                tracker_on_redis_clock(), NoSleep(), flow=LetsFirstGo(window),
-                                name="", turns=turns, fence=None, peers=None,
-                                stopping=asyncio.Event())
-            first = Run("1", "a", record, round(REDIS_NOW_MS), 0, "handoff")
-            following = Run("2", "b", record, round(REDIS_NOW_MS), 0, "next", follows="1")
-            turns.start(first)
-            turns.start(following)
-            after = asyncio.create_task(executor.execute(following))
-            done = await executor.execute(first)
-            turns.end("1")  # as the lane does once the run's task is done
-            return done, await after
-        finally:
-            runner.shutdown()
-
-    done, after = asyncio.run(scenario())
+    done, after = run_with_next_in_line(LetsFirstGo(window))
     if window < 0:
         assert done.report is None and done.ending is not None
         assert (done.ending.token, done.ending.kind) == ("1", EndingKind.RELEASE)
