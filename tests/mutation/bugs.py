@@ -252,8 +252,9 @@ BUGS: tuple[Bug, ...] = (
         "invariant 3: a rate's run whose thread took it up past its start window is called "
         "anyway, as close to the rate's next start as its dispatch lag brings it"),
     Bug("rate-window-dropped", LISTENER + "flow_gate.py",
-        "            return Admission(None, sent + START_WINDOW_S) if spec.rate else FREE\n",
-        "            return FREE\n",
+        "            return Admission(None, sent + START_WINDOW_S) "
+        "if spec.rate and not spec.key \\\n",
+        "            return FREE if spec.rate and not spec.key \\\n",
         "invariant 3: a run a rate let go carries no start window (it starts however late)"),
     Bug("rate-window-from-reply", LISTENER + "flow_gate.py",
         "                answer.set_result((as_text(status), sent))\n",
