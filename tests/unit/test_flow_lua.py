@@ -49,8 +49,8 @@ def test_higher_priority_is_claimed_first_and_equal_priority_keeps_due_order(
 def test_lapsed_runs_are_recovered_only_by_their_groups_listeners(
         s: Scripts, fake: fakeredis.FakeRedis) -> None:
     add(s, "vid", "video.encode;g=video:")
-    claim(s, groups=("video",), lease=1)
-    fake.zadd(KS.running_of("video"), {b"1": 0})  # its lease lapsed: its listener died
+    [run] = claim(s, groups=("video",))
+    fake.zadd(KS.running_of("video"), {run.token: 0})  # its lease lapsed: its listener died
     assert claim(s) == []
     [rerun] = claim(s, groups=("video",))
     assert (rerun.timer_id, rerun.reruns) == ("vid", 1)
