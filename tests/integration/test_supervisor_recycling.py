@@ -90,8 +90,8 @@ FAKE_CHILD = textwrap.dedent("""
         n = "S"
         go = []
         signal.signal(signal.SIGUSR2, lambda *_: go.append(True))
+        note("standby ready")  # before the word: the supervisor's answer follows it
         say("standby")
-        note("standby ready")
         wait_for(lambda: go)
         note("takes over")
         say("claiming")
