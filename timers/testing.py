@@ -113,7 +113,9 @@ class TimersTest:
         """How far [`advance`][timers.testing.TimersTest.advance] has moved time so far."""
         self._listener_options: dict[str, Any] = {
             "prefix": prefix, "tasks": tasks, "registry": registry,
-            "search_path": search_path, "concurrency": concurrency, "shutdown_timeout": 5.0}
+            "search_path": search_path, "concurrency": concurrency, "shutdown_timeout": 5.0,
+            # its in-memory server answers a gate call slower than a rate's start window
+            "rate_start_window": None}
         self._saved: tuple[Any, ...] | None = None
         self._saved_server: connect.InMemoryServer | None = None
         self._groups = tuple(groups) if groups else None

@@ -246,15 +246,21 @@ BUGS: tuple[Bug, ...] = (
         "  -- (its note in the order barrier kept)\n",
         "T6: a timer parked after a hand-back keeps its note in its key's order barrier: "
         "left in Redis after it ran"),
+    Bug("release-after-gate-keeps-no-place", LUA + "finish.lua",
+        "    if not noted and not redis.call('HGET', sys_key(ARGV[1], 'ungatedt'), "
+        "release[1]) then\n",
+        "    if false then\n",
+        "T17: a run handed back after its gate keeps its key's slot but not its place among its "
+        "key's later timers: under a limit of 2 a later one takes the other slot first"),
     Bug("rate-late-called", LISTENER + "thread_pool.py",
         "            elif job.start_by is not None and time.monotonic() > job.start_by:\n",
         "            elif job.start_by is not None and time.monotonic() > job.start_by + 60:\n",
         "invariant 3: a rate's run whose thread took it up past its start window is called "
         "anyway, as close to the rate's next start as its dispatch lag brings it"),
     Bug("rate-window-dropped", LISTENER + "flow_gate.py",
-        "            return Admission(None, sent + START_WINDOW_S) "
-        "if spec.rate and not spec.key \\\n",
-        "            return FREE if spec.rate and not spec.key \\\n",
+        "            return Admission(None, sent + window) "
+        "if spec.rate and window is not None \\\n",
+        "            return FREE if spec.rate and window is not None \\\n",
         "invariant 3: a run a rate let go carries no start window (it starts however late)"),
     Bug("rate-window-from-reply", LISTENER + "flow_gate.py",
         "                answer.set_result((as_text(status), sent))\n",

@@ -547,6 +547,26 @@ def test_a_run_ended_before_its_gate_leaves_the_order_barrier_and_one_handed_bac
     assert ids(claim(s)) == ["c"]  # promoted once b's place is gone
 
 
+def test_a_run_handed_back_after_its_gate_keeps_its_place_among_its_keys_later_timers(
+        s: Scripts, fake: fakeredis.FakeRedis) -> None:
+    """T17 after the gate (a rate's run past its start window, a listener stopping): the
+    slot it held is kept for its timer, and while it is pending it bars its key's later
+    timers too ("p|"), so the key's other free slot does not go to a later one first."""
+    add(s, "a", "t.f;k=dev:", -20)
+    [a] = claim(s)
+    assert gate(s, [a], key="dev", limit=2) == ["go"]
+    add(s, "b", "t.f;k=dev:", -10)
+    [b] = claim(s)
+    s.finish(retention_ms=1000, endings=[(a.token, "release", "", "")])
+    assert fake.hget(KS.ungated_tokens, "a") == b"p|k:dev"
+    assert gate(s, [b], key="dev", limit=2) == ["wait"]  # a, pending again, goes first
+    [again] = claim(s)
+    assert again.timer_id == "a" and gate(s, [again], key="dev", limit=2) == ["go"]
+    [later] = claim(s)  # b, promoted once a went
+    assert later.timer_id == "b" and gate(s, [later], key="dev", limit=2) == ["go"]
+    assert fake.hget(KS.ungated_tokens, "a") is None
+
+
 def test_the_barrier_lifts_when_the_earlier_claim_is_gone(
         s: Scripts, fake: fakeredis.FakeRedis) -> None:
     add(s, "a", "t.f:", -20)

@@ -241,6 +241,5 @@ def test_a_run_a_rate_lets_go_must_start_within_the_window_of_its_gate_call(
     assert admission.held is None
     assert admission.start_by is not None
     assert after - before >= SLOW
-    # a rate's run that holds a key's slot has no window yet (see START_WINDOW_S)
     # from when the call was sent (the gate may have decided right then), not its reply
     assert before + START_WINDOW_S <= admission.start_by < before + START_WINDOW_S + SLOW / 2

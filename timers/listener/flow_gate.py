@@ -33,8 +33,8 @@ HANDED = frozenset({ClaimSource.HANDOFF.label, ClaimSource.NEXT.label})
 run before them (:mod:`timers.listener.turns`)."""
 _KEY_MARK = f"{Option.KEY}="
 START_WINDOW_S = 0.010
-"""How long after its gate call was sent a run a rate let go (with no concurrency key) may
-still call its function.
+"""How long after its gate call was sent a run a rate let go may still call its function
+(the default of ``Listener(rate_start_window=)``).
 The gate lets a rate's runs go an interval apart (less 5 ms) on the Redis clock; a run
 that reached its call later than this is handed back unstarted (T17) rather than start
 closer than that to the next one, whose listener may be quicker: so two calls of a rate's
@@ -123,8 +123,8 @@ class FlowGate:
     """
 
     def __init__(self, scripts: Scripts, lease: float, *, on_held: Callable[[int], None],
-                 shards: int, shard: int) -> None:
-        self.scripts, self.lease = scripts, lease
+                 shards: int, shard: int, window: float | None = START_WINDOW_S) -> None:
+        self.scripts, self.lease, self.window = scripts, lease, window
         self.on_held, self.shards, self.shard = on_held, shards, shard
         """``shard``: the one this gate's lane serves."""
         self._asked: list[tuple[GateRun, asyncio.Future[tuple[str, float]]]] = []
@@ -191,9 +191,8 @@ class FlowGate:
             if spec.key:
                 self.holding.add(run.token)
             # the gate decided after `sent`: by this, the run starts within the window of it
-            # (not yet a run that holds a key's slot: handed back, it would keep the slot
-            # but not its place among the key's later timers while it is pending)
-            return Admission(None, sent + START_WINDOW_S) if spec.rate and not spec.key \
+            window = self.window
+            return Admission(None, sent + window) if spec.rate and window is not None \
                 else FREE
         return Admission(Outcome("held", status, _HELD_MESSAGES.get(status, status)))
 

@@ -36,7 +36,7 @@ from timers.listener.due_tracker import DueTracker
 from timers.listener.endings import Ending, EndingWriter
 from timers.listener.events import Channels, EventHub, EventSource, Rejected
 from timers.listener.executor import Executor
-from timers.listener.flow_gate import FlowGate
+from timers.listener.flow_gate import START_WINDOW_S, FlowGate
 from timers.listener.handoff import Handoff
 from timers.listener.history import HistoryPolicy, HistoryTrimmer
 from timers.listener.journal import DeadJournal, Journal
@@ -91,8 +91,12 @@ class Shared:
                  max_sleep: float, loader: TaskLoader, peers: Peers,
                  observer: Callable[[Fired], None] | None,
                  recycle: RecycleLimits | None, history: HistoryPolicy,
+                 rate_start_window: float | None = START_WINDOW_S,
                  owns_client: bool = False) -> None:
         self.redis, self.db, self.id, self.groups = client, db, listener_id, groups
+        self.rate_start_window = rate_start_window
+        """A rate's runs start within this of their gate call, or give their slot back
+        (:data:`timers.listener.flow_gate.START_WINDOW_S`); None: however late."""
         self.owns_client = owns_client
         """The listener made the client (from a URL): its hot script calls may each keep a
         connection of it aside (:meth:`reserve`)."""
@@ -261,7 +265,7 @@ class Lane:
         self.rejecting: set[asyncio.Task[None]] = set()  # expired keys checked with peers
         loader, outage, poke = shared.loader, Outage(), asyncio.Event()
         self.flow = FlowGate(self.scripts, shared.lease, on_held=shared.tally.held_back,
-                             shards=shards, shard=index)
+                             shards=shards, shard=index, window=shared.rate_start_window)
         self.placer = (Placer(lambda i: self.lanes[i].scripts, index, shards, shared.lease,
                               loader.resolve, hand_back=self.hand_back_now,
                               redis_now_ms=self.tracker.redis_now_ms, arrived=self._arrived)

@@ -34,6 +34,7 @@ from typing import Any
 import redis
 import redis.asyncio
 
+from timers.listener.flow_gate import START_WINDOW_S
 from timers.listener.history import HistoryPolicy
 from timers.listener.journal import Journal, server_identity
 from timers.listener.lanes import Lane, Shared, lanes_for, shard_note
@@ -75,7 +76,11 @@ class Listener:
     every shard). ``quarantine_ahead``: start the process quarantine children fork from at start-up
     (``timers listen`` does), not at the first rerun after a listener died. ``history``:
     how long ended timers' records are kept and whether per-task series are written
-    (default: 7 days, 100,000 records per shard, series on).
+    (default: 7 days, 100,000 records per shard, series on). ``rate_start_window``: how
+    long after its gate call a run a rate let go may still start, in seconds (a run later
+    than that gives its slot back and asks again, so the rate holds between the calls
+    themselves); None: it starts however late ([`TimersTest`][timers.testing.TimersTest],
+    whose in-memory server answers slower than that).
     """
 
     def __init__(
@@ -99,6 +104,7 @@ class Listener:
         shards: int | None = None,
         quarantine_ahead: bool = False,
         history: HistoryPolicy | None = None,
+        rate_start_window: float | None = START_WINDOW_S,
     ) -> None:
         check_limits(concurrency, lease)
         self.shards, self.groups = configured_shards(shards), served_groups(groups)
@@ -126,6 +132,7 @@ class Listener:
                              failure_retention=failure_retention, clock=self.clock,
                              max_sleep=max_sleep, loader=self.loader, peers=self.peers,
                              observer=observer, recycle=recycle, history=self.history,
+                             rate_start_window=rate_start_window,
                              owns_client=self._owns_client)
         self.tally: RunTally = self.shared.tally
         """How runs ended, for the log (``tally.log_fires``: a line per fired timer)."""

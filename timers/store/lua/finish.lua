@@ -77,14 +77,14 @@
 --                                     concurrency key slot it held is kept for the timer
 --                                     (its run next in line goes back into the key's
 --                                     queue), a run next in line after `holder` goes back
---                                     into its key's queue, and one not gated yet bars its
---                                     key's later timers while it is pending (flow.lua
---                                     barred). With grace-ms (a run whose task may still be
---                                     going in a process about to exit) the timer comes due
---                                     again grace-ms from now (its lateness still counting
---                                     from its old due time): the key runs nothing else
---                                     while the task may still run, and the timer goes
---                                     first
+--                                     into its key's queue, and one not gated yet, or that
+--                                     held a slot, bars its key's later timers while it is
+--                                     pending (flow.lua barred). With grace-ms (a run whose
+--                                     task may still be going in a process about to exit)
+--                                     the timer comes due again grace-ms from now (its
+--                                     lateness still counting from its old due time): the
+--                                     key runs nothing else while the task may still run,
+--                                     and the timer goes first
 --   token "move"    entry due-ms      pending again as "<id>:<record>" (its task's group
 --                                     differs) at due-ms, uncounted as an attempt
 --   token "wait"    entry due-ms      as "move", in the same group: left unmoved on a
@@ -354,6 +354,13 @@ local function end_run(token, kind, a, b, release, hid, htext, hage, hindexed)
   if release and slots_held and redis.call('HEXISTS', KEYS[7], release[1]) == 0
       and keep_slot_for(ARGV[1], token, release[1],
                         grace > 0 and now + grace or math.max(now, release[3])) then
+    if not noted and not redis.call('HGET', sys_key(ARGV[1], 'ungatedt'), release[1]) then
+      -- gated, it keeps its place among its key's later timers too while it is pending
+      -- (a later one would take a free slot first: a start window missed, T17)
+      note_ungated(ARGV[1], release[1], 'p|' .. barrier_of(release[2]), release[2],
+        release[3])
+      noted = {release[1], release[2]}
+    end
     release[2] = with_waited_from(release[2], release[3])
     if grace > 0 then release[3] = now + grace end
   elseif slots_held then
