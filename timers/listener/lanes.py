@@ -36,7 +36,7 @@ from timers.listener.due_tracker import DueTracker
 from timers.listener.endings import Ending, EndingWriter
 from timers.listener.events import Channels, EventHub, EventSource, Rejected
 from timers.listener.executor import Executor
-from timers.listener.flow_gate import START_WINDOW_S, FlowGate
+from timers.listener.flow_gate import FlowGate
 from timers.listener.handoff import Handoff
 from timers.listener.history import HistoryPolicy, HistoryTrimmer
 from timers.listener.journal import DeadJournal, Journal
@@ -91,8 +91,7 @@ class Shared:
                  max_sleep: float, loader: TaskLoader, peers: Peers,
                  observer: Callable[[Fired], None] | None,
                  recycle: RecycleLimits | None, history: HistoryPolicy,
-                 rate_start_window: float | None = START_WINDOW_S,
-                 owns_client: bool = False) -> None:
+                 rate_start_window: float | None, owns_client: bool = False) -> None:
         self.redis, self.db, self.id, self.groups = client, db, listener_id, groups
         self.rate_start_window = rate_start_window
         """A rate's runs start within this of their gate call, or give their slot back

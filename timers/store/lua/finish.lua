@@ -312,10 +312,12 @@ local function end_run(token, kind, a, b, release, hid, htext, hage, hindexed)
     return
   end
   local noted = nil  -- {id, record} of a run handed back before its gate: it keeps its note
+  local note = nil  -- its timer's entry in the order barrier's tokens, if any
   if UNGATED_ENDS[kind] then
     local _, _, _, id, record = run_read(redis.call('HGET', KEYS[2], token))
     local tokens = sys_key(ARGV[1], 'ungatedt')
-    if record and redis.call('HGET', tokens, id) == token then
+    note = record and redis.call('HGET', tokens, id)
+    if note == token then
       if kind == 'release' then
         redis.call('HSET', tokens, id, 'p|' .. barrier_of(record))
         noted = {id, record}
@@ -354,7 +356,7 @@ local function end_run(token, kind, a, b, release, hid, htext, hage, hindexed)
   if release and slots_held and redis.call('HEXISTS', KEYS[7], release[1]) == 0
       and keep_slot_for(ARGV[1], token, release[1],
                         grace > 0 and now + grace or math.max(now, release[3])) then
-    if not noted and not redis.call('HGET', sys_key(ARGV[1], 'ungatedt'), release[1]) then
+    if not note then  -- (noted: its own token was there)
       -- gated, it keeps its place among its key's later timers too while it is pending
       -- (a later one would take a free slot first: a start window missed, T17)
       note_ungated(ARGV[1], release[1], 'p|' .. barrier_of(release[2]), release[2],
