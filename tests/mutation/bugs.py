@@ -257,9 +257,8 @@ BUGS: tuple[Bug, ...] = (
         "invariant 3: a rate's run whose thread took it up past its start window is called "
         "anyway, as close to the rate's next start as its dispatch lag brings it"),
     Bug("rate-window-dropped", LISTENER + "flow_gate.py",
-        "            return Admission(None, sent + window) "
-        "if spec.rate and window is not None \\\n",
-        "            return FREE if spec.rate and window is not None \\\n",
+        "                if spec.rate and not spec.key and window is not None else FREE\n",
+        "                if False else FREE\n",
         "invariant 3: a run a rate let go carries no start window (it starts however late)"),
     Bug("rate-window-from-reply", LISTENER + "flow_gate.py",
         "                answer.set_result((as_text(status), sent))\n",
