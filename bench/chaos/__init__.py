@@ -3,7 +3,7 @@
 
 After Jepsen: a **generator** (:mod:`~bench.chaos.generator`) plays a seeded mixed
 workload through the public API — plain timers, keyed ones (``concurrency=1`` per device
-by a key function, by ``key=``, and an ``async def``), a rate-limited task, a
+by a key function, by ``key=``, an ``async def``, and one with a rate), a rate-limited task, a
 concurrency-capped one, two recurrences (an interval, a cron with seconds), tasks that fail
 then succeed (retries), cancels, and a batch moved to another prefix with ``timers move``
 while the source's listeners work. A **nemesis** (:mod:`~bench.chaos.nemesis`) injects

@@ -15,11 +15,12 @@ from bench.fault_tasks import chaos as tasks
 
 PLAIN, KEYFN, KEYARG, KEYASYNC = "chaos.plain", "chaos.keyfn", "chaos.keyarg", "chaos.keyasync"
 RATED, CAPPED, FLAKY, POISON = "chaos.rated", "chaos.capped", "chaos.flaky", "chaos.poison"
-TICK, MOVED = "chaos.tick", "chaos.moved"
-KEY_PREFIX = {KEYFN: "dev", KEYARG: "kdev", KEYASYNC: "adev"}
+TICK, MOVED, KEYRATED = "chaos.tick", "chaos.moved", "chaos.keyrated"
+KEY_PREFIX = {KEYFN: "dev", KEYARG: "kdev", KEYASYNC: "adev", KEYRATED: "rdev"}
 """The concurrency key of a keyed task's timers: ``<prefix>:<device>``."""
 RATE_INTERVAL_MS = 1000 * 1 / 4
-""":data:`bench.fault_tasks.chaos.RATE` (4/s) as an interval."""
+""":data:`bench.fault_tasks.chaos.RATE` (4/s) as an interval: of :data:`RATED` and of
+:data:`KEYRATED`, each a rate of its own."""
 CAPPED_KEY = "task:chaos.capped"
 LIMITS = {CAPPED_KEY: tasks.CAP}
 """Keys whose limit is not 1 (a keyed task's keys allow one run at once)."""
@@ -102,11 +103,12 @@ def workload(seed: int, profile: Profile) -> list[Op]:
     while t < end:
         ops.append(_plain(rng, ids, t, profile.plain_per_2s))
         t += 2.0
-    for task, first in ((KEYFN, 2.0), (KEYARG, 4.0), (KEYASYNC, 6.0)):
+    for task, first, every in ((KEYFN, 2.0, 8.0), (KEYARG, 4.0, 8.0), (KEYASYNC, 6.0, 8.0),
+                               (KEYRATED, 7.0, 10.0)):
         t = first
         while t < end:
             ops.append(_keyed(rng, ids, t, task, profile))
-            t += 8.0
+            t += every
     t = 3.0
     while t < end:
         ops.append(Op(t, "schedule", tuple(

@@ -83,7 +83,8 @@ class Runner:
         self.source = world.timers(world.source)
         self.target = world.timers(world.target)
         self.history = History(limits=dict(generator.LIMITS),
-                               rates={generator.RATED: generator.RATE_INTERVAL_MS})
+                               rates={generator.RATED: generator.RATE_INTERVAL_MS,
+                                      generator.KEYRATED: generator.RATE_INTERVAL_MS})
         for key in generator.KEY_PREFIX.values():
             for device in range(profile.devices):
                 self.history.limits[f"{key}:{device}"] = 1

@@ -94,6 +94,13 @@ def rated(n: int) -> None:
     _work(0.0)
 
 
+@timers.task(concurrency=1, key=lambda device, seq, seconds: f"rdev:{device}", rate=RATE)
+def keyrated(device: int, seq: int, seconds: float) -> None:
+    """One command at a time per device, and starts spread at :data:`RATE` fleet-wide
+    (a rate of its own): each start keeps the rate's interval and its key's order."""
+    _work(seconds, f"rdev:{device}", seq)
+
+
 @timers.task(concurrency=CAP)
 def capped(n: int, seconds: float) -> None:
     """At most :data:`CAP` runs at once fleet-wide."""

@@ -257,9 +257,14 @@ BUGS: tuple[Bug, ...] = (
         "invariant 3: a rate's run whose thread took it up past its start window is called "
         "anyway, as close to the rate's next start as its dispatch lag brings it"),
     Bug("rate-window-dropped", LISTENER + "flow_gate.py",
-        "                if spec.rate and not spec.key and window is not None else FREE\n",
-        "                if False else FREE\n",
+        "if spec.rate and window is not None and (not spec.key",
+        "if False and (not spec.key",
         "invariant 3: a run a rate let go carries no start window (it starts however late)"),
+    Bug("rate-window-for-shared-key", LISTENER + "flow_gate.py",
+        "(not spec.key or spec.limit == 1)",
+        "(not spec.key or spec.limit >= 1)",
+        "invariant 2 (FIFO per key): a run holding one of several slots of its key gets a start "
+        "window; handed back late, it starts after a later run of its key let go meanwhile"),
     Bug("rate-window-from-reply", LISTENER + "flow_gate.py",
         "                answer.set_result((as_text(status), sent))\n",
         "                answer.set_result((as_text(status), time.monotonic()))\n",

@@ -669,8 +669,9 @@ class World:
         """A lagging listener's rate run, let go: past its start window at its call, it is
         handed back unstarted (``executor._unstarted``: its run next in line with it)."""
         limits = limits_of(run.record_text)
-        if not listener.lagging or limits is None or not limits[2] or limits[0]:
-            return False  # (a run holding a key's slot has no start window)
+        if not listener.lagging or limits is None or not limits[2] \
+                or (limits[0] and limits[1] > 1):
+            return False  # (a run holding one of several slots of its key has no window)
         self.note(f"{listener.id} too late to start {run.timer_id} token {run.token}")
         self.hand_back(listener, run.token)
         return True

@@ -40,6 +40,10 @@ def keyed_and_rated(n: int) -> None: ...
 def rated_only(n: int) -> None: ...
 
 
+@timers.task(concurrency=2, key=lambda n: "pair", rate="10/s")
+def paired_and_rated(n: int) -> None: ...
+
+
 @timers.task(concurrency=1, key=lambda n: "k", group="video")
 def video(n: int) -> None: ...
 
@@ -53,7 +57,7 @@ def plain() -> None: ...
 
 TASKS: dict[str, Any] = {"d.per_device": per_device, "d.capped": capped, "d.plain": plain,
                          "d.rated": keyed_and_rated, "d.paced": rated_only, "d.video": video,
-                         "d.broken": broken}
+                         "d.broken": broken, "d.paired": paired_and_rated}
 
 
 def resolve(task: str) -> Any:
@@ -208,14 +212,15 @@ def test_a_run_the_screen_let_go_is_not_gated_again_at_its_start() -> None:
 SLOW = 0.05
 
 
+@pytest.mark.parametrize("task", ["d.paced", "d.rated"])
 def test_a_run_a_rate_lets_go_must_start_within_the_window_of_its_gate_call(
-        fake: fakeredis.FakeRedis) -> None:
+        fake: fakeredis.FakeRedis, task: str) -> None:
     """The gate lets a rate's runs go an interval apart on the Redis clock; the listener's
     dispatch after the go can take longer for one run than for the next (a thread busy, a
     loaded event loop): so a run the gate let go carries the latest time it may call its
     function, counted from when the gate call was sent (the gate decided after that)."""
     with timers.Timers(fake) as producer:
-        producer.schedule("d.paced", [1], in_=-1, id="r0")
+        producer.schedule(task, [1], in_=-1, id="r0")
 
     async def scenario() -> tuple[float, float, Any]:
         client = fakeredis.FakeAsyncRedis(server=fake.connection_pool.connection_kwargs[
@@ -232,7 +237,7 @@ def test_a_run_a_rate_lets_go_must_start_within_the_window_of_its_gate_call(
 
         scripts.gate = slow_gate  # type: ignore[method-assign]
         before = time.monotonic()
-        admission = await flow.admit(run, run.record(), policy_of(rated_only))
+        admission = await flow.admit(run, run.record(), policy_of(TASKS[task]))
         after = time.monotonic()
         await client.aclose()
         return before, after, admission
@@ -243,3 +248,26 @@ def test_a_run_a_rate_lets_go_must_start_within_the_window_of_its_gate_call(
     assert after - before >= SLOW
     # from when the call was sent (the gate may have decided right then), not its reply
     assert before + START_WINDOW_S <= admission.start_by < before + START_WINDOW_S + SLOW / 2
+
+
+def test_a_run_holding_one_of_several_slots_of_its_key_has_no_start_window(
+        fake: fakeredis.FakeRedis) -> None:
+    """Handed back late, a run of a key with a limit of 2 would start after a later run of
+    its key that took the other slot meanwhile (FIFO per key): it starts however late."""
+    with timers.Timers(fake) as producer:
+        producer.schedule("d.paired", [1], in_=-1, id="p0")
+
+    async def scenario() -> Any:
+        client = fakeredis.FakeAsyncRedis(server=fake.connection_pool.connection_kwargs[
+            "server"])
+        scripts = Scripts(client, Keyspace())
+        flow = FlowGate(scripts, 30.0, on_held=lambda count: None, shards=1, shard=0)
+        reply = await scripts.claim(limit=5, lease_ms=30_000, horizon_ms=0, listener_id="me")
+        run = Run.parse(*reply[3:6])
+        admission = await flow.admit(run, run.record(), policy_of(paired_and_rated))
+        await client.aclose()
+        return admission
+
+    admission = asyncio.run(scenario())
+    assert admission.held is None
+    assert admission.start_by is None

@@ -33,8 +33,9 @@ HANDED = frozenset({ClaimSource.HANDOFF.label, ClaimSource.NEXT.label})
 run before them (:mod:`timers.listener.turns`)."""
 _KEY_MARK = f"{Option.KEY}="
 START_WINDOW_S = 0.010
-"""How long after its gate call was sent a run a rate let go (with no concurrency key) may
-still call its function (the default of ``Listener(rate_start_window=)``).
+"""How long after its gate call was sent a run a rate let go (with no concurrency key, or
+one whose limit is 1) may still call its function (the default of
+``Listener(rate_start_window=)``).
 The gate lets a rate's runs go an interval apart (less 5 ms) on the Redis clock; a run
 that reached its call later than this is handed back unstarted (T17) rather than start
 closer than that to the next one, whose listener may be quicker: so two calls of a rate's
@@ -191,11 +192,12 @@ class FlowGate:
             if spec.key:
                 self.holding.add(run.token)
             # the gate decided after `sent`: by this, the run starts within the window of it
-            # (not a run that holds a key's slot: a later run of its key let go in the same
-            # gate call would start first if it were handed back)
+            # (not a run holding one of several slots of its key: a later run of its key may
+            # take another slot meanwhile, and would start first if this one were handed back)
             window = self.window
             return Admission(None, sent + window) \
-                if spec.rate and not spec.key and window is not None else FREE
+                if spec.rate and window is not None and (not spec.key or spec.limit == 1) \
+                else FREE
         return Admission(Outcome("held", status, _HELD_MESSAGES.get(status, status)))
 
     def _exact(self, record: Record, policy: TaskPolicy) -> bool:
