@@ -132,8 +132,8 @@ def _plain_everywhere(commands: Iterable[Command]) -> None:
 
 def _help_is_a_bool(option: TyperOption | None) -> None:
     """``--help`` with False (not None) when absent: typer converts a flag's value unless
-    it is a bool, and its conversion imports Pydantic (a third of the start-up time of
-    ``timers schedule``)."""
+    it is a bool, and its conversion imports Pydantic, a large share of the start-up
+    time of ``timers schedule`` (figures: bench/FINDINGS.md, "Start-up CPU")."""
     if option is not None and option.default is None:
         option.default = False
 

@@ -225,14 +225,15 @@ class Claimer:
     async def gather_slots(self) -> None:
         """Wait up to :data:`GATHER_S` for :attr:`gather` slots to be free, so that one
         claim takes several timers. Only in a backlog (more is due than there are slots)
-        and while the process is busy: a claim's fixed cost (the script call, about 290k
-        Redis instructions, and the listener's round trip) is then what slows the runs,
-        and a slot left free a moment costs next to nothing (its run would wait for the
-        CPU). Plain functions' runs end one by one in their threads: claiming for each
-        slot as it freed made claims of 2 or 3 timers, and at times (a listener and its
-        threads trading the interpreter run for run) took half the fires' speed. A
+        and while the process is busy: a claim's fixed cost (the script call in Redis,
+        and the listener's round trip) is then what slows the runs, and a slot left free
+        a moment costs next to nothing (its run would wait for the CPU). Plain
+        functions' runs end one by one in their threads: claiming for each slot as it
+        freed made claims of 2 or 3 timers, and at times (a listener and its threads
+        trading the interpreter run for run) cost the fires much of their speed. A
         listener whose tasks wait (on the network, a sleep) is not busy: it claims for
-        each slot at once, as a wait would leave slots idle for a share of each run."""
+        each slot at once, as a wait would leave slots idle for a share of each run
+        (figures: bench/FINDINGS.md, "Fixed costs of claims and finish calls")."""
         await wait_for_slots(self.hooks.free_slots, self.gather, self.slot_freed,
                              self.stopping, self.clock.monotonic)
 

@@ -3,17 +3,17 @@
 Each run allocates a few dozen short-lived objects (its run, record, outcome, ending,
 report, the task's own). With Python's default thresholds (700, 10, 10) the collector ran
 a young collection every few dozen runs, and every few hundred a full one that walks
-every object of the process: the listener's, redis-py's, the tasks package's. Counted in
-one burst of 20,000 ``async def`` runs: about 950 young and 8 full collections, 290-380 ms
-in all (15-19 us a run, some 8% of the listener's CPU), each full one pausing every run
-for 20 ms or more.
+every object of the process: the listener's, redis-py's, the tasks package's. In a burst
+of ``async def`` runs they took a good share of the listener's CPU, and each full one
+paused every run while it walked.
 
 :func:`tune`, called once the tasks package is imported, collects what is garbage by then
 and moves the rest out of the collector's reach for good (``gc.freeze``: a full
 collection no longer walks it) and raises the young threshold to
 :data:`YOUNG_THRESHOLD`, so a young collection comes after that many more container
 objects are alive, not 700. Objects in reference cycles still go at the next collection;
-the same burst then ran 4-9 young collections and no full one (5-13 ms in all).
+the same burst then ran a few young collections and no full one
+(figures: bench/FINDINGS.md, "The listener's garbage collector").
 Only ``timers listen`` does this: a :class:`~timers.Listener` inside an application
 leaves that process's collector as it is.
 """

@@ -44,10 +44,11 @@ batch. The history is trimmed by :class:`timers.listener.history.HistoryTrimmer`
 GATHER = 0.004
 """Seconds at least between the starts of two batches :meth:`EndingWriter.run` writes: a
 batch that comes sooner after the last waits out the rest, so in a burst each script call
-carries more endings (a finish call costs Redis some 140k instructions before its first
-ending, and the listener a round trip). Not when GATHER_ENOUGH endings are queued, nor for
-an ending that may free a flow slot (its key's or task's next run waits for it) or hands
-a run back: those are written at once, as is a lone ending."""
+carries more endings (a finish call has a fixed cost in Redis before its first ending,
+and the listener a round trip). Not when GATHER_ENOUGH endings are queued, nor for an
+ending that may free a flow slot (its key's or task's next run waits for it) or hands a
+run back: those are written at once, as is a lone ending
+(figures: bench/FINDINGS.md, "Fixed costs of claims and finish calls")."""
 GATHER_ENOUGH = 64
 
 

@@ -115,7 +115,8 @@ class Sleeper(Protocol):
 class Executed(NamedTuple):
     """A run's ending (None: a flow gate held its timer back, nothing to write), and what
     the observer hears of it (None: handed back or held back unrun). A tuple: one is made
-    per run, on the listener's hot path (a frozen dataclass costs several times more)."""
+    per run, on the listener's hot path, and a frozen dataclass costs more to make
+    (figures: bench/FINDINGS.md, "A run's Python in the listener")."""
 
     ending: Ending | None
     report: Fired | None
@@ -512,8 +513,9 @@ _TAKEN_BACK = Outcome("revoked", "", "asked back before it started: the run befo
 
 
 _COUNTED = {EndingKind.OK, EndingKind.SKIP, EndingKind.FAIL, EndingKind.RETRY}
-# Members read once: reading one off its enum class costs as much as a dict lookup ten
-# times over (Python 3.11), and the run path reads several per fire.
+# Members read once: reading one off its enum class costs many times a dict lookup, and
+# the run path reads several per fire
+# (figures: bench/FINDINGS.md, "A run's Python in the listener").
 _OK, _SKIP, _RETRY = EndingKind.OK, EndingKind.SKIP, EndingKind.RETRY
 _RECURRENCE, _KEY, _MAX_LATENESS = Option.RECURRENCE, Option.KEY, Option.MAX_LATENESS
 

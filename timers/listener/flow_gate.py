@@ -139,10 +139,11 @@ class FlowGate:
                      ) -> list[Run]:
         """The claimed runs to start: those whose one limit is a concurrency key are asked
         about in one gate call first, and those held back are dropped here, before each
-        becomes a task that would only learn it is held. (Under a burst of 1,000 commands
-        for 50 devices, 950 are held back: made into tasks, they kept both cores busy for
-        the first 100 ms while the 50 that could run waited.) A failed call decides
-        nothing: each run asks at its start, as before."""
+        becomes a task that would only learn it is held. A failed call decides nothing:
+        each run asks at its start, as before. Under a burst of 1,000 commands for 50
+        devices, 950 are held back: made into tasks, they kept the CPU busy while the 50
+        that could run waited
+        (figures: bench/FINDINGS.md, "Runs held back before they start")."""
         asked = [(run, GateRun(run.token, *limit)) for run in runs if not run.reruns
                  and (limit := key_only_limit(run.record_text, resolve)) is not None]
         if not asked:

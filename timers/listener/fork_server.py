@@ -3,7 +3,8 @@
 A quarantine child (:mod:`timers.listener.quarantine`) forks from multiprocessing's fork
 server. Were the tasks package imported in each child, a listener that reruns a dead
 peer's 30 runs would import the app 30 times while its other timers come due: on a
-2-core machine the other timers ran 10 to 40 ms late for a second or two. So the fork
+2-core machine the other timers ran late for a while
+(figures: bench/FINDINGS.md, "Quarantine children and the tasks package"). So the fork
 server imports it once, as it starts (a few seconds into the listener's life, off its
 event loop): each child forks with the package in it and imports nothing more.
 

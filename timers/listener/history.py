@@ -32,7 +32,8 @@ from timers.model.wire import EndingKind
 
 TRIM_BUDGET = 250
 """About how many history records one ``trim.lua`` call drops or indexes: a call holds
-Redis about a millisecond (``bench/history_cost.py --trim-idle``)."""
+Redis, which serves nobody else meanwhile, only briefly
+(figures: bench/FINDINGS.md, "History trim calls")."""
 TRIM_PAUSE = 0.005
 """Seconds between two trim calls while more is owed: Redis serves others between them."""
 TRIM_EVERY = 1.0

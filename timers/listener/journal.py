@@ -147,10 +147,11 @@ def _open_locked(path: Path, flags: int) -> int:
 class Journal:
     """This process's journal (one per listener, shared by its lanes and threads).
 
-    The file is mapped into memory: a line is a copy into the mapping, made holding the
-    GIL, with no system call (a ``write`` would let the GIL go: a hand-over of the
-    interpreter per run, which cost some 10 us of CPU per fire); the kernel keeps the
-    pages of a shared mapping when the process dies. The text ends at its first NUL."""
+    The file is mapped into memory: the kernel keeps the pages of a shared mapping when
+    the process dies, and the text ends at its first NUL. A line is a copy into the
+    mapping, made holding the GIL, with no system call: a ``write`` would let the GIL go,
+    a hand-over of the interpreter per run that cost CPU on every fire
+    (figures: bench/FINDINGS.md, "GIL hand-overs per run")."""
 
     def __init__(self, directory: Path, owner: str, lease: float = 15.0) -> None:
         self.directory, self.owner, self.lease = directory, owner, lease

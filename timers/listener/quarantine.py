@@ -107,9 +107,10 @@ def prestart(loader: TaskLoader) -> None:
     """Start the process quarantine children fork from, with timers and ``loader``'s tasks
     package imported in it (blocking: call it off the event loop;
     :mod:`timers.listener.fork_server`). A listener's first rerun otherwise starts a
-    Python interpreter and imports timers while its other timers come due (on a 2-core
-    machine every timer ran late for 1 to 2 s after a listener was killed), and each
-    child imported the tasks package."""
+    Python interpreter and imports timers while its other timers come due, and each
+    child imported the tasks package: on a 2-core machine every timer ran late for a
+    while after a listener was killed
+    (figures: bench/FINDINGS.md, "Quarantine children and the tasks package")."""
     _mp_context()
     fork_server.ensure_running(loader.package, loader.search_path, ChildLogs.here())
 

@@ -60,7 +60,8 @@ class RunSpans:
         if report is None or ending is None or ending.kind not in _ENDINGS:
             return
         if not self.configured():
-            return  # no SDK (yet): spare the run the ~12 µs of a no-op span
+            return  # no SDK (yet): spare the run the making of a no-op span
+            # (figures: bench/FINDINGS.md, "A run's Python in the listener")
         trace = self.trace
         links = []
         parent = parse_traceparent(report.trace)

@@ -76,8 +76,10 @@ class ThreadPool:
 
     Unlike ``run_in_executor``, which wakes the event loop once per finished call, the
     threads queue their results and wake the loop once per batch: under a burst of due
-    timers that halves the cost of a call. Threads start as they are needed, up to
-    ``size``, and are daemons: a task still running at exit does not hold the process.
+    timers that saves much of a call's cost
+    (figures: bench/FINDINGS.md, "GIL hand-overs per run"). Threads start as they are
+    needed, up to ``size``, and are daemons: a task still running at exit does not hold
+    the process.
 
     While ``busy()`` says the process's CPU bounds its runs, the batches are made longer:
     the first result after a quiet spell still wakes the loop at once, and those that

@@ -43,8 +43,8 @@ _FROM_BASE64 = bytes.maketrans(
 def id_text(ms: int, counter: int) -> str:
     """The id of ``counter`` in millisecond ``ms``: 7 digits of each in :data:`ALPHABET`.
     One base64 pass of the 84-bit number (12 bytes, whose first 2 digits are its leading
-    zeros), mapped onto the ordered alphabet: a quarter of a digit-by-digit loop's cost on
-    every schedule."""
+    zeros), mapped onto the ordered alphabet: far cheaper than a digit-by-digit loop, on
+    every schedule (figures: bench/FINDINGS.md, "A schedule's client CPU per timer")."""
     number = (ms << (6 * COUNTER_CHARS)) | counter
     return b2a_base64(number.to_bytes(12, "big"), newline=False)[2:].translate(
         _FROM_BASE64).decode()
@@ -64,8 +64,9 @@ class IdSequence:
 
     def _start(self) -> int:
         """A random counter start below :data:`_COUNTER_START`: 41 bits from
-        ``os.urandom``, read for 64 starts at a time (a system call each start cost about
-        a microsecond of every schedule)."""
+        ``os.urandom``, read for 64 starts at a time: a system call for each start showed
+        in every schedule's CPU
+        (figures: bench/FINDINGS.md, "A schedule's client CPU per timer")."""
         if not self._random:
             self._random = os.urandom(6 * 64)
         chunk, self._random = self._random[:6], self._random[6:]

@@ -81,8 +81,8 @@ class ListenerMetrics:
 
     def ended(self, done: Executed) -> None:
         """A run ended (see :class:`timers.listener.tally.RunTally`): noted here, handed to
-        prometheus_client once a second by :meth:`flush` (1.2 µs a run in all; its own
-        calls a run would cost ~10 µs)."""
+        prometheus_client once a second by :meth:`flush`, far cheaper per run than its
+        own calls would be (figures: bench/FINDINGS.md, "A run's Python in the listener")."""
         report = done.report
         if done.ending is not None and report is not None:
             self._ended.append((report.task, report.group, done.ending.kind, report.source,

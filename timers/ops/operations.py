@@ -121,8 +121,9 @@ def _id_part(item: object) -> str:
 
 
 class Prepared(NamedTuple):
-    """One timer validated and encoded, ready to send (a named tuple: a frozen dataclass
-    took 2 us to make, once per timer of every schedule)."""
+    """One timer validated and encoded, ready to send: a named tuple, as a frozen
+    dataclass is slower to make, once per timer of every schedule
+    (figures: bench/FINDINGS.md, "A schedule's client CPU per timer")."""
 
     timer_id: str
     escaped: str

@@ -91,7 +91,8 @@ def _pool_settings(max_connections: int | None, retry: Any) -> dict[str, Any]:
     return {**URL_CLIENT_TIMEOUTS, "timeout": POOL_WAIT, "retry": retry,
             "max_connections": max_connections or DEFAULT_MAX_CONNECTIONS,
             # redis-py's version for CLIENT SETINFO, as redis-py would send it, without its
-            # look-up of the installed distributions (about 10 ms of CPU per process)
+            # look-up of the installed distributions, a start-up cost of every process
+            # (figures: bench/FINDINGS.md, "Start-up CPU")
             "driver_info": DriverInfo(lib_version=redis.__version__)}
 
 
@@ -171,10 +172,10 @@ class Lane:
     """One connection of a sync client's pool kept aside for script calls: a call that
     finds it free sends its command on it straight away, without redis-py's pool
     checkout and command wrapper, which cost a single ``schedule()`` more client CPU than
-    all of timers' own work (about 110k of 290k instructions: the pool's queue and
-    readiness check, and its metrics hooks, called even when no metrics are kept). A call
-    that finds the lane busy (another thread's call is on it) goes through the client as
-    before, so calls in parallel still share the rest of the pool.
+    all of timers' own work (the pool's queue and readiness check, and its metrics hooks,
+    called even when no metrics are kept). A call that finds the lane busy (another
+    thread's call is on it) goes through the client as before, so calls in parallel still
+    share the rest of the pool (figures: bench/FINDINGS.md, "The producer's lanes").
 
     The same rules as the client's own: a lost connection (:class:`ConnectionError`) is
     made again and the command sent once more (:data:`RECONNECTS`); an error reply is
@@ -232,13 +233,14 @@ class Lane:
 class AsyncLane:
     """The script calls of an asyncio client made from a plain ``redis://`` URL, packed
     by hiredis: redis-py's asyncio connection packs each command in Python, argument by
-    argument, which for a coalesced call of 100 timers (600 arguments) was about a fifth
-    of ``AsyncTimers``' CPU. As :class:`Lane`, it keeps one connection of the pool aside
-    (a pool of :data:`LANE_MIN_CONNECTIONS` or more): a call that finds it free sends on it
-    straight away, without the pool's checkout (its condition, timeout and readiness
-    check: about a third of a lone awaited ``schedule``'s client CPU); a call that finds
-    it busy takes a connection from the pool and gives it back, as ``execute_command``
-    does. The same rules as :class:`Lane`'s otherwise."""
+    argument, which for a large coalesced call was a good share of ``AsyncTimers``' CPU.
+    As :class:`Lane`, it keeps one connection of the pool aside (a pool of
+    :data:`LANE_MIN_CONNECTIONS` or more): a call that finds it free sends on it straight
+    away, without the pool's checkout (its condition, timeout and readiness check, a good
+    share of a lone awaited ``schedule``'s client CPU); a call that finds it busy takes a
+    connection from the pool and gives it back, as ``execute_command`` does. The same
+    rules as :class:`Lane`'s otherwise
+    (figures: bench/FINDINGS.md, "The producer's lanes")."""
 
     def __init__(self, client: redis.asyncio.Redis) -> None:
         self.pool: Any = client.connection_pool

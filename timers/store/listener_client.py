@@ -44,7 +44,8 @@ def listener_client(url: str) -> redis.asyncio.Redis:
         "socket_connect_timeout": 5,
         "socket_timeout": 15,
         # RESP2: redis-py reads each pub/sub message as a plain reply, not through its
-        # RESP3 push handler (20k due at once: 8.4-10.5k -> 10.7k fires/s)
+        # RESP3 push handler, so a burst of due timers fires faster
+        # (figures: bench/FINDINGS.md, "The listener's pub/sub over RESP2")
         "protocol": 2,
     }
     if cluster.is_cluster_url(url):
@@ -117,10 +118,11 @@ def packing_in_c(client: redis.asyncio.Redis) -> redis.asyncio.Redis:
 class ReservedConnection:
     """One connection of the listener's client kept aside for one of its hot script calls
     (a claim, a batch of endings), which are sent one at a time each: the call goes out on
-    it straight away, without redis-py's asyncio command path. That path cost about 120 µs
-    of CPU a command here against 55 µs for the same send and read on a connection: the
-    pool's lock, readiness check and metrics hooks, a retry wrapper, and an asyncio task
-    made for each send that has a ``socket_timeout`` (``asyncio.wait_for``).
+    it straight away, without redis-py's asyncio command path. That path cost a command
+    here far more CPU than the same send and read on a connection: the pool's lock,
+    readiness check and metrics hooks, a retry wrapper, and an asyncio task made by
+    ``asyncio.wait_for`` for each send that has a ``socket_timeout``
+    (figures: bench/FINDINGS.md, "The listener's reserved connections").
 
     The rules are the client's own: the whole call (connect, send, reply) has the client's
     ``socket_timeout`` and a call past it raises redis-py's ``TimeoutError`` and drops the

@@ -2,11 +2,11 @@
 not on every call.
 
 Redis runs an ``EVALSHA`` script's whole text on each call, so every shared helper it
-includes (``lua/prelude.lua``, ``lua/flow.lua``) is made anew each time: a third of a
-single ``schedule()``'s Redis CPU. A function library (``FUNCTION LOAD``, Redis 7 and
-Valkey) runs its top level once, at load; each script becomes one function of it, called
-by ``FCALL`` with the same KEYS and ARGV, under the same flags its shebang gives
-(``allow-oom`` or none).
+includes (``lua/prelude.lua``, ``lua/flow.lua``) is made anew each time, a large share
+of a single ``schedule()``'s Redis CPU. A function library (``FUNCTION LOAD``, Redis 7
+and Valkey) runs its top level once, at load; each script becomes one function of it,
+called by ``FCALL`` with the same KEYS and ARGV, under the same flags its shebang gives,
+``allow-oom`` or none (figures: bench/FINDINGS.md, "Shared Lua helpers").
 
 - The library's name, and each function's, carry a digest of the Lua they hold
   (``timers_<digest>_<script>``), so two releases of timers on one server each call
@@ -14,8 +14,9 @@ by ``FCALL`` with the same KEYS and ARGV, under the same flags its shebang gives
   have the library yet (the first client of this release, a restart without
   persistence, a ``FUNCTION FLUSH``, a new cluster node) answers "Function not found",
   and only then is the library loaded and the call sent once more (nothing of it ran).
-  Loading it costs the server some 10 ms, during which it serves nobody: once per
-  server, not once per client (a web app's every worker, every listener start).
+  Loading it stalls the server, which serves nobody meanwhile: so it is loaded once per
+  server, not once per client such as each of a web app's workers or each listener
+  start (figures: bench/FINDINGS.md, "Shared Lua helpers").
 - A helper file's top-level ``local`` that is not a constant (``UPPER_CASE``) is state
   of one call (``index_heads``, ``taker`` …). In a library it would outlive the call, so
   each function sets it back to its first value before its body runs; and it sets the

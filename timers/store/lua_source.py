@@ -111,7 +111,8 @@ def _helpers() -> tuple[_Definition, ...]:
 def helpers_for(body: str) -> str:
     """The shared helpers ``body`` uses, directly or through another helper, in the order
     the helper files define them: only those, since Redis runs a script's every top-level
-    ``local function`` on each call (each makes a closure, about 0.3 µs apiece)."""
+    ``local function`` on each call, and each makes a closure
+    (figures: bench/FINDINGS.md, "Shared Lua helpers")."""
     helpers = _helpers()
     wanted = set(_NAME.findall(_COMMENT.sub("", body)))
     needed: set[int] = set()
@@ -145,7 +146,8 @@ def shared_key_names(name: ScriptName) -> tuple[str, ...]:
     """The names (of :data:`~timers.model.keys.SCRIPT_KEY_NAMES`, in its order) of the
     shared keys script ``name``'s code builds with ``sys_key``, in its body or the
     helpers it uses: the shared keys it is given as the last of its KEYS. A script is
-    given only these: each key more in KEYS costs Redis about 0.3 us a call."""
+    given only these: each key more in KEYS costs Redis time on every call
+    (figures: bench/FINDINGS.md, "Keys a script is given")."""
     used = set(_SYSTEM_KEY.findall(_COMMENT.sub("", source(name))))
     unknown = used - set(SCRIPT_KEY_NAMES)
     if unknown:
@@ -167,7 +169,7 @@ def schedule_key_names(replace: bool, flow: bool) -> tuple[str, ...]:
     (``replace``: mode "r", whose ``unpark`` may pass a held slot on), else the near
     horizon's, and the queues set's when a timer may have a group or priority (``flow``).
     The due index and the records are its first KEYS already. Each key more costs Redis
-    about 1k instructions a call."""
+    work on every call (figures: bench/FINDINGS.md, "Keys a script is given")."""
     if replace:
         wanted = set(shared_key_names("schedule")) - {"due", "rec"}
     else:

@@ -120,7 +120,8 @@ end
 -- is not a dead end}. A batch's ids are read from P|histb, kept where their record's prefix
 -- names it; a member of the previous release's index (an escaped id) names its id unless
 -- a newer end rewrote the record with a batch prefix. A few commands in all (a thousand
--- elements each), not a few per member: a command costs Redis some 7,500 instructions.
+-- elements each), not a few per member: each command has a fixed cost in Redis
+-- (figures: bench/FINDINGS.md, "Redis instructions in the scripts").
 local function history_lives(rec_key, batch_key, members, most)
   local batches = {}
   for _, member in ipairs(members) do

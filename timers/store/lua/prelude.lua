@@ -47,8 +47,9 @@ local function not_ints(script, indexes)
   return nil
 end
 
--- The due ms at the head of a due index, or nil when it is empty. (The ranks are text: a
--- number argument of redis.call costs Redis a snprintf("%.17g"), some 4k instructions.)
+-- The due ms at the head of a due index, or nil when it is empty. The ranks are text: a
+-- number argument of redis.call costs Redis a snprintf("%.17g")
+-- (figures: bench/FINDINGS.md, "Redis instructions in the scripts").
 local function head_due(due_key)
   local head = redis.call('ZRANGE', due_key, '0', '0', 'WITHSCORES')
   return head[2] and tonumber(head[2])
@@ -96,8 +97,8 @@ end
 -- its KEYS all the same (timers/store/scripts.py declares, per script, the keys of
 -- timers/model/keys.py Keyspace.script_keys its code names here; on Redis Cluster only
 -- KEYS are checked before a script runs, and tests/unit/declared_keys.py fails any
--- script that touches a key it was not given). A scan of KEYS for it cost some 15 us a
--- call.
+-- script that touches a key it was not given). A scan of KEYS for it would cost every
+-- call that builds one (figures: bench/FINDINGS.md, "Keys a script is given").
 local function sys_key(key_start, name)
   return string.sub(key_start, 1, -2) .. '|' .. name
 end
@@ -115,8 +116,8 @@ end
 local function due_key_for(due_key, record)
   if not string.find(record, ';', 1, true) or not (string.find(record, ';g=', 1, true)
       or string.find(record, ';p=', 1, true)) then
-    return due_key, nil  -- most timers: one plain find (a C call costs some 700
-  end                    -- instructions, a pattern 1,200 and more)
+    return due_key, nil  -- most timers: one plain find (a C call costs Redis, a pattern more)
+  end                    -- (figures: bench/FINDINGS.md, "Redis instructions in the scripts")
   local group, priority = record_group(record), record_priority(record)
   if group == DEFAULT_GROUP and priority == 0 then return due_key, nil end
   local queue = group .. '|' .. string.format('%d', priority)
@@ -234,7 +235,8 @@ local function pend(due_key, records_key, key_start, id, record, due, now, key, 
   end
   key = key or (key_start .. id .. ':' .. record)
   local due_text = (due % 1 == 0 and due > -1e15 and due < 1e15)  -- a whole number: its
-    and string.format('%d', due) or string.format('%.0f', due)  -- digits (%.0f: 2k more)
+    and string.format('%d', due) or string.format('%.0f', due)  -- digits (%d: %.0f costs more)
+  -- (figures: bench/FINDINGS.md, "Redis instructions in the scripts")
   if set_near_key(key_start, key, due, now, due_text) then
   elseif old == record then
     redis.call('DEL', key)

@@ -73,8 +73,9 @@ if asked then return asked end
 -- The records pending under the call's ids, read in one HMGET when it holds several
 -- timers: each timer whose id is not pending and not met before in the call is then
 -- pended in a batch (prelude.lua pend_batch), its record and due entry written with the
--- others' (an HSETNX or a ZADD costs Redis some 13-14k instructions, an element of one of
--- 500 some 6-7k, of an HMGET about 1k).
+-- others': a command has a fixed cost in Redis, so an element of a large HSET or ZADD
+-- costs less than an HSETNX or a ZADD of its own, and an element of an HMGET little
+-- (figures: bench/FINDINGS.md, "Redis instructions in the scripts").
 -- The rest follow one by one, after the batch is written: a later timer with the id of
 -- a batched one finds its record.
 local olds, batch, seen = nil, nil, nil
