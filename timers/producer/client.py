@@ -35,7 +35,7 @@ from timers.producer.loops import warn_if_blocking_a_loop
 from timers.producer.task_check import TaskCheck, tasks_of
 from timers.producer.transport import run_sync
 from timers.store import connect
-from timers.store.connect import URL_ENV, Lane, configured_url, sync_client
+from timers.store.connect import URL_ENV, ScriptConnection, configured_url, sync_client
 from timers.store.eviction import EvictionGuard
 from timers.store.lua_library import Function
 from timers.store.script_modes import register_all
@@ -96,13 +96,13 @@ class Timers:
                                   configured_group(group))
         self.keys = self.ops.home
         """The prefix's one-shard keyspace (its only one unless it is sharded)."""
-        lane = Lane.of(self.redis) if self._owns_client else None
+        spare = ScriptConnection.of(self.redis) if self._owns_client else None
 
-        def on_lane(function: Any) -> None:
-            if lane is not None and isinstance(function, Function):
-                function.execute = lane.execute_command  # (a connection of its own when free)
+        def on_script(function: Any) -> None:
+            if spare is not None and isinstance(function, Function):
+                function.execute = spare.execute_command  # (a connection of its own when free)
 
-        self._scripts = register_all(self.redis, on_lane)
+        self._scripts = register_all(self.redis, on_script)
         self.replicas = ReplicaPolicy(replicas, replicas_timeout, replicas_fsync,
                                       in_memory=in_memory(self.redis))
         """Replicas each write waits for (see `timers.ops.replication`)."""

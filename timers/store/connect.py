@@ -164,18 +164,18 @@ def async_client(url: str | None, max_connections: int | None = None) -> redis.a
         **_pool_settings(max_connections, _reconnect(redis.asyncio.retry.Retry))))
 
 
-LANE_MIN_CONNECTIONS = 2
-"""A pool smaller than this has no :class:`Lane` (it would keep the only connection)."""
+SCRIPT_CONNECTION_MIN_POOL = 2
+"""A pool smaller than this has no :class:`ScriptConnection` (it would keep the only connection)."""
 
 
-class Lane:
+class ScriptConnection:
     """One connection of a sync client's pool kept aside for script calls: a call that
     finds it free sends its command on it straight away, without redis-py's pool
     checkout and command wrapper, which cost a single ``schedule()`` more client CPU than
     all of timers' own work (the pool's queue and readiness check, and its metrics hooks,
-    called even when no metrics are kept). A call that finds the lane busy (another
+    called even when no metrics are kept). A call that finds it busy (another
     thread's call is on it) goes through the client as before, so calls in parallel still
-    share the rest of the pool (figures: bench/FINDINGS.md, "The producer's lanes").
+    share the rest of the pool (figures: bench/FINDINGS.md, "The producer's script connections").
 
     The same rules as the client's own: a lost connection (:class:`ConnectionError`) is
     made again and the command sent once more (:data:`RECONNECTS`); an error reply is
@@ -192,19 +192,19 @@ class Lane:
         self._connection: Any = None
 
     @classmethod
-    def of(cls, client: object) -> Lane | None:
-        """A lane for a client :func:`sync_client` made for a plain ``redis://`` URL (not
+    def of(cls, client: object) -> ScriptConnection | None:
+        """One for a client :func:`sync_client` made for a plain ``redis://`` URL (not
         a test server, cluster or Sentinel), or None."""
         if type(client) is not redis.Redis or client.connection is not None:
             return None
         pool = client.connection_pool
         if (type(pool) is not redis.BlockingConnectionPool
-                or pool.max_connections < LANE_MIN_CONNECTIONS):
+                or pool.max_connections < SCRIPT_CONNECTION_MIN_POOL):
             return None
         return cls(client)
 
     def execute_command(self, *args: Any) -> Any:
-        """``client.execute_command(*args)``, on the lane when it is free."""
+        """``client.execute_command(*args)``, on the script connection when it is free."""
         if not self._lock.acquire(blocking=False):
             return self.client.execute_command(*args)
         try:
@@ -230,28 +230,28 @@ class Lane:
             self._lock.release()
 
 
-class AsyncLane:
+class AsyncScriptConnection:
     """The script calls of an asyncio client made from a plain ``redis://`` URL, packed
     by hiredis: redis-py's asyncio connection packs each command in Python, argument by
     argument, which for a large coalesced call was a good share of ``AsyncTimers``' CPU.
-    As :class:`Lane`, it keeps one connection of the pool aside (a pool of
-    :data:`LANE_MIN_CONNECTIONS` or more): a call that finds it free sends on it straight
+    As :class:`ScriptConnection`, it keeps one connection of the pool aside (a pool of
+    :data:`SCRIPT_CONNECTION_MIN_POOL` or more): a call that finds it free sends on it straight
     away, without the pool's checkout (its condition, timeout and readiness check, a good
     share of a lone awaited ``schedule``'s client CPU); a call that finds it busy takes a
     connection from the pool and gives it back, as ``execute_command`` does. The same
-    rules as :class:`Lane`'s otherwise
-    (figures: bench/FINDINGS.md, "The producer's lanes")."""
+    rules as :class:`ScriptConnection`'s otherwise
+    (figures: bench/FINDINGS.md, "The producer's script connections")."""
 
     def __init__(self, client: redis.asyncio.Redis) -> None:
         self.pool: Any = client.connection_pool
         self._connection: Any = None
-        self._busy = self.pool.max_connections < LANE_MIN_CONNECTIONS
+        self._busy = self.pool.max_connections < SCRIPT_CONNECTION_MIN_POOL
         """Whether the kept connection is in use (always, in a pool too small to keep
         one)."""
 
     @classmethod
-    def of(cls, client: object) -> AsyncLane | None:
-        """A lane for a client :func:`async_client` made for a plain URL, or None."""
+    def of(cls, client: object) -> AsyncScriptConnection | None:
+        """One for a client :func:`async_client` made for a plain URL, or None."""
         if (type(client) is not redis.asyncio.Redis or client.single_connection_client
                 or type(client.connection_pool) is not redis.asyncio.BlockingConnectionPool):
             return None

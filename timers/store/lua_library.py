@@ -107,7 +107,7 @@ class Function:
         self.script: str = fallback.script
         self.execute: Any = client.execute_command
         """What sends this client's FCALL: its ``execute_command``, or that of a
-        :class:`timers.store.connect.Lane` of it."""
+        :class:`timers.store.connect.ScriptConnection` of it."""
 
     def __call__(self, keys: Sequence[Any] = (), args: Sequence[Any] = (),
                  client: Any = None) -> Any:

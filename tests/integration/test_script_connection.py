@@ -1,6 +1,6 @@
 """A sync client made from a URL sends its script calls on a connection of its own when it
-is free (:class:`timers.store.connect.Lane`), an asyncio one packs them with hiredis
-(:class:`timers.store.connect.AsyncLane`): neither may hold back the rest of the pool,
+is free (:class:`timers.store.connect.ScriptConnection`), an asyncio one packs them with hiredis
+(:class:`timers.store.connect.AsyncScriptConnection`): neither may hold back the rest of the pool,
 read one call's reply as another's, or share a socket with a forked child."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.integration
 @pytest.mark.parametrize("size", [1, 2])
 def test_a_small_pool_serves_script_calls_and_reads_alike_without_waiting(
         redis_url: str, size: int) -> None:
-    """With one connection there is no lane; with two, the lane keeps one and every other
+    """With one connection there is no script connection; with two, it keeps one and every other
     call shares the other. A pool that waited would raise PoolExhausted after 0.5 s."""
     with Timers(f"{redis_url}?max_connections={size}&timeout=0.5") as t:
         first = t.schedule("a.b", [1], in_=60)
@@ -35,9 +35,9 @@ def test_a_small_pool_serves_script_calls_and_reads_alike_without_waiting(
 @pytest.mark.parametrize("size", [1, 2])
 def test_a_small_async_pool_serves_script_calls_in_flight_and_reads_without_waiting(
         redis_url: str, size: int) -> None:
-    """With two connections the async lane keeps one for script calls; calls made while
+    """With two connections the async script connection keeps one for script calls; calls made while
     it is busy (a batch behind a lone call, reads) share the other, and none waits for
-    the lane: a pool that waited would raise after 0.5 s."""
+    the script connection: a pool that waited would raise after 0.5 s."""
     async def scenario() -> None:
         async with AsyncTimers(f"{redis_url}?max_connections={size}&timeout=0.5") as t:
             first = await t.schedule("a.b", [1], in_=60)
@@ -56,7 +56,7 @@ def test_a_small_async_pool_serves_script_calls_in_flight_and_reads_without_wait
 def test_after_a_script_call_timed_out_the_next_reads_its_own_reply(
         redis_url: str, r: redis.Redis, paused: redis.Redis) -> None:
     with Timers(f"{redis_url}?socket_timeout=0.3") as t:
-        t.schedule("a.b", in_=60)  # the lane's connection is made
+        t.schedule("a.b", in_=60)  # the script connection is made
         paused.execute_command("CLIENT", "PAUSE", 5000, "WRITE")
         with pytest.raises(ServerTimeout):
             t.schedule("a.b", ["late"], in_=60, id="late")
@@ -92,7 +92,7 @@ def test_after_an_async_script_call_timed_out_the_next_read_their_own_replies(
 def test_a_forked_child_schedules_on_its_own_connection(
         redis_url: str, r: redis.Redis) -> None:
     with Timers(redis_url) as t:
-        t.schedule("a.b", in_=60, id="before-fork")  # the lane's connection is made
+        t.schedule("a.b", in_=60, id="before-fork")  # the script connection is made
         read, write = os.pipe()
         pid = os.fork()
         if pid == 0:  # the child: 50 schedules and cancels, then says whether all read right
