@@ -16,7 +16,7 @@ import redis
 
 import timers
 from timers.listener.claimer import Claimer
-from timers.listener.flow_gate import START_WINDOW_S, FlowGate
+from timers.listener.flow_gate import START_WINDOW_S, Admission, FlowGate
 from timers.listener.parker import Parker
 from timers.model.keys import Keyspace
 from timers.model.policy import policy_of
@@ -212,17 +212,14 @@ def test_a_run_the_screen_let_go_is_not_gated_again_at_its_start() -> None:
 SLOW = 0.05
 
 
-@pytest.mark.parametrize("task", ["d.paced", "d.rated"])
-def test_a_run_a_rate_lets_go_must_start_within_the_window_of_its_gate_call(
-        fake: fakeredis.FakeRedis, task: str) -> None:
-    """The gate lets a rate's runs go an interval apart on the Redis clock; the listener's
-    dispatch after the go can take longer for one run than for the next (a thread busy, a
-    loaded event loop): so a run the gate let go carries the latest time it may call its
-    function, counted from when the gate call was sent (the gate decided after that)."""
+def admit_first(fake: fakeredis.FakeRedis, task: str, gate_delay: float = 0.0
+                ) -> tuple[float, float, Admission]:
+    """Schedule a due timer of ``task``, claim it and ask the flow gate about its run, the
+    gate call taking ``gate_delay`` s more; (monotonic before, after the ask, the word)."""
     with timers.Timers(fake) as producer:
         producer.schedule(task, [1], in_=-1, id="r0")
 
-    async def scenario() -> tuple[float, float, Any]:
+    async def scenario() -> tuple[float, float, Admission]:
         client = fakeredis.FakeAsyncRedis(server=fake.connection_pool.connection_kwargs[
             "server"])
         scripts = Scripts(client, Keyspace())
@@ -232,7 +229,7 @@ def test_a_run_a_rate_lets_go_must_start_within_the_window_of_its_gate_call(
         gate = scripts.gate
 
         async def slow_gate(*args: Any, **kwargs: Any) -> Any:
-            await asyncio.sleep(SLOW)  # a round trip on a loaded machine: decided meanwhile
+            await asyncio.sleep(gate_delay)  # a round trip on a loaded machine
             return await gate(*args, **kwargs)
 
         scripts.gate = slow_gate  # type: ignore[method-assign]
@@ -242,7 +239,18 @@ def test_a_run_a_rate_lets_go_must_start_within_the_window_of_its_gate_call(
         await client.aclose()
         return before, after, admission
 
-    before, after, admission = asyncio.run(scenario())
+    return asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("task", ["d.paced", "d.rated"])
+def test_a_run_a_rate_lets_go_must_start_within_the_window_of_its_gate_call(
+        fake: fakeredis.FakeRedis, task: str) -> None:
+    """The gate lets a rate's runs go an interval apart on the Redis clock; the listener's
+    dispatch after the go can take longer for one run than for the next (a thread busy, a
+    loaded event loop): so a run the gate let go carries the latest time it may call its
+    function, counted from when the gate call was sent (the gate decided after that). So
+    does a run of a key whose limit is 1: handed back, it keeps the key's one slot."""
+    before, after, admission = admit_first(fake, task, SLOW)
     assert admission.held is None
     assert admission.start_by is not None
     assert after - before >= SLOW
@@ -254,20 +262,6 @@ def test_a_run_holding_one_of_several_slots_of_its_key_has_no_start_window(
         fake: fakeredis.FakeRedis) -> None:
     """Handed back late, a run of a key with a limit of 2 would start after a later run of
     its key that took the other slot meanwhile (FIFO per key): it starts however late."""
-    with timers.Timers(fake) as producer:
-        producer.schedule("d.paired", [1], in_=-1, id="p0")
-
-    async def scenario() -> Any:
-        client = fakeredis.FakeAsyncRedis(server=fake.connection_pool.connection_kwargs[
-            "server"])
-        scripts = Scripts(client, Keyspace())
-        flow = FlowGate(scripts, 30.0, on_held=lambda count: None, shards=1, shard=0)
-        reply = await scripts.claim(limit=5, lease_ms=30_000, horizon_ms=0, listener_id="me")
-        run = Run.parse(*reply[3:6])
-        admission = await flow.admit(run, run.record(), policy_of(paired_and_rated))
-        await client.aclose()
-        return admission
-
-    admission = asyncio.run(scenario())
+    _, _, admission = admit_first(fake, "d.paired")
     assert admission.held is None
     assert admission.start_by is None
