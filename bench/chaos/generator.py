@@ -104,7 +104,7 @@ def workload(seed: int, profile: Profile) -> list[Op]:
         ops.append(_plain(rng, ids, t, profile.plain_per_2s))
         t += 2.0
     for task, first, every in ((KEYFN, 2.0, 8.0), (KEYARG, 4.0, 8.0), (KEYASYNC, 6.0, 8.0),
-                               (KEYRATED, 7.0, 10.0)):
+                               (KEYRATED, 7.0, 12.0)):
         t = first
         while t < end:
             ops.append(_keyed(rng, ids, t, task, profile))
@@ -150,14 +150,17 @@ def _plain(rng: random.Random, ids: _Seqs, at: float, n: int) -> Op:
 
 def _keyed(rng: random.Random, ids: _Seqs, at: float, task: str, profile: Profile) -> Op:
     """A wave of commands: ``profile.commands`` per device, 0.3 s apart from a due time of
-    its own, each working 0.4 to 1.6 s; one at a time per device."""
+    its own, each working 0.4 to 1.6 s (0.05 to 0.3 s for :data:`KEYRATED`, whose rate
+    also holds them back: with longer work its waves came faster than it ran them, and
+    the last ones were still waiting when the run ended); one at a time per device."""
     specs = []
     for device in range(profile.devices):
         key = f"{KEY_PREFIX[task]}:{device}"
         first = rng.uniform(1.5, 3.0)
         for j in range(profile.commands):
             seq = ids.next_seq(key)
-            seconds = round(rng.uniform(0.4, 1.6), 2)
+            seconds = round(rng.uniform(0.05, 0.3) if task == KEYRATED
+                            else rng.uniform(0.4, 1.6), 2)
             tid = ids.next_id(f"k{KEY_PREFIX[task][0]}")
             if task == KEYARG:  # a sharded prefix keeps a keyed timer in its key's shard
                 tid += "{" + key + "}"
