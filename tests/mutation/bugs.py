@@ -256,6 +256,16 @@ BUGS: tuple[Bug, ...] = (
         "            elif job.start_by is not None and time.monotonic() > job.start_by + 60:\n",
         "invariant 3: a rate's run whose thread took it up past its start window is called "
         "anyway, as close to the rate's next start as its dispatch lag brings it"),
+    Bug("floor-holds-pacer", LUA + "claim.lua",
+        "    and redis.call('HEXISTS', sys_key(ARGV[1], 'parked'), id) == 0\n",
+        "    and true\n",
+        "Cluster rule 5: a promoted timer (its rate's pacer) waits for the floor, which the "
+        "timers its rate holds may keep down: every claim of the prefix stops"),
+    Bug("floor-counts-rate-waits", LUA + "park.lua",
+        "        if not note or string.sub(note, 1, 2) ~= 'r|'\n",
+        "        if true\n",
+        "Cluster rule 5: a timer held for its rate lowers the other shards' floor to its "
+        "due time: their keyed timers wait for its rate's queue to drain"),
     Bug("rate-window-dropped", LISTENER + "flow_gate.py",
         "if spec.rate and window is not None and (not spec.key",
         "if False and (not spec.key",

@@ -28,7 +28,7 @@ from timers.model.keys import Keyspace
 from timers.model.policy import policy_of
 from timers.model.runs import Run
 from timers.ops.shards import ShardLayout, shard_of_key
-from timers.store.scripts import Arrival, Departure, NewTimer, Scripts, Settle
+from timers.store.scripts import Arrival, Departure, GateRun, NewTimer, Scripts, Settle
 
 SHARDS = ShardLayout(Keyspace("{timers}"), 2, "timers").keyspaces
 THREE = ShardLayout(Keyspace("{timers}"), 3, "timers").keyspaces
@@ -44,6 +44,14 @@ def device_command(device: int) -> None:
 @timers.task(rate="600/m")
 def paced() -> None:
     """Ten starts a second."""
+
+
+RATED_TASK = "tests.unit.test_placement.rated_command"
+
+
+@timers.task(concurrency=1, key=lambda device: f"rdev:{device}", rate="4/s")
+def rated_command(device: int) -> None:
+    """One command at a time per device, four starts a second in all."""
 
 
 def _device_in(shard: int) -> int:
@@ -354,6 +362,41 @@ def test_a_stale_entry_of_the_order_barrier_does_not_hold_the_floor(
     fake.hdel(SHARDS[0].running_records, token)  # its run is gone (ended, handed on)
     fake.zrem(SHARDS[0].running, token)
     assert _floor(source) > now
+
+
+def test_a_timer_waiting_for_its_rate_does_not_hold_the_floor(
+        fake: fakeredis.FakeRedis, shards: tuple[Scripts, Scripts]) -> None:
+    """A keyed task's timer held for its rate has entered its key's order (its note in the
+    order barrier, ``r|``): it does not hold the other shards' keyed timers back. It did:
+    the floor read its note's due time, earlier than the rate's next slot, where its
+    timer, the rate's pacer, is pending. So the other shards' timers due in between
+    waited for it, and it waited for them (its claim held by their floor): every claim
+    of the prefix stopped (the chaos checker on Cluster, a task with a key and a rate)."""
+    source, target = shards
+    device, now = _device_in(1), _now_ms(fake)
+    source.schedule([NewTimer("r1", f"{RATED_TASK}:[{device}]", "at", now - 3000, "n"),
+                     NewTimer("r2", f"{RATED_TASK}:[{device + 1}]", "at", now - 2900, "n")])
+    target.schedule([NewTimer("later", f"{TASK}:[{device}]", "at", now - 2000, "n")])
+    tasks = [RATED_TASK, TASK]
+    runs = source.claim(limit=10, lease_ms=LEASE_MS, horizon_ms=0, listener_id="h:1:x",
+                        keyed_tasks=tasks, floor=None)
+    claimed = [Run.parse(*runs[i:i + 3]) for i in range(3, len(runs), 3)]
+    assert _ids(claimed) == ["r1", "r2"]
+    rate = ("task:" + RATED_TASK, 250, 1)
+    assert [as_text(status) for status in source.gate(LEASE_MS, [
+        GateRun(run.token, f"rdev:{device + n}", 1, *rate) for n, run in enumerate(claimed)
+    ])] == ["go", "wait"]
+    # r2 waits for the rate (its pacer, pending at the rate's next slot, 250 ms on)
+    assert int(source.floor(["default"], tasks)) > now
+    reply = target.claim(limit=10, lease_ms=LEASE_MS, horizon_ms=0, listener_id="h:1:x",
+                         keyed_tasks=tasks, floor=int(source.floor(["default"], tasks)))
+    assert [Run.parse(*reply[i:i + 3]).escaped_id for i in range(3, len(reply), 3)] == [
+        "later"]
+    # and the rate's pacer waits for no floor: it entered its order when it was queued
+    reply = source.claim(limit=10, lease_ms=LEASE_MS, horizon_ms=1000, listener_id="h:1:x",
+                         keyed_tasks=tasks, floor=now - 2500)
+    assert [Run.parse(*reply[i:i + 3]).escaped_id for i in range(3, len(reply), 3)] == [
+        "r2"]
 
 
 def _lane_for(record: str, until: Callable[[list[int], list[Run]], bool]

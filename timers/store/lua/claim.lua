@@ -89,10 +89,15 @@ local function note_keyed(token, run)
 end
 
 -- Whether a pending timer of a keyed task (no key of its own) due at `due` waits for the
--- floor (ARGV[8]): an earlier one of its task has not entered its limit's order yet.
-local function below_floor(record, due)
+-- floor (ARGV[8]): an earlier one of its task has not entered its limit's order yet. A
+-- promoted timer (P|parked: a key's slot kept for it, or its rate's next slot) entered its
+-- order when it was queued: it never waits (the rate's pacer, pending at its slot, would
+-- wait for the other shards' timers due before that, which may wait for the timers its
+-- rate holds: every claim stopped, Cluster rule 5).
+local function below_floor(id, record, due)
   return floor ~= nil and tonumber(due) > floor and keyed[record_task(record)]
     and not record_option(record, 'k')
+    and redis.call('HEXISTS', sys_key(ARGV[1], 'parked'), id) == 0
 end
 
 -- Whether a keyed timer named by an event (a keyed task's, or with a key of its own) would
@@ -232,7 +237,7 @@ local function claim_named()
     local score = scores[id] and tonumber(scores[id])
     if score and score <= horizon and not (only_declared
         and not only_declared(ARGV[1] .. id .. ':' .. records[i]))
-        and not below_floor(records[i], score) and not jumps_queue(records[i], score) then
+        and not below_floor(id, records[i], score) and not jumps_queue(records[i], score) then
       takes[#takes + 1] = {id, string.format('%.0f', score), 'e', records[i]}
     end
   end
@@ -280,7 +285,7 @@ local function claim_due(index, low, high)
   for i, id in ipairs(ids) do
     if records[i] then
       if (not only_declared or only_declared(ARGV[1] .. id .. ':' .. records[i]))
-          and not below_floor(records[i], due[2 * i]) then
+          and not below_floor(id, records[i], due[2 * i]) then
         takes[#takes + 1] = {id, due[2 * i], 's', records[i]}
       end
     else

@@ -96,12 +96,27 @@ if ARGV[2] == 'floor' then
       if stop then break end
     end
   end
+  -- Of each task's order barrier, the first entry not held for its rate: a timer waiting
+  -- for its rate (`r|`) has entered its limit's order, here (a task's rate places its
+  -- timers in one shard), so it holds nothing back elsewhere. (Counted at its own due
+  -- time, before the slot its rate's pacer is pending at, it held the other shards' timers
+  -- due in between, for as long as its rate's queue took to drain.) Past FLOOR_READ *
+  -- FLOOR_PAGES entries held for their rate, the due time reached.
+  local notes = sys_key(ARGV[1], 'ungatedt')
   for i = 4, #ARGV do
     local record = ARGV[i] .. ':null'
-    if barred(ARGV[1], '', record, math.huge, now) then
-      local head = redis.call('ZRANGE', flow_key(ARGV[1], 'ungated', barrier_of(record)), 0,
-        0, 'WITHSCORES')
-      floor = math.min(floor, math.fmod(tonumber(head[2]), FLOW_DUE_SPAN))
+    if barred(ARGV[1], '', record, math.huge, now) then  -- (a stale head dropped)
+      local entries = redis.call('ZRANGE', flow_key(ARGV[1], 'ungated', barrier_of(record)),
+        0, FLOOR_READ * FLOOR_PAGES - 1, 'WITHSCORES')
+      for j = 1, #entries, 2 do
+        local due = math.fmod(tonumber(entries[j + 1]), FLOW_DUE_SPAN)
+        local note = redis.call('HGET', notes, entries[j])
+        if not note or string.sub(note, 1, 2) ~= 'r|'
+            or (j == #entries - 1 and #entries == 2 * FLOOR_READ * FLOOR_PAGES) then
+          floor = math.min(floor, due)
+          break
+        end
+      end
     end
   end
   return string.format('%.0f', floor)
