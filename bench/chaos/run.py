@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import random
 import shutil
 import subprocess
@@ -242,7 +243,12 @@ def run(seed: int, profile: Profile, topology: str = "server", binary: str | Non
                 time.sleep(0.5)
             else:
                 problems.append(f"not settled {profile.drain_seconds:g} s after the workload "
-                                f"(what never completed counts as lost)")
+                                f"(what never completed counts as lost; the servers' keys "
+                                f"as they were then: {UNSETTLED})")
+                try:
+                    snapshot(world.url, workdir / UNSETTLED)
+                except Exception as exc:  # the verdict matters more than the snapshot
+                    problems.append(f"the servers' keys could not be read: {exc!r}")
             bad.settle()
             time.sleep(0.6)  # a revival under way ends
             problems += world.check_alive()
@@ -277,6 +283,37 @@ def run(seed: int, profile: Profile, topology: str = "server", binary: str | Non
                       problems, history.moves, timeline, workdir, time.monotonic() - begun_wall)
     _keep(outcome, keep)
     return outcome
+
+
+UNSETTLED = "redis-unsettled.json"
+"""Where a run that did not settle writes the servers' keys (kept with the ledger)."""
+
+
+def snapshot(url: str, path: Path) -> None:
+    """Every key of the server (every primary of a cluster) at ``url`` as JSON, by name:
+    its type and its value (a zset as [member, score] pairs), to read what kept a timer
+    from running: its key's slots, queue and order barrier."""
+    def text(value: bytes | str) -> str:
+        return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+
+    out: dict[str, dict[str, object]] = {}
+    with Timers(url) as timers:
+        client = timers.redis
+        for name in client.scan_iter(count=1000):
+            kind = text(client.type(name))
+            value: object = None
+            if kind == "string":
+                value = text(client.get(name))
+            elif kind == "hash":
+                value = {text(k): text(v) for k, v in client.hgetall(name).items()}
+            elif kind == "zset":
+                value = [[text(m), score] for m, score in client.zrange(name, 0, -1,
+                                                                      withscores=True)]
+            elif kind in ("set", "list"):
+                value = sorted(text(m) for m in (client.smembers(name) if kind == "set"
+                                                 else client.lrange(name, 0, -1)))
+            out[text(name)] = {"type": kind, "value": value}
+    path.write_text(json.dumps(out, sort_keys=True, indent=0))
 
 
 def _wait_listeners(world: World) -> None:
