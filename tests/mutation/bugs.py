@@ -266,6 +266,11 @@ BUGS: tuple[Bug, ...] = (
         "        if true\n",
         "Cluster rule 5: a timer held for its rate lowers the other shards' floor to its "
         "due time: their keyed timers wait for its rate's queue to drain"),
+    Bug("ended-ungated-keeps-flow", LUA + "finish.lua",
+        "    if id then leave_flow(token, id) end\n",
+        "    if false then leave_flow(token, id) end\n",
+        "T28: a promoted timer whose run ends before its gate (missed, refused, ended from a "
+        "dead process's journal) keeps its key's slot: the key runs nothing more"),
     Bug("rate-window-dropped", LISTENER + "flow_gate.py",
         "if spec.rate and window is not None and (not spec.key",
         "if False and (not spec.key",

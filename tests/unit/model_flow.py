@@ -979,6 +979,23 @@ class World:
             if handed.token in listener.nexts:  # not taken back with a run held at its gate
                 self.check_fifo(handed, "next in line")
 
+    def end_before_gate(self, listener: VListener, token: str, kind: str) -> None:
+        """The executor ends a claimed run, come due, before its gate (T28): ``dead`` (it
+        missed its max lateness, its task was refused), or ``ok`` when an earlier run of
+        the same schedule returned (a rerun ended the same way as that run, from the
+        journal of its process: ``Lane.start``). Its task does not run; a run next in
+        line after it goes on as after any ending (``returns``)."""
+        run, _ = listener.claimed[token]
+        timer = self.timers[run.timer_id]
+        if run.due_ms > self.now or (kind == "ok" and not any(
+                m.timer_id == run.timer_id and m.incarnation == timer.incarnation
+                and m.returned and m.token != token for m in self.runs.values())):
+            return
+        del listener.claimed[token]
+        listener.executing[token] = run
+        self.note(f"{listener.id} ends {run.timer_id} token {token} before its gate: {kind}")
+        self.finish(listener, token, kind, 0)
+
     def _ended(self, timer: TimerModel, kind: str, ending: tuple[str, str, str, str],
                delay_ms: int, crashed: bool) -> None:
         timer.ended += 1

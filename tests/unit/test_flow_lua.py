@@ -236,6 +236,59 @@ def test_cancelling_a_promoted_timer_passes_its_slot_on(
     assert next_.timer_id == "t2" and gate(s, [next_], key="k", limit=1) == ["go"]
 
 
+ENDED_UNGATED = {
+    "ok": ("ok", "", ""),  # ended the same way as the run a dead process had finished
+    "dead": ("fail", "{id}:{token}", "{{}}"),  # missed its max lateness, task refused
+    "retry": ("retry", "{id}:t.f;a=1:", "60000"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(ENDED_UNGATED))
+def test_a_promoted_timer_ended_before_its_gate_lets_its_keys_next_timer_go(
+        s: Scripts, fake: fakeredis.FakeRedis, kind: str) -> None:
+    for i in range(3):
+        add(s, f"t{i}", "t.f:", -30 + i)
+    a, b, c = claim(s)
+    gate(s, [a, b, c], key="k", limit=1)
+    finish(s, a)  # t1 promoted, the key's one slot kept for it
+    [b_run] = claim(s)
+    assert b_run.timer_id == "t1"
+    how, first, second = ENDED_UNGATED[kind]
+    s.finish(retention_ms=1000, endings=[(
+        b_run.token, how, first.format(id="t1", token=b_run.token), second)])
+    assert fake.hget(KS.parked, "t1") is None
+    [c_run] = claim(s)  # before: nothing, ever (the kept slot held the key)
+    assert c_run.timer_id == "t2" and gate(s, [c_run], key="k", limit=1) == ["go"]
+
+
+def test_a_pacer_ended_before_its_gate_hands_its_rates_next_slot_on(
+        s: Scripts, fake: fakeredis.FakeRedis, clock: VirtualClock) -> None:
+    for i in range(3):
+        add(s, f"t{i}", "t.f:", -40 + i)
+    gate(s, claim(s), rate="r", interval_ms=1, burst=1)
+    clock.ms = slot_of(fake, "t1")
+    [pacer] = claim(s)
+    finish(s, pacer)  # ended the same way as a run a dead process had finished
+    assert fake.hget(KS.rate("r"), "pacer") in (None, b"t2")
+    clock.ms += 10
+    [after] = claim(s)  # before: the rate's queue waited for a pacer that had ended
+    assert after.timer_id == "t2" and gate(s, [after], rate="r", interval_ms=1,
+                                           burst=1) == ["go"]
+
+
+def test_an_ending_before_its_gate_leaves_a_newer_timer_of_its_id_its_kept_slot(
+        s: Scripts, fake: fakeredis.FakeRedis) -> None:
+    for i in range(3):
+        add(s, f"t{i}", "t.f:", -30 + i)
+    a, b, c = claim(s)
+    gate(s, [a, b, c], key="k", limit=1)
+    finish(s, a)
+    [b_run] = claim(s)
+    add(s, "t1", "t.f:", -1)  # scheduled again while its run is claimed
+    finish(s, b_run)
+    assert fake.zscore(KS.slots("k"), "w:t1") is not None  # nothing of the new t1 touched
+
+
 def test_a_gate_for_a_run_whose_id_was_scheduled_again_drops_it(s: Scripts) -> None:
     add(s, "a", "t.f:", -20)
     add(s, "b", "t.f:", -10)

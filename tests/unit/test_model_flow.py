@@ -187,6 +187,15 @@ class FlowModel(RuleBasedStateMachine):
             tokens = sorted(listener.executing)
             self.world.finish(listener, tokens[j % len(tokens)], kind, delay, gate)
 
+    @rule(i=pick, j=pick, kind=st.sampled_from(["ok", "dead"]))
+    def end_before_gate(self, i: int, j: int, kind: str) -> None:
+        """A claimed run ends before its gate (T28): missed, refused, or ended the same
+        way as an earlier run of it that returned in a process now gone."""
+        listener = self._listener(i)
+        if listener is not None and listener.claimed:
+            tokens = sorted(listener.claimed, key=int)
+            self.world.end_before_gate(listener, tokens[j % len(tokens)], kind)
+
     @rule(i=pick)
     def renew(self, i: int) -> None:
         listener = self._listener(i)
@@ -718,6 +727,31 @@ def test_a_promoted_timer_gives_its_kept_slot_to_one_ahead_that_came_since(
         wait(world, 10, l1, l2)
     assert broken(world, "fifo") == []
     assert world.timers["t004"].status == "done" and world.timers["t005"].status == "done"
+
+
+def test_a_promoted_timer_ended_before_its_gate_lets_its_key_go_on(world: World) -> None:
+    """A promoted timer (T11: its key's slot kept for it) whose run ends before its gate
+    (T28: its task missed its max lateness or was refused, or its run had ended in a
+    process now gone) gives the kept slot on: the key's later timer runs (before: the slot
+    held the key, and the key ran nothing more; the chaos checker's seed 63)."""
+    world.fenced = True
+    l1, l2 = world.spawn((DEFAULT_GROUP,)), world.spawn((DEFAULT_GROUP,))
+    world.schedule(PLAIN, DEFAULT_GROUP, 0, "k1", -50)  # t000 holds k1
+    for _ in range(3):  # t001 to t003: l1 has no room left when t000 ends
+        world.schedule(PLAIN, DEFAULT_GROUP, 0, "", -50)
+    world.claim(l1, 5, 0, False)
+    world.start_due(l1)
+    world.schedule(PLAIN, DEFAULT_GROUP, 0, "k1", -40)  # t004 waits for k1
+    world.schedule(PLAIN, DEFAULT_GROUP, 0, "k1", -30)  # t005 behind it
+    world.claim(l2, 5, 0, False)
+    world.start_due(l2)
+    holder = next(t for t, r in l1.executing.items() if r.timer_id == "t000")
+    world.finish(l1, holder, "ok", 0)  # nobody takes t004 over: promoted, its slot kept
+    world.claim(l2, 5, 0, False)
+    promoted = next(t for t, (r, _) in l2.claimed.items() if r.timer_id == "t004")
+    world.end_before_gate(l2, promoted, "dead")
+    drain(world, l2, 6)
+    assert world.timers["t005"].status == "done"
 
 
 @pytest.mark.parametrize("rated_run", ["handed", "next in line"])

@@ -215,6 +215,10 @@ for i = FIRST, #ARGV, STRIDE do  -- each run's group, the slot it holds, where i
       need(flow_key(ARGV[1], 'ungated', barrier_of(run_record)))
     end
     need_release(ARGV[1], token)
+    if kind ~= 'release' then  -- leave_flow: what flow control kept for its timer
+      local id = select(4, run_read(redis.call('HGET', sys_key(ARGV[1], 'runrec'), token)))
+      if id then need_unpark(ARGV[1], id) end
+    end
     if kind == 'release' and ARGV[i + 3] ~= '' then need_release(ARGV[1], ARGV[i + 3]) end
     if kind == 'retry' or kind == 'move' or kind == 'wait' then
       local id, record = string.match(a, '^([^:]+):(.*)$')
@@ -288,6 +292,24 @@ local function unlease(token)
 end
 
 local slots_held = redis.call('EXISTS', sys_key(ARGV[1], 'held')) == 1
+local any_parked = redis.call('EXISTS', sys_key(ARGV[1], 'parked')) == 1
+
+-- A run that ends without having passed its gate (ended the same way as the run a dead
+-- process of its host had finished, missed, refused, moved) leaves what flow control kept
+-- for its timer: the slot of its key kept for it since it was promoted ("w:<id>"), or its
+-- rate's next slot (its pacer). Both go on to the next in line (unpark), else they would
+-- hold the key or the rate until a gate of that key or rate came by, and none comes while
+-- every later timer waits in their queue (T25). Not when a newer timer has the id: one
+-- pending again (its record in KEYS[7]) or claimed (its own note in the order barrier).
+local function leave_flow(token, id)
+  if redis.call('HEXISTS', sys_key(ARGV[1], 'parked'), id) == 0
+      or redis.call('HEXISTS', KEYS[7], id) == 1 then
+    return
+  end
+  local note = redis.call('HGET', sys_key(ARGV[1], 'ungatedt'), id)
+  if note and note ~= token and not string.match(note, '^[pr]|') then return end
+  unpark(ARGV[1], id)
+end
 
 local kept = 0  -- history records to write, as HSET arguments (one call)
 local history_texts = {}
@@ -325,6 +347,10 @@ local function end_run(token, kind, a, b, release, hid, htext, hage, hindexed)
         drop_ungated(ARGV[1], id, record)
       end
     end
+  end
+  if any_parked and kind ~= 'release' then
+    local id = select(4, run_read(redis.call('HGET', KEYS[2], token)))
+    if id then leave_flow(token, id) end
   end
   redis.call('HDEL', KEYS[2], token)
   if hid ~= '' and keep_history then
