@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import redis.asyncio
 
 from timers.listener import events
@@ -41,7 +42,9 @@ def test_the_listener_finds_redis_py_hiredis_parser_and_its_sentinel() -> None:
     assert events._NOT_ENOUGH_DATA is NOT_ENOUGH_DATA
 
 
-def test_a_reply_already_read_is_taken_from_the_connections_reader() -> None:
+def test_a_reply_already_read_is_taken_from_the_connections_reader(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(events, "FAST_READ", True)  # on, in CI's run with the tricks off
     connection = _connection()
     subscription = Subscription(connection)
     reader = connection._parser._reader

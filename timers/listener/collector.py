@@ -22,12 +22,17 @@ from __future__ import annotations
 
 import gc
 
+from timers import speed
+
 YOUNG_THRESHOLD = 7_000
 """Container objects allocated (less those freed) between two young collections."""
 
 
 def tune() -> None:
-    """Collect, freeze what the process holds now, and raise the young threshold."""
+    """Collect, freeze what the process holds now, and raise the young threshold (not with
+    the speed trick ``gc`` off: :mod:`timers.speed`)."""
+    if not speed.on("gc"):
+        return
     _, older, oldest = gc.get_threshold()
     gc.collect()  # garbage frozen would never be freed
     gc.freeze()

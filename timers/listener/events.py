@@ -42,6 +42,7 @@ try:
 except ImportError:  # pragma: no cover - a redis-py whose hiredis reader says False
     _NOT_ENOUGH_DATA = False
 
+from timers import speed
 from timers.exceptions import MalformedTimerKey, TaskRefused
 from timers.listener.due_tracker import DueTracker
 from timers.listener.retrying import RETRYABLE, ConnectionState, Outage, ReconnectDelays, pause
@@ -344,6 +345,8 @@ class EventSource:
 
 NO_REPLY: Any = object()
 """From :func:`buffered_reply`: no whole reply in hand."""
+FAST_READ = speed.on("reader")
+"""Whether :func:`buffered_reply` reads hiredis' reader (the speed trick ``reader``)."""
 
 
 def buffered_reply(pubsub: Any) -> Any:
@@ -354,8 +357,10 @@ def buffered_reply(pubsub: Any) -> Any:
     of messages, and redis-py's ``get_message`` costs far more per message than parsing it
     (a health check, a retry wrapper, a timeout context, its metrics hook, several
     coroutines): the listener takes the replies hiredis has parsed straight from its
-    reader. With another parser, always :data:`NO_REPLY`: ``get_message`` reads
-    everything."""
+    reader. With another parser, or the trick off (:data:`FAST_READ`), always
+    :data:`NO_REPLY`: ``get_message`` reads everything."""
+    if not FAST_READ:
+        return NO_REPLY
     parser = getattr(pubsub.connection, "_parser", None)
     reader = (getattr(parser, "_reader", None)
               if _HIREDIS_PARSER is not None and isinstance(parser, _HIREDIS_PARSER)

@@ -13,6 +13,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, TypeVar
 
+from timers import speed
+
 T = TypeVar("T")
 
 _MISSING = object()
@@ -21,7 +23,8 @@ _MISSING = object()
 def fast_init(cls: type[T]) -> type[T]:
     """Give the frozen dataclass ``cls`` an ``__init__`` that fills ``__dict__`` directly.
     Refuses (TypeError) what it does not reproduce: slots, ``__post_init__``, keyword-only
-    or non-init fields, ``InitVar`` and ``ClassVar``."""
+    or non-init fields, ``InitVar`` and ``ClassVar``. With the speed trick ``init`` off
+    (:mod:`timers.speed`) ``cls`` keeps the dataclass's own, once checked."""
     params = getattr(cls, "__dataclass_params__", None)
     if params is None or not params.frozen:
         raise TypeError(f"{cls.__name__} is not a frozen dataclass")
@@ -46,6 +49,8 @@ def fast_init(cls: type[T]) -> type[T]:
         else:
             args.append(name)
             body.append(f"    d[{name!r}] = {name}")
+    if not speed.on("init"):
+        return cls
     source = "\n".join([f"def __init__(self, {', '.join(args)}):", "    d = self.__dict__",
                         *body])
     exec(source, namespace)

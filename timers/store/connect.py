@@ -23,6 +23,7 @@ import redis.backoff
 import redis.retry
 from redis.driver_info import DriverInfo
 
+from timers import speed
 from timers.exceptions import TimersError
 from timers.store import cluster, sentinel
 
@@ -194,8 +195,10 @@ class ScriptConnection:
     @classmethod
     def of(cls, client: object) -> ScriptConnection | None:
         """One for a client :func:`sync_client` made for a plain ``redis://`` URL (not
-        a test server, cluster or Sentinel), or None."""
-        if type(client) is not redis.Redis or client.connection is not None:
+        a test server, cluster or Sentinel), or None (and with the speed trick
+        ``connections`` off)."""
+        if (type(client) is not redis.Redis or client.connection is not None
+                or not speed.on("connections")):
             return None
         pool = client.connection_pool
         if (type(pool) is not redis.BlockingConnectionPool
@@ -251,8 +254,10 @@ class AsyncScriptConnection:
 
     @classmethod
     def of(cls, client: object) -> AsyncScriptConnection | None:
-        """One for a client :func:`async_client` made for a plain URL, or None."""
+        """One for a client :func:`async_client` made for a plain URL, or None (and with
+        the speed trick ``connections`` off)."""
         if (type(client) is not redis.asyncio.Redis or client.single_connection_client
+                or not speed.on("connections")
                 or type(client.connection_pool) is not redis.asyncio.BlockingConnectionPool):
             return None
         return cls(client)

@@ -30,10 +30,14 @@ import redis.asyncio
 import redis.exceptions
 from redis.asyncio.connection import AbstractConnection, UnixDomainSocketConnection, parse_url
 
+from timers import speed
 from timers.store import cluster, sentinel
 from timers.store.connect import RECONNECTS, configured_url
 
 TCP_ONLY = ("socket_keepalive", "socket_keepalive_options", "socket_type")
+PACK_IN_C = speed.on("packing")
+"""Whether the listener's connections pack commands with hiredis (the speed trick
+``packing``); without it, redis-py packs them."""
 
 
 def listener_client(url: str) -> redis.asyncio.Redis:
@@ -84,8 +88,8 @@ class _ListenerConnection:
 
     def pack_command(self, *args: Any) -> list[bytes]:
         first = args[0]
-        if (isinstance(first, str) and " " not in first) or (
-                isinstance(first, bytes) and b" " not in first):
+        if PACK_IN_C and ((isinstance(first, str) and " " not in first) or (
+                isinstance(first, bytes) and b" " not in first)):
             try:
                 return [hiredis.pack_command(args)]
             except TypeError:
@@ -147,8 +151,10 @@ class ReservedConnection:
     @classmethod
     def of(cls, client: object) -> ReservedConnection | None:
         """One for a client :func:`listener_client` made for a plain ``redis://`` or
-        ``unix://`` URL (not a cluster, Sentinel or a client given by the app), else None."""
-        if type(client) is not redis.asyncio.Redis or client.single_connection_client:
+        ``unix://`` URL (not a cluster, Sentinel or a client given by the app), else None
+        (and with the speed trick ``connections`` off)."""
+        if (type(client) is not redis.asyncio.Redis or client.single_connection_client
+                or not speed.on("connections")):
             return None
         pool = client.connection_pool
         if type(pool) is not redis.asyncio.ConnectionPool or not issubclass(
