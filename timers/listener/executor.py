@@ -223,10 +223,7 @@ class Executor:
         if outcome.kind == "revoked":  # a run next in line that did not start (the run
             # before it did not, or its listener stalled)
             log.debug("timer %s not started: %s", run.timer_id, outcome.message)
-            own = self.turns.of(run.token)
-            if own is not None and own.taken_back:  # back in its key's queue already
-                return Executed(None, None)
-            return Executed(_released(run), None)
+            return self._unstarted(run)
         if outcome.kind == "taken":  # another listener took the run over: nothing to write
             return Executed(None, None)
         if outcome.kind == "passed" and attempt.record is not None:
