@@ -224,13 +224,19 @@ def test_cancelling_a_waiting_timer_takes_it_out_of_its_queue(
     assert claim(s) == []
 
 
-def test_cancelling_a_promoted_timer_passes_its_slot_on(
-        s: Scripts, fake: fakeredis.FakeRedis) -> None:
+def promote_t1(s: Scripts) -> None:
+    """Timers t0 to t2 of key "k" (limit 1): t0 ran, t1 is promoted (its slot kept), t2
+    waits."""
     for i in range(3):
         add(s, f"t{i}", "t.f:", -30 + i)
     a, b, c = claim(s)
     gate(s, [a, b, c], key="k", limit=1)
-    finish(s, a)  # b promoted, a slot kept for it
+    finish(s, a)
+
+
+def test_cancelling_a_promoted_timer_passes_its_slot_on(
+        s: Scripts, fake: fakeredis.FakeRedis) -> None:
+    promote_t1(s)
     assert s.cancel("t1") == 1
     [next_] = claim(s)
     assert next_.timer_id == "t2" and gate(s, [next_], key="k", limit=1) == ["go"]
@@ -246,11 +252,7 @@ ENDED_UNGATED = {
 @pytest.mark.parametrize("kind", sorted(ENDED_UNGATED))
 def test_a_promoted_timer_ended_before_its_gate_lets_its_keys_next_timer_go(
         s: Scripts, fake: fakeredis.FakeRedis, kind: str) -> None:
-    for i in range(3):
-        add(s, f"t{i}", "t.f:", -30 + i)
-    a, b, c = claim(s)
-    gate(s, [a, b, c], key="k", limit=1)
-    finish(s, a)  # t1 promoted, the key's one slot kept for it
+    promote_t1(s)  # the key's one slot kept for t1
     [b_run] = claim(s)
     assert b_run.timer_id == "t1"
     how, first, second = ENDED_UNGATED[kind]
@@ -278,11 +280,7 @@ def test_a_pacer_ended_before_its_gate_hands_its_rates_next_slot_on(
 
 def test_an_ending_before_its_gate_leaves_a_newer_timer_of_its_id_its_kept_slot(
         s: Scripts, fake: fakeredis.FakeRedis) -> None:
-    for i in range(3):
-        add(s, f"t{i}", "t.f:", -30 + i)
-    a, b, c = claim(s)
-    gate(s, [a, b, c], key="k", limit=1)
-    finish(s, a)
+    promote_t1(s)
     [b_run] = claim(s)
     add(s, "t1", "t.f:", -1)  # scheduled again while its run is claimed
     finish(s, b_run)

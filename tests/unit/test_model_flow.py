@@ -700,11 +700,9 @@ def test_a_keyed_timer_waiting_for_its_rate_keeps_its_place_in_its_keys_order(
     assert [world.timers[t].status for t in ("t000", "t001", "t002")] == ["done"] * 3
 
 
-def test_a_promoted_timer_gives_its_kept_slot_to_one_ahead_that_came_since(
-        world: World) -> None:
-    """A slot kept for a promoted timer (T11) goes to a timer of the key ahead of it that
-    came to wait before it was claimed (a higher priority): the promoted one waits in its
-    place (before: it took the slot over the one ahead)."""
+def promote_t004(world: World) -> tuple[VListener, VListener]:
+    """Listeners l1 and l2; t000 of key k1 ends on l1, which has no room left: t004, which
+    waited for k1, is promoted (T11: pending again, the key's slot kept for it)."""
     world.fenced = True
     l1, l2 = world.spawn((DEFAULT_GROUP,)), world.spawn((DEFAULT_GROUP,))
     world.schedule(PLAIN, DEFAULT_GROUP, 0, "k1", -50)  # t000 holds k1
@@ -717,6 +715,15 @@ def test_a_promoted_timer_gives_its_kept_slot_to_one_ahead_that_came_since(
     world.start_due(l2)
     holder = next(t for t, r in l1.executing.items() if r.timer_id == "t000")
     world.finish(l1, holder, "ok", 0)  # nobody takes t004 over: promoted, its slot kept
+    return l1, l2
+
+
+def test_a_promoted_timer_gives_its_kept_slot_to_one_ahead_that_came_since(
+        world: World) -> None:
+    """A slot kept for a promoted timer (T11) goes to a timer of the key ahead of it that
+    came to wait before it was claimed (a higher priority): the promoted one waits in its
+    place (before: it took the slot over the one ahead)."""
+    l1, l2 = promote_t004(world)
     world.schedule(PLAIN, DEFAULT_GROUP, 5, "k1", -10)  # t005: ahead of t004 (priority)
     world.park(l2, 10)  # t005 waits for k1
     for _ in range(4):
@@ -734,19 +741,8 @@ def test_a_promoted_timer_ended_before_its_gate_lets_its_key_go_on(world: World)
     (T28: its task missed its max lateness or was refused, or its run had ended in a
     process now gone) gives the kept slot on: the key's later timer runs (before: the slot
     held the key, and the key ran nothing more; the chaos checker's seed 63)."""
-    world.fenced = True
-    l1, l2 = world.spawn((DEFAULT_GROUP,)), world.spawn((DEFAULT_GROUP,))
-    world.schedule(PLAIN, DEFAULT_GROUP, 0, "k1", -50)  # t000 holds k1
-    for _ in range(3):  # t001 to t003: l1 has no room left when t000 ends
-        world.schedule(PLAIN, DEFAULT_GROUP, 0, "", -50)
-    world.claim(l1, 5, 0, False)
-    world.start_due(l1)
-    world.schedule(PLAIN, DEFAULT_GROUP, 0, "k1", -40)  # t004 waits for k1
-    world.schedule(PLAIN, DEFAULT_GROUP, 0, "k1", -30)  # t005 behind it
-    world.claim(l2, 5, 0, False)
-    world.start_due(l2)
-    holder = next(t for t, r in l1.executing.items() if r.timer_id == "t000")
-    world.finish(l1, holder, "ok", 0)  # nobody takes t004 over: promoted, its slot kept
+    _, l2 = promote_t004(world)
+    world.schedule(PLAIN, DEFAULT_GROUP, 0, "k1", -30)  # t005, behind t004
     world.claim(l2, 5, 0, False)
     promoted = next(t for t, (r, _) in l2.claimed.items() if r.timer_id == "t004")
     world.end_before_gate(l2, promoted, "dead")
