@@ -116,7 +116,7 @@ class Dying(Quarantine):
         return ("", None, task, b"")
 
     async def _once(self, target: Any, args: Any, limit: float | None,
-                    cell: Any = None, admit: Any = None,
+                    cell: Any = None, admit: Any = None, aside: Any = None,
                     ) -> tuple[Outcome | None, int | None, bool]:
         self.children += 1
         if self.outcomes:

@@ -13,6 +13,7 @@ import pickle
 import threading
 import time
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -191,6 +192,27 @@ def in_child(cell: ctypes.c_double, margin: float) -> tuple[list[str], asyncio.F
     return said, asyncio.ensure_future(quarantine_child.run_in_child(
         "tests", None, "t", pickle.dumps(ledger_task), "[]", lambda: said.append("started"),
         CONTEXT, functools.partial(fresh_in, cell, margin)))
+
+
+def test_a_quarantine_child_notes_a_returned_task_aside_before_it_says_so(
+        tmp_path: Path) -> None:
+    """Invariant 8 in the child's process: its task returned, the child notes it beside
+    its listener's journal (``note_aside``) before the outcome goes back, so a rerun finds
+    it while the listener is paused or after it died with the outcome unread; a task that
+    did not return (here: stale, not called) notes nothing."""
+    aside = (str(tmp_path / "journal.endings.q41"), b"O 0 41 1000 t\n")
+
+    async def child(margin: float) -> Outcome:
+        NOTES.clear()
+        return await quarantine_child.run_in_child(
+            "tests", None, "t", pickle.dumps(ledger_task), "[]", lambda: None, CONTEXT,
+            functools.partial(fresh_in, ctypes.c_double(time.monotonic() + 30), margin),
+            aside=aside)
+
+    assert asyncio.run(child(60.0)).kind == "stale"
+    assert not Path(aside[0]).exists()
+    assert asyncio.run(child(0.2)).ok
+    assert Path(aside[0]).read_bytes() == aside[1]
 
 
 def test_a_quarantine_child_starts_no_task_whose_lease_is_stale() -> None:

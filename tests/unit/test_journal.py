@@ -18,12 +18,14 @@ from timers.listener.endings import Ending
 from timers.listener.journal import (
     DIR_ENV,
     KEEP_ADOPTED,
+    KEEP_ASIDE,
     SUFFIX,
     DeadJournal,
     Journal,
     JournalUnavailable,
     file_name,
     journal_directory,
+    note_aside,
     parse,
 )
 from timers.model.runs import Run
@@ -177,6 +179,40 @@ def test_a_recovered_run_finds_how_the_dead_listener_ended_it(tmp_path: Path) ->
     assert me.ending_of("host-b:1:x", 2, run("44", "t1", 1000)) is None, "no such file"
     dead.ending(2, retried("9"))
     assert me.ending_of(OWNER, 2, run("45", "t3", 3000)) == retried("9"), "read again"
+
+
+def test_a_quarantine_childs_completion_noted_aside_ends_a_rerun_the_same_way(
+        tmp_path: Path) -> None:
+    """A quarantine child whose task returned notes it beside its listener's journal
+    before it says so: a rerun elsewhere on the host finds it while that listener is
+    paused (or dead) with the outcome unread; once the listener journals the ending
+    itself, the note goes."""
+    paused = Journal(tmp_path, OWNER)
+    where = paused.aside(1, run("7", "t1", 1000))
+    assert where is not None
+    note_aside(*where)  # in the child, before it sends the outcome
+    me = Journal(tmp_path, OTHER)
+    assert me.ending_of(OWNER, 1, run("40", "t1", 1000)) == Ending(
+        "7", EndingKind.OK, run_of=("t1", 1000))
+    assert me.ending_of(None, 1, run("41", "t1", 1000)) is not None, "any listener's"
+    assert me.ending_of(OWNER, 1, run("42", "t1", 1001)) is None, "another run of it"
+    assert me.dead() == [] and Path(where[0]).exists(), "not a journal; not old"
+    paused.ending(1, Ending("7", EndingKind.OK, run_of=("t1", 1000)))  # it read it
+    assert not Path(where[0]).exists()
+    assert me.ending_of(OWNER, 1, run("43", "t1", 1000)) is not None, "in its journal now"
+
+
+def test_a_note_aside_nobody_took_up_is_deleted_once_old(tmp_path: Path) -> None:
+    gone = Journal(tmp_path, OWNER)
+    where = gone.aside(0, run("7"))
+    assert where is not None
+    note_aside(*where)
+    me = Journal(tmp_path, OTHER)
+    old = time.time() - KEEP_ASIDE * me.lease - 1
+    os.utime(where[0], (old, old))
+    assert gone.dead() == [] and Path(where[0]).exists(), "its own listener's: kept"
+    me.dead()
+    assert not Path(where[0]).exists()
 
 
 def test_what_does_not_read_is_skipped_and_the_rest_kept() -> None:

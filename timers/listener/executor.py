@@ -93,7 +93,8 @@ class Isolator(Protocol):
 
     async def run(self, timer_id: str, token: str, task: str, fn: Callable[..., Any],
                   args: Args, policy: TaskPolicy, reruns: int,
-                  admit: Callable[[], Awaitable[Admission]] | None = None) -> Outcome:
+                  admit: Callable[[], Awaitable[Admission]] | None = None,
+                  aside: tuple[str, bytes] | None = None) -> Outcome:
         ...
 
 
@@ -180,6 +181,9 @@ class Executor:
         (a loaded listener could otherwise start, after the stop, runs it claimed before
         it, and hand them back part-run a moment later: a second run elsewhere)."""
         self.note: Callable[[Run], tuple[str, bytes] | None] | None = None
+        self.aside: Callable[[Run], tuple[str, bytes] | None] | None = None
+        """Where a quarantine child notes that its run's task returned, and the line
+        (:meth:`timers.listener.journal.Journal.aside`; None: no journal)."""
         """The journal line of a run that completed, written by its thread as its function
         returns (:mod:`timers.listener.journal`; None: no journal)."""
 
@@ -298,7 +302,8 @@ class Executor:
                   and (stale := await self._unfenced(run, after)) is not None):
                 outcome = stale
             elif is_suspect(run.reruns):  # a lease of it lapsed: in a child, gated there
-                outcome = await self._quarantined(run, record, fn, policy, limited)
+                aside = self.aside(run) if self.aside is not None and not recurring else None
+                outcome = await self._quarantined(run, record, fn, policy, limited, aside)
             else:
                 own = self.turns.of(run.token)
                 start_by = gated.start_by
@@ -326,19 +331,23 @@ class Executor:
         return outcome
 
     async def _quarantined(self, run: Run, record: Record, fn: Callable[..., Any],
-                           policy: TaskPolicy, limited: bool) -> Outcome:
+                           policy: TaskPolicy, limited: bool,
+                           aside: tuple[str, bytes] | None = None) -> Outcome:
         """A suspect run in a quarantine child, which checks the lease right before the
         task's code; a child that found it not known to hold started nothing, and the run
         is revalidated as a thread's stale start is: not started if taken over (or, next
         in line, handed back), else in a new child. A run with limits asks its flow gate
         once the child has loaded the task, right before the start: a rate's slot is
-        taken when the run starts, not a child's loading time before (invariant 13)."""
+        taken when the run starts, not a child's loading time before (invariant 13).
+        ``aside``: where the child notes that the task returned, before it says so (a
+        rerun finds it while this listener is paused, or after it died)."""
         flow = self.flow
         admit = (functools.partial(flow.admit, run, record, policy)
                  if flow is not None and limited else None)
         while True:
             outcome = await self.quarantine.run(run.timer_id, run.token, record.task, fn,
-                                                record.args, policy, run.reruns, admit)
+                                                record.args, policy, run.reruns, admit,
+                                                aside)
             if outcome.kind != "stale" or self.fence is None:
                 return outcome
             unfenced = await self._unfenced(run, None, checked=True)

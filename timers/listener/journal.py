@@ -59,6 +59,11 @@ DIR_ENV = "TIMERS_ENDINGS_DIR"
 SUFFIX = ".endings"
 ROTATING = ".rotating"
 ADOPTED = ".adopted"
+ASIDE = ".q"
+"""A quarantine child's line that its run completed, in a file of its own beside its
+listener's journal (``<journal file>.q<token>``, :func:`note_aside`): the child writes it
+before it tells its listener, so a rerun finds it while that listener is paused or after
+it died, before the listener journaled the ending itself."""
 MAP_BYTES = 1 << 20
 """The size a journal file is made with (sparse: only the pages written take room)."""
 ROTATE_BYTES = MAP_BYTES // 2
@@ -66,6 +71,9 @@ ROTATE_BYTES = MAP_BYTES // 2
 one with only the unwritten ones when its text grows past this."""
 MAX_READ = 64 << 20
 """Bytes read of a journal at most (a live one stays near :data:`ROTATE_BYTES`)."""
+KEEP_ASIDE = 30
+"""Leases a line a quarantine child noted aside is kept when its listener did not take it
+up (it died first): a rerun of the run, on this host, ends the same way meanwhile."""
 KEEP_ADOPTED = 2
 """Leases an adopted journal is kept, for a run of it recovered meanwhile elsewhere on
 this host (:meth:`Journal.ending_of`)."""
@@ -161,6 +169,9 @@ class Journal:
         it is held but when the file is replaced)."""
         self._pending: dict[str, bytes] = {}
         """Run token -> its latest line, till Redis has its ending."""
+        self._aside: set[str] = set()
+        """Tokens of runs whose quarantine child may note their completion aside
+        (:meth:`aside`), till their ending is journaled here."""
         self._header = b"H " + json.dumps(owner).encode() + b"\n"
         try:
             fd = _open_locked(self.path, os.O_CREAT | os.O_EXCL)
@@ -196,6 +207,16 @@ class Journal:
         line = _completed(lane, run.token, run.escaped_id, run.due_ms)
         return None if line is None else (run.token, line)
 
+    def aside(self, lane: int, run: Run) -> tuple[str, bytes] | None:
+        """Where a quarantine child running ``run`` notes that its task returned, and the
+        line (:func:`note_aside`, in the child); the file goes once the ending is journaled
+        here (:meth:`ending`). None without a journal, or for an id a line cannot hold."""
+        line = _completed(lane, run.token, run.escaped_id, run.due_ms)
+        if line is None or self._map is None:
+            return None
+        self._aside.add(run.token)
+        return str(self.path.with_name(self.path.name + ASIDE + run.token)), line
+
     def append(self, token: str, line: bytes) -> None:
         """Append ``token``'s ending line (from any thread)."""
         with self._lock:
@@ -213,10 +234,18 @@ class Journal:
             self._end = new
 
     def ending(self, lane: int, ending: Ending) -> None:
-        """Journal an ending as it is queued, unless its thread journaled it already."""
+        """Journal an ending as it is queued, unless its thread journaled it already; then
+        the line its quarantine child noted aside, if any, goes."""
         token = ending.token
         if not token:
             return  # a rejected event key: no run to end
+        self._journal_ending(lane, token, ending)
+        if token in self._aside:
+            self._aside.discard(token)
+            with contextlib.suppress(OSError):
+                os.unlink(self.path.with_name(self.path.name + ASIDE + token))
+
+    def _journal_ending(self, lane: int, token: str, ending: Ending) -> None:
         if ending.kind is _OK:
             line = self._pending.get(token)
             if line is not None and line[:1] == b"O":
@@ -320,9 +349,11 @@ class Journal:
             path = self.directory / name
             if name.endswith(ROTATING):
                 _delete_if_unlocked(path)
-            elif name.endswith(ADOPTED):
+            elif name.endswith(ADOPTED) or (SUFFIX + ASIDE) in name:
+                keep = KEEP_ADOPTED if name.endswith(ADOPTED) else KEEP_ASIDE
                 with contextlib.suppress(OSError):
-                    if time.time() - os.lstat(path).st_mtime > KEEP_ADOPTED * self.lease:
+                    if time.time() - os.lstat(path).st_mtime > keep * self.lease \
+                            and not _own_aside(path, self.path):
                         os.unlink(path)
             elif name.endswith(SUFFIX) and path != self.path:
                 dead = DeadJournal.lock(path)
@@ -335,16 +366,18 @@ class Journal:
         due time) when it is in its journal on this host (adopted or not), else None.
         ``died_on`` None: any listener's journal on this host (a rerun that went back into
         its key's queue: which listener ran it before is not known)."""
+        try:
+            names = sorted(os.listdir(self.directory))
+        except OSError:
+            return None
         if died_on is not None:
             path = self.directory / file_name(died_on)
-            candidates = [path, path.with_name(path.name + ADOPTED)]
+            candidates = [path, path.with_name(path.name + ADOPTED)] + [
+                self.directory / name for name in names
+                if name.startswith(path.name + ASIDE)]
         else:
-            try:
-                names = sorted(os.listdir(self.directory))
-            except OSError:
-                return None
             candidates = [self.directory / name for name in names
-                          if name.endswith((SUFFIX, SUFFIX + ADOPTED))]
+                          if name.endswith((SUFFIX, SUFFIX + ADOPTED)) or ASIDE in name]
         for candidate in candidates:
             try:
                 fd = os.open(candidate, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
@@ -361,6 +394,29 @@ class Journal:
                 if ending.run_of == wanted:
                     return ending
         return None
+
+
+def note_aside(path: str, line: bytes) -> None:
+    """In a quarantine child whose task returned: write ``line`` (from
+    :meth:`Journal.aside`) to ``path``, a new private file, before the child tells its
+    listener; nothing if it cannot (the listener journals the ending as it reads it)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o600)
+    except OSError:
+        return
+    try:
+        os.write(fd, line)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _own_aside(path: Path, journal: Path) -> bool:
+    """Whether ``path`` is a line noted aside for this listener's own journal ``journal``
+    (it goes when the ending is journaled: :meth:`Journal.ending`)."""
+    return path.name.startswith(journal.name + ASIDE)
 
 
 def _completed(lane: int, token: str, escaped_id: str, due_ms: int) -> bytes | None:

@@ -143,7 +143,8 @@ class Quarantine:
 
     async def run(self, timer_id: str, token: str, task: str, fn: Callable[..., Any],
                   args: Args, policy: TaskPolicy, reruns: int,
-                  admit: Callable[[], Awaitable[Admission]] | None = None) -> Outcome:
+                  admit: Callable[[], Awaitable[Admission]] | None = None,
+                  aside: tuple[str, bytes] | None = None) -> Outcome:
         """Run ``task`` (run ``token``) in a child until it ends with an outcome or the
         children that died here reach ``policy.max_crashes``, each counted as what it was
         (a start that died, or a child that died before it started the task). ``reruns``
@@ -151,7 +152,9 @@ class Quarantine:
         A child that found the lease not known to hold starts nothing: ``stale``.
         ``admit``: the run's flow gate, asked once a child has loaded the task and waits
         for the word to start it (held: that ends the run unstarted; a start window goes
-        with the word, and a child past it starts nothing: ``late``)."""
+        with the word, and a child past it starts nothing: ``late``). ``aside``: the file
+        and line a child whose task returned writes before it says so
+        (:func:`~timers.listener.journal.note_aside`)."""
         died = before_start = 0
         target = self._target(task, fn)
         admitted = False
@@ -174,7 +177,7 @@ class Quarantine:
         try:
             while True:
                 outcome, exitcode, started = await self._once(
-                    target, args, policy.timeout, cell, admit_once if admit else None)
+                    target, args, policy.timeout, cell, admit_once if admit else None, aside)
                 if outcome is not None:
                     return outcome
                 if started:
@@ -210,6 +213,7 @@ class Quarantine:
     async def _once(self, target: tuple[str, str | None, str, bytes], args: Args,
                     limit: float | None, cell: SharedUntil | None = None,
                     admit: Callable[[], Awaitable[Admission]] | None = None,
+                    aside: tuple[str, bytes] | None = None,
                     ) -> tuple[Outcome | None, int | None, bool]:
         """One child: its outcome, or None and its exit code if it died without one; and
         whether it started the task. ``cell``: the run's lease as this listener knows it
@@ -223,7 +227,8 @@ class Quarantine:
         process = context.Process(target=child_main, name="timers-quarantine", daemon=True,
                                   args=(*target, json.dumps(args), sender, dict(os.environ),
                                         portable(timer_context.current_or_none()),
-                                        ChildLogs.here(), lease, word_in, admit is not None))
+                                        ChildLogs.here(), lease, word_in, admit is not None,
+                                        aside))
         first: asyncio.Future[Outcome | None] | None = None
         try:
             async with _loading_turns():

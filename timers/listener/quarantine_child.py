@@ -28,6 +28,7 @@ from typing import NamedTuple
 
 from timers.listener import context as timer_context
 from timers.listener import event_loop, fork_server
+from timers.listener.journal import note_aside
 from timers.listener.leases import SharedUntil, fresh_in
 from timers.listener.loader import TaskLoader
 from timers.listener.orphans import ask_for_signal_on_parent_death
@@ -80,7 +81,8 @@ def child_main(package: str, search_path: str | None, task: str, pickled: bytes,
            timer: timer_context.TimerContext | None = None,
            logs: ChildLogs | None = None,
            lease: tuple[SharedUntil, float] | None = None,
-           word: Connection | None = None, gated: bool = False) -> None:
+           word: Connection | None = None, gated: bool = False,
+           aside: tuple[str, bytes] | None = None) -> None:
     """In the child: resolve the task as the listener does, run it, send the outcome.
 
     The fork server was started at the first quarantined run and kept the environment of
@@ -92,7 +94,9 @@ def child_main(package: str, search_path: str | None, task: str, pickled: bytes,
     margin it must hold by (:func:`fresh_in`); the task starts only while it does.
     ``word``: the listener's pipe to the child: a gated run's word to start comes from it
     (``gated``, :func:`_waits_for_word`), and its closing says the listener went away
-    (:func:`_watch_listener`).
+    (:func:`_watch_listener`). ``aside``: where to note that the task returned before
+    saying so (:func:`~timers.listener.journal.note_aside`): durable before the listener,
+    paused or dying, could lose the outcome on its way.
     """
     os.environ.clear()
     os.environ.update(environ)
@@ -104,7 +108,7 @@ def child_main(package: str, search_path: str | None, task: str, pickled: bytes,
         go = None if word is None else functools.partial(_go, sender, word, gated)
         outcome = event_loop.run(run_in_child(package, search_path, task, pickled,
                                                args_json, lambda: sender.send(STARTED_WORD),
-                                               timer, held, go),
+                                               timer, held, go, aside),
                                  _loop_of_listener())
         sender.send((outcome.kind, outcome.error_type, outcome.message[:MAX_MESSAGE],
                      outcome.traceback[-MAX_TRACEBACK:]))
@@ -180,13 +184,16 @@ async def run_in_child(package: str, search_path: str | None, task: str, pickled
                         args_json: str, started: Callable[[], None],
                         timer: timer_context.TimerContext | None = None,
                         held: Callable[[], bool] | None = None,
-                        go: Callable[[], Go] | None = None) -> Outcome:
+                        go: Callable[[], Go] | None = None,
+                        aside: tuple[str, bytes] | None = None) -> Outcome:
     """The child's run (no process of its own: a test calls it as it is): resolve the
     task, wait for the word to start it (``go``, when the run is gated: no word leaves it
     unstarted), say it starts, and call it under the fence ``held`` (None: unfenced),
     which the task's ``timers.current().still_held()`` reads too; :data:`~timers.listener.
     runner.STALE` and nothing called when the lease is not known to hold at its start,
-    :data:`~timers.listener.runner.LATE` when it comes past the word's start window."""
+    :data:`~timers.listener.runner.LATE` when it comes past the word's start window. A
+    task that returned is noted ``aside`` (:func:`~timers.listener.journal.note_aside`)
+    before the outcome goes back."""
     if timer is not None:  # the run copies it into the task's context
         timer_context.enter(dataclasses.replace(timer, lease_check=held))
     try:
@@ -207,9 +214,12 @@ async def run_in_child(package: str, search_path: str | None, task: str, pickled
     started()
     runner = Runner(1)
     try:
-        return await runner.call(fn, json.loads(args_json), fence=held, start_by=start_by)
+        outcome = await runner.call(fn, json.loads(args_json), fence=held, start_by=start_by)
     finally:
         runner.shutdown()
+    if aside is not None and outcome.ok:
+        note_aside(*aside)  # durable before the listener, paused or dying, can lose it
+    return outcome
 
 
 NOT_STARTED = Outcome("held", "", "the listener did not give the word to start it")
