@@ -377,7 +377,7 @@ class Journal:
                 if name.startswith(path.name + ASIDE)]
         else:
             candidates = [self.directory / name for name in names
-                          if name.endswith((SUFFIX, SUFFIX + ADOPTED)) or ASIDE in name]
+                          if name.endswith((SUFFIX, SUFFIX + ADOPTED)) or SUFFIX + ASIDE in name]
         for candidate in candidates:
             try:
                 fd = os.open(candidate, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
