@@ -220,6 +220,27 @@ def test_a_timer_that_outranks_the_run_next_in_line_goes_right_after_it(
     assert started == ["b", "c", "parked", "high", "d", "late"]
 
 
+def test_no_run_next_in_line_past_an_earlier_timer_claimed_and_not_gated_yet(
+        s: Scripts, fake: fakeredis.FakeRedis) -> None:
+    """T13's order barrier at the hand of a run next in line: x, due before c, was claimed
+    by another listener and has not reached its gate, so c is not handed next in line
+    after b (it would start before x): it waits in the key's queue, and x goes before it."""
+    for name, due in (("a", -40), ("b", -30), ("c", -10)):
+        add(s, name, "t.f:", due)
+    runs = claim(s)
+    assert gate(s, runs, key="k", limit=1) == ["go", "wait", "wait"]
+    add(s, "x", "t.f:", -20)
+    reply = s.claim(limit=1, lease_ms=LEASE, horizon_ms=0, listener_id="other",
+                    keyed_tasks=("t.f",))
+    x = Run.parse(*reply[3:6])
+    [b] = end(s, ok(runs[0]))  # b handed over, and c held back behind x
+    assert b.timer_id == "b" and fake.hlen(NEXT_KEY) == 0
+    assert fake.zrange(KS.key_queue("k"), 0, -1) == [b"c"]
+    assert gate(s, [x], key="k", limit=1) == ["wait"]  # b holds the slot: x waits
+    handed, following = end(s, ok(b))  # x goes first, and c is next in line after it
+    assert ids([handed, following]) == ["x", "c"] and following.follows == handed.token
+
+
 def test_stats_count_the_run_next_in_line_among_the_running_and_say_so(
         s: Scripts, fake: fakeredis.FakeRedis) -> None:
     a, _, _, _ = key_of_four(s)
