@@ -10,7 +10,7 @@ Starts its own server (the repository's redis.conf) and prints:
   and off, at an empty history and at N records: its time in Redis (``INFO
   commandstats``), median of the rounds;
 - the cleanup: N records past their age dropped by ``trim.lua`` calls of the listener's
-  budget (:data:`timers.listener.history.TRIM_BUDGET`), the time per call and in all, and
+  budget (:data:`timers.listener.endings.history.TRIM_BUDGET`), the time per call and in all, and
   one count trim at N: O(log n) per batch, so flat in N.
 - a series ring of a task that ran every minute for 24 h: bytes (``MEMORY USAGE``).
 - bytes per kept record of ``--counted`` records written through finish.lua in calls of
@@ -46,7 +46,7 @@ import redis
 
 from timers import Timers
 from timers.dev.server import EmbeddedServer
-from timers.listener.history import TRIM_BUDGET
+from timers.listener.endings.history import TRIM_BUDGET
 from timers.model.history import EndKind, HistoryRecord, MinuteSlot
 from timers.model.keys import DEFAULT_PREFIX, Keyspace
 from timers.model.timer_ids import new_timer_id

@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 import timers
-from timers.listener import Listener, collector
+from timers.listener import Listener
+from timers.listener.tuning import collector
 from timers.model.runs import Fired
 
 TASK_LATENESS: list[float] = []

@@ -4,7 +4,7 @@ Two ``timers listen`` processes (lease 2 s) serve a steady 300 timers/s of a no-
 each due 300 ms after it is scheduled; its task RPUSHes how late it started. Five seconds
 in, 30 one-second timers come due and both listeners start them; half a second later one
 listener is ``kill -9``ed. Its runs lapse two seconds on and the other listener reruns
-them, each in a quarantine child process (:mod:`timers.listener.quarantine`). Printed:
+them, each in a quarantine child process (:mod:`timers.listener.quarantine.parent`). Printed:
 the listeners' CPU per timer at the steady rate (both processes, the 4 s before the slow
 timers), probe lateness p50/p99/max before the kill and in the 3 s the reruns start in
 (the probes the dead listener held, due before the kill and rerun a lease late, left out).

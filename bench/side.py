@@ -273,7 +273,7 @@ async def _listen(url: str, ready: Path, max_seconds: float) -> None:
         loop.add_signal_handler(sig, stop.set)
     options: dict[str, Any] = {}
     if os.environ.get(HISTORY_ENV) == "off":  # (only given to a tree that has the option)
-        from timers.listener.history import OFF
+        from timers.listener.endings.history import OFF
 
         options["history"] = OFF
     if os.environ.get(CONCURRENCY_ENV):  # (only given to a tree that has the option)
@@ -285,7 +285,7 @@ async def _listen(url: str, ready: Path, max_seconds: float) -> None:
     async def mark_ready() -> None:
         await listener.subscribed.wait()
         try:  # as `timers listen` does once the app is imported (trees that do)
-            from timers.listener.collector import tune
+            from timers.listener.tuning.collector import tune
         except ImportError:
             pass
         else:
@@ -315,7 +315,7 @@ def run_listener(main: Any) -> None:
     """Run the listener on the event loop ``timers listen`` picks by default (uvloop when
     installed, ``$TIMERS_LOOP`` to choose), or on asyncio's in a tree without the choice."""
     try:
-        from timers.listener.event_loop import run
+        from timers.listener.tuning.event_loop import run
     except ImportError:
         asyncio.run(main)
     else:

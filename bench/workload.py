@@ -181,7 +181,7 @@ def split_text(raw: str) -> str:
             continue
         frames = stack.split(";")
         if any(idle in frames[-1] for idle in ("select (selectors", "wait (threading",
-                                                "_work (timers/listener/runner.py")):
+                                                "_work (timers/listener/calling/runner.py")):
             continue
         owners[who(frames)] += int(samples)
     total = sum(owners.values())

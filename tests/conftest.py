@@ -138,10 +138,10 @@ def poll(condition: Callable[[], Any], timeout: float, interval: float = 0.01) -
 @pytest.fixture(scope="session", autouse=True)
 def endings_journals(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """The listeners' endings journals (theirs and their child processes') go to a
-    directory of the session, not the machine's (``timers.listener.journal``)."""
+    directory of the session, not the machine's (``timers.listener.endings.journal``)."""
     import os
 
-    from timers.listener.journal import DIR_ENV
+    from timers.listener.endings.journal import DIR_ENV
 
     directory = tmp_path_factory.mktemp("endings")
     before = os.environ.get(DIR_ENV)

@@ -54,7 +54,7 @@ if typing.TYPE_CHECKING:
 
     from timers import aio as aio
     from timers.listener import Listener
-    from timers.listener.context import TimerContext, current
+    from timers.listener.calling.context import TimerContext, current
     from timers.model.cron import Recurrence
     from timers.model.flow.rates import Rate
     from timers.model.history import HistoryRecord, MinuteStats, TimerState
@@ -147,14 +147,14 @@ _LAZY: dict[str, str] = {
     "RetrySummary": "timers.ops.operations",
     "Stats": "timers.ops.operations",
     "TaskPolicy": "timers.model.policy",
-    "TimerContext": "timers.listener.context",
+    "TimerContext": "timers.listener.calling.context",
     "TimerSpec": "timers.ops.operations",
     "TimerStatus": "timers.ops.status",
     "HistoryRecord": "timers.model.history",
     "MinuteStats": "timers.model.history",
     "TimerState": "timers.model.history",
     "Timers": "timers.producer.client",
-    "current": "timers.listener.context",
+    "current": "timers.listener.calling.context",
     "registered": "timers.model.policy",
     "task": "timers.model.policy",
     "EvictionWarning": "timers.store.eviction",

@@ -204,8 +204,8 @@ class TimerAlreadyPending(TimersError):
 
 
 class NotInTimer(TimersError):
-    """[`timers.current`][timers.listener.context.current] was called where no timer's task is
-    running."""
+    """[`timers.current`][timers.listener.calling.context.current] was called where no
+    timer's task is running."""
 
 
 class WrongEventLoop(TimersError, RuntimeError):
@@ -258,7 +258,7 @@ class FlowKeyError(TimersError):
 
 class JournalUnavailable(TimersError):
     """The endings journal's directory is not private to this user, or its file cannot be
-    made (`timers.listener.journal`)."""
+    made (`timers.listener.endings.journal`)."""
 
 
 class Overran(TimersError):

@@ -4,9 +4,9 @@ redis-py's public API or Python's defaults is on unless ``$TIMERS_SPEED_OFF`` na
 - ``init``: frozen dataclasses made once or more per run get a generated ``__init__``
   that fills ``__dict__`` (``timers/model/fast_init.py``).
 - ``gc``: ``timers listen`` freezes what its process holds once the tasks are imported,
-  and raises the young threshold (``timers/listener/collector.py``).
+  and raises the young threshold (``timers/listener/tuning/collector.py``).
 - ``reader``: the listener takes pub/sub replies hiredis has parsed straight from
-  redis-py's reader (``timers/listener/events.py``; private names, pinned by
+  redis-py's reader (``timers/listener/finding/events.py``; private names, pinned by
   ``tests/unit/test_redis_py_private_names.py``).
 - ``packing``: the listener's connections pack commands with hiredis
   (``timers/store/listener_client.py``).
@@ -21,7 +21,7 @@ turning it off is the way round until timers follows. What each is worth, measur
 ``bench/FINDINGS.md``, "Cost figures behind the code's speed tricks".
 
 Each trick asks once, as it is set up (an import, a client made, a listener started), never
-per run. The listener's thread pool (:mod:`timers.listener.thread_pool`) is not one of them:
+per run. The listener's thread pool (:mod:`timers.listener.calling.thread_pool`) is not one of them:
 it is how a run next in line starts in the thread of the run before it, a rule of the
 state machine, not only a speed.
 """

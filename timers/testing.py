@@ -63,7 +63,7 @@ import timers
 import timers.aio
 from timers.exceptions import StillDue
 from timers.listener import Listener
-from timers.listener.context import TimerContext, entered
+from timers.listener.calling.context import TimerContext, entered
 from timers.model.encoding import Record, as_text, is_occurrence_id
 from timers.model.keys import DEFAULT_GROUP, DEFAULT_PREFIX
 from timers.model.runs import Fired
@@ -324,7 +324,7 @@ def timer_context(id: str = "test-timer", task: str = "", *, attempt: int = 1,
                   due: datetime | None = None, lateness: float = 0.0,
                   recurrence: str | None = None) -> Iterator[TimerContext]:
     """Give a task called directly from a test the context
-    [`timers.current`][timers.listener.context.current] returns under the listener."""
+    [`timers.current`][timers.listener.calling.context.current] returns under the listener."""
     when = due or datetime.now(UTC)
     with entered(TimerContext(id, task, attempt, when, when, lateness, recurrence)) as context:
         yield context

@@ -40,7 +40,7 @@ RESUME_GRACE = 0.02
 before its stop (see the module's words)."""
 RATE_SLACK_MS = 20.0
 """How much closer than its interval two starts of a rate may come (the gate's own jitter
-is 5 ms and a run's start window 10 ms, ``timers.listener.flow_gate.START_WINDOW_S``; the
+is 5 ms and a run's start window 10 ms, ``timers.listener.flow.gate.START_WINDOW_S``; the
 rest is the measuring, see :func:`_rates`)."""
 EVERY = "*"
 """The listener an outage cuts: every one."""

@@ -20,7 +20,7 @@ import redis
 from tests.conftest import ROOT, wait_until
 from tests.task_pkg import RUNS, STARTED, URL_ENV
 from timers import Fired, Listener, Timers
-from timers.listener import event_loop
+from timers.listener.tuning import event_loop
 from timers.model.keys import Keyspace
 from timers.model.percentiles import percentile
 

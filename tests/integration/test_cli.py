@@ -15,7 +15,7 @@ from tests.conftest import wait_until
 from tests.integration.helpers import TASKS, Processes, run_cli, run_counts, runs, settled
 from timers import Timers, TimerSpec
 from timers.dev.server import free_port
-from timers.listener.collector import YOUNG_THRESHOLD
+from timers.listener.tuning.collector import YOUNG_THRESHOLD
 
 pytestmark = [pytest.mark.integration, pytest.mark.one_server]
 

@@ -3,7 +3,7 @@
 ``timers listen --processes 2 --max-runs-per-child 150``, a few hundred 20 ms tasks and
 three poison tasks that end their listener process with ``os._exit`` while it runs the
 others. Endings go to Redis in batches; before the endings journal
-(:mod:`timers.listener.journal`) a process that died took the endings of runs that had
+(:mod:`timers.listener.endings.journal`) a process that died took the endings of runs that had
 finished with it, and those ran again a lease later: completed twice. Now every ending is
 on disk as its run ends, and the journal of a dead process is adopted by a live one. Runs
 cut short by the crash (started, not ended) do run again: every second start must be one.

@@ -14,7 +14,7 @@ from tests.conftest import wait_until
 from tests.history_layout import records_of, write_history
 from tests.integration.helpers import TASKS, Processes, run_cli
 from timers import Timers
-from timers.listener.history import TRIM_BUDGET
+from timers.listener.endings.history import TRIM_BUDGET
 from timers.model.history import TimerState
 from timers.model.keys import DEFAULT_PREFIX, Keyspace
 from timers.store.lua_source import script_library, source

@@ -119,6 +119,7 @@ def test_a_recycling_supervisor_of_one_process_says_it_is_the_supervisor(
 
     assert done.returncode == 0, done.stderr
     records = [json.loads(line) for line in done.stderr.splitlines()]
-    roles = {rec["role"] for rec in records if rec["logger"] == "timers.listener.supervisor"}
+    supervisor = "timers.listener.supervision.supervisor"
+    roles = {rec["role"] for rec in records if rec["logger"] == supervisor}
     assert roles == {"supervisor"}, done.stderr
     assert all(rec["listener"] for rec in records if rec["role"] == "listener"), done.stderr

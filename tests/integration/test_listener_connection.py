@@ -20,7 +20,7 @@ import redis.asyncio
 import redis.exceptions
 
 from timers import Listener, Timers, TimerSpec
-from timers.listener.event_loop import loop_factory
+from timers.listener.tuning.event_loop import loop_factory
 from timers.store.listener_client import ReservedConnection, listener_client
 
 pytestmark = [pytest.mark.integration, pytest.mark.one_server]

@@ -10,7 +10,7 @@ from collections import Counter
 import pytest
 import redis
 
-import timers.listener.near_keys
+import timers.listener.finding.near_keys
 from tests.conftest import wait_until
 from tests.integration.helpers import KEYS, run_counts, settled
 from timers import Timers, TimerSpec
@@ -26,7 +26,7 @@ def key_of(timer_id: str, tag: str) -> str:
 @pytest.fixture
 def short_horizon(r: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> int:
     """A horizon of 1 s, and the listeners' keying turns every second (not every 30 s)."""
-    monkeypatch.setattr(timers.listener.near_keys, "NEAR_INTERVAL", 1.0)
+    monkeypatch.setattr(timers.listener.finding.near_keys, "NEAR_INTERVAL", 1.0)
     r.hset(KEYS.near, "horizon", 1000)
     return 1000
 

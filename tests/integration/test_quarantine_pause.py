@@ -1,7 +1,7 @@
 """A rerun's task that returned in its quarantine child is not run again when its listener
 pauses before it reads the outcome (design invariant 8, in the child's process): the child
 notes the completion beside its listener's journal before it says so
-(:func:`timers.listener.journal.note_aside`), and a listener of the host that recovers the
+(:func:`timers.listener.endings.journal.note_aside`), and a listener of the host that recovers the
 run ends it the same way. Before, the note was the listener's to write once it read the
 outcome: paused past its lease there, the run ran again (the chaos checker's seed 63, on a
 loaded machine: 2 runs completed twice)."""
@@ -18,7 +18,7 @@ from tests.conftest import wait_until
 from tests.integration.helpers import TIMERS_COMMAND, Processes
 from tests.unit.test_crashes import PAST, crash
 from timers import Timers
-from timers.listener.journal import DIR_ENV
+from timers.listener.endings.journal import DIR_ENV
 from timers.model.keys import Keyspace
 from timers.store.script_modes import register_all
 

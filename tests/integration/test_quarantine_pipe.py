@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.one_server]
 
 CHILD = textwrap.dedent("""\
     import multiprocessing, os, sys
-    from timers.listener import quarantine_child
+    from timers.listener.quarantine import child as quarantine_child
 
     receiver, sender = multiprocessing.Pipe(duplex=False)
     receiver.close()  # the listener went away

@@ -91,8 +91,8 @@ def test_supervised_listeners_are_restarted_and_stop_on_sigterm(
     output = processes.output(supervisor)
     assert f"pid {victim} killed by SIGKILL; restarting" in output
     lines = output.splitlines()
-    assert "supervisor] timers.listener.supervisor: stopped: supervisor of 2 listener " \
-        "process(es), exit code 0" in lines[-1]
+    assert "supervisor] timers.listener.supervision.supervisor: stopped: supervisor of 2 " \
+        "listener process(es), exit code 0" in lines[-1]
     assert {pid for pid in second if f"[pid {pid} listener " in output} == second
     assert sum("timers.listener: stopped: " in line for line in lines) == 2, output
 

@@ -19,7 +19,7 @@ import pytest
 
 from tests.conftest import ROOT, wait_until
 from tests.processes import alive, children_of
-from timers.listener.supervisor import RestartBudget, Supervisor
+from timers.listener.supervision.supervisor import RestartBudget, Supervisor
 
 pytestmark = [pytest.mark.integration, pytest.mark.one_server]
 
@@ -78,7 +78,7 @@ def _supervisor_process(processes: int) -> subprocess.Popen[bytes]:
     handlers), whose exit code is what ``run()`` returned."""
     script = textwrap.dedent(f"""
         import logging, sys
-        from timers.listener.supervisor import Supervisor
+        from timers.listener.supervision.supervisor import Supervisor
         logging.basicConfig(level=logging.INFO)
         sys.exit(Supervisor({SLEEPER!r}, {processes}, shutdown_timeout=5).run())
     """)

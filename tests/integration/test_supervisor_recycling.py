@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.processes import alive
-from timers.listener.supervisor import RestartBudget, Supervisor
+from timers.listener.supervision.supervisor import RestartBudget, Supervisor
 
 pytestmark = [pytest.mark.integration, pytest.mark.one_server]
 
@@ -154,7 +154,7 @@ def events(tmp_path: Path) -> list[str]:
 
 def test_a_recycled_child_is_replaced_before_it_exits_and_costs_no_restart(
         tmp_path: Path, own_signal_handlers: None, caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level("INFO", logger="timers.listener.supervisor")
+    caplog.set_level("INFO", logger="timers.listener.supervision.supervisor")
     supervisor = fake_supervisor(tmp_path, "recycler,replacement")
     assert supervisor.run() == 0, "a budget of 0 restarts was not touched"
     old_pid = (tmp_path / "pid-0").read_text()
@@ -173,7 +173,7 @@ def test_a_recycled_child_is_replaced_before_it_exits_and_costs_no_restart(
 
 def test_a_ready_standby_takes_over_at_once_and_a_new_one_starts(
         tmp_path: Path, own_signal_handlers: None, caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level("DEBUG", logger="timers.listener.supervisor")
+    caplog.set_level("DEBUG", logger="timers.listener.supervision.supervisor")
     caplog.handler.addFilter(lambda record: mark_ready_standby(tmp_path, record))
     supervisor = fake_supervisor(tmp_path, "patient", standby=True)
     assert supervisor.run() == 0

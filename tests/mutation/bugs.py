@@ -221,11 +221,11 @@ BUGS: tuple[Bug, ...] = (
         "(thread-unfenced, coroutine-unfenced) make it redundant in the listener's process, "
         "and a quarantine child checks the lease its parent shares with it right before "
         "the task (child-unfenced)"),
-    Bug("thread-unfenced", LISTENER + "thread_pool.py",
+    Bug("thread-unfenced", LISTENER + "calling/thread_pool.py",
         "            stale = job.fence is not None and not job.fence()",
         "            stale = False",
         "fence: a run next in line started in its thread without the fence"),
-    Bug("stale-lets-next-go", LISTENER + "thread_pool.py",
+    Bug("stale-lets-next-go", LISTENER + "calling/thread_pool.py",
         "                return None, wake",
         "                return self._done(job), wake",
         "fence: a run found stale in its thread lets the run next in line after it start "
@@ -251,7 +251,7 @@ BUGS: tuple[Bug, ...] = (
         "    if false then\n",
         "T17: a run handed back after its gate keeps its key's slot but not its place among its "
         "key's later timers: under a limit of 2 a later one takes the other slot first"),
-    Bug("rate-late-called", LISTENER + "thread_pool.py",
+    Bug("rate-late-called", LISTENER + "calling/thread_pool.py",
         "            elif job.start_by is not None and time.monotonic() > job.start_by:\n",
         "            elif job.start_by is not None and time.monotonic() > job.start_by + 60:\n",
         "invariant 3: a rate's run whose thread took it up past its start window is called "
@@ -271,21 +271,21 @@ BUGS: tuple[Bug, ...] = (
         "    if false then leave_flow(token, id) end\n",
         "T28: a promoted timer whose run ends before its gate (missed, refused, ended from a "
         "dead process's journal) keeps its key's slot: the key runs nothing more"),
-    Bug("child-completion-unnoted", LISTENER + "quarantine_child.py",
+    Bug("child-completion-unnoted", LISTENER + "quarantine/child.py",
         "    if aside is not None and outcome.ok:\n",
         "    if False:\n",
         "invariant 8 in a quarantine child: a rerun that returned is known only once its "
         "listener reads the outcome; paused or dead before that, the run runs again"),
-    Bug("rate-window-dropped", LISTENER + "flow_gate.py",
+    Bug("rate-window-dropped", LISTENER + "flow/gate.py",
         "if spec.rate and window is not None and (not spec.key",
         "if False and (not spec.key",
         "invariant 3: a run a rate let go carries no start window (it starts however late)"),
-    Bug("rate-window-for-shared-key", LISTENER + "flow_gate.py",
+    Bug("rate-window-for-shared-key", LISTENER + "flow/gate.py",
         "(not spec.key or spec.limit == 1)",
         "(not spec.key or spec.limit >= 1)",
         "invariant 2 (FIFO per key): a run holding one of several slots of its key gets a start "
         "window; handed back late, it starts after a later run of its key let go meanwhile"),
-    Bug("rate-window-from-reply", LISTENER + "flow_gate.py",
+    Bug("rate-window-from-reply", LISTENER + "flow/gate.py",
         "                answer.set_result((as_text(status), sent))\n",
         "                answer.set_result((as_text(status), time.monotonic()))\n",
         "invariant 3: the start window counts from when the gate's reply was read, not from "
@@ -296,30 +296,30 @@ BUGS: tuple[Bug, ...] = (
         "T17: a run next in line is chained in the thread of a rate's run that may find itself "
         "too late and not start: it starts on the key's slot the hand-back keeps for the run "
         "before it"),
-    Bug("child-late-started", LISTENER + "quarantine_child.py",
+    Bug("child-late-started", LISTENER + "quarantine/child.py",
         "        return Go(True, None if said[1] is None else float(said[1]))\n",
         "        return Go(True, None)\n",
         "invariant 3: a quarantine child drops the start window that came with its word"),
-    Bug("child-unfenced", LISTENER + "quarantine_child.py",
+    Bug("child-unfenced", LISTENER + "quarantine/child.py",
         "        outcome = await runner.call(fn, json.loads(args_json), fence=held, "
         "start_by=start_by)\n",
         "        outcome = await runner.call(fn, json.loads(args_json), fence=None, "
         "start_by=start_by)\n",
         "fence: a quarantine child starts its rerun without checking the lease its parent "
         "shares with it"),
-    Bug("lapses-are-crashes", LISTENER + "quarantine.py",
+    Bug("lapses-are-crashes", LISTENER + "quarantine/parent.py",
         "                crashes, how = died + before_start, how_it_died(exitcode)\n",
         "                crashes, how = died + before_start + reruns, how_it_died(exitcode)\n",
         "crashes: lapsed leases (reruns) count toward max_crashes, as deaths seen do"),
-    Bug("coroutine-unfenced", LISTENER + "runner.py",
+    Bug("coroutine-unfenced", LISTENER + "calling/runner.py",
         "        if is_async and fence is not None and not fence():",
         "        if False:",
         "fence: an async def run next in line starts without the fence"),
-    Bug("turn-not-revoked", LISTENER + "turns.py",
+    Bug("turn-not-revoked", LISTENER + "flow/turns.py",
         "                turn.revoked, turn.taken_back = True, taken_back",
         "                turn.taken_back = taken_back",
         "T22: a run next in line after a run held at its gate starts"),
-    Bug("late-claim-unchecked", LISTENER + "claimer.py",
+    Bug("late-claim-unchecked", LISTENER + "finding/claimer.py",
         "        if runs and waited > self.lease / 2:",
         "        if False:",
         "fence: a claim reply read late is not revalidated"),

@@ -22,7 +22,7 @@ A virtual listener mirrors the real one, and uses its real lease classes
 (``timers/listener/leases.py``: :class:`HeldRuns` holds its runs, :class:`LeaseKeeper`
 ``renew_once`` renews them, :class:`Fence` decides whether a run may start):
 
-- claim (``claimer.py``): the runs of the reply are kept; one read late (more than half a
+- claim (``finding/claimer.py``): the runs of the reply are kept; one read late (more than half a
   lease after it was sent: here, after the listener was paused) is renewed first
   (``leases.still_held``) and only those still held are kept;
 - start (``executor.py``): waits until the run's ``due_ms``; a run with a concurrency key
@@ -33,10 +33,10 @@ A virtual listener mirrors the real one, and uses its real lease classes
   it (``HeldRuns.share``) holds (``leases.fresh_in``); a child that dies in its run is a
   death the parent sees: it runs the rerun again in a new child until those deaths reach
   the task's limit, then ends it dead (``crashes.died_outcome``);
-- finish (``endings.py`` / ``handoff.py``): the ending goes with a taker of one run per
+- finish (``endings/writer.py`` / ``flow/handoff.py``): the ending goes with a taker of one run per
   key slot it frees (``follow`` on); the handed runs start (a handed one read late is
   renewed first), a run next in line waits for the run before it;
-- a run next in line (``turns.py`` / ``runner.py``): starts the moment the run before it
+- a run next in line (``flow/turns.py`` / ``calling/runner.py``): starts the moment the run before it
   returns, in the same thread, before that run's ending is written;
 - renewals (``leases.py`` ``LeaseKeeper.renew_once``): a token found lost is no longer
   renewed, nothing else.
@@ -66,9 +66,9 @@ from fakeredis._commands import SUPPORTED_COMMANDS, Signature
 from fakeredis._socket._fakesocket import FakeSocket
 
 from timers.listener import leases
-from timers.listener.crashes import died_outcome
 from timers.listener.leases import Fence, HeldRuns, LeaseKeeper, fresh_in
-from timers.listener.quarantine import Quarantine
+from timers.listener.quarantine.crashes import died_outcome
+from timers.listener.quarantine.parent import Quarantine
 from timers.model import run_record
 from timers.model.encoding import Record, as_text
 from timers.model.keys import DEFAULT_GROUP, Keyspace
@@ -356,7 +356,7 @@ pending, waiting, claimed or running timer."""
 class World:
     endings_survive_default = True
     """Whether the listener's code keeps an ending whose task returned through the death of
-    its process before it was written: it does (``timers/listener/journal.py``: each
+    its process before it was written: it does (``timers/listener/endings/journal.py``: each
     process journals a run's ending the moment it finishes, and a listener of the host
     adopts a dead process's journal and writes the endings of the runs still leased;
     :meth:`World.die_unwritten`)."""
@@ -625,7 +625,7 @@ class World:
                 self.dropped(run.token, status)
 
     def park(self, listener: VListener, limit: int) -> None:
-        """The parker (``listener/parker.py``): peek a backlog, park the keyed timers."""
+        """The parker (``listener/flow/parker.py``): peek a backlog, park the keyed timers."""
         reply = self.s.peek(limit, listener.groups)
         timers = []
         for i in range(0, len(reply), 3):

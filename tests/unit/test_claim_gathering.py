@@ -1,5 +1,5 @@
 """A claim in a backlog of a busy listener waits a moment for several slots
-(:mod:`timers.listener.claimer`): when the process is busy, and only as long as slots
+(:mod:`timers.listener.finding.claimer`): when the process is busy, and only as long as slots
 keep freeing."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from timers.listener.claimer import BUSY_WINDOW, CpuGauge, wait_for_slots
+from timers.listener.finding.claimer import BUSY_WINDOW, CpuGauge, wait_for_slots
 
 
 def test_the_gauge_says_busy_when_the_process_used_most_of_a_core() -> None:

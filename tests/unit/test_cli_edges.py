@@ -118,7 +118,7 @@ def _traceback(*frames: str, exception: str = "ValueError: bad") -> str:
 
 
 def test_task_tracebacks_start_at_the_task() -> None:
-    runner = f"{TIMERS_DIR}/listener/runner.py"
+    runner = f"{TIMERS_DIR}/listener/calling/runner.py"
     pool = os.path.join(os.path.dirname(contextlib.__file__), "concurrent/futures/thread.py")
     task, lib = "/srv/app/tasks/mail.py", "/srv/app/.venv/lib/python3.11/site-packages/x.py"
     text = _traceback(runner, pool, task, lib, f"{TIMERS_DIR}/client.py")
@@ -133,7 +133,7 @@ def test_task_tracebacks_start_at_the_task() -> None:
 
 
 def test_each_traceback_of_a_chain_is_trimmed_and_timers_own_errors_kept_whole() -> None:
-    runner = f"{TIMERS_DIR}/listener/runner.py"
+    runner = f"{TIMERS_DIR}/listener/calling/runner.py"
     chained = (_traceback(runner, "/app/tasks/a.py", exception="KeyError: 'k'")
                + "\nDuring handling of the above exception, another exception occurred:\n\n"
                + _traceback(runner, "/app/tasks/a.py"))

@@ -1,4 +1,4 @@
-"""A listener process's garbage collector (:mod:`timers.listener.collector`)."""
+"""A listener process's garbage collector (:mod:`timers.listener.tuning.collector`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from timers import speed
-from timers.listener import collector
+from timers.listener.tuning import collector
 
 
 @pytest.fixture

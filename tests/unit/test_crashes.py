@@ -15,8 +15,8 @@ from tests.unit.helpers import claim
 from tests.unit.sample_tasks import mod
 from tests.unit.test_listener_unit import make_listener
 from timers import Timers, task
-from timers.listener.crashes import died_outcome, listener_name
-from timers.listener.quarantine import Quarantine, how_it_died
+from timers.listener.quarantine.crashes import died_outcome, listener_name
+from timers.listener.quarantine.parent import Quarantine, how_it_died
 from timers.model.keys import Keyspace
 from timers.model.policy import TaskPolicy, policy_of
 from timers.model.runs import Outcome, Run

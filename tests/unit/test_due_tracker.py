@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from timers.listener.due_tracker import CLAIM_LEAD_MS, OFFSET_MAX_AGE, DueTracker
+from timers.listener.finding.due_tracker import CLAIM_LEAD_MS, OFFSET_MAX_AGE, DueTracker
 from timers.model.clock import ManualClock
 
 REDIS_NOW_MS = 1_800_000_000_000.0  # what Redis TIME says at the first sample

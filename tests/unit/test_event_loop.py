@@ -11,8 +11,8 @@ import pytest
 
 from timers.cli import app
 from timers.cli.errors import run_app
-from timers.listener import event_loop
-from timers.listener.event_loop import LOOP_ENV, chosen_loop
+from timers.listener.tuning import event_loop
+from timers.listener.tuning.event_loop import LOOP_ENV, chosen_loop
 
 HAS_UVLOOP = importlib.util.find_spec("uvloop") is not None
 needs_uvloop = pytest.mark.skipif(not HAS_UVLOOP, reason="uvloop is not installed")

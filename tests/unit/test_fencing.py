@@ -21,10 +21,11 @@ import redis
 
 import timers
 from tests.unit.test_next_in_line_runs import Log, until
-from timers.listener import leases, quarantine_child
-from timers.listener.context import TimerContext
+from timers.listener import leases
+from timers.listener.calling.context import TimerContext
+from timers.listener.calling.runner import Runner, Turn
 from timers.listener.leases import HeldRuns, fresh_in, renewal_timeout, sync_twin
-from timers.listener.runner import Runner, Turn
+from timers.listener.quarantine import child as quarantine_child
 from timers.model.runs import Outcome, Run
 from timers.store import cluster
 

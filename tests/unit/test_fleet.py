@@ -20,11 +20,11 @@ from tests.unit.test_listener_parts import (
     tracker_on_redis_clock,
 )
 from timers import Timers
-from timers.listener.endings import Ending
+from timers.listener.calling.runner import Runner
+from timers.listener.endings.writer import Ending
 from timers.listener.executor import Executor
-from timers.listener.peers import Peers
-from timers.listener.runner import Runner
-from timers.listener.turns import Turns
+from timers.listener.flow.turns import Turns
+from timers.listener.health.peers import Peers
 from timers.model.encoding import Record
 from timers.model.keys import Keyspace
 from timers.model.runs import Run

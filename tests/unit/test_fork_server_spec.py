@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from timers.listener import fork_server
-from timers.listener.quarantine import ChildLogs
+from timers.listener.quarantine import fork_server
+from timers.listener.quarantine.parent import ChildLogs
 
 
 def test_starting_the_fork_server_leaves_the_environment_alone(

@@ -16,7 +16,7 @@ import timers
 from tests.unit.conftest import ROOT, SAMPLE_TASKS
 from tests.unit.helpers import claim, redis_now_ms
 from timers import Listener, Timers
-from timers.listener.history import HistoryPolicy
+from timers.listener.endings.history import HistoryPolicy
 from timers.model.encoding import as_text
 from timers.model.history import (
     DEFAULT_HISTORY_AGE,

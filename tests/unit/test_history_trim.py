@@ -1,5 +1,5 @@
 """The history's bounds kept by the listener idle or not, a bounded step at a time
-(``trim.lua``, :class:`timers.listener.history.HistoryTrimmer`), and the filtered reads
+(``trim.lua``, :class:`timers.listener.endings.history.HistoryTrimmer`), and the filtered reads
 from its indexes (``timers history --failed``, ``--task``), records written before the
 indexes included. On fakeredis: no process, no traffic."""
 
@@ -17,7 +17,7 @@ from tests.history_layout import records_of, write_history
 from tests.unit.conftest import ROOT, SAMPLE_TASKS
 from tests.unit.helpers import redis_now_ms
 from timers import Listener, Timers
-from timers.listener.history import TRIM_BUDGET, HistoryPolicy, HistoryTrimmer
+from timers.listener.endings.history import TRIM_BUDGET, HistoryPolicy, HistoryTrimmer
 from timers.model.keys import Keyspace
 from timers.store.scripts import Scripts
 

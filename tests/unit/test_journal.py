@@ -1,4 +1,4 @@
-"""The endings journal (:mod:`timers.listener.journal`): what it keeps, what it drops, what
+"""The endings journal (:mod:`timers.listener.endings.journal`): what it keeps, what it drops, what
 another listener may adopt of it, and what it refuses to read. Files only: a "dead"
 listener's journal is one whose lock nobody holds (the kernel drops a dead process's)."""
 
@@ -13,9 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from timers.listener import journal as journal_module
-from timers.listener.endings import Ending
-from timers.listener.journal import (
+from timers.listener.endings import journal as journal_module
+from timers.listener.endings.journal import (
     DIR_ENV,
     KEEP_ADOPTED,
     KEEP_ASIDE,
@@ -28,6 +27,7 @@ from timers.listener.journal import (
     note_aside,
     parse,
 )
+from timers.listener.endings.writer import Ending
 from timers.model.runs import Run
 from timers.model.wire import EndingKind, FailureRecord
 

@@ -1,4 +1,4 @@
-"""A listener and the endings journals of others (:mod:`timers.listener.journal`), on
+"""A listener and the endings journals of others (:mod:`timers.listener.endings.journal`), on
 fakeredis: a run whose ending another listener journaled is ended as journaled, never run
 again, whether that listener died (its journal is adopted) or its lease lapsed while it
 lived on (its journal is read when the run is recovered)."""
@@ -18,7 +18,7 @@ from tests.conftest import wait_until_async
 from tests.unit.conftest import ROOT, SAMPLE_TASKS
 from tests.unit.sample_tasks import mod
 from timers import Listener, Timers
-from timers.listener.journal import DIR_ENV, Journal, journal_directory, server_identity
+from timers.listener.endings.journal import DIR_ENV, Journal, journal_directory, server_identity
 from timers.model.keys import Keyspace
 from timers.model.runs import Run
 from timers.store.scripts import GateRun, NewTimer, Scripts, Taker
@@ -131,7 +131,7 @@ def test_a_run_whose_function_returned_unseen_by_its_stopping_listener_runs_once
     function has returned in its thread but the event loop has not taken the result yet
     (results are gathered while the process is busy). Handed back as unfinished, the run
     ran again; the journal has its ending: the next listener of the host writes it."""
-    from timers.listener.thread_pool import ThreadPool
+    from timers.listener.calling.thread_pool import ThreadPool
 
     Timers(fakeredis.FakeRedis(server=server)).schedule("mod.add", [1, 2], in_=0, id="once")
 

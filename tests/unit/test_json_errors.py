@@ -11,8 +11,8 @@ import pytest
 from timers.cli import app
 from timers.cli.common import ERRORS, ErrorOutput
 from timers.cli.errors import asks_for_json, run_app
-from timers.listener.foreground import StopOnSignals
-from timers.listener.orphans import watch_parent
+from timers.listener.supervision.foreground import StopOnSignals
+from timers.listener.supervision.orphans import watch_parent
 
 
 @pytest.fixture(autouse=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from timers.listener.events import Channels, EventHub
+from timers.listener.finding.events import Channels, EventHub
 from timers.listener.lanes import BACKUP_SWEEP_MS, sweep_defer_ms
 from timers.model.keys import Keyspace
 

@@ -12,8 +12,8 @@ import typer.main
 
 from tests.conftest import wait_until_async
 from timers.cli import app
-from timers.listener.foreground import StopOnSignals, run_in_foreground
-from timers.listener.supervisor import ListenOptions, Supervisor
+from timers.listener.supervision.foreground import StopOnSignals, run_in_foreground
+from timers.listener.supervision.supervisor import ListenOptions, Supervisor
 
 
 def _parsed_listen_options(argv: list[str]) -> dict[str, object]:

@@ -15,9 +15,12 @@ import pytest
 from tests.unit.sample_tasks import mod
 from timers import Timers
 from timers.exceptions import TaskRefused
-from timers.listener.due_tracker import DueTracker
-from timers.listener.endings import Ending, EndingWriter
-from timers.listener.events import (
+from timers.listener.calling.runner import Runner
+from timers.listener.endings.history import HistoryPolicy
+from timers.listener.endings.writer import Ending, EndingWriter
+from timers.listener.executor import Executed, Executor
+from timers.listener.finding.due_tracker import DueTracker
+from timers.listener.finding.events import (
     Channels,
     Due,
     EventSource,
@@ -25,13 +28,10 @@ from timers.listener.events import (
     Wake,
     classify,
 )
-from timers.listener.executor import Executed, Executor
-from timers.listener.flow_gate import FREE, Admission
-from timers.listener.history import HistoryPolicy
+from timers.listener.flow.gate import FREE, Admission
+from timers.listener.flow.turns import Turns
 from timers.listener.leases import HeldRuns
 from timers.listener.retrying import Outage
-from timers.listener.runner import Runner
-from timers.listener.turns import Turns
 from timers.model.clock import ManualClock
 from timers.model.encoding import Record, entry_text
 from timers.model.history import MinuteSlot, bucket_of
@@ -435,7 +435,7 @@ async def _five_claimed(producer: Timers, scripts: Scripts) -> list[Run]:
 
 def test_the_writer_writes_endings_in_batches_and_forgets_them_once_written(
         server: fakeredis.FakeServer, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("timers.listener.endings.MAX_BATCH", 2)
+    monkeypatch.setattr("timers.listener.endings.writer.MAX_BATCH", 2)
     producer = Timers(fakeredis.FakeRedis(server=server))
 
     async def scenario() -> tuple[list[int], int]:
@@ -470,7 +470,7 @@ def test_in_a_burst_the_writer_lets_a_batch_grow_unless_an_ending_may_free_a_slo
     """Endings that come within GATHER of the last call wait out the rest of it and go
     in one call; an ending that may free a flow slot (its key's next run waits for it) is
     written at once, with those queued before it."""
-    monkeypatch.setattr("timers.listener.endings.GATHER", 0.5)
+    monkeypatch.setattr("timers.listener.endings.writer.GATHER", 0.5)
     producer = Timers(fakeredis.FakeRedis(server=server))
 
     async def scenario() -> tuple[list[int], float, float]:

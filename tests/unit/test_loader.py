@@ -10,7 +10,7 @@ import pytest
 from tests.unit.conftest import ROOT, SAMPLE_TASKS
 from tests.unit.sample_tasks import IMPORT_ATTEMPTS, mod, top_level
 from timers.exceptions import TaskRefused, TasksUnavailable
-from timers.listener.loader import SETUP_ENV, TaskLoader, check_setup
+from timers.listener.calling.loader import SETUP_ENV, TaskLoader, check_setup
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""The loop watch (:mod:`timers.listener.loop_watch`) rests while no run is going, and the
+"""The loop watch (:mod:`timers.listener.health.loop_watch`) rests while no run is going, and the
 first run to start wakes it: an idle listener's loop is not probed four times a second,
 and a task that blocks the loop is still named."""
 
@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from tests.conftest import wait_until_async
-from timers.listener import loop_watch
-from timers.listener.loop_watch import LoopWatch
+from timers.listener.health import loop_watch
+from timers.listener.health.loop_watch import LoopWatch
 
 QUIET_WINDOW = 0.3
 """Seconds a resting watch is watched for a probe (it rests until a run starts)."""

@@ -225,7 +225,7 @@ def test_a_garbled_sweep_state_restarts_the_sweep_instead_of_failing_every_call(
 def test_turns_that_find_nothing_to_key_slow_down_and_one_that_keys_speeds_them_up() -> None:
     """An idle listener's keying turns back off from every NEAR_INTERVAL to every
     NEAR_BACKOFF intervals; a turn that keys timers (or fails) brings them back."""
-    from timers.listener.near_keys import NEAR_BACKOFF, next_interval
+    from timers.listener.finding.near_keys import NEAR_BACKOFF, next_interval
     from timers.model.wire import NEAR_INTERVAL
 
     waits, interval = [], NEAR_INTERVAL

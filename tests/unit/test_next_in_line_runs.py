@@ -11,8 +11,8 @@ import threading
 from typing import Any
 
 from tests.conftest import wait_until
-from timers.listener.runner import Runner, Turn
-from timers.listener.turns import Turns
+from timers.listener.calling.runner import Runner, Turn
+from timers.listener.flow.turns import Turns
 from timers.model.runs import Run
 
 WAIT = 10.0

@@ -15,9 +15,9 @@ import pytest
 import redis
 
 import timers
-from timers.listener.claimer import Claimer
-from timers.listener.flow_gate import START_WINDOW_S, Admission, FlowGate
-from timers.listener.parker import Parker
+from timers.listener.finding.claimer import Claimer
+from timers.listener.flow.gate import START_WINDOW_S, Admission, FlowGate
+from timers.listener.flow.parker import Parker
 from timers.model.keys import Keyspace
 from timers.model.policy import policy_of
 from timers.model.runs import Run

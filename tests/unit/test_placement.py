@@ -16,11 +16,11 @@ import fakeredis
 import pytest
 
 import timers
-from timers.listener.claimer import FLOOR_RETRY_S, Claimer, ClaimerHooks
-from timers.listener.due_tracker import DueTracker
-from timers.listener.flow_gate import FlowGate
-from timers.listener.parker import Parker
-from timers.listener.placer import Placer
+from timers.listener.finding.claimer import FLOOR_RETRY_S, Claimer, ClaimerHooks
+from timers.listener.finding.due_tracker import DueTracker
+from timers.listener.flow.gate import FlowGate
+from timers.listener.flow.parker import Parker
+from timers.listener.flow.placer import Placer
 from timers.listener.retrying import Outage
 from timers.model.clock import SystemClock
 from timers.model.encoding import as_text
@@ -195,7 +195,7 @@ def test_bad_arguments_write_nothing(fake: fakeredis.FakeRedis,
     assert fake.keys("*") == []
 
 
-# -- the listener's part (timers/listener/placer.py) ------------------------------------
+# -- the listener's part (timers/listener/flow/placer.py) ------------------------------------
 
 
 async def _placers(fake: fakeredis.FakeAsyncRedis, handed: list[Run],

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from timers.listener.recent import RecentRuns
+from timers.listener.health.recent import RecentRuns
 
 
 def test_the_summary_covers_the_last_minute_only() -> None:

@@ -22,8 +22,8 @@ from timers.cli import app
 from timers.cli.errors import run_app
 from timers.exceptions import MemoryLimitTooLow
 from timers.listener import RecycleLimits
-from timers.listener.recycling import Recycler
-from timers.listener.supervisor import ListenOptions
+from timers.listener.supervision.recycling import Recycler
+from timers.listener.supervision.supervisor import ListenOptions
 
 QUIET = 0.1
 """Seconds in which a drain that must go on is given the chance to end wrongly."""

@@ -1,7 +1,7 @@
 """The private names of redis-py the listener reads, pinned.
 
 The listener takes pub/sub replies hiredis has already parsed straight from redis-py's
-reader (``timers.listener.events.buffered_reply``): ``redis._parsers._AsyncHiredisParser``,
+reader (``timers.listener.finding.events.buffered_reply``): ``redis._parsers._AsyncHiredisParser``,
 ``redis._parsers.hiredis.NOT_ENOUGH_DATA``, a connection's ``_parser`` and the parser's
 ``_reader``. Should a redis-py release move one of them, the listener quietly falls back to
 ``get_message`` for every reply (correct, several times slower on a burst of expiry
@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import redis.asyncio
 
-from timers.listener import events
+from timers.listener.finding import events
 
 
 class Subscription:

@@ -1,4 +1,4 @@
-"""How plain functions' results reach the event loop (:class:`timers.listener.thread_pool.
+"""How plain functions' results reach the event loop (:class:`timers.listener.calling.thread_pool.
 ThreadPool`): each at once while the process is not busy; while it is, the first at once
 and the next ones gathered for a moment, up to a quarter of the pool's threads, except a
 prompt job's."""
@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from timers.listener import thread_pool as pool_module
-from timers.listener.thread_pool import Job, ThreadPool
+from timers.listener.calling import thread_pool as pool_module
+from timers.listener.calling.thread_pool import Job, ThreadPool
 
 WINDOW = 30.0
 """The gathering window in these tests: far longer than any of them waits."""

@@ -14,7 +14,8 @@ import redis
 import redis.asyncio
 
 from timers import speed
-from timers.listener import collector, events
+from timers.listener.finding import events
+from timers.listener.tuning import collector
 from timers.model.fast_init import fast_init
 from timers.store import listener_client
 from timers.store.connect import AsyncScriptConnection, ScriptConnection

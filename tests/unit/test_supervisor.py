@@ -9,8 +9,8 @@ import signal
 
 import pytest
 
-from timers.listener.orphans import watch_parent
-from timers.listener.supervisor import RestartBudget, exit_reason
+from timers.listener.supervision.orphans import watch_parent
+from timers.listener.supervision.supervisor import RestartBudget, exit_reason
 
 # -- RestartBudget ----------------------------------------------------------------------
 

@@ -15,10 +15,10 @@ import pytest
 
 from tests.unit.conftest import ROOT, SAMPLE_TASKS
 from timers.exceptions import TaskRefused, TasksUnavailable
+from timers.listener.calling.loader import TaskLoader
+from timers.listener.calling.runner import Runner
+from timers.listener.health.loop_watch import blocker
 from timers.listener.leases import HeldRuns, LeaseKeeper
-from timers.listener.loader import TaskLoader
-from timers.listener.loop_watch import blocker
-from timers.listener.runner import Runner
 from timers.model.keys import Keyspace
 
 # -- imports ---------------------------------------------------------------------------

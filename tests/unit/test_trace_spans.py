@@ -130,7 +130,7 @@ def test_a_rerun_after_its_listener_died_is_a_span_of_its_own_linked_to_the_requ
     from tests.unit.test_crashes import PAST, crash
     from tests.unit.test_listener_unit import run_burst
     from timers import Timers
-    from timers.listener.quarantine import Quarantine
+    from timers.listener.quarantine.parent import Quarantine
     from timers.model.keys import Keyspace
     from timers.model.runs import Outcome
     from timers.store.script_modes import register_all

@@ -27,19 +27,26 @@ from timers.cli.listen_logs import (
 )
 from timers.cli.listen_metrics import MetricsHostOption, MetricsPortOption
 from timers.exceptions import EvictionUnsafe, PermissionMissing, TasksUnavailable, UserError
-from timers.listener import DEFAULT_CONCURRENCY, DEFAULT_LEASE, Listener, collector, event_loop
-from timers.listener.event_loop import LOOP_ENV, LoopChoice
-from timers.listener.foreground import (
+from timers.listener import DEFAULT_CONCURRENCY, DEFAULT_LEASE, Listener
+from timers.listener.calling.loader import (
+    SETUP_ENV,
+    TASKS_ENV,
+    TaskLoader,
+    check_setup,
+    configured_package,
+)
+from timers.listener.endings.history import HistoryPolicy
+from timers.listener.supervision.foreground import (
     WAIT_FOR_REDIS,
     run_in_foreground,
     wait_for_server,
     wait_for_server_at,
 )
-from timers.listener.history import HistoryPolicy
-from timers.listener.loader import SETUP_ENV, TASKS_ENV, TaskLoader, check_setup, configured_package
-from timers.listener.orphans import supervisor_pid
-from timers.listener.recycling import RecycleLimits, check_memory_limit, report_fd
-from timers.listener.supervisor import ListenOptions, Supervisor
+from timers.listener.supervision.orphans import supervisor_pid
+from timers.listener.supervision.recycling import RecycleLimits, check_memory_limit, report_fd
+from timers.listener.supervision.supervisor import ListenOptions, Supervisor
+from timers.listener.tuning import collector, event_loop
+from timers.listener.tuning.event_loop import LOOP_ENV, LoopChoice
 from timers.model.due import parse_duration
 from timers.model.flow.names import served_groups
 from timers.model.history import DEFAULT_HISTORY_AGE, DEFAULT_HISTORY_COUNT

@@ -15,7 +15,7 @@ import typer
 from timers.cli.common import ERRORS
 from timers.exceptions import UserError
 from timers.listener import Listener
-from timers.listener.supervisor import Supervisor
+from timers.listener.supervision.supervisor import Supervisor
 from timers.logs import (
     IDENTITY,
     LOG_FORMAT_ENV,
@@ -25,7 +25,7 @@ from timers.logs import (
     identify,
 )
 
-log = logging.getLogger("timers.listener.supervisor")
+log = logging.getLogger("timers.listener.supervision.supervisor")
 
 LogFormatOption = Annotated[str | None, typer.Option(
     "--log-format", metavar="<text|json>", show_default=False,

@@ -12,8 +12,8 @@ import typer
 
 from timers.exceptions import UserError
 from timers.listener import Listener
-from timers.listener.orphans import supervisor_pid
-from timers.listener.supervisor import Supervisor
+from timers.listener.supervision.orphans import supervisor_pid
+from timers.listener.supervision.supervisor import Supervisor
 from timers.observe.serving import http_url
 
 log = logging.getLogger("timers.metrics")

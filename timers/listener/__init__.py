@@ -16,7 +16,7 @@ if TYPE_CHECKING:
         DEFAULT_LEASE,
         Listener,
     )
-    from timers.listener.recycling import RecycleLimits
+    from timers.listener.supervision.recycling import RecycleLimits
     from timers.model.wire import HEARTBEAT_INTERVAL
 
 __all__ = ["DEFAULT_CONCURRENCY", "DEFAULT_FAILURE_RETENTION", "DEFAULT_LEASE",
@@ -25,7 +25,7 @@ __all__ = ["DEFAULT_CONCURRENCY", "DEFAULT_FAILURE_RETENTION", "DEFAULT_LEASE",
 
 def __getattr__(name: str) -> Any:
     if name == "RecycleLimits":
-        from timers.listener.recycling import RecycleLimits
+        from timers.listener.supervision.recycling import RecycleLimits
 
         return RecycleLimits
     if name == "HEARTBEAT_INTERVAL":

@@ -18,14 +18,14 @@ from collections.abc import Awaitable, Callable
 from typing import Any, NamedTuple, Protocol
 
 from timers.exceptions import MalformedTimerKey, TaskRefused
-from timers.listener import context
-from timers.listener.due_tracker import DueTracker
-from timers.listener.endings import Ending
-from timers.listener.flow_gate import FREE, TAKES_BACK_NEXT, Admission
-from timers.listener.quarantine import is_suspect
+from timers.listener.calling import context
+from timers.listener.calling.runner import Turn
+from timers.listener.endings.writer import Ending
+from timers.listener.finding.due_tracker import DueTracker
+from timers.listener.flow.gate import FREE, TAKES_BACK_NEXT, Admission
+from timers.listener.flow.turns import Turns
+from timers.listener.quarantine.parent import is_suspect
 from timers.listener.retrying import RETRYABLE
-from timers.listener.runner import Turn
-from timers.listener.turns import Turns
 from timers.model.encoding import Args, Record
 from timers.model.flow.disagreement import (
     RECHECK_MS,
@@ -85,7 +85,7 @@ class Fencer(Protocol):
 
 
 class Isolator(Protocol):
-    """Runs a suspect run in a child process (:class:`timers.listener.quarantine.
+    """Runs a suspect run in a child process (:class:`timers.listener.quarantine.parent.
     Quarantine`); ``stale``: the child found its lease not known to hold and started
     nothing. ``admit``: the flow gate's question, asked once the child has loaded the
     task, right before it starts (held: the run's outcome; else the child starts it, by
@@ -99,7 +99,7 @@ class Isolator(Protocol):
 
 
 class PeerView(Protocol):
-    """The other live listeners of the prefix (:class:`timers.listener.peers.Peers`)."""
+    """The other live listeners of the prefix (:class:`timers.listener.health.peers.Peers`)."""
 
     async def runners(self, task: str, group: str) -> tuple[list[Peer], FleetView]:
         ...
@@ -122,7 +122,7 @@ class Executed(NamedTuple):
     ending: Ending | None
     report: Fired | None
     facts: RunFacts | None = None
-    """What the history and the series keep of the run (:mod:`timers.listener.history`)."""
+    """What the history and the series keep of the run (:mod:`timers.listener.endings.history`)."""
     prompt: bool = False
     """Its ending is to be written without waiting for others (:data:`~timers.listener.
     endings.GATHER`): the run went through a flow gate, so writing it may free a slot and
@@ -183,9 +183,9 @@ class Executor:
         self.note: Callable[[Run], tuple[str, bytes] | None] | None = None
         self.aside: Callable[[Run], tuple[str, bytes] | None] | None = None
         """Where a quarantine child notes that its run's task returned, and the line
-        (:meth:`timers.listener.journal.Journal.aside`; None: no journal)."""
+        (:meth:`timers.listener.endings.journal.Journal.aside`; None: no journal)."""
         """The journal line of a run that completed, written by its thread as its function
-        returns (:mod:`timers.listener.journal`; None: no journal)."""
+        returns (:mod:`timers.listener.endings.journal`; None: no journal)."""
 
     async def execute(self, run: Run) -> Executed:
         """Run ``run`` and say how it ended. A cancellation (shutting down) goes through:
@@ -428,7 +428,7 @@ class Executor:
     async def _turn_before(self, run: Run, attempt: _Attempt, record: Record,
                            recurring: bool) -> Turn | None:
         """For a run next in line on a key slot: the turn of the run before it, when this
-        one may start in that run's thread as it ends (:mod:`timers.listener.turns`). Else
+        one may start in that run's thread as it ends (:mod:`timers.listener.flow.turns`). Else
         it waits here for that run to end, and its start counts from then: so does a
         rerun, which runs in quarantine (a child process), never in that thread."""
         after = self.turns.before(run)
@@ -507,7 +507,7 @@ class Executor:
 
 
 class Admitter(Protocol):
-    """The flow gate (:class:`timers.listener.flow_gate.FlowGate`)."""
+    """The flow gate (:class:`timers.listener.flow.gate.FlowGate`)."""
 
     async def admit(self, run: Run, record: Record, policy: TaskPolicy) -> Admission:
         ...

@@ -28,31 +28,31 @@ from typing import Any
 import redis.asyncio
 
 from timers.exceptions import MalformedTimerKey
-from timers.listener import spans
-from timers.listener.claimer import Claimer, ClaimerHooks, CpuGauge
-from timers.listener.crashes import listener_name
+from timers.listener.calling.loader import TaskLoader
+from timers.listener.calling.runner import Runner
 from timers.listener.cron_hook import RecurrenceHook
-from timers.listener.due_tracker import DueTracker
-from timers.listener.endings import Ending, EndingWriter
-from timers.listener.events import Channels, EventHub, EventSource, Rejected
+from timers.listener.endings.history import HistoryPolicy, HistoryTrimmer
+from timers.listener.endings.journal import DeadJournal, Journal
+from timers.listener.endings.writer import Ending, EndingWriter
 from timers.listener.executor import Executor
-from timers.listener.flow_gate import FlowGate
-from timers.listener.handoff import Handoff
-from timers.listener.history import HistoryPolicy, HistoryTrimmer
-from timers.listener.journal import DeadJournal, Journal
+from timers.listener.finding.claimer import Claimer, ClaimerHooks, CpuGauge
+from timers.listener.finding.due_tracker import DueTracker
+from timers.listener.finding.events import Channels, EventHub, EventSource, Rejected
+from timers.listener.finding.near_keys import keep_near_keys
+from timers.listener.flow.gate import FlowGate
+from timers.listener.flow.handoff import Handoff
+from timers.listener.flow.parker import Parker
+from timers.listener.flow.placer import Placer
+from timers.listener.flow.turns import Turns
+from timers.listener.health import spans
+from timers.listener.health.peers import Peers
+from timers.listener.health.tally import RunTally
 from timers.listener.leases import Fence, HeldRuns, LeaseKeeper, renewal_timeout, sync_twin
-from timers.listener.loader import TaskLoader
-from timers.listener.near_keys import keep_near_keys
-from timers.listener.parker import Parker
-from timers.listener.peers import Peers
-from timers.listener.placer import Placer
-from timers.listener.precise import PreciseSleeper
-from timers.listener.quarantine import Quarantine
-from timers.listener.recycling import RecycleLimits, Recycler, report_fd
+from timers.listener.quarantine.crashes import listener_name
+from timers.listener.quarantine.parent import Quarantine
 from timers.listener.retrying import RETRYABLE, Outage, beat_until
-from timers.listener.runner import Runner
-from timers.listener.tally import RunTally
-from timers.listener.turns import Turns
+from timers.listener.supervision.recycling import RecycleLimits, Recycler, report_fd
+from timers.listener.tuning.precise import PreciseSleeper
 from timers.model.clock import Clock
 from timers.model.encoding import as_text, unescape_id
 from timers.model.keys import Keyspace
@@ -95,13 +95,13 @@ class Shared:
         self.redis, self.db, self.id, self.groups = client, db, listener_id, groups
         self.rate_start_window = rate_start_window
         """A rate's runs start within this of their gate call, or give their slot back
-        (:data:`timers.listener.flow_gate.START_WINDOW_S`); None: however late."""
+        (:data:`timers.listener.flow.gate.START_WINDOW_S`); None: however late."""
         self.owns_client = owns_client
         """The listener made the client (from a URL): its hot script calls may each keep a
         connection of it aside (:meth:`reserve`)."""
         self.reserved: list[ReservedConnection] = []
         self.history = history
-        """What the run history and the series keep (:mod:`timers.listener.history`)."""
+        """What the run history and the series keep (:mod:`timers.listener.endings.history`)."""
         self.concurrency, self.lease, self.shutdown_timeout = concurrency, lease, shutdown_timeout
         self.failure_retention, self.clock, self.max_sleep = failure_retention, clock, max_sleep
         self.loader, self.peers, self.observer = loader, peers, observer
@@ -309,7 +309,7 @@ class Lane:
         self.journal: Journal | None = None
 
     def use_journal(self, journal: Journal | None) -> None:
-        """Keep this lane's endings in ``journal`` (:mod:`timers.listener.journal`)."""
+        """Keep this lane's endings in ``journal`` (:mod:`timers.listener.endings.journal`)."""
         self.journal = self.endings.journal = journal
         self.endings.lane = self.index
         index = self.index
@@ -476,7 +476,7 @@ class Lane:
     def _poke_bursts(self) -> None:
         """In a burst, this lane's sweep loop looks again whether the burst is over; with
         several shards, every lane's (a lane's burst ends only with all of theirs: a timer
-        claimed in one may move into another, :mod:`timers.listener.placer`)."""
+        claimed in one may move into another, :mod:`timers.listener.flow.placer`)."""
         for lane in self.lanes if self.placer is not None else (self,):
             lane.claimer.poke.set()
 

@@ -6,16 +6,16 @@ collaborators when it is made:
 - **lanes** (:mod:`timers.listener.lanes`): a :class:`~timers.listener.lanes.Lane` per
   shard holds the parts below for its shard and runs what it claims; the lanes share a
   :class:`~timers.listener.lanes.Shared` (the runner, the tasks, the flags, the tally).
-- **events** (:mod:`timers.listener.events`): the ``expired`` events and wake messages;
+- **events** (:mod:`timers.listener.finding.events`): the ``expired`` events and wake messages;
   each names a timer for the next claim, moves the next due time, or is rejected.
-- **claimer** (:mod:`timers.listener.claimer`): the due-driven sweep loop and the claim.
+- **claimer** (:mod:`timers.listener.finding.claimer`): the due-driven sweep loop and the claim.
 - **executor** (:mod:`timers.listener.executor`): runs one claimed timer, returns its
   :class:`Ending`.
-- **endings** (:mod:`timers.listener.endings`): writes endings in batches.
+- **endings** (:mod:`timers.listener.endings.writer`): writes endings in batches.
 - **leases** (a thread: :mod:`timers.listener.leases`, so a blocked loop cannot starve
   it): keeps a live listener's timers; a dead one's run again once their lease lapses.
 
-This module keeps the lifecycle: the checks at start (:mod:`timers.listener.preflight`),
+This module keeps the lifecycle: the checks at start (:mod:`timers.listener.health.preflight`),
 one lane per shard, and stop: running tasks get ``shutdown_timeout`` seconds, the
 unfinished runs go back to the due index so another listener runs them at once.
 """
@@ -34,18 +34,18 @@ from typing import Any
 import redis
 import redis.asyncio
 
-from timers.listener.flow_gate import START_WINDOW_S
-from timers.listener.history import HistoryPolicy
-from timers.listener.journal import Journal, server_identity
+from timers.listener.calling.loader import TASKS_ENV, TaskLoader, configured_package
+from timers.listener.endings.history import HistoryPolicy
+from timers.listener.endings.journal import Journal, server_identity
+from timers.listener.flow.gate import START_WINDOW_S
+from timers.listener.health.loop_watch import LoopWatch
+from timers.listener.health.peers import Peers
+from timers.listener.health.preflight import eviction_policy, read_layout, warn_if_events_off
+from timers.listener.health.tally import RunTally
 from timers.listener.lanes import Lane, Shared, lanes_for, shard_note
-from timers.listener.loader import TASKS_ENV, TaskLoader, configured_package
-from timers.listener.loop_watch import LoopWatch
-from timers.listener.peers import Peers
-from timers.listener.preflight import eviction_policy, read_layout, warn_if_events_off
-from timers.listener.quarantine import prestart
-from timers.listener.recycling import RecycleLimits, Recycler
+from timers.listener.quarantine.parent import prestart
 from timers.listener.retrying import RETRYABLE, pause
-from timers.listener.tally import RunTally
+from timers.listener.supervision.recycling import RecycleLimits, Recycler
 from timers.model.clock import Clock, SystemClock
 from timers.model.flow.names import served_groups
 from timers.model.keys import configured_prefix
@@ -117,7 +117,7 @@ class Listener:
         self.concurrency, self.lease, self.shutdown_timeout = concurrency, lease, shutdown_timeout
         self.failure_retention = failure_retention
         self.history = HistoryPolicy() if history is None else history
-        """What the run history and the series keep (`timers.listener.history`)."""
+        """What the run history and the series keep (`timers.listener.endings.history`)."""
         self.clock = clock or SystemClock()
         self.observer, self.allow_eviction = observer, allow_eviction
         self.quarantine_ahead = quarantine_ahead

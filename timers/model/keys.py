@@ -224,7 +224,7 @@ class Keyspace:
     def instance(self) -> str:
         """A random id the first listener gives the prefix on its server: names the
         directory of its listeners' endings journals on a host, whatever address each
-        reaches the server by (:mod:`timers.listener.journal`)."""
+        reaches the server by (:mod:`timers.listener.endings.journal`)."""
         return self.prefix + "|instance"
 
     @property

@@ -1,7 +1,7 @@
 """Traces across the delay (``pip install 'redis-timers[otel]'``, OpenTelemetry): the
 trace context of the code that schedules a timer, stored with it as a W3C ``traceparent``
 (the record's ``tp`` option), so that each run's span can link to it
-(:mod:`timers.listener.spans`).
+(:mod:`timers.listener.health.spans`).
 
 Without ``opentelemetry-api`` installed, or with no valid span current where the timer is
 scheduled, nothing is stored: the record is what it was without the extra."""

@@ -238,5 +238,5 @@ NEAR_INTERVAL = 30.0
 """Seconds between a listener's calls of ``near.lua`` (each keys the timers that came
 within the horizon since the last one) while there are timers to key: a timer gets its
 key between 59.5 and 60 minutes before its due time. Turns that key nothing slow down
-to one in 5 minutes (``timers/listener/near_keys.py``), so an idle listener sends its
+to one in 5 minutes (``timers/listener/finding/near_keys.py``), so an idle listener sends its
 heartbeats and little else."""

@@ -80,7 +80,7 @@ class ListenerMetrics:
                               multiprocess_mode="livemax", **kw)
 
     def ended(self, done: Executed) -> None:
-        """A run ended (see :class:`timers.listener.tally.RunTally`): noted here, handed to
+        """A run ended (see :class:`timers.listener.health.tally.RunTally`): noted here, handed to
         prometheus_client once a second by :meth:`flush`, far cheaper per run than its
         own calls would be (figures: bench/FINDINGS.md, "A run's Python in the listener")."""
         report = done.report

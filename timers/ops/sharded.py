@@ -246,7 +246,7 @@ class ShardedOperations:
                found: Callable[[T], bool], one_at_a_time: bool = False) -> Operation[T]:
         """``call`` on the shard of ``timer_id``; when it does not find the timer there, on
         every other shard at once (one round trip more): a timer whose task declares a
-        limit moved to its limit's shard at its first claim (:mod:`timers.listener.placer`).
+        limit moved to its limit's shard at its first claim (:mod:`timers.listener.flow.placer`).
         The first shard's answer that found it, else the id's own shard's.
         ``one_at_a_time``: a shard per round trip (a write that waits for its shard's
         replicas: its ``WAIT`` must go to that shard's primary, with its write alone)."""

@@ -30,7 +30,7 @@ count its own N. The rule:
    draws a generated id in the limit's shard (:meth:`TaskPolicy.limit_name`,
    :func:`timers.ops.sharded.placed`). Otherwise it is known to listeners only: the
    timer moves to its limit's shard once, at its first claim, before any gate sees it
-   (:mod:`timers.listener.placer`: four steps over the two shards, each atomic in one,
+   (:mod:`timers.listener.flow.placer`: four steps over the two shards, each atomic in one,
    ordered so that a crash anywhere leaves it runnable exactly once), and carries
    ``;sh=<from shard>`` so it never moves again. ``get``, ``cancel``, ``reschedule`` and
    ``status`` look in the other shards when the id's own does not have it
@@ -40,7 +40,7 @@ count its own N. The rule:
 4. Everything else lives in the shard of its id.
 5. A key's timers start in order across shards: a claim takes a keyed task's timer (no
    ``key=``) only once every earlier one of its task in the other shards has entered its
-   key's order (the claim's floor, :meth:`timers.listener.placer.Placer.floor`).
+   key's order (the claim's floor, :meth:`timers.listener.flow.placer.Placer.floor`).
 
 ``S`` is fixed the first time a prefix is used and stored in Redis (``shards.lua``, in
 the one-shard keyspace of the prefix: ``{timers}|shards``). On a cluster the default is

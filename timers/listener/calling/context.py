@@ -49,8 +49,8 @@ class TimerContext:
     original_due: datetime
     """When the timer itself was due (UTC): the first attempt's due time."""
     lateness: float
-    """Seconds between [`due`][timers.listener.context.TimerContext.due] and the start of this
-    run."""
+    """Seconds between [`due`][timers.listener.calling.context.TimerContext.due] and the
+    start of this run."""
     recurrence: str | None = None
     """The name of the recurrence this run is an occurrence of, or None."""
     fencing_token: int = 0

@@ -13,12 +13,12 @@ from types import CodeType
 from typing import TYPE_CHECKING, Any
 
 from timers.exceptions import Late, Overran, Stale
-from timers.listener.thread_pool import Job, ThreadPool, task_name
+from timers.listener.calling.thread_pool import Job, ThreadPool, task_name
 from timers.model.encoding import Args
 from timers.model.runs import OK, Outcome
 
 if TYPE_CHECKING:
-    from timers.listener.journal import Journal
+    from timers.listener.endings.journal import Journal
 
 
 @functools.cache
@@ -123,7 +123,7 @@ class Runner:
         slot (see :attr:`stuck`) until it returns.
 
         ``turn``: this run's, told the job its function runs in. ``after``: the turn of the
-        run this one is next in line after (:mod:`timers.listener.turns`): a plain function
+        run this one is next in line after (:mod:`timers.listener.flow.turns`): a plain function
         starts in that run's thread as its function returns, a coroutine once it ended.
         ``fence``: whether the run's lease still holds, asked right before a plain function
         is called in its thread (and before a coroutine starts): if not, :data:`STALE`.
@@ -209,7 +209,8 @@ class Runner:
             self._pool.let_go(turn.job)
 
     def use_journal(self, journal: Journal | None) -> None:
-        """Journal the notes of plain functions' runs there (:mod:`timers.listener.journal`)."""
+        """Journal the notes of plain functions' runs there
+        (:mod:`timers.listener.endings.journal`)."""
         self._pool.journal = journal
 
     def shutdown(self) -> None:

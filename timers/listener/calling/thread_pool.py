@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from timers.exceptions import Late, Stale
 
 if TYPE_CHECKING:
-    from timers.listener.journal import Journal
+    from timers.listener.endings.journal import Journal
 
 log = logging.getLogger("timers.listener")
 
@@ -58,7 +58,7 @@ class Job:
         """Monotonic: a rate's run reaching its call later is not called (:class:`Late`)."""
         self.note: tuple[str, bytes] | None = None
         """(run token, journal line): appended to the pool's journal by the thread the
-        moment the function returns normally (:mod:`timers.listener.journal`)."""
+        moment the function returns normally (:mod:`timers.listener.endings.journal`)."""
 
 
 def task_name(fn: Callable[..., Any]) -> str:
@@ -103,7 +103,7 @@ class ThreadPool:
         self.busy = busy
         self.enough = max(1, size // 4)
         """Results waiting that wake the loop even while they are gathered: as many as the
-        free slots a claim in a backlog waits for (:meth:`timers.listener.claimer.Claimer.
+        free slots a claim in a backlog waits for (:meth:`timers.listener.finding.claimer.Claimer.
         gather_slots`); so a pool of fewer than 8 threads never gathers."""
         self.stuck = 0
         self._jobs: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
@@ -135,7 +135,7 @@ class ThreadPool:
         an awaitable: its run has not ended yet). ``resumes``: the same run's job that was
         stale; the job chained after that one follows this one now. ``start_by``
         (monotonic): a thread taking it up later does not call it (:class:`Late`); nothing
-        is chained after such a job (:attr:`timers.listener.runner.Turn.solo`)."""
+        is chained after such a job (:attr:`timers.listener.calling.runner.Turn.solo`)."""
         loop = self._loop = asyncio.get_running_loop()
         job = Job(loop.create_future(), fn, args, kwargs)
         job.guarded, job.fence, job.prompt, job.note = guarded, fence, prompt, note

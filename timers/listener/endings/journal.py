@@ -1,6 +1,6 @@
 """The endings journal: a run's ending is on local disk before its process can lose it.
 
-A listener writes endings to Redis in batches (:mod:`timers.listener.endings`), so a
+A listener writes endings to Redis in batches (:mod:`timers.listener.endings.writer`), so a
 process that dies (a task in one thread calls ``os._exit``, the OOM killer, ``kill -9``)
 took with it the endings of runs that had finished but were not written yet: their leases
 lapsed and they ran again. So each listener process copies every ending into a file of its
@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from timers.exceptions import JournalUnavailable
-from timers.listener.endings import Ending
+from timers.listener.endings.writer import Ending
 from timers.model.encoding import as_text
 from timers.model.run_record import decode
 from timers.model.runs import Run

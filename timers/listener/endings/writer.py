@@ -17,8 +17,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
+from timers.listener.endings.history import ENDS, OFF, HistoryPolicy, history_text, series_of
 from timers.listener.eviction import report_late_finishes
-from timers.listener.history import ENDS, OFF, HistoryPolicy, history_text, series_of
 from timers.listener.leases import HeldRuns, still_held
 from timers.listener.retrying import RETRYABLE, ConnectionState, Outage, ReconnectDelays, pause
 from timers.model.clock import Clock, SystemClock
@@ -39,7 +39,7 @@ EXTRAS_EVERY = 1.0
 retention: the calls between them write only the endings and their history records, and
 the writer sums their runs' series meanwhile, so what each call costs once (the series
 slots' read and merge, the retention GET) is paid about once a second, not once per
-batch. The history is trimmed by :class:`timers.listener.history.HistoryTrimmer`."""
+batch. The history is trimmed by :class:`timers.listener.endings.history.HistoryTrimmer`."""
 
 GATHER = 0.004
 """Seconds at least between the starts of two batches :meth:`EndingWriter.run` writes: a
@@ -130,7 +130,7 @@ _TEXT = {kind: kind.value for kind in EndingKind}
 
 
 class Journal(Protocol):
-    """Where endings are kept on disk till Redis has them (:class:`timers.listener.journal.
+    """Where endings are kept on disk till Redis has them (:class:`timers.listener.endings.journal.
     Journal`)."""
 
     def ending(self, lane: int, ending: Ending) -> None:
@@ -146,7 +146,7 @@ class EndingWriter:
     ``taker``: what the listener may be handed for a batch of endings of these run tokens
     (its free slots, reserved till the reply): timers a freed concurrency key slot lets go,
     as runs of its own; ``on_handed`` is called with the runs handed over and the slots
-    reserved for them (:class:`~timers.listener.handoff.Handoff`); ``on_written`` after
+    reserved for them (:class:`~timers.listener.flow.handoff.Handoff`); ``on_written`` after
     each batch is written."""
 
     def __init__(self, scripts: Scripts, keys: Keyspace, failure_retention: float,

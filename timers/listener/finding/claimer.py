@@ -26,10 +26,10 @@ from dataclasses import dataclass
 
 import redis
 
-from timers.listener.due_tracker import CLAIM_LEAD_MS, DueTracker
-from timers.listener.endings import MAX_BATCH
+from timers.listener.endings.writer import MAX_BATCH
+from timers.listener.finding.due_tracker import CLAIM_LEAD_MS, DueTracker
+from timers.listener.flow.parker import Parker
 from timers.listener.leases import still_held
-from timers.listener.parker import Parker
 from timers.listener.retrying import RETRYABLE, ConnectionState, Outage, ReconnectDelays, pause
 from timers.model.clock import Clock
 from timers.model.run_record import record_head, record_option
@@ -132,10 +132,10 @@ class ClaimerHooks:
     """The tasks with a concurrency key or cap (claims note theirs for the order barrier)."""
     place: Callable[[list[Run]], Awaitable[list[Run]]] | None = None
     """On a prefix of several shards: moves the claimed runs whose limit lives in another
-    shard there and returns those that stay (:mod:`timers.listener.placer`)."""
+    shard there and returns those that stay (:mod:`timers.listener.flow.placer`)."""
     floor: Callable[[Sequence[str], Sequence[str]], Awaitable[int]] | None = None
     """On a prefix of several shards: the other shards' floor for the keyed tasks' timers
-    (:meth:`timers.listener.placer.Placer.floor`), sent with each claim."""
+    (:meth:`timers.listener.flow.placer.Placer.floor`), sent with each claim."""
 
 
 def _keyed_without_key(run: Run, keyed: Sequence[str]) -> bool:
@@ -244,7 +244,7 @@ class Claimer:
 
     async def _park_backlog(self) -> None:
         """While due timers remain that flow limits hold back, park them without claiming
-        (see :mod:`timers.listener.parker`); a failure leaves them to the claims."""
+        (see :mod:`timers.listener.flow.parker`); a failure leaves them to the claims."""
         passes = 0
         while (self.tracker.backlogged and self.parker.wanted()
                and passes < PARK_PASSES and not self.stopping.is_set()):

@@ -44,7 +44,7 @@ except ImportError:  # pragma: no cover - a redis-py whose hiredis reader says F
 
 from timers import speed
 from timers.exceptions import MalformedTimerKey, TaskRefused
-from timers.listener.due_tracker import DueTracker
+from timers.listener.finding.due_tracker import DueTracker
 from timers.listener.retrying import RETRYABLE, ConnectionState, Outage, ReconnectDelays, pause
 from timers.model.encoding import Entry, as_text, escape_id
 from timers.model.keys import DEFAULT_GROUP, Keyspace

@@ -30,7 +30,7 @@ from timers.store.scripts import GateRun, Scripts
 GO = "go"
 HANDED = frozenset({ClaimSource.HANDOFF.label, ClaimSource.NEXT.label})
 """Runs ``finish.lua`` handed over holding their key's slot, or to take it over from the
-run before them (:mod:`timers.listener.turns`)."""
+run before them (:mod:`timers.listener.flow.turns`)."""
 _KEY_MARK = f"{Option.KEY}="
 START_WINDOW_S = 0.010
 """How long after its gate call was sent a run a rate let go (with no concurrency key, or
@@ -206,7 +206,7 @@ class FlowGate:
         lives in the shard of its limit (:mod:`timers.ops.shards`): a concurrency key given
         at schedule time, with no rate, in its key's shard; else a limit the task declares,
         in the shard of its rate, else of its key (placed there at its first claim:
-        :mod:`timers.listener.placer`). Not: a recurrence's occurrence, whose shard is its
+        :mod:`timers.listener.flow.placer`). Not: a recurrence's occurrence, whose shard is its
         recurrence's, or a keyed timer scheduled by an older producer."""
         escaped = record.options.get(Option.KEY)
         if escaped:

@@ -21,7 +21,7 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from timers.listener.flow_gate import FlowGate, key_only_limit
+from timers.listener.flow.gate import FlowGate, key_only_limit
 from timers.model.encoding import as_text
 from timers.store.scripts import ParkTimer, Scripts
 
@@ -45,7 +45,7 @@ class Parker:
         self.moves = moves
         """On a prefix of several shards: whether a timer (its record) is left to the
         claims: one whose key its task works out moves to its key's shard at its claim
-        (:mod:`timers.listener.placer`), and in that shard enters its key's order only
+        (:mod:`timers.listener.flow.placer`), and in that shard enters its key's order only
         through claims, in due order with its task's timers in the other shards (their
         floor: ``claim.lua`` ARGV[8])."""
         self.parked = 0

@@ -41,7 +41,7 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from timers.listener.flow_gate import HANDED, flow_limits
+from timers.listener.flow.gate import HANDED, flow_limits
 from timers.listener.retrying import RETRYABLE, pause
 from timers.model.encoding import Record, as_text
 from timers.model.flow.names import DEFAULT_GROUP

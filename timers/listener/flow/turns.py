@@ -3,7 +3,7 @@
 Along with a run that holds a key's slot, ``finish.lua`` may hand the listener the key's
 next waiting timer as the run next in line after it (source ``next``,
 :attr:`Run.follows`): that one must start only once the first has ended, and then at
-once. Each run that may be followed has a :class:`~timers.listener.runner.Turn`: the pool
+once. Each run that may be followed has a :class:`~timers.listener.calling.runner.Turn`: the pool
 job its function runs in, and whether it has ended. A plain function next in line is queued
 on that job and starts in the same thread the moment the function before it returns (no
 event loop hop, no Redis round trip: the slot passes on when the first run's ending is
@@ -12,7 +12,7 @@ written, while the second runs). Anything else next in line waits for the first 
 
 from __future__ import annotations
 
-from timers.listener.runner import Turn
+from timers.listener.calling.runner import Turn
 from timers.model.runs import Run
 from timers.model.wire import ClaimSource
 

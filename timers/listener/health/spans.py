@@ -20,7 +20,7 @@ from timers.model.wire import ClaimSource, EndingKind
 
 if TYPE_CHECKING:
     from timers.listener.executor import Executed
-    from timers.listener.tally import RunObserver
+    from timers.listener.health.tally import RunObserver
 
 _ENDINGS = {EndingKind.OK: "ok", EndingKind.SKIP: "skipped", EndingKind.RETRY: "retried",
             EndingKind.FAIL: "dead"}
@@ -31,7 +31,7 @@ RERUN = ClaimSource.RECOVERED.label
 
 
 class RunSpans:
-    """A [`RunObserver`][timers.listener.tally.RunObserver] making a span of each run, once
+    """A [`RunObserver`][timers.listener.health.tally.RunObserver] making a span of each run, once
     the process has OpenTelemetry loaded and a tracer provider set."""
 
     def __init__(self) -> None:
@@ -96,5 +96,5 @@ class RunSpans:
 
 
 def observers() -> list[RunObserver]:
-    """A listener's: a [`RunSpans`][timers.listener.spans.RunSpans]."""
+    """A listener's: a [`RunSpans`][timers.listener.health.spans.RunSpans]."""
     return [RunSpans()]

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from timers.listener.executor import Executed
-from timers.listener.recent import RecentRuns
+from timers.listener.health.recent import RecentRuns
 from timers.model.due import format_duration
 from timers.model.runs import Fired
 from timers.model.wire import EndingKind

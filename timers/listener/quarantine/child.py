@@ -1,4 +1,4 @@
-"""The child's side of quarantine (:mod:`timers.listener.quarantine`): what a quarantine
+"""The child's side of quarantine (:mod:`timers.listener.quarantine.parent`): what a quarantine
 child process does with the one run it is given.
 
 It logs as its listener does (:class:`ChildLogs`), takes the listener's environment as it
@@ -26,13 +26,14 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import NamedTuple
 
-from timers.listener import context as timer_context
-from timers.listener import event_loop, fork_server
-from timers.listener.journal import note_aside
+from timers.listener.calling import context as timer_context
+from timers.listener.calling.loader import TaskLoader
+from timers.listener.calling.runner import Runner
+from timers.listener.endings.journal import note_aside
 from timers.listener.leases import SharedUntil, fresh_in
-from timers.listener.loader import TaskLoader
-from timers.listener.orphans import ask_for_signal_on_parent_death
-from timers.listener.runner import Runner
+from timers.listener.quarantine import fork_server
+from timers.listener.supervision.orphans import ask_for_signal_on_parent_death
+from timers.listener.tuning import event_loop
 from timers.logs import IDENTITY, JsonFormatter, LogFormat, configure
 from timers.model.runs import MAX_MESSAGE, MAX_TRACEBACK, Outcome
 
@@ -95,7 +96,7 @@ def child_main(package: str, search_path: str | None, task: str, pickled: bytes,
     ``word``: the listener's pipe to the child: a gated run's word to start comes from it
     (``gated``, :func:`_waits_for_word`), and its closing says the listener went away
     (:func:`_watch_listener`). ``aside``: where to note that the task returned before
-    saying so (:func:`~timers.listener.journal.note_aside`): durable before the listener,
+    saying so (:func:`~timers.listener.endings.journal.note_aside`): durable before the listener,
     paused or dying, could lose the outcome on its way.
     """
     os.environ.clear()
@@ -191,8 +192,8 @@ async def run_in_child(package: str, search_path: str | None, task: str, pickled
     unstarted), say it starts, and call it under the fence ``held`` (None: unfenced),
     which the task's ``timers.current().still_held()`` reads too; :data:`~timers.listener.
     runner.STALE` and nothing called when the lease is not known to hold at its start,
-    :data:`~timers.listener.runner.LATE` when it comes past the word's start window. A
-    task that returned is noted ``aside`` (:func:`~timers.listener.journal.note_aside`)
+    :data:`~timers.listener.calling.runner.LATE` when it comes past the word's start window. A
+    task that returned is noted ``aside`` (:func:`~timers.listener.endings.journal.note_aside`)
     before the outcome goes back."""
     if timer is not None:  # the run copies it into the task's context
         timer_context.enter(dataclasses.replace(timer, lease_check=held))

@@ -5,7 +5,7 @@ listener that held it. A lapse says a listener died *or* stalled past its lease 
 a swap storm): it is counted (``reruns`` in ``timers stats``) and makes the run a suspect,
 but it is no evidence of a death, and a run that lapsed before it started (held next in
 line, handed back, held at its gate) died of nothing. So a suspect runs again in a child
-process (:mod:`timers.listener.quarantine`), where its listener sees each death itself: a
+process (:mod:`timers.listener.quarantine.parent`), where its listener sees each death itself: a
 child that exits without an outcome. Only those deaths count toward the task's
 ``max_crashes``; a poison still stops (after its first death, every run of it is a
 suspect), and a timer whose listener was paused never ends dead for it.

@@ -1,6 +1,6 @@
 """The process quarantine children fork from, with the tasks package imported in it.
 
-A quarantine child (:mod:`timers.listener.quarantine`) forks from multiprocessing's fork
+A quarantine child (:mod:`timers.listener.quarantine.parent`) forks from multiprocessing's fork
 server. Were the tasks package imported in each child, a listener that reruns a dead
 peer's 30 runs would import the app 30 times while its other timers come due: on a
 2-core machine the other timers ran late for a while
@@ -33,7 +33,7 @@ from multiprocessing import forkserver
 from types import FrameType
 from typing import Any
 
-PRELOAD = "timers.listener.quarantine_child"
+PRELOAD = "timers.listener.quarantine.child"
 """What the fork server imports first: what a quarantine child runs (this module with it)."""
 
 SPEC_PREFIX = "_timers_fork_server_spec_"
@@ -95,7 +95,7 @@ def _preload() -> None:
         if raw is None:
             return
         spec = json.loads(raw)
-        from timers.listener.loader import TaskLoader
+        from timers.listener.calling.loader import TaskLoader
         from timers.logs import IDENTITY, configure
 
         level, form, listener = spec["logs"]

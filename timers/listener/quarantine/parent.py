@@ -6,13 +6,13 @@ running alongside the poison. Run in the listener again, the poison would kill i
 more, with every innocent it holds.
 
 So a suspect run goes to a child process (``forkserver``: no fork of a threaded process),
-forked with the tasks package imported (:mod:`timers.listener.fork_server`). The child
-(:mod:`timers.listener.quarantine_child`) loads the tasks package as the listener does,
+forked with the tasks package imported (:mod:`timers.listener.quarantine.fork_server`). The child
+(:mod:`timers.listener.quarantine.child`) loads the tasks package as the listener does,
 runs the task and sends its :class:`Outcome` back over a pipe. Here a death
 is seen, not inferred: a child that exits without an outcome is one crash of this timer
 (a lapse is not: the listener that held it may have lived). It runs again in a new child
 until those deaths reach the task's ``max_crashes``, and then ends dead
-(:mod:`timers.listener.crashes`).
+(:mod:`timers.listener.quarantine.crashes`).
 
 The listener holds the lease throughout and shares how long it holds with the child
 (:meth:`HeldRuns.share`): the child checks it right before the task's code, as a thread
@@ -36,13 +36,12 @@ from collections.abc import Awaitable, Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
-from timers.listener import context as timer_context
-from timers.listener import fork_server
-from timers.listener.crashes import died_outcome
-from timers.listener.flow_gate import FREE, Admission
+from timers.listener.calling import context as timer_context
+from timers.listener.calling.loader import TaskLoader
+from timers.listener.flow.gate import FREE, Admission
 from timers.listener.leases import HeldRuns, SharedUntil
-from timers.listener.loader import TaskLoader
-from timers.listener.quarantine_child import (
+from timers.listener.quarantine import fork_server
+from timers.listener.quarantine.child import (
     GO,
     LOADED_WORD,
     PARENT_GONE,
@@ -51,6 +50,7 @@ from timers.listener.quarantine_child import (
     child_main,
     portable,
 )
+from timers.listener.quarantine.crashes import died_outcome
 from timers.model.encoding import Args
 from timers.model.policy import TaskPolicy
 from timers.model.runs import Outcome
@@ -106,7 +106,7 @@ def _mp_context() -> Any:
 def prestart(loader: TaskLoader) -> None:
     """Start the process quarantine children fork from, with timers and ``loader``'s tasks
     package imported in it (blocking: call it off the event loop;
-    :mod:`timers.listener.fork_server`). A listener's first rerun otherwise starts a
+    :mod:`timers.listener.quarantine.fork_server`). A listener's first rerun otherwise starts a
     Python interpreter and imports timers while its other timers come due, and each
     child imported the tasks package: on a 2-core machine every timer ran late for a
     while after a listener was killed
@@ -154,7 +154,7 @@ class Quarantine:
         for the word to start it (held: that ends the run unstarted; a start window goes
         with the word, and a child past it starts nothing: ``late``). ``aside``: the file
         and line a child whose task returned writes before it says so
-        (:func:`~timers.listener.journal.note_aside`)."""
+        (:func:`~timers.listener.endings.journal.note_aside`)."""
         died = before_start = 0
         target = self._target(task, fn)
         admitted = False

@@ -22,7 +22,7 @@ from typing import Protocol
 import redis
 
 from timers.exceptions import CannotConnect
-from timers.listener.orphans import SAME_STOP_WINDOW, supervisor_pid, watch_parent
+from timers.listener.supervision.orphans import SAME_STOP_WINDOW, supervisor_pid, watch_parent
 from timers.model.redact import mask_secrets
 from timers.store.listener_client import listener_client
 from timers.store.server_errors import cannot_connect

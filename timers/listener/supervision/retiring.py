@@ -2,9 +2,10 @@
 standby.
 
 Each child gets the write end of its own pipe (its fd number in ``$TIMERS_RECYCLE_FD``,
-see :mod:`timers.listener.recycling`) and writes one line per message; the supervisor waits
-on the read ends instead of sleeping, so it hears a child at its limit at once. A pipe
-names its child without doubt, unlike a signal, and closes by itself when the child exits.
+see :mod:`timers.listener.supervision.recycling`) and writes one line per message; the
+supervisor waits on the read ends instead of sleeping, so it hears a child at its limit at
+once. A pipe names its child without doubt, unlike a signal, and closes by itself when the
+child exits.
 
 With recycling, one more child runs as the standby: started, tasks loaded, connected, not
 claiming. When a child asks to be replaced, the standby (once it said it is ready) is sent
@@ -23,8 +24,8 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from timers.listener.orphans import SUPERVISOR_ENV
-from timers.listener.recycling import (
+from timers.listener.supervision.orphans import SUPERVISOR_ENV
+from timers.listener.supervision.recycling import (
     CLAIMING,
     HANDOVER_SIGNAL,
     RECYCLE,
@@ -35,7 +36,7 @@ from timers.listener.recycling import (
 )
 from timers.model.clock import Clock
 
-log = logging.getLogger("timers.listener.supervisor")
+log = logging.getLogger("timers.listener.supervision.supervisor")
 
 
 @dataclass
@@ -124,7 +125,7 @@ def exit_reason(returncode: int) -> str:
 
 class SupervisorRecycling:
     """The supervisor's recycling: messages from children, retiring children, the
-    standby. Mixed into :class:`timers.listener.supervisor.Supervisor`."""
+    standby. Mixed into :class:`timers.listener.supervision.supervisor.Supervisor`."""
 
     command: list[str]
     children: dict[int, subprocess.Popen[bytes]]

@@ -8,14 +8,14 @@ stop), and the children exit at once. A child that keeps dying exhausts the rest
 supervisor logs the last exit reasons, stops the others and exits 1.
 
 With ``--max-runs-per-child`` or ``--max-memory-per-child`` a child at its limit asks
-for a replacement over its pipe (:mod:`timers.listener.supervisor_recycling`): a standby
+for a replacement over its pipe (:mod:`timers.listener.supervision.retiring`): a standby
 child takes its slot at once (or a new one starts), the old child stops claiming once the
 replacement claims and finishes its runs. Its exit 0 is no crash: no restart, nothing taken
 from the budget.
 
 Should the supervisor itself die, even by ``kill -9``, its children exit within seconds
 too (their running tasks get 2 s, the rest is handed back): each knows its pid
-(``$TIMERS_SUPERVISOR_PID``, see :mod:`timers.listener.orphans`).
+(``$TIMERS_SUPERVISOR_PID``, see :mod:`timers.listener.supervision.orphans`).
 
 As a container's PID 1 (or a child subreaper, ``PR_SET_CHILD_SUBREAPER``) every process
 orphaned inside it is re-parented to the supervisor: a task's subprocess whose listener
@@ -36,9 +36,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from types import FrameType
 
-from timers.listener.foreground import WAIT_FOR_REDIS
-from timers.listener.orphans import SAME_STOP_WINDOW, SUPERVISOR_ENV
-from timers.listener.supervisor_recycling import (
+from timers.listener.supervision.foreground import WAIT_FOR_REDIS
+from timers.listener.supervision.orphans import SAME_STOP_WINDOW, SUPERVISOR_ENV
+from timers.listener.supervision.retiring import (
     ChildLinks,
     Retiring,
     SupervisorRecycling,
@@ -46,7 +46,7 @@ from timers.listener.supervisor_recycling import (
 )
 from timers.model.clock import Clock, SystemClock
 
-log = logging.getLogger("timers.listener.supervisor")
+log = logging.getLogger("timers.listener.supervision.supervisor")
 POLL = 0.2
 
 

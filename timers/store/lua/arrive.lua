@@ -1,6 +1,6 @@
 #!lua
 -- arrive.lua: a timer moving into this shard from another (docs/state-machine.md, "Cluster",
--- T24 to T26; timers/listener/placer.py). Cross-shard atomicity does not exist, so a move
+-- T24 to T26; timers/listener/flow/placer.py). Cross-shard atomicity does not exist, so a move
 -- is four steps, each atomic in one shard: the copy arrives here inert ("a": it runs from
 -- no index), the source shard drops its run and notes the move (depart.lua "d": the one
 -- commit point), then the copy is settled here ("c": pended, or discarded when the source

@@ -2,7 +2,7 @@
 -- trim.lua: one bounded step of the run history's upkeep (history.lua's history_plan):
 -- drop records past their expiry, else records over the count (oldest first), else index
 -- records written before the index existed. Each listener calls it in a loop, idle or not
--- (timers/listener/history.py HistoryTrimmer): again after a short pause while a step
+-- (timers/listener/endings/history.py HistoryTrimmer): again after a short pause while a step
 -- says more is owed, so no call holds Redis long and a lowered bound is reached soon.
 -- Atomic and idempotent: listeners trimming one history at once each take what is left.
 -- State machine: docs/state-machine.md (the history row; no transition reads it).
