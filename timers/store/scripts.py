@@ -8,8 +8,9 @@ Each script starts with a Redis 7 shebang: ``#!lua flags=allow-oom`` on those th
 memory or keep it constant (renew, finish, cancel …), so they run on a full server, and a
 plain ``#!lua`` on those that need memory (claim, schedule …), so a full server refuses
 them before their first write instead of part-way. Their source, linked with the shared
-helpers each uses, is :mod:`timers.store.lua_source`; how they run on a client
-(function, EVALSHA, declaring) is :mod:`timers.store.script_modes`.
+helpers each uses, is :mod:`timers.store.lua_source`; which helpers and which shared keys
+each is given, :mod:`timers.store.script_manifest`; how they run on a client (function,
+EVALSHA, declaring) is :mod:`timers.store.script_modes`.
 
 :class:`ScriptCalls` is the one place that spells each script's KEYS and ARGV order (the
 order its header documents); :class:`Scripts` runs those calls on a redis-py client.
@@ -23,7 +24,7 @@ from typing import Any, NamedTuple
 
 from timers.model.history import DEFAULT_HISTORY_AGE, DEFAULT_HISTORY_COUNT
 from timers.model.keys import DEFAULT_GROUP, SCRIPT_KEY_NAMES, Keyspace
-from timers.store.lua_source import ScriptName, schedule_key_names, shared_key_names
+from timers.store.script_manifest import ScriptName, schedule_key_names, shared_key_names
 from timers.store.script_modes import register
 
 # -- what each script is sent ------------------------------------------------------------
