@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 import redis
 
-from timers.store.lua_source import SCRIPT_NAMES, script_library, source
+from timers.store.lua_source import script_library, source
+from timers.store.script_manifest import SCRIPT_NAMES
 
 # -- the server -------------------------------------------------------------------------
 

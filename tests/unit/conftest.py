@@ -16,7 +16,7 @@ from tests.unit import no_processes
 from tests.unit.declared_keys import Undeclared, checking
 from timers import Timers
 from timers.model.keys import Keyspace
-from timers.store.lua_source import ScriptName
+from timers.store.script_manifest import ScriptName
 from timers.store.script_modes import register_all
 
 ROOT = Path(__file__).resolve().parents[2]

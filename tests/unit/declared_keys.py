@@ -23,7 +23,8 @@ from typing import Any
 
 from fakeredis.commands_mixins.scripting_mixin import ScriptingCommandsMixin
 
-from timers.store.lua_source import SCRIPT_NAMES, source, without_shebang
+from timers.store.lua_source import source, without_shebang
+from timers.store.script_manifest import SCRIPT_NAMES
 
 NO_KEYS = frozenset({"TIME", "PUBLISH", "PING", "ECHO", "INFO"})
 ALL_KEYS = frozenset({"DEL", "EXISTS", "UNLINK", "MGET", "TOUCH"})

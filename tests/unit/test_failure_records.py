@@ -16,7 +16,7 @@ from timers.model.encoding import Record
 from timers.model.keys import Keyspace
 from timers.model.runs import Outcome, Run, failure_entry, rejected_entry
 from timers.ops.failures import FailureOperations
-from timers.store.lua_source import ScriptName
+from timers.store.script_manifest import ScriptName
 from timers.store.scripts import ScriptCalls
 
 

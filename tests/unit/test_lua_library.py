@@ -14,7 +14,8 @@ import redis
 from timers import Timers
 from timers.model.keys import Keyspace
 from timers.store.lua_library import Function, library, state_resets
-from timers.store.lua_source import PRELUDES, SCRIPT_NAMES, script_library
+from timers.store.lua_source import PRELUDES, script_library
+from timers.store.script_manifest import SCRIPT_NAMES
 from timers.store.script_modes import EVAL_ONLY_ENV
 from timers.store.scripts import Scripts
 

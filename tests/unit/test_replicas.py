@@ -26,7 +26,7 @@ from timers.ops.base import Call, Request
 from timers.ops.operations import SCHEDULE_CHUNK, Operations
 from timers.ops.replication import ReplicaPolicy, Replication
 from timers.producer.transport import _commands, _replies, run_async, run_sync
-from timers.store.lua_source import ScriptName
+from timers.store.script_manifest import ScriptName
 from timers.testing import TimersTest
 
 

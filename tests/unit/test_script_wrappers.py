@@ -16,15 +16,12 @@ import pytest
 from tests.unit.fresh_imports import fresh_modules
 from timers import Timers
 from timers.model.keys import SCRIPT_KEY_NAMES, Keyspace
-from timers.store.lua_source import (
-    PRELUDES,
+from timers.store.lua_source import PRELUDES, source, without_shebang
+from timers.store.script_manifest import (
     SCRIPT_NAMES,
     ScriptName,
-    helpers_for,
     schedule_key_names,
     shared_key_names,
-    source,
-    without_shebang,
 )
 from timers.store.scripts import (
     Departure,
@@ -189,14 +186,6 @@ def test_each_script_gets_the_helpers_it_uses_once_right_after_its_shebang(
         count = included.count(f"local function {helper}(")
         assert count == (1 if used else 0), (helper, count)
     assert not without_shebang(loaded).startswith("#!")
-
-
-def test_a_script_that_uses_no_helper_gets_none() -> None:
-    assert helpers_for("return redis.call('PING')\n") == ""
-    assert "local function redis_now()" in helpers_for("local now = redis_now()\n")
-    withdraw = helpers_for("withdraw(KEYS[1], KEYS[2], ARGV[1], ARGV[2])\n")
-    assert "local function due_key_for(" in withdraw  # withdraw calls it
-    assert "local function pend(" not in withdraw
 
 
 def test_scripts_register_each_script_once_and_run(fake: fakeredis.FakeRedis) -> None:

@@ -14,7 +14,7 @@ import redis
 from tests.unit.helpers import claim
 from timers import InvalidArgs, Timers
 from timers.model.keys import Keyspace
-from timers.store.lua_source import ScriptName
+from timers.store.script_manifest import ScriptName
 from timers.store.scripts import NewTimer, ScriptCalls
 
 FAR = 3600.0

@@ -62,8 +62,8 @@ from timers.ops.fleet import encode_task_set
 from timers.ops.shards import ShardLayout
 from timers.store.listener_client import ReservedConnection
 from timers.store.lua_library import AsyncFunction
-from timers.store.lua_source import ScriptName
 from timers.store.permissions import explain
+from timers.store.script_manifest import ScriptName
 from timers.store.scripts import Scripts
 
 log = logging.getLogger("timers.listener")

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from timers.store.lua_source import ScriptName
+from timers.store.script_manifest import ScriptName
 from timers.store.scripts import Invocation
 
 T = TypeVar("T")

@@ -28,7 +28,7 @@ import redis.exceptions
 from timers.ops.base import Call, Request
 from timers.store.cluster import is_cluster
 from timers.store.declare import MAX_CALLS, Declaring, asked_keys, too_many, with_asked
-from timers.store.lua_source import ScriptName
+from timers.store.script_manifest import ScriptName
 
 
 def run_sync(client: Any, scripts: Mapping[ScriptName, Any], request: Request) -> list[Any]:

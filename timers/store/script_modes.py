@@ -16,13 +16,8 @@ from typing import Any
 from timers.store.cluster import is_cluster
 from timers.store.declare import AsyncDeclaring, Declaring
 from timers.store.lua_library import AsyncFunction, Function
-from timers.store.lua_source import (
-    SCRIPT_NAMES,
-    ScriptName,
-    script_library,
-    source,
-    without_shebang,
-)
+from timers.store.lua_source import script_library, source, without_shebang
+from timers.store.script_manifest import SCRIPT_NAMES, ScriptName
 
 
 def _reads_shebang(client: Any) -> bool:

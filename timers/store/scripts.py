@@ -8,23 +8,25 @@ Each script starts with a Redis 7 shebang: ``#!lua flags=allow-oom`` on those th
 memory or keep it constant (renew, finish, cancel …), so they run on a full server, and a
 plain ``#!lua`` on those that need memory (claim, schedule …), so a full server refuses
 them before their first write instead of part-way. Their source, linked with the shared
-helpers each uses, is :mod:`timers.store.lua_source`; how they run on a client
-(function, EVALSHA, declaring) is :mod:`timers.store.script_modes`.
+helpers each uses, is :mod:`timers.store.lua_source`; which helpers and which shared keys
+each is given, :mod:`timers.store.script_manifest`; how they run on a client (function,
+EVALSHA, declaring) is :mod:`timers.store.script_modes`.
 
 :class:`ScriptCalls` is the one place that spells each script's KEYS and ARGV order (the
-order its header documents); :class:`Scripts` runs those calls on a redis-py client.
+order its header documents); :class:`Scripts` runs those calls on a redis-py client, one
+method per builder, of its name and arguments.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, Concatenate, Generic, NamedTuple, ParamSpec, Self, overload
 
 from timers.model.history import DEFAULT_HISTORY_AGE, DEFAULT_HISTORY_COUNT
 from timers.model.keys import DEFAULT_GROUP, SCRIPT_KEY_NAMES, Keyspace
-from timers.store.lua_source import ScriptName, schedule_key_names, shared_key_names
-from timers.store.script_modes import register
+from timers.store.script_manifest import ScriptName, schedule_key_names, shared_key_names
+from timers.store.script_modes import register_all
 
 # -- what each script is sent ------------------------------------------------------------
 
@@ -174,6 +176,7 @@ class ScriptCalls:
         return shared
 
     def reschedule(self, escaped_id: str, mode: str, ms: int) -> Invocation:
+        """Reply: the new due ms, or nil when the timer is not pending."""
         k = self.keys
         return self._shared("reschedule", (k.due, k.records),
                             (k.timer_key_start, k.wake_channel, escaped_id, mode, ms))
@@ -193,6 +196,10 @@ class ScriptCalls:
     def claim(self, *, limit: int, lease_ms: int, horizon_ms: int, listener_id: str,
               event_ids: Iterable[str] = (), groups: Sequence[str] = (DEFAULT_GROUP,),
               keyed_tasks: Sequence[str] = (), floor: int | None = None) -> Invocation:
+        """Reply: ``[now_us, next_due, next_lease, (token, run, source)…]``.
+        ``keyed_tasks``: the tasks with a concurrency key or cap (the order barrier);
+        ``floor``: on several shards, the least of the other shards' :meth:`floor`
+        (their timers due later wait for it)."""
         k = self.keys
         return self._shared(
             "claim", (k.due, k.records, k.running, k.running_records, k.sequence, k.stats,
@@ -201,11 +208,13 @@ class ScriptCalls:
              ",".join(keyed_tasks), "" if floor is None else floor, *event_ids))
 
     def renew(self, lease_ms: int, tokens: Iterable[str]) -> Invocation:
+        """Reply: the tokens no longer held."""
         k = self.keys
         return self._shared("renew", (k.running, k.running_records),
                             (lease_ms, k.timer_key_start, *tokens))
 
     def gate(self, lease_ms: int, runs: Iterable[GateRun]) -> Invocation:
+        """Reply: one of ``go``, ``wait``, ``lost``, ``replaced`` per run."""
         k = self.keys
         args: list[Any] = [k.timer_key_start, k.wake_channel, lease_ms]
         for run in runs:
@@ -214,17 +223,22 @@ class ScriptCalls:
                             tuple(args))
 
     def peek(self, limit: int, groups: Sequence[str]) -> Invocation:
+        """Reply: ``[id, due ms, record, …]``: due timers no flow gate holds yet."""
         k = self.keys
         return self._shared("park", (k.due, k.records, k.stats),
                             (k.timer_key_start, "peek", limit, ",".join(groups)))
 
     def floor(self, groups: Sequence[str], tasks: Sequence[str]) -> Invocation:
+        """Reply: a due ms: every timer of ``tasks`` in this shard due before it has
+        entered its limit's order (claimed and gated, or in a flow queue); see
+        docs/state-machine.md, Cluster, rule 5."""
         k = self.keys
         return self._shared("park", (k.due, k.records, k.stats,
                                      *(k.ungated("t:" + task) for task in tasks)),
                             (k.timer_key_start, "floor", ",".join(groups), *tasks))
 
     def park(self, lease_ms: int, timers: Iterable[ParkTimer]) -> Invocation:
+        """Reply: how many of ``timers`` went into their key's queue."""
         k = self.keys
         args: list[Any] = [k.timer_key_start, "park", lease_ms, k.wake_channel]
         for timer in timers:
@@ -238,6 +252,9 @@ class ScriptCalls:
                                      k.queues), (wanted, "1" if store else "0"))
 
     def near(self, limit: int) -> Invocation:
+        """Reply: ``[until, reached, keyed]``: keys written up to ``until`` ms;
+        ``reached`` 1 when that is now + the near horizon (else call again); ``keyed``: how
+        many keys this call wrote."""
         k = self.keys
         return self._shared("near", (k.due, k.records, k.near), (k.timer_key_start, limit))
 
@@ -251,7 +268,9 @@ class ScriptCalls:
         its own age ms, its own count; "" for none) to store for ``cancel.lua``. An ending
         is ``(token, kind, a, b)`` or with two or three more values, its escaped id,
         history record and its task's age ms, with ``|<count>`` when its task has a count
-        of its own (see ``lua/finish.lua``)."""
+        of its own (see ``lua/finish.lua``).
+
+        Reply: ``[late finishes, (token, run, source)…]``: the runs handed over."""
         k = self.keys
         wires: list[Any] = []
         tasks: set[str] = set()  # the tasks whose index the endings add to
@@ -289,7 +308,9 @@ class ScriptCalls:
     def trim(self, count: int, budget: int) -> Invocation:
         """One bounded step of the history's upkeep (``lua/trim.lua``): about ``budget``
         records past their expiry, else over ``count``, dropped, else indexed (the tasks'
-        indexes it touches it asks for on Redis Cluster)."""
+        indexes it touches it asks for on Redis Cluster).
+
+        Reply: ``[records dropped or indexed, 1 if more is owed]``."""
         k = self.keys
         return self._shared("trim", (k.history, k.history_expiry, k.history_records,
                                      k.history_batches, k.history_failed, k.history_cursor),
@@ -298,7 +319,10 @@ class ScriptCalls:
     def heartbeat(self, listener_id: str, ttl_ms: int, info: str, task_set: str = "",
                   task_list: str = "") -> Invocation:
         """``info`` "" says the listener is gone. ``task_set``: the digest ``info`` names;
-        ``task_list``: its task paths, one a line, to store ("" when stored already)."""
+        ``task_list``: its task paths, one a line, to store ("" when stored already).
+
+        Reply: ``[stored, id, …]``: 1 if the task list of ``task_set`` is stored (or none
+        is named) else 0, then the ids of the live listeners (``lua/heartbeat.lua``)."""
         k = self.keys
         return Invocation("heartbeat", (k.listeners, k.listener_info, k.task_sets),
                           (listener_id, ttl_ms, info, task_set, task_list))
@@ -317,7 +341,8 @@ class ScriptCalls:
             "d" if dead else "p", page, *after), to)
 
     def arrive(self, lease_ms: int, arrivals: Iterable[Arrival]) -> Invocation:
-        """Write moving timers into this shard, inert until settled (``arrive.lua`` "a")."""
+        """Write moving timers into this shard, inert until settled (``arrive.lua`` "a").
+        Reply: per arrival, 1 written or 0 there already."""
         k = self.keys
         args: list[Any] = ["a", k.timer_key_start, k.wake_channel, lease_ms]
         for arrival in arrivals:
@@ -325,7 +350,8 @@ class ScriptCalls:
         return self._shared("arrive", (k.arrivals, k.arrival_records), tuple(args))
 
     def settle(self, lease_ms: int, settles: Iterable[Settle]) -> Invocation:
-        """Pend, drop or keep waiting arrivals (``arrive.lua`` "c")."""
+        """Pend, drop or keep waiting arrivals (``arrive.lua`` "c"). Reply: per arrival,
+        1 settled (or its deadline moved) or 0 gone already."""
         k = self.keys
         args: list[Any] = ["c", k.timer_key_start, k.wake_channel, lease_ms]
         keys: list[str] = [k.arrivals, k.arrival_records]
@@ -335,7 +361,8 @@ class ScriptCalls:
         return self._shared("arrive", tuple(keys), tuple(args))
 
     def depart(self, departures: Iterable[Departure]) -> Invocation:
-        """Let claimed runs leave for their limit's shard (``depart.lua`` "d")."""
+        """Let claimed runs leave for their limit's shard (``depart.lua`` "d"). Reply: per
+        run, 1 left, 0 not held, 2 holds a slot here (stays)."""
         k = self.keys
         args: list[Any] = ["d", k.timer_key_start]
         keys: list[str] = [k.moves, k.stats]
@@ -346,12 +373,14 @@ class ScriptCalls:
 
     def departed(self, tokens: Iterable[str], forget: bool = False) -> Invocation:
         """What became of runs that were to leave (``depart.lua`` "q"), or (``forget``)
-        forget the notes of those whose arrival is settled ("k")."""
+        forget the notes of those whose arrival is settled ("k"). Reply: per token 1
+        left, 2 still held, 0 neither; with ``forget``: a count."""
         k = self.keys
         return self._shared("depart", (k.moves, k.stats),
                             ("k" if forget else "q", k.timer_key_start, *tokens))
 
     def forget(self, failure_id: str, read_as: str) -> Invocation:
+        """Reply: 1 when the failure record was deleted."""
         k = self.keys
         return Invocation("forget", (k.failures, k.failure_records, k.failure_index),
                           (failure_id, read_as))
@@ -359,6 +388,7 @@ class ScriptCalls:
     def cron_declare(self, *, name_field: str, definition: str, read_state: str,
                      paused: str, version: int, anchor_ms: int, record: str,
                      due_if_withdrawn: int, due_otherwise: int) -> Invocation:
+        """Reply: ``[result, version, due]`` (see ``lua/cron_declare.lua``)."""
         k = self.keys
         keys = (k.recurrences, k.recurrence_states, k.due, k.records,
                 self._occurrence_key(name_field, due_if_withdrawn, record),
@@ -371,7 +401,8 @@ class ScriptCalls:
                   successor_ms: int | None, record: str, defer: bool, take: str,
                   release: str, group: str = DEFAULT_GROUP) -> Invocation:
         """``group``: the running occurrence's, whose running set leases its runs (where
-        the overlap check looks for the previous run's lease)."""
+        the overlap check looks for the previous run's lease). Reply: ``[status,
+        holder]``."""
         k = self.keys
         keys = [k.recurrence_states, k.due, k.records, k.running_of(group)]
         if successor_ms is not None:
@@ -381,19 +412,59 @@ class ScriptCalls:
             -1 if successor_ms is None else successor_ms, record, int(defer), take, release))
 
     def cron_pause(self, name_field: str) -> Invocation:
+        """Reply: 1 paused now, 0 paused already, -1 no such recurrence."""
         k = self.keys
         return self._shared("cron_pause", (k.recurrence_states, k.due, k.records),
                             (k.timer_key_start, name_field, k.wake_channel))
 
     def cron_remove(self, name_field: str) -> Invocation:
+        """Reply: 1 when the recurrence existed, 0 otherwise."""
         k = self.keys
         return self._shared("cron_remove",
                             (k.recurrences, k.recurrence_states, k.due, k.records),
                             (k.timer_key_start, name_field, k.wake_channel))
 
 
+# -- running them on a client ------------------------------------------------------------
+
+P = ParamSpec("P")
+
+
+class _Runs(Generic[P]):
+    """A method of :class:`Scripts`: the :class:`ScriptCalls` builder ``build``, with its
+    arguments (checked by mypy), whose call :meth:`Scripts.run` runs. Made on its first
+    look-up on a :class:`Scripts` and kept in the instance, found there from then on (as
+    :func:`functools.cached_property` does); a test may replace it there."""
+
+    def __init__(self, build: Callable[Concatenate[ScriptCalls, P], Invocation]) -> None:
+        self.build = build
+        self.__doc__ = build.__doc__
+
+    def __set_name__(self, owner: type[Scripts], name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, scripts: None, owner: type[Scripts]) -> Self: ...
+
+    @overload
+    def __get__(self, scripts: Scripts, owner: type[Scripts]) -> Callable[P, Any]: ...
+
+    def __get__(self, scripts: Scripts | None, owner: type[Scripts]) -> Self | Callable[P, Any]:
+        if scripts is None:
+            return self
+        build, calls, run = self.build, scripts.calls, scripts.run
+
+        def call(*args: P.args, **kwargs: P.kwargs) -> Any:
+            return run(build(calls, *args, **kwargs))
+
+        vars(scripts)[self.name] = call
+        return call
+
+
 class Scripts:
-    """Each script as a method on one redis-py client and keyspace.
+    """Each script as a method on one redis-py client and keyspace: a method of
+    :class:`ScriptCalls` of the same name and arguments builds the call, and :meth:`run`
+    runs it.
 
     A method returns the script's reply on a sync client and an awaitable of it on an
     asyncio one (redis-py's ``Script`` does the same), hence ``Any``. Scripts are
@@ -403,119 +474,35 @@ class Scripts:
     def __init__(self, client: Any, keys: Keyspace) -> None:
         self.client = client
         self.calls = ScriptCalls(keys)
-        self._registered: dict[ScriptName, Any] = {}
+        self._registered = register_all(client)
 
     def script(self, name: ScriptName) -> Any:
-        """The registered redis-py ``Script`` object."""
-        if name not in self._registered:
-            self._registered[name] = register(self.client, name)
+        """The registered redis-py ``Script`` object (or the function standing for it)."""
         return self._registered[name]
 
     def run(self, call: Invocation) -> Any:
+        """Run ``call`` on this client: the script's reply, or an awaitable of it."""
         return self.script(call.script)(keys=list(call.keys), args=list(call.args))
 
-    def schedule(self, timers: Sequence[NewTimer]) -> Any:
-        return self.run(self.calls.schedule(timers))
-
-    def reschedule(self, escaped_id: str, mode: str, ms: int) -> Any:
-        return self.run(self.calls.reschedule(escaped_id, mode, ms))
-
-    def cancel(self, escaped_id: str, canceller: str = "",
-               retention: tuple[int, int] = DEFAULT_RETENTION) -> Any:
-        return self.run(self.calls.cancel(escaped_id, canceller, retention))
-
-    def claim(self, *, limit: int, lease_ms: int, horizon_ms: int, listener_id: str,
-              event_ids: Iterable[str] = (), groups: Sequence[str] = (DEFAULT_GROUP,),
-              keyed_tasks: Sequence[str] = (), floor: int | None = None) -> Any:
-        """Reply: ``[now_us, next_due, next_lease, (token, run, source)…]``.
-        ``keyed_tasks``: the tasks with a concurrency key or cap (the order barrier);
-        ``floor``: on several shards, the least of the other shards' :meth:`floor`
-        (their timers due later wait for it)."""
-        return self.run(self.calls.claim(limit=limit, lease_ms=lease_ms, horizon_ms=horizon_ms,
-                                         listener_id=listener_id, event_ids=event_ids,
-                                         groups=groups, keyed_tasks=keyed_tasks, floor=floor))
-
-    def gate(self, lease_ms: int, runs: Iterable[GateRun]) -> Any:
-        """Reply: one of ``go``, ``wait``, ``lost``, ``replaced`` per run."""
-        return self.run(self.calls.gate(lease_ms, runs))
-
-    def renew(self, lease_ms: int, tokens: Iterable[str]) -> Any:
-        """Reply: the tokens no longer held."""
-        return self.run(self.calls.renew(lease_ms, tokens))
-
-    def peek(self, limit: int, groups: Sequence[str]) -> Any:
-        """Reply: ``[id, due ms, record, …]``: due timers no flow gate holds yet."""
-        return self.run(self.calls.peek(limit, groups))
-
-    def floor(self, groups: Sequence[str], tasks: Sequence[str]) -> Any:
-        """Reply: a due ms: every timer of ``tasks`` in this shard due before it has
-        entered its limit's order (claimed and gated, or in a flow queue); see
-        docs/state-machine.md, Cluster, rule 5."""
-        return self.run(self.calls.floor(groups, tasks))
-
-    def park(self, lease_ms: int, timers: Iterable[ParkTimer]) -> Any:
-        """Reply: how many of ``timers`` went into their key's queue."""
-        return self.run(self.calls.park(lease_ms, timers))
-
-    def near(self, limit: int) -> Any:
-        """Reply: ``[until, reached, keyed]``: keys written up to ``until`` ms;
-        ``reached`` 1 when that is now + the near horizon (else call again); ``keyed``: how
-        many keys this call wrote."""
-        return self.run(self.calls.near(limit))
-
-    def finish(self, *, retention_ms: int, endings: Iterable[Ending],
-               taker: Taker = NO_TAKER, history: tuple[int, int] = DEFAULT_RETENTION,
-               series: Sequence[tuple[str, str]] = (), store_retention: bool = True,
-               task_retention: Sequence[tuple[str, str, str]] = ()) -> Any:
-        """Reply: ``[late finishes, (token, run, source)…]``: the runs handed over."""
-        return self.run(self.calls.finish(retention_ms=retention_ms, endings=endings,
-                                          taker=taker, history=history, series=series,
-                                          store_retention=store_retention,
-                                          task_retention=task_retention))
-
-    def trim(self, count: int, budget: int) -> Any:
-        """Reply: ``[records dropped or indexed, 1 if more is owed]`` (``lua/trim.lua``)."""
-        return self.run(self.calls.trim(count, budget))
-
-    def heartbeat(self, listener_id: str, ttl_ms: int, info: str, task_set: str = "",
-                  task_list: str = "") -> Any:
-        """Reply: ``[stored, id, …]``: 1 if the task list of ``task_set`` is stored (or
-        none is named) else 0, then the ids of the live listeners (``lua/heartbeat.lua``)."""
-        return self.run(self.calls.heartbeat(listener_id, ttl_ms, info, task_set, task_list))
-
-    def arrive(self, lease_ms: int, arrivals: Iterable[Arrival]) -> Any:
-        """Reply: per arrival, 1 written or 0 there already."""
-        return self.run(self.calls.arrive(lease_ms, arrivals))
-
-    def settle(self, lease_ms: int, settles: Iterable[Settle]) -> Any:
-        """Reply: per arrival, 1 settled (or its deadline moved) or 0 gone already."""
-        return self.run(self.calls.settle(lease_ms, settles))
-
-    def depart(self, departures: Iterable[Departure]) -> Any:
-        """Reply: per run, 1 left, 0 not held, 2 holds a slot here (stays)."""
-        return self.run(self.calls.depart(departures))
-
-    def departed(self, tokens: Iterable[str], forget: bool = False) -> Any:
-        """Reply: per token 1 left, 2 still held, 0 neither; with ``forget``: a count."""
-        return self.run(self.calls.departed(tokens, forget))
-
-    def forget(self, failure_id: str, read_as: str) -> Any:
-        return self.run(self.calls.forget(failure_id, read_as))
-
-    def cron_declare(self, **kwargs: Any) -> Any:
-        """Arguments as :meth:`ScriptCalls.cron_declare`."""
-        return self.run(self.calls.cron_declare(**kwargs))
-
-    def cron_next(self, *, name_field: str, version: int, due_ms: int,
-                  successor_ms: int | None, record: str, defer: bool, take: str,
-                  release: str, group: str = DEFAULT_GROUP) -> Any:
-        """Reply: ``[status, holder]``."""
-        return self.run(self.calls.cron_next(
-            name_field=name_field, version=version, due_ms=due_ms, successor_ms=successor_ms,
-            record=record, defer=defer, take=take, release=release, group=group))
-
-    def cron_pause(self, name_field: str) -> Any:
-        return self.run(self.calls.cron_pause(name_field))
-
-    def cron_remove(self, name_field: str) -> Any:
-        return self.run(self.calls.cron_remove(name_field))
+    schedule = _Runs(ScriptCalls.schedule)
+    reschedule = _Runs(ScriptCalls.reschedule)
+    cancel = _Runs(ScriptCalls.cancel)
+    claim = _Runs(ScriptCalls.claim)
+    gate = _Runs(ScriptCalls.gate)
+    renew = _Runs(ScriptCalls.renew)
+    peek = _Runs(ScriptCalls.peek)
+    floor = _Runs(ScriptCalls.floor)
+    park = _Runs(ScriptCalls.park)
+    near = _Runs(ScriptCalls.near)
+    finish = _Runs(ScriptCalls.finish)
+    trim = _Runs(ScriptCalls.trim)
+    heartbeat = _Runs(ScriptCalls.heartbeat)
+    arrive = _Runs(ScriptCalls.arrive)
+    settle = _Runs(ScriptCalls.settle)
+    depart = _Runs(ScriptCalls.depart)
+    departed = _Runs(ScriptCalls.departed)
+    forget = _Runs(ScriptCalls.forget)
+    cron_declare = _Runs(ScriptCalls.cron_declare)
+    cron_next = _Runs(ScriptCalls.cron_next)
+    cron_pause = _Runs(ScriptCalls.cron_pause)
+    cron_remove = _Runs(ScriptCalls.cron_remove)
