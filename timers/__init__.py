@@ -46,6 +46,7 @@ from timers.exceptions import (
     TasksUnavailable,
     TimerAlreadyPending,
     TimersError,
+    UnknownFormat,
     WrongEventLoop,
 )
 
@@ -111,6 +112,7 @@ __all__ = [
     "TimerStatus",
     "Timers",
     "TimersError",
+    "UnknownFormat",
     "WrongEventLoop",
     "cancel",
     "configure",

@@ -41,7 +41,12 @@ from timers.listener.lanes import Lane, Shared, lanes_for, shard_note
 from timers.listener.loader import TASKS_ENV, TaskLoader, configured_package
 from timers.listener.loop_watch import LoopWatch
 from timers.listener.peers import Peers
-from timers.listener.preflight import eviction_policy, read_layout, warn_if_events_off
+from timers.listener.preflight import (
+    check_format,
+    eviction_policy,
+    read_layout,
+    warn_if_events_off,
+)
 from timers.listener.quarantine import prestart
 from timers.listener.recycling import RecycleLimits, Recycler
 from timers.listener.retrying import RETRYABLE, pause
@@ -227,11 +232,13 @@ class Listener:
         return None
 
     async def _preflight(self) -> bool:
-        """Load the tasks, check the server and read the shard layout before any claim;
-        False: no events (the Redis user may not subscribe, the sweeper works alone)."""
+        """Load the tasks, check the prefix's data format and the server, and read the shard
+        layout before any claim; False: no events (the Redis user may not subscribe, the
+        sweeper works alone)."""
         try:
             # the whole tasks package, off the loop
             await asyncio.to_thread(self.loader.load_at_start, self._tasks_optional)
+            await check_format(self.redis, self.keys, self.shared.stopping)
             await warn_if_events_off(self.redis)
             policy = await eviction_policy(self.redis, self.allow_eviction)
             missing = await check_at_start(self.redis, self.keys, self.db)
