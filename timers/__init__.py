@@ -133,7 +133,7 @@ __all__ = [
     "unschedule_recurring",
 ]
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 
 _LAZY: dict[str, str] = {
