@@ -199,6 +199,9 @@ def test_old_and_new_listeners_and_producers_share_a_prefix_both_ways(
         fleet.stop(second)
 
         stats, dead = client.stats(), client.failed()
+        # the run history, written by both releases, read by this one
+        ended = {kind: len(client.history(task=f"jobs.{kind}", limit=1000)) for kind in BATCH}
+        listed = len(client.history(limit=1000))
     took = time.monotonic() - began
 
     runs = [line.split() for line in fleet.lines()]
@@ -219,6 +222,7 @@ def test_old_and_new_listeners_and_producers_share_a_prefix_both_ways(
     assert (stats.pending, stats.running) == (0, 0)
     assert [f"{f.timer_id}: {f.message}" for f in dead] == []
     assert leftovers(r) == {}
+    assert (listed, ended) == (len(scheduled), {k: 8 * n for k, n in BATCH.items()})
 
     # a key's runs, whichever release ran them, one at a time
     spans: dict[str, list[tuple[int, int, str]]] = defaultdict(list)
