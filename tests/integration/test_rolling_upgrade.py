@@ -7,7 +7,8 @@ release keeps its data format (format 1, :mod:`timers.model.data_format`), so bo
 side by side while timers come due: plain ones, keyed ones (a concurrency key of limit 1)
 and rate-limited ones (:mod:`tests.upgrade_tasks.jobs`), scheduled by producers of both
 releases. The listeners are replaced one by one, each stopped as an upgrade stops it
-(SIGTERM) once its replacement is up: old by new, then new by old.
+(SIGTERM) once its replacement is up: old by new, then new by old; while the fleet is mixed,
+a batch comes due whose rate-limited timers are a burst, run by listeners of both.
 
 Every timer runs exactly once (none lost, none twice: each run notes its tag in a file),
 runs of one key never overlap, and nothing is left pending, running, held or waiting; no
@@ -138,10 +139,22 @@ class Fleet:
         assert elsewhere.returncode == 0, err.decode(errors="replace")
         return out.decode().split() + here
 
+    def mixed_batch(self, label: str, old: Release) -> list[str]:
+        """A batch from both producers while listeners of both releases listen, kept so
+        until its paced timers (a burst, due half way) ran: a burst of a rate and the runs
+        of the keys on a mixed fleet. Its tags."""
+        tags = self.produce(label, old, spread=4)
+        paced = [tag for tag in tags if "-paced-" in tag]
+        wait_until(lambda: self.ran().issuperset(paced), 20, interval=0.05,
+                   message=f"the paced timers of {label} to run on the mixed fleet")
+        return tags
+
+    def ran(self) -> set[str]:
+        return {line.split()[1] for line in self.lines()}
+
     def drained(self, tags: list[str]) -> bool:
         """Every timer of ``tags`` ran, and nothing is pending or running."""
-        ran = {line.split()[1] for line in self.lines()}
-        return ran.issuperset(tags) and settled(self.client)
+        return self.ran().issuperset(tags) and settled(self.client)
 
     def lines(self) -> list[str]:
         return self.ledger.read_text().splitlines() if self.ledger.exists() else []
@@ -175,14 +188,16 @@ def test_old_and_new_listeners_and_producers_share_a_prefix_both_ways(
         fleet = Fleet(processes, redis_url, ledger, client)
         scheduled: list[str] = []
 
-        # old -> new: old listeners; both producers; listeners replaced one by one as
-        # timers come due, another batch scheduled while the fleet is mixed
+        # old -> new: two old listeners, a batch from both producers coming due; a new
+        # listener up beside them (a mixed fleet) and another batch, until its rate's burst
+        # ran; then each old listener replaced by a new one as the timers come due
         first, second = fleet.listen(old), fleet.listen(old)
         assert r.get(KEYS.data_format) is None, "0.1.0 stores no format"
         scheduled += fleet.produce("up1", old, spread=8)
-        first = fleet.replace(first, new)
+        third = fleet.listen(new)
         assert r.get(KEYS.data_format) == "1", "a listener of this release writes format 1"
-        scheduled += fleet.produce("up2", old, spread=4)
+        scheduled += fleet.mixed_batch("up2", old)
+        fleet.stop(first)
         second = fleet.replace(second, new)
         wait_until(lambda: fleet.drained(scheduled), 30, interval=0.1,
                    message="every timer of the upgrade to run")
@@ -190,8 +205,9 @@ def test_old_and_new_listeners_and_producers_share_a_prefix_both_ways(
 
         # new -> old, the same way
         scheduled += fleet.produce("down1", old, spread=8)
-        first = fleet.replace(first, old)
-        scheduled += fleet.produce("down2", old, spread=4)
+        first = fleet.listen(old)
+        scheduled += fleet.mixed_batch("down2", old)
+        fleet.stop(third)
         second = fleet.replace(second, old)
         wait_until(lambda: fleet.drained(scheduled), 30, interval=0.1,
                    message="every timer of the downgrade to run")
@@ -236,6 +252,10 @@ def test_old_and_new_listeners_and_producers_share_a_prefix_both_ways(
     # a rate's starts, whichever release ran them, spaced by one state: two releases each
     # keeping a rate of its own would start runs side by side (less half an interval of
     # slack for each run's dispatch, measured at the task's first line)
+    mixed = {run[2] for run in runs if run[0] == "paced" and run[1].startswith(("up2", "down2"))}
+    assert mixed == {LAST_VERSION, timers.__version__}, (
+        "the bursts due on the mixed fleets ran on both releases (else the spacing below "
+        "would not show that they share the rate)")
     starts = sorted(int(run[4]) for run in runs if run[0] == "paced")
     gaps_ms = [(b - a) / 1e6 for a, b in itertools.pairwise(starts)]
     print(f"paced: {len(starts)} starts, closest {min(gaps_ms):.1f} ms apart "
