@@ -3,20 +3,20 @@ prefix's data format.
 
 [`Timers`][timers.producer.client.Timers] and
 [`AsyncTimers`][timers.producer.async_client.AsyncTimers] test :attr:`FirstWriteCheck.clear`
-before each write (one attribute). Until it is, they read, once per client:
+before each write (one attribute). Until it is set, they read, once per client:
 
 - ``CONFIG GET maxmemory-policy`` (:mod:`timers.store.eviction`: warn once, or refuse
   when strict) and ``GET P|format`` (:mod:`timers.model.data_format`: refuse a format
   newer than this release knows), pipelined: one round trip. Where CONFIG is refused,
-  ``INFO memory`` follows (a second one, as before the format was read). Redis Cluster
+  ``INFO memory`` follows, in a second one. Redis Cluster
   pipelines carry no CONFIG: there each is a command of its own, two round trips.
 - A format it cannot read (an ACL without ``GET`` on the key) is taken as unknown, like a
   policy it cannot read: nothing is said, and the writes go on.
 - A server out of reach: nothing is kept and the next write reads again (the write itself
   raises what is wrong).
 
-A format that refuses raises [`UnknownFormat`][timers.exceptions.UnknownFormat] before
-that write and every later one of the client; nothing is written.
+A format newer than this release raises [`UnknownFormat`][timers.exceptions.UnknownFormat]
+before that write and every later one of the client; nothing is written.
 """
 
 from __future__ import annotations
