@@ -46,6 +46,7 @@ from timers.exceptions import (
     TasksUnavailable,
     TimerAlreadyPending,
     TimersError,
+    UnknownFormat,
     WrongEventLoop,
 )
 
@@ -111,6 +112,7 @@ __all__ = [
     "TimerStatus",
     "Timers",
     "TimersError",
+    "UnknownFormat",
     "WrongEventLoop",
     "cancel",
     "configure",
@@ -131,7 +133,7 @@ __all__ = [
     "unschedule_recurring",
 ]
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 
 _LAZY: dict[str, str] = {

@@ -27,6 +27,9 @@ Hierarchy::
     │                                TryAgainError) kept asking for keys it was not given
     ├── EvictionUnsafe               the server may evict pending timers (``allkeys-*``):
     │                                a strict producer, or a listener, refuses it
+    ├── UnknownFormat                the prefix's keys are in a data format newer than
+    │                                this release knows: a producer, or a listener,
+    │                                refuses to work on them (nothing written)
     ├── NotReplicated                a write done on the primary, not confirmed on the
     │                                replicas asked for (``replicas=``) in time
     ├── TimerAlreadyPending          a failed timer's id is pending again: not retried
@@ -84,6 +87,7 @@ __all__ = [
     "TasksUnavailable",
     "TimerAlreadyPending",
     "TimersError",
+    "UnknownFormat",
     "UserError",
     "WrongEventLoop",
 ]
@@ -219,6 +223,19 @@ class EvictionUnsafe(TimersError):
     """The server's ``maxmemory-policy`` is ``allkeys-*``: it may evict the due index and
     the timer records themselves. A ``Timers(strict=True)`` producer refuses to write
     (nothing was written), and a listener to start; the message says what to change."""
+
+
+class UnknownFormat(TimersError):
+    """The prefix's ``P|format`` key names a data format newer than this release knows (or
+    holds no format at all): a newer release of timers wrote the prefix, and this one would
+    misread it. A listener refuses to start, a producer to write (on that write and every
+    later one of the client); nothing was written. `stored` is the value found, `known`
+    the newest format this release knows (see `timers.model.data_format`)."""
+
+    def __init__(self, message: str, stored: str = "", known: int = 0) -> None:
+        super().__init__(message)
+        self.stored = stored
+        self.known = known
 
 
 class PermissionMissing(TimersError):

@@ -171,15 +171,16 @@ class Processes:
         return env
 
     def spawn(self, *command: str, own_session: bool = False,
-              env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-        """Start ``command`` in the repo root; its output goes to a log file. With
-        ``own_session``, in a session and process group of its own, as a shell starts a
-        foreground job or a service manager a service (``os.killpg(proc.pid, …)`` then
+              env: dict[str, str] | None = None, cwd: Path | None = None,
+              ) -> subprocess.Popen[bytes]:
+        """Start ``command`` in the repo root (or ``cwd``); its output goes to a log file.
+        With ``own_session``, in a session and process group of its own, as a shell starts
+        a foreground job or a service manager a service (``os.killpg(proc.pid, …)`` then
         signals it and its group alone)."""
         log_path = self.log_dir / f"proc-{len(self.started)}.log"
         with log_path.open("wb") as log_file:
             proc = subprocess.Popen(
-                list(command), cwd=ROOT, env=env or self.env(), stdin=subprocess.DEVNULL,
+                list(command), cwd=cwd or ROOT, env=env or self.env(), stdin=subprocess.DEVNULL,
                 stdout=log_file, stderr=subprocess.STDOUT, start_new_session=own_session,
             )
         self.started.append((proc, log_path))

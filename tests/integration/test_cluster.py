@@ -26,7 +26,7 @@ import redis
 from tests.clusters import Cluster, migrate_slot, real_cluster
 from tests.conftest import wait_until
 from tests.integration.helpers import TIMERS_COMMAND, Processes, run_cli, runs, settled
-from timers import AsyncTimers, Timers, TimerSpec
+from timers import AsyncTimers, Timers, TimerSpec, UnknownFormat
 from timers.model.keys import Keyspace
 from timers.ops.shards import ShardLayout
 from timers.store.cluster import sync_cluster
@@ -117,6 +117,36 @@ def test_the_asyncio_client_works_on_a_cluster(cluster: Cluster) -> None:
             assert len(await t.list(1000)) == 301
             assert await t.cancel(one) and not await t.cancel(one)
             assert (await t.stats()).pending == 300
+
+    asyncio.run(scenario())
+
+
+def test_the_data_format_is_one_key_of_the_home_shard_and_a_newer_one_is_refused(
+        cluster: Cluster, processes: Processes) -> None:
+    """A listener gives the sharded prefix its format in the home shard (``{timers}``,
+    beside the shard count); on a newer one a listener exits with one line and producers,
+    sync and asyncio, refuse to write."""
+    with Timers(cluster.url) as t:
+        t.schedule("record.hit", ["before"], in_=0)
+    first = processes.spawn(TIMERS_COMMAND, "listen", "--burst", "--url", cluster.url,
+                            "--tasks", TASKS)
+    assert first.wait(60) == 0, processes.output(first)
+    with sync_cluster(cluster.url) as client:
+        assert client.get("{timers}|format") == b"1"
+        assert all(client.get(f"{s}|format") is None for s in SHARDS)
+        client.set("{timers}|format", "2")
+    refused = processes.spawn(TIMERS_COMMAND, "listen", "--burst", "--url", cluster.url,
+                              "--tasks", TASKS)
+    assert refused.wait(60) == 1
+    assert "error: {timers}|format holds data format 2" in processes.output(refused)
+    with Timers(cluster.url) as t, pytest.raises(UnknownFormat, match="this producer knows"):
+        t.schedule("record.hit", ["refused"], in_=60)
+
+    async def scenario() -> None:
+        async with AsyncTimers(cluster.url) as t:
+            with pytest.raises(UnknownFormat, match="this producer knows"):
+                await t.schedule("record.hit", ["refused"], in_=60)
+            assert (await t.stats()).pending == 0
 
     asyncio.run(scenario())
 

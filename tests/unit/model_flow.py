@@ -36,8 +36,8 @@ A virtual listener mirrors the real one, and uses its real lease classes
 - finish (``endings/writer.py`` / ``flow/handoff.py``): the ending goes with a taker of one run per
   key slot it frees (``follow`` on); the handed runs start (a handed one read late is
   renewed first), a run next in line waits for the run before it;
-- a run next in line (``flow/turns.py`` / ``calling/runner.py``): starts the moment the run before it
-  returns, in the same thread, before that run's ending is written;
+- a run next in line (``flow/turns.py`` / ``calling/runner.py``): starts the moment the run
+  before it returns, in the same thread, before that run's ending is written;
 - renewals (``leases.py`` ``LeaseKeeper.renew_once``): a token found lost is no longer
   renewed, nothing else.
 

@@ -26,7 +26,13 @@ from timers.cli.listen_logs import (
     supervise,
 )
 from timers.cli.listen_metrics import MetricsHostOption, MetricsPortOption
-from timers.exceptions import EvictionUnsafe, PermissionMissing, TasksUnavailable, UserError
+from timers.exceptions import (
+    EvictionUnsafe,
+    PermissionMissing,
+    TasksUnavailable,
+    UnknownFormat,
+    UserError,
+)
 from timers.listener import DEFAULT_CONCURRENCY, DEFAULT_LEASE, Listener
 from timers.listener.calling.loader import (
     SETUP_ENV,
@@ -258,7 +264,7 @@ async def _listen(listener: Listener, options: ListenOptions, where: str,
     sampler = listen_metrics.sample(metrics, listener, done) if metrics else None
     try:
         await run_in_foreground(listener, burst=options.burst)
-    except (EvictionUnsafe, PermissionMissing) as exc:
+    except (EvictionUnsafe, PermissionMissing, UnknownFormat) as exc:
         raise UserError(str(exc)) from None
     finally:
         done.set()

@@ -40,7 +40,12 @@ from timers.listener.endings.journal import Journal, server_identity
 from timers.listener.flow.gate import START_WINDOW_S
 from timers.listener.health.loop_watch import LoopWatch
 from timers.listener.health.peers import Peers
-from timers.listener.health.preflight import eviction_policy, read_layout, warn_if_events_off
+from timers.listener.health.preflight import (
+    check_format,
+    eviction_policy,
+    read_layout,
+    warn_if_events_off,
+)
 from timers.listener.health.tally import RunTally
 from timers.listener.lanes import Lane, Shared, lanes_for, shard_note
 from timers.listener.quarantine.parent import prestart
@@ -227,11 +232,13 @@ class Listener:
         return None
 
     async def _preflight(self) -> bool:
-        """Load the tasks, check the server and read the shard layout before any claim;
-        False: no events (the Redis user may not subscribe, the sweeper works alone)."""
+        """Load the tasks, check the prefix's data format and the server, and read the shard
+        layout before any claim; False: no events (the Redis user may not subscribe, the
+        sweeper works alone)."""
         try:
             # the whole tasks package, off the loop
             await asyncio.to_thread(self.loader.load_at_start, self._tasks_optional)
+            await check_format(self.redis, self.keys, self.shared.stopping)
             await warn_if_events_off(self.redis)
             policy = await eviction_policy(self.redis, self.allow_eviction)
             missing = await check_at_start(self.redis, self.keys, self.db)

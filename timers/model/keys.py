@@ -134,6 +134,13 @@ key                 type    holds
                             ``S`` > 1 has the keyspace ``{P#i.k}`` (``k`` spreads the
                             shards' slots: :func:`timers.ops.shards.shard_prefix`), with
                             every key above.
+``P|format``        string  the data format of the prefix's keys, an integer
+                            (:mod:`timers.model.data_format`); absent: format 1. Kept,
+                            like ``P|shards``, in the one-shard keyspace ``P`` alone:
+                            written by each listener as it starts if absent, read by
+                            each producer before its first write.
+``P|instance``      string  a random id of the prefix on its server, given by its first
+                            listener (:mod:`timers.listener.endings.journal`); in ``P`` alone.
 ==================  ======  ========================================================
 
 The flow keys (``queues`` onward) are also named by ``timers/store/lua/prelude.lua`` and
@@ -226,6 +233,12 @@ class Keyspace:
         directory of its listeners' endings journals on a host, whatever address each
         reaches the server by (:mod:`timers.listener.endings.journal`)."""
         return self.prefix + "|instance"
+
+    @property
+    def data_format(self) -> str:
+        """string: the data format of the prefix's keys (:mod:`timers.model.data_format`;
+        absent: format 1)."""
+        return self.prefix + "|format"
 
     @property
     def failures(self) -> str:

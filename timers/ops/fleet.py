@@ -84,8 +84,8 @@ class Peer:
     package: str
     groups: tuple[str, ...]
     tasks: frozenset[str] | None
-    """The task paths it announced; None: it announced none (an older release), or its
-    set is not stored."""
+    """The task paths it announced; None: its heartbeat names no set, or its set is not
+    stored."""
 
     def serves(self, group: str) -> bool:
         return group in self.groups

@@ -35,6 +35,7 @@ from timers.producer.transport import run_async
 from timers.store import connect
 from timers.store.connect import AsyncScriptConnection, async_client
 from timers.store.eviction import EvictionGuard
+from timers.store.first_write import FirstWriteCheck
 from timers.store.lua_library import Function
 from timers.store.script_modes import register_all
 from timers.store.server_errors import out_of_memory, translate
@@ -99,21 +100,25 @@ class AsyncTimers:
         self._coalescers: dict[Replication, Coalescer[Prepared]] = {}
         """Those of calls that wait for replicas, one per distinct ask."""
         self.eviction = EvictionGuard(strict)
+        """The server's eviction policy, read on the first write (see
+        `timers.store.eviction`)."""
+        self.first_write = FirstWriteCheck(self.keys.data_format, self.eviction)
+        """What the first write reads: the eviction policy and the prefix's data format
+        (see `timers.store.first_write`)."""
         self.task_check = TaskCheck(strict_tasks)
         """The tasks it scheduled that a live listener was asked about (once each, see
         `timers.producer.task_check`)."""
-        """The server's eviction policy, read on the first write (see
-        `timers.store.eviction`)."""
 
     async def _writing(self) -> None:
-        """Before a write: read the eviction policy the first time (warn once, or raise
-        if strict)."""
-        guard = self.eviction
-        if guard.checked and guard.policy is None:  # the common case: one test
+        """Before a write: the first time, read the eviction policy (warn once, or raise if
+        strict) and the prefix's data format (raise if newer than this release knows), in
+        one round trip; raise again before every later write that must be refused."""
+        check = self.first_write
+        if check.clear:  # the common case: one test
             return
-        if not guard.checked:
-            await guard.read_async(self.redis)
-        guard.refuse_if_strict()
+        if not check.checked:
+            await check.read_async(self.redis)
+        check.refuse()
 
     async def run(self, operation: Operation[T]) -> T:
         """Drive one operation to its result, as [`Timers.run`][timers.producer.client.Timers.run]
@@ -163,8 +168,7 @@ class AsyncTimers:
         round trips (see `timers.producer.coalesce`), and with ``replicas`` their ``WAIT`` too."""
         self._loop.claim()
         spec = TimerSpec(task, args, in_, at, id, max_lateness, group, key, priority)
-        guard = self.eviction
-        if not guard.checked or guard.policy is not None:  # (else no coroutine to await)
+        if not self.first_write.clear:  # (else no coroutine to await)
             await self._writing()
         if (task, group or self.ops.group) not in self.task_check.checked:  # (first time)
             await self._check_tasks(tasks_of([spec], self.ops.group))

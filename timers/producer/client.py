@@ -37,6 +37,7 @@ from timers.producer.transport import run_sync
 from timers.store import connect
 from timers.store.connect import URL_ENV, ScriptConnection, configured_url, sync_client
 from timers.store.eviction import EvictionGuard
+from timers.store.first_write import FirstWriteCheck
 from timers.store.lua_library import Function
 from timers.store.script_modes import register_all
 from timers.store.server_errors import out_of_memory, translate
@@ -109,21 +110,25 @@ class Timers:
         self.warn_in_event_loop = True
         """Warn when called on a running event loop's thread (off for in-memory servers)."""
         self.eviction = EvictionGuard(strict)
+        """The server's eviction policy, read on the first write (see
+        `timers.store.eviction`)."""
+        self.first_write = FirstWriteCheck(self.keys.data_format, self.eviction)
+        """What the first write reads: the eviction policy and the prefix's data format
+        (see `timers.store.first_write`)."""
         self.task_check = TaskCheck(strict_tasks)
         """The tasks it scheduled that a live listener was asked about (once each, see
         `timers.producer.task_check`)."""
-        """The server's eviction policy, read on the first write (see
-        `timers.store.eviction`)."""
 
     def _writing(self) -> None:
-        """Before a write: read the eviction policy the first time (warn once, or raise
-        if strict)."""
-        guard = self.eviction
-        if guard.checked and guard.policy is None:  # the common case: one test
+        """Before a write: the first time, read the eviction policy (warn once, or raise if
+        strict) and the prefix's data format (raise if newer than this release knows), in
+        one round trip; raise again before every later write that must be refused."""
+        check = self.first_write
+        if check.clear:  # the common case: one test
             return
-        if not guard.checked:
-            guard.read_sync(self.redis)
-        guard.refuse_if_strict()
+        if not check.checked:
+            check.read_sync(self.redis)
+        check.refuse()
 
     def _check_tasks(self, pairs: builtins.list[tuple[str, str]]) -> None:
         """The first time a task (in a group) is scheduled: whether a live listener

@@ -11,9 +11,10 @@ functions) checks the policy once per client, on its first write, and caches it:
 - with ``strict=True`` it raises :class:`~timers.exceptions.EvictionUnsafe` instead, on
   that write and every later one, before writing anything.
 
-The check costs one round trip on the client's first write (``CONFIG GET
-maxmemory-policy``; where CONFIG is not allowed, ``INFO memory``; where neither is, the
-policy is unknown and nothing is said) and one attribute test per write after it.
+The policy is read with the prefix's data format, in one round trip on the client's first
+write (``CONFIG GET maxmemory-policy``; where CONFIG is not allowed, ``INFO memory``; where
+neither is, the policy is unknown and nothing is said): see :mod:`timers.store.first_write`.
+After it, a write costs one attribute test.
 """
 
 from __future__ import annotations
@@ -22,8 +23,6 @@ import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
-
-import redis.exceptions
 
 from timers.exceptions import EvictionUnsafe
 from timers.model.encoding import as_text
@@ -56,10 +55,6 @@ def risky(found: list[str]) -> str | None:
     return next((p for p in found if p.startswith("allkeys-")), None)
 
 
-_READ_ERRORS = (redis.exceptions.ResponseError,)
-"""A server that refuses CONFIG (a managed service, an ACL) answers with one of these."""
-
-
 @dataclass
 class EvictionGuard:
     """One client's check of the eviction policy, made once on its first write."""
@@ -69,42 +64,15 @@ class EvictionGuard:
     policy: str | None = None
     """The ``allkeys-*`` policy found, or None (safe, or unknown)."""
 
-    def read_sync(self, client: Any) -> None:
-        """Read the policy over a sync client (nothing if it was read already)."""
-        if self.checked:
-            return
-        try:
-            try:
-                found = policies(client.config_get("maxmemory-policy"))
-            except _READ_ERRORS:
-                found = policies(client.info("memory"))
-        except _READ_ERRORS:
-            found = []
-        except redis.exceptions.RedisError:
-            return  # not reachable now: the write says so; check on the next one
-        self._judge(found)
-
-    async def read_async(self, client: Any) -> None:
-        """:meth:`read_sync` over an asyncio client."""
-        if self.checked:
-            return
-        try:
-            try:
-                found = policies(await client.config_get("maxmemory-policy"))
-            except _READ_ERRORS:
-                found = policies(await client.info("memory"))
-        except _READ_ERRORS:
-            found = []
-        except redis.exceptions.RedisError:
-            return
-        self._judge(found)
-
-    def _judge(self, found: list[str]) -> None:
+    def judge(self, found: list[str], stacklevel: int = 2) -> None:
+        """Keep what the policies ``found`` say (the first read only), and warn once if one
+        is ``allkeys-*`` and the guard is not strict; ``stacklevel`` as for
+        :func:`warnings.warn`, counted from the caller."""
         if self.checked:  # asyncio: first writes in flight at once each read it; one says
             return
         self.checked, self.policy = True, risky(found)
         if self.policy is not None and not self.strict:
-            warnings.warn(EvictionWarning(self._message()), stacklevel=5)
+            warnings.warn(EvictionWarning(self._message()), stacklevel=stacklevel + 1)
 
     def refuse_if_strict(self) -> None:
         """Raise :class:`EvictionUnsafe` before a write, if strict and the policy is

@@ -121,8 +121,8 @@ def classify(message: Mapping[str, Any], channels: Channels,
         try:
             due = float(data)
         except ValueError:
-            # no wake of this release (each is a due time): an older release's "x:<token>",
-            # say, which asked a run next in line back; nothing to do
+            # no wake (each is a due time): the permission probe's "check", or anything
+            # else a client published there; nothing to do
             log.debug("ignored a message on the wake channel that is not a due time: %r",
                       data[:40])
             return None

@@ -1,5 +1,5 @@
-"""Checks a listener makes of the server before it claims anything, and the shard layout
-it reads there."""
+"""Checks a listener makes of the server before it claims anything (the prefix's data
+format first), and the shard layout it reads there."""
 
 from __future__ import annotations
 
@@ -14,13 +14,52 @@ import redis.exceptions
 from timers.exceptions import ShardLayoutMismatch
 from timers.listener.eviction import judge, read_policy
 from timers.listener.retrying import RETRYABLE, ReconnectDelays, pause
+from timers.model.data_format import FORMAT, refusal
 from timers.model.encoding import as_text
 from timers.model.keys import Keyspace
 from timers.ops.shards import ShardLayout, resolve_layout, wanted_count
 from timers.store.check import ENABLE_EVENTS, expired_events_on
+from timers.store.permissions import is_permanent
 from timers.store.scripts import Scripts
 
 log = logging.getLogger("timers.listener")
+
+
+async def check_format(client: redis.asyncio.Redis | redis.asyncio.RedisCluster,
+                       keys: Keyspace, stopping: asyncio.Event) -> None:
+    """Give the prefix this release's data format if it has none yet (``SET P|format
+    NX``), and refuse to start on one newer than this release knows
+    ([`UnknownFormat`][timers.exceptions.UnknownFormat]: nothing was written), in one round
+    trip, before anything else is written (`timers.model.data_format`).
+
+    Tried until Redis answers (or the listener is stopped). A write Redis refuses (a full
+    server) leaves the key absent, which is format 1: the next listener writes it. A
+    read refused for good (an ACL without ``GET`` on the key) is logged, and the listener
+    starts without the check."""
+    key, delays, told = keys.data_format, ReconnectDelays(), False
+    while not stopping.is_set():
+        try:
+            pipe = client.pipeline(transaction=False)
+            pipe.set(key, FORMAT, nx=True)
+            pipe.get(key)
+            _, stored = await pipe.execute(raise_on_error=False)
+            if isinstance(stored, Exception):
+                raise stored
+        except RETRYABLE as exc:
+            if is_permanent(exc):
+                log.warning("cannot read the prefix's data format at %s (%s): starting "
+                            "without checking it", key, exc)
+                return
+            if not told:
+                log.warning("cannot read the prefix's data format yet (%s); will keep "
+                            "trying", exc)
+                told = True
+            await pause(delays.next(), stopping)
+            continue
+        refused = refusal(stored, key, "listener")
+        if refused is not None:
+            raise refused
+        return
 
 
 async def warn_if_events_off(client: redis.asyncio.Redis) -> None:
