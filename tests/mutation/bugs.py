@@ -213,9 +213,9 @@ BUGS: tuple[Bug, ...] = (
         "            timer_id = self.held.drop_lost(text)  # no use renewing it again",
         "            timer_id = None  # no use renewing it again",
         "leases: a run a renewal found lost stays fresh"),
-    Bug("executor-unfenced", LISTENER + "executor.py",
-        "            elif (self.fence is not None and not self.fence.fresh(run.token)",
-        "            elif (False",
+    Bug("executor-unfenced", LISTENER + "checks.py",
+        "        if self.fence.fresh(start.run.token):\n            return None\n",
+        "        if True:\n            return None\n",
         "fence: the executor starts a run without the fence",
         survives="the thread's and the coroutine's own checks right before the call "
         "(thread-unfenced, coroutine-unfenced) make it redundant in the listener's process, "
@@ -290,9 +290,21 @@ BUGS: tuple[Bug, ...] = (
         "                answer.set_result((as_text(status), time.monotonic()))\n",
         "invariant 3: the start window counts from when the gate's reply was read, not from "
         "before its call (the gate decided up to a round trip earlier)"),
+    Bug("lateness-unchecked", LISTENER + "checks.py",
+        '        return None if missed is None else Outcome("missed", "Missed", missed)\n',
+        "        return None\n",
+        "max lateness: a run started past its task's or its timer's max lateness is run"),
+    Bug("group-unchecked", LISTENER + "checks.py",
+        "        if declared is None or group_of(record) == declared:\n",
+        "        if True:\n",
+        "groups: a timer of another group than its task declares runs here instead of moving"),
+    Bug("checks-without-flow", LISTENER + "executor.py",
+        "FlowCheck(flow) if flow is not None else None,",
+        "None,",
+        "T7-T9: a run with limits starts without asking its flow gate"),
     Bug("rate-run-chained", LISTENER + "executor.py",
-        "                    own.solo = True  # it may not start: nothing follows in its thread\n",
-        "                    pass\n",
+        "            own.solo = True  # it may not start: nothing follows in its thread\n",
+        "            pass\n",
         "T17: a run next in line is chained in the thread of a rate's run that may find itself "
         "too late and not start: it starts on the key's slot the hand-back keeps for the run "
         "before it"),

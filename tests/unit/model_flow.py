@@ -695,7 +695,7 @@ class World:
 
     @staticmethod
     def suspect(run: Run) -> bool:
-        """A run the listener sends to a quarantine child (``executor._attempt``)."""
+        """A run the listener sends to a quarantine child (``executor._call``)."""
         return bool(run.reruns) and run.source != "next"
 
     def not_started(self, listener: VListener, run: Run, taken_back: bool) -> None:

@@ -149,8 +149,14 @@ def flaky() -> None:
     raise ValueError("flaky")
 
 
+@task(group="video")
+def encode(*_: Any) -> None:
+    """A task of the video group: a timer in another group moves there, not run here."""
+    mod.CALLS.append(("encode", ()))
+
+
 TASKS: dict[str, Callable[..., Any]] = {"mod.add": mod.add, "mod.boom": mod.boom,
-                                        "flaky": flaky}
+                                        "flaky": flaky, "media.encode": encode}
 
 
 def resolve(name: str) -> Callable[..., Any]:
@@ -197,6 +203,18 @@ def test_a_run_not_started_when_its_listener_stops_is_handed_back_unstarted() ->
     calls = len(mod.CALLS)
     ending = execute("mod.add", [1, 2], stopped=True)
     assert (ending.token, ending.kind) == ("7", EndingKind.RELEASE)
+    assert len(mod.CALLS) == calls
+
+
+def test_a_timer_of_another_group_than_its_task_declares_moves_there_unrun() -> None:
+    """A timer scheduled in the default group for a task of the video group is not run by
+    a listener of the default group: it moves to the video group, uncounted; moved as
+    often as it may, it waits in its group (the releases disagree) and is still not run."""
+    calls = len(mod.CALLS)
+    moved = execute("media.encode", [1])
+    assert moved.kind is EndingKind.MOVE and ";g=video" in moved.retry_entry
+    waits = execute("media.encode", [1], options={Option.GROUP_MOVES: "99"})
+    assert waits.kind is EndingKind.WAIT
     assert len(mod.CALLS) == calls
 
 

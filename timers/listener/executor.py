@@ -1,17 +1,18 @@
 """The executor: runs one claimed timer and says how it ended.
 
-It decodes the record, runs a recurrence's steps around the run, resolves the task,
-applies its policy (too late to start), calls it (in a quarantine child when a lease of
+It decodes the record, runs a recurrence's steps around the run, resolves the task, asks
+the checks a run passes before its call in turn (:mod:`timers.listener.checks`: its group,
+its lateness, its flow gate, its fence), calls it (in a quarantine child when a lease of
 it lapsed before: its listener died or stalled; the child counts the deaths it sees
-toward ``max_crashes``), and turns the outcome into an :class:`Ending`:
-ok, skipped, a retry after a backoff, or a failure record. Times are Redis times, from
-the listener's :class:`DueTracker`.
+toward ``max_crashes``), and turns the outcome into an :class:`Ending`: ok, skipped, a
+retry after a backoff, or a failure record. A run whose task was not called (held back,
+taken over, handed back) writes its own kind of ending, or none. Times are Redis times,
+from the listener's :class:`DueTracker`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 from collections.abc import Awaitable, Callable
@@ -20,18 +21,27 @@ from typing import Any, NamedTuple, Protocol
 from timers.exceptions import MalformedTimerKey, TaskRefused
 from timers.listener.calling import context
 from timers.listener.calling.runner import Turn
+from timers.listener.checks import (
+    TAKEN,
+    Admitter,
+    Check,
+    FenceCheck,
+    Fencer,
+    FlowCheck,
+    GroupCheck,
+    LatenessCheck,
+    Start,
+)
 from timers.listener.endings.writer import Ending
 from timers.listener.finding.due_tracker import DueTracker
-from timers.listener.flow.gate import FREE, TAKES_BACK_NEXT, Admission
+from timers.listener.flow.gate import TAKES_BACK_NEXT, Admission
 from timers.listener.flow.turns import Turns
 from timers.listener.quarantine.parent import is_suspect
 from timers.listener.retrying import RETRYABLE
 from timers.model.encoding import Args, Record
 from timers.model.flow.disagreement import (
     RECHECK_MS,
-    describe,
     group_of,
-    may_move,
     moved,
     moves_of,
     waiting,
@@ -71,16 +81,6 @@ class Caller(Protocol):
         ...
 
     def let_follower_go(self, turn: Turn) -> None:
-        ...
-
-
-class Fencer(Protocol):
-    """Whether a run's lease still holds (:class:`timers.listener.leases.Fence`)."""
-
-    def fresh(self, token: str) -> bool:
-        ...
-
-    async def revalidate(self, run: Run) -> bool:
         ...
 
 
@@ -170,6 +170,11 @@ class Executor:
         """Runs next in line on a key slot and the runs they follow."""
         self.fence = fence
         """Starts a run only while its lease holds (invariant 12); None: unfenced (tests)."""
+        self._fence_check = FenceCheck(fence) if fence is not None else None
+        self.checks: tuple[Check, ...] = tuple(check for check in (
+            GroupCheck(), LatenessCheck(), FlowCheck(flow) if flow is not None else None,
+            self._fence_check) if check is not None)
+        """What a run passes before its task is called, in order (:mod:`timers.listener.checks`)."""
         self._disagreements: set[tuple[str, str, str]] = set()
         """(task, group it declares, group served) of the group disagreements warned of."""
         self.peers = peers
@@ -214,24 +219,8 @@ class Executor:
         except Exception as exc:
             log.exception("internal error around timer %s", run.timer_id)
             outcome = _internal_error(exc)
-        if outcome.kind == "late":  # its rate's next run may start: this one did not
-            log.info("timer %s handed back unstarted: %s", run.timer_id, outcome.message,
-                     extra={"id": run.timer_id, "task": attempt.task})
-            return self._unstarted(run)
-        if outcome.kind == "held":
-            log.debug("timer %s not started: %s", run.timer_id, outcome.message)
-            # a run next in line after it does not start (its gate took it back, or it is
-            # handed back)
-            self.turns.not_started(run.token, outcome.error_type in TAKES_BACK_NEXT)
-            return Executed(None, None)
-        if outcome.kind == "revoked":  # a run next in line that did not start (the run
-            # before it did not, or its listener stalled)
-            log.debug("timer %s not started: %s", run.timer_id, outcome.message)
-            return self._unstarted(run)
-        if outcome.kind == "taken":  # another listener took the run over: nothing to write
-            return Executed(None, None)
-        if outcome.kind == "passed" and attempt.record is not None:
-            return Executed(self._handed_back(run, attempt.record, outcome.message), None)
+        if outcome.kind in _UNSTARTED:
+            return self._not_started(run, attempt, outcome)
         try:
             ending = self.ending(run, attempt.record, outcome, attempt.policy)
         except Exception as exc:
@@ -248,6 +237,30 @@ class Executor:
                        if attempt.record is not None else None)
         return Executed(ending, report, _facts(run, ending, report, attempt.policy),
                         attempt.limited)
+
+    def _not_started(self, run: Run, attempt: _Attempt, outcome: Outcome) -> Executed:
+        """A run whose task was not called, by what the listener does with it: handed back
+        (too late for its rate's start window, or asked back before it started), left to
+        its flow gate (held: nothing to write), left to the listener that took it over, or
+        handed back for a listener that has its task."""
+        kind = outcome.kind
+        if kind == "late":  # its rate's next run may start: this one did not
+            log.info("timer %s handed back unstarted: %s", run.timer_id, outcome.message,
+                     extra={"id": run.timer_id, "task": attempt.task})
+            return self._unstarted(run)
+        if kind == "held":
+            log.debug("timer %s not started: %s", run.timer_id, outcome.message)
+            # a run next in line after it does not start (its gate took it back, or it is
+            # handed back)
+            self.turns.not_started(run.token, outcome.error_type in TAKES_BACK_NEXT)
+            return Executed(None, None)
+        if kind == "revoked":  # a run next in line that did not start (the run before it
+            # did not, or its listener stalled)
+            log.debug("timer %s not started: %s", run.timer_id, outcome.message)
+            return self._unstarted(run)
+        if kind == "passed" and attempt.record is not None:
+            return Executed(self._handed_back(run, attempt.record, outcome.message), None)
+        return Executed(None, None)  # taken: another listener took the run over
 
     def _unstarted(self, run: Run) -> Executed:
         """A run that did not start, handed back (T17): its run next in line does not
@@ -275,7 +288,6 @@ class Executor:
                 and own.revoked:  # it waited for the run before it, which did not start
             return _TAKEN_BACK
         fence = self._fence_of(run)  # asked by the thread before the call, and by the task
-        gated = FREE
         context.enter_run(run, record, attempt.started_ms, fence)  # timers.current()
         # a recurrence's next occurrence is scheduled first, whatever becomes of this one
         # (even a task this listener cannot import must not end the chain)
@@ -285,49 +297,46 @@ class Executor:
             fn = found if found is not None else self.resolve(record.task)  # refused: says why
             attempt.policy = policy = policy_of(fn)
             attempt.limited = limited = policy.flow_limited or attempt.limited
-            missed = _missed(record, policy, attempt.started_ms - run.waited_from_ms)
-            if skip is not None:
-                outcome = skip
-            elif policy.group is not None and group_of(record) != policy.group:
-                outcome = (Outcome("moved", "", f"to group {policy.group}")
-                           if may_move(record) else Outcome(
-                               "disagreed", "GroupDisagreement",
-                               describe(record.task, policy.group, group_of(record))))
-            elif missed is not None:
-                outcome = Outcome("missed", "Missed", missed)
-            elif (self.flow and limited and not is_suspect(run.reruns)
-                  and (gated := await self.flow.admit(run, record, policy)).held):
-                outcome = gated.held
-            elif (self.fence is not None and not self.fence.fresh(run.token)
-                  and (stale := await self._unfenced(run, after)) is not None):
-                outcome = stale
-            elif is_suspect(run.reruns):  # a lease of it lapsed: in a child, gated there
-                aside = self.aside(run) if self.aside is not None and not recurring else None
-                outcome = await self._quarantined(run, record, fn, policy, limited, aside)
-            else:
-                own = self.turns.of(run.token)
-                start_by = gated.start_by
-                if own is not None and start_by is not None:
-                    own.solo = True  # it may not start: nothing follows in its thread
-                # a recurrence's run has a step after it: its ending is journaled then
-                note = self.note(run) if self.note is not None and not recurring else None
-                outcome = await self.runner.call(fn, record.args, policy.timeout, own, after,
-                                                 fence, limited, note, start_by)
-                if outcome.kind == "stale":  # the thread found the lease not fresh
-                    outcome = (await self._unfenced(run, after, checked=True)
-                               or await self.runner.call(fn, record.args, policy.timeout, own,
-                                                         None, fence, limited, note,
-                                                         start_by))
-                    if outcome is _TAKEN and own is not None:
-                        self.runner.let_follower_go(own)  # it waited for this one
-                if own is not None:
-                    self._timed_by_thread(attempt, own, after is not None)
+            start = Start(run, record, fn, policy, limited, attempt.started_ms)
+            outcome = skip
+            if outcome is None:
+                for check in self.checks:
+                    if (outcome := await check(start)) is not None:
+                        break
+                else:
+                    outcome = await self._call(start, attempt, after, fence, recurring)
         except TaskRefused as exc:
             seen = f"; {lacking.message}" if lacking is not None else ""
             outcome = Outcome("refused", "TaskRefused", f"{exc} (refused by {self.name}{seen})"
                               if self.name else f"{exc}{seen}")
         if recurring:
             await self.recurrences.after_run(run, record, outcome)
+        return outcome
+
+    async def _call(self, start: Start, attempt: _Attempt, after: Turn | None,
+                    fence: Callable[[], bool] | None, recurring: bool) -> Outcome:
+        """Call the task of a run that passed every check: in a quarantine child when a
+        lease of it lapsed before (gated there), else in a thread or on the loop."""
+        run, record, fn, policy = start.run, start.record, start.fn, start.policy
+        if is_suspect(run.reruns):
+            aside = self.aside(run) if self.aside is not None and not recurring else None
+            return await self._quarantined(run, record, fn, policy, start.limited, aside)
+        own = self.turns.of(run.token)
+        start_by = start.gated.start_by
+        if own is not None and start_by is not None:
+            own.solo = True  # it may not start: nothing follows in its thread
+        # a recurrence's run has a step after it: its ending is journaled then
+        note = self.note(run) if self.note is not None and not recurring else None
+        outcome = await self.runner.call(fn, record.args, policy.timeout, own, after,
+                                         fence, start.limited, note, start_by)
+        if outcome.kind == "stale":  # the thread found the lease not fresh
+            outcome = (await self._revalidated(run)
+                       or await self.runner.call(fn, record.args, policy.timeout, own,
+                                                 None, fence, start.limited, note, start_by))
+            if outcome is TAKEN and own is not None:
+                self.runner.let_follower_go(own)  # it waited for this one
+        if own is not None:
+            self._timed_by_thread(attempt, own, after is not None)
         return outcome
 
     async def _quarantined(self, run: Run, record: Record, fn: Callable[..., Any],
@@ -350,7 +359,7 @@ class Executor:
                                                 aside)
             if outcome.kind != "stale" or self.fence is None:
                 return outcome
-            unfenced = await self._unfenced(run, None, checked=True)
+            unfenced = await self._revalidated(run)
             if unfenced is not None:
                 return unfenced
 
@@ -400,20 +409,11 @@ class Executor:
         token = run.token
         return lambda: fence.fresh(token)
 
-    async def _unfenced(self, run: Run, after: Turn | None,
-                        checked: bool = False) -> Outcome | None:
-        """None when ``run`` may start: its lease holds (asked of Redis after a stall).
-        Else another listener took it over (``taken``). A run next in line still held
-        starts too: had the run before it been cut and rerun, the claim that reran it
-        took this one back (T5), and revalidation finds it lost. (It was handed back to
-        wait for its key instead, back in the due index behind the key's later timers,
-        whose expiry events could claim them first: FIFO broke in the chaos checker's
-        Cluster run, through a failover.)"""
-        if self.fence is None or (not checked and self.fence.fresh(run.token)):
-            return None
-        if not await self.fence.revalidate(run):
-            return _TAKEN
-        return None
+    async def _revalidated(self, run: Run) -> Outcome | None:
+        """None when ``run``, found not fresh where it was to start, may start after all
+        (its lease asked of Redis); else :data:`~timers.listener.checks.TAKEN`."""
+        check = self._fence_check
+        return None if check is None else await check.revalidated(run)
 
     def _timed_by_thread(self, attempt: _Attempt, own: Turn, chained: bool) -> None:
         """A run that may be followed ends when its function returns in its thread (the
@@ -506,19 +506,14 @@ class Executor:
         return Ending.of(run, EndingKind.FAIL, failure_id=failure_id, failure=failure)
 
 
-class Admitter(Protocol):
-    """The flow gate (:class:`timers.listener.flow.gate.FlowGate`)."""
-
-    async def admit(self, run: Run, record: Record, policy: TaskPolicy) -> Admission:
-        ...
-
-
-_TAKEN = Outcome("taken", "", "another listener took the run over after its lease lapsed")
 _TAKEN_BACK = Outcome("revoked", "", "asked back before it started: the run before it did not "
                       "start: waits for its key again")
 
 
 _COUNTED = {EndingKind.OK, EndingKind.SKIP, EndingKind.FAIL, EndingKind.RETRY}
+_UNSTARTED = frozenset({"late", "held", "revoked", "taken", "passed"})
+"""Outcomes of a run whose task was not called and that writes no ending of its own
+(:meth:`Executor._not_started`)."""
 # Members read once: reading one off its enum class costs many times a dict lookup, and
 # the run path reads several per fire
 # (figures: bench/FINDINGS.md, "A run's Python in the listener").
@@ -553,19 +548,3 @@ def _released(run: Run) -> Ending:
 
 def _internal_error(exc: Exception) -> Outcome:
     return Outcome("error", type(exc).__qualname__, f"internal error: {exc}")
-
-
-def _missed(record: Record, policy: TaskPolicy, lateness_ms: float) -> str | None:
-    """Why a run is too late to start, or None. The timer's own limit beats the task's."""
-    limit_ms: float | None = None
-    if _MAX_LATENESS in record.options:
-        with contextlib.suppress(ValueError):
-            limit_ms = float(record.options[_MAX_LATENESS])
-    elif policy.max_lateness is not None:
-        limit_ms = policy.max_lateness * 1000
-    if limit_ms is None or lateness_ms <= limit_ms:
-        return None
-    return (f"started {lateness_ms / 1000:.3f} s after its due time, over its max lateness "
-            f"of {limit_ms / 1000:g} s: not run")
-
-

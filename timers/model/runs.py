@@ -23,10 +23,22 @@ _LABELS = {source.value: source.label for source in ClaimSource}
 _SWEEP, _NEXT = ClaimSource.SWEEP.label, ClaimSource.NEXT.label
 MAX_TRACEBACK = 8000
 
-OutcomeKind = Literal[
+TaskOutcomeKind = Literal[
     "ok", "error", "refused", "bad_args", "rejected", "malformed", "missed", "skipped",
-    "crashed", "held", "moved", "disagreed", "revoked", "stale", "late", "taken", "passed",
+    "crashed",
 ]
+"""What became of a run's task: it returned, raised, could not be called, was not run (too
+late, skipped), or its process died. Each ends the run with an ending to write."""
+
+ListenerActionKind = Literal[
+    "held", "moved", "disagreed", "revoked", "stale", "late", "taken", "passed",
+]
+"""What the listener does with a run whose task it did not call: held back by its flow
+gate, moved to its group, asked back or taken over before it started, handed back late or
+for a listener that has its task (``stale``: found not fresh where it was to start, asked
+again)."""
+
+OutcomeKind = TaskOutcomeKind | ListenerActionKind
 
 
 @fast_init  # made once or more per run

@@ -1,0 +1,140 @@
+"""The checks a run passes before its task is called, in order: its group, its lateness,
+its flow limits, its fence.
+
+Each check is a small object the executor asks in turn (:data:`Check`): None lets the run
+go on to the next; an :class:`~timers.model.runs.Outcome` ends it there, unstarted (moved
+to its group, missed, held back by its key or rate, taken over by another listener). A
+new rule a run must pass before its call is one more check in the executor's list, not a
+branch in its code. What runs around the call (a recurrence's steps) and how it is called
+(in a thread, on the loop, in a quarantine child) stay in the executor.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from timers.listener.flow.gate import FREE, Admission
+from timers.listener.quarantine.parent import is_suspect
+from timers.model.encoding import Record
+from timers.model.flow.disagreement import describe, group_of, may_move
+from timers.model.policy import TaskPolicy
+from timers.model.runs import Outcome, Run
+from timers.model.wire import Option
+
+TAKEN = Outcome("taken", "", "another listener took the run over after its lease lapsed")
+"""A run whose lease another listener took over: nothing to write, nothing to run."""
+
+_MAX_LATENESS = Option.MAX_LATENESS
+
+
+class Start:
+    """One run on its way to its call, as the checks see it (made per run: slots)."""
+
+    __slots__ = ("fn", "gated", "limited", "policy", "record", "run", "started_ms")
+
+    def __init__(self, run: Run, record: Record, fn: Callable[..., Any], policy: TaskPolicy,
+                 limited: bool, started_ms: float) -> None:
+        self.run, self.record, self.fn, self.policy = run, record, fn, policy
+        self.limited = limited
+        """It goes through the flow gate: its task limits its runs, or its timer has a key."""
+        self.started_ms = started_ms
+        """When it started, on the Redis clock."""
+        self.gated: Admission = FREE
+        """The flow gate's word (:class:`FlowCheck`): by when a rate let it go start."""
+
+
+class Check(Protocol):
+    """One check of :mod:`timers.listener.checks`: None, go on; an outcome, stop there."""
+
+    async def __call__(self, start: Start) -> Outcome | None:
+        ...
+
+
+class GroupCheck:
+    """A task that declares another group than its timer's: the timer moves there (or,
+    moved as often as it may, waits: the releases disagree)."""
+
+    async def __call__(self, start: Start) -> Outcome | None:
+        declared = start.policy.group
+        record = start.record
+        if declared is None or group_of(record) == declared:
+            return None
+        if may_move(record):
+            return Outcome("moved", "", f"to group {declared}")
+        return Outcome("disagreed", "GroupDisagreement",
+                       describe(record.task, declared, group_of(record)))
+
+
+class LatenessCheck:
+    """A run started later after its due time than its max lateness allows is not run
+    (the timer's own limit beats the task's)."""
+
+    async def __call__(self, start: Start) -> Outcome | None:
+        missed = missed_by(start.record, start.policy, start.started_ms - start.run.waited_from_ms)
+        return None if missed is None else Outcome("missed", "Missed", missed)
+
+
+class Admitter(Protocol):
+    """The flow gate (:class:`timers.listener.flow.gate.FlowGate`)."""
+
+    async def admit(self, run: Run, record: Record, policy: TaskPolicy) -> Admission:
+        ...
+
+
+class FlowCheck:
+    """A run with limits asks its flow gate (a rerun asks from its quarantine child, once
+    the task is loaded); held back, it waits for its key or rate."""
+
+    def __init__(self, flow: Admitter) -> None:
+        self.flow = flow
+
+    async def __call__(self, start: Start) -> Outcome | None:
+        if not start.limited or is_suspect(start.run.reruns):
+            return None
+        start.gated = gated = await self.flow.admit(start.run, start.record, start.policy)
+        return gated.held
+
+
+class Fencer(Protocol):
+    """Whether a run's lease still holds (:class:`timers.listener.leases.Fence`)."""
+
+    def fresh(self, token: str) -> bool:
+        ...
+
+    async def revalidate(self, run: Run) -> bool:
+        ...
+
+
+class FenceCheck:
+    """A run starts only while its listener holds its lease (invariant 12): after a stall,
+    asked of Redis. A run next in line still held starts too: had the run before it been
+    cut and rerun, the claim that reran it took this one back (T5), and revalidation finds
+    it lost."""
+
+    def __init__(self, fence: Fencer) -> None:
+        self.fence = fence
+
+    async def __call__(self, start: Start) -> Outcome | None:
+        if self.fence.fresh(start.run.token):
+            return None
+        return await self.revalidated(start.run)
+
+    async def revalidated(self, run: Run) -> Outcome | None:
+        """None when ``run`` may start, its lease asked of Redis; else :data:`TAKEN`."""
+        return None if await self.fence.revalidate(run) else TAKEN
+
+
+def missed_by(record: Record, policy: TaskPolicy, lateness_ms: float) -> str | None:
+    """Why a run is too late to start, or None. The timer's own limit beats the task's."""
+    limit_ms: float | None = None
+    if _MAX_LATENESS in record.options:
+        with contextlib.suppress(ValueError):
+            limit_ms = float(record.options[_MAX_LATENESS])
+    elif policy.max_lateness is not None:
+        limit_ms = policy.max_lateness * 1000
+    if limit_ms is None or lateness_ms <= limit_ms:
+        return None
+    return (f"started {lateness_ms / 1000:.3f} s after its due time, over its max lateness "
+            f"of {limit_ms / 1000:g} s: not run")
