@@ -13,7 +13,7 @@ import pytest
 import redis
 import redis.asyncio
 
-from timers import speed
+from timers import AsyncTimers, Timers, speed
 from timers.listener.finding import events
 from timers.listener.tuning import collector
 from timers.model.fast_init import fast_init
@@ -125,3 +125,24 @@ def test_with_connections_off_script_calls_take_the_clients_own_path(
     sync.close()
     asyncio.run(pooled.aclose())
     asyncio.run(listener.aclose())
+
+
+@pytest.mark.parametrize("off", ["", "connections"])
+def test_a_clients_script_calls_go_on_its_kept_connection_unless_the_trick_is_off(
+        monkeypatch: pytest.MonkeyPatch, off: str) -> None:
+    """A client made from a plain URL sends each script's FCALL on the connection it keeps
+    for script calls; with ``connections`` off, through redis-py's own path."""
+    monkeypatch.setenv(speed.ENV, off)
+    with Timers(URL) as sync:
+        sent_by = sync._scripts["schedule"].execute.__self__
+        assert isinstance(sent_by, ScriptConnection) != bool(off)
+
+    async def asynchronous() -> object:
+        client = AsyncTimers(URL)
+        try:
+            return client._scripts["schedule"].execute.__self__
+        finally:
+            await client.aclose()
+
+    sent_by = asyncio.run(asynchronous())
+    assert isinstance(sent_by, AsyncScriptConnection) != bool(off)

@@ -180,7 +180,7 @@ class Shared:
             reserved = ReservedConnection.of(self.redis)
             if reserved is None:
                 return
-            function.execute = reserved.execute_command
+            function.send_by(reserved.execute_command)
             self.reserved.append(reserved)
 
     async def close_reserved(self) -> None:

@@ -36,7 +36,6 @@ from timers.store import connect
 from timers.store.connect import AsyncScriptConnection, async_client
 from timers.store.eviction import EvictionGuard
 from timers.store.first_write import FirstWriteCheck
-from timers.store.lua_library import Function
 from timers.store.script_modes import register_all
 from timers.store.server_errors import out_of_memory, translate
 
@@ -84,13 +83,8 @@ class AsyncTimers:
                                   configured_group(group))
         self.keys = self.ops.home
         """The prefix's one-shard keyspace (its only one unless it is sharded)."""
-        spare = AsyncScriptConnection.of(self.redis) if self._owns_client else None
-
-        def on_script(function: Any) -> None:
-            if spare is not None and isinstance(function, Function):
-                function.execute = spare.execute_command  # (script calls packed by hiredis)
-
-        self._scripts = register_all(self.redis, on_script)
+        self._scripts = register_all(
+            self.redis, AsyncScriptConnection.of(self.redis) if self._owns_client else None)
         self.replicas = ReplicaPolicy(replicas, replicas_timeout, replicas_fsync,
                                       in_memory=in_memory(self.redis))
         """Replicas each write waits for (see `timers.ops.replication`)."""

@@ -107,7 +107,15 @@ class Function:
         self.script: str = fallback.script
         self.execute: Any = client.execute_command
         """What sends this client's FCALL: its ``execute_command``, or that of a
-        :class:`timers.store.connect.ScriptConnection` of it."""
+        connection of it kept for script calls (:meth:`send_by`)."""
+
+    def send_by(self, execute: Any) -> None:
+        """Send this function's ``FCALL`` by ``execute``: the ``execute_command`` of a
+        connection of the client kept for script calls
+        (:class:`timers.store.connect.ScriptConnection`,
+        :class:`~timers.store.connect.AsyncScriptConnection`,
+        :class:`~timers.store.listener_client.ReservedConnection`)."""
+        self.execute = execute
 
     def __call__(self, keys: Sequence[Any] = (), args: Sequence[Any] = (),
                  client: Any = None) -> Any:

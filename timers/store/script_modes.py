@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import inspect
 import os
-from collections.abc import Callable
 from typing import Any
 
 from timers.store.cluster import is_cluster
@@ -66,23 +65,25 @@ def register(client: Any, name: ScriptName) -> Any:
 
 class Registered(dict[ScriptName, Any]):
     """The scripts of :data:`SCRIPT_NAMES` on a client, each registered (:func:`register`)
-    when first looked up and then passed to ``prepare``: a process that calls one script
-    (``timers schedule``) builds and hashes one, not every one."""
+    when first looked up: a process that calls one script (``timers schedule``) builds and
+    hashes one, not every one. With ``connection`` (a connection of the client kept for
+    script calls, :mod:`timers.store.connect`), each function of the library sends its
+    ``FCALL`` on it (:meth:`~timers.store.lua_library.Function.send_by`)."""
 
-    def __init__(self, client: Any, prepare: Callable[[Any], None] | None = None) -> None:
+    def __init__(self, client: Any, connection: Any = None) -> None:
         super().__init__()
-        self.client, self.prepare = client, prepare
+        self.client, self.connection = client, connection
 
     def __missing__(self, name: ScriptName) -> Any:
         if name not in SCRIPT_NAMES:
             raise KeyError(name)
         runner = self[name] = register(self.client, name)
-        if self.prepare is not None:
-            self.prepare(runner)
+        if self.connection is not None and isinstance(runner, Function):
+            runner.send_by(self.connection.execute_command)
         return runner
 
 
-def register_all(client: Any, prepare: Callable[[Any], None] | None = None) -> Registered:
+def register_all(client: Any, connection: Any = None) -> Registered:
     """Every script on a redis-py client, sync or asyncio, each registered on its first
-    use (:class:`Registered`; ``prepare`` is then called with it)."""
-    return Registered(client, prepare)
+    use (:class:`Registered`; ``connection``: a kept connection its functions send on)."""
+    return Registered(client, connection)
