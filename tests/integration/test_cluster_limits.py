@@ -25,8 +25,8 @@ from tests.integration.helpers import TIMERS_COMMAND, Processes, redis_now_ms, s
 from tests.integration.rate_starts import RateStarts
 from tests.task_pkg.flow import device_command
 from timers import Timers, TimerSpec
-from timers.listener.flow.gate import TASK_KEY
 from timers.model import policy
+from timers.model.flow.names import TASK_KEY
 from timers.model.keys import Keyspace
 from timers.ops.shards import ShardLayout, shard_of_key
 from timers.store.cluster import sync_cluster

@@ -34,7 +34,7 @@ from tests.integration.test_flow import listeners
 from tests.task_pkg import RUNS
 from timers import Timers, TimerSpec
 from timers.dev.server import EmbeddedServer
-from timers.listener.flow.gate import TASK_KEY
+from timers.model.flow.names import TASK_KEY
 from timers.model.wire import Counter as Counted
 
 pytestmark = [pytest.mark.integration, pytest.mark.one_server]

@@ -39,7 +39,7 @@ from tests.task_pkg import RUNS
 from tests.task_pkg.flow import RATE_URL_ENV
 from timers import Timers, TimerSpec
 from timers.dev.server import EmbeddedServer
-from timers.listener.flow.gate import TASK_KEY
+from timers.model.flow.names import TASK_KEY
 
 pytestmark = [pytest.mark.integration, pytest.mark.one_server]
 

@@ -17,7 +17,7 @@ import redis
 import timers
 from tests.task_pkg import RUNS, STARTED, client
 from tests.task_pkg.slow import RELEASE
-from timers.listener.flow.gate import TASK_KEY
+from timers.model.flow.names import TASK_KEY
 from timers.model.keys import Keyspace
 
 ACTIVE = "test:active:"

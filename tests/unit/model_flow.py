@@ -335,7 +335,7 @@ def record_options(record: str) -> dict[str, str]:
 
 
 def limits_of(record: str) -> tuple[str, int, str, int, int] | None:
-    """What the listener asks the gate (``flow_gate.flow_limits``), or None."""
+    """What the listener asks the gate (``flow/plan.py`` ``plan_of``), or None."""
     task = run_record.record_head(record)[0]
     key = record_options(record).get("k", "")
     limit = KEY_LIMITS.get(key, 1)

@@ -513,7 +513,7 @@ def test_on_several_shards_the_parker_leaves_a_key_the_task_works_out_to_the_cla
 def test_a_timer_a_producer_placed_by_its_tasks_declaration_is_home_for_the_listener(
         task: str) -> None:
     """Producer and listener work out a timer's limit the same way
-    (:meth:`TaskPolicy.limit_name`, ``flow_limits``): born there, it never moves."""
+    (:meth:`TaskPolicy.limit_name`, ``plan_of``): born there, it never moves."""
     for device in range(20):
         name = policy_of(_resolve(task)).limit_name(task, [device])
         assert name is not None

@@ -16,12 +16,11 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from timers.exceptions import FlowKeyError
+from timers.listener.flow.plan import plan_ahead, plan_of
 from timers.listener.retrying import RETRYABLE
-from timers.model.encoding import Args, Record, as_text
-from timers.model.flow.declared import KeySpec, key_for
-from timers.model.flow.names import DEFAULT_GROUP, TASK_KEY, unescape_key
-from timers.model.policy import TaskPolicy, policy_of
-from timers.model.run_record import record_head
+from timers.model.encoding import Record, as_text
+from timers.model.flow.names import unescape_key
+from timers.model.policy import TaskPolicy
 from timers.model.runs import Outcome, Run
 from timers.model.wire import ClaimSource, Option
 from timers.ops.shards import shard_of_key
@@ -31,7 +30,6 @@ GO = "go"
 HANDED = frozenset({ClaimSource.HANDOFF.label, ClaimSource.NEXT.label})
 """Runs ``finish.lua`` handed over holding their key's slot, or to take it over from the
 run before them (:mod:`timers.listener.flow.turns`)."""
-_KEY_MARK = f"{Option.KEY}="
 START_WINDOW_S = 0.010
 """How long after its gate call was sent a run a rate let go (with no concurrency key, or
 one whose limit is 1) may still call its function (the default of
@@ -54,64 +52,6 @@ class Admission(NamedTuple):
 
 FREE = Admission(None)
 """Start the run, whenever it gets to it."""
-
-
-def _call_key(make: KeySpec, args: Args, what: str) -> str:
-    try:
-        return key_for(make, args, what)
-    except Exception as exc:
-        raise FlowKeyError(f"{what} of the task failed: {type(exc).__name__}: {exc}") from None
-
-
-def gate_run(run: Run, record: Record, policy: TaskPolicy) -> GateRun | None:
-    """What ``gate.lua`` must decide for this run, or None when nothing limits it."""
-    limits = flow_limits(record, policy)
-    return None if limits is None else GateRun(run.token, *limits)
-
-
-def flow_limits(record: Record, policy: TaskPolicy) -> tuple[str, int, str, int, int] | None:
-    """(concurrency key, its limit, rate limit name, interval ms, burst) of a timer, or
-    None when nothing limits it."""
-    task_key = TASK_KEY + record.task
-    key, limit = "", 1
-    escaped = record.options.get(Option.KEY)
-    if escaped:
-        key, limit = unescape_key(escaped), policy.concurrency or 1
-    elif policy.key is not None:
-        key, limit = _call_key(policy.key, record.args, "key"), policy.concurrency or 1
-    elif policy.concurrency is not None:
-        key, limit = task_key, policy.concurrency
-    if policy.rate is None:
-        return (key, limit, "", 1, 1) if key else None
-    rate = (task_key if policy.rate_key is None
-            else _call_key(policy.rate_key, record.args, "rate_key"))
-    return key, limit, rate, policy.rate.interval_ms, policy.rate.burst
-
-
-def key_only_limit(record_text: str, resolve: Callable[[str], Callable[..., Any]]
-                   ) -> tuple[str, int] | None:
-    """(key, limit) of a timer whose one limit is a concurrency key, weighed as the gate
-    weighs it; None when a run must decide for itself: a recurrence (it schedules its next
-    occurrence first), a task of another group (the run moves it), a rate limit, no limit,
-    or any error (a dead timer, a refusal, a key function failing)."""
-    task, options = record_head(record_text)  # read before any args
-    keyed = _KEY_MARK in options
-    try:
-        policy = policy_of(resolve(task))
-        if not (keyed or policy.flow_limited):
-            return None  # no limit: the common case costs a dict lookup, no decoding
-        record = Record.decode(record_text)
-        if Option.RECURRENCE in record.options:
-            return None
-        group = record.options.get(Option.GROUP) or DEFAULT_GROUP
-        if policy.group is not None and policy.group != group:
-            return None
-        limits = flow_limits(record, policy)
-    except Exception:
-        return None
-    if limits is None or not limits[0] or limits[2]:
-        return None
-    return limits[0], limits[1]
 
 
 class FlowGate:
@@ -144,8 +84,9 @@ class FlowGate:
         devices, 950 are held back: made into tasks, they kept the CPU busy while the 50
         that could run waited
         (figures: bench/FINDINGS.md, "Runs held back before they start")."""
-        asked = [(run, GateRun(run.token, *limit)) for run in runs if not run.reruns
-                 and (limit := key_only_limit(run.record_text, resolve)) is not None]
+        asked = [(run, plan.gate_run(run.token)) for run in runs if not run.reruns
+                 and (plan := plan_ahead(run.record_text, resolve)) is not None
+                 and plan.key_only]
         if not asked:
             return runs
         try:
@@ -173,11 +114,12 @@ class FlowGate:
         if run.token in self.holding:  # screened at its claim: its key and slot are settled
             return FREE
         try:
-            spec = gate_run(run, record, policy)
+            plan = plan_of(record, policy)
         except FlowKeyError as exc:
             return Admission(Outcome("error", "FlowKeyError", str(exc)))
-        if spec is None:
+        if plan is None:
             return FREE
+        spec = plan.gate_run(run.token)
         if run.source in HANDED and spec.key and not spec.rate:
             self.holding.add(run.token)  # finish.lua handed it over holding its key's slot
             return FREE
@@ -213,11 +155,10 @@ class FlowGate:
             return policy.rate is None and shard_of_key(
                 unescape_key(escaped), self.shards) == self.shard
         try:
-            limits = flow_limits(record, policy)
+            plan = plan_of(record, policy)
         except FlowKeyError:
             return True  # the gate reports it
-        return limits is None or shard_of_key(limits[2] or limits[0],
-                                              self.shards) == self.shard
+        return plan is None or shard_of_key(plan.home, self.shards) == self.shard
 
     def _start_asking(self) -> None:
         task = asyncio.get_running_loop().create_task(self._ask())

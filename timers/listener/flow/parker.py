@@ -21,7 +21,8 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from timers.listener.flow.gate import FlowGate, key_only_limit
+from timers.listener.flow.gate import FlowGate
+from timers.listener.flow.plan import plan_ahead
 from timers.model.encoding import as_text
 from timers.store.scripts import ParkTimer, Scripts
 
@@ -70,7 +71,8 @@ class Parker:
 
     def _parkable(self, escaped_id: str, due: str, record_text: str) -> ParkTimer | None:
         """The timer with its key and limit, if a gate would weigh only its key."""
-        limit = key_only_limit(record_text, self.resolve)
-        if limit is None or (self.moves is not None and self.moves(record_text)):
+        plan = plan_ahead(record_text, self.resolve)
+        if plan is None or not plan.key_only or (self.moves is not None
+                                                  and self.moves(record_text)):
             return None
-        return ParkTimer(escaped_id, record_text, *limit)
+        return ParkTimer(escaped_id, record_text, plan.key, plan.limit)

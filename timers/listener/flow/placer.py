@@ -41,7 +41,8 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from timers.listener.flow.gate import HANDED, flow_limits
+from timers.listener.flow.gate import HANDED
+from timers.listener.flow.plan import plan_of
 from timers.listener.retrying import RETRYABLE, pause
 from timers.model.encoding import Record, as_text
 from timers.model.flow.names import DEFAULT_GROUP
@@ -102,13 +103,12 @@ class Placer:
             group = record_option(record_text, Option.GROUP) or DEFAULT_GROUP
             if policy.group is not None and policy.group != group:
                 return None  # it moves to its group first; a claim there places it
-            limits = flow_limits(Record.decode(record_text), policy)
+            plan = plan_of(Record.decode(record_text), policy)
         except Exception:
             return None  # the gate or the executor reports it
-        if limits is None:
+        if plan is None:
             return None
-        key, _, rate, _, _ = limits
-        home = shard_of_key(rate or key, self.count)
+        home = shard_of_key(plan.home, self.count)
         return None if home == self.index else home
 
     # -- moving claimed runs ------------------------------------------------------------
