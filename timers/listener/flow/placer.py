@@ -42,11 +42,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from timers.listener.flow.gate import HANDED
-from timers.listener.flow.plan import plan_of
+from timers.listener.flow.plan import plan_ahead
 from timers.listener.retrying import RETRYABLE, pause
-from timers.model.encoding import Record, as_text
+from timers.model.encoding import as_text
 from timers.model.flow.names import DEFAULT_GROUP
-from timers.model.policy import policy_of
 from timers.model.run_record import record_head, record_option, with_options
 from timers.model.runs import Run
 from timers.model.wire import Option
@@ -92,20 +91,11 @@ class Placer:
         """The shard a timer with this record must move to, or None: it stays (no limit,
         its limit lives here, a key given at schedule time, moved already, a recurrence's
         occurrence, a task of another group or one this listener cannot load)."""
-        task, options = record_head(record_text)
+        _, options = record_head(record_text)
         if options and any(record_option(record_text, name) is not None for name in
                            (Option.KEY, Option.FROM_SHARD, Option.RECURRENCE)):
             return None
-        try:
-            policy = policy_of(self.resolve(task))
-            if not policy.flow_limited:
-                return None
-            group = record_option(record_text, Option.GROUP) or DEFAULT_GROUP
-            if policy.group is not None and policy.group != group:
-                return None  # it moves to its group first; a claim there places it
-            plan = plan_of(Record.decode(record_text), policy)
-        except Exception:
-            return None  # the gate or the executor reports it
+        plan = plan_ahead(record_text, self.resolve)  # None: no limit, another group, an error
         if plan is None:
             return None
         home = shard_of_key(plan.home, self.count)
