@@ -69,7 +69,8 @@ if typing.TYPE_CHECKING:
         TimerSpec,
         TimerStatus,
     )
-    from timers.producer.client import AsyncTimers, Timers
+    from timers.producer.async_client import AsyncTimers
+    from timers.producer.client import Timers
     from timers.store.eviction import EvictionWarning
 
 __all__ = [
@@ -138,7 +139,7 @@ __version__ = "0.2.0"
 
 _LAZY: dict[str, str] = {
     "aio": "timers.aio",
-    "AsyncTimers": "timers.producer.client",
+    "AsyncTimers": "timers.producer.async_client",
     "Backoff": "timers.model.policy",
     "Failure": "timers.ops.operations",
     "Fired": "timers.model.runs",

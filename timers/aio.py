@@ -23,7 +23,7 @@ from typing import Any
 import redis.asyncio
 
 from timers.exceptions import WrongEventLoop
-from timers.producer.client import AsyncTimers
+from timers.producer.async_client import AsyncTimers
 from timers.producer.forward import on_default_async
 from timers.producer.loops import PerLoop
 

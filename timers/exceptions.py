@@ -55,6 +55,9 @@ Every exception class of the package is defined here (a test checks it).
 
 from __future__ import annotations
 
+import sys
+import warnings
+
 __all__ = [
     "BadShardCount",
     "CannotConnect",
@@ -290,3 +293,13 @@ class Stale(TimersError):
 class Late(TimersError):
     """A rate's run reached its call past its start window (the process was busy): the
     function was not called, and the run gives its slot back (the runner's, internal)."""
+
+
+def warn_at_callers_line(message: Warning | str, category: type[Warning] | None = None) -> None:
+    """Warn, naming the line that called into the package (the first frame outside
+    ``timers``), however deep inside it the warning is decided."""
+    frame = sys._getframe(1)
+    level = 2  # (1: this function's own frame)
+    while frame is not None and frame.f_globals.get("__name__", "").partition(".")[0] == "timers":
+        frame, level = frame.f_back, level + 1  # type: ignore[assignment]
+    warnings.warn(message, category, stacklevel=level)

@@ -70,7 +70,8 @@ from timers.model.runs import Fired
 from timers.ops.failures import Failure
 from timers.ops.flow_views import Parked, group_of, priority_of
 from timers.ops.pending import PendingTimer
-from timers.producer.client import AsyncTimers, Timers
+from timers.producer.async_client import AsyncTimers
+from timers.producer.client import Timers
 from timers.producer.loops import PerLoop
 from timers.store import connect
 

@@ -67,7 +67,6 @@ def transport(monkeypatch: pytest.MonkeyPatch) -> FakeWaits:
     monkeypatch.setattr(timers.producer.async_client, "run_async", fake.run_async)
     # fakeredis plays a server with replicas here (a client on it would not wait, below)
     monkeypatch.setattr(timers.producer.client, "in_memory", lambda client: False)
-    monkeypatch.setattr(timers.producer.async_client, "in_memory", lambda client: False)
     return fake
 
 

@@ -1,8 +1,11 @@
-"""The producer API: [`Timers`][timers.producer.client.Timers] (sync);
-[`AsyncTimers`][timers.producer.async_client.AsyncTimers] (asyncio) is in
-`timers.producer.async_client`.
+"""The producer API, written once: [`Timers`][timers.producer.client.Timers] (sync) holds every
+operation; [`AsyncTimers`][timers.producer.async_client.AsyncTimers] (asyncio, in
+`timers.producer.async_client`) offers each of them awaited, made from these methods.
 
 Both are thin: they run the operations of `timers.ops.operations` over a redis-py client.
+Each method here does its own work (checking its arguments, building an operation) and ends
+in one call the client carries out its own way: ``run`` (an operation), ``_write`` (an
+operation that writes, after the first-write and task checks) or ``_schedule`` (one timer).
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ from __future__ import annotations
 import builtins
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 import redis
 
@@ -28,9 +31,8 @@ from timers.ops.operations import (
     TimerSpec,
     TimerStatus,
 )
-from timers.ops.replication import ReplicaPolicy, in_memory
+from timers.ops.replication import ReplicaPolicy, Replication, in_memory
 from timers.ops.sharded import operations_for
-from timers.producer.async_client import AsyncTimers
 from timers.producer.loops import warn_if_blocking_a_loop
 from timers.producer.task_check import TaskCheck, tasks_of
 from timers.producer.transport import run_sync
@@ -41,13 +43,69 @@ from timers.store.first_write import FirstWriteCheck
 from timers.store.script_modes import register_all
 from timers.store.server_errors import out_of_memory, translate
 
-__all__ = ["URL_ENV", "AsyncTimers", "Timers", "configured_url"]
+__all__ = ["URL_ENV", "Producer", "Timers", "configured_url"]
 
 
 T = TypeVar("T")
+RedisClient = TypeVar("RedisClient")
 
 
-class Timers:
+class Producer(Generic[RedisClient]):
+    """What both clients hold: the redis-py client (a ``RedisClient``), the prefix's operations,
+    the replication policy and the first-write and task checks. Its subclasses say how to
+    make a client from a URL and how to carry a round trip."""
+
+    def __init__(
+        self,
+        redis_: str | RedisClient | None = None,
+        *,
+        prefix: str | None = None,
+        max_args_bytes: int = DEFAULT_MAX_ARGS_BYTES,
+        max_connections: int | None = None,
+        group: str | None = None,
+        shards: int | None = None,
+        strict: bool = False,
+        strict_tasks: bool = False,
+        replicas: int | None = None,
+        replicas_timeout: float | None = None,
+        replicas_fsync: bool = False,
+    ) -> None:
+        self.redis: RedisClient = self._connect(redis_, max_connections)
+        """The redis-py client: the one given, or one made from the URL."""
+        self._owns_client = self.redis is not redis_
+        self.ops = operations_for(self.redis, prefix, shards, max_args_bytes,
+                                  configured_group(group))
+        self.keys = self.ops.home
+        """The prefix's one-shard keyspace (its only one unless it is sharded)."""
+        self._scripts = register_all(self.redis, self._kept_connection())
+        self.replicas = ReplicaPolicy(replicas, replicas_timeout, replicas_fsync,
+                                      in_memory=in_memory(self.redis))
+        """Replicas each write waits for (see `timers.ops.replication`)."""
+        self.eviction = EvictionGuard(strict)
+        """The server's eviction policy, read on the first write (see
+        `timers.store.eviction`)."""
+        self.first_write = FirstWriteCheck(self.keys.data_format, self.eviction)
+        """What the first write reads: the eviction policy and the prefix's data format
+        (see `timers.store.first_write`)."""
+        self.task_check = TaskCheck(strict_tasks)
+        """The tasks it scheduled that a live listener was asked about (once each, see
+        `timers.producer.task_check`)."""
+
+    def _connect(self, redis_: str | RedisClient | None,
+                 max_connections: int | None) -> RedisClient:
+        """The client given, or a new one made from the URL (None: the configured one)."""
+        raise NotImplementedError
+
+    def _kept_connection(self) -> Any:
+        """The connection script calls keep (see `timers.store.script_modes`), or None."""
+        raise NotImplementedError
+
+    def _unasked(self, spec: TimerSpec) -> bool:
+        """Whether no live listener was asked about ``spec``'s task (in its group) yet."""
+        return (spec.task, spec.group or self.ops.group) not in self.task_check.checked
+
+
+class Timers(Producer[redis.Redis | redis.RedisCluster]):
     """Schedule, change and inspect timers over a sync redis-py client.
 
     ``redis`` is a URL, a ``redis.Redis`` the app already manages, or None for
@@ -71,65 +129,17 @@ class Timers:
     ``replicas`` and ``replicas_timeout`` for one call. See `timers.ops.replication`.
     """
 
-    def __init__(
-        self,
-        redis_: str | redis.Redis | redis.RedisCluster | None = None,
-        *,
-        prefix: str | None = None,
-        max_args_bytes: int = DEFAULT_MAX_ARGS_BYTES,
-        max_connections: int | None = None,
-        group: str | None = None,
-        shards: int | None = None,
-        strict: bool = False,
-        strict_tasks: bool = False,
-        replicas: int | None = None,
-        replicas_timeout: float | None = None,
-        replicas_fsync: bool = False,
-    ) -> None:
+    warn_in_event_loop = True
+    """Warn when called on a running event loop's thread (off for in-memory servers)."""
+
+    def _connect(self, redis_: str | redis.Redis | redis.RedisCluster | None,
+                 max_connections: int | None) -> redis.Redis | redis.RedisCluster:
         if isinstance(redis_, redis.Redis | redis.RedisCluster):
-            self.redis = redis_
-            self._owns_client = False
-        else:
-            self.redis = sync_client(redis_, max_connections)
-            self._owns_client = True
-        self.ops = operations_for(self.redis, prefix, shards, max_args_bytes,
-                                  configured_group(group))
-        self.keys = self.ops.home
-        """The prefix's one-shard keyspace (its only one unless it is sharded)."""
-        self._scripts = register_all(
-            self.redis, ScriptConnection.of(self.redis) if self._owns_client else None)
-        self.replicas = ReplicaPolicy(replicas, replicas_timeout, replicas_fsync,
-                                      in_memory=in_memory(self.redis))
-        """Replicas each write waits for (see `timers.ops.replication`)."""
-        self.warn_in_event_loop = True
-        """Warn when called on a running event loop's thread (off for in-memory servers)."""
-        self.eviction = EvictionGuard(strict)
-        """The server's eviction policy, read on the first write (see
-        `timers.store.eviction`)."""
-        self.first_write = FirstWriteCheck(self.keys.data_format, self.eviction)
-        """What the first write reads: the eviction policy and the prefix's data format
-        (see `timers.store.first_write`)."""
-        self.task_check = TaskCheck(strict_tasks)
-        """The tasks it scheduled that a live listener was asked about (once each, see
-        `timers.producer.task_check`)."""
+            return redis_
+        return sync_client(redis_, max_connections)
 
-    def _writing(self) -> None:
-        """Before a write: the first time, read the eviction policy (warn once, or raise if
-        strict) and the prefix's data format (raise if newer than this release knows), in
-        one round trip; raise again before every later write that must be refused."""
-        check = self.first_write
-        if check.clear:  # the common case: one test
-            return
-        if not check.checked:
-            check.read_sync(self.redis)
-        check.refuse()
-
-    def _check_tasks(self, pairs: builtins.list[tuple[str, str]]) -> None:
-        """The first time a task (in a group) is scheduled: whether a live listener
-        announces it (one round trip; `timers.producer.task_check`)."""
-        todo = self.task_check.unchecked(pairs)
-        if todo:
-            self.task_check.judge(self.run(read_fleet(self.keys)), todo)
+    def _kept_connection(self) -> ScriptConnection | None:
+        return ScriptConnection.of(self.redis) if self._owns_client else None
 
     def run(self, operation: Operation[T]) -> T:
         """Drive one operation of `Operations` to its result.
@@ -157,6 +167,33 @@ class Timers:
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
 
+    def _write(self, operation: Operation[T],
+               tasks: builtins.list[tuple[str, str]] | None = None) -> T:
+        """Run an operation that writes, after the checks of the first write and of
+        ``tasks`` (`_checks`)."""
+        self._checks(tasks)
+        return self.run(operation)
+
+    def _checks(self, tasks: builtins.list[tuple[str, str]] | None) -> None:
+        """Before a write: the first time, read the eviction policy (warn once, or raise if
+        strict) and the prefix's data format (raise if newer than this release knows), in
+        one round trip, and raise again before every later write that must be refused; for
+        the (task, group) pairs of ``tasks`` not asked about yet, whether a live listener
+        announces them (one round trip; `timers.producer.task_check`)."""
+        check = self.first_write
+        if not check.clear:  # (the common case: one test)
+            if not check.checked:
+                check.read_sync(self.redis)
+            check.refuse()
+        todo = self.task_check.unchecked(tasks) if tasks else None
+        if todo:
+            self.task_check.judge(self.run(read_fleet(self.keys)), todo)
+
+    def _schedule(self, spec: TimerSpec, replication: Replication | None) -> str:
+        """Write one timer (``schedule``)."""
+        return self._write(self.ops.schedule(spec, replication=replication),
+                           tasks_of([spec], self.ops.group) if self._unasked(spec) else None)
+
     def schedule(
         self,
         task: str,
@@ -182,14 +219,13 @@ class Timers:
         the client's) picks the listeners that run it, ``key`` is a concurrency key and
         ``priority`` (-1000 to 1000) orders timers waiting for the same slot.
         ``replicas`` and ``replicas_timeout`` override the client's (``replicas=0``: do
-        not wait for this one).
+        not wait for this one). On [`AsyncTimers`][timers.producer.async_client.AsyncTimers],
+        calls in flight at once share round trips (see `timers.producer.coalesce`), and with
+        ``replicas`` their ``WAIT`` too.
         """
-        spec = TimerSpec(task, args, in_, at, id, max_lateness, group, key, priority)
-        self._writing()
-        if (task, group or self.ops.group) not in self.task_check.checked:
-            self._check_tasks(tasks_of([spec], self.ops.group))
-        return self.run(self.ops.schedule(
-            spec, replication=self.replicas.for_call(replicas, replicas_timeout)))
+        return self._schedule(
+            TimerSpec(task, args, in_, at, id, max_lateness, group, key, priority),
+            self.replicas.for_call(replicas, replicas_timeout))
 
     def schedule_many(
         self, specs: Iterable[TimerSpec | Mapping[str, Any]], *,
@@ -202,19 +238,17 @@ class Timers:
         nothing written. With ``replicas``, too few replicas in time raise
         [`NotReplicated`][timers.exceptions.NotReplicated] once every timer is written, naming the
         ids not confirmed."""
-        self._writing()
         specs = builtins.list(specs)
-        self._check_tasks(tasks_of(specs, self.ops.group))
-        return self.run(self.ops.schedule_many(
-            specs, replication=self.replicas.for_call(replicas, replicas_timeout)))
+        return self._write(self.ops.schedule_many(
+            specs, replication=self.replicas.for_call(replicas, replicas_timeout)),
+            tasks_of(specs, self.ops.group))
 
     def reschedule(
         self, id: str, *, in_: float | timedelta | None = None, at: datetime | None = None,
         replicas: int | None = None, replicas_timeout: float | None = None,
     ) -> bool:
         """Move a pending timer to a new due time. False if it is not pending."""
-        self._writing()
-        return self.run(self.ops.reschedule(
+        return self._write(self.ops.reschedule(
             id, in_, at, self.replicas.for_call(replicas, replicas_timeout)))
 
     def cancel(self, id: str, *, replicas: int | None = None,
@@ -280,13 +314,11 @@ class Timers:
         """Schedule a failed timer again, due now; returns its id. Raises
         [`TimerAlreadyPending`][timers.exceptions.TimerAlreadyPending] if its id is pending again,
         unless ``replace``."""
-        self._writing()
-        return self.run(self.ops.retry_failure(failure, replace))
+        return self._write(self.ops.retry_failure(failure, replace))
 
     def retry_all_failures(self, *, replace: bool = False) -> RetrySummary:
         """Retry every failed timer; skips (and counts) ids pending again and rejected keys."""
-        self._writing()
-        return self.run(self.ops.retry_all_failures(replace))
+        return self._write(self.ops.retry_all_failures(replace))
 
     def purge_failures(self, older_than: float | None = None) -> int:
         """Delete failure records older than ``older_than`` seconds (all if None)."""
@@ -329,8 +361,7 @@ class Timers:
                           max_args_bytes=self.ops.max_args_bytes,
                           group=self.ops.group if group is None else group, key=key,
                           priority=priority)
-        self._writing()
-        return self.run(self.ops.every(spec))
+        return self._write(self.ops.every(spec))
 
     def unschedule_recurring(self, name: str) -> bool:
         """Delete a recurrence and its pending occurrence; False if there was none."""
@@ -343,8 +374,7 @@ class Timers:
 
     def resume(self, name: str) -> bool:
         """Schedule a paused recurrence again, from now; False if there is none."""
-        self._writing()
-        return self.run(self.ops.resume(name))
+        return self._write(self.ops.resume(name))
 
     def get_recurrence(self, name: str) -> Recurrence | None:
         """The recurrence called ``name`` (its definition, state and next run), or None."""

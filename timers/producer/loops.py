@@ -10,15 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import sys
 import threading
-import warnings
 import weakref
 from collections.abc import AsyncGenerator, Callable
-from types import FrameType
 from typing import Generic, Protocol, TypeVar
 
-from timers.exceptions import WrongEventLoop
+from timers.exceptions import WrongEventLoop, warn_at_callers_line
 
 WRONG_LOOP = (
     "this AsyncTimers belongs to another event loop (the first that used it): make one per "
@@ -37,16 +34,7 @@ def warn_if_blocking_a_loop() -> None:
     whose event loop is running: an ``async def`` endpoint calling ``timers.schedule``."""
     if asyncio._get_running_loop() is None:  # (no RuntimeError raised on every sync call)
         return
-    warnings.warn(BLOCKING_CALL, RuntimeWarning, stacklevel=_first_frame_outside_timers())
-
-
-def _first_frame_outside_timers() -> int:
-    """The ``stacklevel`` that names the app's line, not one of ours."""
-    frame: FrameType | None = sys._getframe(1)
-    level = 1
-    while frame is not None and frame.f_globals.get("__name__", "").partition(".")[0] == "timers":
-        frame, level = frame.f_back, level + 1
-    return level
+    warn_at_callers_line(BLOCKING_CALL, RuntimeWarning)
 
 
 class LoopBinding:

@@ -19,12 +19,11 @@ After it, a write costs one attribute test.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from timers.exceptions import EvictionUnsafe
+from timers.exceptions import EvictionUnsafe, warn_at_callers_line
 from timers.model.encoding import as_text
 
 EVICTION_ADVICE = "set maxmemory-policy noeviction (or a volatile-* policy)"
@@ -64,15 +63,14 @@ class EvictionGuard:
     policy: str | None = None
     """The ``allkeys-*`` policy found, or None (safe, or unknown)."""
 
-    def judge(self, found: list[str], stacklevel: int = 2) -> None:
+    def judge(self, found: list[str]) -> None:
         """Keep what the policies ``found`` say (the first read only), and warn once if one
-        is ``allkeys-*`` and the guard is not strict; ``stacklevel`` as for
-        :func:`warnings.warn`, counted from the caller."""
+        is ``allkeys-*`` and the guard is not strict (naming the app's line that wrote)."""
         if self.checked:  # asyncio: first writes in flight at once each read it; one says
             return
         self.checked, self.policy = True, risky(found)
         if self.policy is not None and not self.strict:
-            warnings.warn(EvictionWarning(self._message()), stacklevel=stacklevel + 1)
+            warn_at_callers_line(EvictionWarning(self._message()))
 
     def refuse_if_strict(self) -> None:
         """Raise :class:`EvictionUnsafe` before a write, if strict and the policy is

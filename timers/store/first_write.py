@@ -94,9 +94,7 @@ class FirstWriteCheck:
         if not isinstance(stored, Exception):
             self.refused = refusal(stored, self.format_key, "producer")
         self.checked = True
-        # the warning points at the line that wrote: _judge, read, _writing, the method
-        self.eviction.judge([] if isinstance(config, Exception) else policies(config),
-                            stacklevel=5)
+        self.eviction.judge([] if isinstance(config, Exception) else policies(config))
         self.clear = self.refused is None and self.eviction.policy is None
 
     def refuse(self) -> None:
