@@ -10,7 +10,8 @@ import pytest
 
 from timers.model.keys import Keyspace
 from timers.model.runs import Run
-from timers.store.scripts import GateRun, NewTimer, Scripts
+from timers.store.script_calls import GateRun, NewTimer
+from timers.store.scripts import Scripts
 
 KS = Keyspace()
 LEASE = 10_000

@@ -9,7 +9,7 @@ from typing import Any
 from timers.model import run_record
 from timers.model.encoding import as_text
 from timers.model.keys import Keyspace
-from timers.store.scripts import Invocation, ScriptCalls
+from timers.store.script_calls import Invocation, ScriptCalls
 
 
 def run(scripts: Mapping[Any, Any], call: Invocation) -> Any:

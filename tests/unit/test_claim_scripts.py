@@ -12,7 +12,7 @@ from tests.unit.helpers import claim, redis_now_ms, run
 from timers import Timers
 from timers.model.encoding import as_text, escape_id
 from timers.model.keys import Keyspace
-from timers.store.scripts import ScriptCalls
+from timers.store.script_calls import ScriptCalls
 
 PAST = datetime(2001, 1, 1, tzinfo=UTC)
 FAR = 3600.0

@@ -19,8 +19,9 @@ from timers.ops.base import Call
 from timers.producer.transport import run_async, run_sync
 from timers.store.declare import MAX_CALLS, AsyncDeclaring, Declaring, asked_keys
 from timers.store.lua_source import source
+from timers.store.script_calls import GateRun, ScriptCalls
 from timers.store.script_modes import declares_keys
-from timers.store.scripts import GateRun, ScriptCalls, Scripts
+from timers.store.scripts import Scripts
 
 KS = Keyspace()
 

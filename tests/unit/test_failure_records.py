@@ -16,8 +16,8 @@ from timers.model.encoding import Record
 from timers.model.keys import Keyspace
 from timers.model.runs import Outcome, Run, failure_entry, rejected_entry
 from timers.ops.failures import FailureOperations
+from timers.store.script_calls import ScriptCalls
 from timers.store.script_manifest import ScriptName
-from timers.store.scripts import ScriptCalls
 
 
 def finish(scripts: dict[ScriptName, Any], ks: Keyspace, *items: tuple[str, str, str, str]

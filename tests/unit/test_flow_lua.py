@@ -13,7 +13,8 @@ import pytest
 from tests.unit.flow_helpers import KS, LEASE, add, claim, finish, gate, ids, s
 from tests.unit.model_flow import VirtualClock, redis_clock
 from timers.model.runs import Run
-from timers.store.scripts import GateRun, Scripts, Taker
+from timers.store.script_calls import GateRun, Taker
+from timers.store.scripts import Scripts
 
 __all__ = ["s"]  # the fixture
 

@@ -31,8 +31,8 @@ from timers.model.history import (
 )
 from timers.model.keys import Keyspace
 from timers.model.policy import history_age, policy_of
+from timers.store.script_calls import ScriptCalls
 from timers.store.script_modes import register_all
-from timers.store.scripts import ScriptCalls
 
 PAST = datetime(2001, 1, 1, tzinfo=UTC)
 DEADLINE = 15.0

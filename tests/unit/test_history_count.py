@@ -18,8 +18,8 @@ from timers import Listener, Timers
 from timers.model.history import DEFAULT_HISTORY_AGE, DEFAULT_HISTORY_COUNT, TimerState
 from timers.model.keys import Keyspace
 from timers.model.policy import policy_of
+from timers.store.script_calls import ScriptCalls
 from timers.store.script_modes import register_all
-from timers.store.scripts import ScriptCalls
 
 PAST = datetime(2001, 1, 1, tzinfo=UTC)
 DEADLINE = 15.0

@@ -39,7 +39,8 @@ from timers.model.keys import Keyspace
 from timers.model.policy import task
 from timers.model.runs import Outcome, Run, RunFacts
 from timers.model.wire import EndingKind, FailureRecord, Option
-from timers.store.scripts import Scripts, Taker
+from timers.store.script_calls import Taker
+from timers.store.scripts import Scripts
 
 KEYS = Keyspace()
 CHANNELS = Channels.of(KEYS, 0)

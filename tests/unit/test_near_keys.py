@@ -12,7 +12,7 @@ from timers import Timers, TimerSpec
 from timers.model.encoding import as_text
 from timers.model.keys import Keyspace
 from timers.model.wire import NEAR_HORIZON_MS
-from timers.store.scripts import ScriptCalls
+from timers.store.script_calls import ScriptCalls
 
 
 def timer_keys(fake: fakeredis.FakeRedis) -> set[str]:

@@ -21,7 +21,8 @@ from timers.listener.flow.parker import Parker
 from timers.model.keys import Keyspace
 from timers.model.policy import policy_of
 from timers.model.runs import Run
-from timers.store.scripts import ParkTimer, Scripts
+from timers.store.script_calls import ParkTimer
+from timers.store.scripts import Scripts
 
 
 @timers.task(concurrency=1, key=lambda device, cmd: f"device:{device}")

@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 
 from timers.model.encoding import as_text
 from timers.model.keys import Keyspace
-from timers.store.scripts import NewTimer, Scripts
+from timers.store.script_calls import NewTimer
+from timers.store.scripts import Scripts
 
 KS = Keyspace()
 HOUR_MS = 3_600_000

@@ -14,8 +14,8 @@ import redis
 from tests.unit.helpers import claim
 from timers import InvalidArgs, Timers
 from timers.model.keys import Keyspace
+from timers.store.script_calls import NewTimer, ScriptCalls
 from timers.store.script_manifest import ScriptName
-from timers.store.scripts import NewTimer, ScriptCalls
 
 FAR = 3600.0
 

@@ -20,7 +20,8 @@ from timers import Timers
 from timers.dev.server import free_port
 from timers.ops import browse
 from timers.ops.tasks import announced_tasks, running_runs, task_flow
-from timers.store.scripts import GateRun, Scripts
+from timers.store.script_calls import GateRun
+from timers.store.scripts import Scripts
 from timers.web.app import Site, create_app
 from timers.web.auth import Guard
 from timers.web.pages import Dashboard, overview, recurrence_names

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
+from timers.store.script_calls import Invocation
 from timers.store.script_manifest import ScriptName
-from timers.store.scripts import Invocation
 
 T = TypeVar("T")
 
@@ -39,7 +39,7 @@ class Call:
 
     @classmethod
     def of(cls, invocation: Invocation, atomic: bool = False) -> Call:
-        """A script call as :class:`timers.store.scripts.ScriptCalls` builds it."""
+        """A script call as :class:`timers.store.script_calls.ScriptCalls` builds it."""
         return cls(script=invocation.script, keys=invocation.keys, args=invocation.args,
                    atomic=atomic)
 

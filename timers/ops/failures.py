@@ -20,7 +20,7 @@ from timers.model.keys import DEFAULT_GROUP, Keyspace
 from timers.model.wire import FailureRecord, Option
 from timers.ops.base import Call, Operation, ms_to_datetime, pairs
 from timers.ops.fleet import FleetView, read_fleet
-from timers.store.scripts import ScriptCalls
+from timers.store.script_calls import ScriptCalls
 
 FAILURE_PAGE = 500
 """Failure records read per round trip when paging through all of them."""

@@ -28,7 +28,7 @@ from timers.model import run_record
 from timers.model.encoding import Record, as_text
 from timers.model.keys import Keyspace
 from timers.ops.base import Call, Operation
-from timers.store.scripts import ScriptCalls
+from timers.store.script_calls import ScriptCalls
 
 MOVE_PAGE = 200
 """Index entries each script call reads."""

@@ -51,7 +51,7 @@ from timers.ops.recurrences import RecurrenceOperations
 from timers.ops.replication import Replication
 from timers.ops.shards import id_in_shard
 from timers.ops.status import StatusOperations, TimerStatus
-from timers.store.scripts import NewTimer, ScriptCalls
+from timers.store.script_calls import NewTimer, ScriptCalls
 
 __all__ = [
     "Call", "Failure", "Operation", "Operations", "PendingTimer", "Request", "RetrySummary",

@@ -14,7 +14,7 @@ from timers.model.cron.schedule import from_ms, to_ms
 from timers.model.encoding import as_text, escape_id
 from timers.model.keys import Keyspace
 from timers.ops.base import Call, Operation, pairs
-from timers.store.scripts import ScriptCalls
+from timers.store.script_calls import ScriptCalls
 
 DECLARE_ATTEMPTS = 20
 """Reads and writes of a recurrence declaration before giving up on a state that keeps

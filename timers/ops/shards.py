@@ -67,7 +67,7 @@ from timers.model.keys import Keyspace
 from timers.model.timer_ids import new_timer_id
 from timers.ops.base import Call, Operation
 from timers.store.cluster import hash_tagged
-from timers.store.scripts import ScriptCalls
+from timers.store.script_calls import ScriptCalls
 
 SHARDS_ENV = "TIMERS_SHARDS"
 SLOTS = 16384

@@ -16,7 +16,7 @@ only those: Redis runs every top-level ``local function`` of a script on each ca
 each makes a closure (figures: bench/FINDINGS.md, "Shared Lua helpers"). A call is given
 only the keys listed: each key more in KEYS costs Redis time on every call (figures:
 bench/FINDINGS.md, "Keys a script is given"). :mod:`timers.store.lua_source` links by this
-manifest and :class:`timers.store.scripts.ScriptCalls` gives the keys by it;
+manifest and :class:`timers.store.script_calls.ScriptCalls` gives the keys by it;
 ``tests/unit/test_script_manifest.py`` reads the Lua and fails, naming the script or helper,
 on a name used and not declared here or declared and not used.
 """

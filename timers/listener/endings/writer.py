@@ -27,7 +27,8 @@ from timers.model.fast_init import fast_init
 from timers.model.keys import Keyspace
 from timers.model.runs import Run, RunFacts
 from timers.model.wire import EndingKind, FailureRecord
-from timers.store.scripts import Scripts, Taker
+from timers.store.script_calls import Taker
+from timers.store.scripts import Scripts
 
 log = logging.getLogger("timers.listener")
 

@@ -24,7 +24,8 @@ from timers.model.policy import TaskPolicy
 from timers.model.runs import Outcome, Run
 from timers.model.wire import ClaimSource, Option
 from timers.ops.shards import shard_of_key
-from timers.store.scripts import GateRun, Scripts
+from timers.store.script_calls import GateRun
+from timers.store.scripts import Scripts
 
 GO = "go"
 HANDED = frozenset({ClaimSource.HANDOFF.label, ClaimSource.NEXT.label})

@@ -21,7 +21,7 @@ from timers.model.flow.names import DEFAULT_GROUP, TASK_KEY, unescape_key
 from timers.model.policy import TaskPolicy, policy_of
 from timers.model.run_record import record_head
 from timers.model.wire import Option
-from timers.store.scripts import GateRun
+from timers.store.script_calls import GateRun
 
 _KEY_MARK = f"{Option.KEY}="
 
