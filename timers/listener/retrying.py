@@ -9,10 +9,13 @@ import logging
 import threading
 import time
 from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 import redis
 
 log = logging.getLogger("timers.listener")
+
+T = TypeVar("T")
 
 RETRYABLE: tuple[type[BaseException], ...] = (redis.RedisError, ConnectionError, TimeoutError,
                                               OSError, redis.exceptions.RedisClusterException)
@@ -100,6 +103,50 @@ async def pause(seconds: float, until: asyncio.Event) -> None:
     with contextlib.suppress(TimeoutError):
         async with asyncio.timeout(seconds):
             await until.wait()
+
+
+class Retry:
+    """How one loop gets back to Redis: a failure is reported, then waited out with
+    :class:`ReconnectDelays` (the wait ends at once when ``until`` is set); a success is
+    reported and the delays start over. :meth:`answer` tries a step until it works.
+
+    ``what``: the loop, as its :class:`Outage` names it (``outage``: the listener's,
+    shared by its loops). ``told`` instead: a line logged at the first failure only
+    (``%s``: the error), for a check made before the listener runs."""
+
+    def __init__(self, until: asyncio.Event, what: str = "", outage: Outage | None = None,
+                 *, told: str = "", delays: ReconnectDelays | None = None) -> None:
+        self.until, self.told = until, told
+        self.state = ConnectionState(what, outage) if what else None
+        self.delays = delays or ReconnectDelays()
+
+    async def failed(self, exc: BaseException) -> None:
+        """Report ``exc``, then wait the next delay (or till ``until`` is set)."""
+        if self.state is not None:
+            self.state.failed(exc)
+        elif self.told:
+            log.warning(self.told, exc)
+            self.told = ""
+        await pause(self.delays.next(), self.until)
+
+    def ok(self, where: str | None = None) -> None:
+        """Report that Redis answered (``where``: the server's address, if known)."""
+        if self.state is not None:
+            self.state.ok(where)
+        self.delays.reset()
+
+    async def answer(self, step: Callable[[], Awaitable[T]]) -> T | None:
+        """``step``'s result, tried again after each :data:`RETRYABLE` error till it
+        works; None once ``until`` is set. Any other error is raised."""
+        while not self.until.is_set():
+            try:
+                result = await step()
+            except RETRYABLE as exc:
+                await self.failed(exc)
+                continue
+            self.ok()
+            return result
+        return None
 
 
 async def beat_until(stopping: asyncio.Event, beat: Callable[[], Awaitable[None]],
