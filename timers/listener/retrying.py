@@ -80,20 +80,6 @@ class Outage:
         log.warning("connection to Redis back after %.1f s%s", seconds, moved)
 
 
-class ConnectionState:
-    """One loop's connection health, reported to its listener's :class:`Outage`."""
-
-    def __init__(self, what: str, outage: Outage | None = None) -> None:
-        self.what = what
-        self.outage = outage or Outage()
-
-    def failed(self, exc: BaseException) -> None:
-        self.outage.failed(self.what, exc)
-
-    def ok(self, where: str | None = None) -> None:
-        self.outage.ok(self.what, where)
-
-
 async def pause(seconds: float, until: asyncio.Event) -> None:
     """Sleep, but return at once when ``until`` is set.
 
@@ -106,24 +92,20 @@ async def pause(seconds: float, until: asyncio.Event) -> None:
 
 
 class Retry:
-    """How one loop gets back to Redis: a failure is reported, then waited out with
-    :class:`ReconnectDelays` (the wait ends at once when ``until`` is set); a success is
-    reported and the delays start over. :meth:`answer` tries a step until it works.
-
-    ``what``: the loop, as its :class:`Outage` names it (``outage``: the listener's,
-    shared by its loops). ``told`` instead: a line logged at the first failure only
-    (``%s``: the error), for a check made before the listener runs."""
+    """One loop's way back to Redis: a failure is reported to the listener's
+    :class:`Outage` (as ``what``), then waited out with ``delays`` (a wait ``until`` ends);
+    a success is reported and the delays start over. ``told`` instead of ``what``: a line
+    logged at the first failure only (``%s``: the error), for a check at start-up."""
 
     def __init__(self, until: asyncio.Event, what: str = "", outage: Outage | None = None,
                  *, told: str = "", delays: ReconnectDelays | None = None) -> None:
-        self.until, self.told = until, told
-        self.state = ConnectionState(what, outage) if what else None
-        self.delays = delays or ReconnectDelays()
+        self.until, self.what, self.told = until, what, told
+        self.outage, self.delays = outage or Outage(), delays or ReconnectDelays()
 
     async def failed(self, exc: BaseException) -> None:
-        """Report ``exc``, then wait the next delay (or till ``until`` is set)."""
-        if self.state is not None:
-            self.state.failed(exc)
+        """Report ``exc``, then wait the next delay."""
+        if self.what:
+            self.outage.failed(self.what, exc)
         elif self.told:
             log.warning(self.told, exc)
             self.told = ""
@@ -131,13 +113,13 @@ class Retry:
 
     def ok(self, where: str | None = None) -> None:
         """Report that Redis answered (``where``: the server's address, if known)."""
-        if self.state is not None:
-            self.state.ok(where)
+        if self.what:
+            self.outage.ok(self.what, where)
         self.delays.reset()
 
     async def answer(self, step: Callable[[], Awaitable[T]]) -> T | None:
-        """``step``'s result, tried again after each :data:`RETRYABLE` error till it
-        works; None once ``until`` is set. Any other error is raised."""
+        """``step``'s result, tried again after each :data:`RETRYABLE` error; None once
+        ``until`` is set. Other errors are raised."""
         while not self.until.is_set():
             try:
                 result = await step()

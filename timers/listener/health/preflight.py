@@ -102,10 +102,9 @@ async def read_layout(scripts: Scripts, keys: Keyspace, prefix: str, shards: int
         try:
             reply = await scripts.run(call)
         except redis.exceptions.ResponseError as exc:
-            if "timers shards" not in str(exc):
-                raise
-            # a garbled stored count: no retry mends it
-            raise ShardLayoutMismatch(str(exc).removeprefix("timers shards: ")) from None
+            if "timers shards" in str(exc):  # a garbled stored count: no retry mends it
+                raise ShardLayoutMismatch(str(exc).removeprefix("timers shards: ")) from None
+            raise
         return resolve_layout(keys, prefix, shards, reply)
 
     return await Retry(stopping, told="cannot read the prefix's shard layout yet (%s); will "
