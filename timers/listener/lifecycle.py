@@ -49,7 +49,7 @@ from timers.listener.health.preflight import (
 from timers.listener.health.tally import RunTally
 from timers.listener.lanes import Lane, Shared, lanes_for, shard_note
 from timers.listener.quarantine.parent import prestart
-from timers.listener.retrying import RETRYABLE, pause
+from timers.listener.retrying import RETRYABLE, ReconnectDelays, Retry
 from timers.listener.supervision.recycling import RecycleLimits, Recycler
 from timers.model.clock import Clock, SystemClock
 from timers.model.flow.names import served_groups
@@ -219,17 +219,10 @@ class Listener:
         """The prefix's id on its server (:func:`journal.server_identity`), asked until
         Redis answers (the lanes wait for their server too); None once the listener is
         stopping (a stop while Redis is out of reach ends it, as at any other time)."""
-        stopping, said = self.shared.stopping, False
-        while not stopping.is_set():
-            try:
-                return await server_identity(self.redis, self.keys.instance, self.prefix)
-            except RETRYABLE as exc:
-                if not said:
-                    log.warning("cannot read the prefix's id for the endings journal (%s); "
-                                "retrying", exc)
-                    said = True
-                await pause(1.0, stopping)
-        return None
+        retry = Retry(self.shared.stopping, told="cannot read the prefix's id for the endings "
+                      "journal (%s); retrying", delays=ReconnectDelays(1.0, 1.0))
+        return await retry.answer(
+            lambda: server_identity(self.redis, self.keys.instance, self.prefix))
 
     async def _preflight(self) -> bool:
         """Load the tasks, check the prefix's data format and the server, and read the shard

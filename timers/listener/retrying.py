@@ -9,10 +9,13 @@ import logging
 import threading
 import time
 from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 import redis
 
 log = logging.getLogger("timers.listener")
+
+T = TypeVar("T")
 
 RETRYABLE: tuple[type[BaseException], ...] = (redis.RedisError, ConnectionError, TimeoutError,
                                               OSError, redis.exceptions.RedisClusterException)
@@ -77,20 +80,6 @@ class Outage:
         log.warning("connection to Redis back after %.1f s%s", seconds, moved)
 
 
-class ConnectionState:
-    """One loop's connection health, reported to its listener's :class:`Outage`."""
-
-    def __init__(self, what: str, outage: Outage | None = None) -> None:
-        self.what = what
-        self.outage = outage or Outage()
-
-    def failed(self, exc: BaseException) -> None:
-        self.outage.failed(self.what, exc)
-
-    def ok(self, where: str | None = None) -> None:
-        self.outage.ok(self.what, where)
-
-
 async def pause(seconds: float, until: asyncio.Event) -> None:
     """Sleep, but return at once when ``until`` is set.
 
@@ -100,6 +89,46 @@ async def pause(seconds: float, until: asyncio.Event) -> None:
     with contextlib.suppress(TimeoutError):
         async with asyncio.timeout(seconds):
             await until.wait()
+
+
+class Retry:
+    """One loop's way back to Redis: a failure is reported to the listener's
+    :class:`Outage` (as ``what``), then waited out with ``delays`` (a wait ``until`` ends);
+    a success is reported and the delays start over. ``told`` instead of ``what``: a line
+    logged at the first failure only (``%s``: the error), for a check at start-up."""
+
+    def __init__(self, until: asyncio.Event, what: str = "", outage: Outage | None = None,
+                 *, told: str = "", delays: ReconnectDelays | None = None) -> None:
+        self.until, self.what, self.told = until, what, told
+        self.outage, self.delays = outage or Outage(), delays or ReconnectDelays()
+
+    async def failed(self, exc: BaseException) -> None:
+        """Report ``exc``, then wait the next delay."""
+        if self.what:
+            self.outage.failed(self.what, exc)
+        elif self.told:
+            log.warning(self.told, exc)
+            self.told = ""
+        await pause(self.delays.next(), self.until)
+
+    def ok(self, where: str | None = None) -> None:
+        """Report that Redis answered (``where``: the server's address, if known)."""
+        if self.what:
+            self.outage.ok(self.what, where)
+        self.delays.reset()
+
+    async def answer(self, step: Callable[[], Awaitable[T]]) -> T | None:
+        """``step``'s result, tried again after each :data:`RETRYABLE` error; None once
+        ``until`` is set. Other errors are raised."""
+        while not self.until.is_set():
+            try:
+                result = await step()
+            except RETRYABLE as exc:
+                await self.failed(exc)
+                continue
+            self.ok()
+            return result
+        return None
 
 
 async def beat_until(stopping: asyncio.Event, beat: Callable[[], Awaitable[None]],

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from timers.listener.retrying import RETRYABLE, ConnectionState, Outage, ReconnectDelays, pause
+from timers.listener.retrying import RETRYABLE, Outage, Retry, pause
 from timers.model.clock import Clock
 from timers.model.history import (
     DEFAULT_HISTORY_AGE,
@@ -130,18 +130,9 @@ class HistoryTrimmer:
 
     async def run(self) -> None:
         """Trim until the listener closes."""
-        delays = ReconnectDelays()
-        state = ConnectionState("trimming the run history", self.outage)
-        while not self.closed.is_set():
-            try:
-                _, more = await self.step()
-            except RETRYABLE as exc:
-                state.failed(exc)
-                await pause(delays.next(), self.closed)
-                continue
-            state.ok()
-            delays.reset()
-            await pause(TRIM_PAUSE if more else TRIM_EVERY, self.closed)
+        retry = Retry(self.closed, "trimming the run history", self.outage)
+        while (reply := await retry.answer(self.step)) is not None:
+            await pause(TRIM_PAUSE if reply[1] else TRIM_EVERY, self.closed)
 
     async def settle(self, clock: Clock, within: float = 5.0) -> None:
         """Trim till nothing is owed, for ``within`` seconds at most (a burst's end)."""

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 from timers.listener.endings.history import ENDS, OFF, HistoryPolicy, history_text, series_of
 from timers.listener.eviction import report_late_finishes
 from timers.listener.leases import HeldRuns, still_held
-from timers.listener.retrying import RETRYABLE, ConnectionState, Outage, ReconnectDelays, pause
+from timers.listener.retrying import RETRYABLE, Outage, Retry
 from timers.model.clock import Clock, SystemClock
 from timers.model.encoding import entry_text
 from timers.model.fast_init import fast_init
@@ -227,8 +227,7 @@ class EndingWriter:
 
     async def run(self) -> None:
         """Write endings as they come until the listener closes."""
-        delays = ReconnectDelays()
-        state = ConnectionState("finishing runs", self.outage)
+        retry = Retry(self.closed, "finishing runs", self.outage)
         while not self.closed.is_set():
             if not self._queue:
                 self.ready.clear()
@@ -249,11 +248,9 @@ class EndingWriter:
             try:
                 await self.flush()
             except RETRYABLE as exc:
-                state.failed(exc)
-                await pause(delays.next(), self.closed)
-                continue
-            state.ok()
-            delays.reset()
+                await retry.failed(exc)
+            else:
+                retry.ok()
 
     @property
     def extras_owed(self) -> bool:

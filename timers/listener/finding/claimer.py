@@ -30,7 +30,7 @@ from timers.listener.endings.writer import MAX_BATCH
 from timers.listener.finding.due_tracker import CLAIM_LEAD_MS, DueTracker
 from timers.listener.flow.parker import Parker
 from timers.listener.leases import still_held
-from timers.listener.retrying import RETRYABLE, ConnectionState, Outage, ReconnectDelays, pause
+from timers.listener.retrying import RETRYABLE, Outage, Retry, pause
 from timers.model.clock import Clock
 from timers.model.run_record import record_head, record_option
 from timers.model.runs import Run
@@ -179,8 +179,7 @@ class Claimer:
 
     async def run(self, burst: bool) -> None:
         """Claim as timers come due until stopped (``burst``: until nothing is due)."""
-        delays = ReconnectDelays()
-        state = ConnectionState("claims", self.outage)
+        retry = Retry(self.poke, "claims", self.outage)
         while not self.stopping.is_set():
             if self.hooks.free_slots() <= 0:
                 self.slot_freed.clear()
@@ -206,13 +205,11 @@ class Claimer:
                 if is_permanent(exc):
                     self.hooks.give_up(exc)
                     break
-                state.failed(exc)
-                await pause(delays.next(), self.poke)
+                await retry.failed(exc)
                 continue
-            state.ok()
+            retry.ok()
             self.swept = True
             self.memory.claimed()
-            delays.reset()
             if claimed >= limit:
                 continue
             if burst and self.idle():

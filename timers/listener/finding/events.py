@@ -45,7 +45,7 @@ except ImportError:  # pragma: no cover - a redis-py whose hiredis reader says F
 from timers import speed
 from timers.exceptions import MalformedTimerKey, TaskRefused
 from timers.listener.finding.due_tracker import DueTracker
-from timers.listener.retrying import RETRYABLE, ConnectionState, Outage, ReconnectDelays, pause
+from timers.listener.retrying import RETRYABLE, Outage, Retry, pause
 from timers.model.encoding import Entry, as_text, escape_id
 from timers.model.keys import DEFAULT_GROUP, Keyspace
 from timers.model.wire import Option
@@ -266,8 +266,7 @@ class EventSource:
 
     async def run(self) -> None:
         """Subscribe and handle messages until stopped, resubscribing after a loss."""
-        delays = ReconnectDelays()
-        state = ConnectionState("event subscription", self.outage)
+        retry = Retry(self.stopping, "event subscription", self.outage)
         while not self.stopping.is_set():
             channels = self._channels_now()
             if not channels:  # another lane of the listener listens to this shard's node
@@ -278,8 +277,7 @@ class EventSource:
             try:
                 await pubsub.subscribe(*channels)
                 await pubsub.get_message(timeout=0)  # a cluster's pub/sub connects lazily
-                state.ok(_address(pubsub))
-                delays.reset()
+                retry.ok(_address(pubsub))
                 self.subscribed.set()
                 self._poke_group()  # sweep: events may have been lost while unsubscribed
                 await self._read(pubsub, _address(pubsub), channels)
@@ -291,8 +289,7 @@ class EventSource:
                 return
             except RETRYABLE as exc:
                 self.subscribed.clear()
-                state.failed(exc)
-                await pause(delays.next(), self.stopping)
+                await retry.failed(exc)
             finally:
                 with contextlib.suppress(Exception):
                     await pubsub.aclose()

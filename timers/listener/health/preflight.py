@@ -13,7 +13,7 @@ import redis.exceptions
 
 from timers.exceptions import ShardLayoutMismatch
 from timers.listener.eviction import judge, read_policy
-from timers.listener.retrying import RETRYABLE, ReconnectDelays, pause
+from timers.listener.retrying import RETRYABLE, Retry
 from timers.model.data_format import FORMAT, refusal
 from timers.model.encoding import as_text
 from timers.model.keys import Keyspace
@@ -36,8 +36,9 @@ async def check_format(client: redis.asyncio.Redis | redis.asyncio.RedisCluster,
     server) leaves the key absent, which is format 1: the next listener writes it. A
     read refused for good (an ACL without ``GET`` on the key) is logged, and the listener
     starts without the check."""
-    key, delays, told = keys.data_format, ReconnectDelays(), False
-    while not stopping.is_set():
+    key = keys.data_format
+
+    async def check() -> None:
         try:
             pipe = client.pipeline(transaction=False)
             pipe.set(key, FORMAT, nx=True)
@@ -46,20 +47,17 @@ async def check_format(client: redis.asyncio.Redis | redis.asyncio.RedisCluster,
             if isinstance(stored, Exception):
                 raise stored
         except RETRYABLE as exc:
-            if is_permanent(exc):
-                log.warning("cannot read the prefix's data format at %s (%s): starting "
-                            "without checking it", key, exc)
-                return
-            if not told:
-                log.warning("cannot read the prefix's data format yet (%s); will keep "
-                            "trying", exc)
-                told = True
-            await pause(delays.next(), stopping)
-            continue
+            if not is_permanent(exc):
+                raise
+            log.warning("cannot read the prefix's data format at %s (%s): starting "
+                        "without checking it", key, exc)
+            return
         refused = refusal(stored, key, "listener")
         if refused is not None:
             raise refused
-        return
+
+    await Retry(stopping, told="cannot read the prefix's data format yet (%s); will keep "
+                "trying").answer(check)
 
 
 async def warn_if_events_off(client: redis.asyncio.Redis) -> None:
@@ -99,19 +97,15 @@ async def read_layout(scripts: Scripts, keys: Keyspace, prefix: str, shards: int
     an error (:class:`timers.exceptions.ShardLayoutMismatch`)."""
     wanted, store = wanted_count(cluster, shards)
     call = scripts.calls.shards(wanted, store)
-    delays, told = ReconnectDelays(), False
-    while not stopping.is_set():
+
+    async def layout() -> ShardLayout:
         try:
             reply = await scripts.run(call)
-        except RETRYABLE as exc:
-            if isinstance(exc, redis.exceptions.ResponseError) and "timers shards" in str(exc):
-                # a garbled stored count: no retry mends it
+        except redis.exceptions.ResponseError as exc:
+            if "timers shards" in str(exc):  # a garbled stored count: no retry mends it
                 raise ShardLayoutMismatch(str(exc).removeprefix("timers shards: ")) from None
-            if not told:
-                log.warning("cannot read the prefix's shard layout yet (%s); will keep "
-                            "trying", exc)
-                told = True
-            await pause(delays.next(), stopping)
-            continue
+            raise
         return resolve_layout(keys, prefix, shards, reply)
-    return None
+
+    return await Retry(stopping, told="cannot read the prefix's shard layout yet (%s); will "
+                       "keep trying").answer(layout)

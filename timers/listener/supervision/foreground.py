@@ -16,12 +16,13 @@ import logging
 import math
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Protocol
 
 import redis
 
 from timers.exceptions import CannotConnect
+from timers.listener.retrying import ReconnectDelays
 from timers.listener.supervision.orphans import SAME_STOP_WINDOW, supervisor_pid, watch_parent
 from timers.model.redact import mask_secrets
 from timers.store.listener_client import listener_client
@@ -87,15 +88,6 @@ class ForegroundListener(Stoppable, Protocol):
 WAIT_FOR_REDIS = 60.0
 """Seconds ``timers listen`` waits at start for a server that does not answer (a Redis
 restarting beside it, a container started before its Redis) before it gives up."""
-FIRST_RETRY, LONGEST_RETRY = 0.5, 5.0
-
-
-def retry_delays(first: float = FIRST_RETRY, longest: float = LONGEST_RETRY) -> Iterator[float]:
-    """0.5, 1, 2, 4, 5, 5, … seconds: the pauses between tries to reach the server."""
-    delay = first
-    while True:
-        yield delay
-        delay = min(delay * 2, longest)
 
 
 async def wait_for_server(client: redis.asyncio.Redis, where: str, *,
@@ -115,8 +107,9 @@ async def wait_for_server(client: redis.asyncio.Redis, where: str, *,
     for sig in STOP_SIGNALS:
         loop.add_signal_handler(sig, stop.set)
     try:
-        deadline = monotonic() + wait
-        for attempt, delay in enumerate(retry_delays(), start=1):
+        deadline, delays, attempt = monotonic() + wait, ReconnectDelays(0.5, 5.0), 0
+        while True:
+            attempt, delay = attempt + 1, delays.next()
             try:
                 await client.ping()
                 return True
@@ -142,7 +135,6 @@ async def wait_for_server(client: redis.asyncio.Redis, where: str, *,
             if stop.is_set():
                 log.info("stopped while waiting for Redis at %s", where)
                 return False
-        raise AssertionError("unreachable")  # pragma: no cover
     finally:
         for sig in STOP_SIGNALS:
             loop.remove_signal_handler(sig)
