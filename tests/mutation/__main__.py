@@ -54,10 +54,12 @@ NEIGHBOURS = [
     "tests/unit/test_task_execution_unit.py", "tests/unit/test_runs.py",
     "tests/unit/test_schedule_batch.py", "tests/unit/test_move.py",
     "tests/unit/test_journal.py", "tests/unit/test_journal_listener.py",
-    "tests/unit/test_speed_switch.py",
+    "tests/unit/test_speed_switch.py", "tests/unit/test_retry.py",
+    "tests/unit/test_data_format.py",
 ]
 """The unit tests of the scripts, the flow control, the fence, the executor, the
-endings journal and the speed layer's switch."""
+endings journal, the speed layer's switch, the listener's way back to Redis and the data
+format checks."""
 STAGE_TIMEOUT = 900.0
 
 

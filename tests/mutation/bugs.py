@@ -347,4 +347,13 @@ BUGS: tuple[Bug, ...] = (
         "        if runs and waited > self.lease / 2:",
         "        if False:",
         "fence: a claim reply read late is not revalidated"),
+    Bug("retry-deaf-to-stop", LISTENER + "retrying.py",
+        "        await pause(self.delays.next(), self.until)\n",
+        "        await asyncio.sleep(self.delays.next())\n",
+        "stop: a loop waiting for Redis to come back sleeps its whole back-off through a stop"),
+    Bug("async-write-unchecked", "timers/producer/async_client.py",
+        "        await self._checks(tasks)\n        return await self.run(operation)\n",
+        "        return await self.run(operation)\n",
+        "format: an AsyncTimers write other than schedule skips the data-format and eviction "
+        "checks (writes into a prefix of a newer format)"),
 )
