@@ -54,7 +54,7 @@ NEIGHBOURS = [
     "tests/unit/test_task_execution_unit.py", "tests/unit/test_runs.py",
     "tests/unit/test_schedule_batch.py", "tests/unit/test_move.py",
     "tests/unit/test_journal.py", "tests/unit/test_journal_listener.py",
-    "tests/unit/test_speed_switch.py",
+    "tests/unit/test_speed_switch.py", "tests/unit/test_flow_plan.py",
 ]
 """The unit tests of the scripts, the flow control, the fence, the executor, the
 endings journal and the speed layer's switch."""
