@@ -55,7 +55,7 @@ NEIGHBOURS = [
     "tests/unit/test_schedule_batch.py", "tests/unit/test_move.py",
     "tests/unit/test_journal.py", "tests/unit/test_journal_listener.py",
     "tests/unit/test_speed_switch.py", "tests/unit/test_retry.py",
-    "tests/unit/test_data_format.py",
+    "tests/unit/test_data_format.py", "tests/unit/test_flow_plan.py",
 ]
 """The unit tests of the scripts, the flow control, the fence, the executor, the
 endings journal, the speed layer's switch, the listener's way back to Redis and the data

@@ -280,6 +280,11 @@ BUGS: tuple[Bug, ...] = (
         "    escaped = record.options.get(Option.KEY)\n",
         "    escaped = None\n",
         "T7: a timer scheduled with key= runs past its key's limit (its plan reads no key)"),
+    Bug("plan-not-kept", "timers/model/runs.py",
+        "            planned = kept[_PLAN] = plan()\n",
+        "            planned = plan()\n",
+        "T7-T9: a run's plan is worked out again at each stage: a key function that is not "
+        "pure gives one run two keys (its screen's and its gate's)"),
     Bug("screen-gates-rated", LISTENER + "flow/gate.py",
         "                 and plan.key_only]",
         "                 and bool(plan.key)]",

@@ -522,5 +522,5 @@ def test_a_timer_a_producer_placed_by_its_tasks_declaration_is_home_for_the_list
         placers = [Placer(lambda i: None, i, 2, 15.0, _resolve,  # type: ignore[arg-type,return-value]
                           hand_back=lambda r: None, redis_now_ms=lambda: 0.0) for i in range(2)]
         record = f"{task}:[{device}]" if task == TASK else f"{task}:[]"
-        assert placers[home].home_of(record) is None
-        assert placers[1 - home].home_of(record) == home
+        assert placers[home].home_of(Run("t", "id", record, 0, 0, "e")) is None
+        assert placers[1 - home].home_of(Run("t", "id", record, 0, 0, "e")) == home

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple, TypeVar
 
 from timers.exceptions import MalformedTimerKey
 from timers.model.encoding import Args, Record, as_text, unescape_id
@@ -22,6 +22,9 @@ _LABELS = {source.value: source.label for source in ClaimSource}
 """A claim reply's source tag -> the run's :attr:`Run.source` (an unknown tag: a sweep)."""
 _SWEEP, _NEXT = ClaimSource.SWEEP.label, ClaimSource.NEXT.label
 MAX_TRACEBACK = 8000
+_PLAN = "_plan"
+
+T = TypeVar("T")
 
 TaskOutcomeKind = Literal[
     "ok", "error", "refused", "bad_args", "rejected", "malformed", "missed", "skipped",
@@ -44,7 +47,8 @@ OutcomeKind = TaskOutcomeKind | ListenerActionKind
 @fast_init  # made once or more per run
 @dataclass(frozen=True)
 class Run:
-    """One claimed run: which timer, when it was due, how it was found."""
+    """One claimed run: which timer, when it was due, how it was found, and (once a stage
+    of its listener asked) its flow plan (:meth:`planned`)."""
 
     token: str
     escaped_id: str
@@ -69,6 +73,19 @@ class Run:
         follows = died_on if label == _NEXT else ""
         return cls(as_text(token), escaped, record, due_ms, reruns, label,
                    "" if follows else died_on, follows)
+
+    def planned(self, plan: Callable[[], T]) -> T:
+        """The run's flow plan (:func:`timers.listener.flow.plan.plan_of_run`): ``plan()`` at
+        the first ask, kept on the run and given back to every later one, so the stages of
+        one run (its claim's screen, its placement, its gate) read one plan, and a task's
+        key function is called once per run. Not a field: a copy made by
+        :func:`dataclasses.replace` starts without one."""
+        kept = self.__dict__
+        try:
+            planned: T = kept[_PLAN]
+        except KeyError:
+            planned = kept[_PLAN] = plan()
+        return planned
 
     @property
     def timer_id(self) -> str:

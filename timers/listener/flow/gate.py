@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from timers.exceptions import FlowKeyError
-from timers.listener.flow.plan import plan_ahead, plan_of
+from timers.listener.flow.plan import plan_ahead, plan_of_run
 from timers.listener.retrying import RETRYABLE
 from timers.model.encoding import Record, as_text
 from timers.model.flow.names import unescape_key
@@ -81,12 +81,13 @@ class FlowGate:
         """The claimed runs to start: those whose one limit is a concurrency key are asked
         about in one gate call first, and those held back are dropped here, before each
         becomes a task that would only learn it is held. A failed call decides nothing:
-        each run asks at its start, as before. Under a burst of 1,000 commands for 50
-        devices, 950 are held back: made into tasks, they kept the CPU busy while the 50
-        that could run waited
+        each run asks at its start, as before. A run's plan, worked out here, is kept on it
+        for its gate (:func:`~timers.listener.flow.plan.plan_of_run`). Under a burst of
+        1,000 commands for 50 devices, 950 are held back: made into tasks, they kept the
+        CPU busy while the 50 that could run waited
         (figures: bench/FINDINGS.md, "Runs held back before they start")."""
         asked = [(run, plan.gate_run(run.token)) for run in runs if not run.reruns
-                 and (plan := plan_ahead(run.record_text, resolve)) is not None
+                 and (plan := plan_ahead(run.record_text, resolve, run)) is not None
                  and plan.key_only]
         if not asked:
             return runs
@@ -110,12 +111,12 @@ class FlowGate:
         (:data:`START_WINDOW_S`). Else the run is not this listener's to run any more: its
         timer waits for its key or rate limit (or its lease was lost, or its id was
         scheduled again)."""
-        if self.shards > 1 and not self._exact(record, policy):
+        if self.shards > 1 and not self._exact(run, record, policy):
             _per_shard(record.task, self.shards)
         if run.token in self.holding:  # screened at its claim: its key and slot are settled
             return FREE
         try:
-            plan = plan_of(record, policy)
+            plan = plan_of_run(run, record, policy)  # once per run: its screen may have
         except FlowKeyError as exc:
             return Admission(Outcome("error", "FlowKeyError", str(exc)))
         if plan is None:
@@ -144,7 +145,7 @@ class FlowGate:
                 else FREE
         return Admission(Outcome("held", status, _HELD_MESSAGES.get(status, status)))
 
-    def _exact(self, record: Record, policy: TaskPolicy) -> bool:
+    def _exact(self, run: Run, record: Record, policy: TaskPolicy) -> bool:
         """Whether the run's limit is one limit fleet-wide on a sharded prefix: its timer
         lives in the shard of its limit (:mod:`timers.ops.shards`): a concurrency key given
         at schedule time, with no rate, in its key's shard; else a limit the task declares,
@@ -156,7 +157,7 @@ class FlowGate:
             return policy.rate is None and shard_of_key(
                 unescape_key(escaped), self.shards) == self.shard
         try:
-            plan = plan_of(record, policy)
+            plan = plan_of_run(run, record, policy)
         except FlowKeyError:
             return True  # the gate reports it
         return plan is None or shard_of_key(plan.home, self.shards) == self.shard

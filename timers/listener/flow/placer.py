@@ -88,15 +88,17 @@ class Placer:
 
     # -- where a run belongs ------------------------------------------------------------
 
-    def home_of(self, record_text: str) -> int | None:
-        """The shard a timer with this record must move to, or None: it stays (no limit,
-        its limit lives here, a key given at schedule time, moved already, a recurrence's
-        occurrence, a task of another group or one this listener cannot load)."""
+    def home_of(self, run: Run) -> int | None:
+        """The shard a claimed run's timer must move to, or None: it stays (no limit, its
+        limit lives here, a key given at schedule time, moved already, a recurrence's
+        occurrence, a task of another group or one this listener cannot load). Its plan,
+        worked out here, is kept on the run for its gate."""
+        record_text = run.record_text
         _, options = record_head(record_text)
         if options and any(record_option(record_text, name) is not None for name in
                            (Option.KEY, Option.FROM_SHARD, Option.RECURRENCE)):
             return None
-        plan = plan_ahead(record_text, self.resolve)  # None: no limit, another group, an error
+        plan = plan_ahead(record_text, self.resolve, run)  # None: no limit, another group, an error
         if plan is None:
             return None
         home = shard_of_key(plan.home, self.count)
@@ -110,7 +112,7 @@ class Placer:
         moving: dict[int, list[Run]] = defaultdict(list)
         staying: list[Run] = []
         for run in runs:
-            home = None if run.source in HANDED else self.home_of(run.record_text)
+            home = None if run.source in HANDED else self.home_of(run)
             if home is None:
                 staying.append(run)
             else:

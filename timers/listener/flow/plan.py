@@ -1,12 +1,15 @@
 """A run's flow plan: the concurrency key and rate limit its timer goes through, worked out
-in one place from its record and its task's policy.
+in one place from its record and its task's policy, once per run, and kept on the run.
 
-Each stage that weighs a run's limits reads its plan from here: the screen of a claim
-(:meth:`timers.listener.flow.gate.FlowGate.screen`), parking a backlog
-(:mod:`timers.listener.flow.parker`), placement on a sharded prefix
-(:mod:`timers.listener.flow.placer`) and the gate at the run's start
-(:meth:`~timers.listener.flow.gate.FlowGate.admit`); so they never disagree on a run's key,
-limit or rate.
+Each stage that weighs a run's limits reads the run's plan (:func:`plan_of_run`): the
+screen of a claim (:meth:`timers.listener.flow.gate.FlowGate.screen`), placement on a
+sharded prefix (:mod:`timers.listener.flow.placer`) and the gate at the run's start
+(:meth:`~timers.listener.flow.gate.FlowGate.admit`). The first of them to ask works it out
+(a task's key and rate key functions are called then, and only then), the others read it:
+so they never disagree on a run's key, limit or rate, even with a key function that gives
+another key each time it is called. Parking a backlog
+(:mod:`timers.listener.flow.parker`) weighs timers that are no runs yet:
+:func:`plan_ahead`.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from timers.model.flow.declared import KeySpec, key_for
 from timers.model.flow.names import DEFAULT_GROUP, TASK_KEY, unescape_key
 from timers.model.policy import TaskPolicy, policy_of
 from timers.model.run_record import record_head
+from timers.model.runs import Run
 from timers.model.wire import Option
 from timers.store.script_calls import GateRun
 
@@ -71,13 +75,26 @@ def plan_of(record: Record, policy: TaskPolicy) -> FlowPlan | None:
     return FlowPlan(key, limit, rate, policy.rate.interval_ms, policy.rate.burst)
 
 
-def plan_ahead(record_text: str, resolve: Callable[[str], Callable[..., Any]]
-               ) -> FlowPlan | None:
-    """The plan of a claimed (or due) timer worked out before its run, from its record's
-    text: None when its run must decide for itself (a recurrence, which schedules its
-    next occurrence first; a task of another group, which the run moves), when nothing
-    limits it, or on any error (a task refused, a key function failing: the run reports
-    it). Reads no args unless the timer has a limit."""
+def plan_of_run(run: Run, record: Record, policy: TaskPolicy) -> FlowPlan | None:
+    """The plan of ``run``, whose decoded record is ``record`` and whose task has ``policy``:
+    :func:`plan_of` at the first ask of any stage, kept on the run and read by the others
+    (:meth:`Run.planned <timers.model.runs.Run.planned>`). A key function that failed
+    raises :class:`~timers.exceptions.FlowKeyError` at each ask."""
+    planned = run.planned(lambda: _plan_or_error(record, policy))
+    if isinstance(planned, FlowKeyError):
+        raise planned
+    return planned
+
+
+def plan_ahead(record_text: str, resolve: Callable[[str], Callable[..., Any]],
+               run: Run | None = None) -> FlowPlan | None:
+    """The plan of a claimed (or due) timer read before its run, from its record's text:
+    None when its run must decide for itself (a recurrence, which schedules its next
+    occurrence first; a task of another group, which the run moves), when nothing limits
+    it, or on any error (a task refused, a key function failing: the run reports it).
+    Reads no args unless the timer has a limit. Given the claimed ``run`` (the screen, the
+    placer), the plan is the one kept on it (:func:`plan_of_run`); the parker weighs
+    timers that are no runs yet."""
     task, options = record_head(record_text)
     try:
         policy = policy_of(resolve(task))
@@ -89,9 +106,17 @@ def plan_ahead(record_text: str, resolve: Callable[[str], Callable[..., Any]]
         group = record.options.get(Option.GROUP) or DEFAULT_GROUP
         if policy.group is not None and policy.group != group:
             return None
-        return plan_of(record, policy)
+        return plan_of(record, policy) if run is None else plan_of_run(run, record, policy)
     except Exception:
         return None
+
+
+def _plan_or_error(record: Record, policy: TaskPolicy) -> FlowPlan | FlowKeyError | None:
+    """What a run keeps of its plan: a key function's failure too, reported by its gate."""
+    try:
+        return plan_of(record, policy)
+    except FlowKeyError as exc:
+        return exc
 
 
 def _call_key(make: KeySpec, args: Args, what: str) -> str:

@@ -1,0 +1,109 @@
+"""A run's flow plan is worked out once and kept on the run: a task's key function is
+called once per run, however many stages weigh its limits (the claim's screen, the placer,
+the gate at its start), so a key function that is not pure (it reads the time, a counter)
+cannot give one run two keys."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from typing import Any
+
+import fakeredis
+import pytest
+
+import timers
+from timers.exceptions import FlowKeyError
+from timers.listener.flow.gate import FlowGate
+from timers.listener.flow.placer import Placer
+from timers.listener.flow.plan import plan_of_run
+from timers.model.keys import Keyspace
+from timers.model.policy import policy_of
+from timers.model.runs import Run
+from timers.store.scripts import GateRun, Scripts
+
+CALLS: list[str] = []
+_COUNT = itertools.count()
+
+
+def _impure(n: int) -> str:
+    """Another key at each call, as a key function that reads the clock would give."""
+    key = f"k{next(_COUNT)}"
+    CALLS.append(key)
+    return key
+
+
+@timers.task(concurrency=1, key=_impure)
+def keyed(n: int) -> None: ...
+
+
+@timers.task(concurrency=1, key=_impure, rate="10/s")
+def keyed_and_rated(n: int) -> None: ...
+
+
+def _broken(n: int) -> str:
+    CALLS.append("broken")
+    raise ValueError("no key")
+
+
+@timers.task(concurrency=1, key=_broken)
+def failing(n: int) -> None: ...
+
+
+TASKS: dict[str, Any] = {"p.keyed": keyed, "p.rated": keyed_and_rated}
+
+
+def resolve(task: str) -> Any:
+    return TASKS[task]
+
+
+@pytest.mark.parametrize(("task", "shards"), [
+    ("p.rated", 1),  # the screen reads its plan, the gate asks at its start
+    ("p.keyed", 2),  # the screen lets it go; on shards, its gate weighs where its key lives
+])
+def test_a_key_function_is_called_once_per_run_through_the_screen_and_the_gate(
+    fake: fakeredis.FakeRedis, task: str, shards: int
+) -> None:
+    CALLS.clear()
+    with timers.Timers(fake) as producer:
+        producer.schedule(task, [1], in_=-1, id="t0")
+    asked: list[GateRun] = []
+
+    async def scenario() -> None:
+        client = fakeredis.FakeAsyncRedis(
+            server=fake.connection_pool.connection_kwargs["server"])
+        scripts = Scripts(client, Keyspace())
+        gate = scripts.gate
+
+        async def seen(lease_ms: int, runs: list[GateRun]) -> Any:
+            asked.extend(runs)
+            return await gate(lease_ms, runs)
+
+        scripts.gate = seen  # type: ignore[method-assign]
+        flow = FlowGate(scripts, 30.0, on_held=lambda count: None, shards=shards, shard=0)
+        reply = await scripts.claim(limit=5, lease_ms=30_000, horizon_ms=0, listener_id="me")
+        [run] = await flow.screen([Run.parse(*reply[3:6])], resolve)
+        admission = await flow.admit(run, run.record(), policy_of(TASKS[task]))
+        assert admission.held is None
+        await client.aclose()
+
+    asyncio.run(scenario())
+    assert len(CALLS) == 1
+    assert asked and {gated.key for gated in asked} == {CALLS[0]}
+
+
+def test_the_placer_and_the_gate_read_one_plan_and_a_failing_key_is_reported_once() -> None:
+    CALLS.clear()
+    placer = Placer(lambda i: None, 0, 2, 15.0, resolve,  # type: ignore[arg-type,return-value]
+                    hand_back=lambda r: None, redis_now_ms=lambda: 0.0)
+    run = Run("1", "t0", "p.keyed:[1]", 0, 0, "sweep")
+    placer.home_of(run)
+    plan = plan_of_run(run, run.record(), policy_of(keyed))
+    assert plan is not None and [plan.key] == CALLS
+
+    run = Run("2", "t1", "p.failing:[1]", 0, 0, "sweep")
+    CALLS.clear()
+    for _ in range(2):
+        with pytest.raises(FlowKeyError, match="no key"):
+            plan_of_run(run, run.record(), policy_of(failing))
+    assert CALLS == ["broken"]
