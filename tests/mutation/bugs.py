@@ -361,4 +361,10 @@ BUGS: tuple[Bug, ...] = (
         "        return await self.run(operation)\n",
         "format: an AsyncTimers write other than schedule skips the data-format and eviction "
         "checks (writes into a prefix of a newer format)"),
+    Bug("stale-rerun-old-rate-slot", LISTENER + "flow/gate.py",
+        "        if run.token in self.holding and not plan.rate:\n",
+        "        if run.token in self.holding:\n",
+        "T9: a rerun whose quarantine child found its lease stale starts in a new child on "
+        "the rate slot the first child's word carried, an interval or less before the "
+        "rate's next start"),
 )

@@ -756,10 +756,12 @@ class World:
         cell = listener.cells.setdefault(run.token, SharedCell())
         listener.held.share(run.token, cell)
         listener.children[run.token] = run
-        if (self.child_gate and not after_death and limits_of(run.record_text) is not None
-                and run.token not in listener.holding):
+        limits = limits_of(run.record_text)
+        if (self.child_gate and not after_death and limits is not None
+                and (run.token not in listener.holding or limits[2])):
             listener.ungated.add(run.token)  # its gate is asked once the child has loaded
-            # (once: a new child after a death starts on the slot the first one took)
+            # (once per child a run is queued for: a new child after a death starts on the
+            # slot the first one took; one after a stale start asks its rate again)
         self.note(f"{listener.id} queues {run.timer_id} token {run.token} for a child")
         if not self.child_delay:
             self.child_start(listener, run.token)

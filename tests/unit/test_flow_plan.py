@@ -20,7 +20,8 @@ from timers.listener.flow.plan import plan_of_run
 from timers.model.keys import Keyspace
 from timers.model.policy import policy_of
 from timers.model.runs import Run
-from timers.store.scripts import GateRun, Scripts
+from timers.store.script_calls import GateRun
+from timers.store.scripts import Scripts
 
 CALLS: list[str] = []
 _COUNT = itertools.count()
@@ -107,3 +108,59 @@ def test_the_placer_and_the_gate_read_one_plan_and_a_failing_key_is_reported_onc
         with pytest.raises(FlowKeyError, match="no key"):
             plan_of_run(run, run.record(), policy_of(failing))
     assert CALLS == ["broken"]
+
+
+def _device(n: int) -> str:
+    return "device"
+
+
+@timers.task(concurrency=1, key=_device, rate="1/s")
+def paced(n: int) -> None: ...
+
+
+@timers.task(concurrency=1, key=_device)
+def one_at_a_time(n: int) -> None: ...
+
+
+@pytest.mark.parametrize(("task", "again"), [
+    ("p.paced", "wait"),  # a new slot of its rate: a second start within the second waits
+    ("p.one", "go"),  # its key's slot is its own already: nothing to ask
+])
+def test_a_run_admitted_again_asks_its_rate_again_not_its_key(
+    fake: fakeredis.FakeRedis, task: str, again: str
+) -> None:
+    """A rerun whose quarantine child found its lease stale goes to a new child, which is
+    admitted again: the rate slot its first admission took went unused, so it asks for a
+    new one (two starts may not come an interval apart on slots taken earlier); the key's
+    slot it holds stays its own."""
+    tasks = {"p.paced": paced, "p.one": one_at_a_time}
+    with timers.Timers(fake) as producer:
+        producer.schedule(task, [1], in_=-1, id="t0")
+    asked: list[GateRun] = []
+
+    async def scenario() -> list[str]:
+        client = fakeredis.FakeAsyncRedis(
+            server=fake.connection_pool.connection_kwargs["server"])
+        scripts = Scripts(client, Keyspace())
+        gate = scripts.gate
+
+        async def seen(lease_ms: int, runs: list[GateRun]) -> Any:
+            asked.extend(runs)
+            return await gate(lease_ms, runs)
+
+        scripts.gate = seen  # type: ignore[method-assign]
+        flow = FlowGate(scripts, 30.0, on_held=lambda count: None, shards=1, shard=0)
+        reply = await scripts.claim(limit=5, lease_ms=30_000, horizon_ms=0, listener_id="me")
+        run = Run.parse(*reply[3:6])
+        said = []
+        for _ in range(2):
+            admission = await flow.admit(run, run.record(), policy_of(tasks[task]))
+            said.append("go" if admission.held is None else admission.held.error_type)
+        await client.aclose()
+        return said
+
+    assert asyncio.run(scenario()) == ["go", again]
+    assert len(asked) == (2 if again == "wait" else 1)
+    if again == "wait":
+        with timers.Timers(fake) as t:
+            assert t.status("t0").state == "waiting"

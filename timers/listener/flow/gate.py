@@ -110,17 +110,19 @@ class FlowGate:
         """Whether to start the run (``held`` None), and by when if a rate let it go
         (:data:`START_WINDOW_S`). Else the run is not this listener's to run any more: its
         timer waits for its key or rate limit (or its lease was lost, or its id was
-        scheduled again)."""
+        scheduled again). A run holding its key's slot is asked no more, unless it has a
+        rate: a rerun whose quarantine child found its lease stale, admitted again for a
+        new child, takes a new slot of its rate (the one it took went unused)."""
         if self.shards > 1 and not self._exact(run, record, policy):
             _per_shard(record.task, self.shards)
-        if run.token in self.holding:  # screened at its claim: its key and slot are settled
-            return FREE
         try:
             plan = plan_of_run(run, record, policy)  # once per run: its screen may have
         except FlowKeyError as exc:
             return Admission(Outcome("error", "FlowKeyError", str(exc)))
         if plan is None:
             return FREE
+        if run.token in self.holding and not plan.rate:
+            return FREE  # screened at its claim: its key and slot are settled
         spec = plan.gate_run(run.token)
         if run.source in HANDED and spec.key and not spec.rate:
             self.holding.add(run.token)  # finish.lua handed it over holding its key's slot
