@@ -14,19 +14,15 @@ from pathlib import Path
 import pytest
 
 from timers.listener.endings import journal as journal_module
+from timers.listener.endings.adoption import KEEP_ADOPTED, KEEP_ASIDE, DeadJournal
 from timers.listener.endings.journal import (
     DIR_ENV,
-    KEEP_ADOPTED,
-    KEEP_ASIDE,
-    SUFFIX,
-    DeadJournal,
     Journal,
     JournalUnavailable,
-    file_name,
     journal_directory,
     note_aside,
-    parse,
 )
+from timers.listener.endings.journal_format import SUFFIX, ending_line, file_name, parse
 from timers.listener.endings.writer import Ending
 from timers.model.runs import Run
 from timers.model.wire import EndingKind, FailureRecord
@@ -130,18 +126,18 @@ def test_a_live_journal_is_left_alone_and_a_dead_one_is_adopted_once(
     dead_path = tmp_path / file_name(OWNER)
     dead_path.write_text(f"H {json.dumps(OWNER)}\nO 0 7 1000 t1\n")  # nobody locks it
     me = Journal(tmp_path, "host-a:103:aaaaaa")
-    found = me.dead()
+    found = me.others.dead()
     assert [d.path for d in found] == [dead_path], "the live one's lock is held"
     (dead,) = found
     assert dead.tokens(0) == ["7"]
-    assert me.dead() == [], "locked by the adopter meanwhile"
+    assert me.others.dead() == [], "locked by the adopter meanwhile"
     dead.adopted()
-    assert me.dead() == [], "adopted: not written twice"
+    assert me.others.dead() == [], "adopted: not written twice"
     adopted = dead_path.with_name(dead_path.name + ".adopted")
     assert adopted.exists(), "kept a while, for a run recovered meanwhile"
     old = time.time() - KEEP_ADOPTED * me.lease - 1
     os.utime(adopted, (old, old))
-    assert me.dead() == []
+    assert me.others.dead() == []
     assert not adopted.exists(), "deleted once old"
 
 
@@ -152,8 +148,8 @@ def test_a_dead_journal_gives_only_the_endings_of_runs_still_leased(tmp_path: Pa
                     'O 0 8 1000 t8\n'  # ended already (or recovered): its record is gone
                     'O 0 9 1000 t9\n'  # adopted by a listener that died in turn
                     'O 0 10 1000 t10\n'  # token held, but for another due time
-                    f"E 0 {journal_module._encode(Ending.release('11'))}\n"
-                    f"E 0 {journal_module._encode(Ending.release('12'))}\n")
+                    + ending_line(0, Ending.release("11")).decode()
+                    + ending_line(0, Ending.release("12")).decode())
     dead = DeadJournal.lock(path)
     assert dead is not None
     records = [f"0@{OWNER}|1000|t1:tasks.x:[]".encode(), None,
@@ -171,14 +167,14 @@ def test_a_recovered_run_finds_how_the_dead_listener_ended_it(tmp_path: Path) ->
     dead.append(*dead.note(2, run("7", "t1", 1000)))
     dead.ending(2, failed("8"))
     me = Journal(tmp_path, OTHER)
-    assert me.ending_of(OWNER, 2, run("40", "t1", 1000)) == Ending(
+    assert me.others.ending_of(OWNER, 2, run("40", "t1", 1000)) == Ending(
         "7", EndingKind.OK, run_of=("t1", 1000))
-    assert me.ending_of(OWNER, 2, run("41", "t2", 2000)) == failed("8")
-    assert me.ending_of(OWNER, 2, run("42", "t1", 1001)) is None, "another run of it"
-    assert me.ending_of(OWNER, 1, run("43", "t1", 1000)) is None, "another shard"
-    assert me.ending_of("host-b:1:x", 2, run("44", "t1", 1000)) is None, "no such file"
+    assert me.others.ending_of(OWNER, 2, run("41", "t2", 2000)) == failed("8")
+    assert me.others.ending_of(OWNER, 2, run("42", "t1", 1001)) is None, "another run of it"
+    assert me.others.ending_of(OWNER, 1, run("43", "t1", 1000)) is None, "another shard"
+    assert me.others.ending_of("host-b:1:x", 2, run("44", "t1", 1000)) is None, "no such file"
     dead.ending(2, retried("9"))
-    assert me.ending_of(OWNER, 2, run("45", "t3", 3000)) == retried("9"), "read again"
+    assert me.others.ending_of(OWNER, 2, run("45", "t3", 3000)) == retried("9"), "read again"
 
 
 def test_a_quarantine_childs_completion_noted_aside_ends_a_rerun_the_same_way(
@@ -192,14 +188,14 @@ def test_a_quarantine_childs_completion_noted_aside_ends_a_rerun_the_same_way(
     assert where is not None
     note_aside(*where)  # in the child, before it sends the outcome
     me = Journal(tmp_path, OTHER)
-    assert me.ending_of(OWNER, 1, run("40", "t1", 1000)) == Ending(
+    assert me.others.ending_of(OWNER, 1, run("40", "t1", 1000)) == Ending(
         "7", EndingKind.OK, run_of=("t1", 1000))
-    assert me.ending_of(None, 1, run("41", "t1", 1000)) is not None, "any listener's"
-    assert me.ending_of(OWNER, 1, run("42", "t1", 1001)) is None, "another run of it"
-    assert me.dead() == [] and Path(where[0]).exists(), "not a journal; not old"
+    assert me.others.ending_of(None, 1, run("41", "t1", 1000)) is not None, "any listener's"
+    assert me.others.ending_of(OWNER, 1, run("42", "t1", 1001)) is None, "another run of it"
+    assert me.others.dead() == [] and Path(where[0]).exists(), "not a journal; not old"
     paused.ending(1, Ending("7", EndingKind.OK, run_of=("t1", 1000)))  # it read it
     assert not Path(where[0]).exists()
-    assert me.ending_of(OWNER, 1, run("43", "t1", 1000)) is not None, "in its journal now"
+    assert me.others.ending_of(OWNER, 1, run("43", "t1", 1000)) is not None, "in its journal now"
 
 
 def test_a_note_aside_nobody_took_up_is_deleted_once_old(tmp_path: Path) -> None:
@@ -210,8 +206,8 @@ def test_a_note_aside_nobody_took_up_is_deleted_once_old(tmp_path: Path) -> None
     me = Journal(tmp_path, OTHER)
     old = time.time() - KEEP_ASIDE * me.lease - 1
     os.utime(where[0], (old, old))
-    assert gone.dead() == [] and Path(where[0]).exists(), "its own listener's: kept"
-    me.dead()
+    assert gone.others.dead() == [] and Path(where[0]).exists(), "its own listener's: kept"
+    me.others.dead()
     assert not Path(where[0]).exists()
 
 

@@ -31,8 +31,9 @@ from timers.exceptions import MalformedTimerKey
 from timers.listener.calling.loader import TaskLoader
 from timers.listener.calling.runner import Runner
 from timers.listener.cron_hook import RecurrenceHook
+from timers.listener.endings.adoption import DeadJournal
 from timers.listener.endings.history import HistoryPolicy, HistoryTrimmer
-from timers.listener.endings.journal import DeadJournal, Journal
+from timers.listener.endings.journal import Journal
 from timers.listener.endings.writer import Ending, EndingWriter
 from timers.listener.executor import Executor
 from timers.listener.finding.claimer import Claimer, ClaimerHooks, CpuGauge
@@ -145,7 +146,7 @@ class Shared:
         if journal is None:
             return
         while not self.stopping.is_set():
-            for dead in journal.dead():
+            for dead in journal.others.dead():
                 try:
                     replayed = [await lane.replay(dead) for lane in self.lanes]
                 except RETRYABLE as exc:
@@ -448,7 +449,7 @@ class Lane:
                 self.endings.add(done.for_run(run), self.endings.facts_of(done))
                 return
             if self.journal is not None and (
-                    done := self.journal.ending_of(run.died_on or None, self.index, run)
+                    done := self.journal.others.ending_of(run.died_on or None, self.index, run)
             ) is not None:
                 # the listener on this host that ran it had ended it: its journal says so
                 # (a run next in line taken back into its key's queue when the run before
