@@ -4,8 +4,9 @@ It decodes the record, runs a recurrence's steps around the run, resolves the ta
 the checks a run passes before its call in turn (:mod:`timers.listener.checks`: its group,
 its lateness, its flow gate, its fence), calls it (in a quarantine child when a lease of
 it lapsed before: its listener died or stalled; the child counts the deaths it sees
-toward ``max_crashes``), and turns the outcome into an :class:`Ending`: ok, skipped, a
-retry after a backoff, or a failure record. A run whose task was not called (held back,
+toward ``max_crashes``), and turns the outcome into an :class:`Ending`
+(:mod:`timers.listener.endings.outcomes`): ok, skipped, a retry after a backoff, or a
+failure record. A run whose task was not called (held back,
 taken over, handed back) writes its own kind of ending, or none. Times are Redis times,
 from the listener's :class:`DueTracker`.
 """
@@ -32,6 +33,7 @@ from timers.listener.checks import (
     LatenessCheck,
     Start,
 )
+from timers.listener.endings.outcomes import OutcomeEndings, facts
 from timers.listener.endings.writer import Ending
 from timers.listener.finding.due_tracker import DueTracker
 from timers.listener.flow.gate import TAKES_BACK_NEXT, Admission
@@ -40,23 +42,15 @@ from timers.listener.quarantine.parent import is_suspect
 from timers.listener.retrying import RETRYABLE
 from timers.model.encoding import Args, Record
 from timers.model.flow.disagreement import (
-    RECHECK_MS,
     group_of,
-    moved,
-    moves_of,
-    waiting,
 )
 from timers.model.keys import DEFAULT_GROUP
 from timers.model.policy import DEFAULT_POLICY, TaskPolicy, policy_of
 from timers.model.runs import Fired, Outcome, Run, RunFacts, failure_entry
 from timers.model.wire import EndingKind, Option
 from timers.ops.fleet import (
-    GIVE_WAY_MS,
     FleetView,
     Peer,
-    hand_over_delay_ms,
-    handed_back,
-    handed_over,
 )
 
 log = logging.getLogger("timers.listener")
@@ -175,12 +169,10 @@ class Executor:
             GroupCheck(), LatenessCheck(), FlowCheck(flow) if flow is not None else None,
             self._fence_check) if check is not None)
         """What a run passes before its task is called, in order (:mod:`timers.listener.checks`)."""
-        self._disagreements: set[tuple[str, str, str]] = set()
-        """(task, group it declares, group served) of the group disagreements warned of."""
+        self.endings = OutcomeEndings(tracker)
+        """How each run's outcome becomes its ending."""
         self.peers = peers
         """Who else can run a task this listener lacks (None: no one is asked)."""
-        self._handed_tasks: set[str] = set()
-        """Tasks whose timers this listener handed back for another listener (warned of)."""
         self.stopping = stopping
         """Set when the listener stops: a run not started by then is handed back unstarted
         (a loaded listener could otherwise start, after the stop, runs it claimed before
@@ -222,7 +214,7 @@ class Executor:
         if outcome.kind in _UNSTARTED:
             return self._not_started(run, attempt, outcome)
         try:
-            ending = self.ending(run, attempt.record, outcome, attempt.policy)
+            ending = self.endings.ending(run, attempt.record, outcome, attempt.policy)
         except Exception as exc:
             log.exception("could not decide how timer %s ended", run.timer_id)
             failure_id, failure = failure_entry(
@@ -235,7 +227,7 @@ class Executor:
                        attempt.ended_ms or self.tracker.redis_now_ms(), run.source, run.attempt,
                        outcome, group, attempt.record.options.get(Option.TRACE)
                        if attempt.record is not None else None)
-        return Executed(ending, report, _facts(run, ending, report, attempt.policy),
+        return Executed(ending, report, facts(run, ending, report, attempt.policy),
                         attempt.limited)
 
     def _not_started(self, run: Run, attempt: _Attempt, outcome: Outcome) -> Executed:
@@ -259,7 +251,7 @@ class Executor:
             log.debug("timer %s not started: %s", run.timer_id, outcome.message)
             return self._unstarted(run)
         if kind == "passed" and attempt.record is not None:
-            return Executed(self._handed_back(run, attempt.record, outcome.message), None)
+            return Executed(self.endings.handed_back(run, attempt.record, outcome.message), None)
         return Executed(None, None)  # taken: another listener took the run over
 
     def _unstarted(self, run: Run) -> Executed:
@@ -379,28 +371,6 @@ class Executor:
             return Outcome("passed", "", runners[0].describe())
         return Outcome("refused", "TaskRefused", self.peers.refusal(view))
 
-    def _handed_back(self, run: Run, record: Record, runner: str) -> Ending:
-        """A timer whose task this listener lacks, handed back uncounted for a live
-        listener that has it: due again a little later each time (:mod:`timers.ops.fleet`),
-        so the two never pass it to and fro at full speed; and this listener sweeps a
-        little after that due time, so the one that has the task claims it first.
-        A warning per task."""
-        times = handed_over(record) + 1
-        delay = hand_over_delay_ms(times)
-        if record.task in self._handed_tasks:
-            log.debug("timer %s (%s) handed back for %s (%d time(s))", run.timer_id,
-                      record.task, runner, times)
-        else:
-            self._handed_tasks.add(record.task)
-            log.warning("timer %s (%s) handed back: this listener cannot run it; live listener "
-                        "%s can (timers of that task are handed back to it, each due again "
-                        "%d ms later at first, up to %.0f s)", run.timer_id, record.task,
-                        runner, delay, hand_over_delay_ms(1 << 10) / 1000,
-                        extra={"id": run.timer_id, "task": record.task, "runner": runner})
-        due_ms = self.tracker.redis_time_ms() + delay
-        self.tracker.give_way(due_ms, GIVE_WAY_MS)
-        return Ending.wait(run, handed_back(record, run.waited_from_ms), due_ms)
-
     def _fence_of(self, run: Run) -> Callable[[], bool] | None:
         """The check a thread makes right before it calls ``run``'s function."""
         fence = self.fence
@@ -450,95 +420,17 @@ class Executor:
                 and Option.MAX_LATENESS not in record.options
                 and (policy.group is None or policy.group == group_of(record)))
 
-    def _left_waiting(self, run: Run, record: Record, declared: str, why: str) -> Ending:
-        """A timer moved as often as it may: left in its group, due again a while later.
-        One warning per task and pair of groups in the life of this listener."""
-        seen = (record.task, declared, group_of(record))
-        if seen in self._disagreements:
-            log.debug("timer %s waits: %s", run.timer_id, why)
-        else:
-            self._disagreements.add(seen)
-            log.warning("%s: timer %s and any like it wait in group %s (moved %d time(s); "
-                        "looked at again every %.0f s) until the releases agree on the "
-                        "task's @task(group=...)", why, run.timer_id, seen[2],
-                        moves_of(record), RECHECK_MS / 1000,
-                        extra={"id": run.timer_id, "task": record.task,
-                               "declared_group": declared, "served_group": seen[2]})
-        due_ms = self.tracker.redis_time_ms() + RECHECK_MS
-        return Ending.wait(run, waiting(record, declared, run.waited_from_ms), due_ms)
-
-    def ending(self, run: Run, record: Record | None, outcome: Outcome,
-               policy: TaskPolicy) -> Ending:
-        """A run's ending: ok, skipped, a retry after a backoff, or a failure record."""
-        if outcome.ok:
-            return Ending.of(run, _OK)
-        if outcome.kind == "skipped":
-            log.info("timer %s skipped: %s", run.timer_id, outcome.message)
-            return Ending.of(run, EndingKind.SKIP)
-        if outcome.kind == "moved" and record is not None:
-            log.info("timer %s (%s) moved %s", run.timer_id, record.task, outcome.message)
-            return Ending.move(run, moved(record, policy.group or DEFAULT_GROUP))
-        if outcome.kind == "disagreed" and record is not None and policy.group is not None:
-            return self._left_waiting(run, record, policy.group, outcome.message)
-        now_ms = self.tracker.redis_time_ms()
-        first_failure = record.options.get(Option.FIRST_FAILURE) if record else None
-        delay = policy.retry_delay(run.attempt) if outcome.kind == "error" else None
-        if record is not None and delay is not None:
-            options = dict(record.options)
-            options.pop(Option.WAITED_FROM, None)
-            options.pop(Option.RERUNS, None)  # a retry is an attempt, not a crash rerun
-            options.pop(Option.GROUP_DISAGREEMENT, None)
-            options.update({Option.ATTEMPTS: str(run.attempt),
-                            Option.FIRST_FAILURE: first_failure or str(now_ms),
-                            Option.ORIGINAL_DUE: str(run.original_due_ms)})
-            retry = Record(record.task, record.args, options).encode(max_args_bytes=1 << 62)
-            log.warning("timer %s (%s) failed, attempt %d; retrying in %.1fs: %s: %s",
-                        run.timer_id, record.task, run.attempt, delay, outcome.error_type,
-                        outcome.message[:300])
-            return Ending.retry(run, retry, round(delay * 1000))
-        failure_id, failure = failure_entry(
-            run, outcome, record.task if record else None, record.args if record else None,
-            now_ms, first_failure_ms=int(first_failure) if first_failure else None,
-            options=record.options if record else None)
-        log.warning("timer %s (%s) failed for good, attempt %d: %s: %s", run.timer_id,
-                    record.task if record else "?", run.attempt, outcome.error_type,
-                    outcome.message[:300])
-        return Ending.of(run, EndingKind.FAIL, failure_id=failure_id, failure=failure)
-
-
 _TAKEN_BACK = Outcome("revoked", "", "asked back before it started: the run before it did not "
                       "start: waits for its key again")
 
 
-_COUNTED = {EndingKind.OK, EndingKind.SKIP, EndingKind.FAIL, EndingKind.RETRY}
 _UNSTARTED = frozenset({"late", "held", "revoked", "taken", "passed"})
 """Outcomes of a run whose task was not called and that writes no ending of its own
 (:meth:`Executor._not_started`)."""
 # Members read once: reading one off its enum class costs many times a dict lookup, and
 # the run path reads several per fire
 # (figures: bench/FINDINGS.md, "A run's Python in the listener").
-_OK, _SKIP, _RETRY = EndingKind.OK, EndingKind.SKIP, EndingKind.RETRY
-_RECURRENCE, _KEY, _MAX_LATENESS = Option.RECURRENCE, Option.KEY, Option.MAX_LATENESS
-
-
-def _facts(run: Run, ending: Ending, report: Fired, policy: TaskPolicy) -> RunFacts | None:
-    """What the history and the series keep of a run (None: a run that neither ended its
-    timer nor failed, or whose task does not read)."""
-    kind = ending.kind
-    if kind not in _COUNTED or report.task is None:
-        return None
-    if kind is _SKIP:
-        return RunFacts(run.escaped_id, report.task, int(report.finished_ms), None,
-                        report.attempt, None, True, False, False, "", policy.history_ms,
-                        policy.history_count)
-    failed = kind is not _OK
-    outcome = report.outcome
-    started = report.started_ms
-    return RunFacts(run.escaped_id, report.task, int(report.finished_ms),
-                    max(0, int(report.finished_ms - started)), report.attempt,
-                    int(started - report.due_ms), kind is not _RETRY, True, failed,
-                    f"{outcome.error_type}: {outcome.message}" if failed else "",
-                    policy.history_ms, policy.history_count)
+_RECURRENCE, _KEY = Option.RECURRENCE, Option.KEY
 
 
 def _released(run: Run) -> Ending:
