@@ -1,7 +1,9 @@
-"""``timers --version``, ``timers schedule --help`` and ``timers schedule`` in a fresh
-interpreter: what each loads. The listener's machinery stays out of all three, and the
-first two load no command module but their own (start-up time is measured, not asserted:
-see docs/guides/command-line.md)."""
+"""``timers --version``, ``timers schedule --help``, ``timers schedule``, every command's
+help and ``timers get`` in a fresh interpreter: what each loads. The listener's machinery
+stays out of all of them, the first two load no command module but their own, no help
+loads the operations or the client, and ``timers get`` loads neither the cron model nor
+``timers top``'s snapshot (start-up time is measured, not asserted: see
+docs/guides/command-line.md)."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import sys
 import pytest
 
 from timers import Timers
+from timers.cli.app import COMMANDS
 
 pytestmark = [pytest.mark.integration, pytest.mark.one_server]
 
@@ -49,3 +52,55 @@ def test_schedule_loads_no_listener(redis_url: str, timers_client: Timers) -> No
     # conversion of values: timers.cli.coerce converts them, 0.1 s of CPU less)
     assert "timers.producer.client" in schedule
     assert timers_client.get("startup-probe") is not None
+
+
+HELP_RUNS = [["--help"], *([name, "--help"] for name in COMMANDS if name not in {"listen", "move"}),
+             ["failed", "list", "--help"], ["cron", "list", "--help"]]
+"""Every command's help but those of ``timers listen`` (its options name the listener's
+defaults) and ``timers move`` (its --wait default is the one of :mod:`timers.ops.moves`)."""
+
+NOT_FOR_HELP = ("timers.ops.", "timers.producer.", "timers.listener", "timers.model.history",
+                "timers.model.cron", "timers.logs", "rich")
+"""What no command's help loads: the operations and the client (loaded by a command when
+it runs), the listener, the history and cron models, the log formats, rich (``timers top``
+draws with it)."""
+
+NOT_FOR_GET = ("timers.listener", "timers.model.cron", "timers.model.policy",
+               "timers.ops.snapshot", "timers.ops.moves", "timers.logs", "timers.cli.produce",
+               "rich")
+"""What ``timers get`` does not load: the listener, the recurrences' cron model, the task
+policies (read for a prefix of several shards only), ``timers top``'s snapshot, moves, the
+log formats, other commands."""
+
+
+def loaded(runs: list[list[str]]) -> dict[str, tuple[int, list[str]]]:
+    """Each run's exit code and every module loaded by then (``timers…`` and ``rich…``),
+    the runs made in turn in one fresh interpreter."""
+    probe = PROBE.replace('m.startswith(("timers", "pydantic"))',
+                          'm.startswith(("timers", "pydantic", "rich"))')
+    done = subprocess.run([sys.executable, "-c", probe, json.dumps(runs)],
+                          capture_output=True, text=True, timeout=60, check=True)
+    seen: dict[str, tuple[int, list[str]]] = json.loads(done.stdout.splitlines()[-1])
+    return seen
+
+
+def test_help_loads_no_operations() -> None:
+    seen = loaded(HELP_RUNS)
+    assert [code for code, _ in seen.values()] == [0] * len(HELP_RUNS)
+    modules = seen[" ".join(HELP_RUNS[-1][:2])][1]  # (everything the runs loaded)
+    assert not [m for m in modules if m.startswith(NOT_FOR_HELP)], modules
+    assert {"timers.cli.views", "timers.cli.top", "timers.cli.cron"} <= set(modules)
+    code, modules = loaded([["move", "--help"]])["move --help"]
+    assert code == 0
+    assert not [m for m in modules if m.startswith((
+        "timers.producer.", "timers.ops.operations", "timers.ops.fleet", "timers.listener",
+        "timers.model.cron", "timers.logs", "rich"))], modules
+
+
+def test_get_loads_what_it_shows(redis_url: str, timers_client: Timers) -> None:
+    timers_client.schedule("reminders.sms", [42], in_=3600, id="startup-get")
+    runs = [["get", "startup-get", "--url", redis_url]]
+    code, modules = loaded(runs)["get startup-get"]
+    assert code == 0
+    assert not [m for m in modules if m.startswith(NOT_FOR_GET)], modules
+    assert "timers.producer.client" in modules and "timers.ops.status" in modules

@@ -16,7 +16,6 @@ import typer
 from typer import core as typer_core
 
 from timers.exceptions import TimersError, UserError
-from timers.logs import IDENTITY, JsonFormatter
 from timers.model.keys import DEFAULT_PREFIX, PREFIX_ENV, configured_prefix
 from timers.model.redact import mask_secrets, safe_url
 from timers.store.connect import URL_ENV, configured_url
@@ -89,6 +88,8 @@ class ErrorOutput:
         text = one_line(mask_secrets(message))
         if not self.as_json:
             return f"error: {text}"
+        from timers.logs import IDENTITY, JsonFormatter  # (only `timers listen` asks for it)
+
         record = logging.LogRecord("timers.cli", logging.ERROR, __file__, 0, text, None, None)
         IDENTITY.filter(record)
         return JsonFormatter().format(record)

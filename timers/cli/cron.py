@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -22,10 +22,12 @@ from timers.cli.common import (
     user_errors,
 )
 from timers.exceptions import TimersError
-from timers.model.cron import CATCH_UP_VALUES, Recurrence
 from timers.model.due import format_duration, parse_duration
 from timers.model.keys import DEFAULT_PREFIX
-from timers.producer.client import Timers
+
+if TYPE_CHECKING:
+    from timers.model.cron import Recurrence
+    from timers.producer.client import Timers
 
 cron_app = typer.Typer(
     help="Recurring timers: cron expressions in a time zone, or fixed intervals.",
@@ -101,6 +103,8 @@ def add(
     prefix: PrefixOption = DEFAULT_PREFIX,
 ) -> None:
     """Declare a recurrence, or change it in place (declaring it unchanged does nothing)."""
+    from timers.model.cron import CATCH_UP_VALUES
+
     if (cron is None) == (every is None):
         raise fail("give exactly one of --cron or --every")
     if catch_up not in CATCH_UP_VALUES:
@@ -152,14 +156,22 @@ def _schedule(rec: Recurrence) -> str:
 def remove(name: NameArgument, url: UrlOption = None,
            prefix: PrefixOption = DEFAULT_PREFIX) -> None:
     """Delete a recurrence and its pending occurrence."""
-    _on_recurrence(name, url, prefix, Timers.unschedule_recurring, "removed")
+    _on_recurrence(name, url, prefix, _unschedule, "removed")
 
 
 @cron_app.command("pause")
 def pause(name: NameArgument, url: UrlOption = None,
           prefix: PrefixOption = DEFAULT_PREFIX) -> None:
     """Stop a recurrence from running until it is resumed."""
-    _on_recurrence(name, url, prefix, Timers.pause, "paused")
+    _on_recurrence(name, url, prefix, _pause, "paused")
+
+
+def _unschedule(t: Timers, name: str) -> bool:
+    return t.unschedule_recurring(name)
+
+
+def _pause(t: Timers, name: str) -> bool:
+    return t.pause(name)
 
 
 def _on_recurrence(name: str, url: str | None, prefix: str,

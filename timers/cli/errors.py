@@ -18,7 +18,6 @@ from typer._click.exceptions import NoSuchOption
 
 from timers.cli.common import ERRORS
 from timers.exceptions import TimersError
-from timers.logs import LOG_FORMAT_ENV
 
 USAGE = 2
 FAILURE = 1
@@ -65,6 +64,8 @@ def asks_for_json(args: Sequence[str], environ: Mapping[str, str] = os.environ) 
     bad option value) is written as JSON."""
     if next((arg for arg in args if not arg.startswith("-")), None) != "listen":
         return False
+    from timers.logs import LOG_FORMAT_ENV  # (loaded by `timers listen` anyway)
+
     given = None
     for i, arg in enumerate(args):
         if arg == "--log-format" and i + 1 < len(args):

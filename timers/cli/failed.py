@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -17,10 +17,9 @@ from timers.cli.common import PrefixOption, UrlOption, clip, friendly, open_time
 from timers.exceptions import TimerAlreadyPending, UserError
 from timers.model.due import parse_duration
 from timers.model.keys import DEFAULT_PREFIX
-from timers.model.tracebacks import from_task_frames
-from timers.ops.failures import failure_group
-from timers.ops.fleet import read_fleet
-from timers.ops.operations import Failure
+
+if TYPE_CHECKING:
+    from timers.ops.failures import Failure
 
 failed_app = typer.Typer(help="Timers that failed or were refused.", no_args_is_help=False,
                          rich_markup_mode=None)
@@ -82,6 +81,8 @@ def _show(failure: Failure) -> None:
             shown = "due:" if name == "due_ms" else name + ":"
             typer.echo(f"{shown:<15}{_when(datetime.fromtimestamp(d[name] / 1000, UTC))}")
     if d.get("traceback"):
+        from timers.model.tracebacks import from_task_frames
+
         typer.echo("traceback:")
         typer.echo(from_task_frames(d["traceback"]).rstrip())  # (records written before)
 
@@ -118,6 +119,9 @@ def failed_retry(
     """Schedule failed timers again, due now, with their attempts reset. A timer whose id
     is pending again is skipped (--replace to overwrite it); so is one whose task no live
     listener of the prefix can run, while any listener is live (--anyway to retry it)."""
+    from timers.ops.failures import failure_group
+    from timers.ops.fleet import read_fleet
+
     if (id is None) == (not all_):
         raise UserError("give a timer id or --all")
     with open_timers(url, prefix) as t:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 from datetime import UTC, datetime
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -19,8 +19,10 @@ from timers.cli.common import (
     printable,
 )
 from timers.model.due import parse_duration
-from timers.model.history import HistoryRecord
 from timers.model.keys import DEFAULT_PREFIX
+
+if TYPE_CHECKING:
+    from timers.model.history import HistoryRecord
 
 
 def _ms(value: int | None) -> str:

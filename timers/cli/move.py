@@ -10,7 +10,6 @@ import typer
 from timers.cli.common import PrefixOption, UrlOption, friendly, open_timers
 from timers.exceptions import UserError
 from timers.model.keys import DEFAULT_PREFIX, check_prefix
-from timers.ops.fleet import read_fleet
 from timers.ops.moves import MOVE_WAIT_S, MoveSummary, move_all
 from timers.store.cluster import hash_tagged, is_cluster, keyspace_for
 
@@ -59,6 +58,8 @@ def move(
     get one each. Walks again until nothing is left to move, and prints how many it moved
     and how many it left, by reason; running it again is safe and moves only what is left.
     Refuses a task no live listener of the new prefix runs while some are live."""
+    from timers.ops.fleet import read_fleet
+
     try:
         check_prefix(to_prefix, "--to-prefix")
     except ValueError as exc:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -21,9 +21,10 @@ from timers.cli.common import (
     printable,
 )
 from timers.model.due import format_duration
-from timers.model.history import EndKind, TimerState
 from timers.model.keys import DEFAULT_GROUP, DEFAULT_PREFIX
-from timers.ops.operations import PendingTimer, Stats, TimerStatus
+
+if TYPE_CHECKING:
+    from timers.ops.operations import PendingTimer, Stats, TimerStatus
 
 IdArgument = Annotated[str, typer.Argument(metavar="ID", help="Timer id.")]
 GroupFilter = Annotated[str | None, typer.Option(
@@ -41,6 +42,8 @@ def get(id: IdArgument, url: UrlOption = None, prefix: PrefixOption = DEFAULT_PR
     """Show where a timer is: pending or waiting (and on what), running (where), or how
     it ended (completed, skipped, dead, cancelled); exits 1 if timers knows nothing of it
     (never existed, or ended longer ago than the history keeps)."""
+    from timers.model.history import TimerState
+
     with open_timers(url, prefix) as t:
         found = t.status(id)
     if found.state is TimerState.UNKNOWN:
@@ -78,6 +81,8 @@ def get(id: IdArgument, url: UrlOption = None, prefix: PrefixOption = DEFAULT_PR
 
 def show_ended(found: TimerStatus) -> None:
     """A running or ended timer, as ``timers get`` shows it."""
+    from timers.model.history import EndKind, TimerState
+
     typer.echo(f"id:       {printable(found.id)}")
     typer.echo(f"status:   {found.state.value}")
     if found.state is TimerState.RUNNING:
