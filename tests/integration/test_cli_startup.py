@@ -65,12 +65,10 @@ NOT_FOR_HELP = ("timers.ops.", "timers.producer.", "timers.listener", "timers.mo
 it runs), the listener, the history and cron models, the log formats, rich (``timers top``
 draws with it)."""
 
-NOT_FOR_GET = ("timers.listener", "timers.model.cron", "timers.model.policy",
-               "timers.ops.snapshot", "timers.ops.moves", "timers.logs", "timers.cli.produce",
+NOT_FOR_GET = ("timers.listener", "timers.ops.moves", "timers.logs", "timers.cli.produce",
                "rich")
-"""What ``timers get`` does not load: the listener, the recurrences' cron model, the task
-policies (read for a prefix of several shards only), ``timers top``'s snapshot, moves, the
-log formats, other commands."""
+"""What ``timers get`` does not load: the listener, moves, the log formats, other
+commands."""
 
 
 def loaded(runs: list[list[str]]) -> dict[str, tuple[int, list[str]]]:
