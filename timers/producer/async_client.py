@@ -7,11 +7,13 @@ from __future__ import annotations
 import builtins
 import inspect
 from collections.abc import Callable, Coroutine
+from datetime import datetime, timedelta
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import redis
 import redis.asyncio
 
+from timers.model.encoding import Args
 from timers.ops.fleet import read_fleet
 from timers.ops.operations import Operation, Prepared, TimerSpec
 from timers.ops.replication import Replication
@@ -33,8 +35,8 @@ P = ParamSpec("P")
 def awaited(method: Callable[Concatenate[Timers, P], T]
             ) -> Callable[Concatenate[AsyncTimers, P], Coroutine[Any, Any, T]]:
     """The coroutine method made from a `Timers` method: it does the method's own work, whose
-    last step (``run``, ``_write`` or ``_schedule``) is `AsyncTimers`' coroutine, and awaits
-    it. Its name, docstring and signature are the method's."""
+    last step (``run`` or ``_write``) is `AsyncTimers`' coroutine, and awaits it. Its name,
+    docstring and signature are the method's."""
 
     async def call(self: AsyncTimers, /, *args: P.args, **kwargs: P.kwargs) -> T:
         return await method(self, *args, **kwargs)  # type: ignore[arg-type, misc, no-any-return]
@@ -111,15 +113,6 @@ class AsyncTimers(Producer[redis.asyncio.Redis | redis.asyncio.RedisCluster]):
         if todo:
             self.task_check.judge(await self.run(read_fleet(self.keys)), todo)
 
-    async def _schedule(self, spec: TimerSpec, replication: Replication | None) -> str:
-        """Write one timer: alone at once, or with the calls in flight at once (see
-        `timers.producer.coalesce`)."""
-        self._loop.claim()
-        if not self.first_write.clear or self._unasked(spec):  # (else nothing to await)
-            await self._checks(tasks_of([spec], self.ops.group))
-        coalescer = self._coalescer if replication is None else self._waiting(replication)
-        return await coalescer.schedule(self.ops.prepare(spec))
-
     def _waiting(self, wanted: Replication) -> Coalescer[Prepared]:
         """The coalescer of the calls that ask for ``wanted``."""
         coalescer = self._coalescers.get(wanted)
@@ -128,7 +121,34 @@ class AsyncTimers(Producer[redis.asyncio.Redis | redis.asyncio.RedisCluster]):
                 lambda batch: self.run(self.ops.write(batch, wanted)), lambda p: p.timer_id)
         return coalescer
 
-    schedule = awaited(Timers.schedule)
+    async def schedule(
+        self,
+        task: str,
+        args: Args | tuple[Any, ...] = None,
+        *,
+        in_: float | timedelta | None = None,
+        at: datetime | None = None,
+        id: str | None = None,
+        max_lateness: float | timedelta | None = None,
+        group: str | None = None,
+        key: str | None = None,
+        priority: int = 0,
+        replicas: int | None = None,
+        replicas_timeout: float | None = None,
+    ) -> str:
+        """[`Timers.schedule`][timers.producer.client.Timers.schedule], awaited: calls in
+        flight at once share round trips (see `timers.producer.coalesce`), and with
+        ``replicas`` their ``WAIT`` too. (Written out, not made by `awaited`: the hottest
+        call of the API, it saves the wrapper's call; `tests/unit/test_api_parity.py` keeps
+        its parameters `Timers.schedule`'s.)"""
+        self._loop.claim()
+        spec = TimerSpec(task, args, in_, at, id, max_lateness, group, key, priority)
+        if not self.first_write.clear or self._unasked(spec):  # (else nothing to await)
+            await self._checks(tasks_of([spec], self.ops.group))
+        wanted = self.replicas.for_call(replicas, replicas_timeout)
+        coalescer = self._coalescer if wanted is None else self._waiting(wanted)
+        return await coalescer.schedule(self.ops.prepare(spec))
+
     schedule_many = awaited(Timers.schedule_many)
     reschedule = awaited(Timers.reschedule)
     cancel = awaited(Timers.cancel)

@@ -4,8 +4,10 @@ operation; [`AsyncTimers`][timers.producer.async_client.AsyncTimers] (asyncio, i
 
 Both are thin: they run the operations of `timers.ops.operations` over a redis-py client.
 Each method here does its own work (checking its arguments, building an operation) and ends
-in one call the client carries out its own way: ``run`` (an operation), ``_write`` (an
-operation that writes, after the first-write and task checks) or ``_schedule`` (one timer).
+in one call the client carries out its own way: ``run`` (an operation) or ``_write`` (an
+operation that writes, after the first-write and task checks). `AsyncTimers.schedule`, the
+hottest call, is written out on its own (its parameters kept these by
+``tests/unit/test_api_parity.py``; why: ``bench/FINDINGS.md``).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from timers.ops.operations import (
     TimerSpec,
     TimerStatus,
 )
-from timers.ops.replication import ReplicaPolicy, Replication, in_memory
+from timers.ops.replication import ReplicaPolicy, in_memory
 from timers.ops.sharded import operations_for
 from timers.producer.loops import warn_if_blocking_a_loop
 from timers.producer.task_check import TaskCheck, tasks_of
@@ -189,11 +191,6 @@ class Timers(Producer[redis.Redis | redis.RedisCluster]):
         if todo:
             self.task_check.judge(self.run(read_fleet(self.keys)), todo)
 
-    def _schedule(self, spec: TimerSpec, replication: Replication | None) -> str:
-        """Write one timer (``schedule``)."""
-        return self._write(self.ops.schedule(spec, replication=replication),
-                           tasks_of([spec], self.ops.group) if self._unasked(spec) else None)
-
     def schedule(
         self,
         task: str,
@@ -223,9 +220,10 @@ class Timers(Producer[redis.Redis | redis.RedisCluster]):
         calls in flight at once share round trips (see `timers.producer.coalesce`), and with
         ``replicas`` their ``WAIT`` too.
         """
-        return self._schedule(
-            TimerSpec(task, args, in_, at, id, max_lateness, group, key, priority),
-            self.replicas.for_call(replicas, replicas_timeout))
+        spec = TimerSpec(task, args, in_, at, id, max_lateness, group, key, priority)
+        return self._write(self.ops.schedule(
+            spec, replication=self.replicas.for_call(replicas, replicas_timeout)),
+            tasks_of([spec], self.ops.group) if self._unasked(spec) else None)
 
     def schedule_many(
         self, specs: Iterable[TimerSpec | Mapping[str, Any]], *,
