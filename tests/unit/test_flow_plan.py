@@ -58,6 +58,22 @@ def resolve(task: str) -> Any:
     return TASKS[task]
 
 
+def _watched_gate(fake: fakeredis.FakeRedis,
+                  asked: list[GateRun]) -> tuple[fakeredis.FakeAsyncRedis, Scripts]:
+    """An asyncio client on ``fake``'s server, and its scripts, whose gate calls note the
+    runs they ask about in ``asked``."""
+    client = fakeredis.FakeAsyncRedis(server=fake.connection_pool.connection_kwargs["server"])
+    scripts = Scripts(client, Keyspace())
+    gate = scripts.gate
+
+    async def seen(lease_ms: int, runs: list[GateRun]) -> Any:
+        asked.extend(runs)
+        return await gate(lease_ms, runs)
+
+    scripts.gate = seen  # type: ignore[method-assign]
+    return client, scripts
+
+
 @pytest.mark.parametrize(("task", "shards"), [
     ("p.rated", 1),  # the screen reads its plan, the gate asks at its start
     ("p.keyed", 2),  # the screen lets it go; on shards, its gate weighs where its key lives
@@ -71,16 +87,7 @@ def test_a_key_function_is_called_once_per_run_through_the_screen_and_the_gate(
     asked: list[GateRun] = []
 
     async def scenario() -> None:
-        client = fakeredis.FakeAsyncRedis(
-            server=fake.connection_pool.connection_kwargs["server"])
-        scripts = Scripts(client, Keyspace())
-        gate = scripts.gate
-
-        async def seen(lease_ms: int, runs: list[GateRun]) -> Any:
-            asked.extend(runs)
-            return await gate(lease_ms, runs)
-
-        scripts.gate = seen  # type: ignore[method-assign]
+        client, scripts = _watched_gate(fake, asked)
         flow = FlowGate(scripts, 30.0, on_held=lambda count: None, shards=shards, shard=0)
         reply = await scripts.claim(limit=5, lease_ms=30_000, horizon_ms=0, listener_id="me")
         [run] = await flow.screen([Run.parse(*reply[3:6])], resolve)
@@ -139,16 +146,7 @@ def test_a_run_admitted_again_asks_its_rate_again_not_its_key(
     asked: list[GateRun] = []
 
     async def scenario() -> list[str]:
-        client = fakeredis.FakeAsyncRedis(
-            server=fake.connection_pool.connection_kwargs["server"])
-        scripts = Scripts(client, Keyspace())
-        gate = scripts.gate
-
-        async def seen(lease_ms: int, runs: list[GateRun]) -> Any:
-            asked.extend(runs)
-            return await gate(lease_ms, runs)
-
-        scripts.gate = seen  # type: ignore[method-assign]
+        client, scripts = _watched_gate(fake, asked)
         flow = FlowGate(scripts, 30.0, on_held=lambda count: None, shards=1, shard=0)
         reply = await scripts.claim(limit=5, lease_ms=30_000, horizon_ms=0, listener_id="me")
         run = Run.parse(*reply[3:6])
