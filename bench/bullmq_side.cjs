@@ -12,7 +12,8 @@
 //           (concurrency 50, a child of this one) whose async processor RPUSHes
 //           "seq,due_ms,start_ms" to the second server SINK with its own ioredis client;
 //   alone   the floor under fire: that processor's RPUSH alone, N calls from 50 loops
-//           (its concurrency) on one ioredis client, no BullMQ around it.
+//           (its concurrency) on one ioredis client, no BullMQ around it;
+//   scripts {sha: name} of the Lua scripts BullMQ's client defines (to name EVALSHA calls).
 "use strict";
 const fs = require("fs");
 const { spawn } = require("child_process");
@@ -188,6 +189,18 @@ async function alone(sinkUrl, n, width = 50) {
   return { rate: per * width / wall, n: per * width, worker_cpu_us: cpu / (per * width) };
 }
 
+function scripts() {
+  // ioredis sends each script by the SHA1 of the text BullMQ defines it with
+  const defined = require("bullmq/dist/cjs/scripts");
+  const out = {};
+  for (const script of Object.values(defined)) {
+    if (script && typeof script.content === "string") {
+      out[require("crypto").createHash("sha1").update(script.content).digest("hex")] = script.name;
+    }
+  }
+  return out;
+}
+
 async function main() {
   const [scenario, url, sinkUrl, nText, secondsText] = process.argv.slice(2);
   const n = Number(nText || 20000);
@@ -199,6 +212,7 @@ async function main() {
   else if (scenario === "async") out = await inFlight(url, seconds, n * 100);
   else if (scenario === "fire") out = await fire(url, sinkUrl, n, 10 + n / 500);
   else if (scenario === "alone") out = await alone(sinkUrl, n);
+  else if (scenario === "scripts") out = scripts();
   else throw new Error(`unknown scenario ${scenario}`);
   process.stdout.write(JSON.stringify(out) + "\n");
   process.exit(0);

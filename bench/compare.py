@@ -26,6 +26,11 @@ the sides alternating, say whether a change made things faster. This tool:
 - runs the ``async def`` fires with 50 runs at once on every side (the listener's
   ``concurrency``, BullMQ's worker ``concurrency``), the sync fires with each library's
   default (32 threads for a listener);
+- with ``--by-script``, runs one more round in which the server logs every command
+  (SLOWLOG, threshold 0) and says, per operation and side, Redis's time in each script
+  (BullMQ's named from the scripts its client defines) and command, and each side's Redis
+  CPU for a whole life: one ``single`` call plus one fire (that round is left out of the
+  table: logging costs the server time);
 - with ``--fail-below R``, exits 1 when a gated figure of the working tree is below R times
   REV's (for a figure where lower is better, when it is above 1/R times REV's).
 
@@ -47,7 +52,7 @@ import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
@@ -68,6 +73,11 @@ FLOORS = {WORKING_TREE: REDIS_PY_ALONE, "bullmq": IOREDIS_ALONE}
 BARE = "redis.asyncio alone"
 """The floor under ``AsyncTimers.schedule``: the same script call by a plain ``redis.asyncio``
 client, as many in flight."""
+INSIDE = "in scripts: "
+"""Names a command a script ran (its time is part of the script's) in a ``--by-script``
+breakdown."""
+SLOWLOG_MAX = 400_000
+"""Commands a ``--by-script`` run may log (a few hundred bytes each)."""
 HISTORY_OFF = "history off"
 """The working tree, its listener keeping no run history and no series."""
 IN_FLIGHT = (1, 2, 5, 10)
@@ -187,6 +197,9 @@ class Run:
     error: str = ""
     commands: dict[str, tuple[float, float]] = field(default_factory=dict)
     """Per operation: {command: (calls, usec of Redis time)} from INFO commandstats."""
+    scripts: dict[str, tuple[float, float]] = field(default_factory=dict)
+    """With ``--by-script``, per operation: {script or command: (calls, usec)} from the
+    server's SLOWLOG (every command logged: its execution time, without its I/O)."""
 
 
 def spreads(runs: Sequence[Run]) -> dict[tuple[str, str, str], Spread]:
@@ -457,6 +470,10 @@ class Bench:
 
         self.r = redis.Redis.from_url(broker.url, decode_responses=True)
         self.sink = redis.Redis.from_url(sink.url, decode_responses=True)
+        self.raw = redis.Redis.from_url(broker.url)  # (the log holds binary arguments)
+        self.by_script: dict[str, str] | None = None
+        """With ``--by-script``: {sha or function: script name}; each run logs every
+        command (SLOWLOG) and is then a breakdown run, left out of the table."""
 
     def fresh(self) -> None:
         self.r.flushall()
@@ -469,6 +486,44 @@ class Bench:
                 break
             time.sleep(0.2)
         self.r.config_resetstat()
+        if self.by_script is not None:
+            self.r.config_set("slowlog-log-slower-than", 0)
+            self.r.config_set("slowlog-max-len", SLOWLOG_MAX)
+            self.r.slowlog_reset()
+
+    def quiet_log(self) -> None:
+        """Stop logging every command (the server's default threshold again)."""
+        self.r.config_set("slowlog-log-slower-than", 10_000)
+        self.r.config_set("slowlog-max-len", 128)
+        self.r.slowlog_reset()
+
+    def logged(self, n: float) -> dict[str, tuple[float, float]]:
+        """The SLOWLOG since :meth:`fresh`, per operation: {script or command: (calls, usec)}
+        (a script named from :attr:`by_script`, else ``evalsha <sha>``; a command a script
+        ran, whose time is in the script's, named with :data:`INSIDE` first)."""
+        names = self.by_script or {}
+        self.r.config_set("slowlog-log-slower-than", -1)  # (reading it is not logged)
+        entries = self.raw.execute_command(  # type: ignore[no-untyped-call]
+            "SLOWLOG", "GET", -1)
+        total: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
+        for entry in entries:
+            usec = int(entry[2])
+            args = [a.decode(errors="replace") if isinstance(a, bytes) else str(a)
+                    for a in entry[3]]
+            what = args[0].lower() if args else "?"
+            if what in ("evalsha", "evalsha_ro", "fcall", "fcall_ro") and len(args) > 1:
+                what = names.get(args[1].lower(), names.get(args[1], f"{what} {args[1][:8]}"))
+            elif what in ("eval", "eval_ro"):
+                what = "eval (script sent whole)"
+            if what in ("slowlog", "config", "info", "ping", "flushall"):
+                continue
+            if str(entry[4], errors="replace") in ("?:0", ""):  # run by a script: in its time
+                what = INSIDE + what
+            total[what][0] += 1
+            total[what][1] += usec
+        if len(entries) >= SLOWLOG_MAX:
+            total["(log full: later commands not counted)"] = [0.0, 0.0]
+        return {k: (c / n, u / n) for k, (c, u) in total.items()}
 
     def ping_us(self, n: int = 500) -> float:
         start = time.perf_counter()
@@ -514,7 +569,9 @@ class Bench:
                         (usec - before_cmd.get(c, (0, 0.0))[1]) / done_n)
                     for c, (calls, usec) in after_cmd.items()
                     if c not in ("info", "ping", "flushall", "config|resetstat", "config")}
-        run = Run(round_, scenario, side.name, figures, load1, ping, at, error, commands)
+        scripts = self.logged(done_n) if self.by_script is not None and figures else {}
+        run = Run(round_, scenario, side.name, figures, load1, ping, at, error, commands,
+                  scripts)
         shown = (f"{figures.get('rate', 0):,.0f}/s" if figures else error)
         extra = ", ".join(f"{k} {number(v)}" for k, v in figures.items()
                           if k not in ("rate", "n", "complete", "late_enqueue_ms"))
@@ -569,6 +626,53 @@ def command_notes(runs: Sequence[Run], sides: Sequence[str]) -> list[str]:
     return notes
 
 
+def script_notes(runs: Sequence[Run]) -> list[str]:
+    """Per logged run: Redis's time per operation by script or command, largest first."""
+    notes = []
+    for r in runs:
+        if r.error or not r.scripts:
+            continue
+        total = sum(u for name, (_, u) in r.scripts.items() if not name.startswith(INSIDE))
+        parts = [f"{name} {calls:.2f} calls {usec:.1f} us"
+                 for name, (calls, usec) in sorted(
+                     r.scripts.items(), key=lambda kv: (kv[0].startswith(INSIDE), -kv[1][1]))
+                 if calls >= 0.005 or usec >= 0.05]
+        notes.append(f"{r.scenario}, {r.side}: {total:.1f} us in all: " + "; ".join(parts))
+    return notes
+
+
+LIFE = (("single", "fire_async"), ("single", "fire_sync"))
+"""A timer's (a job's) life: scheduled by one call, then fired (sync or ``async def``)."""
+
+
+def life_notes(runs: Sequence[Run]) -> list[str]:
+    """Per side: Redis CPU per call of one ``schedule`` plus per fire (medians), the whole
+    life of one timer or job on the server."""
+    got = spreads(runs)
+    notes = []
+    sides = sorted({r.side for r in runs})
+    for schedule, fire in LIFE:
+        parts = []
+        for side in sides:
+            a = got.get((schedule, side, "server_cpu_us"))
+            b = got.get((fire, side, "server_cpu_us"))
+            if a is not None and b is not None:
+                parts.append(f"{side} {number(a.median + b.median)} us ({number(a.median)} + "
+                             f"{number(b.median)})")
+        if parts:
+            notes.append(f"Redis CPU per life, {schedule} + {fire}: " + "; ".join(parts))
+    return notes
+
+
+def bullmq_scripts(folder: Path, url: str) -> dict[str, str]:
+    """{sha: name} of BullMQ's scripts, as its ioredis client defines them."""
+    done = subprocess.run(["node", str(BENCH / "bullmq_side.cjs"), "scripts", url],
+                          cwd=folder, env=dict(os.environ, NODE_PATH=str(folder / "node_modules")),
+                          capture_output=True, text=True, timeout=60)
+    last = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else "{}"
+    return {sha: f"bullmq {name}" for sha, name in json.loads(last).items()}
+
+
 def runs_text(runs: Sequence[Run]) -> list[str]:
     out = []
     for r in runs:
@@ -595,6 +699,10 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--history-off", action="store_true",
                    help="also the working tree with its listener keeping no run history "
                         "and no series (the cost of both, same sitting)")
+    p.add_argument("--by-script", action="store_true",
+                   help="after the rounds, one more in which the server logs every command "
+                        "(SLOWLOG): Redis's time per operation by script and command, for "
+                        "every side (that round is left out of the table)")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--fail-below", type=float, metavar="RATIO",
                    help="exit 1 when a gated figure new/old is below RATIO (e.g. 0.97)")
@@ -635,6 +743,7 @@ def _on_term(signum: int, frame: FrameType | None) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     opts = parse(argv)
+    from bench.server_stats import script_names
     from timers.dev.server import EmbeddedServer
 
     signal.signal(signal.SIGTERM, _on_term)
@@ -670,8 +779,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"sides: {', '.join(s.name for s in sides)}; server {server}", flush=True)
         runs = sitting(bench, sides, scenarios, opts.rounds, opts.n, opts.seconds,
                        started + opts.max_minutes * 60)
+        if opts.by_script:
+            bench.by_script = script_names() | (bullmq_scripts(bull, broker.url) if bull
+                                                else {})
+            print("one more round, every command logged (--by-script)", flush=True)
+            breakdown = sitting(bench, sides, scenarios, 1, opts.n, opts.seconds,
+                                started + (opts.max_minutes + 10) * 60)
+            bench.quiet_log()
+            runs += [replace(r, round=0) for r in breakdown]
         bench.r.close()
         bench.sink.close()
+        bench.raw.close()
+    logged = [r for r in runs if r.round == 0]
+    runs = [r for r in runs if r.round > 0]
     measured = {r.side for r in runs if not r.error}
     names = [s.name for s in sides if s.name in measured or s.name == WORKING_TREE]
     gate = rev[2] if rev else None
@@ -716,6 +836,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if notes:
         text += "\nRedis commands per operation (INFO commandstats, median over rounds):\n\n"
         text += "\n".join(f"- {n}" for n in notes) + "\n"
+    if logged:
+        text += ("\nRedis's time per operation by script and command (one more round, every "
+                 "command logged by SLOWLOG: execution time without I/O, so below the CPU "
+                 "figures above), and for each side the whole life of a timer (the "
+                 "schedule's and the fire's Redis CPU above):\n\n")
+        text += "\n".join(f"- {n}" for n in script_notes(logged) + life_notes(runs)) + "\n"
     print("\n" + text, flush=True)
     if not opts.no_write:
         section = "## Same sitting: the working tree against " + (

@@ -5,6 +5,7 @@ from __future__ import annotations
 from bench.compare import (
     BEGIN,
     END,
+    INSIDE,
     IOREDIS_ALONE,
     REDIS_PY_ALONE,
     WORKING_TREE,
@@ -12,9 +13,11 @@ from bench.compare import (
     Run,
     Spread,
     fails,
+    life_notes,
     markdown,
     own_cpu_notes,
     ratio,
+    script_notes,
     splice,
     table_lines,
 )
@@ -102,3 +105,28 @@ def test_each_worker_own_cpu_is_its_median_less_its_task_alone() -> None:
         "fire_async: working tree 100 us of its own per fire (220 us in all, its task alone "
         "120 us)"]
     assert own_cpu_notes([r for r in runs if r.side not in (REDIS_PY_ALONE, "bullmq")]) == []
+
+
+def test_a_life_is_one_schedule_and_one_fire_on_the_server() -> None:
+    def one(round_: int, scenario: str, side: str, cpu: float) -> Run:
+        return Run(round_, scenario, side, {"rate": 1.0, "server_cpu_us": cpu},
+                   load1=1.0, ping_us=80.0, at="12:00:00")
+
+    runs = [one(1, "single", WORKING_TREE, 50.0), one(2, "single", WORKING_TREE, 70.0),
+            one(3, "single", WORKING_TREE, 60.0), one(1, "fire_async", WORKING_TREE, 30.0),
+            one(1, "single", "bullmq", 70.0), one(1, "fire_async", "bullmq", 80.0),
+            one(1, "single", "huey", 40.0)]
+    assert life_notes(runs) == [
+        "Redis CPU per life, single + fire_async: bullmq 150 us (70.0 + 80.0); "
+        "working tree 90.0 us (60.0 + 30.0)"]  # (huey fired nothing async: no life)
+
+
+def test_a_breakdown_counts_a_script_once_and_its_commands_inside_it() -> None:
+    logged = Run(0, "single", WORKING_TREE, {"rate": 1.0}, load1=1.0, ping_us=80.0,
+                 at="12:00:00", scripts={"schedule": (1.0, 30.0), INSIDE + "set": (1.0, 2.0),
+                                         "ping": (0.001, 0.01)})
+    assert script_notes([logged]) == [
+        "single, working tree: 30.0 us in all: schedule 1.00 calls 30.0 us; "
+        "in scripts: set 1.00 calls 2.0 us"]
+    assert script_notes([Run(0, "single", WORKING_TREE, {}, load1=1.0, ping_us=80.0,
+                             at="12:00:00", error="exit 1")]) == []
