@@ -1,9 +1,9 @@
 """``timers --version``, ``timers schedule --help``, ``timers schedule``, every command's
 help and ``timers get`` in a fresh interpreter: what each loads. The listener's machinery
 stays out of all of them, the first two load no command module but their own, no help
-loads the operations or the client, and ``timers get`` loads neither the cron model nor
-``timers top``'s snapshot (start-up time is measured, not asserted: see
-docs/guides/command-line.md)."""
+loads the operations or the client, and ``timers get`` loads neither ``timers move``'s
+operations nor the log formats nor another command (start-up time is measured, not
+asserted: see docs/guides/command-line.md)."""
 
 from __future__ import annotations
 
