@@ -95,6 +95,22 @@ def test_help_loads_no_operations() -> None:
         "timers.model.cron", "timers.logs", "rich"))], modules
 
 
+LISTEN_HELP_LOADS = {"timers.listener", "timers.listener.defaults", "timers.listener.tuning",
+                     "timers.listener.tuning.event_loop", "timers.listener.supervision",
+                     "timers.listener.supervision.orphans"}
+"""All ``timers listen --help`` loads of the listener: its defaults, the event loop's
+choices and the supervisor's pid (none of them imports more of it)."""
+
+
+def test_listen_help_loads_none_of_the_listener_it_would_run() -> None:
+    code, modules = loaded([["listen", "--help"]])["listen --help"]
+    assert code == 0
+    assert {m for m in modules if m.startswith("timers.listener")} == LISTEN_HELP_LOADS
+    assert not [m for m in modules if m.startswith((
+        "timers.producer.", "timers.ops.", "timers.model.cron", "timers.model.policy",
+        "rich"))], modules
+
+
 def test_get_loads_what_it_shows(redis_url: str, timers_client: Timers) -> None:
     timers_client.schedule("reminders.sms", [42], in_=3600, id="startup-get")
     runs = [["get", "startup-get", "--url", redis_url]]

@@ -1,7 +1,8 @@
 """``timers listen``: run timers as they come due, in this process or under a supervisor.
 
-Only this command loads the listener's machinery (the root of the command line loads it
-when ``listen`` is asked for, see :mod:`timers.cli.app`).
+Only this command loads the listener's machinery (the root of the command line loads this
+module when ``listen`` is asked for, see :mod:`timers.cli.app`), and only to run: its help
+reads the listener's defaults from :mod:`timers.listener.defaults` alone.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import logging
 import math
 import os
 import sys
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
 
@@ -33,25 +34,14 @@ from timers.exceptions import (
     UnknownFormat,
     UserError,
 )
-from timers.listener import DEFAULT_CONCURRENCY, DEFAULT_LEASE, Listener
-from timers.listener.calling.loader import (
+from timers.listener.defaults import (
+    DEFAULT_CONCURRENCY,
+    DEFAULT_LEASE,
     SETUP_ENV,
     TASKS_ENV,
-    TaskLoader,
-    check_setup,
-    configured_package,
-)
-from timers.listener.endings.history import HistoryPolicy
-from timers.listener.supervision.foreground import (
     WAIT_FOR_REDIS,
-    run_in_foreground,
-    wait_for_server,
-    wait_for_server_at,
 )
-from timers.listener.supervision.orphans import supervisor_pid
-from timers.listener.supervision.recycling import RecycleLimits, check_memory_limit, report_fd
-from timers.listener.supervision.supervisor import ListenOptions, Supervisor
-from timers.listener.tuning import collector, event_loop
+from timers.listener.tuning import event_loop
 from timers.listener.tuning.event_loop import LOOP_ENV, LoopChoice
 from timers.model.due import parse_duration
 from timers.model.flow.names import served_groups
@@ -59,6 +49,11 @@ from timers.model.history import DEFAULT_HISTORY_AGE, DEFAULT_HISTORY_COUNT
 from timers.model.keys import DEFAULT_PREFIX
 from timers.store.connect import configured_url
 from timers.store.server_errors import url_address
+
+if TYPE_CHECKING:
+    from timers.listener import Listener
+    from timers.listener.endings.history import HistoryPolicy
+    from timers.listener.supervision.supervisor import ListenOptions
 
 TasksOption = Annotated[
     str | None,
@@ -120,6 +115,8 @@ SeriesOption = Annotated[bool, typer.Option(
 
 def history_policy(age: str | None, count: int | None, series: bool) -> HistoryPolicy:
     """The listener's history retention from its options (a bad duration: UserError)."""
+    from timers.listener.endings.history import HistoryPolicy
+
     try:
         seconds_ = DEFAULT_HISTORY_AGE if age is None else parse_duration(age)
         return HistoryPolicy(seconds_, DEFAULT_HISTORY_COUNT if count is None else count,
@@ -169,6 +166,10 @@ def listen(
     loop: LoopOption = None,
 ) -> None:
     """Run timers as they come due (subscribes to expired events and sweeps the due index)."""
+    from timers.listener.calling.loader import check_setup
+    from timers.listener.supervision.recycling import report_fd
+    from timers.listener.supervision.supervisor import ListenOptions
+
     log_format = set_up_logs(log_level, log_format, processes)
     try:
         event_loop.chosen_loop(loop)  # a loop that cannot be had: refused here, once
@@ -204,6 +205,11 @@ def _is_init() -> bool:
 
 
 def _supervise(options: ListenOptions, processes: int) -> int:
+    from timers.listener.calling.loader import TaskLoader, configured_package
+    from timers.listener.supervision.foreground import wait_for_server_at
+    from timers.listener.supervision.recycling import check_memory_limit
+    from timers.listener.supervision.supervisor import Supervisor
+
     # refuse before starting children that would each refuse
     TaskLoader(configured_package(options.tasks), search_path=os.getcwd()).load()
     check_memory_limit(options.max_memory_per_child)  # about a child's size: refuse once
@@ -224,6 +230,10 @@ def _served(groups: list[str] | None) -> tuple[str, ...]:
 
 
 def _listen_here(options: ListenOptions) -> None:
+    from timers.listener import Listener
+    from timers.listener.supervision.recycling import RecycleLimits
+    from timers.listener.tuning import collector
+
     try:
         listener = Listener(options.url, prefix=options.prefix,
                             tasks=options.tasks,
@@ -254,6 +264,9 @@ def _listen_here(options: ListenOptions) -> None:
 
 async def _listen(listener: Listener, options: ListenOptions, where: str,
                   metrics: Any) -> None:
+    from timers.listener.supervision.foreground import run_in_foreground, wait_for_server
+    from timers.listener.supervision.orphans import supervisor_pid
+
     wait = math.inf if supervisor_pid() is not None else options.wait_for_redis
     if not await wait_for_server(listener.redis, where, wait=wait):
         return  # stopped by a signal before the server answered

@@ -8,14 +8,12 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from timers.cli.common import ERRORS
 from timers.exceptions import UserError
-from timers.listener import Listener
-from timers.listener.supervision.supervisor import Supervisor
 from timers.logs import (
     IDENTITY,
     LOG_FORMAT_ENV,
@@ -24,6 +22,10 @@ from timers.logs import (
     configured_format,
     identify,
 )
+
+if TYPE_CHECKING:
+    from timers.listener import Listener
+    from timers.listener.supervision.supervisor import Supervisor
 
 log = logging.getLogger("timers.listener.supervision.supervisor")
 

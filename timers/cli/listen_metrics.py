@@ -6,15 +6,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import tempfile
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from timers.exceptions import UserError
-from timers.listener import Listener
 from timers.listener.supervision.orphans import supervisor_pid
-from timers.listener.supervision.supervisor import Supervisor
 from timers.observe.serving import http_url
+
+if TYPE_CHECKING:
+    from timers.listener import Listener
+    from timers.listener.supervision.supervisor import Supervisor
 
 log = logging.getLogger("timers.metrics")
 

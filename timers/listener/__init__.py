@@ -10,12 +10,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from timers.listener.lifecycle import (
+    from timers.listener.defaults import (
         DEFAULT_CONCURRENCY,
         DEFAULT_FAILURE_RETENTION,
         DEFAULT_LEASE,
-        Listener,
     )
+    from timers.listener.lifecycle import Listener
     from timers.listener.supervision.recycling import RecycleLimits
     from timers.model.wire import HEARTBEAT_INTERVAL
 
@@ -28,6 +28,10 @@ def __getattr__(name: str) -> Any:
         from timers.listener.supervision.recycling import RecycleLimits
 
         return RecycleLimits
+    if name in ("DEFAULT_CONCURRENCY", "DEFAULT_FAILURE_RETENTION", "DEFAULT_LEASE"):
+        from timers.listener import defaults
+
+        return getattr(defaults, name)
     if name == "HEARTBEAT_INTERVAL":
         from timers.model.wire import HEARTBEAT_INTERVAL
 

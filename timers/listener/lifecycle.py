@@ -34,7 +34,13 @@ from typing import Any
 import redis
 import redis.asyncio
 
-from timers.listener.calling.loader import TASKS_ENV, TaskLoader, configured_package
+from timers.listener.calling.loader import TaskLoader, configured_package
+from timers.listener.defaults import (
+    DEFAULT_CONCURRENCY,
+    DEFAULT_FAILURE_RETENTION,
+    DEFAULT_LEASE,
+    TASKS_ENV,
+)
 from timers.listener.endings.history import HistoryPolicy
 from timers.listener.endings.journal import Journal, server_identity
 from timers.listener.flow.gate import START_WINDOW_S
@@ -65,9 +71,6 @@ QUARANTINE_AHEAD_DELAY = 3.0
 """Seconds after start-up that ``timers listen`` starts quarantine's process (at most half
 a lease)."""
 
-DEFAULT_LEASE = 15.0
-DEFAULT_CONCURRENCY = 32
-DEFAULT_FAILURE_RETENTION = 7 * 86400.0
 
 
 class Listener:

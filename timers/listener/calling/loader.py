@@ -31,17 +31,12 @@ from types import ModuleType
 from typing import Any
 
 from timers.exceptions import TaskRefused, TasksUnavailable
+from timers.listener.defaults import DEFAULT_PACKAGE, SETUP_ENV, TASKS_ENV
 from timers.model.encoding import is_task_path
 from timers.model.policy import policy_of
 
 log = logging.getLogger("timers.listener")
 
-DEFAULT_PACKAGE = "tasks"
-TASKS_ENV = "TIMERS_TASKS"
-SETUP_ENV = "TIMERS_SETUP"
-"""``module:function`` called once in each process before the tasks package is imported
-(``timers listen --setup``): ``django.setup()``, say. Inherited by every process a
-listener starts (supervised children, quarantine processes)."""
 _MAX_CACHED_REFUSALS = 10_000
 _set_up: set[str] = set()
 """The setup functions this process has called already."""

@@ -22,6 +22,7 @@ from typing import Protocol
 import redis
 
 from timers.exceptions import CannotConnect
+from timers.listener.defaults import WAIT_FOR_REDIS
 from timers.listener.retrying import ReconnectDelays
 from timers.listener.supervision.orphans import SAME_STOP_WINDOW, supervisor_pid, watch_parent
 from timers.model.redact import mask_secrets
@@ -85,9 +86,6 @@ class ForegroundListener(Stoppable, Protocol):
     async def run(self, stop: asyncio.Event | None = None, *, burst: bool = False) -> None: ...
 
 
-WAIT_FOR_REDIS = 60.0
-"""Seconds ``timers listen`` waits at start for a server that does not answer (a Redis
-restarting beside it, a container started before its Redis) before it gives up."""
 
 
 async def wait_for_server(client: redis.asyncio.Redis, where: str, *,

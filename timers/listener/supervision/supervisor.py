@@ -36,7 +36,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from types import FrameType
 
-from timers.listener.supervision.foreground import WAIT_FOR_REDIS
+from timers.listener.defaults import WAIT_FOR_REDIS
 from timers.listener.supervision.orphans import SAME_STOP_WINDOW, SUPERVISOR_ENV
 from timers.listener.supervision.retiring import (
     ChildLinks,
