@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import time
 import urllib.request
 from pathlib import Path
 
@@ -17,7 +16,7 @@ import redis
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.conftest import wait_until
+from tests.conftest import poll, wait_until
 from tests.integration.helpers import TIMERS_COMMAND, Processes, runs
 from tests.promql import RULES, dashboard_exprs, names, rule_exprs
 from timers import Timers, TimerSpec
@@ -64,9 +63,7 @@ def test_every_name_the_dashboard_and_rules_read_is_in_a_live_scrape(
         scraped.clear()
         scraped.update(exposed(listener_port, keyspace_port))
         return wanted <= scraped.keys()
-    deadline = time.monotonic() + 10  # (the listener flushes its counts every second)
-    while not complete() and time.monotonic() < deadline:
-        time.sleep(0.1)
+    poll(complete, 10, 0.1)  # (the listener flushes its counts every second)
     assert wanted <= scraped.keys(), f"not exposed: {sorted(wanted - scraped.keys())}"
     for expr, (metrics, labels) in zip(exprs, read, strict=True):
         known = set().union(*(scraped[m] for m in metrics)) | ADDED_BY_PROMETHEUS
