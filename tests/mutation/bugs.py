@@ -221,6 +221,11 @@ BUGS: tuple[Bug, ...] = (
         "(thread-unfenced, coroutine-unfenced) make it redundant in the listener's process, "
         "and a quarantine child checks the lease its parent shares with it right before "
         "the task (child-unfenced)"),
+    Bug("stale-thread-runs-if-taken", LISTENER + "executor.py",
+        "            outcome = (await self._revalidated(run)\n                       or await",
+        "            outcome = (await self._revalidated(run)\n                       and await",
+        "fence: a run its thread found stale is called again only when taken over, and one "
+        "still held ends with no outcome"),
     Bug("thread-unfenced", LISTENER + "calling/thread_pool.py",
         "            stale = job.fence is not None and not job.fence()",
         "            stale = False",

@@ -428,6 +428,51 @@ def test_a_rerun_whose_child_found_its_lease_stale_is_revalidated_before_it_star
         assert done.ending is None and done.report is None, "taken over: nothing written"
 
 
+class StaleInThread(Revalidated):
+    """A fence that holds at the executor's check and is found not fresh by the thread
+    right before the call (a stall in between), fresh again after; Redis says ``held``."""
+
+    def __init__(self, held: bool) -> None:
+        super().__init__(held)
+        self.checks = 0
+
+    def fresh(self, token: str) -> bool:
+        self.checks += 1
+        return self.checks != 2
+
+
+@pytest.mark.parametrize("held", [False, True])
+def test_a_run_whose_thread_found_its_lease_stale_runs_once_if_still_held_else_not(
+        held: bool) -> None:
+    """The thread checks the lease right before the task's function; not fresh there, the
+    listener asks Redis: still held, the function is called once, in a new call, and the
+    run ends as it went; taken over, it is never called and nothing is written (the run
+    is the other listener's now)."""
+    record = Record("mod.add", [1, 2], {}).encode()
+    fence = StaleInThread(held)
+
+    async def scenario() -> Any:
+        runner = Runner(1)
+        try:
+            executor = Executor(resolve, runner, NoQuarantine(), NoRecurrences(),
+                                tracker_on_redis_clock(), NoSleep(), flow=None, name="",
+                                turns=Turns(), fence=fence, peers=None,
+                                stopping=asyncio.Event())
+            return await executor.execute(Run("1", "7", record, round(REDIS_NOW_MS), 0,
+                                              "sweep"))
+        finally:
+            runner.shutdown()
+
+    done = asyncio.run(scenario())
+    assert fence.asked == 1
+    if held:
+        assert mod.CALLS == [("add", (1, 2))]
+        assert done.ending is not None and done.ending.kind is EndingKind.OK
+    else:
+        assert mod.CALLS == []
+        assert done.ending is None and done.report is None, "taken over: nothing written"
+
+
 # -- the ending writer -------------------------------------------------------------------
 
 
