@@ -226,6 +226,11 @@ BUGS: tuple[Bug, ...] = (
         "            outcome = (await self._revalidated(run)\n                       and await",
         "fence: a run its thread found stale is called again only when taken over, and one "
         "still held ends with no outcome"),
+    Bug("floor-raised-by-arrival", LUA + "claim.lua",
+        "    if due and due < floor then floor = due end\n",
+        "    if due or due < floor then floor = due end\n",
+        "rule 5: a later timer moving in raises the floor past an earlier one, so a keyed "
+        "timer waiting in the shard is claimed ahead of it"),
     Bug("thread-unfenced", LISTENER + "calling/thread_pool.py",
         "            stale = job.fence is not None and not job.fence()",
         "            stale = False",

@@ -353,6 +353,27 @@ def test_a_keyed_timer_enters_its_keys_order_only_after_earlier_ones_of_its_task
     assert _ids(_claim_keyed(target, _floor(source))) == ["first", "second"]
 
 
+def test_the_earliest_timer_moving_in_holds_the_floor_whatever_moves_in_after_it(
+        fake: fakeredis.FakeRedis, shards: tuple[Scripts, Scripts]) -> None:
+    """Two commands of a device move into its shard, the first due before the command
+    waiting there, the other after it: until they settle the earliest one holds the
+    floor, so the waiting command is not claimed ahead of it (a later arrival does not
+    raise the floor past it)."""
+    source, target = shards
+    device, now = _device_in(1), _now_ms(fake)
+    source.schedule([NewTimer("early", f"{TASK}:[{device}]", "at", now - 3000, "n"),
+                     NewTimer("late", f"{TASK}:[{device}]", "at", now - 500, "n")])
+    target.schedule([NewTimer("waiting", f"{TASK}:[{device}]", "at", now - 1000, "n")])
+    early, late = sorted(_claim_keyed(source, None), key=lambda r: r.due_ms)
+    assert (early.escaped_id, late.escaped_id) == ("early", "late")
+    assert _arrive(target, early) == [1] and _arrive(target, late) == [1]
+    for run in (early, late):
+        assert _depart(source, run) == 1
+    assert _claim_keyed(target, _floor(source)) == []  # both arriving: nothing passes them
+    assert _settle(target, early, "c") == 1 and _settle(target, late, "c") == 1
+    assert _ids(_claim_keyed(target, _floor(source))) == ["early", "waiting", "late"]
+
+
 def test_a_stale_entry_of_the_order_barrier_does_not_hold_the_floor(
         fake: fakeredis.FakeRedis, shards: tuple[Scripts, Scripts]) -> None:
     source, _ = shards
