@@ -14,7 +14,6 @@ import redis
 import redis.asyncio
 
 from timers.model.encoding import Args
-from timers.ops.fleet import read_fleet
 from timers.ops.operations import Operation, Prepared, TimerSpec
 from timers.ops.replication import Replication
 from timers.producer.client import Producer, Timers
@@ -99,19 +98,13 @@ class AsyncTimers(Producer[redis.asyncio.Redis | redis.asyncio.RedisCluster]):
     async def _write(self, operation: Operation[T],
                      tasks: builtins.list[tuple[str, str]] | None = None) -> T:
         """[`Timers._write`][timers.producer.client.Timers._write], awaited."""
-        await self._checks(tasks)
+        await self._check(tasks)
         return await self.run(operation)
 
-    async def _checks(self, tasks: builtins.list[tuple[str, str]] | None) -> None:
-        """[`Timers._checks`][timers.producer.client.Timers._checks], awaited."""
-        check = self.first_write
-        if not check.clear:
-            if not check.checked:
-                await check.read_async(self.redis)
-            check.refuse()
-        todo = self.task_check.unchecked(tasks) if tasks else None
-        if todo:
-            self.task_check.judge(await self.run(read_fleet(self.keys)), todo)
+    async def _check(self, tasks: builtins.list[tuple[str, str]] | None) -> None:
+        """Make the reads of the checks before a write (`Producer._checks`)."""
+        for read in self._checks(tasks):
+            await (self.first_write.read_async(self.redis) if read is None else self.run(read))
 
     def _waiting(self, wanted: Replication) -> Coalescer[Prepared]:
         """The coalescer of the calls that ask for ``wanted``."""
@@ -144,7 +137,7 @@ class AsyncTimers(Producer[redis.asyncio.Redis | redis.asyncio.RedisCluster]):
         self._loop.claim()
         spec = TimerSpec(task, args, in_, at, id, max_lateness, group, key, priority)
         if not self.first_write.clear or self._unasked(spec):  # (else nothing to await)
-            await self._checks(tasks_of([spec], self.ops.group))
+            await self._check(tasks_of([spec], self.ops.group))
         wanted = self.replicas.for_call(replicas, replicas_timeout)
         coalescer = self._coalescer if wanted is None else self._waiting(wanted)
         return await coalescer.schedule(self.ops.prepare(spec))
