@@ -116,9 +116,6 @@ class FleetView:
         """Live listeners (but ``exclude``) whose tasks are not known."""
         return [p for p in self.peers if p.id != exclude and p.tasks is None]
 
-    def packages(self, exclude: str | None = None) -> set[str]:
-        return {p.package for p in self.peers if p.id != exclude}
-
     def may_run(self, task: str, group: str = DEFAULT_GROUP) -> bool:
         """Whether some live listener can run ``task`` in ``group``, or might (one serving
         the group did not say what it runs); True when no listener is live (one that starts
