@@ -23,7 +23,6 @@ from timers.producer.task_check import tasks_of
 from timers.producer.transport import run_async
 from timers.store import connect
 from timers.store.connect import AsyncScriptConnection, async_client
-from timers.store.server_errors import out_of_memory, translate
 
 __all__ = ["AsyncTimers"]
 
@@ -85,12 +84,9 @@ class AsyncTimers(Producer[redis.asyncio.Redis | redis.asyncio.RedisCluster]):
             while True:
                 try:
                     reply = await run_async(self.redis, self._scripts, request)
-                except redis.exceptions.OutOfMemoryError as exc:
-                    request = operation.throw(out_of_memory(exc))
-                    continue
                 except redis.exceptions.RedisError as exc:
-                    operation.close()
-                    raise translate(exc, self.redis) from exc
+                    request = self._failed(operation, exc)
+                    continue
                 request = operation.send(reply)
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]

@@ -23,6 +23,7 @@ from timers.model.cron import CatchUp, Recurrence, recurrence
 from timers.model.encoding import DEFAULT_MAX_ARGS_BYTES, Args
 from timers.model.flow.names import configured_group
 from timers.model.history import HistoryRecord, MinuteStats
+from timers.ops.base import Request
 from timers.ops.operations import (
     Failure,
     Operation,
@@ -105,6 +106,15 @@ class Producer(Generic[RedisClient]):
         """Whether no live listener was asked about ``spec``'s task (in its group) yet."""
         return (spec.task, spec.group or self.ops.group) not in self.task_check.checked
 
+    def _failed(self, operation: Operation[Any], exc: redis.exceptions.RedisError) -> Request:
+        """The next request of ``operation`` after its round trip failed with ``exc``: a
+        write Redis refused for want of memory is thrown into it as `ServerOutOfMemory`; any
+        other error closes it and is raised as a `TimersError` (see ``run``)."""
+        if isinstance(exc, redis.exceptions.OutOfMemoryError):
+            return operation.throw(out_of_memory(exc))
+        operation.close()
+        raise translate(exc, self.redis) from exc
+
     def _checks(self, tasks: builtins.list[tuple[str, str]] | None
                 ) -> Iterator[Operation[None] | None]:
         """The checks before a write, sans I/O: it yields their reads for its runner
@@ -175,12 +185,9 @@ class Timers(Producer[redis.Redis | redis.RedisCluster]):
             while True:
                 try:
                     reply = run_sync(self.redis, self._scripts, request)
-                except redis.exceptions.OutOfMemoryError as exc:
-                    request = operation.throw(out_of_memory(exc))
-                    continue
                 except redis.exceptions.RedisError as exc:
-                    operation.close()
-                    raise translate(exc, self.redis) from exc
+                    request = self._failed(operation, exc)
+                    continue
                 request = operation.send(reply)
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
