@@ -227,9 +227,8 @@ def due_indexes(keys: Keyspace, queues: Iterable[Any], group: str | None) -> lis
 
 
 def parked_entries(reply: Any) -> dict[str, Parked]:
-    items = reply.items() if isinstance(reply, dict) else pairs(reply)
     out = {}
-    for escaped, value in items:
+    for escaped, value in pairs(reply):
         parked = Parked.read(value)
         if parked is not None:
             out[as_text(escaped)] = parked
@@ -266,8 +265,7 @@ def find_by_key(keys: Keyspace, key: str, limit: int) -> Operation[list[Found]]:
     while True:
         (reply,) = yield [Call(command=("HSCAN", keys.records, cursor, "COUNT", SCAN_COUNT))]
         cursor, entries = reply[0], reply[1]
-        items = entries.items() if isinstance(entries, dict) else pairs(entries)
-        named += [as_text(i) for i, record in items
+        named += [as_text(i) for i, record in pairs(entries)
                   if record_option(as_text(record), Option.KEY) == escaped_key]
         if int(cursor) == 0:
             break

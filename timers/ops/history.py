@@ -184,8 +184,7 @@ class HistoryOperations:
         now, seen = yield [Call(command=("TIME",)),
                            Call(command=("HGETALL", self.keys.series_tasks))]
         first = redis_ms(now) // 60_000 - SERIES_MINUTES + 1
-        items = seen.items() if isinstance(seen, dict) else pairs(seen)
-        return sorted(as_text(task) for task, minute in items if int(minute) >= first)
+        return sorted(as_text(task) for task, minute in pairs(seen) if int(minute) >= first)
 
     def series_slots(self, task: str | None = None,
                      minutes: int = 60) -> Operation[list[MinuteSlot]]:

@@ -101,13 +101,11 @@ def _indexes(keys: Keyspace, queues: Any) -> list[tuple[str, int, str]]:
 
 
 def _paused(states: Any) -> int:
-    items = states.items() if isinstance(states, dict) else pairs(states)
-    return sum(1 for _, value in items if as_text(value).split("|")[3:4] == ["1"])
+    return sum(1 for _, value in pairs(states) if as_text(value).split("|")[3:4] == ["1"])
 
 
 def _live(now_ms: int, entries: Any, infos: Any) -> list[dict[str, Any]]:
-    info = {as_text(k): as_text(v) for k, v in
-            (infos.items() if isinstance(infos, dict) else pairs(infos))}
+    info = {as_text(k): as_text(v) for k, v in pairs(infos)}
     out = []
     for listener_id, deadline in pairs(entries):
         name = as_text(listener_id)
@@ -165,8 +163,7 @@ def read_snapshot(keys: Keyspace) -> Operation[FleetSnapshot]:
     rest = replies[len(counts):]
     running = {g: int(n) for g, n in zip(groups, rest, strict=False)}
     held, dead, failures, stats, entries, infos, crons, states = rest[len(groups):]
-    stats_items = stats.items() if isinstance(stats, dict) else pairs(stats)
     return FleetSnapshot(
         now_ms, figures, running, int(held), int(dead), int(failures),
-        {as_text(k): int(v) for k, v in stats_items}, _live(now_ms, entries, infos),
+        {as_text(k): int(v) for k, v in pairs(stats)}, _live(now_ms, entries, infos),
         int(crons), _paused(states), groups)

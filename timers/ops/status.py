@@ -117,8 +117,7 @@ def _groups(beat: dict[str, Any]) -> list[Any]:
 
 def _running_of(runs: Any, escaped: str) -> tuple[str, int, int] | None:
     """(listener, due ms, attempt) of a run of the timer in ``HGETALL P|runrec``."""
-    items = runs.items() if isinstance(runs, dict) else pairs(runs)
-    for _, value in items:
+    for _, value in pairs(runs):
         text = as_text(value)
         head, _, entry = text.partition("|")
         due, _, rest = entry.partition("|")

@@ -27,10 +27,6 @@ from timers.ops.flow_views import Parked, parked_entries
 from timers.ops.operations import listener_groups
 
 
-def _items(reply: Any) -> list[tuple[Any, Any]]:
-    return list(reply.items()) if isinstance(reply, dict) else pairs(reply)
-
-
 def _record(value: Any) -> Record | None:
     try:
         return None if value is None else Record.decode(as_text(value))
@@ -163,7 +159,7 @@ def _limits_met(task: str, parked: dict[str, Parked], records: list[Any], held_r
         kind = "key" if p.is_key else "rate"
         if (kind, p.name) in named:
             named[(kind, p.name)].add((p.a, p.b) if kind == "rate" else (p.a, 0))
-    held = {as_text(t): as_text(v).split("|", 2) for t, v in _items(held_reply)}
+    held = {as_text(t): as_text(v).split("|", 2) for t, v in pairs(held_reply)}
     for token, parts in held.items():
         if len(parts) == 3 and parts[0].isdigit() and (
                 token in own_tokens or ("key", parts[2]) in named):
