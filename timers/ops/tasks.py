@@ -16,22 +16,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from timers.exceptions import MalformedTimerKey
 from timers.model.encoding import Record, as_text
 from timers.model.flow.names import TASK_KEY
 from timers.model.keys import DEFAULT_GROUP, Keyspace
 from timers.model.runs import Run
 from timers.ops.base import Call, Operation, pairs
 from timers.ops.fleet import decode_task_set
-from timers.ops.flow_views import Parked, parked_entries
+from timers.ops.flow_views import Parked, parked_entries, read_record
 from timers.ops.operations import listener_groups
-
-
-def _record(value: Any) -> Record | None:
-    try:
-        return None if value is None else Record.decode(as_text(value))
-    except MalformedTimerKey:
-        return None
 
 
 @dataclass(frozen=True)
@@ -67,7 +59,7 @@ def running_runs(keys: Keyspace) -> Operation[list[Running]]:
             run = Run.parse(token, text, "s")
         except ValueError:
             continue
-        out.append(Running(run, _record(run.record_text), group, lease))
+        out.append(Running(run, read_record(run.record_text), group, lease))
     return out
 
 
@@ -150,7 +142,7 @@ def _limits_met(task: str, parked: dict[str, Parked], records: list[Any], held_r
     waits: dict[tuple[str, str], int] = {}
     for p, value in zip(parked.values(), records, strict=True):
         kind = "key" if p.is_key else "rate"
-        record = _record(value)
+        record = read_record(value)
         if record is not None and record.task == task:
             named.setdefault((kind, p.name), set())
             if p.waiting:
