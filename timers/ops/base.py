@@ -55,10 +55,11 @@ def ms_to_datetime(ms: float) -> datetime:
         return datetime.min.replace(tzinfo=UTC) if ms < 0 else datetime.max.replace(tzinfo=UTC)
 
 
-def live_heartbeats(now_ms: int, entries: Any, infos: Any) -> list[tuple[str, dict[str, Any]]]:
-    """The live listeners' ids and heartbeats, from ``ZRANGE P|listeners 0 -1 WITHSCORES``
-    and ``HGETALL P|listener`` (RESP2 lists or RESP3 maps): those whose deadline is after
-    ``now_ms`` and whose heartbeat reads as a JSON object."""
+def live_heartbeats(now_ms: int, entries: Any,
+                    infos: Any) -> list[tuple[str, dict[str, Any], float]]:
+    """The live listeners' ids, heartbeats and deadlines (ms), from ``ZRANGE P|listeners 0
+    -1 WITHSCORES`` and ``HGETALL P|listener`` (RESP2 lists or RESP3 maps): those whose
+    deadline is after ``now_ms`` and whose heartbeat reads as a JSON object."""
     info = {_text(k): _text(v) for k, v in pairs(infos)}
     live = []
     for listener_id, deadline in pairs(entries):
@@ -70,7 +71,7 @@ def live_heartbeats(now_ms: int, entries: Any, infos: Any) -> list[tuple[str, di
         except ValueError:
             continue
         if isinstance(beat, dict):
-            live.append((name, beat))
+            live.append((name, beat, float(deadline)))
     return live
 
 

@@ -157,7 +157,7 @@ def fleet_of(now_ms: int, entries: Any, infos: Any, sets: Any) -> FleetView:
     """The view from raw replies: ``ZRANGE P|listeners 0 -1 WITHSCORES``, ``HGETALL
     P|listener`` and ``HGETALL P|tasks`` (RESP2 lists or RESP3 maps)."""
     stored = {as_text(k): decode_task_set(as_text(v)) for k, v in pairs(sets)}
-    peers = [_peer(name, beat, stored) for name, beat in live_heartbeats(now_ms, entries, infos)]
+    peers = [_peer(name, beat, stored) for name, beat, _ in live_heartbeats(now_ms, entries, infos)]
     return FleetView(tuple(peers), frozenset(stored))
 
 

@@ -402,7 +402,7 @@ class Operations(FailureOperations, RecurrenceOperations, HistoryOperations,
             Call(command=("HGETALL", self.keys.listener_info)),
         ]
         now_ms = int(now[0]) * 1000 + int(now[1]) // 1000
-        return [beat for _, beat in live_heartbeats(now_ms, entries, infos)]
+        return [beat for _, beat, _ in live_heartbeats(now_ms, entries, infos)]
 
 
 def _exist(timer_ids: Sequence[str]) -> str:

@@ -10,14 +10,13 @@ not per timer.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
 from timers.model.encoding import as_text
 from timers.model.keys import DEFAULT_GROUP, Keyspace
 from timers.model.wire import HEARTBEAT_INTERVAL, HEARTBEAT_MISSES
-from timers.ops.base import Call, Operation, pairs
+from timers.ops.base import Call, Operation, live_heartbeats, pairs
 
 HEARTBEAT_HOLD_MS = HEARTBEAT_INTERVAL * HEARTBEAT_MISSES * 1000
 
@@ -105,18 +104,9 @@ def _paused(states: Any) -> int:
 
 
 def _live(now_ms: int, entries: Any, infos: Any) -> list[dict[str, Any]]:
-    info = {as_text(k): as_text(v) for k, v in pairs(infos)}
-    out = []
-    for listener_id, deadline in pairs(entries):
-        name = as_text(listener_id)
-        if float(deadline) > now_ms and name in info:
-            try:
-                beat = json.loads(info[name])
-            except ValueError:
-                continue
-            if isinstance(beat, dict):  # when it beat last: its deadline less the hold
-                out.append(_readable(beat, name, float(deadline) - HEARTBEAT_HOLD_MS))
-    return out
+    # when each beat last: its deadline less the hold
+    return [_readable(beat, name, deadline - HEARTBEAT_HOLD_MS)
+            for name, beat, deadline in live_heartbeats(now_ms, entries, infos)]
 
 
 def _number(value: Any) -> float | None:

@@ -89,7 +89,7 @@ class StatusOperations:
                                f"{attempt})", listener=listener, since=since, attempt=attempt)
         found = yield from views.find_many(self.keys, [escaped])
         if found:
-            served = {g for _, beat in live_heartbeats(redis_ms(now), beats, infos)
+            served = {g for _, beat, _ in live_heartbeats(redis_ms(now), beats, infos)
                       for g in _groups(beat) if isinstance(g, str)}
             return _pending_status(timer_id, pending_of(found[0]), redis_ms(now), served)
         record = None if stored is None else stored.record
