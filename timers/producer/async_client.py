@@ -62,10 +62,9 @@ class AsyncTimers(Producer[redis.asyncio.Redis | redis.asyncio.RedisCluster]):
                  max_connections: int | None
                  ) -> redis.asyncio.Redis | redis.asyncio.RedisCluster:
         self._loop = LoopBinding()
-        self._coalescer: Coalescer[Prepared] = Coalescer(
-            lambda batch: self.run(self.ops.write(batch)), lambda p: p.timer_id)
-        self._coalescers: dict[Replication, Coalescer[Prepared]] = {}
-        """Those of calls that wait for replicas, one per distinct ask."""
+        self._coalescers: dict[Replication | None, Coalescer[Prepared]] = {}
+        """One per distinct ask for replicas (None: the calls that wait for none)."""
+        self._coalescer = self._waiting(None)
         if isinstance(redis_, redis.asyncio.Redis | redis.asyncio.RedisCluster):
             return redis_
         return async_client(redis_, max_connections)
@@ -102,7 +101,7 @@ class AsyncTimers(Producer[redis.asyncio.Redis | redis.asyncio.RedisCluster]):
         for read in self._checks(tasks):
             await (self.first_write.read_async(self.redis) if read is None else self.run(read))
 
-    def _waiting(self, wanted: Replication) -> Coalescer[Prepared]:
+    def _waiting(self, wanted: Replication | None) -> Coalescer[Prepared]:
         """The coalescer of the calls that ask for ``wanted``."""
         coalescer = self._coalescers.get(wanted)
         if coalescer is None:
@@ -167,7 +166,6 @@ class AsyncTimers(Producer[redis.asyncio.Redis | redis.asyncio.RedisCluster]):
         loop it belongs to ([`WrongEventLoop`][timers.exceptions.WrongEventLoop] from another)."""
         if self._owns_client:
             self._loop.claim()
-            await self._coalescer.drain()
             for coalescer in list(self._coalescers.values()):
                 await coalescer.drain()
             await self.redis.aclose()
