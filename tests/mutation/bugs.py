@@ -367,7 +367,7 @@ BUGS: tuple[Bug, ...] = (
         "        await asyncio.sleep(self.delays.next())\n",
         "stop: a loop waiting for Redis to come back sleeps its whole back-off through a stop"),
     Bug("async-write-unchecked", "timers/producer/async_client.py",
-        "        await self._checks(tasks)\n        return await self.run(operation)\n",
+        "        await self._check(tasks)\n        return await self.run(operation)\n",
         "        return await self.run(operation)\n",
         "format: an AsyncTimers write other than schedule skips the data-format and eviction "
         "checks (writes into a prefix of a newer format)"),

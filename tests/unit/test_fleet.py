@@ -76,7 +76,6 @@ def test_a_heartbeat_stores_the_task_list_once_and_the_view_reads_who_runs_what(
     assert [p.id for p in view.runners("mail.send")] == ["b"]
     assert view.runners("mail.send", exclude="b") == []
     assert view.runners("mail.send", group="other") == [], "b does not serve that group"
-    assert view.packages() == {"app_a", "app_b"}
     assert not view.may_run("nobody.has")
     assert "b (package 'app_b', groups default)" in view.describe(exclude="a")
     beat(scripts, "c", "app_c", ["bulk.send"], groups=("bulk",))

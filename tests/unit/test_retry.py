@@ -8,21 +8,32 @@ import asyncio
 import itertools
 import logging
 import time
+from typing import Any
 
 import pytest
 
 from timers.listener.retrying import Outage, ReconnectDelays, Retry
 
 
+class Step:
+    """A loop's step: each call answers the next of ``replies`` (an error is raised), and
+    notes when it was tried."""
+
+    def __init__(self, *replies: object) -> None:
+        self.replies = iter(replies)
+        self.tried: list[float] = []
+
+    async def __call__(self) -> Any:
+        self.tried.append(time.monotonic())
+        reply = next(self.replies)
+        if isinstance(reply, BaseException):
+            raise reply
+        return reply
+
+
 def test_a_step_is_tried_again_with_growing_waits_and_one_line_each_way(
         caplog: pytest.LogCaptureFixture) -> None:
-    tried: list[float] = []
-
-    async def step() -> str:
-        tried.append(time.monotonic())
-        if len(tried) <= 3:
-            raise ConnectionError(f"refused {len(tried)}")
-        return "answered"
+    step = Step(*(ConnectionError(f"refused {n}") for n in (1, 2, 3)), "answered")
 
     async def scenario() -> str | None:
         retry = Retry(asyncio.Event(), "claims", Outage(clock=lambda: 0.0),
@@ -31,8 +42,8 @@ def test_a_step_is_tried_again_with_growing_waits_and_one_line_each_way(
 
     with caplog.at_level(logging.WARNING, logger="timers.listener"):
         assert asyncio.run(scenario()) == "answered"
-    assert len(tried) == 4
-    waits = [after - before for before, after in itertools.pairwise(tried)]
+    assert len(step.tried) == 4
+    waits = [after - before for before, after in itertools.pairwise(step.tried)]
     assert all(w >= d * 0.9 for w, d in zip(waits, (0.02, 0.04, 0.08), strict=True)), waits
     assert [r.getMessage() for r in caplog.records] == [
         "connection to Redis lost (claims): refused 1; retrying",
@@ -40,12 +51,7 @@ def test_a_step_is_tried_again_with_growing_waits_and_one_line_each_way(
 
 
 def test_stopping_ends_a_wait_at_once_and_the_step_is_not_tried_again() -> None:
-    tried = 0
-
-    async def step() -> None:
-        nonlocal tried
-        tried += 1
-        raise TimeoutError("no reply")
+    step = Step(TimeoutError("no reply"))
 
     async def scenario() -> tuple[object, float]:
         stopping = asyncio.Event()
@@ -56,19 +62,13 @@ def test_stopping_ends_a_wait_at_once_and_the_step_is_not_tried_again() -> None:
         return reply, time.monotonic() - began
 
     reply, took = asyncio.run(scenario())
-    assert reply is None and tried == 1
+    assert reply is None and len(step.tried) == 1
     assert took < 5.0  # not the 30 s wait
 
 
 def test_a_check_before_the_listener_runs_says_its_own_line_once(
         caplog: pytest.LogCaptureFixture) -> None:
-    replies = iter([OSError("down"), OSError("still down"), 7])
-
-    async def step() -> int:
-        reply = next(replies)
-        if isinstance(reply, Exception):
-            raise reply
-        return reply
+    step = Step(OSError("down"), OSError("still down"), 7)
 
     async def scenario() -> int | None:
         retry = Retry(asyncio.Event(), told="cannot read the thing yet (%s); will keep trying",
@@ -82,19 +82,14 @@ def test_a_check_before_the_listener_runs_says_its_own_line_once(
 
 
 def test_an_error_no_retry_mends_is_raised_at_once() -> None:
-    tried = 0
-
-    async def step() -> None:
-        nonlocal tried
-        tried += 1
-        raise ValueError("garbled")
+    step = Step(ValueError("garbled"))
 
     async def scenario() -> None:
         await Retry(asyncio.Event(), "claims").answer(step)
 
     with pytest.raises(ValueError, match="garbled"):
         asyncio.run(scenario())
-    assert tried == 1
+    assert len(step.tried) == 1
 
 
 def test_a_success_starts_the_waits_over() -> None:

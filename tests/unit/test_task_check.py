@@ -19,7 +19,7 @@ from timers import AsyncTimers, Timers, TimerSpec
 from timers.exceptions import InvalidTimer
 from timers.model.keys import Keyspace
 from timers.ops import fleet
-from timers.producer import async_client, client
+from timers.producer import task_check
 
 KS = Keyspace()
 ANNOUNCED = ["reminders.sms", "reminders.email", "orders.expire_unpaid"]
@@ -45,8 +45,7 @@ def reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
         counted.append(1)
         return fleet.read_fleet(keys)
 
-    monkeypatch.setattr(client, "read_fleet", counting)
-    monkeypatch.setattr(async_client, "read_fleet", counting)
+    monkeypatch.setattr(task_check, "read_fleet", counting)
     return counted
 
 

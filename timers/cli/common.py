@@ -9,6 +9,7 @@ import logging
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import redis
@@ -120,6 +121,12 @@ def printable(value: object) -> str:
     """``value`` as text with control characters escaped (a newline shows as ``\\n``), so
     one item stays on one line of a table."""
     return _CONTROL.sub(lambda m: repr(m.group())[1:-1], str(value))
+
+
+def when(dt: datetime) -> str:
+    """``dt`` in UTC to the millisecond, as the commands print a time: ``2026-01-02
+    03:04:05.678Z``."""
+    return dt.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
 
 
 def clip(text: str, width: int) -> str:

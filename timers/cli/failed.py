@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from timers.cli.common import PrefixOption, UrlOption, clip, friendly, open_timers, printable
+from timers.cli.common import PrefixOption, UrlOption, clip, friendly, open_timers, printable, when
 from timers.exceptions import TimerAlreadyPending, UserError
 from timers.model.due import parse_duration
 from timers.model.keys import DEFAULT_PREFIX
@@ -29,10 +29,6 @@ ReplaceOption = Annotated[bool, typer.Option(
     "--replace", help="Overwrite a timer pending again under the same id.")]
 AnywayOption = Annotated[bool, typer.Option(
     "--anyway", help="Retry even timers whose task no live listener can run.")]
-
-
-def _when(dt: datetime) -> str:
-    return dt.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
 
 
 @failed_app.callback(invoke_without_command=True)
@@ -66,7 +62,7 @@ def failed_list(
         error = printable(f"{d.get('error_type', '')}: {d.get('message', '')}")
         task = d.get("task") or d.get("key") or ""
         shown_id = printable(d.get("id") or f.failure_id)
-        typer.echo(f"{_when(f.at):<24} {d.get('kind', ''):<9} {shown_id:<20} "
+        typer.echo(f"{when(f.at):<24} {d.get('kind', ''):<9} {shown_id:<20} "
                    f"{clip(printable(task), 24):<24} {clip(error, 100)}")
 
 
@@ -79,7 +75,7 @@ def _show(failure: Failure) -> None:
     for name in ("due_ms", "first_failure", "failed_at"):
         if isinstance(d.get(name), int):
             shown = "due:" if name == "due_ms" else name + ":"
-            typer.echo(f"{shown:<15}{_when(datetime.fromtimestamp(d[name] / 1000, UTC))}")
+            typer.echo(f"{shown:<15}{when(datetime.fromtimestamp(d[name] / 1000, UTC))}")
     if d.get("traceback"):
         from timers.model.tracebacks import from_task_frames
 

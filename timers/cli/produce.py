@@ -6,7 +6,7 @@ the listener's machinery.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Annotated
 
 import typer
@@ -18,6 +18,7 @@ from timers.cli.common import (
     open_timers,
     parse_args_json,
     printable,
+    when,
 )
 from timers.exceptions import UserError
 from timers.model.due import parse_delay
@@ -45,10 +46,6 @@ def _due(in_: str | None, at: str | None) -> tuple[float | None, datetime | None
     except ValueError as exc:  # a usage error: exit 2
         raise typer.BadParameter(str(exc), param_hint="'--in'") from None
     return delay, _parse_at(at) if at is not None else None
-
-
-def _when(dt: datetime) -> str:
-    return dt.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
 
 
 
@@ -87,10 +84,10 @@ def schedule(
     prefix: PrefixOption = DEFAULT_PREFIX,
 ) -> None:
     """Schedule a timer; prints its id."""
-    delay, when = _due(in_, at)
+    delay, due_at = _due(in_, at)
     args = parse_args_json(args_json)
     with open_timers(url, prefix) as t:
-        typer.echo(t.schedule(task, args, in_=delay, at=when, id=id, group=group, key=key,
+        typer.echo(t.schedule(task, args, in_=delay, at=due_at, id=id, group=group, key=key,
                               priority=priority))
 
 
@@ -102,12 +99,12 @@ def reschedule(
     prefix: PrefixOption = DEFAULT_PREFIX,
 ) -> None:
     """Move a pending timer to a new due time; exits 1 if it is not pending."""
-    delay, when = _due(in_, at)
+    delay, due_at = _due(in_, at)
     with open_timers(url, prefix) as t:
-        if t.reschedule(id, in_=delay, at=when):
+        if t.reschedule(id, in_=delay, at=due_at):
             timer = t.get(id)
             typer.echo(f"rescheduled {printable(id)}"
-                       + (f" to {_when(timer.due)}" if timer is not None else ""))
+                       + (f" to {when(timer.due)}" if timer is not None else ""))
             return
     raise UserError(f"{printable(id)} is not pending (already fired, cancelled, or never "
                     f"scheduled)")

@@ -19,6 +19,7 @@ from timers.cli.common import (
     friendly,
     open_timers,
     printable,
+    when,
 )
 from timers.model.due import format_duration
 from timers.model.keys import DEFAULT_GROUP, DEFAULT_PREFIX
@@ -32,10 +33,6 @@ GroupFilter = Annotated[str | None, typer.Option(
 KeyFilter = Annotated[str | None, typer.Option(
     "--key", "-k", metavar="KEY",
     help="Only the timers of this concurrency key (those waiting for it first).")]
-
-
-def when(dt: datetime) -> str:
-    return dt.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
 
 
 def get(id: IdArgument, url: UrlOption = None, prefix: PrefixOption = DEFAULT_PREFIX) -> None:

@@ -55,12 +55,12 @@ def ms_to_datetime(ms: float) -> datetime:
         return datetime.min.replace(tzinfo=UTC) if ms < 0 else datetime.max.replace(tzinfo=UTC)
 
 
-def live_heartbeats(now_ms: int, entries: Any, infos: Any) -> list[tuple[str, dict[str, Any]]]:
-    """The live listeners' ids and heartbeats, from ``ZRANGE P|listeners 0 -1 WITHSCORES``
-    and ``HGETALL P|listener`` (RESP2 lists or RESP3 maps): those whose deadline is after
-    ``now_ms`` and whose heartbeat reads as a JSON object."""
-    info_items = infos.items() if isinstance(infos, dict) else pairs(infos)
-    info = {_text(k): _text(v) for k, v in info_items}
+def live_heartbeats(now_ms: int, entries: Any,
+                    infos: Any) -> list[tuple[str, dict[str, Any], float]]:
+    """The live listeners' ids, heartbeats and deadlines (ms), from ``ZRANGE P|listeners 0
+    -1 WITHSCORES`` and ``HGETALL P|listener`` (RESP2 lists or RESP3 maps): those whose
+    deadline is after ``now_ms`` and whose heartbeat reads as a JSON object."""
+    info = {_text(k): _text(v) for k, v in pairs(infos)}
     live = []
     for listener_id, deadline in pairs(entries):
         name = _text(listener_id)
@@ -71,7 +71,7 @@ def live_heartbeats(now_ms: int, entries: Any, infos: Any) -> list[tuple[str, di
         except ValueError:
             continue
         if isinstance(beat, dict):
-            live.append((name, beat))
+            live.append((name, beat, float(deadline)))
     return live
 
 
@@ -80,7 +80,10 @@ def _text(value: Any) -> str:
 
 
 def pairs(flat: Any) -> list[tuple[Any, Any]]:
-    """ZRANGE … WITHSCORES replies: a flat list in RESP2, pairs in RESP3."""
+    """A reply of pairs as a list of them: ``HGETALL``'s, a flat list in RESP2, a map in
+    RESP3; ``ZRANGE … WITHSCORES``', a flat list in RESP2, pairs in RESP3."""
+    if isinstance(flat, dict):
+        return list(flat.items())
     if not flat:
         return []
     if isinstance(flat[0], list | tuple):

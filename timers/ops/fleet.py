@@ -116,9 +116,6 @@ class FleetView:
         """Live listeners (but ``exclude``) whose tasks are not known."""
         return [p for p in self.peers if p.id != exclude and p.tasks is None]
 
-    def packages(self, exclude: str | None = None) -> set[str]:
-        return {p.package for p in self.peers if p.id != exclude}
-
     def may_run(self, task: str, group: str = DEFAULT_GROUP) -> bool:
         """Whether some live listener can run ``task`` in ``group``, or might (one serving
         the group did not say what it runs); True when no listener is live (one that starts
@@ -159,13 +156,9 @@ def _peer(name: str, beat: Mapping[str, Any], sets: Mapping[str, frozenset[str]]
 def fleet_of(now_ms: int, entries: Any, infos: Any, sets: Any) -> FleetView:
     """The view from raw replies: ``ZRANGE P|listeners 0 -1 WITHSCORES``, ``HGETALL
     P|listener`` and ``HGETALL P|tasks`` (RESP2 lists or RESP3 maps)."""
-    stored = {as_text(k): decode_task_set(as_text(v)) for k, v in _items(sets)}
-    peers = [_peer(name, beat, stored) for name, beat in live_heartbeats(now_ms, entries, infos)]
+    stored = {as_text(k): decode_task_set(as_text(v)) for k, v in pairs(sets)}
+    peers = [_peer(name, beat, stored) for name, beat, _ in live_heartbeats(now_ms, entries, infos)]
     return FleetView(tuple(peers), frozenset(stored))
-
-
-def _items(reply: Any) -> list[tuple[Any, Any]]:
-    return list(reply.items()) if isinstance(reply, dict) else pairs(reply)
 
 
 def fleet_calls(keys: Keyspace) -> list[Call]:

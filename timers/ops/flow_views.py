@@ -151,7 +151,8 @@ def key_of(record: Record) -> str | None:
     return None if escaped is None else unescape_key(escaped)
 
 
-def _decode(value: Any) -> Record | None:
+def read_record(value: Any) -> Record | None:
+    """A timer's stored record, None for none or one that does not read."""
     try:
         return None if value is None else Record.decode(as_text(value))
     except MalformedTimerKey:
@@ -190,7 +191,7 @@ def find_many(keys: Keyspace, escaped_ids: Iterable[str]) -> Operation[list[Foun
     plans: list[tuple[str, Record, Parked | None, int]] = []
     calls: list[Call] = []
     for escaped, value, parked_value in zip(ids, records, parked_values, strict=True):
-        record = _decode(value)
+        record = read_record(value)
         if record is None:
             continue
         parked = Parked.read(parked_value)
@@ -227,9 +228,8 @@ def due_indexes(keys: Keyspace, queues: Iterable[Any], group: str | None) -> lis
 
 
 def parked_entries(reply: Any) -> dict[str, Parked]:
-    items = reply.items() if isinstance(reply, dict) else pairs(reply)
     out = {}
-    for escaped, value in items:
+    for escaped, value in pairs(reply):
         parked = Parked.read(value)
         if parked is not None:
             out[as_text(escaped)] = parked
@@ -266,8 +266,7 @@ def find_by_key(keys: Keyspace, key: str, limit: int) -> Operation[list[Found]]:
     while True:
         (reply,) = yield [Call(command=("HSCAN", keys.records, cursor, "COUNT", SCAN_COUNT))]
         cursor, entries = reply[0], reply[1]
-        items = entries.items() if isinstance(entries, dict) else pairs(entries)
-        named += [as_text(i) for i, record in items
+        named += [as_text(i) for i, record in pairs(entries)
                   if record_option(as_text(record), Option.KEY) == escaped_key]
         if int(cursor) == 0:
             break
@@ -301,7 +300,7 @@ def flow_counts(keys: Keyspace, listener_groups: Iterable[str] = ()) -> Operatio
     by_key: dict[str, int] = {}
     by_rate: dict[str, int] = {}
     for p, value in zip(parked.values(), replies[-1] if parked else [], strict=True):
-        record = _decode(value)
+        record = read_record(value)
         group = group_of(record) if record is not None else DEFAULT_GROUP
         waiting[group] = waiting.get(group, 0) + 1
         pending[group] = pending.get(group, 0) + 1

@@ -179,19 +179,12 @@ class HistoryOperations:
                 entries.extend((member, escaped) for escaped in lists[member].split(":"))
         return entries
 
-    def history_of(self, timer_id_escaped: str) -> Operation[HistoryRecord | None]:
-        """The newest end of one timer (escaped id), if the history keeps it."""
-        (value,) = yield [Call(command=("HGET", self.keys.history_records, timer_id_escaped))]
-        stored = _stored(timer_id_escaped, value)
-        return None if stored is None else stored.record
-
     def tasks_seen(self) -> Operation[list[str]]:
         """The tasks with a series (runs ended in the last 24 h), by name."""
         now, seen = yield [Call(command=("TIME",)),
                            Call(command=("HGETALL", self.keys.series_tasks))]
         first = redis_ms(now) // 60_000 - SERIES_MINUTES + 1
-        items = seen.items() if isinstance(seen, dict) else pairs(seen)
-        return sorted(as_text(task) for task, minute in items if int(minute) >= first)
+        return sorted(as_text(task) for task, minute in pairs(seen) if int(minute) >= first)
 
     def series_slots(self, task: str | None = None,
                      minutes: int = 60) -> Operation[list[MinuteSlot]]:

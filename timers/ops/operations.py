@@ -386,12 +386,11 @@ class Operations(FailureOperations, RecurrenceOperations, HistoryOperations,
             Call(command=("HLEN", self.keys.next_in_line)),
         ]
         flow = yield from views.flow_counts(self.keys, listener_groups(infos))
-        items = counters.items() if isinstance(counters, dict) else pairs(counters)
         return Stats(
             flow.pending,
             flow.running,
             int(failed),
-            {as_text(k): int(v) for k, v in items},
+            {as_text(k): int(v) for k, v in pairs(counters)},
             flow.groups, flow.waiting_keys, flow.waiting_rates, int(following),
         )
 
@@ -403,7 +402,7 @@ class Operations(FailureOperations, RecurrenceOperations, HistoryOperations,
             Call(command=("HGETALL", self.keys.listener_info)),
         ]
         now_ms = int(now[0]) * 1000 + int(now[1]) // 1000
-        return [beat for _, beat in live_heartbeats(now_ms, entries, infos)]
+        return [beat for _, beat, _ in live_heartbeats(now_ms, entries, infos)]
 
 
 def _exist(timer_ids: Sequence[str]) -> str:
@@ -412,9 +411,8 @@ def _exist(timer_ids: Sequence[str]) -> str:
 
 def listener_groups(infos: Any) -> set[str]:
     """The groups the listeners' heartbeats name (dead ones' too: their runs count)."""
-    items = infos.items() if isinstance(infos, dict) else pairs(infos)
     out: set[str] = set()
-    for _, value in items:
+    for _, value in pairs(infos):
         try:
             groups = json.loads(as_text(value)).get("groups") or []
         except (ValueError, AttributeError):

@@ -117,8 +117,8 @@ class RecurrenceOperations:
             Call(command=("HGETALL", self.keys.recurrences)),
             Call(command=("HGETALL", self.keys.recurrence_states)),
         ]
-        defs = dict(defs.items() if isinstance(defs, dict) else pairs(defs))
-        states = dict(states.items() if isinstance(states, dict) else pairs(states))
+        defs = dict(pairs(defs))
+        states = dict(pairs(states))
         pending = yield from self._pending({as_text(k): v for k, v in states.items()})
         return decode_recurrences(defs, states, pending)
 

@@ -162,6 +162,11 @@ class ShardedOperations:
         shards = yield from self.shards()
         return shards[shard_of(name, len(shards))]
 
+    def _each(self, call: Callable[[Operations], Operation[T]]) -> Operation[list[T]]:
+        """``call`` on the operations of every shard, at once (one round trip)."""
+        shards = yield from self.shards()
+        return (yield from gather([call(s) for s in shards]))
+
     def _routed(self, name: str, call: Callable[[Operations], Operation[T]]) -> Operation[T]:
         """``call`` on the operations of the shard of ``name`` (a timer id or recurrence)."""
         return (yield from call((yield from self._of(name))))
@@ -291,46 +296,39 @@ class ShardedOperations:
     def history(self, task: str | None = None, since: float | None = None,
                 failed: bool = False, limit: int = 100) -> Operation[list[HistoryRecord]]:
         """Every shard's newest ends, newest first."""
-        shards = yield from self.shards()
-        parts = yield from gather([s.history(task, since, failed, limit) for s in shards])
+        parts = yield from self._each(lambda s: s.history(task, since, failed, limit))
         merged = sorted((r for part in parts for r in part), key=lambda r: r.ended,
                         reverse=True)
         return merged[:max(limit, 0)]
 
     def series(self, task: str | None = None, minutes: int = 60) -> Operation[list[MinuteStats]]:
         """Per minute, every shard's runs summed and their histograms merged."""
-        shards = yield from self.shards()
-        parts = yield from gather([s.series_slots(task, minutes) for s in shards])
+        parts = yield from self._each(lambda s: s.series_slots(task, minutes))
         return [slot.stats() for slot in _same_minutes(parts)]
 
     def tasks_seen(self) -> Operation[list[str]]:
-        shards = yield from self.shards()
-        parts = yield from gather([s.tasks_seen() for s in shards])
+        parts = yield from self._each(Operations.tasks_seen)
         return sorted({task for part in parts for task in part})
 
     # -- views ------------------------------------------------------------------------
 
     def list_pending(self, limit: int = 100, group: str | None = None,
                      key: str | None = None) -> Operation[list[PendingTimer]]:
-        shards = yield from self.shards()
-        parts = yield from gather([s.list_pending(limit, group, key) for s in shards])
+        parts = yield from self._each(lambda s: s.list_pending(limit, group, key))
         if len(parts) == 1:
             return parts[0]
         return sorted((t for part in parts for t in part), key=lambda t: t.due)[:max(limit, 0)]
 
     def stats(self) -> Operation[Stats]:
-        shards = yield from self.shards()
-        parts = yield from gather([s.stats() for s in shards])
+        parts = yield from self._each(Operations.stats)
         return parts[0] if len(parts) == 1 else merge_stats(parts)
 
     def listeners(self) -> Operation[list[dict[str, Any]]]:
         """Each live listener once (a listener heartbeats in every shard)."""
-        shards = yield from self.shards()
-        return unique_listeners((yield from gather([s.listeners() for s in shards])))
+        return unique_listeners((yield from self._each(Operations.listeners)))
 
     def list_failed(self, limit: int = 100) -> Operation[list[Failure]]:
-        shards = yield from self.shards()
-        parts = yield from gather([s.list_failed(limit) for s in shards])
+        parts = yield from self._each(lambda s: s.list_failed(limit))
         return _latest(parts)[:max(limit, 0)]
 
     def get_failures(self, timer_id: str) -> Operation[list[Failure]]:
@@ -387,8 +385,7 @@ class ShardedOperations:
         from timers.ops.shard_views import merge_snapshots
         from timers.ops.snapshot import read_snapshot
 
-        shards = yield from self.shards()
-        parts = yield from gather([read_snapshot(s.keys) for s in shards])
+        parts = yield from self._each(lambda s: read_snapshot(s.keys))
         return parts[0] if len(parts) == 1 else merge_snapshots(parts)
 
     def browse_page(self, offset: int, limit: int, group: str | None = None,
@@ -408,39 +405,33 @@ class ShardedOperations:
                          limit: int) -> Operation[tuple[list[PendingTimer], bool]]:
         from timers.ops import browse
 
-        shards = yield from self.shards()
-        parts = yield from gather([browse.search_id_prefix(s.keys, prefix, limit)
-                                   for s in shards])
+        parts = yield from self._each(lambda s: browse.search_id_prefix(s.keys, prefix, limit))
         return _soonest([p[0] for p in parts])[:limit], all(p[1] for p in parts)
 
     def filter_task(self, task: str, limit: int) -> Operation[list[PendingTimer]]:
         from timers.ops import browse
 
-        shards = yield from self.shards()
-        parts = yield from gather([browse.filter_task(s.keys, task, limit) for s in shards])
+        parts = yield from self._each(lambda s: browse.filter_task(s.keys, task, limit))
         return _soonest(parts)[:limit]
 
     def task_flow(self, task: str) -> Operation[list[tasks.TaskFlow]]:
         """The limits ``task``'s runs meet and its runs under way, per shard."""
         from timers.ops import tasks
 
-        shards = yield from self.shards()
-        return (yield from gather([tasks.task_flow(s.keys, task) for s in shards]))
+        return (yield from self._each(lambda s: tasks.task_flow(s.keys, task)))
 
     def announced_tasks(self) -> Operation[set[str]]:
         """The task paths the live listeners announce, over every shard."""
         from timers.ops import tasks
 
-        shards = yield from self.shards()
-        parts = yield from gather([tasks.announced_tasks(s.keys) for s in shards])
+        parts = yield from self._each(lambda s: tasks.announced_tasks(s.keys))
         return set().union(*parts)
 
     def running_runs(self) -> Operation[list[tasks.Running]]:
         """Every run under way, over every shard."""
         from timers.ops import tasks
 
-        shards = yield from self.shards()
-        parts = yield from gather([tasks.running_runs(s.keys) for s in shards])
+        parts = yield from self._each(lambda s: tasks.running_runs(s.keys))
         return [r for part in parts for r in part]
 
     # -- recurrences ------------------------------------------------------------------
@@ -461,8 +452,7 @@ class ShardedOperations:
         return (yield from self._routed(name, lambda s: s.get_recurrence(name)))
 
     def recurrences(self) -> Operation[list[Recurrence]]:
-        shards = yield from self.shards()
-        parts = yield from gather([s.recurrences() for s in shards])
+        parts = yield from self._each(Operations.recurrences)
         return sorted((r for part in parts for r in part), key=lambda r: r.name)
 
 

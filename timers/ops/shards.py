@@ -174,9 +174,6 @@ class ShardLayout:
         return tuple(Keyspace(shard_prefix(self.prefix, i, self.count))
                      for i in range(self.count))
 
-    def keyspace_of(self, timer_id: str) -> Keyspace:
-        return self.keyspaces[shard_of(timer_id, self.count)]
-
 
 def resolve_layout(home: Keyspace, prefix: str, asked: int | None, reply: Any) -> ShardLayout:
     """The layout from ``shards.lua``'s reply; ShardLayoutMismatch if ``asked`` differs."""

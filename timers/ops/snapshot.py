@@ -10,14 +10,13 @@ not per timer.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
 from timers.model.encoding import as_text
 from timers.model.keys import DEFAULT_GROUP, Keyspace
 from timers.model.wire import HEARTBEAT_INTERVAL, HEARTBEAT_MISSES
-from timers.ops.base import Call, Operation, pairs
+from timers.ops.base import Call, Operation, live_heartbeats, pairs
 
 HEARTBEAT_HOLD_MS = HEARTBEAT_INTERVAL * HEARTBEAT_MISSES * 1000
 
@@ -101,24 +100,13 @@ def _indexes(keys: Keyspace, queues: Any) -> list[tuple[str, int, str]]:
 
 
 def _paused(states: Any) -> int:
-    items = states.items() if isinstance(states, dict) else pairs(states)
-    return sum(1 for _, value in items if as_text(value).split("|")[3:4] == ["1"])
+    return sum(1 for _, value in pairs(states) if as_text(value).split("|")[3:4] == ["1"])
 
 
 def _live(now_ms: int, entries: Any, infos: Any) -> list[dict[str, Any]]:
-    info = {as_text(k): as_text(v) for k, v in
-            (infos.items() if isinstance(infos, dict) else pairs(infos))}
-    out = []
-    for listener_id, deadline in pairs(entries):
-        name = as_text(listener_id)
-        if float(deadline) > now_ms and name in info:
-            try:
-                beat = json.loads(info[name])
-            except ValueError:
-                continue
-            if isinstance(beat, dict):  # when it beat last: its deadline less the hold
-                out.append(_readable(beat, name, float(deadline) - HEARTBEAT_HOLD_MS))
-    return out
+    # when each beat last: its deadline less the hold
+    return [_readable(beat, name, deadline - HEARTBEAT_HOLD_MS)
+            for name, beat, deadline in live_heartbeats(now_ms, entries, infos)]
 
 
 def _number(value: Any) -> float | None:
@@ -165,8 +153,7 @@ def read_snapshot(keys: Keyspace) -> Operation[FleetSnapshot]:
     rest = replies[len(counts):]
     running = {g: int(n) for g, n in zip(groups, rest, strict=False)}
     held, dead, failures, stats, entries, infos, crons, states = rest[len(groups):]
-    stats_items = stats.items() if isinstance(stats, dict) else pairs(stats)
     return FleetSnapshot(
         now_ms, figures, running, int(held), int(dead), int(failures),
-        {as_text(k): int(v) for k, v in stats_items}, _live(now_ms, entries, infos),
+        {as_text(k): int(v) for k, v in pairs(stats)}, _live(now_ms, entries, infos),
         int(crons), _paused(states), groups)

@@ -89,7 +89,7 @@ class StatusOperations:
                                f"{attempt})", listener=listener, since=since, attempt=attempt)
         found = yield from views.find_many(self.keys, [escaped])
         if found:
-            served = {g for _, beat in live_heartbeats(redis_ms(now), beats, infos)
+            served = {g for _, beat, _ in live_heartbeats(redis_ms(now), beats, infos)
                       for g in _groups(beat) if isinstance(g, str)}
             return _pending_status(timer_id, pending_of(found[0]), redis_ms(now), served)
         record = None if stored is None else stored.record
@@ -117,8 +117,7 @@ def _groups(beat: dict[str, Any]) -> list[Any]:
 
 def _running_of(runs: Any, escaped: str) -> tuple[str, int, int] | None:
     """(listener, due ms, attempt) of a run of the timer in ``HGETALL P|runrec``."""
-    items = runs.items() if isinstance(runs, dict) else pairs(runs)
-    for _, value in items:
+    for _, value in pairs(runs):
         text = as_text(value)
         head, _, entry = text.partition("|")
         due, _, rest = entry.partition("|")

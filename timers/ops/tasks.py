@@ -16,26 +16,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from timers.exceptions import MalformedTimerKey
 from timers.model.encoding import Record, as_text
 from timers.model.flow.names import TASK_KEY
 from timers.model.keys import DEFAULT_GROUP, Keyspace
 from timers.model.runs import Run
 from timers.ops.base import Call, Operation, pairs
 from timers.ops.fleet import decode_task_set
-from timers.ops.flow_views import Parked, parked_entries
+from timers.ops.flow_views import Parked, parked_entries, read_record
 from timers.ops.operations import listener_groups
-
-
-def _items(reply: Any) -> list[tuple[Any, Any]]:
-    return list(reply.items()) if isinstance(reply, dict) else pairs(reply)
-
-
-def _record(value: Any) -> Record | None:
-    try:
-        return None if value is None else Record.decode(as_text(value))
-    except MalformedTimerKey:
-        return None
 
 
 @dataclass(frozen=True)
@@ -71,7 +59,7 @@ def running_runs(keys: Keyspace) -> Operation[list[Running]]:
             run = Run.parse(token, text, "s")
         except ValueError:
             continue
-        out.append(Running(run, _record(run.record_text), group, lease))
+        out.append(Running(run, read_record(run.record_text), group, lease))
     return out
 
 
@@ -154,7 +142,7 @@ def _limits_met(task: str, parked: dict[str, Parked], records: list[Any], held_r
     waits: dict[tuple[str, str], int] = {}
     for p, value in zip(parked.values(), records, strict=True):
         kind = "key" if p.is_key else "rate"
-        record = _record(value)
+        record = read_record(value)
         if record is not None and record.task == task:
             named.setdefault((kind, p.name), set())
             if p.waiting:
@@ -163,7 +151,7 @@ def _limits_met(task: str, parked: dict[str, Parked], records: list[Any], held_r
         kind = "key" if p.is_key else "rate"
         if (kind, p.name) in named:
             named[(kind, p.name)].add((p.a, p.b) if kind == "rate" else (p.a, 0))
-    held = {as_text(t): as_text(v).split("|", 2) for t, v in _items(held_reply)}
+    held = {as_text(t): as_text(v).split("|", 2) for t, v in pairs(held_reply)}
     for token, parts in held.items():
         if len(parts) == 3 and parts[0].isdigit() and (
                 token in own_tokens or ("key", parts[2]) in named):

@@ -14,7 +14,6 @@ import redis
 import redis.asyncio
 
 from timers.model.encoding import Args
-from timers.ops.fleet import read_fleet
 from timers.ops.operations import Operation, Prepared, TimerSpec
 from timers.ops.replication import Replication
 from timers.producer.client import Producer, Timers
@@ -24,7 +23,6 @@ from timers.producer.task_check import tasks_of
 from timers.producer.transport import run_async
 from timers.store import connect
 from timers.store.connect import AsyncScriptConnection, async_client
-from timers.store.server_errors import out_of_memory, translate
 
 __all__ = ["AsyncTimers"]
 
@@ -64,10 +62,9 @@ class AsyncTimers(Producer[redis.asyncio.Redis | redis.asyncio.RedisCluster]):
                  max_connections: int | None
                  ) -> redis.asyncio.Redis | redis.asyncio.RedisCluster:
         self._loop = LoopBinding()
-        self._coalescer: Coalescer[Prepared] = Coalescer(
-            lambda batch: self.run(self.ops.write(batch)), lambda p: p.timer_id)
-        self._coalescers: dict[Replication, Coalescer[Prepared]] = {}
-        """Those of calls that wait for replicas, one per distinct ask."""
+        self._coalescers: dict[Replication | None, Coalescer[Prepared]] = {}
+        """One per distinct ask for replicas (None: the calls that wait for none)."""
+        self._coalescer = self._waiting(None)
         if isinstance(redis_, redis.asyncio.Redis | redis.asyncio.RedisCluster):
             return redis_
         return async_client(redis_, max_connections)
@@ -86,12 +83,9 @@ class AsyncTimers(Producer[redis.asyncio.Redis | redis.asyncio.RedisCluster]):
             while True:
                 try:
                     reply = await run_async(self.redis, self._scripts, request)
-                except redis.exceptions.OutOfMemoryError as exc:
-                    request = operation.throw(out_of_memory(exc))
-                    continue
                 except redis.exceptions.RedisError as exc:
-                    operation.close()
-                    raise translate(exc, self.redis) from exc
+                    request = self._failed(operation, exc)
+                    continue
                 request = operation.send(reply)
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
@@ -99,21 +93,15 @@ class AsyncTimers(Producer[redis.asyncio.Redis | redis.asyncio.RedisCluster]):
     async def _write(self, operation: Operation[T],
                      tasks: builtins.list[tuple[str, str]] | None = None) -> T:
         """[`Timers._write`][timers.producer.client.Timers._write], awaited."""
-        await self._checks(tasks)
+        await self._check(tasks)
         return await self.run(operation)
 
-    async def _checks(self, tasks: builtins.list[tuple[str, str]] | None) -> None:
-        """[`Timers._checks`][timers.producer.client.Timers._checks], awaited."""
-        check = self.first_write
-        if not check.clear:
-            if not check.checked:
-                await check.read_async(self.redis)
-            check.refuse()
-        todo = self.task_check.unchecked(tasks) if tasks else None
-        if todo:
-            self.task_check.judge(await self.run(read_fleet(self.keys)), todo)
+    async def _check(self, tasks: builtins.list[tuple[str, str]] | None) -> None:
+        """Make the reads of the checks before a write (`Producer._checks`)."""
+        for read in self._checks(tasks):
+            await (self.first_write.read_async(self.redis) if read is None else self.run(read))
 
-    def _waiting(self, wanted: Replication) -> Coalescer[Prepared]:
+    def _waiting(self, wanted: Replication | None) -> Coalescer[Prepared]:
         """The coalescer of the calls that ask for ``wanted``."""
         coalescer = self._coalescers.get(wanted)
         if coalescer is None:
@@ -144,7 +132,7 @@ class AsyncTimers(Producer[redis.asyncio.Redis | redis.asyncio.RedisCluster]):
         self._loop.claim()
         spec = TimerSpec(task, args, in_, at, id, max_lateness, group, key, priority)
         if not self.first_write.clear or self._unasked(spec):  # (else nothing to await)
-            await self._checks(tasks_of([spec], self.ops.group))
+            await self._check(tasks_of([spec], self.ops.group))
         wanted = self.replicas.for_call(replicas, replicas_timeout)
         coalescer = self._coalescer if wanted is None else self._waiting(wanted)
         return await coalescer.schedule(self.ops.prepare(spec))
@@ -178,7 +166,6 @@ class AsyncTimers(Producer[redis.asyncio.Redis | redis.asyncio.RedisCluster]):
         loop it belongs to ([`WrongEventLoop`][timers.exceptions.WrongEventLoop] from another)."""
         if self._owns_client:
             self._loop.claim()
-            await self._coalescer.drain()
             for coalescer in list(self._coalescers.values()):
                 await coalescer.drain()
             await self.redis.aclose()

@@ -13,7 +13,7 @@ hottest call, is written out on its own (its parameters kept these by
 from __future__ import annotations
 
 import builtins
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime, timedelta
 from typing import Any, Generic, TypeVar
 
@@ -23,7 +23,7 @@ from timers.model.cron import CatchUp, Recurrence, recurrence
 from timers.model.encoding import DEFAULT_MAX_ARGS_BYTES, Args
 from timers.model.flow.names import configured_group
 from timers.model.history import HistoryRecord, MinuteStats
-from timers.ops.fleet import read_fleet
+from timers.ops.base import Request
 from timers.ops.operations import (
     Failure,
     Operation,
@@ -106,6 +106,32 @@ class Producer(Generic[RedisClient]):
         """Whether no live listener was asked about ``spec``'s task (in its group) yet."""
         return (spec.task, spec.group or self.ops.group) not in self.task_check.checked
 
+    def _failed(self, operation: Operation[Any], exc: redis.exceptions.RedisError) -> Request:
+        """The next request of ``operation`` after its round trip failed with ``exc``: a
+        write Redis refused for want of memory is thrown into it as `ServerOutOfMemory`; any
+        other error closes it and is raised as a `TimersError` (see ``run``)."""
+        if isinstance(exc, redis.exceptions.OutOfMemoryError):
+            return operation.throw(out_of_memory(exc))
+        operation.close()
+        raise translate(exc, self.redis) from exc
+
+    def _checks(self, tasks: builtins.list[tuple[str, str]] | None
+                ) -> Iterator[Operation[None] | None]:
+        """The checks before a write, sans I/O: it yields their reads for its runner
+        (``_write``). The first time, the eviction policy and the prefix's data format, in one
+        round trip (None: `FirstWriteCheck.read_sync` or ``read_async``); then it refuses a
+        write they call to refuse (this and every later one). For the (task, group) pairs of
+        ``tasks`` not asked about yet, whether a live listener announces them (an operation:
+        one round trip; `timers.producer.task_check`)."""
+        check = self.first_write
+        if not check.clear:  # (the common case: one test)
+            if not check.checked:
+                yield None
+            check.refuse()
+        todo = self.task_check.unchecked(tasks) if tasks else None
+        if todo:
+            yield self.task_check.ask(self.keys, todo)
+
 
 class Timers(Producer[redis.Redis | redis.RedisCluster]):
     """Schedule, change and inspect timers over a sync redis-py client.
@@ -159,37 +185,22 @@ class Timers(Producer[redis.Redis | redis.RedisCluster]):
             while True:
                 try:
                     reply = run_sync(self.redis, self._scripts, request)
-                except redis.exceptions.OutOfMemoryError as exc:
-                    request = operation.throw(out_of_memory(exc))
-                    continue
                 except redis.exceptions.RedisError as exc:
-                    operation.close()
-                    raise translate(exc, self.redis) from exc
+                    request = self._failed(operation, exc)
+                    continue
                 request = operation.send(reply)
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
 
     def _write(self, operation: Operation[T],
                tasks: builtins.list[tuple[str, str]] | None = None) -> T:
-        """Run an operation that writes, after the checks of the first write and of
-        ``tasks`` (`_checks`)."""
-        self._checks(tasks)
+        """Run an operation that writes, after its checks and those of ``tasks`` (`_checks`)."""
+        for read in self._checks(tasks):
+            if read is None:
+                self.first_write.read_sync(self.redis)
+            else:
+                self.run(read)
         return self.run(operation)
-
-    def _checks(self, tasks: builtins.list[tuple[str, str]] | None) -> None:
-        """Before a write: the first time, read the eviction policy (warn once, or raise if
-        strict) and the prefix's data format (raise if newer than this release knows), in
-        one round trip, and raise again before every later write that must be refused; for
-        the (task, group) pairs of ``tasks`` not asked about yet, whether a live listener
-        announces them (one round trip; `timers.producer.task_check`)."""
-        check = self.first_write
-        if not check.clear:  # (the common case: one test)
-            if not check.checked:
-                check.read_sync(self.redis)
-            check.refuse()
-        todo = self.task_check.unchecked(tasks) if tasks else None
-        if todo:
-            self.task_check.judge(self.run(read_fleet(self.keys)), todo)
 
     def schedule(
         self,

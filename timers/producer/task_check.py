@@ -21,8 +21,9 @@ from typing import Any
 from timers.exceptions import InvalidTimer
 from timers.model.encoding import check_task
 from timers.model.flow.names import DEFAULT_GROUP, check_group
-from timers.ops.fleet import FleetView
-from timers.ops.operations import TimerSpec
+from timers.model.keys import Keyspace
+from timers.ops.fleet import FleetView, read_fleet
+from timers.ops.operations import Operation, TimerSpec
 
 log = logging.getLogger("timers.producer")
 
@@ -52,6 +53,11 @@ class TaskCheck:
     def unchecked(self, pairs: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
         """Those of ``pairs`` not checked yet (none: no round trip is needed)."""
         return list(dict.fromkeys(p for p in pairs if p not in self.checked))
+
+    def ask(self, keys: Keyspace, pairs: list[tuple[str, str]]) -> Operation[None]:
+        """Read the live listeners of ``keys``' prefix (one round trip) and :meth:`judge`
+        ``pairs`` by them."""
+        self.judge((yield from read_fleet(keys)), pairs)
 
     def judge(self, fleet: FleetView, pairs: Iterable[tuple[str, str]]) -> None:
         """Warn once (or, strict, raise :class:`InvalidTimer`) for each pair no live

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import redis.asyncio.cluster
@@ -35,14 +36,8 @@ def run_sync(client: Any, scripts: Mapping[ScriptName, Any], request: Request) -
     """Send ``request`` and return one reply per call."""
     replies = _send_sync(client, scripts, request)
     if len(request) > 1 and _declaring(scripts, request):
-        for _ in range(MAX_CALLS):
-            again = _asked(client, request, replies)
-            if again is None:
-                break
-            request, indexes, sub = again
-            replies = _merged(request, replies, indexes, _send_sync(client, scripts, sub))
-        else:
-            _raise_if_asking(request, replies)
+        for again, merge in _resends(client, request, replies):
+            merge(_send_sync(client, scripts, again))
     return replies
 
 
@@ -52,20 +47,28 @@ async def run_async(
     """:func:`run_sync` on an asyncio client."""
     replies = await _send_async(client, scripts, request)
     if len(request) > 1 and _declaring(scripts, request):
-        for _ in range(MAX_CALLS):
-            again = _asked(client, request, replies)
-            if again is None:
-                break
-            request, indexes, sub = again
-            replies = _merged(request, replies, indexes,
-                              await _send_async(client, scripts, sub))
-        else:
-            _raise_if_asking(request, replies)
+        for again, merge in _resends(client, request, replies):
+            merge(await _send_async(client, scripts, again))
     return replies
 
 
 def _declaring(scripts: Mapping[ScriptName, Any], request: Request) -> bool:
     return any(isinstance(scripts[c.script], Declaring) for c in request if c.script)
+
+
+def _resends(client: Any, request: Request, replies: list[Any]
+             ) -> Iterator[tuple[Request, Callable[[list[Any]], None]]]:
+    """Sans I/O, what :func:`run_sync` and :func:`run_async` send again while script calls
+    of ``request`` ask for keys in ``replies`` (see the module docstring): each request,
+    with what takes its replies into ``replies``. Raises when some still ask after
+    :data:`~timers.store.declare.MAX_CALLS` sends."""
+    for _ in range(MAX_CALLS):
+        again = _asked(client, request, replies)
+        if again is None:
+            return
+        request, indexes, sub = again
+        yield sub, functools.partial(_merge, request, replies, indexes)
+    _raise_if_asking(request, replies)
 
 
 def _asked(client: Any, request: Request,
@@ -86,16 +89,14 @@ def _asked(client: Any, request: Request,
     return request, indexes, [request[i] for i in indexes] + [c for c in request if c.after]
 
 
-def _merged(request: Request, replies: list[Any], indexes: list[int],
-            again: list[Any]) -> list[Any]:
-    """``replies`` with those of the calls sent again, and of the ``after`` calls."""
-    merged = list(replies)
+def _merge(request: Request, replies: list[Any], indexes: list[int],
+           again: list[Any]) -> None:
+    """Take into ``replies`` those of the calls sent again, and of the ``after`` calls."""
     for i, reply in zip(indexes, again, strict=False):
-        merged[i] = reply
+        replies[i] = reply
     after = [i for i, call in enumerate(request) if call.after]
     for i, reply in zip(after, again[len(indexes):], strict=True):
-        merged[i] = reply
-    return merged
+        replies[i] = reply
 
 
 def _raise_if_asking(request: Request, replies: list[Any]) -> None:
@@ -127,9 +128,7 @@ def _cluster_pipeline(client: Any, scripts: Mapping[ScriptName, Any],
     since has an empty script cache), when the whole request runs once more (every call
     timers pipelines is safe to repeat: schedules by id replace, reads read)."""
     for attempt in (1, 2):
-        for call in request:
-            if call.script is not None:
-                _loaded(client, scripts[call.script], reload=attempt == 2)
+        _load(client, scripts, request, reload=attempt == 2)
         pipe = client.pipeline(transaction=any(c.atomic for c in request))
         for call in request:
             _queue(pipe, scripts, call)
@@ -144,11 +143,25 @@ def _cluster_pipeline(client: Any, scripts: Mapping[ScriptName, Any],
 _LOADED: weakref.WeakKeyDictionary[Any, set[str]] = weakref.WeakKeyDictionary()
 
 
-def _loaded(client: Any, script: Any, reload: bool) -> None:
+def _load(client: Any, scripts: Mapping[ScriptName, Any], request: Request,
+          reload: bool) -> None:
+    """Load the scripts ``request`` calls on ``client``: once per client, or (``reload``)
+    again."""
     shas = _LOADED.setdefault(client, set())
-    if reload or script.sha not in shas:
-        client.script_load(script.script)
-        shas.add(script.sha)
+    for script in (scripts[c.script] for c in request if c.script is not None):
+        if reload or script.sha not in shas:
+            client.script_load(script.script)
+            shas.add(script.sha)
+
+
+async def _load_async(client: Any, scripts: Mapping[ScriptName, Any], request: Request,
+                      reload: bool) -> None:
+    """:func:`_load` on an asyncio client."""
+    shas = _LOADED.setdefault(client, set())
+    for script in (scripts[c.script] for c in request if c.script is not None):
+        if reload or script.sha not in shas:
+            await client.script_load(script.script)
+            shas.add(script.sha)
 
 
 async def _send_async(
@@ -160,12 +173,8 @@ async def _send_async(
         return [await scripts[script](keys=call.keys, args=call.args)]
     if request and request[-1].after:
         return await _waiting_async(client, scripts, request)
-    if is_cluster(client):
-        for call in request:  # as _cluster_pipeline, loading each script once per client
-            if call.script is not None and scripts[call.script].sha not in _LOADED.get(
-                    client, ()):
-                await client.script_load(scripts[call.script].script)
-                _LOADED.setdefault(client, set()).add(scripts[call.script].sha)
+    if is_cluster(client):  # as _cluster_pipeline, loading each script once per client
+        await _load_async(client, scripts, request, reload=False)
     pipe = client.pipeline(transaction=any(c.atomic for c in request))
     for call in request:
         _queue(pipe, scripts, call)
@@ -250,9 +259,7 @@ def _waiting_sync(client: Any, scripts: Mapping[ScriptName, Any],
         target = client
         if is_cluster(client):
             target = client.get_redis_connection(client.get_node_from_key(_first_key(request)))
-        for call in request:
-            if call.script is not None:
-                _loaded(target, scripts[call.script], reload=attempt == 2)
+        _load(target, scripts, request, reload=attempt == 2)
         pipe = target.pipeline(transaction=False)
         for command in commands:
             pipe.execute_command(*command)
@@ -287,11 +294,7 @@ async def _waiting_async(client: Any, scripts: Mapping[ScriptName, Any],
             if is_cluster(client):
                 raw = await _on_cluster_node(client, scripts, request, commands, attempt == 2)
             else:
-                for call in request:
-                    if call.script is not None and (attempt == 2 or scripts[call.script].sha
-                                                    not in _LOADED.get(client, ())):
-                        await client.script_load(scripts[call.script].script)
-                        _LOADED.setdefault(client, set()).add(scripts[call.script].sha)
+                await _load_async(client, scripts, request, reload=attempt == 2)
                 pipe = client.pipeline(transaction=False)
                 for command in commands:
                     pipe.execute_command(*command)
