@@ -396,6 +396,21 @@ class Revalidated:
         return self.held
 
 
+def execute_fenced(run: Run, quarantine: Any, fence: Revalidated) -> Executed:
+    """``run`` through an executor of its own with this quarantine and fence."""
+    async def scenario() -> Executed:
+        runner = Runner(1)
+        try:
+            executor = Executor(resolve, runner, quarantine, NoRecurrences(),
+                                tracker_on_redis_clock(), NoSleep(), flow=None, name="",
+                                turns=Turns(), fence=fence, peers=None,
+                                stopping=asyncio.Event())
+            return await executor.execute(run)
+        finally:
+            runner.shutdown()
+
+    return asyncio.run(scenario())
+
 @pytest.mark.parametrize("held", [False, True])
 def test_a_rerun_whose_child_found_its_lease_stale_is_revalidated_before_it_starts(
         held: bool) -> None:
@@ -405,20 +420,8 @@ def test_a_rerun_whose_child_found_its_lease_stale_is_revalidated_before_it_star
     new child runs it. Before, the child ran it whatever the lease."""
     record = Record("mod.add", [1, 2], {Option.KEY: "k"}).encode()
     quarantine, fence = StaleChild(), Revalidated(held)
-
-    async def scenario() -> Any:
-        runner = Runner(1)
-        try:
-            executor = Executor(resolve, runner, quarantine, NoRecurrences(),
-                                tracker_on_redis_clock(), NoSleep(), flow=None, name="",
-                                turns=Turns(), fence=fence, peers=None,
-                                stopping=asyncio.Event())
-            return await executor.execute(Run("1", "7", record, round(REDIS_NOW_MS), 1,
-                                              "recovered"))
-        finally:
-            runner.shutdown()
-
-    done = asyncio.run(scenario())
+    done = execute_fenced(Run("1", "7", record, round(REDIS_NOW_MS), 1, "recovered"),
+                          quarantine, fence)
     assert fence.asked == 1
     if held:
         assert quarantine.children == 2
@@ -450,20 +453,8 @@ def test_a_run_whose_thread_found_its_lease_stale_runs_once_if_still_held_else_n
     is the other listener's now)."""
     record = Record("mod.add", [1, 2], {}).encode()
     fence = StaleInThread(held)
-
-    async def scenario() -> Any:
-        runner = Runner(1)
-        try:
-            executor = Executor(resolve, runner, NoQuarantine(), NoRecurrences(),
-                                tracker_on_redis_clock(), NoSleep(), flow=None, name="",
-                                turns=Turns(), fence=fence, peers=None,
-                                stopping=asyncio.Event())
-            return await executor.execute(Run("1", "7", record, round(REDIS_NOW_MS), 0,
-                                              "sweep"))
-        finally:
-            runner.shutdown()
-
-    done = asyncio.run(scenario())
+    done = execute_fenced(Run("1", "7", record, round(REDIS_NOW_MS), 0, "sweep"),
+                          NoQuarantine(), fence)
     assert fence.asked == 1
     if held:
         assert mod.CALLS == [("add", (1, 2))]
