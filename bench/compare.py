@@ -839,8 +839,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if logged:
         text += ("\nRedis's time per operation by script and command (one more round, every "
                  "command logged by SLOWLOG: execution time without I/O, so below the CPU "
-                 "figures above), and for each side the whole life of a timer (the "
-                 "schedule's and the fire's Redis CPU above):\n\n")
+                 "figures above; a fires run's log holds its setup too, the N timers "
+                 "scheduled before the clock starts), and for each side the whole life "
+                 "of a timer (the schedule's and the fire's Redis CPU above):\n\n")
         text += "\n".join(f"- {n}" for n in script_notes(logged) + life_notes(runs)) + "\n"
     print("\n" + text, flush=True)
     if not opts.no_write:
