@@ -17,6 +17,8 @@ from timers.model.wire import ClaimSource, FailureRecord, Option, kept_options
 
 MAX_MESSAGE = 2000
 _WAITED_MARK = f";{Option.WAITED_FROM}="
+_ATTEMPTS_MARK = f";{Option.ATTEMPTS}="
+_TIMER_ID = "_timer_id"
 _ATTEMPTS, _ORIGINAL_DUE = Option.ATTEMPTS, Option.ORIGINAL_DUE
 _LABELS = {source.value: source.label for source in ClaimSource}
 """A claim reply's source tag -> the run's :attr:`Run.source` (an unknown tag: a sweep)."""
@@ -89,10 +91,21 @@ class Run:
 
     @property
     def timer_id(self) -> str:
+        """The timer's id (read twice per run: worked out once, kept on the run as its plan
+        is)."""
+        kept = self.__dict__
+        timer_id: str
         try:
-            return unescape_id(self.escaped_id)
+            timer_id = kept[_TIMER_ID]
+            return timer_id
+        except KeyError:
+            pass
+        try:
+            timer_id = unescape_id(self.escaped_id)
         except MalformedTimerKey:
-            return self.escaped_id
+            timer_id = self.escaped_id
+        kept[_TIMER_ID] = timer_id
+        return timer_id
 
     def record(self) -> Record:
         """The decoded record; :class:`MalformedTimerKey` if it was stored broken."""
@@ -102,6 +115,8 @@ class Run:
     def previous_attempts(self) -> int:
         """Failed attempts before this run, from the record's options (``;a=N``): the
         listener asks for it on every run."""
+        if _ATTEMPTS_MARK not in self.record_text:  # most runs: a first attempt
+            return 0
         value = record_option(self.record_text, _ATTEMPTS)
         return int(value) if value and value.isascii() and value.isdigit() else 0
 
