@@ -103,11 +103,8 @@ async def _listen(url: str, n: int, ready: Path, out: Path, profile: Path | None
 
     async def measure() -> None:
         await listener.subscribed.wait()
-        try:  # as `timers listen` does once the app is imported (trees that have it)
-            from timers.listener.tuning.collector import tune
-        except ImportError:
-            pass
-        else:
+        tune = _collector_tune()  # as `timers listen` does once the app is imported
+        if tune is not None:  # (trees that have it)
             tune()
         if _state["sink"] is None and os.environ.get(SINK_ENV):  # connect outside the clock
             await apush(-1, 0, PAYLOAD)
@@ -146,6 +143,19 @@ async def _listen(url: str, n: int, ready: Path, out: Path, profile: Path | None
         client = _state["sink"]
         if client is not None:
             await client.aclose()
+
+
+def _collector_tune() -> Any:
+    """The tree's ``tune`` of the garbage collector (``timers.listener.tuning.collector``;
+    ``timers.listener.collector`` before 2026-11-30), or None in a tree without one."""
+    import importlib
+
+    for name in ("timers.listener.tuning.collector", "timers.listener.collector"):
+        try:
+            return importlib.import_module(name).tune
+        except (ImportError, AttributeError):
+            continue
+    return None
 
 
 def _write(path: Path, text: str) -> None:

@@ -284,11 +284,8 @@ async def _listen(url: str, ready: Path, max_seconds: float) -> None:
 
     async def mark_ready() -> None:
         await listener.subscribed.wait()
-        try:  # as `timers listen` does once the app is imported (trees that do)
-            from timers.listener.tuning.collector import tune
-        except ImportError:
-            pass
-        else:
+        tune = _collector_tune()  # as `timers listen` does once the app is imported
+        if tune is not None:  # (trees that do)
             tune()
         _write(ready, str(os.getpid()))
 
@@ -309,6 +306,19 @@ async def _listen(url: str, ready: Path, max_seconds: float) -> None:
         client = _sink.pop("async", None)
         if client is not None:
             await client.aclose()
+
+
+def _collector_tune() -> Any:
+    """The tree's ``tune`` of the garbage collector (``timers.listener.tuning.collector``;
+    ``timers.listener.collector`` before 2026-11-30), or None in a tree without one."""
+    import importlib
+
+    for name in ("timers.listener.tuning.collector", "timers.listener.collector"):
+        try:
+            return importlib.import_module(name).tune
+        except (ImportError, AttributeError):
+            continue
+    return None
 
 
 def run_listener(main: Any) -> None:
