@@ -146,13 +146,19 @@ async def _listen(url: str, n: int, ready: Path, out: Path, profile: Path | None
 
 
 def _collector_tune() -> Any:
-    """The tree's ``tune`` of the garbage collector (``timers.listener.tuning.collector``;
-    ``timers.listener.collector`` before 2026-11-30), or None in a tree without one."""
+    """The tree's ``tune`` of the garbage collector, or None in a tree without one."""
+    return _tree_function(("timers.listener.tuning.collector", "timers.listener.collector"),
+                          "tune")
+
+
+def _tree_function(modules: tuple[str, ...], name: str) -> Any:
+    """Function ``name`` of the first of ``modules`` the tree has (the listener's modules
+    moved into folders on 2026-11-30: an earlier commit has the second), or None."""
     import importlib
 
-    for name in ("timers.listener.tuning.collector", "timers.listener.collector"):
+    for module in modules:
         try:
-            return importlib.import_module(name).tune
+            return getattr(importlib.import_module(module), name)
         except (ImportError, AttributeError):
             continue
     return None
@@ -178,9 +184,9 @@ def _callgrind_control(option: str, folder: str = "") -> int:
 
 
 def _run_loop(main: Any) -> None:
-    try:
-        from timers.listener.tuning.event_loop import run
-    except ImportError:
+    run = _tree_function(("timers.listener.tuning.event_loop", "timers.listener.event_loop"),
+                         "run")
+    if run is None:
         asyncio.run(main)
     else:
         run(main)
