@@ -284,11 +284,8 @@ async def _listen(url: str, ready: Path, max_seconds: float) -> None:
 
     async def mark_ready() -> None:
         await listener.subscribed.wait()
-        try:  # as `timers listen` does once the app is imported (trees that do)
-            from timers.listener.tuning.collector import tune
-        except ImportError:
-            pass
-        else:
+        tune = _collector_tune()  # as `timers listen` does once the app is imported
+        if tune is not None:  # (trees that do)
             tune()
         _write(ready, str(os.getpid()))
 
@@ -311,12 +308,31 @@ async def _listen(url: str, ready: Path, max_seconds: float) -> None:
             await client.aclose()
 
 
+def _collector_tune() -> Any:
+    """The tree's ``tune`` of the garbage collector, or None in a tree without one."""
+    return _tree_function(("timers.listener.tuning.collector", "timers.listener.collector"),
+                          "tune")
+
+
+def _tree_function(modules: tuple[str, ...], name: str) -> Any:
+    """Function ``name`` of the first of ``modules`` the tree has (the listener's modules
+    moved into folders on 2026-11-30: an earlier commit has the second), or None."""
+    import importlib
+
+    for module in modules:
+        try:
+            return getattr(importlib.import_module(module), name)
+        except (ImportError, AttributeError):
+            continue
+    return None
+
+
 def run_listener(main: Any) -> None:
     """Run the listener on the event loop ``timers listen`` picks by default (uvloop when
     installed, ``$TIMERS_LOOP`` to choose), or on asyncio's in a tree without the choice."""
-    try:
-        from timers.listener.tuning.event_loop import run
-    except ImportError:
+    run = _tree_function(("timers.listener.tuning.event_loop", "timers.listener.event_loop"),
+                         "run")
+    if run is None:
         asyncio.run(main)
     else:
         run(main)

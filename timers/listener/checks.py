@@ -4,6 +4,9 @@ its flow limits, its fence.
 Each check is a small object the executor asks in turn (:data:`Check`): None lets the run
 go on to the next; an :class:`~timers.model.runs.Outcome` ends it there, unstarted (moved
 to its group, missed, held back by its key or rate, taken over by another listener). A
+check answers at once when it can (its group, its lateness, a fresh fence, a run without
+limits): only one that must ask Redis (the flow gate, a fence after a stall) gives an
+awaitable, which the executor awaits for the answer. A
 new rule a run must pass before its call is one more check in the executor's list, not a
 branch in its code. What runs around the call (a recurrence's steps) and how it is called
 (in a thread, on the loop, in a quarantine child) stay in the executor.
@@ -12,8 +15,8 @@ branch in its code. What runs around the call (a recurrence's steps) and how it 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
-from typing import Any, Protocol
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol, TypeAlias
 
 from timers.listener.flow.gate import FREE, Admission
 from timers.listener.quarantine.parent import is_suspect
@@ -45,10 +48,16 @@ class Start:
         """The flow gate's word (:class:`FlowCheck`): by when a rate let it go start."""
 
 
-class Check(Protocol):
-    """One check of :mod:`timers.listener.checks`: None, go on; an outcome, stop there."""
+Answer: TypeAlias = "Outcome | Awaitable[Outcome | None] | None"
+"""A check's answer: None, go on; an outcome, stop there; an awaitable, its answer once
+Redis is asked."""
 
-    async def __call__(self, start: Start) -> Outcome | None:
+
+class Check(Protocol):
+    """One check of :mod:`timers.listener.checks`: None, go on; an outcome, stop there;
+    an awaitable for either (:data:`Answer`)."""
+
+    def __call__(self, start: Start) -> Answer:
         ...
 
 
@@ -56,7 +65,7 @@ class GroupCheck:
     """A task that declares another group than its timer's: the timer moves there (or,
     moved as often as it may, waits: the releases disagree)."""
 
-    async def __call__(self, start: Start) -> Outcome | None:
+    def __call__(self, start: Start) -> Outcome | None:
         declared = start.policy.group
         record = start.record
         if declared is None or group_of(record) == declared:
@@ -71,7 +80,9 @@ class LatenessCheck:
     """A run started later after its due time than its max lateness allows is not run
     (the timer's own limit beats the task's)."""
 
-    async def __call__(self, start: Start) -> Outcome | None:
+    def __call__(self, start: Start) -> Outcome | None:
+        if start.policy.max_lateness is None and _MAX_LATENESS not in start.record.options:
+            return None  # most runs: no limit to miss
         missed = missed_by(start.record, start.policy, start.started_ms - start.run.waited_from_ms)
         return None if missed is None else Outcome("missed", "Missed", missed)
 
@@ -90,9 +101,12 @@ class FlowCheck:
     def __init__(self, flow: Admitter) -> None:
         self.flow = flow
 
-    async def __call__(self, start: Start) -> Outcome | None:
+    def __call__(self, start: Start) -> Answer:
         if not start.limited or is_suspect(start.run.reruns):
             return None
+        return self._admitted(start)
+
+    async def _admitted(self, start: Start) -> Outcome | None:
         start.gated = gated = await self.flow.admit(start.run, start.record, start.policy)
         return gated.held
 
@@ -116,10 +130,10 @@ class FenceCheck:
     def __init__(self, fence: Fencer) -> None:
         self.fence = fence
 
-    async def __call__(self, start: Start) -> Outcome | None:
+    def __call__(self, start: Start) -> Answer:
         if self.fence.fresh(start.run.token):
             return None
-        return await self.revalidated(start.run)
+        return self.revalidated(start.run)
 
     async def revalidated(self, run: Run) -> Outcome | None:
         """None when ``run`` may start, its lease asked of Redis; else :data:`TAKEN`."""

@@ -77,6 +77,9 @@ class Caller(Protocol):
     def let_follower_go(self, turn: Turn) -> None:
         ...
 
+    def on_loop(self, fn: Callable[..., Any]) -> bool:
+        ...
+
 
 class Isolator(Protocol):
     """Runs a suspect run in a child process (:class:`timers.listener.quarantine.parent.
@@ -222,11 +225,14 @@ class Executor:
                 self.tracker.redis_time_ms(),
                 options=attempt.record.options if attempt.record else None)
             ending = Ending.of(run, EndingKind.FAIL, failure_id=failure_id, failure=failure)
-        group = group_of(attempt.record) if attempt.record is not None else DEFAULT_GROUP
-        report = Fired(run.timer_id, attempt.task, run.waited_from_ms, attempt.started_ms,
+        record = attempt.record  # (read once: the report's fields come from it)
+        if record is not None:
+            task, group, trace = record.task, group_of(record), record.options.get(_TRACE)
+        else:
+            task, group, trace = None, DEFAULT_GROUP, None
+        report = Fired(run.timer_id, task, run.waited_from_ms, attempt.started_ms,
                        attempt.ended_ms or self.tracker.redis_now_ms(), run.source, run.attempt,
-                       outcome, group, attempt.record.options.get(Option.TRACE)
-                       if attempt.record is not None else None)
+                       outcome, group, trace)
         return Executed(ending, report, facts(run, ending, report, attempt.policy),
                         attempt.limited)
 
@@ -293,7 +299,10 @@ class Executor:
             outcome = skip
             if outcome is None:
                 for check in self.checks:
-                    if (outcome := await check(start)) is not None:
+                    # (a check answers at once unless it asks Redis: no coroutine per check)
+                    if (said := check(start)) is not None and (
+                            outcome := said if isinstance(said, Outcome) else await said
+                    ) is not None:
                         break
                 else:
                     outcome = await self._call(start, attempt, after, fence, recurring)
@@ -317,8 +326,10 @@ class Executor:
         start_by = start.gated.start_by
         if own is not None and start_by is not None:
             own.solo = True  # it may not start: nothing follows in its thread
-        # a recurrence's run has a step after it: its ending is journaled then
-        note = self.note(run) if self.note is not None and not recurring else None
+        # a recurrence's run has a step after it: its ending is journaled then; a coroutine's
+        # as the loop queues it (the note is a thread's, written as its function returns)
+        note = (self.note(run) if self.note is not None and not recurring
+                and not self.runner.on_loop(fn) else None)
         outcome = await self.runner.call(fn, record.args, policy.timeout, own, after,
                                          fence, start.limited, note, start_by)
         if outcome.kind == "stale":  # the thread found the lease not fresh
@@ -430,7 +441,7 @@ _UNSTARTED = frozenset({"late", "held", "revoked", "taken", "passed"})
 # Members read once: reading one off its enum class costs many times a dict lookup, and
 # the run path reads several per fire
 # (figures: bench/FINDINGS.md, "A run's Python in the listener").
-_RECURRENCE, _KEY = Option.RECURRENCE, Option.KEY
+_RECURRENCE, _KEY, _TRACE = Option.RECURRENCE, Option.KEY, Option.TRACE
 
 
 def _released(run: Run) -> Ending:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Literal, NamedTuple, TypeVar
 
 from timers.exceptions import MalformedTimerKey
@@ -17,6 +18,7 @@ from timers.model.wire import ClaimSource, FailureRecord, Option, kept_options
 
 MAX_MESSAGE = 2000
 _WAITED_MARK = f";{Option.WAITED_FROM}="
+_ATTEMPTS_MARK = f";{Option.ATTEMPTS}="
 _ATTEMPTS, _ORIGINAL_DUE = Option.ATTEMPTS, Option.ORIGINAL_DUE
 _LABELS = {source.value: source.label for source in ClaimSource}
 """A claim reply's source tag -> the run's :attr:`Run.source` (an unknown tag: a sweep)."""
@@ -87,8 +89,9 @@ class Run:
             planned = kept[_PLAN] = plan()
         return planned
 
-    @property
+    @cached_property
     def timer_id(self) -> str:
+        """The timer's id (read twice per run: worked out once, kept on the run)."""
         try:
             return unescape_id(self.escaped_id)
         except MalformedTimerKey:
@@ -102,6 +105,8 @@ class Run:
     def previous_attempts(self) -> int:
         """Failed attempts before this run, from the record's options (``;a=N``): the
         listener asks for it on every run."""
+        if _ATTEMPTS_MARK not in self.record_text:  # most runs: a first attempt
+            return 0
         value = record_option(self.record_text, _ATTEMPTS)
         return int(value) if value and value.isascii() and value.isdigit() else 0
 

@@ -105,6 +105,19 @@ class Runner:
         count of the running ones is kept per run)."""
         return [key for key in list(self._on_loop_as.values()) if key is not None]
 
+    def on_loop(self, fn: Callable[..., Any]) -> bool:
+        """Whether ``fn`` is called on the event loop (an ``async def``), not in a thread."""
+        try:
+            return self._on_loop_as[fn] is not None
+        except KeyError:
+            return self._learn(fn) is not None
+
+    def _learn(self, fn: Callable[..., Any]) -> tuple[CodeType, str] | None:
+        loop_key = self._on_loop_as[fn] = (
+            (getattr(fn, "__code__", None) or _NO_CODE, task_name(fn))
+            if inspect.iscoroutinefunction(fn) else None)
+        return loop_key
+
     @property
     def stuck(self) -> int:
         """Threads still running a function past its timeout: each holds a task slot."""
@@ -140,9 +153,7 @@ class Runner:
         try:
             loop_key = self._on_loop_as[fn]
         except KeyError:
-            loop_key = self._on_loop_as[fn] = (
-                (getattr(fn, "__code__", None) or _NO_CODE, task_name(fn))
-                if inspect.iscoroutinefunction(fn) else None)
+            loop_key = self._learn(fn)
         is_async = loop_key is not None
         if after is not None:
             await (after.ended if is_async else after.started).wait()

@@ -246,12 +246,16 @@ class EventSource:
             del self.pending[escaped]
         return ids
 
+    def passed_over(self, channel: Any) -> bool:
+        """Whether a message on ``channel`` is not read: an expired key while the sweep is
+        taking due timers in due order already (a burst), or while another listener sweeps
+        this shard first: it names one of them, or none, and reading it would only slow
+        the sweep."""
+        tracker = self.tracker
+        return bool(tracker.backlogged or tracker.defer_ms) and channel == self.channels.expired
+
     def handle(self, message: Mapping[str, Any]) -> None:
-        if ((self.tracker.backlogged or self.tracker.defer_ms)
-                and message.get("channel") == self.channels.expired):
-            # the sweep is taking due timers in due order already (a burst), or another
-            # listener sweeps this shard first: an expired key names one of them, or
-            # none, and reading it would only slow the sweep
+        if self.passed_over(message.get("channel")):
             return
         event = classify(message, self.channels, self.resolve)
         if isinstance(event, Wake):
@@ -299,6 +303,10 @@ class EventSource:
         # stop flag, within PUBSUB_POLL seconds
         checked = 0.0
         read = 0
+        # the node holding the shard is looked up per message on a cluster only (elsewhere
+        # there is none: a look-up per event for nothing)
+        alone = self.hub is None  # (no other lane's source shares the subscription)
+        every_message = alone and is_cluster(self.redis)
         while not self.stopping.is_set():
             read += 1
             if read % YIELD_EVERY == 0:
@@ -306,7 +314,8 @@ class EventSource:
                 # keys (a burst coming due) would hold the event loop, and the claims',
                 # gates' and runs' replies wait behind it
                 await asyncio.sleep(0)
-            if self.hub is None or time.monotonic() - checked > GROUP_CHECK:
+            if every_message or (self.hub is not None
+                                 and time.monotonic() - checked > GROUP_CHECK):
                 checked = time.monotonic()
                 holder = self.holder()
                 if holder is not None and where is not None and holder != where:
@@ -322,6 +331,8 @@ class EventSource:
             if reply is NO_REPLY:
                 message = await pubsub.get_message(timeout=PUBSUB_POLL)
             elif type(reply) is list and len(reply) == 3 and reply[0] == b"message":
+                if alone and self.passed_over(reply[1]):
+                    continue  # (as handle would: no message made for it)
                 message = {"type": "message", "pattern": None, "channel": reply[1],
                            "data": reply[2]}
             else:
