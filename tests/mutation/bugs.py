@@ -231,6 +231,11 @@ BUGS: tuple[Bug, ...] = (
         "    if due or due < floor then floor = due end\n",
         "rule 5: a later timer moving in raises the floor past an earlier one, so a keyed "
         "timer waiting in the shard is claimed ahead of it"),
+    Bug("rerun-loses-group", LUA + "claim.lua",
+        "      local record = string.match(rest, '^[^|]*|[^:]*:(.*)$') or ''\n",
+        "      local record = string.match(rest, '^[^|]*|[^:]*:(.*)$') and ''\n",
+        "T5/groups: a lapsed run's rerun is held in the default group's running set, so a "
+        "listener of another group takes it over when it lapses again"),
     Bug("thread-unfenced", LISTENER + "calling/thread_pool.py",
         "            stale = job.fence is not None and not job.fence()",
         "            stale = False",

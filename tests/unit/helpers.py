@@ -60,14 +60,16 @@ def claim(
     event_ids: tuple[str, ...] = (),
     horizon_ms: int = 0,
     listener: str = "host:1:abc",
+    groups: tuple[str, ...] = ("default",),
 ) -> ClaimReply:
     """Call the claim script as a listener does and parse its reply.
 
-    ``horizon_ms`` 0 claims only timers already due on the Redis clock.
+    ``horizon_ms`` 0 claims only timers already due on the Redis clock; ``groups``: those
+    the listener serves.
     """
     reply = run(scripts, ScriptCalls(keys).claim(
         limit=limit, lease_ms=lease_ms, horizon_ms=horizon_ms, listener_id=listener,
-        event_ids=event_ids))
+        event_ids=event_ids, groups=groups))
     items = reply[3:]
     claimed = [
         Claimed(as_text(items[i]), as_text(items[i + 1]),

@@ -268,6 +268,25 @@ def test_lapsed_lease_is_reclaimed_under_a_new_token(
     assert counters(fake, ks)["reruns"] == 2
 
 
+def test_a_lapsed_run_of_a_group_is_rerun_in_its_group_however_often_it_lapses(
+    producer: Timers, scripts: dict[str, Any], ks: Keyspace, fake: fakeredis.FakeRedis
+) -> None:
+    """A rerun is held in the running set of its timer's group, so only that group's
+    listeners take it over when it lapses again; a listener of another group never
+    runs it."""
+    producer.schedule("a.b", [1], at=PAST, id="t", group="video")
+    video = ks.running_of("video")
+    (first,) = claim(scripts, ks, groups=("video",)).claimed
+    for reruns in (1, 2):
+        fake.zadd(video, {first.token: 0}, xx=True)  # its listener died
+        assert claim(scripts, ks).claimed == []  # a default listener: not its group
+        (rerun,) = claim(scripts, ks, groups=("video",)).claimed
+        assert (rerun.source, rerun.reruns) == ("r", reruns)
+        assert fake.zscore(video, rerun.token) is not None
+        assert fake.zscore(ks.running, rerun.token) is None
+        first = rerun
+
+
 def test_lease_of_one_ms_lapses_on_its_own(
     producer: Timers, scripts: dict[str, Any], ks: Keyspace, fake: fakeredis.FakeRedis
 ) -> None:
