@@ -145,23 +145,22 @@ async def _listen(url: str, n: int, ready: Path, out: Path, profile: Path | None
             await client.aclose()
 
 
+def _side_script() -> Any:
+    """``bench/side.py``, loaded from its path: both run as scripts in a tree's interpreter
+    (so neither imports the ``bench`` package, which would be that tree's), and it knows
+    where a tree keeps the listener's GC tuning and event loop."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_side_script", HERE.parent / "side.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def _collector_tune() -> Any:
     """The tree's ``tune`` of the garbage collector, or None in a tree without one."""
-    return _tree_function(("timers.listener.tuning.collector", "timers.listener.collector"),
-                          "tune")
-
-
-def _tree_function(modules: tuple[str, ...], name: str) -> Any:
-    """Function ``name`` of the first of ``modules`` the tree has (the listener's modules
-    moved into folders on 2026-11-30: an earlier commit has the second), or None."""
-    import importlib
-
-    for module in modules:
-        try:
-            return getattr(importlib.import_module(module), name)
-        except (ImportError, AttributeError):
-            continue
-    return None
+    return _side_script()._collector_tune()
 
 
 def _write(path: Path, text: str) -> None:
@@ -184,12 +183,7 @@ def _callgrind_control(option: str, folder: str = "") -> int:
 
 
 def _run_loop(main: Any) -> None:
-    run = _tree_function(("timers.listener.tuning.event_loop", "timers.listener.event_loop"),
-                         "run")
-    if run is None:
-        asyncio.run(main)
-    else:
-        run(main)
+    _side_script().run_listener(main)
 
 
 # -- the producer (one per run, in the tree's interpreter) ----------------------------------
