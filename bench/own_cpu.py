@@ -233,12 +233,7 @@ def side(url: str, task: str, n: int, profile: Path | None) -> dict[str, Any]:
             time.sleep(0.05)
             got = json.loads(out.read_text())
         finally:
-            child.send_signal(signal.SIGTERM)
-            try:
-                child.wait(20)
-            except subprocess.TimeoutExpired:
-                child.kill()
-                child.wait()
+            _side_script().stop_child(child)
     r.close()
     per = 1e6 / max(got["n"], 1)
     return {**got, "margin_ms": margin_ms, "cpu_us": got["cpu_s"] * per,

@@ -338,6 +338,16 @@ def run_listener(main: Any) -> None:
         run(main)
 
 
+def stop_child(child: subprocess.Popen[Any]) -> None:
+    """Stop a listener process: SIGTERM (it drains), SIGKILL after 20 s."""
+    child.send_signal(signal.SIGTERM)
+    try:
+        child.wait(20)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.wait()
+
+
 def fire(url: str, sink_url: str, task: str, n: int, timeout: float) -> dict[str, float]:
     from timers import Timers, TimerSpec
 
@@ -375,12 +385,7 @@ def fire(url: str, sink_url: str, task: str, n: int, timeout: float) -> dict[str
             cpu = proc_cpu_s(child.pid) - cpu0
             server_cpu = _server_cpu(r) - server_cpu0
         finally:
-            child.send_signal(signal.SIGTERM)
-            try:
-                child.wait(20)
-            except subprocess.TimeoutExpired:
-                child.kill()
-                child.wait()
+            stop_child(child)
     starts = [float(line.split(",")[2]) for line in sink.lrange(SINK_LIST, 0, -1)]
     sink.close()
     r.close()
