@@ -7,6 +7,8 @@
 // last line of stdout, as side.py does. Scenarios, each bounded in count and time:
 //   single  queue.add() one after another for SECONDS, delay an hour, 100-byte data;
 //   bulk    one queue.addBulk() of N jobs, delay an hour;
+//   batches addBulk() calls of B jobs (BATCH, the sixth argument) one after another, until
+//           N jobs or SECONDS (the jobs built before the clock starts), as side.py's batches;
 //   async   100 add() calls in flight (100 loops awaiting add) for SECONDS;
 //   fire    N jobs due at one instant (addBulk with their delay), one Worker process
 //           (concurrency 50, a child of this one) whose async processor RPUSHes
@@ -73,6 +75,28 @@ async function bulk(url, n) {
   const cpu = cpuUs() - c0;
   await queue.close();
   return { rate: n / wall, n, client_cpu_us: cpu / n };
+}
+
+async function batches(url, n, batch, seconds) {
+  const queue = new Queue(QUEUE, { connection: connection(url) });
+  const jobsOf = (count) => Array.from({ length: count }, (_, i) => (
+    { name: "noop", data: { user_id: i, text: "x".repeat(88 - String(i).length) },
+      opts: { delay: HOUR_MS } }));
+  await queue.addBulk(jobsOf(Math.min(batch, 100)));
+  const calls = Array.from({ length: Math.max(Math.floor(n / batch), 1) }, () => jobsOf(batch));
+  let done = 0;
+  const c0 = cpuUs();
+  const start = performance.now();
+  const end = start + seconds * 1000;
+  for (const jobs of calls) {
+    await queue.addBulk(jobs);
+    done += batch;
+    if (performance.now() > end) break;
+  }
+  const wall = (performance.now() - start) / 1000;
+  const cpu = cpuUs() - c0;
+  await queue.close();
+  return { rate: done / wall, n: done, client_cpu_us: cpu / done };
 }
 
 async function inFlight(url, seconds, maxN, width = 100) {
@@ -202,13 +226,14 @@ function scripts() {
 }
 
 async function main() {
-  const [scenario, url, sinkUrl, nText, secondsText] = process.argv.slice(2);
+  const [scenario, url, sinkUrl, nText, secondsText, batchText] = process.argv.slice(2);
   const n = Number(nText || 20000);
   const seconds = Number(secondsText || 3);
   let out;
   if (scenario === "work") return work(url, sinkUrl, seconds);
   if (scenario === "single") out = await single(url, seconds, n * 10);
   else if (scenario === "bulk") out = await bulk(url, n);
+  else if (scenario === "batches") out = await batches(url, n, Number(batchText), seconds);
   else if (scenario === "async") out = await inFlight(url, seconds, n * 100);
   else if (scenario === "fire") out = await fire(url, sinkUrl, n, 10 + n / 500);
   else if (scenario === "alone") out = await alone(sinkUrl, n);

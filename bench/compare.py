@@ -111,7 +111,7 @@ FIGURES = (
     Figure("bulk", "  producer CPU per timer, us", "client_cpu_us", False, False),
     Figure("bulk", "  Redis CPU per timer, us", "server_cpu_us", False, False),
     *(f for b in BATCHES for f in (
-        Figure(f"many{b}", f"schedule_many of {b:,} a call, timers/s", "rate"),
+        Figure(f"many{b}", f"schedule_many (BullMQ addBulk) of {b:,} a call, timers/s", "rate"),
         Figure(f"many{b}", "  producer CPU per timer, us", "client_cpu_us", False, False),
         Figure(f"many{b}", "  Redis CPU per timer, us", "server_cpu_us", False, False))),
     *(f for b in BATCHES for f in (
@@ -324,6 +324,8 @@ def bullmq_side(folder: Path, url: str, sink: str, n: int, seconds: float) -> Si
     return Side("bullmq", ["node", str(BENCH / "bullmq_side.cjs")], folder, env, {
         "single": ["single", url, "", str(n), str(seconds)],
         "bulk": ["bulk", url, "", str(n), str(seconds)],
+        **{f"many{b}": ["batches", url, "", str(max(n, b)), str(seconds), str(b)]
+           for b in BATCHES},
         "async": ["async", url, "", str(n), str(seconds)],
         "fire_async": ["fire", url, sink, str(n), str(seconds)],
     })
