@@ -70,9 +70,10 @@ IOREDIS_ALONE = "ioredis alone"
 """BullMQ's processor's RPUSH with nothing of BullMQ around it (the floor of its worker)."""
 FLOORS = {WORKING_TREE: REDIS_PY_ALONE, "bullmq": IOREDIS_ALONE}
 """Whose floor each side's fires stand on: a Python listener's task is redis-py's call."""
-BARE = "redis.asyncio alone"
-"""The floor under ``AsyncTimers.schedule``: the same script call by a plain ``redis.asyncio``
-client, as many in flight."""
+BARE = "script call alone"
+"""The floor under ``AsyncTimers.schedule`` and ``schedule()``: the same script call by a
+plain ``redis.asyncio`` client, as many in flight, or a plain ``redis.Redis`` client, one
+after another."""
 INSIDE = "in scripts: "
 """Names a command a script ran (its time is part of the script's) in a ``--by-script``
 breakdown."""
@@ -332,13 +333,15 @@ def bullmq_side(folder: Path, url: str, sink: str, n: int, seconds: float) -> Si
 
 
 def bare_side(python: str, url: str, n: int, seconds: float) -> Side:
-    """The floor under ``AsyncTimers.schedule``: the same script call (prepared by the
-    working tree) sent by a plain ``redis.asyncio`` client, as many in flight."""
+    """The floor under ``AsyncTimers.schedule`` and ``schedule()``: the same script call
+    (prepared by the working tree) sent by a plain ``redis.asyncio`` client, as many in
+    flight, and by a plain ``redis.Redis`` client one after another."""
     base = ["bare", "--url", url, "--n", str(n), "--seconds", str(seconds)]
     return Side(BARE, [python, "-P", str(BENCH / "side.py")], REPO,
                 {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
                 | {"PYTHONPATH": str(REPO)},
-                {"async": [*base, "--in-flight", "100"],
+                {"single": [*base, "--in-flight", "0"],
+                 "async": [*base, "--in-flight", "100"],
                  **{f"async{k}": [*base, "--in-flight", str(k)] for k in IN_FLIGHT}})
 
 
@@ -696,8 +699,9 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--against", metavar="REV", help="an earlier commit (any git revision)")
     p.add_argument("--peers", action="store_true", help="Huey, Celery and (with node) BullMQ")
     p.add_argument("--bare", action="store_true",
-                   help="also the floor under AsyncTimers.schedule: the same script call by "
-                        "a plain redis.asyncio client (in the async scenarios)")
+                   help="also the floor under schedule() and AsyncTimers.schedule: the same "
+                        "script call by a plain redis-py client (in the single and async "
+                        "scenarios)")
     p.add_argument("--history-off", action="store_true",
                    help="also the working tree with its listener keeping no run history "
                         "and no series (the cost of both, same sitting)")

@@ -17,7 +17,9 @@ Scenarios (each bounded in count and time):
   (each call's latency taken: p50 and p99);
 - ``bare``: the floor under ``async``: a plain ``redis.asyncio`` client sending the same
   script call (FCALL or EVALSHA, the keys and arguments timers builds, prepared before the
-  clock by the working tree's code) ``--in-flight`` at once for ``--seconds``;
+  clock by the working tree's code) ``--in-flight`` at once for ``--seconds``; with
+  ``--in-flight 0``, the floor under ``single``: a plain ``redis.Redis`` client sending
+  them one after another;
 - ``fire``: ``--n`` timers due at one instant, one listener process (``listen``, a child of
   this one) with ``--task push`` (a plain function) or ``apush`` (``async def``): each run
   RPUSHes ``seq,due_ms,start_ms`` to a second server (``--sink``). Fires/s is
@@ -189,24 +191,63 @@ async def _async(url: str, seconds: float, in_flight: int, max_n: int) -> dict[s
     return _latency_figures(done, wall, cpu, latencies)
 
 
+def _prepared(t: Any, max_n: int) -> list[tuple[Any, ...]]:
+    """``max_n`` script calls as ``schedule("noop", ARGS, in_=HOUR)`` sends them, built by
+    ``t`` (a ``Timers`` or ``AsyncTimers`` that has scheduled once, so its script is
+    loaded): ``FCALL`` or ``EVALSHA`` with the keys and arguments timers builds."""
+    from timers import TimerSpec
+    from timers.store.lua_library import Function
+
+    commands = []
+    for _ in range(max_n):
+        ops: Any = getattr(t.ops, "_single", None) or t.ops
+        call = ops._schedule_call([ops.prepare(TimerSpec("noop", ARGS, in_=HOUR))])
+        script = t._scripts[call.script]
+        head = (("FCALL", script.name) if isinstance(script, Function)
+                else ("EVALSHA", script.sha))
+        commands.append((*head, len(call.keys), *call.keys, *call.args))
+    return commands
+
+
+def bare_single(url: str, seconds: float, max_n: int) -> dict[str, float]:
+    """The floor under :func:`single`: the same script call by a plain ``redis.Redis``
+    client, one after another (the working tree's code builds the calls, before the clock)."""
+    import redis
+
+    from timers import Timers
+
+    with Timers(url, prefix=PREFIX) as t:
+        t.schedule("noop", ARGS, in_=HOUR)
+        commands = _prepared(t, max_n)
+    r = redis.Redis.from_url(url)
+    for command in commands[:50]:
+        r.execute_command(*command)
+    done, latencies = 0, []
+    c0, start = cpu_s(), time.perf_counter()
+    end = start + seconds
+    clock = time.perf_counter
+    for command in commands[50:]:
+        sent = clock()
+        if sent >= end:
+            break
+        r.execute_command(*command)
+        latencies.append(clock() - sent)
+        done += 1
+    wall, cpu = time.perf_counter() - start, cpu_s() - c0
+    r.close()
+    return _latency_figures(done, wall, cpu, latencies)
+
+
 async def _bare(url: str, seconds: float, in_flight: int, max_n: int) -> dict[str, float]:
     """The floor under :func:`_async`: the same script call by a plain ``redis.asyncio``
     client (the working tree's code builds the calls, before the clock)."""
     import redis.asyncio
 
-    from timers import AsyncTimers, TimerSpec
-    from timers.store.lua_library import Function
+    from timers import AsyncTimers
 
     async with AsyncTimers(url, prefix=PREFIX) as t:
         await t.schedule("noop", ARGS, in_=HOUR)  # the script (or library) loaded
-        commands = []
-        for _ in range(max_n):
-            ops: Any = getattr(t.ops, "_single", None) or t.ops
-            call = ops._schedule_call([ops.prepare(TimerSpec("noop", ARGS, in_=HOUR))])
-            script = t._scripts[call.script]
-            head = (("FCALL", script.name) if isinstance(script, Function)
-                    else ("EVALSHA", script.sha))
-            commands.append((*head, len(call.keys), *call.keys, *call.args))
+        commands = _prepared(t, max_n)
     r = redis.asyncio.Redis.from_url(url)
     for command in commands[:in_flight * 20]:
         await r.execute_command(*command)  # type: ignore[no-untyped-call]
@@ -494,6 +535,8 @@ def main(argv: list[str] | None = None) -> None:
         out = bulk(opts.url, opts.n)
     elif opts.scenario == "async":
         out = asyncio.run(_async(opts.url, opts.seconds, opts.in_flight, opts.n * 100))
+    elif opts.scenario == "bare" and opts.in_flight == 0:
+        out = bare_single(opts.url, opts.seconds, min(opts.n * 5, 100_000))
     elif opts.scenario == "bare":
         out = asyncio.run(_bare(opts.url, opts.seconds, opts.in_flight,
                                 min(opts.n * 2, 40_000)))
