@@ -81,8 +81,6 @@ class LatenessCheck:
     (the timer's own limit beats the task's)."""
 
     def __call__(self, start: Start) -> Outcome | None:
-        if start.policy.max_lateness is None and _MAX_LATENESS not in start.record.options:
-            return None  # most runs: no limit to miss
         missed = missed_by(start.record, start.policy, start.started_ms - start.run.waited_from_ms)
         return None if missed is None else Outcome("missed", "Missed", missed)
 

@@ -114,21 +114,6 @@ def is_task_path(task: str) -> bool:
     return len(task) <= MAX_TASK_LENGTH and _TASK_RE.fullmatch(task) is not None
 
 
-_TASK_PATHS: set[str] = set()
-"""Task paths :meth:`Record.decode` found well formed (a listener decodes a record per run,
-of a few tasks): each is matched once."""
-_MAX_TASK_PATHS = 10_000
-
-
-def _known_task_path(task: str) -> bool:
-    """Whether ``task`` is a task path; one that is is kept in :data:`_TASK_PATHS`."""
-    if not is_task_path(task):
-        return False
-    if len(_TASK_PATHS) < _MAX_TASK_PATHS:
-        _TASK_PATHS.add(task)
-    return True
-
-
 def check_task(task: object) -> str:
     """Validate a dotted task path such as ``reminders.sms`` and return it."""
     if not isinstance(task, str):
@@ -227,7 +212,7 @@ class Record:
         if not sep:
             raise MalformedTimerKey(f"record has no ':' between task and args: {text[:80]!r}")
         task, *opts = head.split(";")
-        if task not in _TASK_PATHS and not _known_task_path(task):
+        if not is_task_path(task):
             raise MalformedTimerKey(f"not a task path: {task[:80]!r}")
         options: dict[str, str] = {}
         for opt in opts:

@@ -105,7 +105,7 @@ class Run:
     def previous_attempts(self) -> int:
         """Failed attempts before this run, from the record's options (``;a=N``): the
         listener asks for it on every run."""
-        if _ATTEMPTS_MARK not in self.record_text:  # most runs: a first attempt
+        if _ATTEMPTS_MARK not in self.record_text:  # most runs (bench/FINDINGS.md, "A run's option markers")
             return 0
         value = record_option(self.record_text, _ATTEMPTS)
         return int(value) if value and value.isascii() and value.isdigit() else 0
@@ -124,7 +124,7 @@ class Run:
     def waited_from_ms(self) -> int:
         """The due time its lateness counts from: the one it had before a concurrency key
         or a rate limit held it back (``;w=ms``), else this run's."""
-        if _WAITED_MARK not in self.record_text:  # most runs: no need to read the options
+        if _WAITED_MARK not in self.record_text:  # as above
             return self.due_ms
         value = record_option(self.record_text, Option.WAITED_FROM)
         return int(value) if value and value.isascii() and value.isdigit() else self.due_ms
