@@ -105,7 +105,8 @@ class Run:
     def previous_attempts(self) -> int:
         """Failed attempts before this run, from the record's options (``;a=N``): the
         listener asks for it on every run."""
-        if _ATTEMPTS_MARK not in self.record_text:  # most runs (bench/FINDINGS.md, "A run's option markers")
+        # most runs have no options (figures: bench/FINDINGS.md, "A run's option markers")
+        if _ATTEMPTS_MARK not in self.record_text:
             return 0
         value = record_option(self.record_text, _ATTEMPTS)
         return int(value) if value and value.isascii() and value.isdigit() else 0
