@@ -1,8 +1,9 @@
 """``timers --version``, ``timers schedule --help``, ``timers schedule``, every command's
 help and ``timers get`` in a fresh interpreter: what each loads. The listener's machinery
 stays out of all of them, the first two load no command module but their own, no help
-loads the operations or the client, and ``timers get`` loads neither ``timers move``'s
-operations nor the log formats nor another command (start-up time is measured, not
+loads the operations or the client, ``timers get`` loads neither ``timers move``'s
+operations nor the log formats nor another command, and neither it nor ``timers schedule``
+loads task policies, the dashboard's snapshot or Sentinel (start-up time is measured, not
 asserted: see docs/guides/command-line.md)."""
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ def test_schedule_loads_no_listener(redis_url: str, timers_client: Timers) -> No
     assert not any(m.startswith("pydantic") for m in version | help_ | schedule)  # (typer's
     # conversion of values: timers.cli.coerce converts them, 0.1 s of CPU less)
     assert "timers.producer.client" in schedule
+    assert not [m for m in schedule if m.startswith(NOT_FOR_PRODUCERS)], schedule
     assert timers_client.get("startup-probe") is not None
 
 
@@ -65,10 +67,16 @@ NOT_FOR_HELP = ("timers.ops.", "timers.producer.", "timers.listener", "timers.mo
 it runs), the listener, the history and cron models, the log formats, rich (``timers top``
 draws with it)."""
 
+NOT_FOR_PRODUCERS = ("timers.model.policy", "timers.model.flow.rates", "timers.ops.snapshot",
+                     "timers.store.sentinel")
+"""What no producer command loads on one shard over a plain URL: task policies and rate
+limits (a sharded prefix's placement reads them), the dashboard's snapshot, Sentinel."""
+
 NOT_FOR_GET = ("timers.listener", "timers.ops.moves", "timers.logs", "timers.cli.produce",
-               "rich")
+               "timers.ops.fleet", "rich", *NOT_FOR_PRODUCERS)
 """What ``timers get`` does not load: the listener, moves, the log formats, other
-commands."""
+commands, the fleet's tasks (read by a retry and a first schedule), nor
+:data:`NOT_FOR_PRODUCERS`."""
 
 
 def loaded(runs: list[list[str]]) -> dict[str, tuple[int, list[str]]]:

@@ -19,7 +19,6 @@ from timers import AsyncTimers, Timers, TimerSpec
 from timers.exceptions import InvalidTimer
 from timers.model.keys import Keyspace
 from timers.ops import fleet
-from timers.producer import task_check
 
 KS = Keyspace()
 ANNOUNCED = ["reminders.sms", "reminders.email", "orders.expire_unpaid"]
@@ -40,12 +39,13 @@ def announce(fake: fakeredis.FakeRedis, tasks: list[str], groups: list[str] | No
 def reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """How many times a client read the listeners' announced tasks."""
     counted: list[int] = []
+    read_fleet = fleet.read_fleet
 
     def counting(keys: Keyspace) -> Any:
         counted.append(1)
-        return fleet.read_fleet(keys)
+        return read_fleet(keys)
 
-    monkeypatch.setattr(task_check, "read_fleet", counting)
+    monkeypatch.setattr(fleet, "read_fleet", counting)  # (task_check imports it when it asks)
     return counted
 
 

@@ -6,6 +6,13 @@ from __future__ import annotations
 
 from urllib.parse import SplitResult, parse_qs, unquote
 
+SENTINEL_SCHEMES = ("redis+sentinel", "rediss+sentinel")
+
+
+def is_sentinel_url(url: object) -> bool:
+    """Whether ``url`` is a ``redis+sentinel://`` (or ``rediss+sentinel://``) URL."""
+    return isinstance(url, str) and url.split("://", 1)[0].lower() in SENTINEL_SCHEMES
+
 
 def host_ports(parts: SplitResult, url: str, what: str,
                default_port: int | None = None) -> list[tuple[str, int]]:

@@ -19,7 +19,6 @@ from timers.model.encoding import as_text, check_id, escape_id
 from timers.model.keys import DEFAULT_GROUP, Keyspace
 from timers.model.wire import FailureRecord, Option
 from timers.ops.base import Call, Operation, ms_to_datetime, pairs
-from timers.ops.fleet import FleetView, read_fleet
 from timers.store.script_calls import ScriptCalls
 
 FAILURE_PAGE = 500
@@ -155,6 +154,8 @@ class FailureOperations:
         listener is live, every one is retried (one started later may run it).
         Records written while this runs (a retried timer failing anew included) are left
         for the next call, so this always ends."""
+        from timers.ops.fleet import FleetView, read_fleet  # (retries alone read the fleet)
+
         fleet = (yield from read_fleet(self.keys)) if runnable_only else FleetView()
         (now,) = yield [Call(command=("TIME",))]
         until = int(now[0]) * 1000 + int(now[1]) // 1000

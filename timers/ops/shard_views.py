@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from timers.ops.flow_views import GroupCounts
 from timers.ops.operations import Stats
-from timers.ops.snapshot import FleetSnapshot, QueueFigures
+
+if TYPE_CHECKING:  # (the dashboard's and top's reads: loaded by merge_snapshots)
+    from timers.ops.snapshot import FleetSnapshot
 
 
 def _summed(dicts: Sequence[dict[str, int]]) -> dict[str, int]:
@@ -48,6 +50,8 @@ def unique_listeners(parts: Sequence[list[dict[str, Any]]]) -> list[dict[str, An
 
 def merge_snapshots(parts: Sequence[FleetSnapshot]) -> FleetSnapshot:
     """The snapshots of every shard as one (the Redis clock of the latest read)."""
+    from timers.ops.snapshot import FleetSnapshot, QueueFigures
+
     queues: dict[tuple[str, int], list[int]] = defaultdict(lambda: [0, 0, 0, 0])
     for part in parts:
         for q in part.queues:

@@ -20,7 +20,6 @@ from timers.model.encoding import DEFAULT_MAX_ARGS_BYTES, Record, escape_id
 from timers.model.flow.names import DEFAULT_GROUP
 from timers.model.history import HistoryRecord, MinuteSlot, MinuteStats, TimerState
 from timers.model.keys import Keyspace, configured_prefix
-from timers.model.policy import registered_policy
 from timers.model.run_record import record_head, record_option
 from timers.model.wire import Option
 from timers.ops.base import Call, Operation, Request
@@ -88,6 +87,8 @@ def declared_limit(record: str) -> str | None:
     rate's name, else its key (:meth:`TaskPolicy.limit_name`); None otherwise, for a task
     of another group than the timer's (it moves to its group first), or when the key
     function fails (the listener reports it)."""
+    from timers.model.policy import registered_policy  # (only a sharded prefix asks)
+
     task, options = record_head(record)
     policy = registered_policy(task)
     if policy is None or not policy.flow_limited:

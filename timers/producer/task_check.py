@@ -16,14 +16,16 @@ from __future__ import annotations
 import difflib
 import logging
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from timers.exceptions import InvalidTimer
 from timers.model.encoding import check_task
 from timers.model.flow.names import DEFAULT_GROUP, check_group
 from timers.model.keys import Keyspace
-from timers.ops.fleet import FleetView, read_fleet
 from timers.ops.operations import Operation, TimerSpec
+
+if TYPE_CHECKING:  # (read by the first schedule: a command that only reads loads none of it)
+    from timers.ops.fleet import FleetView
 
 log = logging.getLogger("timers.producer")
 
@@ -57,6 +59,8 @@ class TaskCheck:
     def ask(self, keys: Keyspace, pairs: list[tuple[str, str]]) -> Operation[None]:
         """Read the live listeners of ``keys``' prefix (one round trip) and :meth:`judge`
         ``pairs`` by them."""
+        from timers.ops.fleet import read_fleet
+
         self.judge((yield from read_fleet(keys)), pairs)
 
     def judge(self, fleet: FleetView, pairs: Iterable[tuple[str, str]]) -> None:

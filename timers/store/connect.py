@@ -25,7 +25,8 @@ from redis.driver_info import DriverInfo
 
 from timers import speed
 from timers.exceptions import TimersError
-from timers.store import cluster, sentinel
+from timers.model.url_parts import is_sentinel_url
+from timers.store import cluster
 
 DEFAULT_URL = "redis://localhost:6379/0"
 URL_ENV = "TIMERS_REDIS_URL"
@@ -127,6 +128,8 @@ def _checked_url(url: str | None) -> str:
 def _sentinel_settings(url: str, max_connections: int | None, retry: Any) -> dict[str, Any]:
     """A Sentinel-watched primary's pool settings (redis-py's Sentinel pool does not block
     when full: a call beyond ``max_connections`` fails at once)."""
+    from timers.store import sentinel
+
     size = max_connections or sentinel.SentinelURL.parse(url).max_connections()
     _check_max_connections(size, "max_connections")
     return {**URL_CLIENT_TIMEOUTS, "retry": retry,
@@ -142,7 +145,9 @@ def sync_client(url: str | None, max_connections: int | None = None) -> redis.Re
     url = configured_url(url)
     if cluster.is_cluster_url(url):
         return cluster.sync_cluster(url, **URL_CLIENT_TIMEOUTS)  # type: ignore[return-value]
-    if sentinel.is_sentinel_url(url):
+    if is_sentinel_url(url):
+        from timers.store import sentinel
+
         return sentinel.sync_primary(url, **_sentinel_settings(
             url, max_connections, _reconnect(redis.retry.Retry)))
     return redis.Redis.from_pool(redis.BlockingConnectionPool.from_url(
@@ -157,7 +162,9 @@ def async_client(url: str | None, max_connections: int | None = None) -> redis.a
     url = configured_url(url)
     if cluster.is_cluster_url(url):
         return cluster.async_cluster(url, **URL_CLIENT_TIMEOUTS)  # type: ignore[return-value]
-    if sentinel.is_sentinel_url(url):
+    if is_sentinel_url(url):
+        from timers.store import sentinel
+
         return sentinel.async_primary(url, **_sentinel_settings(
             url, max_connections, _reconnect(redis.asyncio.retry.Retry)))
     return redis.asyncio.Redis.from_pool(redis.asyncio.BlockingConnectionPool.from_url(

@@ -27,9 +27,11 @@ import redis.backoff
 import redis.retry
 import redis.sentinel
 
-from timers.model.url_parts import credentials, host_ports, known_options
+# (is_sentinel_url lives in timers.model.url_parts: timers.store.connect tells a Sentinel URL
+# there without loading this module)
+from timers.model.url_parts import SENTINEL_SCHEMES, credentials, host_ports, known_options
+from timers.model.url_parts import is_sentinel_url as is_sentinel_url
 
-SCHEMES = ("redis+sentinel", "rediss+sentinel")
 DEFAULT_SENTINEL_PORT = 26379
 OPTIONS = ("sentinel_username", "sentinel_password", "socket_timeout",
            "socket_connect_timeout", "max_connections")
@@ -37,11 +39,6 @@ _SyncSentinel: Any = redis.sentinel.Sentinel  # redis-py's sentinel module has n
 _AsyncSentinel: Any = redis.asyncio.sentinel.Sentinel
 SENTINEL_TIMEOUT = 2.0
 """Seconds a sentinel has to answer "who is the primary" before the next one is asked."""
-
-
-def is_sentinel_url(url: object) -> bool:
-    """Whether ``url`` is a ``redis+sentinel://`` (or ``rediss+sentinel://``) URL."""
-    return isinstance(url, str) and url.split("://", 1)[0].lower() in SCHEMES
 
 
 @dataclass(frozen=True)
@@ -60,7 +57,7 @@ class SentinelURL:
     def parse(cls, url: str) -> SentinelURL:
         """Read ``url``; a :class:`ValueError` of one line names what is wrong."""
         parts = urlsplit(url)
-        if parts.scheme.lower() not in SCHEMES:
+        if parts.scheme.lower() not in SENTINEL_SCHEMES:
             raise ValueError(f"not a Sentinel URL (redis+sentinel://…): {url!r}")
         sentinels = tuple(host_ports(parts, url, "sentinel", DEFAULT_SENTINEL_PORT))
         path = [p for p in parts.path.split("/") if p]

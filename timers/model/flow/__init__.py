@@ -10,7 +10,20 @@ how fast (rate limits) and in what order (priority).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from timers.model.flow.names import DEFAULT_GROUP, GROUP_ENV
-from timers.model.flow.rates import Rate
+
+if TYPE_CHECKING:
+    from timers.model.flow.rates import Rate
 
 __all__ = ["DEFAULT_GROUP", "GROUP_ENV", "Rate"]
+
+
+def __getattr__(name: str) -> Any:
+    """``Rate`` on first use: a producer that reads group names loads no rate limits."""
+    if name == "Rate":
+        from timers.model.flow.rates import Rate
+
+        return Rate
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
