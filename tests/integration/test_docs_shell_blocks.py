@@ -12,11 +12,11 @@ import os
 import re
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
+from tests.conftest import poll
 from tests.docs_blocks import Block, blocks_of
 from tests.integration.helpers import TIMERS_COMMAND
 from tests.unit.conftest import ROOT
@@ -109,10 +109,9 @@ def test_the_five_minute_path(redis_url: str, tmp_path: Path) -> None:
         listener = subprocess.Popen(["bash", "-e", "-c", step5], cwd=here, env=env_for(redis_url),
                                     stdout=stdout, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 30  # the timer is due 10 s after it was scheduled
-        while "hello ada" not in out.read_text() and time.monotonic() < deadline:
-            assert listener.poll() is None, listener.communicate()[1]
-            time.sleep(0.05)
+        # the timer is due 10 s after it was scheduled; the listener must live till then
+        poll(lambda: "hello ada" in out.read_text() or listener.poll() is not None, 30)
+        assert listener.poll() is None, listener.communicate()[1]
         assert out.read_text() == "hello ada\n"
     finally:
         listener.send_signal(signal.SIGINT)  # Ctrl-C

@@ -712,8 +712,8 @@ def test_a_rate_run_past_its_start_window_is_handed_back_with_its_run_next_in_li
 
 
 def _busy_until(moment: float) -> None:
-    while time.monotonic() <= moment:
-        time.sleep(0.001)
+    """A task that holds its thread until ``moment`` (``time.monotonic``)."""
+    time.sleep(max(0.0, moment - time.monotonic()) + 0.001)
 
 
 async def _noted(value: int) -> None:
