@@ -4,9 +4,9 @@ Every listener serves every shard, with no leader: a :class:`Lane` has the shard
 claims and due-driven sweep, event subscription (on the node that holds the shard, since
 a cluster's ``expired`` events are node-local), wake channel, endings, leases, near keys
 and heartbeat, and runs the timers it claims. The lanes of a listener share a
-:class:`Shared`: one runner (``--concurrency`` counts the runs of every lane), the tasks,
-the stop and abort flags, the tally and the recycler. With one shard the listener has one
-lane.
+:class:`~timers.listener.shared.Shared`: one runner (``--concurrency`` counts the runs of
+every lane), the tasks, the stop and abort flags, the tally and the recycler. With one
+shard the listener has one lane.
 
 A lane's way out (:meth:`Lane.serve`'s end): its running tasks get ``shutdown_timeout``
 seconds, the rest are handed back, and its loops end after the endings already on their
@@ -19,24 +19,17 @@ import asyncio
 import contextlib
 import json
 import logging
-import os
-import socket
-import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-import redis.asyncio
-
 from timers.exceptions import MalformedTimerKey
-from timers.listener.calling.loader import TaskLoader
-from timers.listener.calling.runner import Runner
 from timers.listener.cron_hook import RecurrenceHook
 from timers.listener.endings.adoption import DeadJournal
-from timers.listener.endings.history import HistoryPolicy, HistoryTrimmer
+from timers.listener.endings.history import HistoryTrimmer
 from timers.listener.endings.journal import Journal
 from timers.listener.endings.writer import Ending, EndingWriter
 from timers.listener.executor import Executor
-from timers.listener.finding.claimer import Claimer, ClaimerHooks, CpuGauge
+from timers.listener.finding.claimer import Claimer, ClaimerHooks
 from timers.listener.finding.due_tracker import DueTracker
 from timers.listener.finding.events import Channels, EventHub, EventSource, Rejected
 from timers.listener.finding.near_keys import keep_near_keys
@@ -45,26 +38,18 @@ from timers.listener.flow.handoff import Handoff
 from timers.listener.flow.parker import Parker
 from timers.listener.flow.placer import Placer
 from timers.listener.flow.turns import Turns
-from timers.listener.health import spans
-from timers.listener.health.peers import Peers
-from timers.listener.health.tally import RunTally
 from timers.listener.leases import Fence, HeldRuns, LeaseKeeper, renewal_timeout, sync_twin
 from timers.listener.quarantine.crashes import listener_name
 from timers.listener.quarantine.parent import Quarantine
 from timers.listener.retrying import RETRYABLE, Outage, beat_until
-from timers.listener.supervision.recycling import RecycleLimits, Recycler, report_fd
-from timers.listener.tuning.precise import PreciseSleeper
-from timers.model.clock import Clock
+from timers.listener.shared import Shared
 from timers.model.encoding import as_text, unescape_id
 from timers.model.keys import Keyspace
 from timers.model.runs import Fired, Run, rejected_entry
 from timers.model.wire import HEARTBEAT_INTERVAL, HEARTBEAT_MISSES, ClaimSource, EndingKind
 from timers.ops.fleet import encode_task_set
 from timers.ops.shards import ShardLayout
-from timers.store.listener_client import ReservedConnection
-from timers.store.lua_library import AsyncFunction
 from timers.store.permissions import explain
-from timers.store.script_manifest import ScriptName
 from timers.store.scripts import Scripts
 
 log = logging.getLogger("timers.listener")
@@ -82,161 +67,6 @@ HAND_BACK_GRACE_MS = 1000
 its timer comes due again then, so the key never runs two at once (``finish.lua``)."""
 
 
-class Shared:
-    """What the lanes of one listener share, and what spans them: the listener's free
-    slots, a freed slot, stop and abort. The listener makes it and its lanes."""
-
-    def __init__(self, client: redis.asyncio.Redis, db: int, listener_id: str,
-                 groups: Sequence[str], *, concurrency: int, lease: float,
-                 shutdown_timeout: float, failure_retention: float, clock: Clock,
-                 max_sleep: float, loader: TaskLoader, peers: Peers,
-                 observer: Callable[[Fired], None] | None,
-                 recycle: RecycleLimits | None, history: HistoryPolicy,
-                 rate_start_window: float | None, owns_client: bool = False) -> None:
-        self.redis, self.db, self.id, self.groups = client, db, listener_id, groups
-        self.rate_start_window = rate_start_window
-        """A rate's runs start within this of their gate call, or give their slot back
-        (:data:`timers.listener.flow.gate.START_WINDOW_S`); None: however late."""
-        self.owns_client = owns_client
-        """The listener made the client (from a URL): its hot script calls may each keep a
-        connection of it aside (:meth:`reserve`)."""
-        self.reserved: list[ReservedConnection] = []
-        self.history = history
-        """What the run history and the series keep (:mod:`timers.listener.endings.history`)."""
-        self.concurrency, self.lease, self.shutdown_timeout = concurrency, lease, shutdown_timeout
-        self.failure_retention, self.clock, self.max_sleep = failure_retention, clock, max_sleep
-        self.loader, self.peers, self.observer = loader, peers, observer
-        self.started_at, self.ended_count = time.time(), 0
-        """Runs this listener ended, however they ended (Stats.fired counts the good)."""
-        self.crashed = False
-        """A loop died of a bug or a permanent error stopped it: exit nonzero."""
-        self.burst = False
-        """Until nothing is due (set by :meth:`Listener.run`)."""
-        self.tally = RunTally(observers=spans.observers())
-        """How runs ended, for the log (``tally.log_fires``: a line per fired timer)."""
-        self.stopping = asyncio.Event()  # stop claiming
-        self.aborting = asyncio.Event()
-        self.lanes: list[Lane] = []
-        """One per shard, in shard order (the list is the listener's: refilled in place
-        once the layout is read)."""
-        self.cpu = CpuGauge()
-        """Whether the process's CPU bounds its runs (its claims and its threads' results
-        are gathered in longer batches then)."""
-        self.runner = Runner(concurrency, on_free=self.slot_freed, busy=self.cpu.busy)
-        self.precise = PreciseSleeper()
-        self.recycler = Recycler(recycle, self.stop_claiming, report_fd())
-        self.work_started: Callable[[], None] = _nothing
-        """Called as a run starts with none going in its lane (the loop watch's wake)."""
-        self.journal: Journal | None = None
-        """Where endings are kept on disk till Redis has them (:mod:`timers.listener.
-        journal`)."""
-
-    def use_journal(self, journal: Journal | None) -> None:
-        """Keep every lane's endings in ``journal`` (once the lanes are made)."""
-        self.journal = journal
-        self.runner.use_journal(journal)
-        for lane in self.lanes:
-            lane.use_journal(journal)
-
-    async def adopt_journals(self) -> None:
-        """Until the listener stops, write the endings in the journals of this host's dead
-        listeners of the prefix: at once, then every third of a lease (their leases
-        lapse a lease after their last renewal, a third of a lease before their death)."""
-        journal = self.journal
-        if journal is None:
-            return
-        while not self.stopping.is_set():
-            for dead in journal.others.dead():
-                try:
-                    replayed = [await lane.replay(dead) for lane in self.lanes]
-                except RETRYABLE as exc:
-                    log.debug("journal %s not adopted yet: %s", dead.path, exc)
-                    dead.release()
-                    continue
-                except BaseException:
-                    dead.release()
-                    raise
-                unknown = set(dead.contents.endings) - set(range(len(self.lanes)))
-                if unknown:
-                    log.warning("journal %s has endings of shard(s) %s, which this listener "
-                                "does not serve: left to their leases", dead.path,
-                                sorted(unknown))
-                dead.adopted()
-                log.info("adopted the journal of listener %s, which died: %d ending(s) of "
-                         "runs it still held written", dead.contents.owner, sum(replayed))
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.stopping.wait(), self.lease / 3)
-
-    def reserve(self, scripts: Scripts, *names: ScriptName) -> None:
-        """Each script of ``names`` sent on a connection of its own
-        (:class:`~timers.store.listener_client.ReservedConnection`): a lane's claims and its
-        batches of endings, each sent one at a time. Only on a client the listener made
-        for a plain URL; :meth:`close_reserved` closes them."""
-        if not self.owns_client:
-            return
-        for name in names:
-            function = scripts.script(name)
-            if not isinstance(function, AsyncFunction):
-                continue
-            reserved = ReservedConnection.of(self.redis)
-            if reserved is None:
-                return
-            function.send_by(reserved.execute_command)
-            self.reserved.append(reserved)
-
-    async def close_reserved(self) -> None:
-        """Close the connections :meth:`reserve` kept aside."""
-        for reserved in self.reserved:
-            await reserved.aclose()
-
-    def running_count(self) -> int:
-        """Runs going (a run next in line takes its place when the one before it ends)."""
-        return sum(len(lane.running) - lane.turns.waiting for lane in self.lanes)
-
-    def free_slots(self) -> int:
-        """Of the concurrency, what no lane's run, stuck task or handoff holds."""
-        lanes = self.lanes
-        if len(lanes) == 1:
-            lane = lanes[0]
-            return (self.concurrency - len(lane.running) + lane.turns.waiting
-                    - self.runner.stuck - lane.handoff.reserved)
-        return (self.concurrency - self.running_count() - self.runner.stuck
-                - sum(lane.handoff.reserved for lane in lanes))
-
-    def slot_freed(self) -> None:
-        """A run ended (or a handoff's reserved slots came back): every lane may claim."""
-        for lane in self.lanes:
-            lane.claimer.slot_freed.set()
-
-    def stop(self) -> None:
-        """Stop claiming, let running tasks finish, hand the rest back (sets flags only)."""
-        self.recycler.hurry.set()
-        self.stop_claiming()
-
-    def stop_claiming(self) -> None:
-        self.stopping.set()
-        for lane in self.lanes:
-            lane.stopping.set()
-            lane.claimer.poke.set()
-        self.slot_freed()
-
-    def abort(self) -> None:
-        """Like :meth:`stop`, without waiting for running tasks: they are handed back."""
-        self.aborting.set()
-        self.stop()
-
-    def describe(self) -> dict[str, Any]:
-        """The listener as ``timers listeners`` shows it (every lane heartbeats the same,
-        in its own shard)."""
-        return {"id": self.id, "host": socket.gethostname(), "pid": os.getpid(),
-                "started": round(self.started_at), "running": self.running_count(),
-                "fired": self.ended_count, "concurrency": self.concurrency,
-                "tasks": self.loader.package, "stuck": self.runner.stuck,
-                "groups": self.groups, "task_set": self.peers.digest,
-                **self.tally.recent.summary(),
-                **self.recycler.heartbeat_info(self.stopping.is_set())}
-
-
 class Lane:
     """One shard's work in a listener: claims, events, gates, runs, endings, leases,
     heartbeat. ``announces``: its heartbeat carries the listener's task list as
@@ -245,7 +75,7 @@ class Lane:
     subscription per node, and how many there are. ``subscribed``: the event its
     subscription sets (the listener's own, for the first lane)."""
 
-    def __init__(self, shared: Shared, keys: Keyspace, index: int, *, announces: bool,
+    def __init__(self, shared: Shared[Lane], keys: Keyspace, index: int, *, announces: bool,
                  shards: int = 1, hub: EventHub[EventSource] | None = None,
                  subscribed: asyncio.Event | None = None) -> None:
         self.shared, self.keys, self.index, self.announces = shared, keys, index, announces
@@ -589,7 +419,7 @@ class Lane:
                 self.tracker.defer_ms = sweep_defer_ms(live, self.index, shared.id)
 
 
-def lanes_for(shared: Shared, layout: ShardLayout, subscribed: asyncio.Event) -> list[Lane]:
+def lanes_for(shared: Shared[Lane], layout: ShardLayout, subscribed: asyncio.Event) -> list[Lane]:
     """A lane per shard of ``layout`` (of several), with one subscription per node."""
     hub: EventHub[EventSource] = EventHub()
     return [Lane(shared, keys, index, announces=False, shards=layout.count, hub=hub,
@@ -617,10 +447,6 @@ def _timer_of(ending: Ending) -> str:
         with contextlib.suppress(MalformedTimerKey):
             return unescape_id(ending.run_of[0])
     return f"(run {ending.token})"
-
-
-def _nothing() -> None:
-    """:attr:`Shared.work_started` before the listener runs (nothing watches yet)."""
 
 
 def _tell(observer: Callable[[Fired], None], report: Fired) -> None:

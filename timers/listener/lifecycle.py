@@ -5,7 +5,7 @@ collaborators when it is made:
 
 - **lanes** (:mod:`timers.listener.lanes`): a :class:`~timers.listener.lanes.Lane` per
   shard holds the parts below for its shard and runs what it claims; the lanes share a
-  :class:`~timers.listener.lanes.Shared` (the runner, the tasks, the flags, the tally).
+  :class:`~timers.listener.shared.Shared` (the runner, the tasks, the flags, the tally).
 - **events** (:mod:`timers.listener.finding.events`): the ``expired`` events and wake messages;
   each names a timer for the next claim, moves the next due time, or is rejected.
 - **claimer** (:mod:`timers.listener.finding.claimer`): the due-driven sweep loop and the claim.
@@ -53,9 +53,10 @@ from timers.listener.health.preflight import (
     warn_if_events_off,
 )
 from timers.listener.health.tally import RunTally
-from timers.listener.lanes import Lane, Shared, lanes_for, shard_note
+from timers.listener.lanes import Lane, lanes_for, shard_note
 from timers.listener.quarantine.parent import prestart
 from timers.listener.retrying import RETRYABLE, ReconnectDelays, Retry
+from timers.listener.shared import Shared
 from timers.listener.supervision.recycling import RecycleLimits, Recycler
 from timers.model.clock import Clock, SystemClock
 from timers.model.flow.names import served_groups
@@ -134,7 +135,7 @@ class Listener:
         self.peers = Peers.over(self.redis, self.keys, self.id, self.loader.package,
                                 self.loader.task_names)
         """The other live listeners of the prefix and what they run (`timers.ops.fleet`)."""
-        self.shared = Shared(self.redis, self.db, self.id, self.groups,
+        self.shared: Shared[Lane] = Shared(self.redis, self.db, self.id, self.groups,
                              concurrency=concurrency, lease=lease,
                              shutdown_timeout=shutdown_timeout,
                              failure_retention=failure_retention, clock=self.clock,
