@@ -80,6 +80,8 @@ breakdown."""
 SLOWLOG_MAX = 400_000
 """Commands a ``--by-script`` run may log (a few hundred bytes each)."""
 HISTORY_OFF = "history off"
+TWO_LISTENERS = "2 listeners"
+"""The working tree's fires shared by two listener processes (the runs at once split)."""
 """The working tree, its listener keeping no run history and no series."""
 IN_FLIGHT = (1, 2, 5, 10)
 """``AsyncTimers.schedule`` awaited one at a time (``async1``), and so many in flight."""
@@ -702,6 +704,9 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
                    help="also the floor under schedule() and AsyncTimers.schedule: the same "
                         "script call by a plain redis-py client (in the single and async "
                         "scenarios)")
+    p.add_argument("--two-listeners", action="store_true",
+                   help="also the working tree's fires shared by two listener processes "
+                        "(the runs at once split between them)")
     p.add_argument("--history-off", action="store_true",
                    help="also the working tree with its listener keeping no run history "
                         "and no series (the cost of both, same sitting)")
@@ -723,9 +728,10 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
                    help="splice the table into this file (default bench/RESULTS.md)")
     p.add_argument("--no-write", action="store_true", help="print only")
     opts = p.parse_args(argv)
-    if not opts.against and not opts.peers and not opts.history_off and not opts.bare:
-        p.error("nothing to compare with: give --against REV, --peers, --bare and/or "
-                "--history-off")
+    if not (opts.against or opts.peers or opts.history_off or opts.bare
+            or opts.two_listeners):
+        p.error("nothing to compare with: give --against REV, --peers, --bare, "
+                "--two-listeners and/or --history-off")
     if opts.only:
         unknown = [s for s in opts.only.split(",") if s not in SCENARIOS]
         if unknown:
@@ -774,6 +780,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if opts.history_off:
             sides.append(timers_side(HISTORY_OFF, sys.executable, REPO, broker.url, sink.url,
                                      opts.n, opts.seconds, {"BENCH_HISTORY": "off"}))
+        if opts.two_listeners:
+            two = timers_side(TWO_LISTENERS, sys.executable, REPO, broker.url, sink.url,
+                              opts.n, opts.seconds, {"BENCH_LISTENERS": "2"})
+            sides.append(Side(two.name, two.command, two.cwd, two.env,
+                              {k: v for k, v in two.argv.items() if k.startswith("fire")}))
         if py_peers:
             sides += [python_peer(p, py_peers, broker.url, sink.url, opts.n, opts.seconds)
                       for p in ("huey", "celery")]

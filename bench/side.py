@@ -56,6 +56,9 @@ SINK_ENV = "BENCH_SINK_URL"
 HISTORY_ENV = "BENCH_HISTORY"
 """``off``: the listener keeps no run history and no series (``compare --history-off``)."""
 CONCURRENCY_ENV = "BENCH_CONCURRENCY"
+LISTENERS_ENV = "BENCH_LISTENERS"
+"""``fire``: how many listener processes share the fires (default 1); the runs at once
+(:data:`ASYNC_CONCURRENCY` for ``apush``) are split between them."""
 """The listener's concurrency (unset: the default, 32; :data:`ASYNC_CONCURRENCY` for the
 ``async def`` fires)."""
 ASYNC_CONCURRENCY = 50
@@ -396,17 +399,20 @@ def fire(url: str, sink_url: str, task: str, n: int, timeout: float) -> dict[str
     sink.delete(SINK_LIST)
     r = redis.Redis.from_url(url)
     with tempfile.TemporaryDirectory(prefix="timers-side-") as tmp:
-        ready = Path(tmp) / "ready"
         env = dict(os.environ, **{SINK_ENV: sink_url})
+        listeners = int(os.environ.get(LISTENERS_ENV, "1"))
         if task == "apush":
-            env.setdefault(CONCURRENCY_ENV, str(ASYNC_CONCURRENCY))
-        child = subprocess.Popen(
+            env.setdefault(CONCURRENCY_ENV, str(ASYNC_CONCURRENCY // listeners))
+        readies = [Path(tmp) / f"ready{i}" for i in range(listeners)]
+        children = [subprocess.Popen(
             [sys.executable, "-P", os.path.abspath(__file__), "listen", "--url", url,
              "--ready", str(ready), "--seconds", str(timeout + 60)], env=env)
+            for ready in readies]
         try:
             deadline = time.monotonic() + 30
-            while not ready.exists():
-                if child.poll() is not None or time.monotonic() > deadline:
+            while not all(ready.exists() for ready in readies):
+                if (any(c.poll() is not None for c in children)
+                        or time.monotonic() > deadline):
                     raise SystemExit("the listener did not get ready")
                 time.sleep(0.02)
             sec, usec = r.time()
@@ -419,14 +425,15 @@ def fire(url: str, sink_url: str, task: str, n: int, timeout: float) -> dict[str
             sec, usec = r.time()
             late_enqueue = max(0.0, sec * 1000 + usec / 1000 - due_ms)
             server_cpu0 = _server_cpu(r)
-            cpu0 = proc_cpu_s(child.pid)
+            cpu0 = sum(proc_cpu_s(c.pid) for c in children)
             end = time.monotonic() + lead + timeout
             while sink.llen(SINK_LIST) < n and time.monotonic() < end:
                 time.sleep(0.05)
-            cpu = proc_cpu_s(child.pid) - cpu0
+            cpu = sum(proc_cpu_s(c.pid) for c in children) - cpu0
             server_cpu = _server_cpu(r) - server_cpu0
         finally:
-            stop_child(child)
+            for child in children:
+                stop_child(child)
     starts = [float(line.split(",")[2]) for line in sink.lrange(SINK_LIST, 0, -1)]
     sink.close()
     r.close()
