@@ -105,9 +105,9 @@ def test_the_table_has_a_row_per_primary_count_and_a_column_per_core_count() -> 
 
 
 def test_bad_shapes_are_refused() -> None:
-    for kwargs in ({"primaries": 0, "listener_cores": 1}, {"primaries": 1, "listener_cores": 0}):
+    for primaries, cores in ((0, 1), (1, 0)):
         with pytest.raises(ValueError):
-            model.ceiling(PARTS, **kwargs)
+            model.ceiling(PARTS, primaries, cores)
     with pytest.raises(ValueError):
         model.ceiling(PARTS, 1, 1, imbalance=0.5)
 
