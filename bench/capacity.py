@@ -407,6 +407,7 @@ class Check:
 
     @property
     def ratio(self) -> float:
+        """measured / predicted."""
         return model.ratio(self.measured, self.predicted)
 
 
@@ -608,6 +609,7 @@ def _n(value: float) -> str:
 
 
 def parts_text(m: Measured) -> str:
+    """The parts as a Markdown table, with the split by script and the raw medians."""
     p = m.parts
     lines = [f"Parts measured {m.note}.", "",
              "| part | value |", "|---|---|",
@@ -641,6 +643,7 @@ def parts_text(m: Measured) -> str:
 
 def table_text(parts: model.Parts, usable_gib: float = 16.0,
                cores: Sequence[float] = (1, 2, 4, 8, 16)) -> str:
+    """The capacity table (:func:`bench.capacity_model.table`) as Markdown."""
     rows = model.table(parts, cores=cores, usable_bytes=usable_gib * model.GIB)
     head = ("| deployment | Redis ceiling, fires/s (scheduled by `schedule()` / earlier) | "
             "listener cores (processes) to match | "
@@ -662,6 +665,7 @@ def table_text(parts: model.Parts, usable_gib: float = 16.0,
 
 def checks_text(runs: Sequence[FireRun], checks: Sequence[Check],
                 logged: Sequence[FireRun] = ()) -> str:
+    """The fire runs, the logged runs' time by script, and the checks as a Markdown table."""
     lines = [f"- {_run_text(r)}" for r in runs]
     for r in logged:
         lines.append(f"- {r.label}: Redis time per fire by script (SLOWLOG, all primaries): "
@@ -673,6 +677,7 @@ def checks_text(runs: Sequence[FireRun], checks: Sequence[Check],
 
 
 def pending_text(parts: model.Parts, r: PendingRun) -> str:
+    """The many-pending run: bytes a timer against the model, balance, lateness."""
     mean_b = sum(r.node_bytes) / len(r.node_bytes)
     mean_t = sum(r.node_timers) / len(r.node_timers)
     return "\n".join([
@@ -692,6 +697,7 @@ def pending_text(parts: model.Parts, r: PendingRun) -> str:
 
 
 def hundred_million_text(parts: model.Parts) -> str:
+    """The primaries 100,000,000 pending a day out need, for a few usable sizes."""
     lines = []
     for gib in (8, 16, 32, 64):
         p = model.primaries_for(parts, 100_000_000, gib * model.GIB)
@@ -703,6 +709,7 @@ def hundred_million_text(parts: model.Parts) -> str:
 
 
 def parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    """The command line."""
     p = argparse.ArgumentParser(prog="python -m bench.capacity", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--n", type=int, default=10_000, help="fires per compare run")
@@ -718,6 +725,7 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
+    """Measure (or read) the parts, print the table, run the checks and the pending run."""
     opts = parse(argv)
     print(f"load average at start {_load()}; {os.cpu_count()} cores", flush=True)
     if opts.parts:

@@ -104,6 +104,7 @@ class Ceiling:
 
     @property
     def rate(self) -> float:
+        """The fires/s: the lowest ceiling."""
         return min(self.redis, self.listeners, self.machine)
 
     @property
