@@ -469,6 +469,36 @@ def budget(scenario: str, n: int, seconds: float) -> float:
             "fire_sync": 120 + n / 100, "fire_async": 90 + n / 200}[scenario]
 
 
+def slowlog_by_script(r: Any, raw: Any, names: dict[str, str],
+                      n: float) -> dict[str, tuple[float, float]]:
+    """A server's SLOWLOG (every command logged: threshold 0), per operation of ``n``:
+    {script or command: (calls, usec)} (a script named from ``names``, {sha or function:
+    name}, else ``evalsha <sha>``; a command a script ran, whose time is in the script's,
+    named with :data:`INSIDE` first). ``r`` decodes replies, ``raw`` does not (the log
+    holds binary arguments); logging stops first (reading it is not logged)."""
+    r.config_set("slowlog-log-slower-than", -1)
+    entries = raw.execute_command("SLOWLOG", "GET", -1)
+    total: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
+    for entry in entries:
+        usec = int(entry[2])
+        args = [a.decode(errors="replace") if isinstance(a, bytes) else str(a)
+                for a in entry[3]]
+        what = args[0].lower() if args else "?"
+        if what in ("evalsha", "evalsha_ro", "fcall", "fcall_ro") and len(args) > 1:
+            what = names.get(args[1].lower(), names.get(args[1], f"{what} {args[1][:8]}"))
+        elif what in ("eval", "eval_ro"):
+            what = "eval (script sent whole)"
+        if what in ("slowlog", "config", "info", "ping", "flushall"):
+            continue
+        if str(entry[4], errors="replace") in ("?:0", ""):  # run by a script: in its time
+            what = INSIDE + what
+        total[what][0] += 1
+        total[what][1] += usec
+    if len(entries) >= SLOWLOG_MAX:
+        total["(log full: later commands not counted)"] = [0.0, 0.0]
+    return {k: (c / n, u / n) for k, (c, u) in total.items()}
+
+
 class Bench:
     """The servers, and one run of one side."""
 
@@ -505,32 +535,8 @@ class Bench:
         self.r.slowlog_reset()
 
     def logged(self, n: float) -> dict[str, tuple[float, float]]:
-        """The SLOWLOG since :meth:`fresh`, per operation: {script or command: (calls, usec)}
-        (a script named from :attr:`by_script`, else ``evalsha <sha>``; a command a script
-        ran, whose time is in the script's, named with :data:`INSIDE` first)."""
-        names = self.by_script or {}
-        self.r.config_set("slowlog-log-slower-than", -1)  # (reading it is not logged)
-        entries = self.raw.execute_command(  # type: ignore[no-untyped-call]
-            "SLOWLOG", "GET", -1)
-        total: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
-        for entry in entries:
-            usec = int(entry[2])
-            args = [a.decode(errors="replace") if isinstance(a, bytes) else str(a)
-                    for a in entry[3]]
-            what = args[0].lower() if args else "?"
-            if what in ("evalsha", "evalsha_ro", "fcall", "fcall_ro") and len(args) > 1:
-                what = names.get(args[1].lower(), names.get(args[1], f"{what} {args[1][:8]}"))
-            elif what in ("eval", "eval_ro"):
-                what = "eval (script sent whole)"
-            if what in ("slowlog", "config", "info", "ping", "flushall"):
-                continue
-            if str(entry[4], errors="replace") in ("?:0", ""):  # run by a script: in its time
-                what = INSIDE + what
-            total[what][0] += 1
-            total[what][1] += usec
-        if len(entries) >= SLOWLOG_MAX:
-            total["(log full: later commands not counted)"] = [0.0, 0.0]
-        return {k: (c / n, u / n) for k, (c, u) in total.items()}
+        """The SLOWLOG since :meth:`fresh`, per operation (:func:`slowlog_by_script`)."""
+        return slowlog_by_script(self.r, self.raw, self.by_script or {}, n)
 
     def ping_us(self, n: int = 500) -> float:
         start = time.perf_counter()

@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import signal
+import time
 from collections import Counter, defaultdict
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import pytest
@@ -259,31 +262,74 @@ def out_of_order(runs: list[tuple[float, float, str]]) -> list[str]:
     return late
 
 
-@pytest.mark.parametrize("producer", ["knows nothing", "knows the task"])
+@dataclass(frozen=True)
+class FifoSize:
+    """One size of the FIFO-per-key check: ``devices`` x ``commands`` due ``apart_s`` apart
+    (each run ``seconds`` long), run by ``listeners`` listeners of ``slots`` run slots."""
+
+    devices: int
+    commands: int
+    apart_s: float
+    seconds: float
+    listeners: int
+    slots: int
+
+    @property
+    def total(self) -> int:
+        return self.devices * self.commands
+
+    def deadline_s(self) -> float:
+        """Long enough for the whole backlog on the run slots, and the due times."""
+        return (self.commands * self.apart_s
+                + self.total * self.seconds / (self.listeners * self.slots) + 60)
+
+
+SMALL = FifoSize(devices=10, commands=8, apart_s=0.5, seconds=0.6, listeners=2, slots=3)
+FINDING = FifoSize(devices=30, commands=20, apart_s=1.0, seconds=0.6, listeners=3, slots=4)
+"""Issue 45's finding (and issue 49's check): 30 devices x 20 commands 1 s apart, by hand:
+``TIMERS_TEST_CLUSTER_FIFO_FULL=1 pytest -m slow -k 'in_order and finding'
+tests/integration/test_cluster_limits.py -s`` (about a minute a run; repeat it for more
+runs)."""
+FULL_ENV = "TIMERS_TEST_CLUSTER_FIFO_FULL"
+
+
+@pytest.mark.parametrize(("producer", "size"), [
+    pytest.param("knows nothing", SMALL, id="knows nothing-small"),
+    pytest.param("knows the task", SMALL, id="knows the task-small"),
+    pytest.param("knows nothing", FINDING, id="knows nothing-finding", marks=[
+        pytest.mark.slow, pytest.mark.timeout(600),
+        pytest.mark.skipif(not os.environ.get(FULL_ENV),
+                           reason=f"the finding's size (30 x 20) runs by hand: {FULL_ENV}=1")]),
+])
 def test_a_device_whose_key_the_task_works_out_runs_its_commands_in_order(
         cluster: Cluster, r: redis.Redis, processes: Processes,
-        monkeypatch: pytest.MonkeyPatch, producer: str) -> None:
-    """FIFO per key on three primaries when the task works the key out: 10 devices x 8
-    commands 0.5 s apart, each 0.6 s long, two listeners with fewer run slots than devices
-    (a backlog, as under load). A producer that knows nothing of the task places them by
-    their ids, and each moves to its device's shard at its first claim; one that has the
-    task registered by name places each in its device's shard (none moves). Either way
-    every device runs its commands in the order they were due, one at a time, each once."""
+        monkeypatch: pytest.MonkeyPatch, producer: str, size: FifoSize) -> None:
+    """FIFO per key on three primaries when the task works the key out: devices x commands
+    due apart, each 0.6 s long, listeners with fewer run slots than devices (a backlog, as
+    under load). A producer that knows nothing of the task places them by their ids, and
+    each moves to its device's shard at its first claim; one that has the task registered
+    by name places each in its device's shard (none moves). Either way every device runs
+    its commands in the order they were due, one at a time, each once. In CI at 10 x 8,
+    0.5 s apart; by hand at the finding's 30 x 20, 1 s apart (:data:`FINDING`)."""
     if producer == "knows the task":
         monkeypatch.setitem(policy._registry, "flow.device_command", device_command)
-    devices, commands = 10, 8
-    for _ in range(2):
+    devices, commands = size.devices, size.commands
+    started = time.monotonic()
+    for _ in range(size.listeners):
         processes.spawn(TIMERS_COMMAND, "listen", "--url", cluster.url, "--tasks", TASKS,
-                        "--lease", "5", "--concurrency", "3")
+                        "--lease", "5", "--concurrency", str(size.slots))
     with Timers(cluster.url) as t:
-        wait_until(lambda: len(t.listeners()) >= 2, 60, message="2 listeners to start")
+        wait_until(lambda: len(t.listeners()) >= size.listeners, 60,
+                   message=f"{size.listeners} listeners to start")
         base_ms = redis_now_ms(r) + 1000
+        step_ms = round(size.apart_s * 1000)
         t.schedule_many(
-            TimerSpec("flow.device_command", [f"{d}/{i}", d, 0.6],
-                      at=datetime.fromtimestamp((base_ms + 500 * i) / 1000, UTC))
+            TimerSpec("flow.device_command", [f"{d}/{i}", d, size.seconds],
+                      at=datetime.fromtimestamp((base_ms + step_ms * i) / 1000, UTC))
             for i in range(commands) for d in range(devices))
-        total = devices * commands
-        wait_until(lambda: r.llen("test:runs") >= total, 80, message=f"{total} commands")
+        total = size.total
+        wait_until(lambda: r.llen("test:runs") >= total, size.deadline_s(),
+                   message=f"{total} commands")
         wait_until(lambda: settled(t), 20, message="nothing pending or running")
         placed = t.stats().counters.get("placed", 0)
     by_key = spans(r)
@@ -291,12 +337,13 @@ def test_a_device_whose_key_the_task_works_out_runs_its_commands_in_order(
     assert ran == {f"{d}/{i}": 1 for d in range(devices) for i in range(commands)}
     late = {key: out_of_order(runs) for key, runs in by_key.items()}
     at_once = {key: overlaps(runs) for key, runs in by_key.items()}
-    print(f"\n{total} commands, {devices} devices, 0.5 s apart, key worked out by the "
-          f"task, producer {producer}, 2 listeners x 3 slots on 3 primaries ({placed} "
-          f"moved at their claim): "
+    print(f"\n{total} commands, {devices} devices, {size.apart_s:g} s apart, key worked out "
+          f"by the task, producer {producer}, {size.listeners} listeners x {size.slots} "
+          f"slots on 3 primaries ({placed} moved at their claim): "
           f"{sum(map(len, late.values()))} out of order on "
           f"{sum(1 for v in late.values() if v)} devices, "
-          f"{sum(map(len, at_once.values()))} pairs at once")
+          f"{sum(map(len, at_once.values()))} pairs at once; "
+          f"{time.monotonic() - started:.1f} s from the listeners' start")
     assert not any(at_once.values()), at_once
     assert not any(late.values()), late
     assert (placed == 0) == (producer == "knows the task"), placed
