@@ -10,7 +10,7 @@ import pytest
 from tests.unit.flow_helpers import KS, LEASE, add, claim, gate, ids, s
 from timers import Timers
 from timers.model.runs import Run
-from timers.store.script_calls import ParkTimer, ScriptCalls, Taker
+from timers.store.script_calls import NewTimer, ParkTimer, ScriptCalls, Taker
 from timers.store.scripts import Scripts
 
 __all__ = ["s"]  # the fixture
@@ -230,7 +230,9 @@ def test_no_run_next_in_line_past_an_earlier_timer_claimed_and_not_gated_yet(
         add(s, name, "t.f:", due)
     runs = claim(s)
     assert gate(s, runs, key="k", limit=1) == ["go", "wait", "wait"]
-    add(s, "x", "t.f:", -20)
+    # due between b and c by their own due times (a due time "in" ms from now would move
+    # past c's on a slow machine)
+    s.schedule([NewTimer("x", "t.f:", "at", (runs[1].due_ms + runs[2].due_ms) // 2, "r")])
     reply = s.claim(limit=1, lease_ms=LEASE, horizon_ms=0, listener_id="other",
                     keyed_tasks=("t.f",))
     x = Run.parse(*reply[3:6])
