@@ -382,4 +382,9 @@ BUGS: tuple[Bug, ...] = (
         "T9: a rerun whose quarantine child found its lease stale starts in a new child on "
         "the rate slot the first child's word carried, an interval or less before the "
         "rate's next start"),
+    Bug("subreaper-reaps-nothing", LISTENER + "supervision/supervisor.py",
+        "ctypes.byref(flag), 0, 0, 0) == 0\n",
+        "ctypes.byref(flag), 0, 0, 0) != 0\n",
+        "orphans: a supervisor run as a child subreaper (not PID 1) takes itself for a plain "
+        "process and leaves the orphans re-parented to it as zombies"),
 )

@@ -5,12 +5,15 @@ processes: ``tests/integration/test_supervisor.py``."""
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import os
 import signal
+import sys
 
 import pytest
 
 from timers.listener.supervision.orphans import watch_parent
-from timers.listener.supervision.supervisor import RestartBudget, exit_reason
+from timers.listener.supervision.supervisor import RestartBudget, adopts_orphans, exit_reason
 
 # -- RestartBudget ----------------------------------------------------------------------
 
@@ -79,3 +82,26 @@ def test_the_parent_watch_stops_a_child_whose_supervisor_is_gone() -> None:
         watch_parent(42, lambda: calls.append("stop"), lambda: calls.append("abort"),
                      getppid=lambda: next(parents), interval=0.001, grace=0.001), 5))
     assert calls == ["stop", "abort"]
+
+
+# -- adopts_orphans ---------------------------------------------------------------------
+
+PR_SET_CHILD_SUBREAPER, PR_GET_CHILD_SUBREAPER = 36, 37
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="prctl is Linux's")
+@pytest.mark.skipif(os.getpid() == 1, reason="PID 1 adopts orphans whatever its flag")
+def test_a_child_subreaper_adopts_orphans_and_a_plain_process_does_not() -> None:
+    """Outside a pid namespace of its own the supervisor reaps orphans only as a child
+    subreaper (``docs/deploy``): the flag is read back from the kernel. This process is
+    made one, then a plain one (it starts no process meanwhile); its own flag is put back."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    flag = ctypes.c_int(0)
+    assert libc.prctl(PR_GET_CHILD_SUBREAPER, ctypes.byref(flag), 0, 0, 0) == 0
+    try:
+        assert libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+        assert adopts_orphans() is True
+        assert libc.prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0) == 0
+        assert adopts_orphans() is False
+    finally:
+        libc.prctl(PR_SET_CHILD_SUBREAPER, flag.value, 0, 0, 0)
