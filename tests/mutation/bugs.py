@@ -387,4 +387,9 @@ BUGS: tuple[Bug, ...] = (
         "ctypes.byref(flag), 0, 0, 0) != 0\n",
         "orphans: a supervisor run as a child subreaper (not PID 1) takes itself for a plain "
         "process and leaves the orphans re-parented to it as zombies"),
+    Bug("trim-stale-ids-kept", LUA + "history.lua",
+        "      elseif not value or history_value_fields(value) ~= 'de' then\n",
+        "      elseif not value and history_value_fields(value) ~= 'de' then\n",
+        "history: a trimmed batch's id whose record is gone fails the trim (the history is "
+        "no longer bounded), and one that ended again since keeps its stale dead-end entry"),
 )
