@@ -392,4 +392,9 @@ BUGS: tuple[Bug, ...] = (
         "      elseif not value and history_value_fields(value) ~= 'de' then\n",
         "history: a trimmed batch's id whose record is gone fails the trim (the history is "
         "no longer bounded), and one that ended again since keeps its stale dead-end entry"),
+    Bug("one-stop-passed-twice", LISTENER + "supervision/supervisor.py",
+        "            if forwarded < max(self.signals_received, 1) and (\n",
+        "            if forwarded <= max(self.signals_received, 1) and (\n",
+        "stop: one SIGTERM to the supervisor reaches its children twice, the second past the "
+        "same-stop window, which aborts their running tasks instead of letting them finish"),
 )

@@ -9,11 +9,19 @@ import ctypes
 import os
 import signal
 import sys
+from types import SimpleNamespace
 
 import pytest
 
-from timers.listener.supervision.orphans import watch_parent
-from timers.listener.supervision.supervisor import RestartBudget, adopts_orphans, exit_reason
+import timers.listener.supervision.supervisor as supervisor_module
+from timers.listener.supervision.orphans import SAME_STOP_WINDOW, watch_parent
+from timers.listener.supervision.supervisor import (
+    RestartBudget,
+    Supervisor,
+    adopts_orphans,
+    exit_reason,
+)
+from timers.model.clock import ManualClock
 
 # -- RestartBudget ----------------------------------------------------------------------
 
@@ -105,3 +113,78 @@ def test_a_child_subreaper_adopts_orphans_and_a_plain_process_does_not() -> None
         assert adopts_orphans() is False
     finally:
         libc.prctl(PR_SET_CHILD_SUBREAPER, flag.value, 0, 0, 0)
+
+
+# -- the stop passed on -----------------------------------------------------------------
+
+
+class DrainingChild:
+    """A listener child as the supervisor sees it: it stops ``drain`` seconds (of ``clock``)
+    after its first SIGTERM, its runs done; a later SIGTERM aborts it at once."""
+
+    pid = 4242
+
+    def __init__(self, clock: ManualClock, drain: float) -> None:
+        self.clock, self.drain = clock, drain
+        self.signals: list[tuple[float, int]] = []
+        self.ends_at: float | None = None
+        self.killed = False
+
+    def poll(self) -> int | None:
+        if self.ends_at is not None and self.clock.monotonic() >= self.ends_at:
+            return 0
+        return None
+
+    def send_signal(self, signum: int) -> None:
+        self.signals.append((self.clock.monotonic(), signum))
+        self.ends_at = self.clock.monotonic() + (self.drain if len(self.signals) == 1 else 0)
+
+    def kill(self) -> None:
+        self.killed = True
+        self.ends_at = self.clock.monotonic()
+
+    def wait(self) -> int:
+        return 0
+
+
+def stopping(monkeypatch: pytest.MonkeyPatch, drain: float,
+             more_signals_at: tuple[float, ...] = ()) -> tuple[DrainingChild, ManualClock]:
+    """A supervisor told to stop (one signal, and one more at each of ``more_signals_at``
+    seconds into the stop) with one child that drains for ``drain`` s; its wait's sleeps
+    move the clock."""
+    clock = ManualClock()
+    child = DrainingChild(clock, drain)
+    sup = Supervisor(["listener"], 1, shutdown_timeout=30.0, clock=clock)
+    sup.children = {0: child}  # type: ignore[dict-item]
+    sup.signals_received = 1
+    start, later = clock.monotonic(), list(more_signals_at)
+
+    def sleep(seconds: float) -> None:
+        clock.advance(seconds)
+        while later and clock.monotonic() - start >= later[0]:
+            later.pop(0)
+            sup.signals_received += 1
+
+    monkeypatch.setattr(supervisor_module, "time", SimpleNamespace(sleep=sleep))
+    sup._shutdown()
+    return child, clock
+
+
+def test_one_stop_signal_is_passed_on_once_while_the_children_drain(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A service manager's one SIGTERM: each child is told once and finishes its runs,
+    however long past the same-stop window that takes (a second SIGTERM would abort it)."""
+    child, _ = stopping(monkeypatch, drain=8 * SAME_STOP_WINDOW)
+    assert [signum for _, signum in child.signals] == [signal.SIGTERM]
+    assert not child.killed and child.poll() == 0
+
+
+def test_a_second_stop_signal_is_passed_on_past_the_same_stop_window(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A second signal to the supervisor escalates: passed on to the children still
+    draining, once twice the same-stop window has passed since the first."""
+    child, _ = stopping(monkeypatch, drain=8 * SAME_STOP_WINDOW, more_signals_at=(0.5,))
+    (first, _), (second, _) = child.signals
+    assert second - first >= 2 * SAME_STOP_WINDOW
+    assert second - first < 2 * SAME_STOP_WINDOW + 1
+    assert not child.killed
