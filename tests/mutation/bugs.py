@@ -397,4 +397,9 @@ BUGS: tuple[Bug, ...] = (
         "            if forwarded <= max(self.signals_received, 1) and (\n",
         "stop: one SIGTERM to the supervisor reaches its children twice, the second past the "
         "same-stop window, which aborts their running tasks instead of letting them finish"),
+    Bug("recycling-without-standby", LISTENER + "supervision/supervisor.py",
+        "standby=options.recycles and not options.burst)",
+        "standby=options.recycles and options.burst)",
+        "recycling: a recycled listener child is replaced cold (no standby child takes over "
+        "at once), and a burst run keeps a standby it never uses"),
 )

@@ -16,6 +16,7 @@ import pytest
 import timers.listener.supervision.supervisor as supervisor_module
 from timers.listener.supervision.orphans import SAME_STOP_WINDOW, watch_parent
 from timers.listener.supervision.supervisor import (
+    ListenOptions,
     RestartBudget,
     Supervisor,
     adopts_orphans,
@@ -59,6 +60,20 @@ def test_default_budget_is_ten_restarts_a_minute() -> None:
     assert all(budget.allow(float(t)) for t in range(10))
     assert not budget.allow(10.0)
     assert budget.allow(60.5)
+
+
+# -- the listeners' supervisor ------------------------------------------------------------
+
+
+def test_recycled_listeners_have_a_standby_child_and_burst_or_plain_ones_none() -> None:
+    """With recycling a child started but not claiming takes over from a recycled one at
+    once; a burst run ends when nothing is due, so it keeps none, nor does a supervisor
+    that recycles nothing."""
+    assert Supervisor.for_listeners(ListenOptions(max_runs_per_child=500), 2).use_standby
+    assert Supervisor.for_listeners(ListenOptions(max_memory_per_child=256.0), 1).use_standby
+    burst = ListenOptions(max_runs_per_child=500, burst=True)
+    assert not Supervisor.for_listeners(burst, 2).use_standby
+    assert not Supervisor.for_listeners(ListenOptions(), 2).use_standby
 
 
 # -- exit_reason ------------------------------------------------------------------------
