@@ -402,4 +402,9 @@ BUGS: tuple[Bug, ...] = (
         "standby=options.recycles and options.burst)",
         "recycling: a recycled listener child is replaced cold (no standby child takes over "
         "at once), and a burst run keeps a standby it never uses"),
+    Bug("peak-memory-units", LISTENER + "supervision/recycling.py",
+        '        return int(peak if sys.platform == "darwin" else peak * 1024)\n',
+        '        return int(peak if sys.platform != "darwin" else peak * 1024)\n',
+        "recycling: where /proc is missing the peak memory is read in the wrong unit (Linux: "
+        "1024 times too small, a memory limit never reached; macOS: 1024 times too big)"),
 )
