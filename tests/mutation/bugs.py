@@ -407,4 +407,9 @@ BUGS: tuple[Bug, ...] = (
         '        return int(peak if sys.platform != "darwin" else peak * 1024)\n',
         "recycling: where /proc is missing the peak memory is read in the wrong unit (Linux: "
         "1024 times too small, a memory limit never reached; macOS: 1024 times too big)"),
+    Bug("standby-never-ready", LISTENER + "supervision/retiring.py",
+        "                self.standby_ready = True\n",
+        "                self.standby_ready = False\n",
+        "recycling: the standby child's word that it is ready is not taken, so every recycled "
+        "child is replaced cold, the standby never used"),
 )

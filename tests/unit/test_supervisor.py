@@ -15,6 +15,12 @@ import pytest
 
 import timers.listener.supervision.supervisor as supervisor_module
 from timers.listener.supervision.orphans import SAME_STOP_WINDOW, watch_parent
+from timers.listener.supervision.recycling import (
+    RECYCLE,
+    STANDBY,
+    STANDBY_ENV,
+    TAKE_OVER_SIGNAL,
+)
 from timers.listener.supervision.supervisor import (
     ListenOptions,
     RestartBudget,
@@ -203,3 +209,49 @@ def test_a_second_stop_signal_is_passed_on_past_the_same_stop_window(
     assert second - first >= 2 * SAME_STOP_WINDOW
     assert second - first < 2 * SAME_STOP_WINDOW + 1
     assert not child.killed
+
+
+# -- recycling with a standby -------------------------------------------------------------
+
+
+class QuietChild:
+    """A child as the supervisor sees it, running until told otherwise."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.signals: list[int] = []
+
+    def poll(self) -> int | None:
+        return None
+
+    def send_signal(self, signum: int) -> None:
+        self.signals.append(signum)
+
+
+def test_a_recycled_child_is_replaced_by_the_standby_once_it_said_it_is_ready() -> None:
+    """The standby says it is ready (tasks loaded, connected); the next child to recycle
+    hands its slot to it at once, and a new standby is started behind it. Nothing is
+    started cold in the slot."""
+    sup = Supervisor(["listener"], 1, standby=True)
+    started: list[str] = []
+    pids = iter(range(200, 300))
+
+    def spawn(command: object, env: dict[str, str]) -> QuietChild:
+        started.append("standby" if env.get(STANDBY_ENV) else "child")
+        return QuietChild(next(pids))
+
+    def spawn_cold(slot: int, *, quiet: bool = False) -> QuietChild:
+        started.append(f"cold {slot}")
+        return QuietChild(next(pids))
+
+    sup.links.spawn = spawn  # type: ignore[assignment,method-assign]
+    sup._spawn = spawn_cold  # type: ignore[assignment,method-assign]
+    old, standby = QuietChild(100), QuietChild(101)
+    sup.children = {0: old}  # type: ignore[dict-item]
+    sup.standby = standby  # type: ignore[assignment]
+    sup._on_message(standby, STANDBY)  # type: ignore[arg-type]
+    assert sup.standby_ready
+    sup._on_message(old, f"{RECYCLE} 500 runs")  # type: ignore[arg-type]
+    assert sup.children[0] is standby and standby.signals == [TAKE_OVER_SIGNAL]
+    assert started == ["standby"], "a new standby, and no child started cold"
+    assert sup.standby is not None and sup.standby is not standby and not sup.standby_ready
