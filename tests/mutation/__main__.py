@@ -56,10 +56,12 @@ NEIGHBOURS = [
     "tests/unit/test_journal.py", "tests/unit/test_journal_listener.py",
     "tests/unit/test_speed_switch.py", "tests/unit/test_retry.py",
     "tests/unit/test_data_format.py", "tests/unit/test_flow_plan.py",
+    "tests/unit/test_supervisor.py", "tests/unit/test_history_trim.py",
+    "tests/unit/test_recycling.py",
 ]
 """The unit tests of the scripts, the flow control, the fence, the executor, the
-endings journal, the speed layer's switch, the listener's way back to Redis and the data
-format checks."""
+endings journal, the speed layer's switch, the listener's way back to Redis, the data
+format checks, the supervisor, its recycling and the history's upkeep."""
 STAGE_TIMEOUT = 900.0
 
 

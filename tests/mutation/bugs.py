@@ -382,4 +382,34 @@ BUGS: tuple[Bug, ...] = (
         "T9: a rerun whose quarantine child found its lease stale starts in a new child on "
         "the rate slot the first child's word carried, an interval or less before the "
         "rate's next start"),
+    Bug("subreaper-reaps-nothing", LISTENER + "supervision/supervisor.py",
+        "ctypes.byref(flag), 0, 0, 0) == 0\n",
+        "ctypes.byref(flag), 0, 0, 0) != 0\n",
+        "orphans: a supervisor run as a child subreaper (not PID 1) takes itself for a plain "
+        "process and leaves the orphans re-parented to it as zombies"),
+    Bug("trim-stale-ids-kept", LUA + "history.lua",
+        "      elseif not value or history_value_fields(value) ~= 'de' then\n",
+        "      elseif not value and history_value_fields(value) ~= 'de' then\n",
+        "history: a trimmed batch's id whose record is gone fails the trim (the history is "
+        "no longer bounded), and one that ended again since keeps its stale dead-end entry"),
+    Bug("one-stop-passed-twice", LISTENER + "supervision/supervisor.py",
+        "            if forwarded < max(self.signals_received, 1) and (\n",
+        "            if forwarded <= max(self.signals_received, 1) and (\n",
+        "stop: one SIGTERM to the supervisor reaches its children twice, the second past the "
+        "same-stop window, which aborts their running tasks instead of letting them finish"),
+    Bug("recycling-without-standby", LISTENER + "supervision/supervisor.py",
+        "standby=options.recycles and not options.burst)",
+        "standby=options.recycles and options.burst)",
+        "recycling: a recycled listener child is replaced cold (no standby child takes over "
+        "at once), and a burst run keeps a standby it never uses"),
+    Bug("peak-memory-units", LISTENER + "supervision/recycling.py",
+        '        return int(peak if sys.platform == "darwin" else peak * 1024)\n',
+        '        return int(peak if sys.platform != "darwin" else peak * 1024)\n',
+        "recycling: where /proc is missing the peak memory is read in the wrong unit (Linux: "
+        "1024 times too small, a memory limit never reached; macOS: 1024 times too big)"),
+    Bug("standby-never-ready", LISTENER + "supervision/retiring.py",
+        "                self.standby_ready = True\n",
+        "                self.standby_ready = False\n",
+        "recycling: the standby child's word that it is ready is not taken, so every recycled "
+        "child is replaced cold, the standby never used"),
 )

@@ -172,3 +172,24 @@ def test_records_written_before_the_index_are_indexed_by_the_trimmer(
     # new ends after the cursor, written by a listener of the previous release, still read
     fill(fake, ks, 10, indexed=False, prefix="late", rare={9: "rare.task"}, ago_ms=0)
     assert "late9" in {r.id for r in producer.history(task="rare.task")}
+
+
+def test_a_batch_whose_ids_ended_again_or_lost_their_records_is_trimmed_all_the_same(
+        server: fakeredis.FakeServer, fake: fakeredis.FakeRedis, producer: Timers) -> None:
+    """A batch past its age whose ids are no longer all its own: ``r1``'s record is gone (a
+    task's own count dropped it as it was written), ``r0`` (a dead end) ended again since,
+    completed, in a newer batch. The trim drops the batch's live records, keeps ``r0``'s
+    newer end, and takes ``r0``'s stale entry out of the failed zset (``--failed``)."""
+    ks = producer.keys
+    fill(fake, ks, BATCH, expired=True, dead_every=BATCH, ago_ms=120_000)
+    assert fake.zrange(ks.history_failed, 0, -1) == [b"r0"]
+    fake.hdel(ks.history_records, "r1")
+    now = redis_now_ms(fake)
+    write_history(fake, ks, records_of(1, now - 1_000), ended_ms=now - 1_000,
+                  expiry_ms=now + DAY_MS)
+    done = asyncio.run(steps(server, ks, 100_000))
+    assert sum(done) == BATCH - 2
+    assert fake.hkeys(ks.history_records) == [b"r0"]
+    assert fake.zcard(ks.history_failed) == 0, "r0's newest end is not a dead end"
+    assert producer.history(failed=True) == []
+    assert [(r.id, r.outcome.name) for r in producer.history()] == [("r0", "COMPLETED")]

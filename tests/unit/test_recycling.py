@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+from types import SimpleNamespace
+from typing import Any
 
 import fakeredis
 import pytest
@@ -22,6 +24,7 @@ from timers.cli import app
 from timers.cli.errors import run_app
 from timers.exceptions import MemoryLimitTooLow
 from timers.listener import RecycleLimits
+from timers.listener.supervision import recycling
 from timers.listener.supervision.recycling import Recycler
 from timers.listener.supervision.supervisor import ListenOptions
 
@@ -147,3 +150,20 @@ def test_a_listener_without_a_supervisor_stops_at_its_limit_and_hands_nothing_ba
     stats = producer.stats()
     assert (stats.pending, stats.running) == (7, 0), "the rest waits for the next listener"
     assert stats.counters.get("handed_back", 0) == 0
+
+
+@pytest.mark.parametrize(("platform", "ru_maxrss"), [("linux", 200_000),
+                                                     ("darwin", 204_800_000)])
+def test_without_proc_the_memory_is_the_peak_in_bytes_on_each_platform(
+        monkeypatch: pytest.MonkeyPatch, platform: str, ru_maxrss: int) -> None:
+    """Where /proc is missing (macOS) the memory a limit is checked against is the peak
+    resident memory, which getrusage gives in kilobytes on Linux and in bytes on macOS."""
+
+    def no_proc(path: str, *args: Any, **kwargs: Any) -> Any:
+        raise FileNotFoundError(path)
+
+    monkeypatch.setattr(recycling, "open", no_proc, raising=False)
+    monkeypatch.setattr(recycling, "sys", SimpleNamespace(platform=platform))
+    monkeypatch.setattr(recycling, "resource", SimpleNamespace(
+        RUSAGE_SELF=0, getrusage=lambda who: SimpleNamespace(ru_maxrss=ru_maxrss)))
+    assert recycling.rss_bytes() == 204_800_000  # 195.3 MB either way

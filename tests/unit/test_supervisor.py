@@ -5,12 +5,30 @@ processes: ``tests/integration/test_supervisor.py``."""
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import os
 import signal
+import sys
+from types import SimpleNamespace
 
 import pytest
 
-from timers.listener.supervision.orphans import watch_parent
-from timers.listener.supervision.supervisor import RestartBudget, exit_reason
+import timers.listener.supervision.supervisor as supervisor_module
+from timers.listener.supervision.orphans import SAME_STOP_WINDOW, watch_parent
+from timers.listener.supervision.recycling import (
+    RECYCLE,
+    STANDBY,
+    STANDBY_ENV,
+    TAKE_OVER_SIGNAL,
+)
+from timers.listener.supervision.supervisor import (
+    ListenOptions,
+    RestartBudget,
+    Supervisor,
+    adopts_orphans,
+    exit_reason,
+)
+from timers.model.clock import ManualClock
 
 # -- RestartBudget ----------------------------------------------------------------------
 
@@ -50,6 +68,20 @@ def test_default_budget_is_ten_restarts_a_minute() -> None:
     assert budget.allow(60.5)
 
 
+# -- the listeners' supervisor ------------------------------------------------------------
+
+
+def test_recycled_listeners_have_a_standby_child_and_burst_or_plain_ones_none() -> None:
+    """With recycling a child started but not claiming takes over from a recycled one at
+    once; a burst run ends when nothing is due, so it keeps none, nor does a supervisor
+    that recycles nothing."""
+    assert Supervisor.for_listeners(ListenOptions(max_runs_per_child=500), 2).use_standby
+    assert Supervisor.for_listeners(ListenOptions(max_memory_per_child=256.0), 1).use_standby
+    burst = ListenOptions(max_runs_per_child=500, burst=True)
+    assert not Supervisor.for_listeners(burst, 2).use_standby
+    assert not Supervisor.for_listeners(ListenOptions(), 2).use_standby
+
+
 # -- exit_reason ------------------------------------------------------------------------
 
 
@@ -79,3 +111,147 @@ def test_the_parent_watch_stops_a_child_whose_supervisor_is_gone() -> None:
         watch_parent(42, lambda: calls.append("stop"), lambda: calls.append("abort"),
                      getppid=lambda: next(parents), interval=0.001, grace=0.001), 5))
     assert calls == ["stop", "abort"]
+
+
+# -- adopts_orphans ---------------------------------------------------------------------
+
+PR_SET_CHILD_SUBREAPER, PR_GET_CHILD_SUBREAPER = 36, 37
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="prctl is Linux's")
+@pytest.mark.skipif(os.getpid() == 1, reason="PID 1 adopts orphans whatever its flag")
+def test_a_child_subreaper_adopts_orphans_and_a_plain_process_does_not() -> None:
+    """Outside a pid namespace of its own the supervisor reaps orphans only as a child
+    subreaper (``docs/deploy``): the flag is read back from the kernel. This process is
+    made one, then a plain one (it starts no process meanwhile); its own flag is put back."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    flag = ctypes.c_int(0)
+    assert libc.prctl(PR_GET_CHILD_SUBREAPER, ctypes.byref(flag), 0, 0, 0) == 0
+    try:
+        assert libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+        assert adopts_orphans() is True
+        assert libc.prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0) == 0
+        assert adopts_orphans() is False
+    finally:
+        libc.prctl(PR_SET_CHILD_SUBREAPER, flag.value, 0, 0, 0)
+
+
+# -- the stop passed on -----------------------------------------------------------------
+
+
+class DrainingChild:
+    """A listener child as the supervisor sees it: it stops ``drain`` seconds (of ``clock``)
+    after its first SIGTERM, its runs done; a later SIGTERM aborts it at once."""
+
+    pid = 4242
+
+    def __init__(self, clock: ManualClock, drain: float) -> None:
+        self.clock, self.drain = clock, drain
+        self.signals: list[tuple[float, int]] = []
+        self.ends_at: float | None = None
+        self.killed = False
+
+    def poll(self) -> int | None:
+        if self.ends_at is not None and self.clock.monotonic() >= self.ends_at:
+            return 0
+        return None
+
+    def send_signal(self, signum: int) -> None:
+        self.signals.append((self.clock.monotonic(), signum))
+        self.ends_at = self.clock.monotonic() + (self.drain if len(self.signals) == 1 else 0)
+
+    def kill(self) -> None:
+        self.killed = True
+        self.ends_at = self.clock.monotonic()
+
+    def wait(self) -> int:
+        return 0
+
+
+def stopping(monkeypatch: pytest.MonkeyPatch, drain: float,
+             more_signals_at: tuple[float, ...] = ()) -> tuple[DrainingChild, ManualClock]:
+    """A supervisor told to stop (one signal, and one more at each of ``more_signals_at``
+    seconds into the stop) with one child that drains for ``drain`` s; its wait's sleeps
+    move the clock."""
+    clock = ManualClock()
+    child = DrainingChild(clock, drain)
+    sup = Supervisor(["listener"], 1, shutdown_timeout=30.0, clock=clock)
+    sup.children = {0: child}  # type: ignore[dict-item]
+    sup.signals_received = 1
+    start, later = clock.monotonic(), list(more_signals_at)
+
+    def sleep(seconds: float) -> None:
+        clock.advance(seconds)
+        while later and clock.monotonic() - start >= later[0]:
+            later.pop(0)
+            sup.signals_received += 1
+
+    monkeypatch.setattr(supervisor_module, "time", SimpleNamespace(sleep=sleep))
+    sup._shutdown()
+    return child, clock
+
+
+def test_one_stop_signal_is_passed_on_once_while_the_children_drain(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A service manager's one SIGTERM: each child is told once and finishes its runs,
+    however long past the same-stop window that takes (a second SIGTERM would abort it)."""
+    child, _ = stopping(monkeypatch, drain=8 * SAME_STOP_WINDOW)
+    assert [signum for _, signum in child.signals] == [signal.SIGTERM]
+    assert not child.killed and child.poll() == 0
+
+
+def test_a_second_stop_signal_is_passed_on_past_the_same_stop_window(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A second signal to the supervisor escalates: passed on to the children still
+    draining, once twice the same-stop window has passed since the first."""
+    child, _ = stopping(monkeypatch, drain=8 * SAME_STOP_WINDOW, more_signals_at=(0.5,))
+    (first, _), (second, _) = child.signals
+    assert second - first >= 2 * SAME_STOP_WINDOW
+    assert second - first < 2 * SAME_STOP_WINDOW + 1
+    assert not child.killed
+
+
+# -- recycling with a standby -------------------------------------------------------------
+
+
+class QuietChild:
+    """A child as the supervisor sees it, running until told otherwise."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.signals: list[int] = []
+
+    def poll(self) -> int | None:
+        return None
+
+    def send_signal(self, signum: int) -> None:
+        self.signals.append(signum)
+
+
+def test_a_recycled_child_is_replaced_by_the_standby_once_it_said_it_is_ready() -> None:
+    """The standby says it is ready (tasks loaded, connected); the next child to recycle
+    hands its slot to it at once, and a new standby is started behind it. Nothing is
+    started cold in the slot."""
+    sup = Supervisor(["listener"], 1, standby=True)
+    started: list[str] = []
+    pids = iter(range(200, 300))
+
+    def spawn(command: object, env: dict[str, str]) -> QuietChild:
+        started.append("standby" if env.get(STANDBY_ENV) else "child")
+        return QuietChild(next(pids))
+
+    def spawn_cold(slot: int, *, quiet: bool = False) -> QuietChild:
+        started.append(f"cold {slot}")
+        return QuietChild(next(pids))
+
+    sup.links.spawn = spawn  # type: ignore[assignment,method-assign]
+    sup._spawn = spawn_cold  # type: ignore[assignment,method-assign]
+    old, standby = QuietChild(100), QuietChild(101)
+    sup.children = {0: old}  # type: ignore[dict-item]
+    sup.standby = standby  # type: ignore[assignment]
+    sup._on_message(standby, STANDBY)  # type: ignore[arg-type]
+    assert sup.standby_ready
+    sup._on_message(old, f"{RECYCLE} 500 runs")  # type: ignore[arg-type]
+    assert sup.children[0] is standby and standby.signals == [TAKE_OVER_SIGNAL]
+    assert started == ["standby"], "a new standby, and no child started cold"
+    assert sup.standby is not None and sup.standby is not standby and not sup.standby_ready
