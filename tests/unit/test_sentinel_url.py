@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from timers import ServerUnavailable, Timers
-from timers.store.sentinel import SentinelURL, is_sentinel_url
+from timers.model.url_parts import is_sentinel_url
+from timers.store.sentinel import SentinelURL
 
 
 def test_a_sentinel_url_names_the_sentinels_the_service_the_db_and_the_credentials() -> None:

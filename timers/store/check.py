@@ -8,6 +8,7 @@ from typing import Literal
 
 import redis
 
+from timers.model.url_parts import is_sentinel_url
 from timers.store import cluster, sentinel
 from timers.store.connect import configured_url
 from timers.store.eviction import ALLKEYS_LOSS, EVICTION_ADVICE
@@ -124,7 +125,7 @@ def inspect_server(url: str | None, prefix: str) -> list[Finding]:
     Sentinel or on a cluster, every node's settings, each finding named by its node (a
     replica becomes a primary with its own settings)."""
     url = configured_url(url)
-    nodes = (sentinel.node_clients(url) if sentinel.is_sentinel_url(url)
+    nodes = (sentinel.node_clients(url) if is_sentinel_url(url)
              else cluster.node_clients(url) if cluster.is_cluster_url(url) else None)
     if nodes is not None:
         findings: list[Finding] = []

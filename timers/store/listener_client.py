@@ -31,6 +31,7 @@ import redis.exceptions
 from redis.asyncio.connection import AbstractConnection, UnixDomainSocketConnection, parse_url
 
 from timers import speed
+from timers.model.url_parts import is_sentinel_url
 from timers.store import cluster, sentinel
 from timers.store.connect import RECONNECTS, configured_url
 
@@ -56,7 +57,7 @@ def listener_client(url: str) -> redis.asyncio.Redis:
         client = cluster.async_cluster(url, **options, socket_keepalive=True)
         cluster.set_connection_class(client, listener_connection)
         return client  # type: ignore[return-value]
-    if sentinel.is_sentinel_url(url):
+    if is_sentinel_url(url):
         return packing_in_c(sentinel.async_primary(url, **options, socket_keepalive=True))
     if not _is_unix(url):
         options["socket_keepalive"] = True

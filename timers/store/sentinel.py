@@ -27,10 +27,7 @@ import redis.backoff
 import redis.retry
 import redis.sentinel
 
-# (is_sentinel_url lives in timers.model.url_parts: timers.store.connect tells a Sentinel URL
-# there without loading this module)
 from timers.model.url_parts import SENTINEL_SCHEMES, credentials, host_ports, known_options
-from timers.model.url_parts import is_sentinel_url as is_sentinel_url
 
 DEFAULT_SENTINEL_PORT = 26379
 OPTIONS = ("sentinel_username", "sentinel_password", "socket_timeout",
