@@ -14,6 +14,7 @@ import pytest
 
 from tests.unit import no_processes
 from tests.unit.declared_keys import Undeclared, checking
+from tests.unit.sample_tasks import mod
 from timers import Timers
 from timers.model.keys import Keyspace
 from timers.store.script_manifest import ScriptName
@@ -48,6 +49,14 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_teardown(item: pytest.Item) -> Generator[None, object, object]:
     return (yield from _no_process_or_server(item))
+
+
+@pytest.fixture(autouse=True)
+def no_calls_of_earlier_tests() -> None:
+    """``mod.CALLS`` starts empty in every test: a test that asserts what ran must not see
+    the calls of a test run before it in the same worker (which tests share a worker
+    varies with the machine's load)."""
+    mod.CALLS.clear()
 
 
 @pytest.fixture

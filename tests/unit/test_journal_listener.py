@@ -38,7 +38,6 @@ def server() -> fakeredis.FakeServer:
 def journals(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setenv(DIR_ENV, str(tmp_path))
     yield
-    mod.CALLS.clear()
 
 
 def completed_elsewhere(server: fakeredis.FakeServer, directory: Path) -> Journal:

@@ -7,7 +7,7 @@ import asyncio
 import json
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import fakeredis
@@ -48,13 +48,6 @@ CHANNELS = Channels.of(KEYS, 0)
 REDIS_NOW_MS = 5_000_000.0
 """The Redis clock in these tests: 1970, while the local wall clock says today."""
 
-
-
-@pytest.fixture(autouse=True)
-def clean_calls() -> Iterator[None]:
-    mod.CALLS.clear()
-    yield
-    mod.CALLS.clear()
 
 
 # -- the event classifier ----------------------------------------------------------------
