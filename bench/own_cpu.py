@@ -16,6 +16,15 @@ call plus 0.3 s (its endings are written by then), and with ``--profile DIR`` a 
 its event loop's thread over the same span (``DIR/<tree>-<task>-<round>.prof``; read with
 ``pstats``, ``--top`` lines sorted by tottime printed for the last round).
 
+A tree named ``floor`` (``--tree floor=PATH``, PATH a checkout of this code) runs no
+:class:`~timers.Listener` but the floor under one (:func:`_floor_listen`): the same claim and
+finish scripts of that tree, sent by a plain ``redis.asyncio`` client with no Python of the
+listener's between them: claim as many as there are free slots, read each run's task and
+args, call the task in one of 50 worker coroutines, and write the endings ``ok`` in one
+finish call per batch, with no history, journal, lease keeping, checks, flow or context. What
+any listener built on these scripts spends at least, to set the listener's own figure
+against.
+
 Each tree is a folder holding a ``timers`` package (a checkout, or ``git archive`` of a
 commit); its side runs with ``PYTHONPATH`` set to it and ``-P``, so that tree's code is the
 one imported, producer and listener both. The trees take turns, round by round, the order
@@ -145,6 +154,92 @@ async def _listen(url: str, n: int, ready: Path, out: Path, profile: Path | None
             await client.aclose()
 
 
+async def _floor_listen(url: str, n: int, ready: Path, out: Path) -> None:
+    """The floor under a listener (see the module's text): claims, calls and endings only."""
+    import redis.asyncio
+
+    from timers.model.encoding import Record
+    from timers.model.keys import Keyspace
+    from timers.model.runs import Run
+    from timers.store.scripts import Scripts
+
+    _state["n"], _state["done"] = n, asyncio.Event()
+    stop, armed = asyncio.Event(), asyncio.Event()
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    loop.add_signal_handler(signal.SIGUSR1, armed.set)
+    client = redis.asyncio.Redis.from_url(url)
+    scripts = Scripts(client, Keyspace(PREFIX))
+    queue: asyncio.Queue[tuple[str, Any, list[Any]]] = asyncio.Queue()
+    endings: list[tuple[str, str, str, str]] = []
+    free = asyncio.Semaphore(CONCURRENCY)
+    wrote = asyncio.Event()
+
+    async def worker() -> None:
+        while True:
+            token, fn, args = await queue.get()
+            await fn(*args)
+            endings.append((token, "ok", "", ""))
+            free.release()
+            wrote.set()
+
+    async def finisher() -> None:
+        while True:
+            await wrote.wait()
+            wrote.clear()
+            batch = endings[:]
+            del endings[:]
+            if batch:
+                await scripts.finish(retention_ms=60_000, endings=batch)
+
+    async def claimer() -> None:
+        while not stop.is_set():
+            taken = 0
+            while taken == 0 or not free.locked():  # as many as there are free slots
+                await free.acquire()
+                taken += 1
+            reply = await scripts.claim(limit=taken, lease_ms=30_000, horizon_ms=0,
+                                        listener_id="floor")
+            items = reply[3:]
+            for i in range(0, len(items), 3):
+                run = Run.parse(items[i], items[i + 1], items[i + 2])
+                record = Record.decode(run.record_text)
+                fn = TASKS[record.task.rpartition(".")[2]]
+                queue.put_nowait((run.token, fn, list(record.args or [])))
+            for _ in range(taken - len(items) // 3):
+                free.release()
+            if not items:
+                await asyncio.sleep(0.001)
+
+    if _state["sink"] is None and os.environ.get(SINK_ENV):
+        await apush(-1, 0, PAYLOAD)
+        _state["count"] = 0
+    tune = _collector_tune()
+    if tune is not None:
+        tune()
+    _write(ready, str(os.getpid()))
+    await armed.wait()
+    loops = [asyncio.create_task(worker()) for _ in range(CONCURRENCY)]
+    loops += [asyncio.create_task(finisher()), asyncio.create_task(claimer())]
+    grind = os.environ.get(CALLGRIND_ENV)
+    if grind:
+        _callgrind_control("-z")
+    cpu0, wall0, t0 = time.process_time(), time.perf_counter(), os.times()
+    await _state["done"].wait()
+    await asyncio.sleep(SETTLE_S)
+    instructions = _callgrind_control("-d", grind) if grind else 0
+    cpu, wall, t1 = time.process_time() - cpu0, time.perf_counter() - wall0, os.times()
+    _write(out, json.dumps({"n": _state["count"], "cpu_s": cpu, "wall_s": wall,
+                            "sys_s": t1.system - t0.system, "ir": instructions, "gc": []}))
+    stop.set()
+    for task in loops:
+        task.cancel()
+    await asyncio.gather(*loops, return_exceptions=True)
+    await client.aclose()
+    if _state["sink"] is not None:
+        await _state["sink"].aclose()
+
+
 def _side_script() -> Any:
     """``bench/side.py``, loaded from its path: both run as scripts in a tree's interpreter
     (so neither imports the ``bench`` package, which would be that tree's), and it knows
@@ -189,7 +284,8 @@ def _run_loop(main: Any) -> None:
 # -- the producer (one per run, in the tree's interpreter) ----------------------------------
 
 
-def side(url: str, task: str, n: int, profile: Path | None) -> dict[str, Any]:
+def side(url: str, task: str, n: int, profile: Path | None,
+         floor: bool = False) -> dict[str, Any]:
     import redis
 
     from timers import Timers, TimerSpec
@@ -202,6 +298,8 @@ def side(url: str, task: str, n: int, profile: Path | None) -> dict[str, Any]:
                 "--ready", str(ready), "--out", str(out)]
         if profile is not None:
             args += ["--profile", str(profile)]
+        if floor:
+            args.append("--floor")
         grind = os.environ.get(CALLGRIND_ENV)
         if grind:
             args = ["valgrind", "--tool=callgrind", "--quiet",
@@ -270,7 +368,8 @@ def drive(trees: dict[str, Path], tasks: list[str], n: int, rounds: int,
                     proc = subprocess.run(
                         [sys.executable, "-P", str(HERE), "side", "--url", broker.url,
                          "--task", task, "--n", str(n)]
-                        + (["--profile", str(prof)] if prof else []),
+                        + (["--profile", str(prof)] if prof else [])
+                        + (["--floor"] if name == "floor" else []),
                         env=env, capture_output=True, text=True, timeout=600)
                     if proc.returncode:
                         print(f"{name} {task} round {rnd}: failed\n{proc.stderr[-2000:]}")
@@ -316,11 +415,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--url")
     p.add_argument("--ready", type=Path)
     p.add_argument("--out", type=Path)
+    p.add_argument("--floor", action="store_true", help="(side, listen) the floor listener")
     opts = p.parse_args(argv)
     if opts.mode == "listen":
-        _run_loop(_listen(opts.url, opts.n, opts.ready, opts.out, opts.profile))
+        _run_loop(_floor_listen(opts.url, opts.n, opts.ready, opts.out) if opts.floor
+                  else _listen(opts.url, opts.n, opts.ready, opts.out, opts.profile))
     elif opts.mode == "side":
-        print(json.dumps(side(opts.url, opts.task, opts.n, opts.profile)))
+        print(json.dumps(side(opts.url, opts.task, opts.n, opts.profile, opts.floor)))
     else:
         trees = dict(t.split("=", 1) for t in opts.tree) or {"working": str(REPO)}
         if opts.profile:
