@@ -412,4 +412,10 @@ BUGS: tuple[Bug, ...] = (
         "                self.standby_ready = False\n",
         "recycling: the standby child's word that it is ready is not taken, so every recycled "
         "child is replaced cold, the standby never used"),
+    Bug("renewal-twin-loses-server", LISTENER + "leases.py",
+        'if (k in _PASSED_ON or k.startswith("ssl_")) and k in accepted}',
+        'if (k in _PASSED_ON and k.startswith("ssl_")) and k in accepted}',
+        "T5: the lease keeper's client drops the listener's server, database, credentials "
+        "and TLS settings, so its renewals go to localhost:6379 (or fail): every lease "
+        "lapses while its run goes on, and a claim runs it again"),
 )

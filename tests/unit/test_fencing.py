@@ -337,6 +337,25 @@ def test_a_renewal_call_on_a_cluster_gives_up_within_a_third_of_the_lease(
     assert made["socket_timeout"] == made["socket_connect_timeout"] == pytest.approx(2 / 3)
 
 
+def test_the_lease_keeper_renews_on_the_listeners_own_server_with_its_settings() -> None:
+    """The lease keeper's sync client (a thread of its own renews the leases) talks to the
+    server, database and user the listener's asyncio client does, over TLS when it does:
+    a twin that dropped them renewed on localhost:6379, or not at all, so every lease
+    lapsed and other listeners ran the timers again."""
+    client = redis.asyncio.Redis(host="10.9.8.7", port=7001, db=3, username="app",
+                                 password="secret", ssl=True, ssl_cert_reqs="none",
+                                 client_name="listener-1")  # not connected
+    twin = sync_twin(client, renewal_timeout(3.0))
+    settings = twin.connection_pool.connection_kwargs
+    assert {k: settings.get(k) for k in ("host", "port", "db", "username", "password",
+                                         "client_name", "ssl_cert_reqs")} == {
+        "host": "10.9.8.7", "port": 7001, "db": 3, "username": "app", "password": "secret",
+        "client_name": "listener-1", "ssl_cert_reqs": "none"}
+    assert twin.connection_pool.connection_class is redis.SSLConnection
+    assert settings["socket_timeout"] == pytest.approx(1.0)
+    twin.close()
+
+
 @pytest.mark.parametrize("window", [-0.001, 30.0])
 def test_a_quarantine_child_given_the_word_past_its_start_window_starts_nothing(
         window: float) -> None:
