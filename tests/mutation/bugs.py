@@ -418,4 +418,12 @@ BUGS: tuple[Bug, ...] = (
         "T5: the lease keeper's client drops the listener's server, database, credentials "
         "and TLS settings, so its renewals go to localhost:6379 (or fail): every lease "
         "lapses while its run goes on, and a claim runs it again"),
+    Bug("sharded-retry-runs-unrunnable", "timers/ops/sharded.py",
+        "                           runnable_only: bool = True) -> Operation[RetrySummary]:\n"
+        "        retried = pending",
+        "                           runnable_only: bool = False) -> Operation[RetrySummary]:\n"
+        "        retried = pending",
+        "failures: on a prefix of several shards, retry_all_failures() schedules again the "
+        "dead timers whose task no live listener runs (they are only refused again), "
+        "instead of leaving them and saying how many"),
 )

@@ -20,6 +20,7 @@ from redis.crc import key_slot
 import timers
 from tests.unit.conftest import ROOT, SAMPLE_TASKS
 from tests.unit.sample_tasks import mod
+from tests.unit.test_task_check import announce
 from timers import Listener, Timers, TimerSpec
 from timers.exceptions import ShardLayoutMismatch, TimersError
 from timers.listener.flow.gate import _WARNED
@@ -246,6 +247,15 @@ def test_one_listener_serves_every_shard_and_its_failures_merge() -> None:
         assert (stats.pending, stats.failed, stats.fired) == (0, 3, 60)
         assert sorted(f.timer_id or "" for f in t.failed()) == ["bad0", "bad1", "bad2"]
         assert t.get_failure("bad1") is not None
+        # while a live listener runs mod.add only, every shard's mod.boom is left dead
+        fake = fakeredis.FakeRedis(server=server)
+        for keys in SHARDS:
+            announce(fake, ["mod.add"], keys=keys)
+        left = t.retry_all_failures()
+        assert (left.retried, left.unrunnable) == (0, 3)
+        assert left.unrunnable_example is not None and "mod.boom" in left.unrunnable_example
+        for keys in SHARDS:  # that listener goes: one started later may run them
+            fake.zrem(keys.listeners, "h:1:ab")
         assert t.retry_all_failures().retried == 3
         assert t.stats().pending == 3 and t.stats().failed == 0
     mod.CALLS.clear()

@@ -25,14 +25,15 @@ ANNOUNCED = ["reminders.sms", "reminders.email", "orders.expire_unpaid"]
 
 
 def announce(fake: fakeredis.FakeRedis, tasks: list[str], groups: list[str] | None = None,
-             listener: str = "h:1:ab") -> None:
-    """A live listener's heartbeat, naming the digest of ``tasks`` (stored once)."""
+             listener: str = "h:1:ab", keys: Keyspace = KS) -> None:
+    """A live listener's heartbeat in ``keys``, naming the digest of ``tasks`` (stored
+    once)."""
     digest = fleet.task_set_digest(tasks)
-    fake.zadd(KS.listeners, {listener: 2 ** 50})
-    fake.hset(KS.listener_info, listener, json.dumps(
+    fake.zadd(keys.listeners, {listener: 2 ** 50})
+    fake.hset(keys.listener_info, listener, json.dumps(
         {"id": listener, "tasks": "tasks", "groups": groups or ["default"],
          "task_set": digest}))
-    fake.hset(KS.task_sets, digest, fleet.encode_task_set(tasks))
+    fake.hset(keys.task_sets, digest, fleet.encode_task_set(tasks))
 
 
 @pytest.fixture
