@@ -426,4 +426,9 @@ BUGS: tuple[Bug, ...] = (
         "failures: on a prefix of several shards, retry_all_failures() schedules again the "
         "dead timers whose task no live listener runs (they are only refused again), "
         "instead of leaving them and saying how many"),
+    Bug("claim-on-every-freed-slot", LISTENER + "finding/claimer.py",
+        "if delay > 0 and not self.poke.is_set():",
+        "if delay > 0 and self.poke.is_set():",
+        "idle cost: a listener at its concurrency sends a claim, finding nothing, each time "
+        "one of its runs ends while nothing is due"),
 )

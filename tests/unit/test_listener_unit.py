@@ -16,6 +16,7 @@ from typing import Any
 import fakeredis
 import pytest
 
+from tests.conftest import wait_until_async
 from tests.unit.conftest import ROOT, SAMPLE_TASKS
 from tests.unit.sample_tasks import mod, slow
 from timers import Failure, Fired, Listener, Timers, TimerSpec
@@ -437,6 +438,49 @@ def test_a_claim_ahead_of_the_due_time_takes_half_the_listeners_slots(
     ahead = [limit for limit, early in limits if early]
     assert ahead and max(ahead) == 2
     assert max(limit for limit, early in limits if not early) == 4
+
+
+def test_a_listener_at_its_concurrency_sends_no_claim_as_a_run_ends_with_nothing_due(
+    server: fakeredis.FakeServer, producer: Timers
+) -> None:
+    """A slot that frees while nothing is due brings no claim: a listener at its
+    concurrency would otherwise ask Redis once per run that ends, for nothing (a fleet's
+    idle cost). The next claim waits for the next due time it knows of, or an event."""
+    claims_after_end: list[float] = []
+    producer.schedule_many([TimerSpec("slow.work", [0.3], at=PAST, id="first"),
+                            TimerSpec("slow.work", [0.3], at=PAST, id="second"),
+                            TimerSpec("mod.add", [1], in_=FAR, id="later")])
+
+    async def scenario() -> None:
+        listener = make_listener(server, concurrency=1)
+        claimer = listener.lanes[0].claimer
+        claim = claimer.scripts.claim
+
+        async def recording_claim(**kwargs: Any) -> Any:
+            if len(slow.DONE) == 2:
+                claims_after_end.append(kwargs["limit"])
+            return await claim(**kwargs)
+
+        claimer.scripts.claim = recording_claim  # type: ignore[method-assign]
+        stop = asyncio.Event()
+        running = asyncio.create_task(listener.run(stop))
+        async with asyncio.timeout(DEADLINE):
+            await wait_until_async(lambda: slow.DONE and listener.shared.running_count(),
+                                   DEADLINE, message="the second run to start")
+            # the timers' expired events are in by now; one read after the claim that
+            # took its timer leaves a wake that a claim answers (a claim more, once):
+            # the rule here is the freed slot's alone
+            claimer.poke.clear()
+            await wait_until_async(lambda: listener.ended_count == 2, DEADLINE,
+                                   message="both runs to end")
+            await asyncio.sleep(0.5)  # a claim would go within a turn of the loop
+            stop.set()
+            await running
+        await listener.redis.aclose()
+
+    asyncio.run(scenario())
+    assert slow.DONE == [0.3, 0.3]
+    assert claims_after_end == [], f"{len(claims_after_end)} claim(s) with nothing due"
 
 
 def test_an_ending_on_its_way_at_shutdown_is_not_written_twice(
