@@ -32,6 +32,7 @@ from timers.model.encoding import (
     encode_record,
     escape_id,
 )
+from timers.model.fast_init import fast_init
 from timers.model.flow.names import DEFAULT_GROUP, check_group
 from timers.model.flow.options import flow_options, read_flow
 from timers.model.keys import Keyspace
@@ -61,6 +62,7 @@ SCHEDULE_CHUNK = 500
 """Timers per schedule script call in :meth:`Operations.schedule_many`."""
 
 
+@fast_init  # made by every schedule
 @dataclass(frozen=True)
 class TimerSpec:
     """One timer for [`Timers.schedule_many`][timers.producer.client.Timers.schedule_many]; the

@@ -22,6 +22,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from timers.model.fast_init import fast_init
 from timers.model.history import DEFAULT_HISTORY_AGE, DEFAULT_HISTORY_COUNT
 from timers.model.keys import DEFAULT_GROUP, SCRIPT_KEY_NAMES, Keyspace
 from timers.store.script_manifest import ScriptName, schedule_key_names, shared_key_names
@@ -29,6 +30,7 @@ from timers.store.script_manifest import ScriptName, schedule_key_names, shared_
 # -- what each script is sent ------------------------------------------------------------
 
 
+@fast_init  # made once or more per schedule
 @dataclass(frozen=True)
 class Invocation:
     """One script call: which script, its KEYS and its ARGV."""
