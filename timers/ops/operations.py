@@ -184,11 +184,11 @@ class Operations(FailureOperations, RecurrenceOperations, HistoryOperations,
         args = list(spec.args) if isinstance(spec.args, tuple) else spec.args
         record = encode_record(spec.task, args, opts, self.max_args_bytes)
         due = due_spec(spec.in_, spec.at)
-        if spec.id is None:
-            timer_id, replace = new_timer_id(), False
-        else:
-            timer_id, replace = (check_id if retry else check_user_id)(spec.id), True
-        return Prepared(timer_id, escape_id(timer_id), record, due, replace, spec.key)
+        if spec.id is None:  # (a generated id has nothing to escape: see timer_ids.ALPHABET)
+            timer_id = new_timer_id()
+            return Prepared(timer_id, timer_id, record, due, False, spec.key)
+        timer_id = (check_id if retry else check_user_id)(spec.id)
+        return Prepared(timer_id, escape_id(timer_id), record, due, True, spec.key)
 
     def _schedule_call(self, batch: Sequence[Prepared], how: str | None = None) -> Call:
         timers = [NewTimer(p.escaped, p.record, p.due[0], p.due[1],
