@@ -195,12 +195,17 @@ class Timers(Producer[redis.Redis | redis.RedisCluster]):
     def _write(self, operation: Operation[T],
                tasks: builtins.list[tuple[str, str]] | None = None) -> T:
         """Run an operation that writes, after its checks and those of ``tasks`` (`_checks`)."""
+        if tasks or not self.first_write.clear:  # (else nothing to check)
+            self._check(tasks)
+        return self.run(operation)
+
+    def _check(self, tasks: builtins.list[tuple[str, str]] | None) -> None:
+        """Make the reads of the checks before a write (`Producer._checks`)."""
         for read in self._checks(tasks):
             if read is None:
                 self.first_write.read_sync(self.redis)
             else:
                 self.run(read)
-        return self.run(operation)
 
     def schedule(
         self,
