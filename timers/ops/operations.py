@@ -52,7 +52,7 @@ from timers.ops.recurrences import RecurrenceOperations
 from timers.ops.replication import Replication
 from timers.ops.shards import id_in_shard
 from timers.ops.status import StatusOperations, TimerStatus
-from timers.store.script_calls import NewTimer, ScriptCalls
+from timers.store.script_calls import Invocation, NewTimer, ScriptCalls
 
 __all__ = [
     "Call", "Failure", "Operation", "Operations", "PendingTimer", "Request", "RetrySummary",
@@ -196,6 +196,23 @@ class Operations(FailureOperations, RecurrenceOperations, HistoryOperations,
                   for p in batch]
         return Call.of(self.calls.schedule(timers), atomic=True)
 
+    def schedule_one(self, prepared: Prepared) -> Invocation:
+        """The script call that writes one prepared timer (:meth:`schedule`'s; read its reply
+        with :meth:`taken`)."""
+        return self.calls.schedule((NewTimer(
+            prepared.escaped, prepared.record, prepared.due[0], prepared.due[1],
+            ScheduleMode.REPLACE if prepared.replace else ScheduleMode.NEW),))
+
+    def taken(self, prepared: Prepared, reply: Any) -> Prepared | None:
+        """After :meth:`schedule_one`'s call of ``prepared`` replied ``reply``: None when it
+        was written; else its generated id was pending already, nothing was written, and
+        this is the timer with a fresh id, to send again."""
+        if reply[1] is not None:
+            return None
+        fresh = id_in_shard(*self.shard, new_timer_id)
+        return Prepared(fresh, escape_id(fresh), prepared.record, prepared.due,
+                        prepared.replace, prepared.route)
+
     def _retry_call(self, task: str, args: Any, timer_id: str, replace: bool,
                     options: Mapping[str, str]) -> Call:
         # the timer's own group (absent: the default, not the retrying client's), key
@@ -306,15 +323,14 @@ class Operations(FailureOperations, RecurrenceOperations, HistoryOperations,
             return ids[0]
         while True:  # what _write does for one timer, in fewer steps (the common call)
             try:
-                (reply,) = yield [self._schedule_call((prepared,))]
+                (reply,) = yield [Call.of(self.schedule_one(prepared), atomic=True)]
             except ServerOutOfMemory as exc:
                 exc.written = []
                 raise
-            if reply[1] is not None:
+            again = self.taken(prepared, reply)
+            if again is None:
                 return prepared.timer_id
-            fresh = id_in_shard(*self.shard, new_timer_id)  # a generated id was taken
-            prepared = Prepared(fresh, escape_id(fresh), prepared.record, prepared.due,
-                                prepared.replace, prepared.route)
+            prepared = again
 
     # -- change and read one timer ----------------------------------------------------
 
