@@ -199,9 +199,9 @@ class Operations(FailureOperations, RecurrenceOperations, HistoryOperations,
     def schedule_one(self, prepared: Prepared) -> Invocation:
         """The script call that writes one prepared timer (:meth:`schedule`'s; read its reply
         with :meth:`taken`)."""
-        return self.calls.schedule((NewTimer(
+        return self.calls.schedule_one(
             prepared.escaped, prepared.record, prepared.due[0], prepared.due[1],
-            ScheduleMode.REPLACE if prepared.replace else ScheduleMode.NEW),))
+            ScheduleMode.REPLACE if prepared.replace else ScheduleMode.NEW)
 
     def taken(self, prepared: Prepared, reply: Any) -> Prepared | None:
         """After :meth:`schedule_one`'s call of ``prepared`` replied ``reply``: None when it

@@ -147,15 +147,19 @@ class ScriptCalls:
     def _occurrence_key(self, name_field: str, due_ms: int, record: str) -> str:
         return self.keys.timer_key(f"{name_field}@{due_ms}:{record}")
 
-    def schedule(self, timers: Sequence[NewTimer]) -> Invocation:
-        """The call adding ``timers``: its shared keys are those its timers may touch
-        (:func:`schedule_key_names`)."""
+    def _fixed(self) -> tuple[str, str, str, str]:
+        """The due index, the records, the timer keys' start and the wake channel."""
         fixed = self._schedule_fixed
         if fixed is None:
             k = self.keys
             fixed = self._schedule_fixed = (k.due, k.records, k.timer_key_start,
                                             k.wake_channel)
-        due, records, start, wake = fixed
+        return fixed
+
+    def schedule(self, timers: Sequence[NewTimer]) -> Invocation:
+        """The call adding ``timers``: its shared keys are those its timers may touch
+        (:func:`schedule_key_names`)."""
+        due, records, start, wake = self._fixed()
         keys = [due, records]
         args: list[Any] = [start, wake]
         replace = flow = False
@@ -166,6 +170,15 @@ class ScriptCalls:
             flow = flow or ";g=" in t.record or ";p=" in t.record
         keys += self._schedule_shared(replace, flow)
         return Invocation("schedule", tuple(keys), tuple(args))
+
+    def schedule_one(self, escaped_id: str, record: str, mode: str, ms: int,
+                     how: str) -> Invocation:
+        """:meth:`schedule` of the one timer ``NewTimer(escaped_id, record, mode, ms, how)``,
+        the same call, made without the row and the loop (a lone schedule's)."""
+        due, records, start, wake = self._fixed()
+        shared = self._schedule_shared(how == "r", ";g=" in record or ";p=" in record)
+        return Invocation("schedule", (due, records, f"{start}{escaped_id}:{record}", *shared),
+                          (start, wake, escaped_id, record, mode, ms, how))
 
     def _schedule_shared(self, replace: bool, flow: bool) -> tuple[str, ...]:
         shared = self._schedule_keys.get((replace, flow))
