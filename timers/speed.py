@@ -1,8 +1,8 @@
 """The speed layer's one switch: each trick that makes a hot path faster by stepping past
 redis-py's public API or Python's defaults is on unless ``$TIMERS_SPEED_OFF`` names it.
 
-- ``init``: frozen dataclasses made once or more per run get a generated ``__init__``
-  that fills ``__dict__`` (``timers/model/fast_init.py``).
+- ``init``: frozen dataclasses made once or more per run or per schedule get a generated
+  ``__init__`` that fills ``__dict__`` (``timers/model/fast_init.py``).
 - ``gc``: ``timers listen`` freezes what its process holds once the tasks are imported,
   and raises the young threshold (``timers/listener/tuning/collector.py``).
 - ``reader``: the listener takes pub/sub replies hiredis has parsed straight from

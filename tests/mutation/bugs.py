@@ -376,6 +376,12 @@ BUGS: tuple[Bug, ...] = (
         "        return await self.run(operation)\n",
         "format: an AsyncTimers write other than schedule skips the data-format and eviction "
         "checks (writes into a prefix of a newer format)"),
+    Bug("sync-schedule-unchecked", "timers/producer/client.py",
+        "        if not self.first_write.clear or self._unasked(spec):\n"
+        "            self._check(tasks_of([spec], self.ops.group))\n",
+        "",
+        "format: a sync schedule skips the data-format and eviction checks (writes into a "
+        "prefix of a newer format)"),
     Bug("stale-rerun-old-rate-slot", LISTENER + "flow/gate.py",
         "        if run.token in self.holding and not plan.rate:\n",
         "        if run.token in self.holding:\n",

@@ -16,6 +16,9 @@ from timers.model.encoding import Record
 from timers.model.fast_init import fast_init
 from timers.model.runs import Fired, Run
 from timers.model.wire import EndingKind
+from timers.ops.base import Call
+from timers.ops.operations import TimerSpec
+from timers.store.script_calls import Invocation
 
 
 @dataclass(frozen=True)
@@ -57,7 +60,7 @@ def test_it_stays_frozen_equal_hashable_replaceable_and_picklable() -> None:
     assert hash(ending) == hash(Ending("t", EndingKind.OK, run_of=("id", 1)))
 
 
-@pytest.mark.parametrize("cls", [Run, Fired, Record, Ending])
+@pytest.mark.parametrize("cls", [Run, Fired, Record, Ending, TimerSpec, Invocation, Call])
 def test_the_classes_made_per_run_keep_their_fields_as_parameters(cls: type) -> None:
     params = list(inspect.signature(cls.__init__).parameters.values())[1:]
     fields = dataclasses.fields(cls)

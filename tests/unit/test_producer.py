@@ -13,10 +13,12 @@ from typing import Any
 
 import fakeredis
 import pytest
+import redis
 from hypothesis import HealthCheck, given, settings
 
 import timers.model.timer_ids as timer_ids_module
 import timers.ops.operations
+import timers.ops.sharded
 from tests.unit.helpers import claim, redis_now_ms
 from tests.unit.test_encoding import json_args, timer_ids
 from timers import AsyncTimers, Timers, TimerSpec
@@ -26,6 +28,8 @@ from timers.exceptions import (
     InvalidTask,
     InvalidTimer,
     InvalidTimerId,
+    ServerOutOfMemory,
+    ServerUnavailable,
 )
 from timers.model.encoding import Entry, as_text, is_occurrence_id
 from timers.model.keys import Keyspace
@@ -195,6 +199,49 @@ def test_a_generated_id_never_overwrites_a_pending_timer(
     new = producer.get("fresh-id")
     assert new is not None and (new.task, new.args) == ("a.second", [2])
     assert producer.stats().pending == 2
+
+
+@pytest.fixture(params=["straight", "driven"])
+def lone_schedule(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """How a lone ``schedule`` runs once the prefix's one shard is known: its steps taken
+    straight (``Timers._schedule_one``), or its operation driven by ``run`` (the way of a
+    sharded prefix and of a call that waits for replicas)."""
+    if request.param == "driven":
+        monkeypatch.setattr(timers.ops.sharded.ShardedOperations, "single",
+                            property(lambda self: None))
+    return str(request.param)
+
+
+def test_a_lone_schedule_retries_a_taken_id_and_raises_as_run_does(
+    producer: Timers, fake: fakeredis.FakeRedis, monkeypatch: pytest.MonkeyPatch,
+    lone_schedule: str,
+) -> None:
+    producer.schedule("a.b", in_=FAR, id="first")  # (the layout is read)
+    assert (producer.ops.single is None) == (lone_schedule == "driven")
+    ids = itertools.chain(["taken", "taken", "fresh"], map(str, itertools.count()))
+    monkeypatch.setattr(timers.ops.operations, "new_timer_id", lambda: next(ids))
+    assert [producer.schedule("a.b", [n], in_=FAR) for n in (1, 2)] == ["taken", "fresh"]
+    pending = producer.get("taken")
+    assert pending is not None and pending.args == [1]
+
+    def refuse(**_: Any) -> Any:
+        raise redis.exceptions.OutOfMemoryError("command not allowed when used memory > "
+                                                "'maxmemory'.")
+
+    monkeypatch.setitem(producer._scripts, "schedule", refuse)
+    with pytest.raises(ServerOutOfMemory, match="out of memory") as full:
+        producer.schedule("a.b", in_=FAR)
+    assert full.value.written == []
+    assert isinstance(full.value.__cause__, redis.exceptions.OutOfMemoryError)
+
+    def lost(**_: Any) -> Any:
+        raise redis.exceptions.ConnectionError("Connection closed by server.")
+
+    monkeypatch.setitem(producer._scripts, "schedule", lost)
+    with pytest.raises(ServerUnavailable) as gone:
+        producer.schedule("a.b", in_=FAR)
+    assert isinstance(gone.value.__cause__, redis.exceptions.ConnectionError)
+    assert producer.stats().pending == 3
 
 
 # -- cancel and reschedule ---------------------------------------------------------------

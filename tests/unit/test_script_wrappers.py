@@ -220,3 +220,12 @@ def test_the_cron_package_alone_loads_no_hook_listener_or_asyncio() -> None:
         heavy = ("asyncio", "timers.listener.cron_hook", "timers.listener", "timers.runner",
                  "timers.model.runs")
         assert [m for m in heavy if m in sys.modules] == []
+
+
+@pytest.mark.parametrize("how", ["n", "r", "k"])
+@pytest.mark.parametrize("record", ["a.b:[1]", "a.b;g=mail:[1]", "a.b;p=5:", "a.b;m=9:{}"])
+def test_a_lone_schedule_call_is_the_call_of_one_timer(how: str, record: str) -> None:
+    calls = ScriptCalls(Keyspace("p"))
+    for mode, ms in (("in", 60_000), ("at", 1_767_261_600_000)):
+        assert calls.schedule_one("id%3A1", record, mode, ms, how) == calls.schedule(
+            [NewTimer("id%3A1", record, mode, ms, how)])

@@ -24,9 +24,12 @@ _PART_RE = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
 
 def seconds(value: float | timedelta, name: str = "in_") -> float:
     """A finite number of seconds from an int, float or timedelta."""
-    if isinstance(value, timedelta):
+    if type(value) is float or type(value) is int:  # (most delays: no more to check)
+        if math.isfinite(value):
+            return float(value)
+    elif isinstance(value, timedelta):
         return value.total_seconds()
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    elif isinstance(value, bool) or not isinstance(value, int | float):
         raise InvalidDueTime(
             f"{name} must be seconds (int or float) or a timedelta, got {type(value).__name__}"
         )

@@ -128,15 +128,17 @@ def check_task(task: object) -> str:
 
 def encode_args(args: object, max_bytes: int = DEFAULT_MAX_ARGS_BYTES) -> str:
     """Compact JSON for ``args`` (a list, tuple, dict with str keys, or None)."""
-    if args is None:
-        return ""
-    if isinstance(args, tuple):
-        args = list(args)
-    if not isinstance(args, list | dict):
-        raise InvalidArgs(
-            f"args must be a list (positional), a dict (keyword) or None, "
-            f"got {type(args).__name__}"
-        )
+    kind = type(args)
+    if kind is not dict and kind is not list:  # (most args are one of the two)
+        if args is None:
+            return ""
+        if isinstance(args, tuple):
+            args = list(args)
+        if not isinstance(args, list | dict):
+            raise InvalidArgs(
+                f"args must be a list (positional), a dict (keyword) or None, "
+                f"got {type(args).__name__}"
+            )
     if isinstance(args, dict):
         for k in args:
             if not isinstance(k, str):

@@ -1,11 +1,13 @@
-"""A faster ``__init__`` for the frozen dataclasses a listener makes once or more per run.
+"""A faster ``__init__`` for the frozen dataclasses made once or more per run (the
+listener's) or per schedule (the producer's ``TimerSpec``, ``Invocation`` and ``Call``).
 
 A frozen dataclass's generated ``__init__`` sets each field through
 ``object.__setattr__`` (a call per field, to get past the frozen ``__setattr__``); the one
 made here writes the fields into the instance's ``__dict__`` directly. Same signature,
 same defaults; equality, hashing, ``repr``, ``replace`` and pickling stay the
 dataclass's. Without a call per field an instance is made much faster, on every run
-(figures: bench/FINDINGS.md, "A run's Python in the listener").
+and every schedule (figures: bench/FINDINGS.md, "A run's Python in the listener" and
+"A schedule's client CPU per timer").
 """
 
 from __future__ import annotations

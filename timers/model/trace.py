@@ -21,7 +21,10 @@ def traceparent() -> str | None:
     api = sys.modules.get("opentelemetry.trace")
     if api is None:
         return None
-    context = api.get_current_span().get_span_context()
+    span = api.get_current_span()
+    if span is api.INVALID_SPAN:  # (what it returns when no span is current: most calls)
+        return None
+    context = span.get_span_context()
     if not context.is_valid:
         return None
     return f"00-{context.trace_id:032x}-{context.span_id:016x}-{int(context.trace_flags):02x}"

@@ -11,12 +11,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
+from timers.model.fast_init import fast_init
 from timers.store.script_calls import Invocation
 from timers.store.script_manifest import ScriptName
 
 T = TypeVar("T")
 
 
+@fast_init  # made once or more per schedule
 @dataclass(frozen=True)
 class Call:
     """One command in a round trip: a plain Redis command, or one of our Lua scripts."""

@@ -32,6 +32,7 @@ from timers.model.encoding import (
     encode_record,
     escape_id,
 )
+from timers.model.fast_init import fast_init
 from timers.model.flow.names import DEFAULT_GROUP, check_group
 from timers.model.flow.options import flow_options, read_flow
 from timers.model.keys import Keyspace
@@ -51,7 +52,7 @@ from timers.ops.recurrences import RecurrenceOperations
 from timers.ops.replication import Replication
 from timers.ops.shards import id_in_shard
 from timers.ops.status import StatusOperations, TimerStatus
-from timers.store.script_calls import NewTimer, ScriptCalls
+from timers.store.script_calls import Invocation, NewTimer, ScriptCalls
 
 __all__ = [
     "Call", "Failure", "Operation", "Operations", "PendingTimer", "Request", "RetrySummary",
@@ -61,6 +62,7 @@ SCHEDULE_CHUNK = 500
 """Timers per schedule script call in :meth:`Operations.schedule_many`."""
 
 
+@fast_init  # made by every schedule
 @dataclass(frozen=True)
 class TimerSpec:
     """One timer for [`Timers.schedule_many`][timers.producer.client.Timers.schedule_many]; the
@@ -182,17 +184,34 @@ class Operations(FailureOperations, RecurrenceOperations, HistoryOperations,
         args = list(spec.args) if isinstance(spec.args, tuple) else spec.args
         record = encode_record(spec.task, args, opts, self.max_args_bytes)
         due = due_spec(spec.in_, spec.at)
-        if spec.id is None:
-            timer_id, replace = new_timer_id(), False
-        else:
-            timer_id, replace = (check_id if retry else check_user_id)(spec.id), True
-        return Prepared(timer_id, escape_id(timer_id), record, due, replace, spec.key)
+        if spec.id is None:  # (a generated id has nothing to escape: see timer_ids.ALPHABET)
+            timer_id = new_timer_id()
+            return Prepared(timer_id, timer_id, record, due, False, spec.key)
+        timer_id = (check_id if retry else check_user_id)(spec.id)
+        return Prepared(timer_id, escape_id(timer_id), record, due, True, spec.key)
 
     def _schedule_call(self, batch: Sequence[Prepared], how: str | None = None) -> Call:
         timers = [NewTimer(p.escaped, p.record, p.due[0], p.due[1],
                            how or (ScheduleMode.REPLACE if p.replace else ScheduleMode.NEW))
                   for p in batch]
         return Call.of(self.calls.schedule(timers), atomic=True)
+
+    def schedule_one(self, prepared: Prepared) -> Invocation:
+        """The script call that writes one prepared timer (:meth:`schedule`'s; read its reply
+        with :meth:`taken`)."""
+        return self.calls.schedule_one(
+            prepared.escaped, prepared.record, prepared.due[0], prepared.due[1],
+            ScheduleMode.REPLACE if prepared.replace else ScheduleMode.NEW)
+
+    def taken(self, prepared: Prepared, reply: Any) -> Prepared | None:
+        """After :meth:`schedule_one`'s call of ``prepared`` replied ``reply``: None when it
+        was written; else its generated id was pending already, nothing was written, and
+        this is the timer with a fresh id, to send again."""
+        if reply[1] is not None:
+            return None
+        fresh = id_in_shard(*self.shard, new_timer_id)
+        return Prepared(fresh, escape_id(fresh), prepared.record, prepared.due,
+                        prepared.replace, prepared.route)
 
     def _retry_call(self, task: str, args: Any, timer_id: str, replace: bool,
                     options: Mapping[str, str]) -> Call:
@@ -304,15 +323,14 @@ class Operations(FailureOperations, RecurrenceOperations, HistoryOperations,
             return ids[0]
         while True:  # what _write does for one timer, in fewer steps (the common call)
             try:
-                (reply,) = yield [self._schedule_call((prepared,))]
+                (reply,) = yield [Call.of(self.schedule_one(prepared), atomic=True)]
             except ServerOutOfMemory as exc:
                 exc.written = []
                 raise
-            if reply[1] is not None:
+            again = self.taken(prepared, reply)
+            if again is None:
                 return prepared.timer_id
-            fresh = id_in_shard(*self.shard, new_timer_id)  # a generated id was taken
-            prepared = Prepared(fresh, escape_id(fresh), prepared.record, prepared.due,
-                                prepared.replace, prepared.route)
+            prepared = again
 
     # -- change and read one timer ----------------------------------------------------
 

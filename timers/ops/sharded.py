@@ -148,6 +148,12 @@ class ShardedOperations:
         """The only shard's operations, once the layout says there is one: a timer's
         operations go there straight (no routing, no merging)."""
 
+    @property
+    def single(self) -> Operations | None:
+        """The operations of the prefix's only shard, once the layout read says it has one
+        (else None: several shards, or the layout not read yet)."""
+        return self._single
+
     def shards(self) -> Operation[list[Operations]]:
         """The operations of each shard, reading the layout on first use."""
         if self.layout is None:

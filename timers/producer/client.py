@@ -7,7 +7,8 @@ Each method here does its own work (checking its arguments, building an operatio
 in one call the client carries out its own way: ``run`` (an operation) or ``_write`` (an
 operation that writes, after the first-write and task checks). `AsyncTimers.schedule`, the
 hottest call, is written out on its own (its parameters kept these by
-``tests/unit/test_api_parity.py``; why: ``bench/FINDINGS.md``).
+``tests/unit/test_api_parity.py``; why: ``bench/FINDINGS.md``); `Timers.schedule` takes
+its operation's steps itself on a prefix of one shard (``_schedule_one``).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from timers.ops.base import Request
 from timers.ops.operations import (
     Failure,
     Operation,
+    Operations,
     PendingTimer,
     RetrySummary,
     Stats,
@@ -195,12 +197,17 @@ class Timers(Producer[redis.Redis | redis.RedisCluster]):
     def _write(self, operation: Operation[T],
                tasks: builtins.list[tuple[str, str]] | None = None) -> T:
         """Run an operation that writes, after its checks and those of ``tasks`` (`_checks`)."""
+        if tasks or not self.first_write.clear:  # (else nothing to check)
+            self._check(tasks)
+        return self.run(operation)
+
+    def _check(self, tasks: builtins.list[tuple[str, str]] | None) -> None:
+        """Make the reads of the checks before a write (`Producer._checks`)."""
         for read in self._checks(tasks):
             if read is None:
                 self.first_write.read_sync(self.redis)
             else:
                 self.run(read)
-        return self.run(operation)
 
     def schedule(
         self,
@@ -232,9 +239,40 @@ class Timers(Producer[redis.Redis | redis.RedisCluster]):
         ``replicas`` their ``WAIT`` too.
         """
         spec = TimerSpec(task, args, in_, at, id, max_lateness, group, key, priority)
-        return self._write(self.ops.schedule(
-            spec, replication=self.replicas.for_call(replicas, replicas_timeout)),
-            tasks_of([spec], self.ops.group) if self._unasked(spec) else None)
+        wanted = self.replicas.for_call(replicas, replicas_timeout)
+        if not self.first_write.clear or self._unasked(spec):
+            self._check(tasks_of([spec], self.ops.group))
+        one = self.ops.single
+        if one is None or wanted is not None:
+            return self.run(self.ops.schedule(spec, replication=wanted))
+        return self._schedule_one(one, spec)
+
+    def _schedule_one(self, ops: Operations, spec: TimerSpec) -> str:
+        """``run(ops.schedule(spec))`` on a prefix of one shard, the operation's steps
+        (:meth:`Operations.schedule_one`, :meth:`Operations.taken`) taken in turn without
+        driving its generator, nor building the request ``run_sync`` would carry: the
+        hottest call, it saves a good share of its client CPU (figures: bench/FINDINGS.md,
+        "A schedule's client CPU per timer"). Its errors are those ``run`` raises."""
+        if self.warn_in_event_loop:
+            warn_if_blocking_a_loop()
+        if connect.in_memory_server is not None:
+            connect.refuse_outside_test_server(self.redis, "this Timers")
+        prepared = ops.prepare(spec)
+        script = self._scripts["schedule"]
+        while True:
+            call = ops.schedule_one(prepared)
+            try:  # (a lone script call: what run_sync sends for it)
+                reply = script(keys=call.keys, args=call.args)
+            except redis.exceptions.OutOfMemoryError as exc:
+                error = out_of_memory(exc)
+                error.written = []
+                raise error from exc
+            except redis.exceptions.RedisError as exc:
+                raise translate(exc, self.redis) from exc
+            again = ops.taken(prepared, reply)
+            if again is None:
+                return prepared.timer_id
+            prepared = again
 
     def schedule_many(
         self, specs: Iterable[TimerSpec | Mapping[str, Any]], *,

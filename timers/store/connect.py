@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import threading
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -198,6 +199,14 @@ class ScriptConnection:
         self.pool: Any = client.connection_pool
         self._lock = threading.Lock()
         self._connection: Any = None
+        _KEPT.add(self)
+
+    def _forked(self) -> None:
+        """In a forked child: drop the parent's connection (the child's first call takes
+        its own from the pool) and its lock (another thread may have held it at the
+        fork)."""
+        self._connection = None
+        self._lock = threading.Lock()
 
     @classmethod
     def of(cls, client: object) -> ScriptConnection | None:
@@ -219,7 +228,7 @@ class ScriptConnection:
             return self.client.execute_command(*args)
         try:
             connection = self._connection
-            if connection is None or connection.pid != os.getpid():
+            if connection is None:  # (a forked child's is dropped at the fork: _forked)
                 connection = self._connection = self.pool.get_connection()
             packed = [hiredis.pack_command(args)]
             for attempt in range(RECONNECTS + 1):
@@ -238,6 +247,19 @@ class ScriptConnection:
             raise AssertionError("unreachable")
         finally:
             self._lock.release()
+
+
+_KEPT: weakref.WeakSet[ScriptConnection] = weakref.WeakSet()
+"""Every live :class:`ScriptConnection`: a forked child drops their connections at the
+fork, so no call asks the process id (a system call) to find out."""
+
+
+def _drop_kept_after_fork() -> None:
+    for kept in list(_KEPT):
+        kept._forked()
+
+
+os.register_at_fork(after_in_child=_drop_kept_after_fork)
 
 
 class AsyncScriptConnection:

@@ -44,6 +44,16 @@ _FLAGS = re.compile(r"flags=([\w,-]+)")
 
 _EVAL_ONLY: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
 """Clients whose server refused the library: they run scripts by EVALSHA."""
+_any_eval_only = False
+"""Whether :data:`_EVAL_ONLY` was ever given a client: until then a call reads this flag
+alone, not the weak dictionary's length (a Python method) on every script call."""
+
+
+def _eval_only(target: Any) -> None:
+    """Send ``target``'s script calls by EVALSHA from now on."""
+    global _any_eval_only
+    _EVAL_ONLY[target] = True
+    _any_eval_only = True
 
 
 def state_resets(helpers: str) -> str:
@@ -90,7 +100,7 @@ def _load_failed(target: Any, exc: redis.exceptions.ResponseError) -> None:
     """After FUNCTION LOAD failed: a refusal sends the client to EVALSHA for good; a full
     server only for this call (the library is loaded at the next)."""
     if not isinstance(exc, redis.exceptions.OutOfMemoryError):
-        _EVAL_ONLY[target] = True
+        _eval_only(target)
 
 
 class Function:
@@ -122,14 +132,14 @@ class Function:
         target = self.client if client is None else client
         execute = self.execute if client is None else client.execute_command
         for attempt in (1, 2):
-            if ((_EVAL_ONLY and _EVAL_ONLY.get(target))  # (empty: no weak reference made)
+            if ((_any_eval_only and _EVAL_ONLY.get(target))  # (none yet: no weakref made)
                     or (attempt == 2 and not self._load(target))):
                 return self.fallback(keys=keys, args=args, client=target)
             try:  # (redis-py's fcall() sends just this)
                 return execute("FCALL", self.name, len(keys), *keys, *args)
             except redis.exceptions.ResponseError as exc:
                 if _refused(exc):
-                    _EVAL_ONLY[target] = True
+                    _eval_only(target)
                 elif not _not_found(exc) or attempt == 2:
                     raise
         return self.fallback(keys=keys, args=args, client=target)
@@ -151,14 +161,14 @@ class AsyncFunction(Function):
         target = self.client if client is None else client
         execute = self.execute if client is None else client.execute_command
         for attempt in (1, 2):
-            if ((_EVAL_ONLY and _EVAL_ONLY.get(target))
+            if ((_any_eval_only and _EVAL_ONLY.get(target))
                     or (attempt == 2 and not await self._aload(target))):
                 return await self.fallback(keys=keys, args=args, client=target)
             try:
                 return await execute("FCALL", self.name, len(keys), *keys, *args)
             except redis.exceptions.ResponseError as exc:
                 if _refused(exc):
-                    _EVAL_ONLY[target] = True
+                    _eval_only(target)
                 elif not _not_found(exc) or attempt == 2:
                     raise
         return await self.fallback(keys=keys, args=args, client=target)

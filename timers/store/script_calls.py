@@ -22,6 +22,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from timers.model.fast_init import fast_init
 from timers.model.history import DEFAULT_HISTORY_AGE, DEFAULT_HISTORY_COUNT
 from timers.model.keys import DEFAULT_GROUP, SCRIPT_KEY_NAMES, Keyspace
 from timers.store.script_manifest import ScriptName, schedule_key_names, shared_key_names
@@ -29,6 +30,7 @@ from timers.store.script_manifest import ScriptName, schedule_key_names, shared_
 # -- what each script is sent ------------------------------------------------------------
 
 
+@fast_init  # made once or more per schedule
 @dataclass(frozen=True)
 class Invocation:
     """One script call: which script, its KEYS and its ARGV."""
@@ -145,15 +147,19 @@ class ScriptCalls:
     def _occurrence_key(self, name_field: str, due_ms: int, record: str) -> str:
         return self.keys.timer_key(f"{name_field}@{due_ms}:{record}")
 
-    def schedule(self, timers: Sequence[NewTimer]) -> Invocation:
-        """The call adding ``timers``: its shared keys are those its timers may touch
-        (:func:`schedule_key_names`)."""
+    def _fixed(self) -> tuple[str, str, str, str]:
+        """The due index, the records, the timer keys' start and the wake channel."""
         fixed = self._schedule_fixed
         if fixed is None:
             k = self.keys
             fixed = self._schedule_fixed = (k.due, k.records, k.timer_key_start,
                                             k.wake_channel)
-        due, records, start, wake = fixed
+        return fixed
+
+    def schedule(self, timers: Sequence[NewTimer]) -> Invocation:
+        """The call adding ``timers``: its shared keys are those its timers may touch
+        (:func:`schedule_key_names`)."""
+        due, records, start, wake = self._fixed()
         keys = [due, records]
         args: list[Any] = [start, wake]
         replace = flow = False
@@ -164,6 +170,15 @@ class ScriptCalls:
             flow = flow or ";g=" in t.record or ";p=" in t.record
         keys += self._schedule_shared(replace, flow)
         return Invocation("schedule", tuple(keys), tuple(args))
+
+    def schedule_one(self, escaped_id: str, record: str, mode: str, ms: int,
+                     how: str) -> Invocation:
+        """:meth:`schedule` of the one timer ``NewTimer(escaped_id, record, mode, ms, how)``,
+        the same call, made without the row and the loop (a lone schedule's)."""
+        due, records, start, wake = self._fixed()
+        shared = self._schedule_shared(how == "r", ";g=" in record or ";p=" in record)
+        return Invocation("schedule", (due, records, f"{start}{escaped_id}:{record}", *shared),
+                          (start, wake, escaped_id, record, mode, ms, how))
 
     def _schedule_shared(self, replace: bool, flow: bool) -> tuple[str, ...]:
         shared = self._schedule_keys.get((replace, flow))
