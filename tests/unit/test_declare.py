@@ -162,3 +162,48 @@ def test_a_claim_asks_at_once_for_timers_that_come_due_within_a_second(
     assert f":{later_id}:" not in declared
     assert [reply[i + 1].decode().split("|")[2] for i in range(3, len(reply), 3)] == [
         f"{now_id}:a.b;g=video:[1]"]
+
+
+def _claim(scripts: Scripts, limit: int, known: list[str]) -> list[str]:
+    """The ids a claim of the default group took (``known``: the keys passed with it)."""
+    reply = scripts.claim(limit=limit, lease_ms=5000, horizon_ms=0, listener_id="h:1:a",
+                          known_keys=known)
+    return [reply[i + 1].decode().split("|")[2].split(":")[0] for i in range(3, len(reply), 3)]
+
+
+def test_a_claim_given_the_keys_its_last_claim_asked_for_is_one_call(
+        fake: fakeredis.FakeRedis) -> None:
+    """A lane passes the keys its last claim asked for (``finding/claimer.py``
+    ``KnownKeys``): the window of due timers they name serves the next claims at once."""
+    with Timers(fake) as t:
+        ids = [t.schedule("a.b", [i], in_=-10 + i * 0.01) for i in range(6)]
+    scripts = Scripts(fake, KS)
+    script = scripts.script("claim")
+    assert _claim(scripts, 2, []) == ids[:2]
+    assert script.last_calls == 2
+    known = [key.decode() for key in script.last_asked]
+    assert all(any(f":{i}:" in key for key in known) for i in ids)  # the whole window
+    assert _claim(scripts, 2, known) == ids[2:4]
+    assert (script.last_calls, script.last_asked) == (1, [])
+    assert _claim(scripts, 2, known) == ids[4:]
+    assert script.last_calls == 1
+
+
+def test_a_claim_given_old_keys_asks_for_a_due_timer_they_do_not_name(
+        fake: fakeredis.FakeRedis) -> None:
+    """Keys passed from a past claim name timers due later: a timer that came due before
+    them since is asked for, and claimed now, not left behind them (the keys' window is
+    found, but the claim's may take it)."""
+    with Timers(fake) as t:
+        later = [t.schedule("a.b", [i], in_=0.5 + i * 0.01) for i in range(3)]
+    scripts = Scripts(fake, KS)
+    script = scripts.script("claim")
+    assert _claim(scripts, 2, []) == []
+    known = [key.decode() for key in script.last_asked]
+    assert all(any(f":{i}:" in key for key in known) for i in later)
+    assert _claim(scripts, 2, known) == []
+    assert script.last_calls == 1  # nothing due: nothing asked
+    with Timers(fake) as t:
+        now_id = t.schedule("a.b", ["now"], in_=-1)
+    assert _claim(scripts, 2, known) == [now_id]
+    assert script.last_calls == 2

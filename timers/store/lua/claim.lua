@@ -300,8 +300,12 @@ end
 -- between two calls (other listeners claim, more timers come due): so this call claims
 -- only the timers whose key it was given, and asks for the keys of a window (a due
 -- index's, or the named ids') only when it was given none of them (its first call), else
--- it would ask on every call.
-local window_found, window_missing = {}, {}
+-- it would ask on every call; or, for a due index, when one of the timers its body may
+-- take from it was not given (the first 2 x limit due by the horizon: claim_due reads no
+-- further). A listener passes the keys its last claims asked for (finding/claimer.py):
+-- a window given in part, whose head moved on past what it was given, is asked for again
+-- rather than its due timers left behind for later ones.
+local window_found, window_missing, window_short = {}, {}, {}
 local function need_window(window, key)
   if is_declared(key) then
     window_found[window] = true
@@ -342,15 +346,23 @@ for group in pairs(served) do  -- lapsed runs: run again, their slots passed on
 end
 for _, index in ipairs(served_due_indexes(KEYS[1], ARGV[1], served)) do
   if need(index[1]) then
-    for _, id in ipairs(redis.call('ZRANGEBYSCORE', index[1], '-inf', due_by, 'LIMIT', 0,
-        2 * limit + DECLARE_WINDOW)) do
+    local window = redis.call('ZRANGEBYSCORE', index[1], '-inf', due_by, 'WITHSCORES',
+      'LIMIT', 0, 2 * limit + DECLARE_WINDOW)
+    for i = 1, #window, 2 do
+      local id = window[i]
       local record = redis.call('HGET', KEYS[2], id)
-      if record then need_claimed(id, record, index[1]) end
+      if record then
+        need_claimed(id, record, index[1])
+        if i < 4 * limit and tonumber(window[i + 1]) <= horizon
+            and not is_declared(ARGV[1] .. id .. ':' .. record) then
+          window_short[index[1]] = true
+        end
+      end
     end
   end
 end
 for window, keys in pairs(window_missing) do
-  if not window_found[window] then
+  if window_short[window] or not window_found[window] then
     for _, key in ipairs(keys) do need(key) end
   end
 end
