@@ -46,6 +46,12 @@ BUGS: tuple[Bug, ...] = (
         "    out[#out + 1] = t[3]\n    note_keyed(token, run)\n",
         "    out[#out + 1] = t[3]\n",
         "T4: a claimed keyed timer is not noted in its key's order barrier (FIFO)"),
+    Bug("claim-window-not-asked", LUA + "claim.lua",
+        "  if window_short[window] or not window_found[window] then\n",
+        "  if not window_found[window] then\n",
+        "T4 (declared keys): a claim given part of a due index's window (the keys its lane's "
+        "last claims asked for) does not ask for a due timer it may take and was not given: "
+        "the timer waits behind later ones until the window is used up"),
     Bug("recover-live-lease", LUA + "claim.lua",
         "redis.call('ZRANGEBYSCORE', running, '-inf', now, 'LIMIT', 0, limit - claimed)",
         "redis.call('ZRANGEBYSCORE', running, '-inf', now + 500, 'LIMIT', 0, limit - claimed)",
@@ -392,6 +398,11 @@ BUGS: tuple[Bug, ...] = (
         "      elseif not value and history_value_fields(value) ~= 'de' then\n",
         "history: a trimmed batch's id whose record is gone fails the trim (the history is "
         "no longer bounded), and one that ended again since keeps its stale dead-end entry"),
+    Bug("claims-forget-their-keys", LISTENER + "finding/claimer.py",
+        "            known_keys=tuple(self.known.keys) if declaring else ())\n",
+        "            known_keys=())\n",
+        "T4 (declared keys): a lane does not pass the keys its last claims asked for, so "
+        "every claim that finds timers due on a cluster asks first: two calls, not one"),
     Bug("one-stop-passed-twice", LISTENER + "supervision/supervisor.py",
         "            if forwarded < max(self.signals_received, 1) and (\n",
         "            if forwarded <= max(self.signals_received, 1) and (\n",

@@ -207,3 +207,61 @@ def test_a_claim_given_old_keys_asks_for_a_due_timer_they_do_not_name(
         now_id = t.schedule("a.b", ["now"], in_=-1)
     assert _claim(scripts, 2, known) == [now_id]
     assert script.last_calls == 2
+
+
+class _AsyncCounting:
+    """An asyncio registered script that counts its calls."""
+
+    def __init__(self, script: Any) -> None:
+        self.inner, self.calls = script, 0
+        self.sha, self.script = script.sha, script.script
+
+    async def __call__(self, keys: Any = (), args: Any = (), client: Any = None) -> Any:
+        self.calls += 1
+        return await self.inner(keys=keys, args=args, client=client)
+
+
+def test_a_lanes_claims_in_a_backlog_are_one_call_each_and_in_due_order() -> None:
+    """The claimer passes the keys its last claims asked for (``KnownKeys``): in a backlog
+    only its first claim asks; the keys of the timers it claimed are not passed again."""
+    from timers.listener.finding.claimer import Claimer, ClaimerHooks
+    from timers.listener.finding.due_tracker import DueTracker
+    from timers.listener.flow.gate import FlowGate
+    from timers.listener.flow.parker import Parker
+    from timers.listener.retrying import Outage
+    from timers.model.clock import SystemClock
+    from timers.model.runs import Run
+    from timers.store.script_calls import NewTimer
+
+    async def scenario() -> tuple[list[int], list[str], int]:
+        fake = fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer())
+        scripts = Scripts(fake, KS)
+        seconds, micros = await fake.time()
+        now = int(seconds) * 1000 + int(micros) // 1000
+        await scripts.schedule([NewTimer(f"t{i:02}", "a.b:[]", "at", now - 1000 + i, "n")
+                                for i in range(30)])
+        script = scripts.script("claim")
+        script.runner = counting = _AsyncCounting(script.runner)
+        started: list[Run] = []
+        hooks = ClaimerHooks(free_slots=lambda: 5, take_event_ids=lambda n: [],
+                             busy=lambda: False, start=started.append,
+                             give_up=lambda exc: None, keyed_tasks=lambda: ())
+        flow = FlowGate(scripts, 5.0, on_held=lambda n: None, shards=1, shard=0)
+        clock = SystemClock()
+        claimer = Claimer(scripts, ("default",), "h:1:x", 5.0, clock, DueTracker(clock),
+                          hooks, asyncio.Event(), poke=asyncio.Event(),
+                          parker=Parker(scripts, ("default",), 5.0, lambda task: print,
+                                        flow),
+                          ahead_share=5, outage=Outage())
+        calls = []
+        for _ in range(6):
+            before = counting.calls
+            assert await claimer.claim(5) == 5
+            calls.append(counting.calls - before)
+        await fake.aclose()
+        return calls, [run.escaped_id for run in started], len(claimer.known.keys)
+
+    calls, ids, known = asyncio.run(scenario())
+    assert calls == [2, 1, 1, 1, 1, 1]
+    assert ids == [f"t{i:02}" for i in range(30)]
+    assert known == 0  # every timer whose key it was given is claimed: none is kept
