@@ -47,11 +47,11 @@ BUGS: tuple[Bug, ...] = (
         "    out[#out + 1] = t[3]\n",
         "T4: a claimed keyed timer is not noted in its key's order barrier (FIFO)"),
     Bug("claim-window-not-asked", LUA + "claim.lua",
-        "  if window_short[window] or not window_found[window] then\n",
-        "  if not window_found[window] then\n",
-        "T4 (declared keys): a claim given part of a due index's window (the keys its lane's "
-        "last claims asked for) does not ask for a due timer it may take and was not given: "
-        "the timer waits behind later ones until the window is used up"),
+        "        if not is_declared(ARGV[1] .. id .. ':' .. record) then short = true end\n",
+        "        -- (the due timers' keys taken as given)\n",
+        "T4 (declared keys): a claim does not ask for the keys of the due timers it may take "
+        "and was not given (a cluster's claim given none, or the keys its lane's last claims "
+        "asked for): those timers are left behind, the later ones it was given claimed"),
     Bug("recover-live-lease", LUA + "claim.lua",
         "redis.call('ZRANGEBYSCORE', running, '-inf', now, 'LIMIT', 0, limit - claimed)",
         "redis.call('ZRANGEBYSCORE', running, '-inf', now + 500, 'LIMIT', 0, limit - claimed)",
