@@ -78,8 +78,9 @@ class KnownKeys:
 
     @staticmethod
     def most(limit: int) -> int:
-        """How many keys are kept for claims of ``limit``: two of their windows."""
-        return 2 * (2 * limit + DECLARE_WINDOW)
+        """How many keys are kept for claims of ``limit``: one of their windows and the
+        timers of one claim more (every key is sent with each claim)."""
+        return 3 * limit + DECLARE_WINDOW
 
     def learn(self, asked: Sequence[object], key_start: str, runs: Sequence[Run],
               limit: int) -> None:
