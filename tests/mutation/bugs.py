@@ -403,6 +403,12 @@ BUGS: tuple[Bug, ...] = (
         "            known_keys=())\n",
         "T4 (declared keys): a lane does not pass the keys its last claims asked for, so "
         "every claim that finds timers due on a cluster asks first: two calls, not one"),
+    Bug("known-keys-cut-to-each-claim", LISTENER + "finding/claimer.py",
+        "        over = len(keys) - self.cap\n",
+        "        over = len(keys) - self.most(limit)\n",
+        "T4 (declared keys): a lane cuts the keys it keeps to each claim's size, so a claim "
+        "of one or two timers after a wider one drops the head of the window that one asked "
+        "for, and the next claim asks for it again"),
     Bug("one-stop-passed-twice", LISTENER + "supervision/supervisor.py",
         "            if forwarded < max(self.signals_received, 1) and (\n",
         "            if forwarded <= max(self.signals_received, 1) and (\n",

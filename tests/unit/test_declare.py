@@ -265,3 +265,19 @@ def test_a_lanes_claims_in_a_backlog_are_one_call_each_and_in_due_order() -> Non
     assert calls == [2, 1, 1, 1, 1, 1]
     assert ids == [f"t{i:02}" for i in range(30)]
     assert known == 0  # every timer whose key it was given is claimed: none is kept
+
+
+def test_a_lane_keeps_the_window_a_wider_claim_asked_for_through_narrower_claims() -> None:
+    """A claim of few timers (a slot or two free) after one of many still passes the whole
+    window that one asked for: cut to its own size it would drop the window's head, which
+    it needs, and ask for it again, claim after claim."""
+    from timers.listener.finding.claimer import KnownKeys
+
+    known = KnownKeys()
+    window = [f"{KS.timer_key_start}t{i:03}:a.b:[]".encode() for i in range(2 * 16 + 100)]
+    known.learn(window, KS.timer_key_start, [], 16)
+    known.learn([], KS.timer_key_start, [], 1)
+    assert list(known.keys) == [key.decode() for key in window]
+    known.learn([b"k:more"], KS.timer_key_start, [], 1)  # a narrower claim that asked
+    assert len(known.keys) == KnownKeys.most(1)
+    assert list(known.keys)[-1] == "k:more"  # the oldest asked go first

@@ -70,15 +70,18 @@ class KnownKeys:
     order barrier. A claim still asks when a timer it may take now, or any other key it
     needs, was not given (``claim.lua``'s declare part): a key it touches is always one it
     was given. The keys of the timers this lane claimed are dropped, and past
-    :meth:`most` keys the oldest asked for (they were asked in due order, so those are the
+    :attr:`cap` keys the oldest asked for (they were asked in due order, so those are the
     timers other listeners took)."""
 
     def __init__(self) -> None:
         self.keys: dict[str, None] = {}
+        self.cap = self.most(0)
+        """How many are kept: :meth:`most` of the last claim that asked (a claim of fewer
+        timers after it still needs the window that one asked for)."""
 
     @staticmethod
     def most(limit: int) -> int:
-        """How many keys are kept for claims of ``limit``: one of their windows and the
+        """How many keys are kept after a claim of ``limit`` asked: its window and the
         timers of one claim more (every key is sent with each claim)."""
         return 3 * limit + DECLARE_WINDOW
 
@@ -86,6 +89,8 @@ class KnownKeys:
               limit: int) -> None:
         """After a claim of ``limit`` that asked for ``asked`` and took ``runs``."""
         keys = self.keys
+        if asked:
+            self.cap = self.most(limit)
         for key in asked:
             try:
                 text = key.decode() if isinstance(key, bytes) else str(key)
@@ -95,7 +100,7 @@ class KnownKeys:
             keys[text] = None
         for run in runs:
             keys.pop(f"{key_start}{run.escaped_id}:{run.record_text}", None)
-        over = len(keys) - self.most(limit)
+        over = len(keys) - self.cap
         if over > 0:
             for key in list(keys)[:over]:
                 del keys[key]
