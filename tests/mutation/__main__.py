@@ -57,11 +57,12 @@ NEIGHBOURS = [
     "tests/unit/test_speed_switch.py", "tests/unit/test_retry.py",
     "tests/unit/test_data_format.py", "tests/unit/test_flow_plan.py",
     "tests/unit/test_supervisor.py", "tests/unit/test_history_trim.py",
-    "tests/unit/test_recycling.py",
+    "tests/unit/test_recycling.py", "tests/unit/test_declare.py",
 ]
 """The unit tests of the scripts, the flow control, the fence, the executor, the
 endings journal, the speed layer's switch, the listener's way back to Redis, the data
-format checks, the supervisor, its recycling and the history's upkeep."""
+format checks, the supervisor, its recycling, the history's upkeep and the declared
+keys."""
 STAGE_TIMEOUT = 900.0
 
 

@@ -46,6 +46,12 @@ BUGS: tuple[Bug, ...] = (
         "    out[#out + 1] = t[3]\n    note_keyed(token, run)\n",
         "    out[#out + 1] = t[3]\n",
         "T4: a claimed keyed timer is not noted in its key's order barrier (FIFO)"),
+    Bug("claim-window-not-asked", LUA + "claim.lua",
+        "        if not is_declared(ARGV[1] .. id .. ':' .. record) then short = true end\n",
+        "        -- (the due timers' keys taken as given)\n",
+        "T4 (declared keys): a claim does not ask for the keys of the due timers it may take "
+        "and was not given (a cluster's claim given none, or the keys its lane's last claims "
+        "asked for): those timers are left behind, the later ones it was given claimed"),
     Bug("recover-live-lease", LUA + "claim.lua",
         "redis.call('ZRANGEBYSCORE', running, '-inf', now, 'LIMIT', 0, limit - claimed)",
         "redis.call('ZRANGEBYSCORE', running, '-inf', now + 500, 'LIMIT', 0, limit - claimed)",
@@ -398,6 +404,17 @@ BUGS: tuple[Bug, ...] = (
         "      elseif not value and history_value_fields(value) ~= 'de' then\n",
         "history: a trimmed batch's id whose record is gone fails the trim (the history is "
         "no longer bounded), and one that ended again since keeps its stale dead-end entry"),
+    Bug("claims-forget-their-keys", LISTENER + "finding/claimer.py",
+        "            known_keys=tuple(self.known.keys) if declaring else ())\n",
+        "            known_keys=())\n",
+        "T4 (declared keys): a lane does not pass the keys its last claims asked for, so "
+        "every claim that finds timers due on a cluster asks first: two calls, not one"),
+    Bug("known-keys-cut-to-each-claim", LISTENER + "finding/claimer.py",
+        "        over = len(keys) - self.cap\n",
+        "        over = len(keys) - self.most(limit)\n",
+        "T4 (declared keys): a lane cuts the keys it keeps to each claim's size, so a claim "
+        "of one or two timers after a wider one drops the head of the window that one asked "
+        "for, and the next claim asks for it again"),
     Bug("one-stop-passed-twice", LISTENER + "supervision/supervisor.py",
         "            if forwarded < max(self.signals_received, 1) and (\n",
         "            if forwarded <= max(self.signals_received, 1) and (\n",

@@ -66,6 +66,7 @@ from fakeredis._commands import SUPPORTED_COMMANDS, Signature
 from fakeredis._socket._fakesocket import FakeSocket
 
 from timers.listener import leases
+from timers.listener.finding.claimer import KnownKeys
 from timers.listener.leases import Fence, HeldRuns, LeaseKeeper, fresh_in
 from timers.listener.quarantine.crashes import died_outcome
 from timers.listener.quarantine.parent import Quarantine
@@ -315,6 +316,8 @@ class VListener:
     lagging: bool = False
     """Its dispatch is slow: a rate's run its gate lets go reaches its call past its start
     window (``flow_gate.START_WINDOW_S``) and is handed back unstarted (T17)."""
+    known: KnownKeys = field(default_factory=KnownKeys)
+    """The keys its last claims asked for, passed with its next (the real claimer's)."""
 
     def free_slots(self) -> int:
         return max(CONCURRENCY - len(self.executing) - len(self.claimed), 0)
@@ -587,10 +590,13 @@ class World:
                      if events and t.status == "live" and t.due <= self.now]
         reply = self.s.claim(limit=limit, lease_ms=LEASE_MS, horizon_ms=horizon_ms,
                              listener_id=listener.id, event_ids=event_ids,
-                             groups=listener.groups)
+                             groups=listener.groups, known_keys=tuple(listener.known.keys))
         items = reply[3:]
-        for i in range(0, len(items), 3):
-            run = Run.parse(items[i], items[i + 1], items[i + 2])
+        runs = [Run.parse(items[i], items[i + 1], items[i + 2])
+                for i in range(0, len(items), 3)]
+        listener.known.learn(self.s.script("claim").last_asked, KS.timer_key_start, runs,
+                             limit)
+        for run in runs:
             self.given(listener, run, f"{listener.id}'s claim")
             listener.claimed[run.token] = (run, self.now)
             self.note(f"{listener.id} claims {run.timer_id} token {run.token} "

@@ -162,3 +162,122 @@ def test_a_claim_asks_at_once_for_timers_that_come_due_within_a_second(
     assert f":{later_id}:" not in declared
     assert [reply[i + 1].decode().split("|")[2] for i in range(3, len(reply), 3)] == [
         f"{now_id}:a.b;g=video:[1]"]
+
+
+def _claim(scripts: Scripts, limit: int, known: list[str]) -> list[str]:
+    """The ids a claim of the default group took (``known``: the keys passed with it)."""
+    reply = scripts.claim(limit=limit, lease_ms=5000, horizon_ms=0, listener_id="h:1:a",
+                          known_keys=known)
+    return [reply[i + 1].decode().split("|")[2].split(":")[0] for i in range(3, len(reply), 3)]
+
+
+def test_a_claim_given_the_keys_its_last_claim_asked_for_is_one_call(
+        fake: fakeredis.FakeRedis) -> None:
+    """A lane passes the keys its last claim asked for (``finding/claimer.py``
+    ``KnownKeys``): the window of due timers they name serves the next claims at once."""
+    with Timers(fake) as t:
+        ids = [t.schedule("a.b", [i], in_=-10 + i * 0.01) for i in range(6)]
+    scripts = Scripts(fake, KS)
+    script = scripts.script("claim")
+    assert _claim(scripts, 2, []) == ids[:2]
+    assert script.last_calls == 2
+    known = [key.decode() for key in script.last_asked]
+    assert all(any(f":{i}:" in key for key in known) for i in ids)  # the whole window
+    assert _claim(scripts, 2, known) == ids[2:4]
+    assert (script.last_calls, script.last_asked) == (1, [])
+    assert _claim(scripts, 2, known) == ids[4:]
+    assert script.last_calls == 1
+
+
+def test_a_claim_given_old_keys_asks_for_a_due_timer_they_do_not_name(
+        fake: fakeredis.FakeRedis) -> None:
+    """Keys passed from a past claim name timers due later: a timer that came due before
+    them since is asked for, and claimed now, not left behind them."""
+    with Timers(fake) as t:
+        first = t.schedule("a.b", ["first"], in_=-1)
+        later = [t.schedule("a.b", [i], in_=0.5 + i * 0.01) for i in range(3)]
+    scripts = Scripts(fake, KS)
+    script = scripts.script("claim")
+    assert _claim(scripts, 2, []) == [first]
+    known = [key.decode() for key in script.last_asked]
+    assert all(any(f":{i}:" in key for key in known) for i in later)  # due within 1 s
+    assert _claim(scripts, 2, known) == []
+    assert script.last_calls == 1  # nothing due: nothing asked
+    with Timers(fake) as t:
+        now_id = t.schedule("a.b", ["now"], in_=-1)
+    assert _claim(scripts, 2, known) == [now_id]
+    assert script.last_calls == 2
+
+
+class _AsyncCounting:
+    """An asyncio registered script that counts its calls."""
+
+    def __init__(self, script: Any) -> None:
+        self.inner, self.calls = script, 0
+        self.sha, self.script = script.sha, script.script
+
+    async def __call__(self, keys: Any = (), args: Any = (), client: Any = None) -> Any:
+        self.calls += 1
+        return await self.inner(keys=keys, args=args, client=client)
+
+
+def test_a_lanes_claims_in_a_backlog_are_one_call_each_and_in_due_order() -> None:
+    """The claimer passes the keys its last claims asked for (``KnownKeys``): in a backlog
+    only its first claim asks; the keys of the timers it claimed are not passed again."""
+    from timers.listener.finding.claimer import Claimer, ClaimerHooks
+    from timers.listener.finding.due_tracker import DueTracker
+    from timers.listener.flow.gate import FlowGate
+    from timers.listener.flow.parker import Parker
+    from timers.listener.retrying import Outage
+    from timers.model.clock import SystemClock
+    from timers.model.runs import Run
+    from timers.store.script_calls import NewTimer
+
+    async def scenario() -> tuple[list[int], list[str], int]:
+        fake = fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer())
+        scripts = Scripts(fake, KS)
+        seconds, micros = await fake.time()
+        now = int(seconds) * 1000 + int(micros) // 1000
+        await scripts.schedule([NewTimer(f"t{i:02}", "a.b:[]", "at", now - 1000 + i, "n")
+                                for i in range(30)])
+        script = scripts.script("claim")
+        script.runner = counting = _AsyncCounting(script.runner)
+        started: list[Run] = []
+        hooks = ClaimerHooks(free_slots=lambda: 5, take_event_ids=lambda n: [],
+                             busy=lambda: False, start=started.append,
+                             give_up=lambda exc: None, keyed_tasks=lambda: ())
+        flow = FlowGate(scripts, 5.0, on_held=lambda n: None, shards=1, shard=0)
+        clock = SystemClock()
+        claimer = Claimer(scripts, ("default",), "h:1:x", 5.0, clock, DueTracker(clock),
+                          hooks, asyncio.Event(), poke=asyncio.Event(),
+                          parker=Parker(scripts, ("default",), 5.0, lambda task: print,
+                                        flow),
+                          ahead_share=5, outage=Outage())
+        calls = []
+        for _ in range(6):
+            before = counting.calls
+            assert await claimer.claim(5) == 5
+            calls.append(counting.calls - before)
+        await fake.aclose()
+        return calls, [run.escaped_id for run in started], len(claimer.known.keys)
+
+    calls, ids, known = asyncio.run(scenario())
+    assert calls == [2, 1, 1, 1, 1, 1]
+    assert ids == [f"t{i:02}" for i in range(30)]
+    assert known == 0  # every timer whose key it was given is claimed: none is kept
+
+
+def test_a_lane_keeps_the_window_a_wider_claim_asked_for_through_narrower_claims() -> None:
+    """A claim of few timers (a slot or two free) after one of many still passes the whole
+    window that one asked for: cut to its own size it would drop the window's head, which
+    it needs, and ask for it again, claim after claim."""
+    from timers.listener.finding.claimer import KnownKeys
+
+    known = KnownKeys()
+    window = [f"{KS.timer_key_start}t{i:03}:a.b:[]".encode() for i in range(2 * 16 + 100)]
+    known.learn(window, KS.timer_key_start, [], 16)
+    known.learn([], KS.timer_key_start, [], 1)
+    assert list(known.keys) == [key.decode() for key in window]
+    known.learn([b"k:more"], KS.timer_key_start, [], 1)  # a narrower claim that asked
+    assert len(known.keys) == KnownKeys.most(1)
+    assert list(known.keys)[-1] == "k:more"  # the oldest asked go first

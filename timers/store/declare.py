@@ -92,17 +92,24 @@ class Declaring:
         """How many times the last call was sent: a caller that reads the Redis clock in
         the reply (a claim's) cannot time it by the whole call when it was sent more
         than once (the clock was read in the last round trip)."""
+        self.last_asked: list[Any] = []
+        """The keys the last call asked for, over all its sends, in the order asked: a
+        caller may pass them with its next call (a claim's, ``finding/claimer.py``), so
+        that it asks for none again."""
 
     def __call__(self, keys: Sequence[Any] = (), args: Sequence[Any] = (),
                  client: Any = None) -> Any:
         keys, asked = list(keys), list[Any]()
+        self.last_asked = []
         for calls in range(1, MAX_CALLS + 1):
             reply = self.runner(keys=keys, args=args, client=client)
             self.last_calls = calls
             more = asked_keys(reply)
             if more is None:
                 return reply
+            given = len(keys)
             keys, asked = with_asked(self.name, keys, more, self.cluster), more
+            self.last_asked += keys[given:]
         raise too_many(self.name, asked)
 
 
@@ -113,11 +120,14 @@ class AsyncDeclaring(Declaring):
             self, keys: Sequence[Any] = (), args: Sequence[Any] = (),
             client: Any = None) -> Any:
         keys, asked = list(keys), list[Any]()
+        self.last_asked = []
         for calls in range(1, MAX_CALLS + 1):
             reply = await self.runner(keys=keys, args=args, client=client)
             self.last_calls = calls
             more = asked_keys(reply)
             if more is None:
                 return reply
+            given = len(keys)
             keys, asked = with_asked(self.name, keys, more, self.cluster), more
+            self.last_asked += keys[given:]
         raise too_many(self.name, asked)

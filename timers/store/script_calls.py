@@ -208,17 +208,24 @@ class ScriptCalls:
 
     def claim(self, *, limit: int, lease_ms: int, horizon_ms: int, listener_id: str,
               event_ids: Iterable[str] = (), groups: Sequence[str] = (DEFAULT_GROUP,),
-              keyed_tasks: Sequence[str] = (), floor: int | None = None) -> Invocation:
+              keyed_tasks: Sequence[str] = (), floor: int | None = None,
+              known_keys: Sequence[str] = ()) -> Invocation:
         """Reply: ``[now_us, next_due, next_lease, (token, run, source)…]``.
         ``keyed_tasks``: the tasks with a concurrency key or cap (the order barrier);
         ``floor``: on several shards, the least of the other shards' :meth:`floor`
-        (their timers due later wait for it)."""
+        (their timers due later wait for it); ``known_keys``: where scripts declare
+        their keys, more keys to give it (those the lane's last claims asked for), last."""
         k = self.keys
-        return self._shared(
+        call = self._shared(
             "claim", (k.due, k.records, k.running, k.running_records, k.sequence, k.stats,
                       k.arrival_records),
             (k.timer_key_start, limit, lease_ms, horizon_ms, listener_id, ",".join(groups),
              ",".join(keyed_tasks), "" if floor is None else floor, *event_ids))
+        if not known_keys:
+            return call
+        given = set(call.keys)
+        return Invocation("claim", (*call.keys, *(key for key in known_keys
+                                                  if key not in given)), call.args)
 
     def renew(self, lease_ms: int, tokens: Iterable[str]) -> Invocation:
         """Reply: the tokens no longer held."""

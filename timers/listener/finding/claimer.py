@@ -57,6 +57,55 @@ BUSY_SHARE = 0.8
 """The share of a core above which the process counts as busy (its Python runs on one)."""
 
 
+DECLARE_WINDOW = 100
+"""``lua/declare.lua``'s window: a claim that declares its keys asks for those of up to
+twice its limit of due timers and this many more."""
+
+
+class KnownKeys:
+    """Where scripts declare their keys (Redis Cluster, ``TIMERS_DECLARE_KEYS=1``): the
+    keys a lane's claims asked for (``Declaring.last_asked``), passed with its next claim,
+    so that a claim asks for none again and is one call, not two: the expiring keys of the
+    due timers ahead (a window of its due index), a group's due index and running set, an
+    order barrier. A claim still asks when a timer it may take now, or any other key it
+    needs, was not given (``claim.lua``'s declare part): a key it touches is always one it
+    was given. The keys of the timers this lane claimed are dropped, and past
+    :attr:`cap` keys the oldest asked for (they were asked in due order, so those are the
+    timers other listeners took)."""
+
+    def __init__(self) -> None:
+        self.keys: dict[str, None] = {}
+        self.cap = self.most(0)
+        """How many are kept: :meth:`most` of the last claim that asked (a claim of fewer
+        timers after it still needs the window that one asked for)."""
+
+    @staticmethod
+    def most(limit: int) -> int:
+        """How many keys are kept after a claim of ``limit`` asked: its window and the
+        timers of one claim more (every key is sent with each claim)."""
+        return 3 * limit + DECLARE_WINDOW
+
+    def learn(self, asked: Sequence[object], key_start: str, runs: Sequence[Run],
+              limit: int) -> None:
+        """After a claim of ``limit`` that asked for ``asked`` and took ``runs``."""
+        keys = self.keys
+        if asked:
+            self.cap = self.most(limit)
+        for key in asked:
+            try:
+                text = key.decode() if isinstance(key, bytes) else str(key)
+            except UnicodeDecodeError:
+                continue  # asked again when needed
+            keys.pop(text, None)
+            keys[text] = None
+        for run in runs:
+            keys.pop(f"{key_start}{run.escaped_id}:{run.record_text}", None)
+        over = len(keys) - self.cap
+        if over > 0:
+            for key in list(keys)[:over]:
+                del keys[key]
+
+
 class CpuGauge:
     """Whether this process used most of a core over the last :data:`BUSY_WINDOW`
     seconds (the event loop's CPU time with its threads'), read at most that often."""
@@ -176,6 +225,8 @@ class Claimer:
         Until then a claim is sent with a floor of 0, which holds every such timer back
         and costs no round trip more; meeting one, the lane claims again at once."""
         self.slot_freed = asyncio.Event()
+        self.known = KnownKeys()
+        """The keys passed with each claim where scripts declare theirs."""
 
     async def run(self, burst: bool) -> None:
         """Claim as timers come due until stopped (``burst``: until nothing is due)."""
@@ -284,18 +335,20 @@ class Claimer:
             asked = self.keyed_due
             floor = await self.hooks.floor(self.groups, keyed) if asked else 0
         ids = self.hooks.take_event_ids(limit)
+        script = self.scripts.script("claim")
+        declaring = getattr(script, "last_asked", None) is not None
         sent = self.clock.monotonic()
         horizon_ms = round(2 * CLAIM_LEAD_MS)
         reply = await self.scripts.claim(
             limit=limit, lease_ms=round(self.lease * 1000), horizon_ms=horizon_ms,
             listener_id=self.listener_id, event_ids=ids, groups=self.groups,
-            keyed_tasks=keyed, floor=floor)
+            keyed_tasks=keyed, floor=floor,
+            known_keys=tuple(self.known.keys) if declaring else ())
         received = self.clock.monotonic()
         now_us, next_due, next_lease = (int(x) for x in reply[:3])
         # a claim that asked for keys (Redis Cluster) was sent more than once: the Redis
         # clock in its reply, read in the last round trip, is no sample of the whole
-        if (getattr(self.scripts.script("claim"), "last_calls", 1) == 1
-                or not self.tracker.knows_clock):
+        if getattr(script, "last_calls", 1) == 1 or not self.tracker.knows_clock:
             self.tracker.observe_time(now_us, sent, received)
         self.tracker.observe_heads(
             None if next_due == -1 else next_due, None if next_lease == -1 else next_lease
@@ -303,6 +356,9 @@ class Claimer:
         self.tracker.backlogged = next_due != -1 and next_due <= now_us // 1000 + horizon_ms
         items = reply[3:]
         runs = [Run.parse(items[i], items[i + 1], items[i + 2]) for i in range(0, len(items), 3)]
+        if declaring:
+            self.known.learn(script.last_asked, self.scripts.calls.keys.timer_key_start,
+                             runs, limit)
         if floor is not None:
             held = len(runs) < limit and floor < next_due <= now_us // 1000
             self.below_floor = held and asked

@@ -298,32 +298,33 @@ end
 -- declare {
 -- A claimed timer's expiring key is named by a window of its due index, which moves
 -- between two calls (other listeners claim, more timers come due): so this call claims
--- only the timers whose key it was given, and asks for the keys of a window (a due
--- index's, or the named ids') only when it was given none of them (its first call), else
--- it would ask on every call.
-local window_found, window_missing = {}, {}
-local function need_window(window, key)
-  if is_declared(key) then
-    window_found[window] = true
-  else
-    window_missing[window] = window_missing[window] or {}
-    table.insert(window_missing[window], key)
-  end
-end
+-- only the timers whose key it was given. For the named ids it asks only when it was
+-- given none of their keys (else it would ask on every call: the sweep below takes the
+-- others in their turn). For a due index it reads the timers its body may take from it
+-- (the first 2 x limit due by the horizon: claim_due reads no further) and, when one of
+-- their keys was not given, asks for the keys of its window: twice as many, due up to
+-- DECLARE_SLACK_MS later, and DECLARE_WINDOW more. A listener passes with each claim the
+-- keys its last claims asked for (finding/claimer.py KnownKeys): a claim whose due
+-- timers' keys it was given reads no further and is one call; one whose due index's
+-- head moved on past them asks again, rather than leave due timers behind later ones.
+local named_found, named_missing = false, {}
 local function need_started(record)  -- a run started: its running set, its order barrier
   need(running_key_for(KEYS[3], record_group(record)))
   if (any_keyed and keyed[record_task(record)]) or record_option(record, 'k') then
     need(flow_key(ARGV[1], 'ungated', barrier_of(record)))
   end
 end
-local function need_claimed(id, record, window)  -- a pending timer claimed
-  need((due_key_for(KEYS[1], record)))
-  need_started(record)
-  need_window(window, ARGV[1] .. id .. ':' .. record)
-end
 for i = 9, #ARGV do
   local record = redis.call('HGET', KEYS[2], ARGV[i])
-  if record and served[record_group(record)] then need_claimed(ARGV[i], record, '') end
+  if record and served[record_group(record)] then
+    need((due_key_for(KEYS[1], record)))
+    need_started(record)
+    local key = ARGV[1] .. ARGV[i] .. ':' .. record
+    if is_declared(key) then named_found = true else named_missing[#named_missing + 1] = key end
+  end
+end
+if not named_found then
+  for _, key in ipairs(named_missing) do need(key) end
 end
 -- (more than the limit, a little later: DECLARE_SLACK_MS, DECLARE_WINDOW)
 local lapsed_by = string.format('%.0f', now + DECLARE_SLACK_MS)
@@ -340,18 +341,30 @@ for group in pairs(served) do  -- lapsed runs: run again, their slots passed on
     end
   end
 end
+local horizon_by = string.format('%.0f', horizon)
 for _, index in ipairs(served_due_indexes(KEYS[1], ARGV[1], served)) do
   if need(index[1]) then
-    for _, id in ipairs(redis.call('ZRANGEBYSCORE', index[1], '-inf', due_by, 'LIMIT', 0,
-        2 * limit + DECLARE_WINDOW)) do
+    local records, short = {}, false
+    for _, id in ipairs(redis.call('ZRANGEBYSCORE', index[1], '-inf', horizon_by, 'LIMIT', 0,
+        2 * limit)) do
       local record = redis.call('HGET', KEYS[2], id)
-      if record then need_claimed(id, record, index[1]) end
+      if record then
+        records[id] = record
+        need((due_key_for(KEYS[1], record)))
+        need_started(record)
+        if not is_declared(ARGV[1] .. id .. ':' .. record) then short = true end
+      end
     end
-  end
-end
-for window, keys in pairs(window_missing) do
-  if not window_found[window] then
-    for _, key in ipairs(keys) do need(key) end
+    if short then
+      for _, id in ipairs(redis.call('ZRANGEBYSCORE', index[1], '-inf', due_by, 'LIMIT', 0,
+          2 * limit + DECLARE_WINDOW)) do
+        local record = records[id] or redis.call('HGET', KEYS[2], id)
+        if record then
+          need_started(record)
+          need(ARGV[1] .. id .. ':' .. record)
+        end
+      end
+    end
   end
 end
 only_declared = is_declared
