@@ -454,4 +454,14 @@ BUGS: tuple[Bug, ...] = (
         "if delay > 0 and self.poke.is_set():",
         "idle cost: a listener at its concurrency sends a claim, finding nothing, each time "
         "one of its runs ends while nothing is due"),
+    Bug("move-cursor-restarts", LUA + "move.lua",
+        "page[#page] or '', page[#page - 1] or ''}",
+        "page[#page] and '', page[#page - 1] or ''}",
+        "move (design invariant 14): the cursor loses its score, so every page starts over "
+        "from the head of the index, and a walk past timers it leaves reads them for ever"),
+    Bug("retry-all-skips-one-instant", "timers/ops/failures.py",
+        "if not (score == low and member in seen)][:FAILURE_PAGE]",
+        "if not (score == low or member in seen)][:FAILURE_PAGE]",
+        "failures: retry_all_failures() passes over every record of the score its last page "
+        "ended on, so of timers refused at one instant only the first page is retried"),
 )

@@ -97,6 +97,25 @@ def test_retry_of_a_timer_pending_again_is_skipped_unless_replace(
     assert producer.failed() == []
 
 
+def test_retry_all_takes_every_record_of_one_instant_past_its_first_page(
+    producer: Timers, fake: fakeredis.FakeRedis, ks: Keyspace
+) -> None:
+    """600 timers refused at one instant (one score, more than a page): the cursor goes on
+    by member within the score, so every one is retried, none twice."""
+    for i in range(600):
+        run = Run(str(i), f"t{i}", f"a.b:[{i}]", due_ms=1000, reruns=0, source="s")
+        failure_id, record = failure_entry(run, Outcome("error", "E", "x"), "a.b", [i],
+                                           now_ms=1_000_000)
+        fake.zadd(ks.failures, {failure_id: 1_000_000})
+        fake.hset(ks.failure_records, failure_id, record.to_json())
+        fake.zadd(ks.failure_index, {failure_id: 0})
+
+    summary = producer.retry_all_failures()
+
+    assert (summary.retried, summary.pending, summary.not_retryable) == (600, 0, 0)
+    assert producer.stats().pending == 600 and producer.stats().failed == 0
+
+
 def test_retry_all_pages_through_every_record_behind_many_rejected_keys(
     producer: Timers, fake: fakeredis.FakeRedis, ks: Keyspace
 ) -> None:

@@ -176,6 +176,29 @@ def test_timers_removed_ahead_of_the_cursor_between_pages_make_the_walk_skip_non
         assert len(new.list(limit=10_000)) == 700
 
 
+def test_a_walk_past_timers_it_leaves_reads_each_page_once(
+        fake: fakeredis.FakeRedis) -> None:
+    """Timers of other tasks stay where they are, ahead of the ones that move: the
+    cursor goes past them, so a walk of N entries takes a call or two per page and ends (a walk
+    that started each page over from the head would read the same timers it leaves, for
+    ever). (A page whose timers' keys must be declared first is two calls.)"""
+    calls = [0]
+
+    def counted() -> None:
+        calls[0] += 1
+        assert calls[0] <= 30, "the walk reads the same page again and again"
+
+    with Timers(fake, prefix="old") as old, Timers(fake, prefix="new") as new:
+        old.schedule_many([TimerSpec("other.task", [i], in_=60 + i, id=f"x{i:03d}")
+                           for i in range(40)])
+        old.schedule_many([TimerSpec("mail.send", [i], in_=100 + i, id=f"m{i:03d}")
+                           for i in range(20)])
+        done = old.run(meanwhile(move_timers(OLD, NEW, ["mail.send"], page=7), counted))
+        assert done.moved == 20 and mail_left(old) == []
+        assert len(new.list(limit=1_000)) == 20 and len(old.list(limit=1_000)) == 40
+        assert calls[0] <= 2 * (60 // 7 + 1)
+
+
 def test_timers_of_one_due_time_are_walked_by_member_past_removals(
         fake: fakeredis.FakeRedis) -> None:
     """Timers scheduled in one call share their due time (one score): the cursor goes on
