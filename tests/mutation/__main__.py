@@ -57,7 +57,8 @@ NEIGHBOURS = [
     "tests/unit/test_speed_switch.py", "tests/unit/test_retry.py",
     "tests/unit/test_data_format.py", "tests/unit/test_flow_plan.py",
     "tests/unit/test_supervisor.py", "tests/unit/test_history_trim.py",
-    "tests/unit/test_recycling.py", "tests/unit/test_failure_records.py", "tests/unit/test_declare.py",
+    "tests/unit/test_recycling.py", "tests/unit/test_failure_records.py",
+    "tests/unit/test_declare.py",
 ]
 """The unit tests of the scripts, the flow control, the fence, the executor, the
 endings journal, the speed layer's switch, the listener's way back to Redis, the data
