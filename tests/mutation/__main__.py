@@ -62,8 +62,8 @@ NEIGHBOURS = [
 ]
 """The unit tests of the scripts, the flow control, the fence, the executor, the
 endings journal, the speed layer's switch, the listener's way back to Redis, the data
-format checks, the supervisor, its recycling, the history's upkeep and the declared
-keys."""
+format checks, the supervisor, its recycling, the history's upkeep, the failure records
+and the declared keys."""
 STAGE_TIMEOUT = 900.0
 
 
