@@ -30,6 +30,12 @@ from timers.store.script_manifest import ScriptName, schedule_key_names, shared_
 # -- what each script is sent ------------------------------------------------------------
 
 
+def _flow_options(record: str) -> bool:
+    """Whether a timer's record carries a group or a priority (its schedule may touch the
+    flow keys)."""
+    return ";g=" in record or ";p=" in record
+
+
 @fast_init  # made once or more per schedule
 @dataclass(frozen=True)
 class Invocation:
@@ -167,7 +173,7 @@ class ScriptCalls:
             keys.append(f"{start}{t.escaped_id}:{t.record}")
             args += t
             replace = replace or t.how == "r"
-            flow = flow or ";g=" in t.record or ";p=" in t.record
+            flow = flow or _flow_options(t.record)
         keys += self._schedule_shared(replace, flow)
         return Invocation("schedule", tuple(keys), tuple(args))
 
@@ -176,7 +182,7 @@ class ScriptCalls:
         """:meth:`schedule` of the one timer ``NewTimer(escaped_id, record, mode, ms, how)``,
         the same call, made without the row and the loop (a lone schedule's)."""
         due, records, start, wake = self._fixed()
-        shared = self._schedule_shared(how == "r", ";g=" in record or ";p=" in record)
+        shared = self._schedule_shared(how == "r", _flow_options(record))
         return Invocation("schedule", (due, records, f"{start}{escaped_id}:{record}", *shared),
                           (start, wake, escaped_id, record, mode, ms, how))
 
