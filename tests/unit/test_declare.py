@@ -50,6 +50,17 @@ def _declaring(fake: fakeredis.FakeRedis, lua: str, cluster: bool = False) -> De
     return Declaring("test", Counting(fake.register_script(lua)), cluster)
 
 
+def test_the_lanes_kept_keys_are_sized_by_the_scripts_own_window() -> None:
+    """A lane keeps the keys of ``declare.lua``'s window and a claim more
+    (``KnownKeys.most``): the two numbers are one, written in Lua and in Python."""
+    import re
+
+    from timers.listener.finding.claimer import DECLARE_WINDOW
+
+    lua = re.search(r"local DECLARE_WINDOW = (\d+)", source("claim", declare=True))
+    assert lua is not None and int(lua.group(1)) == DECLARE_WINDOW
+
+
 def test_a_script_that_asks_for_a_key_is_called_again_with_it(
         fake: fakeredis.FakeRedis) -> None:
     script = _declaring(fake, ASKS_FOR_ITS_SECOND_KEY)
