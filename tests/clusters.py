@@ -5,6 +5,7 @@ the project's redis.conf plus ``cluster-enabled yes``, joined from Python (``CLU
 
 from __future__ import annotations
 
+import random
 import shutil
 import tempfile
 import time
@@ -16,7 +17,7 @@ from pathlib import Path
 import redis
 
 from tests.conftest import poll
-from timers.dev.server import EmbeddedServer
+from timers.dev.server import EmbeddedServer, port_free
 
 ROOT = Path(__file__).resolve().parent.parent
 SLOTS = 16384
@@ -37,10 +38,25 @@ class Cluster:
         return redis.RedisCluster(host="127.0.0.1", port=self.primaries[0].port)
 
 
+BUS_OFFSET = 10_000
+"""A cluster node's bus port is its port + 10,000: the port must be at most 55,535."""
+
+
+def cluster_port() -> int:
+    """A free port whose bus port (+10,000) is free too. The kernel's free ports run up to
+    60,999, and a node given one above 55,535, or whose bus port another process held,
+    did not start (seen in CI as "redis-server did not start")."""
+    for _ in range(1000):
+        port = random.randint(20_000, 65_535 - BUS_OFFSET)
+        if port_free(port) and port_free(port + BUS_OFFSET):
+            return port
+    raise RuntimeError("no free port pair for a cluster node")
+
+
 def _node(stack: ExitStack, tmp: Path, n: int) -> EmbeddedServer:
     config = tmp / f"redis-{n}.conf"  # a copy: a cluster node rewrites its files
     shutil.copyfile(ROOT / "redis.conf", config)
-    return stack.enter_context(EmbeddedServer(config=config, extra_args=(
+    return stack.enter_context(EmbeddedServer(config=config, pick_port=cluster_port, extra_args=(
         "--cluster-enabled", "yes", "--cluster-config-file", f"nodes-{n}.conf",
         "--cluster-node-timeout", str(NODE_TIMEOUT_MS), "--appendonly", "no")))
 

@@ -118,15 +118,18 @@ class EmbeddedServer:
         extra_args: tuple[str, ...] = (),
         port: int | None = None,
         data_dir: str | Path | None = None,
+        pick_port: Callable[[], int] | None = None,
     ) -> None:
-        """``port``: that port only (default: a free one). ``data_dir``: the server's
-        directory (its append-only file, its log), made if missing and never removed
-        (default: a temporary one, removed at :meth:`stop`)."""
+        """``port``: that port only (default: a free one, :func:`free_port` or
+        ``pick_port``). ``data_dir``: the server's directory (its append-only file, its
+        log), made if missing and never removed (default: a temporary one, removed at
+        :meth:`stop`)."""
         self.binary = find_server_binary(binary)
         self.config = config or default_config()
         self.extra_args = extra_args
         self.port = port or 0
         self._fixed_port = port is not None
+        self._pick_port = pick_port or free_port
         self._kept_dir = Path(data_dir).resolve() if data_dir is not None else None
         self._dir: tempfile.TemporaryDirectory[str] | None = None
         self._process: subprocess.Popen[bytes] | None = None
@@ -171,7 +174,7 @@ class EmbeddedServer:
             self._dir = tempfile.TemporaryDirectory(prefix="timers-redis-")
         for attempt in range(1 if self._fixed_port else 5):
             if not self.port or attempt:
-                self.port = free_port()
+                self.port = self._pick_port()
             if self._launch():
                 return self
         raise RuntimeError(f"{self.binary} did not start; see {self.data_dir}/server.log")
