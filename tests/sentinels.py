@@ -31,6 +31,8 @@ class Deployment:
     primary: EmbeddedServer
     replica: EmbeddedServer
     sentinels: list[EmbeddedServer]
+    others: tuple[EmbeddedServer, ...] = ()
+    """Replicas past the first (``sentinel_deployment(replicas=n)``)."""
 
     @property
     def url(self) -> str:
@@ -43,13 +45,14 @@ class Deployment:
             return int(s.sentinel_get_master_addr_by_name(SERVICE)[1])
 
     def server_on(self, port: int) -> EmbeddedServer:
-        return self.primary if self.primary.port == port else self.replica
+        return next(s for s in (self.primary, self.replica, *self.others) if s.port == port)
 
     def wait_in_sync(self, timeout: float = 20.0) -> None:
-        """Until the replica has every write of the primary (``WAIT 1``)."""
+        """Until every replica has every write of the primary (``WAIT``)."""
+        n = 1 + len(self.others)
         with redis.Redis(port=self.primary_port()) as primary:
-            if primary.execute_command("WAIT", 1, int(timeout * 1000)) < 1:
-                raise RuntimeError("the replica did not catch up")
+            if primary.execute_command("WAIT", n, int(timeout * 1000)) < n:
+                raise RuntimeError("the replicas did not catch up")
 
 
 def _sentinel_config(directory: Path, primary_port: int, n: int) -> Path:
@@ -64,33 +67,34 @@ def _sentinel_config(directory: Path, primary_port: int, n: int) -> Path:
 
 
 def _wait_watching(deployment: Deployment, timeout: float = 30.0) -> None:
-    """Until every sentinel knows the replica and the other sentinels (a failover needs
+    """Until every sentinel knows the replicas and the other sentinels (a failover needs
     both: the replica to promote, a quorum to agree)."""
     def watching(sentinel: EmbeddedServer) -> bool:
         with redis.Redis(port=sentinel.port, decode_responses=True) as client:
             replicas = client.execute_command("SENTINEL", "REPLICAS", SERVICE)
             others = client.execute_command("SENTINEL", "SENTINELS", SERVICE)
-        return bool(replicas) and len(others) >= SENTINELS - 1
+        return len(replicas) >= 1 + len(deployment.others) and len(others) >= SENTINELS - 1
 
     if not poll(lambda: all(watching(s) for s in deployment.sentinels), timeout, 0.1):
         raise RuntimeError("the sentinels did not find the replica and each other in time")
 
 
 @contextmanager
-def sentinel_deployment() -> Iterator[Deployment]:
-    """Start the primary, its replica and three sentinels; stop them all at the end."""
+def sentinel_deployment(replicas: int = 1) -> Iterator[Deployment]:
+    """Start the primary, its replicas and three sentinels; stop them all at the end."""
     with ExitStack() as stack, tempfile.TemporaryDirectory(prefix="timers-sentinel-") as tmp:
         # each server gets a copy of redis.conf: sentinels make servers rewrite their
         # config file (CONFIG REWRITE) when they change roles
-        copies = [Path(tmp) / f"redis-{n}.conf" for n in range(2)]
+        copies = [Path(tmp) / f"redis-{n}.conf" for n in range(1 + replicas)]
         for copy in copies:
             shutil.copyfile(ROOT / "redis.conf", copy)
         primary = stack.enter_context(EmbeddedServer(config=copies[0]))
-        replica = stack.enter_context(EmbeddedServer(
-            config=copies[1], extra_args=("--replicaof", "127.0.0.1", str(primary.port))))
+        replica, *others = [stack.enter_context(EmbeddedServer(
+            config=copy, extra_args=("--replicaof", "127.0.0.1", str(primary.port))))
+            for copy in copies[1:]]
         sentinels = [stack.enter_context(EmbeddedServer(
             config=_sentinel_config(Path(tmp), primary.port, n), extra_args=("--sentinel",)))
             for n in range(SENTINELS)]
-        deployment = Deployment(primary, replica, sentinels)
+        deployment = Deployment(primary, replica, sentinels, tuple(others))
         _wait_watching(deployment)
         yield deployment

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import statistics
@@ -25,10 +26,21 @@ import redis
 
 from tests.clusters import Cluster, real_cluster
 from tests.conftest import wait_until
-from tests.integration.helpers import redis_now_ms
+from tests.integration.helpers import (
+    TASKS,
+    TIMERS_COMMAND,
+    ListenerThread,
+    Processes,
+    redis_now_ms,
+    runs,
+    settled,
+)
 from tests.sentinels import DOWN_AFTER_MS, Deployment, sentinel_deployment
+from tests.task_pkg import STARTED
+from tests.task_pkg.slow import RELEASE
 from timers import AsyncTimers, NotReplicated, ServerUnavailable, Timers, TimerSpec
 from timers.dev.server import EmbeddedServer
+from timers.listener import Listener
 from timers.ops.operations import SCHEDULE_CHUNK
 from timers.ops.shards import shard_of
 
@@ -145,6 +157,34 @@ def test_fsync_waits_for_the_replicas_aof_where_the_server_has_waitaof() -> None
         with Timers(url, replicas=2, replicas_timeout=TIMEOUT) as t:
             t.schedule("reminders.sms", in_=60)  # without fsync: WAIT alone, 2 have it
         assert len(replicas) == 2
+
+
+def test_a_listener_asked_for_a_replica_starts_no_run_its_claim_did_not_reach(
+        redis_url: str, r: redis.Redis) -> None:
+    """The suite's server has no replica: a listener with ``replicas=1`` claims the due
+    timers and starts none of them; each lease lapses and the claim after it (a rerun,
+    counted) is not confirmed either."""
+    with Timers(redis_url) as t:
+        for i in range(3):
+            t.schedule("record.hit", [f"held{i}"], in_=0, id=f"held{i}")
+        listener = ListenerThread(redis_url, replicas=1, replicas_timeout=TIMEOUT,
+                                  lease=1.0).start()
+        try:
+            wait_until(lambda: t.stats().counters.get("reruns", 0) >= 6, 30,
+                       message="each timer claimed three times over")
+            assert runs(r) == [], "a run started whose claim no replica had"
+            stats = t.stats()
+            assert stats.pending + stats.running == 3  # claimed (running) or due again
+        finally:
+            listener.stop()
+    assert listener.fired == []
+
+
+def test_replicas_on_a_listener_are_checked(redis_url: str) -> None:
+    with pytest.raises(ValueError, match="replicas must be a whole number"):
+        Listener(redis_url, replicas=-1)
+    with pytest.raises(ValueError, match="replicas_timeout must be a number of seconds"):
+        Listener(redis_url, replicas=1, replicas_timeout=0)
 
 
 # -- Sentinel: a primary, its replica, three sentinels --------------------------------
@@ -284,6 +324,46 @@ def test_kill_9_of_the_primary_after_acknowledged_replicated_schedules_loses_non
     assert len(acked[1]) >= 1000
     # one call may have had its replica's acknowledgement just before the stop
     assert at_kill[1] <= at_stop[1] + 1, "acknowledged while its replica was stopped"
+
+
+def _started(r: redis.Redis) -> list[str]:
+    return [json.loads(item)[0] for item in r.lrange(STARTED, 0, -1)]
+
+
+@pytest.mark.sentinel
+def test_a_listener_asked_for_a_replica_waits_for_it_to_start_runs(
+        deployment: Deployment, r: redis.Redis, processes: Processes) -> None:
+    """Through Sentinel, its replica stopped (SIGSTOP) a while: a listener with
+    ``--replicas 1`` starts no run claimed meanwhile, nor the run a finished one hands on
+    (next on its concurrency key); once the replica is back each of them runs, once."""
+    deployment.wait_in_sync()
+    listener = processes.spawn(TIMERS_COMMAND, "listen", "--url", deployment.url, "--tasks",
+                               TASKS, "--lease", "1", "--replicas", "1",
+                               "--replicas-timeout", str(TIMEOUT))
+    replica = deployment.server_on(deployment.replica.port)
+    with Timers(deployment.url) as t:
+        wait_until(lambda: len(t.listeners()) >= 1, 20, message="the listener to start")
+        # the first on the key waits for test:release; the second is handed on as it ends
+        t.schedule("flow.keyed", ["k1", "k", -1], in_=0, key="k")
+        t.schedule("flow.keyed", ["k2", "k", 0], in_=0.001, key="k")
+        wait_until(lambda: "k1" in _started(r), 20, message="the first on the key to start")
+        os.kill(replica.pid or 0, signal.SIGSTOP)
+        try:
+            t.schedule("record.hit", ["held"], in_=0)
+            r.set(RELEASE, 1)
+            wait_until(lambda: processes.output(listener).count("not started") >= 2, 30,
+                       message="a claim and an ending not confirmed")
+            reruns = int(t.stats().counters.get("reruns", 0))
+            wait_until(lambda: int(t.stats().counters.get("reruns", 0)) >= reruns + 2, 30,
+                       message="both leases to lapse and their timers to be claimed again")
+            assert [run[0] for run in runs(r)] == ["k1"], runs(r)
+            assert _started(r) == ["k1"]
+        finally:
+            os.kill(replica.pid or 0, signal.SIGCONT)
+        wait_until(lambda: settled(t), 30, message="the held runs to run")
+    assert Counter(run[0] for run in runs(r)) == {"k1": 1, "k2": 1, "held": 1}
+    output = processes.output(listener)
+    assert "handed on by ended runs" in output and "claimed, but only 0 of the 1" in output
 
 
 # -- Redis Cluster: three primaries, a replica each -----------------------------------

@@ -459,6 +459,16 @@ BUGS: tuple[Bug, ...] = (
         "page[#page] and '', page[#page - 1] or ''}",
         "move (design invariant 14): the cursor loses its score, so every page starts over "
         "from the head of the index, and a walk past timers it leaves reads them for ever"),
+    Bug("unconfirmed-claim-starts", LISTENER + "finding/claimer.py",
+        "        if runs and isinstance(reply, UnreplicatedReply):",
+        "        if False and runs and isinstance(reply, UnreplicatedReply):",
+        "replicas= (T4): runs whose claim no replica confirmed in time start at once, so a "
+        "failover that loses the claim runs them again, uncounted"),
+    Bug("unconfirmed-handoff-starts", LISTENER + "endings/writer.py",
+        "        if handed and isinstance(reply, UnreplicatedReply):",
+        "        if False and handed and isinstance(reply, UnreplicatedReply):",
+        "replicas= (T12, T13): the next run on a key, handed on by an ending no replica "
+        "confirmed, starts at once"),
     Bug("retry-all-skips-one-instant", "timers/ops/failures.py",
         "if not (score == low and member in seen)][:FAILURE_PAGE]",
         "if not (score == low or member in seen)][:FAILURE_PAGE]",

@@ -18,9 +18,12 @@ import pytest
 
 from tests.conftest import wait_until_async
 from tests.unit.conftest import ROOT, SAMPLE_TASKS
-from tests.unit.sample_tasks import mod, slow
+from tests.unit.sample_tasks import limited, mod, slow
 from timers import Failure, Fired, Listener, Timers, TimerSpec
+from timers.listener.quarantine.parent import Quarantine
 from timers.model.encoding import as_text
+from timers.model.runs import Outcome
+from timers.store.replicated import UnreplicatedReply
 
 PAST = datetime(2001, 1, 1, tzinfo=UTC)
 FAR = 3600.0
@@ -512,3 +515,81 @@ def test_an_ending_on_its_way_at_shutdown_is_not_written_twice(
     assert counters(producer).get("late_finishes", 0) == 0
     assert counters(producer)["fired"] == 1
     assert not [m for m in caplog.messages if "gone from Redis" in m]
+
+
+
+def _unconfirmed_once(scripts: Any, name: str, dropped: list[int]) -> None:
+    """``scripts.<name>`` answering its first reply that gives runs as one no replica
+    confirmed (a listener with ``replicas=``: ``timers.store.replicated``)."""
+    call = getattr(scripts, name)
+    first = 3 if name == "claim" else 1  # the items before the runs
+
+    async def unconfirmed(**kwargs: Any) -> Any:
+        reply = await call(**kwargs)
+        if len(reply) > first and not dropped:
+            dropped.append((len(reply) - first) // 3)
+            return UnreplicatedReply(reply, 0, 1, 300)
+        return reply
+
+    setattr(scripts, name, unconfirmed)
+
+
+def _quarantined(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
+    """(timer id, reruns) of each run sent to quarantine: a stand-in that runs nothing
+    (unit tests start no processes) and reports the run completed."""
+    seen: list[tuple[str, int]] = []
+
+    async def in_quarantine(self: Quarantine, timer_id: str, token: str, task: str,
+                            *args: Any) -> Outcome:
+        seen.append((timer_id, args[3]))  # fn, args, policy, reruns, admit
+        return Outcome("ok", "", "")
+
+    monkeypatch.setattr(Quarantine, "run", in_quarantine)
+    return seen
+
+
+def _run_until(server: fakeredis.FakeServer, script: str, dropped: list[int],
+               done: Callable[[], bool]) -> None:
+    async def scenario() -> None:
+        listener = make_listener(server, lease=0.3)
+        _unconfirmed_once(listener.lanes[0].scripts, script, dropped)
+        stop = asyncio.Event()
+        running = asyncio.create_task(listener.run(stop))
+        async with asyncio.timeout(DEADLINE):
+            await wait_until_async(done, DEADLINE, message="every timer to run")
+            stop.set()
+            await running
+        await listener.redis.aclose()
+
+    asyncio.run(scenario())
+
+
+def test_a_run_whose_claim_no_replica_confirmed_runs_only_after_its_lease(
+    server: fakeredis.FakeServer, producer: Timers, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A claim too few replicas had in time starts none of its runs: a failover could
+    lose the claim and run them again uncounted. Their leases lapse and they run then,
+    once each, counted as reruns (in quarantine, as any rerun)."""
+    producer.schedule_many([TimerSpec("mod.add", [i, 0], at=PAST, id=f"t{i}")
+                            for i in range(3)])
+    quarantined, dropped = _quarantined(monkeypatch), []
+    _run_until(server, "claim", dropped, lambda: len(quarantined) == 3)
+    assert dropped == [3]
+    assert mod.CALLS == [], "a run started whose claim no replica confirmed"
+    assert sorted(quarantined) == [(f"t{i}", 1) for i in range(3)]
+    assert counters(producer).get("reruns") == 3
+
+
+def test_a_run_an_unconfirmed_ending_hands_on_runs_only_after_its_lease(
+    server: fakeredis.FakeServer, producer: Timers, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same for the next run on a concurrency key that a batch of endings hands on:
+    an ending too few replicas had in time starts none of the runs it hands on."""
+    producer.schedule_many([TimerSpec("limited.command", [1, c], at=PAST, id=c)
+                            for c in "abcd"])
+    limited.RAN.clear()
+    quarantined, dropped = _quarantined(monkeypatch), []
+    _run_until(server, "finish", dropped, lambda: len(limited.RAN) + len(quarantined) == 4)
+    assert dropped and dropped[0] >= 1
+    assert sorted([*limited.RAN, *(tid for tid, _ in quarantined)]) == list("abcd")
+    assert len(quarantined) == dropped[0] == counters(producer).get("reruns")

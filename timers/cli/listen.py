@@ -164,11 +164,23 @@ def listen(
     history_count: HistoryCountOption = None,
     series: SeriesOption = True,
     loop: LoopOption = None,
+    replicas: Annotated[
+        int | None, typer.Option("--replicas", min=0, metavar="N",
+                                 help="Start a run only once its claim is on N replicas, so "
+                                      "a failover never runs it again uncounted (one primary "
+                                      "with replicas: a plain or Sentinel URL).")
+    ] = None,
+    replicas_timeout: Annotated[
+        float | None, typer.Option("--replicas-timeout", metavar="SECONDS",
+                                   help="How long a claim waits for its replicas (default "
+                                        "1); runs it could not confirm run after their lease.")
+    ] = None,
 ) -> None:
     """Run timers as they come due (subscribes to expired events and sweeps the due index)."""
     from timers.listener.calling.loader import check_setup
     from timers.listener.supervision.recycling import report_fd
     from timers.listener.supervision.supervisor import ListenOptions
+    from timers.ops.replication import ReplicaPolicy
 
     log_format = set_up_logs(log_level, log_format, processes)
     try:
@@ -191,8 +203,13 @@ def listen(
                             max_memory_per_child=max_memory_per_child, groups=_served(group),
                             metrics_port=metrics_port, metrics_host=metrics_host,
                             wait_for_redis=wait_for_redis, history_age=history_age,
-                            history_count=history_count, series=series)
+                            history_count=history_count, series=series,
+                            replicas=replicas, replicas_timeout=replicas_timeout)
     history_policy(history_age, history_count, series)  # a bad one refused here, once
+    try:
+        ReplicaPolicy(replicas, replicas_timeout)  # as above
+    except ValueError as exc:
+        raise UserError(f"--{str(exc).split(' ', 1)[0].replace('_', '-')}: {exc}") from None
     if processes > 1 or (report_fd() is None and (options.recycles or _is_init())):
         raise typer.Exit(_supervise(options, processes))
     _listen_here(options)
@@ -245,7 +262,9 @@ def _listen_here(options: ListenOptions) -> None:
                                                   options.max_memory_per_child),
                             groups=options.groups or None, quarantine_ahead=True,
                             history=history_policy(options.history_age,
-                                                   options.history_count, options.series))
+                                                   options.history_count, options.series),
+                            replicas=options.replicas,
+                            replicas_timeout=options.replicas_timeout)
     except ValueError as exc:
         raise UserError(str(exc)) from None
     listener_logs(listener, options.log_fires)

@@ -62,6 +62,7 @@ from timers.model.clock import Clock, SystemClock
 from timers.model.flow.names import served_groups
 from timers.model.keys import configured_prefix
 from timers.model.runs import Fired
+from timers.ops.replication import for_listener as replication_for
 from timers.ops.shards import configured_shards
 from timers.store.cluster import database_of, is_cluster, keyspace_for
 from timers.store.listener_client import check_limits, client_of
@@ -89,7 +90,10 @@ class Listener:
     long after its gate call a run a rate let go may still start, in seconds (a run later
     than that gives its slot back and asks again, so the rate holds between the calls
     themselves); None: it starts however late ([`TimersTest`][timers.testing.TimersTest],
-    whose in-memory server answers slower than that).
+    whose in-memory server answers slower than that). ``replicas``: a run starts only once
+    its claim is on that many replicas, waited for up to ``replicas_timeout`` seconds
+    (default 1), so a failover never runs it again uncounted (`timers.store.replicated`;
+    one primary with its replicas: a plain URL or Sentinel).
     """
 
     def __init__(
@@ -114,12 +118,15 @@ class Listener:
         quarantine_ahead: bool = False,
         history: HistoryPolicy | None = None,
         rate_start_window: float | None = START_WINDOW_S,
+        replicas: int | None = None,
+        replicas_timeout: float | None = None,
     ) -> None:
         check_limits(concurrency, lease)
         self.shards, self.groups = configured_shards(shards), served_groups(groups)
         self.redis, self._owns_client = client_of(redis_)
         self.prefix = configured_prefix(prefix)
         self.keys, self.db = keyspace_for(self.redis, prefix), database_of(self.redis)
+        replication = replication_for(self.redis, replicas, replicas_timeout)
         self._tasks_optional = bool(registry) and tasks is None and not os.environ.get(TASKS_ENV)
         self.loader = TaskLoader(configured_package(tasks), registry,
                                  os.getcwd() if search_path is None else search_path)
@@ -142,7 +149,7 @@ class Listener:
                              max_sleep=max_sleep, loader=self.loader, peers=self.peers,
                              observer=observer, recycle=recycle, history=self.history,
                              rate_start_window=rate_start_window,
-                             owns_client=self._owns_client)
+                             owns_client=self._owns_client, replication=replication)
         self.tally: RunTally = self.shared.tally
         """How runs ended, for the log (``tally.log_fires``: a line per fired timer)."""
         self.recycler: Recycler = self.shared.recycler

@@ -31,6 +31,7 @@ from timers.listener.supervision.recycling import RecycleLimits, Recycler, repor
 from timers.listener.tuning.precise import PreciseSleeper
 from timers.model.clock import Clock
 from timers.model.runs import Fired, Run
+from timers.ops.replication import Replication
 from timers.store.listener_client import ReservedConnection
 from timers.store.lua_library import AsyncFunction
 from timers.store.script_manifest import ScriptName
@@ -72,7 +73,8 @@ class Shared(Generic[L]):
                  max_sleep: float, loader: TaskLoader, peers: Peers,
                  observer: Callable[[Fired], None] | None,
                  recycle: RecycleLimits | None, history: HistoryPolicy,
-                 rate_start_window: float | None, owns_client: bool = False) -> None:
+                 rate_start_window: float | None, owns_client: bool = False,
+                 replication: Replication | None = None) -> None:
         self.redis, self.db, self.id, self.groups = client, db, listener_id, groups
         self.rate_start_window = rate_start_window
         """A rate's runs start within this of their gate call, or give their slot back
@@ -81,6 +83,8 @@ class Shared(Generic[L]):
         """The listener made the client (from a URL): its hot script calls may each keep a
         connection of it aside (:meth:`reserve`)."""
         self.reserved: list[ReservedConnection] = []
+        self.replication = replication
+        """Replicas a claim must reach before its runs start (:mod:`timers.store.replicated`)."""
         self.history = history
         """What the run history and the series keep (:mod:`timers.listener.endings.history`)."""
         self.concurrency, self.lease, self.shutdown_timeout = concurrency, lease, shutdown_timeout
@@ -151,7 +155,11 @@ class Shared(Generic[L]):
         """Each script of ``names`` sent on a connection of its own
         (:class:`~timers.store.listener_client.ReservedConnection`): a lane's claims and its
         batches of endings, each sent one at a time. Only on a client the listener made
-        for a plain URL; :meth:`close_reserved` closes them."""
+        for a plain URL; :meth:`close_reserved` closes them. With :attr:`replication`, each
+        is sent with ``WAIT`` behind it instead, through the client's pool."""
+        if self.replication is not None:
+            scripts.replicated(self.replication.replicas, self.replication.timeout_ms, *names)
+            return
         if not self.owns_client:
             return
         for name in names:

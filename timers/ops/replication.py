@@ -27,6 +27,8 @@ from typing import Any
 
 from timers.exceptions import NotReplicated, ServerError
 from timers.ops.base import Call
+from timers.store.cluster import is_cluster
+from timers.store.script_modes import declares_keys
 
 DEFAULT_TIMEOUT = 1.0
 """Seconds a write waits for its replicas (``replicas_timeout=``) unless told otherwise."""
@@ -156,3 +158,19 @@ class ReplicaPolicy:
 def in_memory(client: object) -> bool:
     """Whether ``client`` talks to an in-memory server (fakeredis) rather than Redis."""
     return type(client).__module__.split(".", 1)[0] == "fakeredis"
+
+
+def for_listener(client: object, replicas: int | None,
+                 timeout: float | None) -> Replication | None:
+    """What a listener's ``replicas=`` and ``replicas_timeout=`` ask of its claims
+    (:mod:`timers.store.replicated`): None for none, or on an in-memory server (checked,
+    not waited for). :class:`ValueError` where a claim's ``WAIT`` cannot count its write:
+    Redis Cluster, and scripts that declare their keys (``TIMERS_DECLARE_KEYS``)."""
+    wanted = ReplicaPolicy(replicas, timeout).default
+    if wanted is None or in_memory(client):
+        return None
+    if is_cluster(client) or declares_keys(client):
+        raise ValueError("replicas= on a listener needs one primary with its replicas (a "
+                         "redis:// or Sentinel URL): not Redis Cluster, nor "
+                         "TIMERS_DECLARE_KEYS=1")
+    return wanted

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any, Concatenate, Generic, ParamSpec, Self, overload
 
 from timers.model.keys import Keyspace
+from timers.store.replicated import ReplicatedScript
 from timers.store.script_calls import Invocation, ScriptCalls
 from timers.store.script_manifest import ScriptName
 from timers.store.script_modes import register_all
@@ -66,6 +67,13 @@ class Scripts:
     def script(self, name: ScriptName) -> Any:
         """The registered redis-py ``Script`` object (or the function standing for it)."""
         return self._registered[name]
+
+    def replicated(self, replicas: int, timeout_ms: int, *names: ScriptName) -> None:
+        """Send each script of ``names`` (on an asyncio client) with ``WAIT replicas
+        timeout_ms`` behind it: :class:`~timers.store.replicated.ReplicatedScript`."""
+        for name in names:
+            self._registered[name] = ReplicatedScript(self.client, self.script(name),
+                                                      replicas, timeout_ms)
 
     def run(self, call: Invocation) -> Any:
         """Run ``call`` on this client: the script's reply, or an awaitable of it."""

@@ -27,6 +27,7 @@ from timers.model.fast_init import fast_init
 from timers.model.keys import Keyspace
 from timers.model.runs import Run, RunFacts
 from timers.model.wire import EndingKind, FailureRecord
+from timers.store.replicated import UnreplicatedReply
 from timers.store.script_calls import Taker
 from timers.store.scripts import Scripts
 
@@ -304,6 +305,9 @@ class EndingWriter:
                 self._facts.pop(ending.token, None)
         items = reply[1:]
         handed = [Run.parse(*items[i:i + 3]) for i in range(0, len(items), 3)]
+        if handed and isinstance(reply, UnreplicatedReply):
+            log.warning(reply.held_back(len(handed), "handed on by ended runs"))
+            handed = []
         if handed and waited > taker.lease_ms / 2000:
             handed = await self._still_held(handed, taker.lease_ms, waited)
         self.on_handed(handed, taker.take)

@@ -36,6 +36,7 @@ from timers.model.run_record import record_head, record_option
 from timers.model.runs import Run
 from timers.model.wire import Option
 from timers.store.permissions import is_permanent
+from timers.store.replicated import UnreplicatedReply
 from timers.store.scripts import Scripts
 
 log = logging.getLogger("timers.listener")
@@ -363,6 +364,9 @@ class Claimer:
             held = len(runs) < limit and floor < next_due <= now_us // 1000
             self.below_floor = held and asked
             self.keyed_due = held or any(_keyed_without_key(run, keyed) for run in runs)
+        if runs and isinstance(reply, UnreplicatedReply):
+            log.warning(reply.held_back(len(runs), "claimed"))
+            runs = []
         if runs and self.hooks.place is not None:
             runs = await self.hooks.place(runs)
         if runs and self.parker.wanted():

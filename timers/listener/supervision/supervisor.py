@@ -97,6 +97,9 @@ class ListenOptions:
     """``--history-age`` as given (a duration)."""
     history_count: int | None = None
     series: bool = True
+    replicas: int | None = None
+    """Replicas each claim must reach before its runs start (``--replicas``)."""
+    replicas_timeout: float | None = None
 
     @property
     def recycles(self) -> bool:
@@ -114,7 +117,9 @@ class ListenOptions:
                             ("--max-runs-per-child", self.max_runs_per_child),
                             ("--max-memory-per-child", self.max_memory_per_child),
                             ("--history-age", self.history_age),
-                            ("--history-count", self.history_count)):
+                            ("--history-count", self.history_count),
+                            ("--replicas", self.replicas),
+                            ("--replicas-timeout", self.replicas_timeout)):
             if value is not None:
                 command += [flag, str(value)]
         for group in self.groups:
