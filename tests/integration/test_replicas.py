@@ -20,9 +20,11 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import ExitStack
+from typing import Any
 
 import pytest
 import redis
+import redis.asyncio
 
 from tests.clusters import Cluster, real_cluster
 from tests.conftest import wait_until
@@ -41,6 +43,8 @@ from tests.task_pkg.slow import RELEASE
 from timers import AsyncTimers, NotReplicated, ServerUnavailable, Timers, TimerSpec
 from timers.dev.server import EmbeddedServer
 from timers.listener import Listener
+from timers.model.keys import Keyspace
+from timers.store.scripts import Scripts
 from timers.ops.operations import SCHEDULE_CHUNK
 from timers.ops.shards import shard_of
 
@@ -178,6 +182,42 @@ def test_a_listener_asked_for_a_replica_starts_no_run_its_claim_did_not_reach(
         finally:
             listener.stop()
     assert listener.fired == []
+
+
+def test_a_replicated_script_loads_what_the_server_lacks_and_goes_by_evalsha_if_refused(
+        ) -> None:
+    """A listener's claim with ``WAIT`` behind it (one pipeline) on a server without the
+    function library loads it and is sent once more; for a user the server refuses
+    functions (ACL), it goes by ``EVALSHA``, loading the script first. Either way the
+    timer is claimed, once."""
+    with EmbeddedServer() as server, redis.Redis(port=server.port) as admin:
+        admin.acl_setuser("nofn", enabled=True, passwords=["+pw"], keys=["*"],
+                          channels=["*"], commands=["+@all", "-fcall", "-function"])
+
+        async def claim_one(url: str) -> list[Any]:
+            client = redis.asyncio.Redis.from_url(url)
+            try:
+                scripts = Scripts(client, Keyspace())
+                scripts.replicated(0, 100, "claim")  # WAIT 0: confirmed at once
+                return list(await scripts.claim(limit=1, lease_ms=60_000, horizon_ms=0,
+                                                listener_id="me"))
+            finally:
+                await client.aclose()
+
+        for url, how in ((server.url, "FCALL"),
+                         (f"redis://nofn:pw@127.0.0.1:{server.port}/0", "EVALSHA")):
+            with Timers(server.url) as t:
+                t.schedule("record.hit", [how], in_=0, id=how)
+            admin.function_flush()
+            admin.script_flush()
+            waits = wait_calls(admin)
+            reply = asyncio.run(claim_one(url))
+            assert len(reply) == 6 and how.encode() in reply[4], reply
+            assert wait_calls(admin) > waits
+            if how == "FCALL":
+                assert admin.function_list(), "the library loaded again"
+            else:
+                assert admin.script_exists(Scripts(admin, Keyspace()).script("claim").sha)
 
 
 def test_replicas_on_a_listener_are_checked(redis_url: str) -> None:
