@@ -44,9 +44,9 @@ from timers import AsyncTimers, NotReplicated, ServerUnavailable, Timers, TimerS
 from timers.dev.server import EmbeddedServer
 from timers.listener import Listener
 from timers.model.keys import Keyspace
-from timers.store.scripts import Scripts
 from timers.ops.operations import SCHEDULE_CHUNK
 from timers.ops.shards import shard_of
+from timers.store.scripts import Scripts
 
 pytestmark = [pytest.mark.integration]
 
