@@ -68,7 +68,8 @@ RETRIED = "second starts after a failed attempt (retries)"
 STALE_HELD = "starts with an older token where still_held() said True"
 FIFO_OUTAGE = "FIFO breaks (counted above) while Redis was out of reach (failover, restart)"
 RESUMED = "starts at a SIGCONT, checked before the stop (dated from the stop)"
-NOTES = (LATE_FINISH, EXPLAINED, RETRIED, STALE_HELD, FIFO_OUTAGE, RESUMED)
+UNCOUNTED = "second starts with no rerun or retry counted (attempt not above the start before)"
+NOTES = (LATE_FINISH, EXPLAINED, RETRIED, STALE_HELD, FIFO_OUTAGE, RESUMED, UNCOUNTED)
 """What the checker counts that is not a violation."""
 
 
@@ -238,6 +239,12 @@ class Verdict:
         if len(self.examples[what]) < 5:
             self.examples[what].append(example)
 
+    def note(self, what: str, example: str) -> None:
+        """Count one note ``what``, keeping the first examples."""
+        self.notes[what] += 1
+        if len(self.examples[what]) < 5:
+            self.examples[what].append(example)
+
     @property
     def ok(self) -> bool:
         """No violation."""
@@ -343,6 +350,12 @@ def _once(history: History, runs: Mapping[str, list[Run]], cuts: Sequence[Cut],
             verdict.add(TWICE, f"{tid} completed {len(completed)} times, in pids "
                                f"{', '.join(str(r.start.pid) for r in completed)}")
         for previous, run in itertools.pairwise(mine):
+            if run.start.attempt <= previous.start.attempt:
+                verdict.note(UNCOUNTED, f"{tid} started in pid {run.start.pid} (token "
+                                        f"{run.start.token}, attempt {run.start.attempt}) "
+                                        f"{run.start.mono - previous.start.mono:.2f} s after a "
+                                        f"start in pid {previous.start.pid} (attempt "
+                                        f"{previous.start.attempt})")
             if (previous.end is not None and previous.end.ok is False
                     and previous.end.mono <= run.start.mono):
                 verdict.notes[RETRIED] += 1

@@ -25,7 +25,7 @@ from tests.conftest import wait_until
 from tests.integration.helpers import KEYS, Processes, settled
 from tests.processes import alive
 from tests.retry_tasks import RELEASE, calls, done
-from tests.retry_tasks.poison import STARTS
+from tests.retry_tasks.poison import ATTEMPTS, STARTS
 from timers import Timers, TimerSpec
 
 pytestmark = [pytest.mark.integration, pytest.mark.one_server]
@@ -57,6 +57,9 @@ def test_a_poison_timer_dies_after_three_crashes_and_the_rest_run_once(
 
     poison_calls = [n for tag, n in calls(r) if tag == "poison"]
     assert poison_calls == [1, 2, 3, 4], "once in a listener, 3 times in quarantine: dead"
+    # each start an attempt: the first child's after the lapse, each later one's after a
+    # child that died (the same claim: no rerun between them)
+    assert [int(a) for a in r.lrange(ATTEMPTS, 0, -1)] == [1, 2, 3, 4]
     runs = Counter(tag for tag, _ in done(r))
     assert runs == Counter({f"t{i}": 1 for i in range(ORDINARY)}), "lost 0, runs per timer 1"
     stats = timers_client.stats()

@@ -6,14 +6,20 @@ import json
 import os
 import time
 
+import timers
 from tests.retry_tasks import COUNTS, client, note_call
 from timers.model.keys import Keyspace
 
+ATTEMPTS = "retry:poison_attempts"
+"""list: ``timers.current().attempt`` of each call of :func:`die`."""
+
 
 def die(tag: str, after_fired: int = 0) -> None:
-    """Record the call, then ``os._exit(1)``: once ``after_fired`` other timers have their
-    endings written (so the crash strands none of them mid-run), or after 10 s."""
+    """Record the call and its attempt, then ``os._exit(1)``: once ``after_fired`` other
+    timers have their endings written (so the crash strands none of them mid-run), or
+    after 10 s."""
     note_call(tag)
+    client().rpush(ATTEMPTS, timers.current().attempt)
     stats = Keyspace().stats
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and int(client().hget(stats, "fired") or 0) < after_fired:

@@ -26,6 +26,7 @@ from bench.chaos.checker import (
     STALE_HELD,
     STARTED_TWICE,
     TWICE,
+    UNCOUNTED,
     VIOLATIONS,
     Cancel,
     Cut,
@@ -56,10 +57,12 @@ class Builder:
 
     def run(self, tid: str, pid: int, start: float, end: float | None, *, ok: bool = True,
             token: int | None = None, task: str = "plain", key: str | None = None,
-            lid: str = "L0", redis_ms: float | None = None, held: bool = True) -> None:
+            lid: str = "L0", redis_ms: float | None = None, held: bool = True,
+            attempt: int = 1) -> None:
         tok = next(self.tokens) if token is None else token
         rms = start * 1000 if redis_ms is None else redis_ms
-        common = dict(tid=tid, task=task, pid=pid, token=tok, listener=lid, key=key)
+        common = dict(tid=tid, task=task, pid=pid, token=tok, listener=lid, key=key,
+                      attempt=attempt)
         self.h.marks.append(Mark("S", mono=start, redis_ms=rms, held=held, **common))  # type: ignore[arg-type]
         if end is not None:
             self.h.marks.append(Mark("E", mono=end, ok=ok, **common))  # type: ignore[arg-type]
@@ -365,3 +368,19 @@ def test_a_run_claimed_right_after_a_resume_keeps_its_start() -> None:
     stop = Cut("stop", 10.5, 15.0, frozenset({300}), fresh_for=2.25)
     assert [m.mono for m in checked_before_stop(b.h.marks, [stop])] == [
         m.mono for m in b.h.marks]
+
+
+@pytest.mark.parametrize("attempt", [1, 2])
+def test_a_second_start_with_no_rerun_counted_is_noted(attempt: int) -> None:
+    """A run cut by a kill and run again elsewhere is explained; if the second start's
+    attempt is not above the first's (no rerun counted: a claim a failover lost), it is
+    noted as uncounted too, with the example."""
+    b = Builder()
+    b.timer("k")
+    b.run("k", 100, 4.0, None)
+    b.h.cuts.append(Cut("kill", 5.0, 5.1, frozenset({100})))
+    b.run("k", 200, 7.5, 7.6, attempt=attempt)
+    verdict = check(b.h, POISON)
+    assert verdict.ok and verdict.notes[EXPLAINED] == 1
+    assert verdict.notes[UNCOUNTED] == (1 if attempt == 1 else 0)
+    assert len(verdict.examples[UNCOUNTED]) == verdict.notes[UNCOUNTED]

@@ -117,7 +117,7 @@ class Dying(Quarantine):
 
     async def _once(self, target: Any, args: Any, limit: float | None,
                     cell: Any = None, admit: Any = None, aside: Any = None,
-                    ) -> tuple[Outcome | None, int | None, bool]:
+                    died: int = 0) -> tuple[Outcome | None, int | None, bool]:
         self.children += 1
         if self.outcomes:
             return self.outcomes.pop(0), 0, True

@@ -228,7 +228,11 @@ NOT_STARTED = Outcome("held", "", "the listener did not give the word to start i
 run with its gate's outcome)."""
 
 
-def portable(timer: timer_context.TimerContext | None) -> timer_context.TimerContext | None:
+def portable(timer: timer_context.TimerContext | None,
+             died: int = 0) -> timer_context.TimerContext | None:
     """The context a child gets: without the parent's lease check, a function that cannot
-    cross processes (the child checks the shared lease instead: :func:`run_in_child`)."""
-    return dataclasses.replace(timer, lease_check=None) if timer is not None else None
+    cross processes (the child checks the shared lease instead: :func:`run_in_child`), and
+    its attempt past the ``died`` children of the run that started it and died."""
+    if timer is None:
+        return None
+    return dataclasses.replace(timer, lease_check=None, attempt=timer.attempt + died)

@@ -177,7 +177,8 @@ class Quarantine:
         try:
             while True:
                 outcome, exitcode, started = await self._once(
-                    target, args, policy.timeout, cell, admit_once if admit else None, aside)
+                    target, args, policy.timeout, cell, admit_once if admit else None, aside,
+                    died)
                 if outcome is not None:
                     return outcome
                 if started:
@@ -213,11 +214,13 @@ class Quarantine:
     async def _once(self, target: tuple[str, str | None, str, bytes], args: Args,
                     limit: float | None, cell: SharedUntil | None = None,
                     admit: Callable[[], Awaitable[Admission]] | None = None,
-                    aside: tuple[str, bytes] | None = None,
+                    aside: tuple[str, bytes] | None = None, died: int = 0,
                     ) -> tuple[Outcome | None, int | None, bool]:
         """One child: its outcome, or None and its exit code if it died without one; and
-        whether it started the task. ``cell``: the run's lease as this listener knows it
-        (:meth:`HeldRuns.share`), which the child checks before the task's code. With
+        whether it started the task. ``died``: children of this run that died after they
+        started it, each an attempt (the task's ``timers.current().attempt`` counts them).
+        ``cell``: the run's lease as this listener knows it (:meth:`HeldRuns.share`), which
+        the child checks before the task's code. With
         ``admit``, the child says when it has loaded the task and waits: the gate is asked
         then, and the child told to start (``go``) or to leave it (the gate's outcome)."""
         context = _mp_context()
@@ -226,7 +229,7 @@ class Quarantine:
         lease = None if cell is None or self.held is None else (cell, self.held.margin)
         process = context.Process(target=child_main, name="timers-quarantine", daemon=True,
                                   args=(*target, json.dumps(args), sender, dict(os.environ),
-                                        portable(timer_context.current_or_none()),
+                                        portable(timer_context.current_or_none(), died),
                                         ChildLogs.here(), lease, word_in, admit is not None,
                                         aside))
         first: asyncio.Future[Outcome | None] | None = None
