@@ -17,7 +17,8 @@ listener, pid, monotonic and Redis-clock times, key and place in its key's order
 :mod:`bench.fault_tasks.chaos`), the faults with the processes they cut, and the final
 state read from Redis (:mod:`~bench.chaos.history`). The **checker**
 (:mod:`~bench.chaos.checker`, pure) counts each violation: lost, completed twice, started
-twice without a cut, an older token after a newer one, runs of one key beyond its limit,
+twice without a cut, started again with no rerun or retry counted, an older token after a
+newer one, runs of one key beyond its limit,
 FIFO per key, starts closer than a rate, dead without the deaths to prove it, dead for
 another reason, left behind by a move, ran after a cancel.
 

@@ -58,7 +58,8 @@ DEAD_NO_DEATH = "dead without the deaths to prove it"
 DEAD_OTHER = "dead for another reason"
 LEFT_BEHIND = "left behind by move"
 RAN_CANCELLED = "ran after a cancel"
-VIOLATIONS = (LOST, TWICE, STARTED_TWICE, OLDER_TOKEN, OVER_LIMIT, FIFO, RATE,
+UNCOUNTED = "started again with no rerun or retry counted"
+VIOLATIONS = (LOST, TWICE, STARTED_TWICE, UNCOUNTED, OLDER_TOKEN, OVER_LIMIT, FIFO, RATE,
               DEAD_NO_DEATH, DEAD_OTHER, LEFT_BEHIND, RAN_CANCELLED)
 """Every violation the checker counts, in the order it reports them."""
 
@@ -68,8 +69,7 @@ RETRIED = "second starts after a failed attempt (retries)"
 STALE_HELD = "starts with an older token where still_held() said True"
 FIFO_OUTAGE = "FIFO breaks (counted above) while Redis was out of reach (failover, restart)"
 RESUMED = "starts at a SIGCONT, checked before the stop (dated from the stop)"
-UNCOUNTED = "second starts with no rerun or retry counted (attempt not above the start before)"
-NOTES = (LATE_FINISH, EXPLAINED, RETRIED, STALE_HELD, FIFO_OUTAGE, RESUMED, UNCOUNTED)
+NOTES = (LATE_FINISH, EXPLAINED, RETRIED, STALE_HELD, FIFO_OUTAGE, RESUMED)
 """What the checker counts that is not a violation."""
 
 
@@ -239,11 +239,6 @@ class Verdict:
         if len(self.examples[what]) < 5:
             self.examples[what].append(example)
 
-    def note(self, what: str, example: str) -> None:
-        """Count one note ``what``, keeping the first examples."""
-        self.notes[what] += 1
-        if len(self.examples[what]) < 5:
-            self.examples[what].append(example)
 
     @property
     def ok(self) -> bool:
@@ -331,7 +326,9 @@ def check(history: History, poison_task: str = "chaos.poison") -> Verdict:
 
 def _once(history: History, runs: Mapping[str, list[Run]], cuts: Sequence[Cut],
           verdict: Verdict) -> None:
-    """Lost, completed twice, started twice without a cut, ran after a cancel."""
+    """Lost, completed twice, started twice without a cut, started again with no rerun or
+    retry counted (its attempt not above the start before: a claim lost, a child of
+    quarantine not counted), ran after a cancel."""
     cancelled = {c.tid: c for c in history.cancels if c.cancelled}
     for tid, timer in history.scheduled.items():
         mine = runs.get(tid, [])
@@ -350,12 +347,13 @@ def _once(history: History, runs: Mapping[str, list[Run]], cuts: Sequence[Cut],
             verdict.add(TWICE, f"{tid} completed {len(completed)} times, in pids "
                                f"{', '.join(str(r.start.pid) for r in completed)}")
         for previous, run in itertools.pairwise(mine):
-            if run.start.attempt <= previous.start.attempt:
-                verdict.note(UNCOUNTED, f"{tid} started in pid {run.start.pid} (token "
-                                        f"{run.start.token}, attempt {run.start.attempt}) "
-                                        f"{run.start.mono - previous.start.mono:.2f} s after a "
-                                        f"start in pid {previous.start.pid} (attempt "
-                                        f"{previous.start.attempt})")
+            if (run.start.token >= previous.start.token  # (an older one: _tokens)
+                    and run.start.attempt <= previous.start.attempt):
+                verdict.add(UNCOUNTED, f"{tid} started in pid {run.start.pid} (token "
+                                       f"{run.start.token}, attempt {run.start.attempt}) "
+                                       f"{run.start.mono - previous.start.mono:.2f} s after a "
+                                       f"start in pid {previous.start.pid} (attempt "
+                                       f"{previous.start.attempt})")
             if (previous.end is not None and previous.end.ok is False
                     and previous.end.mono <= run.start.mono):
                 verdict.notes[RETRIED] += 1

@@ -363,7 +363,7 @@ def table(outcome: Outcome) -> str:
     lines += [f"| {name} | {v.counts.get(name, 0)} |" for name in checker.VIOLATIONS]
     lines += ["", "| note (not a violation) | count |", "|---|---:|"]
     lines += [f"| {name} | {v.notes.get(name, 0)} |" for name in checker.NOTES]
-    for name in checker.VIOLATIONS + checker.NOTES:
+    for name in checker.VIOLATIONS:
         for example in v.examples.get(name, []):
             lines.append(f"- {name}: {example}")
     lines += [f"- fault at {t}" for t in outcome.timeline]
