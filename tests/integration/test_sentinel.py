@@ -150,8 +150,14 @@ def test_kill_9_of_the_primary_mid_run_loses_nothing_replicated(
     assert twice <= reruns, "a timer ran twice with no rerun counted"
     changes = [line for line in processes.output(procs[0]).splitlines()
                if "connection to Redis" in line]
-    assert len(changes) == 2, changes  # lost, then back on the new primary
-    assert f"now 127.0.0.1:{deployment.primary_port()}" in changes[1], changes
+    # lost, then back on the new primary; on a loaded machine the sentinels may fail over
+    # once more (the promoted replica slow to answer while it serves the other one's
+    # sync): lost and back again, on the other replica
+    lost, back = changes[0::2], changes[1::2]
+    assert len(lost) == len(back) >= 1, "\n".join(changes)
+    assert all("connection to Redis lost" in line for line in lost), "\n".join(changes)
+    assert all("connection to Redis back" in line for line in back), "\n".join(changes)
+    assert f"now 127.0.0.1:{deployment.primary_port()}" in back[-1], "\n".join(changes)
 
 
 def _promoted(deployment: Deployment, old_port: int) -> bool:
