@@ -8,6 +8,7 @@ import fcntl
 import json
 import os
 import stat
+import tempfile
 import time
 from pathlib import Path
 
@@ -268,6 +269,25 @@ def test_the_directory_is_private_to_its_user(tmp_path: Path,
     linked.symlink_to(tmp_path)
     with pytest.raises(JournalUnavailable, match="not a directory"):
         journal_directory("linked")
+
+
+@pytest.mark.parametrize("runtime", ["unset", "a file"])
+def test_without_a_runtime_directory_the_journals_go_to_the_temporary_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, runtime: str) -> None:
+    """``$XDG_RUNTIME_DIR`` first, where it is a directory; unset, or naming something
+    else, the journals live in the temporary directory, under the user's id."""
+    monkeypatch.delenv(DIR_ENV, raising=False)
+    if runtime == "unset":
+        monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+    else:
+        (tmp_path / "file").write_text("")
+        monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "file"))
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    directory = journal_directory("localhost:6379/0 timers")
+    assert directory.parent == tmp_path / "tmp" / f"timers-{os.getuid()}"
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))  # a directory: used
+    assert journal_directory("localhost:6379/0 timers").parent == tmp_path / "timers"
 
 
 def test_a_listener_that_cannot_keep_a_journal_says_so_and_runs_without(
