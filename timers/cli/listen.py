@@ -96,6 +96,14 @@ LoopOption = Annotated[LoopChoice | None, typer.Option(
          f"installed [default: ${LOOP_ENV} or auto]")]
 
 
+ReplicasOption = Annotated[int | None, typer.Option(
+    "--replicas", min=0, metavar="N",
+    help="Start a run only once its claim is on N replicas, so a failover never runs it "
+         "again uncounted (one primary with replicas: a plain or Sentinel URL).")]
+ReplicasTimeoutOption = Annotated[float | None, typer.Option(
+    "--replicas-timeout", metavar="SECONDS",
+    help="How long a claim waits for its replicas (default 1); runs it could not confirm "
+         "run after their lease.")]
 HistoryAgeOption = Annotated[str | None, typer.Option(
     "--history-age", metavar="DURATION", show_default=False,
     help="How long ended timers stay in the run history (`timers history`, `timers get`), "
@@ -164,17 +172,8 @@ def listen(
     history_count: HistoryCountOption = None,
     series: SeriesOption = True,
     loop: LoopOption = None,
-    replicas: Annotated[
-        int | None, typer.Option("--replicas", min=0, metavar="N",
-                                 help="Start a run only once its claim is on N replicas, so "
-                                      "a failover never runs it again uncounted (one primary "
-                                      "with replicas: a plain or Sentinel URL).")
-    ] = None,
-    replicas_timeout: Annotated[
-        float | None, typer.Option("--replicas-timeout", metavar="SECONDS",
-                                   help="How long a claim waits for its replicas (default "
-                                        "1); runs it could not confirm run after their lease.")
-    ] = None,
+    replicas: ReplicasOption = None,
+    replicas_timeout: ReplicasTimeoutOption = None,
 ) -> None:
     """Run timers as they come due (subscribes to expired events and sweeps the due index)."""
     from timers.listener.calling.loader import check_setup
@@ -206,10 +205,10 @@ def listen(
                             history_count=history_count, series=series,
                             replicas=replicas, replicas_timeout=replicas_timeout)
     history_policy(history_age, history_count, series)  # a bad one refused here, once
-    try:
+    try:  # (--replicas takes any N ≥ 0: typer checks it)
         ReplicaPolicy(replicas, replicas_timeout)  # as above
     except ValueError as exc:
-        raise UserError(f"--{str(exc).split(' ', 1)[0].replace('_', '-')}: {exc}") from None
+        raise UserError(f"--replicas-timeout: {exc}") from None
     if processes > 1 or (report_fd() is None and (options.recycles or _is_init())):
         raise typer.Exit(_supervise(options, processes))
     _listen_here(options)
