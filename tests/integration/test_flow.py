@@ -307,8 +307,9 @@ def test_a_run_handed_back_at_shutdown_keeps_its_key_until_its_process_is_gone(
         wait_until(lambda: settled(t), 10, message="nothing pending or running")
     holder_starts = [start for start in map(json.loads, r.lrange(STARTED, 0, -1))
                      if start[0] == "holder"]
-    assert [(tag, pid) for tag, _, pid, _ in holder_starts] == [
-        ("holder", first[0].pid), ("holder", second[0].pid)]
+    assert len(holder_starts) == 2 and holder_starts[0][2] == first[0].pid
+    # cut by the stop, it runs again as a rerun: in a quarantine process of the second
+    assert holder_starts[1][2] not in (first[0].pid, second[0].pid)
     assert holder_starts[1][3] > gone_ms, "the key ran again while the old task could"
     done = runs(r)
     assert [run[0] for run in done] == ["holder", "next"]  # the handed-back timer first

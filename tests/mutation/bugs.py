@@ -131,6 +131,11 @@ BUGS: tuple[Bug, ...] = (
         "    if pend_again(release[1], release[2], release[3]) then",
         "    if false then",
         "T17: a run handed back is lost"),
+    Bug("cut-uncounted", LUA + "finish.lua",
+        "with_reruns(record, (tonumber(reruns) or 0) + (cut and 1 or 0))",
+        "with_reruns(record, (tonumber(reruns) or 0))",
+        "T17: a run handed back while its task may still be going (a stop past its "
+        "shutdown timeout) starts again as a first run, uncounted"),
     Bug("move-loses-timer", LUA + "finish.lua",
         "    if pend_again(id, moved, tonumber(b)) then counts.routed",
         "    if false then counts.routed",

@@ -39,7 +39,10 @@ A virtual listener mirrors the real one, and uses its real lease classes
 - a run next in line (``flow/turns.py`` / ``calling/runner.py``): starts the moment the run
   before it returns, in the same thread, before that run's ending is written;
 - renewals (``leases.py`` ``LeaseKeeper.renew_once``): a token found lost is no longer
-  renewed, nothing else.
+  renewed, nothing else;
+- a stop (``lanes.py`` ``Lane.drain``): the runs not started are handed back, the runs
+  still going past the shutdown timeout are handed back with a grace (cut: the process
+  exits with them), and their next start is a counted rerun.
 
 With ``fenced`` the listener is the one the design asks for (invariant 12): it starts any
 run only after a renewal finds its lease still held. With ``local_fence`` it is the one in
@@ -67,6 +70,7 @@ from fakeredis._socket._fakesocket import FakeSocket
 
 from timers.listener import leases
 from timers.listener.finding.claimer import KnownKeys
+from timers.listener.lanes import HAND_BACK_GRACE_MS
 from timers.listener.leases import Fence, HeldRuns, LeaseKeeper, fresh_in
 from timers.listener.quarantine.crashes import died_outcome
 from timers.listener.quarantine.parent import Quarantine
@@ -255,7 +259,8 @@ class MRun:
     """The token of the run it is next in line after, until that run's ending is written."""
     state: str = "held"
     """held (leased in Redis, lapsed or not) | recovered (a claim took it over: a rerun) |
-    ended (its ending written, or handed back) | dropped (a gate or a takeback dropped it)"""
+    ended (its ending written, or handed back) | cut (handed back while its task may have
+    been going: its process exited) | dropped (a gate or a takeback dropped it)"""
     holds_slot: bool = False
     started: bool = False
     returned: bool = False
@@ -838,7 +843,7 @@ class World:
         if newer:
             self.violate("older_token", f"{what} after its newer run(s) {newer} started")
         uncut = [m.token for m in before if m.incarnation == mine.incarnation
-                 and (m.state != "recovered" or m.returned)]
+                 and (m.state not in ("recovered", "cut") or m.returned)]
         if uncut:
             self.violate("twice", f"{what}: its run(s) {uncut} of the same schedule started "
                          f"and were not cut off (or had returned)")
@@ -1030,12 +1035,18 @@ class World:
             timer.ended = 0
             timer.reruns_started = []
 
-    def hand_back(self, listener: VListener, token: str) -> None:
-        """A listener stopping (or out of memory) hands back a run it has not started."""
+    def hand_back(self, listener: VListener, token: str, cut: bool = False) -> None:
+        """A listener stopping (or out of memory) hands back a run it has not started; with
+        ``cut``, one that may have started: its task still going past the shutdown timeout
+        in a process about to exit (``Lane.drain``: a grace, and its next start a rerun)."""
         listener.claimed.pop(token, None)
         nxt = listener.nexts.pop(token, None)
         listener.children.pop(token, None)
         listener.cells.pop(token, None)
+        listener.executing.pop(token, None)
+        listener.in_child.discard(token)
+        listener.holding.discard(token)
+        self.executing.pop(token, None)
         self.release(listener, token)
         mine = self.runs.get(token)
         if mine is not None and mine.state == "held" and mine.holds_slot \
@@ -1047,11 +1058,30 @@ class World:
                     following.state, following.follows = "dropped", ""
                     listener.nexts.pop(following.token, None)
                     self.release(listener, following.token)
+        grace = str(HAND_BACK_GRACE_MS) if cut else ""
         reply = self.s.finish(retention_ms=60_000,
-                              endings=[(token, "release", "", nxt.follows if nxt else "")])
+                              endings=[(token, "release", grace, nxt.follows if nxt else "")])
         if self.ended_run(token, bool(int(reply[0] or 0)), "the hand-back") and mine:
-            self.timers[mine.timer_id].handed_back = True
-        self.note(f"{listener.id} hands back token {token}")
+            if cut:  # started: its place is its first start's, as a killed run's is
+                mine.state = "cut"
+            else:
+                self.timers[mine.timer_id].handed_back = True
+        self.note(f"{listener.id} {'cuts' if cut else 'hands back'} token {token}")
+
+    def stop(self, listener: VListener) -> None:
+        """SIGTERM: the listener hands back the runs it has not started, writes the endings
+        of the runs whose task returned, hands back (cut) the runs still going past its
+        shutdown timeout, and exits: their tasks with it (``Lane.drain``)."""
+        for token in sorted([*listener.claimed, *listener.nexts], key=int):
+            if token in listener.claimed or token in listener.nexts:
+                self.hand_back(listener, token)
+        for token in sorted([*listener.executing, *listener.children], key=int):
+            if token in listener.returned:
+                self.finish(listener, token, "ok", 0, gate=False, hand=False)
+            elif token in listener.executing or token in listener.children:
+                self.hand_back(listener, token, cut=True)
+        listener.alive = False
+        self.note(f"{listener.id} stopped")
 
     def kill(self, listener: VListener) -> None:
         """``kill -9`` of a listener: every run it was in died with it (seen: a death of a

@@ -280,6 +280,16 @@ class FlowModel(RuleBasedStateMachine):
         self.world.die_unwritten(listener)
         self.world.spawn(listener.groups)
 
+    @rule(i=pick)
+    def stop(self, i: int) -> None:
+        """SIGTERM: a listener stops, handing back what it has not started and, past its
+        shutdown timeout, what is still going; a new one takes its place."""
+        alive = [li for li in self.world.listeners if li.alive and not li.paused]
+        if alive:
+            listener = alive[i % len(alive)]
+            self.world.stop(listener)
+            self.world.spawn(listener.groups)
+
     # -- time and the server
 
     @rule(ms=st.sampled_from([1, 10, 50, 100, 400, 1200]))
@@ -1065,6 +1075,17 @@ def test_a_run_whose_task_returned_is_not_run_again_when_its_process_dies(
     world.local_fence = True
     rerun_elsewhere(world, PLAIN, cut=World.die_unwritten)
     assert broken(world, "twice") == [], world.log
+
+
+def test_a_run_still_going_when_its_listener_stops_is_counted_when_it_runs_again(
+        world: World) -> None:
+    """SIGTERM past the shutdown timeout: the listener hands back a run whose task is still
+    going (``Lane.drain``) and exits with it. Its next start is a rerun, counted (before:
+    handed back as an unstarted run is, it ran again as a first run)."""
+    world.local_fence = True
+    l2 = rerun_elsewhere(world, PLAIN, cut=World.stop)
+    assert [run.reruns for run in l2.executing.values()] == [1], world.log
+    assert world.violations == [], world.log
 
 
 # -- the random histories ------------------------------------------------------------------

@@ -71,8 +71,8 @@ class Ending:
     run_of: tuple[str, int] | None = None
     """The (escaped id, due ms) of the run ended, to match a recovered run of it."""
     grace_ms: int = 0
-    """RELEASE of a run whose task may still be going: how long its concurrency key slot
-    stays held (``finish.lua``)."""
+    """RELEASE of a run whose task may have started and still be going: how long its
+    concurrency key slot stays held; its next start counts as a rerun (``finish.lua``)."""
     follows: str = ""
     """RELEASE of a run next in line: the token of the run it follows (it goes back into
     its key's queue, in its place)."""
@@ -85,8 +85,9 @@ class Ending:
     def release(cls, token: str, grace_ms: int = 0, follows: str = "") -> Ending:
         """Hand an unfinished run back (it runs again at once), in its place in its key's
         order: a key slot it held is kept for it, a run next in line (after ``follows``)
-        goes back into its key's queue. With ``grace_ms``, its task may still be going (in
-        a process about to exit): the timer comes due again then."""
+        goes back into its key's queue. With ``grace_ms``, its task may have started and
+        still be going (in a process about to exit): the timer comes due again then, and
+        its next start is a rerun, counted (T17)."""
         return cls(token, EndingKind.RELEASE, grace_ms=grace_ms, follows=follows)
 
     @classmethod

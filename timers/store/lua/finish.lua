@@ -84,7 +84,9 @@
 --                                     the timer comes due again grace-ms from now (its
 --                                     lateness still counting from its old due time): the
 --                                     key runs nothing else while the task may still run,
---                                     and the timer goes first
+--                                     and the timer goes first. Its run may have started,
+--                                     so the record carries its reruns + 1 (";rc=", T17):
+--                                     the next start is a rerun, counted (`reruns`)
 --   token "move"    entry due-ms      pending again as "<id>:<record>" (its task's group
 --                                     differs) at due-ms, uncounted as an attempt
 --   token "wait"    entry due-ms      as "move", in the same group: left unmoved on a
@@ -137,11 +139,15 @@ end
 
 -- What a release hands back, read from the run's record: {id, record, due}; false when
 -- that record does not read (the lease is kept, and lapses); nil when there is none.
-local function released_run(token)
+-- A run `cut` (its task may have started) comes back with one rerun more.
+local function released_run(token, cut)
   local run = redis.call('HGET', KEYS[2], token)
   if not run then return nil end
   local reruns, due, id, record = string.match(run, '^(%d*)[^|]*|(%-?%d+)|([^:]+):(.*)$')
-  if due then return {id, with_reruns(record, reruns), tonumber(due)} end
+  if due then
+    return {id, with_reruns(record, (tonumber(reruns) or 0) + (cut and 1 or 0)), tonumber(due),
+            cut}
+  end
   redis.log(redis.LOG_WARNING, 'timers: unreadable run record, lease kept: ' .. token)
   return false
 end
@@ -203,7 +209,9 @@ for i = FIRST, #ARGV, STRIDE do
       ((i - FIRST) / STRIDE + 1))
   end
   ages[i] = hage
-  if kind == 'release' then released[i] = released_run(token) end
+  if kind == 'release' then
+    released[i] = released_run(token, ARGV[i + 2] ~= '' and tonumber(ARGV[i + 2]) > 0)
+  end
 end
 
 -- declare {
@@ -240,7 +248,7 @@ if asked then return asked end
 -- declare }
 local now, now_us = redis_now()
 local counts = {fired = 0, failed = 0, rejected = 0, retried = 0, handed_back = 0,
-                skipped = 0, late_finishes = 0, routed = 0}
+                skipped = 0, late_finishes = 0, routed = 0, reruns = 0}
 
 -- Drop the rejected-event record of timer `id`: the failure id of a rejected event is the
 -- escaped timer id itself (a dead timer's is "<id>:<token>", and an escaped id holds no
@@ -412,6 +420,7 @@ local function end_run(token, kind, a, b, release, hid, htext, hage, hindexed)
   elseif kind == 'release' and release then
     if pend_again(release[1], release[2], release[3]) then
       counts.handed_back = counts.handed_back + 1
+      if release[4] then counts.reruns = counts.reruns + 1 end
     elseif noted then  -- a newer timer has its id: the run's place is nobody's
       drop_ungated(ARGV[1], noted[1], noted[2])
     end
