@@ -184,6 +184,14 @@ def _move(rng: random.Random, ids: _Seqs, at: float, profile: Profile) -> list[O
 
 POISON_BURST = 150
 """Quick timers due with each poison."""
+SLOW_TIMERS, SLOW_SECONDS, SLOW_PREFIX = 6, 4.0, "s"
+"""What a ``term`` fault schedules: tasks longer than a listener's 2 s shutdown timeout."""
+
+
+def slow_specs(ids_seen: int) -> list[Spec]:
+    """The slow timers a ``term`` fault schedules, due at once."""
+    return [Spec(f"{SLOW_PREFIX}{ids_seen:03d}-{n}", PLAIN, [SLOW_SECONDS], 0.05)
+            for n in range(SLOW_TIMERS)]
 
 
 def poison_spec(ids_seen: int) -> Spec:

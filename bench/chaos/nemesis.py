@@ -7,6 +7,10 @@
 ``stop``        ``SIGSTOP`` of a listener process for 1.5 s past its lease or more, then
                 ``SIGCONT``
 ``stops``       the same, three times in a row on one process, 1.5 s apart
+``term``        ``SIGTERM`` of a listener process while slow timers run (their tasks take
+                longer than its shutdown timeout): it hands them back and exits 0, and
+                each runs again elsewhere as a counted rerun; it is started again (by its
+                supervisor, or by the nemesis)
 ``poison``      a timer whose task ``os._exit``\\ s its process (dead after 3 crashes), due
                 with 150 quick timers (what its process finished must not run again)
 ``partition``   the proxy in ``L1``'s path to Redis stops forwarding, connections open,
@@ -45,6 +49,8 @@ from pathlib import Path
 import redis
 
 from bench.chaos.checker import EVERY, Cut
+from bench.chaos.generator import SLOW_PREFIX
+from bench.chaos.history import read_ledger
 from bench.chaos.world import ON_TARGET, PROXIED, World, descendants
 from bench.faults.hostile import (
     OOM_HEADROOM,
@@ -55,14 +61,16 @@ from bench.faults.hostile import (
 )
 from bench.faults.processes import wait_for
 
-SINGLE = ("kill", "stop", "stops", "poison", "partition", "restart", "memory")
-SENTINEL = ("kill", "stop", "stops", "poison", "memory", "failover")
-CLUSTER = ("kill", "stop", "stops", "poison", "migrate", "primary")
+SINGLE = ("kill", "stop", "stops", "term", "poison", "partition", "restart", "memory")
+SENTINEL = ("kill", "stop", "stops", "term", "poison", "memory", "failover")
+CLUSTER = ("kill", "stop", "stops", "term", "poison", "migrate", "primary")
 FAULTS = {"server": SINGLE, "sentinel": SENTINEL, "cluster": CLUSTER}
 """The faults each topology can take."""
 OUTAGES = ("restart", "failover", "migrate", "primary")
 """Faults that put Redis out of every listener's reach for a while."""
 MEMORY_HOLD_S = 3.0
+TERM_WAIT_S = 3.0
+"""How long a ``term`` fault waits for a slow timer to start (then it hits any process)."""
 RESTART_DOWN_S = 1.0
 
 
@@ -117,6 +125,8 @@ class Nemesis:
     planned: list[Planned]
     schedule_poison: Callable[[], str]
     """Schedules a poison timer (the runner's); its id."""
+    schedule_slow: Callable[[], str]
+    """Schedules timers whose tasks outlast a listener's shutdown timeout (the runner's)."""
     cuts: list[Cut] = field(default_factory=list)
     injected: list[Injected] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
@@ -236,6 +246,43 @@ class Nemesis:
             self.world.restart_listener(lid)
         return f"{lid} pid {pid} (+{len(under)} children)"
 
+    def _term(self, fault: Planned) -> str:
+        """SIGTERM while slow timers run: the listener lets its tasks run for its shutdown
+        timeout, hands back the runs still going and exits; until it is gone, any run in
+        it (or in its children) may be cut."""
+        with self.world.writes:
+            slow = self.schedule_slow()
+        lid, pid = self._running_slow() or self._victim(fault)
+        under = descendants(pid)
+        at = time.monotonic()
+        os.kill(pid, signal.SIGTERM)
+        gone = self.world.gone({pid} | under, 30.0)
+        if gone is None:
+            self.problems.append(f"SIGTERM of {lid} pid {pid}: still running 30 s later")
+            for p in {pid} | under:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(p, signal.SIGKILL)
+            gone = self.world.gone({pid} | under, 10.0) or time.monotonic()
+        self.cuts.append(Cut("term", at, gone, frozenset({pid} | under)))
+        if lid in (PROXIED, ON_TARGET):
+            self.world.restart_listener(lid)
+        return f"{lid} pid {pid} (+{len(under)} children) after {slow}, gone in {gone - at:.1f} s"
+
+    def _running_slow(self) -> tuple[str, int] | None:
+        """The target process running the most slow timers, once one started (within
+        :data:`TERM_WAIT_S`); None if none did."""
+        deadline = time.monotonic() + TERM_WAIT_S
+        while not self._stop.wait(0.1) and time.monotonic() < deadline:
+            marks = read_ledger(self.world.ledger)
+            ended = {m.tid for m in marks if m.kind == "E"}
+            pids = Counter(m.pid for m in marks if m.kind == "S"
+                           and m.tid.startswith(SLOW_PREFIX) and m.tid not in ended)
+            running = [(pids[pid], lid, pid) for lid, pid in self.world.targets() if pids[pid]]
+            if running:
+                _, lid, pid = max(running)
+                return lid, pid
+        return None
+
     def _fresh(self) -> float:
         """How long into a pause, partition or outage a run may still start: its lease
         (renewed last before it began), and a little for the clocks."""
@@ -243,7 +290,7 @@ class Nemesis:
 
     def _handlers(self) -> dict[str, Callable[[Planned], str]]:
         return {"kill": self._kill, "stop": self._pause, "stops": self._pauses,
-                "poison": self._poison,
+                "term": self._term, "poison": self._poison,
                 "partition": self._partition, "restart": self._restart,
                 "memory": self._memory, "failover": self._failover,
                 "migrate": self._migrate, "primary": self._primary}

@@ -93,6 +93,7 @@ class Runner:
         self.mix: Counter[str] = Counter()
         self.problems: list[str] = []
         self.poisons = 0
+        self.slows = 0
 
     def close(self) -> None:
         """Close the clients."""
@@ -180,6 +181,13 @@ class Runner:
         self.schedule([spec, *burst])
         return f"{spec.tid} amid {len(burst)} quick timers"
 
+    def schedule_slow(self) -> str:
+        """Plain timers due at once whose tasks outlast a listener's shutdown timeout."""
+        self.slows += 1
+        specs = generator.slow_specs(self.slows)
+        self.schedule(specs)
+        return f"{len(specs)} slow timers"
+
     def recurrences(self, on: bool) -> None:
         """Declare the two recurrences (an interval and a cron with seconds), or remove
         them."""
@@ -219,7 +227,7 @@ def run(seed: int, profile: Profile, topology: str = "server", binary: str | Non
         world.start()
         _wait_listeners(world)
         runner = Runner(world, profile)
-        bad = nemesis.Nemesis(world, planned, runner.schedule_poison)
+        bad = nemesis.Nemesis(world, planned, runner.schedule_poison, runner.schedule_slow)
         try:
             runner.recurrences(True)
             begun = time.monotonic()
