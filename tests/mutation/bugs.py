@@ -136,6 +136,10 @@ BUGS: tuple[Bug, ...] = (
         "with_reruns(record, (tonumber(reruns) or 0))",
         "T17: a run handed back while its task may still be going (a stop past its "
         "shutdown timeout) starts again as a first run, uncounted"),
+    Bug("handback-counted", LUA + "finish.lua",
+        "released_run(token, ARGV[i + 2] ~= '' and",
+        "released_run(token, ARGV[i + 2] == '' or",
+        "T17: a run handed back before it started comes back as a rerun (in quarantine)"),
     Bug("move-loses-timer", LUA + "finish.lua",
         "    if pend_again(id, moved, tonumber(b)) then counts.routed",
         "    if false then counts.routed",

@@ -1088,6 +1088,20 @@ def test_a_run_still_going_when_its_listener_stops_is_counted_when_it_runs_again
     assert world.violations == [], world.log
 
 
+def test_a_run_handed_back_unstarted_is_not_a_rerun(world: World) -> None:
+    """A run handed back before it started (its listener stopping, or out of memory)
+    comes back as it was: its next start is its first, outside quarantine."""
+    l1 = world.spawn((DEFAULT_GROUP,))
+    world.schedule(PLAIN, DEFAULT_GROUP, 0, "", -50)
+    world.claim(l1, 5, 0, False)
+    (token,) = list(l1.claimed)
+    world.hand_back(l1, token)
+    world.claim(l1, 5, 0, False)
+    world.start_due(l1)
+    assert [run.reruns for run in l1.executing.values()] == [0], world.log
+    assert world.violations == [], world.log
+
+
 # -- the random histories ------------------------------------------------------------------
 # After the scenarios (so that ``-x`` stops at a broken scenario in seconds). The default
 # run: every invariant against the fenced listener the design asks for and against the
