@@ -53,9 +53,12 @@ PAUSE = 4.0
 
 
 def ledger_lines(ledger: Path) -> list[dict[str, Any]]:
+    """The complete lines of the ledger: a line being written as it is read (its task's
+    process stopped mid-write, or just not done) is left out."""
     if not ledger.exists():
         return []
-    return [json.loads(line) for line in ledger.read_text().splitlines() if line]
+    return [json.loads(line) for line in ledger.read_text().splitlines(keepends=True)
+            if line.endswith("\n")]
 
 
 def parent_of(pid: int) -> int:
