@@ -58,12 +58,12 @@ NEIGHBOURS = [
     "tests/unit/test_data_format.py", "tests/unit/test_flow_plan.py",
     "tests/unit/test_supervisor.py", "tests/unit/test_history_trim.py",
     "tests/unit/test_recycling.py", "tests/unit/test_failure_records.py",
-    "tests/unit/test_declare.py",
+    "tests/unit/test_declare.py", "tests/unit/test_group_disagreement.py",
 ]
 """The unit tests of the scripts, the flow control, the fence, the executor, the
 endings journal, the speed layer's switch, the listener's way back to Redis, the data
-format checks, the supervisor, its recycling, the history's upkeep, the failure records
-and the declared keys."""
+format checks, the supervisor, its recycling, the history's upkeep, the failure records,
+the declared keys and the task groups' endings."""
 STAGE_TIMEOUT = 900.0
 
 

@@ -468,6 +468,16 @@ BUGS: tuple[Bug, ...] = (
         "page[#page] and '', page[#page - 1] or ''}",
         "move (design invariant 14): the cursor loses its score, so every page starts over "
         "from the head of the index, and a walk past timers it leaves reads them for ever"),
+    Bug("group-failure-waits", LISTENER + "endings/outcomes.py",
+        '        if outcome.kind == "disagreed" and record is not None and policy.group',
+        '        if outcome.kind == "disagreed" or record is not None and policy.group',
+        "a task of a declared group that raises is left waiting as a group disagreement: "
+        "never retried, never recorded dead"),
+    Bug("moved-run-counted", LISTENER + "endings/outcomes.py",
+        "    if kind not in _COUNTED or report.task is None:",
+        "    if kind not in _COUNTED and report.task is None:",
+        "a run moved to its task's group (never run) counts as a failed run in the "
+        "task's series"),
     Bug("unconfirmed-claim-starts", LISTENER + "finding/claimer.py",
         "        if runs and isinstance(reply, UnreplicatedReply):",
         "        if False and runs and isinstance(reply, UnreplicatedReply):",

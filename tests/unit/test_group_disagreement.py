@@ -97,6 +97,8 @@ def test_a_timer_moves_three_times_then_waits_where_it_is_with_the_reason(
         assert pending.waited_from is not None and pending.waited_from < pending.due
     assert producer.stats().counters.get("routed") == 2 * disagreement.FREE_MOVES
     assert producer.stats().fired == 0
+    # moved and left waiting, never run: no run, no failure in the task's series
+    assert [(m.runs, m.failures) for m in producer.series("jobs.work", 2)] == [(0, 0)] * 2
     warned = [r for r in caplog.records if "group disagreement" in r.getMessage()]
     assert len(warned) == 1, "one warning per task and pair of groups"
     assert "task jobs.work says group a, listener serves b" in warned[0].getMessage()
@@ -141,3 +143,33 @@ def test_a_move_after_a_wait_no_longer_says_it_waits_and_counts_the_move() -> No
     assert Option.GROUP_DISAGREEMENT not in moved.options
     assert moved.options[Option.GROUP_MOVES] == "4" and moved.options[Option.GROUP] == "a"
     assert not disagreement.may_move(moved)
+
+
+@timers.task(group="b")
+def _fails_in_b(tag: str) -> None:
+    """A task of a declared group that fails (no retries)."""
+    raise RuntimeError(f"boom {tag}")
+
+
+@timers.task(group="b", retries=2, backoff=[60])
+def _fails_in_b_retried(tag: str) -> None:
+    """The same, with retries."""
+    raise RuntimeError(f"boom {tag}")
+
+
+def test_a_failure_of_a_task_of_a_declared_group_is_a_failure_not_a_disagreement(
+        server: fakeredis.FakeServer) -> None:
+    """Only a group disagreement leaves a timer waiting in its group: a task of a declared
+    group that raises is recorded dead, or waits for its retry, as any task's run."""
+    with Timers(fakeredis.FakeRedis(server=server), group="b") as t:
+        t.schedule("jobs.work", ["x"], in_=0, id="dead")
+        burst(server, "b", _fails_in_b)
+        assert t.get("dead") is None, "a failure for good is not left pending"
+        failure = t.get_failure("dead")
+        assert failure is not None and "boom x" in str(failure.data)
+
+        t.schedule("jobs.work", ["y"], in_=0, id="retried")
+        burst(server, "b", _fails_in_b_retried)
+        pending = t.get("retried")
+        assert pending is not None and pending.attempts == 1, "waits for its retry"
+        assert Option.GROUP_DISAGREEMENT not in record(t, "retried").options
