@@ -228,15 +228,7 @@ class Nemesis:
         under = descendants(pid)
         at = time.monotonic()
         os.kill(pid, signal.SIGKILL)
-        gone = self.world.gone({pid} | under, 10.0)
-        if gone is None:
-            left = sorted(p for p in under if _running(p))
-            self.problems.append(f"kill -9 of {lid} pid {pid}: its children {left} still "
-                                 f"ran 10 s later")
-            for p in left:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(p, signal.SIGKILL)
-            gone = self.world.gone(set(left), 10.0) or time.monotonic()
+        gone = self._gone({pid} | under, 10.0, f"kill -9 of {lid} pid {pid}")
         # SIGKILL ends the process at once; its children (fork server, quarantine
         # processes) go on until they notice, and a run in one holds its key until then
         self.cuts.append(Cut("kill", at, at, frozenset({pid})))
@@ -256,17 +248,24 @@ class Nemesis:
         under = descendants(pid)
         at = time.monotonic()
         os.kill(pid, signal.SIGTERM)
-        gone = self.world.gone({pid} | under, 30.0)
-        if gone is None:
-            self.problems.append(f"SIGTERM of {lid} pid {pid}: still running 30 s later")
-            for p in {pid} | under:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(p, signal.SIGKILL)
-            gone = self.world.gone({pid} | under, 10.0) or time.monotonic()
+        gone = self._gone({pid} | under, 30.0, f"SIGTERM of {lid} pid {pid}")
         self.cuts.append(Cut("term", at, gone, frozenset({pid} | under)))
         if lid in (PROXIED, ON_TARGET):
             self.world.restart_listener(lid)
         return f"{lid} pid {pid} (+{len(under)} children) after {slow}, gone in {gone - at:.1f} s"
+
+    def _gone(self, pids: set[int], timeout: float, what: str) -> float:
+        """Monotonic s when none of ``pids`` runs any more; those still running after
+        ``timeout`` are a problem, and are killed."""
+        gone = self.world.gone(pids, timeout)
+        if gone is None:
+            left = sorted(p for p in pids if _running(p))
+            self.problems.append(f"{what}: {left} still ran {timeout:g} s later")
+            for p in left:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(p, signal.SIGKILL)
+            gone = self.world.gone(set(left), 10.0) or time.monotonic()
+        return gone
 
     def _running_slow(self) -> tuple[str, int] | None:
         """The target process running the most slow timers, once one started (within
