@@ -444,6 +444,11 @@ BUGS: tuple[Bug, ...] = (
         "                self.standby_ready = False\n",
         "recycling: the standby child's word that it is ready is not taken, so every recycled "
         "child is replaced cold, the standby never used"),
+    Bug("retiring-tells-other-slot", LISTENER + "supervision/retiring.py",
+        "if old.slot == slot and not old.told and old.child.poll() is None:",
+        "if old.slot == slot or not old.told and old.child.poll() is None:",
+        "recycling: one slot's replacement claiming tells every other slot's recycled child "
+        "to stop claiming before its own replacement claims (a dip below N claiming)"),
     Bug("renewal-twin-loses-server", LISTENER + "leases.py",
         'if (k in _PASSED_ON or k.startswith("ssl_")) and k in accepted}',
         'if (k in _PASSED_ON and k.startswith("ssl_")) and k in accepted}',

@@ -16,6 +16,8 @@ import pytest
 import timers.listener.supervision.supervisor as supervisor_module
 from timers.listener.supervision.orphans import SAME_STOP_WINDOW, watch_parent
 from timers.listener.supervision.recycling import (
+    CLAIMING,
+    HANDOVER_SIGNAL,
     RECYCLE,
     STANDBY,
     STANDBY_ENV,
@@ -255,3 +257,30 @@ def test_a_recycled_child_is_replaced_by_the_standby_once_it_said_it_is_ready() 
     assert sup.children[0] is standby and standby.signals == [TAKE_OVER_SIGNAL]
     assert started == ["standby"], "a new standby, and no child started cold"
     assert sup.standby is not None and sup.standby is not standby and not sup.standby_ready
+
+
+def test_a_replacement_claiming_stops_only_the_child_it_replaced_and_only_once() -> None:
+    """Two slots recycle at different times. When slot 0's replacement says it claims,
+    slot 0's old child (and no other) is told to stop claiming, once: slot 1's old child
+    keeps claiming until its own replacement claims, so the fleet never dips below N
+    claiming processes."""
+    sup = Supervisor(["listener"], 2)
+    pids = iter(range(200, 300))
+
+    def spawn(slot: int, *, quiet: bool = False) -> QuietChild:
+        sup.children[slot] = child = QuietChild(next(pids))  # type: ignore[assignment]
+        return child
+
+    sup._spawn = spawn  # type: ignore[assignment,method-assign]
+    old0, old1 = QuietChild(100), QuietChild(101)
+    sup.children = {0: old0, 1: old1}  # type: ignore[dict-item]
+    sup._on_message(old0, f"{RECYCLE} 500 runs")  # type: ignore[arg-type]
+    sup._on_message(old1, f"{RECYCLE} 500 runs")  # type: ignore[arg-type]
+    new0, new1 = sup.children[0], sup.children[1]
+    sup._on_message(new0, CLAIMING)  # type: ignore[arg-type]
+    assert old0.signals == [HANDOVER_SIGNAL]
+    assert old1.signals == [], "slot 1's old child stops only when its replacement claims"
+    sup._on_message(new0, CLAIMING)  # type: ignore[arg-type]
+    assert old0.signals == [HANDOVER_SIGNAL], "told once"
+    sup._on_message(new1, CLAIMING)  # type: ignore[arg-type]
+    assert old1.signals == [HANDOVER_SIGNAL]
