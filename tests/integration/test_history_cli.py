@@ -110,7 +110,7 @@ def trim_calls_us(r: redis.Redis) -> list[int]:
 
 def test_an_idle_listener_trims_a_lowered_count_in_short_steps(
         redis_url: str, processes: Processes) -> None:
-    # 200,000 records (a tenth written by the previous release, without the index), then a
+    # 200,000 records (a tenth written by 0.1.0, without the index), then a
     # listener started with --history-count 20000 and nothing to run: it gets there within
     # the deadline, in calls that each hold Redis a few ms at most (every command logged).
     r = redis.Redis.from_url(redis_url)

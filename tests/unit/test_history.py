@@ -143,43 +143,15 @@ def test_age_retention_trims_old_records_a_few_per_call(
         server: fakeredis.FakeServer, fake: fakeredis.FakeRedis, producer: Timers) -> None:
     ks = producer.keys
     old = HistoryRecord("x", "mod.add", EndKind.COMPLETED, 1.0, "h:1:a", 3, 1, 4)
-    for i in range(5):
-        fake.zadd(ks.history, {f"old{i}": 1000})
-        fake.zadd(ks.history_expiry, {f"old{i}": 1000 + 3_600_000})
-        fake.hset(ks.history_records, f"old{i}", old.encode())
+    for i in range(5):  # release 0.1.0's batches (":<n>", in no task or dead index)
+        fake.zadd(ks.history, {f":{i}": 1000})
+        fake.zadd(ks.history_expiry, {f":{i}": 1000 + 3_600_000})
+        fake.hset(ks.history_batches, f":{i}", f"old{i}")
+        fake.hset(ks.history_records, f"old{i}", f":{i}|{old.encode()}")
     producer.schedule("mod.add", [1], at=PAST, id="new")
     run_burst(server, history=HistoryPolicy(age=3600))
     assert [r.id for r in producer.history()] == ["new"]
     assert fake.hlen(ks.history_records) == fake.zcard(ks.history_expiry) == 1
-
-
-def test_records_of_the_previous_release_still_read_and_are_trimmed(
-        server: fakeredis.FakeServer, fake: fakeredis.FakeRedis, producer: Timers) -> None:
-    # the previous release indexed each record by its escaped id, its value unprefixed
-    ks = producer.keys
-    now = redis_now_ms(fake)
-    for name, ended in (("legacy%3Aone", now - 2000), ("legacy2", now - 1000)):
-        record = HistoryRecord("x", "mod.add", EndKind.COMPLETED, ended / 1000, "h:1:a", 3, 1, 4)
-        fake.zadd(ks.history, {name: ended})
-        fake.zadd(ks.history_expiry, {name: ended + 3_600_000})
-        fake.hset(ks.history_records, name, record.encode())
-    producer.schedule("mod.add", [1], at=PAST, id="new")
-    producer.schedule("mod.add", [1], at=PAST, id="legacy2")  # a newer end of an old id
-    run_burst(server)
-    listed = producer.history()  # newest end first; the two new ends share a batch
-    assert {r.id for r in listed[:2]} == {"new", "legacy2"} and len(listed) == 3
-    assert (listed[2].id, listed[2].ended) == ("legacy:one", (now - 2000) / 1000)
-    assert producer.status("legacy:one").state is TimerState.COMPLETED
-    newer = producer.status("legacy2").ended
-    assert newer is not None and newer.ended > now / 1000  # the new end, not the old
-    trim(fake, ks, count=2)  # the oldest: the old index entries, which name no new record
-    assert {r.id for r in producer.history()} == {"new", "legacy2"}
-    assert not fake.hexists(ks.history_records, "legacy%3Aone")
-    let_history_age(fake, ks, 2 * 3600)  # past the old entries' hour, not the 7 days
-    trim(fake, ks)
-    assert {r.id for r in producer.history()} == {"new", "legacy2"}
-    for key in (ks.history, ks.history_expiry):  # the old entries are gone, not the new
-        assert {as_text(m)[0] for m in fake.zrange(key, 0, -1)} == {":"}
 
 
 def test_a_newer_end_of_an_id_replaces_its_older_one_and_outlives_its_batch(

@@ -119,34 +119,30 @@ written since the indexes exist): the index upkeep passes those over by name."""
 @dataclass(frozen=True)
 class StoredHistory:
     """A ``P|histrec`` value: ``<batch id>|`` and the :class:`HistoryRecord` text, as
-    ``timers/store/lua/history.lua`` writes it; the previous release's value, the record
-    text alone, reads with ``batch`` None (it is indexed by its escaped id instead)."""
+    ``timers/store/lua/history.lua`` writes it."""
 
-    batch: str | None
+    batch: str
     record: HistoryRecord | None
     """None when the record text does not read."""
 
     def encode(self) -> str:
         """The stored text (the record must be there)."""
         assert self.record is not None
-        text = self.record.encode()
-        return text if self.batch is None else f"{self.batch}|{text}"
+        return f"{self.batch}|{self.record.encode()}"
 
     @classmethod
     def decode(cls, timer_id: str, text: str) -> StoredHistory:
-        """A stored value back, for timer ``timer_id``."""
-        batch: str | None = None
-        if text.startswith(HISTORY_BATCH_START):
-            batch, _, text = text.partition("|")
+        """A stored value back, for timer ``timer_id`` (``record`` None when it does not
+        read)."""
+        batch, _, text = text.partition("|")
+        if not batch.startswith(HISTORY_BATCH_START):
+            return cls(batch, None)
         return cls(batch, HistoryRecord.decode(timer_id, text))
 
     def of(self, member: str) -> HistoryRecord | None:
-        """The record when this value is the one index member ``member`` wrote (a batch id,
-        or for the previous release's index, the escaped id itself), else None: a newer
+        """The record when this value is the one batch ``member`` wrote, else None: a newer
         end rewrote it (the record is listed under its own batch)."""
-        if member.startswith(HISTORY_BATCH_START):
-            return self.record if self.batch == member else None
-        return self.record if self.batch is None else None
+        return self.record if self.batch == member else None
 
 
 def _num(value: int | None) -> str:

@@ -94,9 +94,7 @@ key                 type    holds
                             :class:`timers.model.history.HistoryRecord` text
                             ``ki|ended|duration|attempts|lateness|listener|task|error``
                             (:class:`timers.model.history.StoredHistory`); a batch's
-                            record is one whose prefix names it. The previous release's
-                            records (no prefix) are indexed by escaped id in ``P|hist``
-                            and ``P|histexp``, and read and trimmed the same way.
+                            record is one whose prefix names it.
 ``P|histcfg``       string  ``<age ms> <count>``: the listeners' history retention, for
                             ``cancel.lua`` (written by each listener as it starts).
 ``P|histtask``      hash    task -> its own history age ms (``@task(history=...)``; 0:

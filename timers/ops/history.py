@@ -17,7 +17,6 @@ from typing import Any
 from timers.exceptions import MalformedTimerKey
 from timers.model.encoding import as_text, unescape_id
 from timers.model.history import (
-    HISTORY_BATCH_START,
     HISTORY_INDEXED,
     SERIES_MINUTES,
     HistoryRecord,
@@ -163,21 +162,13 @@ class HistoryOperations:
         return out[:limit]
 
     def _entries(self, members: list[str]) -> Operation[list[tuple[str, str]]]:
-        """(index member, escaped id) of each record the history index members name, in
-        their order: a batch's ids (``P|histb``), or the previous release's member, an
-        escaped id, itself."""
-        batches = [m for m in members if m.startswith(HISTORY_BATCH_START)]
-        lists: dict[str, str] = {}
-        if batches:
-            (texts,) = yield [Call(command=("HMGET", self.keys.history_batches, *batches))]
-            lists = {b: as_text(t) for b, t in zip(batches, texts, strict=True) if t is not None}
-        entries: list[tuple[str, str]] = []
-        for member in members:
-            if not member.startswith(HISTORY_BATCH_START):
-                entries.append((member, member))
-            elif member in lists:
-                entries.extend((member, escaped) for escaped in lists[member].split(":"))
-        return entries
+        """(batch id, escaped id) of each record the history index members (batch ids)
+        name, in their order, from the batches' lists (``P|histb``)."""
+        if not members:
+            return []
+        (texts,) = yield [Call(command=("HMGET", self.keys.history_batches, *members))]
+        return [(member, escaped) for member, text in zip(members, texts, strict=True)
+                if text is not None for escaped in as_text(text).split(":")]
 
     def tasks_seen(self) -> Operation[list[str]]:
         """The tasks with a series (runs ended in the last 24 h), by name."""

@@ -66,17 +66,17 @@ class StatusOperations:
         read whole (``P|runrec``: as many as the fleet runs at once), the rest by id (an
         ended timer's expiry by the batch its history record names)."""
         escaped = escape_id(check_id(timer_id))
-        now, runs, ended, expiry, beats, infos = yield [
+        now, runs, ended, beats, infos = yield [
             Call(command=("TIME",)),
             Call(command=("HGETALL", self.keys.running_records)),
             Call(command=("HGET", self.keys.history_records, escaped)),
-            Call(command=("ZSCORE", self.keys.history_expiry, escaped)),
             Call(command=("ZRANGE", self.keys.listeners, 0, -1, "WITHSCORES")),
             Call(command=("HGETALL", self.keys.listener_info)),
         ]
         stored = None if ended is None else StoredHistory.decode(unescape_id(escaped),
                                                                  as_text(ended))
-        if stored is not None and stored.batch is not None:
+        expiry = None
+        if stored is not None and stored.record is not None:
             (expiry,) = yield [Call(command=("ZSCORE", self.keys.history_expiry, stored.batch))]
         if expiry is not None and float(expiry) <= redis_ms(now):
             stored = None  # past its retention: listeners trim it within about a second

@@ -45,10 +45,8 @@
 --                     is overwritten, so its size is fixed
 --   P|seriest   hash  task -> the last minute written: the tasks that have a series
 --
--- Older releases wrote batch ids ":<n>" (not in the task and dead indexes) or indexed each
--- record (P|hist and P|histexp members that are escaped ids, no ':' first, their P|histrec
--- values without a batch prefix). Those still read, are trimmed as batches (of one), and
--- are indexed past P|histix.
+-- Release 0.1.0 wrote batch ids ":<n>" (not in the task and dead indexes): those still
+-- read and trim, and are indexed past P|histix.
 
 local SERIES_SLOTS = 1440
 
@@ -102,11 +100,10 @@ local function history_text_task(text)
   return string.match(text, '^%a%a|(%d+)|[^|]*|[^|]*|[^|]*|[^|]*|([^|]+)|')
 end
 
--- A stored record's (P|histrec: "<batch id>|" and a record text, or the previous
--- release's, without the batch) kind letters, end ms and task, or nil.
+-- A stored record's (P|histrec: "<batch id>|" and a record text) kind letters, end ms and
+-- task, or nil.
 local function history_value_fields(value)
-  if string.byte(value) == 58 then value = string.match(value, '^[^|]*|(.*)$') or '' end
-  return string.match(value, '^(%a%a)|(%d+)|[^|]*|[^|]*|[^|]*|[^|]*|([^|]+)|')
+  return string.match(value, '^:[^|]*|(%a%a)|(%d+)|[^|]*|[^|]*|[^|]*|[^|]*|([^|]+)|')
 end
 
 -- The task a stored record names, or nil.
@@ -118,30 +115,23 @@ end
 -- all (at least one member), and the ids each still names: {member, its live ids, how many
 -- ids it lists, "<member>|", their stored values, its ids not live whose record (if any)
 -- is not a dead end}. A batch's ids are read from P|histb, kept where their record's prefix
--- names it; a member of the previous release's index (an escaped id) names its id unless
--- a newer end rewrote the record with a batch prefix. A few commands in all (a thousand
--- elements each), not a few per member: each command has a fixed cost in Redis
--- (figures: bench/FINDINGS.md, "Redis instructions in the scripts").
+-- names it. A few commands in all (a thousand elements each), not a few per member: each
+-- command has a fixed cost in Redis (figures: bench/FINDINGS.md, "Redis instructions in
+-- the scripts").
 local function history_lives(rec_key, batch_key, members, most)
-  local batches = {}
-  for _, member in ipairs(members) do
-    if string.sub(member, 1, 1) == ':' then batches[#batches + 1] = member end
-  end
-  local lists, read = {}, 0  -- the lists of batches[1..read], read 64 at a time
+  local lists, read = {}, 0  -- the lists of members[1..read], read 64 at a time
   local taken, ids, owner, listed = {}, {}, {}, 0
   for _, member in ipairs(members) do
     if listed >= most and #taken > 0 then break end
-    if string.sub(member, 1, 1) == ':' and lists[member] == nil and read < #batches then
-      local last = math.min(read + 64, #batches)
-      local texts = redis.call('HMGET', batch_key, unpack(batches, read + 1, last))
-      for i = 1, last - read do lists[batches[read + i]] = texts[i] or false end
+    if lists[member] == nil and read < #members then
+      local last = math.min(read + 64, #members)
+      local texts = redis.call('HMGET', batch_key, unpack(members, read + 1, last))
+      for i = 1, last - read do lists[members[read + i]] = texts[i] or false end
       read = last
     end
     local one = {member, {}, 0, member .. '|', {}, {}}
     taken[#taken + 1] = one
-    if string.sub(member, 1, 1) ~= ':' then
-      ids[#ids + 1], owner[#ids + 1] = member, one
-    elseif lists[member] then
+    if lists[member] then
       for id in string.gmatch(lists[member], '[^:]+') do
         ids[#ids + 1], owner[#ids + 1] = id, one
       end
@@ -154,9 +144,8 @@ local function history_lives(rec_key, batch_key, members, most)
     local values = redis.call('HMGET', rec_key, unpack(ids, first, last))
     for i = 1, last - first + 1 do
       local value, one, id = values[i], owner[first + i - 1], ids[first + i - 1]
-      -- a batch's record starts with "<batch>|"; an old member's, with no ':'
-      if value and (string.find(value, one[4], 1, true) == 1
-          or (string.byte(one[4]) ~= 58 and string.byte(value) ~= 58)) then
+      -- a batch's record starts with "<batch>|"
+      if value and string.find(value, one[4], 1, true) == 1 then
         local live = one[2]
         live[#live + 1] = id
         one[5][#live] = value
@@ -211,7 +200,7 @@ end
 -- live ids are more than what is left of it keeps the rest, its P|histb list rewritten.
 -- The number of records dropped.
 local function history_drop(hist_key, exp_key, rec_key, batch_key, taken, over)
-  local gone, values, members, batches, stale = {}, {}, {}, {}, {}
+  local gone, values, members, stale = {}, {}, {}, {}
   for _, one in ipairs(taken) do
     local member, live = one[1], one[2]
     for _, id in ipairs(one[6]) do stale[#stale + 1] = id end
@@ -229,7 +218,6 @@ local function history_drop(hist_key, exp_key, rec_key, batch_key, taken, over)
     end
     for i = 1, #live do gone[#gone + 1], values[#gone + 1] = live[i], one[5][i] end
     members[#members + 1] = member
-    if string.sub(member, 1, 1) == ':' then batches[#batches + 1] = member end
     if over and #gone >= over then break end
   end
   each_thousand('HDEL', rec_key, gone)
@@ -237,7 +225,7 @@ local function history_drop(hist_key, exp_key, rec_key, batch_key, taken, over)
   each_thousand('ZREM', history_failed_key(hist_key), stale)
   each_thousand('ZREM', hist_key, members)
   each_thousand('ZREM', exp_key, members)
-  each_thousand('HDEL', batch_key, batches)
+  each_thousand('HDEL', batch_key, members)
   return #gone
 end
 
