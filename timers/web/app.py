@@ -45,7 +45,7 @@ from timers.web.auth import (
     refused,
     too_many,
 )
-from timers.web.reads import ACTIONS, TimerView, dead_timers
+from timers.web.reads import ACTIONS, TimerView
 from timers.web.security import LOCAL_HOSTS, SecurityHeaders
 
 SAMPLE_EVERY_S = 15.0
@@ -135,7 +135,7 @@ def routes(d: Site) -> list[Route]:
 
     async def dead(request: Request) -> Response:
         return d.page(request, "dead.html",
-                      failures=await run_in_threadpool(dead_timers, d.timers, pages.PAGE))
+                      failures=await run_in_threadpool(d.timers.failed, pages.PAGE))
 
     return [Route("/", page("overview.html", pages.overview, False)),
             Route("/live", page("_live.html", pages.overview, False)),

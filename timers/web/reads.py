@@ -158,11 +158,6 @@ class TimerView:
         return cls(timer_id, status, failures)
 
 
-def dead_timers(timers: Timers, limit: int) -> list[Failure]:
-    """Dead timers and refused keys, most recent first."""
-    return timers.failed(limit)
-
-
 @dataclass(frozen=True)
 class Back:
     """Where an action sends the browser (a path with its query) and what it says there."""
