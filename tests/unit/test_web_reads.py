@@ -13,6 +13,7 @@ from starlette.testclient import TestClient
 
 from tests.unit.flow_helpers import KS, LEASE, add, claim, s
 from timers import Timers
+from timers.model.history import EndKind, HistoryRecord, MinuteStats
 from timers.ops import browse
 from timers.ops.tasks import announced_tasks, running_runs, task_flow
 from timers.store.script_calls import GateRun
@@ -20,7 +21,6 @@ from timers.store.scripts import Scripts
 from timers.web.app import create_app
 from timers.web.auth import Guard
 from timers.web.pages import Dashboard, overview, recurrence_names
-from timers.web.reads import NOT_AVAILABLE, HistoryRecord, MinuteStats
 
 __all__ = ["s"]  # the fixture
 
@@ -122,8 +122,8 @@ def test_the_overview_never_shows_a_negative_rate_after_a_redis_restart(
 
 
 class WithHistory(Timers):
-    """A client with the run-history API the dashboard is written against (its records
-    as the history's own dataclasses would carry them)."""
+    """A client whose run history holds two ended runs and a busy series, and that notes
+    what the pages asked of it."""
 
     asked: list[tuple[object, ...]]
 
@@ -131,18 +131,17 @@ class WithHistory(Timers):
                 failed: bool = False, limit: int = 100) -> list[HistoryRecord]:
         self.asked.append(("history", task, failed, limit))
         now = time.time()
-        rows = [HistoryRecord("sms-1", "reminders.sms", "completed", now - 30, "web-1", 41,
-                              12.5, 1, 3.0),
-                HistoryRecord("<b>x</b>", "reminders.sms", "dead", now - 60, "web-2", 42,
-                              80.0, 3, 9.0, "SMSError: <i>gateway down</i>")]
-        return [r for r in rows if r.outcome == "dead" or not failed][:limit]
+        rows = [HistoryRecord("sms-1", "reminders.sms", EndKind.COMPLETED, now - 30,
+                              "web-1:41:a", 12, 1, 3),
+                HistoryRecord("<b>x</b>", "reminders.sms", EndKind.DEAD, now - 60, "web-2:42:b",
+                              80, 3, 9, "SMSError: <i>gateway down</i>")]
+        return [r for r in rows if r.failed or not failed][:limit]
 
     def series(self, task: str | None = None, minutes: int = 60) -> list[MinuteStats]:
         self.asked.append(("series", task, minutes))
-        first = (time.time() // 60 - minutes + 1) * 60  # (read when asked, as the API)
+        first = (int(time.time()) // 60 - minutes + 1) * 60  # (read when asked, as the API)
         return [MinuteStats(first + 60 * i, 10 + i % 3, i % 2, 4.0, 40.0 + i, 10.0, 90.0)
                 for i in range(minutes)]
-
 
 
 def test_with_run_history_the_pages_show_it_and_chart_it(fake: fakeredis.FakeRedis) -> None:
@@ -154,8 +153,8 @@ def test_with_run_history_the_pages_show_it_and_chart_it(fake: fakeredis.FakeRed
         c = TestClient(create_app(t, Guard()), base_url="http://127.0.0.1:8080")
         page = c.get("/history").text
         assert "sms-1" in page and "completed" in page and "web-2:42" in page
+        assert '<td class="bad">dead</td>' in page
         assert "&lt;i&gt;gateway down&lt;/i&gt;" in page and "<b>x</b>" not in page
-        assert NOT_AVAILABLE not in page
         failed = c.get("/history?failed=1&task=reminders.sms").text
         assert "sms-1" not in failed and "SMSError" in failed
         assert ("history", "reminders.sms", True, 100) in t.asked
