@@ -22,6 +22,7 @@ from timers.ops.tasks import Limit, Running, TaskFlow
 from timers.producer.client import Timers
 from timers.web.charts import render
 from timers.web.figures import (
+    RATE_WINDOW_S,
     Sample,
     lateness_chart,
     per_minute,
@@ -31,10 +32,11 @@ from timers.web.reads import TimerView
 
 PAGE = 50
 MAX_PAGE = browse.MERGE_DEPTH // PAGE
-SAMPLES_KEPT = 17_280
-"""Samples of the keyspace's counters kept: a day at one per :data:`SAMPLE_SPACING_S`."""
 SAMPLE_SPACING_S = 5.0
 """A snapshot read sooner than this after the last sample is not kept as one."""
+SAMPLES_KEPT = int(RATE_WINDOW_S / SAMPLE_SPACING_S) + 2
+"""Samples kept for the overview's runs and failures per minute: the rate window's at one
+per :data:`SAMPLE_SPACING_S`."""
 FAILURES_LOOKED_AT = 500
 """Latest failure records a task page looks through for the task's."""
 ARGS_SHOWN = 160
