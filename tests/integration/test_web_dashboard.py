@@ -26,7 +26,6 @@ from tests.task_pkg.fail import HEALED
 from tests.task_pkg.slow import RELEASE
 from timers import Timers, TimerSpec
 from timers.dev.server import free_port
-from timers.web.reads import NOT_AVAILABLE
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = [pytest.mark.integration, pytest.mark.one_server,
@@ -309,9 +308,8 @@ def test_the_dashboard_binds_to_localhost_by_default() -> None:
 def test_the_charts_have_axes_units_and_fill_in_as_runs_end(
         redis_url: str, processes: Processes, page: Any) -> None:
     """The overview's three charts (runs and failures per minute over the last hour, per
-    15 minutes over the last day, lateness p50/p99 on one scale), fed here by the
-    dashboard's own samples of the counters (no run history in this version) or by the run
-    history where the client has it."""
+    15 minutes over the last day, lateness p50/p99 on one scale), fed by the run
+    history."""
     processes.spawn(TIMERS_COMMAND, "listen", "--url", redis_url, "--tasks", "tests.task_pkg")
     with Timers(redis_url) as t:
         wait_until(lambda: len(t.listeners()) == 1, 20, message="a listener")
@@ -324,7 +322,7 @@ def test_the_charts_have_axes_units_and_fill_in_as_runs_end(
             assert svg.locator("text.tick").count() >= 4  # values and times on the axes
         t.schedule_many(TimerSpec("record.hit", [i], in_=0.1) for i in range(30))
         t.schedule_many(TimerSpec("fail.boom", [i], in_=0.1) for i in range(3))
-        # the page refreshes itself; a sample at least 5 s after the first shows the runs
+        # the page refreshes itself and shows the runs as they end
         expect(page.locator("#chart-hour rect.bar.series-runs").first).to_be_visible(
             timeout=30_000)
         expect(page.locator("#chart-hour rect.bar.series-failures").first).to_be_visible(
@@ -334,9 +332,7 @@ def test_the_charts_have_axes_units_and_fill_in_as_runs_end(
             timeout=30_000)
         assert float(page.inner_text("#fired-per-minute")) > 0
         assert "-" not in page.inner_text("#fired-per-minute")
-        note = page.inner_text("#charts-note")
-        assert ("From the run history" in note) if hasattr(t, "series") else (
-            NOT_AVAILABLE in note)
+        assert "From the run history" in page.inner_text("#charts-note")
         assert "flow.keyed" in page.inner_text("#tasks")  # the tasks the listener runs
         shot(page, "overview")
         shot(page, "charts", ".charts")
@@ -394,10 +390,7 @@ def test_a_task_page_shows_its_limits_what_waits_its_runs_and_failures(
             assert "concurrency key\tdev:1\t1 at once\t1\t2\t2" in limits, limits
             assert page.locator("#task-running tr").count() == 2  # one run holds the slot
             assert page.inner_text("#task-pending").count("waiting for key dev:1") == 2
-            if hasattr(t, "history"):
-                assert page.locator("#task-runs").count() == 1
-            else:
-                assert page.inner_text("#task-runs-unavailable").lower() == NOT_AVAILABLE + "."
+            assert page.locator("#task-runs").count() == 1
             shot(page, "task")
         finally:
             r.set(RELEASE, 1)
@@ -408,7 +401,7 @@ def test_a_task_page_shows_its_limits_what_waits_its_runs_and_failures(
         assert "no such task" in page.inner_text("body")
 
 
-def test_the_history_page_shows_the_runs_or_says_it_is_not_available(
+def test_the_history_page_shows_the_runs_and_filters_the_failed_ones(
         redis_url: str, processes: Processes, page: Any) -> None:
     processes.spawn(TIMERS_COMMAND, "listen", "--url", redis_url, "--tasks", "tests.task_pkg")
     with Timers(redis_url) as t:
@@ -418,16 +411,12 @@ def test_the_history_page_shows_the_runs_or_says_it_is_not_available(
         wait_until(lambda: t.stats().failed == 1, 20, message="fail.boom to die")
         base = serve(processes, redis_url)
         page.goto(base + "/history")
-        if hasattr(t, "history"):
-            table = page.inner_text("#history")
-            assert "record.hit" in table and "fail.boom" in table
-            page.check("input[name=failed]")
-            page.click("text=Show")
-            page.wait_for_url("**/history?*failed=1*")
-            assert "record.hit" not in page.inner_text("#history")
-        else:  # no made-up figures
-            assert page.inner_text("#history-unavailable").lower().startswith(NOT_AVAILABLE)
-            assert page.locator("#history").count() == 0
+        table = page.inner_text("#history")
+        assert "record.hit" in table and "fail.boom" in table
+        page.check("input[name=failed]")
+        page.click("text=Show")
+        page.wait_for_url("**/history?*failed=1*")
+        assert "record.hit" not in page.inner_text("#history")
         shot(page, "history")
 
 

@@ -1,27 +1,25 @@
 """The dashboard's charts and the figures behind them, as pure functions: points in, SVG
-out; counter samples in, per-minute rows out (a counter reset never reads as a negative
-rate); the run-history adapter with and without the client's ``history``/``series``."""
+out; per-minute rows in, chart series out; counter samples in, rates out (a counter reset
+never reads as a negative rate)."""
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from timers.model.history import MinuteStats
 from timers.web.charts import Chart, Series, nice_ticks, number_text, render, time_ticks
 from timers.web.figures import (
     Sample,
     increase,
     lateness_chart,
-    minutes_from_samples,
     per_minute,
     throughput_chart,
     window,
 )
 from timers.web.pages import interval_words, recurrence_state
-from timers.web.reads import NOT_AVAILABLE, HistoryRecord, MinuteStats, RunHistory
 
 T0 = datetime(2026, 11, 26, 14, 0, tzinfo=UTC).timestamp()
 
@@ -93,91 +91,28 @@ def test_a_counter_that_drops_was_reset_never_a_negative_rate() -> None:
     assert rates is not None
     runs, failures = rates
     assert runs == pytest.approx((33 + 4 + 7) / 1.5) and failures == pytest.approx(4 / 1.5)
-    rows = minutes_from_samples(samples)
-    assert all(r.runs >= 0 and r.failures >= 0 for r in rows)
-    assert [(r.minute, r.runs, r.failures) for r in rows] == [(T0, 33, 3), (T0 + 60, 11, 1)]
     assert per_minute(samples[:1], T0) is None
     burst = per_minute([Sample(T0, 0, 0, 0), Sample(T0 + 6, 33, 0, 0)], T0 + 6)
     assert burst == (33, 0)  # 33 runs seen in 6 s: not 330 a minute
 
 
-def test_minutes_without_samples_are_gaps_and_lateness_is_the_worst_sampled() -> None:
-    samples = [Sample(T0, 0, 0, 0, 2.0, 9.0), Sample(T0 + 10, 5, 0, 0, 3.0, 7.0),
-               Sample(T0 + 20, 9, 0, 0, 1.0, 30.0), Sample(T0 + 200, 9, 0, 0)]
-    rows = minutes_from_samples(samples)
-    assert [(r.minute, r.lateness_p50_ms, r.lateness_p99_ms) for r in rows] == [
-        (T0, 3.0, 30.0), (T0 + 180, None, None)]
+def test_the_lateness_chart_puts_each_minute_in_its_place_and_no_row_is_a_gap() -> None:
+    rows = [MinuteStats(int(T0), 4, 0, 3.0, 30.0), MinuteStats(int(T0) + 180, 1, 0, 2.0, 5.0)]
     chart = lateness_chart("l", "lateness", rows, T0 + 200, 60)
     assert chart.unit == "ms" and chart.count == 60
-    p99 = chart.series[1].values
-    assert p99.count(None) == 59 and 30.0 in p99
+    p50, p99 = chart.series[0].values, chart.series[1].values
+    assert p99.count(None) == 58 and p99[-4:] == [30.0, None, None, 5.0]
+    assert p50[-4:] == [3.0, None, None, 2.0]
 
 
 def test_a_day_is_drawn_in_15_minute_bars_with_its_unit() -> None:
     start, count = window(T0 + 3599, 1440, 15)
     assert count == 96 and start % 900 == 0 and start + 96 * 900 > T0 + 3599
-    rows = [MinuteStats(T0 + 60 * i, 2, 1 if i % 2 else 0) for i in range(30)]
+    rows = [MinuteStats(int(T0) + 60 * i, 2, 1 if i % 2 else 0) for i in range(30)]
     chart = throughput_chart("d", "day", rows, T0 + 1799, 1440, 15)
     assert chart.unit == "runs / 15 min" and chart.bars
     runs = [v for v in chart.series[0].values if v is not None]
     assert runs == [30, 30] and [v for v in chart.series[1].values if v is not None] == [7, 8]
-
-
-@dataclass(frozen=True)
-class TheirMinute:  # what the run history's series() returns (its own dataclass)
-    minute: float
-    runs: int
-    failures: int
-    lateness_p50_ms: float | None
-    lateness_p99_ms: float | None
-    duration_p50_ms: float | None
-    duration_p99_ms: float | None
-
-
-@dataclass(frozen=True)
-class TheirRecord:
-    id: str
-    task: str
-    outcome: str
-    ended: float
-    host: str
-    pid: int
-    duration_ms: float
-    attempts: int
-    lateness_ms: float
-    error: str | None
-
-
-class WithHistory:
-    def __init__(self) -> None:
-        self.asked: list[tuple[object, ...]] = []
-
-    def history(self, task: str | None = None, since: float | None = None,
-                failed: bool = False, limit: int = 100) -> list[TheirRecord]:
-        self.asked.append(("history", task, since, failed, limit))
-        return [TheirRecord("a", "t.x", "dead", T0, "h", 7, 1.5, 2, 3.0, "Boom: no")]
-
-    def series(self, task: str | None = None, minutes: int = 60) -> list[TheirMinute]:
-        self.asked.append(("series", task, minutes))
-        return [TheirMinute(T0, 4, 1, 2.0, 8.0, 10.0, 20.0)]
-
-
-def test_the_adapter_reads_the_clients_history_into_its_own_records() -> None:
-    client = WithHistory()
-    history = RunHistory(client)
-    assert history.available
-    assert history.runs(task="t.x", failed=True, limit=5) == [
-        HistoryRecord("a", "t.x", "dead", T0, "h", 7, 1.5, 2, 3.0, "Boom: no")]
-    assert history.minutes(task="t.x", minutes=1440) == [
-        MinuteStats(T0, 4, 1, 2.0, 8.0, 10.0, 20.0)]
-    assert client.asked == [("history", "t.x", None, True, 5), ("series", "t.x", 1440)]
-
-
-def test_without_the_method_the_adapter_says_not_available_and_makes_nothing_up() -> None:
-    history = RunHistory(object())
-    assert not history.available
-    assert history.runs() is None and history.minutes() is None
-    assert NOT_AVAILABLE == "run history is not available in this version"
 
 
 def test_recurrences_read_as_people_say_them() -> None:

@@ -3,10 +3,8 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from importlib import resources
 from typing import Any
@@ -45,12 +43,8 @@ from timers.web.auth import (
     refused,
     too_many,
 )
-from timers.web.reads import ACTIONS, TimerView, dead_timers
+from timers.web.reads import ACTIONS, TimerView
 from timers.web.security import LOCAL_HOSTS, SecurityHeaders
-
-SAMPLE_EVERY_S = 15.0
-"""How often the dashboard samples the keyspace for its charts while it serves (also on
-each page read), when the client has no run history."""
 
 
 def _templates() -> Jinja2Templates:
@@ -95,16 +89,6 @@ class Site:
             response.delete_cookie(NOTE_COOKIE, httponly=True, samesite="strict")
         return response
 
-    async def sample_while_serving(self, every_s: float = SAMPLE_EVERY_S) -> None:
-        """Read the keyspace every ``every_s`` seconds for the charts (a Redis away is
-        skipped: the chart shows a gap); nothing to do when the client keeps run history."""
-        if self.reads.history.available:
-            return
-        while True:
-            with contextlib.suppress(TimersError):
-                await run_in_threadpool(self.reads.snapshot)
-            await asyncio.sleep(every_s)
-
 
 def _read(reader: Callable[..., dict[str, Any]], *args: Any) -> Any:
     """``reader``'s context, a bad query parameter answered 400 saying what it must be, a
@@ -135,7 +119,7 @@ def routes(d: Site) -> list[Route]:
 
     async def dead(request: Request) -> Response:
         return d.page(request, "dead.html",
-                      failures=await run_in_threadpool(dead_timers, d.timers, pages.PAGE))
+                      failures=await run_in_threadpool(d.timers.failed, pages.PAGE))
 
     return [Route("/", page("overview.html", pages.overview, False)),
             Route("/live", page("_live.html", pages.overview, False)),
@@ -243,18 +227,8 @@ def create_app(timers: Timers, guard: Guard | None = None, *,
     site = Site(timers, guard or Guard())
     read = metrics or (lambda: timers.run(timers.ops.snapshot()))
 
-    @contextlib.asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        sampler = asyncio.create_task(site.sample_while_serving())
-        try:
-            yield
-        finally:
-            sampler.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await sampler
-
     return Starlette(
-        routes=routes(site) + metrics_route(read), lifespan=lifespan,
+        routes=routes(site) + metrics_route(read),
         middleware=[Middleware(SecurityHeaders),
                     Middleware(TrustedHostMiddleware, allowed_hosts=list(hosts),
                                www_redirect=False),

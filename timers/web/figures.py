@@ -1,10 +1,10 @@
 """The figures behind the dashboard's charts, as pure functions of what was read.
 
-Two sources give the same per-minute rows (:class:`timers.web.reads.MinuteStats`): the
-run history's ``series()`` when the client has it, else the samples this dashboard takes
-of the keyspace's counters and the listeners' heartbeats while it runs (:class:`Sample`).
-A counter read lower than before was reset (a Redis restarted without its data): what it
-reads now is what it counted since, never a negative rate.
+The charts draw the run history's per-minute rows (:class:`timers.model.history.MinuteStats`,
+from ``series()``). The overview's runs and failures per minute come from the samples the
+dashboard takes of the keyspace's counters and the listeners' heartbeats (:class:`Sample`):
+a counter read lower than before was reset (a Redis restarted without its data), so what
+it reads now is what it counted since, never a negative rate.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from timers.model.history import MinuteStats
 from timers.model.wire import Counter
 from timers.ops.snapshot import FleetSnapshot
 from timers.web.charts import Chart, Series
-from timers.web.reads import MinuteStats
 
 RATE_WINDOW_S = 300.0
 """The span the "runs / min" figure averages over."""
@@ -77,24 +77,6 @@ def per_minute(samples: Sequence[Sample], now_s: float,
         runs, failures = runs + ended, failures + failed
     span = max(recent[-1].at_s - recent[0].at_s, 60.0) / 60
     return runs / span, failures / span
-
-
-def minutes_from_samples(samples: Sequence[Sample]) -> list[MinuteStats]:
-    """One row per minute in which a sample was taken after another: the runs that ended
-    between them, counted in the later one's minute; the worst lateness sampled in it.
-    Minutes with no such sample have no row (the charts show a gap, not a zero)."""
-    counts: dict[float, tuple[int, int]] = {}
-    late: dict[float, list[Sample]] = {}
-    for a, b in itertools.pairwise(samples):
-        minute = math.floor(b.at_s / 60) * 60.0
-        ended, failed = _ended(a, b)
-        before = counts.get(minute, (0, 0))
-        counts[minute] = (before[0] + ended, before[1] + failed)
-        late.setdefault(minute, []).append(b)
-    return [MinuteStats(m, runs, failures,
-                        _worst(s.lateness_p50_ms for s in late[m]),
-                        _worst(s.lateness_p99_ms for s in late[m]))
-            for m, (runs, failures) in sorted(counts.items())]
 
 
 def _worst(values: Iterable[float | None]) -> float | None:

@@ -1,8 +1,8 @@
-"""What each dashboard page shows, read through :class:`timers.Timers` (and its run
-history through :class:`timers.web.reads.RunHistory`): one function per page, returning
-the template's context. Query parameters are checked here; a bad one is a ValueError
-whose message never repeats what was sent (the page answers 400 with it); a task nothing
-knows is a LookupError (404), so no link can put words of its own on a page."""
+"""What each dashboard page shows, read through :class:`timers.Timers` (its run history
+too): one function per page, returning the template's context. Query parameters are
+checked here; a bad one is a ValueError whose message never repeats what was sent (the
+page answers 400 with it); a task nothing knows is a LookupError (404), so no link can put
+words of its own on a page."""
 
 from __future__ import annotations
 
@@ -22,21 +22,21 @@ from timers.ops.tasks import Limit, Running, TaskFlow
 from timers.producer.client import Timers
 from timers.web.charts import render
 from timers.web.figures import (
+    RATE_WINDOW_S,
     Sample,
     lateness_chart,
-    minutes_from_samples,
     per_minute,
     throughput_chart,
 )
-from timers.web.reads import NOT_AVAILABLE, RunHistory, TimerView
+from timers.web.reads import TimerView
 
 PAGE = 50
 MAX_PAGE = browse.MERGE_DEPTH // PAGE
-SAMPLES_KEPT = 17_280
-"""Samples kept for the charts when the client has no run history: a day at one per
-:data:`SAMPLE_SPACING_S`."""
 SAMPLE_SPACING_S = 5.0
 """A snapshot read sooner than this after the last sample is not kept as one."""
+SAMPLES_KEPT = int(RATE_WINDOW_S / SAMPLE_SPACING_S) + 2
+"""Samples kept for the overview's runs and failures per minute: the rate window's at one
+per :data:`SAMPLE_SPACING_S`."""
 FAILURES_LOOKED_AT = 500
 """Latest failure records a task page looks through for the task's."""
 ARGS_SHOWN = 160
@@ -117,14 +117,12 @@ def in_words(seconds: float) -> str:
 
 
 class Dashboard:
-    """One keyspace's dashboard: the client it reads with, its run history, and the
-    samples of the keyspace's counters it keeps for the charts."""
+    """One keyspace's dashboard: the client it reads with, and the samples of the
+    keyspace's counters it keeps for the overview's rates."""
 
     def __init__(self, timers: Timers, spacing_s: float = SAMPLE_SPACING_S) -> None:
         self.timers, self.spacing_s = timers, spacing_s
-        self.history = RunHistory(timers)
         self.samples: deque[Sample] = deque(maxlen=SAMPLES_KEPT)
-        self.started_s: float | None = None
 
     def snapshot(self) -> FleetSnapshot:
         """The keyspace now; kept as a sample when the last one is old enough."""
@@ -133,45 +131,35 @@ class Dashboard:
         if not self.samples or sample.at_s - self.samples[-1].at_s >= self.spacing_s \
                 or sample.at_s < self.samples[-1].at_s:
             self.samples.append(sample)
-        if self.started_s is None:
-            self.started_s = sample.at_s
         return snap
 
     def charts(self, now_s: float, task: str | None = None) -> dict[str, Any]:
-        """The throughput (last hour, last day) and lateness charts, and where their
-        figures come from; for ``task``, from the run history only (or a note)."""
-        hour = self.history.minutes(task=task, minutes=60)
-        if hour is not None:
-            day = self.history.minutes(task=task, minutes=1440) or []
-            note = "From the run history."
-        elif task is not None:
-            return {"charts": [], "charts_note": NOT_AVAILABLE + ": no charts per task."}
-        else:
-            hour = day = minutes_from_samples(list(self.samples))
-            since = datetime.fromtimestamp(self.started_s or now_s, UTC).strftime("%H:%M")
-            note = (f"Sampled by this dashboard every few seconds since {since} UTC (the "
-                    f"keyspace's counters; lateness: the worst live listener's last minute), "
-                    f"as {NOT_AVAILABLE}.")
+        """The throughput (last hour, last day) and lateness charts of ``task`` (or of
+        every task), from the run history's series."""
+        hour = self.timers.series(task=task, minutes=60)
+        day = self.timers.series(task=task, minutes=1440)
         prefix = "task-" if task else ""
-        return {"charts_note": note, "charts": [(c.title, render(c)) for c in (
+        charts = (
             throughput_chart(f"{prefix}chart-hour", "Runs and failures, last hour", hour,
                              now_s, 60),
             lateness_chart(f"{prefix}chart-lateness", "Lateness, last hour (p50 and p99)",
                            hour, now_s),
             throughput_chart(f"{prefix}chart-day", "Runs and failures, last day", day, now_s,
-                             1440, 15))]}
+                             1440, 15))
+        return {"charts_note": "From the run history.",
+                "charts": [(c.title, render(c)) for c in charts]}
 
 
 def _history_rates(d: Dashboard, now_s: float) -> tuple[float, float] | None:
     """(runs, failures) per minute from the run history's last full minute and the
-    current one so far, where the client keeps it (its sampler then does not run); None
-    when it has no runs there."""
-    minutes = d.history.minutes(minutes=2)
-    runs = sum(m.runs for m in minutes or ())
+    current one so far, until the dashboard has samples for a rate; None when it has no
+    runs there."""
+    minutes = d.timers.series(minutes=2)
+    runs = sum(m.runs for m in minutes)
     if not runs:  # nothing known yet: as without samples
         return None
     span = 1 + (now_s % 60) / 60
-    return runs / span, sum(m.failures for m in minutes or ()) / span
+    return runs / span, sum(m.failures for m in minutes) / span
 
 
 def overview(d: Dashboard) -> dict[str, Any]:
@@ -253,7 +241,7 @@ def task_page(d: Dashboard, query: Any) -> dict[str, Any]:
     flows = t.run(t.ops.task_flow(task))
     found = t.run(t.ops.filter_task(task, PAGE))
     failures = [f for f in t.failed(FAILURES_LOOKED_AT) if f.record.task == task][:PAGE]
-    runs = d.history.runs(task=task, limit=PAGE)
+    runs = t.history(task=task, limit=PAGE)
     if not (found or failures or runs or any(f.limits or f.running for f in flows)) \
             and task not in t.run(t.ops.announced_tasks()):
         raise LookupError(f"no such task: no live listener announces it, and no timer of it "
@@ -263,17 +251,17 @@ def task_page(d: Dashboard, query: Any) -> dict[str, Any]:
     groups = sorted({p.group for p in found} | {r.group for f in flows for r in f.running})
     return {"task": task, "limits": merged_limits(flows),
             "running": [r for f in flows for r in f.running], "found": found,
-            "failures": failures, "runs": runs, "not_available": NOT_AVAILABLE,
-            "groups": groups, "now": datetime.now(UTC), "window": browse.FILTER_WINDOW,
-            "looked_at": FAILURES_LOOKED_AT, **d.charts(snap.redis_ms / 1000, task)}
+            "failures": failures, "runs": runs, "groups": groups, "now": datetime.now(UTC),
+            "window": browse.FILTER_WINDOW, "looked_at": FAILURES_LOOKED_AT,
+            **d.charts(snap.redis_ms / 1000, task)}
 
 
 def history_page(d: Dashboard, query: Any) -> dict[str, Any]:
     """The latest ended runs (of a task; failed ones only), newest first."""
     task = task_param(query, "task", required=False)
     failed = failed_param(query)
-    return {"task": task or "", "failed": failed, "not_available": NOT_AVAILABLE,
-            "runs": d.history.runs(task=task, failed=failed, limit=100)}
+    return {"task": task or "", "failed": failed,
+            "runs": d.timers.history(task=task, failed=failed, limit=100)}
 
 
 def recurrence_state(paused: bool, running: bool, next_due: datetime | None,

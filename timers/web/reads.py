@@ -1,10 +1,4 @@
-"""What the dashboard's pages read, and the actions its forms post.
-
-Run history and per-minute figures come through one adapter, :class:`RunHistory`: the
-client's ``history()`` and ``series()`` when it has them, read into this module's
-:class:`HistoryRecord` and :class:`MinuteStats` (so a change of those records is made
-here alone); a client without them reads as "not available" (:data:`NOT_AVAILABLE`),
-never as made-up figures.
+"""What a timer's page reads, and the actions the dashboard's forms post.
 
 Each action takes the client and the posted form fields and returns the page to go back to
 and a notice of what it did; what it cannot do (a timer no longer pending, a bad delay)
@@ -17,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 from urllib.parse import urlencode
 
 from timers.exceptions import TimersError
@@ -28,91 +21,6 @@ from timers.ops.failures import Failure
 from timers.ops.pending import PendingTimer
 from timers.ops.status import TimerStatus
 from timers.producer.client import Timers
-
-NOT_AVAILABLE = "run history is not available in this version"
-OUTCOMES = ("completed", "dead", "cancelled")
-
-
-@dataclass(frozen=True)
-class MinuteStats:
-    """One minute of runs (of one task, or all): ``minute`` is its start, epoch seconds.
-    Lateness and duration percentiles are None for a minute with no runs."""
-
-    minute: float
-    runs: int
-    failures: int
-    lateness_p50_ms: float | None = None
-    lateness_p99_ms: float | None = None
-    duration_p50_ms: float | None = None
-    duration_p99_ms: float | None = None
-
-
-@dataclass(frozen=True)
-class HistoryRecord:
-    """One ended run as the history keeps it: ``outcome`` is one of :data:`OUTCOMES`,
-    ``ended`` epoch seconds."""
-
-    id: str
-    task: str
-    outcome: str
-    ended: float
-    host: str = ""
-    pid: int | None = None
-    duration_ms: float | None = None
-    attempts: int = 0
-    lateness_ms: float | None = None
-    error: str | None = None
-
-
-def _number(value: Any) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) \
-        else None
-
-
-def _minute(item: Any) -> MinuteStats:
-    return MinuteStats(float(item.minute), int(item.runs), int(item.failures),
-                       *(_number(getattr(item, f, None)) for f in (
-                           "lateness_p50_ms", "lateness_p99_ms", "duration_p50_ms",
-                           "duration_p99_ms")))
-
-
-def _record(item: Any) -> HistoryRecord:
-    pid = getattr(item, "pid", None)
-    attempts = getattr(item, "attempts", 0)
-    error = getattr(item, "error", None)
-    return HistoryRecord(
-        str(item.id), str(item.task), str(item.outcome), float(item.ended),
-        str(getattr(item, "host", "") or ""), pid if isinstance(pid, int) else None,
-        _number(getattr(item, "duration_ms", None)),
-        attempts if isinstance(attempts, int) else 0,
-        _number(getattr(item, "lateness_ms", None)), None if error is None else str(error))
-
-
-class RunHistory:
-    """The adapter to the client's run history: ``history(task, since, failed, limit)``
-    (newest first) and ``series(task, minutes)`` (oldest first, one per minute). Each read
-    returns None when the client has no such method (:data:`NOT_AVAILABLE`)."""
-
-    def __init__(self, timers: Any) -> None:
-        self.timers = timers
-
-    @property
-    def available(self) -> bool:
-        return all(callable(getattr(self.timers, m, None)) for m in ("history", "series"))
-
-    def runs(self, task: str | None = None, since: float | None = None, failed: bool = False,
-             limit: int = 100) -> list[HistoryRecord] | None:
-        """The latest ended runs, newest first (of ``task``; only failed ones)."""
-        if not self.available:
-            return None
-        found = self.timers.history(task=task, since=since, failed=failed, limit=limit)
-        return [_record(item) for item in found]
-
-    def minutes(self, task: str | None = None, minutes: int = 60) -> list[MinuteStats] | None:
-        """The last ``minutes`` minutes, oldest first, one per minute."""
-        if not self.available:
-            return None
-        return [_minute(item) for item in self.timers.series(task=task, minutes=minutes)]
 
 
 @dataclass(frozen=True)
@@ -156,11 +64,6 @@ class TimerView:
             failures = tuple(f for f in timers.get_failures(timer_id)
                              if f.record.kind != "rejected")
         return cls(timer_id, status, failures)
-
-
-def dead_timers(timers: Timers, limit: int) -> list[Failure]:
-    """Dead timers and refused keys, most recent first."""
-    return timers.failed(limit)
 
 
 @dataclass(frozen=True)
