@@ -21,7 +21,7 @@ from tests.unit.test_listener_parts import (
 )
 from timers import Timers
 from timers.listener.calling.runner import Runner
-from timers.listener.endings.writer import Ending
+from timers.listener.endings.ending import Ending
 from timers.listener.executor import Executor
 from timers.listener.flow.turns import Turns
 from timers.listener.health.peers import Peers

@@ -33,8 +33,8 @@ from timers.listener.checks import (
     LatenessCheck,
     Start,
 )
+from timers.listener.endings.ending import Ending
 from timers.listener.endings.outcomes import OutcomeEndings, facts
-from timers.listener.endings.writer import Ending
 from timers.listener.finding.due_tracker import DueTracker
 from timers.listener.flow.gate import TAKES_BACK_NEXT, Admission
 from timers.listener.flow.turns import Turns

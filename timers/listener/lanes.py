@@ -25,9 +25,10 @@ from typing import Any
 from timers.exceptions import MalformedTimerKey
 from timers.listener.cron_hook import RecurrenceHook
 from timers.listener.endings.adoption import DeadJournal
+from timers.listener.endings.ending import Ending
 from timers.listener.endings.history import HistoryTrimmer
 from timers.listener.endings.journal import Journal
-from timers.listener.endings.writer import Ending, EndingWriter
+from timers.listener.endings.writer import EndingWriter
 from timers.listener.executor import Executor
 from timers.listener.finding.claimer import Claimer, ClaimerHooks
 from timers.listener.finding.due_tracker import DueTracker
