@@ -17,10 +17,10 @@ from tests.unit.sample_tasks import mod
 from timers import Timers
 from timers.exceptions import TaskRefused
 from timers.listener.calling.runner import Runner
-from timers.listener.endings.ending import Ending
+from timers.listener.endings.ending import Ending, Executed
 from timers.listener.endings.history import HistoryPolicy
 from timers.listener.endings.writer import EndingWriter
-from timers.listener.executor import Executed, Executor
+from timers.listener.executor import Executor
 from timers.listener.finding.due_tracker import DueTracker
 from timers.listener.finding.events import (
     Channels,

@@ -16,114 +16,40 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Awaitable, Callable
-from typing import Any, NamedTuple, Protocol
+from collections.abc import Callable
+from typing import Any
 
 from timers.exceptions import MalformedTimerKey, TaskRefused
 from timers.listener.calling import context
-from timers.listener.calling.runner import Turn
+from timers.listener.calling.runner import Runner, Turn
 from timers.listener.checks import (
     TAKEN,
-    Admitter,
     Check,
     FenceCheck,
-    Fencer,
     FlowCheck,
     GroupCheck,
     LatenessCheck,
     Start,
 )
-from timers.listener.endings.ending import Ending
+from timers.listener.cron_hook import RecurrenceHook
+from timers.listener.endings.ending import Ending, Executed
 from timers.listener.endings.outcomes import OutcomeEndings, facts
 from timers.listener.finding.due_tracker import DueTracker
-from timers.listener.flow.gate import TAKES_BACK_NEXT, Admission
+from timers.listener.flow.gate import TAKES_BACK_NEXT, FlowGate
 from timers.listener.flow.turns import Turns
-from timers.listener.quarantine.parent import is_suspect
+from timers.listener.health.peers import Peers
+from timers.listener.leases import Fence
+from timers.listener.quarantine.parent import Quarantine, is_suspect
 from timers.listener.retrying import RETRYABLE
+from timers.listener.tuning.precise import PreciseSleeper
 from timers.model.encoding import Args, Record
-from timers.model.flow.disagreement import (
-    group_of,
-)
+from timers.model.flow.disagreement import group_of
 from timers.model.keys import DEFAULT_GROUP
 from timers.model.policy import DEFAULT_POLICY, TaskPolicy, policy_of
-from timers.model.runs import Fired, Outcome, Run, RunFacts, failure_entry
+from timers.model.runs import Fired, Outcome, Run, failure_entry
 from timers.model.wire import EndingKind, Option
-from timers.ops.fleet import (
-    FleetView,
-    Peer,
-)
 
 log = logging.getLogger("timers.listener")
-
-
-class RecurrenceSteps(Protocol):
-    """What runs around an occurrence of a recurring timer (see :mod:`timers.model.cron`)."""
-
-    async def before_run(self, run: Run, record: Record, started_ms: float) -> Outcome | None:
-        ...
-
-    async def after_run(self, run: Run, record: Record, outcome: Outcome) -> None:
-        ...
-
-
-class Caller(Protocol):
-    async def call(self, fn: Callable[..., Any], args: Args, limit: float | None = None,
-                   turn: Turn | None = None, after: Turn | None = None,
-                   fence: Callable[[], bool] | None = None, prompt: bool = False,
-                   note: tuple[str, bytes] | None = None,
-                   start_by: float | None = None) -> Outcome:
-        ...
-
-    def let_follower_go(self, turn: Turn) -> None:
-        ...
-
-    def on_loop(self, fn: Callable[..., Any]) -> bool:
-        ...
-
-
-class Isolator(Protocol):
-    """Runs a suspect run in a child process (:class:`timers.listener.quarantine.parent.
-    Quarantine`); ``stale``: the child found its lease not known to hold and started
-    nothing. ``admit``: the flow gate's question, asked once the child has loaded the
-    task, right before it starts (held: the run's outcome; else the child starts it, by
-    its start window if a rate let it go: ``late`` if it cannot)."""
-
-    async def run(self, timer_id: str, token: str, task: str, fn: Callable[..., Any],
-                  args: Args, policy: TaskPolicy, reruns: int,
-                  admit: Callable[[], Awaitable[Admission]] | None = None,
-                  aside: tuple[str, bytes] | None = None) -> Outcome:
-        ...
-
-
-class PeerView(Protocol):
-    """The other live listeners of the prefix (:class:`timers.listener.health.peers.Peers`)."""
-
-    async def runners(self, task: str, group: str) -> tuple[list[Peer], FleetView]:
-        ...
-
-    def refusal(self, view: FleetView) -> str:
-        ...
-
-
-class Sleeper(Protocol):
-    async def sleep_until(self, monotonic: float) -> None:
-        ...
-
-
-class Executed(NamedTuple):
-    """A run's ending (None: a flow gate held its timer back, nothing to write), and what
-    the observer hears of it (None: handed back or held back unrun). A tuple: one is made
-    per run, on the listener's hot path, and a frozen dataclass costs more to make
-    (figures: bench/FINDINGS.md, "A run's Python in the listener")."""
-
-    ending: Ending | None
-    report: Fired | None
-    facts: RunFacts | None = None
-    """What the history and the series keep of the run (:mod:`timers.listener.endings.history`)."""
-    prompt: bool = False
-    """Its ending is to be written without waiting for others (:data:`~timers.listener.
-    endings.GATHER`): the run went through a flow gate, so writing it may free a slot and
-    hand over the next run waiting for it."""
 
 
 class _Attempt:
@@ -151,12 +77,13 @@ class _Attempt:
 
 
 class Executor:
-    """Runs claimed timers: :meth:`execute` one run, get its :class:`Executed`."""
+    """Runs claimed timers: :meth:`execute` one run, get its
+    :class:`~timers.listener.endings.ending.Executed`."""
 
-    def __init__(self, resolve: Callable[[str], Callable[..., Any]], runner: Caller,
-                 quarantine: Isolator, recurrences: RecurrenceSteps, tracker: DueTracker,
-                 sleeper: Sleeper, *, flow: Admitter | None, name: str, turns: Turns,
-                 fence: Fencer | None, peers: PeerView | None,
+    def __init__(self, resolve: Callable[[str], Callable[..., Any]], runner: Runner,
+                 quarantine: Quarantine, recurrences: RecurrenceHook, tracker: DueTracker,
+                 sleeper: PreciseSleeper, *, flow: FlowGate | None, name: str, turns: Turns,
+                 fence: Fence | None, peers: Peers | None,
                  stopping: asyncio.Event) -> None:
         self.resolve, self.runner, self.quarantine = resolve, runner, quarantine
         self.recurrences, self.tracker, self.sleeper = recurrences, tracker, sleeper

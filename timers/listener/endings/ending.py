@@ -1,16 +1,17 @@
 """How one run ended: the :class:`Ending` the finish script reads (ok, skipped, a retry
 after a backoff, a failure record, a rejected event key, or a run handed back), as the
 executor makes it, the journal keeps it and :class:`~timers.listener.endings.writer.
-EndingWriter` writes it."""
+EndingWriter` writes it; and :class:`Executed`, what the executor says of a run: its
+ending and what the observers hear of it."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from timers.model.encoding import entry_text
 from timers.model.fast_init import fast_init
-from timers.model.runs import Run
+from timers.model.runs import Fired, Run, RunFacts
 from timers.model.wire import EndingKind, FailureRecord
 
 
@@ -87,3 +88,19 @@ _REQUEUED = frozenset({EndingKind.RETRY, EndingKind.MOVE, EndingKind.WAIT})
 """The endings that schedule their timer again under a record they carry."""
 _TEXT = {kind: kind.value for kind in EndingKind}
 """Each kind's wire text, read once (``kind.value`` is a property call each time)."""
+
+
+class Executed(NamedTuple):
+    """A run's ending (None: a flow gate held its timer back, nothing to write), and what
+    the observer hears of it (None: handed back or held back unrun). A tuple: one is made
+    per run, on the listener's hot path, and a frozen dataclass costs more to make
+    (figures: bench/FINDINGS.md, "A run's Python in the listener")."""
+
+    ending: Ending | None
+    report: Fired | None
+    facts: RunFacts | None = None
+    """What the history and the series keep of the run (:mod:`timers.listener.endings.history`)."""
+    prompt: bool = False
+    """Its ending is to be written without waiting for others (:data:`~timers.listener.
+    endings.GATHER`): the run went through a flow gate, so writing it may free a slot and
+    hand over the next run waiting for it."""
