@@ -77,7 +77,7 @@ class Lane:
     subscription sets (the listener's own, for the first lane)."""
 
     def __init__(self, shared: Shared[Lane], keys: Keyspace, index: int, *, announces: bool,
-                 shards: int = 1, hub: EventHub[EventSource] | None = None,
+                 shards: int = 1, hub: EventHub | None = None,
                  subscribed: asyncio.Event | None = None) -> None:
         self.shared, self.keys, self.index, self.announces = shared, keys, index, announces
         # the shared parts each run uses, one attribute away
@@ -422,7 +422,7 @@ class Lane:
 
 def lanes_for(shared: Shared[Lane], layout: ShardLayout, subscribed: asyncio.Event) -> list[Lane]:
     """A lane per shard of ``layout`` (of several), with one subscription per node."""
-    hub: EventHub[EventSource] = EventHub()
+    hub: EventHub = EventHub()
     return [Lane(shared, keys, index, announces=False, shards=layout.count, hub=hub,
                  subscribed=subscribed if index == 0 else None)
             for index, keys in enumerate(layout.keyspaces)]
