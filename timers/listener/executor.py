@@ -82,27 +82,26 @@ class Executor:
 
     def __init__(self, resolve: Callable[[str], Callable[..., Any]], runner: Runner,
                  quarantine: Quarantine, recurrences: RecurrenceHook, tracker: DueTracker,
-                 sleeper: PreciseSleeper, *, flow: FlowGate | None, name: str, turns: Turns,
-                 fence: Fence | None, peers: Peers | None,
+                 sleeper: PreciseSleeper, *, flow: FlowGate, name: str, turns: Turns,
+                 fence: Fence, peers: Peers,
                  stopping: asyncio.Event) -> None:
         self.resolve, self.runner, self.quarantine = resolve, runner, quarantine
         self.recurrences, self.tracker, self.sleeper = recurrences, tracker, sleeper
         self.flow, self.name = flow, name
-        """``flow``: the gate of runs with limits (None: no limits, tests). ``name``: how
-        a refusal names this listener (its id and groups)."""
+        """``flow``: the gate of runs with limits. ``name``: how a refusal names this
+        listener (its id and groups)."""
         self.turns = turns
         """Runs next in line on a key slot and the runs they follow."""
         self.fence = fence
-        """Starts a run only while its lease holds (invariant 12); None: unfenced (tests)."""
-        self._fence_check = FenceCheck(fence) if fence is not None else None
-        self.checks: tuple[Check, ...] = tuple(check for check in (
-            GroupCheck(), LatenessCheck(), FlowCheck(flow) if flow is not None else None,
-            self._fence_check) if check is not None)
+        """Starts a run only while its lease holds (invariant 12)."""
+        self._fence_check = FenceCheck(fence)
+        self.checks: tuple[Check, ...] = (GroupCheck(), LatenessCheck(), FlowCheck(flow),
+                                          self._fence_check)
         """What a run passes before its task is called, in order (:mod:`timers.listener.checks`)."""
         self.endings = OutcomeEndings(tracker)
         """How each run's outcome becomes its ending."""
         self.peers = peers
-        """Who else can run a task this listener lacks (None: no one is asked)."""
+        """Who else can run a task this listener lacks."""
         self.stopping = stopping
         """Set when the listener stops: a run not started by then is handed back unstarted
         (a loaded listener could otherwise start, after the stop, runs it claimed before
@@ -242,7 +241,7 @@ class Executor:
         return outcome
 
     async def _call(self, start: Start, attempt: _Attempt, after: Turn | None,
-                    fence: Callable[[], bool] | None, recurring: bool) -> Outcome:
+                    fence: Callable[[], bool], recurring: bool) -> Outcome:
         """Call the task of a run that passed every check: in a quarantine child when a
         lease of it lapsed before (gated there), else in a thread or on the loop."""
         run, record, fn, policy = start.run, start.record, start.fn, start.policy
@@ -260,7 +259,7 @@ class Executor:
         outcome = await self.runner.call(fn, record.args, policy.timeout, own, after,
                                          fence, start.limited, note, start_by)
         if outcome.kind == "stale":  # the thread found the lease not fresh
-            outcome = (await self._revalidated(run)
+            outcome = (await self._fence_check.revalidated(run)
                        or await self.runner.call(fn, record.args, policy.timeout, own,
                                                  None, fence, start.limited, note, start_by))
             if outcome is TAKEN and own is not None:
@@ -280,25 +279,21 @@ class Executor:
         taken when the run starts, not a child's loading time before (invariant 13).
         ``aside``: where the child notes that the task returned, before it says so (a
         rerun finds it while this listener is paused, or after it died)."""
-        flow = self.flow
-        admit = (functools.partial(flow.admit, run, record, policy)
-                 if flow is not None and limited else None)
+        admit = functools.partial(self.flow.admit, run, record, policy) if limited else None
         while True:
             outcome = await self.quarantine.run(run.timer_id, run.token, record.task, fn,
                                                 record.args, policy, run.reruns, admit,
                                                 aside)
-            if outcome.kind != "stale" or self.fence is None:
+            if outcome.kind != "stale":
                 return outcome
-            unfenced = await self._revalidated(run)
+            unfenced = await self._fence_check.revalidated(run)
             if unfenced is not None:
                 return unfenced
 
     async def _lacking(self, record: Record) -> Outcome | None:
-        """None when this listener can run ``record``'s task (or no one is asked). Else,
-        when another live listener serving its group has the task, ``passed`` (hand it back
-        for that one), or ``refused`` whose message names the listeners seen."""
-        if self.peers is None:
-            return None
+        """None when this listener can run ``record``'s task. Else, when another live
+        listener serving its group has the task, ``passed`` (hand it back for that one), or
+        ``refused`` whose message names the listeners seen."""
         try:
             self.resolve(record.task)
             return None
@@ -309,19 +304,10 @@ class Executor:
             return Outcome("passed", "", runners[0].describe())
         return Outcome("refused", "TaskRefused", self.peers.refusal(view))
 
-    def _fence_of(self, run: Run) -> Callable[[], bool] | None:
+    def _fence_of(self, run: Run) -> Callable[[], bool]:
         """The check a thread makes right before it calls ``run``'s function."""
-        fence = self.fence
-        if fence is None:
-            return None
-        token = run.token
+        fence, token = self.fence, run.token
         return lambda: fence.fresh(token)
-
-    async def _revalidated(self, run: Run) -> Outcome | None:
-        """None when ``run``, found not fresh where it was to start, may start after all
-        (its lease asked of Redis); else :data:`~timers.listener.checks.TAKEN`."""
-        check = self._fence_check
-        return None if check is None else await check.revalidated(run)
 
     def _timed_by_thread(self, attempt: _Attempt, own: Turn, chained: bool) -> None:
         """A run that may be followed ends when its function returns in its thread (the
