@@ -237,8 +237,10 @@ BUGS: tuple[Bug, ...] = (
         "and a quarantine child checks the lease its parent shares with it right before "
         "the task (child-unfenced)"),
     Bug("stale-thread-runs-if-taken", LISTENER + "executor.py",
-        "            outcome = (await self._revalidated(run)\n                       or await",
-        "            outcome = (await self._revalidated(run)\n                       and await",
+        "            outcome = (await self._fence_check.revalidated(run)\n"
+        "                       or await",
+        "            outcome = (await self._fence_check.revalidated(run)\n"
+        "                       and await",
         "fence: a run its thread found stale is called again only when taken over, and one "
         "still held ends with no outcome"),
     Bug("floor-raised-by-arrival", LUA + "claim.lua",
@@ -342,8 +344,8 @@ BUGS: tuple[Bug, ...] = (
         "        if True:\n",
         "groups: a timer of another group than its task declares runs here instead of moving"),
     Bug("checks-without-flow", LISTENER + "executor.py",
-        "FlowCheck(flow) if flow is not None else None,",
-        "None,",
+        "LatenessCheck(), FlowCheck(flow),",
+        "LatenessCheck(),",
         "T7-T9: a run with limits starts without asking its flow gate"),
     Bug("kept-connection-unused", "timers/store/script_modes.py",
         "            runner.send_by(self.connection.execute_command)\n",

@@ -15,6 +15,7 @@ from tests.unit.helpers import claim
 from tests.unit.sample_tasks import mod
 from tests.unit.test_listener_unit import make_listener
 from timers import Timers, task
+from timers.listener.leases import HeldRuns
 from timers.listener.quarantine.crashes import died_outcome, listener_name
 from timers.listener.quarantine.parent import Quarantine, how_it_died
 from timers.model.keys import Keyspace
@@ -108,7 +109,7 @@ class Dying(Quarantine):
     or end with ``outcomes`` first; no process (unit tests start none)."""
 
     def __init__(self, *outcomes: Outcome) -> None:
-        super().__init__(None, "h:1")  # type: ignore[arg-type]
+        super().__init__(None, "h:1", HeldRuns())  # type: ignore[arg-type]
         self.outcomes = list(outcomes)
         self.children = 0
 

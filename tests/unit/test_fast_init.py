@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from timers.listener.endings.writer import Ending
+from timers.listener.endings.ending import Ending
 from timers.model.encoding import Record
 from timers.model.fast_init import fast_init
 from timers.model.runs import Fired, Run

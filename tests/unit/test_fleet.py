@@ -11,19 +11,10 @@ import fakeredis
 import pytest
 import redis
 
-from tests.unit.test_listener_parts import (
-    REDIS_NOW_MS,
-    NoQuarantine,
-    NoRecurrences,
-    NoSleep,
-    resolve,
-    tracker_on_redis_clock,
-)
+from tests.unit.test_listener_parts import REDIS_NOW_MS, executor_of
 from timers import Timers
 from timers.listener.calling.runner import Runner
-from timers.listener.endings.writer import Ending
-from timers.listener.executor import Executor
-from timers.listener.flow.turns import Turns
+from timers.listener.endings.ending import Ending
 from timers.listener.health.peers import Peers
 from timers.model.encoding import Record
 from timers.model.keys import Keyspace
@@ -142,10 +133,7 @@ def run_lacking(view: FleetView, options: dict[str, str] | None = None) -> Any:
     async def scenario() -> Any:
         runner = Runner(2)
         try:
-            executor = Executor(resolve, runner, NoQuarantine(), NoRecurrences(),
-                                tracker_on_redis_clock(), NoSleep(), flow=None,
-                                name="listener me", turns=Turns(), fence=None,
-                                peers=FakePeers(view), stopping=asyncio.Event())
+            executor = executor_of(runner, peers=FakePeers(view), name="listener me")
             return await executor.execute(Run("7", "t", record, round(REDIS_NOW_MS), 0,
                                               "sweep"))
         finally:

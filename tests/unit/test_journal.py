@@ -16,6 +16,7 @@ import pytest
 
 from timers.listener.endings import journal as journal_module
 from timers.listener.endings.adoption import KEEP_ADOPTED, KEEP_ASIDE, DeadJournal
+from timers.listener.endings.ending import Ending
 from timers.listener.endings.journal import (
     DIR_ENV,
     Journal,
@@ -24,7 +25,6 @@ from timers.listener.endings.journal import (
     note_aside,
 )
 from timers.listener.endings.journal_format import SUFFIX, ending_line, file_name, parse
-from timers.listener.endings.writer import Ending
 from timers.model.runs import Run
 from timers.model.wire import EndingKind, FailureRecord
 

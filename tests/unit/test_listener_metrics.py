@@ -5,8 +5,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from timers.listener.endings.writer import Ending
-from timers.listener.executor import Executed
+from timers.listener.endings.ending import Ending, Executed
 from timers.model.runs import OK, Fired, Outcome
 from timers.model.wire import EndingKind
 from timers.observe.listener_metrics import ListenerMetrics

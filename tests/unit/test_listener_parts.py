@@ -17,9 +17,10 @@ from tests.unit.sample_tasks import mod
 from timers import Timers
 from timers.exceptions import TaskRefused
 from timers.listener.calling.runner import Runner
+from timers.listener.endings.ending import Ending, Executed
 from timers.listener.endings.history import HistoryPolicy
-from timers.listener.endings.writer import Ending, EndingWriter
-from timers.listener.executor import Executed, Executor
+from timers.listener.endings.writer import EndingWriter
+from timers.listener.executor import Executor
 from timers.listener.finding.due_tracker import DueTracker
 from timers.listener.finding.events import (
     Channels,
@@ -40,6 +41,7 @@ from timers.model.keys import Keyspace
 from timers.model.policy import task
 from timers.model.runs import Outcome, Run, RunFacts
 from timers.model.wire import EndingKind, FailureRecord, Option
+from timers.ops.fleet import FleetView, Peer
 from timers.store.script_calls import Taker
 from timers.store.scripts import Scripts
 
@@ -139,6 +141,33 @@ class NoSleep:
         pass
 
 
+class FreeGate:
+    """A flow gate that lets every run go."""
+
+    async def admit(self, run: Run, record: Record, policy: Any) -> Admission:
+        return FREE
+
+
+class Held:
+    """A fence under which every lease holds."""
+
+    def fresh(self, token: str) -> bool:
+        return True
+
+    async def revalidate(self, run: Run) -> bool:
+        return True
+
+
+class NoPeers:
+    """No other live listener of the prefix."""
+
+    async def runners(self, task: str, group: str) -> tuple[list[Peer], FleetView]:
+        return [], FleetView()
+
+    def refusal(self, view: FleetView) -> str:
+        return view.describe(exclude="me")
+
+
 @task(retries=2)
 def flaky() -> None:
     raise ValueError("flaky")
@@ -167,6 +196,21 @@ def tracker_on_redis_clock() -> DueTracker:
     return tracker
 
 
+def executor_of(runner: Runner, quarantine: Any = None, *, turns: Turns | None = None,
+                flow: Any = None, fence: Any = None, peers: Any = None,
+                stopping: asyncio.Event | None = None, name: str = "") -> Executor:
+    """An executor of :data:`TASKS` on the Redis clock of these tests; unless given, no
+    run is suspect, the flow gate lets every run go, every lease holds and no other
+    listener is live."""
+    return Executor(resolve, runner, NoQuarantine() if quarantine is None else quarantine,
+                    NoRecurrences(), tracker_on_redis_clock(), NoSleep(),
+                    flow=FreeGate() if flow is None else flow, name=name,
+                    turns=Turns() if turns is None else turns,
+                    fence=Held() if fence is None else fence,
+                    peers=NoPeers() if peers is None else peers,
+                    stopping=asyncio.Event() if stopping is None else stopping)
+
+
 def execute(task_name: str, args: Any, due_ms: float = REDIS_NOW_MS,
             options: dict[str, str] | None = None, stopped: bool = False) -> Ending:
     record = Record(task_name, args, options or {}).encode()
@@ -177,10 +221,7 @@ def execute(task_name: str, args: Any, due_ms: float = REDIS_NOW_MS,
         if stopped:
             stopping.set()
         try:
-            executor = Executor(resolve, runner, NoQuarantine(), NoRecurrences(),
-                                tracker_on_redis_clock(), NoSleep(), flow=None, name="",
-                                turns=Turns(), fence=None, peers=None,
-                                stopping=stopping)
+            executor = executor_of(runner, stopping=stopping)
             done = await executor.execute(Run("7", "t", record, round(due_ms), 0, "sweep"))
         finally:
             runner.shutdown()
@@ -259,9 +300,7 @@ def run_with_next_in_line(flow: Any) -> tuple[Executed, Executed]:
     async def scenario() -> tuple[Executed, Executed]:
         runner, turns = Runner(2), Turns()
         try:
-            executor = Executor(resolve, runner, NoQuarantine(), NoRecurrences(),
-                                tracker_on_redis_clock(), NoSleep(), flow=flow, name="",
-                                turns=turns, fence=None, peers=None, stopping=asyncio.Event())
+            executor = executor_of(runner, turns=turns, flow=flow)
             first = Run("1", "a", record, round(REDIS_NOW_MS), 0, "handoff")
             following = Run("2", "b", record, round(REDIS_NOW_MS), 0, "next", follows="1")
             turns.start(first)
@@ -326,10 +365,7 @@ def test_a_rerun_next_in_line_starts_in_quarantine_only_once_the_run_before_it_e
     async def scenario() -> list[str]:
         runner, turns = Runner(2), Turns()
         try:
-            executor = Executor(resolve, runner, quarantine, NoRecurrences(),
-                                tracker_on_redis_clock(), NoSleep(), flow=None, name="",
-                                turns=turns, fence=None, peers=None,
-                                stopping=asyncio.Event())
+            executor = executor_of(runner, quarantine, turns=turns)
             loop = asyncio.get_running_loop()
             if not first_reruns:  # the first runs in a thread, held until released
                 quarantine.order.append("start 1")
@@ -395,10 +431,7 @@ def execute_fenced(run: Run, quarantine: Any, fence: Revalidated) -> Executed:
     async def scenario() -> Executed:
         runner = Runner(1)
         try:
-            executor = Executor(resolve, runner, quarantine, NoRecurrences(),
-                                tracker_on_redis_clock(), NoSleep(), flow=None, name="",
-                                turns=Turns(), fence=fence, peers=None,
-                                stopping=asyncio.Event())
+            executor = executor_of(runner, quarantine, fence=fence)
             return await executor.execute(run)
         finally:
             runner.shutdown()
@@ -650,9 +683,7 @@ def test_runs_handed_back_at_a_stop_keep_their_place_in_their_keys_order() -> No
         runner, stopping, turns = Runner(2), asyncio.Event(), Turns()
         stopping.set()
         try:
-            executor = Executor(resolve, runner, NoQuarantine(), NoRecurrences(),
-                                tracker_on_redis_clock(), NoSleep(), flow=None, name="",
-                                turns=turns, fence=None, peers=None, stopping=stopping)
+            executor = executor_of(runner, turns=turns, stopping=stopping)
             due = round(REDIS_NOW_MS)
             holder = Run("7", "a", record, due, 0, "handoff")
             following = Run("8", "b", record, due, 0, "next", follows="7")

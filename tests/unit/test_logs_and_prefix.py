@@ -17,8 +17,7 @@ from timers import AsyncTimers, Timers
 from timers.cli import app
 from timers.cli.app import main
 from timers.cli.errors import run_app
-from timers.listener.endings.writer import Ending
-from timers.listener.executor import Executed
+from timers.listener.endings.ending import Ending, Executed
 from timers.listener.health.tally import RunTally, some_ids
 from timers.logs import TEXT_FORMAT, Identity, JsonFormatter, configured_format
 from timers.model.keys import configured_prefix

@@ -18,7 +18,8 @@ import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, TypeAlias
 
-from timers.listener.flow.gate import FREE, Admission
+from timers.listener.flow.gate import FREE, Admission, FlowGate
+from timers.listener.leases import Fence
 from timers.listener.quarantine.parent import is_suspect
 from timers.model.encoding import Record
 from timers.model.flow.disagreement import describe, group_of, may_move
@@ -85,18 +86,11 @@ class LatenessCheck:
         return None if missed is None else Outcome("missed", "Missed", missed)
 
 
-class Admitter(Protocol):
-    """The flow gate (:class:`timers.listener.flow.gate.FlowGate`)."""
-
-    async def admit(self, run: Run, record: Record, policy: TaskPolicy) -> Admission:
-        ...
-
-
 class FlowCheck:
     """A run with limits asks its flow gate (a rerun asks from its quarantine child, once
     the task is loaded); held back, it waits for its key or rate."""
 
-    def __init__(self, flow: Admitter) -> None:
+    def __init__(self, flow: FlowGate) -> None:
         self.flow = flow
 
     def __call__(self, start: Start) -> Answer:
@@ -109,23 +103,13 @@ class FlowCheck:
         return gated.held
 
 
-class Fencer(Protocol):
-    """Whether a run's lease still holds (:class:`timers.listener.leases.Fence`)."""
-
-    def fresh(self, token: str) -> bool:
-        ...
-
-    async def revalidate(self, run: Run) -> bool:
-        ...
-
-
 class FenceCheck:
     """A run starts only while its listener holds its lease (invariant 12): after a stall,
     asked of Redis. A run next in line still held starts too: had the run before it been
     cut and rerun, the claim that reran it took this one back (T5), and revalidation finds
     it lost."""
 
-    def __init__(self, fence: Fencer) -> None:
+    def __init__(self, fence: Fence) -> None:
         self.fence = fence
 
     def __call__(self, start: Start) -> Answer:

@@ -16,114 +16,40 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Awaitable, Callable
-from typing import Any, NamedTuple, Protocol
+from collections.abc import Callable
+from typing import Any
 
 from timers.exceptions import MalformedTimerKey, TaskRefused
 from timers.listener.calling import context
-from timers.listener.calling.runner import Turn
+from timers.listener.calling.runner import Runner, Turn
 from timers.listener.checks import (
     TAKEN,
-    Admitter,
     Check,
     FenceCheck,
-    Fencer,
     FlowCheck,
     GroupCheck,
     LatenessCheck,
     Start,
 )
+from timers.listener.cron_hook import RecurrenceHook
+from timers.listener.endings.ending import Ending, Executed
 from timers.listener.endings.outcomes import OutcomeEndings, facts
-from timers.listener.endings.writer import Ending
 from timers.listener.finding.due_tracker import DueTracker
-from timers.listener.flow.gate import TAKES_BACK_NEXT, Admission
+from timers.listener.flow.gate import TAKES_BACK_NEXT, FlowGate
 from timers.listener.flow.turns import Turns
-from timers.listener.quarantine.parent import is_suspect
+from timers.listener.health.peers import Peers
+from timers.listener.leases import Fence
+from timers.listener.quarantine.parent import Quarantine, is_suspect
 from timers.listener.retrying import RETRYABLE
+from timers.listener.tuning.precise import PreciseSleeper
 from timers.model.encoding import Args, Record
-from timers.model.flow.disagreement import (
-    group_of,
-)
+from timers.model.flow.disagreement import group_of
 from timers.model.keys import DEFAULT_GROUP
 from timers.model.policy import DEFAULT_POLICY, TaskPolicy, policy_of
-from timers.model.runs import Fired, Outcome, Run, RunFacts, failure_entry
+from timers.model.runs import Fired, Outcome, Run, failure_entry
 from timers.model.wire import EndingKind, Option
-from timers.ops.fleet import (
-    FleetView,
-    Peer,
-)
 
 log = logging.getLogger("timers.listener")
-
-
-class RecurrenceSteps(Protocol):
-    """What runs around an occurrence of a recurring timer (see :mod:`timers.model.cron`)."""
-
-    async def before_run(self, run: Run, record: Record, started_ms: float) -> Outcome | None:
-        ...
-
-    async def after_run(self, run: Run, record: Record, outcome: Outcome) -> None:
-        ...
-
-
-class Caller(Protocol):
-    async def call(self, fn: Callable[..., Any], args: Args, limit: float | None = None,
-                   turn: Turn | None = None, after: Turn | None = None,
-                   fence: Callable[[], bool] | None = None, prompt: bool = False,
-                   note: tuple[str, bytes] | None = None,
-                   start_by: float | None = None) -> Outcome:
-        ...
-
-    def let_follower_go(self, turn: Turn) -> None:
-        ...
-
-    def on_loop(self, fn: Callable[..., Any]) -> bool:
-        ...
-
-
-class Isolator(Protocol):
-    """Runs a suspect run in a child process (:class:`timers.listener.quarantine.parent.
-    Quarantine`); ``stale``: the child found its lease not known to hold and started
-    nothing. ``admit``: the flow gate's question, asked once the child has loaded the
-    task, right before it starts (held: the run's outcome; else the child starts it, by
-    its start window if a rate let it go: ``late`` if it cannot)."""
-
-    async def run(self, timer_id: str, token: str, task: str, fn: Callable[..., Any],
-                  args: Args, policy: TaskPolicy, reruns: int,
-                  admit: Callable[[], Awaitable[Admission]] | None = None,
-                  aside: tuple[str, bytes] | None = None) -> Outcome:
-        ...
-
-
-class PeerView(Protocol):
-    """The other live listeners of the prefix (:class:`timers.listener.health.peers.Peers`)."""
-
-    async def runners(self, task: str, group: str) -> tuple[list[Peer], FleetView]:
-        ...
-
-    def refusal(self, view: FleetView) -> str:
-        ...
-
-
-class Sleeper(Protocol):
-    async def sleep_until(self, monotonic: float) -> None:
-        ...
-
-
-class Executed(NamedTuple):
-    """A run's ending (None: a flow gate held its timer back, nothing to write), and what
-    the observer hears of it (None: handed back or held back unrun). A tuple: one is made
-    per run, on the listener's hot path, and a frozen dataclass costs more to make
-    (figures: bench/FINDINGS.md, "A run's Python in the listener")."""
-
-    ending: Ending | None
-    report: Fired | None
-    facts: RunFacts | None = None
-    """What the history and the series keep of the run (:mod:`timers.listener.endings.history`)."""
-    prompt: bool = False
-    """Its ending is to be written without waiting for others (:data:`~timers.listener.
-    endings.GATHER`): the run went through a flow gate, so writing it may free a slot and
-    hand over the next run waiting for it."""
 
 
 class _Attempt:
@@ -151,31 +77,31 @@ class _Attempt:
 
 
 class Executor:
-    """Runs claimed timers: :meth:`execute` one run, get its :class:`Executed`."""
+    """Runs claimed timers: :meth:`execute` one run, get its
+    :class:`~timers.listener.endings.ending.Executed`."""
 
-    def __init__(self, resolve: Callable[[str], Callable[..., Any]], runner: Caller,
-                 quarantine: Isolator, recurrences: RecurrenceSteps, tracker: DueTracker,
-                 sleeper: Sleeper, *, flow: Admitter | None, name: str, turns: Turns,
-                 fence: Fencer | None, peers: PeerView | None,
+    def __init__(self, resolve: Callable[[str], Callable[..., Any]], runner: Runner,
+                 quarantine: Quarantine, recurrences: RecurrenceHook, tracker: DueTracker,
+                 sleeper: PreciseSleeper, *, flow: FlowGate, name: str, turns: Turns,
+                 fence: Fence, peers: Peers,
                  stopping: asyncio.Event) -> None:
         self.resolve, self.runner, self.quarantine = resolve, runner, quarantine
         self.recurrences, self.tracker, self.sleeper = recurrences, tracker, sleeper
         self.flow, self.name = flow, name
-        """``flow``: the gate of runs with limits (None: no limits, tests). ``name``: how
-        a refusal names this listener (its id and groups)."""
+        """``flow``: the gate of runs with limits. ``name``: how a refusal names this
+        listener (its id and groups)."""
         self.turns = turns
         """Runs next in line on a key slot and the runs they follow."""
         self.fence = fence
-        """Starts a run only while its lease holds (invariant 12); None: unfenced (tests)."""
-        self._fence_check = FenceCheck(fence) if fence is not None else None
-        self.checks: tuple[Check, ...] = tuple(check for check in (
-            GroupCheck(), LatenessCheck(), FlowCheck(flow) if flow is not None else None,
-            self._fence_check) if check is not None)
+        """Starts a run only while its lease holds (invariant 12)."""
+        self._fence_check = FenceCheck(fence)
+        self.checks: tuple[Check, ...] = (GroupCheck(), LatenessCheck(), FlowCheck(flow),
+                                          self._fence_check)
         """What a run passes before its task is called, in order (:mod:`timers.listener.checks`)."""
         self.endings = OutcomeEndings(tracker)
         """How each run's outcome becomes its ending."""
         self.peers = peers
-        """Who else can run a task this listener lacks (None: no one is asked)."""
+        """Who else can run a task this listener lacks."""
         self.stopping = stopping
         """Set when the listener stops: a run not started by then is handed back unstarted
         (a loaded listener could otherwise start, after the stop, runs it claimed before
@@ -315,7 +241,7 @@ class Executor:
         return outcome
 
     async def _call(self, start: Start, attempt: _Attempt, after: Turn | None,
-                    fence: Callable[[], bool] | None, recurring: bool) -> Outcome:
+                    fence: Callable[[], bool], recurring: bool) -> Outcome:
         """Call the task of a run that passed every check: in a quarantine child when a
         lease of it lapsed before (gated there), else in a thread or on the loop."""
         run, record, fn, policy = start.run, start.record, start.fn, start.policy
@@ -333,7 +259,7 @@ class Executor:
         outcome = await self.runner.call(fn, record.args, policy.timeout, own, after,
                                          fence, start.limited, note, start_by)
         if outcome.kind == "stale":  # the thread found the lease not fresh
-            outcome = (await self._revalidated(run)
+            outcome = (await self._fence_check.revalidated(run)
                        or await self.runner.call(fn, record.args, policy.timeout, own,
                                                  None, fence, start.limited, note, start_by))
             if outcome is TAKEN and own is not None:
@@ -353,25 +279,21 @@ class Executor:
         taken when the run starts, not a child's loading time before (invariant 13).
         ``aside``: where the child notes that the task returned, before it says so (a
         rerun finds it while this listener is paused, or after it died)."""
-        flow = self.flow
-        admit = (functools.partial(flow.admit, run, record, policy)
-                 if flow is not None and limited else None)
+        admit = functools.partial(self.flow.admit, run, record, policy) if limited else None
         while True:
             outcome = await self.quarantine.run(run.timer_id, run.token, record.task, fn,
                                                 record.args, policy, run.reruns, admit,
                                                 aside)
-            if outcome.kind != "stale" or self.fence is None:
+            if outcome.kind != "stale":
                 return outcome
-            unfenced = await self._revalidated(run)
+            unfenced = await self._fence_check.revalidated(run)
             if unfenced is not None:
                 return unfenced
 
     async def _lacking(self, record: Record) -> Outcome | None:
-        """None when this listener can run ``record``'s task (or no one is asked). Else,
-        when another live listener serving its group has the task, ``passed`` (hand it back
-        for that one), or ``refused`` whose message names the listeners seen."""
-        if self.peers is None:
-            return None
+        """None when this listener can run ``record``'s task. Else, when another live
+        listener serving its group has the task, ``passed`` (hand it back for that one), or
+        ``refused`` whose message names the listeners seen."""
         try:
             self.resolve(record.task)
             return None
@@ -382,19 +304,10 @@ class Executor:
             return Outcome("passed", "", runners[0].describe())
         return Outcome("refused", "TaskRefused", self.peers.refusal(view))
 
-    def _fence_of(self, run: Run) -> Callable[[], bool] | None:
+    def _fence_of(self, run: Run) -> Callable[[], bool]:
         """The check a thread makes right before it calls ``run``'s function."""
-        fence = self.fence
-        if fence is None:
-            return None
-        token = run.token
+        fence, token = self.fence, run.token
         return lambda: fence.fresh(token)
-
-    async def _revalidated(self, run: Run) -> Outcome | None:
-        """None when ``run``, found not fresh where it was to start, may start after all
-        (its lease asked of Redis); else :data:`~timers.listener.checks.TAKEN`."""
-        check = self._fence_check
-        return None if check is None else await check.revalidated(run)
 
     def _timed_by_thread(self, attempt: _Attempt, own: Turn, chained: bool) -> None:
         """A run that may be followed ends when its function returns in its thread (the

@@ -25,9 +25,10 @@ from typing import Any
 from timers.exceptions import MalformedTimerKey
 from timers.listener.cron_hook import RecurrenceHook
 from timers.listener.endings.adoption import DeadJournal
+from timers.listener.endings.ending import Ending
 from timers.listener.endings.history import HistoryTrimmer
 from timers.listener.endings.journal import Journal
-from timers.listener.endings.writer import Ending, EndingWriter
+from timers.listener.endings.writer import EndingWriter
 from timers.listener.executor import Executor
 from timers.listener.finding.claimer import Claimer, ClaimerHooks
 from timers.listener.finding.due_tracker import DueTracker
@@ -76,7 +77,7 @@ class Lane:
     subscription sets (the listener's own, for the first lane)."""
 
     def __init__(self, shared: Shared[Lane], keys: Keyspace, index: int, *, announces: bool,
-                 shards: int = 1, hub: EventHub[EventSource] | None = None,
+                 shards: int = 1, hub: EventHub | None = None,
                  subscribed: asyncio.Event | None = None) -> None:
         self.shared, self.keys, self.index, self.announces = shared, keys, index, announces
         # the shared parts each run uses, one attribute away
@@ -421,7 +422,7 @@ class Lane:
 
 def lanes_for(shared: Shared[Lane], layout: ShardLayout, subscribed: asyncio.Event) -> list[Lane]:
     """A lane per shard of ``layout`` (of several), with one subscription per node."""
-    hub: EventHub[EventSource] = EventHub()
+    hub: EventHub = EventHub()
     return [Lane(shared, keys, index, announces=False, shards=layout.count, hub=hub,
                  subscribed=subscribed if index == 0 else None)
             for index, keys in enumerate(layout.keyspaces)]

@@ -183,13 +183,8 @@ class Shared(Generic[L]):
 
     def free_slots(self) -> int:
         """Of the concurrency, what no lane's run, stuck task or handoff holds."""
-        lanes = self.lanes
-        if len(lanes) == 1:
-            lane = lanes[0]
-            return (self.concurrency - len(lane.running) + lane.turns.waiting
-                    - self.runner.stuck - lane.handoff.reserved)
         return (self.concurrency - self.running_count() - self.runner.stuck
-                - sum(lane.handoff.reserved for lane in lanes))
+                - sum(lane.handoff.reserved for lane in self.lanes))
 
     def slot_freed(self) -> None:
         """A run ended (or a handoff's reserved slots came back): every lane may claim."""

@@ -27,7 +27,7 @@ from prometheus_client import (
     start_http_server,
 )
 
-from timers.listener.executor import Executed
+from timers.listener.endings.ending import Executed
 from timers.model.wire import ClaimSource, EndingKind
 
 _multiprocess: Any = multiprocess  # parts of prometheus_client have no types

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from timers.listener.endings.ending import Ending
 from timers.listener.endings.journal_format import (
     ADOPTED,
     ASIDE,
@@ -26,7 +27,6 @@ from timers.listener.endings.journal_format import (
     parse,
     read_text,
 )
-from timers.listener.endings.writer import Ending
 from timers.model.run_record import decode
 from timers.model.runs import Run
 

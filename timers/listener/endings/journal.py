@@ -41,6 +41,7 @@ from typing import Any
 
 from timers.exceptions import JournalUnavailable
 from timers.listener.endings.adoption import HostJournals
+from timers.listener.endings.ending import Ending
 from timers.listener.endings.journal_format import (
     ASIDE,
     ROTATING,
@@ -49,7 +50,6 @@ from timers.listener.endings.journal_format import (
     file_name,
     open_locked,
 )
-from timers.listener.endings.writer import Ending
 from timers.model.encoding import as_text
 from timers.model.runs import Run
 from timers.model.wire import EndingKind

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from timers.listener.endings.writer import Ending
+from timers.listener.endings.ending import Ending
 from timers.model.wire import EndingKind, FailureRecord
 
 SUFFIX = ".endings"

@@ -1,4 +1,4 @@
-"""How a run's outcome becomes its :class:`~timers.listener.endings.writer.Ending`, and what
+"""How a run's outcome becomes its :class:`~timers.listener.endings.ending.Ending`, and what
 the history and the series keep of it (:class:`~timers.model.runs.RunFacts`): ok, skipped,
 moved to its group, left waiting while releases disagree on its group, a retry after a
 backoff, a failure record, or a timer handed back for a listener that has its task.
@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from typing import Protocol
 
-from timers.listener.endings.writer import Ending
+from timers.listener.endings.ending import Ending
 from timers.model.encoding import Record
 from timers.model.flow.disagreement import RECHECK_MS, group_of, moved, moves_of, waiting
 from timers.model.keys import DEFAULT_GROUP

@@ -1,10 +1,9 @@
-"""How runs ended, and the writer that records it in Redis.
+"""The writer that records in Redis how runs ended.
 
-An :class:`Ending` is what the finish script reads for one run: ok, skipped, a retry
-after a backoff, a failure record, a rejected event key, or a run handed back. The
-:class:`EndingWriter` writes them in batches of one script call, keeps their leases
-until the reply is read (:class:`HeldRuns`), and remembers the endings not written yet
-so that a run recovered after its lease lapsed is ended the same way, not run twice.
+The :class:`EndingWriter` writes the runs' endings (:mod:`timers.listener.endings.ending`)
+in batches of one script call, keeps their leases until the reply is read
+(:class:`HeldRuns`), and remembers the endings not written yet so that a run recovered
+after its lease lapsed is ended the same way, not run twice.
 """
 
 from __future__ import annotations
@@ -14,19 +13,18 @@ import contextlib
 import logging
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import Any
 
+from timers.listener.endings.ending import Ending
 from timers.listener.endings.history import ENDS, OFF, HistoryPolicy, history_text, series_of
+from timers.listener.endings.journal import Journal
 from timers.listener.eviction import report_late_finishes
 from timers.listener.leases import HeldRuns, still_held
 from timers.listener.retrying import RETRYABLE, Outage, Retry
 from timers.model.clock import Clock, SystemClock
-from timers.model.encoding import entry_text
-from timers.model.fast_init import fast_init
 from timers.model.keys import Keyspace
 from timers.model.runs import Run, RunFacts
-from timers.model.wire import EndingKind, FailureRecord
+from timers.model.wire import EndingKind
 from timers.store.replicated import UnreplicatedReply
 from timers.store.script_calls import Taker
 from timers.store.scripts import Scripts
@@ -54,93 +52,9 @@ run back: those are written at once, as is a lone ending
 GATHER_ENOUGH = 64
 
 
-@fast_init  # made once or more per run
-@dataclass(frozen=True)
-class Ending:
-    """How one run ended (``token`` is empty for a rejected event key)."""
-
-    token: str
-    kind: EndingKind
-    failure_id: str = ""
-    failure: FailureRecord | None = None
-    """FAIL and REJECT: the record ``timers failed`` shows."""
-    retry_entry: str = ""
-    """RETRY, MOVE, WAIT: ``<escaped id>:<record>`` to schedule again."""
-    retry_delay_ms: int = 0
-    """RETRY: in how many ms it runs again; MOVE and WAIT: its due time in ms."""
-    run_of: tuple[str, int] | None = None
-    """The (escaped id, due ms) of the run ended, to match a recovered run of it."""
-    grace_ms: int = 0
-    """RELEASE of a run whose task may have started and still be going: how long its
-    concurrency key slot stays held; its next start counts as a rerun (``finish.lua``)."""
-    follows: str = ""
-    """RELEASE of a run next in line: the token of the run it follows (it goes back into
-    its key's queue, in its place)."""
-
-    @classmethod
-    def of(cls, run: Run, kind: EndingKind, **fields: Any) -> Ending:
-        return cls(run.token, kind, run_of=(run.escaped_id, run.due_ms), **fields)
-
-    @classmethod
-    def release(cls, token: str, grace_ms: int = 0, follows: str = "") -> Ending:
-        """Hand an unfinished run back (it runs again at once), in its place in its key's
-        order: a key slot it held is kept for it, a run next in line (after ``follows``)
-        goes back into its key's queue. With ``grace_ms``, its task may have started and
-        still be going (in a process about to exit): the timer comes due again then, and
-        its next start is a rerun, counted (T17)."""
-        return cls(token, EndingKind.RELEASE, grace_ms=grace_ms, follows=follows)
-
-    @classmethod
-    def retry(cls, run: Run, record_text: str, delay_ms: int) -> Ending:
-        return cls.of(run, EndingKind.RETRY, retry_entry=entry_text(run.escaped_id, record_text),
-                      retry_delay_ms=delay_ms)
-
-    @classmethod
-    def move(cls, run: Run, record_text: str) -> Ending:
-        """Pending again at its due time under another record (its task's group)."""
-        return cls.of(run, EndingKind.MOVE, retry_entry=entry_text(run.escaped_id, record_text),
-                      retry_delay_ms=run.due_ms)
-
-    @classmethod
-    def wait(cls, run: Run, record_text: str, due_ms: int) -> Ending:
-        """Pending again, in the same group, under another record, at ``due_ms``: left
-        unmoved on a group disagreement (:mod:`timers.model.flow.disagreement`)."""
-        return cls.of(run, EndingKind.WAIT, retry_entry=entry_text(run.escaped_id, record_text),
-                      retry_delay_ms=due_ms)
-
-    def for_run(self, run: Run) -> Ending:
-        """The same ending for another claim of the same run."""
-        return replace(self, token=run.token, run_of=(run.escaped_id, run.due_ms))
-
-    def wire(self) -> tuple[str, str, str, str]:
-        """The four finish-script arguments: token, kind and two kind-specific fields."""
-        kind = self.kind
-        if kind in _REQUEUED:
-            return self.token, _TEXT[kind], self.retry_entry, str(self.retry_delay_ms)
-        if self.failure is not None:
-            return self.token, _TEXT[kind], self.failure_id, self.failure.to_json()
-        return (self.token, _TEXT[kind], str(self.grace_ms) if self.grace_ms else "",
-                self.follows)
-
-
 _GATHERED = frozenset({EndingKind.OK, EndingKind.SKIP, EndingKind.FAIL, EndingKind.RETRY,
                        EndingKind.REJECT})
 """The endings that may wait for others (:data:`GATHER`): a hand-back is written at once."""
-_REQUEUED = frozenset({EndingKind.RETRY, EndingKind.MOVE, EndingKind.WAIT})
-"""The endings that schedule their timer again under a record they carry."""
-_TEXT = {kind: kind.value for kind in EndingKind}
-"""Each kind's wire text, read once (``kind.value`` is a property call each time)."""
-
-
-class Journal(Protocol):
-    """Where endings are kept on disk till Redis has them (:class:`timers.listener.endings.journal.
-    Journal`)."""
-
-    def ending(self, lane: int, ending: Ending) -> None:
-        ...
-
-    def written(self, tokens: list[str]) -> None:
-        ...
 
 
 class EndingWriter:

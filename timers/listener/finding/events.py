@@ -26,7 +26,7 @@ import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any
 
 import redis
 import redis.asyncio
@@ -141,42 +141,28 @@ def classify(message: Mapping[str, Any], channels: Channels,
     return Due(escaped)
 
 
-class Routed(Protocol):
-    """What an :class:`EventHub` needs of a lane's event source."""
-
-    @property
-    def channels(self) -> Channels: ...
-
-    def holder(self) -> str | None: ...
-
-    def handle(self, message: Mapping[str, Any]) -> None: ...
-
-
-S = TypeVar("S", bound=Routed)
-
-
-class EventHub(Generic[S]):
+class EventHub:
     """Routes one node's messages to the lanes' event sources (see the module doc)."""
 
-    def __init__(self, sources: Sequence[S] = ()) -> None:
-        self.sources: list[S] = []
-        self._by_start: dict[bytes, S] = {}
-        self._by_wake: dict[bytes, S] = {}
+    def __init__(self, sources: Sequence[EventSource] = ()) -> None:
+        self.sources: list[EventSource] = []
+        self._by_start: dict[bytes, EventSource] = {}
+        self._by_wake: dict[bytes, EventSource] = {}
         for source in sources:
             self.join(source)
 
-    def join(self, source: S) -> None:
+    def join(self, source: EventSource) -> None:
         """Route ``source``'s messages to it (a lane's source joins as it is made)."""
         self.sources.append(source)
         self._by_start[source.channels.timer_key_start] = source
         self._by_wake[source.channels.wake] = source
 
-    def group_of(self, source: S) -> list[S]:
+    def group_of(self, source: EventSource) -> list[EventSource]:
         """The lanes whose shards are on the node ``source``'s shard is on (in lane order)."""
         mine = source.holder()
         return [s for s in self.sources if s is source or s.holder() == mine]
 
-    def channels_for(self, source: S) -> tuple[bytes, ...]:
+    def channels_for(self, source: EventSource) -> tuple[bytes, ...]:
         """What ``source`` subscribes to: nothing unless it is its group's first lane."""
         group = self.group_of(source)
         if group[0] is not source:
@@ -207,7 +193,7 @@ class EventSource:
                  resolve: Callable[[str], object], tracker: DueTracker,
                  poke: Callable[[], None], reject: Callable[[Rejected], None],
                  stopping: asyncio.Event, *, outage: Outage,
-                 hub: EventHub[EventSource] | None = None,
+                 hub: EventHub | None = None,
                  subscribed: asyncio.Event | None = None) -> None:
         self.redis, self.channels, self.keys = client, channels, keys
         self.resolve, self.tracker = resolve, tracker

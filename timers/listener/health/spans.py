@@ -19,7 +19,7 @@ from timers.model.trace import parse_traceparent
 from timers.model.wire import ClaimSource, EndingKind
 
 if TYPE_CHECKING:
-    from timers.listener.executor import Executed
+    from timers.listener.endings.ending import Executed
     from timers.listener.health.tally import RunObserver
 
 _ENDINGS = {EndingKind.OK: "ok", EndingKind.SKIP: "skipped", EndingKind.RETRY: "retried",

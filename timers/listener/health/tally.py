@@ -15,7 +15,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from timers.listener.executor import Executed
+from timers.listener.endings.ending import Executed
 from timers.listener.health.recent import RecentRuns
 from timers.model.due import format_duration
 from timers.model.runs import Fired

@@ -133,10 +133,10 @@ def how_it_died(exitcode: int | None) -> str:
 
 class Quarantine:
     """Runs suspect runs in child processes; ``where`` names the listener (``host:pid``);
-    ``held``: the runs whose leases this listener keeps (None: the children start their
-    task unfenced, tests)."""
+    ``held``: the runs whose leases this listener keeps (each shared with its child, which
+    starts the task only while it holds)."""
 
-    def __init__(self, loader: TaskLoader, where: str, held: HeldRuns | None = None) -> None:
+    def __init__(self, loader: TaskLoader, where: str, held: HeldRuns) -> None:
         self.loader = loader
         self.where = where
         self.held = held
@@ -169,11 +169,8 @@ class Quarantine:
             admitted = admission.held is None
             return admission
 
-        held = self.held
-        cell: SharedUntil | None = None
-        if held is not None:
-            cell = _mp_context().RawValue("d", 0.0)
-            held.share(token, cell)
+        cell: SharedUntil = _mp_context().RawValue("d", 0.0)
+        self.held.share(token, cell)
         try:
             while True:
                 outcome, exitcode, started = await self._once(
@@ -193,8 +190,7 @@ class Quarantine:
                     where = f"{how} in a quarantine process on {self.where}"
                     return died_outcome(died, where, reruns, before_start)
         finally:
-            if held is not None:
-                held.unshare(token)
+            self.held.unshare(token)
 
     def _target(self, task: str, fn: Callable[..., Any]) -> tuple[str, str | None, str, bytes]:
         """What the child resolves: the task path in the package, or a registered
@@ -212,7 +208,7 @@ class Quarantine:
         process.start()
 
     async def _once(self, target: tuple[str, str | None, str, bytes], args: Args,
-                    limit: float | None, cell: SharedUntil | None = None,
+                    limit: float | None, cell: SharedUntil,
                     admit: Callable[[], Awaitable[Admission]] | None = None,
                     aside: tuple[str, bytes] | None = None, died: int = 0,
                     ) -> tuple[Outcome | None, int | None, bool]:
@@ -226,7 +222,7 @@ class Quarantine:
         context = _mp_context()
         receiver, sender = context.Pipe(duplex=False)
         word_in, word_out = context.Pipe(duplex=False)
-        lease = None if cell is None or self.held is None else (cell, self.held.margin)
+        lease = (cell, self.held.margin)
         process = context.Process(target=child_main, name="timers-quarantine", daemon=True,
                                   args=(*target, json.dumps(args), sender, dict(os.environ),
                                         portable(timer_context.current_or_none(), died),
