@@ -173,12 +173,28 @@ async def _send_async(
         return [await scripts[script](keys=call.keys, args=call.args)]
     if request and request[-1].after:
         return await _waiting_async(client, scripts, request)
-    if is_cluster(client):  # as _cluster_pipeline, loading each script once per client
-        await _load_async(client, scripts, request, reload=False)
+    if is_cluster(client):
+        return await _cluster_pipeline_async(client, scripts, request)
     pipe = client.pipeline(transaction=any(c.atomic for c in request))
     for call in request:
         _queue(pipe, scripts, call)
     return list(await pipe.execute())
+
+
+async def _cluster_pipeline_async(client: Any, scripts: Mapping[ScriptName, Any],
+                                  request: Request) -> list[Any]:
+    """:func:`_cluster_pipeline` on an asyncio client."""
+    for attempt in (1, 2):
+        await _load_async(client, scripts, request, reload=attempt == 2)
+        pipe = client.pipeline(transaction=any(c.atomic for c in request))
+        for call in request:
+            _queue(pipe, scripts, call)
+        try:
+            return list(await pipe.execute())
+        except redis.exceptions.NoScriptError:
+            if attempt == 2:
+                raise
+    raise AssertionError("unreachable")
 
 
 def _queue(pipe: Any, scripts: Mapping[ScriptName, Any], call: Call) -> None:
