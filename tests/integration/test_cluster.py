@@ -28,7 +28,7 @@ from tests.conftest import wait_until
 from tests.integration.helpers import TIMERS_COMMAND, Processes, run_cli, runs, settled
 from timers import AsyncTimers, Timers, TimerSpec, UnknownFormat
 from timers.model.keys import Keyspace
-from timers.ops.shards import ShardLayout
+from timers.ops.shards import ShardLayout, shard_of
 from timers.store.cluster import sync_cluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.cluster, pytest.mark.one_server]
@@ -117,6 +117,40 @@ def test_the_asyncio_client_works_on_a_cluster(cluster: Cluster) -> None:
             assert len(await t.list(1000)) == 301
             assert await t.cancel(one) and not await t.cancel(one)
             assert (await t.stats()).pending == 300
+
+    asyncio.run(scenario())
+
+
+def test_a_lookup_on_every_shard_reloads_the_scripts_a_primary_lost(cluster: Cluster) -> None:
+    """A cancel or reschedule of a timer its own shard does not hold asks the other shards in
+    one pipeline; a primary whose script cache was emptied after the client loaded its
+    scripts there (``SCRIPT FLUSH``, or a replica promoted that never loaded them) answers
+    that pipeline NOSCRIPT: the scripts are loaded again and the pipeline sent once more,
+    by the sync client and the asyncio one alike."""
+
+    def flush_the_others(timer_id: str) -> None:
+        home = node_of(cluster, f"{SHARDS[shard_of(timer_id, PRIMARIES)]}|due")
+        for primary in cluster.primaries:
+            if primary.port != home:
+                with redis.Redis(port=primary.port) as node:
+                    node.script_flush()
+
+    with Timers(cluster.url) as t:
+        gone = t.schedule("reminders.sms", [1], in_=60)
+        assert t.cancel(gone)
+        assert not t.cancel(gone) and not t.reschedule(gone, in_=5)  # (scripts loaded)
+        flush_the_others(gone)
+        assert not t.cancel(gone) and not t.reschedule(gone, in_=5)
+
+    async def scenario() -> None:
+        async with AsyncTimers(cluster.url) as t:
+            gone = await t.schedule("reminders.sms", [1], in_=60)
+            assert await t.cancel(gone)
+            assert not await t.cancel(gone) and not await t.reschedule(gone, in_=5)
+            flush_the_others(gone)
+            assert not await t.cancel(gone)
+            flush_the_others(gone)
+            assert not await t.reschedule(gone, in_=5)
 
     asyncio.run(scenario())
 

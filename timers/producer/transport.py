@@ -12,6 +12,11 @@ Where scripts declare their keys (Redis Cluster: :mod:`timers.store.declare`), a
 call of a pipeline whose reply asks for keys wrote nothing: it is sent again, with those
 keys, after the rest of its request (with the request's ``after`` calls, which count its
 writes then), so it is not atomic with the rest of its request any more.
+
+Both clients' ways are written once, sans I/O: :func:`_run` is a generator that yields
+each I/O step as a callable of no arguments (a redis-py call, whose result an asyncio
+client gives as an awaitable) and is sent its result, or has its error thrown in;
+:func:`run_sync` and :func:`run_async` drive it.
 """
 
 from __future__ import annotations
@@ -20,8 +25,8 @@ import contextlib
 import dataclasses
 import functools
 import weakref
-from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from collections.abc import Callable, Generator, Mapping
+from typing import Any, TypeVar
 
 import redis.asyncio.cluster
 import redis.exceptions
@@ -31,44 +36,66 @@ from timers.store.cluster import is_cluster
 from timers.store.declare import MAX_CALLS, Declaring, asked_keys, too_many, with_asked
 from timers.store.script_manifest import ScriptName
 
+T = TypeVar("T")
+Steps = Generator[Callable[[], Any], Any, T]
+"""The I/O steps of a send, each a callable whose result (awaited, on an asyncio client) is
+sent back, or whose error is thrown in; it returns the send's result."""
+
 
 def run_sync(client: Any, scripts: Mapping[ScriptName, Any], request: Request) -> list[Any]:
     """Send ``request`` and return one reply per call."""
-    replies = _send_sync(client, scripts, request)
-    if len(request) > 1 and _declaring(scripts, request):
-        for again, merge in _resends(client, request, replies):
-            merge(_send_sync(client, scripts, again))
-    return replies
+    if len(request) == 1 and (call := request[0]).script is not None:  # the hot path
+        return [scripts[call.script](keys=call.keys, args=call.args)]  # (see _send)
+    steps = _run(client, scripts, request)
+    try:
+        step = next(steps)
+        while True:
+            try:
+                done = step()
+            except Exception as exc:
+                step = steps.throw(exc)
+            else:
+                step = steps.send(done)
+    except StopIteration as end:
+        return end.value  # type: ignore[no-any-return]
 
 
 async def run_async(
     client: Any, scripts: Mapping[ScriptName, Any], request: Request
 ) -> list[Any]:
     """:func:`run_sync` on an asyncio client."""
-    replies = await _send_async(client, scripts, request)
-    if len(request) > 1 and _declaring(scripts, request):
-        for again, merge in _resends(client, request, replies):
-            merge(await _send_async(client, scripts, again))
-    return replies
+    if len(request) == 1 and (call := request[0]).script is not None:
+        return [await scripts[call.script](keys=call.keys, args=call.args)]
+    steps = _run(client, scripts, request)
+    try:
+        step = next(steps)
+        while True:
+            try:
+                done = await step()
+            except Exception as exc:
+                step = steps.throw(exc)
+            else:
+                step = steps.send(done)
+    except StopIteration as end:
+        return end.value  # type: ignore[no-any-return]
 
 
-def _declaring(scripts: Mapping[ScriptName, Any], request: Request) -> bool:
-    return any(isinstance(scripts[c.script], Declaring) for c in request if c.script)
-
-
-def _resends(client: Any, request: Request, replies: list[Any]
-             ) -> Iterator[tuple[Request, Callable[[list[Any]], None]]]:
-    """Sans I/O, what :func:`run_sync` and :func:`run_async` send again while script calls
-    of ``request`` ask for keys in ``replies`` (see the module docstring): each request,
-    with what takes its replies into ``replies``. Raises when some still ask after
+def _run(client: Any, scripts: Mapping[ScriptName, Any], request: Request) -> Steps[list[Any]]:
+    """Send ``request``, then again what its script calls ask for keys (see the module
+    docstring) while they ask; raises when some still ask after
     :data:`~timers.store.declare.MAX_CALLS` sends."""
+    replies = yield from _send(client, scripts, request)
+    if len(request) == 1 or not any(isinstance(scripts[c.script], Declaring)
+                                    for c in request if c.script):
+        return replies
     for _ in range(MAX_CALLS):
         again = _asked(client, request, replies)
         if again is None:
-            return
+            return replies
         request, indexes, sub = again
-        yield sub, functools.partial(_merge, request, replies, indexes)
+        _merge(request, replies, indexes, (yield from _send(client, scripts, sub)))
     _raise_if_asking(request, replies)
+    return replies
 
 
 def _asked(client: Any, request: Request,
@@ -106,85 +133,56 @@ def _raise_if_asking(request: Request, replies: list[Any]) -> None:
             raise too_many(str(call.script), asked)
 
 
-def _send_sync(client: Any, scripts: Mapping[ScriptName, Any], request: Request) -> list[Any]:
-    script = request[0].script if len(request) == 1 else None
-    if script is not None:
-        call = request[0]
-        return [scripts[script](keys=call.keys, args=call.args)]
-    if request and request[-1].after:
-        return _waiting_sync(client, scripts, request)
-    if is_cluster(client):
-        return _cluster_pipeline(client, scripts, request)
-    pipe = client.pipeline(transaction=any(c.atomic for c in request))
-    for call in request:
-        _queue(pipe, scripts, call)
-    return list(pipe.execute())
-
-
-def _cluster_pipeline(client: Any, scripts: Mapping[ScriptName, Any],
-                      request: Request) -> list[Any]:
-    """A pipeline on a cluster, whose pipelines load no scripts: each script is loaded on
+def _send(client: Any, scripts: Mapping[ScriptName, Any], request: Request) -> Steps[list[Any]]:
+    """One round trip. A pipeline on a cluster loads no scripts: each script is loaded on
     every primary first (once per client), and again after a NOSCRIPT (a replica promoted
     since has an empty script cache), when the whole request runs once more (every call
-    timers pipelines is safe to repeat: schedules by id replace, reads read)."""
+    timers pipelines is safe to repeat: schedules by id replace, reads read). A lone
+    script call is the script's own call (which :func:`run_sync` and :func:`run_async`
+    make without this generator: the hot path)."""
+    if len(request) == 1 and (call := request[0]).script is not None:
+        return [(yield functools.partial(scripts[call.script], keys=call.keys, args=call.args))]
+    if request and request[-1].after:
+        return (yield from _waiting(client, scripts, request))
+    cluster = is_cluster(client)
     for attempt in (1, 2):
-        _load(client, scripts, request, reload=attempt == 2)
+        if cluster:
+            yield from _load(client, None, scripts, request, reload=attempt == 2)
         pipe = client.pipeline(transaction=any(c.atomic for c in request))
         for call in request:
             _queue(pipe, scripts, call)
         try:
-            return list(pipe.execute())
+            return list((yield pipe.execute))
         except redis.exceptions.NoScriptError:
-            if attempt == 2:
+            if attempt == 2 or not cluster:
                 raise
     raise AssertionError("unreachable")
 
 
-_LOADED: weakref.WeakKeyDictionary[Any, set[str]] = weakref.WeakKeyDictionary()
+_LOADED: weakref.WeakKeyDictionary[Any, set[tuple[str, str]]] = weakref.WeakKeyDictionary()
+"""(where, sha) of the scripts loaded per client: where is a cluster node's name, or "" for
+the client's own server (every primary, on a cluster)."""
 
 
-def _load(client: Any, scripts: Mapping[ScriptName, Any], request: Request,
-          reload: bool) -> None:
-    """Load the scripts ``request`` calls on ``client``: once per client, or (``reload``)
-    again."""
-    shas = _LOADED.setdefault(client, set())
-    for script in (scripts[c.script] for c in request if c.script is not None):
-        if reload or script.sha not in shas:
-            client.script_load(script.script)
-            shas.add(script.sha)
-
-
-async def _load_async(client: Any, scripts: Mapping[ScriptName, Any], request: Request,
-                      reload: bool) -> None:
-    """:func:`_load` on an asyncio client."""
-    shas = _LOADED.setdefault(client, set())
-    for script in (scripts[c.script] for c in request if c.script is not None):
-        if reload or script.sha not in shas:
-            await client.script_load(script.script)
-            shas.add(script.sha)
-
-
-async def _send_async(
-    client: Any, scripts: Mapping[ScriptName, Any], request: Request
-) -> list[Any]:
-    script = request[0].script if len(request) == 1 else None
-    if script is not None:
-        call = request[0]
-        return [await scripts[script](keys=call.keys, args=call.args)]
-    if request and request[-1].after:
-        return await _waiting_async(client, scripts, request)
-    if is_cluster(client):  # as _cluster_pipeline, loading each script once per client
-        await _load_async(client, scripts, request, reload=False)
-    pipe = client.pipeline(transaction=any(c.atomic for c in request))
+def _load(client: Any, node: Any, scripts: Mapping[ScriptName, Any], request: Request,
+          reload: bool) -> Steps[None]:
+    """Load the scripts ``request`` calls, through ``client`` or on its cluster ``node``:
+    once per client (and node), or (``reload``) again."""
+    loaded = _LOADED.setdefault(client, set())
+    where = "" if node is None else node.name
     for call in request:
-        _queue(pipe, scripts, call)
-    return list(await pipe.execute())
+        script = scripts[call.script] if call.script is not None else None
+        if script is not None and (reload or (where, script.sha) not in loaded):
+            yield (functools.partial(client.script_load, script.script) if node is None else
+                   functools.partial(client.execute_command, "SCRIPT", "LOAD", script.script,
+                                     target_nodes=node))
+            loaded.add((where, script.sha))
 
 
 def _queue(pipe: Any, scripts: Mapping[ScriptName, Any], call: Call) -> None:
     """Queue a call on a pipeline, sync or asyncio (whose Script call is a coroutine, so
     the script is queued by hand: the pipeline loads it before it runs, except on a
-    cluster: see :func:`_cluster_pipeline`)."""
+    cluster: see :func:`_send`)."""
     if call.script is None:
         pipe.execute_command(*call.command)
     else:
@@ -248,31 +246,30 @@ def _first_key(request: Request) -> str:
     return next(key for call in request for key in call.keys)
 
 
-def _waiting_sync(client: Any, scripts: Mapping[ScriptName, Any],
-                  request: Request) -> list[Any]:
+def _waiting(client: Any, scripts: Mapping[ScriptName, Any],
+             request: Request) -> Steps[list[Any]]:
     """Send a request with ``after`` calls (see the module docstring). Each script is
     loaded once per connection target, and again after a NOSCRIPT (a promoted replica
     has an empty script cache), when the request runs once more: nothing of it ran. On
-    a cluster, a MOVED reroutes it once."""
+    a cluster, a MOVED reroutes it once, and a lost connection has the next call ask the
+    cluster for its layout (the node may be gone)."""
     commands, wrap = _commands(scripts, request)
+    cluster = is_cluster(client)
     for attempt in (1, 2):
-        target = client
-        if is_cluster(client):
-            target = client.get_redis_connection(client.get_node_from_key(_first_key(request)))
-        _load(target, scripts, request, reload=attempt == 2)
-        pipe = target.pipeline(transaction=False)
-        for command in commands:
-            pipe.execute_command(*command)
         try:
-            return _replies(request, list(pipe.execute(raise_on_error=False)), wrap)
+            node = client.get_node_from_key(_first_key(request)) if cluster else None
+            yield from _load(client, node, scripts, request, reload=attempt == 2)
+            raw = yield functools.partial(_pipelined, client, node, commands)
+            return _replies(request, list(raw), wrap)
         except (redis.exceptions.NoScriptError, *_REROUTE):
             if attempt == 2:
                 raise
-            if is_cluster(client):
-                client.nodes_manager.initialize()
+            if cluster:
+                yield client.nodes_manager.initialize
         except redis.exceptions.ConnectionError:
-            if is_cluster(client):  # the node may be gone: the next call asks the cluster
-                _refresh_layout(client)
+            if cluster:
+                with contextlib.suppress(*_LAYOUT_ERRORS):
+                    yield client.nodes_manager.initialize
             raise
     raise AssertionError("unreachable")
 
@@ -280,55 +277,21 @@ def _waiting_sync(client: Any, scripts: Mapping[ScriptName, Any],
 _LAYOUT_ERRORS = (redis.exceptions.RedisError, redis.exceptions.RedisClusterException)
 
 
-def _refresh_layout(client: Any) -> None:
-    with contextlib.suppress(*_LAYOUT_ERRORS):
-        client.nodes_manager.initialize()
+def _pipelined(client: Any, node: Any, commands: list[tuple[Any, ...]]) -> Any:
+    """Send ``commands`` in one plain pipeline on one connection: the client's, or one to
+    the cluster ``node`` (an asyncio cluster client's pipeline would send keyless WAIT to
+    another node); their replies, an error as its exception (an awaitable of them, on an
+    asyncio client)."""
+    if isinstance(node, redis.asyncio.cluster.ClusterNode):
+        return _on_async_node(node, commands)
+    pipe = (client if node is None else client.get_redis_connection(node)).pipeline(
+        transaction=False)
+    for command in commands:
+        pipe.execute_command(*command)
+    return pipe.execute(raise_on_error=False)
 
 
-async def _waiting_async(client: Any, scripts: Mapping[ScriptName, Any],
-                         request: Request) -> list[Any]:
-    """:func:`_waiting_sync` on an asyncio client."""
-    commands, wrap = _commands(scripts, request)
-    for attempt in (1, 2):
-        try:
-            if is_cluster(client):
-                raw = await _on_cluster_node(client, scripts, request, commands, attempt == 2)
-            else:
-                await _load_async(client, scripts, request, reload=attempt == 2)
-                pipe = client.pipeline(transaction=False)
-                for command in commands:
-                    pipe.execute_command(*command)
-                raw = list(await pipe.execute(raise_on_error=False))
-            return _replies(request, raw, wrap)
-        except (redis.exceptions.NoScriptError, *_REROUTE):
-            if attempt == 2:
-                raise
-            if is_cluster(client):
-                await client.nodes_manager.initialize()
-        except redis.exceptions.ConnectionError:
-            if is_cluster(client):
-                with contextlib.suppress(*_LAYOUT_ERRORS):
-                    await client.nodes_manager.initialize()
-            raise
-    raise AssertionError("unreachable")
-
-
-_LOADED_ON_NODES: weakref.WeakKeyDictionary[Any, set[tuple[str, str]]] = (
-    weakref.WeakKeyDictionary())
-"""(node name, sha) of the scripts loaded on each node, per asyncio cluster client."""
-
-
-async def _on_cluster_node(client: Any, scripts: Mapping[ScriptName, Any], request: Request,
-                           commands: list[tuple[Any, ...]], reload: bool) -> list[Any]:
-    """Send ``commands`` on one connection to the node that owns the request's slot (an
-    asyncio cluster client's pipeline would send keyless WAIT to another node)."""
-    node = client.get_node_from_key(_first_key(request))
-    loaded = _LOADED_ON_NODES.setdefault(client, set())
-    for call in request:
-        script = scripts[call.script] if call.script is not None else None
-        if script is not None and (reload or (node.name, script.sha) not in loaded):
-            await client.execute_command("SCRIPT", "LOAD", script.script, target_nodes=node)
-            loaded.add((node.name, script.sha))
+async def _on_async_node(node: Any, commands: list[tuple[Any, ...]]) -> list[Any]:
     queued = [redis.asyncio.cluster.PipelineCommand(i, *c) for i, c in enumerate(commands)]
     await node.execute_pipeline(queued)
     return [c.result for c in queued]
