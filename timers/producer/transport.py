@@ -13,10 +13,8 @@ call of a pipeline whose reply asks for keys wrote nothing: it is sent again, wi
 keys, after the rest of its request (with the request's ``after`` calls, which count its
 writes then), so it is not atomic with the rest of its request any more.
 
-Both clients' ways are written once, sans I/O: :func:`_run` is a generator that yields
-each I/O step as a callable of no arguments (a redis-py call, whose result an asyncio
-client gives as an awaitable) and is sent its result, or has its error thrown in;
-:func:`run_sync` and :func:`run_async` drive it.
+Both clients' ways are written once (:mod:`timers.store.steps`): :func:`_run` yields each
+I/O step, and :func:`run_sync` and :func:`run_async` drive it.
 """
 
 from __future__ import annotations
@@ -25,8 +23,8 @@ import contextlib
 import dataclasses
 import functools
 import weakref
-from collections.abc import Callable, Generator, Mapping
-from typing import Any, TypeVar
+from collections.abc import Mapping
+from typing import Any
 
 import redis.asyncio.cluster
 import redis.exceptions
@@ -35,29 +33,14 @@ from timers.ops.base import Call, Request
 from timers.store.cluster import is_cluster
 from timers.store.declare import MAX_CALLS, Declaring, asked_keys, too_many, with_asked
 from timers.store.script_manifest import ScriptName
-
-T = TypeVar("T")
-Steps = Generator[Callable[[], Any], Any, T]
-"""The I/O steps of a send, each a callable whose result (awaited, on an asyncio client) is
-sent back, or whose error is thrown in; it returns the send's result."""
+from timers.store.steps import Steps, adrive, drive
 
 
 def run_sync(client: Any, scripts: Mapping[ScriptName, Any], request: Request) -> list[Any]:
     """Send ``request`` and return one reply per call."""
     if len(request) == 1 and (call := request[0]).script is not None:  # the hot path
         return [scripts[call.script](keys=call.keys, args=call.args)]  # (see _send)
-    steps = _run(client, scripts, request)
-    try:
-        step = next(steps)
-        while True:
-            try:
-                done = step()
-            except Exception as exc:
-                step = steps.throw(exc)
-            else:
-                step = steps.send(done)
-    except StopIteration as end:
-        return end.value  # type: ignore[no-any-return]
+    return drive(_run(client, scripts, request))
 
 
 async def run_async(
@@ -66,18 +49,7 @@ async def run_async(
     """:func:`run_sync` on an asyncio client."""
     if len(request) == 1 and (call := request[0]).script is not None:
         return [await scripts[call.script](keys=call.keys, args=call.args)]
-    steps = _run(client, scripts, request)
-    try:
-        step = next(steps)
-        while True:
-            try:
-                done = await step()
-            except Exception as exc:
-                step = steps.throw(exc)
-            else:
-                step = steps.send(done)
-    except StopIteration as end:
-        return end.value  # type: ignore[no-any-return]
+    return await adrive(_run(client, scripts, request))
 
 
 def _run(client: Any, scripts: Mapping[ScriptName, Any], request: Request) -> Steps[list[Any]]:

@@ -14,6 +14,7 @@ runs' groups), so a call is sent at most :data:`MAX_CALLS` times.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -21,6 +22,7 @@ import redis.exceptions
 from redis.crc import key_slot
 
 from timers.exceptions import KeysNotDeclared
+from timers.store.steps import Steps, adrive, drive
 
 MAX_CALLS = 8
 """How many times one script call is sent, the keys it asks for added each time: state
@@ -99,10 +101,13 @@ class Declaring:
 
     def __call__(self, keys: Sequence[Any] = (), args: Sequence[Any] = (),
                  client: Any = None) -> Any:
+        return drive(self._calls(keys, args, client))
+
+    def _calls(self, keys: Sequence[Any], args: Sequence[Any], client: Any) -> Steps[Any]:
         keys, asked = list(keys), list[Any]()
         self.last_asked = []
         for calls in range(1, MAX_CALLS + 1):
-            reply = self.runner(keys=keys, args=args, client=client)
+            reply = yield functools.partial(self.runner, keys=keys, args=args, client=client)
             self.last_calls = calls
             more = asked_keys(reply)
             if more is None:
@@ -119,15 +124,4 @@ class AsyncDeclaring(Declaring):
     async def __call__(
             self, keys: Sequence[Any] = (), args: Sequence[Any] = (),
             client: Any = None) -> Any:
-        keys, asked = list(keys), list[Any]()
-        self.last_asked = []
-        for calls in range(1, MAX_CALLS + 1):
-            reply = await self.runner(keys=keys, args=args, client=client)
-            self.last_calls = calls
-            more = asked_keys(reply)
-            if more is None:
-                return reply
-            given = len(keys)
-            keys, asked = with_asked(self.name, keys, more, self.cluster), more
-            self.last_asked += keys[given:]
-        raise too_many(self.name, asked)
+        return await adrive(self._calls(keys, args, client))

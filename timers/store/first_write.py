@@ -21,6 +21,8 @@ before that write and every later one of the client; nothing is written.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +32,7 @@ from timers.exceptions import UnknownFormat
 from timers.model.data_format import refusal
 from timers.store.cluster import is_cluster
 from timers.store.eviction import EvictionGuard, policies
+from timers.store.steps import Steps, adrive, drive
 
 POLICY = "maxmemory-policy"
 _REFUSED = (redis.exceptions.ResponseError,)
@@ -52,40 +55,28 @@ class FirstWriteCheck:
 
     def read_sync(self, client: Any) -> None:
         """Read both over a sync client (nothing if they were read already)."""
-        if self.checked:
-            return
-        try:
-            if is_cluster(client):
-                config = _or_error(client.config_get, POLICY)
-                stored = _or_error(client.get, self.format_key)
-            else:
-                pipe = client.pipeline(transaction=False)
-                pipe.config_get(POLICY)
-                pipe.get(self.format_key)
-                config, stored = pipe.execute(raise_on_error=False)
-            if isinstance(config, _REFUSED):
-                config = _or_error(client.info, "memory")
-        except redis.exceptions.RedisError:
-            return  # not reachable now: the write says so; read again on the next one
-        self._judge(config, stored)
+        if not self.checked:
+            drive(self._read(client))
 
     async def read_async(self, client: Any) -> None:
         """:meth:`read_sync` over an asyncio client."""
-        if self.checked:
-            return
+        if not self.checked:
+            await adrive(self._read(client))
+
+    def _read(self, client: Any) -> Steps[None]:
         try:
             if is_cluster(client):
-                config = await _or_error_async(client.config_get, POLICY)
-                stored = await _or_error_async(client.get, self.format_key)
+                config = yield from _or_error(functools.partial(client.config_get, POLICY))
+                stored = yield from _or_error(functools.partial(client.get, self.format_key))
             else:
                 pipe = client.pipeline(transaction=False)
                 pipe.config_get(POLICY)
                 pipe.get(self.format_key)
-                config, stored = await pipe.execute(raise_on_error=False)
+                config, stored = yield functools.partial(pipe.execute, raise_on_error=False)
             if isinstance(config, _REFUSED):
-                config = await _or_error_async(client.info, "memory")
+                config = yield from _or_error(functools.partial(client.info, "memory"))
         except redis.exceptions.RedisError:
-            return
+            return  # not reachable now: the write says so; read again on the next one
         self._judge(config, stored)
 
     def _judge(self, config: Any, stored: Any) -> None:
@@ -108,16 +99,9 @@ class FirstWriteCheck:
         self.eviction.refuse_if_strict()
 
 
-def _or_error(read: Any, *args: Any) -> Any:
-    """``read(*args)``, or the error a server that will not answer it gave."""
+def _or_error(read: Callable[[], Any]) -> Steps[Any]:
+    """``read``'s reply, or the error a server that will not answer it gave."""
     try:
-        return read(*args)
-    except _REFUSED as exc:
-        return exc
-
-
-async def _or_error_async(read: Any, *args: Any) -> Any:
-    try:
-        return await read(*args)
+        return (yield read)
     except _REFUSED as exc:
         return exc
