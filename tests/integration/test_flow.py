@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import textwrap
@@ -344,17 +345,25 @@ def test_a_rate_of_600_a_minute_across_three_listeners_spaces_300_timers_due_at_
     busiest = max(sum(1 for s in starts[i:] if s < start + 900)
                   for i, start in enumerate(starts))
     assert busiest <= 11, f"{busiest} starts in 900 ms (10 a second + a burst of 1)"
-    # after those, and the pacer chosen then: priority order, then due (= id) order. A task
-    # notes its start as it enters, after its listener's dispatch (up to ~100 ms on a
-    # loaded machine), so two starts 100 ms apart by the gate may be noted the other way
-    # round: only such close pairs may be out of order.
-    later = done[int(queued) + 1:]
-    out_of_order = [(a[0], b[0], b[3] - a[3]) for i, a in enumerate(later)
+    # after those, and the pacer chosen then: priority order, then due (= id) order, by the
+    # times their listeners started them, right before the gate let each go (100 ms apart;
+    # the time a task notes as it enters adds its listener's dispatch to a thread, by up to
+    # ~100 ms on a loaded machine). One exception, by design:
+    # a run that reaches its call past its rate slot's start window is handed back and asks
+    # the rate again, behind the pacer already chosen (it logs so): only such a run may
+    # start after timers it ranks behind.
+    later = sorted(runs(r), key=lambda run: run[4])[int(queued) + 1:]
+    logs = "".join(processes.output(p) for p in procs)
+    missed = set(re.findall(r"timer (\S+) handed back unstarted: it reached its call past "
+                            r"its rate slot's start window", logs))
+    out_of_order = [(a[0], b[0], b[4] - a[4]) for i, a in enumerate(later)
                     for b in later[i + 1:] if (-a[1], a[0]) > (-b[1], b[0])]
-    assert all(gap < 150 for _, _, gap in out_of_order), (
-        f"not in priority order, then due order: {out_of_order[:5]}")
+    assert all(b in missed for _, b, _ in out_of_order), (
+        f"not in priority order, then due order: {out_of_order[:5]} (handed back past "
+        f"their start window: {sorted(missed)})")
     print(f"\n300 timers at 600/m: busiest 900 ms {busiest} starts, "
-          f"{(starts[-1] - starts[0]) / 1000:.1f} s first to last (ideal 29.9 s)")
+          f"{(starts[-1] - starts[0]) / 1000:.1f} s first to last (ideal 29.9 s), "
+          f"{len(missed)} handed back past their start window")
 
 
 # -- priority -------------------------------------------------------------------------

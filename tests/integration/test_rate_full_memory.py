@@ -39,7 +39,7 @@ from timers.model.wire import Counter as Counted
 
 pytestmark = [pytest.mark.integration, pytest.mark.one_server]
 
-TASK = "flow.paced"  # 600/m: records [tag, priority, pid, entry ms on the Redis clock]
+TASK = "flow.paced"  # 600/m: records [tag, priority, pid, entry ms, start ms], Redis clock
 TIMERS = 60
 INTERVAL_MS = 100  # 600/m
 JITTER_MS = 5  # gate.lua RATE_JITTER_MS: how much closer than its interval a start may come
@@ -53,7 +53,7 @@ been given is long past (what the pacer's floor is for)."""
 
 def runs_seen(r: redis.Redis) -> list[tuple[str, float]]:
     """``(tag, ms the task read on entry, Redis clock)`` of every run so far."""
-    return [(tag, entry) for tag, _, _, entry in (json.loads(x) for x in r.lrange(RUNS, 0, -1))]
+    return [(tag, entry) for tag, _, _, entry, _ in (json.loads(x) for x in r.lrange(RUNS, 0, -1))]
 
 
 def handed_back(broker: redis.Redis) -> int:

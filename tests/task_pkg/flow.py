@@ -84,9 +84,14 @@ def keyed(tag: str, key: str, seconds: float = 0.0) -> None:
 
 @timers.task(rate="600/m")
 def paced(tag: str, priority: int) -> None:
-    """At most ten starts a second, fleet-wide."""
+    """At most ten starts a second, fleet-wide: notes ``[tag, priority, pid, entry ms, start
+    ms]``, the ms the task entered (on the suite's server) and the ms its listener started
+    it, just before its gate let it go (due time plus lateness, on the listener's reading of
+    the Redis clock): the gate's order, without the dispatch to a thread in between."""
     r = client()
-    r.rpush(RUNS, json.dumps([tag, priority, os.getpid(), redis_ms(r)]))
+    context = timers.current()
+    started = context.due.timestamp() * 1000 + context.lateness * 1000
+    r.rpush(RUNS, json.dumps([tag, priority, os.getpid(), redis_ms(r), started]))
 
 
 @timers.task(group="video")
