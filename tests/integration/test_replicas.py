@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import signal
@@ -189,7 +190,8 @@ def test_a_replicated_script_loads_what_the_server_lacks_and_goes_by_evalsha_if_
     """A listener's claim with ``WAIT`` behind it (one pipeline) on a server without the
     function library loads it and is sent once more; for a user the server refuses
     functions (ACL), it goes by ``EVALSHA``, loading the script first. Either way the
-    timer is claimed, once."""
+    timer is claimed, once, and the next claim (by ``EVALSHA`` straight away, for that
+    user) has its own ``WAIT`` behind it."""
     with EmbeddedServer() as server, redis.Redis(port=server.port) as admin:
         admin.acl_setuser("nofn", enabled=True, passwords=["+pw"], keys=["*"],
                           channels=["*"], commands=["+@all", "-fcall", "-function"])
@@ -199,8 +201,13 @@ def test_a_replicated_script_loads_what_the_server_lacks_and_goes_by_evalsha_if_
             try:
                 scripts = Scripts(client, Keyspace())
                 scripts.replicated(0, 100, "claim")  # WAIT 0: confirmed at once
-                return list(await scripts.claim(limit=1, lease_ms=60_000, horizon_ms=0,
-                                                listener_id="me"))
+                claim = functools.partial(scripts.claim, limit=1, lease_ms=60_000,
+                                          horizon_ms=0, listener_id="me")
+                reply = list(await claim())
+                waits = wait_calls(admin)
+                await claim()  # nothing left to claim
+                assert wait_calls(admin) == waits + 1
+                return reply
             finally:
                 await client.aclose()
 

@@ -86,12 +86,7 @@ def library(helpers: str, scripts: tuple[tuple[str, str], ...]) -> tuple[str, st
     return name, "".join(parts)
 
 
-def eval_only(client: Any) -> bool:
-    """Whether ``client``'s server refused the library (its scripts go by EVALSHA)."""
-    return _any_eval_only and bool(_EVAL_ONLY.get(client))
-
-
-def not_found(exc: redis.exceptions.ResponseError) -> bool:
+def _not_found(exc: redis.exceptions.ResponseError) -> bool:
     """Whether ``exc`` says the server lacks the function (the library is not loaded)."""
     return "function not found" in str(exc).lower()
 
@@ -100,15 +95,6 @@ def _refused(exc: redis.exceptions.RedisError) -> bool:
     """A refusal of functions themselves (ACL, unknown command), not of this call."""
     return (isinstance(exc, redis.exceptions.NoPermissionError)
             or "unknown command" in str(exc).lower())
-
-
-def refused_functions(client: Any, exc: redis.exceptions.RedisError) -> bool:
-    """Whether ``exc`` refuses functions themselves; if so ``client`` runs its scripts by
-    EVALSHA from now on."""
-    if not _refused(exc):
-        return False
-    _eval_only(client)
-    return True
 
 
 def _load_failed(target: Any, exc: redis.exceptions.ResponseError) -> None:
@@ -155,7 +141,7 @@ class Function:
             except redis.exceptions.ResponseError as exc:
                 if _refused(exc):
                     _eval_only(target)
-                elif not not_found(exc) or attempt == 2:
+                elif not _not_found(exc) or attempt == 2:
                     raise
         return self.fallback(keys=keys, args=args, client=target)
 
@@ -184,7 +170,7 @@ class AsyncFunction(Function):
             except redis.exceptions.ResponseError as exc:
                 if _refused(exc):
                     _eval_only(target)
-                elif not not_found(exc) or attempt == 2:
+                elif not _not_found(exc) or attempt == 2:
                     raise
         return await self.fallback(keys=keys, args=args, client=target)
 

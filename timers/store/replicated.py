@@ -19,10 +19,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import redis.exceptions
-
-from timers.store.lua_library import AsyncFunction, eval_only, not_found, refused_functions
-
 
 class UnreplicatedReply(list[Any]):
     """A script's reply whose write fewer replicas than asked had within the timeout."""
@@ -42,51 +38,36 @@ class UnreplicatedReply(list[Any]):
 
 class ReplicatedScript:
     """A registered script (a function of the library, or a ``Script`` run by
-    ``EVALSHA``) on an asyncio client, each call sent with ``WAIT`` behind it in one
-    pipeline; called as the script is (``keys=``, ``args=``)."""
+    ``EVALSHA``) on an asyncio client, called as the script is (``keys=``, ``args=``):
+    it runs the script with itself as the client, whose :meth:`execute_command` sends
+    each of the script's calls with ``WAIT`` behind it in one pipeline. The script does
+    the rest as on any client: a server that lacks the function or script loads it and
+    the call is sent once more (nothing of it ran); one that refuses functions is sent
+    ``EVALSHA``, from its first refusal to this object on
+    (:class:`~timers.store.lua_library.AsyncFunction`)."""
 
     def __init__(self, client: Any, runner: Any, replicas: int, timeout_ms: int) -> None:
         self.client, self.runner = client, runner
         self.replicas, self.timeout_ms = replicas, timeout_ms
-        self.script: Any = getattr(runner, "fallback", runner)
-        """The redis-py ``Script`` (its ``sha`` and text), for ``EVALSHA``."""
+        self.script_load, self.function_load = client.script_load, client.function_load
+        """Loads go to the client as they are."""
 
-    async def __call__(self, keys: Any = (), args: Any = ()) -> Any:
-        """The script's reply; an :class:`UnreplicatedReply` when too few replicas had the
-        write in time. A server that lacks the function or script loads it and the call
-        is sent once more (nothing of it ran); one that refuses functions is sent
-        ``EVALSHA``."""
-        wait = ("WAIT", self.replicas, self.timeout_ms)
-        for attempt in range(3):
-            command = self._command(list(keys), list(args))
-            async with self.client.pipeline(transaction=False) as pipe:
-                pipe.execute_command(*command)
-                pipe.execute_command(*wait)
-                try:
-                    reply, acked = await pipe.execute()
-                except redis.exceptions.ResponseError as exc:
-                    if attempt == 2 or not await self._loaded(command[0], exc):
-                        raise
-                    continue
-            if int(acked) < self.replicas:
-                return UnreplicatedReply(reply, int(acked), self.replicas, self.timeout_ms)
-            return reply
-        raise AssertionError("unreachable")
+    def __call__(self, keys: Any = (), args: Any = ()) -> Any:
+        """The script's reply (an awaitable of it); an :class:`UnreplicatedReply` when too
+        few replicas had the write in time."""
+        return self.runner(keys=keys, args=args, client=self)
 
-    def _command(self, keys: list[Any], args: list[Any]) -> tuple[Any, ...]:
-        if isinstance(self.runner, AsyncFunction) and not eval_only(self.client):
-            return ("FCALL", self.runner.name, len(keys), *keys, *args)
-        return ("EVALSHA", self.script.sha, len(keys), *keys, *args)
+    async def execute_command(self, *command: Any) -> Any:
+        """``command``'s reply, ``command`` sent with ``WAIT`` behind it on one connection
+        (an :class:`UnreplicatedReply` when too few replicas had it in time)."""
+        async with self.client.pipeline(transaction=False) as pipe:
+            pipe.execute_command(*command)
+            pipe.execute_command("WAIT", self.replicas, self.timeout_ms)
+            reply, acked = await pipe.execute()
+        if int(acked) < self.replicas:
+            return UnreplicatedReply(reply, int(acked), self.replicas, self.timeout_ms)
+        return reply
 
-    async def _loaded(self, sent: str, exc: redis.exceptions.ResponseError) -> bool:
-        """After ``exc``: whether the missing function or script is loaded now (a server
-        that refuses functions sends the client to ``EVALSHA``)."""
-        if sent == "FCALL" and not_found(exc):
-            await self.runner.aload(self.client)
-            return True
-        if sent == "FCALL" and refused_functions(self.client, exc):
-            return True
-        if sent == "EVALSHA" and isinstance(exc, redis.exceptions.NoScriptError):
-            await self.client.script_load(self.script.script)
-            return True
-        return False
+    def evalsha(self, *args: Any) -> Any:
+        """A ``Script``'s call: ``EVALSHA``, as :meth:`execute_command` sends it."""
+        return self.execute_command("EVALSHA", *args)
