@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from timers.model.due import interval_words
 from timers.model.history import MinuteStats
 from timers.web.charts import Chart, Series, nice_ticks, number_text, render, time_ticks
 from timers.web.figures import (
@@ -19,7 +20,7 @@ from timers.web.figures import (
     throughput_chart,
     window,
 )
-from timers.web.pages import interval_words, recurrence_state
+from timers.web.pages import recurrence_state
 
 T0 = datetime(2026, 11, 26, 14, 0, tzinfo=UTC).timestamp()
 

@@ -115,3 +115,16 @@ def format_duration(seconds_: float) -> str:
         if len(parts) == 2:
             break
     return sign + " ".join(parts)
+
+
+def interval_words(seconds: float) -> str:
+    """``5s``, ``1m 30s``, ``2h``, ``1d 6h``: a recurrence's interval, exact (a fraction of
+    a second as :func:`format_duration` gives it)."""
+    if seconds != int(seconds) or seconds < 1:
+        return format_duration(seconds)
+    left, parts = int(seconds), []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        if left >= size:
+            parts.append(f"{left // size}{unit}")
+            left %= size
+    return " ".join(parts)

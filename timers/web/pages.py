@@ -97,19 +97,6 @@ def args_text(args: Any, limit: int = ARGS_SHOWN) -> str:
     return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
-def interval_words(seconds: float) -> str:
-    """``5s``, ``1m 30s``, ``2h``, ``1d 6h``: a recurrence's interval (a fraction of a
-    second as :func:`timers.model.due.format_duration` gives it)."""
-    if seconds != int(seconds) or seconds < 1:
-        return format_duration(seconds)
-    left, parts = int(seconds), []
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
-        if left >= size:
-            parts.append(f"{left // size}{unit}")
-            left %= size
-    return " ".join(parts)
-
-
 def in_words(seconds: float) -> str:
     """``in 4.0s``, ``12m 5s ago``."""
     return f"in {format_duration(seconds)}" if seconds >= 0 else \
@@ -299,8 +286,7 @@ def recurrences(d: Dashboard) -> dict[str, Any]:
     running = recurrence_names(t.run(t.ops.running_runs()))
     now = datetime.now(UTC)
     return {"recurrences": [{
-        "r": r, "schedule": f"cron {r.cron} ({r.tz})" if r.cron is not None else
-        f"every {interval_words(r.interval.total_seconds() if r.interval else 0)}",
+        "r": r, "schedule": f"{r.when} ({r.tz})" if r.cron is not None else r.when,
         "next": "-" if r.next_due is None else in_words((r.next_due - now).total_seconds()),
         "state": recurrence_state(r.paused, r.name in running, r.next_due, now)}
         for r in found]}

@@ -32,7 +32,7 @@ from timers.model.cron.schedule import (
     upcoming,
 )
 from timers.model.cron.state import State
-from timers.model.due import format_duration, seconds
+from timers.model.due import interval_words, seconds
 from timers.model.encoding import (
     DEFAULT_MAX_ARGS_BYTES,
     Args,
@@ -166,7 +166,7 @@ class Recurrence:
         if self.cron is not None:
             return f"cron {self.cron}"
         assert self.interval is not None
-        return f"every {format_duration(self.interval.total_seconds())}"
+        return f"every {interval_words(self.interval.total_seconds())}"
 
     def definition(self, max_args_bytes: int = DEFAULT_MAX_ARGS_BYTES) -> str:
         """The canonical JSON stored in ``P|cron``: the same declaration, the same text."""
