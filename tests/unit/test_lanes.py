@@ -3,11 +3,18 @@ handing each message to the lane it names."""
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from typing import Any
 
-from timers.listener.finding.events import Channels, EventHub
+import fakeredis
+
+from timers.listener.finding.due_tracker import DueTracker
+from timers.listener.finding.events import Channels, EventHub, EventSource
 from timers.listener.lanes import BACKUP_SWEEP_MS, sweep_defer_ms
+from timers.listener.retrying import Outage
+from timers.model.clock import ManualClock
+from timers.model.encoding import Record, entry_text
 from timers.model.keys import Keyspace
 
 
@@ -74,3 +81,62 @@ def test_each_message_goes_to_the_lane_it_names_and_no_other() -> None:
     assert lanes[0].seen == [b"{t#0.1}:def:x.y:[2]"]
     assert lanes[1].seen == [b"{t#1.1}:abc:x.y:[1]", b"123"]
     assert Counter(len(s.seen) for s in lanes) == Counter({1: 1, 2: 1})
+
+
+class Subscription:
+    """A subscription that hands out ``messages``, then stops its reader."""
+
+    connection = None  # (no hiredis reader: every message comes through get_message)
+
+    def __init__(self, messages: list[dict[str, Any]], stopping: asyncio.Event) -> None:
+        self.messages, self.stopping = messages, stopping
+
+    async def get_message(self, **_: float) -> dict[str, Any] | None:
+        if not self.messages:
+            self.stopping.set()
+            return None
+        return self.messages.pop(0)
+
+
+def test_a_lanes_subscription_hands_each_timer_to_its_lane_and_a_lane_alone_keeps_its_own(
+) -> None:
+    def expired(prefix: str, timer_id: str) -> dict[str, Any]:
+        key = f"{prefix}:{entry_text(timer_id, Record('mod.add', [1]).encode())}"
+        return {"type": "message", "pattern": None, "channel": b"__keyevent@0__:expired",
+                "data": key.encode()}
+
+    async def read(prefixes: list[str], messages: list[dict[str, Any]]) -> list[list[str]]:
+        stopping, hub = asyncio.Event(), EventHub()
+        sources = [EventSource(fakeredis.FakeAsyncRedis(), Channels.of(Keyspace(p), 0),
+                               Keyspace(p), lambda task: None, DueTracker(ManualClock()),
+                               lambda: None, lambda rejected: None, stopping,
+                               outage=Outage(), hub=hub) for p in prefixes]
+        first = sources[0]
+        await first._read(Subscription(messages, stopping), None, hub.channels_for(first))
+        return [source.take(10) for source in sources]
+
+    shards = ["{t#0.1}", "{t#1.1}"]
+    assert asyncio.run(read(shards, [expired(shards[1], "a"), expired(shards[0], "b"),
+                                     expired("other", "c")])) == [["b"], ["a"]]
+    assert asyncio.run(read(["timers"], [expired("timers", "d"), expired("other", "e")])
+                       ) == [["d"]]
+
+
+def test_once_subscribed_every_lane_of_the_group_sweeps() -> None:
+    """Events may have been lost while nobody listened: each lane the subscription is for
+    sweeps (the lanes of one node: here, one server)."""
+    async def scenario() -> list[str]:
+        stopping, hub, server = asyncio.Event(), EventHub(), fakeredis.FakeServer()
+        pokes: list[str] = []
+        sources = [EventSource(fakeredis.FakeAsyncRedis(server=server),
+                               Channels.of(Keyspace(p), 0), Keyspace(p), lambda task: None,
+                               DueTracker(ManualClock()), lambda p=p: pokes.append(p),
+                               lambda rejected: None, stopping, outage=Outage(), hub=hub)
+                   for p in ("{t#0.1}", "{t#1.1}")]
+        running = asyncio.create_task(sources[0].run())
+        await asyncio.wait_for(sources[0].subscribed.wait(), 5)
+        stopping.set()
+        await asyncio.wait_for(running, 5)
+        return pokes
+
+    assert asyncio.run(scenario()) == ["{t#0.1}", "{t#1.1}"]

@@ -25,6 +25,7 @@ from timers.listener.finding.due_tracker import DueTracker
 from timers.listener.finding.events import (
     Channels,
     Due,
+    EventHub,
     EventSource,
     Rejected,
     Wake,
@@ -89,7 +90,7 @@ def test_while_the_sweep_is_behind_expired_events_are_left_to_it_and_wakes_still
     pokes: list[None] = []
     source = EventSource(fakeredis.FakeAsyncRedis(), CHANNELS, KEYS, refuse_unknown, tracker,
                          lambda: pokes.append(None), lambda rejected: None, asyncio.Event(),
-                         outage=Outage())
+                         outage=Outage(), hub=EventHub())
     tracker.backlogged = True  # the last claim was full: the due index has more due
     source.handle(message(CHANNELS.expired, key))
     assert source.take(10) == [] and pokes == []
@@ -109,7 +110,7 @@ def test_a_wake_that_is_no_due_time_is_ignored_quietly(caplog: pytest.LogCapture
     pokes: list[None] = []
     source = EventSource(fakeredis.FakeAsyncRedis(), CHANNELS, KEYS, refuse_unknown, tracker,
                          lambda: pokes.append(None), lambda rejected: None, asyncio.Event(),
-                         outage=Outage())
+                         outage=Outage(), hub=EventHub())
     with caplog.at_level("DEBUG", logger="timers"):
         assert classify(message(CHANNELS.wake, b"x:42"), CHANNELS, refuse_unknown) is None
         caplog.clear()

@@ -72,13 +72,12 @@ class Lane:
     """One shard's work in a listener: claims, events, gates, runs, endings, leases,
     heartbeat. ``announces``: its heartbeat carries the listener's task list as
     :class:`Peers` tracks it (the listener's only lane; with several shards, each lane
-    sends the list with every heartbeat). ``hub``, ``shards``: several lanes' one
-    subscription per node, and how many there are. ``subscribed``: the event its
-    subscription sets (the listener's own, for the first lane)."""
+    sends the list with every heartbeat). ``hub``: the lanes' one subscription per node
+    (the only lane's: a hub of one); ``shards``: how many lanes there are. ``subscribed``:
+    the event its subscription sets (the listener's own, for the first lane)."""
 
     def __init__(self, shared: Shared[Lane], keys: Keyspace, index: int, *, announces: bool,
-                 shards: int = 1, hub: EventHub | None = None,
-                 subscribed: asyncio.Event | None = None) -> None:
+                 hub: EventHub, shards: int = 1, subscribed: asyncio.Event | None = None) -> None:
         self.shared, self.keys, self.index, self.announces = shared, keys, index, announces
         # the shared parts each run uses, one attribute away
         self.lanes, self.runner, self.tally = shared.lanes, shared.runner, shared.tally

@@ -43,6 +43,7 @@ from timers.listener.defaults import (
 )
 from timers.listener.endings.history import HistoryPolicy
 from timers.listener.endings.journal import Journal, server_identity
+from timers.listener.finding.events import EventHub
 from timers.listener.flow.gate import START_WINDOW_S
 from timers.listener.health.loop_watch import LoopWatch
 from timers.listener.health.peers import Peers
@@ -157,7 +158,7 @@ class Listener:
         """One per shard of the prefix (one until [`run`][timers.listener.Listener.run] reads the
         layout)."""
         self._subscribed = asyncio.Event()
-        self.lanes.append(Lane(self.shared, self.keys, 0, announces=True,
+        self.lanes.append(Lane(self.shared, self.keys, 0, announces=True, hub=EventHub(),
                                subscribed=self._subscribed))
 
     @property

@@ -4,16 +4,16 @@ An expired timer key names its timer id, which goes to the next claim; a wake me
 moves the next due time earlier. :func:`classify` decides what one message means and
 does nothing else; :class:`EventSource` keeps the subscription and acts on the result.
 
-With several lanes (:mod:`timers.listener.lanes`), an :class:`EventHub` keeps one
-subscription per Redis node. Every lane would otherwise subscribe to the ``expired``
-events of its shard's node, and each message of a node would be read once per lane there
-(16 times over on one server with 16 shards). Instead the lanes are grouped by the node
-that holds their shard; the first lane of each group subscribes, for its group, to the
-node's ``expired`` events and to the group's wake channels, and hands each message to the
-lane it names (by the timer key's prefix, or the wake channel). The groups follow the
-cluster: a lane whose shard moved (a failover, a migration) lands in another group, and
-the subscriptions of the groups it left and joined are made again (see
-:meth:`EventSource.run`).
+A listener's :class:`EventHub` keeps one subscription per Redis node for its lanes
+(:mod:`timers.listener.lanes`; a lane alone: a hub of one). Every lane would otherwise
+subscribe to the ``expired`` events of its shard's node, and each message of a node would
+be read once per lane there (16 times over on one server with 16 shards). Instead the
+lanes are grouped by the node that holds their shard; the first lane of each group
+subscribes, for its group, to the node's ``expired`` events and to the group's wake
+channels, and hands each message to the lane it names (by the timer key's prefix, or the
+wake channel; a lane alone takes them all). The groups follow the cluster: a lane whose
+shard moved (a failover, a migration) lands in another group, and the subscriptions of
+the groups it left and joined are made again (see :meth:`EventSource.run`).
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ PUBSUB_POLL = 1.0
 YIELD_EVERY = 8
 """Messages read before the event loop gets a turn for everything else."""
 GROUP_CHECK = 0.25
-"""Seconds between checks that a lane's group of shards on its node is the same."""
+"""Seconds between checks, on a cluster, that a lane's shard and its node's group stay."""
 
 
 @dataclass(frozen=True)
@@ -185,16 +185,15 @@ class EventSource:
     ``poke`` wakes the sweep; ``reject`` receives each :class:`Rejected` key (and logs
     it if it records it). ``outage`` is shared with the lane's other loops (one warning
     for all).
-    ``hub``: the listener's lanes share one subscription per node through it (None: this
-    source is the listener's only one); the source joins it here. ``subscribed``: set
-    while the subscription is up (the listener's own event for its first lane)."""
+    ``hub``: the listener's lanes share one subscription per node through it; the source
+    joins it here. ``subscribed``: set while the subscription is up (the listener's own
+    event for its first lane)."""
 
     def __init__(self, client: redis.asyncio.Redis, channels: Channels, keys: Keyspace,
                  resolve: Callable[[str], object], tracker: DueTracker,
                  poke: Callable[[], None], reject: Callable[[Rejected], None],
                  stopping: asyncio.Event, *, outage: Outage,
-                 hub: EventHub | None = None,
-                 subscribed: asyncio.Event | None = None) -> None:
+                 hub: EventHub, subscribed: asyncio.Event | None = None) -> None:
         self.redis, self.channels, self.keys = client, channels, keys
         self.resolve, self.tracker = resolve, tracker
         self.poke, self.reject, self.stopping = poke, reject, stopping
@@ -202,28 +201,12 @@ class EventSource:
         self.pending: dict[str, None] = {}
         """Escaped ids named by events, oldest first, not yet passed to a claim."""
         self.subscribed = subscribed or asyncio.Event()
-        if hub is not None:
-            hub.join(self)
+        hub.join(self)
 
     def holder(self) -> str | None:
         """``host:port`` of the cluster node holding this source's shard (None: not a
         cluster)."""
         return slot_holder(self.redis, self.keys)
-
-    def _channels_now(self) -> tuple[bytes, ...]:
-        if self.hub is None:
-            return (self.channels.expired, self.channels.wake)
-        return self.hub.channels_for(self)
-
-    def _deliver(self, message: Mapping[str, Any]) -> None:
-        if self.hub is None:
-            self.handle(message)
-        else:
-            self.hub.dispatch(message)
-
-    def _poke_group(self) -> None:
-        for source in (self.hub.group_of(self) if self.hub is not None else [self]):
-            source.poke()
 
     def take(self, limit: int) -> list[str]:
         """Up to ``limit`` pending timer ids, for the next claim."""
@@ -258,7 +241,7 @@ class EventSource:
         """Subscribe and handle messages until stopped, resubscribing after a loss."""
         retry = Retry(self.stopping, "event subscription", self.outage)
         while not self.stopping.is_set():
-            channels = self._channels_now()
+            channels = self.hub.channels_for(self)
             if not channels:  # another lane of the listener listens to this shard's node
                 self.subscribed.set()
                 await pause(PUBSUB_POLL, self.stopping)
@@ -269,11 +252,12 @@ class EventSource:
                 await pubsub.get_message(timeout=0)  # a cluster's pub/sub connects lazily
                 retry.ok(_address(pubsub))
                 self.subscribed.set()
-                self._poke_group()  # sweep: events may have been lost while unsubscribed
+                for source in self.hub.group_of(self):
+                    source.poke()  # sweep: events may have been lost while unsubscribed
                 await self._read(pubsub, _address(pubsub), channels)
             except redis.exceptions.NoPermissionError as exc:
                 log.warning("%s. %s", explain(exc, self.keys), SWEEPER_ONLY)  # once: it ends
-                for source in (self.hub.group_of(self) if self.hub is not None else [self]):
+                for source in self.hub.group_of(self):
                     source.tracker.max_sleep = min(source.tracker.max_sleep,
                                                    SWEEP_ONLY_MAX_SLEEP)
                 return
@@ -289,10 +273,10 @@ class EventSource:
         # stop flag, within PUBSUB_POLL seconds
         checked = 0.0
         read = 0
-        # the node holding the shard is looked up per message on a cluster only (elsewhere
-        # there is none: a look-up per event for nothing)
-        alone = self.hub is None  # (no other lane's source shares the subscription)
-        every_message = alone and is_cluster(self.redis)
+        # a lane alone in its hub (the listener's only one) takes its messages itself
+        alone = len(self.hub.sources) == 1
+        deliver = self.handle if alone else self.hub.dispatch
+        moves = is_cluster(self.redis)  # (elsewhere no shard changes node)
         while not self.stopping.is_set():
             read += 1
             if read % YIELD_EVERY == 0:
@@ -300,8 +284,7 @@ class EventSource:
                 # keys (a burst coming due) would hold the event loop, and the claims',
                 # gates' and runs' replies wait behind it
                 await asyncio.sleep(0)
-            if every_message or (self.hub is not None
-                                 and time.monotonic() - checked > GROUP_CHECK):
+            if moves and time.monotonic() - checked > GROUP_CHECK:
                 checked = time.monotonic()
                 holder = self.holder()
                 if holder is not None and where is not None and holder != where:
@@ -311,7 +294,7 @@ class EventSource:
                                 "its events there, and sweeping", self.keys.prefix, holder,
                                 where)
                     return
-                if self.hub is not None and self._channels_now() != channels:
+                if self.hub.channels_for(self) != channels:
                     return  # a shard moved into or out of this node's group: subscribe anew
             reply = buffered_reply(pubsub)
             if reply is NO_REPLY:
@@ -325,7 +308,7 @@ class EventSource:
                 message = await _other_reply(pubsub, reply)
             if message is not None:
                 try:
-                    self._deliver(message)
+                    deliver(message)
                 except Exception:
                     # an event is data from the network: nothing it holds may stop the
                     # listener
