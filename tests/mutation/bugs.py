@@ -500,4 +500,10 @@ BUGS: tuple[Bug, ...] = (
         "if not (score == low or member in seen)][:FAILURE_PAGE]",
         "failures: retry_all_failures() passes over every record of the score its last page "
         "ended on, so of timers refused at one instant only the first page is retried"),
+    Bug("reader-keeps-a-moved-group", LISTENER + "finding/events.py",
+        "                    return  # a shard moved into or out of this node's group",
+        "                    pass  # a shard moved into or out of this node's group",
+        "events (Cluster): a lane whose shard moved to another node is still subscribed for "
+        "on the old node's group; its wake messages go unheard until something else "
+        "resubscribes"),
 )

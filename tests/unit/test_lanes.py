@@ -8,7 +8,9 @@ from collections import Counter
 from typing import Any
 
 import fakeredis
+import pytest
 
+from timers.listener.finding import events
 from timers.listener.finding.due_tracker import DueTracker
 from timers.listener.finding.events import Channels, EventHub, EventSource
 from timers.listener.lanes import BACKUP_SWEEP_MS, sweep_defer_ms
@@ -140,3 +142,39 @@ def test_once_subscribed_every_lane_of_the_group_sweeps() -> None:
         return pokes
 
     assert asyncio.run(scenario()) == ["{t#0.1}", "{t#1.1}"]
+
+
+class OnNode(EventSource):
+    """A lane's source whose shard's node is :attr:`node` (a cluster's, as the test says)."""
+
+    node = "n1"
+
+    def holder(self) -> str | None:
+        return self.node
+
+
+def test_a_reader_subscribes_anew_when_a_shard_leaves_its_nodes_group(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a cluster a lane's shard may move to another node (a failover, a migration): the
+    lane that subscribes for the group it was in stops reading, so that the subscriptions
+    are made again for the groups as they are now (the moved lane's wake channel on its new
+    node's)."""
+    monkeypatch.setattr(events, "is_cluster", lambda client: True)
+
+    async def read(move: bool) -> int:
+        stopping, hub = asyncio.Event(), EventHub()
+        sources = [OnNode(fakeredis.FakeAsyncRedis(), Channels.of(Keyspace(p), 0),
+                          Keyspace(p), lambda task: None, DueTracker(ManualClock()),
+                          lambda: None, lambda rejected: None, stopping, outage=Outage(),
+                          hub=hub) for p in ("{t#0.1}", "{t#1.1}")]
+        channels = hub.channels_for(sources[0])
+        assert sources[1].channels.wake in channels
+        if move:
+            sources[1].node = "n2"
+        messages = [{"type": "message", "pattern": None, "channel": b"__keyevent@0__:expired",
+                     "data": b"other:key"} for _ in range(3)]
+        await sources[0]._read(Subscription(messages, stopping), "n1", channels)
+        return len(messages)  # left unread
+
+    assert asyncio.run(read(move=False)) == 0
+    assert asyncio.run(read(move=True)) == 3
