@@ -500,6 +500,15 @@ BUGS: tuple[Bug, ...] = (
         "if not (score == low or member in seen)][:FAILURE_PAGE]",
         "failures: retry_all_failures() passes over every record of the score its last page "
         "ended on, so of timers refused at one instant only the first page is retried"),
+    Bug("idle-trim-deaf-to-writes", LISTENER + "lanes.py",
+        "        self.trimmer.written()\n", "        pass\n",
+        "history bounds: a listener that writes after an idle spell trims its writes only "
+        "when its idle wait ends (up to TRIM_IDLE_MAX), its count overshot meanwhile"),
+    Bug("trim-idles-while-dropping", LISTENER + "endings/history.py",
+        "            idle = TRIM_EVERY if done or self._wrote else",
+        "            idle = TRIM_EVERY if self._wrote else",
+        "history bounds: a trim loop whose calls still drop records (expired ones, another "
+        "listener's writes over the count) waits ever longer between them"),
     Bug("reader-keeps-a-moved-group", LISTENER + "finding/events.py",
         "                    return  # a shard moved into or out of this node's group",
         "                    pass  # a shard moved into or out of this node's group",

@@ -17,6 +17,7 @@ from tests.history_layout import records_of, write_history
 from tests.unit.conftest import ROOT, SAMPLE_TASKS
 from tests.unit.helpers import redis_now_ms
 from timers import Listener, Timers
+from timers.listener.endings import history
 from timers.listener.endings.history import TRIM_BUDGET, HistoryPolicy, HistoryTrimmer
 from timers.model.keys import Keyspace
 from timers.store.scripts import Scripts
@@ -187,3 +188,102 @@ def test_a_batch_whose_ids_ended_again_or_lost_their_records_is_trimmed_all_the_
     assert fake.zcard(ks.history_failed) == 0, "r0's newest end is not a dead end"
     assert producer.history(failed=True) == []
     assert [(r.id, r.outcome.name) for r in producer.history()] == [("r0", "COMPLETED")]
+
+
+class CountedTrims:
+    """A shard's scripts whose every trim call finds nothing owed and drops ``dropped``."""
+
+    def __init__(self, dropped: int = 0) -> None:
+        self.calls, self.dropped = 0, dropped
+
+    async def trim(self, count: int, budget: int) -> tuple[int, int]:
+        self.calls += 1
+        return self.dropped, 0
+
+
+def test_an_idle_listener_trims_ever_less_often_and_one_that_writes_each_second(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Idle, a trim call every half minute at most (the idle bench's commands), not every
+    second; a listener that writes history, or whose calls still drop records, trims each
+    second. The waits are counted, not slept: each pause of the loop is one second here."""
+    async def seconds_of(scripts: CountedTrims, writes: bool, seconds: int = 120) -> int:
+        closed, waited = asyncio.Event(), []
+        trimmer = HistoryTrimmer(scripts, HistoryPolicy(count=10), closed)
+
+        async def one_second(wait: float, until: asyncio.Event) -> None:
+            assert wait == history.TRIM_EVERY
+            waited.append(wait)
+            if writes:
+                trimmer.written()
+            if len(waited) >= seconds:
+                closed.set()
+
+        monkeypatch.setattr(history, "pause", one_second)
+        await trimmer.run()
+        return scripts.calls
+
+    # in 120 s: 1 at the start, then after 2, 4, 8, 16, 30 and 30 seconds of nothing
+    assert asyncio.run(seconds_of(CountedTrims(), writes=False)) == 7
+    assert asyncio.run(seconds_of(CountedTrims(), writes=True)) == 120
+    assert asyncio.run(seconds_of(CountedTrims(dropped=5), writes=False)) == 120
+
+
+class Ticks:
+    """The trim loop's waits, each one second of the loop's count, ended by the test."""
+
+    def __init__(self) -> None:
+        self.given = self.taken = 0
+        self.changed = asyncio.Condition()
+
+    async def pause(self, seconds: float, until: asyncio.Event) -> None:
+        async with self.changed:
+            await self.changed.wait_for(lambda: self.given > self.taken)
+            self.taken += 1
+            self.changed.notify_all()
+
+    async def tick(self, n: int = 1) -> None:
+        """End ``n`` waits, one after another."""
+        for _ in range(n):
+            async with self.changed:
+                self.given += 1
+                self.changed.notify_all()
+                await self.changed.wait_for(lambda: self.taken == self.given)
+
+    async def release(self) -> None:
+        async with self.changed:
+            self.given += 10**6
+            self.changed.notify_all()
+
+
+def test_a_listener_that_writes_after_a_long_idle_trims_its_writes_at_once(
+        server: fakeredis.FakeServer, fake: fakeredis.FakeRedis, producer: Timers,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its trim loop waited longer and longer while idle; the endings it writes bring the
+    next trim call after one wait (:data:`TRIM_EVERY`), not after the idle one. The waits
+    are the test's to end (:class:`Ticks`), none slept."""
+    ticks = Ticks()
+    monkeypatch.setattr(history, "pause", ticks.pause)
+    monkeypatch.setattr(history, "TRIM_IDLE_MAX", 3600.0)
+    ks = producer.keys
+
+    async def idle_then_busy() -> None:
+        listener = Listener(fakeredis.FakeAsyncRedis(server=server), tasks=SAMPLE_TASKS,
+                            search_path=str(ROOT), history=HistoryPolicy(count=5))
+        stop = asyncio.Event()
+        running = asyncio.create_task(listener.run(stop))
+        try:
+            await ticks.tick(127)  # idle: trim calls after 2, 4, … 64 waits; the next at 254
+            for i in range(20):
+                producer.schedule("mod.add", [i, 1], in_=0, id=f"w{i}")
+            await wait_until_async(lambda: fake.hlen(ks.history_records) == 20, 10.0,
+                                   message="20 runs in the history")
+            await ticks.tick()
+            await wait_until_async(lambda: fake.hlen(ks.history_records) == 5, 5.0,
+                                   message="the history trimmed to its count")
+        finally:
+            stop.set()
+            await ticks.release()
+            await asyncio.wait_for(running, 10.0)
+            await listener.redis.aclose()
+
+    asyncio.run(idle_then_busy())

@@ -301,6 +301,7 @@ class Lane:
         self.tasks[run.token] = asyncio.get_running_loop().create_task(self._run_one(run))
 
     def _after_endings_written(self) -> None:
+        self.trimmer.written()
         if self.burst:
             self._poke_bursts()  # the sweep loop decides whether the burst is over
 

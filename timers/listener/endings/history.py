@@ -37,8 +37,12 @@ Redis, which serves nobody else meanwhile, only briefly
 TRIM_PAUSE = 0.005
 """Seconds between two trim calls while more is owed: Redis serves others between them."""
 TRIM_EVERY = 1.0
-"""Seconds between two trim calls when none is owed: a record past its age, another
-listener's writes over the count, are seen within this."""
+"""Seconds between two trim calls when none is owed and this listener wrote history since
+the last: its own writes over the count are dropped within this."""
+TRIM_IDLE_MAX = 30.0
+"""The longest wait between two trim calls of an idle listener (nothing written, nothing
+dropped: the wait doubles from :data:`TRIM_EVERY` up to this): a record past its age, and
+another listener's writes over this one's count, are dropped within this while idle."""
 
 
 @dataclass(frozen=True)
@@ -112,7 +116,10 @@ class HistoryTrimmer:
     """Keeps one shard's run history to this listener's bounds (:class:`HistoryPolicy`;
     one that keeps none drops all), idle or not: a loop of ``trim.lua`` calls, each
     bounded (about :data:`TRIM_BUDGET` records), repeated after :data:`TRIM_PAUSE` while
-    one says more is owed, else after :data:`TRIM_EVERY`.
+    one says more is owed, else after :data:`TRIM_EVERY` if the listener wrote history
+    since (:meth:`written`) or the call dropped some, else after a wait that doubles up to
+    :data:`TRIM_IDLE_MAX` (an idle listener sends a trim call every half minute, not every
+    second).
     Each call is atomic and idempotent, so listeners sharing a prefix trim side by side.
     The same calls index the records written before the index existed (``history.lua``
     history_plan)."""
@@ -122,17 +129,32 @@ class HistoryTrimmer:
         self.scripts, self.closed, self.budget = scripts, closed, budget
         self.count = policy.wire[1]
         self.outage = outage
+        self._wrote = False
 
     async def step(self) -> tuple[int, bool]:
         """One call: (records dropped or indexed, whether more is owed now)."""
         done, more = await self.scripts.trim(self.count, self.budget)
         return int(done), bool(int(more))
 
+    def written(self) -> None:
+        """The listener wrote endings (and with them history) to this shard."""
+        self._wrote = True
+
     async def run(self) -> None:
         """Trim until the listener closes."""
         retry = Retry(self.closed, "trimming the run history", self.outage)
+        idle = TRIM_EVERY
         while (reply := await retry.answer(self.step)) is not None:
-            await pause(TRIM_PAUSE if reply[1] else TRIM_EVERY, self.closed)
+            done, more = reply
+            if more:
+                await pause(TRIM_PAUSE, self.closed)
+                continue
+            idle = TRIM_EVERY if done or self._wrote else min(2 * idle, TRIM_IDLE_MAX)
+            self._wrote = False
+            waited = 0.0
+            while waited < idle and not self._wrote and not self.closed.is_set():
+                await pause(TRIM_EVERY, self.closed)
+                waited += TRIM_EVERY
 
     async def settle(self, clock: Clock, within: float = 5.0) -> None:
         """Trim till nothing is owed, for ``within`` seconds at most (a burst's end)."""
