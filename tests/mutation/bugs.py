@@ -500,6 +500,11 @@ BUGS: tuple[Bug, ...] = (
         "if not (score == low or member in seen)][:FAILURE_PAGE]",
         "failures: retry_all_failures() passes over every record of the score its last page "
         "ended on, so of timers refused at one instant only the first page is retried"),
+    Bug("journal-unterminated", LISTENER + "endings/journal.py",
+        "            mapped[new] = 0\n", "            pass\n",
+        "crash safety (invariant 8): a journal emptied and written again ends its text "
+        "nowhere: an adopter reads old lines past the new ones and writes endings Redis "
+        "has already"),
     Bug("idle-trim-deaf-to-writes", LISTENER + "lanes.py",
         "        self.trimmer.written()\n", "        pass\n",
         "history bounds: a listener that writes after an idle spell trims its writes only "

@@ -79,6 +79,21 @@ def test_an_ending_is_on_disk_from_the_end_of_its_run_until_redis_has_it(
     assert not journal.path.exists(), "a clean exit leaves nothing behind"
 
 
+def test_a_journal_emptied_and_written_again_holds_only_its_new_endings(
+        tmp_path: Path) -> None:
+    """Emptied, the journal's text is written again from its start, over the old lines: an
+    adopter (who reads up to the first NUL) must find the new ending only, never an old one
+    Redis has already (a stale hand-back or failure written twice)."""
+    journal = Journal(tmp_path, OWNER)
+    journal.ending(0, failed("8"))
+    journal.ending(0, retried("9"))
+    journal.written(["8", "9"])
+    journal.append(*journal.note(0, run("7", "t1", 1000)))  # shorter than either
+    kept = parse(text(journal.path))
+    assert list(kept.endings.get(0, {})) == ["7"] and kept.skipped == 0
+    journal.close()
+
+
 def test_a_run_journaled_by_its_thread_is_not_journaled_again_but_a_later_ending_is(
         tmp_path: Path) -> None:
     journal = Journal(tmp_path, OWNER)
