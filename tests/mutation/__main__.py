@@ -59,12 +59,13 @@ NEIGHBOURS = [
     "tests/unit/test_supervisor.py", "tests/unit/test_history_trim.py",
     "tests/unit/test_recycling.py", "tests/unit/test_failure_records.py",
     "tests/unit/test_declare.py", "tests/unit/test_group_disagreement.py",
-    "tests/unit/test_lanes.py",
+    "tests/unit/test_lanes.py", "tests/unit/test_due_tracker.py",
 ]
 """The unit tests of the scripts, the flow control, the fence, the executor, the
 endings journal, the speed layer's switch, the listener's way back to Redis, the data
 format checks, the supervisor, its recycling, the history's upkeep, the failure records,
-the declared keys, the task groups' endings and the lanes' events."""
+the declared keys, the task groups' endings, the lanes' events and the Redis clock's
+estimate."""
 STAGE_TIMEOUT = 900.0
 
 

@@ -505,6 +505,19 @@ BUGS: tuple[Bug, ...] = (
         "crash safety (invariant 8): a journal emptied and written again ends its text "
         "nowhere: an adopter reads old lines past the new ones and writes endings Redis "
         "has already"),
+    Bug("move-ends-with-a-run-out", "timers/ops/moves.py",
+        "        if not moved and not before and not after:\n",
+        "        if not moved and not before:\n",
+        "operations miss nothing (invariant 14): a move ends while a run claimed during its "
+        "last walk is out, and says nothing is left; handed back, the timer stays behind"),
+    Bug("rerun-gated-per-child", LISTENER + "quarantine/parent.py",
+        "            if admitted or admit is None:\n", "            if admit is None:\n",
+        "limits (T7, T8): a rerun whose quarantine child died asks its gate again for the "
+        "next child: a second slot of its rate"),
+    Bug("starts-before-due", LISTENER + "finding/due_tracker.py",
+        "        uncertainty_ms = self._offset.rtt_ms / 2 if self._offset else 0.0\n",
+        "        uncertainty_ms = -self._offset.rtt_ms / 2 if self._offset else 0.0\n",
+        "a run starts up to half a round trip before its due time on the Redis clock"),
     Bug("idle-trim-deaf-to-writes", LISTENER + "lanes.py",
         "        self.trimmer.written()\n", "        pass\n",
         "history bounds: a listener that writes after an idle spell trims its writes only "

@@ -15,6 +15,7 @@ from tests.unit.helpers import claim
 from tests.unit.sample_tasks import mod
 from tests.unit.test_listener_unit import make_listener
 from timers import Timers, task
+from timers.listener.flow.gate import FREE, Admission
 from timers.listener.leases import HeldRuns
 from timers.listener.quarantine.crashes import died_outcome, listener_name
 from timers.listener.quarantine.parent import Quarantine, how_it_died
@@ -141,6 +142,43 @@ def test_only_deaths_seen_in_quarantine_count_toward_max_crashes(reruns: int) ->
     assert asyncio.run(stale.run("t", "9", "a.b", lambda: None, [], TaskPolicy(max_crashes=1),
                                  reruns)).kind == "stale"
     assert stale.children == 1
+
+
+class DyingOnceGated(Dying):
+    """Each child loads, waits for the flow gate's word (asked here as the real one asks
+    it), starts the task and dies, but the last, whose task returns."""
+
+    def __init__(self, deaths: int) -> None:
+        super().__init__()
+        self.deaths = deaths
+
+    async def _once(self, target: Any, args: Any, limit: float | None,
+                    cell: Any = None, admit: Any = None, aside: Any = None,
+                    died: int = 0) -> tuple[Outcome | None, int | None, bool]:
+        self.children += 1
+        assert admit is not None
+        if (await admit()).held is not None:
+            return Outcome("held", "wait", "held back"), 0, False
+        if self.children <= self.deaths:
+            return None, 1, True
+        return Outcome("ok"), 0, True
+
+
+def test_a_rerun_whose_child_died_is_gated_once_for_all_its_children() -> None:
+    """A rate's (or a key's) rerun in quarantine asks its gate when its first child has
+    loaded; a child started again after a death starts on the slot the first took: asking
+    again would take a second slot of the rate (and, held back, lose the deaths so far)."""
+    asked: list[int] = []
+
+    async def gate() -> Admission:
+        asked.append(1)
+        return FREE
+
+    quarantine = DyingOnceGated(deaths=2)
+    outcome = asyncio.run(quarantine.run("t", "9", "a.b", lambda: None, [],
+                                         TaskPolicy(max_crashes=3), 1, admit=gate))
+    assert outcome.ok and quarantine.children == 3
+    assert len(asked) == 1, "the gate is asked once"
 
 
 def test_how_a_process_died_reads_well() -> None:

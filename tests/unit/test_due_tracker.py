@@ -112,6 +112,22 @@ def test_offset_uses_the_midpoint_of_the_round_trip(clock: ManualClock) -> None:
     assert tracker.redis_now_ms() == pytest.approx(REDIS_NOW_MS + 2_000)
 
 
+def test_a_run_starts_when_the_redis_clock_surely_reads_its_due_time(
+        clock: ManualClock) -> None:
+    """Redis stamped its reply somewhere in the round trip: taking the midpoint, the Redis
+    clock may be up to half the round trip behind the estimate, so a run waits that much
+    more and never starts before its due time on the Redis clock (whatever the stamp)."""
+    tracker = DueTracker(clock)
+    tracker.observe_time(REDIS_NOW_MS * 1000, 1000.000, 1000.010)  # rtt 10 ms
+    due = REDIS_NOW_MS + 2_000
+    at = tracker.monotonic_when_due(due)
+    assert at == pytest.approx(tracker.monotonic_at(due) + 0.005)
+    # had Redis stamped the reply as it arrived (its clock then as far behind the estimate
+    # as it can be), at `at` it reads exactly the due time: never less
+    furthest_behind_ms = REDIS_NOW_MS - 1000.010 * 1000
+    assert at * 1000 + furthest_behind_ms == pytest.approx(due)
+
+
 def test_a_sample_with_a_shorter_round_trip_wins(clock: ManualClock) -> None:
     tracker = DueTracker(clock)
     tracker.observe_time(REDIS_NOW_MS * 1000, 1000.000, 1000.020)  # rtt 20 ms, offset A

@@ -261,6 +261,38 @@ def test_runs_in_flight_under_the_old_prefix_are_moved_when_they_come_back(
         assert (again.moved, again.left) == (1, 0) and "m3" in pending(new)
 
 
+def test_a_run_claimed_while_the_first_walk_went_is_waited_for_and_moved(
+        fake: fakeredis.FakeRedis) -> None:
+    """Nothing was in flight when the move began, but the old prefix's listener claimed a
+    timer as the first walk started: the walk did not see it pending, so the move waits
+    for it (it comes back pending here, handed back) and the next walk moves it. Never a
+    summary of nothing left while a run it did not move is still out."""
+    scripts = Scripts(fake, OLD)
+    with Timers(fake, prefix="old") as old, Timers(fake, prefix="new") as new:
+        old.schedule("mail.send", [0], in_=0, id="m0")
+        claimed: list[str] = []
+
+        def listener_claims() -> None:
+            if not claimed:
+                reply = scripts.claim(limit=10, lease_ms=60_000, horizon_ms=0,
+                                      listener_id="old", groups=("default",))[3:]
+                claimed.extend(as_text(token) for token in reply[0::3])
+
+        walks = [0]
+
+        def run(op: Operation[T]) -> T:
+            walks[0] += 1
+            return old.run(meanwhile(op, listener_claims) if walks[0] == 2 else op)
+
+        def listener_hands_back(seconds: float) -> None:
+            scripts.finish(retention_ms=1000, endings=[(claimed[0], "release", "0", "")])
+
+        done = move_all(run, OLD, NEW, ["mail.send"], wait=10, sleep=listener_hands_back)
+        assert len(claimed) == 1
+        assert (done.moved, done.left) == (1, 0) and "m0" in pending(new)
+        assert mail_left(old) == []
+
+
 def test_the_summary_says_what_was_moved_and_what_was_left_and_why() -> None:
     done = MoveSummary(moved=4990, dead_moved=7, held=3, taken=2, running=5)
     assert summary_line(done, "app", "mail", dead=True) == (
