@@ -17,12 +17,15 @@ Words used below:
   cut when it started before the cut's end and had not ended :data:`ENDING_GRACE` before
   its start (an ending returned just before a kill may not be written yet);
 - a **death** is a cut that killed a process (not a pause, not a partition);
-- a start line written within :data:`RESUME_GRACE` after a ``SIGCONT`` by a process that
-  was stopped is dated from the stop: the listener checked the run's lease (the fence)
-  right before the call, and the ``SIGSTOP`` came between that check and the task's
-  first line, which no check can close; the task reads ``still_held()`` False then, as a
-  task paused after its first line does. Nothing else in a process resumes that fast (a
-  claim read after the resume is renewed first, a thread's fence is asked anew).
+- a start is dated from its **fence**: the listener checks the run's lease right before
+  the call, and a ``SIGSTOP`` between that check and the task's first line is allowed,
+  which no check can close (the task reads ``still_held()`` False then, as a task paused
+  after its first line does). The ledger says when the fence let each run start
+  (:mod:`bench.fault_tasks.fence_probe`): a start line whose check came before a stop of
+  its process and whose line came after it is dated from the check. A start no fence
+  checked is a violation. (A ledger without the fence's times, from before the probe:
+  a start line written within :data:`RESUME_GRACE` after a ``SIGCONT`` with a token older
+  than one already started is dated from the stop.)
 """
 
 from __future__ import annotations
@@ -36,8 +39,8 @@ from dataclasses import dataclass, field
 ENDING_GRACE = 0.25
 """Seconds before a cut in which a run that returned may not have written its ending."""
 RESUME_GRACE = 0.02
-"""Seconds after a ``SIGCONT`` in which a start line of the resumed process was checked
-before its stop (see the module's words)."""
+"""For a ledger without the fence's times: seconds after a ``SIGCONT`` in which a start
+line of the resumed process was checked before its stop (see the module's words)."""
 RATE_SLACK_MS = 20.0
 """How much closer than its interval two starts of a rate may come (the gate's own jitter
 is 5 ms and a run's start window 10 ms, ``timers.listener.flow.gate.START_WINDOW_S``; the
@@ -58,9 +61,10 @@ DEAD_NO_DEATH = "dead without the deaths to prove it"
 DEAD_OTHER = "dead for another reason"
 LEFT_BEHIND = "left behind by move"
 RAN_CANCELLED = "ran after a cancel"
+UNFENCED = "started with no fence asked"
 UNCOUNTED = "started again with no rerun or retry counted"
-VIOLATIONS = (LOST, TWICE, STARTED_TWICE, UNCOUNTED, OLDER_TOKEN, OVER_LIMIT, FIFO, RATE,
-              DEAD_NO_DEATH, DEAD_OTHER, LEFT_BEHIND, RAN_CANCELLED)
+VIOLATIONS = (LOST, TWICE, STARTED_TWICE, UNCOUNTED, UNFENCED, OLDER_TOKEN, OVER_LIMIT, FIFO,
+              RATE, DEAD_NO_DEATH, DEAD_OTHER, LEFT_BEHIND, RAN_CANCELLED)
 """Every violation the checker counts, in the order it reports them."""
 
 LATE_FINISH = "late finish (its process paused past the lease, overlapped its key's next)"
@@ -68,7 +72,7 @@ EXPLAINED = "second starts explained by a cut"
 RETRIED = "second starts after a failed attempt (retries)"
 STALE_HELD = "starts with an older token where still_held() said True"
 FIFO_OUTAGE = "FIFO breaks (counted above) while Redis was out of reach (failover, restart)"
-RESUMED = "starts at a SIGCONT, checked before the stop (dated from the stop)"
+RESUMED = "starts after a SIGCONT, checked before the stop (dated from the check)"
 NOTES = (LATE_FINISH, EXPLAINED, RETRIED, STALE_HELD, FIFO_OUTAGE, RESUMED)
 """What the checker counts that is not a violation."""
 
@@ -94,6 +98,10 @@ class Mark:
     key: str | None = None
     seq: int | None = None
     ok: bool | None = None
+    fenced: float | None = None
+    """When the run's fence let it start (CLOCK_MONOTONIC s), for a start line."""
+    fence_known: bool = False
+    """Whether the line says when its fence let it start (None there: no fence asked)."""
 
     @property
     def run_of(self) -> str:
@@ -118,6 +126,8 @@ class Mark:
             recurrence=None if data.get("rec") is None else str(data["rec"]),
             key=None if data.get("key") is None else str(data["key"]),
             seq=opt_int("seq"), ok=None if ok is None else bool(ok),
+            fenced=None if data.get("fchk") is None else float(str(data["fchk"])),
+            fence_known="fchk" in data,
         )
 
 
@@ -263,10 +273,11 @@ def runs_by_timer(marks: Iterable[Mark]) -> dict[str, list[Run]]:
 
 
 def checked_before_stop(marks: Sequence[Mark], cuts: Sequence[Cut]) -> list[Mark]:
-    """``marks``, each start line dated from the start of a stop of its process when it
-    was written within :data:`RESUME_GRACE` after that stop's end with a token older than
-    one of its timer already started (see the module's words): a start that was checked
-    before the stop. (A start right after a resume with the newest token, a run claimed
+    """``marks``, each start line whose fence let it start before a stop of its process
+    and that was written after that stop dated from its check (see the module's words).
+    A line without the fence's time: dated from the stop when it was written within
+    :data:`RESUME_GRACE` after the stop's end with a token older than one of its timer
+    already started. (A start right after a resume with the newest token, a run claimed
     then, keeps its time.)"""
     stops = [c for c in cuts if c.kind == "stop"]
     first_start: dict[tuple[str, int], float] = {}
@@ -276,7 +287,14 @@ def checked_before_stop(marks: Sequence[Mark], cuts: Sequence[Cut]) -> list[Mark
             first_start[slot] = min(first_start.get(slot, mark.mono), mark.mono)
     out = []
     for mark in marks:
-        stop = next((c for c in stops if mark.kind == "S" and mark.pid in c.pids
+        if mark.kind != "S" or mark.fence_known:
+            fenced = mark.fenced
+            across = fenced is not None and any(
+                mark.pid in c.pids and fenced <= c.start and c.end <= mark.mono for c in stops)
+            out.append(dataclasses.replace(mark, mono=fenced)
+                       if across and fenced is not None else mark)
+            continue
+        stop = next((c for c in stops if mark.pid in c.pids
                      and c.end <= mark.mono <= c.end + RESUME_GRACE), None)
         newer_before = stop is not None and any(
             token > mark.token and at < mark.mono
@@ -313,6 +331,9 @@ def check(history: History, poison_task: str = "chaos.poison") -> Verdict:
     cuts = list(history.cuts) + deaths_of_poison(history.marks, poison_task)
     marks = checked_before_stop(history.marks, cuts)
     verdict.notes[RESUMED] = sum(a is not b for a, b in zip(history.marks, marks, strict=True))
+    for mark in history.marks:
+        if mark.kind == "S" and mark.fence_known and mark.fenced is None:
+            verdict.add(UNFENCED, f"{mark.tid} (token {mark.token}) in pid {mark.pid}")
     runs = runs_by_timer(marks)
     _once(history, runs, cuts, verdict)
     _tokens(runs, verdict)

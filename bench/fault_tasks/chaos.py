@@ -9,8 +9,12 @@ ledger named by ``$TIMERS_FAULT_LEDGER`` (one ``O_APPEND`` write each, see
      "lid": listener (``$TIMERS_CHAOS_LISTENER``), "pid": …, "mono": CLOCK_MONOTONIC s,
      "rms": the start on the Redis clock (due + lateness, ms, as the listener measured it),
      "att": attempt, "orig": the timer's own due ms, "rec": recurrence name or null,
-     "key": concurrency key or null, "seq": place in its key's order or null}
+     "key": concurrency key or null, "seq": place in its key's order or null,
+     "fchk": when the run's fence let it start (CLOCK_MONOTONIC s; null: no fence asked)}
     {"k": "E", … the same, "mono"/"rms" at the end, "ok": returned (false: raised)}
+
+The fence's time comes from :mod:`bench.fault_tasks.fence_probe`, installed as this module
+is imported (by the listener, and by a quarantine child as it loads the task).
 
 ``CLOCK_MONOTONIC`` is one clock for every process of the machine, so starts and ends of
 different processes compare; the Redis-clock start is what rate limits are judged on.
@@ -25,7 +29,10 @@ import time
 from typing import Any
 
 import timers
+from bench.fault_tasks import fence_probe
 from bench.fault_tasks.ledger import append_line
+
+fence_probe.install()
 
 LISTENER_ENV = "TIMERS_CHAOS_LISTENER"
 RATE = "4/s"
@@ -38,6 +45,7 @@ RETRIES = 3
 def _line(kind: str, started: dict[str, Any] | None, key: str | None = None,
           seq: int | None = None, ok: bool | None = None) -> dict[str, Any]:
     """Write a start line (``started`` None) or the end line of ``started``; the line."""
+    fenced = fence_probe.passed() if started is None else None  # first: nothing in between
     ctx = timers.current()
     mono = time.monotonic()
     if started is None:
@@ -53,6 +61,8 @@ def _line(kind: str, started: dict[str, Any] | None, key: str | None = None,
     }
     if ok is not None:
         line["ok"] = ok
+    if started is None:
+        line["fchk"] = fenced
     append_line(json.dumps(line, separators=(",", ":")) + "\n")
     return line
 

@@ -27,6 +27,7 @@ from bench.chaos.checker import (
     STARTED_TWICE,
     TWICE,
     UNCOUNTED,
+    UNFENCED,
     VIOLATIONS,
     Cancel,
     Cut,
@@ -58,16 +59,19 @@ class Builder:
     def run(self, tid: str, pid: int, start: float, end: float | None, *, ok: bool = True,
             token: int | None = None, task: str = "plain", key: str | None = None,
             lid: str = "L0", redis_ms: float | None = None, held: bool = True,
-            attempt: int | None = None) -> None:
+            attempt: int | None = None, fenced: float | None = None,
+            probed: bool = False) -> None:
         """A start and (unless ``end`` is None) its end; ``attempt``: by default one more
-        than the timer's start added before (each later start counted)."""
+        than the timer's start added before (each later start counted). ``probed``: the
+        start line says when its fence let it start, ``fenced`` (None: no fence asked)."""
         if attempt is None:
             attempt = 1 + sum(m.kind == "S" and m.tid == tid for m in self.h.marks)
         tok = next(self.tokens) if token is None else token
         rms = start * 1000 if redis_ms is None else redis_ms
         common = dict(tid=tid, task=task, pid=pid, token=tok, listener=lid, key=key,
                       attempt=attempt)
-        self.h.marks.append(Mark("S", mono=start, redis_ms=rms, held=held, **common))  # type: ignore[arg-type]
+        self.h.marks.append(Mark("S", mono=start, redis_ms=rms, held=held, fenced=fenced,  # type: ignore[arg-type]
+                                 fence_known=probed, **common))
         if end is not None:
             self.h.marks.append(Mark("E", mono=end, ok=ok, **common))  # type: ignore[arg-type]
 
@@ -344,8 +348,10 @@ def test_a_saved_history_is_judged_again_the_same(tmp_path: Path) -> None:
     """``--check DIR`` reads what a run saved: the same verdict as the run's own."""
     b = clean()
     b.timer("t")
-    b.run("t", 100, 3.0, 4.0)
+    b.run("t", 100, 3.0, 4.0, fenced=2.9, probed=True)
     b.run("t", 200, 30.0, 30.1)
+    b.timer("u")
+    b.run("u", 200, 31.0, 31.1, probed=True)  # no fence asked
     with (tmp_path / "ledger.jsonl").open("w") as ledger:
         for m in b.h.marks:
             line = {"k": m.kind, "id": m.tid, "task": m.task, "pid": m.pid, "mono": m.mono,
@@ -354,11 +360,41 @@ def test_a_saved_history_is_judged_again_the_same(tmp_path: Path) -> None:
                     "key": m.key, "seq": m.seq}
             if m.ok is not None:
                 line["ok"] = m.ok
+            if m.fence_known:
+                line["fchk"] = m.fenced
             ledger.write(json.dumps(line) + "\n")
     save(b.h, tmp_path)
     again = check(load(tmp_path), POISON)
-    assert again.counts == check(b.h, POISON).counts == {TWICE: 1, STARTED_TWICE: 1}
+    assert again.counts == check(b.h, POISON).counts == {TWICE: 1, STARTED_TWICE: 1,
+                                                         UNFENCED: 1}
     assert again.notes == check(b.h, POISON).notes
+
+
+@pytest.mark.parametrize(("fenced", "explained"), [(10.4, True), (15.02, False)])
+def test_a_start_is_dated_from_its_fence(fenced: float, explained: bool) -> None:
+    """Seen once in CI: an ``async def`` run's stale start came after the SIGCONT, later
+    than the grace for a start checked before the stop. Where the ledger says when the
+    fence let a run start, that decides: checked before the stop (10.4, the stop began
+    at 10.5), it is a run the pause cut, however long its first line took after the
+    resume (here 60 ms); checked after the resume, it is a violation."""
+    b = clean()
+    b.timer("t")
+    b.run("t", 200, 13.0, 13.1, token=5002, attempt=2, probed=True, fenced=12.99)
+    b.run("t", 300, 15.06, 15.07, token=5001, held=False, attempt=1, probed=True,
+          fenced=fenced)  # pid 300 stopped 10.5 to 15.0
+    verdict = check(b.h, POISON)
+    assert counts(b.h) == ({} if explained else {OLDER_TOKEN: 1, TWICE: 1, STARTED_TWICE: 1})
+    assert verdict.notes[RESUMED] == (1 if explained else 0)
+
+
+def test_a_start_no_fence_checked_is_a_violation() -> None:
+    """A start line that says no fence let its run start: the run skipped invariant 12."""
+    b = clean()
+    b.timer("t")
+    b.run("t", 200, 13.0, 13.1, probed=True, fenced=12.99)
+    b.timer("u")
+    b.run("u", 200, 14.0, 14.1, probed=True, fenced=None)
+    assert counts(b.h) == {UNFENCED: 1}
 
 
 def test_a_run_claimed_right_after_a_resume_keeps_its_start() -> None:
