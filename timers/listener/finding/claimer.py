@@ -23,6 +23,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import redis
 
@@ -41,6 +42,9 @@ from timers.store.scripts import Scripts
 
 log = logging.getLogger("timers.listener")
 
+_HORIZON_MS = round(2 * CLAIM_LEAD_MS)
+"""A claim also takes timers due within this long from the Redis clock (ms): twice the
+lead it is sent with, so those are in hand when their due time comes."""
 PARK_PASSES = 5
 """Parking passes after one claim at most (each reads the head of the backlog)."""
 FLOOR_RETRY_S = 0.02
@@ -339,22 +343,12 @@ class Claimer:
         script = self.scripts.script("claim")
         declaring = getattr(script, "last_asked", None) is not None
         sent = self.clock.monotonic()
-        horizon_ms = round(2 * CLAIM_LEAD_MS)
         reply = await self.scripts.claim(
-            limit=limit, lease_ms=round(self.lease * 1000), horizon_ms=horizon_ms,
+            limit=limit, lease_ms=round(self.lease * 1000), horizon_ms=_HORIZON_MS,
             listener_id=self.listener_id, event_ids=ids, groups=self.groups,
             keyed_tasks=keyed, floor=floor,
             known_keys=tuple(self.known.keys) if declaring else ())
-        received = self.clock.monotonic()
-        now_us, next_due, next_lease = (int(x) for x in reply[:3])
-        # a claim that asked for keys (Redis Cluster) was sent more than once: the Redis
-        # clock in its reply, read in the last round trip, is no sample of the whole
-        if getattr(script, "last_calls", 1) == 1 or not self.tracker.knows_clock:
-            self.tracker.observe_time(now_us, sent, received)
-        self.tracker.observe_heads(
-            None if next_due == -1 else next_due, None if next_lease == -1 else next_lease
-        )
-        self.tracker.backlogged = next_due != -1 and next_due <= now_us // 1000 + horizon_ms
+        now_us, next_due = self._observe(reply, script, sent)
         items = reply[3:]
         runs = [Run.parse(items[i], items[i + 1], items[i + 2]) for i in range(0, len(items), 3)]
         if declaring:
@@ -364,9 +358,33 @@ class Claimer:
             held = len(runs) < limit and floor < next_due <= now_us // 1000
             self.below_floor = held and asked
             self.keyed_due = held or any(_keyed_without_key(run, keyed) for run in runs)
+        for run in await self._to_start(runs, reply, sent):
+            self.hooks.start(run)
+        return len(items) // 3
+
+    def _observe(self, reply: list[Any], script: object, sent: float) -> tuple[int, int]:
+        """What a claim's reply says of the Redis clock and of the heads of the due and
+        running sets, told to the tracker; the reply's Redis time (µs) and next due (ms)."""
+        received = self.clock.monotonic()
+        now_us, next_due, next_lease = (int(x) for x in reply[:3])
+        # a claim that asked for keys (Redis Cluster) was sent more than once: the Redis
+        # clock in its reply, read in the last round trip, is no sample of the whole
+        if getattr(script, "last_calls", 1) == 1 or not self.tracker.knows_clock:
+            self.tracker.observe_time(now_us, sent, received)
+        self.tracker.observe_heads(
+            None if next_due == -1 else next_due, None if next_lease == -1 else next_lease
+        )
+        self.tracker.backlogged = next_due != -1 and next_due <= now_us // 1000 + _HORIZON_MS
+        return now_us, next_due
+
+    async def _to_start(self, runs: list[Run], reply: list[Any], sent: float) -> list[Run]:
+        """The claimed ``runs`` to start here: none when the claim may not have reached a
+        replica; placed on their shard's worker; screened by the flow gates that hold runs
+        back; and, when the reply (or the screen) was read past half a lease, only those
+        still held."""
         if runs and isinstance(reply, UnreplicatedReply):
             log.warning(reply.held_back(len(runs), "claimed"))
-            runs = []
+            return []
         if runs and self.hooks.place is not None:
             runs = await self.hooks.place(runs)
         if runs and self.parker.wanted():
@@ -378,6 +396,4 @@ class Claimer:
         if runs and waited > self.lease / 2:
             runs = await still_held(self.scripts, round(self.lease * 1000), runs, waited,
                                     "claim")
-        for run in runs:
-            self.hooks.start(run)
-        return len(items) // 3
+        return runs
