@@ -187,15 +187,7 @@ class EndingWriter:
         wires, ran = self._with_history(batch)
         sent = self.clock.monotonic()
         extras = final or sent - self._extras_at >= EXTRAS_EVERY
-        series: list[tuple[str, str]] = []
-        retention: list[tuple[str, str, str]] = []
-        if extras:
-            if self.history.series:
-                series = series_of(self._unsummed, ran)
-            if not self._retention_stored and self.history.keeps:
-                retention = [(task, "" if age is None else str(age),
-                              "" if count is None else str(count))
-                             for task, (age, count) in sorted(self.task_retention().items())]
+        series, retention = self._extras(ran) if extras else ([], [])
         try:
             reply = await self.scripts.finish(
                 retention_ms=round(self.failure_retention * 1000), endings=wires,
@@ -206,18 +198,7 @@ class EndingWriter:
             self.on_handed([], taker.take)
             raise
         waited = self.clock.monotonic() - sent
-        if extras:
-            self._unsummed, self._extras_at = [], sent
-            self._retention_stored = True
-        elif self.history.series:
-            self._unsummed += ran
-        self.held.release(tokens)
-        if self.journal is not None:
-            self.journal.written(tokens)
-        del self._queue[: len(batch)]
-        if self._facts:
-            for ending in batch:
-                self._facts.pop(ending.token, None)
+        self._written(batch, tokens, ran, sent if extras else None)
         items = reply[1:]
         handed = [Run.parse(*items[i:i + 3]) for i in range(0, len(items), 3)]
         if handed and isinstance(reply, UnreplicatedReply):
@@ -228,6 +209,37 @@ class EndingWriter:
         self.on_handed(handed, taker.take)
         self.on_written()
         report_late_finishes(int(reply[0] or 0), self.eviction_policy)
+
+    def _extras(self, ran: list[RunFacts]) -> tuple[list[tuple[str, str]],
+                                                    list[tuple[str, str, str]]]:
+        """What a flush that carries the extras writes besides the endings: the series
+        summed since the last one (with ``ran``), and each task's retention unless stored."""
+        series: list[tuple[str, str]] = []
+        retention: list[tuple[str, str, str]] = []
+        if self.history.series:
+            series = series_of(self._unsummed, ran)
+        if not self._retention_stored and self.history.keeps:
+            retention = [(task, "" if age is None else str(age),
+                          "" if count is None else str(count))
+                         for task, (age, count) in sorted(self.task_retention().items())]
+        return series, retention
+
+    def _written(self, batch: list[Ending], tokens: list[str], ran: list[RunFacts],
+                 extras_sent: float | None) -> None:
+        """``batch`` is written (with the extras, sent at ``extras_sent``, unless None): its
+        runs are released, its journal lines done, and it leaves the queue."""
+        if extras_sent is not None:
+            self._unsummed, self._extras_at = [], extras_sent
+            self._retention_stored = True
+        elif self.history.series:
+            self._unsummed += ran
+        self.held.release(tokens)
+        if self.journal is not None:
+            self.journal.written(tokens)
+        del self._queue[: len(batch)]
+        if self._facts:
+            for ending in batch:
+                self._facts.pop(ending.token, None)
 
     def _with_history(self, batch: list[Ending]) -> tuple[list[tuple[str, ...]],
                                                          list[RunFacts]]:
