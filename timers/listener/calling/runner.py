@@ -4,6 +4,7 @@ thread_pool`), coroutines on the event loop."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import inspect
 import time
@@ -146,20 +147,15 @@ class Runner:
         :meth:`ThreadPool.submit`). ``start_by`` (monotonic): a rate's run that reaches its
         call later is not called: :data:`LATE` (its slot is given back).
         """
-        problem = _bind_error(fn, args)
-        if problem is not None:
+        if (problem := _bind_error(fn, args)) is not None:
             return Outcome("bad_args", "TypeError", problem)
         positional, keywords = ([], args) if isinstance(args, dict) else (args or [], {})
         try:
-            loop_key = self._on_loop_as[fn]
+            is_async = self._on_loop_as[fn] is not None
         except KeyError:
-            loop_key = self._learn(fn)
-        is_async = loop_key is not None
+            is_async = self._learn(fn) is not None
         if after is not None:
-            await (after.ended if is_async else after.started).wait()
-            if after.solo:
-                await after.ended.wait()
-            if turn is not None and turn.revoked:
+            if await _revoked_after(after, is_async, turn):
                 return REVOKED
             after = None if after.solo else after
         deadline = asyncio.timeout(limit) if limit is not None else None
@@ -168,27 +164,15 @@ class Runner:
         if is_async and start_by is not None and time.monotonic() > start_by:
             return LATE
         try:
-            if loop_key is not None:
-                if deadline is None:
+            if is_async:
+                async with deadline or _NO_DEADLINE:
                     await fn(*positional, **keywords)
-                else:
-                    async with deadline:
-                        await fn(*positional, **keywords)
             else:
                 job = self._pool.submit(fn, list(positional), dict(keywords),
                                         after.job if after else None, turn is not None, fence,
                                         prompt, note, turn.job if turn is not None else None,
                                         start_by)
-                if turn is not None:
-                    turn.handed_to_thread(job)
-                try:
-                    result = await (job.future if limit is None else self._wait(job, limit))
-                except asyncio.CancelledError:
-                    self._pool.withdraw(job)  # not started yet: no thread takes it up now
-                    raise
-                if result is not None and inspect.isawaitable(result):
-                    async with asyncio.timeout(limit):
-                        await result
+                await self._in_thread(job, limit, turn)
         except asyncio.CancelledError:
             raise
         except Stale:
@@ -198,6 +182,20 @@ class Runner:
         except BaseException as exc:  # a task's failure is data
             return _failed(exc, limit, deadline is not None and deadline.expired())
         return OK
+
+    async def _in_thread(self, job: Job, limit: float | None, turn: Turn | None) -> None:
+        """Wait for ``job``'s function (a coroutine it returns is awaited here); ``turn``'s
+        run is told its job."""
+        if turn is not None:
+            turn.handed_to_thread(job)
+        try:
+            result = await (job.future if limit is None else self._wait(job, limit))
+        except asyncio.CancelledError:
+            self._pool.withdraw(job)  # not started yet: no thread takes it up now
+            raise
+        if result is not None and inspect.isawaitable(result):
+            async with asyncio.timeout(limit):
+                await result
 
     async def _wait(self, job: Job, limit: float) -> Any:
         """The job's result, or :class:`Overran` once it has run ``limit`` s in a thread;
@@ -230,6 +228,17 @@ class Runner:
 
 
 _NO_CODE = (lambda: None).__code__
+_NO_DEADLINE = contextlib.nullcontext()
+
+
+async def _revoked_after(after: Turn, is_async: bool, turn: Turn | None) -> bool:
+    """Wait for the run before this one (``after``: a plain function starts as its function
+    returns, a coroutine once it ended, after a run that must start alone once it ended);
+    whether this run was asked back meanwhile (``turn`` revoked)."""
+    await (after.ended if is_async else after.started).wait()
+    if after.solo:
+        await after.ended.wait()
+    return turn is not None and turn.revoked
 
 
 def _failed(exc: BaseException, limit: float | None, expired: bool) -> Outcome:
