@@ -67,6 +67,19 @@ SetupOption = Annotated[
                  help=f"Call this function before the tasks package is imported, in every "
                       f"listener process (e.g. django.setup()) [default: ${SETUP_ENV}]"),
 ]
+ConcurrencyOption = Annotated[int, typer.Option(
+    "--concurrency", "-c", min=1, metavar="N", help="Tasks run at once, at most.")]
+LeaseOption = Annotated[float, typer.Option(
+    "--lease", min=0.1, metavar="SECONDS",
+    help="Seconds a crashed listener's timers wait before they run again elsewhere.")]
+BurstOption = Annotated[bool, typer.Option(
+    "--burst", help="Exit once nothing is due and nothing runs.")]
+ShutdownTimeoutOption = Annotated[float, typer.Option(
+    "--shutdown-timeout", metavar="SECONDS",
+    help="Seconds running tasks get to finish on SIGTERM/SIGINT.")]
+ProcessesOption = Annotated[int, typer.Option(
+    "--processes", "-p", min=1, metavar="N",
+    help="Listener processes, restarted by a supervisor if one dies.")]
 LogLevel = Literal["debug", "info", "warning", "error"]
 LogLevelOption = Annotated[LogLevel, typer.Option("--log-level", case_sensitive=False)]
 MaxRunsOption = Annotated[int | None, typer.Option(
@@ -137,26 +150,11 @@ def listen(
     url: UrlOption = None,
     tasks: TasksOption = None,
     setup: SetupOption = None,
-    concurrency: Annotated[
-        int, typer.Option("--concurrency", "-c", min=1, metavar="N",
-                          help="Tasks run at once, at most.")
-    ] = DEFAULT_CONCURRENCY,
-    lease: Annotated[
-        float, typer.Option("--lease", min=0.1, metavar="SECONDS",
-                            help="Seconds a crashed listener's timers wait before they run "
-                                 "again elsewhere.")
-    ] = DEFAULT_LEASE,
-    burst: Annotated[
-        bool, typer.Option("--burst", help="Exit once nothing is due and nothing runs.")
-    ] = False,
-    shutdown_timeout: Annotated[
-        float, typer.Option("--shutdown-timeout", metavar="SECONDS",
-                            help="Seconds running tasks get to finish on SIGTERM/SIGINT.")
-    ] = 30.0,
-    processes: Annotated[
-        int, typer.Option("--processes", "-p", min=1, metavar="N",
-                          help="Listener processes, restarted by a supervisor if one dies.")
-    ] = 1,
+    concurrency: ConcurrencyOption = DEFAULT_CONCURRENCY,
+    lease: LeaseOption = DEFAULT_LEASE,
+    burst: BurstOption = False,
+    shutdown_timeout: ShutdownTimeoutOption = 30.0,
+    processes: ProcessesOption = 1,
     prefix: PrefixOption = DEFAULT_PREFIX,
     log_level: LogLevelOption = "info",
     log_format: LogFormatOption = None,
@@ -176,12 +174,32 @@ def listen(
     replicas_timeout: ReplicasTimeoutOption = None,
 ) -> None:
     """Run timers as they come due (subscribes to expired events and sweeps the due index)."""
-    from timers.listener.calling.loader import check_setup
     from timers.listener.supervision.recycling import report_fd
     from timers.listener.supervision.supervisor import ListenOptions
-    from timers.ops.replication import ReplicaPolicy
 
     log_format = set_up_logs(log_level, log_format, processes)
+    _pass_on(loop, setup)
+    options = ListenOptions(url=url, tasks=tasks, prefix=prefix, concurrency=concurrency,
+                            lease=lease, shutdown_timeout=shutdown_timeout,
+                            log_level=log_level, burst=burst, allow_eviction=allow_eviction,
+                            log_format=log_format, log_fires=log_fires,
+                            max_runs_per_child=max_runs_per_child,
+                            max_memory_per_child=max_memory_per_child, groups=_served(group),
+                            metrics_port=metrics_port, metrics_host=metrics_host,
+                            wait_for_redis=wait_for_redis, history_age=history_age,
+                            history_count=history_count, series=series,
+                            replicas=replicas, replicas_timeout=replicas_timeout)
+    _check_policies(options)
+    if processes > 1 or (report_fd() is None and (options.recycles or _is_init())):
+        raise typer.Exit(_supervise(options, processes))
+    _listen_here(options)
+
+
+def _pass_on(loop: LoopChoice | None, setup: str | None) -> None:
+    """Check ``--loop`` and ``--setup`` here, once, and put them in the environment, which
+    carries them to every process the listener starts."""
+    from timers.listener.calling.loader import check_setup
+
     try:
         event_loop.chosen_loop(loop)  # a loop that cannot be had: refused here, once
     except ValueError as exc:
@@ -194,24 +212,18 @@ def listen(
         except ValueError as exc:
             raise UserError(str(exc)) from None
         os.environ[SETUP_ENV] = setup
-    options = ListenOptions(url=url, tasks=tasks, prefix=prefix, concurrency=concurrency,
-                            lease=lease, shutdown_timeout=shutdown_timeout,
-                            log_level=log_level, burst=burst, allow_eviction=allow_eviction,
-                            log_format=log_format, log_fires=log_fires,
-                            max_runs_per_child=max_runs_per_child,
-                            max_memory_per_child=max_memory_per_child, groups=_served(group),
-                            metrics_port=metrics_port, metrics_host=metrics_host,
-                            wait_for_redis=wait_for_redis, history_age=history_age,
-                            history_count=history_count, series=series,
-                            replicas=replicas, replicas_timeout=replicas_timeout)
-    history_policy(history_age, history_count, series)  # a bad one refused here, once
+
+
+def _check_policies(options: ListenOptions) -> None:
+    """Refuse a bad history retention or replica policy here, once, before any listener
+    process starts (each would refuse it)."""
+    from timers.ops.replication import ReplicaPolicy
+
+    history_policy(options.history_age, options.history_count, options.series)
     try:  # (--replicas takes any N ≥ 0: typer checks it)
-        ReplicaPolicy(replicas, replicas_timeout)  # as above
+        ReplicaPolicy(options.replicas, options.replicas_timeout)
     except ValueError as exc:
         raise UserError(f"--replicas-timeout: {exc}") from None
-    if processes > 1 or (report_fd() is None and (options.recycles or _is_init())):
-        raise typer.Exit(_supervise(options, processes))
-    _listen_here(options)
 
 
 def _is_init() -> bool:
