@@ -207,6 +207,21 @@ class Quarantine:
         prestart(self.loader)
         process.start()
 
+    def _process(self, target: tuple[str, str | None, str, bytes], args: Args,
+                 cell: SharedUntil, died: int, sender: Connection, word_in: Connection, *,
+                 gated: bool, aside: tuple[str, bytes] | None) -> Any:
+        """A child's process, not started yet: what it resolves and its arguments, the
+        run's context (``died``: its attempts so far), the logs, the lease it checks
+        (``cell``, with this listener's margin), its ends of the pipes (its messages go
+        into ``sender``, the word to start comes out of ``word_in`` when ``gated``) and
+        ``aside``."""
+        lease = (cell, self.held.margin)
+        return _mp_context().Process(
+            target=child_main, name="timers-quarantine", daemon=True,
+            args=(*target, json.dumps(args), sender, dict(os.environ),
+                  portable(timer_context.current_or_none(), died), ChildLogs.here(), lease,
+                  word_in, gated, aside))
+
     async def _once(self, target: tuple[str, str | None, str, bytes], args: Args,
                     limit: float | None, cell: SharedUntil,
                     admit: Callable[[], Awaitable[Admission]] | None = None,
@@ -222,12 +237,8 @@ class Quarantine:
         context = _mp_context()
         receiver, sender = context.Pipe(duplex=False)
         word_in, word_out = context.Pipe(duplex=False)
-        lease = (cell, self.held.margin)
-        process = context.Process(target=child_main, name="timers-quarantine", daemon=True,
-                                  args=(*target, json.dumps(args), sender, dict(os.environ),
-                                        portable(timer_context.current_or_none(), died),
-                                        ChildLogs.here(), lease, word_in, admit is not None,
-                                        aside))
+        process = self._process(target, args, cell, died, sender, word_in,
+                                gated=admit is not None, aside=aside)
         first: asyncio.Future[Outcome | None] | None = None
         try:
             async with _loading_turns():
@@ -238,12 +249,8 @@ class Quarantine:
                 await asyncio.wait({first}, timeout=LOADING_TURN)
             outcome = await first
             if outcome is LOADED and admit is not None:
-                admission = await admit()
-                held = admission.held
-                with contextlib.suppress(*PARENT_GONE, OSError):
-                    word_out.send((GO, admission.start_by) if held is None else "no")
+                held = await _ask_gate(admit, word_out, process)
                 if held is not None:
-                    await _exited(process, EXIT_GRACE)
                     return held, process.exitcode, False
                 outcome = await _message(process, receiver)
             # the timeout counts from when the task starts, not while the child loads it
@@ -259,13 +266,33 @@ class Quarantine:
                 await _exited(process, EXIT_GRACE)
             return outcome, process.exitcode, started
         finally:
-            if first is not None and not first.done():
-                first.cancel()  # (its readers go before the pipe closes)
-                with contextlib.suppress(asyncio.CancelledError):
-                    await first
+            await _stop_reading(first)  # (its readers go before the pipe closes)
             sender.close()
             word_out.close()  # (a child still running exits: see _watch_listener)
             _end(process, receiver)
+
+
+async def _ask_gate(admit: Callable[[], Awaitable[Admission]], word_out: Connection,
+                    process: Any) -> Outcome | None:
+    """Ask the gate for a child that has loaded its task and waits, and tell the child: to
+    start it (``go``, with the start window) or to leave it. Held back: the gate's outcome,
+    once the child has exited (None: it starts)."""
+    admission = await admit()
+    held = admission.held
+    with contextlib.suppress(*PARENT_GONE, OSError):
+        word_out.send((GO, admission.start_by) if held is None else "no")
+    if held is not None:
+        await _exited(process, EXIT_GRACE)
+    return held
+
+
+async def _stop_reading(first: asyncio.Future[Outcome | None] | None) -> None:
+    """Cancel the read of a child's first message if it still waits, and wait for it to
+    end."""
+    if first is not None and not first.done():
+        first.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await first
 
 
 async def _readable(*fds: int) -> None:
