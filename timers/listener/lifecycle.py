@@ -63,6 +63,7 @@ from timers.model.clock import Clock, SystemClock
 from timers.model.flow.names import served_groups
 from timers.model.keys import configured_prefix
 from timers.model.runs import Fired
+from timers.ops.replication import Replication
 from timers.ops.replication import for_listener as replication_for
 from timers.ops.shards import configured_shards
 from timers.store.cluster import database_of, is_cluster, keyspace_for
@@ -128,9 +129,7 @@ class Listener:
         self.prefix = configured_prefix(prefix)
         self.keys, self.db = keyspace_for(self.redis, prefix), database_of(self.redis)
         replication = replication_for(self.redis, replicas, replicas_timeout)
-        self._tasks_optional = bool(registry) and tasks is None and not os.environ.get(TASKS_ENV)
-        self.loader = TaskLoader(configured_package(tasks), registry,
-                                 os.getcwd() if search_path is None else search_path)
+        self.loader, self._tasks_optional = _task_loader(tasks, registry, search_path)
         self.concurrency, self.lease, self.shutdown_timeout = concurrency, lease, shutdown_timeout
         self.failure_retention = failure_retention
         self.history = HistoryPolicy() if history is None else history
@@ -143,23 +142,40 @@ class Listener:
         self.peers = Peers.over(self.redis, self.keys, self.id, self.loader.package,
                                 self.loader.task_names)
         """The other live listeners of the prefix and what they run (`timers.ops.fleet`)."""
-        self.shared: Shared[Lane] = Shared(self.redis, self.db, self.id, self.groups,
-                             concurrency=concurrency, lease=lease,
-                             shutdown_timeout=shutdown_timeout,
-                             failure_retention=failure_retention, clock=self.clock,
-                             max_sleep=max_sleep, loader=self.loader, peers=self.peers,
-                             observer=observer, recycle=recycle, history=self.history,
-                             rate_start_window=rate_start_window,
-                             owns_client=self._owns_client, replication=replication)
-        self.tally: RunTally = self.shared.tally
-        """How runs ended, for the log (``tally.log_fires``: a line per fired timer)."""
-        self.recycler: Recycler = self.shared.recycler
-        self.lanes: list[Lane] = self.shared.lanes
-        """One per shard of the prefix (one until [`run`][timers.listener.Listener.run] reads the
-        layout)."""
+        self.shared: Shared[Lane] = self._share(max_sleep, recycle, rate_start_window,
+                                                replication)
         self._subscribed = asyncio.Event()
         self.lanes.append(Lane(self.shared, self.keys, 0, announces=True, hub=EventHub(),
                                subscribed=self._subscribed))
+
+    def _share(self, max_sleep: float, recycle: RecycleLimits | None,
+               rate_start_window: float | None, replication: Replication | None,
+               ) -> Shared[Lane]:
+        """What the lanes share, made of this listener's client, tasks and settings."""
+        return Shared(self.redis, self.db, self.id, self.groups,
+                      concurrency=self.concurrency, lease=self.lease,
+                      shutdown_timeout=self.shutdown_timeout,
+                      failure_retention=self.failure_retention, clock=self.clock,
+                      max_sleep=max_sleep, loader=self.loader, peers=self.peers,
+                      observer=self.observer, recycle=recycle, history=self.history,
+                      rate_start_window=rate_start_window,
+                      owns_client=self._owns_client, replication=replication)
+
+    @property
+    def tally(self) -> RunTally:
+        """How runs ended, for the log (``tally.log_fires``: a line per fired timer)."""
+        return self.shared.tally
+
+    @property
+    def recycler(self) -> Recycler:
+        """This listener's part in recycling (replaced at its limits: ``RecycleLimits``)."""
+        return self.shared.recycler
+
+    @property
+    def lanes(self) -> list[Lane]:
+        """One per shard of the prefix (one until [`run`][timers.listener.Listener.run] reads the
+        layout)."""
+        return self.shared.lanes
 
     @property
     def subscribed(self) -> asyncio.Event:
@@ -286,6 +302,15 @@ class Listener:
     def load(self) -> tuple[int, int]:
         """(runs under way, runs it could start now): for metrics."""
         return self.shared.running_count(), self.shared.free_slots()
+
+
+def _task_loader(tasks: str | None, registry: Mapping[str, Callable[..., Any]] | None,
+                 search_path: str | None) -> tuple[TaskLoader, bool]:
+    """The loader of the code a listener may run, and whether the listener may start
+    without its tasks package (callables given by name, and no package named)."""
+    optional = bool(registry) and tasks is None and not os.environ.get(TASKS_ENV)
+    return (TaskLoader(configured_package(tasks), registry,
+                       os.getcwd() if search_path is None else search_path), optional)
 
 
 def _adopting_ended(task: asyncio.Task[None]) -> None:
