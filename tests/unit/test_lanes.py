@@ -13,7 +13,7 @@ import pytest
 from timers.listener.finding import events
 from timers.listener.finding.due_tracker import DueTracker
 from timers.listener.finding.events import Channels, EventHub, EventSource
-from timers.listener.lanes import BACKUP_SWEEP_MS, sweep_defer_ms
+from timers.listener.health.heartbeat import BACKUP_SWEEP_MS, sweep_defer_ms
 from timers.listener.retrying import Outage
 from timers.model.clock import ManualClock
 from timers.model.encoding import Record, entry_text

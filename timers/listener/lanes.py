@@ -17,9 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from timers.exceptions import MalformedTimerKey
@@ -39,28 +38,23 @@ from timers.listener.flow.handoff import Handoff
 from timers.listener.flow.parker import Parker
 from timers.listener.flow.placer import Placer
 from timers.listener.flow.turns import Turns
+from timers.listener.health.heartbeat import Heartbeat
 from timers.listener.leases import Fence, HeldRuns, LeaseKeeper, renewal_timeout, sync_twin
 from timers.listener.quarantine.crashes import listener_name
 from timers.listener.quarantine.parent import Quarantine
 from timers.listener.retrying import RETRYABLE, Outage, beat_until
 from timers.listener.shared import Shared
-from timers.model.encoding import as_text, unescape_id
+from timers.model.encoding import unescape_id
 from timers.model.keys import Keyspace
 from timers.model.runs import Fired, Run, rejected_entry
-from timers.model.wire import HEARTBEAT_INTERVAL, HEARTBEAT_MISSES, ClaimSource, EndingKind
-from timers.ops.fleet import encode_task_set
+from timers.model.wire import HEARTBEAT_INTERVAL, ClaimSource, EndingKind
 from timers.ops.shards import ShardLayout
 from timers.store.permissions import explain
 from timers.store.scripts import Scripts
 
 log = logging.getLogger("timers.listener")
 
-BACKUP_SWEEP_MS = 20.0
-"""How long after a due time a listener sweeps a shard another live listener sweeps first
-(the one it would have done is late, stopped or dead)."""
 FLUSH_GRACE = 5.0  # s a batch of endings already sent may take to be answered at shutdown
-HEARTBEAT_TTL_MS = round(HEARTBEAT_INTERVAL * HEARTBEAT_MISSES * 1000)
-"""How long a heartbeat says the listener is alive (a few missed beats)."""
 _RECOVERED = ClaimSource.RECOVERED.label
 HAND_BACK_GRACE_MS = 1000
 """A run handed back at the end may still be going in its thread until the process exits
@@ -91,7 +85,6 @@ class Lane:
         self.tasks: dict[str, asyncio.Task[None]] = {}  # each running run's, by its token
         self.held = HeldRuns(shared.lease)  # tokens whose lease we keep: running or unflushed
         self.turns = Turns()  # runs next in line on a key slot, and those they follow
-        self.task_list_sent = False  # this lane's heartbeat stored the task list
         self.rejecting: set[asyncio.Task[None]] = set()  # expired keys checked with peers
         loader, outage, poke = shared.loader, Outage(), asyncio.Event()
         self.flow = FlowGate(self.scripts, shared.lease, on_held=shared.tally.held_back,
@@ -137,6 +130,8 @@ class Lane:
                                  fence=Fence(self.held, self.scripts, shared.lease),
                                  peers=shared.peers, stopping=shared.stopping)
 
+        self.heartbeat = Heartbeat(shared, self.scripts, self.tracker, index,
+                                   announces=announces)
         self.journal: Journal | None = None
 
     def use_journal(self, journal: Journal | None) -> None:
@@ -199,7 +194,7 @@ class Lane:
             await self.endings.flush_remaining(shared.clock)
             await self.trimmer.settle(shared.clock)
             with contextlib.suppress(*RETRYABLE):
-                await self.heartbeat(alive=False)
+                await self.heartbeat.beat(alive=False)
 
     def _loop_ended(self, task: asyncio.Task[None]) -> None:
         """A loop must only end on stop: if one dies of a bug, stop rather than limp on
@@ -223,7 +218,7 @@ class Lane:
         """Wait for running tasks, then hand back the runs that did not finish."""
         shared = self.shared
         running = [t for t in self.tasks.values() if not t.done()]
-        await self.recycler.wait_for_runs(running, lambda: self.heartbeat(alive=True))
+        await self.recycler.wait_for_runs(running, lambda: self.heartbeat.beat(alive=True))
         running = [t for t in running if not t.done()]
         if running and not shared.aborting.is_set():
             log.info("waiting up to %gs for %d running task(s)", shared.shutdown_timeout,
@@ -394,30 +389,9 @@ class Lane:
     async def _heartbeat_loop(self) -> None:
         """The heartbeat, and the near keys alongside (a turn every few seconds each)."""
         await asyncio.gather(
-            beat_until(self.stopping, lambda: self.heartbeat(alive=True), HEARTBEAT_INTERVAL),
+            beat_until(self.stopping, lambda: self.heartbeat.beat(alive=True),
+                       HEARTBEAT_INTERVAL),
             keep_near_keys(self.scripts, self.stopping))
-
-    async def heartbeat(self, alive: bool) -> None:
-        """Say the listener is alive (or gone) in this lane's shard; with several shards,
-        learn whether it sweeps this one first."""
-        shared = self.shared
-        info = json.dumps(shared.describe()) if alive else ""
-        peers = shared.peers
-        digest, task_list = peers.announcement() if alive else ("", "")
-        if alive and not self.task_list_sent:
-            task_list = task_list or encode_task_set(shared.loader.task_names())
-        stored, *live = await self.scripts.heartbeat(shared.id, HEARTBEAT_TTL_MS, info,
-                                                     digest, task_list)
-        if alive:
-            if task_list:
-                self.task_list_sent = True
-                if self.announces:
-                    peers.announced()
-            self.recycler.published()
-            if self.announces and not int(stored):
-                peers.gone_from_server()
-            if len(self.lanes) > 1:
-                self.tracker.defer_ms = sweep_defer_ms(live, self.index, shared.id)
 
 
 def lanes_for(shared: Shared[Lane], layout: ShardLayout, subscribed: asyncio.Event) -> list[Lane]:
@@ -431,15 +405,6 @@ def lanes_for(shared: Shared[Lane], layout: ShardLayout, subscribed: asyncio.Eve
 def shard_note(lanes: Sequence[Lane]) -> str:
     """For the start-up line: ``" over 16 shards"`` when there are several."""
     return f" over {len(lanes)} shards" if len(lanes) > 1 else ""
-
-
-def sweep_defer_ms(live: Iterable[Any], shard: int, me: str) -> float:
-    """0 if ``me`` is the first sweeper of shard number ``shard`` among the ``live``
-    listener ids, else :data:`BACKUP_SWEEP_MS`. Shard ``i`` goes to the ``i``-th live id in
-    sorted order, round the list, so the shards (and the work) spread evenly over the
-    listeners; every listener sweeps every shard, the others later."""
-    ids = sorted({as_text(i) for i in live or []} | {me})
-    return 0.0 if ids[shard % len(ids)] == me else BACKUP_SWEEP_MS
 
 
 def _timer_of(ending: Ending) -> str:

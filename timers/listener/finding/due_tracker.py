@@ -45,7 +45,7 @@ class DueTracker:
         nothing to it."""
         self.defer_ms = 0.0
         """How long after a due time this listener sweeps it: 0, or, for a shard another
-        live listener sweeps first, :data:`timers.listener.lanes.BACKUP_SWEEP_MS`."""
+        live listener sweeps first, :data:`timers.listener.health.heartbeat.BACKUP_SWEEP_MS`."""
         self._offset: _OffsetSample | None = None
         self._handed_dues: dict[int, float] = {}
         """Due times (ms) this listener gave timers it handed back for another listener,
