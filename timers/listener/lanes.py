@@ -31,8 +31,9 @@ from timers.listener.endings.writer import EndingWriter
 from timers.listener.executor import Executor
 from timers.listener.finding.claimer import Claimer, ClaimerHooks
 from timers.listener.finding.due_tracker import DueTracker
-from timers.listener.finding.events import Channels, EventHub, EventSource, Rejected
+from timers.listener.finding.events import Channels, EventHub, EventSource
 from timers.listener.finding.near_keys import keep_near_keys
+from timers.listener.finding.rejected import RejectedKeys
 from timers.listener.flow.gate import FlowGate
 from timers.listener.flow.handoff import Handoff
 from timers.listener.flow.parker import Parker
@@ -46,8 +47,8 @@ from timers.listener.retrying import RETRYABLE, Outage, beat_until
 from timers.listener.shared import Shared
 from timers.model.encoding import unescape_id
 from timers.model.keys import Keyspace
-from timers.model.runs import Fired, Run, rejected_entry
-from timers.model.wire import HEARTBEAT_INTERVAL, ClaimSource, EndingKind
+from timers.model.runs import Fired, Run
+from timers.model.wire import HEARTBEAT_INTERVAL, ClaimSource
 from timers.ops.shards import ShardLayout
 from timers.store.permissions import explain
 from timers.store.scripts import Scripts
@@ -85,7 +86,6 @@ class Lane:
         self.tasks: dict[str, asyncio.Task[None]] = {}  # each running run's, by its token
         self.held = HeldRuns(shared.lease)  # tokens whose lease we keep: running or unflushed
         self.turns = Turns()  # runs next in line on a key slot, and those they follow
-        self.rejecting: set[asyncio.Task[None]] = set()  # expired keys checked with peers
         loader, outage, poke = shared.loader, Outage(), asyncio.Event()
         self.flow = FlowGate(self.scripts, shared.lease, on_held=shared.tally.held_back,
                              shards=shards, shard=index, window=shared.rate_start_window)
@@ -104,9 +104,11 @@ class Lane:
                                     history=shared.history, listener_id=shared.id,
                                     task_retention=loader.history_retention)
         self.trimmer = HistoryTrimmer(self.scripts, shared.history, self.closed, outage)
+        self.rejected = RejectedKeys(shared.peers, keys, self.tracker, self.endings,
+                                     shared.tally.rejected)
         self.events = EventSource(shared.redis, Channels.of(keys, shared.db, shared.groups),
-                                  keys, loader.resolve, self.tracker, poke.set, self._reject,
-                                  self.stopping, outage=outage, hub=hub,
+                                  keys, loader.resolve, self.tracker, poke.set,
+                                  self.rejected.reject, self.stopping, outage=outage, hub=hub,
                                   subscribed=subscribed)
         self.claimer = Claimer(
             self.scripts, shared.groups, shared.id, shared.lease, shared.clock, self.tracker,
@@ -353,36 +355,6 @@ class Lane:
             if shared.observer is not None:
                 _tell(shared.observer, done.report)
             self.recycler.after_run(shared.ended_count)
-
-    # -- rejected event keys ----------------------------------------------------------
-
-    def _reject(self, event: Rejected) -> None:
-        """Record an expired key that names no timer this listener can run; unless it
-        names a well-formed timer that another live listener can run (it claims it)."""
-        screened = (self.shared.peers.screen(event.key, self.keys.timer_key_start.encode())
-                    if event.escaped_id is not None else "reject")
-        if screened == "reject":
-            self._record_rejected(event)
-        elif screened == "ask":  # on a view read after it came
-            task = asyncio.create_task(self._reject_unless_run_elsewhere(event))
-            self.rejecting.add(task)
-            task.add_done_callback(self.rejecting.discard)
-
-    async def _reject_unless_run_elsewhere(self, event: Rejected) -> None:
-        peers = self.shared.peers
-        with contextlib.suppress(*RETRYABLE):
-            await peers.fresh_view()
-        if peers.run_elsewhere(event.key, self.keys.timer_key_start.encode()):
-            log.debug("expired key %r: another live listener runs its task", event.key[:120])
-            return
-        self._record_rejected(event)
-
-    def _record_rejected(self, event: Rejected) -> None:
-        log.warning("rejected expired key %r: %s", event.key[:120], event.reason)
-        failure_id, failure = rejected_entry(event.key, event.reason,
-                                             self.tracker.redis_time_ms(), event.escaped_id)
-        self.endings.add(Ending("", EndingKind.REJECT, failure_id=failure_id, failure=failure))
-        self.tally.rejected()
 
     # -- heartbeat --------------------------------------------------------------------
 
