@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from timers.exceptions import MalformedTimerKey
@@ -47,7 +47,7 @@ from timers.listener.retrying import RETRYABLE, Outage, beat_until
 from timers.listener.shared import Shared
 from timers.model.encoding import unescape_id
 from timers.model.keys import Keyspace
-from timers.model.runs import Fired, Run
+from timers.model.runs import Run
 from timers.model.wire import HEARTBEAT_INTERVAL, ClaimSource
 from timers.ops.shards import ShardLayout
 from timers.store.permissions import explain
@@ -350,11 +350,7 @@ class Lane:
             return
         self.endings.add(done.ending, done.facts, done.prompt)
         if done.report is not None:
-            shared = self.shared
-            shared.ended_count += 1
-            if shared.observer is not None:
-                _tell(shared.observer, done.report)
-            self.recycler.after_run(shared.ended_count)
+            self.shared.reported(done.report)
 
     # -- heartbeat --------------------------------------------------------------------
 
@@ -385,11 +381,3 @@ def _timer_of(ending: Ending) -> str:
         with contextlib.suppress(MalformedTimerKey):
             return unescape_id(ending.run_of[0])
     return f"(run {ending.token})"
-
-
-def _tell(observer: Callable[[Fired], None], report: Fired) -> None:
-    """Hand a run's report to the listener's observer; its failure is logged, not raised."""
-    try:
-        observer(report)
-    except Exception:
-        log.exception("observer failed")

@@ -151,6 +151,14 @@ class Shared(Generic[L]):
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.stopping.wait(), self.lease / 3)
 
+    def reported(self, report: Fired) -> None:
+        """A run ended with a report (:class:`~timers.model.runs.Fired`): count it, hand it
+        to the observer, and let the recycler see the count."""
+        self.ended_count += 1
+        if self.observer is not None:
+            _tell(self.observer, report)
+        self.recycler.after_run(self.ended_count)
+
     def reserve(self, scripts: Scripts, *names: ScriptName) -> None:
         """Each script of ``names`` sent on a connection of its own
         (:class:`~timers.store.listener_client.ReservedConnection`): a lane's claims and its
@@ -218,3 +226,11 @@ class Shared(Generic[L]):
                 "groups": self.groups, "task_set": self.peers.digest,
                 **self.tally.recent.summary(),
                 **self.recycler.heartbeat_info(self.stopping.is_set())}
+
+
+def _tell(observer: Callable[[Fired], None], report: Fired) -> None:
+    """Hand a run's report to the listener's observer; its failure is logged, not raised."""
+    try:
+        observer(report)
+    except Exception:
+        log.exception("observer failed")
