@@ -110,7 +110,17 @@ class Lane:
                                   keys, loader.resolve, self.tracker, poke.set,
                                   self.rejected.reject, self.stopping, outage=outage, hub=hub,
                                   subscribed=subscribed)
-        self.claimer = Claimer(
+        self.claimer = self._claimer(poke, outage)
+        self.executor = self._executor()
+        self.heartbeat = Heartbeat(shared, self.scripts, self.tracker, index,
+                                   announces=announces)
+
+        self.journal: Journal | None = None
+
+    def _claimer(self, poke: asyncio.Event, outage: Outage) -> Claimer:
+        """The shard's sweep loop and claim, with what this lane starts, parks and moves."""
+        shared, loader = self.shared, self.shared.loader
+        return Claimer(
             self.scripts, shared.groups, shared.id, shared.lease, shared.clock, self.tracker,
             ClaimerHooks(free_slots=shared.free_slots, take_event_ids=self.events.take,
                          busy=self.busy, start=self.start, give_up=self._give_up,
@@ -122,19 +132,19 @@ class Lane:
                           moves=None if self.placer is None else self.placer.not_parked),
             ahead_share=max(1, shared.concurrency // 2), outage=outage,
             gather=max(1, shared.concurrency // 4), gauge=shared.cpu)
-        self.executor = Executor(loader.resolve, shared.runner,
-                                 Quarantine(loader, listener_name(shared.id), self.held),
-                                 RecurrenceHook(shared.redis, keys, self.scripts), self.tracker,
-                                 shared.precise, flow=self.flow,
-                                 name=f"listener {shared.id} (package {loader.package!r}, "
-                                      f"groups {', '.join(shared.groups)})",
-                                 turns=self.turns,
-                                 fence=Fence(self.held, self.scripts, shared.lease),
-                                 peers=shared.peers, stopping=shared.stopping)
 
-        self.heartbeat = Heartbeat(shared, self.scripts, self.tracker, index,
-                                   announces=announces)
-        self.journal: Journal | None = None
+    def _executor(self) -> Executor:
+        """What runs this lane's claimed timers, each through its checks and gate, a
+        suspect one in quarantine."""
+        shared, loader, keys = self.shared, self.shared.loader, self.keys
+        return Executor(loader.resolve, shared.runner,
+                        Quarantine(loader, listener_name(shared.id), self.held),
+                        RecurrenceHook(shared.redis, keys, self.scripts), self.tracker,
+                        shared.precise, flow=self.flow,
+                        name=f"listener {shared.id} (package {loader.package!r}, "
+                             f"groups {', '.join(shared.groups)})",
+                        turns=self.turns, fence=Fence(self.held, self.scripts, shared.lease),
+                        peers=shared.peers, stopping=shared.stopping)
 
     def use_journal(self, journal: Journal | None) -> None:
         """Keep this lane's endings in ``journal`` (:mod:`timers.listener.endings.journal`)."""
