@@ -4,11 +4,15 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from timers.model.history import MinuteSlot
+from timers.ops.failures import Failure
 from timers.ops.flow_views import GroupCounts
+from timers.ops.history import merge_slots
 from timers.ops.operations import Stats
+from timers.ops.pending import PendingTimer
 
 if TYPE_CHECKING:  # (the dashboard's and top's reads: loaded by merge_snapshots)
     from timers.ops.snapshot import FleetSnapshot
@@ -67,3 +71,26 @@ def merge_snapshots(parts: Sequence[FleetSnapshot]) -> FleetSnapshot:
         _summed([p.counters for p in parts]), unique_listeners([p.listeners for p in parts]),
         sum(p.recurrences for p in parts), sum(p.recurrences_paused for p in parts),
         sorted({g for p in parts for g in p.groups}))
+
+
+def same_minutes(parts: Sequence[list[MinuteSlot]]) -> list[MinuteSlot]:
+    """Shards' slots merged minute by minute (a shard read a minute later than another
+    has its window shifted by one: aligned on the latest minute)."""
+    last = max(part[-1].minute for part in parts)
+    count = len(parts[0])
+    wanted = range(last - count + 1, last + 1)
+    aligned = []
+    for part in parts:
+        by_minute = {slot.minute: slot for slot in part}
+        aligned.append([by_minute.get(m, MinuteSlot(m)) for m in wanted])
+    return merge_slots(aligned)
+
+
+def soonest(parts: Iterable[list[PendingTimer]]) -> list[PendingTimer]:
+    """Shards' pending timers as one list, soonest first."""
+    return sorted((t for part in parts for t in part), key=lambda t: t.due)
+
+
+def latest(parts: Iterable[list[Failure]]) -> list[Failure]:
+    """Shards' failure records as one list, most recent first."""
+    return sorted((f for part in parts for f in part), key=lambda f: f.at, reverse=True)

@@ -3,28 +3,27 @@
 :class:`ShardedOperations` has the API of :class:`timers.ops.operations.Operations`: what names
 a timer (or a recurrence) goes to that one's shard, in the round trips one shard takes;
 views (``list``, ``stats``, ``failed``, ``listeners``, recurrences) read every shard in
-the same round trips as one shard would (:func:`gather` sends the shards' reads as one
-pipeline) and merge them. The layout is read once, by the first operation.
+the same round trips as one shard would (:func:`timers.ops.gather.gather` sends the shards'
+reads as one pipeline) and merge them (:mod:`timers.ops.shard_views`). A new timer's shard
+is :func:`timers.ops.placement.placed`'s. The layout is read once, by the first operation.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from timers.exceptions import InvalidTimer, NotReplicated, ServerOutOfMemory
+from timers.exceptions import NotReplicated, ServerOutOfMemory
 from timers.model.cron import Recurrence
-from timers.model.encoding import DEFAULT_MAX_ARGS_BYTES, Record, escape_id
+from timers.model.encoding import DEFAULT_MAX_ARGS_BYTES
 from timers.model.flow.names import DEFAULT_GROUP
-from timers.model.history import HistoryRecord, MinuteSlot, MinuteStats, TimerState
+from timers.model.history import HistoryRecord, MinuteStats, TimerState
 from timers.model.keys import Keyspace, configured_prefix
-from timers.model.run_record import record_head, record_option
-from timers.model.wire import Option
-from timers.ops.base import Call, Operation, Request
+from timers.ops.base import Call, Operation
 from timers.ops.failures import Failure, RetrySummary
-from timers.ops.history import merge_slots
+from timers.ops.gather import gather
 from timers.ops.operations import (
     Operations,
     PendingTimer,
@@ -33,16 +32,16 @@ from timers.ops.operations import (
     TimerSpec,
     TimerStatus,
 )
+from timers.ops.placement import placed
 from timers.ops.replication import Replication
-from timers.ops.shard_views import merge_stats, unique_listeners
-from timers.ops.shards import (
-    ShardLayout,
-    configured_shards,
-    id_in_shard,
-    read_layout,
-    shard_of,
-    shard_of_key,
+from timers.ops.shard_views import (
+    latest,
+    merge_stats,
+    same_minutes,
+    soonest,
+    unique_listeners,
 )
+from timers.ops.shards import ShardLayout, configured_shards, read_layout, shard_of
 from timers.store.cluster import is_cluster, keyspace_for
 
 if TYPE_CHECKING:  # the dashboard's and top's reads: imported where used, so a producer
@@ -51,84 +50,6 @@ if TYPE_CHECKING:  # the dashboard's and top's reads: imported where used, so a 
     from timers.ops.snapshot import FleetSnapshot
 
 T = TypeVar("T")
-
-
-def gather(operations: Sequence[Operation[T]]) -> Operation[list[T]]:
-    """Run operations side by side, each step's requests sent as one round trip (one at
-    a time when a request must be atomic: a transaction cannot span shards)."""
-    results: list[Any] = [None] * len(operations)
-    current: dict[int, Request] = {}
-    for index, operation in enumerate(operations):
-        _advance(operation, index, None, current, results)
-    while current:
-        batches = ([[i] for i in current] if any(c.atomic for r in current.values() for c in r)
-                   else [list(current)])
-        for indexes in batches:
-            replies = yield [call for i in indexes for call in current[i]]
-            start = 0
-            for i in indexes:
-                request = current.pop(i)
-                part, start = replies[start:start + len(request)], start + len(request)
-                _advance(operations[i], i, part, current, results)
-    return results
-
-
-def _advance(operation: Operation[Any], index: int, reply: list[Any] | None,
-             current: dict[int, Request], results: list[Any]) -> None:
-    try:
-        current[index] = next(operation) if reply is None else operation.send(reply)
-    except StopIteration as done:
-        results[index] = done.value
-
-
-def declared_limit(record: str) -> str | None:
-    """The name whose shard holds the limit a timer's task declares, when this process
-    knows the declaration (the task registered by name, ``@timers.task(name=...)``): its
-    rate's name, else its key (:meth:`TaskPolicy.limit_name`); None otherwise, for a task
-    of another group than the timer's (it moves to its group first), or when the key
-    function fails (the listener reports it)."""
-    from timers.model.policy import registered_policy  # (only a sharded prefix asks)
-
-    task, options = record_head(record)
-    policy = registered_policy(task)
-    if policy is None or not policy.flow_limited:
-        return None
-    group = (record_option(record, Option.GROUP) if options else None) or DEFAULT_GROUP
-    if policy.group is not None and policy.group != group:
-        return None
-    try:
-        return policy.limit_name(task, Record.decode(record).args)
-    except Exception:
-        return None
-
-
-def placed(item: Prepared, count: int) -> Prepared:
-    """``item`` with an id in the shard of its concurrency key, if it has one (the
-    placement rule of :mod:`timers.ops.shards`): a generated id is drawn again until it falls
-    there (every one, in turn, so a batch's ids still sort in its order); an id the
-    producer chose that does not fall there is an :class:`InvalidTimer`. Without a key,
-    a timer whose task's declared limit this process knows (:func:`declared_limit`) gets a
-    generated id in its limit's shard; an id the producer chose stays in its own shard
-    (the timer moves at its first claim)."""
-    if count == 1:
-        return item
-    if item.route is None:
-        name = None if item.replace else declared_limit(item.record)
-        if name is None:
-            return item
-        fresh = id_in_shard(shard_of_key(name, count), count)
-        return item._replace(timer_id=fresh, escaped=escape_id(fresh))
-    shard = shard_of_key(item.route, count)
-    if item.replace and shard_of(item.timer_id, count) == shard:
-        return item
-    if item.replace:
-        raise InvalidTimer(
-            f"timer id {item.timer_id!r} with key {item.route!r}: on {count} shards a keyed "
-            f"timer lives in its key's shard, and its id must say so: put the key in "
-            f"braces in the id (id={item.timer_id + '{' + item.route + '}'!r}), or let "
-            f"timers make the id")
-    fresh = id_in_shard(shard, count)
-    return item._replace(timer_id=fresh, escaped=escape_id(fresh))
 
 
 class ShardedOperations:
@@ -311,7 +232,7 @@ class ShardedOperations:
     def series(self, task: str | None = None, minutes: int = 60) -> Operation[list[MinuteStats]]:
         """Per minute, every shard's runs summed and their histograms merged."""
         parts = yield from self._each(lambda s: s.series_slots(task, minutes))
-        return [slot.stats() for slot in _same_minutes(parts)]
+        return [slot.stats() for slot in same_minutes(parts)]
 
     def tasks_seen(self) -> Operation[list[str]]:
         parts = yield from self._each(Operations.tasks_seen)
@@ -336,7 +257,7 @@ class ShardedOperations:
 
     def list_failed(self, limit: int = 100) -> Operation[list[Failure]]:
         parts = yield from self._each(lambda s: s.list_failed(limit))
-        return _latest(parts)[:max(limit, 0)]
+        return latest(parts)[:max(limit, 0)]
 
     def get_failures(self, timer_id: str) -> Operation[list[Failure]]:
         """A timer's failures are in its shard; a failure id (``…:…``) may be in any."""
@@ -345,7 +266,7 @@ class ShardedOperations:
             return (yield from self._found(timer_id, lambda s: s.get_failures(timer_id),
                                            bool))
         parts = yield from gather([s.get_failures(timer_id) for s in shards])
-        return _latest(parts)
+        return latest(parts)
 
     def get_failure(self, timer_id: str) -> Operation[Failure | None]:
         found = yield from self.get_failures(timer_id)
@@ -406,20 +327,20 @@ class ShardedOperations:
             return (yield from browse.page(shards[0].keys, offset, limit, group, priority))
         parts = yield from gather([browse.page(s.keys, 0, offset + limit, group, priority)
                                    for s in shards])
-        return _soonest(parts)[offset:offset + limit]
+        return soonest(parts)[offset:offset + limit]
 
     def search_id_prefix(self, prefix: str,
                          limit: int) -> Operation[tuple[list[PendingTimer], bool]]:
         from timers.ops import browse
 
         parts = yield from self._each(lambda s: browse.search_id_prefix(s.keys, prefix, limit))
-        return _soonest([p[0] for p in parts])[:limit], all(p[1] for p in parts)
+        return soonest([p[0] for p in parts])[:limit], all(p[1] for p in parts)
 
     def filter_task(self, task: str, limit: int) -> Operation[list[PendingTimer]]:
         from timers.ops import browse
 
         parts = yield from self._each(lambda s: browse.filter_task(s.keys, task, limit))
-        return _soonest(parts)[:limit]
+        return soonest(parts)[:limit]
 
     def task_flow(self, task: str) -> Operation[list[tasks.TaskFlow]]:
         """The limits ``task``'s runs meet and its runs under way, per shard."""
@@ -470,24 +391,3 @@ def operations_for(client: object, prefix: str | None, shards: int | None,
     return ShardedOperations(keyspace_for(client, prefix), configured_prefix(prefix),
                              cluster=is_cluster(client), shards=configured_shards(shards),
                              max_args_bytes=max_args_bytes, group=group)
-
-
-def _same_minutes(parts: Sequence[list[MinuteSlot]]) -> list[MinuteSlot]:
-    """Shards' slots merged minute by minute (a shard read a minute later than another
-    has its window shifted by one: aligned on the latest minute)."""
-    last = max(part[-1].minute for part in parts)
-    count = len(parts[0])
-    wanted = range(last - count + 1, last + 1)
-    aligned = []
-    for part in parts:
-        by_minute = {slot.minute: slot for slot in part}
-        aligned.append([by_minute.get(m, MinuteSlot(m)) for m in wanted])
-    return merge_slots(aligned)
-
-
-def _soonest(parts: Iterable[list[PendingTimer]]) -> list[PendingTimer]:
-    return sorted((t for part in parts for t in part), key=lambda t: t.due)
-
-
-def _latest(parts: Iterable[list[Failure]]) -> list[Failure]:
-    return sorted((f for part in parts for f in part), key=lambda f: f.at, reverse=True)

@@ -28,7 +28,7 @@ count its own N. The rule:
 3. A limit the task declares (a key function, ``concurrency=`` per task, ``rate=``): a
    producer that knows the declaration (the task registered by name in its process)
    draws a generated id in the limit's shard (:meth:`TaskPolicy.limit_name`,
-   :func:`timers.ops.sharded.placed`). Otherwise it is known to listeners only: the
+   :func:`timers.ops.placement.placed`). Otherwise it is known to listeners only: the
    timer moves to its limit's shard once, at its first claim, before any gate sees it
    (:mod:`timers.listener.flow.placer`: four steps over the two shards, each atomic in one,
    ordered so that a crash anywhere leaves it runnable exactly once), and carries
