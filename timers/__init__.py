@@ -61,11 +61,11 @@ if typing.TYPE_CHECKING:
     from timers.model.history import HistoryRecord, MinuteStats, TimerState
     from timers.model.policy import Backoff, TaskPolicy, registered, task
     from timers.model.runs import Fired
+    from timers.ops.listings import Stats
     from timers.ops.operations import (
         Failure,
         PendingTimer,
         RetrySummary,
-        Stats,
         TimerSpec,
         TimerStatus,
     )
@@ -148,7 +148,7 @@ _LAZY: dict[str, str] = {
     "Rate": "timers.model.flow.rates",
     "Recurrence": "timers.model.cron",
     "RetrySummary": "timers.ops.operations",
-    "Stats": "timers.ops.operations",
+    "Stats": "timers.ops.listings",
     "TaskPolicy": "timers.model.policy",
     "TimerContext": "timers.listener.calling.context",
     "TimerSpec": "timers.ops.operations",

@@ -25,7 +25,8 @@ from timers.model.due import format_duration
 from timers.model.keys import DEFAULT_GROUP, DEFAULT_PREFIX
 
 if TYPE_CHECKING:
-    from timers.ops.operations import PendingTimer, Stats, TimerStatus
+    from timers.ops.listings import Stats
+    from timers.ops.operations import PendingTimer, TimerStatus
 
 IdArgument = Annotated[str, typer.Argument(metavar="ID", help="Timer id.")]
 GroupFilter = Annotated[str | None, typer.Option(

@@ -8,11 +8,10 @@ is also what makes it testable without a server.
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
@@ -26,7 +25,6 @@ from timers.model.due import DueSpec, due_spec, seconds
 from timers.model.encoding import (
     DEFAULT_MAX_ARGS_BYTES,
     Args,
-    as_text,
     check_id,
     check_user_id,
     encode_record,
@@ -43,10 +41,10 @@ from timers.model.wire import (
     ScheduleMode,
 )
 from timers.ops import flow_views as views
-from timers.ops.base import Call, Operation, Request, live_heartbeats, pairs
+from timers.ops.base import Call, Operation, Request
 from timers.ops.failures import Failure, FailureOperations, RetrySummary
-from timers.ops.flow_views import GroupCounts
 from timers.ops.history import HistoryOperations
+from timers.ops.listings import ListingOperations
 from timers.ops.pending import PendingTimer, pending_of
 from timers.ops.recurrences import RecurrenceOperations
 from timers.ops.replication import Replication
@@ -56,7 +54,7 @@ from timers.store.script_calls import Invocation, NewTimer, ScriptCalls
 
 __all__ = [
     "Call", "Failure", "Operation", "Operations", "PendingTimer", "Request", "RetrySummary",
-    "Stats", "TimerSpec", "TimerStatus", "new_timer_id",
+    "TimerSpec", "TimerStatus", "new_timer_id",
 ]
 SCHEDULE_CHUNK = 500
 """Timers per schedule script call in :meth:`Operations.schedule_many`."""
@@ -81,29 +79,6 @@ class TimerSpec:
     """A concurrency key: the task's concurrency limit then holds per key."""
     priority: int = 0
     """-1000 to 1000: higher runs first among timers waiting for the same slot."""
-
-
-
-
-@dataclass(frozen=True)
-class Stats:
-    pending: int
-    running: int
-    failed: int
-    counters: dict[str, int] = field(default_factory=dict)
-    groups: dict[str, GroupCounts] = field(default_factory=dict)
-    """Per group: pending (waiting included), waiting, running."""
-    waiting_keys: dict[str, int] = field(default_factory=dict)
-    """Timers waiting for each concurrency key."""
-    waiting_rates: dict[str, int] = field(default_factory=dict)
-    """Timers waiting for each rate limit."""
-    next_in_line: int = 0
-    """Of ``running``: runs next in line on a concurrency key slot, handed to a listener
-    with the run before them and not started yet (they start as that one ends)."""
-
-    @property
-    def fired(self) -> int:
-        return self.counters.get("fired", 0)
 
 
 def _coerce_spec(item: TimerSpec | Mapping[str, Any]) -> TimerSpec:
@@ -138,7 +113,7 @@ class Prepared(NamedTuple):
 
 
 class Operations(FailureOperations, RecurrenceOperations, HistoryOperations,
-                 StatusOperations):
+                 StatusOperations, ListingOperations):
     """Builds requests for one keyspace and reads their replies."""
 
     def __init__(
@@ -373,71 +348,5 @@ class Operations(FailureOperations, RecurrenceOperations, HistoryOperations,
         return pending_of(found[0]) if found else None
 
 
-    # -- listings ---------------------------------------------------------------------
-
-    def list_pending(
-        self, limit: int = 100, group: str | None = None, key: str | None = None
-    ) -> Operation[list[PendingTimer]]:
-        """Pending timers of every group (or of ``group``), waiting ones too, soonest
-        first; with ``key``: those waiting for that concurrency key, in queue order, then
-        the pending ones that name it."""
-        if limit <= 0:
-            return []
-        if key is not None:
-            found = yield from views.find_by_key(self.keys, key, limit)
-        else:
-            found = yield from views.find_pending(self.keys, limit, group)
-        out = []
-        for item in found:
-            try:
-                out.append(pending_of(item))
-            except MalformedTimerKey:
-                continue
-        return out
-
-    def stats(self) -> Operation[Stats]:
-        """Counts; ``pending`` and ``running`` over every group, waiting timers included."""
-        failed, counters, infos, following = yield [
-            Call(command=("ZCARD", self.keys.failures)),
-            Call(command=("HGETALL", self.keys.stats)),
-            Call(command=("HGETALL", self.keys.listener_info)),
-            Call(command=("HLEN", self.keys.next_in_line)),
-        ]
-        flow = yield from views.flow_counts(self.keys, listener_groups(infos))
-        return Stats(
-            flow.pending,
-            flow.running,
-            int(failed),
-            {as_text(k): int(v) for k, v in pairs(counters)},
-            flow.groups, flow.waiting_keys, flow.waiting_rates, int(following),
-        )
-
-    def listeners(self) -> Operation[list[dict[str, Any]]]:
-        """The live listeners, from their heartbeats."""
-        now, entries, infos = yield [
-            Call(command=("TIME",)),
-            Call(command=("ZRANGE", self.keys.listeners, 0, -1, "WITHSCORES")),
-            Call(command=("HGETALL", self.keys.listener_info)),
-        ]
-        now_ms = int(now[0]) * 1000 + int(now[1]) // 1000
-        return [beat for _, beat, _ in live_heartbeats(now_ms, entries, infos)]
-
-
 def _exist(timer_ids: Sequence[str]) -> str:
     return "exists on the primary" if len(timer_ids) == 1 else "exist on the primary"
-
-
-def listener_groups(infos: Any) -> set[str]:
-    """The groups the listeners' heartbeats name (dead ones' too: their runs count)."""
-    out: set[str] = set()
-    for _, value in pairs(infos):
-        try:
-            groups = json.loads(as_text(value)).get("groups") or []
-        except (ValueError, AttributeError):
-            continue
-        if isinstance(groups, list):  # another app's junk there must not stop `stats`
-            out.update(g for g in groups if isinstance(g, str))
-    return out
-
-
-

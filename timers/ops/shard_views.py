@@ -11,7 +11,7 @@ from timers.model.history import MinuteSlot
 from timers.ops.failures import Failure
 from timers.ops.flow_views import GroupCounts
 from timers.ops.history import merge_slots
-from timers.ops.operations import Stats
+from timers.ops.listings import Stats
 from timers.ops.pending import PendingTimer
 
 if TYPE_CHECKING:  # (the dashboard's and top's reads: loaded by merge_snapshots)

@@ -24,11 +24,11 @@ from timers.model.keys import Keyspace, configured_prefix
 from timers.ops.base import Call, Operation
 from timers.ops.failures import Failure, RetrySummary
 from timers.ops.gather import gather
+from timers.ops.listings import Stats
 from timers.ops.operations import (
     Operations,
     PendingTimer,
     Prepared,
-    Stats,
     TimerSpec,
     TimerStatus,
 )

@@ -23,7 +23,7 @@ from timers.model.runs import Run
 from timers.ops.base import Call, Operation, pairs
 from timers.ops.fleet import decode_task_set
 from timers.ops.flow_views import Parked, parked_entries, read_record
-from timers.ops.operations import listener_groups
+from timers.ops.listings import listener_groups
 
 
 @dataclass(frozen=True)

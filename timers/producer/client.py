@@ -25,13 +25,13 @@ from timers.model.encoding import DEFAULT_MAX_ARGS_BYTES, Args
 from timers.model.flow.names import configured_group
 from timers.model.history import HistoryRecord, MinuteStats
 from timers.ops.base import Request
+from timers.ops.listings import Stats
 from timers.ops.operations import (
     Failure,
     Operation,
     Operations,
     PendingTimer,
     RetrySummary,
-    Stats,
     TimerSpec,
     TimerStatus,
 )
