@@ -19,6 +19,7 @@ import redis.exceptions
 
 import timers
 import timers.producer.async_client
+import timers.producer.base
 import timers.producer.client
 from timers import AsyncTimers, NotReplicated, ServerError, Timers, TimerSpec
 from timers.model.keys import Keyspace
@@ -66,7 +67,7 @@ def transport(monkeypatch: pytest.MonkeyPatch) -> FakeWaits:
     monkeypatch.setattr(timers.producer.client, "run_sync", fake.sync)
     monkeypatch.setattr(timers.producer.async_client, "run_async", fake.run_async)
     # fakeredis plays a server with replicas here (a client on it would not wait, below)
-    monkeypatch.setattr(timers.producer.client, "in_memory", lambda client: False)
+    monkeypatch.setattr(timers.producer.base, "in_memory", lambda client: False)
     return fake
 
 

@@ -16,7 +16,8 @@ import redis.asyncio
 from timers.model.encoding import Args
 from timers.ops.operations import Operation, Prepared, TimerSpec
 from timers.ops.replication import Replication
-from timers.producer.client import Producer, Timers
+from timers.producer.base import Producer
+from timers.producer.client import Timers
 from timers.producer.coalesce import Coalescer
 from timers.producer.loops import LoopBinding
 from timers.producer.task_check import tasks_of
