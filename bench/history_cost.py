@@ -51,7 +51,8 @@ from timers.model.history import EndKind, HistoryRecord, MinuteSlot
 from timers.model.keys import DEFAULT_PREFIX, Keyspace
 from timers.model.timer_ids import new_timer_id
 from timers.store.lua_source import script_library, source
-from timers.store.script_calls import NewTimer, ScriptCalls
+from timers.store.script_calls import ScriptCalls
+from timers.store.script_rows import NewTimer
 
 KS = Keyspace("bench")
 LISTENER = f"{socket.gethostname()}:{os.getpid()}:a1b2c3"

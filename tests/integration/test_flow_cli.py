@@ -12,7 +12,7 @@ from tests.integration.helpers import TASKS, run_cli
 from timers import Timers
 from timers.model.keys import Keyspace
 from timers.model.runs import Run
-from timers.store.script_calls import GateRun, NewTimer
+from timers.store.script_rows import GateRun, NewTimer
 from timers.store.scripts import Scripts
 
 pytestmark = [pytest.mark.integration, pytest.mark.one_server]

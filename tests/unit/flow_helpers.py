@@ -10,7 +10,7 @@ import pytest
 
 from timers.model.keys import Keyspace
 from timers.model.runs import Run
-from timers.store.script_calls import GateRun, NewTimer
+from timers.store.script_rows import GateRun, NewTimer
 from timers.store.scripts import Scripts
 
 KS = Keyspace()

@@ -79,7 +79,7 @@ from timers.model.encoding import Record, as_text
 from timers.model.keys import DEFAULT_GROUP, Keyspace
 from timers.model.policy import TaskPolicy
 from timers.model.runs import Run
-from timers.store.script_calls import GateRun, NewTimer, ParkTimer, Taker
+from timers.store.script_rows import GateRun, NewTimer, ParkTimer, Taker
 from timers.store.scripts import Scripts
 
 KS = Keyspace()

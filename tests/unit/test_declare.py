@@ -19,8 +19,9 @@ from timers.ops.base import Call
 from timers.producer.transport import run_async, run_sync
 from timers.store.declare import MAX_CALLS, AsyncDeclaring, Declaring, asked_keys
 from timers.store.lua_source import source
-from timers.store.script_calls import GateRun, ScriptCalls
+from timers.store.script_calls import ScriptCalls
 from timers.store.script_modes import declares_keys
+from timers.store.script_rows import GateRun
 from timers.store.scripts import Scripts
 
 KS = Keyspace()
@@ -242,7 +243,7 @@ def test_a_lanes_claims_in_a_backlog_are_one_call_each_and_in_due_order() -> Non
     from timers.listener.retrying import Outage
     from timers.model.clock import SystemClock
     from timers.model.runs import Run
-    from timers.store.script_calls import NewTimer
+    from timers.store.script_rows import NewTimer
 
     async def scenario() -> tuple[list[int], list[str], int]:
         fake = fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer())

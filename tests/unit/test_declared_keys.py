@@ -11,7 +11,8 @@ import fakeredis
 from tests.unit.declared_keys import Undeclared, checking
 from timers import Timers, TimerSpec
 from timers.model.keys import SCRIPT_KEY_NAMES, Keyspace
-from timers.store.script_calls import GateRun, ScriptCalls, Taker
+from timers.store.script_calls import ScriptCalls
+from timers.store.script_rows import GateRun, Taker
 from timers.store.scripts import Scripts
 
 KS = Keyspace()

@@ -13,7 +13,7 @@ import pytest
 from tests.unit.flow_helpers import KS, LEASE, add, claim, finish, gate, ids, s
 from tests.unit.model_flow import VirtualClock, redis_clock
 from timers.model.runs import Run
-from timers.store.script_calls import GateRun, Taker
+from timers.store.script_rows import GateRun, Taker
 from timers.store.scripts import Scripts
 
 __all__ = ["s"]  # the fixture

@@ -10,7 +10,8 @@ import pytest
 from tests.unit.flow_helpers import KS, LEASE, add, claim, gate, ids, s
 from timers import Timers
 from timers.model.runs import Run
-from timers.store.script_calls import NewTimer, ParkTimer, ScriptCalls, Taker
+from timers.store.script_calls import ScriptCalls
+from timers.store.script_rows import NewTimer, ParkTimer, Taker
 from timers.store.scripts import Scripts
 
 __all__ = ["s"]  # the fixture

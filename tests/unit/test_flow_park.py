@@ -7,7 +7,7 @@ from __future__ import annotations
 import fakeredis
 
 from tests.unit.flow_helpers import KS, LEASE, add, claim, finish, gate, s
-from timers.store.script_calls import ParkTimer
+from timers.store.script_rows import ParkTimer
 from timers.store.scripts import Scripts
 
 __all__ = ["s"]  # the fixture

@@ -20,7 +20,7 @@ from timers.listener.flow.plan import plan_of_run
 from timers.model.keys import Keyspace
 from timers.model.policy import policy_of
 from timers.model.runs import Run
-from timers.store.script_calls import GateRun
+from timers.store.script_rows import GateRun
 from timers.store.scripts import Scripts
 
 CALLS: list[str] = []

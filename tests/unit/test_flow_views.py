@@ -10,7 +10,7 @@ import pytest
 from tests.unit.flow_helpers import LEASE, add, claim, s
 from timers import Timers
 from timers.model.runs import Run
-from timers.store.script_calls import GateRun
+from timers.store.script_rows import GateRun
 from timers.store.scripts import Scripts
 
 __all__ = ["s"]  # the fixture

@@ -21,7 +21,7 @@ from timers import Listener, Timers
 from timers.listener.endings.journal import DIR_ENV, Journal, journal_directory, server_identity
 from timers.model.keys import Keyspace
 from timers.model.runs import Run
-from timers.store.script_calls import GateRun, NewTimer, Taker
+from timers.store.script_rows import GateRun, NewTimer, Taker
 from timers.store.scripts import Scripts
 
 KS = Keyspace()

@@ -43,7 +43,7 @@ from timers.model.policy import task
 from timers.model.runs import Outcome, Run, RunFacts
 from timers.model.wire import EndingKind, FailureRecord, Option
 from timers.ops.fleet import FleetView, Peer
-from timers.store.script_calls import Taker
+from timers.store.script_rows import Taker
 from timers.store.scripts import Scripts
 
 KEYS = Keyspace()

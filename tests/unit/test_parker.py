@@ -21,7 +21,7 @@ from timers.listener.flow.parker import Parker
 from timers.model.keys import Keyspace
 from timers.model.policy import policy_of
 from timers.model.runs import Run
-from timers.store.script_calls import ParkTimer
+from timers.store.script_rows import ParkTimer
 from timers.store.scripts import Scripts
 
 

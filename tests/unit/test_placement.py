@@ -28,7 +28,7 @@ from timers.model.keys import Keyspace
 from timers.model.policy import policy_of
 from timers.model.runs import Run
 from timers.ops.shards import ShardLayout, shard_of_key
-from timers.store.script_calls import Arrival, Departure, GateRun, NewTimer, Settle
+from timers.store.script_rows import Arrival, Departure, GateRun, NewTimer, Settle
 from timers.store.scripts import Scripts
 
 SHARDS = ShardLayout(Keyspace("{timers}"), 2, "timers").keyspaces

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from timers.model.encoding import as_text
 from timers.model.keys import Keyspace
-from timers.store.script_calls import NewTimer
+from timers.store.script_rows import NewTimer
 from timers.store.scripts import Scripts
 
 KS = Keyspace()

@@ -17,21 +17,14 @@ from tests.unit.fresh_imports import fresh_modules
 from timers import Timers
 from timers.model.keys import SCRIPT_KEY_NAMES, Keyspace
 from timers.store.lua_source import PRELUDES, source, without_shebang
-from timers.store.script_calls import (
-    Departure,
-    GateRun,
-    Invocation,
-    NewTimer,
-    ParkTimer,
-    ScriptCalls,
-    Settle,
-)
+from timers.store.script_calls import Invocation, ScriptCalls
 from timers.store.script_manifest import (
     SCRIPT_NAMES,
     ScriptName,
     schedule_key_names,
     shared_key_names,
 )
+from timers.store.script_rows import Departure, GateRun, NewTimer, ParkTimer, Settle
 from timers.store.scripts import Scripts
 
 KS = Keyspace("p")

@@ -14,8 +14,9 @@ import redis
 from tests.unit.helpers import claim
 from timers import InvalidArgs, Timers
 from timers.model.keys import Keyspace
-from timers.store.script_calls import NewTimer, ScriptCalls
+from timers.store.script_calls import ScriptCalls
 from timers.store.script_manifest import ScriptName
+from timers.store.script_rows import NewTimer
 
 FAR = 3600.0
 

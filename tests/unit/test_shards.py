@@ -35,7 +35,7 @@ from timers.ops.shards import (
     shard_of_key,
     shard_prefix,
 )
-from timers.store.script_calls import NewTimer
+from timers.store.script_rows import NewTimer
 from timers.store.scripts import Scripts
 
 SHARDS = ShardLayout(Keyspace("timers"), 4, "timers").keyspaces

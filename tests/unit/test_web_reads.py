@@ -16,7 +16,7 @@ from timers import Timers
 from timers.model.history import EndKind, HistoryRecord, MinuteStats
 from timers.ops import browse
 from timers.ops.tasks import announced_tasks, running_runs, task_flow
-from timers.store.script_calls import GateRun
+from timers.store.script_rows import GateRun
 from timers.store.scripts import Scripts
 from timers.web.app import create_app
 from timers.web.auth import Guard

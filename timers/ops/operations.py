@@ -50,7 +50,8 @@ from timers.ops.recurrences import RecurrenceOperations
 from timers.ops.replication import Replication
 from timers.ops.shards import id_in_shard
 from timers.ops.status import StatusOperations, TimerStatus
-from timers.store.script_calls import Invocation, NewTimer, ScriptCalls
+from timers.store.script_calls import Invocation, ScriptCalls
+from timers.store.script_rows import NewTimer
 
 __all__ = [
     "Call", "Failure", "Operation", "Operations", "PendingTimer", "Request", "RetrySummary",

@@ -1,6 +1,6 @@
 """What each Lua script of ``timers/store/lua`` is sent: :class:`ScriptCalls`, the one place
-that spells each script's KEYS and ARGV order (the order its header documents), and the
-typed rows some of them take.
+that spells each script's KEYS and ARGV order (the order its header documents). The typed
+rows some of them take are :mod:`timers.store.script_rows`.
 
 The states of a timer and of a key's slot, every transition and the one script that makes
 it, and the invariants they keep are written down in ``docs/state-machine.md``;
@@ -20,12 +20,23 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 from timers.model.fast_init import fast_init
 from timers.model.history import DEFAULT_HISTORY_AGE, DEFAULT_HISTORY_COUNT
 from timers.model.keys import DEFAULT_GROUP, SCRIPT_KEY_NAMES, Keyspace
 from timers.store.script_manifest import ScriptName, schedule_key_names, shared_key_names
+from timers.store.script_rows import (
+    NO_TAKER,
+    Arrival,
+    Departure,
+    Ending,
+    GateRun,
+    NewTimer,
+    ParkTimer,
+    Settle,
+    Taker,
+)
 
 # -- what each script is sent ------------------------------------------------------------
 
@@ -46,89 +57,8 @@ class Invocation:
     args: tuple[Any, ...]
 
 
-class NewTimer(NamedTuple):
-    """One timer for ``schedule.lua`` (see its header for ``mode`` and ``how``)."""
-
-    escaped_id: str
-    record: str
-    mode: str
-    ms: int
-    how: str
-
-
-class GateRun(NamedTuple):
-    """One claimed run for ``gate.lua``: its concurrency key ("" for none) with its limit,
-    and its rate limit's name ("" for none) with the interval and burst."""
-
-    token: str
-    key: str = ""
-    limit: int = 1
-    rate: str = ""
-    interval_ms: int = 1
-    burst: int = 1
-
-
-class ParkTimer(NamedTuple):
-    """A due timer for ``park.lua``: its escaped id, the record read, its concurrency key
-    and the key's limit."""
-
-    id: str
-    record: str
-    key: str
-    limit: int
-
-
-class Arrival(NamedTuple):
-    """A claimed run moving into another shard (``arrive.lua`` "a"): the arrival's name
-    ``<from shard>|<run token>``, its due ms, escaped id and the record to pend there."""
-
-    name: str
-    due_ms: int
-    escaped_id: str
-    record: str
-
-
-class Settle(NamedTuple):
-    """How ``arrive.lua`` "c" settles an arrival: ``verdict`` "c" (pend it), "d" (drop it)
-    or "x" (not yet: its deadline moves on); ``escaped_id`` and ``record`` name the keys
-    pending it touches (they are declared)."""
-
-    name: str
-    verdict: str
-    escaped_id: str
-    record: str
-
-
-class Departure(NamedTuple):
-    """A claimed run leaving for the shard of its limit (``depart.lua`` "d")."""
-
-    token: str
-    group: str
-    to: int
-
-
-class Taker(NamedTuple):
-    """Who ``finish.lua`` may hand a timer to when a run frees its concurrency key's slot:
-    the finishing listener, up to ``take`` runs (its free slots) of the groups it serves."""
-
-    listener_id: str = ""
-    groups: tuple[str, ...] = (DEFAULT_GROUP,)
-    take: int = 0
-    lease_ms: int = 0
-    follow: bool = False
-    """Whether it also takes runs next in line (``finish.lua``'s ARGV[8])."""
-
-
 DEFAULT_RETENTION = (round(DEFAULT_HISTORY_AGE * 1000), DEFAULT_HISTORY_COUNT)
 """The history's (age ms, count) when no listener stored its own (``P|histcfg``)."""
-
-NO_TAKER = Taker()
-"""Hand nothing over."""
-
-Ending = Sequence[str]
-"""One ending for ``finish.lua``: ``(token, kind, a, b)``, or with its history record
-``(token, kind, a, b, escaped id, record)`` kept the listener's age, or
-``(token, kind, a, b, escaped id, record, age ms)`` kept its task's (see its header)."""
 
 
 class ScriptCalls:

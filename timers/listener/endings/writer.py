@@ -26,7 +26,7 @@ from timers.model.keys import Keyspace
 from timers.model.runs import Run, RunFacts
 from timers.model.wire import EndingKind
 from timers.store.replicated import UnreplicatedReply
-from timers.store.script_calls import Taker
+from timers.store.script_rows import Taker
 from timers.store.scripts import Scripts
 
 log = logging.getLogger("timers.listener")

@@ -24,7 +24,7 @@ from timers.model.policy import TaskPolicy
 from timers.model.runs import Outcome, Run
 from timers.model.wire import ClaimSource, Option
 from timers.ops.shards import shard_of_key
-from timers.store.script_calls import GateRun
+from timers.store.script_rows import GateRun
 from timers.store.scripts import Scripts
 
 GO = "go"

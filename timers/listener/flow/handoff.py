@@ -13,7 +13,7 @@ import asyncio
 from collections.abc import Callable, Sequence
 
 from timers.model.runs import Run
-from timers.store.script_calls import Taker
+from timers.store.script_rows import Taker
 
 
 class Handoff:

@@ -24,7 +24,7 @@ from typing import Any
 from timers.listener.flow.gate import FlowGate
 from timers.listener.flow.plan import plan_ahead
 from timers.model.encoding import as_text
-from timers.store.script_calls import ParkTimer
+from timers.store.script_rows import ParkTimer
 from timers.store.scripts import Scripts
 
 log = logging.getLogger("timers.listener")

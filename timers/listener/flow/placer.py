@@ -50,7 +50,7 @@ from timers.model.run_record import record_head, record_option, with_options
 from timers.model.runs import Run
 from timers.model.wire import Option
 from timers.ops.shards import shard_of_key
-from timers.store.script_calls import Arrival, Departure, Settle
+from timers.store.script_rows import Arrival, Departure, Settle
 from timers.store.scripts import Scripts
 
 log = logging.getLogger("timers.listener")

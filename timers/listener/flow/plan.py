@@ -25,7 +25,7 @@ from timers.model.policy import TaskPolicy, policy_of
 from timers.model.run_record import record_head
 from timers.model.runs import Run
 from timers.model.wire import Option
-from timers.store.script_calls import GateRun
+from timers.store.script_rows import GateRun
 
 _KEY_MARK = f"{Option.KEY}="
 
