@@ -158,44 +158,32 @@ class Runner:
             if await _revoked_after(after, is_async, turn):
                 return REVOKED
             after = None if after.solo else after
-        deadline = asyncio.timeout(limit) if limit is not None else None
-        if is_async and fence is not None and not fence():
-            return STALE
-        if is_async and start_by is not None and time.monotonic() > start_by:
-            return LATE
-        try:
-            if is_async:
-                async with deadline or _NO_DEADLINE:
-                    await fn(*positional, **keywords)
-            else:
-                job = self._pool.submit(fn, list(positional), dict(keywords),
-                                        after.job if after else None, turn is not None, fence,
-                                        prompt, note, turn.job if turn is not None else None,
-                                        start_by)
-                await self._in_thread(job, limit, turn)
-        except asyncio.CancelledError:
-            raise
-        except Stale:
-            return STALE
-        except Late:
-            return LATE
-        except BaseException as exc:  # a task's failure is data
-            return _failed(exc, limit, deadline is not None and deadline.expired())
-        return OK
+        if is_async:
+            return await _on_loop(fn, positional, keywords, limit, fence, start_by)
+        job = self._pool.submit(fn, list(positional), dict(keywords),
+                                after.job if after else None, turn is not None, fence, prompt,
+                                note, turn.job if turn is not None else None, start_by)
+        return await self._in_thread(job, limit, turn)
 
-    async def _in_thread(self, job: Job, limit: float | None, turn: Turn | None) -> None:
-        """Wait for ``job``'s function (a coroutine it returns is awaited here); ``turn``'s
-        run is told its job."""
+    async def _in_thread(self, job: Job, limit: float | None, turn: Turn | None) -> Outcome:
+        """A plain function's run, in a thread (which asks its fence and its start window);
+        a coroutine it returns is awaited here. ``turn``'s run is told its job."""
         if turn is not None:
             turn.handed_to_thread(job)
         try:
-            result = await (job.future if limit is None else self._wait(job, limit))
+            try:
+                result = await (job.future if limit is None else self._wait(job, limit))
+            except asyncio.CancelledError:
+                self._pool.withdraw(job)  # not started yet: no thread takes it up now
+                raise
+            if result is not None and inspect.isawaitable(result):
+                async with asyncio.timeout(limit):
+                    await result
         except asyncio.CancelledError:
-            self._pool.withdraw(job)  # not started yet: no thread takes it up now
             raise
-        if result is not None and inspect.isawaitable(result):
-            async with asyncio.timeout(limit):
-                await result
+        except BaseException as exc:  # a task's failure is data
+            return _ended_by(exc, limit, False)
+        return OK
 
     async def _wait(self, job: Job, limit: float) -> Any:
         """The job's result, or :class:`Overran` once it has run ``limit`` s in a thread;
@@ -241,7 +229,33 @@ async def _revoked_after(after: Turn, is_async: bool, turn: Turn | None) -> bool
     return turn is not None and turn.revoked
 
 
-def _failed(exc: BaseException, limit: float | None, expired: bool) -> Outcome:
+async def _on_loop(fn: Callable[..., Any], positional: list[Any] | tuple[Any, ...],
+                   keywords: dict[str, Any], limit: float | None,
+                   fence: Callable[[], bool] | None, start_by: float | None) -> Outcome:
+    """A coroutine's run, on the event loop: its fence and its start window are asked in
+    the same step of the loop as its first line; it is cancelled at its timeout."""
+    if fence is not None and not fence():
+        return STALE
+    if start_by is not None and time.monotonic() > start_by:
+        return LATE
+    deadline = asyncio.timeout(limit) if limit is not None else None
+    try:
+        async with deadline or _NO_DEADLINE:
+            await fn(*positional, **keywords)
+    except asyncio.CancelledError:
+        raise
+    except BaseException as exc:  # a task's failure is data
+        return _ended_by(exc, limit, deadline is not None and deadline.expired())
+    return OK
+
+
+def _ended_by(exc: BaseException, limit: float | None, expired: bool) -> Outcome:
+    """The outcome of a run that raised ``exc``: not started (:data:`STALE`, :data:`LATE`),
+    timed out, or failed."""
+    if isinstance(exc, Stale):
+        return STALE
+    if isinstance(exc, Late):
+        return LATE
     if isinstance(exc, Overran) or expired:
         return Outcome("error", "TimeoutError", f"task did not finish within {limit} s")
     return Outcome("error", type(exc).__qualname__, str(exc),
