@@ -13,7 +13,10 @@ Words used below:
   gone), a ``SIGSTOP`` past the lease (from the stop to the ``SIGCONT``), a partition of its
   listener from Redis (from the cut to the heal), Redis out of reach of every listener (a
   restart, a failover, a slot migration: from its start to a lease after its end; a Cluster
-  primary's death also from when every shard began to refuse commands). A run is
+  primary's death also from when every shard began to refuse commands), a stall of its
+  process past half a lease that no fault caused (the machine's: a tick thread in every
+  listener notes each, :mod:`bench.fault_tasks.stall_watch`; the design treats it as a
+  pause, and the checker counts them). A run is
   cut when it started before the cut's end and had not ended :data:`ENDING_GRACE` before
   its start (an ending returned just before a kill may not be written yet);
 - a **death** is a cut that killed a process (not a pause, not a partition);
@@ -73,7 +76,8 @@ RETRIED = "second starts after a failed attempt (retries)"
 STALE_HELD = "starts with an older token where still_held() said True"
 FIFO_OUTAGE = "FIFO breaks (counted above) while Redis was out of reach (failover, restart)"
 RESUMED = "starts after a SIGCONT, checked before the stop (dated from the check)"
-NOTES = (LATE_FINISH, EXPLAINED, RETRIED, STALE_HELD, FIFO_OUTAGE, RESUMED)
+STALLED = "stalls of a process past half a lease that no fault caused (counted as cuts)"
+NOTES = (LATE_FINISH, EXPLAINED, RETRIED, STALE_HELD, FIFO_OUTAGE, RESUMED, STALLED)
 """What the checker counts that is not a violation."""
 
 
@@ -165,9 +169,11 @@ class Cut:
     """A fault that may leave a run without its ending (see the module's words)."""
 
     kind: str
-    """``kill``, ``poison``, ``stop``, ``partition`` or ``outage`` (Redis unreachable for
+    """``kill``, ``poison``, ``stop``, ``partition``, ``outage`` (Redis unreachable for
     every listener: a restart, a failover, a slot on the move; a lease lapses when the
-    outage outlasts it, as when its process is stopped)."""
+    outage outlasts it, as when its process is stopped) or ``stall`` (a process that went
+    without running past half a lease, no fault of the nemesis's:
+    :mod:`bench.fault_tasks.stall_watch`)."""
     start: float
     end: float
     pids: frozenset[int] = frozenset()
@@ -331,6 +337,10 @@ def check(history: History, poison_task: str = "chaos.poison") -> Verdict:
     cuts = list(history.cuts) + deaths_of_poison(history.marks, poison_task)
     marks = checked_before_stop(history.marks, cuts)
     verdict.notes[RESUMED] = sum(a is not b for a, b in zip(history.marks, marks, strict=True))
+    stops = [c for c in cuts if c.kind == "stop"]
+    verdict.notes[STALLED] = sum(
+        not any(s.pids & c.pids and s.start <= c.end and c.start <= s.end for s in stops)
+        for c in cuts if c.kind == "stall")
     for mark in history.marks:
         if mark.kind == "S" and mark.fence_known and mark.fenced is None:
             verdict.add(UNFENCED, f"{mark.tid} (token {mark.token}) in pid {mark.pid}")

@@ -34,6 +34,25 @@ def read_ledger(path: Path) -> list[Mark]:
     return marks
 
 
+def read_stalls(path: Path) -> list[tuple[int, float, float]]:
+    """Every stall the ledger's ``G`` lines note (:mod:`bench.fault_tasks.stall_watch`): the
+    process, and the monotonic times of the ticks before and after it."""
+    try:
+        text = path.read_bytes().decode(errors="replace")
+    except FileNotFoundError:
+        return []
+    stalls = []
+    for line in text.splitlines(keepends=True):
+        if not line.endswith("\n") or '"k":"G"' not in line:
+            continue
+        try:
+            data = json.loads(line)
+            stalls.append((int(data["pid"]), float(data["from"]), float(data["to"])))
+        except (ValueError, KeyError, TypeError):
+            continue
+    return stalls
+
+
 def completed(marks: Iterable[Mark]) -> set[str]:
     """Timers with a run that returned."""
     return {m.run_of for m in marks if m.kind == "E" and m.ok}

@@ -42,7 +42,7 @@ import signal
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -445,6 +445,16 @@ def fresh_for(lease: float) -> float:
     """How long into a pause, partition or outage a run may still start: its lease (renewed
     last before it began), and a little for the clocks."""
     return lease + 0.25
+
+
+def stall_cuts(stalls: Iterable[tuple[int, float, float]], lease: float) -> list[Cut]:
+    """The stalls of processes (:mod:`bench.fault_tasks.stall_watch`: process, from, to)
+    that may have let a lease lapse, as cuts of that process. Renewals go out every third
+    of a lease, so a lease lapses in a stall of over two thirds of one; every stall of half
+    a lease or more is a cut (one the nemesis caused with a ``SIGSTOP`` is a cut already,
+    and its stall changes nothing)."""
+    return [Cut("stall", start, end, frozenset({pid}), fresh_for=fresh_for(lease))
+            for pid, start, end in stalls if end - start >= lease / 2]
 
 
 def outage_cuts(start: float, end: float, every_shard_down: float | None,

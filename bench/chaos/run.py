@@ -29,6 +29,7 @@ from bench.chaos.history import (
     load,
     pending_ids,
     read_ledger,
+    read_stalls,
     save,
 )
 from bench.chaos.world import PROXIED, SUPERVISED, World
@@ -263,7 +264,7 @@ def run(seed: int, profile: Profile, topology: str = "server", binary: str | Non
             world.stop_listeners()
             history = runner.history
             history.marks = read_ledger(ledger)
-            history.cuts = list(bad.cuts)
+            history.cuts = list(bad.cuts) + nemesis.stall_cuts(read_stalls(ledger), world.lease)
             try:
                 for timers in (runner.source, runner.target):
                     history.dead += dead_timers(timers)

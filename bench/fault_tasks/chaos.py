@@ -14,7 +14,9 @@ ledger named by ``$TIMERS_FAULT_LEDGER`` (one ``O_APPEND`` write each, see
     {"k": "E", … the same, "mono"/"rms" at the end, "ok": returned (false: raised)}
 
 The fence's time comes from :mod:`bench.fault_tasks.fence_probe`, installed as this module
-is imported (by the listener, and by a quarantine child as it loads the task).
+is imported (by the listener, and by a quarantine child as it loads the task), as is
+:mod:`bench.fault_tasks.stall_watch`, which adds a ``G`` line for each stall of the
+process.
 
 ``CLOCK_MONOTONIC`` is one clock for every process of the machine, so starts and ends of
 different processes compare; the Redis-clock start is what rate limits are judged on.
@@ -29,12 +31,13 @@ import time
 from typing import Any
 
 import timers
-from bench.fault_tasks import fence_probe
+from bench.fault_tasks import fence_probe, stall_watch
 from bench.fault_tasks.ledger import append_line
 
-fence_probe.install()
-
 LISTENER_ENV = "TIMERS_CHAOS_LISTENER"
+fence_probe.install()
+stall_watch.install(os.environ.get(LISTENER_ENV, "?"))
+
 RATE = "4/s"
 """The rate of :func:`rated`: one start every 250 ms."""
 CAP = 2

@@ -1,15 +1,23 @@
-"""The chaos ledger's fence probe (``bench/fault_tasks/fence_probe.py``): a task's first line
-learns when its run's fence let it start, in a thread and on the event loop, and that no
-fence was asked when none was. It wraps a name of the listener's: renamed, this fails."""
+"""What the chaos tasks add to the ledger besides runs. The fence probe
+(``bench/fault_tasks/fence_probe.py``): a task's first line learns when its run's fence let
+it start, in a thread and on the event loop, and that no fence was asked when none was (it
+wraps a name of the listener's: renamed, this fails). The stall watch
+(``bench/fault_tasks/stall_watch.py``): a gap between its ticks is a ``G`` line."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import time
+from pathlib import Path
 
 import pytest
 
-from bench.fault_tasks import fence_probe
+from bench.chaos.history import read_ledger, read_stalls
+from bench.chaos.nemesis import stall_cuts
+from bench.fault_tasks import fence_probe, stall_watch
+from bench.fault_tasks import ledger as ledger_module
+from bench.fault_tasks.ledger import LEDGER_ENV
 from timers.listener.calling import runner as runner_module
 from timers.listener.calling.runner import Runner
 
@@ -65,3 +73,23 @@ def test_install_wraps_once(probed: None) -> None:
     wrapped = runner_module.Runner.call
     fence_probe.install()
     assert runner_module.Runner.call is wrapped
+
+
+def test_the_stall_watch_writes_each_gap_between_its_ticks(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A process that went without running past GAP leaves a ``G`` line; the harness reads
+    it back, and makes a cut of it only when it may have let a lease lapse."""
+    ledger = tmp_path / "ledger.jsonl"
+    monkeypatch.setenv(LEDGER_ENV, str(ledger))
+    monkeypatch.setattr(ledger_module, "_fd", None)
+    now = time.monotonic()
+    assert stall_watch.tick("L0", now - 0.01) >= now  # a tick on time: nothing
+    stall_watch.tick("L0", now - 0.3)
+    stall_watch.tick("L0", now - 1.5)
+    stalls = read_stalls(ledger)
+    assert [(pid, round(end - start, 1)) for pid, start, end in stalls] == [
+        (os.getpid(), 0.3), (os.getpid(), 1.5)]
+    assert read_ledger(ledger) == []  # not runs
+    cuts = stall_cuts(stalls, lease=2.0)
+    assert [(c.kind, c.pids, c.fresh_for) for c in cuts] == [
+        ("stall", frozenset({os.getpid()}), 2.25)]
