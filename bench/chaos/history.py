@@ -4,7 +4,7 @@ Redis once every listener stopped (dead timers with their reasons, what is still
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -17,18 +17,12 @@ SAVED = "history.json"
 
 
 def read_ledger(path: Path) -> list[Mark]:
-    """Every complete line of the ledger (a line being written, or torn by a kill, is
+    """Every complete run line of the ledger (a line being written, or torn by a kill, is
     left out)."""
-    try:
-        text = path.read_bytes().decode(errors="replace")
-    except FileNotFoundError:
-        return []
     marks = []
-    for line in text.splitlines(keepends=True):
-        if not line.endswith("\n"):
-            continue
+    for data in _lines(path):
         try:
-            marks.append(Mark.from_json(json.loads(line)))
+            marks.append(Mark.from_json(data))
         except (ValueError, KeyError, TypeError):
             continue
     return marks
@@ -37,20 +31,31 @@ def read_ledger(path: Path) -> list[Mark]:
 def read_stalls(path: Path) -> list[tuple[int, float, float]]:
     """Every stall the ledger's ``G`` lines note (:mod:`bench.fault_tasks.stall_watch`): the
     process, and the monotonic times of the ticks before and after it."""
+    stalls = []
+    for data in _lines(path):
+        if data.get("k") == "G":
+            try:
+                stalls.append((int(data["pid"]), float(data["from"]), float(data["to"])))
+            except (ValueError, KeyError, TypeError):
+                continue
+    return stalls
+
+
+def _lines(path: Path) -> Iterator[dict[str, Any]]:
+    """The ledger's complete lines that are JSON objects."""
     try:
         text = path.read_bytes().decode(errors="replace")
     except FileNotFoundError:
-        return []
-    stalls = []
+        return
     for line in text.splitlines(keepends=True):
-        if not line.endswith("\n") or '"k":"G"' not in line:
+        if not line.endswith("\n"):
             continue
         try:
             data = json.loads(line)
-            stalls.append((int(data["pid"]), float(data["from"]), float(data["to"])))
-        except (ValueError, KeyError, TypeError):
+        except ValueError:
             continue
-    return stalls
+        if isinstance(data, dict):
+            yield data
 
 
 def completed(marks: Iterable[Mark]) -> set[str]:
