@@ -14,7 +14,8 @@ ledger named by ``$TIMERS_FAULT_LEDGER`` (one ``O_APPEND`` write each, see
     {"k": "E", … the same, "mono"/"rms" at the end, "ok": returned (false: raised)}
 
 The fence's time comes from :mod:`bench.fault_tasks.fence_probe`, installed as this module
-is imported (by the listener, and by a quarantine child as it loads the task), as is
+is imported in a chaos run's listener (``$TIMERS_CHAOS_LISTENER`` set: the listener, and a
+quarantine child as it loads the task; not a test that imports its names), as is
 :mod:`bench.fault_tasks.stall_watch`, which adds a ``G`` line for each stall of the
 process.
 
@@ -35,8 +36,9 @@ from bench.fault_tasks import fence_probe, stall_watch
 from bench.fault_tasks.ledger import append_line
 
 LISTENER_ENV = "TIMERS_CHAOS_LISTENER"
-fence_probe.install()
-stall_watch.install(os.environ.get(LISTENER_ENV, "?"))
+if LISTENER_ENV in os.environ:  # a chaos run's listener or its child, not a mere importer
+    fence_probe.install()
+    stall_watch.install(os.environ[LISTENER_ENV])
 
 RATE = "4/s"
 """The rate of :func:`rated`: one start every 250 ms."""

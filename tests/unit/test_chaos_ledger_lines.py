@@ -7,7 +7,9 @@ wraps a name of the listener's: renamed, this fails). The stall watch
 from __future__ import annotations
 
 import asyncio
+import importlib
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -93,3 +95,18 @@ def test_the_stall_watch_writes_each_gap_between_its_ticks(
     cuts = stall_cuts(stalls, lease=2.0)
     assert [(c.kind, c.pids, c.fresh_for) for c in cuts] == [
         ("stall", frozenset({os.getpid()}), 2.25)]
+
+
+def test_importing_the_chaos_tasks_outside_a_chaos_listener_changes_nothing(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A test imports names from the chaos tasks (``bench.chaos.world`` does): no probe
+    wraps the runner and no watch thread starts in that process (one did, in CI: its first
+    gap found no ledger to write to)."""
+    monkeypatch.delenv("TIMERS_CHAOS_LISTENER", raising=False)
+    monkeypatch.setattr(runner_module.Runner, "call", runner_module.Runner.call)
+    unprobed = runner_module.Runner.call
+    import bench.fault_tasks.chaos as chaos
+
+    importlib.reload(chaos)
+    assert runner_module.Runner.call is unprobed
+    assert "chaos-stall-watch" not in {t.name for t in threading.enumerate()}
