@@ -63,7 +63,6 @@ from timers.model.clock import Clock, SystemClock
 from timers.model.flow.names import served_groups
 from timers.model.keys import configured_prefix
 from timers.model.runs import Fired
-from timers.ops.replication import Replication
 from timers.ops.replication import for_listener as replication_for
 from timers.ops.shards import configured_shards
 from timers.store.cluster import database_of, is_cluster, keyspace_for
@@ -142,24 +141,16 @@ class Listener:
         self.peers = Peers.over(self.redis, self.keys, self.id, self.loader.package,
                                 self.loader.task_names)
         """The other live listeners of the prefix and what they run (`timers.ops.fleet`)."""
-        self.shared: Shared[Lane] = self._share(max_sleep, recycle, rate_start_window,
-                                                replication)
+        self.shared: Shared[Lane] = Shared(
+            self.redis, self.db, self.id, self.groups, concurrency=concurrency, lease=lease,
+            shutdown_timeout=shutdown_timeout, failure_retention=failure_retention,
+            clock=self.clock, max_sleep=max_sleep, loader=self.loader, peers=self.peers,
+            observer=observer, recycle=recycle, history=self.history,
+            rate_start_window=rate_start_window, owns_client=self._owns_client,
+            replication=replication)
         self._subscribed = asyncio.Event()
         self.lanes.append(Lane(self.shared, self.keys, 0, announces=True, hub=EventHub(),
                                subscribed=self._subscribed))
-
-    def _share(self, max_sleep: float, recycle: RecycleLimits | None,
-               rate_start_window: float | None, replication: Replication | None,
-               ) -> Shared[Lane]:
-        """What the lanes share, made of this listener's client, tasks and settings."""
-        return Shared(self.redis, self.db, self.id, self.groups,
-                      concurrency=self.concurrency, lease=self.lease,
-                      shutdown_timeout=self.shutdown_timeout,
-                      failure_retention=self.failure_retention, clock=self.clock,
-                      max_sleep=max_sleep, loader=self.loader, peers=self.peers,
-                      observer=self.observer, recycle=recycle, history=self.history,
-                      rate_start_window=rate_start_window,
-                      owns_client=self._owns_client, replication=replication)
 
     @property
     def tally(self) -> RunTally:
