@@ -228,18 +228,19 @@ BUGS: tuple[Bug, ...] = (
         "            timer_id = self.held.drop_lost(text)  # no use renewing it again",
         "            timer_id = None  # no use renewing it again",
         "leases: a run a renewal found lost stays fresh"),
-    Bug("executor-unfenced", LISTENER + "checks.py",
-        "        if self.fence.fresh(start.run.token):\n            return None\n",
-        "        if True:\n            return None\n",
-        "fence: the executor starts a run without the fence",
-        survives="the thread's and the coroutine's own checks right before the call "
-        "(thread-unfenced, coroutine-unfenced) make it redundant in the listener's process, "
-        "and a quarantine child checks the lease its parent shares with it right before "
-        "the task (child-unfenced)"),
+    Bug("executor-fence-always-fresh", LISTENER + "executor.py",
+        "        return lambda: fence.fresh(token)\n",
+        "        return lambda: True\n",
+        "fence: the executor hands the thread and the coroutine a fence that always holds"),
+    Bug("revalidated-taken-starts", LISTENER + "executor.py",
+        "        return None if await self.fence.revalidate(run) else _TAKEN\n",
+        "        return None if await self.fence.revalidate(run) else None\n",
+        "fence: a run found stale where it was to start, and taken over by another "
+        "listener, starts after all"),
     Bug("stale-thread-runs-if-taken", LISTENER + "executor.py",
-        "            outcome = (await self._fence_check.revalidated(run)\n"
+        "            outcome = (await self._revalidated(run)\n"
         "                       or await",
-        "            outcome = (await self._fence_check.revalidated(run)\n"
+        "            outcome = (await self._revalidated(run)\n"
         "                       and await",
         "fence: a run its thread found stale is called again only when taken over, and one "
         "still held ends with no outcome"),
@@ -344,8 +345,8 @@ BUGS: tuple[Bug, ...] = (
         "        if True:\n",
         "groups: a timer of another group than its task declares runs here instead of moving"),
     Bug("checks-without-flow", LISTENER + "executor.py",
-        "LatenessCheck(), FlowCheck(flow),",
-        "LatenessCheck(),",
+        "LatenessCheck(), FlowCheck(flow))",
+        "LatenessCheck())",
         "T7-T9: a run with limits starts without asking its flow gate"),
     Bug("kept-connection-unused", "timers/store/script_modes.py",
         "            runner.send_by(self.connection.execute_command)\n",

@@ -1,15 +1,15 @@
 """The checks a run passes before its task is called, in order: its group, its lateness,
-its flow limits, its fence.
+its flow limits. (Its fence is asked where the task is called, right before its code: in
+its thread, on the loop, in a quarantine child: :mod:`timers.listener.calling.runner`.)
 
 Each check is a small object the executor asks in turn (:data:`Check`): None lets the run
 go on to the next; an :class:`~timers.model.runs.Outcome` ends it there, unstarted (moved
-to its group, missed, held back by its key or rate, taken over by another listener). A
-check answers at once when it can (its group, its lateness, a fresh fence, a run without
-limits): only one that must ask Redis (the flow gate, a fence after a stall) gives an
-awaitable, which the executor awaits for the answer. A
-new rule a run must pass before its call is one more check in the executor's list, not a
-branch in its code. What runs around the call (a recurrence's steps) and how it is called
-(in a thread, on the loop, in a quarantine child) stay in the executor.
+to its group, missed, held back by its key or rate). A check answers at once when it can
+(its group, its lateness, a run without limits): only one that must ask Redis (the flow
+gate) gives an awaitable, which the executor awaits for the answer. A new rule a run must
+pass before its call is one more check in the executor's list, not a branch in its code.
+What runs around the call (a recurrence's steps) and how it is called (in a thread, on the
+loop, in a quarantine child) stay in the executor.
 """
 
 from __future__ import annotations
@@ -19,16 +19,12 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, TypeAlias
 
 from timers.listener.flow.gate import FREE, Admission, FlowGate
-from timers.listener.leases import Fence
 from timers.listener.quarantine.parent import is_suspect
 from timers.model.encoding import Record
 from timers.model.flow.disagreement import describe, group_of, may_move
 from timers.model.policy import TaskPolicy
 from timers.model.runs import Outcome, Run
 from timers.model.wire import Option
-
-TAKEN = Outcome("taken", "", "another listener took the run over after its lease lapsed")
-"""A run whose lease another listener took over: nothing to write, nothing to run."""
 
 _MAX_LATENESS = Option.MAX_LATENESS
 
@@ -101,25 +97,6 @@ class FlowCheck:
     async def _admitted(self, start: Start) -> Outcome | None:
         start.gated = gated = await self.flow.admit(start.run, start.record, start.policy)
         return gated.held
-
-
-class FenceCheck:
-    """A run starts only while its listener holds its lease (invariant 12): after a stall,
-    asked of Redis. A run next in line still held starts too: had the run before it been
-    cut and rerun, the claim that reran it took this one back (T5), and revalidation finds
-    it lost."""
-
-    def __init__(self, fence: Fence) -> None:
-        self.fence = fence
-
-    def __call__(self, start: Start) -> Answer:
-        if self.fence.fresh(start.run.token):
-            return None
-        return self.revalidated(start.run)
-
-    async def revalidated(self, run: Run) -> Outcome | None:
-        """None when ``run`` may start, its lease asked of Redis; else :data:`TAKEN`."""
-        return None if await self.fence.revalidate(run) else TAKEN
 
 
 def missed_by(record: Record, policy: TaskPolicy, lateness_ms: float) -> str | None:

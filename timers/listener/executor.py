@@ -2,7 +2,7 @@
 
 It decodes the record, runs a recurrence's steps around the run, resolves the task, asks
 the checks a run passes before its call in turn (:mod:`timers.listener.checks`: its group,
-its lateness, its flow gate, its fence), calls it (in a quarantine child when a lease of
+its lateness, its flow gate), calls it under its fence (in a quarantine child when a lease of
 it lapsed before: its listener died or stalled; the child counts the deaths it sees
 toward ``max_crashes``), and turns the outcome into an :class:`Ending`
 (:mod:`timers.listener.endings.outcomes`): ok, skipped, a retry after a backoff, or a
@@ -22,15 +22,7 @@ from typing import Any
 from timers.exceptions import MalformedTimerKey, TaskRefused
 from timers.listener.calling import context
 from timers.listener.calling.runner import Runner, Turn
-from timers.listener.checks import (
-    TAKEN,
-    Check,
-    FenceCheck,
-    FlowCheck,
-    GroupCheck,
-    LatenessCheck,
-    Start,
-)
+from timers.listener.checks import Check, FlowCheck, GroupCheck, LatenessCheck, Start
 from timers.listener.cron_hook import RecurrenceHook
 from timers.listener.endings.ending import Ending, Executed
 from timers.listener.endings.outcomes import OutcomeEndings, facts
@@ -93,10 +85,9 @@ class Executor:
         self.turns = turns
         """Runs next in line on a key slot and the runs they follow."""
         self.fence = fence
-        """Starts a run only while its lease holds (invariant 12)."""
-        self._fence_check = FenceCheck(fence)
-        self.checks: tuple[Check, ...] = (GroupCheck(), LatenessCheck(), FlowCheck(flow),
-                                          self._fence_check)
+        """Starts a run only while its lease holds (invariant 12): asked right before the
+        task's code wherever it runs, and of Redis (:meth:`_revalidated`) after a stall."""
+        self.checks: tuple[Check, ...] = (GroupCheck(), LatenessCheck(), FlowCheck(flow))
         """What a run passes before its task is called, in order (:mod:`timers.listener.checks`)."""
         self.endings = OutcomeEndings(tracker)
         """How each run's outcome becomes its ending."""
@@ -259,10 +250,10 @@ class Executor:
         outcome = await self.runner.call(fn, record.args, policy.timeout, own, after,
                                          fence, start.limited, note, start_by)
         if outcome.kind == "stale":  # the thread found the lease not fresh
-            outcome = (await self._fence_check.revalidated(run)
+            outcome = (await self._revalidated(run)
                        or await self.runner.call(fn, record.args, policy.timeout, own,
                                                  None, fence, start.limited, note, start_by))
-            if outcome is TAKEN and own is not None:
+            if outcome is _TAKEN and own is not None:
                 self.runner.let_follower_go(own)  # it waited for this one
         if own is not None:
             self._timed_by_thread(attempt, own, after is not None)
@@ -286,7 +277,7 @@ class Executor:
                                                 aside)
             if outcome.kind != "stale":
                 return outcome
-            unfenced = await self._fence_check.revalidated(run)
+            unfenced = await self._revalidated(run)
             if unfenced is not None:
                 return unfenced
 
@@ -303,6 +294,11 @@ class Executor:
         if runners:
             return Outcome("passed", "", runners[0].describe())
         return Outcome("refused", "TaskRefused", self.peers.refusal(view))
+
+    async def _revalidated(self, run: Run) -> Outcome | None:
+        """After a run's fence found its lease not fresh where it was to start: None when
+        Redis says it still holds (start it), else :data:`_TAKEN`."""
+        return None if await self.fence.revalidate(run) else _TAKEN
 
     def _fence_of(self, run: Run) -> Callable[[], bool]:
         """The check a thread makes right before it calls ``run``'s function."""
@@ -344,6 +340,8 @@ class Executor:
                 and Option.MAX_LATENESS not in record.options
                 and (policy.group is None or policy.group == group_of(record)))
 
+_TAKEN = Outcome("taken", "", "another listener took the run over after its lease lapsed")
+"""A run whose lease another listener took over: nothing to write, nothing to run."""
 _TAKEN_BACK = Outcome("revoked", "", "asked back before it started: the run before it did not "
                       "start: waits for its key again")
 
