@@ -524,10 +524,20 @@ BUGS: tuple[Bug, ...] = (
         "history bounds: a listener that writes after an idle spell trims its writes only "
         "when its idle wait ends (up to TRIM_IDLE_MAX), its count overshot meanwhile"),
     Bug("trim-idles-while-dropping", LISTENER + "endings/history.py",
-        "            idle = TRIM_EVERY if done or self._wrote else",
-        "            idle = TRIM_EVERY if self._wrote else",
+        "            idle = (TRIM_EVERY if done or self._wrote else",
+        "            idle = (TRIM_EVERY if self._wrote else",
         "history bounds: a trim loop whose calls still drop records (expired ones, another "
         "listener's writes over the count) waits ever longer between them"),
+    Bug("trim-always-empty", LISTENER + "endings/history.py",
+        "        self.empty = bool(int(empty))\n",
+        "        self.empty = True\n",
+        "history bounds: an idle listener waits five minutes between trim calls though the "
+        "history holds records to expire"),
+    Bug("trim-empty-with-records", LUA + "trim.lua",
+        "== 0 and redis.call('HLEN', KEYS[3]) == 0 then",
+        "== 0 or redis.call('HLEN', KEYS[3]) == 0 then",
+        "history bounds: a history whose records no batch names is said empty, and its "
+        "trimmer waits five minutes"),
     Bug("reader-keeps-a-moved-group", LISTENER + "finding/events.py",
         "                    return  # a shard moved into or out of this node's group",
         "                    pass  # a shard moved into or out of this node's group",

@@ -102,6 +102,30 @@ def test_a_lowered_count_is_reached_in_bounded_steps_and_keeps_the_newest(
     assert fake.zcard(ks.history) == 1000 // BATCH
 
 
+def test_a_trim_says_when_the_history_is_empty_and_only_then(
+        server: fakeredis.FakeServer, fake: fakeredis.FakeRedis, producer: Timers) -> None:
+    """An empty history is said so (its trimmer then waits long); one with records, or one
+    a call has just emptied of expired records, only once nothing is left."""
+    ks = producer.keys
+
+    async def emptiness() -> bool:
+        client = fakeredis.FakeAsyncRedis(server=server)
+        trimmer = HistoryTrimmer(Scripts(client, ks), HistoryPolicy(count=10), asyncio.Event())
+        while (await trimmer.step())[1]:
+            pass
+        await client.aclose()
+        return trimmer.empty
+
+    assert asyncio.run(emptiness()) is True
+    fill(fake, ks, 20)
+    assert asyncio.run(emptiness()) is False  # 10 kept
+    fake.delete(ks.history, ks.history_expiry, ks.history_batches)
+    assert asyncio.run(emptiness()) is False  # records left, though no batch names them
+    fake.delete(ks.history_records)
+    fill(fake, ks, 30, expired=True)
+    assert asyncio.run(emptiness()) is True  # all expired: dropped, then empty
+
+
 def test_an_idle_listener_trims_to_its_count(
         server: fakeredis.FakeServer, fake: fakeredis.FakeRedis) -> None:
     ks = Keyspace("timers")
@@ -192,21 +216,23 @@ def test_a_batch_whose_ids_ended_again_or_lost_their_records_is_trimmed_all_the_
 
 
 class CountedTrims:
-    """A shard's scripts whose every trim call finds nothing owed and drops ``dropped``."""
+    """A shard's scripts whose every trim call finds nothing owed and drops ``dropped``
+    (``empty``: and the history empty)."""
 
-    def __init__(self, dropped: int = 0) -> None:
-        self.calls, self.dropped = 0, dropped
+    def __init__(self, dropped: int = 0, empty: bool = False) -> None:
+        self.calls, self.dropped, self.empty = 0, dropped, empty
 
-    async def trim(self, count: int, budget: int) -> tuple[int, int]:
+    async def trim(self, count: int, budget: int) -> tuple[int, int, int]:
         self.calls += 1
-        return self.dropped, 0
+        return self.dropped, 0, int(self.empty)
 
 
 def test_an_idle_listener_trims_ever_less_often_and_one_that_writes_each_second(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Idle, a trim call every half minute at most (the idle bench's commands), not every
-    second; a listener that writes history, or whose calls still drop records, trims each
-    second. The waits are counted, not slept: each pause of the loop is one second here."""
+    second, and none for five minutes after one that found the history empty; a listener
+    that writes history, or whose calls still drop records, trims each second. The waits
+    are counted, not slept: each pause of the loop is one second here."""
     async def seconds_of(scripts: CountedTrims, writes: bool, seconds: int = 120) -> int:
         closed, waited = asyncio.Event(), []
         trimmer = HistoryTrimmer(scripts, HistoryPolicy(count=10), closed)
@@ -227,6 +253,10 @@ def test_an_idle_listener_trims_ever_less_often_and_one_that_writes_each_second(
     assert asyncio.run(seconds_of(CountedTrims(), writes=False)) == 7
     assert asyncio.run(seconds_of(CountedTrims(), writes=True)) == 120
     assert asyncio.run(seconds_of(CountedTrims(dropped=5), writes=False)) == 120
+    # empty: 1 at the start, the next after 300 s of nothing; writing, each second again
+    assert asyncio.run(seconds_of(CountedTrims(empty=True), writes=False, seconds=299)) == 1
+    assert asyncio.run(seconds_of(CountedTrims(empty=True), writes=False, seconds=301)) == 2
+    assert asyncio.run(seconds_of(CountedTrims(empty=True), writes=True)) == 120
 
 
 class Ticks:

@@ -266,7 +266,8 @@ class ScriptCalls:
         records past their expiry, else over ``count``, dropped, else indexed (the tasks'
         indexes it touches it asks for on Redis Cluster).
 
-        Reply: ``[records dropped or indexed, 1 if more is owed]``."""
+        Reply: ``[records dropped or indexed, 1 if more is owed, 1 if the history is
+        empty]``."""
         k = self.keys
         return self._shared("trim", (k.history, k.history_expiry, k.history_records,
                                      k.history_batches, k.history_failed, k.history_cursor),

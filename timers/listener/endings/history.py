@@ -43,6 +43,11 @@ TRIM_IDLE_MAX = 30.0
 """The longest wait between two trim calls of an idle listener (nothing written, nothing
 dropped: the wait doubles from :data:`TRIM_EVERY` up to this): a record past its age, and
 another listener's writes over this one's count, are dropped within this while idle."""
+TRIM_EMPTY_WAIT = 300.0
+"""The wait after a trim call that found the shard's history empty, while this listener
+writes nothing: nothing can expire or be over the count until someone writes, and a
+listener that writes trims its own writes (one that died right after writing has them
+trimmed within this)."""
 
 
 @dataclass(frozen=True)
@@ -119,7 +124,7 @@ class HistoryTrimmer:
     one says more is owed, else after :data:`TRIM_EVERY` if the listener wrote history
     since (:meth:`written`) or the call dropped some, else after a wait that doubles up to
     :data:`TRIM_IDLE_MAX` (an idle listener sends a trim call every half minute, not every
-    second).
+    second), or after :data:`TRIM_EMPTY_WAIT` when the history is empty.
     Each call is atomic and idempotent, so listeners sharing a prefix trim side by side.
     The same calls index the records written before the index existed (``history.lua``
     history_plan)."""
@@ -130,10 +135,13 @@ class HistoryTrimmer:
         self.count = policy.wire[1]
         self.outage = outage
         self._wrote = False
+        self.empty = False
+        """The last call found the shard's history empty."""
 
     async def step(self) -> tuple[int, bool]:
         """One call: (records dropped or indexed, whether more is owed now)."""
-        done, more = await self.scripts.trim(self.count, self.budget)
+        done, more, empty = await self.scripts.trim(self.count, self.budget)
+        self.empty = bool(int(empty))
         return int(done), bool(int(more))
 
     def written(self) -> None:
@@ -149,7 +157,8 @@ class HistoryTrimmer:
             if more:
                 await pause(TRIM_PAUSE, self.closed)
                 continue
-            idle = TRIM_EVERY if done or self._wrote else min(2 * idle, TRIM_IDLE_MAX)
+            idle = (TRIM_EVERY if done or self._wrote else TRIM_EMPTY_WAIT if self.empty
+                    else min(2 * idle, TRIM_IDLE_MAX))
             self._wrote = False
             waited = 0.0
             while waited < idle and not self._wrote and not self.closed.is_set():

@@ -16,7 +16,8 @@
 -- ARGV[1]  count: the most records kept (the calling listener's --history-count)
 -- ARGV[2]  budget: about how many records one call drops or indexes
 --
--- Returns {records dropped or indexed, 1 if more is owed now else 0}.
+-- Returns {records dropped or indexed, 1 if more is owed now else 0, 1 if the history is
+-- empty (nothing to drop until someone writes) else 0}.
 if not is_count(ARGV[1]) or not is_count(ARGV[2]) or tonumber(ARGV[2]) < 1 then
   return redis.error_reply('ERR timers trim: bad arguments')
 end
@@ -35,4 +36,6 @@ if plan then
   done = history_upkeep(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[6], plan)
   if plan.more then more = 1 end
 end
-return {done, more}
+local empty = 0
+if redis.call('ZCARD', KEYS[1]) == 0 and redis.call('HLEN', KEYS[3]) == 0 then empty = 1 end
+return {done, more, empty}
