@@ -46,8 +46,8 @@ another listener's writes over this one's count, are dropped within this while i
 TRIM_EMPTY_WAIT = 300.0
 """The wait after a trim call that found the shard's history empty, while this listener
 writes nothing: nothing can expire or be over the count until someone writes, and a
-listener that writes trims its own writes (one that died right after writing has them
-trimmed within this)."""
+listener that writes trims its own writes to its bounds (to this one's lower count, or
+after it died right after writing, within this)."""
 
 
 @dataclass(frozen=True)
