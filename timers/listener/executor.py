@@ -340,6 +340,7 @@ class Executor:
                 and Option.MAX_LATENESS not in record.options
                 and (policy.group is None or policy.group == group_of(record)))
 
+
 _TAKEN = Outcome("taken", "", "another listener took the run over after its lease lapsed")
 """A run whose lease another listener took over: nothing to write, nothing to run."""
 _TAKEN_BACK = Outcome("revoked", "", "asked back before it started: the run before it did not "
