@@ -189,9 +189,14 @@ SLOW_TIMERS, SLOW_SECONDS, SLOW_PREFIX = 6, 4.0, "s"
 
 
 def slow_specs(ids_seen: int) -> list[Spec]:
-    """The slow timers a ``term`` fault schedules, due at once."""
-    return [Spec(f"{SLOW_PREFIX}{ids_seen:03d}-{n}", PLAIN, [SLOW_SECONDS], 0.05)
+    """The slow timers a ``term`` or ``child`` fault schedules, due at once."""
+    return [Spec(f"{slow_prefix(ids_seen)}{n}", PLAIN, [SLOW_SECONDS], 0.05)
             for n in range(SLOW_TIMERS)]
+
+
+def slow_prefix(ids_seen: int) -> str:
+    """What the ids of one batch of slow timers start with."""
+    return f"{SLOW_PREFIX}{ids_seen:03d}-"
 
 
 def poison_spec(ids_seen: int) -> Spec:

@@ -11,6 +11,12 @@
                 longer than its shutdown timeout): it hands them back and exits 0, and
                 each runs again elsewhere as a counted rerun; it is started again (by its
                 supervisor, or by the nemesis)
+``child``       slow timers scheduled; once they run, their process is stopped until they
+                run again elsewhere as reruns, each in a quarantine child (a process of
+                its own); then one such child is stopped past the lease (its listener
+                keeps the lease: nothing may run the timer meanwhile, so no cut is
+                written) and another is killed (a death: its run goes on in a new child,
+                one crash counted)
 ``poison``      a timer whose task ``os._exit``\\ s its process (dead after 3 crashes), due
                 with 150 quick timers (what its process finished must not run again)
 ``partition``   the proxy in ``L1``'s path to Redis stops forwarding, connections open,
@@ -49,7 +55,6 @@ from pathlib import Path
 import redis
 
 from bench.chaos.checker import EVERY, Cut
-from bench.chaos.generator import SLOW_PREFIX
 from bench.chaos.history import read_ledger
 from bench.chaos.world import ON_TARGET, PROXIED, World, descendants
 from bench.faults.hostile import (
@@ -61,15 +66,18 @@ from bench.faults.hostile import (
 )
 from bench.faults.processes import wait_for
 
-SINGLE = ("kill", "stop", "stops", "term", "poison", "partition", "restart", "memory")
-SENTINEL = ("kill", "stop", "stops", "term", "poison", "memory", "failover")
-CLUSTER = ("kill", "stop", "stops", "term", "poison", "migrate", "primary")
+SINGLE = ("kill", "stop", "stops", "child", "term", "poison", "partition", "restart",
+          "memory")
+SENTINEL = ("kill", "stop", "stops", "child", "term", "poison", "memory", "failover")
+CLUSTER = ("kill", "stop", "stops", "child", "term", "poison", "migrate", "primary")
 FAULTS = {"server": SINGLE, "sentinel": SENTINEL, "cluster": CLUSTER}
 """The faults each topology can take."""
 OUTAGES = ("restart", "failover", "migrate", "primary")
 """Faults that put Redis out of every listener's reach for a while."""
 MEMORY_HOLD_S = 3.0
 TERM_WAIT_S = 3.0
+CHILD_WAIT_S = 10.0
+"""How long a ``child`` fault waits for the reruns to start in quarantine children."""
 """How long a ``term`` fault waits for a slow timer to start (then it hits any process)."""
 RESTART_DOWN_S = 1.0
 
@@ -102,7 +110,8 @@ def schedule(seed: int, seconds: float, kinds: tuple[str, ...], lease: float,
         kind = round_.pop()
         hold = round(rng.uniform(lease + 1.5, 2.5 * lease + 1.0), 2)
         out.append(Planned(round(t, 2), kind, rng.random(), hold))
-        lasts = {"stop": hold, "partition": hold, "stops": 3 * hold + 3.0}.get(kind, 3.0)
+        lasts = {"stop": hold, "partition": hold, "stops": 3 * hold + 3.0,
+                 "child": hold + 6.0}.get(kind, 3.0)
         t += lasts + rng.uniform(*gap)
     return out
 
@@ -126,7 +135,8 @@ class Nemesis:
     schedule_poison: Callable[[], str]
     """Schedules a poison timer (the runner's); its id."""
     schedule_slow: Callable[[], str]
-    """Schedules timers whose tasks outlast a listener's shutdown timeout (the runner's)."""
+    """Schedules timers whose tasks outlast a listener's shutdown timeout (the runner's);
+    the prefix of their ids."""
     cuts: list[Cut] = field(default_factory=list)
     injected: list[Injected] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
@@ -243,8 +253,8 @@ class Nemesis:
         timeout, hands back the runs still going and exits; until it is gone, any run in
         it (or in its children) may be cut."""
         with self.world.writes:
-            slow = self.schedule_slow()
-        lid, pid = self._running_slow() or self._victim(fault)
+            batch = self.schedule_slow()
+        lid, pid = self._running_slow(batch) or self._victim(fault)
         under = descendants(pid)
         at = time.monotonic()
         os.kill(pid, signal.SIGTERM)
@@ -252,7 +262,8 @@ class Nemesis:
         self.cuts.append(Cut("term", at, gone, frozenset({pid} | under)))
         if lid in (PROXIED, ON_TARGET):
             self.world.restart_listener(lid)
-        return f"{lid} pid {pid} (+{len(under)} children) after {slow}, gone in {gone - at:.1f} s"
+        return (f"{lid} pid {pid} (+{len(under)} children) after slow timers {batch}…, gone "
+                f"in {gone - at:.1f} s")
 
     def _gone(self, pids: set[int], timeout: float, what: str) -> float:
         """Monotonic s when none of ``pids`` runs any more; those still running after
@@ -267,15 +278,15 @@ class Nemesis:
             gone = self.world.gone(set(left), 10.0) or time.monotonic()
         return gone
 
-    def _running_slow(self) -> tuple[str, int] | None:
-        """The target process running the most slow timers, once one started (within
-        :data:`TERM_WAIT_S`); None if none did."""
+    def _running_slow(self, batch: str) -> tuple[str, int] | None:
+        """The target process running the most slow timers of ``batch`` (their ids'
+        prefix), once one started (within :data:`TERM_WAIT_S`); None if none did."""
         deadline = time.monotonic() + TERM_WAIT_S
         while not self._stop.wait(0.1) and time.monotonic() < deadline:
             marks = read_ledger(self.world.ledger)
             ended = {m.tid for m in marks if m.kind == "E"}
             pids = Counter(m.pid for m in marks if m.kind == "S"
-                           and m.tid.startswith(SLOW_PREFIX) and m.tid not in ended)
+                           and m.tid.startswith(batch) and m.tid not in ended)
             running = [(pids[pid], lid, pid) for lid, pid in self.world.targets() if pids[pid]]
             if running:
                 _, lid, pid = max(running)
@@ -289,6 +300,7 @@ class Nemesis:
 
     def _handlers(self) -> dict[str, Callable[[Planned], str]]:
         return {"kill": self._kill, "stop": self._pause, "stops": self._pauses,
+                "child": self._child,
                 "term": self._term, "poison": self._poison,
                 "partition": self._partition, "restart": self._restart,
                 "memory": self._memory, "failover": self._failover,
@@ -323,6 +335,60 @@ class Nemesis:
             done += 1
             self._stop.wait(1.5)
         return f"{lid} pid {pid} {done} times for {fault.hold:g} s"
+
+    def _child(self, fault: Planned) -> str:
+        """Quarantine children hit (see the module docstring)."""
+        with self.world.writes:
+            batch = self.schedule_slow()
+        hit = self._running_slow(batch)
+        if hit is None:
+            return f"slow timers {batch}…: none started"
+        lid, pid = hit
+        under = descendants(pid)
+        at = time.monotonic()
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            # past the lease: its slow runs are claimed again, as reruns, elsewhere
+            children = self._quarantined(batch, {pid} | under, at + CHILD_WAIT_S)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+            self.cuts.append(Cut("stop", at, time.monotonic(), frozenset({pid} | under),
+                                 fresh_for=self._fresh()))
+        if not children:
+            return f"{lid} pid {pid} stopped; no rerun started in a quarantine child"
+        stopped = children[0]
+        os.kill(stopped, signal.SIGSTOP)
+        self._stop.wait(fault.hold)
+        os.kill(stopped, signal.SIGCONT)
+        what = (f"{lid} pid {pid} stopped; quarantine child {stopped} stopped for "
+                f"{fault.hold:g} s")
+        alive = [c for c in children[1:] if _running(c)]
+        if alive:
+            at = time.monotonic()
+            os.kill(alive[0], signal.SIGKILL)
+            gone = self._gone({alive[0]}, 10.0, f"kill -9 of quarantine child {alive[0]}")
+            self.cuts.append(Cut("kill", at, gone, frozenset({alive[0]})))
+            what += f", child {alive[0]} killed"
+        return what
+
+    def _quarantined(self, batch: str, away: set[int], deadline: float) -> list[int]:
+        """The processes running a slow timer of ``batch`` that are neither a listener nor
+        under one of ``away``: quarantine children, once at least two run (or at
+        ``deadline``, those seen)."""
+        listeners = {pid for _, pid in self.world.targets()}
+        found: list[int] = []
+        while not self._stop.wait(0.05) and time.monotonic() < deadline:
+            marks = read_ledger(self.world.ledger)
+            ended = {(m.tid, m.pid) for m in marks if m.kind == "E"}
+            found = []
+            for m in marks:
+                if (m.kind == "S" and m.tid.startswith(batch) and (m.tid, m.pid) not in ended
+                        and m.pid not in listeners and m.pid not in away
+                        and m.pid not in found and _running(m.pid)):
+                    found.append(m.pid)
+            if len(found) >= 2:
+                break
+        return found
 
     def _poison(self, fault: Planned) -> str:
         with self.world.writes:

@@ -183,11 +183,11 @@ class Runner:
         return f"{spec.tid} amid {len(burst)} quick timers"
 
     def schedule_slow(self) -> str:
-        """Plain timers due at once whose tasks outlast a listener's shutdown timeout."""
+        """Plain timers due at once whose tasks outlast a listener's shutdown timeout; the
+        prefix of their ids."""
         self.slows += 1
-        specs = generator.slow_specs(self.slows)
-        self.schedule(specs)
-        return f"{len(specs)} slow timers"
+        self.schedule(generator.slow_specs(self.slows))
+        return generator.slow_prefix(self.slows)
 
     def recurrences(self, on: bool) -> None:
         """Declare the two recurrences (an interval and a cron with seconds), or remove
