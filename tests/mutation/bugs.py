@@ -544,4 +544,14 @@ BUGS: tuple[Bug, ...] = (
         "events (Cluster): a lane whose shard moved to another node is still subscribed for "
         "on the old node's group; its wake messages go unheard until something else "
         "resubscribes"),
+    Bug("late-finish-silent", LISTENER + "endings/writer.py",
+        "report_late_finishes(int(reply[0] or 0), self.eviction_policy)",
+        "report_late_finishes(0, self.eviction_policy)",
+        "late finishes: a run gone from Redis when its ending is written (evicted, flushed, "
+        "or taken over after a stall) is counted but never reported: no ERROR line"),
+    Bug("loop-death-ignored", LISTENER + "lanes.py",
+        "        exc = task.exception()\n        if exc is not None:\n",
+        "        exc = task.exception()\n        if exc is None:\n",
+        "a listener loop that dies of a bug leaves the listener running without it, not "
+        "stopped and marked crashed (no exit status, no restart by its supervisor)"),
 )

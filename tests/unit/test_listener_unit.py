@@ -486,6 +486,58 @@ def test_a_listener_at_its_concurrency_sends_no_claim_as_a_run_ends_with_nothing
     assert claims_after_end == [], f"{len(claims_after_end)} claim(s) with nothing due"
 
 
+def test_a_loop_that_dies_of_a_bug_stops_the_listener_as_crashed(
+        server: fakeredis.FakeServer, caplog: pytest.LogCaptureFixture) -> None:
+    """A listener's loops end only when it stops: one that dies of a bug (here the history
+    trim loop) stops the whole listener, marked crashed (the command exits nonzero and a
+    supervisor starts it again), rather than letting it limp on without that loop."""
+
+    async def scenario() -> Listener:
+        listener = make_listener(server)
+
+        async def broken() -> None:
+            raise RuntimeError("a bug in the loop")
+
+        listener.lanes[0].trimmer.run = broken  # type: ignore[method-assign]
+        await asyncio.wait_for(listener.run(asyncio.Event()), DEADLINE)  # never set
+        await listener.redis.aclose()
+        return listener
+
+    caplog.set_level("CRITICAL", logger="timers")
+    listener = asyncio.run(scenario())
+    assert listener.crashed and listener.aborted
+    assert [m for m in caplog.messages if m.startswith("timers-history-trim loop died")]
+
+
+def test_a_run_gone_from_redis_when_it_ends_is_counted_and_logged_as_an_error(
+        server: fakeredis.FakeServer, producer: Timers, caplog: pytest.LogCaptureFixture) -> None:
+    """A run whose hold Redis no longer has when its ending is written (its keys evicted or
+    flushed, or its lease lapsed and another listener took it): the run happened, so it is
+    counted as a late finish and the listener says so in an ERROR line, never silently."""
+    producer.schedule("mod.add", [1, 2], at=PAST, id="evicted")
+    keys = producer.keys
+
+    async def scenario() -> None:
+        listener = make_listener(server)
+        finish = listener.lanes[0].endings.scripts.finish
+        redis = fakeredis.FakeAsyncRedis(server=server)
+
+        async def after_the_runs_were_dropped(**kwargs: Any) -> Any:
+            await redis.delete(keys.running, keys.running_records)  # as eviction would
+            return await finish(**kwargs)
+
+        listener.lanes[0].endings.scripts.finish = after_the_runs_were_dropped  # type: ignore[method-assign]
+        await burst(listener)
+        await redis.aclose()
+
+    caplog.set_level("ERROR", logger="timers")
+    asyncio.run(scenario())
+    assert mod.CALLS == [("add", (1, 2))]
+    assert counters(producer)["late_finishes"] == 1
+    assert [m for m in caplog.messages
+            if m.startswith("1 run(s) this listener held were gone from Redis")]
+
+
 def test_an_ending_on_its_way_at_shutdown_is_not_written_twice(
         server: fakeredis.FakeServer, producer: Timers, caplog: pytest.LogCaptureFixture) -> None:
     """Stopping while a batch of endings is on its way (Redis has run it, the reply has not
