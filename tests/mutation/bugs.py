@@ -554,4 +554,9 @@ BUGS: tuple[Bug, ...] = (
         "        exc = task.exception()\n        if exc is None:\n",
         "a listener loop that dies of a bug leaves the listener running without it, not "
         "stopped and marked crashed (no exit status, no restart by its supervisor)"),
+    Bug("idle-lease-renews", LISTENER + "leases.py",
+        "        if not tokens or self._stop.is_set():\n",
+        "        if not tokens and self._stop.is_set():\n",
+        "idle cost: a listener holding no run still sends a lease renewal every third of a "
+        "lease"),
 )
