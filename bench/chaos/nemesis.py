@@ -76,9 +76,9 @@ OUTAGES = ("restart", "failover", "migrate", "primary")
 """Faults that put Redis out of every listener's reach for a while."""
 MEMORY_HOLD_S = 3.0
 TERM_WAIT_S = 3.0
+"""How long a ``term`` fault waits for a slow timer to start (then it hits any process)."""
 CHILD_WAIT_S = 10.0
 """How long a ``child`` fault waits for the reruns to start in quarantine children."""
-"""How long a ``term`` fault waits for a slow timer to start (then it hits any process)."""
 RESTART_DOWN_S = 1.0
 
 
