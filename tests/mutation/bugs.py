@@ -1,7 +1,7 @@
 """The single-line bugs of the mutation check (``python -m tests.mutation``): each one a
 place in the tree (a snippet that occurs there exactly once: ``tests/unit/
 test_mutation_list.py`` checks it), what it becomes, and the transition
-(``docs/state-machine.md``, T1 to T26) or rule it breaks. The default test run must fail
+(``docs/state-machine.md``, T1 to T29) or rule it breaks. The default test run must fail
 for every one."""
 
 from __future__ import annotations
@@ -164,6 +164,22 @@ BUGS: tuple[Bug, ...] = (
         "  if p.state == 'R' and now < p.c then",
         "  if false then",
         "T23: a pacer gated before its slot is paid"),
+    Bug("retake-keeps-pacer", LUA + "gate.lua",
+        "    p.c = p.c + later\n", "",
+        "T29: a late run that asks its gate again starts now, and the pacer made after its "
+        "first start keeps its slot: two starts closer than the interval"),
+    Bug("retake-keeps-tat", LUA + "gate.lua",
+        "ms_text(tat + later)", "ms_text(tat)",
+        "T29: a late run that asks its gate again starts now, and the rate's next slot "
+        "stays where its first start put it"),
+    Bug("retake-after-others", LUA + "gate.lua",
+        " or got[3] ~= token .. '|' .. got[2] then", " then",
+        "T29: a late run takes its rate's slot again after another start was let go"),
+    Bug("grant-unnamed", LUA + "gate.lua",
+        "'last', ms_text(now), 'by', token .. '|' .. ms_text(now))\n  end",
+        "'last', ms_text(now))\n  end",
+        "T29, liveness: a late run that asks its gate again finds its start unnamed and "
+        "waits for its rate: the rate loses the slot it let go"),
     Bug("arrive-twice", LUA + "arrive.lua",
         "    if redis.call('HEXISTS', KEYS[2], name) == 1 then",
         "    if false then",
@@ -228,6 +244,16 @@ BUGS: tuple[Bug, ...] = (
         "            timer_id = self.held.drop_lost(text)  # no use renewing it again",
         "            timer_id = None  # no use renewing it again",
         "leases: a run a renewal found lost stays fresh"),
+    Bug("late-handed-back", LISTENER + "executor.py",
+        '        elif outcome.kind == "late":  # past its window',
+        '        elif False:  # past its window',
+        "T29, liveness: a rate's run past its start window is handed back at once, its "
+        "rate's slot lost, instead of asking its gate once more"),
+    Bug("late-child-handed-back", LISTENER + "executor.py",
+        '            if outcome.kind == "late" and not late:',
+        '            if False:',
+        "T29, liveness: a rerun whose quarantine child came past its start window is "
+        "handed back at once, its rate's slot lost"),
     Bug("executor-fence-always-fresh", LISTENER + "executor.py",
         "        return lambda: fence.fresh(token)\n",
         "        return lambda: True\n",

@@ -90,6 +90,8 @@ RATE_NAME, RATE_INTERVAL_MS, RATE_BURST = "task:m.rated", 100, 1
 PLAIN, RATED = "m.plain", "m.rated"
 GROUPS = (DEFAULT_GROUP, "g2")
 CONCURRENCY = 3
+LATE_MS = 30
+"""How far past its start window a lagging listener's rate run reaches its call."""
 """Runs a virtual listener runs at once (its free slots are offered to handoffs)."""
 POLICY = TaskPolicy(max_crashes=3)
 """The policy of the model's tasks: dead after 3 deaths seen in quarantine children
@@ -318,9 +320,13 @@ class VListener:
     """Tokens of ``executing`` that end dead: their deaths in quarantine reached the limit."""
     paused: bool = False
     alive: bool = True
-    lagging: bool = False
+    lagging: int = 0
     """Its dispatch is slow: a rate's run its gate lets go reaches its call past its start
-    window (``flow_gate.START_WINDOW_S``) and is handed back unstarted (T17)."""
+    window (``flow_gate.START_WINDOW_S``) on its first try (1), or on its second too (2),
+    which it makes once its gate said go again (T29); late on its last, it is handed back
+    unstarted (T17)."""
+    retried: set[str] = field(default_factory=set)
+    """Tokens whose first try came past its start window (their next is their last)."""
     known: KnownKeys = field(default_factory=KnownKeys)
     """The keys its last claims asked for, passed with its next (the real claimer's)."""
 
@@ -677,16 +683,31 @@ class World:
             if self.gated(listener, run, as_text(status)) and not self.too_late(listener, run):
                 self.start(listener, run)
 
-    def too_late(self, listener: VListener, run: Run) -> bool:
-        """A lagging listener's rate run, let go: past its start window at its call, it is
-        handed back unstarted (``executor._unstarted``: its run next in line with it)."""
+    def late(self, listener: VListener, run: Run) -> bool:
+        """Whether a lagging listener's rate run, let go, reaches its call past its start
+        window on this try (a run holding one of several slots of its key has no window)."""
         limits = limits_of(run.record_text)
-        if not listener.lagging or limits is None or not limits[2] \
-                or (limits[0] and limits[1] > 1):
-            return False  # (a run holding one of several slots of its key has no window)
+        if limits is None or not limits[2] or (limits[0] and limits[1] > 1):
+            return False
+        if listener.lagging < (2 if run.token in listener.retried else 1):
+            return False
         self.note(f"{listener.id} too late to start {run.timer_id} token {run.token}")
-        self.hand_back(listener, run.token)
         return True
+
+    def too_late(self, listener: VListener, run: Run) -> bool:
+        """A rate run, let go, that reached its call past its start window (``LATE_MS``
+        after its gate said go) asks its gate once more (``executor._call``, T29); past
+        its window again, it is handed back unstarted (``executor._unstarted``: its run
+        next in line with it). True: it does not start now."""
+        if not self.late(listener, run):
+            return False
+        if run.token in listener.retried:
+            self.hand_back(listener, run.token)
+            return True
+        listener.retried.add(run.token)
+        self.clock.ms += LATE_MS
+        status = self.s.gate(LEASE_MS, [GateRun(run.token, *limits_of(run.record_text) or ())])
+        return not self.gated(listener, run, as_text(status[0])) or self.too_late(listener, run)
 
     def gated(self, listener: VListener, run: Run, status: str) -> bool:
         """What the gate's ``status`` does to ``run``: True when it goes (holding its key's
@@ -796,7 +817,12 @@ class World:
                     LEASE_MS, [GateRun(run.token, *limits_of(run.record_text) or ())])[0])):
                 listener.cells.pop(token, None)
                 return
-            if self.too_late(listener, run):  # the child read the word past its window
+            if self.late(listener, run):  # the child read the word past its window: a
+                if run.token in listener.retried:  # new child asks the gate once more (T29)
+                    self.hand_back(listener, run.token)
+                else:
+                    listener.retried.add(run.token)
+                    self.to_child(listener, run)
                 return
         cell = listener.cells.get(token)
         if cell is None:  # (released meanwhile: its run is no longer the listener's)
@@ -1167,7 +1193,7 @@ class World:
         every timer ended as the model says. Then nothing of a timer may be left in Redis:
         no record, due entry, run, slot, queue entry, barrier or note (liveness)."""
         for listener in self.listeners:
-            listener.paused = listener.lagging = False
+            listener.paused, listener.lagging = False, 0
         self.note("drain")
         deadline = self.now + max_ms
         while self.now < deadline and not self.settled():

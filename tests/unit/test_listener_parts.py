@@ -16,7 +16,7 @@ import pytest
 from tests.unit.sample_tasks import mod
 from timers import Timers
 from timers.exceptions import TaskRefused
-from timers.listener.calling.runner import Runner
+from timers.listener.calling.runner import LATE, Runner
 from timers.listener.endings.ending import Ending, Executed
 from timers.listener.endings.history import HistoryPolicy
 from timers.listener.endings.writer import EndingWriter
@@ -734,6 +734,65 @@ def test_a_rate_run_past_its_start_window_is_handed_back_with_its_run_next_in_li
         assert done.ending is not None and done.ending.kind == EndingKind.OK
         assert after.ending is not None and after.ending.kind == EndingKind.OK
         assert len(mod.CALLS) == calls + 2
+
+
+class LateFirst:
+    """A flow gate whose rate lets run "1" go twice: the first time with its start window
+    past already (the listener was busy), the second with it open (``late`` times)."""
+
+    def __init__(self, late: int) -> None:
+        self.late, self.asked = late, 0
+
+    async def admit(self, run: Run, record: Record, policy: Any) -> Admission:
+        if run.token != "1":
+            return FREE
+        self.asked += 1
+        return Admission(None, time.monotonic() + (-1.0 if self.asked <= self.late else 60.0))
+
+
+@pytest.mark.parametrize("late", [1, 2])
+def test_a_rate_run_past_its_start_window_asks_its_gate_once_more(late: int) -> None:
+    """A rate's run that reached its call past its window asks its gate again at once
+    (T29: its unused slot moves to now while nobody took the next) and starts within the
+    new window, its run next in line after it. Past its window on that second try too, it
+    is handed back (T17), its run next in line with it."""
+    calls = len(mod.CALLS)
+    gate = LateFirst(late)
+    done, after = run_with_next_in_line(gate)
+    assert gate.asked == 2
+    if late == 1:
+        assert done.ending is not None and done.ending.kind is EndingKind.OK
+        assert after.ending is not None and after.ending.kind is EndingKind.OK
+        assert len(mod.CALLS) == calls + 2
+    else:
+        assert done.ending is not None and done.ending.kind is EndingKind.RELEASE
+        assert after.ending is None and len(mod.CALLS) == calls
+
+
+class LateChild:
+    """Quarantine whose first ``late`` children read their word past its start window."""
+
+    def __init__(self, late: int) -> None:
+        self.late, self.children = late, 0
+
+    async def run(self, timer_id: str, token: str, *args: Any) -> Outcome:
+        self.children += 1
+        return LATE if self.children <= self.late else Outcome("ok", "", "")
+
+
+@pytest.mark.parametrize("late", [1, 2])
+def test_a_rerun_whose_child_came_past_its_start_window_asks_again_in_a_new_child(
+        late: int) -> None:
+    """A rate's rerun whose quarantine child read the word to start past its window
+    started nothing: a new child asks the gate again (T29) and runs it; past the window
+    again, the run is handed back (T17)."""
+    record = Record("mod.add", [1, 2], {Option.KEY: "k"}).encode()
+    quarantine = LateChild(late)
+    done = execute_fenced(Run("1", "7", record, round(REDIS_NOW_MS), 1, "recovered"),
+                          quarantine, Revalidated(True))
+    assert quarantine.children == 2
+    assert done.ending is not None
+    assert done.ending.kind is (EndingKind.OK if late == 1 else EndingKind.RELEASE)
 
 
 def _busy_until(moment: float) -> None:

@@ -225,15 +225,15 @@ class FlowModel(RuleBasedStateMachine):
             listener.paused = True
             self.world.note(f"{listener.id} paused")
 
-    @rule(i=pick, on=st.booleans())
-    def lag(self, i: int, on: bool) -> None:
+    @rule(i=pick, tries=st.sampled_from([0, 1, 2]))
+    def lag(self, i: int, tries: int) -> None:
         """A listener's dispatch turns slow (or quick again): its rate runs miss their
-        start windows."""
+        start windows, on their first try (1) or on both (2)."""
         alive = [li for li in self.world.listeners if li.alive]
         listener = alive[i % len(alive)]
-        if listener.lagging != on:
-            listener.lagging = on
-            self.world.note(f"{listener.id} {'lags' if on else 'keeps up'}")
+        if listener.lagging != tries:
+            listener.lagging = tries
+            self.world.note(f"{listener.id} {f'lags ({tries})' if tries else 'keeps up'}")
 
     @rule()
     def resume(self) -> None:
@@ -555,6 +555,32 @@ def test_rate_and_concurrency_starts_keep_the_interval(world: World) -> None:
     z = next(t for t, r in l1.executing.items() if r.timer_id == "t002")
     world.finish(l1, z, "ok", 0)  # k1 frees: y is handed over and starts at 210
     assert broken(world, "rate") == []
+
+
+@pytest.mark.parametrize("pacer", [False, True])
+def test_a_rate_run_past_its_start_window_moves_the_rates_slots_on_when_it_asks_again(
+        world: World, pacer: bool) -> None:
+    """A rate's run let go that reaches its call ``LATE_MS`` past its window asks its gate
+    again (T29): its unused slot moves to now, the rate's next slot as far on, whether a
+    run held for the rate since made a pacer of it (``pacer``) or a later gate finds it.
+    Started late, its run keeps the interval to the next start either way."""
+    world.fenced = True
+    late, quick = world.spawn((DEFAULT_GROUP,)), world.spawn((DEFAULT_GROUP,))
+    late.lagging = 1
+    world.schedule(RATED, DEFAULT_GROUP, 0, "", -50)
+    if pacer:  # the second waits for the rate, its pacer, before the first reaches its call
+        world.schedule(RATED, DEFAULT_GROUP, 0, "", -40)
+    world.claim(late, 5, 0, False)
+    world.start_due(late)
+    assert len(late.executing) == 1, world.story()
+    if not pacer:  # the second comes once the first started
+        world.schedule(RATED, DEFAULT_GROUP, 0, "", -40)
+    for _ in range(8):
+        wait(world, 30, late, quick)
+        world.claim(quick, 5, 0, False)
+        world.start_due(quick)
+    assert len(quick.executing) == 1, world.story()
+    assert broken(world, "rate") == [], world.story()
 
 
 def test_a_keyed_timer_handed_over_does_not_start_before_its_due_time(world: World) -> None:

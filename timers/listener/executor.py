@@ -234,7 +234,8 @@ class Executor:
     async def _call(self, start: Start, attempt: _Attempt, after: Turn | None,
                     fence: Callable[[], bool], recurring: bool) -> Outcome:
         """Call the task of a run that passed every check: in a quarantine child when a
-        lease of it lapsed before (gated there), else in a thread or on the loop."""
+        lease of it lapsed before (gated there), else in a thread or on the loop. A rate's
+        run that reached its call past its start window asks its gate once more (T29)."""
         run, record, fn, policy = start.run, start.record, start.fn, start.policy
         if is_suspect(run.reruns):
             aside = self.aside(run) if self.aside is not None and not recurring else None
@@ -255,6 +256,11 @@ class Executor:
                                                  None, fence, start.limited, note, start_by))
             if outcome is _TAKEN and own is not None:
                 self.runner.let_follower_go(own)  # it waited for this one
+        elif outcome.kind == "late":  # past its window: asks its gate once more (T29)
+            again = await self.flow.admit(run, record, policy)
+            outcome = again.held or await self.runner.call(
+                fn, record.args, policy.timeout, own, None, fence, start.limited, note,
+                again.start_by)
         if own is not None:
             self._timed_by_thread(attempt, own, after is not None)
         return outcome
@@ -267,14 +273,20 @@ class Executor:
         is revalidated as a thread's stale start is: not started if taken over (or, next
         in line, handed back), else in a new child. A run with limits asks its flow gate
         once the child has loaded the task, right before the start: a rate's slot is
-        taken when the run starts, not a child's loading time before (invariant 13).
+        taken when the run starts, not a child's loading time before (invariant 13); a
+        child that got the word past its start window started nothing, and the run asks its
+        gate once more, in a new child (T29).
         ``aside``: where the child notes that the task returned, before it says so (a
         rerun finds it while this listener is paused, or after it died)."""
         admit = functools.partial(self.flow.admit, run, record, policy) if limited else None
+        late = False
         while True:
             outcome = await self.quarantine.run(run.timer_id, run.token, record.task, fn,
                                                 record.args, policy, run.reruns, admit,
                                                 aside)
+            if outcome.kind == "late" and not late:  # a new child asks its gate again (T29)
+                late = True
+                continue
             if outcome.kind != "stale":
                 return outcome
             unfenced = await self._revalidated(run)

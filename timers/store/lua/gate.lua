@@ -1,7 +1,7 @@
 #!lua
 -- gate.lua: let claimed runs start, or hold them back for a concurrency key or a rate
 -- limit (flow.lua has the keys and the queue states).
--- State machine: docs/state-machine.md (transitions T7 to T10, T22).
+-- State machine: docs/state-machine.md (transitions T7 to T10, T22, T23, T29).
 --
 -- KEYS[1]  running: the plain running zset (a group's is "<it>|<group>")
 -- KEYS[2]  running records: hash, run token -> "reruns@<listener>|due|<id>:<record>"
@@ -113,8 +113,36 @@ local function take_rate(name, interval, burst)
   end
   local tat = rate_tat(state, interval, burst, now)
   if tat - now > (burst - 1) * interval then return false end
-  redis.call('HSET', state, 'tat', ms_text(tat + interval), 'last', ms_text(now))
+  redis.call('HSET', state, 'tat', ms_text(tat + interval))
   redis.call('PEXPIREAT', state, ms_text(tat + interval + 60000))
+  return true
+end
+
+-- A run a gate call of its own let go that did not start asks again (T29): its listener
+-- reached its call past the start window, or its quarantine child found its lease stale.
+-- While no start of rate limit `name` was let go since its own (`by` still names it with
+-- the rate's `last`, which every gate writes with a start, an older release's too), the
+-- rate's slots move on by its lateness: its unused one to now and the slot of the rate's
+-- pacer, if a hold made one meanwhile, as far: the starts around it keep their interval,
+-- and the rate loses no slot to a busy listener. Not across a server start (T21: the
+-- starts let go after its own may be lost).
+local function retake_rate(token, name)
+  local state = flow_key(ARGV[1], 'rate', name)
+  local got = redis.call('HMGET', state, 'tat', 'last', 'by', 'pacer')
+  local tat, last = tonumber(got[1]), tonumber(got[2])
+  if not tat or not last or got[3] ~= token .. '|' .. got[2] then return false end
+  local started = server_started_by(now)
+  if started and last < started then return false end
+  local later = math.max(now - last, 0)
+  if got[4] then  -- the rate's pacer: its slot moves on as far (T23 if claimed already)
+    local p = parked_read(redis.call('HGET', parked_key, got[4]))
+    if not p or p.state ~= 'R' then return false end
+    p.c = p.c + later
+    parked_write(ARGV[1], got[4], p)
+  end
+  redis.call('HSET', state, 'tat', ms_text(tat + later), 'last', ms_text(now),
+    'by', token .. '|' .. ms_text(now))
+  rate_keep(state)
   return true
 end
 
@@ -170,7 +198,8 @@ local function gate(token, key, limit, rate, interval, burst)
     if slot_lost then promote_rate(ARGV[1], p.name, p.a, p.b, now) end
     return status
   end
-  if rate ~= '' and not paid and not take_rate(rate, interval, burst) then
+  if rate ~= '' and not paid and not retake_rate(token, rate)
+      and not take_rate(rate, interval, burst) then
     counts.rate_limited = counts.rate_limited + 1
     local waiting = {state = 'r', a = interval, b = burst, c = 0, name = rate}
     local status = hold(token, id, record, due, flow_key(ARGV[1], 'waitr', rate), waiting, rk,
@@ -194,8 +223,10 @@ local function gate(token, key, limit, rate, interval, burst)
   if key ~= '' then
     redis.call('HSET', sys_key(ARGV[1], 'held'), token, limit .. '|' .. lease .. '|' .. key)
   end
-  if paid then  -- the rate's last start (take_rate notes its own)
-    redis.call('HSET', flow_key(ARGV[1], 'rate', p.name), 'last', ms_text(now))
+  local rated = paid and p.name or rate
+  if rated ~= '' then  -- the rate's last start, and whose (retake_rate)
+    local state = flow_key(ARGV[1], 'rate', rated)
+    redis.call('HSET', state, 'last', ms_text(now), 'by', token .. '|' .. ms_text(now))
   end
   if record_option(record, 'w') then
     counts.held_ms = counts.held_ms + math.max(now - due, 0)
