@@ -60,8 +60,8 @@ key                 type    holds
 ``P|waitk|<key>``   zset    id → queue score: timers waiting for a slot of ``key``;
                             score (1000 - priority) * 2^42 + due ms.
 ``P|rate|<name>``   hash    ``tat`` (GCRA), ``pacer`` (the waiting timer that holds
-                            the next slot) and ``last`` (ms of its last start) of rate
-                            limit ``name``.
+                            the next slot), ``last`` (ms of its last start) and ``by``
+                            (``<token>|<last>``: whose) of rate limit ``name``.
 ``P|waitr|<name>``  zset    id → queue score: timers waiting for rate limit ``name``.
 ``P|parked``        hash    id → state of a timer held back by a flow gate (see
                             ``timers/store/lua/flow.lua``).
