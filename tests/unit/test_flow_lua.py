@@ -349,6 +349,38 @@ def test_the_pacer_goes_and_hands_the_next_slot_on(
     assert [m for m in fake.zrange(KS.due, 0, -1)] == [b"t2"]
 
 
+def test_a_late_run_asking_again_moves_its_rates_slots_on_by_its_lateness(
+        s: Scripts, fake: fakeredis.FakeRedis, clock: VirtualClock) -> None:
+    """T29: the pacer goes, and the next pacer takes its slot; the first reached its call
+    30 ms late and asks again: it goes, the next pacer's slot and the rate's tat move 30 ms
+    on, and its wait is not counted twice. Once another start was let go, a second ask
+    finds the rate's last start not its own and waits for the rate."""
+    for i in range(3):
+        add(s, f"t{i}", "t.f:", -40 + i)
+    gate(s, claim(s), rate="r", interval_ms=100, burst=1)  # t0 goes, t1 paces, t2 waits
+    clock.ms = slot_of(fake, "t1")
+    [pacer] = claim(s)
+    assert gate(s, [pacer], rate="r", interval_ms=100, burst=1) == ["go"]  # t2 paces now
+
+    def next_slot() -> tuple[int, int]:
+        parked = fake.hget(KS.parked, "t2")
+        tat = fake.hget(KS.rate("r"), "tat")
+        assert parked is not None and tat is not None
+        return int(parked.decode().split("|")[3]), int(tat)
+
+    slot, tat = next_slot()
+    held = fake.hget(KS.stats, "held_ms")
+    clock.ms += 30
+    assert gate(s, [pacer], rate="r", interval_ms=100, burst=1) == ["go"]
+    assert next_slot() == (slot + 30, tat + 30)
+    assert fake.hget(KS.stats, "held_ms") == held
+    add(s, "t3", "t.f:", -10)
+    clock.ms = slot + 30
+    [t2] = [r for r in claim(s) if r.timer_id == "t2"]
+    assert gate(s, [t2], rate="r", interval_ms=100, burst=1) == ["go"]
+    assert gate(s, [pacer], rate="r", interval_ms=100, burst=1) == ["wait"]
+
+
 def test_a_burst_lets_that_many_start_at_once(s: Scripts) -> None:
     for i in range(4):
         add(s, f"t{i}", "t.f:", -40 + i)

@@ -198,8 +198,8 @@ local function gate(token, key, limit, rate, interval, burst)
     if slot_lost then promote_rate(ARGV[1], p.name, p.a, p.b, now) end
     return status
   end
-  if rate ~= '' and not paid and not retake_rate(token, rate)
-      and not take_rate(rate, interval, burst) then
+  local again = rate ~= '' and not paid and retake_rate(token, rate)
+  if rate ~= '' and not paid and not again and not take_rate(rate, interval, burst) then
     counts.rate_limited = counts.rate_limited + 1
     local waiting = {state = 'r', a = interval, b = burst, c = 0, name = rate}
     local status = hold(token, id, record, due, flow_key(ARGV[1], 'waitr', rate), waiting, rk,
@@ -228,7 +228,7 @@ local function gate(token, key, limit, rate, interval, burst)
     local state = flow_key(ARGV[1], 'rate', rated)
     redis.call('HSET', state, 'last', ms_text(now), 'by', token .. '|' .. ms_text(now))
   end
-  if record_option(record, 'w') then
+  if record_option(record, 'w') and not again then  -- (counted at its first go)
     counts.held_ms = counts.held_ms + math.max(now - due, 0)
   end
   return 'go'
