@@ -175,6 +175,10 @@ BUGS: tuple[Bug, ...] = (
     Bug("retake-after-others", LUA + "gate.lua",
         " or got[3] ~= token .. '|' .. got[2] then", " then",
         "T29: a late run takes its rate's slot again after another start was let go"),
+    Bug("retake-past-interval", LUA + "gate.lua",
+        "  if later > interval then return false end\n", "",
+        "T29: a run late by more than an interval moves its rate's slots on by its lateness, "
+        "which costs the rate more than the slot it let go"),
     Bug("retake-counts-wait-twice", LUA + "gate.lua",
         "  if record_option(record, 'w') and not again then",
         "  if record_option(record, 'w') then",

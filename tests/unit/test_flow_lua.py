@@ -381,6 +381,22 @@ def test_a_late_run_asking_again_moves_its_rates_slots_on_by_its_lateness(
     assert gate(s, [pacer], rate="r", interval_ms=100, burst=1) == ["wait"]
 
 
+def test_a_run_asking_again_later_than_an_interval_waits_for_its_rate(
+        s: Scripts, fake: fakeredis.FakeRedis, clock: VirtualClock) -> None:
+    """T29 only while the run's lateness is less than an interval: later, moving the
+    rate's slots on would cost it more than the slot the run let go, so it waits for its
+    rate behind the pacer, and the pacer keeps its slot."""
+    for i in range(2):
+        add(s, f"t{i}", "t.f:", -40 + i)
+    runs = claim(s)
+    assert gate(s, runs, rate="r", interval_ms=100, burst=1) == ["go", "wait"]  # t1 paces
+    slot = slot_of(fake, "t1")
+    clock.ms += 101
+    assert gate(s, runs[:1], rate="r", interval_ms=100, burst=1) == ["wait"]
+    assert slot_of(fake, "t1") == slot
+    assert fake.zrange(KS.rate_queue("r"), 0, -1) == [b"t0"]
+
+
 def test_a_burst_lets_that_many_start_at_once(s: Scripts) -> None:
     for i in range(4):
         add(s, f"t{i}", "t.f:", -40 + i)

@@ -124,9 +124,10 @@ end
 -- the rate's `last`, which every gate writes with a start, an older release's too), the
 -- rate's slots move on by its lateness: its unused one to now and the slot of the rate's
 -- pacer, if a hold made one meanwhile, as far: the starts around it keep their interval,
--- and the rate loses no slot to a busy listener. Not across a server start (T21: the
--- starts let go after its own may be lost).
-local function retake_rate(token, name)
+-- and the rate loses its lateness instead of a slot. Not when it came later than an
+-- interval (a slot lost costs less), nor across a server start (T21: the starts let go
+-- after its own may be lost).
+local function retake_rate(token, name, interval)
   local state = flow_key(ARGV[1], 'rate', name)
   local got = redis.call('HMGET', state, 'tat', 'last', 'by', 'pacer')
   local tat, last = tonumber(got[1]), tonumber(got[2])
@@ -134,6 +135,7 @@ local function retake_rate(token, name)
   local started = server_started_by(now)
   if started and last < started then return false end
   local later = math.max(now - last, 0)
+  if later > interval then return false end
   if got[4] then  -- the rate's pacer: its slot moves on as far (T23 if claimed already)
     local p = parked_read(redis.call('HGET', parked_key, got[4]))
     if not p or p.state ~= 'R' then return false end
@@ -198,7 +200,7 @@ local function gate(token, key, limit, rate, interval, burst)
     if slot_lost then promote_rate(ARGV[1], p.name, p.a, p.b, now) end
     return status
   end
-  local again = rate ~= '' and not paid and retake_rate(token, rate)
+  local again = rate ~= '' and not paid and retake_rate(token, rate, interval)
   if rate ~= '' and not paid and not again and not take_rate(rate, interval, burst) then
     counts.rate_limited = counts.rate_limited + 1
     local waiting = {state = 'r', a = interval, b = burst, c = 0, name = rate}
