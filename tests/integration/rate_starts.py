@@ -1,7 +1,9 @@
 """The starts of a rate limit as Redis itself makes them, for the tests of invariant 13.
 
 ``gate.lua`` notes each start it lets go in its rate's hash (``last``, the Redis clock's ms
-then). :class:`RateStarts` reads every such write off ``MONITOR`` (which shows the commands
+then, and ``by``, whose). A run that did not start and asked again (T29) is let go anew: its
+new ``last`` replaces its own start noted just before, which never happened (its slots moved
+on by as much). :class:`RateStarts` reads every such write off ``MONITOR`` (which shows the commands
 a script or function runs), from a thread, reconnecting when the server goes away: the
 gaps between them are the gaps the rate limit is made to keep, free of what a task's own
 timestamp adds (its listener's dispatch: ±15 ms on a loaded 2-core machine, ~100 ms right
@@ -29,6 +31,8 @@ class RateStarts:
     def __init__(self, url: str, rate_key: str) -> None:
         self.url, self.rate_key = url, rate_key
         self._starts: list[float] = []
+        self._last_by = ""
+        """Whose start was noted last (``by``'s token)."""
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._watching = threading.Event()
@@ -59,10 +63,15 @@ class RateStarts:
         parts = command.split(" ")
         if len(parts) < 4 or parts[0].upper() != "HSET" or parts[1] != self.rate_key:
             return
-        for field, value in zip(parts[2::2], parts[3::2], strict=False):
-            if field == "last":
-                with self._lock:
-                    self._starts.append(float(value))
+        fields = dict(zip(parts[2::2], parts[3::2], strict=False))
+        if "last" not in fields:
+            return
+        by = fields.get("by", "").rpartition("|")[0]
+        with self._lock:
+            if by and by == self._last_by and self._starts:
+                self._starts.pop()  # asked again (T29): that start never happened
+            self._starts.append(float(fields["last"]))
+            self._last_by = by
 
     def _watch(self) -> None:
         while not self._stop.is_set():

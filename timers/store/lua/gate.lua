@@ -142,8 +142,7 @@ local function retake_rate(token, name, interval)
     p.c = p.c + later
     parked_write(ARGV[1], got[4], p)
   end
-  redis.call('HSET', state, 'tat', ms_text(tat + later), 'last', ms_text(now),
-    'by', token .. '|' .. ms_text(now))
+  redis.call('HSET', state, 'tat', ms_text(tat + later))  -- (`last` and `by`: at its go)
   rate_keep(state)
   return true
 end
