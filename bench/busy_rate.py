@@ -61,6 +61,8 @@ def one_run(tree: Path, work: Path, port: int, rate: int, n: int, hogs: int) -> 
                 break
             except redis.ConnectionError:
                 time.sleep(0.05)
+        if server.poll() is not None or client.dbsize():  # another server has the port
+            raise RuntimeError(f"port {port}: not a fresh server of this run")
         for spinner in spinners:
             spinner.start()
         with log.open("w") as out:
@@ -121,10 +123,10 @@ def main(argv: list[str] | None = None) -> None:
             print(f"round {r + 1} {name}: last start {took:.1f} s after the first "
                   f"({took / ideal:.0%} of ideal), {handed} handed back", flush=True)
     for name, runs in results.items():
-        took = [t for t, _ in runs]
-        handed = [h for _, h in runs]
-        print(f"{name}: {statistics.median(took):.1f} s ({min(took):.1f}-{max(took):.1f}), "
-              f"handed back {statistics.median(handed):.0f} ({min(handed)}-{max(handed)})")
+        spans = [t for t, _ in runs]
+        backs = [h for _, h in runs]
+        print(f"{name}: {statistics.median(spans):.1f} s ({min(spans):.1f}-{max(spans):.1f}), "
+              f"handed back {statistics.median(backs):.0f} ({min(backs)}-{max(backs)})")
 
 
 if __name__ == "__main__":
