@@ -38,11 +38,10 @@ one whose limit is 1) may still call its function (the default of
 The gate lets a rate's runs go an interval apart (less 5 ms) on the Redis clock; a run
 that reached its call later than this asks its gate once more (T29: while no start of its
 rate was let go since and it is late by less than an interval, the rate's slots move on by
-its lateness), then is handed back
-unstarted (T17) rather than start closer than that to the next one, whose listener may be
-quicker: so two calls of a rate's
-task are never closer than the interval less 15 ms (and the instant from the check to the
-task's first line), whatever the listeners' load (docs/state-machine.md, invariant 3)."""
+its lateness), then is handed back unstarted (T17) rather than start closer than that to
+the next one, whose listener may be quicker: so two calls of a rate's task are never closer
+than the interval less 15 ms (and the instant from the check to the task's first line),
+whatever the listeners' load (docs/state-machine.md, invariant 3)."""
 
 
 class Admission(NamedTuple):
