@@ -593,4 +593,14 @@ BUGS: tuple[Bug, ...] = (
         "        if not tokens and self._stop.is_set():\n",
         "idle cost: a listener holding no run still sends a lease renewal every third of a "
         "lease"),
+    Bug("gate-call-unmarked", LISTENER + "flow/gate.py",
+        "            leases.ending(tokens)\n", "            pass\n",
+        "leases: a renewal that runs between the gate holding a run back (T7/T9) and the "
+        "listener reading that reply warns that the run was recovered elsewhere, which "
+        "never happened"),
+    Bug("gate-go-stays-marked", LISTENER + "flow/gate.py",
+        "for t, s in zip(tokens, statuses, strict=True) if s == GO]",
+        "for t, s in zip(tokens, statuses, strict=True) if s == '-']",
+        "leases: a run its gate let go stays marked as ending, so its real loss to another "
+        "listener later goes without a warning"),
 )

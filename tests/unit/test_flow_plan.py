@@ -17,6 +17,7 @@ from timers.exceptions import FlowKeyError
 from timers.listener.flow.gate import FlowGate
 from timers.listener.flow.placer import Placer
 from timers.listener.flow.plan import plan_of_run
+from timers.listener.leases import HeldRuns, LeaseKeeper
 from timers.model.keys import Keyspace
 from timers.model.policy import policy_of
 from timers.model.runs import Run
@@ -160,3 +161,55 @@ def test_a_run_admitted_again_asks_its_rate_again_not_its_key(
 
     assert asyncio.run(scenario()) == ["go", "go"]
     assert len(asked) == asks
+
+
+@timers.task(rate="1/s")
+def once_a_second(n: int) -> None: ...
+
+
+def test_a_renewal_between_the_gate_holding_a_run_back_and_the_listener_reading_it_warns_of_no_loss(
+    fake: fakeredis.FakeRedis, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The gate takes a run it holds back out of the running set in Redis; a renewal that
+    runs before the listener has read that reply finds the run gone. Nothing was lost (the
+    run waits for its rate), so the renewal must not warn that another listener took it
+    over; the run let go keeps its lease, and its loss later is warned of."""
+    with timers.Timers(fake) as producer:
+        for n in range(2):
+            producer.schedule("p.once", [n], in_=-1, id=f"t{n}")
+    held = HeldRuns(30.0)
+    keeper = LeaseKeeper(fakeredis.FakeRedis(server=fake.connection_pool.connection_kwargs[
+        "server"]), Keyspace(), 30.0, held)
+
+    async def scenario() -> list[str]:
+        client = fakeredis.FakeAsyncRedis(server=fake.connection_pool.connection_kwargs["server"])
+        scripts = Scripts(client, Keyspace())
+        gate = scripts.gate
+
+        async def renewed_before_read(lease_ms: int, runs: list[GateRun]) -> Any:
+            reply = await gate(lease_ms, runs)
+            keeper.renew_once()  # the keeper's thread, before the loop reads the reply
+            return reply
+
+        scripts.gate = renewed_before_read  # type: ignore[method-assign]
+        flow = FlowGate(scripts, 30.0, on_held=lambda count: None, shards=1, shard=0,
+                        held=held)
+        reply = await scripts.claim(limit=5, lease_ms=30_000, horizon_ms=0, listener_id="me")
+        runs = [Run.parse(*reply[i:i + 3]) for i in range(3, len(reply), 3)]
+        for run in runs:
+            held.hold(run.token, run.timer_id)
+        said = await asyncio.gather(*(flow.admit(run, run.record(), policy_of(once_a_second))
+                                      for run in runs))
+        await client.aclose()
+        return [run.token for run, admission in zip(runs, said, strict=True)
+                if admission.held is None]
+
+    with caplog.at_level("WARNING", logger="timers.listener"):
+        [went] = asyncio.run(scenario())
+    assert not [r for r in caplog.records if "recovered elsewhere" in r.getMessage()]
+    assert held.tokens() == [went] and held.fresh(went)
+    fake.zrem(Keyspace().running, went)  # the run let go, taken over after all: that is a loss
+    with caplog.at_level("WARNING", logger="timers.listener"):
+        keeper.renew_once()
+    keeper.client.close()
+    assert [r for r in caplog.records if "recovered elsewhere" in r.getMessage()]

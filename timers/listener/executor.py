@@ -164,7 +164,8 @@ class Executor:
                      extra={"id": run.timer_id, "task": attempt.task})
             return self._unstarted(run)
         if kind == "held":
-            log.debug("timer %s not started: %s", run.timer_id, outcome.message)
+            log.log(logging.WARNING if outcome.error_type == "lost" else logging.DEBUG,
+                    "timer %s not started: %s", run.timer_id, outcome.message)
             # a run next in line after it does not start (its gate took it back, or it is
             # handed back)
             self.turns.not_started(run.token, outcome.error_type in TAKES_BACK_NEXT)

@@ -88,7 +88,8 @@ class Lane:
         self.turns = Turns()  # runs next in line on a key slot, and those they follow
         loader, outage, poke = shared.loader, Outage(), asyncio.Event()
         self.flow = FlowGate(self.scripts, shared.lease, on_held=shared.tally.held_back,
-                             shards=shards, shard=index, window=shared.rate_start_window)
+                             shards=shards, shard=index, window=shared.rate_start_window,
+                             held=self.held)
         self.placer = (Placer(lambda i: self.lanes[i].scripts, index, shards, shared.lease,
                               loader.resolve, hand_back=self.hand_back_now,
                               redis_now_ms=self.tracker.redis_now_ms, arrived=self._arrived)

@@ -120,7 +120,9 @@ class HeldRuns:
 
         They are still renewed until the ending is written, so a blocked event loop
         between sending and reading the reply cannot let their leases lapse; a renewal
-        that finds one already ended drops it without a warning.
+        that finds one already ended drops it without a warning. A flow gate's call marks
+        its runs the same way while it is out: the gate may hold one back, out of the
+        running set, before the listener reads that it did.
         """
         with self._lock:
             if sent:

@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 
 from timers.exceptions import FlowKeyError
 from timers.listener.flow.plan import plan_ahead, plan_of_run
+from timers.listener.leases import HeldRuns
 from timers.listener.retrying import RETRYABLE
 from timers.model.encoding import Record, as_text
 from timers.model.flow.names import unescape_key
@@ -67,10 +68,15 @@ class FlowGate:
     """
 
     def __init__(self, scripts: Scripts, lease: float, *, on_held: Callable[[int], None],
-                 shards: int, shard: int, window: float | None = START_WINDOW_S) -> None:
+                 shards: int, shard: int, window: float | None = START_WINDOW_S,
+                 held: HeldRuns | None = None) -> None:
         self.scripts, self.lease, self.window = scripts, lease, window
         self.on_held, self.shards, self.shard = on_held, shards, shard
         """``shard``: the one this gate's lane serves."""
+        self.leases = held
+        """The lane's held runs: a gate call may take a run it holds back out of the
+        running set, so its runs are marked as ending while the call is out (a renewal
+        that finds one gone then drops it without warning of a loss)."""
         self._asked: list[tuple[GateRun, asyncio.Future[tuple[str, float]]]] = []
         self.holding: set[str] = set()
         """Tokens of runs that went holding a concurrency key slot (until they end)."""
@@ -173,17 +179,27 @@ class FlowGate:
 
     async def _ask(self) -> None:
         asked, self._asked = self._asked, []
+        tokens = [spec.token for spec, _ in asked]
+        leases = self.leases
+        if leases is not None:
+            leases.ending(tokens)
         sent = time.monotonic()
         try:
             reply = await self.scripts.gate(round(self.lease * 1000), [s for s, _ in asked])
         except Exception as exc:  # each run decides (a lost connection hands it back)
+            if leases is not None:
+                leases.ending(tokens, sent=False)
             for _, answer in asked:
                 if not answer.done():
                     answer.set_exception(exc)
             return
-        for (_, answer), status in zip(asked, reply, strict=True):
+        statuses = [as_text(status) for status in reply]
+        if leases is not None:  # (those held back are released by their lane)
+            leases.ending([t for t, s in zip(tokens, statuses, strict=True) if s == GO],
+                          sent=False)
+        for (_, answer), status in zip(asked, statuses, strict=True):
             if not answer.done():
-                answer.set_result((as_text(status), sent))
+                answer.set_result((status, sent))
 
 
 TAKES_BACK_NEXT = frozenset({"wait", "replaced"})
