@@ -1,15 +1,18 @@
-"""The checks a run passes before its task is called, in order: its group, its lateness,
-its flow limits. (Its fence is asked where the task is called, right before its code: in
-its thread, on the loop, in a quarantine child: :mod:`timers.listener.calling.runner`.)
+"""The steps a run passes before its task is called, in order: whether this listener has
+its task (else a peer that has it), its turn after the run before it on its key, its
+context, its recurrence's next occurrence, its task resolved, its group, its lateness, its
+flow limits. (Its fence is asked where the task is called, right before its code: in its
+thread, on the loop, in a quarantine child: :mod:`timers.listener.calling.runner`.)
 
-Each check is a small object the executor asks in turn (:data:`Check`): None lets the run
-go on to the next; an :class:`~timers.model.runs.Outcome` ends it there, unstarted (moved
-to its group, missed, held back by its key or rate). A check answers at once when it can
-(its group, its lateness, a run without limits): only one that must ask Redis (the flow
-gate) gives an awaitable, which the executor awaits for the answer. A new rule a run must
-pass before its call is one more check in the executor's list, not a branch in its code.
-What runs around the call (a recurrence's steps) and how it is called (in a thread, on the
-loop, in a quarantine child) stay in the executor.
+Each step is a small object the executor asks in turn (:data:`Check`): None lets the run
+go on to the next; an :class:`~timers.model.runs.Outcome` ends it there, unstarted (passed
+to a peer, skipped, refused, moved to its group, missed, held back by its key or rate). A
+step answers at once when it can: only one that must wait or ask Redis gives an
+awaitable, which the executor awaits for the answer. A step with an ``after`` method (the
+recurrence's) is told how the run ended, whatever ended it, once it has been asked. A new
+rule a run must pass before its call is one more step in the executor's list, not a
+branch in its code. How the task is called (in a thread, on the loop, in a quarantine
+child) stays in the executor.
 """
 
 from __future__ import annotations
@@ -18,44 +21,191 @@ import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, TypeAlias
 
+from timers.exceptions import TaskRefused
+from timers.listener.calling import context
+from timers.listener.calling.runner import Turn
+from timers.listener.cron_hook import RecurrenceHook
+from timers.listener.finding.due_tracker import DueTracker
 from timers.listener.flow.gate import FREE, Admission, FlowGate
+from timers.listener.flow.turns import Turns
+from timers.listener.health.peers import Peers
 from timers.listener.quarantine.parent import is_suspect
 from timers.model.encoding import Record
 from timers.model.flow.disagreement import describe, group_of, may_move
-from timers.model.policy import TaskPolicy
+from timers.model.policy import DEFAULT_POLICY, TaskPolicy, policy_of
 from timers.model.runs import Outcome, Run
 from timers.model.wire import Option
 
-_MAX_LATENESS = Option.MAX_LATENESS
+_MAX_LATENESS, _RECURRENCE, _KEY = Option.MAX_LATENESS, Option.RECURRENCE, Option.KEY
+
+
+def _unresolved(*args: Any, **kwargs: Any) -> Any:
+    raise AssertionError("called before its task was resolved")
 
 
 class Start:
-    """One run on its way to its call, as the checks see it (made per run: slots)."""
+    """One run on its way to its call, as the steps see it and fill it in (made per run:
+    slots, no dataclass)."""
 
-    __slots__ = ("fn", "gated", "limited", "policy", "record", "run", "started_ms")
+    __slots__ = ("after", "ended_ms", "fence", "fn", "found", "gated", "limited", "policy",
+                 "record", "refusal", "run", "started_ms")
 
-    def __init__(self, run: Run, record: Record, fn: Callable[..., Any], policy: TaskPolicy,
-                 limited: bool, started_ms: float) -> None:
-        self.run, self.record, self.fn, self.policy = run, record, fn, policy
-        self.limited = limited
-        """It goes through the flow gate: its task limits its runs, or its timer has a key."""
+    def __init__(self, run: Run, record: Record, started_ms: float,
+                 fence: Callable[[], bool]) -> None:
+        self.run, self.record, self.fence = run, record, fence
+        """``fence``: asked right before the task's code, wherever it runs."""
         self.started_ms = started_ms
-        """When it started, on the Redis clock."""
+        """When it started, on the Redis clock (a run that waited for the run before it
+        on its key: from when that one ended)."""
+        self.ended_ms: float | None = None
+        """When its function returned, when its thread says so (a run that may be
+        followed)."""
+        self.fn: Callable[..., Any] = _unresolved
+        self.found = False
+        """Whether its task was resolved here (:class:`Lacking`), and :attr:`fn` is it."""
+        self.policy: TaskPolicy = DEFAULT_POLICY
+        self.limited = _KEY in record.options
+        """It goes through the flow gate: its task limits its runs, or its timer has a key
+        (decided once per run; its ending is written promptly, see
+        :attr:`~timers.listener.endings.ending.Executed.prompt`)."""
+        self.refusal = ""
+        """What the listeners seen said, for a task this listener lacks."""
+        self.after: Turn | None = None
+        """The turn of the run before it on its key, when it may start in that run's
+        thread as it ends (:class:`FollowTurn`)."""
         self.gated: Admission = FREE
         """The flow gate's word (:class:`FlowCheck`): by when a rate let it go start."""
 
+    @property
+    def recurring(self) -> bool:
+        """Whether it is an occurrence of a recurrence."""
+        return _RECURRENCE in self.record.options
+
 
 Answer: TypeAlias = "Outcome | Awaitable[Outcome | None] | None"
-"""A check's answer: None, go on; an outcome, stop there; an awaitable, its answer once
-Redis is asked."""
+"""A step's answer: None, go on; an outcome, stop there; an awaitable, its answer once
+waited for."""
 
 
 class Check(Protocol):
-    """One check of :mod:`timers.listener.checks`: None, go on; an outcome, stop there;
+    """One step of :mod:`timers.listener.checks`: None, go on; an outcome, stop there;
     an awaitable for either (:data:`Answer`)."""
 
     def __call__(self, start: Start) -> Answer:
         ...
+
+
+class Lacking:
+    """A task this listener cannot run: when another live listener serving its group has
+    it, ``passed`` (handed back for that one), before a recurrence's steps (the listener
+    that runs it takes them); else the run goes on, to be refused once its recurrence's
+    next occurrence is scheduled (:class:`Resolve`)."""
+
+    def __init__(self, resolve: Callable[[str], Callable[..., Any]], peers: Peers) -> None:
+        self.resolve, self.peers = resolve, peers
+
+    def __call__(self, start: Start) -> Answer:
+        try:
+            start.fn = self.resolve(start.record.task)
+        except TaskRefused:
+            return self._elsewhere(start)
+        start.found = True
+        return None
+
+    async def _elsewhere(self, start: Start) -> Outcome | None:
+        runners, view = await self.peers.runners(start.record.task, group_of(start.record))
+        if runners:
+            return Outcome("passed", "", runners[0].describe())
+        start.refusal = self.peers.refusal(view)
+        return None
+
+
+class FollowTurn:
+    """A run next in line on a key slot: it may start in the thread of the run before it
+    as that one ends (:mod:`timers.listener.flow.turns`), when nothing is to be decided at
+    its start but to call it. Else it waits here for that run to end, and its start counts
+    from then: so does a rerun, which runs in quarantine (a child process), never in that
+    thread. Asked back meanwhile (the run before it did not start), it does not start."""
+
+    def __init__(self, turns: Turns, tracker: DueTracker,
+                 resolve: Callable[[str], Callable[..., Any]]) -> None:
+        self.turns, self.tracker, self.resolve = turns, tracker, resolve
+
+    def __call__(self, start: Start) -> Answer:
+        return self._followed(start) if start.run.follows else None
+
+    async def _followed(self, start: Start) -> Outcome | None:
+        run = start.run
+        after = self.turns.before(run)
+        if after is not None and (start.recurring or is_suspect(run.reruns)
+                                  or not self._may_follow_in_thread(start.record)):
+            await after.ended.wait()
+            start.started_ms = self.tracker.redis_now_ms()
+            after = None
+        start.after = after
+        if after is None and (own := self.turns.of(run.token)) is not None and own.revoked:
+            return _TAKEN_BACK  # it waited for the run before it, which did not start
+        return None
+
+    def _may_follow_in_thread(self, record: Record) -> bool:
+        """Whether nothing is to be decided at this run's start but to call it: no rate
+        limit to ask the gate about, no max lateness, no move to another group."""
+        try:
+            policy = policy_of(self.resolve(record.task))
+        except Exception:
+            return False
+        return (policy.rate is None and policy.max_lateness is None
+                and _MAX_LATENESS not in record.options
+                and (policy.group is None or policy.group == group_of(record)))
+
+
+class EnterContext:
+    """From here on the run's context is current (:func:`timers.current`)."""
+
+    def __call__(self, start: Start) -> None:
+        context.enter_run(start.run, start.record, start.started_ms, start.fence)
+
+
+class Recurrence:
+    """An occurrence of a recurrence schedules its next one first, whatever becomes of
+    this one (even a task this listener cannot import must not end the chain); it may be
+    skipped (paused, removed, overlapping). Told how the run ended, it frees what it took
+    (:class:`~timers.listener.cron_hook.RecurrenceHook`)."""
+
+    def __init__(self, hook: RecurrenceHook) -> None:
+        self.hook = hook
+
+    def __call__(self, start: Start) -> Answer:
+        if not start.recurring:
+            return None
+        return self.hook.before_run(start.run, start.record, start.started_ms)
+
+    async def after(self, start: Start, outcome: Outcome) -> None:
+        """Once the run has ended (``outcome``), before its ending is written."""
+        if start.recurring:
+            await self.hook.after_run(start.run, start.record, outcome)
+
+
+class Resolve:
+    """The run's task, its policy and whether it goes through the flow gate; a task that
+    may not run here is refused, naming this listener and the listeners seen."""
+
+    def __init__(self, resolve: Callable[[str], Callable[..., Any]], name: str) -> None:
+        self.resolve, self.name = resolve, name
+        """``name``: how a refusal names this listener (its id and groups)."""
+
+    def __call__(self, start: Start) -> Outcome | None:
+        if not start.found:
+            try:
+                start.fn = self.resolve(start.record.task)
+            except TaskRefused as exc:
+                seen = f"; {start.refusal}" if start.refusal else ""
+                return Outcome("refused", "TaskRefused",
+                               f"{exc} (refused by {self.name}{seen})" if self.name
+                               else f"{exc}{seen}")
+        start.policy = policy = policy_of(start.fn)
+        start.limited = policy.flow_limited or start.limited
+        return None
 
 
 class GroupCheck:
@@ -111,3 +261,7 @@ def missed_by(record: Record, policy: TaskPolicy, lateness_ms: float) -> str | N
         return None
     return (f"started {lateness_ms / 1000:.3f} s after its due time, over its max lateness "
             f"of {limit_ms / 1000:g} s: not run")
+
+
+_TAKEN_BACK = Outcome("revoked", "", "asked back before it started: the run before it did not "
+                      "start: waits for its key again")

@@ -19,10 +19,20 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from timers.exceptions import MalformedTimerKey, TaskRefused
-from timers.listener.calling import context
+from timers.exceptions import MalformedTimerKey
 from timers.listener.calling.runner import Runner, Turn
-from timers.listener.checks import Check, FlowCheck, GroupCheck, LatenessCheck, Start
+from timers.listener.checks import (
+    Check,
+    EnterContext,
+    FlowCheck,
+    FollowTurn,
+    GroupCheck,
+    Lacking,
+    LatenessCheck,
+    Recurrence,
+    Resolve,
+    Start,
+)
 from timers.listener.cron_hook import RecurrenceHook
 from timers.listener.endings.ending import Ending, Executed
 from timers.listener.endings.outcomes import OutcomeEndings, facts
@@ -34,38 +44,13 @@ from timers.listener.leases import Fence
 from timers.listener.quarantine.parent import Quarantine, is_suspect
 from timers.listener.retrying import RETRYABLE
 from timers.listener.tuning.precise import PreciseSleeper
-from timers.model.encoding import Args, Record
 from timers.model.flow.disagreement import group_of
 from timers.model.keys import DEFAULT_GROUP
-from timers.model.policy import DEFAULT_POLICY, TaskPolicy, policy_of
+from timers.model.policy import DEFAULT_POLICY
 from timers.model.runs import Fired, Outcome, Run, failure_entry
 from timers.model.wire import EndingKind, Option
 
 log = logging.getLogger("timers.listener")
-
-
-class _Attempt:
-    """One run's attempt as the executor learns it (made per run: slots, no dataclass)."""
-
-    __slots__ = ("ended_ms", "limited", "policy", "record", "started_ms")
-
-    def __init__(self, started_ms: float) -> None:
-        self.started_ms = started_ms
-        self.ended_ms: float | None = None
-        self.record: Record | None = None
-        self.policy: TaskPolicy = DEFAULT_POLICY
-        self.limited = False
-        """The run goes through the flow gate: its task limits its runs, or its timer has
-        a key (decided once per run; its ending is written promptly, see
-        :attr:`Executed.prompt`)."""
-
-    @property
-    def task(self) -> str | None:
-        return self.record.task if self.record else None
-
-    @property
-    def args(self) -> Args:
-        return self.record.args if self.record else None
 
 
 class Executor:
@@ -77,32 +62,34 @@ class Executor:
                  sleeper: PreciseSleeper, *, flow: FlowGate, name: str, turns: Turns,
                  fence: Fence, peers: Peers,
                  stopping: asyncio.Event) -> None:
-        self.resolve, self.runner, self.quarantine = resolve, runner, quarantine
-        self.recurrences, self.tracker, self.sleeper = recurrences, tracker, sleeper
-        self.flow, self.name = flow, name
-        """``flow``: the gate of runs with limits. ``name``: how a refusal names this
-        listener (its id and groups)."""
+        self.runner, self.quarantine = runner, quarantine
+        self.tracker, self.sleeper, self.flow = tracker, sleeper, flow
+        """``flow``: the gate of runs with limits."""
         self.turns = turns
         """Runs next in line on a key slot and the runs they follow."""
         self.fence = fence
         """Starts a run only while its lease holds (invariant 12): asked right before the
         task's code wherever it runs, and of Redis (:meth:`_revalidated`) after a stall."""
-        self.checks: tuple[Check, ...] = (GroupCheck(), LatenessCheck(), FlowCheck(flow))
+        recurrence = Recurrence(recurrences)
+        self.checks: tuple[Check, ...] = (
+            Lacking(resolve, peers), FollowTurn(turns, tracker, resolve), EnterContext(),
+            recurrence, Resolve(resolve, name), GroupCheck(), LatenessCheck(),
+            FlowCheck(flow))
         """What a run passes before its task is called, in order (:mod:`timers.listener.checks`)."""
+        self.recurrence = recurrence
+        """The one step told how a run ended (it frees what the run's occurrence took)."""
         self.endings = OutcomeEndings(tracker)
         """How each run's outcome becomes its ending."""
-        self.peers = peers
-        """Who else can run a task this listener lacks."""
         self.stopping = stopping
         """Set when the listener stops: a run not started by then is handed back unstarted
         (a loaded listener could otherwise start, after the stop, runs it claimed before
         it, and hand them back part-run a moment later: a second run elsewhere)."""
         self.note: Callable[[Run], tuple[str, bytes] | None] | None = None
+        """The journal line of a run that completed, written by its thread as its function
+        returns (:mod:`timers.listener.endings.journal`; None: no journal)."""
         self.aside: Callable[[Run], tuple[str, bytes] | None] | None = None
         """Where a quarantine child notes that its run's task returned, and the line
         (:meth:`timers.listener.endings.journal.Journal.aside`; None: no journal)."""
-        """The journal line of a run that completed, written by its thread as its function
-        returns (:mod:`timers.listener.endings.journal`; None: no journal)."""
 
     async def execute(self, run: Run) -> Executed:
         """Run ``run`` and say how it ended. A cancellation (shutting down) goes through:
@@ -119,41 +106,45 @@ class Executor:
             log.debug("timer %s handed back unstarted: the listener is stopping",
                       run.timer_id)
             return self._unstarted(run)
-        attempt = _Attempt(tracker.redis_ms_at(now))
+        started_ms = tracker.redis_ms_at(now)
+        start: Start | None = None
         try:
-            outcome = await self._attempt(run, attempt)
+            start = Start(run, run.record(), started_ms, self._fence_of(run))
+            outcome = await self._attempt(start)
         except MalformedTimerKey as exc:
             outcome = Outcome("malformed", "MalformedTimerKey", str(exc))
         except RETRYABLE as exc:
             # Redis went away around the run (a recurrence step): hand it back to run again
             log.warning("timer %s handed back: %s", run.timer_id, exc)
-            return Executed(_released(run), None)
+            return Executed(Ending.release(run.token, follows=run.follows), None)
         except Exception as exc:
             log.exception("internal error around timer %s", run.timer_id)
             outcome = _internal_error(exc)
         if outcome.kind in _UNSTARTED:
-            return self._not_started(run, attempt, outcome)
+            return self._not_started(run, start, outcome)
+        record, policy = (start.record, start.policy) if start else (None, DEFAULT_POLICY)
         try:
-            ending = self.endings.ending(run, attempt.record, outcome, attempt.policy)
+            ending = self.endings.ending(run, record, outcome, policy)
         except Exception as exc:
             log.exception("could not decide how timer %s ended", run.timer_id)
             failure_id, failure = failure_entry(
-                run, _internal_error(exc), attempt.task, attempt.args,
-                self.tracker.redis_time_ms(),
-                options=attempt.record.options if attempt.record else None)
+                run, _internal_error(exc), record.task if record else None,
+                record.args if record else None, self.tracker.redis_time_ms(),
+                options=record.options if record else None)
             ending = Ending.of(run, EndingKind.FAIL, failure_id=failure_id, failure=failure)
-        record = attempt.record  # (read once: the report's fields come from it)
         if record is not None:
             task, group, trace = record.task, group_of(record), record.options.get(_TRACE)
         else:
             task, group, trace = None, DEFAULT_GROUP, None
-        report = Fired(run.timer_id, task, run.waited_from_ms, attempt.started_ms,
-                       attempt.ended_ms or self.tracker.redis_now_ms(), run.source, run.attempt,
+        ended_ms = start.ended_ms if start else None
+        report = Fired(run.timer_id, task, run.waited_from_ms,
+                       start.started_ms if start else started_ms,
+                       ended_ms or self.tracker.redis_now_ms(), run.source, run.attempt,
                        outcome, group, trace)
-        return Executed(ending, report, facts(run, ending, report, attempt.policy),
-                        attempt.limited)
+        return Executed(ending, report, facts(run, ending, report, policy),
+                        start is not None and start.limited)
 
-    def _not_started(self, run: Run, attempt: _Attempt, outcome: Outcome) -> Executed:
+    def _not_started(self, run: Run, start: Start | None, outcome: Outcome) -> Executed:
         """A run whose task was not called, by what the listener does with it: handed back
         (too late for its rate's start window, or asked back before it started), left to
         its flow gate (held: nothing to write), left to the listener that took it over, or
@@ -161,7 +152,7 @@ class Executor:
         kind = outcome.kind
         if kind == "late":  # its rate's next run may start: this one did not
             log.info("timer %s handed back unstarted: %s", run.timer_id, outcome.message,
-                     extra={"id": run.timer_id, "task": attempt.task})
+                     extra={"id": run.timer_id, "task": start.record.task if start else None})
             return self._unstarted(run)
         if kind == "held":
             log.log(logging.WARNING if outcome.error_type == "lost" else logging.DEBUG,
@@ -174,8 +165,8 @@ class Executor:
             # did not, or its listener stalled)
             log.debug("timer %s not started: %s", run.timer_id, outcome.message)
             return self._unstarted(run)
-        if kind == "passed" and attempt.record is not None:
-            return Executed(self.endings.handed_back(run, attempt.record, outcome.message), None)
+        if kind == "passed" and start is not None:
+            return Executed(self.endings.handed_back(run, start.record, outcome.message), None)
         return Executed(None, None)  # taken: another listener took the run over
 
     def _unstarted(self, run: Run) -> Executed:
@@ -186,61 +177,35 @@ class Executor:
         own = self.turns.of(run.token)
         if own is not None and own.taken_back:  # with the run before it, handed back
             return Executed(None, None)
-        return Executed(_released(run), None)
+        return Executed(Ending.release(run.token, follows=run.follows), None)
 
-    async def _attempt(self, run: Run, attempt: _Attempt) -> Outcome:
-        record = attempt.record = run.record()
-        attempt.limited = _KEY in record.options
-        try:
-            found: Callable[..., Any] | None = self.resolve(record.task)
-        except TaskRefused:
-            found = None
-        lacking = None if found is not None else await self._lacking(record)
-        if lacking is not None and lacking.kind == "passed":
-            return lacking  # before a recurrence's steps: the listener that runs it takes them
-        recurring = _RECURRENCE in record.options
-        after = await self._turn_before(run, attempt, record, recurring) if run.follows else None
-        if after is None and run.follows and (own := self.turns.of(run.token)) is not None \
-                and own.revoked:  # it waited for the run before it, which did not start
-            return _TAKEN_BACK
-        fence = self._fence_of(run)  # asked by the thread before the call, and by the task
-        context.enter_run(run, record, attempt.started_ms, fence)  # timers.current()
-        # a recurrence's next occurrence is scheduled first, whatever becomes of this one
-        # (even a task this listener cannot import must not end the chain)
-        skip = (await self.recurrences.before_run(run, record, attempt.started_ms)
-                if recurring else None)
-        try:
-            fn = found if found is not None else self.resolve(record.task)  # refused: says why
-            attempt.policy = policy = policy_of(fn)
-            attempt.limited = limited = policy.flow_limited or attempt.limited
-            start = Start(run, record, fn, policy, limited, attempt.started_ms)
-            outcome = skip
-            if outcome is None:
-                for check in self.checks:
-                    # (a check answers at once unless it asks Redis: no coroutine per check)
-                    if (said := check(start)) is not None and (
-                            outcome := said if isinstance(said, Outcome) else await said
-                    ) is not None:
-                        break
-                else:
-                    outcome = await self._call(start, attempt, after, fence, recurring)
-        except TaskRefused as exc:
-            seen = f"; {lacking.message}" if lacking is not None else ""
-            outcome = Outcome("refused", "TaskRefused", f"{exc} (refused by {self.name}{seen})"
-                              if self.name else f"{exc}{seen}")
-        if recurring:
-            await self.recurrences.after_run(run, record, outcome)
+    async def _attempt(self, start: Start) -> Outcome:
+        """``start`` through its checks in turn, then its call; the recurrence step, once
+        asked, is told how it ended."""
+        outcome: Outcome | None = None
+        asked_recurrence = False
+        for check in self.checks:
+            # (a check answers at once unless it waits or asks Redis: no coroutine per check)
+            asked_recurrence = asked_recurrence or check is self.recurrence
+            if (said := check(start)) is not None and (
+                    outcome := said if isinstance(said, Outcome) else await said
+            ) is not None:
+                break
+        else:
+            outcome = await self._call(start)
+        if asked_recurrence:
+            await self.recurrence.after(start, outcome)
         return outcome
 
-    async def _call(self, start: Start, attempt: _Attempt, after: Turn | None,
-                    fence: Callable[[], bool], recurring: bool) -> Outcome:
+    async def _call(self, start: Start) -> Outcome:
         """Call the task of a run that passed every check: in a quarantine child when a
         lease of it lapsed before (gated there), else in a thread or on the loop. A rate's
         run that reached its call past its start window asks its gate once more (T29)."""
         run, record, fn, policy = start.run, start.record, start.fn, start.policy
+        recurring, fence, after = start.recurring, start.fence, start.after
         if is_suspect(run.reruns):
             aside = self.aside(run) if self.aside is not None and not recurring else None
-            return await self._quarantined(run, record, fn, policy, start.limited, aside)
+            return await self._quarantined(start, aside)
         own = self.turns.of(run.token)
         start_by = start.gated.start_by
         if own is not None and start_by is not None:
@@ -263,12 +228,10 @@ class Executor:
                 fn, record.args, policy.timeout, own, None, fence, start.limited, note,
                 again.start_by)
         if own is not None:
-            self._timed_by_thread(attempt, own, after is not None)
+            self._timed_by_thread(start, own)
         return outcome
 
-    async def _quarantined(self, run: Run, record: Record, fn: Callable[..., Any],
-                           policy: TaskPolicy, limited: bool,
-                           aside: tuple[str, bytes] | None = None) -> Outcome:
+    async def _quarantined(self, start: Start, aside: tuple[str, bytes] | None) -> Outcome:
         """A suspect run in a quarantine child, which checks the lease right before the
         task's code; a child that found it not known to hold started nothing, and the run
         is revalidated as a thread's stale start is: not started if taken over (or, next
@@ -279,12 +242,14 @@ class Executor:
         gate once more, in a new child (T29).
         ``aside``: where the child notes that the task returned, before it says so (a
         rerun finds it while this listener is paused, or after it died)."""
-        admit = functools.partial(self.flow.admit, run, record, policy) if limited else None
+        run, record, policy = start.run, start.record, start.policy
+        admit = (functools.partial(self.flow.admit, run, record, policy) if start.limited
+                 else None)
         late = False
         while True:
-            outcome = await self.quarantine.run(run.timer_id, run.token, record.task, fn,
-                                                record.args, policy, run.reruns, admit,
-                                                aside)
+            outcome = await self.quarantine.run(run.timer_id, run.token, record.task,
+                                                start.fn, record.args, policy, run.reruns,
+                                                admit, aside)
             if outcome.kind == "late" and not late:  # a new child asks its gate again (T29)
                 late = True
                 continue
@@ -293,20 +258,6 @@ class Executor:
             unfenced = await self._revalidated(run)
             if unfenced is not None:
                 return unfenced
-
-    async def _lacking(self, record: Record) -> Outcome | None:
-        """None when this listener can run ``record``'s task. Else, when another live
-        listener serving its group has the task, ``passed`` (hand it back for that one), or
-        ``refused`` whose message names the listeners seen."""
-        try:
-            self.resolve(record.task)
-            return None
-        except TaskRefused:
-            pass
-        runners, view = await self.peers.runners(record.task, group_of(record))
-        if runners:
-            return Outcome("passed", "", runners[0].describe())
-        return Outcome("refused", "TaskRefused", self.peers.refusal(view))
 
     async def _revalidated(self, run: Run) -> Outcome | None:
         """After a run's fence found its lease not fresh where it was to start: None when
@@ -318,46 +269,19 @@ class Executor:
         fence, token = self.fence, run.token
         return lambda: fence.fresh(token)
 
-    def _timed_by_thread(self, attempt: _Attempt, own: Turn, chained: bool) -> None:
+    def _timed_by_thread(self, start: Start, own: Turn) -> None:
         """A run that may be followed ends when its function returns in its thread (the
         run next in line starts then, before the loop hears of it); one that started in
         the thread of the run before it started then."""
         job = own.job
         if job is not None and job.ended is not None:
-            attempt.ended_ms = self.tracker.redis_ms_at(job.ended)
-        if chained and job is not None and job.started is not None:
-            attempt.started_ms = self.tracker.redis_ms_at(job.started)
-
-    async def _turn_before(self, run: Run, attempt: _Attempt, record: Record,
-                           recurring: bool) -> Turn | None:
-        """For a run next in line on a key slot: the turn of the run before it, when this
-        one may start in that run's thread as it ends (:mod:`timers.listener.flow.turns`). Else
-        it waits here for that run to end, and its start counts from then: so does a
-        rerun, which runs in quarantine (a child process), never in that thread."""
-        after = self.turns.before(run)
-        if after is None or (not recurring and not is_suspect(run.reruns)
-                             and self._may_follow_in_thread(record)):
-            return after
-        await after.ended.wait()
-        attempt.started_ms = self.tracker.redis_now_ms()
-        return None
-
-    def _may_follow_in_thread(self, record: Record) -> bool:
-        """Whether nothing is to be decided at this run's start but to call it: no rate
-        limit to ask the gate about, no max lateness, no move to another group."""
-        try:
-            policy = policy_of(self.resolve(record.task))
-        except Exception:
-            return False
-        return (policy.rate is None and policy.max_lateness is None
-                and Option.MAX_LATENESS not in record.options
-                and (policy.group is None or policy.group == group_of(record)))
+            start.ended_ms = self.tracker.redis_ms_at(job.ended)
+        if start.after is not None and job is not None and job.started is not None:
+            start.started_ms = self.tracker.redis_ms_at(job.started)
 
 
 _TAKEN = Outcome("taken", "", "another listener took the run over after its lease lapsed")
 """A run whose lease another listener took over: nothing to write, nothing to run."""
-_TAKEN_BACK = Outcome("revoked", "", "asked back before it started: the run before it did not "
-                      "start: waits for its key again")
 
 
 _UNSTARTED = frozenset({"late", "held", "revoked", "taken", "passed"})
@@ -366,12 +290,7 @@ _UNSTARTED = frozenset({"late", "held", "revoked", "taken", "passed"})
 # Members read once: reading one off its enum class costs many times a dict lookup, and
 # the run path reads several per fire
 # (figures: bench/FINDINGS.md, "A run's Python in the listener").
-_RECURRENCE, _KEY, _TRACE = Option.RECURRENCE, Option.KEY, Option.TRACE
-
-
-def _released(run: Run) -> Ending:
-    """``run`` handed back unstarted (T17)."""
-    return Ending.release(run.token, follows=run.follows)
+_TRACE = Option.TRACE
 
 
 def _internal_error(exc: Exception) -> Outcome:

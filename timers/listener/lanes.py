@@ -275,33 +275,12 @@ class Lane:
         self.endings.add(Ending.release(run.token))
 
     def start(self, run: Run) -> None:
-        if run.source == _RECOVERED or run.reruns:  # a rerun: did its cut run end?
-            done = self.endings.unwritten_ending_of(run)
-            if done is not None:
-                # This listener ran the timer but could not write the ending before the
-                # lease lapsed (Redis stalled): the run happened, so end the new claim the
-                # same way instead of running the task twice.
-                log.warning("timer %s: lease lapsed while its ending was on its way; "
-                            "not running it again", run.timer_id)
-                self.held.hold(run.token, run.timer_id)
-                self.endings.add(done.for_run(run), self.endings.facts_of(done))
-                return
-            if self.journal is not None and (
-                    done := self.journal.others.ending_of(run.died_on or None, self.index, run)
-            ) is not None:
-                # the listener on this host that ran it had ended it: its journal says so
-                # (a run next in line taken back into its key's queue when the run before
-                # it was recovered, T5, says not which listener: any journal may)
-                log.warning("timer %s: its run had ended in listener %s, which went away "
-                            "before writing it; ended the same way, not run again",
-                            run.timer_id, run.died_on or "of this host")
-                self.held.hold(run.token, run.timer_id)
-                self.endings.add(done.for_run(run))
-                return
+        self.held.hold(run.token, run.timer_id)
+        if (run.source == _RECOVERED or run.reruns) and self.endings.ended_before(run):
+            return  # a rerun whose cut run had ended: ended the same way
         if not self.running:
             self.shared.work_started()
         self.running[run.token] = run
-        self.held.hold(run.token, run.timer_id)
         self.turns.start(run)
         # (_run_one takes its task out of the set as it ends: a done callback would cost
         # each run one more turn of the event loop; the loop's own create_task: no name

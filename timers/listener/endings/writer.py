@@ -141,6 +141,29 @@ class EndingWriter:
                 return ending
         return None
 
+    def ended_before(self, run: Run) -> bool:
+        """For a rerun: whether its cut run had ended, so the rerun ends the same way, its
+        ending queued, instead of running the task twice. Either this listener ran it but
+        could not write its ending before the lease lapsed (Redis stalled), or a listener
+        of this host that went away before writing it had ended it: its journal says so (a
+        run next in line taken back into its key's queue when the run before it was
+        recovered, T5, says not which listener: any journal may)."""
+        done = self.unwritten_ending_of(run)
+        if done is not None:
+            log.warning("timer %s: lease lapsed while its ending was on its way; "
+                        "not running it again", run.timer_id)
+            self.add(done.for_run(run), self.facts_of(done))
+            return True
+        if self.journal is not None and (
+                done := self.journal.others.ending_of(run.died_on or None, self.lane, run)
+        ) is not None:
+            log.warning("timer %s: its run had ended in listener %s, which went away "
+                        "before writing it; ended the same way, not run again",
+                        run.timer_id, run.died_on or "of this host")
+            self.add(done.for_run(run))
+            return True
+        return False
+
     async def run(self) -> None:
         """Write endings as they come until the listener closes."""
         retry = Retry(self.closed, "finishing runs", self.outage)
