@@ -617,4 +617,31 @@ BUGS: tuple[Bug, ...] = (
         "            self.add(done.for_run(run), self.facts_of(done))\n            return False\n",
         "invariant 8: a rerun whose cut run's ending was still on its way to Redis from this "
         "listener is ended that way and run again as well"),
+    Bug("follower-chained-when-recurring", LISTENER + "checks.py",
+        "        if after is not None and (start.recurring or is_suspect(run.reruns)\n",
+        "        if after is not None and (is_suspect(run.reruns)\n",
+        "T6: a recurrence's run next in line starts in the thread of the run before it, "
+        "before its recurrence's step has scheduled the next occurrence"),
+    Bug("follower-start-not-reset", LISTENER + "checks.py",
+        "            start.started_ms = self.tracker.redis_now_ms()\n",
+        "            pass\n",
+        "lateness: a run next in line that waited for the run before it counts its start "
+        "from before the wait: its max lateness misses it, its report misdates it"),
+    Bug("follower-revoked-starts", LISTENER + "checks.py",
+        "is not None and own.revoked:\n", "is not None and not own.revoked:\n",
+        "T5/T17: a run next in line asked back before it started (the run before it did "
+        "not start) starts anyway, and one not asked back does not"),
+    Bug("recurrence-step-skipped", LISTENER + "checks.py",
+        "        if not start.recurring:\n            return None\n",
+        "        if start.recurring:\n            return None\n",
+        "recurrences: an occurrence's run schedules no next occurrence: the chain ends"),
+    Bug("resolve-ignores-task-limits", LISTENER + "checks.py",
+        "        start.limited = policy.flow_limited or start.limited\n",
+        "        start.limited = start.limited\n",
+        "T7-T9: a run of a task that declares a rate or concurrency starts without asking "
+        "its flow gate (only a key given at scheduling is gated)"),
+    Bug("context-not-entered", LISTENER + "checks.py",
+        "        context.enter_run(start.run, start.record, start.started_ms, start.fence)\n",
+        "        pass\n",
+        "timers.current(): a task sees no context of its run (its id, attempt, lease check)"),
 )

@@ -945,7 +945,7 @@ class World:
             del listener.nexts[following.token]
             if (limits_of(following.record_text) or ("", 0, ""))[2]:
                 # a rate to ask about: it waits for the run before it to end, then asks
-                # the gate (executor.py ``_turn_before``, ``_may_follow_in_thread``)
+                # the gate (checks.py ``FollowTurn``)
                 listener.claimed[following.token] = (following, self.now)
                 continue
             if (self.fenced or self.local_fence) \

@@ -17,6 +17,7 @@ from tests.unit.sample_tasks import mod
 from timers import Timers
 from timers.exceptions import TaskRefused
 from timers.listener.calling.runner import LATE, Runner
+from timers.listener.cron_hook import RecurrenceHook
 from timers.listener.endings.ending import Ending, Executed
 from timers.listener.endings.history import HistoryPolicy
 from timers.listener.endings.writer import EndingWriter
@@ -36,6 +37,7 @@ from timers.listener.flow.turns import Turns
 from timers.listener.leases import HeldRuns
 from timers.listener.retrying import Outage
 from timers.model.clock import ManualClock
+from timers.model.cron import State
 from timers.model.encoding import Record, entry_text
 from timers.model.history import MinuteSlot, bucket_of
 from timers.model.keys import Keyspace
@@ -199,12 +201,14 @@ def tracker_on_redis_clock() -> DueTracker:
 
 def executor_of(runner: Runner, quarantine: Any = None, *, turns: Turns | None = None,
                 flow: Any = None, fence: Any = None, peers: Any = None,
-                stopping: asyncio.Event | None = None, name: str = "") -> Executor:
+                stopping: asyncio.Event | None = None, name: str = "",
+                recurrences: Any = None) -> Executor:
     """An executor of :data:`TASKS` on the Redis clock of these tests; unless given, no
     run is suspect, the flow gate lets every run go, every lease holds and no other
     listener is live."""
     return Executor(resolve, runner, NoQuarantine() if quarantine is None else quarantine,
-                    NoRecurrences(), tracker_on_redis_clock(), NoSleep(),
+                    NoRecurrences() if recurrences is None else recurrences,
+                    tracker_on_redis_clock(), NoSleep(),
                     flow=FreeGate() if flow is None else flow, name=name,
                     turns=Turns() if turns is None else turns,
                     fence=Held() if fence is None else fence,
@@ -231,6 +235,38 @@ def execute(task_name: str, args: Any, due_ms: float = REDIS_NOW_MS,
         return done.ending
 
     return asyncio.run(scenario())
+
+
+def test_an_occurrence_without_overlap_frees_its_slot_as_its_run_ends(
+    fake: fakeredis.FakeRedis
+) -> None:
+    """A recurrence with ``overlap=False``: its run takes the recurrence's slot before its
+    task is called, and frees it once it ended, whatever ended it; else every later
+    occurrence is skipped as overlapping a run long over."""
+    with Timers(fake) as producer:
+        producer.every("slow", "mod.add", [1, 2], interval=60, overlap=False)
+    server = fake.connection_pool.connection_kwargs["server"]
+
+    async def scenario() -> tuple[str, str]:
+        client = fakeredis.FakeAsyncRedis(server=server)
+        runner = Runner(2)
+        try:
+            executor = executor_of(runner, recurrences=RecurrenceHook(client, Keyspace()))
+            taken = await Scripts(client, Keyspace()).claim(
+                limit=1, lease_ms=30_000, horizon_ms=10 * 86_400_000, listener_id="me")
+            run = Run.parse(*taken[3:6])
+            done = await executor.execute(run)
+        finally:
+            runner.shutdown()
+            await client.aclose()
+        assert done.ending is not None
+        state = fake.hget(Keyspace().recurrence_states, "slow")
+        return done.ending.kind, State.decode(state).run
+
+    kind, holder = asyncio.run(scenario())
+    assert kind == EndingKind.OK
+    assert fake.zcard(Keyspace().due) == 1  # its next occurrence, scheduled as it ran
+    assert holder == ""  # the slot is free: the next occurrence runs
 
 
 def test_a_run_not_started_when_its_listener_stops_is_handed_back_unstarted() -> None:

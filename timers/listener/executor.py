@@ -1,14 +1,15 @@
 """The executor: runs one claimed timer and says how it ended.
 
-It decodes the record, runs a recurrence's steps around the run, resolves the task, asks
-the checks a run passes before its call in turn (:mod:`timers.listener.checks`: its group,
-its lateness, its flow gate), calls it under its fence (in a quarantine child when a lease of
-it lapsed before: its listener died or stalled; the child counts the deaths it sees
-toward ``max_crashes``), and turns the outcome into an :class:`Ending`
-(:mod:`timers.listener.endings.outcomes`): ok, skipped, a retry after a backoff, or a
-failure record. A run whose task was not called (held back,
-taken over, handed back) writes its own kind of ending, or none. Times are Redis times,
-from the listener's :class:`DueTracker`.
+It decodes the record, passes the run through its steps in turn
+(:mod:`timers.listener.checks`: a task this listener lacks goes to a peer, its turn after
+the run before it on its key, its context, its recurrence's next occurrence, its task, its
+group, its lateness, its flow gate), calls it under its fence (in a quarantine child when a
+lease of it lapsed before: its listener died or stalled; the child counts the deaths it
+sees toward ``max_crashes``), tells its recurrence how it ended, and turns the outcome into
+an :class:`Ending` (:mod:`timers.listener.endings.outcomes`): ok, skipped, a retry after a
+backoff, or a failure record. A run whose task was not called (held back, taken over,
+handed back) writes its own kind of ending, or none. Times are Redis times, from the
+listener's :class:`DueTracker`.
 """
 
 from __future__ import annotations
