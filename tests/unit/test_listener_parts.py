@@ -369,6 +369,58 @@ def test_a_run_next_in_line_after_a_run_its_gate_held_back_does_not_start(
     assert len(mod.CALLS) == calls, "the run next in line never called its task"
 
 
+class StartsSeen:
+    """Recurrence steps that note when each run's step was told it started."""
+
+    def __init__(self) -> None:
+        self.started: list[float] = []
+
+    async def before_run(self, run: Run, record: Record, started_ms: float) -> Outcome | None:
+        self.started.append(started_ms)
+        return None
+
+    async def after_run(self, run: Run, record: Record, outcome: Outcome) -> None:
+        pass
+
+
+@pytest.mark.parametrize("waits_for", ["max lateness", "recurrence"])
+def test_a_run_next_in_line_that_waited_for_the_run_before_it_starts_from_then(
+        waits_for: str) -> None:
+    """A run next in line with something to decide at its start (its max lateness; a
+    recurrence's plan of its next occurrence, which weighs its lateness) does not start in
+    the thread of the run before it: it waits for that run to end, and its start, its
+    lateness and its report count from then, not from its claim."""
+    first_record = Record("slow", []).encode()
+    options = ({Option.KEY: "k", Option.MAX_LATENESS: "60000"} if waits_for == "max lateness"
+               else {Option.KEY: "k", Option.RECURRENCE: "every"})
+    record = Record("mod.add", [1, 2], options).encode()
+    steps = StartsSeen()
+
+    async def scenario() -> Executed:
+        runner, turns = Runner(2), Turns()
+        try:
+            executor = executor_of(runner, turns=turns, recurrences=steps)
+            clock = executor.tracker.clock
+            TASKS["slow"] = lambda: clock.advance(5.0)  # type: ignore[attr-defined]
+            first = Run("1", "a", first_record, round(REDIS_NOW_MS), 0, "handoff")
+            following = Run("2", "b", record, round(REDIS_NOW_MS), 0, "next", follows="1")
+            turns.start(first)
+            turns.start(following)
+            after = asyncio.create_task(executor.execute(following))
+            await executor.execute(first)
+            turns.end("1")  # as the lane does once the run's task is done
+            return await after
+        finally:
+            runner.shutdown()
+            TASKS.pop("slow", None)
+
+    done = asyncio.run(scenario())
+    assert done.report is not None and done.report.outcome.kind == "ok"
+    assert done.report.started_ms == pytest.approx(REDIS_NOW_MS + 5000, abs=1)
+    if waits_for == "recurrence":
+        assert steps.started == [pytest.approx(REDIS_NOW_MS + 5000, abs=1)]
+
+
 class Quarantined:
     """Quarantine that notes each start and end; the first run it is given waits for
     ``release`` (a rerun whose child runs a while)."""
