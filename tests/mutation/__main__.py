@@ -60,13 +60,14 @@ NEIGHBOURS = [
     "tests/unit/test_recycling.py", "tests/unit/test_failure_records.py",
     "tests/unit/test_declare.py", "tests/unit/test_group_disagreement.py",
     "tests/unit/test_lanes.py", "tests/unit/test_due_tracker.py",
-    "tests/unit/test_fleet.py", "tests/unit/test_cron_hook.py",
+    "tests/unit/test_fleet.py", "tests/unit/test_cron_hook.py", "tests/unit/test_context.py",
 ]
 """The unit tests of the scripts, the flow control, the fence, the executor, the
 endings journal, the speed layer's switch, the listener's way back to Redis, the data
 format checks, the supervisor, its recycling, the history's upkeep, the failure records,
 the declared keys, the task groups' endings, the lanes' events, the Redis clock's
-estimate, the hand-back for a peer that has the task and a recurrence's steps."""
+estimate, the hand-back for a peer that has the task, a recurrence's steps and the
+context a task sees."""
 STAGE_TIMEOUT = 900.0
 
 
