@@ -48,7 +48,7 @@ class Start:
     slots, no dataclass)."""
 
     __slots__ = ("after", "ended_ms", "fence", "fn", "found", "gated", "limited", "policy",
-                 "record", "refusal", "run", "started_ms")
+                 "record", "recurring", "refusal", "run", "started_ms")
 
     def __init__(self, run: Run, record: Record, started_ms: float,
                  fence: Callable[[], bool]) -> None:
@@ -64,7 +64,10 @@ class Start:
         self.found = False
         """Whether its task was resolved here (:class:`Lacking`), and :attr:`fn` is it."""
         self.policy: TaskPolicy = DEFAULT_POLICY
-        self.limited = _KEY in record.options
+        options = record.options
+        self.recurring = _RECURRENCE in options
+        """Whether it is an occurrence of a recurrence."""
+        self.limited = _KEY in options
         """It goes through the flow gate: its task limits its runs, or its timer has a key
         (decided once per run; its ending is written promptly, see
         :attr:`~timers.listener.endings.ending.Executed.prompt`)."""
@@ -75,11 +78,6 @@ class Start:
         thread as it ends (:class:`FollowTurn`)."""
         self.gated: Admission = FREE
         """The flow gate's word (:class:`FlowCheck`): by when a rate let it go start."""
-
-    @property
-    def recurring(self) -> bool:
-        """Whether it is an occurrence of a recurrence."""
-        return _RECURRENCE in self.record.options
 
 
 Answer: TypeAlias = "Outcome | Awaitable[Outcome | None] | None"

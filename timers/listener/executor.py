@@ -78,7 +78,9 @@ class Executor:
             FlowCheck(flow))
         """What a run passes before its task is called, in order (:mod:`timers.listener.checks`)."""
         self.recurrence = recurrence
-        """The one step told how a run ended (it frees what the run's occurrence took)."""
+        """The one step told how a run ended (it frees what the run's occurrence took),
+        once it was asked: the run passed the checks before it."""
+        self._from_recurrence = frozenset(self.checks[self.checks.index(recurrence):])
         self.endings = OutcomeEndings(tracker)
         """How each run's outcome becomes its ending."""
         self.stopping = stopping
@@ -184,17 +186,17 @@ class Executor:
         """``start`` through its checks in turn, then its call; the recurrence step, once
         asked, is told how it ended."""
         outcome: Outcome | None = None
-        asked_recurrence = False
+        stopped: Check | None = None
         for check in self.checks:
             # (a check answers at once unless it waits or asks Redis: no coroutine per check)
-            asked_recurrence = asked_recurrence or check is self.recurrence
             if (said := check(start)) is not None and (
                     outcome := said if isinstance(said, Outcome) else await said
             ) is not None:
+                stopped = check
                 break
         else:
             outcome = await self._call(start)
-        if asked_recurrence:
+        if start.recurring and (stopped is None or stopped in self._from_recurrence):
             await self.recurrence.after(start, outcome)
         return outcome
 
