@@ -604,8 +604,8 @@ BUGS: tuple[Bug, ...] = (
         "leases: a run its gate let go stays marked as ending, so its real loss to another "
         "listener later goes without a warning"),
     Bug("recurrence-not-told-the-end", LISTENER + "executor.py",
-        "        if start.recurring and (stopped is None or stopped in self._from_recurrence):\n",
-        "        if False:\n",
+        "        if start.recurring:  # (a run stopped before its recurrence's step",
+        "        if False:  # (a run stopped before its recurrence's step",
         "recurrences: an occurrence's run never tells its recurrence it ended: with overlap "
         "off the next occurrence is skipped while the slot it never freed is held"),
     Bug("lacking-not-passed", LISTENER + "checks.py",

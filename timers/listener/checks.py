@@ -179,9 +179,9 @@ class Recurrence:
         return self.hook.before_run(start.run, start.record, start.started_ms)
 
     async def after(self, start: Start, outcome: Outcome) -> None:
-        """Once the run has ended (``outcome``), before its ending is written."""
-        if start.recurring:
-            await self.hook.after_run(start.run, start.record, outcome)
+        """Once an occurrence's run has ended (``outcome``), before its ending is written;
+        nothing for a run stopped before this step (the hook kept nothing for it)."""
+        await self.hook.after_run(start.run, start.record, outcome)
 
 
 class Resolve:

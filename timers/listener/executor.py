@@ -78,9 +78,7 @@ class Executor:
             FlowCheck(flow))
         """What a run passes before its task is called, in order (:mod:`timers.listener.checks`)."""
         self.recurrence = recurrence
-        """The one step told how a run ended (it frees what the run's occurrence took),
-        once it was asked: the run passed the checks before it."""
-        self._from_recurrence = frozenset(self.checks[self.checks.index(recurrence):])
+        """The one step told how a run ended (it frees what the run's occurrence took)."""
         self.endings = OutcomeEndings(tracker)
         """How each run's outcome becomes its ending."""
         self.stopping = stopping
@@ -125,6 +123,12 @@ class Executor:
             outcome = _internal_error(exc)
         if outcome.kind in _UNSTARTED:
             return self._not_started(run, start, outcome)
+        return self._ended(run, start, outcome, started_ms)
+
+    def _ended(self, run: Run, start: Start | None, outcome: Outcome,
+               started_ms: float) -> Executed:
+        """A run whose task was called, or refused, skipped or missed: its ending and its
+        report (``start`` None: its record could not be read)."""
         record, policy = (start.record, start.policy) if start else (None, DEFAULT_POLICY)
         try:
             ending = self.endings.ending(run, record, outcome, policy)
@@ -186,17 +190,15 @@ class Executor:
         """``start`` through its checks in turn, then its call; the recurrence step, once
         asked, is told how it ended."""
         outcome: Outcome | None = None
-        stopped: Check | None = None
         for check in self.checks:
             # (a check answers at once unless it waits or asks Redis: no coroutine per check)
             if (said := check(start)) is not None and (
                     outcome := said if isinstance(said, Outcome) else await said
             ) is not None:
-                stopped = check
                 break
         else:
             outcome = await self._call(start)
-        if start.recurring and (stopped is None or stopped in self._from_recurrence):
+        if start.recurring:  # (a run stopped before its recurrence's step left it nothing)
             await self.recurrence.after(start, outcome)
         return outcome
 
