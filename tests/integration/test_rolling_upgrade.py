@@ -250,17 +250,24 @@ def test_old_and_new_listeners_and_producers_share_a_prefix_both_ways(
     assert overlaps == []
 
     # a rate's starts, whichever release ran them, spaced by one state: two releases each
-    # keeping a rate of its own would start runs side by side (less half an interval of
-    # slack for each run's dispatch, measured at the task's first line)
+    # keeping a rate of its own start runs side by side. Starts are noted as each task
+    # entered, its dispatch after its gate. This release calls a rated task within its start
+    # window of its gate (else it asks the gate again, T29), so a gap after one of its
+    # starts is held to half an interval; the last release has no start window, and its
+    # dispatch on a loaded machine may take tens of ms, so a gap after one of its starts is
+    # held to a fifth of an interval (two runs let go side by side: a few ms apart).
     mixed = {run[2] for run in runs if run[0] == "paced" and run[1].startswith(("up2", "down2"))}
     assert mixed == {LAST_VERSION, timers.__version__}, (
         "the bursts due on the mixed fleets ran on both releases (else the spacing below "
         "would not show that they share the rate)")
-    starts = sorted(int(run[4]) for run in runs if run[0] == "paced")
-    gaps_ms = [(b - a) / 1e6 for a, b in itertools.pairwise(starts)]
-    print(f"paced: {len(starts)} starts, closest {min(gaps_ms):.1f} ms apart "
+    paced = sorted((int(run[4]), run[2]) for run in runs if run[0] == "paced")
+    gaps = [((b[0] - a[0]) / 1e6, a[1], b[1]) for a, b in itertools.pairwise(paced)]
+    least_ms = {timers.__version__: INTERVAL_MS / 2, LAST_VERSION: INTERVAL_MS / 5}
+    print(f"paced: {len(paced)} starts, closest {min(gaps)[0]:.1f} ms apart, after a start "
+          f"of this release {min(g for g, a, _ in gaps if a != LAST_VERSION):.1f} ms "
           f"(rate {RATE}: {INTERVAL_MS} ms)")
-    assert min(gaps_ms) >= INTERVAL_MS / 2
+    close = [(round(gap, 1), a, b) for gap, a, b in gaps if gap < least_ms[a]]
+    assert close == [], "starts closer than their release's dispatch allows (ms, releases)"
 
 
 def test_timers_listen_refuses_a_newer_format_in_one_line(
