@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests.mutation.bugs import BUGS, Bug
+from tests.mutation.sampled import sample
 
 ROOT = Path(__file__).resolve().parents[2]
 IGNORED = shutil.ignore_patterns(".git", ".venv", "site", "__pycache__", ".hypothesis",
@@ -69,6 +70,8 @@ the declared keys, the task groups' endings, the lanes' events, the Redis clock'
 estimate, the hand-back for a peer that has the task, a recurrence's steps and the
 context a task sees."""
 STAGE_TIMEOUT = 900.0
+SAMPLED_FILES = "timers/store/lua/*.lua,timers/listener/**/*.py"
+"""Where ``--sample`` draws its bugs by default: the scripts and the listener."""
 
 
 @dataclass
@@ -151,8 +154,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model-only", action="store_true", help="the model stage alone")
     parser.add_argument("--seed", type=int, default=0, help="hypothesis seed (default 0)")
     parser.add_argument("--list", action="store_true", help="print the bugs and exit")
+    parser.add_argument("--sample", type=int, default=0, metavar="N",
+                        help="N bugs drawn at random (tests/mutation/sampled.py) instead of "
+                             "the list's; with --full, every unit test looks for them")
+    parser.add_argument("--draw", type=int, default=1, help="the draw's seed (default 1)")
+    parser.add_argument("--files", default=SAMPLED_FILES,
+                        help=f"globs of the files bugs are drawn in, comma-separated "
+                             f"(default {SAMPLED_FILES})")
     options = parser.parse_args(argv)
-    bugs = [b for b in BUGS if not options.only or b.name in options.only.split(",")]
+    if options.sample:
+        paths = sorted({str(f.relative_to(ROOT)) for pattern in options.files.split(",")
+                        for f in ROOT.glob(pattern)})
+        bugs = sample(ROOT, paths, options.sample, options.draw)
+    else:
+        bugs = [b for b in BUGS if not options.only or b.name in options.only.split(",")]
     if options.list:
         for bug in bugs:
             print(f"{bug.name:28} {bug.path:34} {bug.breaks}")

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.mutation.bugs import BUGS, Bug
+from tests.mutation.sampled import sample
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -33,3 +34,20 @@ def test_the_list_covers_every_transition_in_the_scripts_and_the_listener() -> N
     assert documented and documented <= covered, sorted(documented - covered)
     assert any(b.path.endswith(".lua") for b in BUGS)
     assert any(b.path.startswith("timers/listener/") for b in BUGS)
+
+
+def test_bugs_drawn_at_random_each_change_one_line_of_code_and_draw_alike() -> None:
+    """``--sample``'s bugs (``tests/mutation/sampled.py``): each snippet occurs once and ends
+    in the line it changes, the change is to that line alone, and a draw is its seed's."""
+    paths = ["timers/store/lua/finish.lua", "timers/listener/executor.py"]
+    drawn = sample(ROOT, paths, 40, seed=3)
+    assert len(drawn) == 40 and drawn == sample(ROOT, paths, 40, seed=3)
+    assert drawn != sample(ROOT, paths, 40, seed=4)
+    for bug in drawn:
+        text = (ROOT / bug.path).read_text()
+        assert text.count(bug.original) == 1, bug.name
+        before, after = bug.original.splitlines(), bug.replacement.splitlines()
+        assert before[:-1] == after[:-1] and before[-1] != after[-1], bug.name
+        assert not before[-1].lstrip().startswith(("--", "#", '"""')), bug.name
+    kinds = {bug.name.split(":")[2].split("@")[0] for bug in drawn}
+    assert {"drop-call", "eq"} <= kinds, kinds
