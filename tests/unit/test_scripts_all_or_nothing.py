@@ -194,6 +194,28 @@ def test_finish_with_one_bad_ending_writes_nothing_not_even_the_good_ones(
     assert snapshot(fake) == before
 
 
+BAD_HEADERS = {
+    # finish.lua's ARGV[n] (3: failure retention; 6 to 12: take, lease, follow, history age
+    # and count, retention stored, series entries), each given a value it refuses
+    3: "1h", 6: "two", 7: "-5", 8: "yes", 9: "7d", 10: "many", 11: "2", 12: "x",
+}
+
+
+@pytest.mark.parametrize("index,bad", BAD_HEADERS.items(),
+                         ids=[f"ARGV[{n}]" for n in BAD_HEADERS])
+def test_finish_with_one_bad_argument_before_its_endings_writes_nothing(
+    busy: dict[str, str], scripts: dict[ScriptName, Any], ks: Keyspace,
+    fake: fakeredis.FakeRedis, index: int, bad: str,
+) -> None:
+    before = snapshot(fake)
+    args: list[Any] = [ks.timer_key_start, ks.wake_channel, 86_400_000, *NO_TAKER,
+                       *ending(busy["token"], "ok")]
+    args[index - 1] = bad
+    with pytest.raises(redis.ResponseError, match="timers finish: bad arguments"):
+        call(scripts, "finish", finish_keys(ks), args)
+    assert snapshot(fake) == before
+
+
 BAD_TASK_ENTRIES = {
     "count not a number": [("a.b", "", "3"), ("c.d", "", "three")],
     "age not a number": [("a.b", "1h", "")],
