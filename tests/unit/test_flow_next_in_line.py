@@ -96,6 +96,23 @@ def test_a_run_next_in_line_handed_back_waits_again_in_its_place(
     assert slot_holders(fake) == [handed.token.encode()]
 
 
+def test_a_run_next_in_line_handed_back_naming_the_run_before_it_goes_back_in_its_place(
+        s: Scripts, fake: fakeredis.FakeRedis) -> None:
+    """A run next in line handed back unstarted names the run it follows (its listener
+    stopped, or the run before it was not started): it goes back into its key's queue
+    ahead of the timers behind it, the run before it keeps its slot and follows nobody,
+    and every key it touched was declared (the key is the task's: no ``;k=``)."""
+    a, _, _, _ = key_of_four(s)
+    b, c = end(s, ok(a))
+    assert fake.hget(NEXT_KEY, b.token) == c.token.encode()
+    assert end(s, (c.token, "release", "", b.token)) == []
+    assert fake.hlen(NEXT_KEY) == 0 and slot_holders(fake) == [b.token.encode()]
+    assert fake.zrange(KS.key_queue("k"), 0, -1) == [b"c", b"d"]
+    assert fake.hget(KS.stats, "handed_back") == b"1"
+    handed, following = end(s, ok(b))
+    assert ids([handed, following]) == ["c", "d"]
+
+
 def test_a_dead_listeners_run_next_in_line_gets_no_slot_and_both_run_again_in_order(
         s: Scripts, fake: fakeredis.FakeRedis) -> None:
     a, _, _, _ = key_of_four(s)
