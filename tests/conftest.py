@@ -154,9 +154,15 @@ def endings_journals(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]
 
 
 @pytest.fixture
-def fake() -> Iterator[fakeredis.FakeRedis]:
-    """A fresh fakeredis server (runs our Lua scripts; publishes no expired events)."""
-    server = fakeredis.FakeServer()
+def server() -> fakeredis.FakeServer:
+    """A fresh fakeredis server (runs our Lua scripts; publishes no expired events): the one
+    :func:`fake` talks to, for a test's listeners (``FakeAsyncRedis(server=server)``)."""
+    return fakeredis.FakeServer()
+
+
+@pytest.fixture
+def fake(server: fakeredis.FakeServer) -> Iterator[fakeredis.FakeRedis]:
+    """A client of :func:`server`."""
     client = fakeredis.FakeRedis(server=server)
     yield client
     client.close()

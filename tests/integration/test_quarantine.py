@@ -21,11 +21,10 @@ import redis
 from tests.conftest import wait_until, wait_until_async
 from tests.integration.helpers import TIMERS_COMMAND, Processes
 from tests.processes import alive
-from tests.unit.helpers import claim
+from tests.unit.helpers import claim, make_listener
 from tests.unit.sample_tasks import mod
 from tests.unit.test_context import lines
 from tests.unit.test_crashes import PAST, crash
-from tests.unit.test_listener_unit import make_listener
 from timers import Timers
 from timers.model.keys import Keyspace
 from timers.store.script_modes import register_all

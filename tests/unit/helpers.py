@@ -1,11 +1,17 @@
-"""Small helpers shared by the unit tests: drive the claim script, read the Redis clock."""
+"""Small helpers shared by the unit tests: drive the claim script, read the Redis clock, run
+a listener in a burst."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import asyncio
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import fakeredis
+
+from tests.unit.conftest import ROOT, SAMPLE_TASKS
+from timers import Listener
 from timers.model import run_record
 from timers.model.encoding import as_text
 from timers.model.keys import Keyspace
@@ -82,3 +88,36 @@ def claim(
 def redis_now_ms(client: Any) -> int:
     seconds, micros = client.time()
     return int(seconds) * 1000 + int(micros) // 1000
+
+
+
+BURST_DEADLINE = 15.0
+"""Seconds a listener of :func:`run_burst` has to run what is due."""
+
+
+def make_listener(server: fakeredis.FakeServer, **options: Any) -> Listener:
+    """A listener on the sample tasks package (call inside a running event loop)."""
+    options.setdefault("tasks", SAMPLE_TASKS)
+    options.setdefault("search_path", str(ROOT))
+    return Listener(fakeredis.FakeAsyncRedis(server=server), **options)
+
+
+async def burst(listener: Listener) -> None:
+    """Run ``listener`` until nothing is due, then close its client."""
+    await asyncio.wait_for(listener.run(burst=True), BURST_DEADLINE)
+    await listener.redis.aclose()
+
+
+def run_burst(server: fakeredis.FakeServer, before: Callable[[Listener], None] | None = None,
+              **options: Any) -> Listener:
+    """Run one listener of the sample tasks on ``server`` until nothing is due; ``before``
+    may feed it events first; ``options``: the listener's."""
+
+    async def scenario() -> Listener:
+        listener = make_listener(server, **options)
+        if before is not None:
+            before(listener)
+        await burst(listener)
+        return listener
+
+    return asyncio.run(scenario())

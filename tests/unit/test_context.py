@@ -12,7 +12,7 @@ import fakeredis
 import pytest
 
 import timers
-from tests.unit.test_listener_unit import run_burst
+from tests.unit.helpers import run_burst
 from timers import Timers
 
 PAST = datetime(2001, 1, 1, tzinfo=UTC)
@@ -20,16 +20,6 @@ PAST = datetime(2001, 1, 1, tzinfo=UTC)
 
 def lines(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()]
-
-
-@pytest.fixture
-def server() -> fakeredis.FakeServer:
-    return fakeredis.FakeServer()
-
-
-@pytest.fixture
-def producer(server: fakeredis.FakeServer) -> Timers:
-    return Timers(fakeredis.FakeRedis(server=server))
 
 
 @pytest.mark.parametrize("task", ["ctx.sync_note", "ctx.async_note"])

@@ -11,9 +11,8 @@ from typing import Any
 import fakeredis
 import pytest
 
-from tests.unit.helpers import claim
+from tests.unit.helpers import claim, make_listener
 from tests.unit.sample_tasks import mod
-from tests.unit.test_listener_unit import make_listener
 from timers import Timers, task
 from timers.listener.flow.gate import FREE, Admission
 from timers.listener.leases import HeldRuns

@@ -52,12 +52,6 @@ class Listener:
 
 
 @pytest.fixture
-def server(fake: fakeredis.FakeRedis) -> fakeredis.FakeServer:
-    server: fakeredis.FakeServer = fake.connection_pool.connection_kwargs["server"]
-    return server
-
-
-@pytest.fixture
 def t(fake: fakeredis.FakeRedis) -> Iterator[Timers]:
     with Timers(fake) as client:
         yield client

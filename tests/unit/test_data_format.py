@@ -11,7 +11,7 @@ from typing import Any
 import fakeredis
 import pytest
 
-from tests.unit.test_listener_unit import make_listener
+from tests.unit.helpers import make_listener
 from timers import AsyncTimers, Timers, UnknownFormat
 from timers.model.data_format import ABSENT_FORMAT, FORMAT, stored_format
 from timers.model.keys import Keyspace

@@ -40,11 +40,6 @@ def _agrees(tag: str) -> None:
 
 
 @pytest.fixture
-def server() -> fakeredis.FakeServer:
-    return fakeredis.FakeServer()
-
-
-@pytest.fixture
 def producer(server: fakeredis.FakeServer) -> Iterator[Timers]:
     with Timers(fakeredis.FakeRedis(server=server), group="a") as t:
         yield t

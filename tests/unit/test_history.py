@@ -3,9 +3,7 @@ user reads back after the listener ended timers (``timers history``, ``timers ge
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -13,9 +11,8 @@ import fakeredis
 import pytest
 
 import timers
-from tests.unit.conftest import ROOT, SAMPLE_TASKS
-from tests.unit.helpers import claim, redis_now_ms
-from timers import Listener, Timers
+from tests.unit.helpers import claim, redis_now_ms, run_burst
+from timers import Timers
 from timers.listener.endings.history import HistoryPolicy
 from timers.model.encoding import as_text
 from timers.model.history import (
@@ -35,35 +32,6 @@ from timers.store.script_calls import ScriptCalls
 from timers.store.script_modes import register_all
 
 PAST = datetime(2001, 1, 1, tzinfo=UTC)
-DEADLINE = 15.0
-
-
-@pytest.fixture
-def server() -> fakeredis.FakeServer:
-    return fakeredis.FakeServer()
-
-
-@pytest.fixture
-def fake(server: fakeredis.FakeServer) -> Iterator[fakeredis.FakeRedis]:
-    client = fakeredis.FakeRedis(server=server)
-    yield client
-    client.close()
-
-
-@pytest.fixture
-def producer(fake: fakeredis.FakeRedis) -> Timers:
-    return Timers(fake)
-
-
-def run_burst(server: fakeredis.FakeServer, **options: Any) -> Listener:
-    async def scenario() -> Listener:
-        listener = Listener(fakeredis.FakeAsyncRedis(server=server), tasks=SAMPLE_TASKS,
-                            search_path=str(ROOT), **options)
-        await asyncio.wait_for(listener.run(burst=True), DEADLINE)
-        await listener.redis.aclose()
-        return listener
-
-    return asyncio.run(scenario())
 
 
 def test_each_end_state_reads_back_with_how_when_where(

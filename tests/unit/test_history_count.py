@@ -4,8 +4,6 @@ cancel, and the count changed or removed."""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -13,8 +11,8 @@ import fakeredis
 import pytest
 
 import timers
-from tests.unit.conftest import ROOT, SAMPLE_TASKS
-from timers import Listener, Timers
+from tests.unit.helpers import run_burst
+from timers import Timers
 from timers.model.history import DEFAULT_HISTORY_AGE, DEFAULT_HISTORY_COUNT, TimerState
 from timers.model.keys import Keyspace
 from timers.model.policy import policy_of
@@ -22,36 +20,8 @@ from timers.store.script_calls import ScriptCalls
 from timers.store.script_modes import register_all
 
 PAST = datetime(2001, 1, 1, tzinfo=UTC)
-DEADLINE = 15.0
 COUNTED = "kept.counted"
 """A task of tests/unit/sample_tasks/kept.py with ``history_count=3``."""
-
-
-@pytest.fixture
-def server() -> fakeredis.FakeServer:
-    return fakeredis.FakeServer()
-
-
-@pytest.fixture
-def fake(server: fakeredis.FakeServer) -> Iterator[fakeredis.FakeRedis]:
-    client = fakeredis.FakeRedis(server=server)
-    yield client
-    client.close()
-
-
-@pytest.fixture
-def producer(fake: fakeredis.FakeRedis) -> Timers:
-    return Timers(fake)
-
-
-def run_burst(server: fakeredis.FakeServer, **options: Any) -> None:
-    async def scenario() -> None:
-        listener = Listener(fakeredis.FakeAsyncRedis(server=server), tasks=SAMPLE_TASKS,
-                            search_path=str(ROOT), **options)
-        await asyncio.wait_for(listener.run(burst=True), DEADLINE)
-        await listener.redis.aclose()
-
-    asyncio.run(scenario())
 
 
 def run_ids(producer: Timers, server: fakeredis.FakeServer, task: str, *ids: str) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import fakeredis
 import pytest
@@ -25,23 +25,6 @@ from timers.store.scripts import Scripts
 
 DAY_MS = 86_400_000
 BATCH = 8
-
-
-@pytest.fixture
-def server() -> fakeredis.FakeServer:
-    return fakeredis.FakeServer()
-
-
-@pytest.fixture
-def fake(server: fakeredis.FakeServer) -> Iterator[fakeredis.FakeRedis]:
-    client = fakeredis.FakeRedis(server=server)
-    yield client
-    client.close()
-
-
-@pytest.fixture
-def producer(fake: fakeredis.FakeRedis) -> Timers:
-    return Timers(fake)
 
 
 def fill(fake: fakeredis.FakeRedis, ks: Keyspace, n: int, *, expired: bool = False,

@@ -29,11 +29,6 @@ OTHER = "host-b:7:0a0a0a"
 """The listener that claimed the run and ran it to its end, then went away or stalled."""
 
 
-@pytest.fixture
-def server() -> fakeredis.FakeServer:
-    return fakeredis.FakeServer()
-
-
 @pytest.fixture(autouse=True)
 def journals(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setenv(DIR_ENV, str(tmp_path))

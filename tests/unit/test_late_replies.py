@@ -11,11 +11,12 @@ from typing import Any
 import fakeredis
 import pytest
 
+from tests.unit.helpers import run_burst
 from tests.unit.sample_tasks import mod
-from tests.unit.test_listener_unit import PAST, clean_calls, producer, run_burst, server
+from tests.unit.test_listener_unit import PAST, clean_calls
 from timers import Listener, Timers
 
-__all__ = ["clean_calls", "producer", "server"]  # the fixtures
+__all__ = ["clean_calls"]  # the fixture
 
 
 def take_over(server: fakeredis.FakeServer, tokens: list[Any]) -> None:

@@ -586,11 +586,6 @@ def test_a_run_whose_thread_found_its_lease_stale_runs_once_if_still_held_else_n
 # -- the ending writer -------------------------------------------------------------------
 
 
-@pytest.fixture
-def server() -> fakeredis.FakeServer:
-    return fakeredis.FakeServer()
-
-
 def _writer(scripts: Scripts, closed: asyncio.Event, *clock: Any) -> EndingWriter:
     """An ending writer of its own, handing nothing over (``clock``: a manual one)."""
     return EndingWriter(scripts, KEYS, 3600, HeldRuns(), closed, *clock,

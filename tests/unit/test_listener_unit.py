@@ -17,7 +17,8 @@ import fakeredis
 import pytest
 
 from tests.conftest import wait_until_async
-from tests.unit.conftest import ROOT, SAMPLE_TASKS
+from tests.unit.conftest import SAMPLE_TASKS
+from tests.unit.helpers import burst, make_listener, run_burst
 from tests.unit.sample_tasks import limited, mod, slow
 from timers import Failure, Fired, Listener, Timers, TimerSpec
 from timers.listener.quarantine.parent import Quarantine
@@ -37,47 +38,6 @@ def clean_calls() -> Iterator[None]:
     slow.DONE.clear()
     yield
     slow.DONE.clear()
-
-
-@pytest.fixture
-def server() -> fakeredis.FakeServer:
-    return fakeredis.FakeServer()
-
-
-@pytest.fixture
-def producer(server: fakeredis.FakeServer) -> Iterator[Timers]:
-    client = fakeredis.FakeRedis(server=server)
-    yield Timers(client)
-    client.close()
-
-
-def make_listener(server: fakeredis.FakeServer, **options: Any) -> Listener:
-    """A listener on the sample tasks package (call inside a running event loop)."""
-    options.setdefault("tasks", SAMPLE_TASKS)
-    options.setdefault("search_path", str(ROOT))
-    return Listener(fakeredis.FakeAsyncRedis(server=server), **options)
-
-
-async def burst(listener: Listener) -> None:
-    await asyncio.wait_for(listener.run(burst=True), DEADLINE)
-    await listener.redis.aclose()
-
-
-def run_burst(
-    server: fakeredis.FakeServer,
-    before: Callable[[Listener], None] | None = None,
-    **options: Any,
-) -> Listener:
-    """Run one listener until nothing is due; ``before`` may feed it events first."""
-
-    async def scenario() -> Listener:
-        listener = make_listener(server, **options)
-        if before is not None:
-            before(listener)
-        await burst(listener)
-        return listener
-
-    return asyncio.run(scenario())
 
 
 def expired(listener: Listener, key: bytes) -> None:

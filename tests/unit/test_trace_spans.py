@@ -127,8 +127,8 @@ def test_a_rerun_after_its_listener_died_is_a_span_of_its_own_linked_to_the_requ
     of its own, on the rerun path, linked to the request that scheduled the timer."""
     import fakeredis
 
+    from tests.unit.helpers import run_burst
     from tests.unit.test_crashes import PAST, crash
-    from tests.unit.test_listener_unit import run_burst
     from timers import Timers
     from timers.listener.quarantine.parent import Quarantine
     from timers.model.keys import Keyspace

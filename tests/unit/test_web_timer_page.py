@@ -6,7 +6,6 @@ History, Dead and task pages, and the search finds an ended timer by its whole i
 
 from __future__ import annotations
 
-import asyncio
 import re
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -15,7 +14,7 @@ import fakeredis
 import pytest
 from starlette.testclient import TestClient
 
-from tests.unit.conftest import ROOT, SAMPLE_TASKS
+from tests.unit.helpers import run_burst
 from timers import Listener, Timers
 from timers.web.app import create_app
 from timers.web.auth import Guard
@@ -23,22 +22,6 @@ from timers.web.auth import Guard
 TOKEN = "s3cret-token"
 PAST = datetime(2001, 1, 1, tzinfo=UTC)
 HOSTILE = "<script>alert(1)</script>"
-
-
-@pytest.fixture
-def server() -> fakeredis.FakeServer:
-    return fakeredis.FakeServer()
-
-
-def run_burst(server: fakeredis.FakeServer) -> Listener:
-    async def scenario() -> Listener:
-        listener = Listener(fakeredis.FakeAsyncRedis(server=server), tasks=SAMPLE_TASKS,
-                            search_path=str(ROOT))
-        await asyncio.wait_for(listener.run(burst=True), 15)
-        await listener.redis.aclose()
-        return listener
-
-    return asyncio.run(scenario())
 
 
 @pytest.fixture
