@@ -8,6 +8,7 @@ start time: catch-up after days of downtime is tested without waiting.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -359,7 +360,7 @@ def test_a_skipped_occurrence_does_not_release_the_slot_it_never_held(
 
 def test_after_run_outlives_a_failing_release(
     t: Timers, fake: fakeredis.FakeRedis, listeners: list[Listener],
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
 ) -> None:
     t.every("slow", "mod.add", interval=60, overlap=False)
     first = take(fake)
@@ -374,7 +375,35 @@ def test_after_run_outlives_a_failing_release(
 
     monkeypatch.setattr(listener.hook.scripts, "cron_next", broken)
     monkeypatch.setattr(asyncio, "sleep", _no_sleep)
-    listener.after(first)  # logged, not raised: the slot frees itself with the lease
+    with caplog.at_level(logging.WARNING, logger="timers.listener"):
+        listener.after(first)  # logged, not raised: the slot frees itself with the lease
+    assert calls == RecurrenceHook.AFTER_ATTEMPTS
+    assert "could not release the overlap slot of slow: gone" in caplog.text
+
+
+def test_after_run_that_cannot_schedule_the_next_occurrence_raises_so_its_run_comes_back(
+    t: Timers, fake: fakeredis.FakeRedis, listeners: list[Listener],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A missed occurrence of ``catch_up="all"`` runs, and its next is scheduled as it
+    ends: if Redis stays away through every attempt, the step raises (the executor hands
+    the run back, and its rerun schedules the next), never ends the chain in silence."""
+    t.every("tick", "mod.add", interval=60, catch_up="all")
+    first = take(fake)
+    listener = listeners[0]
+    assert listener.before(first, first.due_ms + 120_000) is None  # the next is due too
+    assert pending_dues(fake, "tick") == [], "the next waits for this run's end"
+    calls = 0
+
+    async def broken(*args: Any, **kwargs: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        raise ConnectionError("gone")
+
+    monkeypatch.setattr(listener.hook.scripts, "cron_next", broken)
+    monkeypatch.setattr(asyncio, "sleep", _no_sleep)
+    with pytest.raises(ConnectionError):
+        listener.after(first)
     assert calls == RecurrenceHook.AFTER_ATTEMPTS
 
 
