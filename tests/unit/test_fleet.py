@@ -15,6 +15,8 @@ from tests.unit.test_listener_parts import REDIS_NOW_MS, executor_of
 from timers import Timers
 from timers.listener.calling.runner import Runner
 from timers.listener.endings.ending import Ending
+from timers.listener.finding.events import Rejected
+from timers.listener.finding.rejected import RejectedKeys
 from timers.listener.health.peers import Peers
 from timers.model.encoding import Record
 from timers.model.keys import Keyspace
@@ -258,6 +260,51 @@ def test_an_expired_key_of_a_task_another_listener_runs_is_left_to_it() -> None:
     asyncio.run(peers.fresh_view())
     assert peers.screen(theirs, b"timers:") == "elsewhere"
     assert peers.screen(nobodys, b"timers:") == "ask"
+
+
+class _Endings:
+    """Where :class:`RejectedKeys` writes its rejections: kept in a list."""
+
+    def __init__(self) -> None:
+        self.added: list[Ending] = []
+
+    def add(self, ending: Ending) -> None:
+        self.added.append(ending)
+
+
+class _Tracker:
+    def redis_time_ms(self) -> int:
+        return REDIS_NOW_MS
+
+
+def test_an_expired_key_no_live_listener_runs_is_rejected_once_a_fresh_view_says_so() -> None:
+    """With a view in hand (``ask``), a key of a task nobody runs is recorded as rejected
+    once a view read after it came shows nobody runs it; one of a task another listener
+    announced meanwhile is left to it, and nothing is recorded for it."""
+    sync = fakeredis.FakeRedis()
+
+    async def read() -> list[Any]:
+        return [sync.execute_command(*call.command) for call in fleet_calls(KEYS)]
+
+    clock = [100.0]
+    peers = Peers("me", "app_a", lambda: ("a.b",), read, monotonic=lambda: clock[0])
+    endings, counted = _Endings(), []
+    rejecting = RejectedKeys(peers, KEYS, _Tracker(), endings,  # type: ignore[arg-type]
+                             lambda: counted.append(1))
+    theirs, nobodys = b"timers:t1:x.y:[1]", b"timers:t2:no.one:[1]"
+
+    async def scenario() -> None:
+        await peers.view()
+        beat(Scripts(sync, KEYS), "b", "app_b", ["x.y"])  # b announces after that read
+        clock[0] += 0.1
+        for key, escaped in ((theirs, "t1"), (nobodys, "t2")):
+            assert peers.screen(key, b"timers:") == "ask"
+            rejecting.reject(Rejected(key, "no task", escaped))
+        await asyncio.gather(*rejecting.rejecting)
+
+    asyncio.run(scenario())
+    assert [(e.kind, e.failure_id) for e in endings.added] == [(EndingKind.REJECT, "t2")]
+    assert counted == [1]
 
 
 def test_a_view_the_user_may_not_read_is_empty_and_said_once(
