@@ -15,6 +15,7 @@ from typing import Any
 import fakeredis
 import pytest
 
+from tests.conftest import wait_until
 from tests.unit.conftest import ROOT, SAMPLE_TASKS
 from timers.exceptions import TaskRefused, TasksUnavailable
 from timers.listener.calling.loader import TaskLoader
@@ -106,6 +107,26 @@ def test_the_lease_thread_renews_held_runs_and_reports_a_lost_one_once(
         "listener starts nothing it was handed with it"]
     assert held.fresh("1") and not held.fresh("2")  # the fence: only what is still held
     keeper.close()
+
+
+def test_a_started_lease_keeper_renews_from_its_own_thread_until_closed() -> None:
+    """Started, the keeper renews every held run a third of a lease apart on its own,
+    while the event loop is busy elsewhere; closed, it stops."""
+    server = fakeredis.FakeServer()
+    client = fakeredis.FakeRedis(server=server)
+    client.zadd(RUNNING, {"1": 1})
+    held = HeldRuns()
+    held.hold("1", "kept")
+    keeper = LeaseKeeper(fakeredis.FakeRedis(server=server), Keyspace(), 0.3, held).start()
+    try:
+        wait_until(lambda: float(client.zscore(RUNNING, "1") or 0) > 1, 5, interval=0.02,
+                   message="the keeper's thread to renew the held run")
+        first = float(client.zscore(RUNNING, "1") or 0)
+        wait_until(lambda: float(client.zscore(RUNNING, "1") or 0) > first, 5, interval=0.02,
+                   message="the keeper's thread to renew it again")
+    finally:
+        keeper.close()
+    assert not keeper._thread.is_alive()
 
 
 def test_a_run_whose_ending_is_on_its_way_stays_renewed_and_is_dropped_quietly(

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from timers.model.encoding import Record, as_text
@@ -104,8 +104,6 @@ class FleetView:
     """The live listeners of a prefix and what each can run."""
 
     peers: tuple[Peer, ...] = ()
-    stored_sets: frozenset[str] = field(default_factory=frozenset)
-    """The digests ``P|tasks`` holds."""
 
     def runners(self, task: str, group: str = DEFAULT_GROUP,
                 exclude: str | None = None) -> list[Peer]:
@@ -158,7 +156,7 @@ def fleet_of(now_ms: int, entries: Any, infos: Any, sets: Any) -> FleetView:
     P|listener`` and ``HGETALL P|tasks`` (RESP2 lists or RESP3 maps)."""
     stored = {as_text(k): decode_task_set(as_text(v)) for k, v in pairs(sets)}
     peers = [_peer(name, beat, stored) for name, beat, _ in live_heartbeats(now_ms, entries, infos)]
-    return FleetView(tuple(peers), frozenset(stored))
+    return FleetView(tuple(peers))
 
 
 def fleet_calls(keys: Keyspace) -> list[Call]:

@@ -133,9 +133,6 @@ class Peers:
                             "prefix's keys", exc)
         if sent >= self._read_at:  # (a slower read sent earlier does not replace it)
             self._view, self._read_at = view, sent
-        me = next((p for p in view.peers if p.id == self.me), None)
-        if me is not None and self.digest not in view.stored_sets and self._tasks():
-            self.resend = True  # our list is gone (a flush, a failover): send it again
         return view
 
     async def runners(self, task: str, group: str) -> tuple[list[Peer], FleetView]:
