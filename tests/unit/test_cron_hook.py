@@ -366,18 +366,10 @@ def test_after_run_outlives_a_failing_release(
     first = take(fake)
     listener = listeners[0]
     listener.before(first)
-    calls = 0
-
-    async def broken(*args: Any, **kwargs: Any) -> Any:
-        nonlocal calls
-        calls += 1
-        raise ConnectionError("gone")
-
-    monkeypatch.setattr(listener.hook.scripts, "cron_next", broken)
-    monkeypatch.setattr(asyncio, "sleep", _no_sleep)
+    calls = redis_gone(listener, monkeypatch)
     with caplog.at_level(logging.WARNING, logger="timers.listener"):
         listener.after(first)  # logged, not raised: the slot frees itself with the lease
-    assert calls == RecurrenceHook.AFTER_ATTEMPTS
+    assert calls == [1] * RecurrenceHook.AFTER_ATTEMPTS
     assert "could not release the overlap slot of slow: gone" in caplog.text
 
 
@@ -393,22 +385,28 @@ def test_after_run_that_cannot_schedule_the_next_occurrence_raises_so_its_run_co
     listener = listeners[0]
     assert listener.before(first, first.due_ms + 120_000) is None  # the next is due too
     assert pending_dues(fake, "tick") == [], "the next waits for this run's end"
-    calls = 0
-
-    async def broken(*args: Any, **kwargs: Any) -> Any:
-        nonlocal calls
-        calls += 1
-        raise ConnectionError("gone")
-
-    monkeypatch.setattr(listener.hook.scripts, "cron_next", broken)
-    monkeypatch.setattr(asyncio, "sleep", _no_sleep)
+    calls = redis_gone(listener, monkeypatch)
     with pytest.raises(ConnectionError):
         listener.after(first)
-    assert calls == RecurrenceHook.AFTER_ATTEMPTS
+    assert calls == [1] * RecurrenceHook.AFTER_ATTEMPTS
 
 
 async def _no_sleep(_: float) -> None:
     return None
+
+
+def redis_gone(listener: Listener, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Every step ``listener``'s hook sends fails as if Redis were gone, at once (no
+    backoff): the list of those calls, one 1 each."""
+    calls: list[int] = []
+
+    async def broken(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        raise ConnectionError("gone")
+
+    monkeypatch.setattr(listener.hook.scripts, "cron_next", broken)
+    monkeypatch.setattr(asyncio, "sleep", _no_sleep)
+    return calls
 
 
 def test_now_is_the_injected_start_time_not_the_wall_clock(
