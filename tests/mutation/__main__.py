@@ -62,6 +62,7 @@ NEIGHBOURS = [
     "tests/unit/test_declare.py", "tests/unit/test_group_disagreement.py",
     "tests/unit/test_lanes.py", "tests/unit/test_due_tracker.py",
     "tests/unit/test_fleet.py", "tests/unit/test_cron_hook.py", "tests/unit/test_context.py",
+    "tests/unit/test_scripts_all_or_nothing.py",
 ]
 """The unit tests of the scripts, the flow control, the fence, the executor, the
 endings journal, the speed layer's switch, the listener's way back to Redis, the data

@@ -645,4 +645,30 @@ BUGS: tuple[Bug, ...] = (
         "        context.enter_run(start.run, start.record, start.started_ms, start.fence)\n",
         "        pass\n",
         "timers.current(): a task sees no context of its run (its id, attempt, lease check)"),
+    # -- drawn at random and survived, until a test looked there (bench/FINDINGS.md, "Bugs
+    # drawn at random") ---------------------------------------------------------------------
+    Bug("finish-follow-flag-unchecked", LUA + "finish.lua",
+        "    or (ARGV[8] ~= '0' and ARGV[8] ~= '1') or not is_count(ARGV[9]) or not",
+        "    or (ARGV[8] ~= '0' and ARGV[8] ~= '1') and not is_count(ARGV[9]) or not",
+        "bad input: finish takes a follow flag other than 0 or 1, or a history age that is "
+        "not a count, and writes"),
+    Bug("finish-follows-undeclared", LUA + "finish.lua",
+        "    if kind == 'release' and ARGV[i + 3] ~= '' then need_release(",
+        "    if kind ~= 'release' and ARGV[i + 3] ~= '' then need_release(",
+        "T17 (declared keys): a run next in line handed back naming the run before it "
+        "touches that run's key queue undeclared (Cluster: -ASK mid-script in a migration)"),
+    Bug("recurrence-after-silent", LISTENER + "cron_hook.py",
+        "                if attempt + 1 == self.AFTER_ATTEMPTS:\n",
+        "                if attempt - 1 == self.AFTER_ATTEMPTS:\n",
+        "recurrences: a step after a run that Redis refused every time ends in silence: a "
+        "catch_up='all' occurrence's next is never scheduled, the chain ends"),
+    Bug("rejected-ask-dropped", LISTENER + "finding/rejected.py",
+        '        elif screened == "ask":', '        elif screened != "ask":',
+        "rejections: an expired key of a task nobody runs, met with a view in hand, is "
+        "dropped in silence instead of recorded as rejected"),
+    Bug("keeper-thread-idle", LISTENER + "leases.py",
+        "        while not self._stop.wait(self.lease / 3):\n            self.renew_once()\n",
+        "        while not self._stop.wait(self.lease / 3):\n            pass\n",
+        "T19: the lease keeper's thread renews nothing: every run longer than its lease is "
+        "recovered and run again elsewhere"),
 )
