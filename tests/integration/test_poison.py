@@ -115,9 +115,10 @@ def test_timers_in_flight_alongside_a_poison_run_to_completion_and_none_is_dead(
 def test_a_poison_is_recorded_dead_of_the_starts_that_died_not_of_lapses(
         timers_client: Timers, r: redis.Redis, redis_url: str, processes: Processes) -> None:
     """Two poison timers held by one listener: the first kills it while the second, claimed
-    a few ms ahead of its due time, has not started. The second was once recorded "died 3
-    times" after 2 starts. Now each record counts the starts that died in quarantine, and
-    only those toward the limit; the lapse of the listener that went away is told apart."""
+    a few ms ahead of its due time, has not started (or, claimed late, just has). The
+    second was once recorded "died 3 times" after 2 starts. Now each record counts the
+    starts that died in quarantine, and only those toward the limit; the lapse of the
+    listener that went away is told apart."""
     first = processes.timers("listen", "--lease", "2", "--url", redis_url,
                              "--tasks", "tests.retry_tasks")
     wait_until(lambda: r.zcard(KEYS.listeners) or first.poll() is not None, 20,
@@ -135,7 +136,12 @@ def test_a_poison_is_recorded_dead_of_the_starts_that_died_not_of_lapses(
     starts = [json.loads(item) for item in r.lrange(STARTS, 0, -1)]
     in_quarantine = Counter(tag for tag, pid in starts if pid not in (first.pid, second.pid))
     in_listener = Counter(tag for tag, pid in starts if pid == first.pid)
-    assert in_listener == {"first": 1}, starts
+    # the second is claimed a few ms ahead of its due time, and the first takes the listener
+    # down as it sees that claim; on a loaded machine the claim can come after its due time
+    # and the second starts in the listener before it goes down. Either way its lease
+    # lapses with the listener: a lapse, never a crash (its quarantine deaths below: 3)
+    assert in_listener["first"] == 1 and in_listener["second"] <= 1, starts
+    assert set(in_listener) <= {"first", "second"}, starts
     # the second first: the one that never started in the listener it went down with
     for failure in sorted(timers_client.failed(), key=lambda f: f.timer_id != "second"):
         message = failure.data["message"]
