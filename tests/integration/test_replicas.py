@@ -152,6 +152,11 @@ def test_fsync_waits_for_the_replicas_aof_where_the_server_has_waitaof() -> None
         with redis.Redis(port=primary.port) as node:
             wait_until(lambda: node.execute_command("WAIT", 2, 100) == 2, 20,
                        message="both replicas' first sync")
+            # a replica's AOF counts only once the rewrite that follows its sync is done
+            # (until then WAITAOF hears 0 from it: CI met that on a loaded machine)
+            wait_until(lambda: node.set("aof-probe", 1) and node.execute_command(
+                "WAITAOF", 0, 1, 100)[1] == 1, 20, message="the first replica's AOF on")
+            node.delete("aof-probe")
         url = f"redis://127.0.0.1:{primary.port}/0"
         with Timers(url, replicas=1, replicas_timeout=2.0, replicas_fsync=True) as t:
             t.schedule("reminders.sms", in_=60)  # in memory on 2, on disk on 1: enough
