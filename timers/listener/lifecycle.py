@@ -129,12 +129,7 @@ class Listener:
         self.keys, self.db = keyspace_for(self.redis, prefix), database_of(self.redis)
         replication = replication_for(self.redis, replicas, replicas_timeout)
         self.loader, self._tasks_optional = _task_loader(tasks, registry, search_path)
-        self.concurrency, self.lease, self.shutdown_timeout = concurrency, lease, shutdown_timeout
-        self.failure_retention = failure_retention
-        self.history = HistoryPolicy() if history is None else history
-        """What the run history and the series keep (`timers.listener.endings.history`)."""
-        self.clock = clock or SystemClock()
-        self.observer, self.allow_eviction = observer, allow_eviction
+        self.allow_eviction = allow_eviction
         self.quarantine_ahead = quarantine_ahead
         self._forkserver: asyncio.Task[None] | None = None
         self.id = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
@@ -144,13 +139,24 @@ class Listener:
         self.shared: Shared[Lane] = Shared(
             self.redis, self.db, self.id, self.groups, concurrency=concurrency, lease=lease,
             shutdown_timeout=shutdown_timeout, failure_retention=failure_retention,
-            clock=self.clock, max_sleep=max_sleep, loader=self.loader, peers=self.peers,
-            observer=observer, recycle=recycle, history=self.history,
+            clock=clock or SystemClock(), max_sleep=max_sleep, loader=self.loader,
+            peers=self.peers, observer=observer, recycle=recycle,
+            history=HistoryPolicy() if history is None else history,
             rate_start_window=rate_start_window, owns_client=self._owns_client,
             replication=replication)
         self._subscribed = asyncio.Event()
         self.lanes.append(Lane(self.shared, self.keys, 0, announces=True, hub=EventHub(),
                                subscribed=self._subscribed))
+
+    @property
+    def concurrency(self) -> int:
+        """How many of its runs go at once, at most."""
+        return self.shared.concurrency
+
+    @property
+    def lease(self) -> float:
+        """Seconds a run's lease lasts between renewals."""
+        return self.shared.lease
 
     @property
     def tally(self) -> RunTally:
