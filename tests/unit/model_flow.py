@@ -804,7 +804,7 @@ class World:
         parent keeps the child waiting). When the listener's code has the child check the
         fence (:func:`child_checks_fence`), it starts the task only while the shared lease
         holds (``leases.fresh_in``), else it says ``stale`` and its parent revalidates the
-        run (``executor._quarantined``): a run still held goes to a new child, one lost is
+        run (``checks.Quarantined``): a run still held goes to a new child, one lost is
         dropped. A parent that is paused reads ``stale`` when it goes on (the run waits for
         a new child)."""
         run = listener.children.pop(token)

@@ -1,23 +1,24 @@
 """The steps a run passes before its task is called, in order: whether this listener has
 its task (else a peer that has it), its turn after the run before it on its key, its
-context, its recurrence's next occurrence, its task resolved, its group, its lateness, its
-flow limits. (Its fence is asked where the task is called, right before its code: in its
-thread, on the loop, in a quarantine child: :mod:`timers.listener.calling.runner`.)
+context, its recurrence's next occurrence, its task resolved, its group, its lateness, a
+suspect run's call in quarantine (a child process: its fence, its flow gate and the deaths
+counted toward its crash limit are there), its flow limits. (The fence of any other run is
+asked where its task is called, right before its code: in its thread or on the loop,
+:mod:`timers.listener.calling.runner`.)
 
 Each step is a small object the executor asks in turn (:data:`Check`): None lets the run
-go on to the next; an :class:`~timers.model.runs.Outcome` ends it there, unstarted (passed
-to a peer, skipped, refused, moved to its group, missed, held back by its key or rate). A
-step answers at once when it can: only one that must wait or ask Redis gives an
-awaitable, which the executor awaits for the answer. A step with an ``after`` method (the
-recurrence's) is told how the run ended, whatever ended it, once it has been asked. A new
-rule a run must pass before its call is one more step in the executor's list, not a
-branch in its code. How the task is called (in a thread, on the loop, in a quarantine
-child) stays in the executor.
+go on to the next; an :class:`~timers.model.runs.Outcome` ends it there (passed to a peer,
+skipped, refused, moved to its group, missed, held back by its key or rate; or how a
+suspect run ended in its child). A step answers at once when it can: only one that must
+wait or ask Redis gives an awaitable, which the executor awaits for the answer. A step
+with an ``after`` method (the recurrence's) is told how the run ended, whatever ended it,
+once it has been asked. A new rule a run must pass before its call is one more step in the
+executor's list, not a branch in its code.
 """
-
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, TypeAlias
 
@@ -29,7 +30,8 @@ from timers.listener.finding.due_tracker import DueTracker
 from timers.listener.flow.gate import FREE, Admission, FlowGate
 from timers.listener.flow.turns import Turns
 from timers.listener.health.peers import Peers
-from timers.listener.quarantine.parent import is_suspect
+from timers.listener.leases import Fence
+from timers.listener.quarantine.parent import Quarantine, is_suspect
 from timers.model.encoding import Record
 from timers.model.flow.disagreement import describe, group_of, may_move
 from timers.model.policy import DEFAULT_POLICY, TaskPolicy, policy_of
@@ -230,17 +232,54 @@ class LatenessCheck:
         return None if missed is None else Outcome("missed", "Missed", missed)
 
 
+class Quarantined:
+    """A suspect run (a lease of it lapsed before: its listener died or stalled) is called
+    in a quarantine child (:mod:`timers.listener.quarantine.parent`), and how it ended there
+    ends the steps. The child checks the fence right before the task's code, asks the run's
+    flow gate once it has loaded the task (a rate's slot is taken when the run starts, not a
+    child's loading time before: invariant 13), and its deaths count toward the task's
+    ``max_crashes``. A child that found the lease not known to hold started nothing: the run
+    is revalidated as a thread's stale start is (not started if taken over, else in a new
+    child). A child that got its gate's word past its start window started nothing: the run
+    asks its gate once more, from a new child (T29)."""
+
+    def __init__(self, quarantine: Quarantine, flow: FlowGate, fence: Fence) -> None:
+        self.quarantine, self.flow, self.fence = quarantine, flow, fence
+        self.aside: Callable[[Run], tuple[str, bytes] | None] | None = None
+        """Where a child notes that its run's task returned, before it says so (a rerun
+        finds the note while this listener is paused, or after it died;
+        :meth:`timers.listener.endings.journal.Journal.aside`; None: no journal)."""
+
+    def __call__(self, start: Start) -> Answer:
+        return self._called(start) if is_suspect(start.run.reruns) else None
+
+    async def _called(self, start: Start) -> Outcome:
+        run, record, policy = start.run, start.record, start.policy
+        aside = self.aside(run) if self.aside is not None and not start.recurring else None
+        admit = (functools.partial(self.flow.admit, run, record, policy) if start.limited
+                 else None)
+        late = False
+        while True:
+            outcome = await self.quarantine.run(run.timer_id, run.token, record.task,
+                                                start.fn, record.args, policy, run.reruns,
+                                                admit, aside)
+            if outcome.kind == "late" and not late:  # a new child asks its gate again (T29)
+                late = True
+                continue
+            if outcome.kind != "stale":
+                return outcome
+            if not await self.fence.revalidate(run):
+                return TAKEN
+
+
 class FlowCheck:
-    """A run with limits asks its flow gate (a rerun asks from its quarantine child, once
-    the task is loaded); held back, it waits for its key or rate."""
+    """A run with limits asks its flow gate; held back, it waits for its key or rate."""
 
     def __init__(self, flow: FlowGate) -> None:
         self.flow = flow
 
     def __call__(self, start: Start) -> Answer:
-        if not start.limited or is_suspect(start.run.reruns):
-            return None
-        return self._admitted(start)
+        return self._admitted(start) if start.limited else None
 
     async def _admitted(self, start: Start) -> Outcome | None:
         start.gated = gated = await self.flow.admit(start.run, start.record, start.policy)
@@ -263,3 +302,5 @@ def missed_by(record: Record, policy: TaskPolicy, lateness_ms: float) -> str | N
 
 _TAKEN_BACK = Outcome("revoked", "", "asked back before it started: the run before it did not "
                       "start: waits for its key again")
+TAKEN = Outcome("taken", "", "another listener took the run over after its lease lapsed")
+"""A run whose lease another listener took over: nothing to write, nothing to run."""

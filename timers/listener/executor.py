@@ -3,9 +3,8 @@
 It decodes the record, passes the run through its steps in turn
 (:mod:`timers.listener.checks`: a task this listener lacks goes to a peer, its turn after
 the run before it on its key, its context, its recurrence's next occurrence, its task, its
-group, its lateness, its flow gate), calls it under its fence (in a quarantine child when a
-lease of it lapsed before: its listener died or stalled; the child counts the deaths it
-sees toward ``max_crashes``), tells its recurrence how it ended, and turns the outcome into
+group, its lateness, a suspect run's call in quarantine, its flow gate), calls it under its
+fence in a thread or on the loop, tells its recurrence how it ended, and turns the outcome into
 an :class:`Ending` (:mod:`timers.listener.endings.outcomes`): ok, skipped, a retry after a
 backoff, or a failure record. A run whose task was not called (held back, taken over,
 handed back) writes its own kind of ending, or none. Times are Redis times, from the
@@ -15,7 +14,6 @@ listener's :class:`DueTracker`.
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -23,6 +21,7 @@ from typing import Any
 from timers.exceptions import MalformedTimerKey
 from timers.listener.calling.runner import Runner, Turn
 from timers.listener.checks import (
+    TAKEN,
     Check,
     EnterContext,
     FlowCheck,
@@ -30,6 +29,7 @@ from timers.listener.checks import (
     GroupCheck,
     Lacking,
     LatenessCheck,
+    Quarantined,
     Recurrence,
     Resolve,
     Start,
@@ -42,7 +42,7 @@ from timers.listener.flow.gate import TAKES_BACK_NEXT, FlowGate
 from timers.listener.flow.turns import Turns
 from timers.listener.health.peers import Peers
 from timers.listener.leases import Fence
-from timers.listener.quarantine.parent import Quarantine, is_suspect
+from timers.listener.quarantine.parent import Quarantine
 from timers.listener.retrying import RETRYABLE
 from timers.listener.tuning.precise import PreciseSleeper
 from timers.model.flow.disagreement import group_of
@@ -63,7 +63,7 @@ class Executor:
                  sleeper: PreciseSleeper, *, flow: FlowGate, name: str, turns: Turns,
                  fence: Fence, peers: Peers,
                  stopping: asyncio.Event) -> None:
-        self.runner, self.quarantine = runner, quarantine
+        self.runner = runner
         self.tracker, self.sleeper, self.flow = tracker, sleeper, flow
         """``flow``: the gate of runs with limits."""
         self.turns = turns
@@ -72,10 +72,12 @@ class Executor:
         """Starts a run only while its lease holds (invariant 12): asked right before the
         task's code wherever it runs, and of Redis (:meth:`_revalidated`) after a stall."""
         recurrence = Recurrence(recurrences)
+        self.quarantined = Quarantined(quarantine, flow, fence)
+        """The step that calls a suspect run in a quarantine child."""
         self.checks: tuple[Check, ...] = (
             Lacking(resolve, peers), FollowTurn(turns, tracker, resolve), EnterContext(),
             recurrence, Resolve(resolve, name), GroupCheck(), LatenessCheck(),
-            FlowCheck(flow))
+            self.quarantined, FlowCheck(flow))
         """What a run passes before its task is called, in order (:mod:`timers.listener.checks`)."""
         self.recurrence = recurrence
         """The one step told how a run ended (it frees what the run's occurrence took)."""
@@ -88,9 +90,6 @@ class Executor:
         self.note: Callable[[Run], tuple[str, bytes] | None] | None = None
         """The journal line of a run that completed, written by its thread as its function
         returns (:mod:`timers.listener.endings.journal`; None: no journal)."""
-        self.aside: Callable[[Run], tuple[str, bytes] | None] | None = None
-        """Where a quarantine child notes that its run's task returned, and the line
-        (:meth:`timers.listener.endings.journal.Journal.aside`; None: no journal)."""
 
     async def execute(self, run: Run) -> Executed:
         """Run ``run`` and say how it ended. A cancellation (shutting down) goes through:
@@ -203,14 +202,11 @@ class Executor:
         return outcome
 
     async def _call(self, start: Start) -> Outcome:
-        """Call the task of a run that passed every check: in a quarantine child when a
-        lease of it lapsed before (gated there), else in a thread or on the loop. A rate's
-        run that reached its call past its start window asks its gate once more (T29)."""
+        """Call the task of a run that passed every step, in a thread or on the loop. A
+        rate's run that reached its call past its start window asks its gate once more
+        (T29)."""
         run, record, fn, policy = start.run, start.record, start.fn, start.policy
         recurring, fence, after = start.recurring, start.fence, start.after
-        if is_suspect(run.reruns):
-            aside = self.aside(run) if self.aside is not None and not recurring else None
-            return await self._quarantined(start, aside)
         own = self.turns.of(run.token)
         start_by = start.gated.start_by
         if own is not None and start_by is not None:
@@ -225,7 +221,7 @@ class Executor:
             outcome = (await self._revalidated(run)
                        or await self.runner.call(fn, record.args, policy.timeout, own,
                                                  None, fence, start.limited, note, start_by))
-            if outcome is _TAKEN and own is not None:
+            if outcome is TAKEN and own is not None:
                 self.runner.let_follower_go(own)  # it waited for this one
         elif outcome.kind == "late":  # past its window: asks its gate once more (T29)
             again = await self.flow.admit(run, record, policy)
@@ -236,38 +232,10 @@ class Executor:
             self._timed_by_thread(start, own)
         return outcome
 
-    async def _quarantined(self, start: Start, aside: tuple[str, bytes] | None) -> Outcome:
-        """A suspect run in a quarantine child, which checks the lease right before the
-        task's code; a child that found it not known to hold started nothing, and the run
-        is revalidated as a thread's stale start is: not started if taken over (or, next
-        in line, handed back), else in a new child. A run with limits asks its flow gate
-        once the child has loaded the task, right before the start: a rate's slot is
-        taken when the run starts, not a child's loading time before (invariant 13); a
-        child that got the word past its start window started nothing, and the run asks its
-        gate once more, in a new child (T29).
-        ``aside``: where the child notes that the task returned, before it says so (a
-        rerun finds it while this listener is paused, or after it died)."""
-        run, record, policy = start.run, start.record, start.policy
-        admit = (functools.partial(self.flow.admit, run, record, policy) if start.limited
-                 else None)
-        late = False
-        while True:
-            outcome = await self.quarantine.run(run.timer_id, run.token, record.task,
-                                                start.fn, record.args, policy, run.reruns,
-                                                admit, aside)
-            if outcome.kind == "late" and not late:  # a new child asks its gate again (T29)
-                late = True
-                continue
-            if outcome.kind != "stale":
-                return outcome
-            unfenced = await self._revalidated(run)
-            if unfenced is not None:
-                return unfenced
-
     async def _revalidated(self, run: Run) -> Outcome | None:
         """After a run's fence found its lease not fresh where it was to start: None when
-        Redis says it still holds (start it), else :data:`_TAKEN`."""
-        return None if await self.fence.revalidate(run) else _TAKEN
+        Redis says it still holds (start it), else :data:`~timers.listener.checks.TAKEN`."""
+        return None if await self.fence.revalidate(run) else TAKEN
 
     def _fence_of(self, run: Run) -> Callable[[], bool]:
         """The check a thread makes right before it calls ``run``'s function."""
@@ -283,10 +251,6 @@ class Executor:
             start.ended_ms = self.tracker.redis_ms_at(job.ended)
         if start.after is not None and job is not None and job.started is not None:
             start.started_ms = self.tracker.redis_ms_at(job.started)
-
-
-_TAKEN = Outcome("taken", "", "another listener took the run over after its lease lapsed")
-"""A run whose lease another listener took over: nothing to write, nothing to run."""
 
 
 _UNSTARTED = frozenset({"late", "held", "revoked", "taken", "passed"})

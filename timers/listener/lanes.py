@@ -154,8 +154,8 @@ class Lane:
         index = self.index
         self.executor.note = (None if journal is None
                               else lambda run: journal.note(index, run))
-        self.executor.aside = (None if journal is None
-                               else lambda run: journal.aside(index, run))
+        self.executor.quarantined.aside = (None if journal is None
+                                           else lambda run: journal.aside(index, run))
 
     async def replay(self, dead: DeadJournal) -> int:
         """Queue the endings of ``dead``'s journal in this lane whose runs its listener
