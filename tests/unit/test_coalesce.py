@@ -175,3 +175,21 @@ def test_async_timers_writes_concurrent_calls_each_with_its_own_args_and_bad_inp
         await client.aclose()
 
     asyncio.run(scenario())
+
+
+def test_drain_waits_for_a_batch_in_flight_after_the_lone_call_before_it_ended() -> None:
+    async def scenario(wire: Wire, coalescer: Coalescer[str]) -> None:
+        lone = asyncio.ensure_future(coalescer.schedule("a"))
+        await turn()
+        batch = [asyncio.ensure_future(coalescer.schedule(p)) for p in "bc"]
+        await sent(wire, 2)
+        wire.gates[0].set_result(None)  # the lone call ends; the batch is still on the wire
+        assert await lone == "id-a"
+        drained = asyncio.ensure_future(coalescer.drain())
+        await turn()
+        assert not drained.done(), "drain returned with a batch on the wire"
+        wire.release()
+        await drained
+        assert [f.result() for f in batch] == ["id-b", "id-c"]
+
+    run(scenario)

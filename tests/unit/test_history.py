@@ -57,6 +57,10 @@ def test_each_end_state_reads_back_with_how_when_where(
     assert off.state is TimerState.CANCELLED and off.ended is not None
     assert off.ended.task == "mod.add" and off.ended.duration_ms is None
     assert ":" in off.ended.listener  # host:pid of who cancelled
+    assert off.detail.startswith("cancelled ") and off.detail.endswith(
+        f" by {off.ended.listener}"), off.detail
+    assert done.detail.startswith("completed ") and f" on {listener.id} (attempt 1, ran " in (
+        done.detail), done.detail
     assert producer.status("never").state is TimerState.UNKNOWN
 
 

@@ -316,3 +316,20 @@ def test_a_listener_that_writes_after_a_long_idle_trims_its_writes_at_once(
             await listener.redis.aclose()
 
     asyncio.run(idle_then_busy())
+
+
+@pytest.mark.parametrize("scan", [300, 100_000])
+def test_a_read_of_the_failed_index_looks_at_no_more_than_its_scan_allows(
+        monkeypatch: pytest.MonkeyPatch, fake: fakeredis.FakeRedis, producer: Timers,
+        scan: int) -> None:
+    """1,000 entries of ``--failed``'s index newer than the one dead timer name records no
+    longer kept: a read looks at the first ``HISTORY_SCAN`` of them, 100 a round trip, and
+    finds the dead timer behind them only when the scan reaches that far."""
+    monkeypatch.setattr(timers.ops.history, "HISTORY_SCAN", scan)
+    monkeypatch.setattr(timers.ops.history, "HISTORY_PAGE", 100)
+    ks = producer.keys
+    fill(fake, ks, 1, dead_every=1)
+    assert [r.id for r in producer.history(failed=True)] == ["r0"]
+    newer = redis_now_ms(fake) - 1000
+    fake.zadd(ks.history_failed, {f"gone{i}": newer + i for i in range(1000)})
+    assert [r.id for r in producer.history(failed=True)] == ([] if scan == 300 else ["r0"])
