@@ -62,14 +62,15 @@ NEIGHBOURS = [
     "tests/unit/test_declare.py", "tests/unit/test_group_disagreement.py",
     "tests/unit/test_lanes.py", "tests/unit/test_due_tracker.py",
     "tests/unit/test_fleet.py", "tests/unit/test_cron_hook.py", "tests/unit/test_context.py",
-    "tests/unit/test_scripts_all_or_nothing.py",
+    "tests/unit/test_scripts_all_or_nothing.py", "tests/unit/test_history.py",
+    "tests/unit/test_coalesce.py",
 ]
 """The unit tests of the scripts, the flow control, the fence, the executor, the
 endings journal, the speed layer's switch, the listener's way back to Redis, the data
 format checks, the supervisor, its recycling, the history's upkeep, the failure records,
 the declared keys, the task groups' endings, the lanes' events, the Redis clock's
-estimate, the hand-back for a peer that has the task, a recurrence's steps and the
-context a task sees."""
+estimate, the hand-back for a peer that has the task, a recurrence's steps, the
+context a task sees, a timer's status and the asyncio producer's batches."""
 STAGE_TIMEOUT = 900.0
 SAMPLED_FILES = "timers/store/lua/*.lua,timers/listener/**/*.py"
 """Where ``--sample`` draws its bugs by default: the scripts and the listener."""

@@ -676,4 +676,17 @@ BUGS: tuple[Bug, ...] = (
         "        while not self._stop.wait(self.lease / 3):\n            pass\n",
         "T19: the lease keeper's thread renews nothing: every run longer than its lease is "
         "recovered and run again elsewhere"),
+    Bug("status-ender-unnamed", "timers/ops/status.py",
+        "        return f\"cancelled {when} by {record.listener or '?'}\"",
+        "        return f\"cancelled {when} by {record.listener and '?'}\"",
+        "status: a cancelled timer's line says '?' for who cancelled it"),
+    Bug("batch-untracked", "timers/producer/coalesce.py",
+        "            self._in_flight.add(task)\n", "            pass\n",
+        "asyncio producer: closing the client does not wait for a batch of schedules on the "
+        "wire (its connection closes under it), and a batch's task may be collected"),
+    Bug("history-scan-unbounded", "timers/ops/history.py",
+        "        while len(out) < limit and offset < HISTORY_SCAN:",
+        "        while len(out) < limit or offset < HISTORY_SCAN:",
+        "history: a filtered read of an index goes on past its scan cap (a dashboard page "
+        "reads a whole index of millions)"),
 )

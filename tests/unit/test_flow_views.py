@@ -67,6 +67,7 @@ def test_rate_limited_timers_show_their_slot_or_their_place(
     assert pacer is not None and pacer.wait is not None
     assert pacer.wait.describe().startswith("rate-limited until 20")
     assert pacer.wait.describe().endswith(" UTC")
+    assert pacer.due == pacer.wait.at, "the timer holding the rate's next slot is due at it"
     assert queued is not None and queued.wait is not None
     assert queued.wait.describe() == "waiting for rate limit api, 0 ahead"
 
