@@ -605,3 +605,21 @@ def test_a_run_an_unconfirmed_ending_hands_on_runs_only_after_its_lease(
     assert dropped and dropped[0] >= 1
     assert sorted([*limited.RAN, *(tid for tid, _ in quarantined)]) == list("abcd")
     assert len(quarantined) == dropped[0] == counters(producer).get("reruns")
+
+
+def test_a_burst_ends_saying_how_many_timers_a_rate_still_holds_back(
+        server: fakeredis.FakeServer, producer: Timers, caplog: pytest.LogCaptureFixture) -> None:
+    """Three timers of a ``2/m`` task due now: one starts at most (none, on a server that
+    just started: its rate waits an interval), the rest wait for the rate's slots, after
+    the burst too; its last line says how many, so a burst that ran fewer than were due
+    says why."""
+    for i in range(3):
+        producer.schedule("limited.rated", [i], in_=0)
+    with caplog.at_level("INFO", logger="timers.listener"):
+        run_burst(server)
+    stats = producer.stats()
+    ran = stats.counters.get("fired", 0)
+    assert ran <= 1 and stats.pending == 3 - ran
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("burst over")]
+    assert said == [f"burst over with {3 - ran} timers held back by a concurrency key or a "
+                    "rate limit: pending, for a listener running when their slots free"]

@@ -73,7 +73,8 @@ LeaseOption = Annotated[float, typer.Option(
     "--lease", min=0.1, metavar="SECONDS",
     help="Seconds a crashed listener's timers wait before they run again elsewhere.")]
 BurstOption = Annotated[bool, typer.Option(
-    "--burst", help="Exit once nothing is due and nothing runs.")]
+    "--burst", help="Exit once nothing is due and nothing runs (timers a concurrency key "
+    "or rate limit holds back stay pending: a line says how many).")]
 ShutdownTimeoutOption = Annotated[float, typer.Option(
     "--shutdown-timeout", metavar="SECONDS",
     help="Seconds running tasks get to finish on SIGTERM/SIGINT.")]

@@ -222,6 +222,8 @@ class Listener:
         try:
             ended = await asyncio.gather(*(lane.serve(events) for lane in self.lanes),
                                          return_exceptions=True)
+            if burst:
+                await self._say_what_waits()
         finally:
             shared.stopping.set()
             adopting.cancel()
@@ -239,6 +241,17 @@ class Listener:
         for outcome in ended:
             if isinstance(outcome, BaseException):
                 raise outcome
+
+    async def _say_what_waits(self) -> None:
+        """At a burst's end: the timers a concurrency key or a rate limit still holds back.
+        They came due, but their key or rate lets them start later: they stay pending, for a
+        listener running then (a burst ends once nothing is due now)."""
+        with contextlib.suppress(*RETRYABLE):
+            held = sum([await self.redis.hlen(lane.keys.parked) for lane in self.lanes])
+            if held:
+                log.info("burst over with %d timer%s held back by a concurrency key or a rate "
+                         "limit: pending, for a listener running when their slots free", held,
+                         "" if held == 1 else "s")
 
     async def _journal_identity(self) -> str | None:
         """The prefix's id on its server (:func:`journal.server_identity`), asked until
