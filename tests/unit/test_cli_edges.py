@@ -7,14 +7,19 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import sys
 from collections.abc import Iterator
 
+import fakeredis
 import pytest
 import redis
 
 import timers
+from tests.unit.helpers import run_burst
 from timers import Timers
 from timers.cli import app
+from timers.cli import failed as cli_failed
+from timers.cli import top as cli_top
 from timers.cli import views as cli_views
 from timers.cli.errors import run_app
 from timers.model.tracebacks import from_task_frames
@@ -164,3 +169,32 @@ def test_list_columns_fit_the_longest_id(capsys: pytest.CaptureFixture[str],
 def test_cron_args_that_do_not_parse_are_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run(capsys, "cron", "add", "x", "mod.f", "{bad", "--every", "5m")
     assert code == 2 and "not valid JSON" in err and err.count("\n") == 1
+
+
+def test_failed_columns_start_under_their_headings(
+        capsys: pytest.CaptureFixture[str], server: fakeredis.FakeServer, producer: Timers,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    producer.schedule("mod.boom", ["bad input"], in_=0, id="dead-one")
+    run_burst(server)
+    monkeypatch.setattr(cli_failed, "open_timers", lambda url, prefix: producer)
+    monkeypatch.setattr(producer, "close", lambda: None)
+    code, out, _ = run(capsys, "failed")
+    assert code == 0
+    header, row = out.splitlines()
+    for heading, value in (("KIND", "error"), ("ID", "dead-one"), ("TASK", "mod.boom"),
+                           ("ERROR", "ValueError: bad input")):
+        assert header.index(heading) == row.index(value), out
+
+
+def test_top_quits_on_q_and_refreshes_on_while_no_key_is_pressed(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    read, write = os.pipe()
+    os.set_blocking(read, False)  # a read with nothing typed fails here instead of waiting
+    with os.fdopen(read) as stdin:
+        monkeypatch.setattr(sys, "stdin", stdin)
+        assert not cli_top._quit_pressed(0.01)  # nothing typed: the view goes on
+        os.write(write, b"x")
+        assert not cli_top._quit_pressed(0.01)
+        os.write(write, b"Q")
+        assert cli_top._quit_pressed(0.01)
+    os.close(write)
