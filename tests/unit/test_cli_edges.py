@@ -18,6 +18,7 @@ import timers
 from tests.unit.helpers import run_burst
 from timers import Timers
 from timers.cli import app
+from timers.cli import cron as cli_cron
 from timers.cli import failed as cli_failed
 from timers.cli import top as cli_top
 from timers.cli import views as cli_views
@@ -198,3 +199,18 @@ def test_top_quits_on_q_and_refreshes_on_while_no_key_is_pressed(
         os.write(write, b"Q")
         assert cli_top._quit_pressed(0.01)
     os.close(write)
+
+
+def test_cron_list_names_each_policy_that_is_not_the_default(
+        capsys: pytest.CaptureFixture[str], producer: Timers,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    producer.every("plain", "reminders.sms", interval=60)
+    producer.every("all-of-them", "reminders.sms", interval=60, catch_up="all",
+                   max_lateness=30, overlap=False)
+    monkeypatch.setattr(cli_cron, "open_timers", lambda url, prefix: producer)
+    monkeypatch.setattr(producer, "close", lambda: None)
+    code, out, _ = run(capsys, "cron", "list")
+    assert code == 0
+    rows = {line.split()[0]: line for line in out.splitlines()[1:]}
+    assert "every 1m catch-up=all max-lateness=30.0s no-overlap " in rows["all-of-them"], out
+    assert "catch-up" not in rows["plain"] and "overlap" not in rows["plain"], out

@@ -97,3 +97,13 @@ def test_plain_values_are_converted_as_before() -> None:
     assert ctx.params["group"] == ["a", "b"] and ctx.params["log_level"] == "debug"
     kinds = {p.name: type(p._runtime_param) for p in listen.params}  # type: ignore[attr-defined]
     assert kinds["concurrency"] is PlainValue and kinds["group"] is PlainValue
+
+
+@pytest.mark.parametrize("setup", ["nocolon", "app.main:", "bad path:setup", ":setup"])
+def test_a_setup_that_cannot_name_a_function_is_refused_before_anything_starts(
+        capsys: pytest.CaptureFixture[str], setup: str) -> None:
+    # (the URL answers nothing, and is not waited for: a refusal comes before it is tried)
+    code, _, err = run(capsys, "listen", "--setup", setup, "--url", "redis://127.0.0.1:1/0",
+                       "--wait-for-redis", "0")
+    assert (code, err) == (1, f"error: setup {setup!r} must look like "
+                              "'package.module:function'\n")
