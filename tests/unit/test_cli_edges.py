@@ -214,3 +214,22 @@ def test_cron_list_names_each_policy_that_is_not_the_default(
     rows = {line.split()[0]: line for line in out.splitlines()[1:]}
     assert "every 1m catch-up=all max-lateness=30.0s no-overlap " in rows["all-of-them"], out
     assert "catch-up" not in rows["plain"] and "overlap" not in rows["plain"], out
+
+
+def test_get_of_an_ended_timer_says_how_it_ended_line_by_line(
+        capsys: pytest.CaptureFixture[str], server: fakeredis.FakeServer, producer: Timers,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    producer.schedule("mod.add", [1], in_=0, id="done")
+    producer.schedule("mod.add", [2], in_=60, id="off")
+    producer.cancel("off")
+    listener = run_burst(server)
+    monkeypatch.setattr(cli_views, "open_timers", lambda url, prefix: producer)
+    monkeypatch.setattr(producer, "close", lambda: None)
+    code, out, _ = run(capsys, "get", "done")
+    lines = {line.split(":", 1)[0]: line.split(":", 1)[1].strip() for line in out.splitlines()}
+    assert code == 0 and lines["task"] == "mod.add" and lines["listener"] == listener.id, out
+    assert lines["ran"].endswith(" ms") and lines["late"].endswith(
+        " ms (start after its due time)"), out
+    code, out, _ = run(capsys, "get", "off")
+    lines = {line.split(":", 1)[0]: line.split(":", 1)[1].strip() for line in out.splitlines()}
+    assert code == 0 and ":" in lines["by"] and "late" not in lines and "ran" not in lines, out
