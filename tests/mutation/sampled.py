@@ -6,16 +6,19 @@ A bug is one change to one line of code in the files asked for: a comparison tur
 (``==`` / ``!=`` / ``~=``, ``<`` / ``<=``, ``>`` / ``>=``), ``and`` and ``or`` swapped, a
 ``not`` dropped, ``True`` / ``False`` (``true`` / ``false``) swapped, ``+ 1`` / ``- 1``
 swapped, or a call whose result is not used taken out (commented out in Lua, ``pass``
-in Python). Lines of comments, docstrings and logging are left alone (a bug there changes
-what is said, not what is done). Each is a :class:`~tests.mutation.bugs.Bug` whose
-snippet is the line with as many lines before it as make it occur once.
+in Python). Lines of comments, docstrings and logging, and the text of string literals,
+are left alone (a bug there changes what is said, not what is done). Each is a
+:class:`~tests.mutation.bugs.Bug` whose snippet is the line with as many lines before it
+as make it occur once.
 """
 
 from __future__ import annotations
 
 import ast
+import io
 import random
 import re
+import tokenize
 from pathlib import Path
 
 from tests.mutation.bugs import Bug
@@ -43,16 +46,20 @@ _LUA_CALL = re.compile(r"^(\s*)((redis\.call|[a-z_]+)\(.*\))\s*$")
 
 
 def _lua_code(line: str) -> str:
-    """``line`` up to its comment (``--`` outside a string)."""
-    quote = ""
+    """``line`` up to its comment (``--`` outside a string), its strings' text blanked."""
+    quote, out = "", []
     for at, char in enumerate(line):
         if quote:
-            quote = "" if char == quote and line[at - 1] != "\\" else quote
+            if char == quote and line[at - 1] != "\\":
+                quote = ""
+            else:
+                char = " "
         elif char in "'\"":
             quote = char
         elif line.startswith("--", at):
-            return line[:at]
-    return line
+            break
+        out.append(char)
+    return "".join(out)
 
 
 def _lua_code_lines(text: str) -> dict[int, str]:
@@ -67,9 +74,9 @@ def _lua_code_lines(text: str) -> dict[int, str]:
 
 def _python_code_lines(text: str) -> dict[int, str]:
     """Line number (from 1) → each line of Python that starts a statement inside a function
-    (not a docstring, not logging)."""
+    (not a docstring, not logging), the text of its string literals blanked."""
     tree = ast.parse(text)
-    lines = text.splitlines()
+    lines = _blank_strings(text).splitlines()
     found = {}
     for node in ast.walk(tree):
         if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
@@ -84,6 +91,24 @@ def _python_code_lines(text: str) -> dict[int, str]:
                 continue
             found[statement.lineno] = line.split("  #", 1)[0]
     return found
+
+
+def _blank_strings(text: str) -> str:
+    """``text`` with the inside of each string literal (an f-string's too, its fields
+    included) as spaces: same lengths, same places."""
+    lines = text.splitlines(keepends=True)
+    kinds = {tokenize.STRING} | {getattr(tokenize, name) for name in ("FSTRING_MIDDLE",)
+                                 if hasattr(tokenize, name)}
+    for token in tokenize.generate_tokens(io.StringIO(text).readline):
+        if token.type not in kinds:
+            continue
+        (row, col), (end_row, end_col) = token.start, token.end
+        for number in range(row, end_row + 1):
+            line = lines[number - 1]
+            start = col if number == row else 0
+            stop = end_col if number == end_row else len(line.rstrip("\n"))
+            lines[number - 1] = line[:start] + " " * (stop - start) + line[stop:]
+    return "".join(lines)
 
 
 def candidates(root: Path, path: str) -> list[Bug]:

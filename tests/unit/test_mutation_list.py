@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.mutation.bugs import BUGS, Bug
-from tests.mutation.sampled import sample
+from tests.mutation.sampled import candidates, sample
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -51,3 +51,18 @@ def test_bugs_drawn_at_random_each_change_one_line_of_code_and_draw_alike() -> N
         assert not before[-1].lstrip().startswith(("--", "#", '"""')), bug.name
     kinds = {bug.name.split(":")[2].split("@")[0] for bug in drawn}
     assert {"drop-call", "eq"} <= kinds, kinds
+
+
+def test_bugs_drawn_at_random_leave_the_text_of_strings_alone(tmp_path: Path) -> None:
+    (tmp_path / "said.py").write_text(
+        'def said(missing: list[str], x: int) -> str:\n'
+        '    if not missing and x == 1:\n'
+        '        return f"may not run {x}" + "or == 1"\n'
+        '    return "not " if x != 1 else "and"\n')
+    (tmp_path / "said.lua").write_text(
+        "if not x then return 'may not run' end  -- not here\n"
+        "local y = 'a ~= b' and x == 1\n")
+    names = {bug.name for path in ("said.py", "said.lua") for bug in candidates(tmp_path, path)}
+    assert names == {"said.py:2:not@7", "said.py:2:and@19", "said.py:2:eq@25",
+                     "said.py:4:ne-py@23", "said.lua:1:not@3", "said.lua:2:and@19",
+                     "said.lua:2:eq@25"}, sorted(names)
