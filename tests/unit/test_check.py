@@ -73,7 +73,7 @@ def test_a_volatile_policy_warns_that_only_events_are_lost(policy: str) -> None:
 def test_expired_events_off_warns_and_names_the_fix(flags: str) -> None:
     findings = assess(INFO, with_config(notify_keyspace_events=flags))
     result = finding(findings, "notify-keyspace-events")
-    assert result.level == "warn"
+    assert result.level == "warn" and result.value == (flags or '""')  # what is set now
     assert ENABLE_EVENTS in result.advice
     assert "notify-keyspace-events Ex" in result.advice
     assert verdict(findings) is True  # the sweeper still fires timers
@@ -82,8 +82,9 @@ def test_expired_events_off_warns_and_names_the_fix(flags: str) -> None:
 @pytest.mark.parametrize("flags", ["Ex", "xE", "KEA", "EA", "AKE", "Exe", "KEx$"])
 def test_expired_events_on(flags: str) -> None:
     assert expired_events_on(flags)
-    assert finding(assess(INFO, with_config(notify_keyspace_events=flags)),
-                   "notify-keyspace-events").level == "ok"
+    result = finding(assess(INFO, with_config(notify_keyspace_events=flags)),
+                     "notify-keyspace-events")
+    assert (result.level, result.value) == ("ok", flags)
 
 
 def test_unreadable_config_warns_without_failing() -> None:

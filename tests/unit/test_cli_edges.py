@@ -233,3 +233,19 @@ def test_get_of_an_ended_timer_says_how_it_ended_line_by_line(
     code, out, _ = run(capsys, "get", "off")
     lines = {line.split(":", 1)[0]: line.split(":", 1)[1].strip() for line in out.splitlines()}
     assert code == 0 and ":" in lines["by"] and "late" not in lines and "ran" not in lines, out
+
+
+def test_get_of_a_dead_timer_past_the_history_says_it_from_its_failure_record(
+        capsys: pytest.CaptureFixture[str], server: fakeredis.FakeServer, producer: Timers,
+        fake: fakeredis.FakeRedis, monkeypatch: pytest.MonkeyPatch) -> None:
+    producer.schedule("mod.boom", ["bad input"], in_=0, id="dead-one")
+    run_burst(server)
+    fake.hdel(producer.keys.history_records, "dead-one")  # past the history's retention
+    monkeypatch.setattr(cli_views, "open_timers", lambda url, prefix: producer)
+    monkeypatch.setattr(producer, "close", lambda: None)
+    code, out, _ = run(capsys, "get", "dead-one")
+    *said, last = out.splitlines()
+    lines = {line.split(":", 1)[0]: line.split(":", 1)[1].strip() for line in said}
+    assert code == 0 and lines["status"] == "dead" and lines["task"] == "mod.boom", out
+    assert lines["attempts"] == "1" and lines["error"] == "ValueError: bad input", out
+    assert last == "(its history record is past retention; timers failed shows the rest)"

@@ -12,6 +12,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from tests.unit.flow_helpers import KS, LEASE, add, claim, s
+from tests.unit.helpers import run_burst
 from timers import Timers
 from timers.model.history import EndKind, HistoryRecord, MinuteStats
 from timers.ops import browse
@@ -166,3 +167,16 @@ def test_with_run_history_the_pages_show_it_and_chart_it(fake: fakeredis.FakeRed
         task = c.get("/task?name=reminders.sms").text
         assert 'id="task-chart-lateness"' in task and 'id="task-runs"' in task
         assert ("series", "reminders.sms", 1440) in t.asked
+
+
+def test_a_task_known_only_by_its_runs_has_its_page(
+        server: fakeredis.FakeServer, producer: Timers) -> None:
+    """No listener announces ``mod.add`` any more (the one that ran it has stopped) and no
+    timer of it waits: its runs alone make it a task with a page; a name with nothing at
+    all is not found."""
+    producer.schedule("mod.add", [1], in_=0, id="ran-once")
+    run_burst(server)
+    c = TestClient(create_app(producer, Guard()), base_url="http://127.0.0.1:8080")
+    page = c.get("/task?name=mod.add")
+    assert page.status_code == 200 and "ran-once" in page.text
+    assert c.get("/task?name=mod.nothing").status_code == 404
