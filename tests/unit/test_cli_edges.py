@@ -249,3 +249,18 @@ def test_get_of_a_dead_timer_past_the_history_says_it_from_its_failure_record(
     assert code == 0 and lines["status"] == "dead" and lines["task"] == "mod.boom", out
     assert lines["attempts"] == "1" and lines["error"] == "ValueError: bad input", out
     assert last == "(its history record is past retention; timers failed shows the rest)"
+
+
+def test_get_of_a_pending_timer_says_what_it_is_line_by_line(
+        capsys: pytest.CaptureFixture[str], producer: Timers,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    producer.schedule("reminders.sms", ["+1 555", "hi"], in_=3600, id="p1", group="sms",
+                      priority=5, key="user:7")
+    monkeypatch.setattr(cli_views, "open_timers", lambda url, prefix: producer)
+    monkeypatch.setattr(producer, "close", lambda: None)
+    code, out, _ = run(capsys, "get", "p1")
+    lines = {line.split(":", 1)[0]: line.split(":", 1)[1].strip() for line in out.splitlines()}
+    assert code == 0 and lines["status"] == "pending" and lines["task"] == "reminders.sms", out
+    assert lines["args"] == '["+1 555", "hi"]' and " (in 59m " in lines["due"], out
+    assert (lines["attempts"], lines["group"], lines["priority"], lines["key"]) == (
+        "0 (failed runs so far)", "sms", "5", "user:7"), out
