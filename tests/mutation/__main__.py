@@ -63,14 +63,16 @@ NEIGHBOURS = [
     "tests/unit/test_lanes.py", "tests/unit/test_due_tracker.py",
     "tests/unit/test_fleet.py", "tests/unit/test_cron_hook.py", "tests/unit/test_context.py",
     "tests/unit/test_scripts_all_or_nothing.py", "tests/unit/test_history.py",
-    "tests/unit/test_coalesce.py",
+    "tests/unit/test_coalesce.py", "tests/unit/test_cli_edges.py",
+    "tests/unit/test_cli_usage.py", "tests/unit/test_check.py", "tests/unit/test_web_reads.py",
 ]
 """The unit tests of the scripts, the flow control, the fence, the executor, the
 endings journal, the speed layer's switch, the listener's way back to Redis, the data
 format checks, the supervisor, its recycling, the history's upkeep, the failure records,
 the declared keys, the task groups' endings, the lanes' events, the Redis clock's
 estimate, the hand-back for a peer that has the task, a recurrence's steps, the
-context a task sees, a timer's status and the asyncio producer's batches."""
+context a task sees, a timer's status, the asyncio producer's batches, and what the
+command line and the dashboard show."""
 STAGE_TIMEOUT = 900.0
 SAMPLED_FILES = "timers/store/lua/*.lua,timers/listener/**/*.py"
 """Where ``--sample`` draws its bugs by default: the scripts and the listener."""
