@@ -15,6 +15,7 @@ with an ``after`` method (the recurrence's) is told how the run ended, whatever 
 once it has been asked. A new rule a run must pass before its call is one more step in the
 executor's list, not a branch in its code.
 """
+
 from __future__ import annotations
 
 import contextlib
