@@ -214,10 +214,11 @@ def test_bad_declarations_are_refused_with_a_clear_error(
     ("job", "mod.add", "text", "args must be"),
 ])
 def test_bad_names_tasks_and_args_are_refused(
-    t: Timers, name: str, task: str, args: Any, message: str
+    t: Timers, fake: fakeredis.FakeRedis, name: str, task: str, args: Any, message: str
 ) -> None:
-    with pytest.raises(InvalidTimer, match=message):
+    with pytest.raises(InvalidTimer, match=message) as refused:
         t.every(name, task, args, cron="* * * * *")
+    assert "\n" not in str(refused.value) and fake.dbsize() == 0  # one line, nothing written
 
 
 def test_any_name_works(t: Timers, fake: fakeredis.FakeRedis) -> None:
