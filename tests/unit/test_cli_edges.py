@@ -9,6 +9,7 @@ import os
 import socket
 import sys
 from collections.abc import Iterator
+from types import ModuleType
 
 import fakeredis
 import pytest
@@ -33,6 +34,18 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     code = run_app(app, list(argv))
     out, err = capsys.readouterr()
     return code, out, err
+
+
+def through(monkeypatch: pytest.MonkeyPatch, command: ModuleType, producer: Timers) -> None:
+    """Make ``command``'s module use ``producer`` (left open) instead of a client of its
+    own."""
+    monkeypatch.setattr(command, "open_timers", lambda url, prefix: producer)
+    monkeypatch.setattr(producer, "close", lambda: None)
+
+
+def fields(lines: list[str]) -> dict[str, str]:
+    """``label: value`` lines (as ``timers get`` prints them) by label."""
+    return {label: value.strip() for label, _, value in (line.partition(":") for line in lines)}
 
 
 @pytest.mark.parametrize("command", [["schedule", "x"], ["cron", "add", "n", "x"]])
@@ -156,8 +169,7 @@ def test_list_columns_fit_the_longest_id(capsys: pytest.CaptureFixture[str],
                                          monkeypatch: pytest.MonkeyPatch) -> None:
     producer.schedule("reminders.sms", [1], in_=60, id="order-expiry-000000042")  # 22 chars
     producer.schedule("reminders.sms", [2], in_=120, id="short")
-    monkeypatch.setattr(cli_views, "open_timers", lambda url, prefix: producer)
-    monkeypatch.setattr(producer, "close", lambda: None)
+    through(monkeypatch, cli_views, producer)
     code, out, _ = run(capsys, "list")
     assert code == 0
     header, *rows = out.splitlines()
@@ -177,8 +189,7 @@ def test_failed_columns_start_under_their_headings(
         monkeypatch: pytest.MonkeyPatch) -> None:
     producer.schedule("mod.boom", ["bad input"], in_=0, id="dead-one")
     run_burst(server)
-    monkeypatch.setattr(cli_failed, "open_timers", lambda url, prefix: producer)
-    monkeypatch.setattr(producer, "close", lambda: None)
+    through(monkeypatch, cli_failed, producer)
     code, out, _ = run(capsys, "failed")
     assert code == 0
     header, row = out.splitlines()
@@ -207,8 +218,7 @@ def test_cron_list_names_each_policy_that_is_not_the_default(
     producer.every("plain", "reminders.sms", interval=60)
     producer.every("all-of-them", "reminders.sms", interval=60, catch_up="all",
                    max_lateness=30, overlap=False)
-    monkeypatch.setattr(cli_cron, "open_timers", lambda url, prefix: producer)
-    monkeypatch.setattr(producer, "close", lambda: None)
+    through(monkeypatch, cli_cron, producer)
     code, out, _ = run(capsys, "cron", "list")
     assert code == 0
     rows = {line.split()[0]: line for line in out.splitlines()[1:]}
@@ -223,15 +233,14 @@ def test_get_of_an_ended_timer_says_how_it_ended_line_by_line(
     producer.schedule("mod.add", [2], in_=60, id="off")
     producer.cancel("off")
     listener = run_burst(server)
-    monkeypatch.setattr(cli_views, "open_timers", lambda url, prefix: producer)
-    monkeypatch.setattr(producer, "close", lambda: None)
+    through(monkeypatch, cli_views, producer)
     code, out, _ = run(capsys, "get", "done")
-    lines = {line.split(":", 1)[0]: line.split(":", 1)[1].strip() for line in out.splitlines()}
+    lines = fields(out.splitlines())
     assert code == 0 and lines["task"] == "mod.add" and lines["listener"] == listener.id, out
     assert lines["ran"].endswith(" ms") and lines["late"].endswith(
         " ms (start after its due time)"), out
     code, out, _ = run(capsys, "get", "off")
-    lines = {line.split(":", 1)[0]: line.split(":", 1)[1].strip() for line in out.splitlines()}
+    lines = fields(out.splitlines())
     assert code == 0 and ":" in lines["by"] and "late" not in lines and "ran" not in lines, out
 
 
@@ -241,11 +250,10 @@ def test_get_of_a_dead_timer_past_the_history_says_it_from_its_failure_record(
     producer.schedule("mod.boom", ["bad input"], in_=0, id="dead-one")
     run_burst(server)
     fake.hdel(producer.keys.history_records, "dead-one")  # past the history's retention
-    monkeypatch.setattr(cli_views, "open_timers", lambda url, prefix: producer)
-    monkeypatch.setattr(producer, "close", lambda: None)
+    through(monkeypatch, cli_views, producer)
     code, out, _ = run(capsys, "get", "dead-one")
     *said, last = out.splitlines()
-    lines = {line.split(":", 1)[0]: line.split(":", 1)[1].strip() for line in said}
+    lines = fields(said)
     assert code == 0 and lines["status"] == "dead" and lines["task"] == "mod.boom", out
     assert lines["attempts"] == "1" and lines["error"] == "ValueError: bad input", out
     assert last == "(its history record is past retention; timers failed shows the rest)"
@@ -256,10 +264,9 @@ def test_get_of_a_pending_timer_says_what_it_is_line_by_line(
         monkeypatch: pytest.MonkeyPatch) -> None:
     producer.schedule("reminders.sms", ["+1 555", "hi"], in_=3600, id="p1", group="sms",
                       priority=5, key="user:7")
-    monkeypatch.setattr(cli_views, "open_timers", lambda url, prefix: producer)
-    monkeypatch.setattr(producer, "close", lambda: None)
+    through(monkeypatch, cli_views, producer)
     code, out, _ = run(capsys, "get", "p1")
-    lines = {line.split(":", 1)[0]: line.split(":", 1)[1].strip() for line in out.splitlines()}
+    lines = fields(out.splitlines())
     assert code == 0 and lines["status"] == "pending" and lines["task"] == "reminders.sms", out
     assert lines["args"] == '["+1 555", "hi"]' and " (in 59m " in lines["due"], out
     assert (lines["attempts"], lines["group"], lines["priority"], lines["key"]) == (
