@@ -155,7 +155,7 @@ class Listener:
 
     @property
     def lease(self) -> float:
-        """Seconds a run's lease lasts between renewals."""
+        """Seconds a run's lease lasts unless renewed (a dead listener's runs wait that long)."""
         return self.shared.lease
 
     @property
