@@ -9,10 +9,13 @@ listener for 4 s (at most two at once): the one whose quarantine child just star
 long command (the child goes on while its listener is stopped), else the one that started
 the newest run. Stopped runs lapse and run again elsewhere, in quarantine children, whose
 own listener may be stopped next. Each run notes its fencing token and ``still_held()``
-as it starts and as it ends, with the system-wide monotonic clock
-(tests/task_pkg/fenced.py): no run of a command starts with a token lower than one
-already started for it, ``still_held()`` is False at the end of every run taken over
-before it ended, in whichever process it ran, and no timer is dead: nothing died.
+as it starts and as it ends, and when its fence let it start, with the system-wide
+monotonic clock (tests/task_pkg/fenced.py): every start had its fence asked, no run of a
+command starts with a token lower than one already started for it, ``still_held()`` is
+False at the end of every run taken over before it ended, in whichever process it ran,
+and no timer is dead: nothing died. A start whose fence passed just before its listener
+was stopped, and whose first line came after it resumed, is dated from its fence (no
+check can close that window: see :func:`dated`).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import redis
 from tests.conftest import wait_until
 from tests.integration.helpers import TASKS, Processes, settled
 from tests.integration.test_flow import listeners, wait_listening
+from tests.task_pkg.fenced import PROBE_ENV
 from timers import Timers, TimerSpec
 
 pytestmark = [pytest.mark.integration, pytest.mark.one_server]
@@ -102,20 +106,43 @@ def newest_listener(lines: list[dict[str, Any]], listener_pids: set[int]) -> int
     return None
 
 
-def judge(lines: list[dict[str, Any]], listener_pids: set[int]) -> dict[str, Any]:
-    """What the ledger shows, in the order of its monotonic times: starts with an older
-    token after a newer one of the same timer (stale starts), runs taken over (a newer
-    token of their timer started) before they ended whose ``still_held()`` still said
-    True at their end, and how many runs were taken over before they ended, by context."""
+Stop = tuple[int, float, float]
+"""A stop of a listener by the nemesis: its pid, when it was stopped and resumed (monotonic)."""
+
+
+def dated(line: dict[str, Any], stops: list[Stop]) -> float:
+    """When a start happened: its line's time, or its fence check's if a stop of its
+    process came between the two. A ``SIGSTOP`` between the check and the task's first
+    line is the one window no check can close (the task then reads ``still_held()``
+    False); a quarantine child is never stopped itself, so its starts are never moved."""
+    fenced = line.get("fenced")
+    if fenced is not None and any(pid == line["pid"] and fenced < stopped and resumed <= line["t"]
+                                  for pid, stopped, resumed in stops):
+        return float(fenced)
+    return float(line["t"])
+
+
+def judge(lines: list[dict[str, Any]], listener_pids: set[int],
+          stops: list[Stop]) -> dict[str, Any]:
+    """What the ledger shows, each start dated by :func:`dated` and each end by its line:
+    starts no fence let through (unfenced), starts with an older token after a newer one
+    of the same timer (stale starts), runs taken over (a newer token of their timer
+    started) before they ended whose ``still_held()`` still said True at their end, and
+    how many runs were taken over before they ended, by context."""
     newest: dict[str, int] = {}
+    unfenced: list[dict[str, Any]] = []
     stale_starts: list[dict[str, Any]] = []
     taken_over: dict[tuple[str, int], bool] = {}  # (id, token) -> a newer token started
     held_stale: list[dict[str, Any]] = []
     taken: dict[str, int] = {"listener": 0, "quarantine": 0}
-    for line in sorted(lines, key=lambda line: line["t"]):
+    when = {id(line): dated(line, stops) if line["ev"] == "start" else line["t"]
+            for line in lines}
+    for line in sorted(lines, key=lambda line: when[id(line)]):
         key = (line["id"], line["token"])
         context = "listener" if line["pid"] in listener_pids else "quarantine"
         if line["ev"] == "start":
+            if line.get("fenced") is None:
+                unfenced.append({**line, "context": context})
             if line["token"] <= newest.get(line["id"], 0):
                 stale_starts.append({**line, "context": context})
             for (other_id, token) in taken_over:
@@ -127,13 +154,15 @@ def judge(lines: list[dict[str, Any]], listener_pids: set[int]) -> dict[str, Any
             taken[context] += 1
             if line["held"]:
                 held_stale.append({**line, "context": context})
-    return {"stale_starts": stale_starts, "held_stale": held_stale, "taken_over": taken}
+    return {"unfenced": unfenced, "stale_starts": stale_starts, "held_stale": held_stale,
+            "taken_over": taken}
 
 
 def test_keyed_commands_under_repeated_pauses_start_no_stale_run_and_none_dies(
         r: redis.Redis, redis_url: str, processes: Processes, tmp_path: Path) -> None:
     ledger = tmp_path / "ledger"
-    procs = listeners(processes, redis_url, 3, "--tasks", TASKS, "--lease", "2")
+    procs = listeners(processes, redis_url, 3, "--tasks", TASKS, "--lease", "2",
+                      env={**processes.env(), PROBE_ENV: "1"})
     wait_listening(r, 3, procs, processes)
     pids = {p.pid for p in procs}
     pauses = 0
@@ -144,12 +173,14 @@ def test_keyed_commands_under_repeated_pauses_start_no_stale_run_and_none_dies(
             for d in range(DEVICES) for c in range(COMMANDS))
         deadline = time.monotonic() + 30
         stopped: dict[int, float] = {}  # pid -> when it is resumed (monotonic)
+        stops: list[Stop] = []
         last_pause = last_look = 0.0
         try:
             while time.monotonic() < deadline:
                 now = time.monotonic()
                 for pid in [p for p, until in stopped.items() if until <= now]:
                     os.kill(pid, signal.SIGCONT)
+                    stops.append((pid, stopped[pid] - PAUSE, time.monotonic()))
                     del stopped[pid]
                 if now - last_look > 0.5:
                     last_look = now
@@ -166,23 +197,26 @@ def test_keyed_commands_under_repeated_pauses_start_no_stale_run_and_none_dies(
                     pauses += 1
                 time.sleep(0.02)  # the nemesis's tick
         finally:
-            for pid in stopped:
+            for pid, until in stopped.items():
                 os.kill(pid, signal.SIGCONT)
+                stops.append((pid, until - PAUSE, time.monotonic()))
         wait_until(lambda: settled(t), 40, message="every command to end")
         stats = t.stats()
         failed = list(t.failed())
     lines = ledger_lines(ledger)
-    seen = judge(lines, pids)
+    seen = judge(lines, pids, stops)
     ended = {line["id"] for line in lines if line["ev"] == "end"}
     print(f"\n{pauses} pauses, {sum(1 for x in lines if x['ev'] == 'start')} starts "
           f"({sum(1 for x in lines if x['ev'] == 'start' and x['pid'] not in pids)} in "
           f"quarantine), "
           f"{seen['taken_over']} runs taken over before they ended, "
-          f"{len(seen['stale_starts'])} stale starts, "
+          f"{len(seen['stale_starts'])} stale starts, {len(seen['unfenced'])} unfenced, "
+          f"{sum(1 for x in lines if dated(x, stops) != x['t'])} dated from their fence, "
           f"{len(seen['held_stale'])} taken-over runs still_held() True at their end, "
           f"{len(failed)} dead, reruns {stats.counters.get('reruns', 0)}")
     assert pauses >= 3
     assert seen["taken_over"]["quarantine"] >= 1, "no run in quarantine was taken over"
+    assert seen["unfenced"] == [], "a run started without its fence asked"
     assert seen["stale_starts"] == [], "a run started with an older token than one started"
     assert seen["held_stale"] == [], "still_held() True in a run taken over"
     assert [(f.timer_id, f.data.get("message")) for f in failed] == [], "dead, nothing died"
