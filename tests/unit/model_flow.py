@@ -697,7 +697,7 @@ class World:
     def too_late(self, listener: VListener, run: Run) -> bool:
         """A rate run, let go, that reached its call past its start window (``LATE_MS``
         after its gate said go) asks its gate once more (``executor._call``, T29); past
-        its window again, it is handed back unstarted (``executor._unstarted``: its run
+        its window again, it is handed back unstarted (``OutcomeEndings.unstarted``: its run
         next in line with it). True: it does not start now."""
         if not self.late(listener, run):
             return False

@@ -4,10 +4,9 @@ It decodes the record, passes the run through its steps in turn
 (:mod:`timers.listener.checks`: a task this listener lacks goes to a peer, its turn after
 the run before it on its key, its context, its recurrence's next occurrence, its task, its
 group, its lateness, a suspect run's call in quarantine, its flow gate), calls it under its
-fence in a thread or on the loop, tells its recurrence how it ended, and turns the outcome into
-an :class:`Ending` (:mod:`timers.listener.endings.outcomes`): ok, skipped, a retry after a
-backoff, or a failure record. A run whose task was not called (held back, taken over,
-handed back) writes its own kind of ending, or none. Times are Redis times, from the
+fence in a thread or on the loop, and tells its recurrence how it ended. What the outcome
+means for the timer (its ending, or none for a run whose task was not called) is
+:mod:`timers.listener.endings.outcomes`'s to say. Times are Redis times, from the
 listener's :class:`DueTracker`.
 """
 
@@ -36,20 +35,16 @@ from timers.listener.checks import (
 )
 from timers.listener.cron_hook import RecurrenceHook
 from timers.listener.endings.ending import Ending, Executed
-from timers.listener.endings.outcomes import OutcomeEndings, facts
+from timers.listener.endings.outcomes import OutcomeEndings, internal_error
 from timers.listener.finding.due_tracker import DueTracker
-from timers.listener.flow.gate import TAKES_BACK_NEXT, FlowGate
+from timers.listener.flow.gate import FlowGate
 from timers.listener.flow.turns import Turns
 from timers.listener.health.peers import Peers
 from timers.listener.leases import Fence
 from timers.listener.quarantine.parent import Quarantine
 from timers.listener.retrying import RETRYABLE
 from timers.listener.tuning.precise import PreciseSleeper
-from timers.model.flow.disagreement import group_of
-from timers.model.keys import DEFAULT_GROUP
-from timers.model.policy import DEFAULT_POLICY
-from timers.model.runs import Fired, Outcome, Run, failure_entry
-from timers.model.wire import EndingKind, Option
+from timers.model.runs import Outcome, Run
 
 log = logging.getLogger("timers.listener")
 
@@ -81,8 +76,8 @@ class Executor:
         """What a run passes before its task is called, in order (:mod:`timers.listener.checks`)."""
         self.recurrence = recurrence
         """The one step told how a run ended (it frees what the run's occurrence took)."""
-        self.endings = OutcomeEndings(tracker)
-        """How each run's outcome becomes its ending."""
+        self.endings = OutcomeEndings(tracker, turns)
+        """How each run's outcome becomes its ending, whether its task was called or not."""
         self.stopping = stopping
         """Set when the listener stops: a run not started by then is handed back unstarted
         (a loaded listener could otherwise start, after the stop, runs it claimed before
@@ -105,7 +100,7 @@ class Executor:
         if self.stopping.is_set():
             log.debug("timer %s handed back unstarted: the listener is stopping",
                       run.timer_id)
-            return self._unstarted(run)
+            return self.endings.unstarted(run)
         started_ms = tracker.redis_ms_at(now)
         start: Start | None = None
         try:
@@ -119,71 +114,8 @@ class Executor:
             return Executed(Ending.release(run.token, follows=run.follows), None)
         except Exception as exc:
             log.exception("internal error around timer %s", run.timer_id)
-            outcome = _internal_error(exc)
-        if outcome.kind in _UNSTARTED:
-            return self._not_started(run, start, outcome)
-        return self._ended(run, start, outcome, started_ms)
-
-    def _ended(self, run: Run, start: Start | None, outcome: Outcome,
-               started_ms: float) -> Executed:
-        """A run whose task was called, or refused, skipped or missed: its ending and its
-        report (``start`` None: its record could not be read)."""
-        record, policy = (start.record, start.policy) if start else (None, DEFAULT_POLICY)
-        try:
-            ending = self.endings.ending(run, record, outcome, policy)
-        except Exception as exc:
-            log.exception("could not decide how timer %s ended", run.timer_id)
-            failure_id, failure = failure_entry(
-                run, _internal_error(exc), record.task if record else None,
-                record.args if record else None, self.tracker.redis_time_ms(),
-                options=record.options if record else None)
-            ending = Ending.of(run, EndingKind.FAIL, failure_id=failure_id, failure=failure)
-        if record is not None:
-            task, group, trace = record.task, group_of(record), record.options.get(_TRACE)
-        else:
-            task, group, trace = None, DEFAULT_GROUP, None
-        ended_ms = start.ended_ms if start else None
-        report = Fired(run.timer_id, task, run.waited_from_ms,
-                       start.started_ms if start else started_ms,
-                       ended_ms or self.tracker.redis_now_ms(), run.source, run.attempt,
-                       outcome, group, trace)
-        return Executed(ending, report, facts(run, ending, report, policy),
-                        start is not None and start.limited)
-
-    def _not_started(self, run: Run, start: Start | None, outcome: Outcome) -> Executed:
-        """A run whose task was not called, by what the listener does with it: handed back
-        (too late for its rate's start window, or asked back before it started), left to
-        its flow gate (held: nothing to write), left to the listener that took it over, or
-        handed back for a listener that has its task."""
-        kind = outcome.kind
-        if kind == "late":  # its rate's next run may start: this one did not
-            log.info("timer %s handed back unstarted: %s", run.timer_id, outcome.message,
-                     extra={"id": run.timer_id, "task": start.record.task if start else None})
-            return self._unstarted(run)
-        if kind == "held":
-            log.log(logging.WARNING if outcome.error_type == "lost" else logging.DEBUG,
-                    "timer %s not started: %s", run.timer_id, outcome.message)
-            # a run next in line after it does not start (its gate took it back, or it is
-            # handed back)
-            self.turns.not_started(run.token, outcome.error_type in TAKES_BACK_NEXT)
-            return Executed(None, None)
-        if kind == "revoked":  # a run next in line that did not start (the run before it
-            # did not, or its listener stalled)
-            log.debug("timer %s not started: %s", run.timer_id, outcome.message)
-            return self._unstarted(run)
-        if kind == "passed" and start is not None:
-            return Executed(self.endings.handed_back(run, start.record, outcome.message), None)
-        return Executed(None, None)  # taken: another listener took the run over
-
-    def _unstarted(self, run: Run) -> Executed:
-        """A run that did not start, handed back (T17): its run next in line does not
-        start either, the hand-back takes it back into its key's queue in its place
-        (finish.lua), as the hand-back of this one keeps its place."""
-        self.turns.not_started(run.token, True)
-        own = self.turns.of(run.token)
-        if own is not None and own.taken_back:  # with the run before it, handed back
-            return Executed(None, None)
-        return Executed(Ending.release(run.token, follows=run.follows), None)
+            outcome = internal_error(exc)
+        return self.endings.executed(run, start, outcome, started_ms)
 
     async def _attempt(self, start: Start) -> Outcome:
         """``start`` through its checks in turn, then its call; the recurrence step, once
@@ -251,16 +183,3 @@ class Executor:
             start.ended_ms = self.tracker.redis_ms_at(job.ended)
         if start.after is not None and job is not None and job.started is not None:
             start.started_ms = self.tracker.redis_ms_at(job.started)
-
-
-_UNSTARTED = frozenset({"late", "held", "revoked", "taken", "passed"})
-"""Outcomes of a run whose task was not called and that writes no ending of its own
-(:meth:`Executor._not_started`)."""
-# Members read once: reading one off its enum class costs many times a dict lookup, and
-# the run path reads several per fire
-# (figures: bench/FINDINGS.md, "A run's Python in the listener").
-_TRACE = Option.TRACE
-
-
-def _internal_error(exc: Exception) -> Outcome:
-    return Outcome("error", type(exc).__qualname__, f"internal error: {exc}")

@@ -1,9 +1,15 @@
-"""How a run's outcome becomes its :class:`~timers.listener.endings.ending.Ending`, and what
-the history and the series keep of it (:class:`~timers.model.runs.RunFacts`): ok, skipped,
-moved to its group, left waiting while releases disagree on its group, a retry after a
-backoff, a failure record, or a timer handed back for a listener that has its task.
-Times are Redis times, from the listener's
-:class:`~timers.listener.finding.due_tracker.DueTracker` (:class:`Tracker`).
+"""How a run's outcome becomes its :class:`~timers.listener.endings.ending.Ending`, what the
+observer hears of it (:class:`~timers.model.runs.Fired`) and what the history and the
+series keep of it (:class:`~timers.model.runs.RunFacts`), all three in one
+:class:`~timers.listener.endings.ending.Executed`.
+
+A run whose task was called (or refused, skipped, missed): ok, skipped, moved to its group,
+left waiting while releases disagree on its group, a retry after a backoff, or a failure
+record. A run whose task was not called, by what the listener does with it: handed back
+(T17: too late for its rate's start window, asked back before it started, or its listener
+stopping), left to its flow gate (held: nothing to write), left to the listener that took
+it over, or handed back for a listener that has its task. Times are Redis times, from the
+listener's :class:`~timers.listener.finding.due_tracker.DueTracker` (:class:`Tracker`).
 """
 
 from __future__ import annotations
@@ -11,11 +17,11 @@ from __future__ import annotations
 import logging
 from typing import Protocol
 
-from timers.listener.endings.ending import Ending
+from timers.listener.endings.ending import Ending, Executed
 from timers.model.encoding import Record
 from timers.model.flow.disagreement import RECHECK_MS, group_of, moved, moves_of, waiting
 from timers.model.keys import DEFAULT_GROUP
-from timers.model.policy import TaskPolicy
+from timers.model.policy import DEFAULT_POLICY, TaskPolicy
 from timers.model.runs import Fired, Outcome, Run, RunFacts, failure_entry
 from timers.model.wire import EndingKind, Option
 from timers.ops.fleet import GIVE_WAY_MS, hand_over_delay_ms, handed_back, handed_over
@@ -27,6 +33,16 @@ _COUNTED = {EndingKind.OK, EndingKind.SKIP, EndingKind.FAIL, EndingKind.RETRY}
 # the run path reads several per fire
 # (figures: bench/FINDINGS.md, "A run's Python in the listener")
 _OK, _SKIP, _RETRY = EndingKind.OK, EndingKind.SKIP, EndingKind.RETRY
+_TRACE = Option.TRACE
+
+TAKES_BACK_NEXT = frozenset({"wait", "replaced"})
+"""Gate statuses (a held run's :attr:`Outcome.error_type`) under which ``gate.lua`` took the
+run next in line after the held run, if any, back into its key's queue (``take_back_next``:
+a run next in line follows the run before it only into a start)."""
+
+_UNSTARTED = frozenset({"late", "held", "revoked", "taken", "passed"})
+"""Outcomes of a run whose task was not called: handed back, held by its gate, or left to
+another listener (:meth:`OutcomeEndings._not_started`)."""
 
 
 class Tracker(Protocol):
@@ -35,19 +51,110 @@ class Tracker(Protocol):
 
     def redis_time_ms(self) -> int: ...
 
+    def redis_now_ms(self) -> float: ...
+
     def give_way(self, due_ms: int, ms: float) -> None: ...
+
+
+class Start(Protocol):
+    """What an ending reads of a run's start (:class:`~timers.listener.checks.Start`)."""
+
+    record: Record
+    policy: TaskPolicy
+    started_ms: float
+    """When its task was called (Redis ms)."""
+    ended_ms: float | None
+    """When its task returned in its thread (Redis ms), or None: when its ending is made."""
+    limited: bool
+    """It went through a flow gate: its ending frees a slot."""
+
+
+class Line(Protocol):
+    """Runs next in line on a key slot (:class:`~timers.listener.flow.turns.Turns`)."""
+
+    def not_started(self, token: str, taken_back: bool) -> None: ...
+
+    def of(self, token: str) -> _Turn | None: ...
+
+
+class _Turn(Protocol):
+    @property
+    def taken_back(self) -> bool: ...
 
 
 class OutcomeEndings:
     """The endings of one listener's runs, with the warnings it gives once (a task it
     hands back, a group disagreement)."""
 
-    def __init__(self, tracker: Tracker) -> None:
+    def __init__(self, tracker: Tracker, turns: Line) -> None:
         self.tracker = tracker
+        self.turns = turns
+        """Runs next in line on a key slot: one after a run not started does not start."""
         self._disagreements: set[tuple[str, str, str]] = set()
         """(task, group it declares, group served) of the group disagreements warned of."""
         self._handed_tasks: set[str] = set()
         """Tasks whose timers this listener handed back for another listener (warned of)."""
+
+    def executed(self, run: Run, start: Start | None, outcome: Outcome,
+                 started_ms: float) -> Executed:
+        """How ``run`` ended, from its ``outcome`` (``start`` None: its record could not be
+        read; ``started_ms``: when the executor began it, Redis ms)."""
+        if outcome.kind in _UNSTARTED:
+            return self._not_started(run, start, outcome)
+        record, policy = (start.record, start.policy) if start else (None, DEFAULT_POLICY)
+        try:
+            ending = self.ending(run, record, outcome, policy)
+        except Exception as exc:
+            log.exception("could not decide how timer %s ended", run.timer_id)
+            failure_id, failure = failure_entry(
+                run, internal_error(exc), record.task if record else None,
+                record.args if record else None, self.tracker.redis_time_ms(),
+                options=record.options if record else None)
+            ending = Ending.of(run, EndingKind.FAIL, failure_id=failure_id, failure=failure)
+        if record is not None:
+            task, group, trace = record.task, group_of(record), record.options.get(_TRACE)
+        else:
+            task, group, trace = None, DEFAULT_GROUP, None
+        ended_ms = start.ended_ms if start else None
+        report = Fired(run.timer_id, task, run.waited_from_ms,
+                       start.started_ms if start else started_ms,
+                       ended_ms or self.tracker.redis_now_ms(), run.source, run.attempt,
+                       outcome, group, trace)
+        return Executed(ending, report, facts(run, ending, report, policy),
+                        start is not None and start.limited)
+
+    def unstarted(self, run: Run) -> Executed:
+        """A run that did not start, handed back (T17): its run next in line does not
+        start either, the hand-back takes it back into its key's queue in its place
+        (finish.lua), as the hand-back of this one keeps its place."""
+        self.turns.not_started(run.token, True)
+        own = self.turns.of(run.token)
+        if own is not None and own.taken_back:  # with the run before it, handed back
+            return Executed(None, None)
+        return Executed(Ending.release(run.token, follows=run.follows), None)
+
+    def _not_started(self, run: Run, start: Start | None, outcome: Outcome) -> Executed:
+        """A run whose task was not called, by what the listener does with it (see the
+        module's words)."""
+        kind = outcome.kind
+        if kind == "late":  # its rate's next run may start: this one did not
+            log.info("timer %s handed back unstarted: %s", run.timer_id, outcome.message,
+                     extra={"id": run.timer_id, "task": start.record.task if start else None})
+            return self.unstarted(run)
+        if kind == "held":
+            log.log(logging.WARNING if outcome.error_type == "lost" else logging.DEBUG,
+                    "timer %s not started: %s", run.timer_id, outcome.message)
+            # a run next in line after it does not start (its gate took it back, or it is
+            # handed back)
+            self.turns.not_started(run.token, outcome.error_type in TAKES_BACK_NEXT)
+            return Executed(None, None)
+        if kind == "revoked":  # a run next in line that did not start (the run before it
+            # did not, or its listener stalled)
+            log.debug("timer %s not started: %s", run.timer_id, outcome.message)
+            return self.unstarted(run)
+        if kind == "passed" and start is not None:
+            return Executed(self.handed_back(run, start.record, outcome.message), None)
+        return Executed(None, None)  # taken: another listener took the run over
 
     def ending(self, run: Run, record: Record | None, outcome: Outcome,
                policy: TaskPolicy) -> Ending:
@@ -126,6 +233,11 @@ class OutcomeEndings:
         due_ms = self.tracker.redis_time_ms() + delay
         self.tracker.give_way(due_ms, GIVE_WAY_MS)
         return Ending.wait(run, handed_back(record, run.waited_from_ms), due_ms)
+
+
+def internal_error(exc: Exception) -> Outcome:
+    """The outcome of a run the listener itself failed around (not the task)."""
+    return Outcome("error", type(exc).__qualname__, f"internal error: {exc}")
 
 
 def facts(run: Run, ending: Ending, report: Fired, policy: TaskPolicy) -> RunFacts | None:

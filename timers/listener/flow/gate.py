@@ -202,11 +202,6 @@ class FlowGate:
                 answer.set_result((status, sent))
 
 
-TAKES_BACK_NEXT = frozenset({"wait", "replaced"})
-"""Gate statuses (a held run's :attr:`Outcome.error_type`) under which ``gate.lua`` took the
-run next in line after the held run, if any, back into its key's queue (``take_back_next``:
-a run next in line follows the run before it only into a start)."""
-
 _HELD_MESSAGES = {
     "wait": "held back by its concurrency key or rate limit: waits in its queue",
     "lost": "its lease was lost before it could start",
