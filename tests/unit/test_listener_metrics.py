@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -49,3 +51,24 @@ def test_runs_are_counted_by_outcome_path_and_bucket_once_flushed() -> None:
         3, 4, 5, 6, 6)
     assert got[("timers_lateness_seconds_count", (("group", "video"),))] == 6
     assert abs(got[("timers_lateness_seconds_sum", (("group", "video"),))] - 0.04245) < 1e-9
+
+
+def test_the_sampler_sets_the_gauges_and_flushes_runs_while_the_listener_runs() -> None:
+    registry = CollectorRegistry()
+    metrics = ListenerMetrics(registry)
+    metrics.ended(run(EndingKind.OK, 0.05))
+
+    async def first_pass() -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        stopping = asyncio.Event()
+        sampler = asyncio.create_task(metrics.sample(lambda: 3, lambda: 29, stopping))
+        await asyncio.sleep(0)  # the sampler's first pass, before any stop
+        seen = samples(registry)
+        stopping.set()
+        await sampler
+        return seen
+
+    seen = asyncio.run(first_pass())
+    assert seen[("timers_running", ())] == 3
+    assert seen[("timers_free_slots", ())] == 29
+    assert seen[("timers_runs_total", (("group", "video"), ("outcome", "ok"),
+                                       ("task", "mail.send")))] == 1

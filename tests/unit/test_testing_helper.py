@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import json
+import logging
 import sys
 from collections.abc import Iterator
 from datetime import timedelta
@@ -163,6 +164,18 @@ def test_the_in_memory_listener_logs_no_warning_about_server_settings(
     t.run_due()
     assert not [r for r in caplog.records if "notify-keyspace-events" in r.getMessage()]
     assert mod.CALLS == [("add", (1, 0))]
+
+
+def test_after_a_run_the_listeners_warnings_about_server_settings_are_heard_again(
+        t: TimersTest, caplog: pytest.LogCaptureFixture) -> None:
+    """The in-memory listener's quiet is its own: a real listener in the same process (an
+    app's integration test after its unit tests) still warns about its server."""
+    timers.schedule("mod.add", [1], in_=0)
+    t.run_due()
+    warning = logging.getLogger("timers.listener").makeRecord(
+        "timers.listener", logging.WARNING, "timers/listener/health/preflight.py", 1,
+        "notify-keyspace-events lacks Ex", (), None)
+    assert logging.getLogger("timers.listener").filter(warning)
 
 
 def test_configure_takes_a_client_the_app_manages() -> None:
