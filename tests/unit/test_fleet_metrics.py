@@ -28,6 +28,13 @@ def test_the_scrape_timeouts_replace_the_urls_own() -> None:
                                      "socket_connect_timeout": ["1.0"]}
 
 
+def test_the_scrape_timeouts_keep_the_urls_other_settings_even_blank_ones() -> None:
+    url = with_timeouts("redis://h/0?client_name=&protocol=3", 2.0)
+    assert parse_qs(urlsplit(url).query, keep_blank_values=True) == {
+        "client_name": [""], "protocol": ["3"], "socket_timeout": ["2.0"],
+        "socket_connect_timeout": ["2.0"]}
+
+
 def test_a_reader_is_made_while_redis_is_away_and_a_scrape_says_only_that() -> None:
     reader = KeyspaceReader(f"redis://127.0.0.1:{free_port()}/0")
     assert reader.keyspace_prefix == "timers"

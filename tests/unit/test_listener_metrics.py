@@ -53,7 +53,7 @@ def test_runs_are_counted_by_outcome_path_and_bucket_once_flushed() -> None:
     assert abs(got[("timers_lateness_seconds_sum", (("group", "video"),))] - 0.04245) < 1e-9
 
 
-def test_the_sampler_sets_the_gauges_and_flushes_runs_while_the_listener_runs() -> None:
+def test_the_sampler_sets_the_gauges_and_flushes_runs_as_the_listener_runs_and_stops() -> None:
     registry = CollectorRegistry()
     metrics = ListenerMetrics(registry)
     metrics.ended(run(EndingKind.OK, 0.05))
@@ -63,12 +63,14 @@ def test_the_sampler_sets_the_gauges_and_flushes_runs_while_the_listener_runs() 
         sampler = asyncio.create_task(metrics.sample(lambda: 3, lambda: 29, stopping))
         await asyncio.sleep(0)  # the sampler's first pass, before any stop
         seen = samples(registry)
+        metrics.ended(run(EndingKind.OK, 0.05))  # ended as the listener stops
         stopping.set()
         await sampler
         return seen
 
     seen = asyncio.run(first_pass())
+    ok = ("timers_runs_total", (("group", "video"), ("outcome", "ok"), ("task", "mail.send")))
     assert seen[("timers_running", ())] == 3
     assert seen[("timers_free_slots", ())] == 29
-    assert seen[("timers_runs_total", (("group", "video"), ("outcome", "ok"),
-                                       ("task", "mail.send")))] == 1
+    assert seen[ok] == 1
+    assert samples(registry)[ok] == 2, "a run that ended as the listener stopped is counted"
