@@ -32,3 +32,25 @@ def test_an_explicit_async_timers_refuses_a_second_loop_and_sends_nothing() -> N
 
 def test_timers_aio_aclose_outside_any_use_does_nothing() -> None:
     asyncio.run(timers.aio.aclose())  # no default made on this loop: nothing to close
+
+
+def test_configure_again_closes_the_client_it_replaces_on_its_loop(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(timers.aio, "_default", timers.aio._default)  # restored after
+    closed: list[AsyncTimers] = []
+
+    async def note_close(self: AsyncTimers) -> None:
+        closed.append(self)
+
+    monkeypatch.setattr(AsyncTimers, "aclose", note_close)
+
+    async def replace() -> AsyncTimers:
+        first = timers.aio.configure(fakeredis.FakeAsyncRedis())
+        await timers.aio.schedule("a.b", [1], in_=60)  # the first client, used on this loop
+        timers.aio.configure(fakeredis.FakeAsyncRedis())
+        for _ in range(3):
+            await asyncio.sleep(0)  # its close, a task on this loop
+        return first
+
+    first = asyncio.run(replace())
+    assert closed[:1] == [first], "the replaced client was closed on its loop"
