@@ -111,6 +111,7 @@ def test_timers_server_prints_the_url_serves_and_stops_on_sigterm(
     wait_until(lambda: f"export TIMERS_REDIS_URL={url}" in processes.output(server)
                or server.poll() is not None, 15, message="`timers server` to print its URL")
     assert server.poll() is None, processes.output(server)
+    assert f"In another shell:\nexport TIMERS_REDIS_URL={url}\n" in processes.output(server)
     with redis.Redis.from_url(url, decode_responses=True) as client:
         assert client.ping()
         assert "E" in client.config_get("notify-keyspace-events")["notify-keyspace-events"]
