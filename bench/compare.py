@@ -4,7 +4,8 @@
 This machine's speed swings about 2x between days, so only figures taken in one sitting,
 the sides alternating, say whether a change made things faster. This tool:
 
-- installs REV (``git archive`` of that commit) into its own venv, cached under
+- installs REV (``git archive`` of that commit) into its own venv, with the uvloop and
+  hiredis this venv has (:data:`SPEED_PACKAGES`), cached under
   ``/tmp/timers-bench-rev-<sha>``; the working tree runs in the current venv;
 - with ``--peers``, installs Huey and Celery into ``/tmp/timers-bench-peers/venv`` and,
   when ``node`` and ``npm`` are on PATH, BullMQ into ``/tmp/timers-bench-bullmq`` (none of
@@ -54,6 +55,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
+from importlib import metadata
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -388,15 +390,35 @@ def _run(argv: list[str], **kwargs: Any) -> None:
     subprocess.run(argv, check=True, **kwargs)
 
 
+SPEED_PACKAGES = ("uvloop", "hiredis")
+"""Optional packages the listener uses when installed: REV's venv gets the versions this
+venv has, so both sides run on the same event loop and parser (REV's own extras may name
+neither). Without it REV ran its ``async def`` fires on asyncio's loop and the working
+tree on uvloop: a comparison of a commit with itself read 1.10x (bench/FINDINGS.md,
+"A bias in the comparison: uvloop on one side only")."""
+
+
+def speed_pins() -> list[str]:
+    """``name==version`` of each of :data:`SPEED_PACKAGES` installed here."""
+    pins = []
+    for name in SPEED_PACKAGES:
+        with contextlib.suppress(metadata.PackageNotFoundError):
+            pins.append(f"{name}=={metadata.version(name)}")
+    return pins
+
+
 def rev_python(rev: str) -> tuple[str, Path, str]:
-    """REV installed in its own venv (cached): (its python, its source tree, its label)."""
+    """REV installed in its own venv (cached), with this venv's :data:`SPEED_PACKAGES`:
+    (its python, its source tree, its label)."""
     sha = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--verify", f"{rev}^{{commit}}"],
                          capture_output=True, text=True, check=True).stdout.strip()
     label = subprocess.run(["git", "-C", str(REPO), "log", "-1", "--format=%h %cs", sha],
                            capture_output=True, text=True, check=True).stdout.strip()
     root = Path(tempfile.gettempdir()) / f"timers-bench-rev-{sha[:12]}"
     python, src, marker = root / "venv" / "bin" / "python", root / "src", root / "installed"
-    if not marker.exists():
+    pins = speed_pins()
+    installed = " ".join([sha, *pins]) + "\n"
+    if not marker.exists() or marker.read_text() != installed:
         print(f"installing {label} into {root}", flush=True)
         shutil.rmtree(root, ignore_errors=True)
         src.mkdir(parents=True)
@@ -404,8 +426,8 @@ def rev_python(rev: str) -> tuple[str, Path, str]:
                                  check=True).stdout
         subprocess.run(["tar", "-x", "-C", str(src)], input=archive, check=True)
         _run([sys.executable, "-m", "venv", str(root / "venv")])
-        _run([str(python), "-m", "pip", "install", "-q", str(src)])
-        marker.write_text(sha + "\n")
+        _run([str(python), "-m", "pip", "install", "-q", str(src), *pins])
+        marker.write_text(installed)
     return str(python), src, label.split()[0]
 
 
