@@ -407,6 +407,12 @@ def speed_pins() -> list[str]:
     return pins
 
 
+def rev_install(python: Path, src: Path) -> list[str]:
+    """The command that installs REV's ``src`` into its venv (``python``), with this venv's
+    :data:`SPEED_PACKAGES`."""
+    return [str(python), "-m", "pip", "install", "-q", str(src), *speed_pins()]
+
+
 def rev_python(rev: str) -> tuple[str, Path, str]:
     """REV installed in its own venv (cached), with this venv's :data:`SPEED_PACKAGES`:
     (its python, its source tree, its label)."""
@@ -426,7 +432,7 @@ def rev_python(rev: str) -> tuple[str, Path, str]:
                                  check=True).stdout
         subprocess.run(["tar", "-x", "-C", str(src)], input=archive, check=True)
         _run([sys.executable, "-m", "venv", str(root / "venv")])
-        _run([str(python), "-m", "pip", "install", "-q", str(src), *pins])
+        _run(rev_install(python, src))
         marker.write_text(installed)
     return str(python), src, label.split()[0]
 

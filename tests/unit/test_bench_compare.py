@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from bench import compare
 from bench.compare import (
     BEGIN,
     END,
@@ -130,3 +133,11 @@ def test_a_breakdown_counts_a_script_once_and_its_commands_inside_it() -> None:
         "in scripts: set 1.00 calls 2.0 us"]
     assert script_notes([Run(0, "single", WORKING_TREE, {}, load1=1.0, ping_us=80.0,
                              at="12:00:00", error="exit 1")]) == []
+
+
+def test_the_revision_s_venv_gets_this_venv_s_event_loop_and_parser() -> None:
+    """A side without uvloop runs its async fires slower: both sides get the same."""
+    argv = compare.rev_install(Path("/rev/venv/bin/python"), Path("/rev/src"))
+    assert argv[:6] == ["/rev/venv/bin/python", "-m", "pip", "install", "-q", "/rev/src"]
+    assert sorted(pin.partition("==")[0] for pin in argv[6:]) == ["hiredis", "uvloop"]
+    assert set(argv[6:]) == set(compare.speed_pins())
