@@ -525,6 +525,16 @@ BUGS: tuple[Bug, ...] = (
         "    if kind not in _COUNTED and report.task is None:",
         "a run moved to its task's group (never run) counts as a failed run in the "
         "task's series"),
+    Bug("held-next-handed-back", LISTENER + "endings/outcomes.py",
+        "            self.turns.not_started(run.token, outcome.error_type in TAKES_BACK_NEXT)",
+        "            self.turns.not_started(run.token, False)",
+        "T22: the run next in line after a run its gate held back, which gate.lua took back "
+        "into its key's queue, is handed back too: a second release of a run no longer held"),
+    Bug("taken-back-released", LISTENER + "endings/outcomes.py",
+        "        if own is not None and own.taken_back:",
+        "        if False:",
+        "T17: a run next in line taken back with the run before it also writes a release: "
+        "the hand-back of a run that is in its key's queue again"),
     Bug("unconfirmed-claim-starts", LISTENER + "finding/claimer.py",
         "        if runs and isinstance(reply, UnreplicatedReply):",
         "        if False and runs and isinstance(reply, UnreplicatedReply):",
