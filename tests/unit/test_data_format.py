@@ -10,9 +10,11 @@ from typing import Any
 
 import fakeredis
 import pytest
+import redis.exceptions
 
 from tests.unit.helpers import make_listener
 from timers import AsyncTimers, Timers, UnknownFormat
+from timers.listener.health.preflight import check_format
 from timers.model.data_format import ABSENT_FORMAT, FORMAT, stored_format
 from timers.model.keys import Keyspace
 
@@ -91,6 +93,24 @@ def test_a_listener_refuses_a_newer_format_in_one_line_and_writes_nothing(
     assert "nothing was written" in message and "\n" not in message
     assert (refused.value.stored, refused.value.known) == (stored, FORMAT)
     assert contents(fake) == before, "the listener wrote nothing, ran nothing"
+
+
+def test_a_listener_that_cannot_reach_redis_at_first_checks_the_format_once_it_can() -> None:
+    server = fakeredis.FakeServer()
+    fakeredis.FakeRedis(server=server).set(KEY, NEWER)
+    client = fakeredis.FakeAsyncRedis(server=server)
+    real, tries = client.pipeline, []
+
+    def pipeline(*args: Any, **kwargs: Any) -> Any:
+        tries.append(1)
+        if len(tries) == 1:  # Redis not up yet: a passing outage, not a refusal for good
+            raise redis.exceptions.ConnectionError("Connection refused")
+        return real(*args, **kwargs)
+
+    client.pipeline = pipeline  # type: ignore[method-assign]
+    with pytest.raises(UnknownFormat):
+        asyncio.run(check_format(client, Keyspace(), asyncio.Event()))
+    assert len(tries) == 2, "asked again once Redis answered, not started unchecked"
 
 
 def test_a_sharded_prefix_keeps_its_format_in_its_home_keyspace() -> None:
