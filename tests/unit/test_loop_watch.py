@@ -63,6 +63,12 @@ def test_an_idle_watch_rests_and_the_first_run_wakes_it_to_name_a_blocking_task(
                                        message="the watch to see the loop run again")
             assert "event loop blocked" in caplog.text
             assert "blocking.task" in caplog.text
+
+            busy[0] = False  # idle again: it rests again, and stays at rest
+            await wait_until_async(lambda: watch.resting, 5, message="the watch to rest again")
+            rested = len(probes)
+            await asyncio.sleep(QUIET_WINDOW)
+            assert len(probes) == rested and watch.resting, "a watch idle again rests again"
         finally:
             watch.close()
 
