@@ -169,22 +169,28 @@ def test_fsync_waits_for_the_replicas_aof_where_the_server_has_waitaof() -> None
         assert len(replicas) == 2
 
 
-def test_a_listener_asked_for_a_replica_starts_no_run_its_claim_did_not_reach(
+def test_a_listener_short_of_replicas_starts_nothing_and_claims_no_more_until_they_come(
         redis_url: str, r: redis.Redis) -> None:
     """The suite's server has no replica: a listener with ``replicas=1`` claims the due
-    timers and starts none of them; each lease lapses and the claim after it (a rerun,
-    counted) is not confirmed either."""
+    timers once and starts none of them. It then claims nothing more, however long it
+    waits, and asks ``WAIT 1`` alone again and again: a timer that comes due meanwhile
+    stays pending, and the leases that lapse are not taken again. (Claiming on, each
+    claim took a batch more that waited out a lease: 1,722 runs through one failover.)"""
     with Timers(redis_url) as t:
         for i in range(3):
             t.schedule("record.hit", [f"held{i}"], in_=0, id=f"held{i}")
         listener = ListenerThread(redis_url, replicas=1, replicas_timeout=TIMEOUT,
                                   lease=1.0).start()
         try:
-            wait_until(lambda: t.stats().counters.get("reruns", 0) >= 6, 30,
-                       message="each timer claimed three times over")
-            assert runs(r) == [], "a run started whose claim no replica had"
+            wait_until(lambda: t.stats().running == 3, 30, message="the three claimed")
+            t.schedule("record.hit", ["later"], in_=0, id="later")
+            waits = wait_calls(r)
+            # 8 more WAITs alone: 2.4 s, more than two leases
+            wait_until(lambda: wait_calls(r) >= waits + 8, 30, message="8 WAITs more")
             stats = t.stats()
-            assert stats.pending + stats.running == 3  # claimed (running) or due again
+            assert (stats.running, stats.pending) == (3, 1), stats
+            assert stats.counters.get("reruns", 0) == 0, "a lapsed lease claimed again"
+            assert runs(r) == [], "a run started whose claim no replica had"
         finally:
             listener.stop()
     assert listener.fired == []
@@ -387,13 +393,15 @@ def test_a_listener_asked_for_a_replica_waits_for_it_to_start_runs(
         deployment: Deployment, r: redis.Redis, processes: Processes) -> None:
     """Through Sentinel, its replica stopped (SIGSTOP) a while: a listener with
     ``--replicas 1`` starts no run claimed meanwhile, nor the run a finished one hands on
-    (next on its concurrency key); once the replica is back each of them runs, once."""
+    (next on its concurrency key), and claims nothing more while the replica is away (a
+    timer due meanwhile stays pending, no lapsed lease is taken again); once the replica
+    is back it claims again and each of them runs, once."""
     deployment.wait_in_sync()
     listener = processes.spawn(TIMERS_COMMAND, "listen", "--url", deployment.url, "--tasks",
                                TASKS, "--lease", "1", "--replicas", "1",
                                "--replicas-timeout", str(TIMEOUT))
     replica = deployment.server_on(deployment.replica.port)
-    with Timers(deployment.url) as t:
+    with Timers(deployment.url) as t, redis.Redis(port=deployment.primary_port()) as direct:
         wait_until(lambda: len(t.listeners()) >= 1, 20, message="the listener to start")
         # the first on the key waits for test:release; the second is handed on as it ends
         t.schedule("flow.keyed", ["k1", "k", -1], in_=0, key="k")
@@ -405,17 +413,23 @@ def test_a_listener_asked_for_a_replica_waits_for_it_to_start_runs(
             r.set(RELEASE, 1)
             wait_until(lambda: processes.output(listener).count("not started") >= 2, 30,
                        message="a claim and an ending not confirmed")
-            reruns = int(t.stats().counters.get("reruns", 0))
-            wait_until(lambda: int(t.stats().counters.get("reruns", 0)) >= reruns + 2, 30,
-                       message="both leases to lapse and their timers to be claimed again")
+            wait_until(lambda: "not claiming until 1 replica(s) are in sync"
+                       in processes.output(listener), 30, message="the claims held")
+            t.schedule("record.hit", ["meanwhile"], in_=0)
+            waits = wait_calls(direct)
+            # 8 WAITs alone more (2.4 s): both leases lapsed long before
+            wait_until(lambda: wait_calls(direct) >= waits + 8, 30, message="8 WAITs more")
+            assert int(t.stats().counters.get("reruns", 0)) == 0, "a lapsed lease taken"
+            assert t.stats().pending == 1, "the timer due meanwhile was claimed"
             assert [run[0] for run in runs(r)] == ["k1"], runs(r)
             assert _started(r) == ["k1"]
         finally:
             os.kill(replica.pid or 0, signal.SIGCONT)
         wait_until(lambda: settled(t), 30, message="the held runs to run")
-    assert Counter(run[0] for run in runs(r)) == {"k1": 1, "k2": 1, "held": 1}
+    assert Counter(run[0] for run in runs(r)) == {"k1": 1, "k2": 1, "held": 1, "meanwhile": 1}
     output = processes.output(listener)
     assert "handed on by ended runs" in output and "claimed, but only 0 of the 1" in output
+    assert "1 replica(s) in sync again: claiming" in output
 
 
 # -- Redis Cluster: three primaries, a replica each -----------------------------------

@@ -536,10 +536,20 @@ BUGS: tuple[Bug, ...] = (
         "T17: a run next in line taken back with the run before it also writes a release: "
         "the hand-back of a run that is in its key's queue again"),
     Bug("unconfirmed-claim-starts", LISTENER + "finding/claimer.py",
-        "        if runs and isinstance(reply, UnreplicatedReply):",
-        "        if False and runs and isinstance(reply, UnreplicatedReply):",
+        "        if isinstance(reply, UnreplicatedReply):",
+        "        if False and isinstance(reply, UnreplicatedReply):",
         "replicas= (T4): runs whose claim no replica confirmed in time start at once, so a "
         "failover that loses the claim runs them again, uncounted"),
+    Bug("short-of-replicas-claims-on", LISTENER + "finding/guards.py",
+        "        if short is None:\n            return True",
+        "        if True:\n            return True",
+        "replicas= (T4): after a claim too few replicas had, the listener claims on, each "
+        "claim a batch more whose runs wait out their leases (a failover strands them)"),
+    Bug("short-of-replicas-back-too-soon", LISTENER + "finding/guards.py",
+        "            if acked >= short.replicas:",
+        "            if acked >= 0:",
+        "replicas= (T4): the listener claims again after one WAIT alone, whether or not the "
+        "replicas are back"),
     Bug("unconfirmed-handoff-starts", LISTENER + "endings/writer.py",
         "        if handed and isinstance(reply, UnreplicatedReply):",
         "        if False and handed and isinstance(reply, UnreplicatedReply):",

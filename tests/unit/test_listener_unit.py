@@ -530,17 +530,25 @@ def test_an_ending_on_its_way_at_shutdown_is_not_written_twice(
 
 
 
-def _unconfirmed_once(scripts: Any, name: str, dropped: list[int]) -> None:
+def _unconfirmed_once(scripts: Any, name: str, dropped: list[int], sent: list[str]) -> None:
     """``scripts.<name>`` answering its first reply that gives runs as one no replica
-    confirmed (a listener with ``replicas=``: ``timers.store.replicated``)."""
+    confirmed (a listener with ``replicas=``: ``timers.store.replicated``), whose
+    ``WAIT`` alone finds no replica twice, then one. ``sent``: each call (``name``) and
+    each ``WAIT`` alone ("wait"), in order."""
     call = getattr(scripts, name)
     first = 3 if name == "claim" else 1  # the items before the runs
+    in_sync = iter([0, 0])
+
+    async def ask_again() -> int:
+        sent.append("wait")
+        return next(in_sync, 1)
 
     async def unconfirmed(**kwargs: Any) -> Any:
+        sent.append(name)
         reply = await call(**kwargs)
         if len(reply) > first and not dropped:
             dropped.append((len(reply) - first) // 3)
-            return UnreplicatedReply(reply, 0, 1, 300)
+            return UnreplicatedReply(reply, 0, 1, 300, ask_again)
         return reply
 
     setattr(scripts, name, unconfirmed)
@@ -561,10 +569,11 @@ def _quarantined(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
 
 
 def _run_until(server: fakeredis.FakeServer, script: str, dropped: list[int],
-               done: Callable[[], bool]) -> None:
+               done: Callable[[], bool], sent: list[str] | None = None) -> None:
     async def scenario() -> None:
         listener = make_listener(server, lease=0.3)
-        _unconfirmed_once(listener.lanes[0].scripts, script, dropped)
+        _unconfirmed_once(listener.lanes[0].scripts, script, dropped,
+                          [] if sent is None else sent)
         stop = asyncio.Event()
         running = asyncio.create_task(listener.run(stop))
         async with asyncio.timeout(DEADLINE):
@@ -580,13 +589,16 @@ def test_a_run_whose_claim_no_replica_confirmed_runs_only_after_its_lease(
     server: fakeredis.FakeServer, producer: Timers, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A claim too few replicas had in time starts none of its runs: a failover could
-    lose the claim and run them again uncounted. Their leases lapse and they run then,
-    once each, counted as reruns (in quarantine, as any rerun)."""
+    lose the claim and run them again uncounted. The listener then claims nothing until
+    ``WAIT`` alone finds the replica (each claim would take a batch more that waits out
+    a lease). Their leases lapse and they run then, once each, counted as reruns (in
+    quarantine, as any rerun)."""
     producer.schedule_many([TimerSpec("mod.add", [i, 0], at=PAST, id=f"t{i}")
                             for i in range(3)])
-    quarantined, dropped = _quarantined(monkeypatch), []
-    _run_until(server, "claim", dropped, lambda: len(quarantined) == 3)
+    quarantined, dropped, sent = _quarantined(monkeypatch), [], []
+    _run_until(server, "claim", dropped, lambda: len(quarantined) == 3, sent)
     assert dropped == [3]
+    assert sent[:5] == ["claim", "wait", "wait", "wait", "claim"], sent[:5]
     assert mod.CALLS == [], "a run started whose claim no replica confirmed"
     assert sorted(quarantined) == [(f"t{i}", 1) for i in range(3)]
     assert counters(producer).get("reruns") == 3

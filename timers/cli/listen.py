@@ -117,7 +117,7 @@ ReplicasOption = Annotated[int | None, typer.Option(
 ReplicasTimeoutOption = Annotated[float | None, typer.Option(
     "--replicas-timeout", metavar="SECONDS",
     help="How long a claim waits for its replicas (default 1); runs it could not confirm "
-         "run after their lease.")]
+         "run after their lease, and no claim is sent until N replicas are in sync.")]
 HistoryAgeOption = Annotated[str | None, typer.Option(
     "--history-age", metavar="DURATION", show_default=False,
     help="How long ended timers stay in the run history (`timers history`, `timers get`), "

@@ -7,9 +7,11 @@ each claim, and each batch of endings (which may hand it the next run on a concu
 key), with ``WAIT n timeout`` behind it, in the same round trip and on the same connection
 (``WAIT`` counts its own connection's writes). A reply that fewer replicas had within the
 timeout comes back as an :class:`UnreplicatedReply`: the listener starts none of the runs
-it holds. Their claims stand on the primary and their leases lapse, so they run later as
-reruns, counted as after a crash; should the primary die first, the promoted replica never
-saw them claimed. Either way no run starts whose claim a failover can lose.
+it holds, and after a claim so answered claims nothing until ``WAIT n`` alone finds the
+replicas (:mod:`timers.listener.finding.guards`). Their claims stand on the primary and
+their leases lapse, so they run later as reruns, counted as after a crash; should the
+primary die first, the promoted replica never saw them claimed. Either way no run starts
+whose claim a failover can lose.
 
 One primary and its replicas only (a plain URL or Sentinel): the listener refuses the
 option on Redis Cluster and where scripts declare their keys.
@@ -17,16 +19,20 @@ option on Redis Cluster and where scripts declare their keys.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 
 class UnreplicatedReply(list[Any]):
     """A script's reply whose write fewer replicas than asked had within the timeout."""
 
-    def __init__(self, reply: Any, acked: int, replicas: int, timeout_ms: int) -> None:
+    def __init__(self, reply: Any, acked: int, replicas: int, timeout_ms: int,
+                 ask_again: Callable[[], Awaitable[int]]) -> None:
         super().__init__(reply)
         self.acked, self.replicas, self.timeout_ms = acked, replicas, timeout_ms
         """How many replicas had it, of how many asked for, within how long."""
+        self.ask_again = ask_again
+        """``WAIT`` alone, as sent behind the write: how many replicas are in sync now."""
 
     def held_back(self, runs: int, how: str) -> str:
         """The log line for ``runs`` runs this reply gave (``how``: "claimed" …), which
@@ -65,8 +71,15 @@ class ReplicatedScript:
             pipe.execute_command("WAIT", self.replicas, self.timeout_ms)
             reply, acked = await pipe.execute()
         if int(acked) < self.replicas:
-            return UnreplicatedReply(reply, int(acked), self.replicas, self.timeout_ms)
+            return UnreplicatedReply(reply, int(acked), self.replicas, self.timeout_ms,
+                                     self.in_sync)
         return reply
+
+    async def in_sync(self) -> int:
+        """How many replicas are in sync: ``WAIT`` alone, which returns once
+        :attr:`replicas` of them have acknowledged this connection's last write, or at the
+        timeout. A replica counts from the end of its first sync."""
+        return int(await self.client.execute_command("WAIT", self.replicas, self.timeout_ms))
 
     def evalsha(self, *args: Any) -> Any:
         """A ``Script``'s call: ``EVALSHA``, as :meth:`execute_command` sends it."""

@@ -7,13 +7,8 @@ goes through this one claim, whichever path found it, so each runs once however 
 listeners race for it. It sweeps at start and whenever poked (after every resubscribe,
 which covers events lost while the listener was away).
 
-On a full Redis (``maxmemory`` reached under ``noeviction``) the claim script, which
-declares no ``allow-oom`` flag, is refused before its first write; renewals and endings
-declare it and go on. The claimer then stops claiming (the leases are kept), says so once
-(:class:`MemoryGuard`), and claims again as soon as memory frees: a refused claim costs
-Redis next to nothing (it is turned away before it runs), so it is tried again every
-:data:`OOM_RETRY` seconds, and a timer held back by a full server starts within that long
-of memory being free (invariant 10).
+A full server, or a claim too few replicas had (``replicas=n``), stops its claims for
+a while (:mod:`timers.listener.finding.guards`).
 """
 
 from __future__ import annotations
@@ -29,6 +24,7 @@ import redis
 
 from timers.listener.endings.writer import MAX_BATCH
 from timers.listener.finding.due_tracker import CLAIM_LEAD_MS, DueTracker
+from timers.listener.finding.guards import MemoryGuard, ReplicaGuard
 from timers.listener.flow.parker import Parker
 from timers.listener.leases import still_held
 from timers.listener.retrying import RETRYABLE, Outage, Retry, pause
@@ -51,8 +47,6 @@ FLOOR_RETRY_S = 0.02
 """How soon a claim that left due timers below the other shards' floor claims again, when
 nothing wakes it first (a timer moving in, a wake): the floor rises as the other shards'
 earlier timers enter their limits' order."""
-OOM_RETRY = 0.02
-"""Seconds between claims a full server refuses."""
 GATHER_S = 0.002
 """How long a claim in a backlog waits for slots to free while the process is busy
 (:meth:`Claimer.gather_slots`)."""
@@ -132,28 +126,6 @@ class CpuGauge:
         return self._busy
 
 
-class MemoryGuard:
-    """Logs a full server once when claims start being refused and once when they succeed
-    again; tells the sweep loop how long to wait before the next try."""
-
-    def __init__(self) -> None:
-        self.full = False
-
-    def refused(self, exc: BaseException) -> float:
-        """A claim was refused for want of memory: the seconds to wait before trying again."""
-        if not self.full:
-            self.full = True
-            log.warning("Redis is out of memory (maxmemory reached, %s): not claiming new "
-                        "timers until it frees; leases kept", str(exc).rstrip(". ") or "OOM")
-        return OOM_RETRY
-
-    def claimed(self) -> None:
-        """A claim went through: memory is back, if it was short."""
-        if self.full:
-            self.full = False
-            log.warning("Redis has memory again: claiming timers")
-
-
 async def wait_for_slots(free_slots: Callable[[], int], want: int, freed: asyncio.Event,
                          stopping: asyncio.Event, monotonic: Callable[[], float],
                          most: float = GATHER_S) -> None:
@@ -219,7 +191,7 @@ class Claimer:
         self.hooks, self.stopping = hooks, stopping
         self.poke, self.parker, self.ahead_share, self.outage = poke, parker, ahead_share, outage
         self.gather, self.gauge = gather, gauge or CpuGauge()
-        self.memory = MemoryGuard()
+        self.memory, self.replicas = MemoryGuard(), ReplicaGuard()
         self.swept = False
         """A claim was answered: what is due is known."""
         self.below_floor = False
@@ -253,6 +225,8 @@ class Claimer:
             if limit <= 0:
                 continue
             try:
+                if not await self.replicas.ready(self.stopping):
+                    break
                 claimed = await self.claim(limit)
             except redis.exceptions.OutOfMemoryError as exc:
                 await pause(self.memory.refused(exc), self.stopping)
@@ -382,8 +356,8 @@ class Claimer:
         replica; placed on their shard's worker; screened by the flow gates that hold runs
         back; and, when the reply (or the screen) was read past half a lease, only those
         still held."""
-        if runs and isinstance(reply, UnreplicatedReply):
-            log.warning(reply.held_back(len(runs), "claimed"))
+        if isinstance(reply, UnreplicatedReply):
+            self.replicas.fell_short(reply, len(runs))
             return []
         if runs and self.hooks.place is not None:
             runs = await self.hooks.place(runs)
