@@ -24,7 +24,13 @@ from timers.listener.endings.journal import (
     journal_directory,
     note_aside,
 )
-from timers.listener.endings.journal_format import SUFFIX, ending_line, file_name, parse
+from timers.listener.endings.journal_format import (
+    SUFFIX,
+    ending_line,
+    file_name,
+    parse,
+    read_text,
+)
 from timers.model.runs import Run
 from timers.model.wire import EndingKind, FailureRecord
 
@@ -329,3 +335,19 @@ def test_a_journal_is_locked_while_its_listener_lives(tmp_path: Path) -> None:
     journal.close()
     assert journal.path.exists(), "left with an unwritten ending, for adoption"
     assert DeadJournal.lock(journal.path) is not None
+
+
+@pytest.mark.parametrize("size", [0, 1 << 16])
+def test_a_journals_text_ends_at_its_first_nul_also_at_a_reads_first_byte(
+        tmp_path: Path, size: int) -> None:
+    """A journal is a file made long, its text at its start and zeros after: the text is
+    what precedes the first NUL, also when none comes before it (a new journal) or the
+    text fills whole reads (64 KiB): nothing of the zeros is read as text."""
+    path = tmp_path / "j"
+    text = b"x" * (size - 1) + b"\n" if size else b""
+    path.write_bytes(text + bytes(1 << 17))
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        assert read_text(fd) == text
+    finally:
+        os.close(fd)
