@@ -98,10 +98,6 @@ class Peers:
 
     # -- the view ---------------------------------------------------------------------
 
-    @property
-    def cached(self) -> FleetView | None:
-        return self._view
-
     async def view(self, max_age: float = VIEW_MAX_AGE) -> FleetView:
         """The fleet, read again when the last read is older than ``max_age`` seconds."""
         if self._view is not None and self._monotonic() - self._read_at <= max_age:
