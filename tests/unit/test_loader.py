@@ -153,3 +153,13 @@ def test_a_setup_that_fails_makes_the_tasks_unavailable_saying_why(
     with pytest.raises(TasksUnavailable, match=r"setup 'setup_mod_fails:setup' failed: "
                                                r"RuntimeError: no db"):
         TaskLoader("tests.unit.sample_tasks").load()
+
+
+def test_a_loaded_package_names_every_task_it_can_run_sorted(loader: TaskLoader) -> None:
+    """What a listener announces to the others of its prefix (its heartbeat's task list):
+    nothing before its package is loaded, then every task of the package, sorted (an
+    empty list after the load would tell the others it runs none of them)."""
+    assert loader.task_names() == ()
+    loader.load()
+    names = loader.task_names()
+    assert "mod.add" in names and list(names) == sorted(names)
