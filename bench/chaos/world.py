@@ -10,6 +10,10 @@ Listeners (``$TIMERS_CHAOS_LISTENER`` names each in the ledger):
         proxy (:mod:`bench.chaos.proxy`)
 ``L2``  one listener process of the target prefix (where ``timers move`` takes timers)
 ======  ==================================================================================
+
+Through Sentinel every listener runs with ``--replicas 1``: a failover leaves the promoted
+primary without a replica until the old one is back and synced, and the listeners hold
+their claims meanwhile (:mod:`timers.listener.finding.guards`).
 """
 
 from __future__ import annotations
@@ -122,11 +126,15 @@ class World:
     def start_listener(self, lid: str, prefix: str, processes: int = 1) -> ListenerProcess:
         """Start listener ``lid`` of ``prefix`` (a supervisor with ``processes`` > 1)."""
         url = self.proxy.url if self.proxy is not None and lid == PROXIED else self.url
+        extra: tuple[str, ...] = (
+            ("--max-runs-per-child", str(RUNS_PER_CHILD)) if processes > 1 else ())
+        if self.topology == "sentinel":  # a run starts once its claim is on the replica
+            extra += ("--replicas", "1")
         listener = ListenerProcess(
             url, self.ledger, self.workdir / f"{lid}-{int(time.time() * 1000)}.log",
             lease=self.lease, concurrency=CONCURRENCY, shutdown_timeout=2.0,
             extra_env={LISTENER_ENV: lid, "TIMERS_PREFIX": prefix}, processes=processes,
-            extra_args=("--max-runs-per-child", str(RUNS_PER_CHILD)) if processes > 1 else ())
+            extra_args=extra)
         self.listeners[lid] = listener
         return listener
 
