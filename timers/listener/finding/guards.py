@@ -6,12 +6,10 @@
   every :data:`OOM_RETRY` seconds: a refused claim costs Redis next to nothing, and a timer
   held back by a full server starts within that long of memory being free (invariant 10).
 - Too few replicas (``replicas=n``, :mod:`timers.store.replicated`): a claim whose write
-  fewer than ``n`` replicas had in time starts none of its runs. Each claim after it
-  would take a batch more that waits out its lease (through one Sentinel failover, whose
-  promoted primary had no replica in sync for 14 s, 1,722 runs waited so). The claimer
-  claims nothing more until ``WAIT n`` alone finds ``n`` replicas, asked again each
-  time the one before timed out; the runs already held back are claimed again, as
-  reruns, once their leases lapse.
+  fewer than ``n`` replicas had in time starts none of its runs, and each claim after it
+  would take a batch more that waits out its lease. The claimer claims nothing more
+  until ``WAIT n`` alone finds ``n`` replicas (figures: bench/FINDINGS.md, "Claims held
+  while replicas are short").
 """
 
 from __future__ import annotations
