@@ -635,3 +635,50 @@ def test_a_burst_ends_saying_how_many_timers_a_rate_still_holds_back(
     said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("burst over")]
     assert said == [f"burst over with {3 - ran} timers held back by a concurrency key or a "
                     "rate limit: pending, for a listener running when their slots free"]
+
+
+def test_a_helper_loop_that_fails_is_logged_and_the_listener_runs_on(
+        server: fakeredis.FakeServer, producer: Timers, caplog: pytest.LogCaptureFixture) -> None:
+    """Adopting dead listeners' journals and starting the quarantine process ahead are
+    helps: when one fails, the listener says so in one line and fires its timers all the
+    same (it adopts again at its next start; a quarantine process starts at the first
+    rerun)."""
+    producer.schedule("mod.add", [1, 2], at=PAST, id="t")
+
+    def broken(listener: Listener) -> None:
+        async def fails(*args: Any) -> None:
+            raise RuntimeError("a helper broke")
+
+        listener.shared.adopt_journals = fails  # type: ignore[method-assign]
+        listener._start_quarantine = fails  # type: ignore[method-assign]
+
+    with caplog.at_level("WARNING", logger="timers"):
+        listener = run_burst(server, broken, quarantine_ahead=True)
+    assert mod.CALLS == [("add", (1, 2))] and not listener.crashed
+    said = [(r.levelname, r.getMessage()) for r in caplog.records]
+    assert ("ERROR", "adopting the journals of dead listeners stopped: "
+            "RuntimeError('a helper broke')") in said, said
+    assert ("WARNING", "quarantine process not started ahead: a helper broke") in said, said
+
+
+def test_a_loop_that_fails_as_the_listener_stops_does_not_make_it_a_crash(
+        server: fakeredis.FakeServer) -> None:
+    """Once a listener is stopping, its loops are cancelled: one that fails on its way
+    out (a lost connection as it closes) leaves the stop a stop, exit status 0, not a
+    crash that its supervisor would answer by starting it again."""
+
+    async def scenario() -> Listener:
+        listener = make_listener(server)
+
+        async def fails_when_cancelled() -> None:
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                raise RuntimeError("failed on its way out") from None
+
+        listener.lanes[0].trimmer.run = fails_when_cancelled  # type: ignore[method-assign]
+        await burst(listener)
+        return listener
+
+    listener = asyncio.run(scenario())
+    assert not listener.crashed and not listener.aborted

@@ -55,3 +55,17 @@ def test_the_fault_suite_reads_the_lines_the_listener_writes(
     lost, back = (r.getMessage() for r in caplog.records)
     assert lost.startswith(SUBSCRIPTION_LOST) and lost.startswith(OUTAGE_LOST)
     assert back.startswith(OUTAGE_BACK)
+
+
+def test_the_connection_is_back_only_once_every_loop_that_lost_it_has_it_again(
+        caplog: pytest.LogCaptureFixture) -> None:
+    outage = Outage(clock=lambda: 0.0)
+    with caplog.at_level(logging.WARNING, logger="timers.listener"):
+        outage.failed("claims", ConnectionError("reset"))
+        outage.failed("event subscription", ConnectionError("reset"))
+        outage.ok("claims")  # the subscription is still down: not back yet
+        assert [r.getMessage() for r in caplog.records] == [
+            "connection to Redis lost (claims): reset; retrying"]
+        outage.ok("event subscription")
+    assert [r.getMessage() for r in caplog.records][1:] == [
+        "connection to Redis back after 0.0 s"]

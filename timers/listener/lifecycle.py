@@ -142,7 +142,7 @@ class Listener:
             clock=clock or SystemClock(), max_sleep=max_sleep, loader=self.loader,
             peers=self.peers, observer=observer, recycle=recycle,
             history=HistoryPolicy() if history is None else history,
-            rate_start_window=rate_start_window, owns_client=self._owns_client,
+            rate_start_window=rate_start_window,
             replication=replication)
         self._subscribed = asyncio.Event()
         self.lanes.append(Lane(self.shared, self.keys, 0, announces=True, hub=EventHub(),

@@ -73,15 +73,12 @@ class Shared(Generic[L]):
                  max_sleep: float, loader: TaskLoader, peers: Peers,
                  observer: Callable[[Fired], None] | None,
                  recycle: RecycleLimits | None, history: HistoryPolicy,
-                 rate_start_window: float | None, owns_client: bool = False,
+                 rate_start_window: float | None,
                  replication: Replication | None = None) -> None:
         self.redis, self.db, self.id, self.groups = client, db, listener_id, groups
         self.rate_start_window = rate_start_window
         """A rate's runs start within this of their gate call, or give their slot back
         (:data:`timers.listener.flow.gate.START_WINDOW_S`); None: however late."""
-        self.owns_client = owns_client
-        """The listener made the client (from a URL): its hot script calls may each keep a
-        connection of it aside (:meth:`reserve`)."""
         self.reserved: list[ReservedConnection] = []
         self.replication = replication
         """Replicas a claim must reach before its runs start (:mod:`timers.store.replicated`)."""
@@ -167,8 +164,6 @@ class Shared(Generic[L]):
         is sent with ``WAIT`` behind it instead, through the client's pool."""
         if self.replication is not None:
             scripts.replicated(self.replication.replicas, self.replication.timeout_ms, *names)
-            return
-        if not self.owns_client:
             return
         for name in names:
             function = scripts.script(name)
